@@ -1,0 +1,67 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+/// Settings every Coffer module shares: Swift 6 language mode (strict concurrency).
+let settings: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "Coffer",
+    products: [
+        .executable(name: "cofferd", targets: ["cofferd"]),
+        .executable(name: "coffer", targets: ["coffer"]),
+        .library(name: "CofferClient", targets: ["CofferClient"]),
+        .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // C walls: each imported by exactly one Swift module.
+        .systemLibrary(name: "CSodium", path: "Sources/CSodium", pkgConfig: "libsodium",
+                       providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CPAM", path: "Sources/CPAM", providers: [.apt(["libpam0g-dev"])]),
+        .target(name: "CSystemShims", path: "Sources/CSystemShims"),
+
+        // Swift modules, one per trust boundary.
+        .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: settings),
+        .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
+        .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: settings),
+        .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
+                swiftSettings: settings),
+        .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: settings),
+        .target(name: "CofferKeychain",
+                dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore"],
+                swiftSettings: settings),
+        .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
+        .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: settings),
+        .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
+                swiftSettings: settings),
+        .target(name: "CofferAgent",
+                dependencies: ["CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        .executableTarget(name: "cofferd",
+                          dependencies: ["CofferAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+                          swiftSettings: settings),
+        .executableTarget(name: "coffer",
+                          dependencies: ["CofferClient", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+                          swiftSettings: settings),
+
+        .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
+        .testTarget(name: "CofferKeybagTests", dependencies: ["CofferKeybag", "CofferSystem"],
+                    swiftSettings: settings),
+        .testTarget(name: "CofferStoreTests", dependencies: ["CofferStore"], swiftSettings: settings),
+        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferKeychain", "CofferSystem"],
+                    swiftSettings: settings),
+        .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol"], swiftSettings: settings),
+        .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM"], swiftSettings: settings),
+        .testTarget(name: "CofferEndToEndTests",
+                    dependencies: ["CofferClient", "CofferSystem", "CofferProtocol"], swiftSettings: settings),
+
+        .executableTarget(name: "coffer-bench", dependencies: ["CofferKeychain"],
+                          path: "Sources/coffer-bench", swiftSettings: settings),
+    ]
+)

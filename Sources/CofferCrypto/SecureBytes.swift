@@ -1,0 +1,147 @@
+import CSodium
+import Glibc
+import Synchronization
+
+/// Owner of secret bytes in libsodium's guarded, locked memory (`sodium_malloc`).
+///
+/// The bytes sit between guard pages, are `mlock`ed where the RLIMIT_MEMLOCK budget allows,
+/// and are wiped by `sodium_free` (which calls `sodium_memzero`) when the owner is released.
+/// Secrets never leave this type as `String`, `Data` or `[UInt8]` inside Coffer's libraries:
+/// callers borrow them through `withUnsafeBytes`.
+///
+/// `sodium_malloc` does not fail when `mlock` fails, so every allocation is checked with its
+/// own `mlock` call; the outcome is counted in ``SecureMemory``.
+///
+/// Each allocation costs one locked page plus guard pages and four mappings: allocate one per
+/// request or per long-lived key set, not per byte.
+public final class SecureBytes: @unchecked Sendable {
+    // @unchecked Sendable: the bytes are written only while the owner is being built
+    // (initialisers and `withUnsafeMutableBytes` by the creating code), then read-only.
+    private let base: UnsafeMutableRawPointer
+    /// Number of secret bytes.
+    public let count: Int
+
+    /// Allocates `count` zeroed bytes of guarded memory.
+    public init(count: Int) {
+        Sodium.ensureInitialized()
+        precondition(count >= 0, "negative size")
+        let size = Swift.max(count, 1)
+        guard let p = sodium_malloc(size) else {
+            // Address-space exhaustion: continuing without guarded memory would be unsafe.
+            fatalError("sodium_malloc failed: out of memory for secure buffers")
+        }
+        sodium_memzero(p, size)
+        base = p
+        self.count = count
+        SecureMemory.noteAllocation(pointer: p, size: size)
+    }
+
+    /// Copies `bytes` into a new guarded buffer. The caller remains responsible for wiping its source.
+    public convenience init(copying bytes: UnsafeRawBufferPointer) {
+        self.init(count: bytes.count)
+        if bytes.count > 0, let src = bytes.baseAddress { memcpy(base, src, bytes.count) }
+    }
+
+    /// Copies `bytes` into a guarded buffer and wipes the array's storage in place.
+    public convenience init(consuming bytes: inout [UInt8]) {
+        self.init(count: bytes.count)
+        bytes.withUnsafeMutableBytes { raw in
+            if raw.count > 0 {
+                memcpy(base, raw.baseAddress!, raw.count)
+                sodium_memzero(raw.baseAddress!, raw.count)
+            }
+        }
+        bytes.removeAll()
+    }
+
+    /// A buffer of `count` bytes from the CSPRNG (`randombytes_buf`).
+    public static func random(count: Int) -> SecureBytes {
+        let s = SecureBytes(count: count)
+        if count > 0 { randombytes_buf(s.base, count) }
+        return s
+    }
+
+    deinit {
+        SecureMemory.noteRelease()
+        sodium_free(base) // wipes before unmapping
+    }
+
+    /// Borrows the bytes read-only.
+    public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try body(UnsafeRawBufferPointer(start: base, count: count))
+    }
+
+    /// Borrows the bytes for writing; for the code that builds the secret.
+    public func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
+        try body(UnsafeMutableRawBufferPointer(start: base, count: count))
+    }
+
+    /// Overwrites the bytes with zeros (`sodium_memzero`) ahead of release.
+    public func wipe() { sodium_memzero(base, Swift.max(count, 1)) }
+
+    /// Constant-time comparison (`sodium_memcmp`); false when lengths differ.
+    public func constantTimeEquals(_ other: SecureBytes) -> Bool {
+        guard count == other.count else { return false }
+        if count == 0 { return true }
+        return other.withUnsafeBytes { sodium_memcmp(base, $0.baseAddress!, count) == 0 }
+    }
+
+    /// A new buffer holding bytes `range` of this one.
+    public func slice(_ range: Range<Int>) -> SecureBytes {
+        precondition(range.lowerBound >= 0 && range.upperBound <= count)
+        return SecureBytes(copying: UnsafeRawBufferPointer(start: base + range.lowerBound, count: range.count))
+    }
+}
+
+/// Accounting for guarded memory: how many secure buffers exist and whether they are really locked.
+public enum SecureMemory {
+    private struct Counters { var live = 0; var unlocked = 0 }
+    private static let counters = Mutex(Counters())
+
+    static func noteAllocation(pointer: UnsafeMutableRawPointer, size: Int) {
+        // sodium_malloc ignores mlock failure; ask again to learn the truth (mlock is idempotent).
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        let start = Int(bitPattern: pointer) & ~(pageSize - 1)
+        let end = (Int(bitPattern: pointer) + size + pageSize - 1) & ~(pageSize - 1)
+        let ok = mlock(UnsafeRawPointer(bitPattern: start), end - start) == 0
+        counters.withLock {
+            $0.live += 1
+            if !ok { $0.unlocked += 1 }
+        }
+    }
+
+    static func noteRelease() { counters.withLock { $0.live -= 1 } }
+
+    /// Number of secure buffers currently allocated.
+    public static var liveAllocations: Int { counters.withLock { $0.live } }
+
+    /// Number of secure buffers that could not be locked into RAM since start (RLIMIT_MEMLOCK exhausted).
+    public static var unlockedAllocations: Int { counters.withLock { $0.unlocked } }
+
+    /// Bytes this process has locked, read from `VmLck` in /proc/self/status (nil if unreadable).
+    public static func lockedBytes() -> Int? {
+        guard let f = fopen("/proc/self/status", "r") else { return nil }
+        defer { fclose(f) }
+        var line = [CChar](repeating: 0, count: 256)
+        while fgets(&line, Int32(line.count), f) != nil {
+            let s = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if s.hasPrefix("VmLck:") {
+                let digits = s.dropFirst(6).filter { $0.isNumber }
+                return Int(digits).map { $0 * 1024 }
+            }
+        }
+        return nil
+    }
+
+    /// The RLIMIT_MEMLOCK soft limit in bytes (nil means unlimited).
+    public static func lockLimit() -> Int? {
+        var rl = rlimit()
+        guard getrlimit(Int32(__RLIMIT_MEMLOCK.rawValue), &rl) == 0 else { return nil }
+        return rl.rlim_cur == rlim_t.max ? nil : Int(rl.rlim_cur)
+    }
+}
+
+/// Wipes an array's storage with `sodium_memzero` (for wire buffers that carried a secret).
+public func secureZero(_ bytes: inout [UInt8]) {
+    bytes.withUnsafeMutableBytes { if $0.count > 0 { sodium_memzero($0.baseAddress!, $0.count) } }
+}

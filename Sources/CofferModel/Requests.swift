@@ -1,0 +1,83 @@
+import CofferCrypto
+
+/// A SecItemCopyMatching / SecItemUpdate / SecItemDelete query.
+public struct ItemQuery: Sendable {
+    /// kSecClass; nil matches every class.
+    public var itemClass: ItemClass?
+    /// Attributes that must all be equal (AND).
+    public var attributes: Attributes
+    /// kSecMatchLimit (default: the first match only).
+    public var limit: MatchLimit
+    /// kSecReturnData: return each item's secret.
+    public var returnData: Bool
+    /// kSecReturnAttributes: return each item's attributes.
+    public var returnAttributes: Bool
+    /// kSecReturnPersistentRef: return each item's persistent reference.
+    public var returnPersistentRef: Bool
+    /// kSecValuePersistentRef: match exactly this item.
+    public var persistentRef: [UInt8]?
+
+    /// A query; with no return flags, copyMatching only tells whether something matched.
+    public init(itemClass: ItemClass? = nil, attributes: Attributes = [:], limit: MatchLimit = .one,
+                returnData: Bool = false, returnAttributes: Bool = false, returnPersistentRef: Bool = false,
+                persistentRef: [UInt8]? = nil) {
+        self.itemClass = itemClass
+        self.attributes = attributes
+        self.limit = limit
+        self.returnData = returnData
+        self.returnAttributes = returnAttributes
+        self.returnPersistentRef = returnPersistentRef
+        self.persistentRef = persistentRef
+    }
+}
+
+/// What SecItemAdd takes: a class, attributes (including `pdmn`) and the secret (kSecValueData).
+public struct NewItem: Sendable {
+    /// kSecClass.
+    public var itemClass: ItemClass
+    /// The item's attributes; `pdmn` picks its protection class (default WhenUnlocked).
+    public var attributes: Attributes
+    /// The secret, in secure memory.
+    public var secret: SecureBytes
+
+    /// Makes an item to add.
+    public init(itemClass: ItemClass, attributes: Attributes, secret: SecureBytes) {
+        self.itemClass = itemClass
+        self.attributes = attributes
+        self.secret = secret
+    }
+}
+
+/// What SecItemUpdate changes: attributes to set and, optionally, a new secret.
+public struct ItemChanges: Sendable {
+    /// Attributes to set (a new `pdmn` re-wraps the item under that class).
+    public var attributes: Attributes
+    /// A new secret, or nil to keep the old one.
+    public var secret: SecureBytes?
+
+    /// Makes a change set.
+    public init(attributes: Attributes = [:], secret: SecureBytes? = nil) {
+        self.attributes = attributes
+        self.secret = secret
+    }
+}
+
+/// One item returned by copyMatching: the parts the query asked for.
+public struct ItemResult: Sendable {
+    /// The item's class.
+    public var itemClass: ItemClass
+    /// Attributes (with `class` omitted), if kSecReturnAttributes.
+    public var attributes: Attributes?
+    /// The secret, if kSecReturnData.
+    public var data: SecureBytes?
+    /// The persistent reference, if kSecReturnPersistentRef.
+    public var persistentRef: [UInt8]?
+
+    /// Makes a result.
+    public init(itemClass: ItemClass, attributes: Attributes? = nil, data: SecureBytes? = nil, persistentRef: [UInt8]? = nil) {
+        self.itemClass = itemClass
+        self.attributes = attributes
+        self.data = data
+        self.persistentRef = persistentRef
+    }
+}

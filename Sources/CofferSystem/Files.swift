@@ -1,0 +1,162 @@
+import CSystemShims
+import Glibc
+
+/// A failed system call: which operation, on what path, and `errno`.
+public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The operation, e.g. "open".
+    public let operation: String
+    /// The path or object it acted on.
+    public let path: String
+    /// The captured `errno`.
+    public let errno: Int32
+
+    /// Captures the current `errno` (call immediately after the failing call).
+    public init(_ operation: String, _ path: String, errno e: Int32 = Glibc.errno) {
+        self.operation = operation
+        self.path = path
+        self.errno = e
+    }
+
+    public var description: String { "\(operation) \(path): \(String(cString: strerror(errno)))" }
+}
+
+/// Retries a system call interrupted by a signal (EINTR); the one place that does so.
+@inline(__always)
+public func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
+    while true {
+        let r = call()
+        if r == -1 && errno == EINTR { continue }
+        return r
+    }
+}
+
+/// File operations with the durability and permission rules Coffer's state needs.
+public enum Files {
+    /// True if something exists at `path`.
+    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    /// Reads a whole regular file of at most `maxBytes` (public data only: use ``readSecret`` for keys).
+    public static func read(_ path: String, maxBytes: Int = 16 << 20) throws(SystemError) -> [UInt8] {
+        try withOpenFile(path) { fd, size throws(SystemError) in
+            guard size <= maxBytes else { throw SystemError("read (file too large)", path, errno: EFBIG) }
+            var out = [UInt8](repeating: 0, count: size)
+            let got = out.withUnsafeMutableBytes { b in Result { () throws(SystemError) in try readFully(fd, b, path) } }
+            out.removeSubrange(try got.get()...)
+            return out
+        }
+    }
+
+    /// Reads exactly `count` bytes from `path` into `destination` (e.g. secure memory); the file must have that size.
+    public static func readExactly(_ path: String, into destination: UnsafeMutableRawBufferPointer) throws(SystemError) {
+        try withOpenFile(path) { fd, size throws(SystemError) in
+            guard size == destination.count else { throw SystemError("read (unexpected size)", path, errno: EINVAL) }
+            guard try readFully(fd, destination, path) == destination.count else {
+                throw SystemError("read (short)", path, errno: EIO)
+            }
+        }
+    }
+
+    /// Writes `bytes` to `path` atomically: temp file with `mode`, fsync, rename, fsync the directory.
+    /// A crash leaves either the old file or the new one, never a mix.
+    public static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) {
+        let tmp = path + ".tmp"
+        unlink(tmp)
+        let fd = retryingEINTR { open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode) }
+        guard fd >= 0 else { throw SystemError("open", tmp) }
+        var ok = false
+        defer { if !ok { unlink(tmp) } }
+        do {
+            defer { close(fd) }
+            var off = 0
+            while off < bytes.count {
+                let n = retryingEINTR { write(fd, bytes.baseAddress! + off, bytes.count - off) }
+                guard n > 0 else { throw SystemError("write", tmp) }
+                off += n
+            }
+            guard fsync(fd) == 0 else { throw SystemError("fsync", tmp) }
+        }
+        guard rename(tmp, path) == 0 else { throw SystemError("rename", path) }
+        ok = true
+        try syncDirectory(of: path)
+    }
+
+    /// Writes an array atomically (see ``writeAtomically(_:bytes:mode:)``).
+    public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
+        try bytes.withUnsafeBytes { b in Result { () throws(SystemError) in try writeAtomically(path, bytes: b, mode: mode) } }.get()
+    }
+
+    /// Renames `from` to `to` and makes it durable.
+    public static func renameDurably(_ from: String, _ to: String) throws(SystemError) {
+        guard rename(from, to) == 0 else { throw SystemError("rename", from) }
+        try syncDirectory(of: to)
+    }
+
+    /// fsyncs the directory holding `path`, so a rename or create survives power loss.
+    public static func syncDirectory(of path: String) throws(SystemError) {
+        let dir = directoryName(path)
+        let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dfd >= 0 else { throw SystemError("open", dir) }
+        defer { close(dfd) }
+        guard fsync(dfd) == 0 else { throw SystemError("fsync", dir) }
+    }
+
+    /// Creates `path` and missing parents with `mode`; an existing final directory gets `mode` re-applied
+    /// and must be owned by this user.
+    public static func makePrivateDirectory(_ path: String, mode: mode_t = 0o700) throws(SystemError) {
+        var prefix = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/") {
+            prefix += "/" + part
+            if mkdir(prefix, mode) != 0 && errno != EEXIST { throw SystemError("mkdir", prefix) }
+        }
+        var st = stat()
+        guard lstat(path, &st) == 0 else { throw SystemError("stat", path) }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else { throw SystemError("mkdir (not a directory)", path, errno: ENOTDIR) }
+        guard st.st_uid == getuid() else { throw SystemError("mkdir (owned by another user)", path, errno: EPERM) }
+        guard chmod(path, mode) == 0 else { throw SystemError("chmod", path) }
+    }
+
+    /// The permission bits of `path` (nil if it does not exist).
+    public static func mode(_ path: String) -> mode_t? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        return st.st_mode & 0o7777
+    }
+
+    /// The directory part of `path`.
+    public static func directoryName(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    private static func withOpenFile<R>(_ path: String, _ body: (Int32, Int) throws(SystemError) -> R) throws(SystemError) -> R {
+        let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
+        guard fd >= 0 else { throw SystemError("open", path) }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw SystemError("stat", path) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError("open (not a regular file)", path, errno: EINVAL) }
+        return try body(fd, Int(st.st_size))
+    }
+
+    private static func readFully(_ fd: Int32, _ b: UnsafeMutableRawBufferPointer, _ path: String) throws(SystemError) -> Int {
+        var off = 0
+        while off < b.count {
+            let n = retryingEINTR { Glibc.read(fd, b.baseAddress! + off, b.count - off) }
+            if n < 0 { throw SystemError("read", path) }
+            if n == 0 { break }
+            off += n
+        }
+        return off
+    }
+}
+
+/// Process-level hardening.
+public enum ProcessHardening {
+    /// Disables core dumps and ptrace attach (`PR_SET_DUMPABLE 0`, `RLIMIT_CORE 0`).
+    public static func disableCoreDumps() throws(SystemError) {
+        guard coffer_disable_core_dumps() == 0 else { throw SystemError("prctl", "PR_SET_DUMPABLE") }
+    }
+
+    /// True if the process may currently dump core.
+    public static var isDumpable: Bool { coffer_is_dumpable() == 1 }
+}
