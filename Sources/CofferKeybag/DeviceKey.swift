@@ -1,0 +1,62 @@
+import CofferCrypto
+import CofferModel
+import CofferSystem
+import Glibc
+
+/// Where the 32-byte device key comes from: the Linux stand-in for the Secure Enclave's UID key.
+///
+/// The embedded default is ``FileDeviceKey``. A TPM2-sealed key or a privileged helper that never
+/// reveals the key can replace it behind this protocol.
+public protocol DeviceKeySource: Sendable {
+    /// Loads the device key into secure memory, creating it on first use if this source can.
+    func loadDeviceKey() throws(SecError) -> SecureBytes
+    /// A short description for status output and logs (no key material).
+    var description: String { get }
+}
+
+/// A device key in a file of exactly 32 random bytes, created once with mode 0600.
+///
+/// Threat model: anyone who can read this file as the user (or root) holds the device key; it stops
+/// an attacker who copies only the keybag and database elsewhere, not one running as the user.
+public struct FileDeviceKey: DeviceKeySource {
+    /// The key file's path.
+    public let path: String
+    /// Size of a device key.
+    public static let keyBytes = 32
+
+    /// A source reading (or creating) `path`.
+    public init(path: String) { self.path = path }
+
+    public var description: String { "file \(path)" }
+
+    public func loadDeviceKey() throws(SecError) -> SecureBytes {
+        if !Files.exists(path) { try create() }
+        guard let mode = Files.mode(path), mode & 0o077 == 0 else {
+            throw SecError(.authFailed, "device key \(path) is readable by other users; refusing to use it (chmod 600)")
+        }
+        let key = SecureBytes(count: Self.keyBytes)
+        do {
+            try key.withUnsafeMutableBytes { b throws(SystemError) in try Files.readExactly(path, into: b) }
+        } catch {
+            throw SecError(.decode, "device key \(path) is unreadable or not \(Self.keyBytes) bytes: \(error)")
+        }
+        return key
+    }
+
+    private func create() throws(SecError) {
+        let key = SecureBytes.random(count: Self.keyBytes)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        if fd < 0 {
+            if errno == EEXIST { return } // another process created it first
+            throw .io("cannot create device key \(path): \(SystemError("open", path))")
+        }
+        let written = key.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == Self.keyBytes, synced else {
+            unlink(path)
+            throw .io("cannot write device key \(path)")
+        }
+        do { try Files.syncDirectory(of: path) } catch { throw .io("\(error)") }
+    }
+}

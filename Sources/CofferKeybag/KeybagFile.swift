@@ -1,0 +1,220 @@
+import CofferCrypto
+import CofferModel
+import CofferSystem
+import Glibc
+
+/// What a wrapped key is wrapped under.
+enum Wrapping: UInt8 {
+    /// A key derived from the device key alone.
+    case device = 1
+    /// The passcode key.
+    case passcode = 2
+}
+
+/// One wrapped key: AEAD(wrapKey, key, ad = "coffer class key v1" ‖ slot ‖ wrapping).
+struct WrappedEntry: Equatable {
+    var wrapping: Wrapping
+    var sealed: [UInt8]
+
+    static func ad(slot: Int, wrapping: Wrapping) -> [UInt8] {
+        Array("coffer class key v1".utf8) + [UInt8(slot), wrapping.rawValue]
+    }
+
+    static func seal(_ key: SecureBytes, slot: Int, wrapping: Wrapping, key wrapKey: SecureBytes) -> WrappedEntry {
+        WrappedEntry(wrapping: wrapping, sealed: AEAD.seal(key, key: wrapKey, ad: ad(slot: slot, wrapping: wrapping)))
+    }
+
+    func open(slot: Int, key wrapKey: SecureBytes) throws(SecError) -> SecureBytes {
+        do {
+            let k = try AEAD.open(sealed[...], key: wrapKey, ad: Self.ad(slot: slot, wrapping: wrapping))
+            guard k.count == Keybag.keyBytes else { throw SecError.decode("keybag entry \(slot) has the wrong size") }
+            return k
+        } catch let e as SecError {
+            throw e
+        } catch {
+            throw .decode("keybag entry \(slot) failed authentication")
+        }
+    }
+}
+
+/// The keybag's file names in its directory.
+struct KeybagPaths {
+    let keybag: String
+    let next: String
+    let key: String
+
+    init(directory: String) {
+        keybag = directory + "/keybag"
+        next = directory + "/keybag.next"
+        key = directory + "/keybag.key"
+    }
+}
+
+/// The keybag file's contents and its sealed encoding.
+///
+/// `keybag`: "CFKB" ‖ u8 version (1) ‖ AEAD(fileKey, body, ad = those 5 bytes), where
+/// fileKey = BLAKE2b(key: device key, "coffer keybag file v1" ‖ keybag key) and
+/// body = u64 generation ‖ u8 passcodeSet ‖ [salt(16) ‖ u64 opsLimit ‖ u64 memLimit] ‖ u8 n ‖ n × (u8 slot ‖ u8 wrapping ‖ blob sealed).
+///
+/// `keybag.key`: "CFKK" ‖ u8 version (1) ‖ u64 generation ‖ 32-byte keybag key.
+///
+/// Replacement is crash-safe: the new keybag goes to `keybag.next`, then the new key file replaces
+/// `keybag.key` (the commit point), then `keybag.next` is renamed over `keybag`. Loading finishes an
+/// interrupted rename.
+struct KeybagFile {
+    struct Passcode: Equatable {
+        var salt: [UInt8]
+        var parameters: KDFParameters
+    }
+
+    var generation: UInt64
+    var passcode: Passcode?
+    var entries: [Int: WrappedEntry]
+
+    var passcodeSet: Bool { passcode != nil }
+
+    static let magic = Array("CFKB".utf8) + [1]
+    static let keyMagic = Array("CFKK".utf8) + [1]
+    static let keyFileBytes = keyMagic.count + 8 + Keybag.keyBytes
+
+    /// A new keybag with fresh random keys, no passcode, everything under the device key.
+    static func generate(deviceKey: SecureBytes) -> (file: KeybagFile, keybagKey: SecureBytes) {
+        let dwk = deviceKey.withUnsafeBytes { KeyedHash.deriveKey(key: $0, parts: [Array("coffer device wrap v1".utf8)]) }
+        var entries: [Int: WrappedEntry] = [:]
+        var slots = [Slot.indexKey]
+        for c in ProtectionClass.allCases where !c.requiresPasscode {
+            slots += [Slot.classKey(c), Slot.metadataKey(c)]
+        }
+        for slot in slots {
+            entries[slot] = .seal(.random(count: Keybag.keyBytes), slot: slot, wrapping: .device, key: dwk)
+        }
+        return (KeybagFile(generation: 1, passcode: nil, entries: entries), .random(count: Keybag.keyBytes))
+    }
+
+    // MARK: Encoding
+
+    func encodeBody() -> [UInt8] {
+        var w = ByteWriter(capacity: 1024)
+        w.u64(generation)
+        w.u8(passcode == nil ? 0 : 1)
+        if let p = passcode {
+            w.raw(p.salt)
+            w.u64(p.parameters.opsLimit)
+            w.u64(p.parameters.memLimit)
+        }
+        w.u8(UInt8(entries.count))
+        for slot in entries.keys.sorted() {
+            w.u8(UInt8(slot))
+            w.u8(entries[slot]!.wrapping.rawValue)
+            w.blob(entries[slot]!.sealed)
+        }
+        return w.bytes
+    }
+
+    static func decodeBody(_ body: SecureBytes) throws(DecodeError) -> KeybagFile {
+        var bytes = body.withUnsafeBytes { Array($0) } // wrapped keys only: no plaintext key material
+        defer { secureZero(&bytes) }
+        var r = ByteReader(bytes)
+        let generation = try r.u64("generation")
+        let flag = try r.u8("passcode flag")
+        guard flag <= 1 else { throw DecodeError("bad passcode flag") }
+        var passcode: Passcode? = nil
+        if flag == 1 {
+            let salt = Array(try r.raw(Argon2id.saltBytes, "salt"))
+            let ops = try r.u64("opsLimit")
+            let mem = try r.u64("memLimit")
+            guard ops >= 1, ops <= 1 << 20, mem >= KDFParameters.floorMemory, mem <= 1 << 40 else {
+                throw DecodeError("Argon2id parameters out of range")
+            }
+            passcode = Passcode(salt: salt, parameters: KDFParameters(opsLimit: ops, memLimit: mem))
+        }
+        let n = Int(try r.u8("entry count"))
+        var entries: [Int: WrappedEntry] = [:]
+        for _ in 0..<n {
+            let slot = Int(try r.u8("slot"))
+            guard slot > 0, slot < Slot.count, slot != 8, entries[slot] == nil else { throw DecodeError("bad or repeated slot \(slot)") }
+            guard let wrapping = Wrapping(rawValue: try r.u8("wrapping")) else { throw DecodeError("bad wrapping") }
+            let sealed = Array(try r.blob(max: 256, "wrapped key"))
+            entries[slot] = WrappedEntry(wrapping: wrapping, sealed: sealed)
+        }
+        try r.expectEnd("keybag body")
+        guard entries[Slot.indexKey] != nil else { throw DecodeError("index key missing") }
+        return KeybagFile(generation: generation, passcode: passcode, entries: entries)
+    }
+
+    static func fileKey(deviceKey: SecureBytes, keybagKey: UnsafeRawBufferPointer) -> SecureBytes {
+        deviceKey.withUnsafeBytes { dk in
+            KeyedHash.deriveKey(key: dk, parts: [Array("coffer keybag file v1".utf8), Array(keybagKey)])
+        }
+    }
+
+    // MARK: Files
+
+    /// Writes this keybag under a new keybag key, crash-safely (see the type's documentation).
+    func save(_ paths: KeybagPaths, keybagKey: SecureBytes, deviceKey: SecureBytes) throws(SecError) {
+        let fk = keybagKey.withUnsafeBytes { Self.fileKey(deviceKey: deviceKey, keybagKey: $0) }
+        var body = encodeBody()
+        let sealed = body.withUnsafeBytes { b in fk.withUnsafeBytes { k in AEAD.seal(b, key: k, ad: Self.magic) } }
+        secureZero(&body)
+        let keyFile = SecureBytes(count: Self.keyFileBytes)
+        keyFile.withUnsafeMutableBytes { out in
+            var w = ByteWriter()
+            w.raw(Self.keyMagic)
+            w.u64(generation)
+            out.copyBytes(from: w.bytes)
+            keybagKey.withUnsafeBytes { k in (out.baseAddress! + w.bytes.count).copyMemory(from: k.baseAddress!, byteCount: k.count) }
+        }
+        do {
+            try Files.writeAtomically(paths.next, Self.magic + sealed)
+            try keyFile.withUnsafeBytes { b in Result { () throws(SystemError) in try Files.writeAtomically(paths.key, bytes: b) } }.get()
+            try Files.renameDurably(paths.next, paths.keybag)
+        } catch {
+            throw .io("cannot write the keybag: \(error)")
+        }
+    }
+
+    /// Loads the keybag, finishing an interrupted replacement; nil if there is no keybag yet.
+    static func load(_ paths: KeybagPaths, deviceKey: SecureBytes) throws(SecError) -> KeybagFile? {
+        guard Files.exists(paths.key) else {
+            if Files.exists(paths.keybag) {
+                throw .decode("the keybag key file \(paths.key) is missing; the keybag cannot be opened")
+            }
+            unlink(paths.next) // a first save that never committed
+            return nil
+        }
+        let keyFile = SecureBytes(count: keyFileBytes)
+        do {
+            try keyFile.withUnsafeMutableBytes { b throws(SystemError) in try Files.readExactly(paths.key, into: b) }
+        } catch {
+            throw .decode("the keybag key file \(paths.key) is unreadable or has the wrong size")
+        }
+        let (generation, fk): (UInt64, SecureBytes) = keyFile.withUnsafeBytes { b in
+            var r = ByteReader(Array(b.prefix(keyMagic.count + 8)))
+            _ = try? r.raw(keyMagic.count)
+            let gen = (try? r.u64()) ?? 0
+            let key = UnsafeRawBufferPointer(rebasing: b[(keyMagic.count + 8)...])
+            return (gen, fileKey(deviceKey: deviceKey, keybagKey: key))
+        }
+        let magicOK = keyFile.withUnsafeBytes { Array($0.prefix(keyMagic.count)) == keyMagic }
+        guard magicOK else { throw .decode("the keybag key file \(paths.key) is not a Coffer keybag key") }
+
+        // The committed keybag is either `keybag` or, after an interrupted rename, `keybag.next`.
+        for candidate in [paths.keybag, paths.next] where Files.exists(candidate) {
+            guard let file = try? open(candidate, fileKey: fk), file.generation == generation else { continue }
+            if candidate == paths.next {
+                do { try Files.renameDurably(paths.next, paths.keybag) } catch { throw .io("cannot finish keybag update: \(error)") }
+            } else {
+                unlink(paths.next) // an uncommitted replacement
+            }
+            return file
+        }
+        throw .decode("the keybag \(paths.keybag) is corrupt or does not match its key file (failed authentication)")
+    }
+
+    private static func open(_ path: String, fileKey: SecureBytes) throws -> KeybagFile {
+        let bytes = try Files.read(path, maxBytes: 64 * 1024)
+        guard bytes.count > magic.count, Array(bytes.prefix(magic.count)) == magic else { throw DecodeError("bad magic") }
+        let body = try AEAD.open(bytes[magic.count...], key: fileKey, ad: magic)
+        return try decodeBody(body)
+    }
+}

@@ -1,0 +1,92 @@
+import CofferCrypto
+import CofferModel
+import Glibc
+
+/// Argon2id cost parameters, stored in the keybag so unlock uses what passcode-set chose.
+public struct KDFParameters: Sendable, Equatable {
+    /// Passes over memory (Argon2 `t`).
+    public var opsLimit: UInt64
+    /// Memory in bytes (Argon2 `m`).
+    public var memLimit: UInt64
+
+    /// Makes parameters.
+    public init(opsLimit: UInt64, memLimit: UInt64) {
+        self.opsLimit = opsLimit
+        self.memLimit = memLimit
+    }
+
+    /// The floor Coffer accepts when reading a keybag (libsodium's INTERACTIVE memory, one pass).
+    public static let floorMemory: UInt64 = 64 << 20
+}
+
+/// How passcode-set picks Argon2id parameters.
+public enum KDFPolicy: Sendable {
+    /// Measure this machine: at least `memoryBytes` and enough passes to take at least `minimumMillis`
+    /// per derivation (Apple calibrates its passcode derivation to about 80 ms per attempt).
+    case calibrated(minimumMillis: Double = 80, memoryBytes: UInt64 = KDFParameters.floorMemory)
+    /// Exactly these parameters (tests that exercise other behaviour, or a stronger site policy).
+    case fixed(KDFParameters)
+
+    /// The default: at least 80 ms and 64 MiB on this machine.
+    public static let standard = KDFPolicy.calibrated()
+}
+
+/// The passcode key: Argon2id(passcode, salt) tangled with the device key by keyed BLAKE2b, so the
+/// derivation can only run where the device key is.
+enum PasscodeKDF {
+    static func derive(passcode: SecureBytes, salt: [UInt8], parameters p: KDFParameters,
+                       deviceKey: SecureBytes) throws(SecError) -> SecureBytes {
+        guard passcode.count > 0 else { throw .param("the passcode is empty") }
+        let stretched: SecureBytes
+        do {
+            stretched = try passcode.withUnsafeBytes { pw throws(CryptoError) in
+                try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: p.opsLimit, memLimit: Int(p.memLimit))
+            }
+        } catch {
+            throw SecError(.allocate, "passcode key derivation failed (Argon2id could not get \(p.memLimit >> 20) MiB)")
+        }
+        return deviceKey.withUnsafeBytes { dk in
+            stretched.withUnsafeBytes { s in
+                KeyedHash.deriveKey(key: dk, parts: [Array("coffer passcode key v1".utf8), Array(s)])
+            }
+        }
+    }
+
+    /// Resolves a policy to parameters, timing real derivations on this machine when calibrating.
+    static func parameters(for policy: KDFPolicy) throws(SecError) -> KDFParameters {
+        switch policy {
+        case .fixed(let p): return p
+        case .calibrated(let minimumMillis, let memory):
+            let probe = SecureBytes.random(count: 16)
+            let salt = Random.bytes(Argon2id.saltBytes)
+            var ops: UInt64 = 2
+            for _ in 0..<8 {
+                // The fastest of three runs: a busy machine must not make the calibration too weak
+                // for the same machine when idle.
+                var elapsed = Double.infinity
+                for _ in 0..<3 {
+                    let t0 = monotonicMillis()
+                    do {
+                        _ = try probe.withUnsafeBytes { pw throws(CryptoError) in
+                            try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: ops, memLimit: Int(memory))
+                        }
+                    } catch {
+                        throw SecError(.allocate, "cannot calibrate Argon2id with \(memory >> 20) MiB")
+                    }
+                    elapsed = Swift.min(elapsed, monotonicMillis() - t0)
+                }
+                if elapsed >= minimumMillis { return KDFParameters(opsLimit: ops, memLimit: memory) }
+                // Scale passes by the shortfall (with 10% headroom), at least one more pass.
+                let scaled = UInt64((Double(ops) * minimumMillis * 1.1 / Swift.max(elapsed, 0.1)).rounded(.up))
+                ops = Swift.max(ops + 1, Swift.min(scaled, ops * 8))
+            }
+            return KDFParameters(opsLimit: ops, memLimit: memory)
+        }
+    }
+
+    static func monotonicMillis() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) * 1000 + Double(ts.tv_nsec) / 1_000_000
+    }
+}

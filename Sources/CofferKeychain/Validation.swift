@@ -1,0 +1,45 @@
+import CofferModel
+
+/// Checks attribute dictionaries and queries before anything touches keys or storage.
+enum Validation {
+    /// Longest string attribute accepted (bytes).
+    static let maxStringBytes = 4096
+
+    /// Checks names, kinds and class applicability; `writing` also refuses read-only attributes.
+    static func check(_ attrs: Attributes, for cls: ItemClass?, writing: Bool) throws(SecError) {
+        guard attrs.count <= AttributeCodec.maxCount else { throw .param("too many attributes") }
+        for (name, value) in attrs {
+            guard let kind = AttributeCatalog.kinds[name] else { throw .param("unknown attribute '\(name)'") }
+            guard value.kind == kind else { throw .param("attribute '\(name)' must be a \(kind.rawValue), not a \(value.kind.rawValue)") }
+            if writing, AttributeCatalog.readOnly.contains(name) { throw .param("attribute '\(name)' is set by the keychain") }
+            if let cls, !cls.allowedAttributes.contains(name) {
+                throw .param("attribute '\(name)' does not apply to \(cls.rawValue) items")
+            }
+            switch value {
+            case .string(let s) where s.utf8.count > maxStringBytes: throw .param("attribute '\(name)' is too long")
+            case .data(let d) where d.count > AttributeCodec.maxValueBytes: throw .param("attribute '\(name)' is too long")
+            default: break
+            }
+        }
+        if writing, attrs["sync"] == .bool(true) {
+            throw .param("synchronizable items are not supported: Coffer has no cloud sync")
+        }
+        _ = try protection(of: attrs)
+    }
+
+    /// Checks a query's attributes and options.
+    static func check(_ q: ItemQuery) throws(SecError) {
+        try check(q.attributes, for: q.itemClass, writing: false)
+        if case .count(let n) = q.limit, n < 1 { throw .param("kSecMatchLimit must be at least 1") }
+        if let r = q.persistentRef, r.count != 16 { throw .param("a persistent reference is 16 bytes") }
+    }
+
+    /// The protection class named by `pdmn`, if any.
+    static func protection(of attrs: Attributes) throws(SecError) -> ProtectionClass? {
+        guard let v = attrs["pdmn"] else { return nil }
+        guard case .string(let s) = v, let c = ProtectionClass(parsing: s) else {
+            throw .param("unknown accessibility (pdmn) value")
+        }
+        return c
+    }
+}

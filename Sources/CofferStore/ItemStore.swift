@@ -1,0 +1,209 @@
+import CSQLite
+import CofferModel
+import Glibc
+
+/// One encrypted item row as stored. Nothing in it is plaintext: `meta` and `secret` are sealed
+/// by the keychain layer; `protectionClass` names which class key unwraps them.
+public struct StoredRow: Sendable {
+    /// SQLite row id.
+    public var id: Int64
+    /// Random 16-byte persistent reference.
+    public var persistentRef: [UInt8]
+    /// ``CofferModel/ProtectionClass`` raw value.
+    public var protectionClass: UInt8
+    /// Sealed attributes.
+    public var meta: [UInt8]
+    /// Sealed secret.
+    public var secret: [UInt8]
+}
+
+/// What the keychain writes for an item: sealed blobs plus blind hashes.
+public struct RowContent: Sendable {
+    /// Keyed hash of the item's primary-key attributes (UNIQUE: duplicate detection).
+    public var primaryKeyHash: [UInt8]
+    /// Random persistent reference.
+    public var persistentRef: [UInt8]
+    /// Protection class raw value.
+    public var protectionClass: UInt8
+    /// Sealed attributes.
+    public var meta: [UInt8]
+    /// Sealed secret.
+    public var secret: [UInt8]
+    /// Blind index entries, one per indexed attribute.
+    public var indexHashes: [[UInt8]]
+
+    /// Makes row content.
+    public init(primaryKeyHash: [UInt8], persistentRef: [UInt8], protectionClass: UInt8, meta: [UInt8],
+                secret: [UInt8], indexHashes: [[UInt8]]) {
+        self.primaryKeyHash = primaryKeyHash
+        self.persistentRef = persistentRef
+        self.protectionClass = protectionClass
+        self.meta = meta
+        self.secret = secret
+        self.indexHashes = indexHashes
+    }
+}
+
+/// The item table in one SQLite file (WAL mode, synchronous FULL, secure_delete), with blind
+/// indexes so equality searches are index seeks. Stores only opaque bytes; knows no keys.
+///
+/// Not thread-safe: the keychain serialises access.
+public final class ItemStore {
+    private let db: SQLiteConnection
+    /// The database file.
+    public let path: String
+
+    /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
+    public static let schemaVersion: Int64 = 1
+
+    private static let schemaV1 = """
+        CREATE TABLE items(
+            id INTEGER PRIMARY KEY,
+            pref BLOB NOT NULL UNIQUE CHECK(length(pref) = 16),
+            pk BLOB NOT NULL UNIQUE,
+            pclass INTEGER NOT NULL CHECK(pclass BETWEEN 1 AND 7),
+            meta BLOB NOT NULL,
+            secret BLOB NOT NULL
+        );
+        CREATE TABLE attr_index(
+            h BLOB NOT NULL,
+            item INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
+            PRIMARY KEY(h, item)
+        ) WITHOUT ROWID;
+        CREATE INDEX attr_index_item ON attr_index(item);
+        PRAGMA user_version = 1;
+        """
+
+    /// Opens (creating if needed) the database at `path`; the file is created with mode 0600.
+    public init(path: String) throws(SecError) {
+        self.path = path
+        let oldMask = umask(0o077)
+        defer { umask(oldMask) }
+        db = try SQLiteConnection(path: path)
+        do {
+            try db.exec("PRAGMA foreign_keys = ON; PRAGMA secure_delete = ON;")
+            try db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+            let version = try db.statement("PRAGMA user_version").scalarInt()
+            if version == 0 {
+                try transaction { () throws(SecError) in try db.exec(Self.schemaV1) }
+            } else if version > Self.schemaVersion {
+                throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
+            }
+            // Reading the schema catches a file that is not a database at all.
+            _ = try count()
+        }
+    }
+
+    /// Runs `body` in one transaction: all of it is committed, or none.
+    public func transaction<R>(_ body: () throws(SecError) -> R) throws(SecError) -> R {
+        try db.exec("BEGIN IMMEDIATE")
+        do {
+            let r = try body()
+            try db.exec("COMMIT")
+            return r
+        } catch {
+            try? db.exec("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Number of items.
+    public func count() throws(SecError) -> Int {
+        Int(try db.statement("SELECT count(*) FROM items").scalarInt())
+    }
+
+    /// Inserts an item; errSecDuplicateItem if its primary key or reference exists. Call inside ``transaction(_:)``
+    /// or on its own (then it is its own transaction).
+    @discardableResult
+    public func insert(_ c: RowContent) throws(SecError) -> Int64 {
+        let s = try db.statement("INSERT INTO items(pref, pk, pclass, meta, secret) VALUES (?1, ?2, ?3, ?4, ?5)")
+        s.bind(1, c.persistentRef)
+        s.bind(2, c.primaryKeyHash)
+        s.bind(3, Int64(c.protectionClass))
+        s.bind(4, c.meta)
+        s.bind(5, c.secret)
+        try s.run()
+        let id = db.lastInsertRowID
+        try insertIndex(id: id, c.indexHashes)
+        return id
+    }
+
+    /// Replaces the row `id` with new content (same or new primary key).
+    public func replace(id: Int64, with c: RowContent) throws(SecError) {
+        let s = try db.statement("UPDATE items SET pref = ?1, pk = ?2, pclass = ?3, meta = ?4, secret = ?5 WHERE id = ?6")
+        s.bind(1, c.persistentRef)
+        s.bind(2, c.primaryKeyHash)
+        s.bind(3, Int64(c.protectionClass))
+        s.bind(4, c.meta)
+        s.bind(5, c.secret)
+        s.bind(6, id)
+        try s.run()
+        let d = try db.statement("DELETE FROM attr_index WHERE item = ?1")
+        d.bind(1, id)
+        try d.run()
+        try insertIndex(id: id, c.indexHashes)
+    }
+
+    private func insertIndex(id: Int64, _ hashes: [[UInt8]]) throws(SecError) {
+        let s = try db.statement("INSERT OR IGNORE INTO attr_index(h, item) VALUES (?1, ?2)")
+        for h in hashes {
+            s.bind(1, h)
+            s.bind(2, id)
+            try s.run()
+        }
+    }
+
+    /// Deletes rows by id.
+    public func delete(id: Int64) throws(SecError) {
+        let s = try db.statement("DELETE FROM items WHERE id = ?1")
+        s.bind(1, id)
+        try s.run()
+    }
+
+    /// The row with this persistent reference, if any.
+    public func row(persistentRef: [UInt8]) throws(SecError) -> StoredRow? {
+        let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE pref = ?1")
+        s.bind(1, persistentRef)
+        defer { sqlite3_reset(s.stmt) }
+        return try s.step() ? Self.row(s) : nil
+    }
+
+    /// Visits, oldest first, the rows whose blind index holds every hash in `hashes` (all rows when
+    /// empty), until `body` returns false. Each hash is an index seek: no table scan unless `hashes` is empty.
+    public func forEachRow(matchingAll hashes: [[UInt8]], _ body: (StoredRow) throws(SecError) -> Bool) throws(SecError) {
+        let cols = "i.id, i.pref, i.pclass, i.meta, i.secret"
+        let sql: String
+        switch hashes.count {
+        case 0: sql = "SELECT \(cols) FROM items i ORDER BY i.id"
+        case 1: sql = "SELECT \(cols) FROM attr_index a JOIN items i ON i.id = a.item WHERE a.h = ?1 ORDER BY a.item"
+        default:
+            let sets = (1...hashes.count).map { "SELECT item FROM attr_index WHERE h = ?\($0)" }.joined(separator: " INTERSECT ")
+            sql = "SELECT \(cols) FROM items i WHERE i.id IN (\(sets)) ORDER BY i.id"
+        }
+        let s = try db.statement(sql)
+        for (i, h) in hashes.enumerated() { s.bind(Int32(i + 1), h) }
+        defer { sqlite3_reset(s.stmt) }
+        while try s.step() {
+            guard try body(Self.row(s)) else { return }
+        }
+    }
+
+    private static func row(_ s: Statement) -> StoredRow {
+        StoredRow(id: s.int64(0), persistentRef: s.blob(1), protectionClass: UInt8(clamping: s.int64(2)),
+                  meta: s.blob(3), secret: s.blob(4))
+    }
+
+    /// Runs SQLite's `PRAGMA integrity_check`; true when it answers "ok".
+    public func integrityCheck() throws(SecError) -> Bool {
+        let s = try db.statement("PRAGMA integrity_check")
+        defer { sqlite3_reset(s.stmt) }
+        guard try s.step() else { return false }
+        guard let text = sqlite3_column_text(s.stmt, 0) else { return false }
+        return String(cString: text) == "ok"
+    }
+
+    /// Checkpoints the WAL into the main file (on clean shutdown).
+    public func checkpoint() {
+        try? db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+}

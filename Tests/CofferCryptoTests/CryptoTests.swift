@@ -1,0 +1,107 @@
+import CofferCrypto
+import Testing
+
+@Suite struct SecureBytesTests {
+    @Test func randomBuffersDifferAndCompareInConstantTime() {
+        let a = SecureBytes.random(count: 32)
+        let b = SecureBytes.random(count: 32)
+        #expect(a.count == 32)
+        #expect(!a.constantTimeEquals(b))
+        let c = a.withUnsafeBytes { SecureBytes(copying: $0) }
+        #expect(a.constantTimeEquals(c))
+        #expect(!a.constantTimeEquals(SecureBytes(count: 31)))
+    }
+
+    @Test func consumingWipesTheSourceArray() {
+        var source: [UInt8] = Array("hunter2".utf8)
+        let s = SecureBytes(consuming: &source)
+        #expect(source.isEmpty)
+        #expect(s.withUnsafeBytes { Array($0) } == Array("hunter2".utf8))
+    }
+
+    @Test func wipeZeroesAndLiveCountTracksReleases() {
+        let before = SecureMemory.liveAllocations
+        do {
+            let s = SecureBytes.random(count: 64)
+            #expect(SecureMemory.liveAllocations >= before + 1)
+            s.wipe()
+            #expect(s.withUnsafeBytes { $0.allSatisfy { $0 == 0 } })
+        }
+        #expect(SecureMemory.lockedBytes() != nil)
+    }
+
+    @Test func secureZeroWipesArrays() {
+        var a: [UInt8] = [1, 2, 3]
+        secureZero(&a)
+        #expect(a == [0, 0, 0])
+    }
+}
+
+@Suite struct AEADTests {
+    let key = SecureBytes.random(count: AEAD.keyBytes)
+
+    @Test func roundTripAndRandomNonce() throws {
+        let msg = Array("attack at dawn".utf8)
+        let sealed1 = msg.withUnsafeBytes { m in key.withUnsafeBytes { AEAD.seal(m, key: $0, ad: [1]) } }
+        let sealed2 = msg.withUnsafeBytes { m in key.withUnsafeBytes { AEAD.seal(m, key: $0, ad: [1]) } }
+        #expect(sealed1 != sealed2)
+        #expect(sealed1.count == msg.count + AEAD.overhead)
+        let opened = try AEAD.open(sealed1[...], key: key, ad: [1])
+        #expect(opened.withUnsafeBytes { Array($0) } == msg)
+    }
+
+    @Test func everyFlippedBitFailsAuthentication() {
+        let sealed = [UInt8](repeating: 7, count: 5).withUnsafeBytes { m in key.withUnsafeBytes { AEAD.seal(m, key: $0, ad: []) } }
+        for i in sealed.indices {
+            var bad = sealed
+            bad[i] ^= 0x01
+            #expect(throws: CryptoError.authenticationFailed) { try AEAD.open(bad[...], key: key, ad: []) }
+        }
+    }
+
+    @Test func wrongAssociatedDataOrKeyFails() {
+        let sealed = [UInt8](repeating: 7, count: 5).withUnsafeBytes { m in key.withUnsafeBytes { AEAD.seal(m, key: $0, ad: [1]) } }
+        #expect(throws: CryptoError.authenticationFailed) { try AEAD.open(sealed[...], key: key, ad: [2]) }
+        #expect(throws: CryptoError.authenticationFailed) { try AEAD.open(sealed[...], key: SecureBytes.random(count: 32), ad: [1]) }
+        #expect(throws: CryptoError.malformedInput) { try AEAD.open(sealed[..<10], key: key, ad: [1]) }
+    }
+}
+
+@Suite struct KDFAndHashTests {
+    @Test func argon2idIsDeterministicPerSalt() throws {
+        let pw = Array("correct horse".utf8)
+        let salt = [UInt8](repeating: 1, count: Argon2id.saltBytes)
+        let a = try pw.withUnsafeBytes { try Argon2id.deriveKey(password: $0, salt: salt, opsLimit: 1, memLimit: 8 << 20) }
+        let b = try pw.withUnsafeBytes { try Argon2id.deriveKey(password: $0, salt: salt, opsLimit: 1, memLimit: 8 << 20) }
+        let c = try pw.withUnsafeBytes {
+            try Argon2id.deriveKey(password: $0, salt: [UInt8](repeating: 2, count: Argon2id.saltBytes), opsLimit: 1, memLimit: 8 << 20)
+        }
+        #expect(a.constantTimeEquals(b))
+        #expect(!a.constantTimeEquals(c))
+        #expect(throws: CryptoError.malformedInput) {
+            try pw.withUnsafeBytes { try Argon2id.deriveKey(password: $0, salt: [1], opsLimit: 1, memLimit: 8 << 20) }
+        }
+    }
+
+    @Test func keyedHashDependsOnKeyAndEveryPart() {
+        let k1 = [UInt8](repeating: 1, count: 32), k2 = [UInt8](repeating: 2, count: 32)
+        let h = { (k: [UInt8], parts: [[UInt8]]) in k.withUnsafeBytes { KeyedHash.hash(key: $0, parts: parts, outputBytes: 16) } }
+        #expect(h(k1, [[1], [2]]) == h(k1, [[1], [2]]))
+        #expect(h(k1, [[1], [2]]) == h(k1, [[1, 2]])) // concatenation: callers add separators
+        #expect(h(k1, [[1], [2]]) != h(k2, [[1], [2]]))
+        #expect(h(k1, [[1], [3]]) != h(k1, [[1], [2]]))
+        #expect(h(k1, []).count == 16)
+    }
+
+    @Test func ed25519SignsAndRejectsTampering() {
+        let (pk, sk) = Ed25519.generateKeyPair()
+        let msg = Array("manifest".utf8)
+        let sig = Ed25519.sign(msg, secretKey: sk)
+        #expect(Ed25519.verify(signature: sig, message: msg, publicKey: pk))
+        #expect(!Ed25519.verify(signature: sig, message: msg + [0], publicKey: pk))
+        var bad = sig
+        bad[0] ^= 1
+        #expect(!Ed25519.verify(signature: bad, message: msg, publicKey: pk))
+        #expect(!Ed25519.verify(signature: [1, 2], message: msg, publicKey: pk))
+    }
+}

@@ -1,0 +1,41 @@
+import CofferCrypto
+import CofferKeybag
+import CofferKeychain
+import CofferModel
+import CofferTestSupport
+
+let testKDF = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: KDFParameters.floorMemory))
+
+func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
+func text(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
+
+/// A keychain in a fresh temporary directory.
+final class Fixture {
+    let dir = TemporaryDirectory("coffer-keychain")
+    var keychain: Keychain
+
+    init(passcode: String? = nil) throws {
+        keychain = try Keychain(directory: dir.path)
+        if let passcode { try keychain.setPasscode(current: nil, new: secret(passcode), kdf: testKDF) }
+    }
+
+    /// Simulates a restart: a new Keychain over the same files.
+    func reboot() throws { keychain = try Keychain(directory: dir.path) }
+
+    @discardableResult
+    func addPassword(service: String, account: String, secret s: String, _ extra: Attributes = [:]) throws -> ItemResult {
+        var attrs: Attributes = ["svce": .string(service), "acct": .string(account)]
+        attrs.merge(extra) { $1 }
+        return try keychain.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(s)), returnPersistentRef: true)
+    }
+
+    func password(service: String, account: String) throws -> String? {
+        let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string(account)], returnData: true)
+        return text(try keychain.copyMatching(q).first?.data)
+    }
+}
+
+/// The status a throwing call failed with (nil if it succeeded).
+func status<T>(_ body: () throws -> T) -> SecStatus? {
+    do { _ = try body(); return nil } catch let e as SecError { return e.status } catch { return .internalComponent }
+}
