@@ -26,7 +26,7 @@ let package = Package(
         .target(name: "CSystemShims", path: "Sources/CSystemShims"),
 
         // Swift modules, one per trust boundary.
-        .target(name: "CofferCrypto", dependencies: ["CSodium"], swiftSettings: settings),
+        .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: settings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
@@ -54,7 +54,7 @@ let package = Package(
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
-        .testTarget(name: "CofferStoreTests", dependencies: ["CofferStore", "CofferSystem", "CofferTestSupport"], swiftSettings: settings),
+        .testTarget(name: "CofferStoreTests", dependencies: ["CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
         .testTarget(name: "CofferKeychainTests", dependencies: ["CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"],
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol"], swiftSettings: settings),

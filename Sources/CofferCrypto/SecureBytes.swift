@@ -12,28 +12,37 @@ import Synchronization
 /// `sodium_malloc` does not fail when `mlock` fails, so every allocation is checked with its
 /// own `mlock` call; the outcome is counted in ``SecureMemory``.
 ///
-/// Each allocation costs one locked page plus guard pages and four mappings: allocate one per
-/// request or per long-lived key set, not per byte.
+/// Small buffers come from ``SecurePool`` (locked slabs, chunks wiped on release); larger ones
+/// get their own `sodium_malloc` with guard pages.
 public final class SecureBytes: @unchecked Sendable {
     // @unchecked Sendable: the bytes are written only while the owner is being built
     // (initialisers and `withUnsafeMutableBytes` by the creating code), then read-only.
     private let base: UnsafeMutableRawPointer
     /// Number of secret bytes.
     public let count: Int
+    /// The pool size class this buffer came from, or nil for a dedicated `sodium_malloc`.
+    private let poolClass: Int?
 
-    /// Allocates `count` zeroed bytes of guarded memory.
+    /// Allocates `count` zeroed bytes of guarded, locked memory (from ``SecurePool`` when small).
     public init(count: Int) {
         Sodium.ensureInitialized()
         precondition(count >= 0, "negative size")
-        let size = Swift.max(count, 1)
-        guard let p = sodium_malloc(size) else {
-            // Address-space exhaustion: continuing without guarded memory would be unsafe.
-            fatalError("sodium_malloc failed: out of memory for secure buffers")
-        }
-        sodium_memzero(p, size)
-        base = p
         self.count = count
-        SecureMemory.noteAllocation(pointer: p, size: size)
+        if let (p, ci) = SecurePool.take(Swift.max(count, 1)) {
+            base = p
+            poolClass = ci
+        } else {
+            let size = Swift.max(count, 1)
+            guard let p = sodium_malloc(size) else {
+                // Address-space exhaustion: continuing without guarded memory would be unsafe.
+                fatalError("sodium_malloc failed: out of memory for secure buffers")
+            }
+            sodium_memzero(p, size)
+            base = p
+            poolClass = nil
+            SecureMemory.noteAllocation(pointer: p, size: size)
+        }
+        SecureMemory.noteLive(+1)
     }
 
     /// Copies `bytes` into a new guarded buffer. The caller remains responsible for wiping its source.
@@ -62,8 +71,12 @@ public final class SecureBytes: @unchecked Sendable {
     }
 
     deinit {
-        SecureMemory.noteRelease()
-        sodium_free(base) // wipes before unmapping
+        SecureMemory.noteLive(-1)
+        if let ci = poolClass {
+            SecurePool.give(base, classIndex: ci) // wipes
+        } else {
+            sodium_free(base) // wipes before unmapping
+        }
     }
 
     /// Borrows the bytes read-only.
@@ -104,18 +117,15 @@ public enum SecureMemory {
         let start = Int(bitPattern: pointer) & ~(pageSize - 1)
         let end = (Int(bitPattern: pointer) + size + pageSize - 1) & ~(pageSize - 1)
         let ok = mlock(UnsafeRawPointer(bitPattern: start), end - start) == 0
-        counters.withLock {
-            $0.live += 1
-            if !ok { $0.unlocked += 1 }
-        }
+        if !ok { counters.withLock { $0.unlocked += 1 } }
     }
 
-    static func noteRelease() { counters.withLock { $0.live -= 1 } }
+    static func noteLive(_ delta: Int) { counters.withLock { $0.live += delta } }
 
     /// Number of secure buffers currently allocated.
     public static var liveAllocations: Int { counters.withLock { $0.live } }
 
-    /// Number of secure buffers that could not be locked into RAM since start (RLIMIT_MEMLOCK exhausted).
+    /// Number of guarded regions (dedicated buffers or pool slabs) that could not be locked into RAM since start (RLIMIT_MEMLOCK exhausted).
     public static var unlockedAllocations: Int { counters.withLock { $0.unlocked } }
 
     /// Bytes this process has locked, read from `VmLck` in /proc/self/status (nil if unreadable).

@@ -65,14 +65,7 @@ public final class Keychain: @unchecked Sendable {
     public func add(_ item: NewItem, returnData: Bool = false, returnAttributes: Bool = false,
                     returnPersistentRef: Bool = false) throws(SecError) -> ItemResult {
         try Validation.check(item.attributes, for: item.itemClass, writing: true)
-        var attrs = item.attributes
-        let protection = try Validation.protection(of: attrs) ?? .defaultForNewItems
-        attrs["pdmn"] = .string(protection.shortCode)
-        if attrs["agrp"] == nil { attrs["agrp"] = .string(defaultAccessGroup) }
-        if attrs["sync"] == nil { attrs["sync"] = .bool(false) }
-        let now = AttributeValue.date(Self.now())
-        attrs["cdat"] = now
-        attrs["mdat"] = now
+        let (attrs, protection) = try completed(item.attributes)
         let ref = Random.bytes(16)
         return try mutex.withLock { () throws(SecError) in
             let content = try item.secret.withUnsafeBytes { s throws(SecError) in
@@ -84,6 +77,39 @@ public final class Keychain: @unchecked Sendable {
                               data: returnData ? SecureBytes(copying: item.secret.withUnsafeBytes { $0 }) : nil,
                               persistentRef: returnPersistentRef ? ref : nil)
         }
+    }
+
+    /// Adds many items in one transaction: all of them or none (imports, restores).
+    public func add(contentsOf items: [NewItem]) throws(SecError) {
+        var prepared: [(NewItem, Attributes, ProtectionClass)] = []
+        for item in items {
+            try Validation.check(item.attributes, for: item.itemClass, writing: true)
+            let (attrs, protection) = try completed(item.attributes)
+            prepared.append((item, attrs, protection))
+        }
+        try mutex.withLock { () throws(SecError) in
+            try store.transaction { () throws(SecError) in
+                for (item, attrs, protection) in prepared {
+                    let content = try item.secret.withUnsafeBytes { s throws(SecError) in
+                        try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
+                    }
+                    try store.insert(content)
+                }
+            }
+        }
+    }
+
+    /// Fills in the defaults an added item gets: protection, access group, sync, dates.
+    private func completed(_ given: Attributes) throws(SecError) -> (Attributes, ProtectionClass) {
+        var attrs = given
+        let protection = try Validation.protection(of: attrs) ?? .defaultForNewItems
+        attrs["pdmn"] = .string(protection.shortCode)
+        if attrs["agrp"] == nil { attrs["agrp"] = .string(defaultAccessGroup) }
+        if attrs["sync"] == nil { attrs["sync"] = .bool(false) }
+        let now = AttributeValue.date(Self.now())
+        attrs["cdat"] = now
+        attrs["mdat"] = now
+        return (attrs, protection)
     }
 
     // MARK: SecItemCopyMatching

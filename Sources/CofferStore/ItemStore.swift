@@ -171,21 +171,42 @@ public final class ItemStore {
     /// Visits, oldest first, the rows whose blind index holds every hash in `hashes` (all rows when
     /// empty), until `body` returns false. Each hash is an index seek: no table scan unless `hashes` is empty.
     public func forEachRow(matchingAll hashes: [[UInt8]], _ body: (StoredRow) throws(SecError) -> Bool) throws(SecError) {
-        let cols = "i.id, i.pref, i.pclass, i.meta, i.secret"
-        let sql: String
-        switch hashes.count {
-        case 0: sql = "SELECT \(cols) FROM items i ORDER BY i.id"
-        case 1: sql = "SELECT \(cols) FROM attr_index a JOIN items i ON i.id = a.item WHERE a.h = ?1 ORDER BY a.item"
-        default:
-            let sets = (1...hashes.count).map { "SELECT item FROM attr_index WHERE h = ?\($0)" }.joined(separator: " INTERSECT ")
-            sql = "SELECT \(cols) FROM items i WHERE i.id IN (\(sets)) ORDER BY i.id"
+        var ordered = hashes
+        if hashes.count > 1 {
+            // Drive the search from the most selective entry and probe the others per candidate, so the
+            // cost follows the smallest set, not the largest (a service shared by thousands of items).
+            var sized: [(Int64, [UInt8])] = []
+            for h in hashes {
+                let n = try estimatedCount(h)
+                if n == 0 { return }
+                sized.append((n, h))
+            }
+            ordered = sized.sorted { $0.0 < $1.0 }.map(\.1)
         }
+        let sql = Self.searchSQL(entries: ordered.count)
         let s = try db.statement(sql)
-        for (i, h) in hashes.enumerated() { s.bind(Int32(i + 1), h) }
+        for (i, h) in ordered.enumerated() { s.bind(Int32(i + 1), h) }
         defer { sqlite3_reset(s.stmt) }
         while try s.step() {
             guard try body(Self.row(s)) else { return }
         }
+    }
+
+    /// The search statement for `entries` blind-index entries (the first drives, the rest are probed).
+    static func searchSQL(entries: Int) -> String {
+        let cols = "i.id, i.pref, i.pclass, i.meta, i.secret"
+        guard entries > 0 else { return "SELECT \(cols) FROM items i ORDER BY i.id" }
+        let probes = (1..<entries).map {
+            " AND EXISTS (SELECT 1 FROM attr_index b WHERE b.h = ?\($0 + 1) AND b.item = a.item)"
+        }.joined()
+        return "SELECT \(cols) FROM attr_index a JOIN items i ON i.id = a.item WHERE a.h = ?1\(probes) ORDER BY a.item"
+    }
+
+    /// How many items carry index entry `h`, counted up to a small cap (cheap: an index range scan).
+    private func estimatedCount(_ h: [UInt8]) throws(SecError) -> Int64 {
+        let s = try db.statement("SELECT count(*) FROM (SELECT 1 FROM attr_index WHERE h = ?1 LIMIT 64)")
+        s.bind(1, h)
+        return try s.scalarInt()
     }
 
     private static func row(_ s: Statement) -> StoredRow {

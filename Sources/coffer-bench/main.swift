@@ -1,1 +1,80 @@
-print("bench")
+// coffer-bench: micro-benchmarks of the keychain library (not timed tests).
+//
+//   coffer-bench keychain [SIZE ...]     median add and copyMatching(svce+acct) per keychain size
+//
+// Prints a Markdown table. Build in release: swift build -c release --product coffer-bench.
+import CofferCrypto
+import CofferKeybag
+import CofferKeychain
+import CofferModel
+import Glibc
+
+func nowNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+func percentile(_ xs: [UInt64], _ p: Double) -> Double {
+    let s = xs.sorted()
+    return Double(s[min(s.count - 1, Int(Double(s.count) * p))]) / 1000
+}
+
+func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
+
+func makeTempDir() -> String {
+    var template = Array("/tmp/coffer-bench-XXXXXX".utf8CString)
+    return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+}
+
+func item(_ i: Int) -> NewItem {
+    NewItem(itemClass: .genericPassword,
+            attributes: ["svce": .string("service-\(i % 97)"), "acct": .string("account-\(i)"), "labl": .string("item \(i)")],
+            secret: secret("password-\(i)"))
+}
+
+func benchKeychain(sizes: [Int]) throws {
+    print("| items | add median (µs) | add p99 (µs) | copyMatching svce+acct median (µs) | p99 (µs) |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in sizes {
+        let dir = makeTempDir()
+        defer { _ = system("rm -rf '\(dir)'") }
+        let kc = try Keychain(directory: dir)
+        var i = 0
+        while i < n {
+            let batch = (i..<min(n, i + 5000)).map(item)
+            try kc.add(contentsOf: batch)
+            i += batch.count
+        }
+        let samples = 1000
+        var adds: [UInt64] = [], gets: [UInt64] = []
+        for s in 0..<samples {
+            let it = item(n + s)
+            let t0 = nowNanos()
+            try kc.add(it)
+            adds.append(nowNanos() - t0)
+        }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<samples {
+            let k = Int.random(in: 0..<n, using: &rng)
+            let q = ItemQuery(itemClass: .genericPassword,
+                              attributes: ["svce": .string("service-\(k % 97)"), "acct": .string("account-\(k)")], returnData: true)
+            let t0 = nowNanos()
+            let r = try kc.copyMatching(q)
+            gets.append(nowNanos() - t0)
+            precondition(r.count == 1)
+        }
+        func f(_ x: Double) -> String { String(Int(x.rounded())) }
+        print("| \(n) | \(f(percentile(adds, 0.5))) | \(f(percentile(adds, 0.99))) | \(f(percentile(gets, 0.5))) | \(f(percentile(gets, 0.99))) |")
+    }
+}
+
+let args = Array(CommandLine.arguments.dropFirst())
+switch args.first {
+case "keychain":
+    let sizes = args.dropFirst().compactMap { Int($0) }
+    try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+default:
+    print("usage: coffer-bench keychain [SIZE ...]")
+    exit(2)
+}

@@ -105,3 +105,28 @@ import Testing
         #expect(!Ed25519.verify(signature: [1, 2], message: msg, publicKey: pk))
     }
 }
+
+@Suite struct SecurePoolTests {
+    @Test func releasedChunksComeBackWiped() {
+        for size in [1, 64, 200, 1000, 4096, 5000] {
+            do {
+                let s = SecureBytes(count: size)
+                s.withUnsafeMutableBytes { for i in $0.indices { $0[i] = 0xAB } }
+            }
+            // LIFO reuse: the next buffer of the class is very likely the same chunk; it must be zero.
+            let t = SecureBytes(count: size)
+            #expect(t.withUnsafeBytes { $0.allSatisfy { $0 == 0 } }, "size \(size)")
+        }
+    }
+
+    @Test func beyondThePoolCapBuffersStillWork() {
+        // 16 slabs × 256 chunks of 64 bytes are pooled; hold more than that at once.
+        let many = (0..<(16 * 256 + 50)).map { i in
+            let s = SecureBytes(count: 32)
+            s.withUnsafeMutableBytes { $0[0] = UInt8(truncatingIfNeeded: i) }
+            return s
+        }
+        #expect(many.enumerated().allSatisfy { i, s in s.withUnsafeBytes { $0[0] } == UInt8(truncatingIfNeeded: i) })
+        #expect(SecureMemory.liveAllocations >= many.count)
+    }
+}

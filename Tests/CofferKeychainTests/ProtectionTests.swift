@@ -158,19 +158,4 @@ import Testing
             #expect(error.status == .decode)
         }
     }
-
-    @Test func lookupUsesTheIndexNotAScan() throws {
-        let f = try Fixture()
-        try f.addPassword(service: "svc", account: "a", secret: "x")
-        withDatabase(f) { db in
-            var stmt: OpaquePointer?
-            let sql = "EXPLAIN QUERY PLAN SELECT i.id FROM items i WHERE i.id IN (SELECT item FROM attr_index WHERE h = ?1 INTERSECT SELECT item FROM attr_index WHERE h = ?2) ORDER BY i.id"
-            #expect(sqlite3_prepare_v2(db, sql, -1, &stmt, nil) == SQLITE_OK)
-            var plan: [String] = []
-            while sqlite3_step(stmt) == SQLITE_ROW { plan.append(String(cString: sqlite3_column_text(stmt, 3))) }
-            sqlite3_finalize(stmt)
-            #expect(plan.contains { $0.contains("attr_index") && $0.contains("USING PRIMARY KEY") || $0.contains("USING COVERING INDEX") }, "\(plan)")
-            #expect(!plan.contains { $0.hasPrefix("SCAN attr_index") }, "\(plan)")
-        }
-    }
 }

@@ -1,5 +1,6 @@
 import CofferModel
-import CofferStore
+import CSQLite
+@testable import CofferStore
 import CofferSystem
 import CofferTestSupport
 import Testing
@@ -62,5 +63,22 @@ func row(_ n: UInt8, pk: UInt8? = nil, index: [[UInt8]] = []) -> RowContent {
         let again = try ItemStore(path: dir.file("db"))
         #expect(try again.row(persistentRef: [UInt8](repeating: 7, count: 16))?.secret == [7, 2])
     }
-}
 
+    /// Every search shape is index seeks on attr_index plus a rowid lookup in items: never a scan.
+    @Test func searchesAreIndexSeeksNotScans() throws {
+        let dir = TemporaryDirectory()
+        _ = try ItemStore(path: dir.file("db"))
+        var db: OpaquePointer?
+        #expect(sqlite3_open(dir.file("db"), &db) == SQLITE_OK)
+        defer { sqlite3_close(db) }
+        for n in 1...4 {
+            var stmt: OpaquePointer?
+            #expect(sqlite3_prepare_v2(db, "EXPLAIN QUERY PLAN " + ItemStore.searchSQL(entries: n), -1, &stmt, nil) == SQLITE_OK)
+            var plan: [String] = []
+            while sqlite3_step(stmt) == SQLITE_ROW { plan.append(String(cString: sqlite3_column_text(stmt, 3))) }
+            sqlite3_finalize(stmt)
+            #expect(!plan.isEmpty)
+            #expect(plan.allSatisfy { $0.hasPrefix("SEARCH") || $0.hasPrefix("CORRELATED") }, "\(n): \(plan)")
+        }
+    }
+}
