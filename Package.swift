@@ -47,7 +47,7 @@ let package = Package(
                           dependencies: ["CofferAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings),
         .executableTarget(name: "coffer",
-                          dependencies: ["CofferClient", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+                          dependencies: ["CofferClient", "CofferSystem", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings),
 
         .target(name: "CofferTestSupport", path: "Tests/CofferTestSupport", swiftSettings: settings),

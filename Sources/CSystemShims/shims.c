@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <errno.h>
+#include <stddef.h>
 
 int coffer_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -23,3 +24,5 @@ int coffer_disable_core_dumps(void) {
 int coffer_is_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
 
 int coffer_set_parent_death_signal(int sig) { return prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0); }
+
+int coffer_accept_cloexec(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC); }

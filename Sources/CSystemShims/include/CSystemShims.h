@@ -16,4 +16,7 @@ int coffer_is_dumpable(void);
 /// Sets the parent-death signal (PR_SET_PDEATHSIG); used for helper children.
 int coffer_set_parent_death_signal(int sig);
 
+/// accept4(fd, NULL, NULL, SOCK_CLOEXEC).
+int coffer_accept_cloexec(int fd);
+
 #endif

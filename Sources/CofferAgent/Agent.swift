@@ -1,0 +1,182 @@
+import CofferCrypto
+import CofferKeychain
+import CofferModel
+import CofferPAM
+import CofferProtocol
+import CofferSystem
+import Glibc
+import Logging
+
+/// The agent: accepts connections, identifies peers, and serves requests against the keychain.
+///
+/// Concurrency model: one thread per connection doing blocking I/O. A request that waits (PAM,
+/// Argon2id, the unlock backoff, and later a person authenticating) holds only its own
+/// connection's thread; the keychain serialises its short critical sections internally.
+public final class Agent: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is guarded by `mutex`.
+    /// The agent's version, reported in HELLO and STATUS replies.
+    public static let version = "0.1.0"
+
+    let configuration: AgentConfiguration
+    let keychain: Keychain
+    let logger: Logger
+    let pam: PAMAuthenticator
+    private(set) var locks: LockController!
+    private let mutex = Lock()
+    private var listener: Int32 = -1
+    private var ownsSocketPath = false
+    private var connections: [ObjectIdentifier: Connection] = [:]
+    private var inFlight = 0
+    private var stopping = false
+
+    /// Opens the keychain and the listening socket (or adopts systemd's).
+    public init(configuration: AgentConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        do {
+            try Files.makePrivateDirectory(configuration.stateDirectory)
+        } catch {
+            throw AgentError("state directory: \(error)")
+        }
+        keychain = try Keychain(directory: configuration.stateDirectory)
+        pam = PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir)
+        locks = LockController(keychain: keychain, idleSeconds: Double(configuration.idleLockSeconds),
+                               graceSeconds: configuration.lockGraceSeconds, logger: logger) { [weak self] event in
+            self?.broadcast(event)
+        }
+        if let fd = Systemd.activationSocket() {
+            listener = fd
+            logger.info("using the socket passed by systemd")
+        } else {
+            do {
+                try Files.makePrivateDirectory(Files.directoryName(configuration.socketPath))
+                listener = try UnixSocket.listen(path: configuration.socketPath)
+                ownsSocketPath = true
+            } catch {
+                throw AgentError("socket: \(error)")
+            }
+        }
+        logger.info("agent ready", metadata: [
+            "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
+            "keybag": "\(keychain.keybag.state)", "pam-service": "\(configuration.pamService)",
+        ])
+        if let limit = SecureMemory.lockLimit() {
+            logger.debug("RLIMIT_MEMLOCK \(limit) bytes")
+        }
+    }
+
+    /// Starts the accept loop and the lock timer.
+    public func start() {
+        Threads.detach { [self] in acceptLoop() }
+        Threads.detach { [self] in
+            while !mutex.withLock({ stopping }) {
+                Threads.sleep(seconds: 0.25)
+                locks.tick()
+            }
+        }
+    }
+
+    /// SIGUSR1: the desktop session locked. Locks after the grace period.
+    public func sessionLocked() { locks.requestLock(reason: "session locked (SIGUSR1)") }
+
+    /// SIGTERM: stop accepting, let in-flight requests finish (up to 5 s), wipe keys, checkpoint.
+    public func shutdown() {
+        logger.info("shutting down")
+        let open: [Connection] = mutex.withLock {
+            stopping = true
+            return Array(connections.values)
+        }
+        if ownsSocketPath { unlink(configuration.socketPath) }
+        shutdownSocket(listener)
+        let deadline = Threads.monotonicSeconds() + 5
+        while mutex.withLock({ inFlight }) > 0 && Threads.monotonicSeconds() < deadline {
+            Threads.sleep(seconds: 0.01)
+        }
+        for c in open { c.close() }
+        keychain.lock()
+        keychain.checkpoint()
+        logger.info("stopped; keys wiped")
+    }
+
+    private func shutdownSocket(_ fd: Int32) { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+
+    // MARK: Connections
+
+    private func acceptLoop() {
+        while true {
+            let fd: Int32
+            do {
+                fd = try UnixSocket.accept(listener)
+            } catch {
+                if mutex.withLock({ stopping }) { return }
+                if error.errno == EMFILE || error.errno == ENFILE {
+                    logger.error("out of file descriptors; pausing accepts")
+                    Threads.sleep(seconds: 0.1)
+                }
+                continue
+            }
+            admit(fd)
+        }
+    }
+
+    private func admit(_ fd: Int32) {
+        let peer: PeerIdentity
+        do {
+            peer = try PeerIdentity.of(socket: fd)
+        } catch {
+            Glibc.close(fd)
+            return
+        }
+        guard peer.uid == getuid() else {
+            logger.warning("refused a connection from another user", metadata: ["peer": "\(peer)"])
+            Glibc.close(fd)
+            return
+        }
+        let conn = Connection(fd: fd, peer: peer)
+        let admitted: Bool = mutex.withLock {
+            guard !stopping, connections.count < configuration.maxConnections else { return false }
+            connections[ObjectIdentifier(conn)] = conn
+            return true
+        }
+        guard admitted else {
+            logger.warning("too many connections; refusing one", metadata: ["peer": "\(peer)"])
+            conn.release()
+            return
+        }
+        let started = Threads.detach { [self] in
+            serve(conn)
+            mutex.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
+            conn.release()
+        }
+        if !started {
+            mutex.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
+            conn.release()
+        }
+    }
+
+    /// Reads frames until the peer closes or breaks framing.
+    private func serve(_ conn: Connection) {
+        logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
+        while let frame = conn.readFrame() {
+            let begun: Bool = mutex.withLock {
+                guard !stopping else { return false }
+                inFlight += 1
+                return true
+            }
+            guard begun else { return }
+            let keepOpen = handle(frame: frame, on: conn)
+            mutex.withLock { inFlight -= 1 }
+            if !keepOpen { return }
+        }
+    }
+
+    private func broadcast(_ event: LockEvent) {
+        let subscribers = mutex.withLock { connections.values.filter { $0.isSubscribed } }
+        guard !subscribers.isEmpty else { return }
+        let frame = Response.event(event).encodeFrame(requestID: 0)
+        for c in subscribers where !c.sendEvent(frame) {
+            logger.info("dropping a subscriber that stopped reading", metadata: ["peer": "\(c.peer)"])
+            c.close()
+        }
+    }
+}

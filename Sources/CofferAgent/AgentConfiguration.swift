@@ -1,0 +1,88 @@
+import CofferKeybag
+import CofferSystem
+import Glibc
+
+/// Everything `cofferd` is told at start (flags, config file, defaults).
+public struct AgentConfiguration: Sendable {
+    /// The listening socket's path (created unless systemd passes one).
+    public var socketPath: String
+    /// Where the keybag, device key and database live (mode 0700).
+    public var stateDirectory: String
+    /// The PAM service that verifies passcodes.
+    public var pamService: String = "coffer"
+    /// A private PAM configuration directory (`pam_start_confdir`), for tests and sandboxes.
+    public var pamConfdir: String? = nil
+    /// Lock after this many seconds without a request (0: never).
+    public var idleLockSeconds: UInt32 = 0
+    /// How long subscribers are warned before an idle or session lock wipes WhenUnlocked keys.
+    public var lockGraceSeconds: Double = 10
+    /// Most simultaneous client connections.
+    public var maxConnections: Int = 256
+    /// Argon2id policy for passcode set (calibrated by default).
+    public var kdfPolicy: KDFPolicy = .standard
+    /// The user whose agent this is (for PAM).
+    public var userName: String
+
+    /// Defaults for the current user: `$XDG_RUNTIME_DIR/coffer/agent.sock` and `$XDG_DATA_HOME/coffer`.
+    public static func defaults() throws(AgentError) -> AgentConfiguration {
+        guard let pw = getpwuid(getuid()), let name = pw.pointee.pw_name, let home = pw.pointee.pw_dir else {
+            throw AgentError("cannot find the current user in the password database")
+        }
+        let user = String(cString: name)
+        let env = { (k: String) in getenv(k).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } }
+        let runtime = env("XDG_RUNTIME_DIR") ?? "/run/user/\(getuid())"
+        let data = env("XDG_DATA_HOME") ?? (String(cString: home) + "/.local/share")
+        return AgentConfiguration(socketPath: runtime + "/coffer/agent.sock", stateDirectory: data + "/coffer", userName: user)
+    }
+
+    /// Reads and applies the config file at `path`.
+    public mutating func apply(configFileAt path: String) throws(AgentError) {
+        let bytes: [UInt8]
+        do { bytes = try Files.read(path, maxBytes: 64 * 1024) } catch { throw AgentError("config file: \(error)") }
+        try apply(configFile: String(decoding: bytes, as: UTF8.self), name: path)
+    }
+
+    /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, state-dir,
+    /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections.
+    public mutating func apply(configFile text: String, name: String) throws(AgentError) {
+        for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+            let trimmed = line.trimmingCharacters()
+            if trimmed.isEmpty { continue }
+            guard let eq = trimmed.firstIndex(of: "=") else { throw AgentError("\(name):\(n + 1): expected key = value") }
+            let key = String(trimmed[..<eq]).trimmingCharacters()
+            let value = String(trimmed[trimmed.index(after: eq)...]).trimmingCharacters()
+            func number<T: LosslessStringConvertible>(_: T.Type) throws(AgentError) -> T {
+                guard let v = T(value) else { throw AgentError("\(name):\(n + 1): '\(key)' needs a number") }
+                return v
+            }
+            switch key {
+            case "socket": socketPath = value
+            case "state-dir": stateDirectory = value
+            case "pam-service": pamService = value
+            case "pam-confdir": pamConfdir = value
+            case "idle-lock": idleLockSeconds = try number(UInt32.self)
+            case "lock-grace": lockGraceSeconds = try number(Double.self)
+            case "max-connections": maxConnections = try number(Int.self)
+            default: throw AgentError("\(name):\(n + 1): unknown key '\(key)'")
+            }
+        }
+    }
+}
+
+/// A start-up or configuration failure of the agent (not a request error).
+public struct AgentError: Error, CustomStringConvertible, Sendable {
+    /// What went wrong.
+    public let description: String
+    /// Makes an error.
+    public init(_ description: String) { self.description = description }
+}
+
+extension String {
+    func trimmingCharacters() -> String {
+        var s = Substring(self)
+        while let f = s.first, f == " " || f == "\t" || f == "\r" { s.removeFirst() }
+        while let l = s.last, l == " " || l == "\t" || l == "\r" { s.removeLast() }
+        return String(s)
+    }
+}

@@ -1,0 +1,154 @@
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+import CofferSystem
+import Glibc
+
+/// A blocking connection to the Coffer agent: one request at a time, replies in order.
+///
+/// Not thread-safe (use one per thread, or ``CofferClient`` from async code). Frames that carried a
+/// passcode or secret are wiped after use; secrets arrive in ``CofferCrypto/SecureBytes``.
+public final class AgentConnection {
+    private let fd: Int32
+    /// The socket path this connection uses.
+    public let path: String
+    /// The protocol version agreed in HELLO.
+    public private(set) var version: UInt16 = 0
+    /// The agent's version string from HELLO.
+    public private(set) var agentVersion = ""
+    private var nextID: UInt32 = 1
+    private var pendingEvents: [LockEvent] = []
+
+    /// The socket to use: `explicit`, else `$COFFER_SOCKET`, else `$XDG_RUNTIME_DIR/coffer/agent.sock`.
+    public static func socketPath(explicit: String? = nil) throws(SecError) -> String {
+        if let explicit, !explicit.isEmpty { return explicit }
+        if let s = getenv("COFFER_SOCKET"), s.pointee != 0 { return String(cString: s) }
+        if let r = getenv("XDG_RUNTIME_DIR"), r.pointee != 0 { return String(cString: r) + "/coffer/agent.sock" }
+        throw .io("no agent socket: set COFFER_SOCKET or XDG_RUNTIME_DIR, or pass --socket")
+    }
+
+    /// Connects and says HELLO.
+    public init(path: String, clientName: String = "CofferClient") throws(SecError) {
+        self.path = path
+        do {
+            fd = try UnixSocket.connect(path: path)
+        } catch {
+            throw .io("cannot reach the agent at \(path): \(String(cString: strerror(error.errno)))")
+        }
+        let reply = try roundTrip(.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName))
+        guard case .helloReply(let v, let agent) = reply else { throw unexpected(reply) }
+        version = v
+        agentVersion = agent
+    }
+
+    deinit { close(fd) }
+
+    // MARK: Operations
+
+    /// STATUS.
+    public func status() throws(SecError) -> StatusReply {
+        let r = try roundTrip(.status)
+        guard case .status(let s) = r else { throw unexpected(r) }
+        return s
+    }
+
+    /// UNLOCK with the passcode (checked by PAM, then the keybag).
+    public func unlock(passcode: SecureBytes) throws(SecError) { try expectOK(.unlock(passcode: passcode)) }
+
+    /// LOCK now.
+    public func lock() throws(SecError) { try expectOK(.lock) }
+
+    /// Sets the first passcode (`current` nil) or changes it.
+    public func setPasscode(current: SecureBytes?, new: SecureBytes) throws(SecError) {
+        try expectOK(.setPasscode(current: current ?? SecureBytes(count: 0), new: new))
+    }
+
+    /// SecItemAdd; returns the parts named in `returning` (nil when empty).
+    @discardableResult
+    public func add(_ item: NewItem, returning flags: ReturnFlags = []) throws(SecError) -> ItemResult? {
+        let r = try roundTrip(.add(item, flags))
+        guard case .items(let items) = r else { throw unexpected(r) }
+        return items.first
+    }
+
+    /// SecItemCopyMatching.
+    public func copyMatching(_ query: ItemQuery) throws(SecError) -> [ItemResult] {
+        let r = try roundTrip(.copyMatching(query))
+        guard case .items(let items) = r else { throw unexpected(r) }
+        return items
+    }
+
+    /// SecItemUpdate; returns how many items changed.
+    @discardableResult
+    public func update(_ query: ItemQuery, _ changes: ItemChanges) throws(SecError) -> Int {
+        let r = try roundTrip(.update(query, changes))
+        guard case .count(let n) = r else { throw unexpected(r) }
+        return Int(n)
+    }
+
+    /// SecItemDelete; returns how many items were deleted.
+    @discardableResult
+    public func delete(_ query: ItemQuery) throws(SecError) -> Int {
+        let r = try roundTrip(.delete(query))
+        guard case .count(let n) = r else { throw unexpected(r) }
+        return Int(n)
+    }
+
+    /// Subscribes this connection to lock-state events (read them with ``nextEvent()``).
+    public func subscribe() throws(SecError) { try expectOK(.subscribe) }
+
+    /// Blocks until the agent sends a lock-state event.
+    public func nextEvent() throws(SecError) -> LockEvent {
+        if !pendingEvents.isEmpty { return pendingEvents.removeFirst() }
+        while true {
+            let (_, r) = try readResponse()
+            if case .event(let e) = r { return e }
+        }
+    }
+
+    // MARK: Framing
+
+    private func expectOK(_ request: Request) throws(SecError) {
+        let r = try roundTrip(request)
+        guard case .ok = r else { throw unexpected(r) }
+    }
+
+    private func unexpected(_ r: Response) -> SecError {
+        SecError(.internalComponent, "unexpected reply from the agent")
+    }
+
+    /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
+    private func roundTrip(_ request: Request) throws(SecError) -> Response {
+        let id = nextID
+        nextID = nextID == UInt32.max ? 1 : nextID + 1
+        var frame = request.encodeFrame(requestID: id)
+        let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
+        if request.carriesSecret { secureZero(&frame) }
+        guard sent else { throw .io("the agent at \(path) closed the connection") }
+        while true {
+            let (rid, r) = try readResponse()
+            if case .event(let e) = r { pendingEvents.append(e); continue }
+            if case .error(let e) = r { throw e }
+            guard rid == id else { throw SecError(.internalComponent, "reply for request \(rid), expected \(id)") }
+            return r
+        }
+    }
+
+    private func readResponse() throws(SecError) -> (UInt32, Response) {
+        var header: UInt32 = 0
+        let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
+        guard ok else { throw .io("the agent at \(path) closed the connection") }
+        let length = Int(UInt32(bigEndian: header))
+        guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else {
+            throw SecError(.decode, "the agent sent a frame of \(length) bytes")
+        }
+        let body = SecureBytes(count: length) // replies may carry secrets
+        let got = body.withUnsafeMutableBytes { UnixSocket.readExactly(fd, into: $0) }
+        guard got else { throw .io("the agent at \(path) closed the connection mid-reply") }
+        do {
+            return try body.withUnsafeBytes { b throws(ProtocolError) in try Response.decodeBody(b) }
+        } catch {
+            throw SecError(.decode, "malformed reply from the agent: \(error.description)")
+        }
+    }
+}

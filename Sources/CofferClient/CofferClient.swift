@@ -1,0 +1,107 @@
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+import CofferSystem
+
+/// The async client apps use: one agent connection, requests run one at a time on a dedicated
+/// thread so blocking socket I/O never occupies Swift's cooperative pool.
+///
+/// ```swift
+/// let client = try await CofferClient.connect()
+/// let items = try await client.copyMatching(ItemQuery(itemClass: .genericPassword,
+///     attributes: ["svce": .string("github"), "acct": .string("me")], returnData: true))
+/// ```
+public final class CofferClient: @unchecked Sendable {
+    // @unchecked Sendable: `connection` is touched only by jobs serialised through `queue`.
+    private let connection: Confined
+    private let queue: SerialWorker
+
+    /// Carries the non-Sendable connection between the worker jobs that alone use it.
+    private final class Confined: @unchecked Sendable {
+        let connection: AgentConnection
+        init(_ c: AgentConnection) { connection = c }
+    }
+
+    private init(_ c: Confined, _ q: SerialWorker) {
+        connection = c
+        queue = q
+    }
+
+    /// Connects to the agent (socket as in ``AgentConnection/socketPath(explicit:)``).
+    public static func connect(socket: String? = nil, clientName: String = "CofferClient") async throws(SecError) -> CofferClient {
+        let path = try AgentConnection.socketPath(explicit: socket)
+        let worker = SerialWorker()
+        let c = try await worker.run { () throws(SecError) in Confined(try AgentConnection(path: path, clientName: clientName)) }
+        return CofferClient(c, worker)
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable (AgentConnection) throws(SecError) -> T) async throws(SecError) -> T {
+        let c = connection
+        return try await queue.run { () throws(SecError) in try body(c.connection) }
+    }
+
+    /// STATUS.
+    public func status() async throws(SecError) -> StatusReply { try await run { c throws(SecError) in try c.status() } }
+    /// UNLOCK.
+    public func unlock(passcode: SecureBytes) async throws(SecError) { try await run { c throws(SecError) in try c.unlock(passcode: passcode) } }
+    /// LOCK.
+    public func lock() async throws(SecError) { try await run { c throws(SecError) in try c.lock() } }
+    /// SecItemAdd.
+    @discardableResult
+    public func add(_ item: NewItem, returning flags: ReturnFlags = []) async throws(SecError) -> ItemResult? {
+        try await run { c throws(SecError) in try c.add(item, returning: flags) }
+    }
+    /// SecItemCopyMatching.
+    public func copyMatching(_ query: ItemQuery) async throws(SecError) -> [ItemResult] {
+        try await run { c throws(SecError) in try c.copyMatching(query) }
+    }
+    /// SecItemUpdate.
+    @discardableResult
+    public func update(_ query: ItemQuery, _ changes: ItemChanges) async throws(SecError) -> Int {
+        try await run { c throws(SecError) in try c.update(query, changes) }
+    }
+    /// SecItemDelete.
+    @discardableResult
+    public func delete(_ query: ItemQuery) async throws(SecError) -> Int {
+        try await run { c throws(SecError) in try c.delete(query) }
+    }
+}
+
+/// Runs jobs one after another on its own thread and resumes the awaiting task with the result.
+final class SerialWorker: @unchecked Sendable {
+    // @unchecked Sendable: `jobs` and `running` are guarded by `mutex`.
+    private let mutex = Lock()
+    private var jobs: [() -> Void] = []
+    private var running = false
+
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws(SecError) -> T) async throws(SecError) -> T {
+        let result: Result<T, SecError> = await withCheckedContinuation { cont in
+            enqueue {
+                do throws(SecError) { cont.resume(returning: .success(try body())) } catch { cont.resume(returning: .failure(error)) }
+            }
+        }
+        return try result.get()
+    }
+
+    /// Queues a job; starts a worker thread if none is running. The worker exits when the queue is
+    /// empty, so an idle client holds no thread.
+    private func enqueue(_ job: @escaping () -> Void) {
+        let start: Bool = mutex.withLock {
+            jobs.append(job)
+            defer { running = true }
+            return !running
+        }
+        if start { Threads.detach { [self] in drain() } }
+    }
+
+    private func drain() {
+        while true {
+            let job: (() -> Void)? = mutex.withLock {
+                if jobs.isEmpty { running = false; return nil }
+                return jobs.removeFirst()
+            }
+            guard let job else { return }
+            job()
+        }
+    }
+}

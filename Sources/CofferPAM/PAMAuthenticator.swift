@@ -1,0 +1,89 @@
+import CPAM
+import CofferCrypto
+import Glibc
+
+/// Why PAM refused (for logs; never contains the passcode).
+public struct PAMFailure: Error, Sendable, CustomStringConvertible {
+    /// The PAM result code (e.g. 7 PAM_AUTH_ERR; pam_exec reports a wrong password as 4 PAM_SYSTEM_ERR).
+    public let code: Int32
+    /// Which stage failed: start, authenticate, account, or input.
+    public let stage: String
+    /// `pam_strerror` text.
+    public let text: String
+
+    public var description: String { "PAM \(stage) failed: \(text) (\(code))" }
+}
+
+/// Verifies a passcode by running a PAM stack for a user: `pam_authenticate` then `pam_acct_mgmt`.
+///
+/// Blocking (pam_unix waits about 2 s after a failure): call it off any event loop, on the
+/// requesting connection's thread. The conversation hands PAM a `malloc`ed copy of the passcode,
+/// which PAM frees (and which its modules may copy further: outside Coffer's control).
+public struct PAMAuthenticator: Sendable {
+    /// The service name (a file in /etc/pam.d, or in `confdir`).
+    public let service: String
+    /// A private configuration directory for `pam_start_confdir` (tests, sandboxes), or nil for the system's.
+    public let confdir: String?
+
+    /// Most prompts answered in one conversation (a stack asking more is misconfigured or hostile).
+    static let maxPrompts = 4
+
+    /// Makes an authenticator for `service`.
+    public init(service: String, confdir: String?) {
+        self.service = service
+        self.confdir = confdir
+    }
+
+    /// Succeeds only if PAM accepts `passcode` for `user` and the account is usable; every other
+    /// outcome is a ``PAMFailure``.
+    public func authenticate(user: String, passcode: SecureBytes) throws(PAMFailure) {
+        guard passcode.count > 0 else { throw PAMFailure(code: PAM_AUTH_ERR, stage: "input", text: "empty passcode") }
+        let hasNUL = passcode.withUnsafeBytes { $0.contains(0) }
+        guard !hasNUL else { throw PAMFailure(code: PAM_AUTH_ERR, stage: "input", text: "passcode contains a NUL byte") }
+
+        var conv = pam_conv(conv: { count, messages, responses, appdata in
+            guard count > 0, count <= Int32(PAMAuthenticator.maxPrompts), let messages, let responses, let appdata else {
+                return PAM_CONV_ERR
+            }
+            let secret = Unmanaged<SecureBytes>.fromOpaque(appdata).takeUnretainedValue()
+            guard let replies = calloc(Int(count), MemoryLayout<pam_response>.size)?
+                .bindMemory(to: pam_response.self, capacity: Int(count)) else { return PAM_BUF_ERR }
+            for i in 0..<Int(count) {
+                guard let msg = messages[i]?.pointee else { continue }
+                switch msg.msg_style {
+                case PAM_PROMPT_ECHO_OFF, PAM_PROMPT_ECHO_ON:
+                    // PAM frees resp with free(): copy with malloc, NUL-terminated.
+                    let copy = secret.withUnsafeBytes { s -> UnsafeMutablePointer<CChar>? in
+                        guard let p = malloc(s.count + 1) else { return nil }
+                        p.copyMemory(from: s.baseAddress!, byteCount: s.count)
+                        p.storeBytes(of: 0, toByteOffset: s.count, as: UInt8.self)
+                        return p.assumingMemoryBound(to: CChar.self)
+                    }
+                    replies[i].resp = copy
+                default:
+                    replies[i].resp = nil // info and error messages need no answer
+                }
+                replies[i].resp_retcode = 0
+            }
+            responses.pointee = replies
+            return PAM_SUCCESS
+        }, appdata_ptr: Unmanaged.passUnretained(passcode).toOpaque())
+
+        var handle: OpaquePointer?
+        let started: Int32 = confdir.map { pam_start_confdir(service, user, &conv, $0, &handle) }
+            ?? pam_start(service, user, &conv, &handle)
+        guard started == PAM_SUCCESS, let handle else {
+            throw PAMFailure(code: started, stage: "start", text: handle.map { String(cString: pam_strerror($0, started)) } ?? "pam_start failed")
+        }
+        var rc = pam_authenticate(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
+        var stage = "authenticate"
+        if rc == PAM_SUCCESS {
+            rc = pam_acct_mgmt(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
+            stage = "account"
+        }
+        let text = String(cString: pam_strerror(handle, rc))
+        pam_end(handle, rc)
+        withExtendedLifetime(passcode) {}
+        guard rc == PAM_SUCCESS else { throw PAMFailure(code: rc, stage: stage, text: text) }
+    }
+}

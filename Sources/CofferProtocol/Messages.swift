@@ -1,0 +1,342 @@
+import CofferCrypto
+import CofferModel
+
+/// Lock-state events the agent pushes to subscribed clients (EVENT, request id 0).
+public enum LockEvent: Sendable, Equatable {
+    /// Protected data will become unavailable in `graceMillis`.
+    case willLock(graceMillis: UInt32)
+    /// WhenUnlocked keys were wiped.
+    case locked
+    /// The keybag was unlocked.
+    case unlocked
+}
+
+/// STATUS_REPLY contents.
+public struct StatusReply: Sendable, Equatable {
+    /// 0 boot (before first unlock), 1 locked, 2 unlocked.
+    public var lockState: UInt8
+    /// True once a passcode protects the keybag.
+    public var passcodeSet: Bool
+    /// Number of items.
+    public var itemCount: UInt64
+    /// The agent's version.
+    public var agentVersion: String
+    /// Bytes of memory the agent has locked (VmLck).
+    public var lockedMemoryBytes: UInt64
+    /// Idle lock timeout in seconds (0: never).
+    public var idleLockSeconds: UInt32
+
+    /// Makes a status reply.
+    public init(lockState: UInt8, passcodeSet: Bool, itemCount: UInt64, agentVersion: String,
+                lockedMemoryBytes: UInt64, idleLockSeconds: UInt32) {
+        self.lockState = lockState
+        self.passcodeSet = passcodeSet
+        self.itemCount = itemCount
+        self.agentVersion = agentVersion
+        self.lockedMemoryBytes = lockedMemoryBytes
+        self.idleLockSeconds = idleLockSeconds
+    }
+}
+
+/// A client → agent message.
+public enum Request: Sendable {
+    /// HELLO: the first message; the agent picks a version in min...max.
+    case hello(minVersion: UInt16, maxVersion: UInt16, clientName: String)
+    /// STATUS.
+    case status
+    /// UNLOCK with the passcode.
+    case unlock(passcode: SecureBytes)
+    /// LOCK.
+    case lock
+    /// SET_PASSCODE: `current` is empty when no passcode is set yet.
+    case setPasscode(current: SecureBytes, new: SecureBytes)
+    /// ADD (SecItemAdd) and which parts of the new item to return.
+    case add(NewItem, ReturnFlags)
+    /// COPY_MATCHING (SecItemCopyMatching).
+    case copyMatching(ItemQuery)
+    /// UPDATE (SecItemUpdate).
+    case update(ItemQuery, ItemChanges)
+    /// DELETE (SecItemDelete).
+    case delete(ItemQuery)
+    /// SUBSCRIBE to lock-state events.
+    case subscribe
+
+    /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
+    public var carriesSecret: Bool {
+        switch self {
+        case .unlock, .setPasscode, .add: true
+        case .update(_, let c): c.secret != nil
+        default: false
+        }
+    }
+
+    /// Encodes a complete frame (length prefix included).
+    public func encodeFrame(requestID: UInt32) -> [UInt8] {
+        switch self {
+        case .hello(let minV, let maxV, let name):
+            var f = FrameBuilder(type: .hello, requestID: requestID, payloadCapacity: 6 + name.utf8.count)
+            f.w.u16(minV); f.w.u16(maxV); f.w.shortString(name)
+            return f.finish()
+        case .status: return FrameBuilder(type: .status, requestID: requestID, payloadCapacity: 0).finish()
+        case .lock: return FrameBuilder(type: .lock, requestID: requestID, payloadCapacity: 0).finish()
+        case .subscribe: return FrameBuilder(type: .subscribe, requestID: requestID, payloadCapacity: 0).finish()
+        case .unlock(let p):
+            var f = FrameBuilder(type: .unlock, requestID: requestID, payloadCapacity: 4 + p.count)
+            f.secret(p)
+            return f.finish()
+        case .setPasscode(let current, let new):
+            var f = FrameBuilder(type: .setPasscode, requestID: requestID, payloadCapacity: 8 + current.count + new.count)
+            f.secret(current); f.secret(new)
+            return f.finish()
+        case .add(let item, let flags):
+            let attrs = AttributeCodec.encode(item.attributes)
+            var f = FrameBuilder(type: .add, requestID: requestID, payloadCapacity: 6 + attrs.count + item.secret.count)
+            f.w.u8(ItemClassCode.encode(item.itemClass)); f.w.raw(attrs); f.secret(item.secret); f.w.u8(flags.rawValue)
+            return f.finish()
+        case .copyMatching(let q):
+            let query = QueryCodec.encode(q)
+            var f = FrameBuilder(type: .copyMatching, requestID: requestID, payloadCapacity: query.count)
+            f.w.raw(query)
+            return f.finish()
+        case .update(let q, let c):
+            let query = QueryCodec.encode(q), attrs = AttributeCodec.encode(c.attributes)
+            var f = FrameBuilder(type: .update, requestID: requestID,
+                                 payloadCapacity: query.count + attrs.count + 5 + (c.secret?.count ?? 0))
+            f.w.raw(query); f.w.raw(attrs)
+            if let s = c.secret { f.w.u8(1); f.secret(s) } else { f.w.u8(0) }
+            return f.finish()
+        case .delete(let q):
+            let query = QueryCodec.encode(q)
+            var f = FrameBuilder(type: .delete, requestID: requestID, payloadCapacity: query.count)
+            f.w.raw(query)
+            return f.finish()
+        }
+    }
+
+    /// Decodes a frame body (type, request id, payload). The request id is returned even for
+    /// payload errors through ``WireFormat/requestID(ofBody:)``.
+    public static func decodeBody(_ body: UnsafeRawBufferPointer) throws(ProtocolError) -> (UInt32, Request) {
+        var r = BodyReader(body)
+        let typeByte = try r.u8("message type")
+        let id = try r.u32("request id")
+        guard let type = MessageType(rawValue: typeByte) else {
+            throw ProtocolError("unknown message type 0x\(String(typeByte, radix: 16))")
+        }
+        let request: Request
+        switch type {
+        case .hello:
+            request = .hello(minVersion: try r.u16("minVersion"), maxVersion: try r.u16("maxVersion"), clientName: try r.sstr("client name"))
+        case .status: request = .status
+        case .lock: request = .lock
+        case .subscribe: request = .subscribe
+        case .unlock: request = .unlock(passcode: try r.secret("passcode"))
+        case .setPasscode: request = .setPasscode(current: try r.secret("current passcode"), new: try r.secret("new passcode"))
+        case .add:
+            guard let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: false) else { throw ProtocolError("no item class") }
+            let attrs = try r.attributes("attributes")
+            let secret = try r.secret("secret")
+            let flags = try QueryCodec.flags(try r.u8("return flags"))
+            request = .add(NewItem(itemClass: cls, attributes: attrs, secret: secret), flags)
+        case .copyMatching: request = .copyMatching(try QueryCodec.decode(&r))
+        case .update:
+            let q = try QueryCodec.decode(&r)
+            let attrs = try r.attributes("changes")
+            let has = try r.u8("has secret")
+            guard has <= 1 else { throw ProtocolError("has-secret must be 0 or 1") }
+            request = .update(q, ItemChanges(attributes: attrs, secret: has == 1 ? try r.secret("secret") : nil))
+        case .delete: request = .delete(try QueryCodec.decode(&r))
+        case .ok, .helloReply, .statusReply, .items, .count, .event, .error:
+            throw ProtocolError("message type 0x\(String(typeByte, radix: 16)) is a reply, not a request")
+        }
+        try r.expectEnd("message")
+        return (id, request)
+    }
+}
+
+/// An agent → client message.
+public enum Response: Sendable {
+    /// OK.
+    case ok
+    /// HELLO_REPLY.
+    case helloReply(version: UInt16, agentVersion: String)
+    /// STATUS_REPLY.
+    case status(StatusReply)
+    /// ITEMS: results of ADD or COPY_MATCHING.
+    case items([ItemResult])
+    /// COUNT: items updated or deleted.
+    case count(UInt64)
+    /// EVENT (request id 0).
+    case event(LockEvent)
+    /// ERROR with an OSStatus and a message.
+    case error(SecError)
+
+    /// True if the encoded frame holds a secret (ITEMS with data).
+    public var carriesSecret: Bool {
+        if case .items(let items) = self { return items.contains { $0.data != nil } }
+        return false
+    }
+
+    /// Encodes a complete frame (length prefix included).
+    public func encodeFrame(requestID: UInt32) -> [UInt8] {
+        switch self {
+        case .ok: return FrameBuilder(type: .ok, requestID: requestID, payloadCapacity: 0).finish()
+        case .helloReply(let v, let agent):
+            var f = FrameBuilder(type: .helloReply, requestID: requestID, payloadCapacity: 4 + agent.utf8.count)
+            f.w.u16(v); f.w.shortString(agent)
+            return f.finish()
+        case .status(let s):
+            var f = FrameBuilder(type: .statusReply, requestID: requestID, payloadCapacity: 26 + s.agentVersion.utf8.count)
+            f.w.u8(s.lockState); f.w.u8(s.passcodeSet ? 1 : 0); f.w.u64(s.itemCount); f.w.shortString(s.agentVersion)
+            f.w.u64(s.lockedMemoryBytes); f.w.u32(s.idleLockSeconds)
+            return f.finish()
+        case .items(let items):
+            let encodedAttrs = items.map { $0.attributes.map(AttributeCodec.encode) }
+            var size = 4
+            for (i, it) in items.enumerated() {
+                size += 2 + (it.data.map { 4 + $0.count } ?? 0) + (encodedAttrs[i]?.count ?? 0) + (it.persistentRef.map { 4 + $0.count } ?? 0)
+            }
+            var f = FrameBuilder(type: .items, requestID: requestID, payloadCapacity: size)
+            f.w.u32(UInt32(items.count))
+            for (i, it) in items.enumerated() {
+                var present: UInt8 = 0
+                if it.data != nil { present |= ReturnFlags.data.rawValue }
+                if it.attributes != nil { present |= ReturnFlags.attributes.rawValue }
+                if it.persistentRef != nil { present |= ReturnFlags.persistentRef.rawValue }
+                f.w.u8(ItemClassCode.encode(it.itemClass)); f.w.u8(present)
+                if let d = it.data { f.secret(d) }
+                if let a = encodedAttrs[i] { f.w.raw(a) }
+                if let p = it.persistentRef { f.w.blob(p) }
+            }
+            return f.finish()
+        case .count(let n):
+            var f = FrameBuilder(type: .count, requestID: requestID, payloadCapacity: 8)
+            f.w.u64(n)
+            return f.finish()
+        case .event(let e):
+            var f = FrameBuilder(type: .event, requestID: 0, payloadCapacity: 5)
+            switch e {
+            case .willLock(let ms): f.w.u8(1); f.w.u32(ms)
+            case .locked: f.w.u8(2); f.w.u32(0)
+            case .unlocked: f.w.u8(3); f.w.u32(0)
+            }
+            return f.finish()
+        case .error(let e):
+            var f = FrameBuilder(type: .error, requestID: requestID, payloadCapacity: 6 + e.message.utf8.count)
+            f.w.u32(UInt32(bitPattern: e.status.rawValue))
+            f.w.shortString(String(e.message.utf8.prefix(4096)) ?? "")
+            return f.finish()
+        }
+    }
+
+    /// Decodes a frame body sent by the agent.
+    public static func decodeBody(_ body: UnsafeRawBufferPointer) throws(ProtocolError) -> (UInt32, Response) {
+        var r = BodyReader(body)
+        let typeByte = try r.u8("message type")
+        let id = try r.u32("request id")
+        guard let type = MessageType(rawValue: typeByte) else {
+            throw ProtocolError("unknown message type 0x\(String(typeByte, radix: 16))")
+        }
+        let response: Response
+        switch type {
+        case .ok: response = .ok
+        case .helloReply: response = .helloReply(version: try r.u16("version"), agentVersion: try r.sstr("agent version"))
+        case .statusReply:
+            let state = try r.u8("lock state")
+            guard state <= 2 else { throw ProtocolError("unknown lock state \(state)") }
+            let set = try r.u8("passcode flag")
+            guard set <= 1 else { throw ProtocolError("passcode flag must be 0 or 1") }
+            response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),
+                                           agentVersion: try r.sstr("agent version"),
+                                           lockedMemoryBytes: try r.u64("locked memory"), idleLockSeconds: try r.u32("idle lock")))
+        case .items:
+            let n = Int(try r.u32("item count"))
+            guard n <= r.remaining / 2 else { throw ProtocolError("item count \(n) exceeds the frame") }
+            var items: [ItemResult] = []
+            items.reserveCapacity(n)
+            for _ in 0..<n {
+                guard let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: false) else { throw ProtocolError("no item class") }
+                let present = try QueryCodec.flags(try r.u8("present flags"))
+                var item = ItemResult(itemClass: cls)
+                if present.contains(.data) { item.data = try r.secret("data") }
+                if present.contains(.attributes) { item.attributes = try r.attributes("attributes") }
+                if present.contains(.persistentRef) {
+                    let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
+                    guard ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 16 bytes") }
+                    item.persistentRef = ref
+                }
+                items.append(item)
+            }
+            response = .items(items)
+        case .count: response = .count(try r.u64("count"))
+        case .event:
+            let kind = try r.u8("event kind")
+            let ms = try r.u32("grace")
+            switch kind {
+            case 1: response = .event(.willLock(graceMillis: ms))
+            case 2: response = .event(.locked)
+            case 3: response = .event(.unlocked)
+            default: throw ProtocolError("unknown event kind \(kind)")
+            }
+        case .error:
+            let code = Int32(bitPattern: try r.u32("status"))
+            let message = try r.sstr("message")
+            guard code != 0 else { throw ProtocolError("ERROR with status 0") }
+            if let s = SecStatus(rawValue: code) {
+                response = .error(SecError(s, message))
+            } else {
+                response = .error(SecError(.internalComponent, "agent error \(code): \(message)"))
+            }
+        default:
+            throw ProtocolError("message type 0x\(String(typeByte, radix: 16)) is a request, not a reply")
+        }
+        try r.expectEnd("message")
+        return (id, response)
+    }
+}
+
+/// The query encoding shared by COPY_MATCHING, UPDATE and DELETE.
+enum QueryCodec {
+    static func flags(_ b: UInt8) throws(ProtocolError) -> ReturnFlags {
+        let f = ReturnFlags(rawValue: b)
+        guard ReturnFlags.all.isSuperset(of: f) else { throw ProtocolError("undefined flag bits 0x\(String(b, radix: 16))") }
+        return f
+    }
+
+    static func encode(_ q: ItemQuery) -> [UInt8] {
+        var w = ByteWriter(capacity: 64)
+        w.u8(ItemClassCode.encode(q.itemClass))
+        AttributeCodec.encode(q.attributes, into: &w)
+        switch q.limit {
+        case .one: w.u8(0); w.u32(0)
+        case .all: w.u8(1); w.u32(0)
+        case .count(let n): w.u8(2); w.u32(UInt32(clamping: n))
+        }
+        var flags: ReturnFlags = []
+        if q.returnData { flags.insert(.data) }
+        if q.returnAttributes { flags.insert(.attributes) }
+        if q.returnPersistentRef { flags.insert(.persistentRef) }
+        w.u8(flags.rawValue)
+        w.blob(q.persistentRef ?? [])
+        return w.bytes
+    }
+
+    static func decode(_ r: inout BodyReader) throws(ProtocolError) -> ItemQuery {
+        let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: true)
+        let attrs = try r.attributes("query attributes")
+        let kind = try r.u8("limit kind")
+        let count = try r.u32("limit count")
+        let limit: MatchLimit
+        switch kind {
+        case 0 where count == 0: limit = .one
+        case 1 where count == 0: limit = .all
+        case 2 where count >= 1: limit = .count(Int(count))
+        default: throw ProtocolError("bad match limit (kind \(kind), count \(count))")
+        }
+        let flags = try flags(try r.u8("return flags"))
+        let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
+        guard ref.isEmpty || ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 0 or 16 bytes") }
+        return ItemQuery(itemClass: cls, attributes: attrs, limit: limit, returnData: flags.contains(.data),
+                         returnAttributes: flags.contains(.attributes), returnPersistentRef: flags.contains(.persistentRef),
+                         persistentRef: ref.isEmpty ? nil : ref)
+    }
+}

@@ -1,0 +1,169 @@
+import CofferCrypto
+import CofferModel
+
+/// Constants and framing of the Coffer wire protocol, version 1 (see the WireProtocol article).
+public enum WireFormat {
+    /// The protocol version this code speaks.
+    public static let version: UInt16 = 1
+    /// Smallest frame body: type (1) + request id (4).
+    public static let minimumBodyBytes = 5
+    /// Largest frame body (256 KiB, like ssh-agent's AGENT_MAX_LEN): bounds what one client can make
+    /// the agent allocate; a length outside 5...256 KiB is a framing error and closes the connection.
+    public static let maximumBodyBytes = 256 * 1024
+    /// Largest passcode or secret field.
+    public static let maximumSecretBytes = 192 * 1024
+    /// Length of a persistent reference.
+    public static let persistentRefBytes = 16
+
+    /// The request id of a frame body (bytes 1...4), if the body is long enough.
+    public static func requestID(ofBody body: UnsafeRawBufferPointer) -> UInt32? {
+        guard body.count >= minimumBodyBytes else { return nil }
+        return body[1..<5].reduce(0) { $0 << 8 | UInt32($1) }
+    }
+}
+
+/// Message type codes (first byte of a frame body). Never renumbered.
+public enum MessageType: UInt8, Sendable {
+    case hello = 0x01, status = 0x02, unlock = 0x03, lock = 0x04, setPasscode = 0x05
+    case add = 0x06, copyMatching = 0x07, update = 0x08, delete = 0x09, subscribe = 0x0A
+    case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88
+    case event = 0xC0, error = 0xFF
+}
+
+/// A message that could not be decoded: always errSecParam on the wire.
+public struct ProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// What was wrong (never quotes payload bytes).
+    public let description: String
+    /// Makes an error.
+    public init(_ description: String) { self.description = description }
+    init(_ e: DecodeError) { description = e.reason }
+    /// The error as the agent reports it.
+    public var secError: SecError { .param("malformed message: \(description)") }
+}
+
+/// Which parts of an item a reply carries (kSecReturnData / Attributes / PersistentRef).
+public struct ReturnFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// The secret.
+    public static let data = ReturnFlags(rawValue: 1)
+    /// The attributes.
+    public static let attributes = ReturnFlags(rawValue: 2)
+    /// The persistent reference.
+    public static let persistentRef = ReturnFlags(rawValue: 4)
+    /// Every defined bit.
+    public static let all: ReturnFlags = [.data, .attributes, .persistentRef]
+}
+
+/// Item class codes on the wire: 0 any (queries only), 1 genp, 2 inet, 3 keys, 4 cert.
+enum ItemClassCode {
+    static let order: [ItemClass] = [.genericPassword, .internetPassword, .key, .certificate]
+    static func encode(_ c: ItemClass?) -> UInt8 { c.map { UInt8(order.firstIndex(of: $0)! + 1) } ?? 0 }
+    static func decode(_ b: UInt8, allowAny: Bool) throws(ProtocolError) -> ItemClass? {
+        if b == 0 {
+            guard allowAny else { throw ProtocolError("item class 0 (any) is only allowed in queries") }
+            return nil
+        }
+        guard Int(b) <= order.count else { throw ProtocolError("unknown item class \(b)") }
+        return order[Int(b) - 1]
+    }
+}
+
+/// Builds one frame with its length prefix, reserving the exact size first so an array holding a
+/// secret never reallocates (which would leave copies behind).
+struct FrameBuilder {
+    var w: ByteWriter
+
+    init(type: MessageType, requestID: UInt32, payloadCapacity: Int) {
+        w = ByteWriter(capacity: 9 + payloadCapacity)
+        w.u32(0) // patched in `finish`
+        w.u8(type.rawValue)
+        w.u32(requestID)
+    }
+
+    mutating func secret(_ s: SecureBytes) {
+        w.u32(UInt32(s.count))
+        s.withUnsafeBytes { w.raw($0) }
+    }
+
+    func finish() -> [UInt8] {
+        var bytes = w.bytes
+        let n = UInt32(bytes.count - 4)
+        bytes[0] = UInt8(n >> 24); bytes[1] = UInt8((n >> 16) & 0xff); bytes[2] = UInt8((n >> 8) & 0xff); bytes[3] = UInt8(n & 0xff)
+        return bytes
+    }
+}
+
+/// Reading helpers over a frame body held in secure memory.
+struct BodyReader {
+    let raw: UnsafeRawBufferPointer
+    private(set) var offset: Int
+
+    init(_ payload: UnsafeRawBufferPointer) {
+        raw = payload
+        offset = 0
+    }
+
+    var remaining: Int { raw.count - offset }
+
+    mutating func bytes(_ n: Int, _ what: String) throws(ProtocolError) -> UnsafeRawBufferPointer {
+        guard n >= 0, remaining >= n else { throw ProtocolError("truncated \(what)") }
+        defer { offset += n }
+        return UnsafeRawBufferPointer(rebasing: raw[offset..<offset + n])
+    }
+
+    mutating func u8(_ what: String) throws(ProtocolError) -> UInt8 { try bytes(1, what)[0] }
+    mutating func u16(_ what: String) throws(ProtocolError) -> UInt16 { try bytes(2, what).reduce(0) { $0 << 8 | UInt16($1) } }
+    mutating func u32(_ what: String) throws(ProtocolError) -> UInt32 { try bytes(4, what).reduce(0) { $0 << 8 | UInt32($1) } }
+    mutating func u64(_ what: String) throws(ProtocolError) -> UInt64 { try bytes(8, what).reduce(0) { $0 << 8 | UInt64($1) } }
+
+    /// A u32-length-prefixed field copied straight into secure memory.
+    mutating func secret(_ what: String) throws(ProtocolError) -> SecureBytes {
+        let n = Int(try u32("\(what) length"))
+        guard n <= WireFormat.maximumSecretBytes else { throw ProtocolError("\(what) too long (\(n) bytes)") }
+        return SecureBytes(copying: try bytes(n, what))
+    }
+
+    /// A u32-length-prefixed public field.
+    mutating func blob(max: Int, _ what: String) throws(ProtocolError) -> [UInt8] {
+        let n = Int(try u32("\(what) length"))
+        guard n <= max else { throw ProtocolError("\(what) too long (\(n) bytes)") }
+        return Array(try bytes(n, what))
+    }
+
+    mutating func sstr(_ what: String) throws(ProtocolError) -> String {
+        let n = Int(try u16("\(what) length"))
+        guard let s = String(validating: try bytes(n, what), as: UTF8.self) else { throw ProtocolError("\(what) is not valid UTF-8") }
+        return s
+    }
+
+    /// Attributes in the canonical encoding (delegates to ``AttributeCodec``). Only the attribute
+    /// section is copied out: a secret that follows it in the frame stays in secure memory.
+    mutating func attributes(_ what: String) throws(ProtocolError) -> Attributes {
+        var probe = self
+        let count = Int(try probe.u16("\(what) count"))
+        guard count <= AttributeCodec.maxCount else { throw ProtocolError("\(what): too many attributes (\(count))") }
+        for _ in 0..<count {
+            _ = try probe.bytes(Int(try probe.u16("attribute name length")), "attribute name")
+            switch try probe.u8("value tag") {
+            case 1, 3: _ = try probe.bytes(Int(try probe.u32("value length")), "value")
+            case 2, 5: _ = try probe.bytes(8, "value")
+            case 4: _ = try probe.bytes(1, "value")
+            case let t: throw ProtocolError("\(what): unknown value tag \(t)")
+            }
+        }
+        var reader = ByteReader(Array(UnsafeRawBufferPointer(rebasing: raw[offset..<probe.offset])))
+        do {
+            let a = try AttributeCodec.decodeAttributes(from: &reader)
+            try reader.expectEnd(what)
+            offset = probe.offset
+            return a
+        } catch {
+            throw ProtocolError("\(what): \(error.reason)")
+        }
+    }
+
+    func expectEnd(_ what: String) throws(ProtocolError) {
+        guard remaining == 0 else { throw ProtocolError("\(remaining) trailing bytes after \(what)") }
+    }
+}

@@ -1,0 +1,28 @@
+import Glibc
+
+/// Unbuffered writes to standard output and error (no shared `FILE*` state).
+public enum StandardStreams {
+    /// Writes every byte to `fd`; false if it could not.
+    @discardableResult
+    public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        var off = 0
+        while off < bytes.count {
+            let n = retryingEINTR { Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
+            if n <= 0 { return false }
+            off += n
+        }
+        return true
+    }
+
+    /// Writes `line` and a newline to standard error.
+    public static func printError(_ line: String) {
+        var s = line + "\n"
+        _ = s.withUTF8 { write(2, UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Writes `line` and a newline to standard output.
+    public static func print(_ line: String) {
+        var s = line + "\n"
+        _ = s.withUTF8 { write(1, UnsafeRawBufferPointer($0)) }
+    }
+}

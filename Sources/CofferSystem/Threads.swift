@@ -1,0 +1,39 @@
+import Glibc
+
+/// Detached POSIX threads for blocking work (one per agent connection, the signal waiter, timers).
+public enum Threads {
+    private final class Box { let body: () -> Void; init(_ b: @escaping () -> Void) { body = b } }
+
+    /// Starts `body` on a new detached thread; false if the system refused (thread limit).
+    @discardableResult
+    public static func detach(stackBytes: Int = 512 << 10, _ body: @escaping @Sendable () -> Void) -> Bool {
+        var attr = pthread_attr_t()
+        pthread_attr_init(&attr)
+        defer { pthread_attr_destroy(&attr) }
+        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+        pthread_attr_setstacksize(&attr, stackBytes)
+        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        var tid = pthread_t()
+        let rc = pthread_create(&tid, &attr, { raw in
+            let b = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+            b.body()
+            return nil
+        }, box)
+        if rc != 0 { Unmanaged<Box>.fromOpaque(box).release() }
+        return rc == 0
+    }
+
+    /// Sleeps for `seconds` (fractions allowed), resuming after signals.
+    public static func sleep(seconds: Double) {
+        var req = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - Double(Int(seconds))) * 1e9))
+        var rem = timespec()
+        while nanosleep(&req, &rem) == -1 && errno == EINTR { req = rem }
+    }
+
+    /// Monotonic seconds.
+    public static func monotonicSeconds() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

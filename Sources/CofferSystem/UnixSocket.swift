@@ -1,0 +1,154 @@
+import CSystemShims
+import Glibc
+
+/// Who is at the other end of a Unix socket (SO_PEERCRED), plus the executable it runs.
+public struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
+    /// Peer process id at connect time.
+    public let pid: Int32
+    /// Peer user id.
+    public let uid: UInt32
+    /// Peer group id.
+    public let gid: UInt32
+    /// `/proc/PID/exe` as resolved at connect time (nil if it could not be read).
+    public let executable: String?
+
+    /// Reads the peer of a connected socket.
+    public static func of(socket fd: Int32) throws(SystemError) -> PeerIdentity {
+        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
+        guard coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
+        return PeerIdentity(pid: pid, uid: uid, gid: gid, executable: executablePath(pid: pid))
+    }
+
+    /// The target of `/proc/PID/exe`.
+    public static func executablePath(pid: Int32) -> String? {
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/\(pid)/exe", &buf, buf.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    public var description: String { "pid \(pid) uid \(uid) \(executable ?? "?")" }
+}
+
+/// Unix stream sockets: the only Swift code making raw socket calls.
+public enum UnixSocket {
+    /// Longest socket path (sun_path minus the terminator).
+    public static let maxPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+
+    private static func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) throws(SystemError) -> R {
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, bytes.count <= maxPathBytes else { throw SystemError("socket path too long", path, errno: ENAMETOOLONG) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+        }
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+    }
+
+    /// Creates a listening socket at `path` with mode 0600. A stale socket file is replaced; a live
+    /// one (another agent answers) is an error (EADDRINUSE).
+    public static func listen(path: String, backlog: Int32 = 128) throws(SystemError) -> Int32 {
+        if Files.exists(path) {
+            if let probe = try? connect(path: path) {
+                close(probe)
+                throw SystemError("another agent is listening on", path, errno: EADDRINUSE)
+            }
+            unlink(path)
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError("socket", path) }
+        let old = umask(0o177)
+        let rc = try withAddress(path) { bind(fd, $0, $1) }
+        umask(old)
+        guard rc == 0 else { let e = SystemError("bind", path); close(fd); throw e }
+        guard chmod(path, 0o600) == 0 else { let e = SystemError("chmod", path); close(fd); throw e }
+        guard Glibc.listen(fd, backlog) == 0 else { let e = SystemError("listen", path); close(fd); throw e }
+        return fd
+    }
+
+    /// Connects to the socket at `path`.
+    public static func connect(path: String) throws(SystemError) -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError("socket", path) }
+        let rc = try withAddress(path) { addr, len in retryingEINTR { Glibc.connect(fd, addr, len) } }
+        guard rc == 0 else { let e = SystemError("connect", path); close(fd); throw e }
+        return fd
+    }
+
+    /// Accepts one connection (retrying EINTR); the new socket is close-on-exec.
+    public static func accept(_ listener: Int32) throws(SystemError) -> Int32 {
+        let fd = retryingEINTR { coffer_accept_cloexec(listener) }
+        guard fd >= 0 else { throw SystemError("accept", "listener") }
+        return fd
+    }
+
+    /// Writes every byte (retrying EINTR and short writes). MSG_NOSIGNAL: a vanished peer is an error, not SIGPIPE.
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, dontWait: Bool = false) -> Bool {
+        var off = 0
+        let flags = Int32(MSG_NOSIGNAL) | (dontWait ? Int32(MSG_DONTWAIT) : 0)
+        while off < bytes.count {
+            let n = retryingEINTR { send(fd, bytes.baseAddress! + off, bytes.count - off, flags) }
+            if n <= 0 { return false }
+            off += n
+        }
+        return true
+    }
+
+    /// Reads exactly `buffer.count` bytes; false on EOF, error or timeout before that.
+    public static func readExactly(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        var off = 0
+        while off < buffer.count {
+            let n = retryingEINTR { recv(fd, buffer.baseAddress! + off, buffer.count - off, 0) }
+            if n <= 0 { return false }
+            off += n
+        }
+        return true
+    }
+
+    /// Sets send/receive timeouts (0 = none).
+    public static func setTimeouts(_ fd: Int32, send: Double, receive: Double) {
+        func tv(_ s: Double) -> timeval { timeval(tv_sec: Int(s), tv_usec: Int((s - Double(Int(s))) * 1e6)) }
+        var s = tv(send), r = tv(receive)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, socklen_t(MemoryLayout<timeval>.size))
+    }
+}
+
+/// systemd integration without libsystemd: socket activation and readiness notification.
+public enum Systemd {
+    /// The listening socket passed by systemd socket activation (fd 3), if this process was given one.
+    /// Clears LISTEN_PID/LISTEN_FDS so children do not inherit them.
+    public static func activationSocket() -> Int32? {
+        defer { unsetenv("LISTEN_PID"); unsetenv("LISTEN_FDS"); unsetenv("LISTEN_FDNAMES") }
+        guard let pidText = getenv("LISTEN_PID").map({ String(cString: $0) }), Int32(pidText) == getpid(),
+              let fdsText = getenv("LISTEN_FDS").map({ String(cString: $0) }), let n = Int(fdsText), n >= 1 else { return nil }
+        let fd: Int32 = 3
+        let flags = fcntl(fd, F_GETFD)
+        if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
+        return fd
+    }
+
+    /// Sends `state` (e.g. "READY=1") to $NOTIFY_SOCKET; false if not under systemd.
+    @discardableResult
+    public static func notify(_ state: String) -> Bool {
+        guard let raw = getenv("NOTIFY_SOCKET") else { return false }
+        var path = Array(String(cString: raw).utf8)
+        guard !path.isEmpty, path.count <= UnixSocket.maxPathBytes else { return false }
+        if path[0] == UInt8(ascii: "@") { path[0] = 0 } // abstract namespace
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in for (i, b) in path.enumerated() { p[i] = b } }
+        let len = socklen_t(MemoryLayout<sa_family_t>.size + path.count)
+        let msg = Array(state.utf8)
+        let sent = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, msg, msg.count, Int32(MSG_NOSIGNAL), $0, len) }
+        }
+        return sent == msg.count
+    }
+}

@@ -1,0 +1,88 @@
+import ArgumentParser
+import CofferCrypto
+import CofferModel
+import Glibc
+
+/// Reading secrets and passcodes from stdin or a descriptor, straight into secure memory.
+enum SecretInput {
+    /// Largest secret accepted (the wire frame limit leaves room for attributes).
+    static let maxBytes = 192 * 1024
+
+    /// Reads all of `fd` (up to ``maxBytes``) into secure memory, dropping one trailing newline.
+    static func read(fd: Int32, what: String) throws(SecError) -> SecureBytes {
+        let buffer = SecureBytes(count: maxBytes + 1)
+        var total = 0
+        let failed: Bool = buffer.withUnsafeMutableBytes { b in
+            while total < b.count {
+                let n = Glibc.read(fd, b.baseAddress! + total, b.count - total)
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 { return true }
+                if n == 0 { break }
+                total += n
+            }
+            return false
+        }
+        if failed { throw .io("cannot read the \(what) from file descriptor \(fd)") }
+        guard total <= maxBytes else { throw .param("the \(what) is larger than \(maxBytes) bytes") }
+        let trimmed = buffer.withUnsafeBytes { b -> Int in
+            var n = total
+            if n > 0 && b[n - 1] == 0x0A { n -= 1 }
+            if n > 0 && b[n - 1] == 0x0D { n -= 1 }
+            return n
+        }
+        guard trimmed > 0 else { throw .param("the \(what) is empty") }
+        return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<trimmed])) }
+    }
+
+    /// Splits a buffer holding two newline-separated secrets (current, new).
+    static func splitTwoLines(_ s: SecureBytes, what: String) throws(SecError) -> (SecureBytes, SecureBytes) {
+        let parts: (SecureBytes, SecureBytes)? = s.withUnsafeBytes { b in
+            guard let nl = b.firstIndex(of: 0x0A) else { return nil }
+            var firstEnd = nl
+            if firstEnd > 0 && b[firstEnd - 1] == 0x0D { firstEnd -= 1 }
+            let first = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[0..<firstEnd]))
+            let second = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[(nl + 1)...]))
+            return (first, second)
+        }
+        guard let parts, parts.0.count > 0, parts.1.count > 0 else {
+            throw .param("expected the current and the new \(what) on two lines")
+        }
+        return parts
+    }
+}
+
+/// Where a secret comes from: `--secret-stdin` or `--secret-fd N` (never argv or the environment).
+struct SecretSource: ParsableArguments {
+    @Flag(name: .customLong("secret-stdin"), help: "Read the secret from standard input (one trailing newline is dropped).")
+    var stdin = false
+
+    @Option(name: .customLong("secret-fd"), help: "Read the secret from this open file descriptor.")
+    var fd: Int32?
+
+    var isGiven: Bool { stdin || fd != nil }
+
+    func validate() throws {
+        if stdin && fd != nil { throw ValidationError("use either --secret-stdin or --secret-fd") }
+    }
+
+    func read() throws(SecError) -> SecureBytes {
+        try SecretInput.read(fd: fd ?? 0, what: "secret")
+    }
+}
+
+/// Where a passcode comes from: `--passcode-stdin` or `--passcode-fd N`.
+struct PasscodeSource: ParsableArguments {
+    @Flag(name: .customLong("passcode-stdin"), help: "Read the passcode from standard input.")
+    var stdin = false
+
+    @Option(name: .customLong("passcode-fd"), help: "Read the passcode from this open file descriptor.")
+    var fd: Int32?
+
+    func validate() throws {
+        guard stdin != (fd != nil) else { throw ValidationError("give exactly one of --passcode-stdin or --passcode-fd N") }
+    }
+
+    func read() throws(SecError) -> SecureBytes {
+        try SecretInput.read(fd: fd ?? 0, what: "passcode")
+    }
+}

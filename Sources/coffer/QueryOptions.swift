@@ -1,0 +1,138 @@
+import ArgumentParser
+import CofferModel
+
+/// Parses `KEY=VALUE` into a typed attribute using Apple's short names and their kinds.
+///
+/// Integers and dates (seconds since 1970) are decimal; bools are true/false/yes/no/1/0; data is
+/// `hex:…` or, otherwise, the UTF-8 bytes of the text.
+func parseAttribute(_ text: String) throws -> (String, AttributeValue) {
+    guard let eq = text.firstIndex(of: "=") else { throw ValidationError("--attr needs KEY=VALUE, got '\(text)'") }
+    let key = String(text[..<eq]), raw = String(text[text.index(after: eq)...])
+    guard let kind = AttributeCatalog.kinds[key] else {
+        throw ValidationError("unknown attribute '\(key)' (use Apple's short names: svce, acct, labl, desc, icmt, gena, …)")
+    }
+    switch kind {
+    case .string: return (key, .string(raw))
+    case .integer:
+        guard let v = Int64(raw) else { throw ValidationError("attribute '\(key)' takes an integer") }
+        return (key, .integer(v))
+    case .bool:
+        switch raw.lowercased() {
+        case "true", "yes", "1": return (key, .bool(true))
+        case "false", "no", "0": return (key, .bool(false))
+        default: throw ValidationError("attribute '\(key)' takes true or false")
+        }
+    case .date:
+        guard let v = Double(raw), v.isFinite else { throw ValidationError("attribute '\(key)' takes seconds since 1970") }
+        return (key, .date(v))
+    case .data:
+        if raw.hasPrefix("hex:") {
+            guard let bytes = Hex.decode(String(raw.dropFirst(4))) else { throw ValidationError("attribute '\(key)': bad hex") }
+            return (key, .data(bytes))
+        }
+        return (key, .data(Array(raw.utf8)))
+    }
+}
+
+/// Item selection shared by get, find, update and delete, and the attributes of add.
+struct ItemOptions: ParsableArguments {
+    @Option(name: .customLong("class"), help: "Item class: genp (generic password), inet, keys, cert.")
+    var itemClass: String?
+
+    @Option(help: "Service (svce).")
+    var service: String?
+
+    @Option(help: "Account (acct).")
+    var account: String?
+
+    @Option(help: "Label (labl).")
+    var label: String?
+
+    @Option(name: .customLong("access-group"), help: "Access group (agrp).")
+    var accessGroup: String?
+
+    @Option(help: "Server (srvr): makes an internet password.")
+    var server: String?
+
+    @Option(name: .customLong("protocol"), help: "Protocol (ptcl), e.g. htps, ftp.")
+    var protocolName: String?
+
+    @Option(help: "Port (port).")
+    var port: Int64?
+
+    @Option(help: "Path (path).")
+    var path: String?
+
+    @Option(name: .customLong("attr"), help: "Any other attribute by its Apple short name: KEY=VALUE (repeatable).")
+    var attrs: [String] = []
+
+    /// The item class: explicit, else internet password if --server is given, else generic password.
+    func resolvedClass(defaultIfNone: Bool) throws -> ItemClass? {
+        if let itemClass {
+            let byName: [String: ItemClass] = ["generic": .genericPassword, "internet": .internetPassword,
+                                               "key": .key, "certificate": .certificate]
+            guard let c = ItemClass(rawValue: itemClass) ?? byName[itemClass] else {
+                throw ValidationError("unknown class '\(itemClass)' (genp, inet, keys, cert)")
+            }
+            return c
+        }
+        if server != nil || protocolName != nil || port != nil || path != nil { return .internetPassword }
+        return defaultIfNone ? .genericPassword : nil
+    }
+
+    func attributes() throws -> Attributes {
+        var a: Attributes = [:]
+        if let service { a["svce"] = .string(service) }
+        if let account { a["acct"] = .string(account) }
+        if let label { a["labl"] = .string(label) }
+        if let accessGroup { a["agrp"] = .string(accessGroup) }
+        if let server { a["srvr"] = .string(server) }
+        if let protocolName { a["ptcl"] = .string(protocolName) }
+        if let port { a["port"] = .integer(port) }
+        if let path { a["path"] = .string(path) }
+        for text in attrs {
+            let (k, v) = try parseAttribute(text)
+            a[k] = v
+        }
+        return a
+    }
+}
+
+/// Parses a protection class (`when-unlocked`, `ak`, …) for `--accessible`.
+func parseAccessible(_ text: String) throws -> ProtectionClass {
+    guard let c = ProtectionClass(parsing: text) else {
+        let names = ProtectionClass.allCases.map(\.cliName).joined(separator: ", ")
+        throw ValidationError("unknown accessibility '\(text)'; one of: \(names) (or ak, ck, dk, aku, cku, dku, akpu)")
+    }
+    return c
+}
+
+/// Lowercase hexadecimal.
+enum Hex {
+    static func encode(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func decode(_ s: String) -> [UInt8]? {
+        let u = Array(s.utf8)
+        guard u.count % 2 == 0 else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: c - 48
+            case 97...102: c - 87
+            case 65...70: c - 55
+            default: nil
+            }
+        }
+        var out = [UInt8]()
+        for i in stride(from: 0, to: u.count, by: 2) {
+            guard let h = nibble(u[i]), let l = nibble(u[i + 1]) else { return nil }
+            out.append(h << 4 | l)
+        }
+        return out
+    }
+}

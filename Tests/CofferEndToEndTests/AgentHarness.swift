@@ -1,0 +1,149 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// Where `swift build` put the executables under test.
+enum Binaries {
+    static let directory: String = {
+        // Tests/CofferEndToEndTests/AgentHarness.swift → package root
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        for config in ["debug", "release"] {
+            let dir = root.appendingPathComponent(".build/\(config)").path
+            if FileManager.default.isExecutableFile(atPath: dir + "/cofferd") { return dir }
+        }
+        return root.appendingPathComponent(".build/debug").path
+    }()
+    static var cofferd: String { directory + "/cofferd" }
+    static var coffer: String { directory + "/coffer" }
+    static var packageRoot: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    }
+}
+
+/// The user running the tests (PAM checks passcodes for this name).
+let currentUser: String = String(cString: getpwuid(getuid())!.pointee.pw_name)
+
+/// A real `cofferd` child process with a private state directory, socket and PAM stack
+/// (pam_matrix from libpam-wrapper, loaded by absolute path through `--pam-confdir`).
+final class AgentProcess: @unchecked Sendable {
+    let dir = TemporaryDirectory("coffer-e2e")
+    var stateDir: String { dir.file("state") }
+    var socketPath: String { dir.file("run/coffer/agent.sock") }
+    var pamDir: String { dir.file("pam") }
+    private(set) var process: Process?
+    private(set) var logPath: String
+    let extraArguments: [String]
+
+    /// The login password PAM accepts in these tests.
+    static let password = "correct horse"
+
+    init(extraArguments: [String] = [], start: Bool = true) throws {
+        self.extraArguments = extraArguments
+        logPath = ""
+        try FileManager.default.createDirectory(atPath: pamDir, withIntermediateDirectories: true)
+        let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
+        let passdb = dir.file("passdb")
+        try "\(currentUser):\(Self.password):coffer\n".write(toFile: passdb, atomically: true, encoding: .utf8)
+        try """
+            auth required \(matrix) passdb=\(passdb)
+            account required \(matrix) passdb=\(passdb)
+
+            """.write(toFile: pamDir + "/coffer", atomically: true, encoding: .utf8)
+        if start { try self.start() }
+    }
+
+    /// Starts the agent in the foreground and waits until its socket accepts.
+    func start() throws {
+        logPath = dir.file("cofferd-\(UUID().uuidString.prefix(8)).log")
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Binaries.cofferd)
+        p.arguments = ["--foreground", "--socket", socketPath, "--state-dir", stateDir, "--pam-confdir", pamDir,
+                       "--pam-service", "coffer", "--log-level", "debug", "--kdf-ops", "1"] + extraArguments
+        p.standardError = FileHandle(forWritingAtPath: logPath)
+        p.standardOutput = FileHandle.nullDevice
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        process = p
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if let fd = try? UnixSocket.connect(path: socketPath) { close(fd); return }
+            if !p.isRunning { break }
+            usleep(5000)
+        }
+        throw AgentStartError(log: log)
+    }
+
+    struct AgentStartError: Error, CustomStringConvertible {
+        let log: String
+        var description: String { "cofferd did not start:\n\(log)" }
+    }
+
+    /// The agent's log so far.
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    var pid: Int32 { process?.processIdentifier ?? 0 }
+
+    /// SIGTERM and wait; returns the exit status.
+    @discardableResult
+    func stop() -> Int32 {
+        guard let p = process, p.isRunning else { return process?.terminationStatus ?? 0 }
+        p.terminate()
+        p.waitUntilExit()
+        return p.terminationStatus
+    }
+
+    /// SIGKILL and wait.
+    func kill9() {
+        guard let p = process, p.isRunning else { return }
+        Glibc.kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+    }
+
+    func restart() throws {
+        stop()
+        try start()
+    }
+
+    deinit { kill9() }
+
+    /// Runs the `coffer` CLI against this agent.
+    func cli(_ args: [String], stdin: String? = nil, environment: [String: String] = [:]) -> CLIResult {
+        runCLI(args, stdin: stdin, environment: ["COFFER_SOCKET": socketPath].merging(environment) { $1 })
+    }
+
+    /// Sets the passcode (the PAM password) and leaves the agent unlocked.
+    func setPasscode() {
+        let r = cli(["passcode", "set", "--passcode-stdin"], stdin: Self.password)
+        #expect(r.status == 0, "passcode set failed: \(r.stderr)\n\(log)")
+    }
+}
+
+struct CLIResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+/// Runs `coffer` with `args`, feeding `stdin`.
+func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String] = [:]) -> CLIResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: Binaries.coffer)
+    p.arguments = args
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "COFFER_SOCKET")
+    env.merge(environment) { $1 }
+    p.environment = env
+    let out = Pipe(), err = Pipe(), inp = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = inp
+    do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
+    if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try? inp.fileHandleForWriting.close()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Coffer builds and tests with (Debian 12). Run as root; a no-op
+# when everything is already installed.
+set -eu
+packages="libsodium-dev libpam0g-dev libsqlite3-dev libpam-wrapper pamtester patchelf gcc pkg-config"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "coffer: missing packages:$missing (run as root, or: sudo apt-get install$missing)" >&2
+        exit 1
+    fi
+    echo "coffer: installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq $missing >/dev/null
+fi
