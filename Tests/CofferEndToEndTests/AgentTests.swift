@@ -1,0 +1,267 @@
+import CofferClient
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+import CofferSystem
+import Foundation
+import Testing
+
+func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
+func text(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
+
+func password(_ service: String, _ account: String) -> ItemQuery {
+    ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string(account)], returnData: true)
+}
+
+func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: String = "ak") -> NewItem {
+    NewItem(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string(account), "pdmn": .string(pdmn)],
+            secret: secret(s))
+}
+
+func status<T>(_ body: () throws -> T) -> SecStatus? {
+    do { _ = try body(); return nil } catch let e as SecError { return e.status } catch { return .internalComponent }
+}
+
+@Suite struct AgentTests {
+    @Test func socketAndDirectoryModesAndHardening() throws {
+        let agent = try AgentProcess()
+        #expect(Files.mode(agent.socketPath) == 0o600)
+        #expect(Files.mode(Files.directoryName(agent.socketPath)) == 0o700)
+        #expect(Files.mode(agent.stateDir) == 0o700)
+        for f in ["device.key", "keybag", "keybag.key", "keychain.db"] {
+            #expect(Files.mode(agent.stateDir + "/" + f) == 0o600, "\(f)")
+        }
+        let limits = (try? String(contentsOfFile: "/proc/\(agent.pid)/limits", encoding: .utf8)) ?? ""
+        let core = limits.split(separator: "\n").first { $0.hasPrefix("Max core file size") }.map(String.init) ?? ""
+        #expect(core.contains(" 0 "), "core dumps not disabled: \(core)")
+        // A non-dumpable process's /proc files belong to root: as a normal user, ptrace-style reads fail.
+        #expect(agent.stop() == 0)
+        #expect(!Files.exists(agent.socketPath), "socket left behind")
+    }
+
+    @Test func restartShowsOnlyAlwaysItemsUntilUnlock() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        for p in ProtectionClass.allCases { try c.add(newPassword("svc", p.shortCode, "s-\(p.shortCode)", p.shortCode)) }
+        try agent.restart()
+        let after = try AgentConnection(path: agent.socketPath)
+        #expect(try after.status().lockState == 0)
+        for p in ProtectionClass.allCases {
+            let got = status { try after.copyMatching(password("svc", p.shortCode)) }
+            #expect(got == (p.availability == .always ? nil : .interactionNotAllowed), "\(p)")
+        }
+        try after.unlock(passcode: secret(AgentProcess.password))
+        for p in ProtectionClass.allCases {
+            #expect(text(try after.copyMatching(password("svc", p.shortCode)).first?.data) == "s-\(p.shortCode)")
+        }
+        // Lock: WhenUnlocked classes go, AfterFirstUnlock stays.
+        try after.lock()
+        #expect(status { try after.copyMatching(password("svc", "ak")) } == .interactionNotAllowed)
+        #expect(text(try after.copyMatching(password("svc", "ck")).first?.data) == "s-ck")
+    }
+
+    @Test func fiftyConcurrentClientsMixedOperations() async throws {
+        let agent = try AgentProcess()
+        let path = agent.socketPath
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for client in 0..<50 {
+                group.addTask {
+                    let c = try await CofferClient.connect(socket: path)
+                    var done = 0
+                    for i in 0..<20 {
+                        let acct = "c\(client)-\(i)"
+                        try await c.add(newPassword("load", acct, "v\(i)"))
+                        let got = try await c.copyMatching(password("load", acct))
+                        guard text(got.first?.data) == "v\(i)" else { throw SecError(.decode, "wrong secret") }
+                        if i % 3 == 0 { try await c.update(password("load", acct), ItemChanges(secret: secret("u\(i)"))) }
+                        if i % 5 == 0 { try await c.delete(password("load", acct)) }
+                        _ = try await c.status()
+                        done += 1
+                    }
+                    return done
+                }
+            }
+            var total = 0
+            for try await n in group { total += n }
+            #expect(total == 50 * 20)
+        }
+        let c = try AgentConnection(path: path)
+        #expect(try c.status().itemCount == UInt64(50 * 16))
+    }
+
+    @Test func killDashNineLosesNoAcknowledgedAdd() throws {
+        let agent = try AgentProcess()
+        let path = agent.socketPath
+        // A writer adds as fast as it can and records each acknowledged add; the agent is killed mid-stream.
+        let acknowledged = Locked<[Int]>([])
+        let writer = Thread {
+            guard let c = try? AgentConnection(path: path) else { return }
+            for i in 0..<100_000 {
+                do { try c.add(newPassword("crash", "\(i)", "v\(i)", "dk")) } catch { return }
+                acknowledged.mutate { $0.append(i) }
+            }
+        }
+        writer.start()
+        while acknowledged.value.count < 40 { usleep(1000) }
+        agent.kill9()
+        while writer.isExecuting { usleep(1000) }
+        let acked = acknowledged.value
+        #expect(acked.count >= 40)
+        try agent.start()
+        let c = try AgentConnection(path: agent.socketPath)
+        for i in acked {
+            #expect(text(try c.copyMatching(password("crash", "\(i)")).first?.data) == "v\(i)", "lost add \(i)")
+        }
+        #expect(try c.status().itemCount >= UInt64(acked.count))
+    }
+
+    @Test func hostileFramesLeaveOtherClientsServed() throws {
+        let agent = try AgentProcess()
+        let good = try AgentConnection(path: agent.socketPath)
+        try good.add(newPassword("svc", "acct", "ok"))
+        func raw(_ bytes: [UInt8], expectReply: Bool, frames wanted: Int = 3) -> [UInt8]? {
+            guard let fd = try? UnixSocket.connect(path: agent.socketPath) else { return nil }
+            defer { close(fd) }
+            UnixSocket.setTimeouts(fd, send: 2, receive: 2)
+            _ = bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
+            guard expectReply else { shutdown(fd, Int32(SHUT_WR)); return nil }
+            // Everything the agent sends until it closes or goes quiet for the receive timeout.
+            var all: [UInt8] = []
+            var buf = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = recv(fd, &buf, buf.count, 0)
+                if n <= 0 { return all }
+                all += buf[0..<n]
+                if !expectMore(all, wanted) { return all }
+            }
+        }
+        /// True while the bytes read end mid-frame, or hold fewer than `wanted` frames.
+        func expectMore(_ bytes: [UInt8], _ wanted: Int) -> Bool {
+            var i = 0, frames = 0
+            while i + 4 <= bytes.count {
+                let len = Int(bytes[i]) << 24 | Int(bytes[i + 1]) << 16 | Int(bytes[i + 2]) << 8 | Int(bytes[i + 3])
+                i += 4 + len
+                frames += 1
+            }
+            return i != bytes.count || frames < wanted
+        }
+        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "fuzz").encodeFrame(requestID: 1)
+        // Oversized and undersized lengths: framing errors close the connection with no reply.
+        #expect(raw([0xFF, 0xFF, 0xFF, 0xFF, 1, 0, 0, 0, 1], expectReply: true) == [])
+        #expect(raw([0, 0, 0, 2, 1, 0], expectReply: true) == [])
+        // Not HELLO first: an ERROR reply, then close.
+        let notHello = raw(Request.status.encodeFrame(requestID: 9), expectReply: true, frames: 1) ?? []
+        #expect(notHello.count > 9 && notHello[4] == 0xFF)
+        // Unknown message type after HELLO: ERROR errSecParam (-50), and the connection stays usable.
+        let replies = raw(hello + [0, 0, 0, 5, 0x42, 0, 0, 0, 7] + Request.status.encodeFrame(requestID: 8), expectReply: true) ?? []
+        let frames = replies.withUnsafeBytes { b in
+            var out: [(UInt32, Response)] = []
+            var i = 4
+            while i < b.count {
+                let len = Int(b[i - 4]) << 24 | Int(b[i - 3]) << 16 | Int(b[i - 2]) << 8 | Int(b[i - 1])
+                if let r = try? Response.decodeBody(UnsafeRawBufferPointer(rebasing: b[i..<i + len])) { out.append(r) }
+                i += len + 4
+            }
+            return out
+        }
+        #expect(frames.count == 3, "\(replies)")
+        if frames.count == 3 {
+            guard case .error(let e) = frames[1].1 else { Issue.record("no error reply for an unknown type"); return }
+            #expect(e.status == .param && frames[1].0 == 7)
+            guard case .status = frames[2].1 else { Issue.record("connection not usable after an unknown type"); return }
+        }
+        // Truncated frames at every length, and random garbage.
+        var rng = SystemRandomNumberGenerator()
+        let add = Request.add(newPassword("svc", "other", "x"), []).encodeFrame(requestID: 2)
+        for cut in stride(from: 1, to: add.count, by: 3) { _ = raw(hello + Array(add[0..<cut]), expectReply: false) }
+        for _ in 0..<200 {
+            let n = Int.random(in: 1...64, using: &rng)
+            _ = raw(hello + (0..<n).map { _ in UInt8.random(in: 0...255, using: &rng) }, expectReply: false)
+        }
+        // Payloads that parse as frames but carry nonsense.
+        for _ in 0..<200 {
+            var body: [UInt8] = [UInt8.random(in: 1...10, using: &rng), 0, 0, 0, 3]
+            body += (0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            let len = UInt32(body.count)
+            let reply = raw(hello + [UInt8(len >> 24), UInt8(len >> 16 & 0xff), UInt8(len >> 8 & 0xff), UInt8(len & 0xff)] + body,
+                            expectReply: true, frames: 2) ?? []
+            #expect(!expectMore(reply, 2), "no reply to a nonsense payload")
+        }
+        // The well-behaved client on its old connection is still served, and so is a new one.
+        #expect(text(try good.copyMatching(password("svc", "acct")).first?.data) == "ok")
+        #expect(try AgentConnection(path: agent.socketPath).status().itemCount == 1)
+        #expect(agent.process?.isRunning == true)
+    }
+
+    @Test func aClientThatDisconnectsMidRequestBreaksNothing() throws {
+        let agent = try AgentProcess()
+        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
+        let add = Request.add(newPassword("svc", "half", "x"), []).encodeFrame(requestID: 2)
+        for _ in 0..<20 {
+            let fd = try UnixSocket.connect(path: agent.socketPath)
+            let partial = hello + Array(add[0..<(add.count - 3)])
+            _ = partial.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
+            close(fd)
+        }
+        let c = try AgentConnection(path: agent.socketPath)
+        #expect(status { try c.copyMatching(password("svc", "half")) } == .itemNotFound)
+        try c.add(newPassword("svc", "half", "whole"))
+        #expect(text(try c.copyMatching(password("svc", "half")).first?.data) == "whole")
+    }
+
+    @Test func sessionLockSignalWarnsSubscribersThenLocks() throws {
+        let agent = try AgentProcess(extraArguments: ["--lock-grace", "0.5"])
+        agent.setPasscode()
+        let watcher = try AgentConnection(path: agent.socketPath)
+        try watcher.subscribe()
+        let c = try AgentConnection(path: agent.socketPath)
+        try c.add(newPassword("svc", "a", "x"))
+        kill(agent.pid, SIGUSR1)
+        #expect(try watcher.nextEvent() == .willLock(graceMillis: 500))
+        // During the grace period the data is still there.
+        #expect(text(try c.copyMatching(password("svc", "a")).first?.data) == "x")
+        #expect(try watcher.nextEvent() == .locked)
+        #expect(status { try c.copyMatching(password("svc", "a")) } == .interactionNotAllowed)
+        try c.unlock(passcode: secret(AgentProcess.password))
+        #expect(try watcher.nextEvent() == .unlocked)
+    }
+
+    @Test func idleLockAfterConfiguredTime() throws {
+        let agent = try AgentProcess(extraArguments: ["--idle-lock", "1", "--lock-grace", "0"])
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        #expect(try c.status().idleLockSeconds == 1)
+        Thread.sleep(forTimeInterval: 2.0)
+        #expect(try c.status().lockState == 1)
+    }
+
+    @Test func peerOfAnotherUserIsRefused() throws {
+        guard getuid() == 0 else {
+            print("skipped: creating a throwaway user needs root")
+            return
+        }
+        let agent = try AgentProcess()
+        let user = "coffer-t\(getpid() % 100000)"
+        _ = runShell("useradd --system --no-create-home --shell /usr/sbin/nologin \(user)", socket: "")
+        defer { _ = runShell("userdel \(user)", socket: "") }
+        // The other user cannot even traverse the 0700 directory; allow it so the uid check itself is tested.
+        chmod(agent.dir.path, 0o755)
+        chmod(agent.dir.file("run"), 0o755)
+        chmod(Files.directoryName(agent.socketPath), 0o755)
+        chmod(agent.socketPath, 0o666)
+        let r = runShell("setpriv --reuid=\(user) --regid=nogroup --clear-groups '\(Binaries.coffer)' status", socket: agent.socketPath)
+        #expect(r.status == 9, "another uid was served: \(r)")
+        #expect(agent.log.contains("refused a connection from another user"), "\(agent.log)")
+        #expect(runCLI(["status"], environment: ["COFFER_SOCKET": agent.socketPath]).status == 0)
+    }
+}
+
+/// A value shared between threads.
+final class Locked<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var v: T
+    init(_ v: T) { self.v = v }
+    var value: T { lock.lock(); defer { lock.unlock() }; return v }
+    func mutate(_ f: (inout T) -> Void) { lock.lock(); f(&v); lock.unlock() }
+}

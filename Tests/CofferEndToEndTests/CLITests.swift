@@ -1,0 +1,135 @@
+import CofferSystem
+import Foundation
+import Testing
+
+/// Every CLI command and its errors, against a real agent over a real socket with a real PAM stack.
+@Suite struct CLITests {
+    @Test func fullLifecycleThroughTheCLI() throws {
+        let agent = try AgentProcess()
+        var r = agent.cli(["status"])
+        #expect(r.status == 0 && r.stdout.contains("state: unlocked") && r.stdout.contains("passcode: not set"), "\(r)")
+        // Without a passcode there is nothing to lock with.
+        r = agent.cli(["lock"])
+        #expect(r.status == 7 && r.stderr.contains("errSecNotAvailable (-25291)"), "\(r)")
+        // passcode set needs the PAM password.
+        r = agent.cli(["passcode", "set", "--passcode-stdin"], stdin: "not the login password")
+        #expect(r.status == 5 && r.stderr.hasPrefix("coffer: errSecAuthFailed (-25293)"), "\(r)")
+        agent.setPasscode()
+        r = agent.cli(["status", "--json"])
+        #expect(r.stdout.contains("\"state\":\"unlocked\"") && r.stdout.contains("\"passcodeSet\":true"), "\(r)")
+
+        r = agent.cli(["add", "--service", "mail", "--account", "alice", "--label", "Mail", "--secret-stdin"], stdin: "hunter2\n")
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["get", "--service", "mail", "--account", "alice"])
+        #expect(r.status == 0 && r.stdout == "hunter2" && r.stderr.isEmpty, "\(r)")
+        r = agent.cli(["add", "--service", "mail", "--account", "alice", "--secret-stdin"], stdin: "again")
+        #expect(r.status == 4 && r.stderr.contains("errSecDuplicateItem (-25299)"), "\(r)")
+        r = agent.cli(["get", "--service", "mail", "--account", "bob"])
+        #expect(r.status == 3 && r.stderr == "coffer: errSecItemNotFound (-25300): no matching item\n" && r.stdout.isEmpty, "\(r)")
+
+        // Internet password and arbitrary attributes.
+        r = agent.cli(["add", "--server", "git.example.org", "--protocol", "htps", "--port", "443", "--path", "/repo",
+                       "--account", "ci", "--attr", "icmt=deploy", "--accessible", "after-first-unlock", "--secret-stdin"], stdin: "tok")
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["get", "--server", "git.example.org", "--account", "ci"])
+        #expect(r.stdout == "tok", "\(r)")
+        r = agent.cli(["find", "--attr", "icmt=deploy", "--json"])
+        #expect(r.status == 0 && r.stdout.contains("\"class\":\"inet\"") && r.stdout.contains("\"pdmn\":\"ck\"")
+                && r.stdout.contains("\"port\":443") && !r.stdout.contains("tok"), "\(r)")
+        r = agent.cli(["find"])
+        #expect(r.status == 0 && r.stdout.contains("svce: mail") && r.stdout.contains("srvr: git.example.org")
+                && !r.stdout.contains("hunter2"), "\(r)")
+        r = agent.cli(["find", "--class", "genp", "--limit", "1", "--json"])
+        #expect(r.stdout.hasPrefix("[{\"class\":\"genp\"") && r.stdout.components(separatedBy: "\"class\"").count == 2, "\(r)")
+
+        // Update the secret, the label, the accessibility.
+        r = agent.cli(["update", "--service", "mail", "--account", "alice", "--secret-stdin"], stdin: "new-pass")
+        #expect(r.status == 0 && r.stderr.contains("updated 1 item"), "\(r)")
+        #expect(agent.cli(["get", "--service", "mail", "--account", "alice"]).stdout == "new-pass")
+        r = agent.cli(["update", "--service", "mail", "--set-label", "Work mail", "--accessible", "always"])
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["find", "--service", "mail"]).stdout.contains("labl: Work mail"))
+
+        // Lock: WhenUnlocked refused, AfterFirstUnlock and Always still read.
+        r = agent.cli(["add", "--service", "wu", "--account", "a", "--secret-stdin"], stdin: "x")
+        #expect(r.status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["status"]).stdout.contains("state: locked"))
+        r = agent.cli(["get", "--service", "wu", "--account", "a"])
+        #expect(r.status == 6 && r.stderr.contains("errSecInteractionNotAllowed (-25308)"), "\(r)")
+        #expect(agent.cli(["get", "--server", "git.example.org", "--account", "ci"]).stdout == "tok")
+        #expect(agent.cli(["get", "--service", "mail", "--account", "alice"]).stdout == "new-pass")
+
+        // Wrong passcode refused by PAM; right one unlocks.
+        r = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong")
+        #expect(r.status == 5 && r.stderr == "coffer: errSecAuthFailed (-25293): authentication failed\n", "\(r)")
+        #expect(!agent.log.contains("wrong"))
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(agent.cli(["get", "--service", "wu", "--account", "a"]).stdout == "x")
+
+        // Delete.
+        r = agent.cli(["delete", "--service", "wu"])
+        #expect(r.status == 0 && r.stderr.contains("deleted 1 item"), "\(r)")
+        #expect(agent.cli(["delete", "--service", "wu"]).status == 3)
+        #expect(agent.cli(["delete"]).status != 0) // refuses to delete everything
+        #expect(agent.cli(["status"]).stdout.contains("items: 2"))
+
+        // Passcode change: the new one must pass PAM, the current one must open the keybag.
+        r = agent.cli(["passcode", "change", "--passcode-stdin"], stdin: "wrong\n\(AgentProcess.password)\n")
+        #expect(r.status == 5, "\(r)")
+        r = agent.cli(["passcode", "change", "--passcode-stdin"], stdin: "\(AgentProcess.password)\n\(AgentProcess.password)\n")
+        #expect(r.status == 0, "\(r)")
+
+        #expect(agent.stop() == 0)
+        #expect(agent.log.contains("keys wiped"))
+        for secret in ["hunter2", "new-pass", "tok", AgentProcess.password] {
+            #expect(!agent.log.contains(secret), "log leaks a secret")
+        }
+    }
+
+    @Test func usageErrorsAndSecretsNeverFromArguments() throws {
+        let agent = try AgentProcess()
+        var r = agent.cli(["add", "--service", "s", "--account", "a"])
+        #expect(r.status == 64 && r.stderr.contains("--secret-stdin"), "\(r)")
+        r = agent.cli(["add", "--service", "s", "--account", "a", "--secret", "x"])
+        #expect(r.status != 0, "a --secret option must not exist")
+        r = agent.cli(["add", "--service", "s", "--account", "a", "--accessible", "sometimes", "--secret-stdin"], stdin: "x")
+        #expect(r.status == 64 && r.stderr.contains("unknown accessibility"), "\(r)")
+        r = agent.cli(["add", "--service", "s", "--account", "a", "--attr", "bogus=1", "--secret-stdin"], stdin: "x")
+        #expect(r.status == 64 && r.stderr.contains("unknown attribute 'bogus'"), "\(r)")
+        r = agent.cli(["add", "--service", "s", "--account", "a", "--secret-stdin"], stdin: "")
+        #expect(r.status == 2 && r.stderr.contains("errSecParam (-50)") && r.stderr.contains("empty"), "\(r)")
+        r = agent.cli(["add", "--service", "s", "--account", "a", "--accessible", "akpu", "--secret-stdin"], stdin: "x")
+        #expect(r.status == 7 && r.stderr.contains("errSecNotAvailable"), "\(r)")
+        // Secret from a file descriptor.
+        let path = agent.dir.file("secret.txt")
+        try "from-fd".write(toFile: path, atomically: true, encoding: .utf8)
+        r = runShell("exec 7<'\(path)'; '\(Binaries.coffer)' add --service fd --account a --secret-fd 7", socket: agent.socketPath)
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["get", "--service", "fd", "--account", "a"]).stdout == "from-fd")
+    }
+
+    @Test func noAgentIsErrSecIO() {
+        let r = runCLI(["status", "--socket", "/nonexistent/agent.sock"])
+        #expect(r.status == 9 && r.stderr.hasPrefix("coffer: errSecIO (-36): cannot reach the agent at /nonexistent/agent.sock"), "\(r)")
+        let env = runCLI(["status"], environment: ["XDG_RUNTIME_DIR": "/nonexistent-runtime"])
+        #expect(env.status == 9 && env.stderr.contains("/nonexistent-runtime/coffer/agent.sock"), "\(env)")
+    }
+}
+
+/// Runs a shell snippet with COFFER_SOCKET set.
+func runShell(_ script: String, socket: String) -> CLIResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/bin/sh")
+    p.arguments = ["-c", script]
+    var env = ProcessInfo.processInfo.environment
+    env["COFFER_SOCKET"] = socket
+    p.environment = env
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try? p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+}
