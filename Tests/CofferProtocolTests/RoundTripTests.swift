@@ -1,0 +1,83 @@
+import CofferCrypto
+import CofferModel
+@testable import CofferProtocol
+import Testing
+
+func sb(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
+func str(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
+
+func roundTrip(_ r: Request, id: UInt32 = 42) throws -> Request {
+    let frame = r.encodeFrame(requestID: id)
+    let (gotID, got) = try Array(frame[4...]).withUnsafeBytes { try Request.decodeBody($0) }
+    #expect(gotID == id)
+    #expect(Array(frame[4...]).count == Int(frame[3]) | Int(frame[2]) << 8 | Int(frame[1]) << 16)
+    return got
+}
+
+func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
+    let frame = r.encodeFrame(requestID: id)
+    return try Array(frame[4...]).withUnsafeBytes { try Response.decodeBody($0) }.1
+}
+
+@Suite struct RoundTripTests {
+    let attrs: Attributes = ["svce": .string("s"), "port": .integer(-7), "gena": .data([0, 1, 255]),
+                             "invi": .bool(true), "cdat": .date(1.5e9), "labl": .string("ünïcødé")]
+
+    @Test func everyRequestKind() throws {
+        guard case .hello(1, 3, "x") = try roundTrip(.hello(minVersion: 1, maxVersion: 3, clientName: "x")) else { Issue.record("hello"); return }
+        guard case .unlock(let p) = try roundTrip(.unlock(passcode: sb("pw"))), str(p) == "pw" else { Issue.record("unlock"); return }
+        guard case .setPasscode(let c, let n) = try roundTrip(.setPasscode(current: sb("a"), new: sb("b"))),
+              str(c) == "a", str(n) == "b" else { Issue.record("setPasscode"); return }
+        guard case .add(let item, let flags) = try roundTrip(.add(NewItem(itemClass: .key, attributes: attrs.filter { $0.key != "svce" && $0.key != "port" && $0.key != "invi" }, secret: sb("k")), [.data, .persistentRef])),
+              item.itemClass == .key, str(item.secret) == "k", flags == [.data, .persistentRef] else { Issue.record("add"); return }
+        let q = ItemQuery(itemClass: nil, attributes: attrs, limit: .count(7), returnData: true, returnAttributes: true,
+                          returnPersistentRef: false, persistentRef: [UInt8](repeating: 9, count: 16))
+        guard case .copyMatching(let q2) = try roundTrip(.copyMatching(q)) else { Issue.record("copy"); return }
+        #expect(q2.attributes == attrs && q2.limit == .count(7) && q2.returnData && q2.returnAttributes && !q2.returnPersistentRef)
+        #expect(q2.persistentRef == [UInt8](repeating: 9, count: 16) && q2.itemClass == nil)
+        guard case .update(_, let ch) = try roundTrip(.update(q, ItemChanges(attributes: ["labl": .string("n")], secret: sb("z")))),
+              str(ch.secret) == "z", ch.attributes == ["labl": .string("n")] else { Issue.record("update"); return }
+        guard case .update(_, let ch2) = try roundTrip(.update(q, ItemChanges(attributes: ["labl": .string("n")]))), ch2.secret == nil
+        else { Issue.record("update without secret"); return }
+        guard case .delete(let dq) = try roundTrip(.delete(ItemQuery(limit: .all))), dq.limit == .all else { Issue.record("delete"); return }
+        for r in [Request.status, .lock, .subscribe] { _ = try roundTrip(r) }
+    }
+
+    @Test func everyResponseKind() throws {
+        let s = StatusReply(lockState: 2, passcodeSet: true, itemCount: 1 << 40, agentVersion: "v", lockedMemoryBytes: 8192, idleLockSeconds: 60)
+        guard case .status(let s2) = try roundTrip(.status(s)), s2 == s else { Issue.record("status"); return }
+        let items = [ItemResult(itemClass: .internetPassword, attributes: attrs, data: sb("d"), persistentRef: [UInt8](repeating: 1, count: 16)),
+                     ItemResult(itemClass: .certificate)]
+        guard case .items(let i2) = try roundTrip(.items(items)), i2.count == 2, i2[0].attributes == attrs, str(i2[0].data) == "d",
+              i2[0].persistentRef?.count == 16, i2[1].attributes == nil, i2[1].data == nil else { Issue.record("items"); return }
+        for e in [LockEvent.willLock(graceMillis: 5), .locked, .unlocked] {
+            guard case .event(let e2) = try roundTrip(.event(e)), e2 == e else { Issue.record("event"); return }
+        }
+        for status in SecStatus.allCases where status != .success {
+            guard case .error(let e) = try roundTrip(.error(SecError(status, "m"))), e.status == status, e.message == "m" else {
+                Issue.record("error \(status)"); return
+            }
+        }
+        #expect(Response.items(items).carriesSecret && !Response.items([items[1]]).carriesSecret)
+        #expect(Request.unlock(passcode: sb("x")).carriesSecret && !Request.status.carriesSecret)
+    }
+
+    @Test func secretsDoNotLeakIntoErrors() {
+        // A frame whose passcode field claims more bytes than exist: the message names the field only.
+        let frame: [UInt8] = [3, 0, 0, 0, 1, 0, 0, 0, 9] + Array("hunter".utf8)
+        do { _ = try frame.withUnsafeBytes { try Request.decodeBody($0) }; Issue.record("decoded") } catch let e as ProtocolError {
+            #expect(e.description == "truncated passcode")
+            #expect(!e.secError.message.contains("hunter"))
+        } catch { Issue.record("untyped error") }
+    }
+
+    @Test func limitsAreEnforced() {
+        var w = ByteWriter()
+        w.u8(3); w.u32(1); w.u32(UInt32(WireFormat.maximumSecretBytes + 1))
+        let frame = w.bytes + [UInt8](repeating: 0, count: WireFormat.maximumSecretBytes + 1)
+        #expect(throws: ProtocolError.self) { try frame.withUnsafeBytes { try Request.decodeBody($0) } }
+        var many = ByteWriter()
+        many.u8(7); many.u32(1); many.u8(0); many.u16(UInt16(AttributeCodec.maxCount + 1))
+        #expect(throws: ProtocolError.self) { try many.bytes.withUnsafeBytes { try Request.decodeBody($0) } }
+    }
+}
