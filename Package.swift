@@ -60,7 +60,7 @@ let package = Package(
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol"], swiftSettings: settings),
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM"], swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
-                    dependencies: ["CofferClient", "CofferSystem", "CofferProtocol"], swiftSettings: settings),
+                    dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferTestSupport"], swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferKeychain"],
                           path: "Sources/coffer-bench", swiftSettings: settings),

@@ -34,23 +34,33 @@ final class AgentProcess: @unchecked Sendable {
     private(set) var process: Process?
     private(set) var logPath: String
     let extraArguments: [String]
+    /// The PAM service the agent verifies passcodes with (its file is in `pamDir`).
+    let pamService: String
+    /// pam_matrix's password file (`user:password:service` lines).
+    var passdb: String { dir.file("passdb") }
 
     /// The login password PAM accepts in these tests.
     static let password = "correct horse"
+    static let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
 
-    init(extraArguments: [String] = [], start: Bool = true) throws {
+    init(extraArguments: [String] = [], pamService: String = "coffer", start: Bool = true) throws {
         self.extraArguments = extraArguments
+        self.pamService = pamService
         logPath = ""
         try FileManager.default.createDirectory(atPath: pamDir, withIntermediateDirectories: true)
-        let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
-        let passdb = dir.file("passdb")
-        try "\(currentUser):\(Self.password):coffer\n".write(toFile: passdb, atomically: true, encoding: .utf8)
+        try "\(currentUser):\(Self.password):\(pamService)\n".write(toFile: passdb, atomically: true, encoding: .utf8)
         try """
-            auth required \(matrix) passdb=\(passdb)
-            account required \(matrix) passdb=\(passdb)
+            auth required \(Self.matrix) passdb=\(passdb)
+            account required \(Self.matrix) passdb=\(passdb)
 
-            """.write(toFile: pamDir + "/coffer", atomically: true, encoding: .utf8)
+            """.write(toFile: pamDir + "/" + pamService, atomically: true, encoding: .utf8)
         if start { try self.start() }
+    }
+
+    /// The arguments `cofferd` gets (also used by pam_coffer's agent= start-up test).
+    var agentArguments: [String] {
+        ["--socket", socketPath, "--state-dir", stateDir, "--pam-confdir", pamDir, "--pam-service", pamService,
+         "--log-level", "debug", "--kdf-ops", "1"] + extraArguments
     }
 
     /// Starts the agent in the foreground and waits until its socket accepts.
@@ -59,8 +69,7 @@ final class AgentProcess: @unchecked Sendable {
         FileManager.default.createFile(atPath: logPath, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Binaries.cofferd)
-        p.arguments = ["--foreground", "--socket", socketPath, "--state-dir", stateDir, "--pam-confdir", pamDir,
-                       "--pam-service", "coffer", "--log-level", "debug", "--kdf-ops", "1"] + extraArguments
+        p.arguments = ["--foreground"] + agentArguments
         p.standardError = FileHandle(forWritingAtPath: logPath)
         p.standardOutput = FileHandle.nullDevice
         p.standardInput = FileHandle.nullDevice

@@ -1,0 +1,125 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// pam_coffer.so, built with cc, driven by pamtester under cwrap's pam_wrapper against a real agent.
+@Suite struct PAMModuleTests {
+    static let wrapperModules = "/usr/lib/x86_64-linux-gnu/pam_wrapper"
+
+    /// Builds the module into a temporary directory (the test checks the build script too).
+    static func buildModule(into dir: TemporaryDirectory) throws -> String {
+        let out = dir.path + "/pam_coffer.so"
+        let r = runShell("bash '\(Binaries.packageRoot)/contrib/pam_coffer/build.sh' '\(out)'", socket: "")
+        guard r.status == 0 else { throw ModuleBuildError(output: r.stderr + r.stdout) }
+        return out
+    }
+
+    struct ModuleBuildError: Error { let output: String }
+
+    /// A login service: pam_coffer remembers the password, pam_matrix checks it, pam_coffer unlocks in session.
+    static func writeLoginService(dir: String, module: String, passdb: String, moduleArgs: String) throws {
+        let m = "\(wrapperModules)/pam_matrix.so"
+        try """
+            auth optional \(module) \(moduleArgs)
+            auth required \(m) passdb=\(passdb)
+            account required \(m) passdb=\(passdb)
+            session optional \(module) \(moduleArgs)
+            password required \(m) passdb=\(passdb)
+            password optional \(wrapperModules)/pam_set_items.so
+            password optional \(module) \(moduleArgs)
+
+            """.write(toFile: dir + "/coffer-login", atomically: true, encoding: .utf8)
+        FileManager.default.createFile(atPath: dir + "/other", contents: Data())
+    }
+
+    /// Runs pamtester for `operations`, answering prompts from `input`.
+    static func pamtester(serviceDir: String, _ operations: [String], input: String, environment: String = "") -> CLIResult {
+        runShell("printf '%s' '\(input)' | \(environment) LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
+                 + "pamtester coffer-login \(currentUser) \(operations.joined(separator: " "))", socket: "")
+    }
+
+    @Test func moduleDoesNotDependOnTheSwiftRuntime() throws {
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let r = runShell("ldd '\(module)'", socket: "")
+        #expect(r.status == 0)
+        let libs = r.stdout.split(separator: "\n").map { String($0.split(separator: " ").first ?? "").trimmingCharacters(in: .whitespaces) }
+        let allowed = ["linux-vdso.so.1", "libpam.so.0", "libc.so.6", "libaudit.so.1", "libcap-ng.so.0", "/lib64/ld-linux-x86-64.so.2"]
+        for lib in libs where !lib.isEmpty { #expect(allowed.contains(lib), "unexpected dependency \(lib)") }
+        #expect(!r.stdout.contains("swift"))
+    }
+
+    @Test func loginUnlocksTheAgentAndFirstLoginSetsThePasscode() throws {
+        let agent = try AgentProcess(pamService: "coffer-login")
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        try Self.writeLoginService(dir: services, module: module, passdb: agent.passdb, moduleArgs: "socket=\(agent.socketPath)")
+        let pw = AgentProcess.password
+
+        // First login: no passcode yet, so pam_coffer sets it to the login password.
+        var r = Self.pamtester(serviceDir: services, ["authenticate", "open_session", "close_session"], input: "\(pw)\n\(pw)\n")
+        #expect(r.status == 0, "\(r)")
+        var s = agent.cli(["status"]).stdout
+        #expect(s.contains("passcode: set") && s.contains("state: unlocked"), "\(s)\n\(agent.log)")
+
+        // Locked, then a login unlocks it.
+        #expect(agent.cli(["add", "--service", "s", "--account", "a", "--secret-stdin"], stdin: "v").status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["get", "--service", "s", "--account", "a"]).stdout == "v", "\(agent.log)")
+
+        // A failed login leaves it locked.
+        #expect(agent.cli(["lock"]).status == 0)
+        r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "wrong\nwrong\n")
+        #expect(r.status != 0)
+        s = agent.cli(["status"]).stdout
+        #expect(s.contains("state: locked"), "\(s)")
+
+        // A password change moves the keybag passcode along.
+        r = Self.pamtester(serviceDir: services, ["chauthtok"], input: "\(pw)\nnew secret\nnew secret\n",
+                           environment: "PAM_OLDAUTHTOK='\(pw)' PAM_AUTHTOK='new secret'")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: pw).status == 5)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "new secret").status == 0, "\(agent.log)")
+        #expect(!agent.log.contains(pw) && !agent.log.contains("new secret"))
+    }
+
+    @Test func loginSucceedsWhenNoAgentIsReachable() throws {
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        let passdb = tmp.path + "/passdb"
+        try "\(currentUser):pw:coffer-login\n".write(toFile: passdb, atomically: true, encoding: .utf8)
+        try Self.writeLoginService(dir: services, module: module, passdb: passdb, moduleArgs: "socket=\(tmp.path)/none.sock")
+        let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session", "close_session"], input: "pw\npw\n")
+        #expect(r.status == 0, "\(r)")
+    }
+
+    @Test func sessionStartsTheAgentWhenAsked() throws {
+        let agent = try AgentProcess(pamService: "coffer-login", start: false)
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        // Everything after --socket PATH is passed as agentarg=… tokens.
+        let extra = agent.agentArguments.dropFirst(2).map { "agentarg=\($0)" }.joined(separator: " ")
+        try Self.writeLoginService(dir: services, module: module, passdb: agent.passdb,
+                                   moduleArgs: "socket=\(agent.socketPath) agent=\(Binaries.cofferd) \(extra)")
+        try FileManager.default.createDirectory(atPath: Files.directoryName(agent.socketPath), withIntermediateDirectories: true)
+        let pw = AgentProcess.password
+        let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n")
+        #expect(r.status == 0, "\(r)")
+        let s = agent.cli(["status"])
+        #expect(s.status == 0 && s.stdout.contains("passcode: set") && s.stdout.contains("state: unlocked"), "\(s)")
+        // Stop the agent the module started.
+        let pid = runShell("pgrep -f -- '--socket \(agent.socketPath)'", socket: "").stdout.split(separator: "\n").first.flatMap { Int32($0) }
+        if let pid { kill(pid, SIGTERM) }
+        #expect(pid != nil)
+    }
+}
+
