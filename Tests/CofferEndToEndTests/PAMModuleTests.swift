@@ -123,3 +123,25 @@ import Testing
     }
 }
 
+
+/// contrib/install.sh into a staging root (DESTDIR): what an administrator runs, checked without touching the system.
+@Suite struct InstallScriptTests {
+    @Test func installsEverythingIdempotently() throws {
+        let root = TemporaryDirectory("coffer-install")
+        let cmd = "DESTDIR='\(root.path)' bash '\(Binaries.packageRoot)/contrib/install.sh' --bin-dir '\(Binaries.directory)' --enable-pam-login"
+        for _ in 0..<2 {
+            let r = runShell(cmd, socket: "")
+            #expect(r.status == 0, "\(r)")
+        }
+        for f in ["usr/local/bin/cofferd", "usr/local/bin/coffer"] { #expect(Files.mode(root.file(f)) == 0o755, "\(f)") }
+        #expect(Files.mode(root.file("etc/pam.d/coffer")) == 0o644)
+        #expect(Files.exists(root.file("usr/lib/systemd/user/coffer-agent.socket")))
+        #expect(Files.exists(root.file("usr/lib/systemd/user/coffer-agent.service")))
+        let modules = runShell("find '\(root.path)' -name pam_coffer.so", socket: "").stdout
+        #expect(modules.contains("/security/pam_coffer.so"), "\(modules)")
+        let auth = (try? String(contentsOfFile: root.file("etc/pam.d/common-auth"), encoding: .utf8)) ?? ""
+        #expect(auth.components(separatedBy: "pam_coffer.so").count == 2, "line added twice or not at all: \(auth)")
+        let dry = runShell("bash '\(Binaries.packageRoot)/contrib/install.sh' --dry-run", socket: "")
+        #expect(dry.status == 0 && dry.stdout.contains("+ install"), "\(dry)")
+    }
+}
