@@ -62,7 +62,7 @@ let package = Package(
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferTestSupport"], swiftSettings: settings),
 
-        .executableTarget(name: "coffer-bench", dependencies: ["CofferKeychain"],
+        .executableTarget(name: "coffer-bench", dependencies: ["CofferKeychain", "CofferClient", "CofferSystem"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )

@@ -71,7 +71,8 @@ public final class Keychain: @unchecked Sendable {
             let content = try item.secret.withUnsafeBytes { s throws(SecError) in
                 try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref)
             }
-            try store.insert(content)
+            // The row and its index entries commit together (one transaction) or not at all.
+            try store.transaction { () throws(SecError) in _ = try store.insert(content) }
             return ItemResult(itemClass: item.itemClass,
                               attributes: returnAttributes ? attrs : nil,
                               data: returnData ? SecureBytes(copying: item.secret.withUnsafeBytes { $0 }) : nil,

@@ -1,6 +1,8 @@
-// coffer-bench: micro-benchmarks of the keychain library (not timed tests).
+// coffer-bench: benchmarks (not timed tests). Prints Markdown tables.
 //
-//   coffer-bench keychain [SIZE ...]     median add and copyMatching(svce+acct) per keychain size
+//   coffer-bench keychain [SIZE ...]                 library: median add and copyMatching(svce+acct) per size
+//   coffer-bench agent BIN_DIR [ITEMS]               agent: round trip, throughput, CLI process time,
+//                                                    cold start, RSS (BIN_DIR holds cofferd and coffer)
 //
 // Prints a Markdown table. Build in release: swift build -c release --product coffer-bench.
 import CofferCrypto
@@ -74,7 +76,9 @@ switch args.first {
 case "keychain":
     let sizes = args.dropFirst().compactMap { Int($0) }
     try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+case "agent" where args.count >= 2:
+    try AgentBench(binDir: args[1], items: args.count > 2 ? Int(args[2]) ?? 100_000 : 100_000).run()
 default:
-    print("usage: coffer-bench keychain [SIZE ...]")
+    print("usage: coffer-bench keychain [SIZE ...] | coffer-bench agent BIN_DIR [ITEMS]")
     exit(2)
 }

@@ -246,4 +246,5 @@ struct Delete: ParsableCommand {
     }
 }
 
+if let status = FastPath.run(Array(CommandLine.arguments.dropFirst())) { exit(status) }
 Coffer.main()

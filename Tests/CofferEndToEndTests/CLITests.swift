@@ -109,6 +109,27 @@ import Testing
         #expect(agent.cli(["get", "--service", "fd", "--account", "a"]).stdout == "from-fd")
     }
 
+    /// `get` has a fast path that skips the argument parser; it must answer exactly like the full parser.
+    @Test func fastAndFullGetAgree() throws {
+        let agent = try AgentProcess()
+        #expect(agent.cli(["add", "--service", "s", "--account", "a", "--secret-stdin"], stdin: "v").status == 0)
+        #expect(agent.cli(["add", "--server", "h", "--account", "a", "--secret-stdin"], stdin: "w").status == 0)
+        let fast = agent.cli(["get", "--account", "a", "--service", "s"])
+        let full = agent.cli(["get", "--class", "genp", "--account", "a", "--service", "s"])
+        #expect(fast.stdout == "v" && full.stdout == "v" && fast.status == 0 && full.status == 0)
+        #expect(agent.cli(["get", "--server", "h", "--account", "a"]).stdout == "w")
+        #expect(agent.cli(["get", "--class", "inet", "--server", "h", "--account", "a"]).stdout == "w")
+        let fastMiss = agent.cli(["get", "--service", "s", "--account", "nope"])
+        let fullMiss = agent.cli(["get", "--class", "genp", "--service", "s", "--account", "nope"])
+        #expect(fastMiss.status == 3 && fastMiss.status == fullMiss.status && fastMiss.stderr == fullMiss.stderr, "\(fastMiss) \(fullMiss)")
+        // Repeated or unknown options fall through to the full parser (which takes the last value of a
+        // repeated option, and refuses unknown ones).
+        #expect(agent.cli(["get", "--service", "t", "--service", "s", "--account", "a"]).stdout == "v")
+        #expect(agent.cli(["get", "--service", "s", "--bogus", "x"]).status == 64)
+        let viaSocket = runCLI(["get", "--service", "s", "--account", "a", "--socket", agent.socketPath])
+        #expect(viaSocket.stdout == "v", "\(viaSocket)")
+    }
+
     @Test func noAgentIsErrSecIO() {
         let r = runCLI(["status", "--socket", "/nonexistent/agent.sock"])
         #expect(r.status == 9 && r.stderr.hasPrefix("coffer: errSecIO (-36): cannot reach the agent at /nonexistent/agent.sock"), "\(r)")
