@@ -60,8 +60,8 @@ public final class Agent: @unchecked Sendable {
             "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
             "keybag": "\(keychain.keybag.state)", "pam-service": "\(configuration.pamService)",
         ])
-        if let limit = SecureMemory.lockLimit() {
-            logger.debug("RLIMIT_MEMLOCK \(limit) bytes")
+        if SecureMemory.unlockedAllocations > 0 {
+            logger.warning("some key memory could not be locked into RAM (RLIMIT_MEMLOCK \(SecureMemory.lockLimit().map(String.init) ?? "unlimited") bytes): it may be swapped")
         }
     }
 

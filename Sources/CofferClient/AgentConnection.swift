@@ -18,6 +18,9 @@ public final class AgentConnection {
     public private(set) var agentVersion = ""
     private var nextID: UInt32 = 1
     private var pendingEvents: [LockEvent] = []
+    /// How long to poll for a reply before sleeping in `recv`: most replies take tens of microseconds,
+    /// less than a scheduler wake-up costs. Slow replies (unlock, PAM) then block as usual.
+    static let replySpinMicros = 60.0
 
     /// The socket to use: `explicit`, else `$COFFER_SOCKET`, else `$XDG_RUNTIME_DIR/coffer/agent.sock`.
     public static func socketPath(explicit: String? = nil) throws(SecError) -> String {
@@ -135,6 +138,7 @@ public final class AgentConnection {
     }
 
     private func readResponse() throws(SecError) -> (UInt32, Response) {
+        UnixSocket.spinUntilReadable(fd, spinMicros: Self.replySpinMicros)
         var header: UInt32 = 0
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
         guard ok else { throw .io("the agent at \(path) closed the connection") }

@@ -122,12 +122,14 @@ public final class Keychain: @unchecked Sendable {
         try Validation.check(query)
         return try mutex.withLock { () throws(SecError) in
             var results: [ItemResult] = []
-            try forEachMatch(query, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
-                var r = ItemResult(itemClass: cls)
-                if query.returnAttributes { r.attributes = attrs }
-                if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                if query.returnData { r.data = try openSecret(row) }
-                results.append(r)
+            try store.reading { () throws(SecError) in
+                try forEachMatch(query, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
+                    var r = ItemResult(itemClass: cls)
+                    if query.returnAttributes { r.attributes = attrs }
+                    if query.returnPersistentRef { r.persistentRef = row.persistentRef }
+                    if query.returnData { r.data = try openSecret(row) }
+                    results.append(r)
+                }
             }
             guard !results.isEmpty else { throw .itemNotFound() }
             return results

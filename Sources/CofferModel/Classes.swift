@@ -94,19 +94,20 @@ public enum ItemClass: String, Sendable, CaseIterable, Hashable {
 
     /// The attributes an item of this class may carry (besides `pdmn`, which every class has).
     public var allowedAttributes: Set<String> {
-        let common: Set<String> = ["agrp", "sync", "pdmn", "labl", "cdat", "mdat"]
         switch self {
-        case .genericPassword:
-            return common.union(["acct", "svce", "desc", "icmt", "gena", "crtr", "type", "invi", "nega", "scrp", "alis"])
-        case .internetPassword:
-            return common.union(["acct", "sdmn", "srvr", "ptcl", "atyp", "port", "path", "desc", "icmt", "crtr",
-                                 "type", "invi", "nega", "scrp", "alis"])
-        case .certificate:
-            return common.union(["ctyp", "cenc", "issr", "slnr", "subj", "skid", "pkhh", "alis"])
-        case .key:
-            return common.union(["kcls", "klbl", "atag", "type", "crtr", "bsiz", "esiz", "sdat", "edat", "perm",
-                                 "priv", "modi", "sens", "asen", "extr", "next", "encr", "decr", "drve", "sign",
-                                 "vrfy", "snrc", "vyrc", "wrap", "unwp", "alis"])
+        case .genericPassword: ItemClass.genericAllowed
+        case .internetPassword: ItemClass.internetAllowed
+        case .certificate: ItemClass.certificateAllowed
+        case .key: ItemClass.keyAllowed
         }
     }
+
+    private static let common: Set<String> = ["agrp", "sync", "pdmn", "labl", "cdat", "mdat"]
+    private static let genericAllowed = common.union(["acct", "svce", "desc", "icmt", "gena", "crtr", "type", "invi", "nega", "scrp", "alis"])
+    private static let internetAllowed = common.union(["acct", "sdmn", "srvr", "ptcl", "atyp", "port", "path", "desc", "icmt", "crtr",
+                                                       "type", "invi", "nega", "scrp", "alis"])
+    private static let certificateAllowed = common.union(["ctyp", "cenc", "issr", "slnr", "subj", "skid", "pkhh", "alis"])
+    private static let keyAllowed = common.union(["kcls", "klbl", "atag", "type", "crtr", "bsiz", "esiz", "sdat", "edat", "perm",
+                                                  "priv", "modi", "sens", "asen", "extr", "next", "encr", "decr", "drve", "sign",
+                                                  "vrfy", "snrc", "vyrc", "wrap", "unwp", "alis"])
 }

@@ -108,6 +108,22 @@ public enum UnixSocket {
         return true
     }
 
+    /// Waits up to `spinMicros` for `fd` to become readable by polling without sleeping, then returns.
+    ///
+    /// For a reply that is expected within tens of microseconds, spinning avoids the scheduler
+    /// wake-up a blocking read pays (≈ 15–30 µs on an idle virtual machine). Callers then block as usual.
+    public static func spinUntilReadable(_ fd: Int32, spinMicros: Double) {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        let deadline = Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 + spinMicros
+        var byte: UInt8 = 0
+        while true {
+            if recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) != -1 || errno != EAGAIN { return }
+            clock_gettime(CLOCK_MONOTONIC, &ts)
+            if Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 >= deadline { return }
+        }
+    }
+
     /// Sets send/receive timeouts (0 = none).
     public static func setTimeouts(_ fd: Int32, send: Double, receive: Double) {
         func tv(_ s: Double) -> timeval { timeval(tv_sec: Int(s), tv_usec: Int((s - Double(Int(s))) * 1e6)) }

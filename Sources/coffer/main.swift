@@ -58,6 +58,8 @@ struct Status: ParsableCommand {
                     passcode: \(s.passcodeSet ? "set" : "not set")
                     items: \(s.itemCount)
                     agent: \(s.agentVersion)
+                    locked memory: \(s.lockedMemoryBytes / 1024) KiB
+                    idle lock: \(s.idleLockSeconds == 0 ? "off" : "\(s.idleLockSeconds) s")
                     """)
             }
         }

@@ -66,6 +66,13 @@ import Testing
         #expect(!agent.log.contains("wrong"))
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
         #expect(agent.cli(["get", "--service", "wu", "--account", "a"]).stdout == "x")
+        // The passcode from a file descriptor, as a login script or askpass helper would pass it.
+        #expect(agent.cli(["lock"]).status == 0)
+        let pwFile = agent.dir.file("pw")
+        try AgentProcess.password.write(toFile: pwFile, atomically: true, encoding: .utf8)
+        r = runShell("exec 8<'\(pwFile)'; '\(Binaries.coffer)' unlock --passcode-fd 8", socket: agent.socketPath)
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["unlock", "--passcode-stdin", "--passcode-fd", "3"]).status == 64)
 
         // Delete.
         r = agent.cli(["delete", "--service", "wu"])
