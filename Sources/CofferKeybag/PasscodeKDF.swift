@@ -61,11 +61,11 @@ enum PasscodeKDF {
             let salt = Random.bytes(Argon2id.saltBytes)
             var ops: UInt64 = 2
             for _ in 0..<8 {
-                // The fastest of three runs: a busy machine must not make the calibration too weak
-                // for the same machine when idle.
+                // This thread's CPU time, not wall time: time spent waiting for a busy CPU must not make
+                // the calibration too weak for the same machine when idle. The fastest of three runs.
                 var elapsed = Double.infinity
                 for _ in 0..<3 {
-                    let t0 = monotonicMillis()
+                    let t0 = threadCPUMillis()
                     do {
                         _ = try probe.withUnsafeBytes { pw throws(CryptoError) in
                             try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: ops, memLimit: Int(memory))
@@ -73,7 +73,7 @@ enum PasscodeKDF {
                     } catch {
                         throw SecError(.allocate, "cannot calibrate Argon2id with \(memory >> 20) MiB")
                     }
-                    elapsed = Swift.min(elapsed, monotonicMillis() - t0)
+                    elapsed = Swift.min(elapsed, threadCPUMillis() - t0)
                 }
                 if elapsed >= minimumMillis { return KDFParameters(opsLimit: ops, memLimit: memory) }
                 // Scale passes by the shortfall (with 10% headroom), at least one more pass.
@@ -84,9 +84,10 @@ enum PasscodeKDF {
         }
     }
 
-    static func monotonicMillis() -> Double {
+    /// CPU time consumed by the calling thread, in milliseconds.
+    static func threadCPUMillis() -> Double {
         var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
         return Double(ts.tv_sec) * 1000 + Double(ts.tv_nsec) / 1_000_000
     }
 }
