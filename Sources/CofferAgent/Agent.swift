@@ -157,7 +157,7 @@ public final class Agent: @unchecked Sendable {
     /// Reads frames until the peer closes or breaks framing.
     private func serve(_ conn: Connection) {
         logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
-        while let frame = conn.readFrame() {
+        while let frame = conn.readFrame(spinMicros: spinBudget()) {
             let begun: Bool = mutex.withLock {
                 guard !stopping else { return false }
                 inFlight += 1
@@ -169,6 +169,15 @@ public final class Agent: @unchecked Sendable {
             if !keepOpen { return }
         }
     }
+
+    /// Microseconds a connection thread may poll for its client's next request: only while few
+    /// clients are connected, so polling never competes with threads doing real work for the CPUs.
+    private func spinBudget() -> Double {
+        mutex.withLock { connections.count } <= Self.spinningConnectionLimit ? 50 : 0
+    }
+
+    /// Above this many connections, connection threads block instead of polling.
+    static let spinningConnectionLimit = 2
 
     private func broadcast(_ event: LockEvent) {
         let subscribers = mutex.withLock { connections.values.filter { $0.isSubscribed } }

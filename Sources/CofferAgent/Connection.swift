@@ -35,9 +35,12 @@ final class Connection: @unchecked Sendable {
     /// Marks the connection subscribed.
     func subscribe() { state.withLock { subscribed = true } }
 
-    /// Reads one frame body (type, request id, payload) into secure memory; nil when the peer
+    /// Reads one frame body (type, request id, payload) into secure memory, first polling for up to
+    /// `spinMicros` (a client in a request loop sends its next request within microseconds; polling
+    /// saves the scheduler wake-up a blocking read pays). Nil when the peer
     /// closed, stalled mid-frame, or sent a length outside the protocol's bounds (framing errors close).
-    func readFrame() -> SecureBytes? {
+    func readFrame(spinMicros: Double = 0) -> SecureBytes? {
+        if spinMicros > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
         var header: UInt32 = 0
         let gotHeader = withUnsafeMutableBytes(of: &header) { read($0, idleAllowed: true) }
         guard gotHeader else { return nil }

@@ -207,7 +207,12 @@ public final class Keychain: @unchecked Sendable {
         }
         var probe = q.attributes.filter { AttributeCatalog.indexed.contains($0.key) }
         if let c = q.itemClass { probe["class"] = .string(c.rawValue) }
-        let hashes = try keybag.withIndexKey { k throws(SecError) in probe.map { Self.blindHash(k, $0.key, $0.value) } }
+        let hashes = try keybag.withIndexKey { k throws(SecError) -> [[UInt8]] in
+            // The common lookup (service + account, server + account) has its own entry: one seek, a
+            // handful of candidates at most, each compared in full after decryption anyway.
+            if let compound = Self.compoundHashes(k, q.attributes).first { return [compound] }
+            return probe.map { Self.blindHash(k, $0.key, $0.value) }
+        }
         try store.forEachRow(matchingAll: hashes, visit)
     }
 
@@ -231,7 +236,8 @@ public final class Keychain: @unchecked Sendable {
         }
         let (pk, index) = try keybag.withIndexKey { k throws(SecError) in
             (Self.primaryKeyHash(k, itemClass, full),
-             full.filter { AttributeCatalog.indexed.contains($0.key) }.map { Self.blindHash(k, $0.key, $0.value) })
+             full.filter { AttributeCatalog.indexed.contains($0.key) }.map { Self.blindHash(k, $0.key, $0.value) }
+                + Self.compoundHashes(k, full))
         }
         return RowContent(primaryKeyHash: pk, persistentRef: ref, protectionClass: protection.rawValue,
                           meta: meta, secret: sealedSecret, indexHashes: index)
@@ -265,6 +271,20 @@ public final class Keychain: @unchecked Sendable {
         let protection = ProtectionClass(rawValue: row.protectionClass)!
         return try keybag.withClassKey(protection) { k throws(SecError) in
             try ItemCrypto.open(row.secret, classKey: k, ref: row.persistentRef, protection: protection, keyRole: .secretKey, dataRole: .secret)
+        }
+    }
+
+    /// Attribute pairs that get a combined blind-index entry, for the lookups scripts make most.
+    static let compoundKeys: [(String, String)] = [("svce", "acct"), ("srvr", "acct")]
+
+    /// Combined entries for every pair in ``compoundKeys`` that `attrs` holds in full.
+    static func compoundHashes(_ key: UnsafeRawBufferPointer, _ attrs: Attributes) -> [[UInt8]] {
+        compoundKeys.compactMap { a, b in
+            guard let va = attrs[a], let vb = attrs[b] else { return nil }
+            var w = ByteWriter()
+            AttributeCodec.encode(va, into: &w)
+            AttributeCodec.encode(vb, into: &w)
+            return KeyedHash.hash(key: key, parts: [Array("coffer index v1".utf8), Array("\(a)+\(b)".utf8), [0], w.bytes], outputBytes: 16)
         }
     }
 

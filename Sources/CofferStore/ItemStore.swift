@@ -87,7 +87,7 @@ public final class ItemStore {
             try db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
             // A larger page cache (4 MiB): lookups in a large keychain touch a few B-tree pages each.
             // (A memory map was tried: no measurable gain, and it counts the whole file in RSS.)
-            try db.exec("PRAGMA cache_size = -4096;")
+            try db.exec("PRAGMA cache_size = -16384;")
             let version = try db.statement("PRAGMA user_version").scalarInt()
             if version == 0 {
                 try transaction { () throws(SecError) in try db.exec(Self.schemaV1) }
