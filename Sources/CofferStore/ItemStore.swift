@@ -134,11 +134,7 @@ public final class ItemStore {
     @discardableResult
     public func insert(_ c: RowContent) throws(SecError) -> Int64 {
         let s = try db.statement("INSERT INTO items(pref, pk, pclass, meta, secret) VALUES (?1, ?2, ?3, ?4, ?5)")
-        s.bind(1, c.persistentRef)
-        s.bind(2, c.primaryKeyHash)
-        s.bind(3, Int64(c.protectionClass))
-        s.bind(4, c.meta)
-        s.bind(5, c.secret)
+        Self.bindColumns(s, c)
         try s.run()
         let id = db.lastInsertRowID
         try insertIndex(id: id, c.indexHashes)
@@ -149,17 +145,22 @@ public final class ItemStore {
     /// Replaces the row `id` with new content (same or new primary key).
     public func replace(id: Int64, with c: RowContent) throws(SecError) {
         let s = try db.statement("UPDATE items SET pref = ?1, pk = ?2, pclass = ?3, meta = ?4, secret = ?5 WHERE id = ?6")
-        s.bind(1, c.persistentRef)
-        s.bind(2, c.primaryKeyHash)
-        s.bind(3, Int64(c.protectionClass))
-        s.bind(4, c.meta)
-        s.bind(5, c.secret)
+        Self.bindColumns(s, c)
         s.bind(6, id)
         try s.run()
         let d = try db.statement("DELETE FROM attr_index WHERE item = ?1")
         d.bind(1, id)
         try d.run()
         try insertIndex(id: id, c.indexHashes)
+    }
+
+    /// Binds an item's columns as parameters 1–5 (pref, pk, pclass, meta, secret).
+    private static func bindColumns(_ s: Statement, _ c: RowContent) {
+        s.bind(1, c.persistentRef)
+        s.bind(2, c.primaryKeyHash)
+        s.bind(3, Int64(c.protectionClass))
+        s.bind(4, c.meta)
+        s.bind(5, c.secret)
     }
 
     private func insertIndex(id: Int64, _ hashes: [[UInt8]]) throws(SecError) {
