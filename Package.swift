@@ -11,6 +11,8 @@ let package = Package(
         .executable(name: "coffer", targets: ["coffer"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
+        // For contrib/fuzz (a separate package, so the main build never links a harness without main).
+        .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),

@@ -1,0 +1,14 @@
+// swift-tools-version:6.1
+// libFuzzer harnesses for Coffer's untrusted-input parsers, kept in their own package so the main
+// build never links an executable without `main`. Run with contrib/fuzz/run SECONDS.
+import PackageDescription
+
+let package = Package(
+    name: "CofferFuzz",
+    dependencies: [.package(name: "Coffer", path: "../..")],
+    targets: [
+        .executableTarget(name: "FuzzFrames",
+                          dependencies: [.product(name: "CofferProtocolFuzzing", package: "Coffer")],
+                          swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
+    ]
+)

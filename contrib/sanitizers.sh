@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the whole test suite under AddressSanitizer, then ThreadSanitizer, each in its own build
+# directory (they cannot share one). Usage: contrib/sanitizers.sh [address|thread ...]
+set -eu
+cd "$(dirname "$0")/.."
+bash contrib/deps.sh
+for s in "${@:-address thread}"; do
+    for san in $s; do
+        echo "== swift test --sanitize=$san"
+        SWIFT_BACKTRACE=enable=no swift test --sanitize="$san" --scratch-path ".build-$san"
+    done
+done
