@@ -7,6 +7,7 @@ bash contrib/deps.sh
 for s in "${@:-address thread}"; do
     for san in $s; do
         echo "== swift test --sanitize=$san"
-        SWIFT_BACKTRACE=enable=no swift test --sanitize="$san" --scratch-path ".build-$san"
+        LSAN_OPTIONS="suppressions=$PWD/contrib/lsan.supp:print_suppressions=0" SWIFT_BACKTRACE=enable=no \
+            swift test --sanitize="$san" --scratch-path ".build-$san"
     done
 done

@@ -73,7 +73,9 @@ public struct PAMAuthenticator: Sendable {
         let started: Int32 = confdir.map { pam_start_confdir(service, user, &conv, $0, &handle) }
             ?? pam_start(service, user, &conv, &handle)
         guard started == PAM_SUCCESS, let handle else {
-            throw PAMFailure(code: started, stage: "start", text: handle.map { String(cString: pam_strerror($0, started)) } ?? "pam_start failed")
+            let text = handle.map { String(cString: pam_strerror($0, started)) } ?? "pam_start failed"
+            if let handle { pam_end(handle, started) }
+            throw PAMFailure(code: started, stage: "start", text: text)
         }
         var rc = pam_authenticate(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
         var stage = "authenticate"
