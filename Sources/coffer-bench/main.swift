@@ -3,6 +3,8 @@
 //   coffer-bench keychain [SIZE ...]                 library: median add and copyMatching(svce+acct) per size
 //   coffer-bench agent BIN_DIR [ITEMS]               agent: round trip, throughput, CLI process time,
 //                                                    cold start, RSS (BIN_DIR holds cofferd and coffer)
+//   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
+//                                                    reliability runs against a real agent
 //
 // Prints a Markdown table. Build in release: swift build -c release --product coffer-bench.
 import CofferCrypto
@@ -76,9 +78,20 @@ switch args.first {
 case "keychain":
     let sizes = args.dropFirst().compactMap { Int($0) }
     try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+case "stress" where args.count >= 3:
+    let s = Stress(cofferd: args[1] + "/cofferd")
+    let n = args.count > 3 ? Int(args[3]) : nil
+    print("| measure | value |")
+    print("|---|---:|")
+    switch args[2] {
+    case "load": try s.load(clients: n ?? 64, ops: args.count > 4 ? Int(args[4]) ?? 10_000 : 10_000)
+    case "hostile": try s.hostile(frames: n ?? 10_000)
+    case "crash": try s.crash(trials: n ?? 100)
+    default: print("unknown stress run \(args[2])"); exit(2)
+    }
 case "agent" where args.count >= 2:
     try AgentBench(binDir: args[1], items: args.count > 2 ? Int(args[2]) ?? 100_000 : 100_000).run()
 default:
-    print("usage: coffer-bench keychain [SIZE ...] | coffer-bench agent BIN_DIR [ITEMS]")
+    print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [ITEMS] | stress BIN_DIR load|hostile|crash [N] [OPS]")
     exit(2)
 }
