@@ -62,7 +62,8 @@ let package = Package(
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol"], swiftSettings: settings),
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM"], swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
-                    dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferTestSupport"], swiftSettings: settings),
+                    dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
+                    swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferKeychain", "CofferClient", "CofferSystem"],
                           path: "Sources/coffer-bench", swiftSettings: settings),

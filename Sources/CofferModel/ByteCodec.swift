@@ -27,6 +27,19 @@ public struct ByteWriter: Sendable {
     public mutating func shortString(_ s: String) { let u = Array(s.utf8); u16(UInt16(u.count)); bytes.append(contentsOf: u) }
     /// A u32 length followed by UTF-8.
     public mutating func string(_ s: String) { blob(Array(s.utf8)) }
+
+    /// Overwrites four bytes at `offset` with `v` (big-endian), in place.
+    public mutating func patchU32(at offset: Int, _ v: UInt32) {
+        for i in 0..<4 { bytes[offset + i] = UInt8((v >> UInt32(24 - 8 * i)) & 0xff) }
+    }
+
+    /// Moves the bytes out without copying them (the writer is left empty). Use this, not `bytes`,
+    /// when the buffer holds a secret: a copy-on-write copy would leave an unwiped original behind.
+    public mutating func take() -> [UInt8] {
+        var out: [UInt8] = []
+        swap(&out, &bytes)
+        return out
+    }
 }
 
 /// Reads what ``ByteWriter`` writes, refusing truncated or oversized fields.

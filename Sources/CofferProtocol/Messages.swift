@@ -77,9 +77,9 @@ public enum Request: Sendable {
             var f = FrameBuilder(type: .hello, requestID: requestID, payloadCapacity: 6 + name.utf8.count)
             f.w.u16(minV); f.w.u16(maxV); f.w.shortString(name)
             return f.finish()
-        case .status: return FrameBuilder(type: .status, requestID: requestID, payloadCapacity: 0).finish()
-        case .lock: return FrameBuilder(type: .lock, requestID: requestID, payloadCapacity: 0).finish()
-        case .subscribe: return FrameBuilder(type: .subscribe, requestID: requestID, payloadCapacity: 0).finish()
+        case .status: return FrameBuilder.empty(.status, requestID: requestID)
+        case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
+        case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
         case .unlock(let p):
             var f = FrameBuilder(type: .unlock, requestID: requestID, payloadCapacity: 4 + p.count)
             f.secret(p)
@@ -179,7 +179,7 @@ public enum Response: Sendable {
     /// Encodes a complete frame (length prefix included).
     public func encodeFrame(requestID: UInt32) -> [UInt8] {
         switch self {
-        case .ok: return FrameBuilder(type: .ok, requestID: requestID, payloadCapacity: 0).finish()
+        case .ok: return FrameBuilder.empty(.ok, requestID: requestID)
         case .helloReply(let v, let agent):
             var f = FrameBuilder(type: .helloReply, requestID: requestID, payloadCapacity: 4 + agent.utf8.count)
             f.w.u16(v); f.w.shortString(agent)

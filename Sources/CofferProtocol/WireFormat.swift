@@ -86,11 +86,16 @@ struct FrameBuilder {
         s.withUnsafeBytes { w.raw($0) }
     }
 
-    func finish() -> [UInt8] {
-        var bytes = w.bytes
-        let n = UInt32(bytes.count - 4)
-        bytes[0] = UInt8(n >> 24); bytes[1] = UInt8((n >> 16) & 0xff); bytes[2] = UInt8((n >> 8) & 0xff); bytes[3] = UInt8(n & 0xff)
-        return bytes
+    /// A frame with no payload.
+    static func empty(_ type: MessageType, requestID: UInt32) -> [UInt8] {
+        var f = FrameBuilder(type: type, requestID: requestID, payloadCapacity: 0)
+        return f.finish()
+    }
+
+    /// Patches the length prefix in place and hands over the one buffer (no copy of a secret).
+    mutating func finish() -> [UInt8] {
+        w.patchU32(at: 0, UInt32(w.bytes.count - 4))
+        return w.take()
     }
 }
 

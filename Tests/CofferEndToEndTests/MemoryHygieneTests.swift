@@ -1,0 +1,87 @@
+import CofferClient
+import CofferCrypto
+import CofferKeybag
+import CofferModel
+import CofferSystem
+import Foundation
+import Testing
+
+/// After a lock, the agent's memory holds neither a WhenUnlocked item's secret nor its class key.
+/// Reads /proc/PID/mem, which needs root (the agent is non-dumpable).
+@Suite struct MemoryHygieneTests {
+    /// Every readable private mapping of `pid`, concatenated per mapping.
+    static func memory(of pid: Int32) -> [[UInt8]] {
+        guard let maps = try? String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8) else { return [] }
+        let fd = open("/proc/\(pid)/mem", O_RDONLY)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var out: [[UInt8]] = []
+        for line in maps.split(separator: "\n") {
+            let f = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard f.count >= 2, f[1].hasPrefix("r") else { continue }
+            if f.count >= 6, f[5].hasPrefix("/") { continue } // file-backed: code and read-only data
+            let range = f[0].split(separator: "-").compactMap { UInt64($0, radix: 16) }
+            guard range.count == 2, range[1] > range[0], range[1] - range[0] < 1 << 30 else { continue }
+            // Read in page-aligned chunks, skipping any chunk the kernel refuses, so one bad page
+            // cannot hide the rest of a mapping.
+            var region = [UInt8]()
+            var at = range[0]
+            let chunk: UInt64 = 64 << 10
+            var buf = [UInt8](repeating: 0, count: Int(chunk))
+            while at < range[1] {
+                let want = Int(min(chunk, range[1] - at))
+                let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, off_t(Int64(bitPattern: at))) }
+                if n > 0 { region += buf[0..<n] } else { region += [UInt8](repeating: 0, count: want) }
+                at += UInt64(n > 0 ? n : want)
+            }
+            out.append(region)
+        }
+        return out
+    }
+
+    @Test func lockWipesSecretsAndClassKeysFromTheAgentsMemory() throws {
+        guard getuid() == 0 else {
+            print("skipped: reading another process's memory needs root")
+            return
+        }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let marker = "WHEN-UNLOCKED-SECRET-\(UUID().uuidString)"
+        #expect(agent.cli(["add", "--service", "mem", "--account", "a", "--secret-stdin"], stdin: marker).status == 0)
+        for _ in 0..<5 { #expect(agent.cli(["get", "--service", "mem", "--account", "a"]).stdout == marker) }
+
+        // The class key, learned the honest way: open the keybag with the device key and passcode.
+        let bag = try Keybag.openOrCreate(directory: agent.stateDir, deviceKey: FileDeviceKey(path: agent.stateDir + "/device.key"))
+        try bag.unlock(passcode: Array(AgentProcess.password.utf8).withUnsafeBytes { SecureBytes(copying: $0) })
+        let classKey = try bag.withClassKey(.whenUnlocked) { Array($0) }
+        let metaKey = try bag.withMetadataKey(.whenUnlocked) { Array($0) }
+
+        // Sanity: while unlocked, the class key is in the agent's memory (so the scan can see it).
+        let before = Self.memory(of: agent.pid)
+        #expect(!before.isEmpty, "could not read the agent's memory")
+        #expect(before.contains { containsSubsequenceFast($0, classKey) }, "scan does not find the key even while unlocked")
+
+        #expect(agent.cli(["lock"]).status == 0)
+        let after = Self.memory(of: agent.pid)
+        let secretBytes = Array(marker.utf8)
+        #expect(!after.contains { containsSubsequenceFast($0, secretBytes) }, "the item's secret is still in memory after lock")
+        #expect(!after.contains { containsSubsequenceFast($0, classKey) }, "the WhenUnlocked class key is still in memory after lock")
+        #expect(!after.contains { containsSubsequenceFast($0, metaKey) }, "the WhenUnlocked metadata key is still in memory after lock")
+    }
+}
+
+/// memchr + memcmp search (the agent's heap is megabytes).
+func containsSubsequenceFast(_ hay: [UInt8], _ needle: [UInt8]) -> Bool {
+    guard !needle.isEmpty, hay.count >= needle.count else { return false }
+    return hay.withUnsafeBytes { h in
+        needle.withUnsafeBytes { n in
+            var start = h.baseAddress!
+            let end = h.baseAddress! + (h.count - n.count + 1)
+            while start < end, let hit = memchr(start, Int32(n[0]), end - start) {
+                if memcmp(hit, n.baseAddress!, n.count) == 0 { return true }
+                start = UnsafeRawPointer(hit) + 1
+            }
+            return false
+        }
+    }
+}
