@@ -8,3 +8,5 @@ swift build --build-tests
 if [ -x contrib/pam_coffer/build.sh ]; then bash contrib/pam_coffer/build.sh; fi
 # Swift Testing's closing line counts only its own tests; the exit status is what counts.
 swift test --skip-build "$@"
+# In CI (CI=true), also fuzz the wire decoders for 60 s (libFuzzer + AddressSanitizer).
+if [ "${CI:-}" = true ]; then bash contrib/fuzz/run 60; fi
