@@ -61,7 +61,7 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
-        .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM"], swiftSettings: settings),
+        .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
                     swiftSettings: settings),

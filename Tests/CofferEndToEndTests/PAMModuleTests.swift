@@ -141,6 +141,16 @@ import Testing
         #expect(modules.contains("/security/pam_coffer.so"), "\(modules)")
         let auth = (try? String(contentsOfFile: root.file("etc/pam.d/common-auth"), encoding: .utf8)) ?? ""
         #expect(auth.components(separatedBy: "pam_coffer.so").count == 2, "line added twice or not at all: \(auth)")
+        // The unit must not switch on anything that sets no_new_privs (or a user namespace): pam_unix
+        // would lose its setgid unix_chkpwd helper and every unlock would fail.
+        let unit = (try? String(contentsOfFile: root.file("usr/lib/systemd/user/coffer-agent.service"), encoding: .utf8)) ?? ""
+        let active = unit.split(separator: "\n").filter { !$0.hasPrefix("#") }.map(String.init)
+        for option in ["NoNewPrivileges=", "RestrictAddressFamilies=", "SystemCallFilter=", "SystemCallArchitectures=",
+                       "LockPersonality=", "MemoryDenyWriteExecute=", "RestrictRealtime=", "RestrictSUIDSGID=", "PrivateTmp=",
+                       "PrivateNetwork=", "PrivateDevices=", "ProtectSystem=", "ProtectHome="] {
+            #expect(!active.contains { $0.hasPrefix(option) }, "\(option) would break PAM's setgid helper")
+        }
+        #expect(active.contains("LimitCORE=0") && active.contains("Type=notify"))
         let dry = runShell("bash '\(Binaries.packageRoot)/contrib/install.sh' --dry-run", socket: "")
         #expect(dry.status == 0 && dry.stdout.contains("+ install"), "\(dry)")
     }

@@ -377,8 +377,9 @@ PAM_EXTERN int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, con
 PAM_EXTERN int pam_sm_chauthtok(pam_handle_t *pamh, int flags, int argc, const char **argv) {
     const void *old_tok = NULL, *new_tok = NULL;
     if (flags & PAM_PRELIM_CHECK) {
-        /* pam_unix sets the old password here; if no module did, ask so the update can use it. */
-        if (pam_get_item(pamh, PAM_OLDAUTHTOK, &old_tok) != PAM_SUCCESS || !old_tok) {
+        /* pam_unix sets the old password here; if no module did, ask so the update can use it --
+           but only when users change their own password: root running "passwd USER" knows none. */
+        if (getuid() != 0 && (pam_get_item(pamh, PAM_OLDAUTHTOK, &old_tok) != PAM_SUCCESS || !old_tok)) {
             const char *asked = NULL;
             pam_get_authtok(pamh, PAM_OLDAUTHTOK, &asked, "Current password: ");
         }
