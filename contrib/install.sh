@@ -3,8 +3,8 @@
 #
 #   contrib/install.sh [--dry-run] [--enable-pam-login] [--bin-dir DIR]
 #
-# Binaries come from .build/release (build them first: swift build -c release --static-swift-stdlib
-# --product cofferd && swift build -c release --static-swift-stdlib --product coffer), or --bin-dir.
+# Binaries come from .build/release (build them first: swift build -c release
+# --product cofferd && swift build -c release --product coffer), or --bin-dir.
 # DESTDIR=/some/root installs into a staging tree. Idempotent. Does not edit common-* PAM files
 # unless --enable-pam-login is given (then it adds one line to each, once).
 set -eu

@@ -12,7 +12,7 @@ if ! command -v secret-tool >/dev/null || ! command -v pass >/dev/null || ! comm
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnome-keyring libsecret-tools pass gnupg keyutils dbus >/dev/null
 fi
 swift build -c release --product cofferd >/dev/null
-swift build -c release --static-swift-stdlib --product coffer >/dev/null
+swift build -c release --product coffer >/dev/null
 bin="$(swift build -c release --show-bin-path)"
 sizes="${*:-1000}"
 REPS_FETCH=50; REPS_STORE=20
