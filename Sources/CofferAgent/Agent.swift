@@ -21,6 +21,8 @@ public final class Agent: @unchecked Sendable {
     let keychain: Keychain
     let logger: Logger
     let pam: PAMAuthenticator
+    /// Locked memory shared by large incoming frames.
+    let frameBudget = FrameBudget.standard()
     private(set) var locks: LockController!
     private let mutex = Lock()
     private var listener: Int32 = -1
@@ -60,6 +62,9 @@ public final class Agent: @unchecked Sendable {
             "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
             "keybag": "\(keychain.keybag.state)", "pam-service": "\(configuration.pamService)",
         ])
+        logger.info("locked memory", metadata: [
+            "budget": "\(SecureMemory.lockBudget.map { "\($0 / 1024) KiB" } ?? "unlimited")",
+            "large-frames": "\(frameBudget.capacity / 1024) KiB"])
         if SecureMemory.unlockedAllocations > 0 {
             logger.warning("some key memory could not be locked into RAM (RLIMIT_MEMLOCK \(SecureMemory.lockLimit().map(String.init) ?? "unlimited") bytes): it may be swapped")
         }
@@ -69,9 +74,16 @@ public final class Agent: @unchecked Sendable {
     public func start() {
         Threads.detach { [self] in acceptLoop() }
         Threads.detach { [self] in
+            var unlocked = SecureMemory.unlockedAllocations
             while !mutex.withLock({ stopping }) {
                 Threads.sleep(seconds: 0.25)
                 locks.tick()
+                let now = SecureMemory.unlockedAllocations
+                if now > unlocked {
+                    logger.warning("secure buffers served from unlocked memory (locked-memory budget spent)",
+                                   metadata: ["count": "\(now - unlocked)", "budget-bytes": "\(SecureMemory.lockBudget ?? -1)"])
+                    unlocked = now
+                }
             }
         }
     }
@@ -157,14 +169,15 @@ public final class Agent: @unchecked Sendable {
     /// Reads frames until the peer closes or breaks framing.
     private func serve(_ conn: Connection) {
         logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
-        while let frame = conn.readFrame(spinMicros: spinBudget()) {
+        while let frame = conn.readFrame(spinMicros: spinBudget(), budget: frameBudget) {
+            defer { frameBudget.release(frame.budgetBytes) }
             let begun: Bool = mutex.withLock {
                 guard !stopping else { return false }
                 inFlight += 1
                 return true
             }
             guard begun else { return }
-            let keepOpen = handle(frame: frame, on: conn)
+            let keepOpen = handle(frame: frame.body, on: conn)
             mutex.withLock { inFlight -= 1 }
             if !keepOpen { return }
         }

@@ -37,18 +37,31 @@ final class Connection: @unchecked Sendable {
 
     /// Reads one frame body (type, request id, payload) into secure memory, first polling for up to
     /// `spinMicros` (a client in a request loop sends its next request within microseconds; polling
-    /// saves the scheduler wake-up a blocking read pays). Nil when the peer
-    /// closed, stalled mid-frame, or sent a length outside the protocol's bounds (framing errors close).
-    func readFrame(spinMicros: Double = 0) -> SecureBytes? {
+    /// saves the scheduler wake-up a blocking read pays). A large body first takes its size from
+    /// `budget` (the caller releases ``Frame/budgetBytes`` once done with it). Nil when the peer
+    /// closed, stalled mid-frame, sent a length outside the protocol's bounds (framing errors
+    /// close), or no locked memory for its body became free within ``ioTimeout``.
+    func readFrame(spinMicros: Double = 0, budget: FrameBudget) -> Frame? {
         if spinMicros > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
         var header: UInt32 = 0
         let gotHeader = withUnsafeMutableBytes(of: &header) { read($0, idleAllowed: true) }
         guard gotHeader else { return nil }
         let length = Int(UInt32(bigEndian: header))
         guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else { return nil }
+        let cost = FrameBudget.cost(ofBody: length)
+        guard budget.acquire(cost, timeout: Self.ioTimeout) else { return nil }
         let body = SecureBytes(count: length)
-        let ok = body.withUnsafeMutableBytes { read($0, idleAllowed: false) }
-        return ok ? body : nil
+        guard body.withUnsafeMutableBytes({ read($0, idleAllowed: false) }) else {
+            budget.release(cost)
+            return nil
+        }
+        return Frame(body: body, budgetBytes: cost)
+    }
+
+    /// A frame body read from the client and the frame budget it holds.
+    struct Frame {
+        let body: SecureBytes
+        let budgetBytes: Int
     }
 
     /// Reads exactly `buffer.count` bytes. While nothing of a frame has arrived, receive timeouts

@@ -20,27 +20,35 @@ public final class SecureBytes: @unchecked Sendable {
     private let base: UnsafeMutableRawPointer
     /// Number of secret bytes.
     public let count: Int
-    /// The pool size class this buffer came from, or nil for a dedicated `sodium_malloc`.
-    private let poolClass: Int?
+    /// Where the bytes live, which decides how they are released.
+    private let storage: Storage
+
+    private enum Storage {
+        /// A chunk of a ``SecurePool`` slab of this size class.
+        case pool(Int)
+        /// A dedicated `sodium_malloc` region holding this many bytes of the lock budget.
+        case sodium(lockedBytes: Int)
+        /// Over budget: a private anonymous mapping of this size (MADV_DONTDUMP, not locked).
+        case unlocked(mappedBytes: Int)
+    }
 
     /// Allocates `count` zeroed bytes of guarded, locked memory (from ``SecurePool`` when small).
+    /// Past the process's locked-memory budget (``SecureMemory/lockBudget``) the bytes are still
+    /// private, excluded from core dumps and wiped on release, but not locked (they could be swapped).
     public init(count: Int) {
         Sodium.ensureInitialized()
         precondition(count >= 0, "negative size")
         self.count = count
-        if let (p, ci) = SecurePool.take(Swift.max(count, 1)) {
+        let size = Swift.max(count, 1)
+        if let (p, ci) = SecurePool.take(size) {
             base = p
-            poolClass = ci
+            storage = .pool(ci)
+        } else if let region = SecureMemory.lockedRegion(size) {
+            base = region.pointer
+            storage = .sodium(lockedBytes: region.lockedBytes)
         } else {
-            let size = Swift.max(count, 1)
-            guard let p = sodium_malloc(size) else {
-                // Address-space exhaustion: continuing without guarded memory would be unsafe.
-                fatalError("sodium_malloc failed: out of memory for secure buffers")
-            }
-            sodium_memzero(p, size)
-            base = p
-            poolClass = nil
-            SecureMemory.noteAllocation(pointer: p, size: size)
+            base = SecureMemory.unlockedRegion(size)
+            storage = .unlocked(mappedBytes: SecureMemory.mappedSize(size))
         }
         SecureMemory.noteLive(+1)
     }
@@ -72,10 +80,15 @@ public final class SecureBytes: @unchecked Sendable {
 
     deinit {
         SecureMemory.noteLive(-1)
-        if let ci = poolClass {
+        switch storage {
+        case .pool(let ci):
             SecurePool.give(base, classIndex: ci) // wipes
-        } else {
+        case .sodium(let locked):
             sodium_free(base) // wipes before unmapping
+            SecureMemory.returnBudget(locked)
+        case .unlocked(let mapped):
+            sodium_memzero(base, mapped)
+            munmap(base, mapped)
         }
     }
 
@@ -106,14 +119,66 @@ public final class SecureBytes: @unchecked Sendable {
     }
 }
 
-/// Accounting for guarded memory: how many secure buffers exist and whether they are really locked.
+/// Accounting for guarded memory: how many secure buffers exist, how many bytes Coffer has locked,
+/// and the budget that keeps it within RLIMIT_MEMLOCK.
+///
+/// Every locked region (pool slab or dedicated buffer) is charged to ``lockBudget`` *before* it is
+/// allocated, so the process never asks the kernel to lock more than the limit — not even as root,
+/// whose CAP_IPC_LOCK would let it. A region the budget cannot cover is served unlocked and counted
+/// in ``unlockedAllocations`` (the agent warns about it).
 public enum SecureMemory {
-    private struct Counters { var live = 0; var unlocked = 0 }
+    private struct Counters { var live = 0; var unlocked = 0; var charged = 0 }
     private static let counters = Mutex(Counters())
 
-    static func noteAllocation(pointer: UnsafeMutableRawPointer, size: Int) {
-        // sodium_malloc ignores mlock failure; ask again to learn the truth (mlock is idempotent).
-        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+    /// Bytes Coffer may lock: the RLIMIT_MEMLOCK soft limit read at first use (nil: unlimited).
+    public static let lockBudget: Int? = lockLimit()
+
+    static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
+    /// What locking `size` user bytes costs: libsodium locks the page-rounded region plus its canary page.
+    static func lockCost(_ size: Int) -> Int { ((size + pageSize - 1) / pageSize + 1) * pageSize }
+
+    /// Charges `bytes` to the budget; false (and nothing charged) if that would exceed it.
+    static func chargeBudget(_ bytes: Int) -> Bool {
+        counters.withLock { c in
+            if let budget = lockBudget, c.charged + bytes > budget { return false }
+            c.charged += bytes
+            return true
+        }
+    }
+
+    /// Returns bytes charged with ``chargeBudget(_:)``.
+    static func returnBudget(_ bytes: Int) { counters.withLock { $0.charged -= bytes } }
+
+    /// A zeroed `sodium_malloc` region of `size` bytes charged to the budget, or nil if the budget is spent.
+    static func lockedRegion(_ size: Int) -> (pointer: UnsafeMutableRawPointer, lockedBytes: Int)? {
+        let cost = lockCost(size)
+        guard chargeBudget(cost) else { return nil }
+        guard let p = sodium_malloc(size) else {
+            // Address-space exhaustion: continuing without guarded memory would be unsafe.
+            fatalError("sodium_malloc failed: out of memory for secure buffers")
+        }
+        sodium_memzero(p, size)
+        verifyLocked(pointer: p, size: size)
+        return (p, cost)
+    }
+
+    /// Size of the mapping ``unlockedRegion(_:)`` makes for `size` bytes.
+    static func mappedSize(_ size: Int) -> Int { (size + pageSize - 1) / pageSize * pageSize }
+
+    /// A zeroed private mapping excluded from core dumps, for buffers past the lock budget (counted).
+    static func unlockedRegion(_ size: Int) -> UnsafeMutableRawPointer {
+        counters.withLock { $0.unlocked += 1 }
+        let bytes = mappedSize(size)
+        guard let p = mmap(nil, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), p != MAP_FAILED else {
+            fatalError("mmap failed: out of memory for secure buffers")
+        }
+        _ = madvise(p, bytes, MADV_DONTDUMP)
+        return p
+    }
+
+    /// sodium_malloc ignores mlock failure; ask again to learn the truth (mlock is idempotent).
+    static func verifyLocked(pointer: UnsafeMutableRawPointer, size: Int) {
         let start = Int(bitPattern: pointer) & ~(pageSize - 1)
         let end = (Int(bitPattern: pointer) + size + pageSize - 1) & ~(pageSize - 1)
         let ok = mlock(UnsafeRawPointer(bitPattern: start), end - start) == 0
@@ -125,8 +190,11 @@ public enum SecureMemory {
     /// Number of secure buffers currently allocated.
     public static var liveAllocations: Int { counters.withLock { $0.live } }
 
-    /// Number of guarded regions (dedicated buffers or pool slabs) that could not be locked into RAM since start (RLIMIT_MEMLOCK exhausted).
+    /// Number of secure buffers or pool slabs served unlocked since start (the budget was spent, or the kernel refused mlock).
     public static var unlockedAllocations: Int { counters.withLock { $0.unlocked } }
+
+    /// Bytes currently charged to ``lockBudget``.
+    public static var chargedBytes: Int { counters.withLock { $0.charged } }
 
     /// Bytes this process has locked, read from `VmLck` in /proc/self/status (nil if unreadable).
     public static func lockedBytes() -> Int? {

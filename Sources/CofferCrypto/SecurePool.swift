@@ -49,10 +49,9 @@ enum SecurePool {
         return mutex.withLock { () -> (UnsafeMutableRawPointer, Int)? in
             if classes[ci].free.isEmpty {
                 guard classes[ci].slabs < maxSlabsPerClass else { return nil }
+                // A slab is kept for the life of the process: its budget is never returned.
+                guard let (slab, _) = SecureMemory.lockedRegion(classes[ci].slabBytes) else { return nil }
                 let bytes = classes[ci].slabBytes
-                guard let slab = sodium_malloc(bytes) else { return nil }
-                sodium_memzero(slab, bytes)
-                SecureMemory.noteAllocation(pointer: slab, size: bytes)
                 classes[ci].slabs += 1
                 let chunk = classes[ci].chunk
                 for off in stride(from: bytes - chunk, through: 0, by: -chunk) { classes[ci].free.append(slab + off) }

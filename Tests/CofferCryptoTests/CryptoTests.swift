@@ -30,6 +30,30 @@ import Testing
         #expect(SecureMemory.lockedBytes() != nil)
     }
 
+    @Test func lockedMemoryNeverExceedsTheBudget() throws {
+        // Ask for more guarded memory than RLIMIT_MEMLOCK allows (as root the kernel would lock it all).
+        let budget = try #require(SecureMemory.lockBudget, "RLIMIT_MEMLOCK is unlimited here; nothing to check")
+        let unlockedBefore = SecureMemory.unlockedAllocations
+        let chunk = 256 << 10
+        var held: [SecureBytes] = []
+        for i in 0..<(budget / chunk + 8) {
+            let s = SecureBytes(count: chunk)
+            #expect(s.withUnsafeBytes { $0.allSatisfy { $0 == 0 } }, "a new buffer is not zeroed")
+            s.withUnsafeMutableBytes { $0.storeBytes(of: UInt64(i), toByteOffset: chunk - 8, as: UInt64.self) }
+            held.append(s)
+            #expect(try #require(SecureMemory.lockedBytes()) <= budget)
+        }
+        #expect(SecureMemory.unlockedAllocations > unlockedBefore, "past the budget, buffers must be served unlocked (and counted)")
+        for (i, s) in held.enumerated() {
+            #expect(s.withUnsafeBytes { $0.load(fromByteOffset: chunk - 8, as: UInt64.self) } == UInt64(i))
+        }
+        held.removeAll()
+        // Released budget is reusable: a new large buffer is locked again.
+        let again = SecureMemory.unlockedAllocations
+        _ = SecureBytes(count: chunk)
+        #expect(SecureMemory.unlockedAllocations == again)
+    }
+
     @Test func secureZeroWipesArrays() {
         var a: [UInt8] = [1, 2, 3]
         secureZero(&a)

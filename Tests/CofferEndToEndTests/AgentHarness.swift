@@ -34,6 +34,8 @@ final class AgentProcess: @unchecked Sendable {
     private(set) var process: Process?
     private(set) var logPath: String
     let extraArguments: [String]
+    /// A command the agent is started through (e.g. `prlimit --memlock=…`), which must exec it in place.
+    let launcher: [String]
     /// The PAM service the agent verifies passcodes with (its file is in `pamDir`).
     let pamService: String
     /// pam_matrix's password file (`user:password:service` lines).
@@ -43,8 +45,9 @@ final class AgentProcess: @unchecked Sendable {
     static let password = "correct horse"
     static let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
 
-    init(extraArguments: [String] = [], pamService: String = "coffer", start: Bool = true) throws {
+    init(extraArguments: [String] = [], pamService: String = "coffer", launcher: [String] = [], start: Bool = true) throws {
         self.extraArguments = extraArguments
+        self.launcher = launcher
         self.pamService = pamService
         logPath = ""
         try FileManager.default.createDirectory(atPath: pamDir, withIntermediateDirectories: true)
@@ -68,8 +71,9 @@ final class AgentProcess: @unchecked Sendable {
         logPath = dir.file("cofferd-\(UUID().uuidString.prefix(8)).log")
         FileManager.default.createFile(atPath: logPath, contents: nil)
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: Binaries.cofferd)
-        p.arguments = ["--foreground"] + agentArguments
+        let command = launcher + [Binaries.cofferd, "--foreground"] + agentArguments
+        p.executableURL = URL(fileURLWithPath: command[0])
+        p.arguments = Array(command.dropFirst())
         p.standardError = FileHandle(forWritingAtPath: logPath)
         p.standardOutput = FileHandle.nullDevice
         p.standardInput = FileHandle.nullDevice
