@@ -54,10 +54,13 @@ let package = Package(
         // It needs no NSS: coffer never looks up users or groups. The two _Foundation* archives
         // are what FoundationEssentials (pulled in by ArgumentParser) needs and the driver omits.
         // Not static-pie: glibc's static-pie start-up asserts on the $ORIGIN rpath SwiftPM adds.
+        // Sanitizer runtimes cannot go into a static executable, so contrib/sanitizers.sh sets
+        // COFFER_DYNAMIC_CLI=1 and `coffer` links dynamically there.
         .executableTarget(name: "coffer",
                           dependencies: ["CofferClient", "CofferSystem", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
-                          linkerSettings: [.unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"])]),
+                          linkerSettings: Context.environment["COFFER_DYNAMIC_CLI"] == nil
+                              ? [.unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"])] : []),
 
         .target(name: "CofferTestSupport", path: "Tests/CofferTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),

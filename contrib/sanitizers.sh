@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # Runs the whole test suite under AddressSanitizer, then ThreadSanitizer, each in its own build
-# directory (they cannot share one). Usage: contrib/sanitizers.sh [address|thread ...]
+# directory (they cannot share one). The end-to-end tests start the agent and CLI of the same
+# sanitized build, so the agent runs under the sanitizer too. Every report, from the test runner
+# or from any agent it started, is written to a log directory; any report fails the run.
+# Usage: contrib/sanitizers.sh [address|thread ...]
 set -eu
 cd "$(dirname "$0")/.."
 bash contrib/deps.sh
-for s in "${@:-address thread}"; do
-    for san in $s; do
-        echo "== swift test --sanitize=$san"
-        LSAN_OPTIONS="suppressions=$PWD/contrib/lsan.supp:print_suppressions=0" SWIFT_BACKTRACE=enable=no \
-            swift test --sanitize="$san" --scratch-path ".build-$san"
-    done
+reports="$(mktemp -d /tmp/coffer-sanitizers-XXXXXX)"
+trap 'rm -rf "$reports"' EXIT
+status=0
+for san in ${@:-address thread}; do
+    echo "== swift test --sanitize=$san"
+    # `coffer` links dynamically here: sanitizer runtimes cannot go into a static executable.
+    COFFER_DYNAMIC_CLI=1 SWIFT_BACKTRACE=enable=no \
+        LSAN_OPTIONS="suppressions=$PWD/contrib/lsan.supp:print_suppressions=0" \
+        ASAN_OPTIONS="log_path=$reports/asan" TSAN_OPTIONS="log_path=$reports/tsan" \
+        swift test --sanitize="$san" --scratch-path ".build-$san" || status=1
 done
+for r in "$reports"/*; do
+    [ -e "$r" ] || continue
+    echo "== sanitizer report $(basename "$r")"
+    cat "$r"
+    status=1
+done
+exit "$status"

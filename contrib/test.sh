@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Builds Coffer and runs every test: unit tests, then end-to-end tests that start the real agent
 # over a real socket with a private PAM stack. Usage: contrib/test.sh [extra swift test args]
+#
+# With CI=true (what .ci/run sets) it then runs the short form of each reliability run:
+#   stress (64-client style load, hostile frames beside a working client, kill -9 crash trials),
+#   60 s of libFuzzer per decoder, and the whole suite again under AddressSanitizer and
+#   ThreadSanitizer. The full-size runs are contrib/stress/run.sh and contrib/fuzz/run SECONDS.
 set -eu
 cd "$(dirname "$0")/.."
 bash contrib/deps.sh
@@ -8,5 +13,12 @@ swift build --build-tests
 if [ -x contrib/pam_coffer/build.sh ]; then bash contrib/pam_coffer/build.sh; fi
 # Swift Testing's closing line counts only its own tests; the exit status is what counts.
 swift test --skip-build "$@"
-# In CI (CI=true), also fuzz the wire decoders for 60 s (libFuzzer + AddressSanitizer).
-if [ "${CI:-}" = true ]; then bash contrib/fuzz/run 60; fi
+if [ "${CI:-}" = true ]; then
+    step() { echo; echo "== $1 ($(date +%T))"; }
+    step "stress, short form"
+    bash contrib/stress/run.sh --short
+    step "fuzzing, 60 s per decoder"
+    bash contrib/fuzz/run 60
+    step "sanitizers"
+    bash contrib/sanitizers.sh
+fi

@@ -1,6 +1,6 @@
 import CSodium
 import Glibc
-import Synchronization
+import CofferSystem
 
 /// Owner of secret bytes in libsodium's guarded, locked memory (`sodium_malloc`).
 ///
@@ -128,7 +128,11 @@ public final class SecureBytes: @unchecked Sendable {
 /// in ``unlockedAllocations`` (the agent warns about it).
 public enum SecureMemory {
     private struct Counters { var live = 0; var unlocked = 0; var charged = 0 }
-    private static let counters = Mutex(Counters())
+    // A pthread mutex (CofferSystem.Lock) rather than Synchronization.Mutex, whose futex-based
+    // locking ThreadSanitizer cannot see on Linux (it reports every access as a race).
+    private static let lock = Lock()
+    nonisolated(unsafe) private static var state = Counters()
+    private static func withCounters<R>(_ body: (inout Counters) -> R) -> R { lock.withLock { body(&state) } }
 
     /// Bytes Coffer may lock: the RLIMIT_MEMLOCK soft limit read at first use (nil: unlimited).
     public static let lockBudget: Int? = lockLimit()
@@ -140,7 +144,7 @@ public enum SecureMemory {
 
     /// Charges `bytes` to the budget; false (and nothing charged) if that would exceed it.
     static func chargeBudget(_ bytes: Int) -> Bool {
-        counters.withLock { c in
+        withCounters { c in
             if let budget = lockBudget, c.charged + bytes > budget { return false }
             c.charged += bytes
             return true
@@ -148,7 +152,7 @@ public enum SecureMemory {
     }
 
     /// Returns bytes charged with ``chargeBudget(_:)``.
-    static func returnBudget(_ bytes: Int) { counters.withLock { $0.charged -= bytes } }
+    static func returnBudget(_ bytes: Int) { withCounters { $0.charged -= bytes } }
 
     /// A zeroed `sodium_malloc` region of `size` bytes charged to the budget, or nil if the budget is spent.
     static func lockedRegion(_ size: Int) -> (pointer: UnsafeMutableRawPointer, lockedBytes: Int)? {
@@ -168,7 +172,7 @@ public enum SecureMemory {
 
     /// A zeroed private mapping excluded from core dumps, for buffers past the lock budget (counted).
     static func unlockedRegion(_ size: Int) -> UnsafeMutableRawPointer {
-        counters.withLock { $0.unlocked += 1 }
+        withCounters { $0.unlocked += 1 }
         let bytes = mappedSize(size)
         guard let p = mmap(nil, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), p != MAP_FAILED else {
             fatalError("mmap failed: out of memory for secure buffers")
@@ -182,19 +186,19 @@ public enum SecureMemory {
         let start = Int(bitPattern: pointer) & ~(pageSize - 1)
         let end = (Int(bitPattern: pointer) + size + pageSize - 1) & ~(pageSize - 1)
         let ok = mlock(UnsafeRawPointer(bitPattern: start), end - start) == 0
-        if !ok { counters.withLock { $0.unlocked += 1 } }
+        if !ok { withCounters { $0.unlocked += 1 } }
     }
 
-    static func noteLive(_ delta: Int) { counters.withLock { $0.live += delta } }
+    static func noteLive(_ delta: Int) { withCounters { $0.live += delta } }
 
     /// Number of secure buffers currently allocated.
-    public static var liveAllocations: Int { counters.withLock { $0.live } }
+    public static var liveAllocations: Int { withCounters { $0.live } }
 
     /// Number of secure buffers or pool slabs served unlocked since start (the budget was spent, or the kernel refused mlock).
-    public static var unlockedAllocations: Int { counters.withLock { $0.unlocked } }
+    public static var unlockedAllocations: Int { withCounters { $0.unlocked } }
 
     /// Bytes currently charged to ``lockBudget``.
-    public static var chargedBytes: Int { counters.withLock { $0.charged } }
+    public static var chargedBytes: Int { withCounters { $0.charged } }
 
     /// Bytes this process has locked, read from `VmLck` in /proc/self/status (nil if unreadable).
     public static func lockedBytes() -> Int? {

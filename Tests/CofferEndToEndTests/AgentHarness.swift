@@ -6,6 +6,11 @@ import Testing
 /// Where `swift build` put the executables under test.
 enum Binaries {
     static let directory: String = {
+        // The build that made this test runner (so a sanitizer build tests its own sanitized agent).
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            let dir = URL(fileURLWithPath: exe).deletingLastPathComponent().path
+            if FileManager.default.isExecutableFile(atPath: dir + "/cofferd") { return dir }
+        }
         // Tests/CofferEndToEndTests/AgentHarness.swift → package root
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         for config in ["debug", "release"] {

@@ -3,7 +3,7 @@
 #   load     64 clients x 10,000 mixed operations (add/get/update/delete/status): zero errors, p99 reported
 #   hostile  10,000 random, mutated and truncated frames while a well-behaved client keeps working
 #   crash    100 trials of kill -9 during a write load: every acknowledged add present, integrity_check ok
-# Usage: contrib/stress/run.sh [--short]   (--short: 8 x 500, 1,000 frames, 10 trials)
+# Usage: contrib/stress/run.sh [--short]   (--short: 64 x 300, 2,000 frames, 10 trials; what CI runs)
 set -eu
 cd "$(dirname "$0")/../.."
 bash contrib/deps.sh
@@ -11,8 +11,8 @@ swift build -c release --product cofferd >/dev/null
 swift build -c release --product coffer-bench >/dev/null
 bin="$(swift build -c release --show-bin-path)"
 if [ "${1:-}" = "--short" ]; then
-    "$bin/coffer-bench" stress "$bin" load 8 500
-    "$bin/coffer-bench" stress "$bin" hostile 1000
+    "$bin/coffer-bench" stress "$bin" load 64 300
+    "$bin/coffer-bench" stress "$bin" hostile 2000
     "$bin/coffer-bench" stress "$bin" crash 10
 else
     "$bin/coffer-bench" stress "$bin" load 64 10000
