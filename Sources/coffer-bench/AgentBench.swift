@@ -1,16 +1,227 @@
 import CofferClient
 import CofferCrypto
+import CofferKeybag
 import CofferKeychain
 import CofferModel
 import CofferSystem
 import Glibc
 
-/// Measures a real `cofferd` over its socket: what a user of the agent experiences.
+/// Measures a real `cofferd` over its socket at several keychain sizes: what a user of the agent
+/// experiences. Each size gets a fresh state directory with a passcode set (Argon2id calibrated as
+/// in real use), is filled through the library (one transaction per 5,000 items: an agent add is
+/// one fsync'd transaction each, which would take an hour at 1M), and is then served by a real
+/// agent with a private PAM stack (pam_matrix) so that unlock runs PAM and Argon2id for real.
 struct AgentBench {
     let binDir: String
-    let items: Int
+    let sizes: [Int]
 
-    func spawn(_ path: String, _ args: [String], stdin: String? = nil) -> Int32 {
+    static let passcode = "bench passcode"
+    static let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
+    static let clientCounts = [1, 4, 16, 64]
+
+    /// One size's results, in table order.
+    struct Column { var values: [String: String] = [:] }
+
+    /// The rows of the table: (key, label, target).
+    static let rows: [(String, String, String)] = [
+        ("fill", "fill through the library (items/s)", ""),
+        ("dbsize", "database size", ""),
+        ("cold", "cold start to ready (median of 5)", "≤ 50 ms"),
+        ("rssIdle", "agent RSS after start (before unlock)", ""),
+        ("kdf", "Argon2id alone, keybag's parameters (median of 5)", "≥ 80 ms by design"),
+        ("unlock", "unlock over the socket: PAM + Argon2id + unwrap (median of 5)", "KDF + ≤ 20 ms"),
+        ("unlockOver", "unlock minus Argon2id", "≤ 20 ms"),
+        ("echo", "bare Unix-socket echo (machine floor): median", ""),
+        ("status", "status round trip (IPC floor): median", ""),
+        ("get50", "get round trip, persistent connection: median", "≤ 50 µs"),
+        ("get99", "get round trip: p99", "≤ 250 µs"),
+        ("tp1", "throughput, 1 client (gets/s)", ""),
+        ("tp4", "throughput, 4 clients (gets/s)", ""),
+        ("tp16", "throughput, 16 clients (gets/s)", ""),
+        ("tp64", "throughput, 64 clients (gets/s)", ""),
+        ("tp64p99", "64 clients: p99 per get", ""),
+        ("cli50", "`coffer get` whole process: median", "≤ 5 ms"),
+        ("cli90", "`coffer get` whole process: p90", ""),
+        ("true", "`/bin/true` (process floor): median", ""),
+        ("rss", "agent RSS after the runs above", "≤ 30 MB at 100,000"),
+        ("vmlck", "agent locked memory (VmLck) / RLIMIT_MEMLOCK", "within the limit"),
+    ]
+
+    func run() throws {
+        var columns: [Column] = []
+        for n in sizes {
+            progress("agent bench: \(n) items")
+            columns.append(try measure(items: n))
+        }
+        print("| measure | " + sizes.map { "\(grouped($0)) items" }.joined(separator: " | ") + " | target |")
+        print("|---|" + sizes.map { _ in "---:|" }.joined() + "---|")
+        for (key, label, target) in Self.rows {
+            print("| \(label) | " + columns.map { $0.values[key] ?? "–" }.joined(separator: " | ") + " | \(target) |")
+        }
+        // The targets stated as ratios within this run.
+        if let first = columns.first, let last = columns.last, sizes.count > 1,
+           let a = first.values["get50raw"].flatMap(Double.init), let b = last.values["get50raw"].flatMap(Double.init) {
+            print()
+            print("get round trip at \(grouped(sizes.last!)) items vs \(grouped(sizes.first!)): \(fixed(b / a, 2))× (target ≤ 2×)")
+        }
+    }
+
+    /// Fills a keychain with `items`, serves it with a real agent, and takes every measure.
+    func measure(items: Int) throws -> Column {
+        var col = Column()
+        let dir = makeTempDir()
+        let socket = dir + "/agent.sock", state = dir + "/state", pam = dir + "/pam"
+        defer { _ = system("pkill -TERM -f -- '--state-dir \(state)'; rm -rf '\(dir)'") }
+        try writePAMStack(pam, passdb: dir + "/passdb")
+        let agentArgs = ["--socket", socket, "--state-dir", state, "--pam-confdir", pam, "--pam-service", "coffer"]
+        setenv("COFFER_SOCKET", socket, 1)
+
+        // Fill, with a calibrated passcode set: the same keybag a real user has.
+        let kdf: KDFParameters
+        do {
+            try Files.makePrivateDirectory(state)
+            let kc = try Keychain(directory: state)
+            try kc.setPasscode(current: nil, new: secret(Self.passcode))
+            kdf = kc.keybag.kdfParameters!
+            let t0 = nowNanos()
+            var i = 0
+            while i < items {
+                try kc.add(contentsOf: (i..<min(items, i + 5000)).map(item))
+                i += 5000
+            }
+            col.values["fill"] = grouped(Int(Double(items) / (Double(nowNanos() - t0) / 1e9)))
+            kc.checkpoint()
+        }
+        col.values["dbsize"] = mib(fileBytes(state + "/" + Keychain.FileNames.database))
+
+        // Cold start to ready: `cofferd` daemonises and returns once its socket accepts.
+        var starts: [UInt64] = []
+        for i in 0..<5 {
+            if i > 0 { stopAgent(state, socket) }
+            let t0 = nowNanos()
+            guard spawn(binDir + "/cofferd", agentArgs) == 0 else { throw SecError(.io, "cofferd did not start") }
+            starts.append(nowNanos() - t0)
+        }
+        col.values["cold"] = ms(percentile(starts, 0.5))
+        let pid = agentPID(socket)
+        col.values["rssIdle"] = mib(statusKiB(pid, "VmRSS") * 1024)
+
+        // Unlock over the socket vs Argon2id alone with the keybag's own parameters.
+        let c = try AgentConnection(path: socket)
+        var unlocks: [UInt64] = [], kdfs: [UInt64] = []
+        for _ in 0..<5 {
+            let t0 = nowNanos()
+            try c.unlock(passcode: secret(Self.passcode))
+            unlocks.append(nowNanos() - t0)
+            try c.lock()
+            let salt = Random.bytes(Argon2id.saltBytes)
+            let t1 = nowNanos()
+            _ = try Array(Self.passcode.utf8).withUnsafeBytes { pw in
+                try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: kdf.opsLimit, memLimit: Int(kdf.memLimit))
+            }
+            kdfs.append(nowNanos() - t1)
+        }
+        try c.unlock(passcode: secret(Self.passcode))
+        let unlockMs = percentile(unlocks, 0.5) / 1000, kdfMs = percentile(kdfs, 0.5) / 1000
+        col.values["kdf"] = fixed(kdfMs, 1) + " ms"
+        col.values["unlock"] = fixed(unlockMs, 1) + " ms"
+        col.values["unlockOver"] = fixed(unlockMs - kdfMs, 1) + " ms"
+
+        col.values["echo"] = us(percentile(try echoFloor(dir + "/echo.sock"), 0.5))
+        var pings: [UInt64] = []
+        for _ in 0..<5000 {
+            let t0 = nowNanos()
+            _ = try c.status()
+            pings.append(nowNanos() - t0)
+        }
+        col.values["status"] = us(percentile(pings, 0.5))
+        var rng = SystemRandomNumberGenerator()
+        var gets: [UInt64] = []
+        for n in 0..<21_000 {
+            let q = query(Int.random(in: 0..<items, using: &rng))
+            let t0 = nowNanos()
+            let r = try c.copyMatching(q)
+            if n >= 1000 { gets.append(nowNanos() - t0) } // after warm-up
+            precondition(r.count == 1 && r[0].data != nil)
+        }
+        col.values["get50"] = us(percentile(gets, 0.5))
+        col.values["get50raw"] = String(percentile(gets, 0.5))
+        col.values["get99"] = us(percentile(gets, 0.99))
+
+        for clients in Self.clientCounts {
+            let (rate, p99) = throughput(socket: socket, clients: clients, items: items, seconds: 2)
+            col.values["tp\(clients)"] = grouped(rate)
+            if clients == 64 { col.values["tp64p99"] = us(p99) }
+        }
+
+        var procs: [UInt64] = []
+        for i in 0..<200 {
+            let k = (i * 7919) % items
+            let t0 = nowNanos()
+            let status = spawn(binDir + "/coffer", ["get", "--service", "service-\(k % 97)", "--account", "account-\(k)"])
+            procs.append(nowNanos() - t0)
+            guard status == 0 else { throw SecError(.io, "coffer get failed") }
+        }
+        col.values["cli50"] = ms(percentile(procs, 0.5))
+        col.values["cli90"] = ms(percentile(procs, 0.9))
+        var trues: [UInt64] = []
+        for _ in 0..<200 { let t0 = nowNanos(); _ = spawn("/bin/true", []); trues.append(nowNanos() - t0) }
+        col.values["true"] = ms(percentile(trues, 0.5))
+        col.values["rss"] = mib(statusKiB(pid, "VmRSS") * 1024)
+        let limit = memlockLimit(pid).map { "\($0 >> 10) KiB" } ?? "unlimited"
+        col.values["vmlck"] = "\(statusKiB(pid, "VmLck")) KiB / \(limit)"
+        stopAgent(state, socket)
+        return col
+    }
+
+    /// `clients` threads doing gets on their own connections for `seconds`: total rate and p99 latency (µs).
+    func throughput(socket: String, clients: Int, items: Int, seconds: Double) -> (Int, Double) {
+        let counter = Counter(), done = Counter(), latencies = LatencyLog()
+        let deadline = Threads.monotonicSeconds() + seconds
+        for t in 0..<clients {
+            Threads.detach {
+                defer { done.add(1) }
+                guard let conn = try? AgentConnection(path: socket) else { return }
+                var k = t &* 2_654_435_761
+                var local: [UInt64] = []
+                while Threads.monotonicSeconds() < deadline {
+                    k = (k &* 1_103_515_245 &+ 12345) & 0x7fff_ffff
+                    let t0 = nowNanos()
+                    if (try? conn.copyMatching(query(k % items))) != nil { counter.add(1) }
+                    local.append(nowNanos() - t0)
+                }
+                latencies.add(local)
+            }
+        }
+        while done.value < clients { usleep(10_000) }
+        return (Int(Double(counter.value) / seconds), percentile(latencies.all, 0.99))
+    }
+
+    func query(_ k: Int) -> ItemQuery {
+        ItemQuery(itemClass: .genericPassword,
+                  attributes: ["svce": .string("service-\(k % 97)"), "acct": .string("account-\(k)")], returnData: true)
+    }
+
+    /// A private PAM stack accepting ``passcode`` for the current user (pam_matrix by absolute path).
+    func writePAMStack(_ pamDir: String, passdb: String) throws {
+        guard mkdir(pamDir, 0o700) == 0 else { throw SecError(.io, "mkdir \(pamDir)") }
+        let user = String(cString: getpwuid(getuid())!.pointee.pw_name)
+        try writeFile(passdb, "\(user):\(Self.passcode):coffer\n")
+        try writeFile(pamDir + "/coffer", "auth required \(Self.matrix) passdb=\(passdb)\naccount required \(Self.matrix) passdb=\(passdb)\n")
+    }
+
+    func writeFile(_ path: String, _ text: String) throws {
+        guard let f = fopen(path, "w") else { throw SecError(.io, "cannot write \(path)") }
+        fputs(text, f)
+        fclose(f)
+    }
+
+    func stopAgent(_ state: String, _ socket: String) {
+        _ = system("pkill -TERM -f -- '--state-dir \(state)'")
+        while Files.exists(socket) { usleep(1000) }
+    }
+
+    func spawn(_ path: String, _ args: [String]) -> Int32 {
         var pid: pid_t = 0
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -25,15 +236,31 @@ struct AgentBench {
         return status
     }
 
-    func rssKiB(_ pid: Int32) -> Int {
-        guard let f = fopen("/proc/\(pid)/status", "r") else { return -1 }
+    /// A field of /proc/PID/status in KiB (VmRSS, VmLck).
+    func statusKiB(_ pid: Int32, _ field: String) -> Int {
+        procLine("/proc/\(pid)/status", prefix: field + ":").flatMap { Int($0.filter(\.isNumber)) } ?? -1
+    }
+
+    /// The soft RLIMIT_MEMLOCK of `pid` in bytes (nil: unlimited).
+    func memlockLimit(_ pid: Int32) -> Int? {
+        procLine("/proc/\(pid)/limits", prefix: "Max locked memory")
+            .flatMap { $0.dropFirst("Max locked memory".count).split(separator: " ").first.flatMap { Int($0) } }
+    }
+
+    func procLine(_ path: String, prefix: String) -> String? {
+        guard let f = fopen(path, "r") else { return nil }
         defer { fclose(f) }
-        var line = [CChar](repeating: 0, count: 256)
-        while fgets(&line, 256, f) != nil {
+        var line = [CChar](repeating: 0, count: 512)
+        while fgets(&line, 512, f) != nil {
             let s = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if s.hasPrefix("VmRSS:") { return Int(s.filter(\.isNumber)) ?? -1 }
+            if s.hasPrefix(prefix) { return s }
         }
-        return -1
+        return nil
+    }
+
+    func fileBytes(_ path: String) -> Int {
+        var st = stat()
+        return stat(path, &st) == 0 ? Int(st.st_size) : -1
     }
 
     func agentPID(_ socket: String) -> Int32 {
@@ -41,111 +268,6 @@ struct AgentBench {
         guard let fd = try? UnixSocket.connect(path: socket) else { return -1 }
         defer { close(fd) }
         return (try? PeerIdentity.of(socket: fd).pid) ?? -1
-    }
-
-    func run() throws {
-        let dir = makeTempDir()
-        defer { _ = system("pkill -TERM -f -- '--state-dir \(dir)/state'; rm -rf '\(dir)'") }
-        let socket = dir + "/agent.sock", state = dir + "/state"
-        let cofferd = binDir + "/cofferd", coffer = binDir + "/coffer"
-        let agentArgs = ["--socket", socket, "--state-dir", state]
-        setenv("COFFER_SOCKET", socket, 1)
-        var rows: [(String, String, String)] = []
-
-        // Cold start to ready: `cofferd` returns once its socket accepts (readiness pipe).
-        var starts: [UInt64] = []
-        for i in 0..<10 {
-            if i > 0 { _ = system("pkill -TERM -f -- '--state-dir \(state)'"); while Files.exists(socket) { usleep(1000) } }
-            let t0 = nowNanos()
-            guard spawn(cofferd, agentArgs) == 0 else { throw SecError(.io, "cofferd did not start") }
-            starts.append(nowNanos() - t0)
-        }
-        rows.append(("agent cold start to ready (empty keychain)", ms(percentile(starts, 0.5)), "≤ 50 ms"))
-        let idlePID = agentPID(socket)
-        rows.append(("agent RSS idle", "\(rssKiB(idlePID) / 1024) MiB", ""))
-        _ = system("pkill -TERM -f -- '--state-dir \(state)'")
-        while Files.exists(socket) { usleep(1000) }
-
-        // Populate through the library (an agent add is one fsync'd transaction each).
-        do {
-            let kc = try Keychain(directory: state)
-            var i = 0
-            while i < items {
-                try kc.add(contentsOf: (i..<min(items, i + 5000)).map(item))
-                i += 5000
-            }
-            kc.checkpoint()
-        }
-        guard spawn(cofferd, agentArgs) == 0 else { throw SecError(.io, "cofferd did not start") }
-        let pid = agentPID(socket)
-
-        // The machine's floor: a bare blocking Unix-socket echo of one small frame, same run.
-        rows.append(("bare Unix-socket echo (machine floor): median", us(percentile(try echoFloor(dir + "/echo.sock"), 0.5)), ""))
-
-        // Round trip on a persistent connection: first with no keychain work (the IPC floor).
-        let c = try AgentConnection(path: socket)
-        var pings: [UInt64] = []
-        for _ in 0..<5000 {
-            let t0 = nowNanos()
-            _ = try c.status()
-            pings.append(nowNanos() - t0)
-        }
-        rows.append(("status round trip (IPC floor, no keychain work): median", us(percentile(pings, 0.5)), ""))
-        var rng = SystemRandomNumberGenerator()
-        var gets: [UInt64] = []
-        for n in 0..<20_000 {
-            let k = Int.random(in: 0..<items, using: &rng)
-            let q = ItemQuery(itemClass: .genericPassword,
-                              attributes: ["svce": .string("service-\(k % 97)"), "acct": .string("account-\(k)")], returnData: true)
-            let t0 = nowNanos()
-            _ = try c.copyMatching(q)
-            if n >= 1000 { gets.append(nowNanos() - t0) } // after warm-up
-        }
-        rows.append(("get round trip, persistent connection, \(items) items: median", us(percentile(gets, 0.5)), "≤ 50 µs"))
-        rows.append(("get round trip: p99", us(percentile(gets, 0.99)), "≤ 250 µs"))
-
-        // Throughput with 16 concurrent clients, 2 s.
-        let counter = Counter()
-        let deadline = Threads.monotonicSeconds() + 2
-        let done = Counter()
-        for t in 0..<16 {
-            Threads.detach {
-                defer { done.add(1) }
-                guard let conn = try? AgentConnection(path: socket) else { return }
-                var k = t
-                while Threads.monotonicSeconds() < deadline {
-                    k = (k &* 1103515245 &+ 12345) & 0x7fffffff
-                    let i = k % items
-                    let q = ItemQuery(itemClass: .genericPassword,
-                                      attributes: ["svce": .string("service-\(i % 97)"), "acct": .string("account-\(i)")], returnData: true)
-                    if (try? conn.copyMatching(q)) != nil { counter.add(1) }
-                }
-            }
-        }
-        while done.value < 16 { usleep(10_000) }
-        rows.append(("throughput, 16 concurrent clients (gets/s)", "\(counter.value / 2)", ""))
-
-        // Whole-process `coffer get`.
-        let secretFile = dir + "/s"
-        _ = system("printf x > '\(secretFile)'")
-        var procs: [UInt64] = []
-        for i in 0..<200 {
-            let t0 = nowNanos()
-            let status = spawn(coffer, ["get", "--service", "service-\(i % 97)", "--account", "account-\(i)"])
-            procs.append(nowNanos() - t0)
-            guard status == 0 else { throw SecError(.io, "coffer get failed") }
-        }
-        rows.append(("`coffer get` whole process: median", ms(percentile(procs, 0.5)), "≤ 5 ms"))
-        rows.append(("`coffer get` whole process: p90", ms(percentile(procs, 0.9)), ""))
-        var trues: [UInt64] = []
-        for _ in 0..<200 { let t0 = nowNanos(); _ = spawn("/bin/true", []); trues.append(nowNanos() - t0) }
-        rows.append(("`/bin/true` (process floor): median", ms(percentile(trues, 0.5)), ""))
-        rows.append(("agent RSS with \(items) items", "\(rssKiB(pid) / 1024) MiB", ""))
-        _ = secretFile
-
-        print("| measure | value | target |")
-        print("|---|---:|---|")
-        for (m, v, t) in rows { print("| \(m) | \(v) | \(t) |") }
     }
 
     /// Round trips of a 9-byte frame to a thread that answers each with 9 bytes.
@@ -173,12 +295,35 @@ struct AgentBench {
         return samples
     }
 
-    func us(_ x: Double) -> String { "\(Int(x.rounded())) µs" }
-    func ms(_ x: Double) -> String {
-        let v = (x / 100).rounded() / 10
-        return "\(v) ms"
-    }
+    func us(_ x: Double) -> String { x < 10_000 ? "\(Int(x.rounded())) µs" : fixed(x / 1000, 1) + " ms" }
+    func ms(_ x: Double) -> String { fixed(x / 1000, 1) + " ms" }
+    func mib(_ bytes: Int) -> String { fixed(Double(bytes) / 1_048_576, 1) + " MiB" }
 }
+
+/// `x` with `digits` decimals (no Foundation here).
+func fixed(_ x: Double, _ digits: Int) -> String {
+    var scale = 1.0
+    for _ in 0..<digits { scale *= 10 }
+    let v = (abs(x) * scale).rounded()
+    let whole = Int(v / scale), frac = Int(v) - whole * Int(scale)
+    var f = String(frac)
+    while f.count < digits { f = "0" + f }
+    return (x < 0 && v > 0 ? "-" : "") + String(whole) + (digits > 0 ? "." + f : "")
+}
+
+/// 1234567 → "1,234,567".
+func grouped(_ n: Int) -> String {
+    let digits = Array(String(n))
+    var out = ""
+    for (i, d) in digits.enumerated() {
+        if i > 0 && (digits.count - i) % 3 == 0 { out.append(",") }
+        out.append(d)
+    }
+    return out
+}
+
+/// A progress line on stderr (the table goes to stdout).
+func progress(_ s: String) { StandardStreams.printError(s) }
 
 /// A thread-safe counter.
 final class Counter: @unchecked Sendable {

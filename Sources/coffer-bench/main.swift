@@ -1,8 +1,10 @@
 // coffer-bench: benchmarks (not timed tests). Prints Markdown tables.
 //
 //   coffer-bench keychain [SIZE ...]                 library: median add and copyMatching(svce+acct) per size
-//   coffer-bench agent BIN_DIR [ITEMS]               agent: round trip, throughput, CLI process time,
-//                                                    cold start, RSS (BIN_DIR holds cofferd and coffer)
+//   coffer-bench agent BIN_DIR [SIZE ...]            agent per keychain size (default 1k, 100k, 1M): unlock vs
+//                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
+//                                                    CLI process time, cold start, RSS, locked memory
+//                                                    (BIN_DIR holds cofferd and coffer)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
 //                                                    reliability runs against a real agent
 //
@@ -90,8 +92,9 @@ case "stress" where args.count >= 3:
     default: print("unknown stress run \(args[2])"); exit(2)
     }
 case "agent" where args.count >= 2:
-    try AgentBench(binDir: args[1], items: args.count > 2 ? Int(args[2]) ?? 100_000 : 100_000).run()
+    let sizes = args.dropFirst(2).compactMap { Int($0) }
+    try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
 default:
-    print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [ITEMS] | stress BIN_DIR load|hostile|crash [N] [OPS]")
+    print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [SIZE ...] | stress BIN_DIR load|hostile|crash [N] [OPS]")
     exit(2)
 }
