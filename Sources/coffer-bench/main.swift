@@ -5,6 +5,8 @@
 //                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
 //                                                    CLI process time, cold start, RSS, locked memory
 //                                                    (BIN_DIR holds cofferd and coffer)
+//   coffer-bench fill STATE_DIR N                    adds items svc{i%97}/acct{i}/secret-{i}, i = 1…N, to the
+//                                                    stopped agent's keychain (passcode on stdin, if one is set)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
 //                                                    reliability runs against a real agent
 //
@@ -75,6 +77,28 @@ func benchKeychain(sizes: [Int]) throws {
     }
 }
 
+/// Fills a stopped agent's keychain through the library in transactions of 5,000 items (contrib/bench/peers.sh:
+/// an agent add is one fsync'd transaction, so 100,000 adds through the agent would take minutes).
+func fill(stateDirectory: String, items: Int) throws {
+    let kc = try Keychain(directory: stateDirectory)
+    if kc.keybag.isPasscodeSet {
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while read(0, &byte, 1) == 1 && byte != 0x0A { line.append(byte) }
+        try kc.unlock(passcode: SecureBytes(consuming: &line))
+    }
+    var i = 1
+    while i <= items {
+        let batch = (i...min(items, i + 4999)).map { k in
+            NewItem(itemClass: .genericPassword, attributes: ["svce": .string("svc\(k % 97)"), "acct": .string("acct\(k)")],
+                    secret: secret("secret-\(k)"))
+        }
+        try kc.add(contentsOf: batch)
+        i += batch.count
+    }
+    kc.checkpoint()
+}
+
 let args = Array(CommandLine.arguments.dropFirst())
 switch args.first {
 case "keychain":
@@ -91,10 +115,13 @@ case "stress" where args.count >= 3:
     case "crash": try s.crash(trials: n ?? 100)
     default: print("unknown stress run \(args[2])"); exit(2)
     }
+case "fill" where args.count == 3:
+    guard let n = Int(args[2]) else { print("fill: N must be a number"); exit(2) }
+    try fill(stateDirectory: args[1], items: n)
 case "agent" where args.count >= 2:
     let sizes = args.dropFirst(2).compactMap { Int($0) }
     try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
 default:
-    print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [SIZE ...] | stress BIN_DIR load|hostile|crash [N] [OPS]")
+    print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
     exit(2)
 }
