@@ -4,11 +4,19 @@ import PackageDescription
 /// Settings every Coffer module shares: Swift 6 language mode (strict concurrency).
 let settings: [SwiftSetting] = [.swiftLanguageMode(.v6)]
 
+/// Linker settings of the command-line executables: static and (in release) stripped, unless
+/// COFFER_DYNAMIC_CLI is set (sanitizer builds). See the `coffer` target.
+func staticCLI(_ libraries: [String]) -> [LinkerSetting] {
+    guard Context.environment["COFFER_DYNAMIC_CLI"] == nil else { return [] }
+    return [.unsafeFlags(["-static-executable"] + libraries), .unsafeFlags(["-Xlinker", "-s"], .when(configuration: .release))]
+}
+
 let package = Package(
     name: "Coffer",
     products: [
         .executable(name: "cofferd", targets: ["cofferd"]),
         .executable(name: "coffer", targets: ["coffer"]),
+        .executable(name: "coffer-cli", targets: ["coffer-cli"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
@@ -48,19 +56,21 @@ let package = Package(
         .executableTarget(name: "cofferd",
                           dependencies: ["CofferAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings),
-        // `coffer` is what shell scripts run in loops, so its start-up is most of a fetch. A fully
-        // static executable skips the dynamic loader and libstdc++'s relocation: ~0.5 ms to main()
-        // instead of ~1.3 ms with --static-swift-stdlib (and ~2.5 ms fully dynamic) on the dev VM.
-        // It needs no NSS: coffer never looks up users or groups. The two _Foundation* archives
-        // are what FoundationEssentials (pulled in by ArgumentParser) needs and the driver omits.
-        // Not static-pie: glibc's static-pie start-up asserts on the $ORIGIN rpath SwiftPM adds.
-        // Sanitizer runtimes cannot go into a static executable, so contrib/sanitizers.sh sets
-        // COFFER_DYNAMIC_CLI=1 and `coffer` links dynamically there.
-        .executableTarget(name: "coffer",
+        // `coffer` is what shell scripts run in loops, so its start-up is most of a fetch: it answers
+        // the plain `get` and `add` forms itself, links neither swift-argument-parser nor Foundation,
+        // and execs `coffer-cli` (the full parser) for everything else. Measured on the dev VM:
+        // ~0.5 ms to main() as a static executable (like /bin/true), against ~1.3 ms with
+        // --static-swift-stdlib and ~2.5 ms fully dynamic; ArgumentParser + Foundation add ~0.4 ms.
+        // Static executables need no NSS lookups (neither binary looks up users or groups) and are not
+        // static-pie (glibc's static-pie start-up asserts on the $ORIGIN rpath SwiftPM adds). Sanitizer
+        // runtimes cannot go into a static executable: contrib/sanitizers.sh sets COFFER_DYNAMIC_CLI=1.
+        .executableTarget(name: "coffer", dependencies: ["CofferClient", "CofferModel", "CofferSystem"],
+                          swiftSettings: settings, linkerSettings: staticCLI([])),
+        .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferSystem", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
-                          linkerSettings: Context.environment["COFFER_DYNAMIC_CLI"] == nil
-                              ? [.unsafeFlags(["-static-executable", "-l_FoundationCollections", "-l_FoundationCShims"])] : []),
+                          // The archives FoundationEssentials needs and the driver omits from a static link.
+                          linkerSettings: staticCLI(["-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization"])),
 
         .target(name: "CofferTestSupport", path: "Tests/CofferTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),

@@ -7,9 +7,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 bash contrib/deps.sh
-echo "== building (swift build --product cofferd / coffer)"
-swift build --product cofferd >/dev/null
-swift build --product coffer >/dev/null
+echo "== building (swift build --product cofferd / coffer / coffer-cli)"
+for p in cofferd coffer coffer-cli; do swift build --product "$p" >/dev/null; done
 bin="$(swift build --show-bin-path)"
 
 sandbox="$(mktemp -d /tmp/coffer-demo-XXXXXX)"

@@ -4,7 +4,7 @@
 #   contrib/install.sh [--dry-run] [--enable-pam-login] [--bin-dir DIR]
 #
 # Binaries come from .build/release (build them first: swift build -c release
-# --product cofferd && swift build -c release --product coffer), or --bin-dir.
+# --product cofferd, and the same for coffer and coffer-cli), or --bin-dir.
 # DESTDIR=/some/root installs into a staging tree. Idempotent. Does not edit common-* PAM files
 # unless --enable-pam-login is given (then it adds one line to each, once).
 set -eu
@@ -31,12 +31,12 @@ for d in /lib/x86_64-linux-gnu/security /usr/lib/x86_64-linux-gnu/security /lib/
 done
 [ -n "$security_dir" ] || { echo "install.sh: cannot find the PAM module directory (pam_unix.so)" >&2; exit 1; }
 
-for b in cofferd coffer; do
+for b in cofferd coffer coffer-cli; do
     [ -x "$bin_dir/$b" ] || [ "$dry" = 1 ] || { echo "install.sh: $bin_dir/$b not built" >&2; exit 1; }
 done
 
 run install -d "$D/usr/local/bin" "$D$security_dir" "$D/etc/pam.d" "$D/usr/lib/systemd/user" "$D/usr/local/share/coffer"
-run install -m 0755 "$bin_dir/cofferd" "$bin_dir/coffer" "$D/usr/local/bin/"
+run install -m 0755 "$bin_dir/cofferd" "$bin_dir/coffer" "$bin_dir/coffer-cli" "$D/usr/local/bin/"
 if [ "$dry" = 1 ]; then
     echo "+ $here/pam_coffer/build.sh $D$security_dir/pam_coffer.so"
 else

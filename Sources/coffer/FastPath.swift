@@ -3,22 +3,47 @@ import CofferModel
 import CofferSystem
 import Glibc
 
-/// `coffer get` is what scripts call in loops, so its whole-process time matters (target ≤ 5 ms).
-/// swift-argument-parser's start-up (reflection over the command tree, protocol-conformance scans of
-/// a large static binary) costs a few milliseconds; the plain form `get --service S --account A
-/// [--server H] [--socket P]` is therefore parsed here directly. Anything else — other options,
-/// `--help`, a malformed line — falls through to the full parser, which gives the same result and
-/// the usual messages.
+/// The commands scripts run in loops, parsed by hand: `coffer get` and `coffer add` in their plain
+/// forms. Whole-process time is what a script pays per credential, and a process that links
+/// swift-argument-parser (and the Foundation it brings) spends about twice as long starting as the
+/// fetch itself takes, so `coffer` links neither: anything beyond these forms — other options,
+/// `--opt=value` spellings, `--help`, a malformed line, other commands — is handed to the full
+/// parser in `coffer-cli`, which gives the same result and the usual messages. A test checks that
+/// both paths agree.
 enum FastPath {
-    /// Runs the fast path if the arguments fit it; returns the exit status, or nil to fall through.
+    /// Options that take a value, and flags, for each fast command.
+    static let valueOptions: [String: Set<String>] = [
+        "get": ["--service", "--account", "--server", "--socket"],
+        "add": ["--service", "--account", "--label", "--socket", "--secret-fd"],
+    ]
+    static let flags: [String: Set<String>] = ["get": [], "add": ["--secret-stdin"]]
+
+    /// Runs the fast path if the arguments fit it; returns the exit status, or nil to hand over.
     static func run(_ args: [String]) -> Int32? {
-        guard args.count >= 3, args[0] == "get", args.count % 2 == 1 else { return nil }
+        guard let command = args.first, let takesValue = valueOptions[command], let isFlag = flags[command] else { return nil }
         var options: [String: String] = [:]
-        for i in stride(from: 1, to: args.count, by: 2) {
+        var i = 1
+        while i < args.count {
             let key = args[i]
-            guard ["--service", "--account", "--server", "--socket"].contains(key), options[key] == nil else { return nil }
-            options[key] = args[i + 1]
+            guard options[key] == nil else { return nil }
+            if isFlag.contains(key) {
+                options[key] = ""
+                i += 1
+            } else if takesValue.contains(key), i + 1 < args.count, !args[i + 1].hasPrefix("-") {
+                options[key] = args[i + 1]
+                i += 2
+            } else {
+                return nil
+            }
         }
+        switch command {
+        case "get": return get(options)
+        default: return add(options)
+        }
+    }
+
+    /// `get --service S --account A [--server H] [--socket P]`: prints the secret only.
+    static func get(_ options: [String: String]) -> Int32? {
         var attrs: Attributes = [:]
         if let s = options["--service"] { attrs["svce"] = .string(s) }
         if let a = options["--account"] { attrs["acct"] = .string(a) }
@@ -26,16 +51,74 @@ enum FastPath {
         guard !attrs.isEmpty else { return nil }
         let query = ItemQuery(itemClass: options["--server"] == nil ? .genericPassword : .internetPassword,
                               attributes: attrs, limit: .one, returnData: true)
-        do throws(SecError) {
-            let connection = try AgentConnection(path: try AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer")
-            guard let data = try connection.copyMatching(query).first?.data else { throw .itemNotFound() }
+        return reporting { () throws(SecError) in
+            guard let data = try connect(options).copyMatching(query).first?.data else { throw .itemNotFound() }
             let ok = data.withUnsafeBytes { StandardStreams.write(1, $0) }
             if isatty(1) == 1 { _ = [UInt8(0x0A)].withUnsafeBytes { StandardStreams.write(1, $0) } }
             if !ok { throw .io("cannot write to standard output") }
+        }
+    }
+
+    /// `add --service S --account A [--label L] (--secret-stdin | --secret-fd N) [--socket P]`:
+    /// a generic password with the default accessibility, exactly as the full parser builds it.
+    static func add(_ options: [String: String]) -> Int32? {
+        guard let service = options["--service"], let account = options["--account"] else { return nil }
+        let fd: Int32
+        switch (options["--secret-stdin"], options["--secret-fd"]) {
+        case (.some, nil): fd = 0
+        case (nil, .some(let text)):
+            guard let n = Int32(text) else { return nil }
+            fd = n
+        default: return nil
+        }
+        var attrs: Attributes = ["svce": .string(service), "acct": .string(account)]
+        if let label = options["--label"] { attrs["labl"] = .string(label) }
+        return reporting { () throws(SecError) in
+            let secret = try SecretInput.read(fd: fd, what: "secret")
+            _ = try connect(options).add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret))
+        }
+    }
+
+    static func connect(_ options: [String: String]) throws(SecError) -> AgentConnection {
+        try AgentConnection(path: try AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer")
+    }
+
+    /// Runs `body`; an error prints as `coffer: errSecName (code): message` and gives its exit status.
+    static func reporting(_ body: () throws(SecError) -> Void) -> Int32 {
+        do {
+            try body()
             return 0
         } catch {
             StandardStreams.printError("coffer: \(error.description)")
             return error.status.exitCode
         }
+    }
+}
+
+/// The full command-line parser, `coffer-cli`, installed beside `coffer`.
+enum FullCLI {
+    /// Where `coffer-cli` is: next to this executable, or in ../libexec/coffer/ (a packager's choice).
+    static func path() -> String? {
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
+        guard n > 0 else { return nil }
+        let exe = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let slash = exe.lastIndex(of: "/") else { return nil }
+        let dir = String(exe[..<slash])
+        return [dir + "/coffer-cli", dir + "/../libexec/coffer/coffer-cli"].first { access($0, X_OK) == 0 }
+    }
+
+    /// Replaces this process with `coffer-cli ARGS…` (argv[0] stays `coffer`, for its messages).
+    static func exec(_ args: [String]) -> Never {
+        guard let path = path() else {
+            StandardStreams.printError("coffer: errSecInternalComponent (-2070): coffer-cli is not installed beside coffer")
+            exit(SecStatus.internalComponent.exitCode)
+        }
+        var argv: [UnsafeMutablePointer<CChar>?] = (["coffer"] + args).map { strdup($0) } + [nil]
+        execv(path, &argv)
+        let reason = String(cString: strerror(errno))
+        for p in argv { free(p) }
+        StandardStreams.printError("coffer: errSecInternalComponent (-2070): cannot run \(path): \(reason)")
+        exit(SecStatus.internalComponent.exitCode)
     }
 }

@@ -1,4 +1,5 @@
 import CofferSystem
+import CofferTestSupport
 import Foundation
 import Testing
 
@@ -135,6 +136,42 @@ import Testing
         #expect(agent.cli(["get", "--service", "s", "--bogus", "x"]).status == 64)
         let viaSocket = runCLI(["get", "--service", "s", "--account", "a", "--socket", agent.socketPath])
         #expect(viaSocket.stdout == "v", "\(viaSocket)")
+    }
+
+    /// `add` has the same fast path: an item added through it is exactly the one the full parser
+    /// adds, and its errors read the same.
+    @Test func fastAndFullAddAgree() throws {
+        let agent = try AgentProcess()
+        #expect(agent.cli(["add", "--service", "fast", "--account", "a", "--label", "L", "--secret-stdin"], stdin: "v1").status == 0)
+        #expect(agent.cli(["add", "--class", "genp", "--service", "full", "--account", "a", "--label", "L", "--secret-stdin"], stdin: "v2").status == 0)
+        /// Everything `find --json` shows but the service and the dates.
+        func shape(_ service: String) -> String {
+            let json = agent.cli(["find", "--service", service, "--json"]).stdout
+            return json.replacingOccurrences(of: "\"svce\":\"\(service)\"", with: "")
+                .replacingOccurrences(of: #""(cdat|mdat)":"[^"]*""#, with: "", options: .regularExpression)
+        }
+        #expect(shape("fast") == shape("full") && shape("fast").contains("\"pdmn\":\"ak\""), "\(shape("fast")) vs \(shape("full"))")
+        #expect(agent.cli(["get", "--service", "fast", "--account", "a"]).stdout == "v1")
+        let fastDup = agent.cli(["add", "--service", "fast", "--account", "a", "--secret-stdin"], stdin: "x")
+        let fullDup = agent.cli(["add", "--class", "genp", "--service", "fast", "--account", "a", "--secret-stdin"], stdin: "x")
+        #expect(fastDup.status == 4 && fastDup.status == fullDup.status && fastDup.stderr == fullDup.stderr, "\(fastDup) \(fullDup)")
+        // Forms the fast path does not take go to the full parser: --opt=value, a value that looks
+        // like an option, both secret sources at once.
+        #expect(agent.cli(["add", "--service=eq", "--account", "a", "--secret-stdin"], stdin: "v3").status == 0)
+        #expect(agent.cli(["get", "--service", "eq", "--account", "a"]).stdout == "v3")
+        let both = agent.cli(["add", "--service", "s", "--account", "a", "--secret-stdin", "--secret-fd", "0"], stdin: "x")
+        #expect(both.status == 64 && both.stderr.contains("either --secret-stdin or --secret-fd"), "\(both)")
+    }
+
+    /// `coffer` without `coffer-cli` beside it still answers its fast forms, and says what is missing otherwise.
+    @Test func cofferWithoutTheFullParser() throws {
+        let dir = TemporaryDirectory("coffer-alone")
+        let lone = dir.file("coffer")
+        try FileManager.default.copyItem(atPath: Binaries.coffer, toPath: lone)
+        let r = runShell("'\(lone)' status", socket: "/nonexistent/agent.sock")
+        #expect(r.status == 14 && r.stderr.contains("coffer-cli is not installed beside coffer"), "\(r)")
+        let g = runShell("'\(lone)' get --service s --account a", socket: "/nonexistent/agent.sock")
+        #expect(g.status == 9 && g.stderr.hasPrefix("coffer: errSecIO (-36)"), "\(g)")
     }
 
     @Test func noAgentIsErrSecIO() {

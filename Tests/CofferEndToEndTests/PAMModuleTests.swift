@@ -133,7 +133,10 @@ import Testing
             let r = runShell(cmd, socket: "")
             #expect(r.status == 0, "\(r)")
         }
-        for f in ["usr/local/bin/cofferd", "usr/local/bin/coffer"] { #expect(Files.mode(root.file(f)) == 0o755, "\(f)") }
+        for f in ["usr/local/bin/cofferd", "usr/local/bin/coffer", "usr/local/bin/coffer-cli"] { #expect(Files.mode(root.file(f)) == 0o755, "\(f)") }
+        // The installed `coffer` finds the installed `coffer-cli` for the commands it hands over.
+        let status = runShell("'\(root.file("usr/local/bin/coffer"))' status", socket: "/nonexistent/agent.sock")
+        #expect(status.status == 9 && status.stderr.hasPrefix("coffer: errSecIO (-36)"), "\(status)")
         #expect(Files.mode(root.file("etc/pam.d/coffer")) == 0o644)
         #expect(Files.exists(root.file("usr/lib/systemd/user/coffer-agent.socket")))
         #expect(Files.exists(root.file("usr/lib/systemd/user/coffer-agent.service")))

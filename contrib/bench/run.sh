@@ -8,6 +8,7 @@ bash contrib/deps.sh
 items="${1:-100000}"
 swift build -c release --product cofferd >/dev/null
 swift build -c release --product coffer >/dev/null
+swift build -c release --product coffer-cli >/dev/null
 swift build -c release --product coffer-bench >/dev/null
 bin="$(swift build -c release --show-bin-path)"
 echo "## Keychain library (no agent)"

@@ -1,15 +1,15 @@
-import ArgumentParser
 import CofferCrypto
 import CofferModel
 import Glibc
 
-/// Reading secrets and passcodes from stdin or a descriptor, straight into secure memory.
-enum SecretInput {
+/// Reading secrets and passcodes from stdin or a descriptor, straight into secure memory: what a
+/// command-line client does instead of taking them from argv or the environment.
+public enum SecretInput {
     /// Largest secret accepted (the wire frame limit leaves room for attributes).
-    static let maxBytes = 192 * 1024
+    public static let maxBytes = 192 * 1024
 
     /// Reads all of `fd` (up to ``maxBytes``) into secure memory, dropping one trailing newline.
-    static func read(fd: Int32, what: String) throws(SecError) -> SecureBytes {
+    public static func read(fd: Int32, what: String) throws(SecError) -> SecureBytes {
         let buffer = SecureBytes(count: maxBytes + 1)
         var total = 0
         let failed: Bool = buffer.withUnsafeMutableBytes { b in
@@ -35,7 +35,7 @@ enum SecretInput {
     }
 
     /// Splits a buffer holding two newline-separated secrets (current, new).
-    static func splitTwoLines(_ s: SecureBytes, what: String) throws(SecError) -> (SecureBytes, SecureBytes) {
+    public static func splitTwoLines(_ s: SecureBytes, what: String) throws(SecError) -> (SecureBytes, SecureBytes) {
         let parts: (SecureBytes, SecureBytes)? = s.withUnsafeBytes { b in
             guard let nl = b.firstIndex(of: 0x0A) else { return nil }
             var firstEnd = nl
@@ -48,41 +48,5 @@ enum SecretInput {
             throw .param("expected the current and the new \(what) on two lines")
         }
         return parts
-    }
-}
-
-/// Where a secret comes from: `--secret-stdin` or `--secret-fd N` (never argv or the environment).
-struct SecretSource: ParsableArguments {
-    @Flag(name: .customLong("secret-stdin"), help: "Read the secret from standard input (one trailing newline is dropped).")
-    var stdin = false
-
-    @Option(name: .customLong("secret-fd"), help: "Read the secret from this open file descriptor.")
-    var fd: Int32?
-
-    var isGiven: Bool { stdin || fd != nil }
-
-    func validate() throws {
-        if stdin && fd != nil { throw ValidationError("use either --secret-stdin or --secret-fd") }
-    }
-
-    func read() throws(SecError) -> SecureBytes {
-        try SecretInput.read(fd: fd ?? 0, what: "secret")
-    }
-}
-
-/// Where a passcode comes from: `--passcode-stdin` or `--passcode-fd N`.
-struct PasscodeSource: ParsableArguments {
-    @Flag(name: .customLong("passcode-stdin"), help: "Read the passcode from standard input.")
-    var stdin = false
-
-    @Option(name: .customLong("passcode-fd"), help: "Read the passcode from this open file descriptor.")
-    var fd: Int32?
-
-    func validate() throws {
-        guard stdin != (fd != nil) else { throw ValidationError("give exactly one of --passcode-stdin or --passcode-fd N") }
-    }
-
-    func read() throws(SecError) -> SecureBytes {
-        try SecretInput.read(fd: fd ?? 0, what: "passcode")
     }
 }

@@ -1,0 +1,252 @@
+// coffer-cli: the full command-line interface of the Coffer agent (swift-argument-parser). Users
+// run `coffer`, which answers the plain `get` and `add` forms itself and execs this for the rest.
+import ArgumentParser
+import CofferClient
+import CofferCrypto
+import CofferModel
+import Glibc
+
+/// Socket selection shared by every subcommand.
+struct Connect: ParsableArguments {
+    @Option(help: "Agent socket (default: $COFFER_SOCKET, else $XDG_RUNTIME_DIR/coffer/agent.sock).")
+    var socket: String?
+
+    func open() throws(SecError) -> AgentConnection {
+        try AgentConnection(path: try AgentConnection.socketPath(explicit: socket), clientName: "coffer")
+    }
+}
+
+/// Runs `body`, turning a SecError into `coffer: errSecName (code): message` and its exit status.
+func reporting(_ body: () throws(SecError) -> Void) throws {
+    do {
+        try body()
+    } catch {
+        Output.printError("coffer: \(error.description)")
+        throw ExitCode(error.status.exitCode)
+    }
+}
+
+struct Coffer: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "coffer",
+        abstract: "Store and fetch credentials through the Coffer agent.",
+        discussion: """
+            Secrets are read from standard input or a file descriptor, never from arguments or the \
+            environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
+            (see the README).
+            """,
+        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self])
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the agent's lock state, passcode and item count.")
+    @OptionGroup var connect: Connect
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() throws {
+        try reporting { () throws(SecError) in
+            let s = try connect.open().status()
+            let state = ["boot", "locked", "unlocked"][min(Int(s.lockState), 2)]
+            if json {
+                Output.print("""
+                    {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"items":\(s.itemCount),\
+                    "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
+                    "idleLockSeconds":\(s.idleLockSeconds)}
+                    """)
+            } else {
+                Output.print("""
+                    state: \(state)
+                    passcode: \(s.passcodeSet ? "set" : "not set")
+                    items: \(s.itemCount)
+                    agent: \(s.agentVersion)
+                    locked memory: \(s.lockedMemoryBytes / 1024) KiB
+                    idle lock: \(s.idleLockSeconds == 0 ? "off" : "\(s.idleLockSeconds) s")
+                    """)
+            }
+        }
+    }
+}
+
+struct Unlock: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unlock the keybag with your passcode (your login password, checked by PAM).")
+    @OptionGroup var connect: Connect
+    @OptionGroup var passcode: PasscodeSource
+
+    func run() throws {
+        try reporting { () throws(SecError) in
+            let p = try passcode.read()
+            try connect.open().unlock(passcode: p)
+        }
+    }
+}
+
+struct Lock: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Lock the keybag now: WhenUnlocked items become unavailable.")
+    @OptionGroup var connect: Connect
+
+    func run() throws {
+        try reporting { () throws(SecError) in try connect.open().lock() }
+    }
+}
+
+struct Passcode: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Set or change the keybag passcode.",
+                                                    subcommands: [Set.self, Change.self])
+
+    struct Set: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set the first passcode (must be your login password: PAM checks it).")
+        @OptionGroup var connect: Connect
+        @OptionGroup var passcode: PasscodeSource
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let p = try passcode.read()
+                try connect.open().setPasscode(current: nil, new: p)
+            }
+        }
+    }
+
+    struct Change: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change the passcode: reads the current and the new one on two lines.")
+        @OptionGroup var connect: Connect
+        @OptionGroup var passcode: PasscodeSource
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let both = try passcode.read()
+                let (current, new) = try SecretInput.splitTwoLines(both, what: "passcode")
+                try connect.open().setPasscode(current: current, new: new)
+            }
+        }
+    }
+}
+
+struct Add: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Add an item (generic password; internet password with --server).",
+        discussion: "Example: printf %s \"$TOKEN\" | coffer add --service github --account me --secret-stdin")
+    @OptionGroup var connect: Connect
+    @OptionGroup var item: ItemOptions
+    @Option(help: "When the item is available: when-unlocked (default), after-first-unlock, always, …-this-device-only, when-passcode-set-this-device-only, or ak/ck/dk/aku/cku/dku/akpu.")
+    var accessible: String?
+    @OptionGroup var secret: SecretSource
+
+    func validate() throws {
+        guard secret.isGiven else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N") }
+        if let accessible { _ = try parseAccessible(accessible) }
+    }
+
+    func run() throws {
+        var attrs = try item.attributes()
+        if let accessible { attrs["pdmn"] = .string(try parseAccessible(accessible).shortCode) }
+        let cls = try item.resolvedClass(defaultIfNone: true)!
+        try reporting { () throws(SecError) in
+            let s = try secret.read()
+            _ = try connect.open().add(NewItem(itemClass: cls, attributes: attrs, secret: s))
+        }
+    }
+}
+
+struct Get: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print one item's secret to standard output (and nothing else).",
+        discussion: "Example: export TOKEN=\"$(coffer get --service github --account me)\"")
+    @OptionGroup var connect: Connect
+    @OptionGroup var item: ItemOptions
+
+    func run() throws {
+        let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: true), attributes: try item.attributes(),
+                          limit: .one, returnData: true)
+        try reporting { () throws(SecError) in
+            guard let data = try connect.open().copyMatching(q).first?.data else { throw .itemNotFound() }
+            let ok = data.withUnsafeBytes { Output.write(1, $0) }
+            if isatty(1) == 1 { _ = [UInt8(0x0A)].withUnsafeBytes { Output.write(1, $0) } }
+            if !ok { throw .io("cannot write to standard output") }
+        }
+    }
+}
+
+/// Parses `--limit N|all`.
+func parseLimit(_ text: String?) throws -> MatchLimit {
+    guard let text else { return .all }
+    if text == "all" { return .all }
+    guard let n = Int(text), n >= 1 else { throw ValidationError("--limit takes a positive number or 'all'") }
+    return n == 1 ? .one : .count(n)
+}
+
+struct Find: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List matching items' attributes (never secrets).")
+    @OptionGroup var connect: Connect
+    @OptionGroup var item: ItemOptions
+    @Option(help: "How many: a number or 'all' (default all).") var limit: String?
+    @Flag(help: "Print a JSON array.") var json = false
+
+    func run() throws {
+        let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes(),
+                          limit: try parseLimit(limit), returnAttributes: true)
+        try reporting { () throws(SecError) in
+            let items = try connect.open().copyMatching(q)
+            if json {
+                Output.print("[" + items.map { Output.jsonObject($0.itemClass, $0.attributes ?? [:]) }.joined(separator: ",") + "]")
+            } else {
+                Output.print(items.map { Output.textBlock($0.itemClass, $0.attributes ?? [:]) }.joined(separator: "\n\n"))
+            }
+        }
+    }
+}
+
+struct Update: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Change every matching item: its secret, label, accessibility or attributes.")
+    @OptionGroup var connect: Connect
+    @OptionGroup var item: ItemOptions
+    @OptionGroup var secret: SecretSource
+    @Option(name: .customLong("set-label"), help: "New label.") var setLabel: String?
+    @Option(help: "New accessibility (re-wraps the item under that class).") var accessible: String?
+    @Option(name: .customLong("set-attr"), help: "New attribute value KEY=VALUE (repeatable).") var setAttrs: [String] = []
+
+    func validate() throws {
+        guard secret.isGiven || setLabel != nil || accessible != nil || !setAttrs.isEmpty else {
+            throw ValidationError("nothing to change: give --secret-stdin/--secret-fd, --set-label, --accessible or --set-attr")
+        }
+    }
+
+    func run() throws {
+        let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes())
+        var changes: Attributes = [:]
+        if let setLabel { changes["labl"] = .string(setLabel) }
+        if let accessible { changes["pdmn"] = .string(try parseAccessible(accessible).shortCode) }
+        for text in setAttrs {
+            let (k, v) = try parseAttribute(text)
+            changes[k] = v
+        }
+        try reporting { () throws(SecError) in
+            let s = secret.isGiven ? try secret.read() : nil
+            let n = try connect.open().update(q, ItemChanges(attributes: changes, secret: s))
+            Output.printError("coffer: updated \(n) item\(n == 1 ? "" : "s")")
+        }
+    }
+}
+
+struct Delete: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Delete every matching item.")
+    @OptionGroup var connect: Connect
+    @OptionGroup var item: ItemOptions
+
+    func validate() throws {
+        if item.itemClass == nil, try item.attributes().isEmpty {
+            throw ValidationError("refusing to delete every item: give at least one attribute or --class")
+        }
+    }
+
+    func run() throws {
+        let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes())
+        try reporting { () throws(SecError) in
+            let n = try connect.open().delete(q)
+            Output.printError("coffer: deleted \(n) item\(n == 1 ? "" : "s")")
+        }
+    }
+}
+
+Coffer.main()
