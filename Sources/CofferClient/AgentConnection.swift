@@ -30,15 +30,29 @@ public final class AgentConnection {
         throw .io("no agent socket: set COFFER_SOCKET or XDG_RUNTIME_DIR, or pass --socket")
     }
 
-    /// Connects and says HELLO.
-    public init(path: String, clientName: String = "CofferClient") throws(SecError) {
+    /// Connects and says HELLO. With `pipelineHello`, HELLO goes out without waiting for its reply,
+    /// which is read with the first request's (one round trip fewer for a one-request client such as
+    /// `coffer get`); ``version`` and ``agentVersion`` are then known only after the first request,
+    /// and a refused HELLO is thrown by it.
+    public init(path: String, clientName: String = "CofferClient", pipelineHello: Bool = false) throws(SecError) {
         self.path = path
         do {
             fd = try UnixSocket.connect(path: path)
         } catch {
             throw .io("cannot reach the agent at \(path): \(String(cString: strerror(error.errno)))")
         }
-        let reply = try roundTrip(.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName))
+        let hello = Request.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName)
+        if pipelineHello {
+            try send(hello, id: takeID())
+            helloPending = true
+        } else {
+            try acceptHello(try roundTrip(hello))
+        }
+    }
+
+    private var helloPending = false
+
+    private func acceptHello(_ reply: Response) throws(SecError) {
         guard case .helloReply(let v, let agent) = reply else { throw unexpected(reply) }
         version = v
         agentVersion = agent
@@ -120,14 +134,31 @@ public final class AgentConnection {
         SecError(.internalComponent, "unexpected reply from the agent")
     }
 
-    /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
-    private func roundTrip(_ request: Request) throws(SecError) -> Response {
+    private func takeID() -> UInt32 {
         let id = nextID
         nextID = nextID == UInt32.max ? 1 : nextID + 1
+        return id
+    }
+
+    private func send(_ request: Request, id: UInt32) throws(SecError) {
         var frame = request.encodeFrame(requestID: id)
         let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
         if request.carriesSecret { secureZero(&frame) }
         guard sent else { throw .io("the agent at \(path) closed the connection") }
+    }
+
+    /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
+    private func roundTrip(_ request: Request) throws(SecError) -> Response {
+        let id = takeID()
+        try send(request, id: id)
+        if helloPending {
+            // The agent answers in order: HELLO's reply first. If it refused HELLO it has closed,
+            // without running the request.
+            helloPending = false
+            let (_, reply) = try readResponse()
+            if case .error(let e) = reply { throw e }
+            try acceptHello(reply)
+        }
         while true {
             let (rid, r) = try readResponse()
             if case .event(let e) = r { pendingEvents.append(e); continue }

@@ -80,7 +80,8 @@ enum FastPath {
     }
 
     static func connect(_ options: [String: String]) throws(SecError) -> AgentConnection {
-        try AgentConnection(path: try AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer")
+        try AgentConnection(path: try AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer",
+                            pipelineHello: true)
     }
 
     /// Runs `body`; an error prints as `coffer: errSecName (code): message` and gives its exit status.

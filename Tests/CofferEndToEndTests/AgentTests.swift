@@ -194,6 +194,44 @@ func status<T>(_ body: () throws -> T) -> SecStatus? {
         #expect(agent.process?.isRunning == true)
     }
 
+    /// A request may follow HELLO in the same write; a refused HELLO runs nothing behind it.
+    @Test func requestPipelinedBehindHello() throws {
+        let agent = try AgentProcess()
+        func exchange(_ bytes: [UInt8], replies wanted: Int) throws -> [Response] {
+            let fd = try UnixSocket.connect(path: agent.socketPath)
+            defer { close(fd) }
+            UnixSocket.setTimeouts(fd, send: 2, receive: 2)
+            _ = bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
+            var out: [Response] = []
+            while out.count < wanted {
+                var header = [UInt8](repeating: 0, count: 4)
+                guard header.withUnsafeMutableBytes({ UnixSocket.readExactly(fd, into: $0) }) else { break }
+                var body = [UInt8](repeating: 0, count: Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3]))
+                guard body.withUnsafeMutableBytes({ UnixSocket.readExactly(fd, into: $0) }) else { break }
+                out.append(try body.withUnsafeBytes { try Response.decodeBody($0) }.1)
+            }
+            return out
+        }
+        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
+        let add = Request.add(newPassword("svc", "piped", "x"), []).encodeFrame(requestID: 2)
+        let both = try exchange(hello + add, replies: 2)
+        #expect(both.count == 2)
+        if both.count == 2 {
+            guard case .helloReply = both[0], case .items = both[1] else { Issue.record("\(both)"); return }
+        }
+        let refused = Request.hello(minVersion: 9, maxVersion: 9, clientName: "t").encodeFrame(requestID: 1)
+        let add2 = Request.add(newPassword("svc", "not-run", "x"), []).encodeFrame(requestID: 2)
+        let answer = try exchange(refused + add2, replies: 2)
+        #expect(answer.count == 1, "the agent must close after refusing HELLO: \(answer)")
+        if case .error(let e)? = answer.first { #expect(e.status == .param) } else { Issue.record("no error for a refused HELLO") }
+        // The client library's pipelined HELLO.
+        let c = try AgentConnection(path: agent.socketPath, pipelineHello: true)
+        #expect(c.version == 0)
+        #expect(text(try c.copyMatching(password("svc", "piped")).first?.data) == "x")
+        #expect(c.version == 1 && !c.agentVersion.isEmpty)
+        #expect(status { try c.copyMatching(password("svc", "not-run")) } == .itemNotFound)
+    }
+
     @Test func aClientThatDisconnectsMidRequestBreaksNothing() throws {
         let agent = try AgentProcess()
         let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
