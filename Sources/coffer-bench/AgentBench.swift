@@ -35,6 +35,7 @@ struct AgentBench {
         ("status", "status round trip (IPC floor): median", ""),
         ("get50", "get round trip, persistent connection: median", "≤ 50 µs"),
         ("get99", "get round trip: p99", "≤ 250 µs"),
+        ("oneShot", "connect + HELLO + get + close (what `coffer get` does): median", ""),
         ("tp1", "throughput, 1 client (gets/s)", ""),
         ("tp4", "throughput, 4 clients (gets/s)", ""),
         ("tp16", "throughput, 16 clients (gets/s)", ""),
@@ -144,6 +145,15 @@ struct AgentBench {
             if n >= 1000 { gets.append(nowNanos() - t0) } // after warm-up
             precondition(r.count == 1 && r[0].data != nil)
         }
+        var oneShots: [UInt64] = []
+        for _ in 0..<2000 {
+            let q = query(Int.random(in: 0..<items, using: &rng))
+            let t0 = nowNanos()
+            let r = try AgentConnection(path: socket, pipelineHello: true).copyMatching(q)
+            oneShots.append(nowNanos() - t0)
+            precondition(r.count == 1)
+        }
+        col.values["oneShot"] = us(percentile(oneShots, 0.5))
         col.values["get50"] = us(percentile(gets, 0.5))
         col.values["get50raw"] = String(percentile(gets, 0.5))
         col.values["get99"] = us(percentile(gets, 0.99))
