@@ -20,7 +20,7 @@ let package = Package(
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
-        .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto"]),
+        .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -47,6 +47,7 @@ let package = Package(
                 swiftSettings: settings),
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: settings),
+        .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
@@ -82,6 +83,8 @@ let package = Package(
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto"], swiftSettings: settings),
+        .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto"],
+                    exclude: ["FuzzRegressions"], swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
                     swiftSettings: settings),
