@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# Builds release binaries and prints Coffer's benchmark tables (Markdown). Not a test: numbers vary
-# with the machine; the table shows the machine's own floors (socket echo, /bin/true) beside them.
-#   contrib/bench/run.sh [ITEMS]      (default 100000)
+# Every Coffer benchmark, one command; prints Markdown tables (not a test: numbers vary with the
+# machine, so each table carries the machine's own floors — a bare socket echo, /bin/true, keyctl —
+# measured in the same run).
+#
+#   contrib/bench/run.sh [all]      Coffer alone, then Coffer beside its peers (~25 min)
+#   contrib/bench/run.sh coffer     Coffer alone: the keychain library at 1k/100k items, and a real
+#                                   agent at 1k/100k/1M items (round trip, throughput at 1/4/16/64
+#                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck)
+#   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
+#
+# Sizes for the Coffer-alone part: COFFER_BENCH_SIZES (default "1000 100000 1000000").
 set -eu
 cd "$(dirname "$0")/../.."
-bash contrib/deps.sh
-items="${1:-100000}"
-swift build -c release --product cofferd >/dev/null
-swift build -c release --product coffer >/dev/null
-swift build -c release --product coffer-cli >/dev/null
-swift build -c release --product coffer-bench >/dev/null
-bin="$(swift build -c release --show-bin-path)"
-echo "## Keychain library (no agent)"
-echo
-"$bin/coffer-bench" keychain 1000 "$items"
-echo
-echo "## Agent over its socket ($items items)"
-echo
-"$bin/coffer-bench" agent "$bin" "$items"
+what="${1:-all}"
+case "$what" in
+    all|coffer|peers) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | peers [N ...]]" >&2; exit 2 ;;
+esac
+if [ "$what" != peers ]; then
+    bash contrib/deps.sh
+    for p in cofferd coffer coffer-cli coffer-bench; do swift build -c release --product "$p" >/dev/null; done
+    # Measure the binaries as installed (copied), not from the build tree (see peers.sh).
+    bin="$(mktemp -d /tmp/coffer-bench-bin-XXXXXX)"
+    trap 'rm -rf "$bin"' EXIT
+    for p in cofferd coffer coffer-cli coffer-bench; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
+    echo "## The keychain library (no agent, no IPC)"
+    echo
+    "$bin/coffer-bench" keychain 1000 100000
+    echo
+    echo "## A real agent over its socket"
+    echo
+    # shellcheck disable=SC2086
+    "$bin/coffer-bench" agent "$bin" ${COFFER_BENCH_SIZES:-1000 100000 1000000}
+fi
+if [ "$what" != coffer ]; then
+    if [ $# -gt 0 ]; then shift; fi
+    echo
+    echo "## Beside gnome-keyring, pass and the kernel keyring"
+    bash contrib/bench/peers.sh "$@"
+fi
