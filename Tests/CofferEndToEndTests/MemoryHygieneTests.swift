@@ -83,6 +83,36 @@ import Testing
     }
 }
 
+extension MemoryHygieneTests {
+    /// The agent is non-dumpable (PR_SET_DUMPABLE 0): the kernel then makes its /proc files root's,
+    /// whoever runs it, and refuses ptrace and /proc/PID/mem to the agent's own user. Visible only
+    /// for an agent that does not run as root, so this starts one as a throwaway user.
+    @Test func agentIsNotDumpableAndHasNoCoreDumps() throws {
+        guard getuid() == 0 else {
+            print("skipped: running the agent as another user needs root")
+            return
+        }
+        let user = "coffer-d\(getpid() % 100000)"
+        _ = runShell("useradd --system --no-create-home --shell /usr/sbin/nologin \(user)", socket: "")
+        defer { _ = runShell("userdel \(user)", socket: "") }
+        let uid = getpwnam(user).map { $0.pointee.pw_uid }
+        let agent = try AgentProcess(launcher: ["/usr/bin/setpriv", "--reuid=\(user)", "--regid=nogroup", "--clear-groups"], start: false)
+        #expect(runShell("chown -R \(user) '\(agent.dir.path)'", socket: "").status == 0)
+        try agent.start()
+        var st = stat()
+        #expect(stat("/proc/\(agent.pid)/status", &st) == 0)
+        let status = (try? String(contentsOfFile: "/proc/\(agent.pid)/status", encoding: .utf8)) ?? ""
+        let agentUID = status.split(separator: "\n").first { $0.hasPrefix("Uid:") }?.split(separator: "\t").dropFirst().first.flatMap { UInt32($0) }
+        #expect(agentUID != nil && agentUID == uid, "the agent does not run as \(user): \(status.prefix(400))")
+        #expect(st.st_uid == 0, "the agent's /proc files belong to uid \(st.st_uid): it is dumpable")
+        let limits = (try? String(contentsOfFile: "/proc/\(agent.pid)/limits", encoding: .utf8)) ?? ""
+        #expect(limits.split(separator: "\n").contains { $0.hasPrefix("Max core file size") && $0.contains(" 0 ") })
+        // Its own user cannot read its memory.
+        let peek = runShell("setpriv --reuid=\(user) --regid=nogroup --clear-groups head -c 1 /proc/\(agent.pid)/environ", socket: "")
+        #expect(peek.status != 0, "the agent's user could read its /proc/PID/environ")
+    }
+}
+
 /// memchr + memcmp search (the agent's heap is megabytes).
 func containsSubsequenceFast(_ hay: [UInt8], _ needle: [UInt8]) -> Bool {
     guard !needle.isEmpty, hay.count >= needle.count else { return false }
