@@ -12,10 +12,30 @@ import CofferModel
 enum ItemCrypto {
     static let version: UInt8 = 1
 
-    enum Role: String { case metaKey = "meta-key", meta, secretKey = "secret-key", secret }
+    enum Role: String {
+        case metaKey = "meta-key", meta, secretKey = "secret-key", secret
+
+        /// "coffer item v1 ROLE" in UTF-8, the start of every associated-data string (built once).
+        var adPrefix: [UInt8] {
+            switch self {
+            case .metaKey: Self.prefixes.0
+            case .meta: Self.prefixes.1
+            case .secretKey: Self.prefixes.2
+            case .secret: Self.prefixes.3
+            }
+        }
+        private static let prefixes = (bytes(.metaKey), bytes(.meta), bytes(.secretKey), bytes(.secret))
+        private static func bytes(_ r: Role) -> [UInt8] { Array("coffer item v1 \(r.rawValue)".utf8) }
+    }
 
     static func ad(_ role: Role, ref: [UInt8], protection: ProtectionClass) -> [UInt8] {
-        Array("coffer item v1 \(role.rawValue)".utf8) + ref + [protection.rawValue]
+        let prefix = role.adPrefix
+        var out: [UInt8] = []
+        out.reserveCapacity(prefix.count + ref.count + 1)
+        out += prefix
+        out += ref
+        out.append(protection.rawValue)
+        return out
     }
 
     /// Seals `plaintext` under a fresh per-item key wrapped by `classKey`.

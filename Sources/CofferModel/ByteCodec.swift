@@ -57,41 +57,48 @@ public struct ByteReader: Sendable {
     /// True when every byte has been read.
     public var isAtEnd: Bool { index == bytes.endIndex }
 
-    private mutating func take(_ n: Int, _ what: String) throws(DecodeError) -> ArraySlice<UInt8> {
-        guard n >= 0, remaining >= n else { throw DecodeError("truncated \(what)") }
+    // `what` names the field for the error message; it is an autoclosure so that the happy path
+    // (every lookup decodes dozens of fields) never builds a string.
+    private mutating func take(_ n: Int, _ what: @autoclosure () -> String) throws(DecodeError) -> ArraySlice<UInt8> {
+        guard n >= 0, remaining >= n else { throw DecodeError("truncated \(what())") }
         defer { index += n }
         return bytes[index..<index + n]
     }
 
-    public mutating func u8(_ what: String = "byte") throws(DecodeError) -> UInt8 { try take(1, what).first! }
-    public mutating func u16(_ what: String = "u16") throws(DecodeError) -> UInt16 {
-        try take(2, what).reduce(0) { $0 << 8 | UInt16($1) }
+    public mutating func u8(_ what: @autoclosure () -> String = "byte") throws(DecodeError) -> UInt8 { try take(1, what()).first! }
+    public mutating func u16(_ what: @autoclosure () -> String = "u16") throws(DecodeError) -> UInt16 {
+        try take(2, what()).reduce(0) { $0 << 8 | UInt16($1) }
     }
-    public mutating func u32(_ what: String = "u32") throws(DecodeError) -> UInt32 {
-        try take(4, what).reduce(0) { $0 << 8 | UInt32($1) }
+    public mutating func u32(_ what: @autoclosure () -> String = "u32") throws(DecodeError) -> UInt32 {
+        try take(4, what()).reduce(0) { $0 << 8 | UInt32($1) }
     }
-    public mutating func u64(_ what: String = "u64") throws(DecodeError) -> UInt64 {
-        try take(8, what).reduce(0) { $0 << 8 | UInt64($1) }
+    public mutating func u64(_ what: @autoclosure () -> String = "u64") throws(DecodeError) -> UInt64 {
+        try take(8, what()).reduce(0) { $0 << 8 | UInt64($1) }
     }
     /// Exactly `n` raw bytes.
-    public mutating func raw(_ n: Int, _ what: String = "bytes") throws(DecodeError) -> ArraySlice<UInt8> { try take(n, what) }
+    public mutating func raw(_ n: Int, _ what: @autoclosure () -> String = "bytes") throws(DecodeError) -> ArraySlice<UInt8> { try take(n, what()) }
     /// A u32-length-prefixed field of at most `max` bytes.
-    public mutating func blob(max: Int, _ what: String = "field") throws(DecodeError) -> ArraySlice<UInt8> {
-        let n = Int(try u32("\(what) length"))
-        guard n <= max else { throw DecodeError("\(what) too long (\(n) > \(max) bytes)") }
-        return try take(n, what)
+    public mutating func blob(max: Int, _ what: @autoclosure () -> String = "field") throws(DecodeError) -> ArraySlice<UInt8> {
+        let n = Int(try u32("\(what()) length"))
+        guard n <= max else { throw DecodeError("\(what()) too long (\(n) > \(max) bytes)") }
+        return try take(n, what())
     }
     /// A u16-length-prefixed UTF-8 string.
-    public mutating func shortString(_ what: String = "string") throws(DecodeError) -> String {
-        let n = Int(try u16("\(what) length"))
-        return try utf8(take(n, what), what)
+    public mutating func shortString(_ what: @autoclosure () -> String = "string") throws(DecodeError) -> String {
+        let n = Int(try u16("\(what()) length"))
+        return try utf8(take(n, what()), what())
     }
     /// A u32-length-prefixed UTF-8 string of at most `max` bytes.
-    public mutating func string(max: Int, _ what: String = "string") throws(DecodeError) -> String {
-        try utf8(blob(max: max, what), what)
+    public mutating func string(max: Int, _ what: @autoclosure () -> String = "string") throws(DecodeError) -> String {
+        try utf8(blob(max: max, what()), what())
     }
-    private func utf8(_ b: ArraySlice<UInt8>, _ what: String) throws(DecodeError) -> String {
-        guard let s = String(validating: b, as: UTF8.self) else { throw DecodeError("\(what) is not valid UTF-8") }
+    private func utf8(_ b: ArraySlice<UInt8>, _ what: @autoclosure () -> String) throws(DecodeError) -> String {
+        // String(decoding:) takes the standard library's fast, specialised path but repairs invalid
+        // input with U+FFFD; valid UTF-8 is exactly the input that comes back unchanged.
+        // (String(validating:) on a slice goes through unspecialised generic code: a third of a lookup.)
+        var s = b.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
+        let same = s.withUTF8 { u in b.withUnsafeBufferPointer { u.elementsEqual($0) } }
+        guard same else { throw DecodeError("\(what()) is not valid UTF-8") }
         return s
     }
     /// Throws unless every byte was consumed.
@@ -159,7 +166,7 @@ public enum AttributeCodec {
     public static func decodeAttributes(from r: inout ByteReader) throws(DecodeError) -> Attributes {
         let n = Int(try r.u16("attribute count"))
         guard n <= maxCount else { throw DecodeError("too many attributes (\(n) > \(maxCount))") }
-        var out: Attributes = [:]
+        var out = Attributes(minimumCapacity: n)
         var last: String? = nil
         for _ in 0..<n {
             let name = try r.shortString("attribute name")

@@ -111,60 +111,63 @@ struct BodyReader {
 
     var remaining: Int { raw.count - offset }
 
-    mutating func bytes(_ n: Int, _ what: String) throws(ProtocolError) -> UnsafeRawBufferPointer {
-        guard n >= 0, remaining >= n else { throw ProtocolError("truncated \(what)") }
+    mutating func bytes(_ n: Int, _ what: @autoclosure () -> String) throws(ProtocolError) -> UnsafeRawBufferPointer {
+        guard n >= 0, remaining >= n else { throw ProtocolError("truncated \(what())") }
         defer { offset += n }
         return UnsafeRawBufferPointer(rebasing: raw[offset..<offset + n])
     }
 
-    mutating func u8(_ what: String) throws(ProtocolError) -> UInt8 { try bytes(1, what)[0] }
-    mutating func u16(_ what: String) throws(ProtocolError) -> UInt16 { try bytes(2, what).reduce(0) { $0 << 8 | UInt16($1) } }
-    mutating func u32(_ what: String) throws(ProtocolError) -> UInt32 { try bytes(4, what).reduce(0) { $0 << 8 | UInt32($1) } }
-    mutating func u64(_ what: String) throws(ProtocolError) -> UInt64 { try bytes(8, what).reduce(0) { $0 << 8 | UInt64($1) } }
+    mutating func u8(_ what: @autoclosure () -> String) throws(ProtocolError) -> UInt8 { try bytes(1, what())[0] }
+    mutating func u16(_ what: @autoclosure () -> String) throws(ProtocolError) -> UInt16 { try bytes(2, what()).reduce(0) { $0 << 8 | UInt16($1) } }
+    mutating func u32(_ what: @autoclosure () -> String) throws(ProtocolError) -> UInt32 { try bytes(4, what()).reduce(0) { $0 << 8 | UInt32($1) } }
+    mutating func u64(_ what: @autoclosure () -> String) throws(ProtocolError) -> UInt64 { try bytes(8, what()).reduce(0) { $0 << 8 | UInt64($1) } }
 
     /// A u32-length-prefixed field copied straight into secure memory.
-    mutating func secret(_ what: String) throws(ProtocolError) -> SecureBytes {
-        let n = Int(try u32("\(what) length"))
-        guard n <= WireFormat.maximumSecretBytes else { throw ProtocolError("\(what) too long (\(n) bytes)") }
-        return SecureBytes(copying: try bytes(n, what))
+    mutating func secret(_ what: @autoclosure () -> String) throws(ProtocolError) -> SecureBytes {
+        let n = Int(try u32("\(what()) length"))
+        guard n <= WireFormat.maximumSecretBytes else { throw ProtocolError("\(what()) too long (\(n) bytes)") }
+        return SecureBytes(copying: try bytes(n, what()))
     }
 
     /// A u32-length-prefixed public field.
-    mutating func blob(max: Int, _ what: String) throws(ProtocolError) -> [UInt8] {
-        let n = Int(try u32("\(what) length"))
-        guard n <= max else { throw ProtocolError("\(what) too long (\(n) bytes)") }
-        return Array(try bytes(n, what))
+    mutating func blob(max: Int, _ what: @autoclosure () -> String) throws(ProtocolError) -> [UInt8] {
+        let n = Int(try u32("\(what()) length"))
+        guard n <= max else { throw ProtocolError("\(what()) too long (\(n) bytes)") }
+        return Array(try bytes(n, what()))
     }
 
-    mutating func sstr(_ what: String) throws(ProtocolError) -> String {
-        let n = Int(try u16("\(what) length"))
-        guard let s = String(validating: try bytes(n, what), as: UTF8.self) else { throw ProtocolError("\(what) is not valid UTF-8") }
+    mutating func sstr(_ what: @autoclosure () -> String) throws(ProtocolError) -> String {
+        let n = Int(try u16("\(what()) length"))
+        let b = try bytes(n, what()).assumingMemoryBound(to: UInt8.self)
+        // Fast path (see ByteReader.utf8): decode, then require the bytes to come back unchanged.
+        var s = String(decoding: b, as: UTF8.self)
+        guard s.withUTF8({ $0.elementsEqual(b) }) else { throw ProtocolError("\(what()) is not valid UTF-8") }
         return s
     }
 
     /// Attributes in the canonical encoding (delegates to ``AttributeCodec``). Only the attribute
     /// section is copied out: a secret that follows it in the frame stays in secure memory.
-    mutating func attributes(_ what: String) throws(ProtocolError) -> Attributes {
+    mutating func attributes(_ what: @autoclosure () -> String) throws(ProtocolError) -> Attributes {
         var probe = self
-        let count = Int(try probe.u16("\(what) count"))
-        guard count <= AttributeCodec.maxCount else { throw ProtocolError("\(what): too many attributes (\(count))") }
+        let count = Int(try probe.u16("\(what()) count"))
+        guard count <= AttributeCodec.maxCount else { throw ProtocolError("\(what()): too many attributes (\(count))") }
         for _ in 0..<count {
             _ = try probe.bytes(Int(try probe.u16("attribute name length")), "attribute name")
             switch try probe.u8("value tag") {
             case 1, 3: _ = try probe.bytes(Int(try probe.u32("value length")), "value")
             case 2, 5: _ = try probe.bytes(8, "value")
             case 4: _ = try probe.bytes(1, "value")
-            case let t: throw ProtocolError("\(what): unknown value tag \(t)")
+            case let t: throw ProtocolError("\(what()): unknown value tag \(t)")
             }
         }
         var reader = ByteReader(Array(UnsafeRawBufferPointer(rebasing: raw[offset..<probe.offset])))
         do {
             let a = try AttributeCodec.decodeAttributes(from: &reader)
-            try reader.expectEnd(what)
+            try reader.expectEnd(what())
             offset = probe.offset
             return a
         } catch {
-            throw ProtocolError("\(what): \(error.reason)")
+            throw ProtocolError("\(what()): \(error.reason)")
         }
     }
 

@@ -104,8 +104,9 @@ public final class ItemStore {
     /// Runs `body` in one read transaction: one consistent snapshot and one round of file locking
     /// for all its statements (a search runs several).
     public func reading<R>(_ body: () throws(SecError) -> R) throws(SecError) -> R {
-        try db.exec("BEGIN")
-        defer { try? db.exec("COMMIT") }
+        // Prepared once (sqlite3_exec would parse the SQL on every lookup).
+        try db.statement("BEGIN").run()
+        defer { try? db.statement("COMMIT").run() }
         return try body()
     }
 
