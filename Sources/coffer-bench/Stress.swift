@@ -144,50 +144,143 @@ struct Stress {
         if !alive || goodErrors.value > 0 { throw SecError(.internalComponent, "hostile input disturbed the agent") }
     }
 
-    /// `trials` × (write load, kill -9 at a random moment, check every acknowledged add and the database).
+    /// `trials` × (a mixed write load, kill -9 at a random moment, then the database checked
+    /// against what the agent acknowledged). The writer adds, updates (new secret and label) and
+    /// deletes items, keeping a model of every acknowledged write: afterwards each item must be
+    /// exactly as its last acknowledged write left it — present with that secret and label, or
+    /// absent — and no other item may exist. The one request in flight at the kill may have
+    /// committed or not; its item may be in either state, nothing else.
     func crash(trials: Int) throws {
         defer { cleanup() }
-        var lostTotal = 0, acknowledgedTotal = 0
+        var checkedTotal = 0, wrongTotal = 0
+        var opsTotal = (adds: 0, updates: 0, deletes: 0)
         for trial in 0..<trials {
             let pid = try startAgent()
-            let acked = LatencyLog()
-            let writerDone = Counter()
+            let log = WriteLog()
             let path = socket
+            let service = "t\(trial)"
             Threads.detach {
-                defer { writerDone.add(1) }
+                defer { log.finish() }
                 guard let c = try? AgentConnection(path: path) else { return }
-                var ok: [UInt64] = []
+                var rng = SystemRandomNumberGenerator()
+                var live: [Int] = []
                 for i in 0..<1_000_000 {
+                    let roll = live.count < 8 ? 0 : Int.random(in: 0..<10, using: &rng)
+                    let op: WriteLog.Op
+                    if roll < 6 {
+                        op = .add(i)
+                    } else if roll < 9 {
+                        op = .update(live.randomElement(using: &rng)!, i)
+                    } else {
+                        op = .delete(live.remove(at: Int.random(in: 0..<live.count, using: &rng)))
+                    }
+                    log.begin(op)
                     do {
-                        if i % 5 == 4 {
-                            try c.update(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("t\(trial)"), "acct": .string("\(i - 1)")]),
-                                         ItemChanges(attributes: ["labl": .string("updated")]))
-                        } else {
+                        switch op {
+                        case .add(let k):
                             try c.add(NewItem(itemClass: .genericPassword,
-                                              attributes: ["svce": .string("t\(trial)"), "acct": .string("\(i)"), "pdmn": .string("dk")],
-                                              secret: secret("v\(i)")))
-                            ok.append(UInt64(i))
+                                              attributes: ["svce": .string(service), "acct": .string("\(k)"), "labl": .string("v\(k)"), "pdmn": .string("dk")],
+                                              secret: secret("v\(k)")))
+                            live.append(k)
+                        case .update(let k, let v):
+                            try c.update(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string("\(k)")]),
+                                         ItemChanges(attributes: ["labl": .string("v\(v)")], secret: secret("v\(v)")))
+                        case .delete(let k):
+                            try c.delete(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string("\(k)")]))
                         }
-                    } catch { break }
+                    } catch { return } // the agent is gone: this write stays in flight
+                    log.acknowledge()
                 }
-                acked.add(ok)
             }
             usleep(UInt32.random(in: 20_000...200_000))
             _ = stop(pid, signal: SIGKILL)
-            while writerDone.value == 0 { usleep(1000) }
+            log.waitUntilFinished()
+
             let kc = try Keychain(directory: state)
             guard try kc.integrityCheck() else { throw SecError(.decode, "integrity_check failed after trial \(trial)") }
-            for i in acked.all {
-                let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("t\(trial)"), "acct": .string("\(i)")], returnData: true)
-                if (try? kc.copyMatching(q))?.count != 1 { lostTotal += 1 }
+            var found: [Int: String] = [:] // account -> "secret|label"
+            if let all = try? kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service)],
+                                                        limit: .all, returnData: true, returnAttributes: true)) {
+                for r in all {
+                    guard case .string(let acct)? = r.attributes?["acct"], let k = Int(acct),
+                          case .string(let label)? = r.attributes?["labl"], let data = r.data else { wrongTotal += 1; continue }
+                    found[k] = data.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } + "|" + label
+                }
             }
-            acknowledgedTotal += acked.all.count
+            let (expected, inFlight) = log.model()
+            for k in Set(expected.keys).union(found.keys) {
+                let want = expected[k].map { "v\($0)|v\($0)" }, got = found[k]
+                if got == want { continue }
+                if let f = inFlight, f.key == k, got == f.after.map({ "v\($0)|v\($0)" }) { continue }
+                wrongTotal += 1
+                progress("trial \(trial): item \(k) is \(got ?? "absent"), expected \(want ?? "absent")")
+            }
+            checkedTotal += Set(expected.keys).union(found.keys).count
+            let counts = log.counts
+            opsTotal.adds += counts.adds; opsTotal.updates += counts.updates; opsTotal.deletes += counts.deletes
         }
-        print("| crash trials (kill -9 during writes) | \(trials) |")
-        print("| acknowledged adds checked | \(acknowledgedTotal) |")
-        print("| lost | \(lostTotal) |")
+        print("| crash trials (kill -9 during a mixed write load) | \(trials) |")
+        print("| acknowledged writes: adds / updates / deletes | \(opsTotal.adds) / \(opsTotal.updates) / \(opsTotal.deletes) |")
+        print("| items checked against the acknowledged writes | \(checkedTotal) |")
+        print("| items lost, stale or unexpected | \(wrongTotal) |")
         print("| integrity_check | ok every trial |")
-        if lostTotal > 0 { throw SecError(.decode, "acknowledged writes were lost") }
+        if wrongTotal > 0 { throw SecError(.decode, "the database does not match the acknowledged writes") }
+    }
+}
+
+/// The writes of one crash trial: what was acknowledged, and the one write in flight.
+final class WriteLog: @unchecked Sendable {
+    enum Op {
+        case add(Int)
+        case update(Int, Int) // account, new version
+        case delete(Int)
+    }
+
+    private let lock = Lock()
+    private var acknowledged: [Op] = []
+    private var pending: Op?
+    private var finished = false
+
+    func begin(_ op: Op) { lock.withLock { pending = op } }
+    func acknowledge() { lock.withLock { if let p = pending { acknowledged.append(p) }; pending = nil } }
+    func finish() { lock.withLock { finished = true } }
+    func waitUntilFinished() { while !lock.withLock({ finished }) { usleep(1000) } }
+
+    var counts: (adds: Int, updates: Int, deletes: Int) {
+        lock.withLock {
+            var c = (adds: 0, updates: 0, deletes: 0)
+            for op in acknowledged {
+                switch op {
+                case .add: c.adds += 1
+                case .update: c.updates += 1
+                case .delete: c.deletes += 1
+                }
+            }
+            return c
+        }
+    }
+
+    /// Account -> version of its secret and label after every acknowledged write; and the write in
+    /// flight, as (account, version after it; nil when it deletes).
+    func model() -> ([Int: Int], (key: Int, after: Int?)?) {
+        lock.withLock {
+            var m: [Int: Int] = [:]
+            for op in acknowledged {
+                switch op {
+                case .add(let k): m[k] = k
+                case .update(let k, let v): m[k] = v
+                case .delete(let k): m[k] = nil
+                }
+            }
+            let flight: (key: Int, after: Int?)? = pending.map {
+                switch $0 {
+                case .add(let k): (k, k)
+                case .update(let k, let v): (k, v)
+                case .delete(let k): (k, nil)
+                }
+            }
+            return (m, flight)
+        }
     }
 }
 

@@ -15,6 +15,7 @@ import CofferCrypto
 import CofferKeybag
 import CofferKeychain
 import CofferModel
+import CofferSystem
 import Glibc
 
 func nowNanos() -> UInt64 {
@@ -100,28 +101,37 @@ func fill(stateDirectory: String, items: Int) throws {
 }
 
 let args = Array(CommandLine.arguments.dropFirst())
-switch args.first {
-case "keychain":
-    let sizes = args.dropFirst().compactMap { Int($0) }
-    try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
-case "stress" where args.count >= 3:
-    let s = Stress(cofferd: args[1] + "/cofferd")
-    let n = args.count > 3 ? Int(args[3]) : nil
-    print("| measure | value |")
-    print("|---|---:|")
-    switch args[2] {
-    case "load": try s.load(clients: n ?? 64, ops: args.count > 4 ? Int(args[4]) ?? 10_000 : 10_000)
-    case "hostile": try s.hostile(frames: n ?? 10_000)
-    case "crash": try s.crash(trials: n ?? 100)
-    default: print("unknown stress run \(args[2])"); exit(2)
+do {
+    try run(args)
+} catch {
+    StandardStreams.printError("coffer-bench: \(error)")
+    exit(1)
+}
+
+func run(_ args: [String]) throws {
+    switch args.first {
+    case "keychain":
+        let sizes = args.dropFirst().compactMap { Int($0) }
+        try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+    case "stress" where args.count >= 3:
+        let s = Stress(cofferd: args[1] + "/cofferd")
+        let n = args.count > 3 ? Int(args[3]) : nil
+        print("| measure | value |")
+        print("|---|---:|")
+        switch args[2] {
+        case "load": try s.load(clients: n ?? 64, ops: args.count > 4 ? Int(args[4]) ?? 10_000 : 10_000)
+        case "hostile": try s.hostile(frames: n ?? 10_000)
+        case "crash": try s.crash(trials: n ?? 100)
+        default: print("unknown stress run \(args[2])"); exit(2)
+        }
+    case "fill" where args.count == 3:
+        guard let n = Int(args[2]) else { print("fill: N must be a number"); exit(2) }
+        try fill(stateDirectory: args[1], items: n)
+    case "agent" where args.count >= 2:
+        let sizes = args.dropFirst(2).compactMap { Int($0) }
+        try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
+    default:
+        print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        exit(2)
     }
-case "fill" where args.count == 3:
-    guard let n = Int(args[2]) else { print("fill: N must be a number"); exit(2) }
-    try fill(stateDirectory: args[1], items: n)
-case "agent" where args.count >= 2:
-    let sizes = args.dropFirst(2).compactMap { Int($0) }
-    try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
-default:
-    print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
-    exit(2)
 }

@@ -2,7 +2,8 @@
 # Reliability runs against a real agent, each printing a table and failing on any error:
 #   load     64 clients x 10,000 mixed operations (add/get/update/delete/status): zero errors, p99 reported
 #   hostile  10,000 random, mutated and truncated frames while a well-behaved client keeps working
-#   crash    100 trials of kill -9 during a write load: every acknowledged add present, integrity_check ok
+#   crash    100 trials of kill -9 during a mixed add/update/delete load: every item exactly as its last
+#            acknowledged write left it (the one write in flight may or may not have landed), integrity_check ok
 # Usage: contrib/stress/run.sh [--short]   (--short: 64 x 300, 2,000 frames, 10 trials; what CI runs)
 set -eu
 cd "$(dirname "$0")/../.."
