@@ -100,6 +100,67 @@ import Testing
         #expect(r.status == 0, "\(r)")
     }
 
+    /// A process of another user serving the socket pam_coffer talks to (a stale path, a hostile
+    /// XDG_RUNTIME_DIR) must never get the password. The impostor answers HELLO as an agent would
+    /// and records every byte it receives; the module must reach it and then send nothing.
+    @Test func passwordIsNeverSentToASocketServedByAnotherUser() throws {
+        guard getuid() == 0 else {
+            print("skipped: serving a socket as another user needs root")
+            return
+        }
+        let tmp = TemporaryDirectory("coffer-pam")
+        chmod(tmp.path, 0o711)
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        let pw = "login password 8472"
+        let passdb = tmp.path + "/passdb"
+        try "\(currentUser):\(pw):coffer-login\n".write(toFile: passdb, atomically: true, encoding: .utf8)
+        let den = tmp.path + "/impostor"
+        try FileManager.default.createDirectory(atPath: den, withIntermediateDirectories: true)
+        chmod(den, 0o777)
+        let socket = den + "/agent.sock", received = den + "/received", accepted = den + "/accepted"
+        try """
+            import socket, sys, time
+            s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)
+            hello_reply = bytes([0, 0, 0, 14, 0x81, 0, 0, 0, 1, 0, 1, 0, 5]) + b"0.1.0"
+            while True:
+                try: c, _ = s.accept()
+                except OSError: break
+                open(sys.argv[3], "a").write("accepted\\n")
+                c.settimeout(2); got = b""
+                try:
+                    while True:
+                        b = c.recv(4096)
+                        if not b: break
+                        if not got: c.sendall(hello_reply)
+                        got += b
+                except OSError: pass
+                open(sys.argv[2], "ab").write(got); c.close()
+
+            """.write(toFile: den + "/impostor.py", atomically: true, encoding: .utf8)
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", den + "/impostor.py", socket, received, accepted]
+        try listener.run()
+        // SIGKILL: the test runner's blocked signals are inherited, so SIGTERM may never arrive.
+        defer { kill(listener.processIdentifier, SIGKILL); listener.waitUntilExit() }
+        let deadline = nowMillis() + 10_000
+        while !Files.exists(socket) && nowMillis() < deadline { usleep(10_000) }
+        #expect(Files.exists(socket), "the impostor did not start")
+
+        try Self.writeLoginService(dir: services, module: module, passdb: passdb, moduleArgs: "socket=\(socket)")
+        let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session", "close_session"], input: "\(pw)\n\(pw)\n")
+        #expect(r.status == 0, "the login must still succeed: \(r)")
+        let reached = nowMillis() + 5_000
+        while !Files.exists(accepted) && nowMillis() < reached { usleep(10_000) }
+        #expect(Files.exists(accepted), "pam_coffer never connected, so this test proves nothing")
+        usleep(300_000)
+        let bytes = fileBytes(received)
+        #expect(!containsSubsequence(bytes, Array(pw.utf8)), "the password reached another user's socket")
+        #expect(bytes.isEmpty, "pam_coffer sent \(bytes.count) bytes to another user's socket")
+    }
+
     @Test func sessionStartsTheAgentWhenAsked() throws {
         let agent = try AgentProcess(pamService: "coffer-login", start: false)
         let tmp = TemporaryDirectory("coffer-pam")

@@ -14,7 +14,8 @@
  * (never the password) and PAM_SUCCESS/PAM_IGNORE is returned.
  *
  * Talking to the agent happens in a child process that first drops to the target user, because
- * the agent refuses peers of another uid.
+ * the agent refuses peers of another uid; and the child refuses an agent of another uid in turn
+ * (SO_PEERCRED), so the password only ever reaches the user's own agent.
  */
 #define _GNU_SOURCE
 #define PAM_SM_AUTH
@@ -60,7 +61,10 @@
 #define ERR_SEC_NOT_AVAILABLE (-25291)
 
 /* Child exit codes, logged by the parent. */
-enum { CHILD_OK = 0, CHILD_NO_AGENT = 10, CHILD_PROTOCOL = 11, CHILD_REFUSED = 12, CHILD_PRIVS = 13 };
+enum { CHILD_OK = 0, CHILD_NO_AGENT = 10, CHILD_PROTOCOL = 11, CHILD_REFUSED = 12, CHILD_PRIVS = 13, CHILD_IMPOSTOR = 14 };
+
+/* connect_socket's answer for a socket served by a process of another uid. */
+#define NOT_THE_USERS_AGENT (-2)
 
 struct options {
     const char *socket;
@@ -184,6 +188,14 @@ static int connect_socket(const char *path) {
     addr.sun_family = AF_UNIX;
     strcpy(addr.sun_path, path);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { close(fd); return -1; }
+    /* The password goes only to the user's own agent (this child runs as the user): a socket served
+       by any other uid -- a stale path, a hostile XDG_RUNTIME_DIR -- gets nothing, not even HELLO. */
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || len != sizeof peer || peer.uid != getuid()) {
+        close(fd);
+        return NOT_THE_USERS_AGENT;
+    }
     struct timeval tv = { IO_TIMEOUT_SECONDS, 0 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -217,9 +229,9 @@ static void start_agent(const struct options *o, const char *socket_path, const 
 
 static int connect_or_start(const struct options *o, const char *path, const struct agent_env *env) {
     int fd = connect_socket(path);
-    if (fd >= 0 || !o->agent) return fd;
+    if (fd >= 0 || fd == NOT_THE_USERS_AGENT || !o->agent) return fd;
     start_agent(o, path, env);
-    for (int i = 0; i < 60 && fd < 0; i++) { /* up to 3 s */
+    for (int i = 0; i < 60 && fd == -1; i++) { /* up to 3 s */
         struct timespec ts = { 0, 50 * 1000 * 1000 };
         nanosleep(&ts, NULL);
         fd = connect_socket(path);
@@ -240,6 +252,7 @@ enum op { OP_UNLOCK, OP_LOCK, OP_CHANGE };
 static int child_main(const struct options *o, const char *socket_path, const struct agent_env *env, enum op op,
                       const char *old_tok, const char *new_tok) {
     int fd = connect_or_start(o, socket_path, env);
+    if (fd == NOT_THE_USERS_AGENT) return CHILD_IMPOSTOR;
     if (fd < 0) return CHILD_NO_AGENT;
     int32_t status = 0;
     if (send_request(fd, MSG_HELLO, 1, NULL, NULL, 0) || read_reply(fd, 1, &status) != MSG_HELLO_REPLY) return CHILD_PROTOCOL;
@@ -322,7 +335,8 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
     }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     const char *what = code == CHILD_OK ? "ok" : code == CHILD_NO_AGENT ? "no agent listening"
-        : code == CHILD_REFUSED ? "the agent refused" : code == CHILD_PRIVS ? "cannot drop privileges" : "protocol error";
+        : code == CHILD_REFUSED ? "the agent refused" : code == CHILD_PRIVS ? "cannot drop privileges"
+        : code == CHILD_IMPOSTOR ? "the socket is served by another user's process; the password was not sent" : "protocol error";
     if (code != CHILD_OK || o->debug)
         pam_syslog(pamh, code == CHILD_OK ? LOG_DEBUG : LOG_NOTICE, "coffer agent at %s for %s: %s", socket_path, user, what);
     return code == CHILD_OK ? 0 : -1;
