@@ -86,6 +86,7 @@ coffer_run() { # N
         "$bin/coffer" passcode set --passcode-stdin < "$work/password"
         pkill -TERM -f -- "--state-dir $state"; while [ -e "$COFFER_SOCKET" ]; do sleep 0.01; done
         "$bin/coffer-bench" fill "$state" "$n" < "$work/password"
+        sync # (after every fill: a flush of the fill's dirty pages must not land in the timings)
         "${agent[@]}"
         "$bin/coffer" unlock --passcode-stdin < "$work/password"
         local k; k=$(pick 1 "$n"); expect "secret-$k" "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k"
@@ -105,6 +106,7 @@ gnome_keyring_run() { # N
         export HOME="$work/gk-$n" XDG_RUNTIME_DIR="$work/gk-$n/run" XDG_DATA_HOME="$work/gk-$n/data"
         mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME/keyrings"; chmod 700 "$XDG_RUNTIME_DIR"
         /usr/bin/python3 "$root/contrib/bench/gnome-keyring-fill.py" "$XDG_DATA_HOME/keyrings/login.keyring" "$n" < "$work/password"
+        sync
         export n out
         dbus-run-session -- bash -c '
             set -eu
@@ -154,6 +156,7 @@ pass_run() { # N
         for i in $(seq "$n"); do d="$PASSWORD_STORE_DIR/svc$((i % 97))"; [ -d "$d" ] || mkdir "$d"; printf 'secret-%s\n' "$i" > "$d/acct$i"; echo "$d/acct$i"; done |
             gpg --batch --quiet --yes -r "$fpr" --compress-algo=none --no-encrypt-to --multifile --encrypt 2>/dev/null
         find "$PASSWORD_STORE_DIR" -type f ! -name '*.gpg' ! -name .gpg-id -delete
+        sync
         local k; k=$(pick 1 "$n"); expect "secret-$k" pass show "svc$((k % 97))/acct$k"
         for r in $(seq $WARMUP); do k=$(pick "$r" "$n"); pass show "svc$((k % 97))/acct$k" >/dev/null; done
         for r in $(seq $REPS_FETCH); do k=$(pick "$r" "$n"); time_us pass show "svc$((k % 97))/acct$k"; done > "$out.fetch"
