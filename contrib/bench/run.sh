@@ -3,7 +3,7 @@
 # machine, so each table carries the machine's own floors — a bare socket echo, /bin/true, keyctl —
 # measured in the same run).
 #
-#   contrib/bench/run.sh [all]      Coffer alone, then Coffer beside its peers (~25 min)
+#   contrib/bench/run.sh [all]      Coffer alone, then Coffer beside its peers (~12 min on the 2-core VM)
 #   contrib/bench/run.sh coffer     Coffer alone: the keychain library at 1k/100k items, and a real
 #                                   agent at 1k/100k/1M items (round trip, throughput at 1/4/16/64
 #                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck)
