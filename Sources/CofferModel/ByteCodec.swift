@@ -93,17 +93,26 @@ public struct ByteReader: Sendable {
         try utf8(blob(max: max, what()), what())
     }
     private func utf8(_ b: ArraySlice<UInt8>, _ what: @autoclosure () -> String) throws(DecodeError) -> String {
-        // String(decoding:) takes the standard library's fast, specialised path but repairs invalid
-        // input with U+FFFD; valid UTF-8 is exactly the input that comes back unchanged.
-        // (String(validating:) on a slice goes through unspecialised generic code: a third of a lookup.)
-        var s = b.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
-        let same = s.withUTF8 { u in b.withUnsafeBufferPointer { u.elementsEqual($0) } }
-        guard same else { throw DecodeError("\(what()) is not valid UTF-8") }
+        guard let s = b.withUnsafeBufferPointer(String.init(validUTF8:)) else { throw DecodeError("\(what()) is not valid UTF-8") }
         return s
     }
     /// Throws unless every byte was consumed.
     public func expectEnd(_ what: String) throws(DecodeError) {
         guard isAtEnd else { throw DecodeError("\(remaining) unexpected trailing bytes after \(what)") }
+    }
+}
+
+extension String {
+    /// `bytes` as a string if they are valid UTF-8; nil otherwise (never repaired). Every decoder of
+    /// untrusted strings uses this.
+    ///
+    /// `String(decoding:)` takes the standard library's fast, specialised path but repairs invalid
+    /// input with U+FFFD, so valid UTF-8 is exactly the input that comes back unchanged.
+    /// (`String(validating:)` on a slice runs unspecialised generic code: a third of a lookup.)
+    public init?(validUTF8 bytes: UnsafeBufferPointer<UInt8>) {
+        var s = String(decoding: bytes, as: UTF8.self)
+        guard s.withUTF8({ $0.elementsEqual(bytes) }) else { return nil }
+        self = s
     }
 }
 

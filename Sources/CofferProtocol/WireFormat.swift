@@ -138,10 +138,9 @@ struct BodyReader {
 
     mutating func sstr(_ what: @autoclosure () -> String) throws(ProtocolError) -> String {
         let n = Int(try u16("\(what()) length"))
-        let b = try bytes(n, what()).assumingMemoryBound(to: UInt8.self)
-        // Fast path (see ByteReader.utf8): decode, then require the bytes to come back unchanged.
-        var s = String(decoding: b, as: UTF8.self)
-        guard s.withUTF8({ $0.elementsEqual(b) }) else { throw ProtocolError("\(what()) is not valid UTF-8") }
+        guard let s = String(validUTF8: try bytes(n, what()).assumingMemoryBound(to: UInt8.self)) else {
+            throw ProtocolError("\(what()) is not valid UTF-8")
+        }
         return s
     }
 
