@@ -1,14 +1,11 @@
 import CofferProtocol
+import CofferTestSupport
 import Foundation
 import Testing
 
 /// Replays inputs saved by contrib/fuzz/run (seeds, and any input that ever crashed a decoder).
 @Suite struct FuzzRegressionTests {
-    static let inputs: [URL] = {
-        let dir = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("FuzzRegressions")
-        return ((try? FileManager.default.contentsOfDirectory(at: dir, includingPropertiesForKeys: nil)) ?? [])
-            .filter { $0.pathExtension == "bin" }.sorted { $0.path < $1.path }
-    }()
+    static let inputs = fuzzRegressionInputs()
 
     @Test func thereAreSavedInputs() { #expect(!Self.inputs.isEmpty) }
 

@@ -47,3 +47,11 @@ public func nowMillis() -> Double {
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return Double(ts.tv_sec) * 1000 + Double(ts.tv_nsec) / 1e6
 }
+
+/// The inputs `contrib/fuzz/run` saved for a test target (its seeds, and any input that ever crashed
+/// the target): the `.bin` files in the `FuzzRegressions` folder beside `file`, in name order.
+public func fuzzRegressionInputs(besideFile file: String = #filePath) -> [URL] {
+    let dir = URL(fileURLWithPath: file).deletingLastPathComponent().appendingPathComponent("FuzzRegressions")
+    return ((try? FileManager.default.contentsOfDirectory(at: dir, includingPropertiesForKeys: nil)) ?? [])
+        .filter { $0.pathExtension == "bin" }.sorted { $0.path < $1.path }
+}
