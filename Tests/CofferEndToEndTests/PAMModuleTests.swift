@@ -120,28 +120,45 @@ import Testing
         try FileManager.default.createDirectory(atPath: den, withIntermediateDirectories: true)
         chmod(den, 0o777)
         let socket = den + "/agent.sock", received = den + "/received", accepted = den + "/accepted"
+        // The impostor is C built with cc (a build dependency already): nothing else need be installed.
         try """
-            import socket, sys, time
-            s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); s.settimeout(20)
-            hello_reply = bytes([0, 0, 0, 14, 0x81, 0, 0, 0, 1, 0, 1, 0, 5]) + b"0.1.0"
-            while True:
-                try: c, _ = s.accept()
-                except OSError: break
-                open(sys.argv[3], "a").write("accepted\\n")
-                c.settimeout(2); got = b""
-                try:
-                    while True:
-                        b = c.recv(4096)
-                        if not b: break
-                        if not got: c.sendall(hello_reply)
-                        got += b
-                except OSError: pass
-                open(sys.argv[2], "ab").write(got); c.close()
+            #include <stdio.h>
+            #include <string.h>
+            #include <sys/socket.h>
+            #include <sys/time.h>
+            #include <sys/un.h>
+            #include <unistd.h>
+            int main(int argc, char **argv) {
+                if (argc != 4) return 2;
+                int s = socket(AF_UNIX, SOCK_STREAM, 0);
+                struct sockaddr_un a = { .sun_family = AF_UNIX };
+                strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+                if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 4) != 0) { perror("impostor"); return 1; }
+                static const unsigned char hello[] = { 0, 0, 0, 14, 0x81, 0, 0, 0, 1, 0, 1, 0, 5, '0', '.', '1', '.', '0' };
+                for (;;) {
+                    int c = accept(s, NULL, NULL);
+                    if (c < 0) continue;
+                    FILE *f = fopen(argv[3], "a"); if (f) { fputs("accepted\\n", f); fclose(f); }
+                    struct timeval tv = { 2, 0 };
+                    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+                    FILE *r = fopen(argv[2], "ab");
+                    unsigned char buf[4096]; ssize_t n; int first = 1;
+                    while ((n = recv(c, buf, sizeof buf, 0)) > 0) {
+                        if (first) { (void)!write(c, hello, sizeof hello); first = 0; }
+                        if (r) fwrite(buf, 1, (size_t)n, r);
+                    }
+                    if (r) fclose(r);
+                    close(c);
+                }
+            }
 
-            """.write(toFile: den + "/impostor.py", atomically: true, encoding: .utf8)
+            """.write(toFile: den + "/impostor.c", atomically: true, encoding: .utf8)
+        let cc = runShell("cc -O1 -Wall -o '\(den)/impostor' '\(den)/impostor.c'", socket: "")
+        try #require(cc.status == 0, "the impostor did not build: \(cc)")
+        chmod(den + "/impostor", 0o755)
         let listener = Process()
         listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", den + "/impostor.py", socket, received, accepted]
+        listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", den + "/impostor", socket, received, accepted]
         try listener.run()
         // SIGKILL: the test runner's blocked signals are inherited, so SIGTERM may never arrive.
         defer { kill(listener.processIdentifier, SIGKILL); listener.waitUntilExit() }
