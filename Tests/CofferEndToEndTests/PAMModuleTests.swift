@@ -159,12 +159,15 @@ import Testing
         let listener = Process()
         listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
         listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", den + "/impostor", socket, received, accepted]
+        let log = den + "/impostor.log"
+        FileManager.default.createFile(atPath: log, contents: Data())
+        listener.standardError = FileHandle(forWritingAtPath: log)
         try listener.run()
         // SIGKILL: the test runner's blocked signals are inherited, so SIGTERM may never arrive.
         defer { kill(listener.processIdentifier, SIGKILL); listener.waitUntilExit() }
         let deadline = nowMillis() + 10_000
         while !Files.exists(socket) && nowMillis() < deadline { usleep(10_000) }
-        #expect(Files.exists(socket), "the impostor did not start")
+        try #require(Files.exists(socket), "the impostor did not start: \(String(decoding: fileBytes(log), as: UTF8.self))")
 
         try Self.writeLoginService(dir: services, module: module, passdb: passdb, moduleArgs: "socket=\(socket)")
         let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session", "close_session"], input: "\(pw)\n\(pw)\n")
