@@ -198,3 +198,16 @@ func runShell(_ script: String, socket: String) -> CLIResult {
     p.waitUntilExit()
     return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
 }
+
+/// Builds a test helper from C source with cc (already a build dependency, like the PAM module),
+/// so that end-to-end tests need no interpreter on the machine. Returns the executable's path.
+func compileC(_ source: String, named name: String, in directory: String) throws -> String {
+    let c = directory + "/" + name + ".c", out = directory + "/" + name
+    try source.write(toFile: c, atomically: true, encoding: .utf8)
+    let r = runShell("cc -O1 -Wall -Werror -o '\(out)' '\(c)'", socket: "")
+    guard r.status == 0 else { throw CHelperBuildError(name: name, output: r.stderr + r.stdout) }
+    chmod(out, 0o755)
+    return out
+}
+
+struct CHelperBuildError: Error { let name: String, output: String }

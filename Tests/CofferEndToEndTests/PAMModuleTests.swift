@@ -120,8 +120,7 @@ import Testing
         try FileManager.default.createDirectory(atPath: den, withIntermediateDirectories: true)
         chmod(den, 0o777)
         let socket = den + "/agent.sock", received = den + "/received", accepted = den + "/accepted"
-        // The impostor is C built with cc (a build dependency already): nothing else need be installed.
-        try """
+        let impostor = try compileC("""
             #include <stdio.h>
             #include <string.h>
             #include <sys/socket.h>
@@ -152,13 +151,10 @@ import Testing
                 }
             }
 
-            """.write(toFile: den + "/impostor.c", atomically: true, encoding: .utf8)
-        let cc = runShell("cc -O1 -Wall -o '\(den)/impostor' '\(den)/impostor.c'", socket: "")
-        try #require(cc.status == 0, "the impostor did not build: \(cc)")
-        chmod(den + "/impostor", 0o755)
+            """, named: "impostor", in: den)
         let listener = Process()
         listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", den + "/impostor", socket, received, accepted]
+        listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", impostor, socket, received, accepted]
         let log = den + "/impostor.log"
         FileManager.default.createFile(atPath: log, contents: Data())
         listener.standardError = FileHandle(forWritingAtPath: log)

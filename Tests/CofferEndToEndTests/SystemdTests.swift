@@ -20,18 +20,33 @@ import Testing
         UnixSocket.setTimeouts(nfd, send: 5, receive: 10)
 
         // Like systemd: the listening socket is fd 3, LISTEN_PID is the agent's own pid.
-        let script = """
-            import os, socket, sys
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o600); s.listen(16)
-            os.dup2(s.fileno(), 3); os.set_inheritable(3, True)
-            os.environ["LISTEN_PID"] = str(os.getpid()); os.environ["LISTEN_FDS"] = "1"
-            os.environ["NOTIFY_SOCKET"] = sys.argv[2]
-            os.execv(sys.argv[3], sys.argv[3:])
-            """
+        let launcher = try compileC("""
+            #include <stdio.h>
+            #include <stdlib.h>
+            #include <string.h>
+            #include <sys/socket.h>
+            #include <sys/stat.h>
+            #include <sys/un.h>
+            #include <unistd.h>
+            int main(int argc, char **argv) {
+                if (argc < 4) return 2;
+                int s = socket(AF_UNIX, SOCK_STREAM, 0);
+                struct sockaddr_un a = { .sun_family = AF_UNIX };
+                strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+                if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || chmod(argv[1], 0600) != 0
+                    || listen(s, 16) != 0 || dup2(s, 3) != 3) { perror("launcher"); return 1; }
+                if (s != 3) close(s);
+                char pid[32];
+                snprintf(pid, sizeof pid, "%d", (int)getpid());
+                setenv("LISTEN_PID", pid, 1); setenv("LISTEN_FDS", "1", 1); setenv("NOTIFY_SOCKET", argv[2], 1);
+                execv(argv[3], argv + 3);
+                perror("launcher: exec"); return 1;
+            }
+
+            """, named: "launcher", in: agent.dir.path)
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", "-c", script, agent.socketPath, notifyPath, Binaries.cofferd,
+        p.executableURL = URL(fileURLWithPath: launcher)
+        p.arguments = [agent.socketPath, notifyPath, Binaries.cofferd,
                        "--state-dir", agent.stateDir, "--pam-confdir", agent.pamDir, "--log-level", "debug"]
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
