@@ -19,6 +19,15 @@ struct AgentBench {
     static let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
     static let clientCounts = [1, 4, 16, 64]
 
+    /// Where one benchmark agent keeps everything: its socket, keychain state and PAM stack.
+    struct AgentDirectory {
+        let path: String
+        var socket: String { path + "/agent.sock" }
+        var state: String { path + "/state" }
+        var pam: String { path + "/pam" }
+        var arguments: [String] { ["--socket", socket, "--state-dir", state, "--pam-confdir", pam, "--pam-service", "coffer"] }
+    }
+
     /// One size's results, in table order.
     struct Column { var values: [String: String] = [:] }
 
@@ -81,16 +90,16 @@ struct AgentBench {
 
     /// Serves the two kept keychains at once and alternates gets between them: round trips (µs) for each.
     func sideBySide(_ dirA: String, _ itemsA: Int, _ dirB: String, _ itemsB: Int) throws -> ([UInt64], [UInt64]) {
-        var conns: [AgentConnection] = []
-        for dir in [dirA, dirB] {
-            let socket = dir + "/agent.sock"
-            let args = ["--socket", socket, "--state-dir", dir + "/state", "--pam-confdir", dir + "/pam", "--pam-service", "coffer"]
-            guard spawn(binDir + "/cofferd", args) == 0 else { throw SecError(.io, "cofferd did not start") }
-            let c = try AgentConnection(path: socket)
+        let agents = [AgentDirectory(path: dirA), AgentDirectory(path: dirB)]
+        var started: [AgentDirectory] = [], conns: [AgentConnection] = []
+        defer { for agent in started { stopAgent(agent) } }
+        for agent in agents {
+            try startAgent(agent)
+            started.append(agent)
+            let c = try AgentConnection(path: agent.socket)
             try c.unlock(passcode: secret(Self.passcode))
             conns.append(c)
         }
-        defer { for dir in [dirA, dirB] { stopAgent(dir + "/state", dir + "/agent.sock") } }
         // Blocks of 100 gets, alternating: short enough that both see the same machine, long enough
         // that the idle agent's connection thread has stopped polling for its next request (each
         // polls ~50 µs after a reply; strict alternation would have one agent spinning while the other works).
@@ -116,11 +125,10 @@ struct AgentBench {
     /// With `keep`, the directory (keychain, PAM stack) is left for the caller, who removes it.
     func measure(items: Int, keep: Bool) throws -> (Column, String?) {
         var col = Column()
-        let dir = makeTempDir()
-        let socket = dir + "/agent.sock", state = dir + "/state", pam = dir + "/pam"
+        let agent = AgentDirectory(path: makeTempDir())
+        let dir = agent.path, socket = agent.socket, state = agent.state
         defer { _ = system("pkill -TERM -f -- '--state-dir \(state)'" + (keep ? "" : "; rm -rf '\(dir)'")) }
-        try writePAMStack(pam, passdb: dir + "/passdb")
-        let agentArgs = ["--socket", socket, "--state-dir", state, "--pam-confdir", pam, "--pam-service", "coffer"]
+        try writePAMStack(agent.pam, passdb: dir + "/passdb")
         setenv("COFFER_SOCKET", socket, 1)
 
         // Fill, with a calibrated passcode set: the same keybag a real user has.
@@ -147,9 +155,9 @@ struct AgentBench {
         // Cold start to ready: `cofferd` daemonises and returns once its socket accepts.
         var starts: [UInt64] = []
         for i in 0..<5 {
-            if i > 0 { stopAgent(state, socket) }
+            if i > 0 { stopAgent(agent) }
             let t0 = nowNanos()
-            guard spawn(binDir + "/cofferd", agentArgs) == 0 else { throw SecError(.io, "cofferd did not start") }
+            try startAgent(agent)
             starts.append(nowNanos() - t0)
         }
         col.values["cold"] = ms(percentile(starts, 0.5))
@@ -243,7 +251,7 @@ struct AgentBench {
         col.values["rss"] = mib(statusKiB(pid, "VmRSS") * 1024)
         let limit = memlockLimit(pid).map { "\($0 >> 10) KiB" } ?? "unlimited"
         col.values["vmlck"] = "\(statusKiB(pid, "VmLck")) KiB / \(limit)"
-        stopAgent(state, socket)
+        stopAgent(agent)
         return (col, keep ? dir : nil)
     }
 
@@ -289,9 +297,14 @@ struct AgentBench {
         fclose(f)
     }
 
-    func stopAgent(_ state: String, _ socket: String) {
-        _ = system("pkill -TERM -f -- '--state-dir \(state)'")
-        while Files.exists(socket) { usleep(1000) }
+    /// Starts `cofferd` on `agent`; it daemonises and returns once its socket accepts.
+    func startAgent(_ agent: AgentDirectory) throws {
+        guard spawn(binDir + "/cofferd", agent.arguments) == 0 else { throw SecError(.io, "cofferd did not start") }
+    }
+
+    func stopAgent(_ agent: AgentDirectory) {
+        _ = system("pkill -TERM -f -- '--state-dir \(agent.state)'")
+        while Files.exists(agent.socket) { usleep(1000) }
     }
 
     func spawn(_ path: String, _ args: [String]) -> Int32 {
