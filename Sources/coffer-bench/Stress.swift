@@ -208,14 +208,16 @@ struct Stress {
                 }
             }
             let (expected, inFlight) = log.model()
-            for k in Set(expected.keys).union(found.keys) {
-                let want = expected[k].map { "v\($0)|v\($0)" }, got = found[k]
+            let stored = { (version: Int) in "v\(version)|v\(version)" } // what a write of `version` leaves
+            let accounts = Set(expected.keys).union(found.keys)
+            for k in accounts {
+                let want = expected[k].map(stored), got = found[k]
                 if got == want { continue }
-                if let f = inFlight, f.key == k, got == f.after.map({ "v\($0)|v\($0)" }) { continue }
+                if let f = inFlight, f.key == k, got == f.after.map(stored) { continue }
                 wrongTotal += 1
                 progress("trial \(trial): item \(k) is \(got ?? "absent"), expected \(want ?? "absent")")
             }
-            checkedTotal += Set(expected.keys).union(found.keys).count
+            checkedTotal += accounts.count
             let counts = log.counts
             opsTotal.adds += counts.adds; opsTotal.updates += counts.updates; opsTotal.deletes += counts.deletes
         }
