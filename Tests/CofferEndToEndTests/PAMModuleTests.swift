@@ -17,6 +17,13 @@ import Testing
 
     struct ModuleBuildError: Error { let output: String }
 
+    /// Whether `path` exists within `seconds` (another process is to create it).
+    static func waitForFile(_ path: String, seconds: Double) -> Bool {
+        let deadline = nowMillis() + seconds * 1000
+        while !Files.exists(path) && nowMillis() < deadline { usleep(10_000) }
+        return Files.exists(path)
+    }
+
     /// A login service: pam_coffer remembers the password, pam_matrix checks it, pam_coffer unlocks in session.
     static func writeLoginService(dir: String, module: String, passdb: String, moduleArgs: String) throws {
         let m = "\(wrapperModules)/pam_matrix.so"
@@ -30,7 +37,7 @@ import Testing
             password optional \(module) \(moduleArgs)
 
             """.write(toFile: dir + "/coffer-login", atomically: true, encoding: .utf8)
-        FileManager.default.createFile(atPath: dir + "/other", contents: Data())
+        _ = FileManager.default.createFile(atPath: dir + "/other", contents: Data())
     }
 
     /// Runs pamtester for `operations`, answering prompts from `input`.
@@ -156,21 +163,17 @@ import Testing
         listener.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
         listener.arguments = ["--reuid=nobody", "--regid=nogroup", "--clear-groups", impostor, socket, received, accepted]
         let log = den + "/impostor.log"
-        FileManager.default.createFile(atPath: log, contents: Data())
+        _ = FileManager.default.createFile(atPath: log, contents: Data())
         listener.standardError = FileHandle(forWritingAtPath: log)
         try listener.run()
         // SIGKILL: the test runner's blocked signals are inherited, so SIGTERM may never arrive.
         defer { kill(listener.processIdentifier, SIGKILL); listener.waitUntilExit() }
-        let deadline = nowMillis() + 10_000
-        while !Files.exists(socket) && nowMillis() < deadline { usleep(10_000) }
-        try #require(Files.exists(socket), "the impostor did not start: \(String(decoding: fileBytes(log), as: UTF8.self))")
+        try #require(Self.waitForFile(socket, seconds: 10), "the impostor did not start: \(String(decoding: fileBytes(log), as: UTF8.self))")
 
         try Self.writeLoginService(dir: services, module: module, passdb: passdb, moduleArgs: "socket=\(socket)")
         let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session", "close_session"], input: "\(pw)\n\(pw)\n")
         #expect(r.status == 0, "the login must still succeed: \(r)")
-        let reached = nowMillis() + 5_000
-        while !Files.exists(accepted) && nowMillis() < reached { usleep(10_000) }
-        #expect(Files.exists(accepted), "pam_coffer never connected, so this test proves nothing")
+        #expect(Self.waitForFile(accepted, seconds: 5), "pam_coffer never connected, so this test proves nothing")
         usleep(300_000)
         let bytes = fileBytes(received)
         #expect(!containsSubsequence(bytes, Array(pw.utf8)), "the password reached another user's socket")
