@@ -74,13 +74,34 @@ final class SerialWorker: @unchecked Sendable {
     private var jobs: [() -> Void] = []
     private var running = false
 
+    /// The result travels from the worker thread to the awaiting task through a mutex, not inside
+    /// the continuation: the continuation's own hand-off is an atomic in the concurrency runtime
+    /// that ThreadSanitizer does not see, so a result built on the worker (a secret's bytes) was
+    /// reported as racing with the task that reads it. The mutex makes the ordering explicit.
     func run<T: Sendable>(_ body: @escaping @Sendable () throws(SecError) -> T) async throws(SecError) -> T {
-        let result: Result<T, SecError> = await withCheckedContinuation { cont in
+        let slot = ResultSlot<T>()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             enqueue {
-                do throws(SecError) { cont.resume(returning: .success(try body())) } catch { cont.resume(returning: .failure(error)) }
+                do throws(SecError) { slot.store(.success(try body())) } catch { slot.store(.failure(error)) }
+                done.resume()
             }
         }
-        return try result.get()
+        return try slot.take().get()
+    }
+
+    /// One job's result, handed over under a lock.
+    private final class ResultSlot<T: Sendable>: @unchecked Sendable {
+        // @unchecked Sendable: `result` is guarded by `mutex`.
+        private let mutex = Lock()
+        private var result: Result<T, SecError>?
+
+        func store(_ r: Result<T, SecError>) { mutex.withLock { result = r } }
+        func take() -> Result<T, SecError> {
+            mutex.withLock {
+                defer { result = nil }
+                return result!
+            }
+        }
     }
 
     /// Queues a job; starts a worker thread if none is running. The worker exits when the queue is
