@@ -41,9 +41,10 @@ import Testing
     }
 
     /// Runs pamtester for `operations`, answering prompts from `input`.
-    static func pamtester(serviceDir: String, _ operations: [String], input: String, environment: String = "") -> CLIResult {
+    static func pamtester(serviceDir: String, _ operations: [String], input: String, environment: String = "",
+                          user: String = currentUser) -> CLIResult {
         runShell("printf '%s' '\(input)' | \(environment) LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
-                 + "pamtester coffer-login \(currentUser) \(operations.joined(separator: " "))", socket: "")
+                 + "pamtester coffer-login '\(user)' \(operations.joined(separator: " "))", socket: "")
     }
 
     @Test func moduleDoesNotDependOnTheSwiftRuntime() throws {
@@ -289,6 +290,67 @@ import Testing
         while !containsSubsequence(bobsAgent.bytes, Array(bobPassword.utf8)) && nowMillis() < deadline { usleep(20_000) }
         #expect(containsSubsequence(bobsAgent.bytes, Array(bobPassword.utf8)), "the recorder never got bob's own password: the test proves nothing")
         #expect(!containsSubsequence(bobsAgent.bytes, Array(alicePassword.utf8)))
+    }
+
+    /// A password change whose PAM user changes between the preliminary check and the update (here a
+    /// module in the stack switches it, as an application could) must not hand the first user's old
+    /// and new passwords to the second user's agent. Without the switch, the path is live.
+    @Test(.enabled(if: getuid() == 0, "needs root to create a throwaway user"))
+    func passwordChangeOfOneUserNeverReachesTheAgentOfAnother() throws {
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let switcher = tmp.path + "/switch-user.so"
+        try """
+            #define PAM_SM_PASSWORD
+            #include <security/pam_modules.h>
+            #include <string.h>
+            /* password optional switch-user.so user=NAME: PAM_USER becomes NAME in the update pass. */
+            PAM_EXTERN int pam_sm_chauthtok(pam_handle_t *pamh, int flags, int argc, const char **argv) {
+                if (!(flags & PAM_UPDATE_AUTHTOK)) return PAM_IGNORE;
+                for (int i = 0; i < argc; i++)
+                    if (strncmp(argv[i], "user=", 5) == 0) pam_set_item(pamh, PAM_USER, argv[i] + 5);
+                return PAM_IGNORE;
+            }
+
+            """.write(toFile: switcher + ".c", atomically: true, encoding: .utf8)
+        let cc = runShell("cc -shared -fPIC -Wall -Werror -o '\(switcher)' '\(switcher).c' -lpam", socket: "")
+        try #require(cc.status == 0, "\(cc)")
+        let bob = try ThrowawayUser(prefix: "coffer-p")
+        let alicePassword = "alice old 3318", bobPassword = "bob old 6627"
+        let passdb = tmp.path + "/passdb"
+        try "\(currentUser):\(alicePassword):coffer-login\n\(bob.name):\(bobPassword):coffer-login\n"
+            .write(toFile: passdb, atomically: true, encoding: .utf8)
+        let shared = try SharedDirectory("coffer-pam-passwd")
+        let recorder = try shared.copyExecutable(compileC(Self.recorderSource, named: "recorder", in: tmp.path))
+        let den = try shared.privateDirectory("den", uid: bob.uid, gid: bob.gid)
+        let bobsAgent = try Recorder(in: den, executable: recorder, user: bob.name, group: bob.name)
+        let m = "\(Self.wrapperModules)/pam_matrix.so"
+        try """
+            password required \(m) passdb=\(passdb)
+            password optional \(Self.wrapperModules)/pam_set_items.so
+            password optional \(switcher) user=\(bob.name)
+            password optional \(module) socket=\(bobsAgent.socket)
+
+            """.write(toFile: tmp.path + "/coffer-login", atomically: true, encoding: .utf8)
+        _ = FileManager.default.createFile(atPath: tmp.path + "/other", contents: Data())
+
+        // alice changes her password; by the update pass the PAM user is bob.
+        let aliceNew = "alice new 9025"
+        var r = Self.pamtester(serviceDir: tmp.path, ["chauthtok"], input: "\(alicePassword)\n\(aliceNew)\n\(aliceNew)\n",
+                               environment: "PAM_OLDAUTHTOK='\(alicePassword)' PAM_AUTHTOK='\(aliceNew)'")
+        #expect(r.status == 0, "the password change must still succeed: \(r)")
+        usleep(300_000)
+        #expect(bobsAgent.connections == 0 && bobsAgent.bytes.isEmpty, "pam_coffer talked to bob's agent about alice's password")
+        #expect(!containsSubsequence(bobsAgent.bytes, Array(aliceNew.utf8)) && !containsSubsequence(bobsAgent.bytes, Array(alicePassword.utf8)))
+
+        // bob changing his own password (the switch names bob himself): his agent hears of it.
+        let bobNew = "bob new 4410"
+        r = Self.pamtester(serviceDir: tmp.path, ["chauthtok"], input: "\(bobPassword)\n\(bobNew)\n\(bobNew)\n",
+                           environment: "PAM_OLDAUTHTOK='\(bobPassword)' PAM_AUTHTOK='\(bobNew)'", user: bob.name)
+        #expect(r.status == 0, "\(r)")
+        let deadline = nowMillis() + 5000
+        while !containsSubsequence(bobsAgent.bytes, Array(bobNew.utf8)) && nowMillis() < deadline { usleep(20_000) }
+        #expect(containsSubsequence(bobsAgent.bytes, Array(bobNew.utf8)), "the recorder never got bob's own change: the test proves nothing")
     }
 
     /// The same application without a user change still unlocks the real agent.
