@@ -457,6 +457,8 @@ PAM_EXTERN int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, cons
     (void)flags;
     struct options o;
     parse_options(pamh, argc, argv, &o);
+    /* A new authentication forgets what an earlier one on this handle remembered. */
+    pam_set_data(pamh, DATA_KEY, NULL, NULL);
     const void *tok = NULL;
     if (pam_get_item(pamh, PAM_AUTHTOK, &tok) != PAM_SUCCESS || !tok) {
         /* No earlier module set the password item (pam_unix does): ask for it, which also sets the
