@@ -165,3 +165,64 @@ func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String
     p.waitUntilExit()
     return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
 }
+
+/// A fresh directory under /tmp that every user can traverse (0755), removed when released: the place
+/// for what a process of another user must reach. The checkout and its build directory may live under
+/// a directory other users cannot enter (a clone under a 0700 `mktemp -d`), so a test must never make
+/// another user run or open a file where it was built.
+final class SharedDirectory: @unchecked Sendable {
+    let path: String
+
+    init(_ prefix: String = "coffer-shared") throws {
+        var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
+        guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw CocoaError(.fileWriteUnknown)
+        }
+        path = String(cString: p)
+        chmod(path, 0o755)
+    }
+
+    func file(_ name: String) -> String { path + "/" + name }
+
+    /// Copies `executable` here (mode 0755) so that any user can run it; returns the copy's path.
+    /// Only for self-contained programs (the `coffer` CLI is linked statically; the C helpers need
+    /// only libc/libpam): a dynamically linked program still loads its libraries from where they are.
+    func copyExecutable(_ executable: String, named name: String? = nil) throws -> String {
+        let destination = file(name ?? URL(fileURLWithPath: executable).lastPathComponent)
+        try? FileManager.default.removeItem(atPath: destination)
+        try FileManager.default.copyItem(atPath: executable, toPath: destination)
+        chmod(destination, 0o755)
+        return destination
+    }
+
+    /// A subdirectory owned by `uid`/`gid` (mode 0700), e.g. where another user's process puts its socket.
+    func privateDirectory(_ name: String, uid: uid_t, gid: gid_t) throws -> String {
+        let dir = file(name)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        guard chown(dir, uid, gid) == 0 else { throw CocoaError(.fileWriteNoPermission) }
+        chmod(dir, 0o700)
+        return dir
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A throwaway system user (no home, no shell) for tests that need a process of another uid; root only.
+/// Deleted when released.
+final class ThrowawayUser: @unchecked Sendable {
+    let name: String
+    let uid: uid_t
+    let gid: gid_t
+
+    init(prefix: String) throws {
+        name = "\(prefix)\(getpid() % 100000)"
+        let r = runShell("useradd --system --no-create-home --user-group --shell /usr/sbin/nologin '\(name)'", socket: "")
+        guard r.status == 0, let pw = getpwnam(name) else { throw UserError(output: r.stderr) }
+        uid = pw.pointee.pw_uid
+        gid = pw.pointee.pw_gid
+    }
+
+    struct UserError: Error { let output: String }
+
+    deinit { _ = runShell("userdel '\(name)'", socket: "") }
+}

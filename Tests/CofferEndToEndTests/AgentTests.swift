@@ -274,11 +274,8 @@ func status<T>(_ body: () throws -> T) -> SecStatus? {
         #expect(try c.status().lockState == 1)
     }
 
-    @Test func peerOfAnotherUserIsRefused() throws {
-        guard getuid() == 0 else {
-            print("skipped: creating a throwaway user needs root")
-            return
-        }
+    @Test(.enabled(if: getuid() == 0, "needs root to create a throwaway user"))
+    func peerOfAnotherUserIsRefused() throws {
         let agent = try AgentProcess()
         let user = "coffer-t\(getpid() % 100000)"
         _ = runShell("useradd --system --no-create-home --shell /usr/sbin/nologin \(user)", socket: "")
@@ -288,7 +285,12 @@ func status<T>(_ body: () throws -> T) -> SecStatus? {
         chmod(agent.dir.file("run"), 0o755)
         chmod(Files.directoryName(agent.socketPath), 0o755)
         chmod(agent.socketPath, 0o666)
-        let r = runShell("setpriv --reuid=\(user) --regid=nogroup --clear-groups '\(Binaries.coffer)' status", socket: agent.socketPath)
+        // The other user runs copies in /tmp: the build directory may sit under a directory it cannot enter.
+        // `coffer` hands some commands to the `coffer-cli` beside it, so both go.
+        let shared = try SharedDirectory("coffer-peer")
+        let coffer = try shared.copyExecutable(Binaries.coffer)
+        _ = try shared.copyExecutable(Binaries.directory + "/coffer-cli")
+        let r = runShell("setpriv --reuid=\(user) --regid=nogroup --clear-groups '\(coffer)' status", socket: agent.socketPath)
         #expect(r.status == 9, "another uid was served: \(r)")
         #expect(agent.log.contains("refused a connection from another user"), "\(agent.log)")
         #expect(runCLI(["status"], environment: ["COFFER_SOCKET": agent.socketPath]).status == 0)

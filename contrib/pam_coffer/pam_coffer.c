@@ -16,6 +16,15 @@
  * Talking to the agent happens in a child process that first drops to the target user, because
  * the agent refuses peers of another uid; and the child refuses an agent of another uid in turn
  * (SO_PEERCRED), so the password only ever reaches the user's own agent.
+ *
+ * The password is bound to the uid that authenticated: an application may change PAM_USER between
+ * pam_authenticate and pam_open_session (`sudo -i -u bob` authenticates alice, then opens bob's
+ * session), and the password of one user must never reach another user's agent. The same holds
+ * between the two passes of a password change.
+ *
+ * Every exchange with the agent has a fixed budget (EXCHANGE_BUDGET_MS, plus AGENT_START_BUDGET_MS
+ * when the agent= option may have to start the agent): a hung or hostile listener delays a login by
+ * at most that much, then the login goes on with the keychain locked.
  */
 #define _GNU_SOURCE
 #define PAM_SM_AUTH
@@ -29,12 +38,13 @@
 #include <pwd.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -45,10 +55,15 @@
 #include <security/pam_modules.h>
 
 #define DATA_KEY "pam_coffer_authtok"
+#define CHAUTHTOK_UID_KEY "pam_coffer_chauthtok_uid"
 #define MAX_FRAME (256 * 1024)
 #define MAX_AGENT_ARGS 8
-#define IO_TIMEOUT_SECONDS 30
-#define CHILD_TIMEOUT_MS 40000
+/* The whole exchange with the agent (connect, HELLO, request, reply) must fit in this. */
+#define EXCHANGE_BUDGET_MS 2000
+/* Added to the budget when the agent= option is given: the time a freshly started agent gets to listen. */
+#define AGENT_START_BUDGET_MS 3000
+/* How long past the budget the parent waits before it kills the child. */
+#define KILL_GRACE_MS 250
 
 #define MSG_HELLO 0x01
 #define MSG_UNLOCK 0x03
@@ -61,7 +76,8 @@
 #define ERR_SEC_NOT_AVAILABLE (-25291)
 
 /* Child exit codes, logged by the parent. */
-enum { CHILD_OK = 0, CHILD_NO_AGENT = 10, CHILD_PROTOCOL = 11, CHILD_REFUSED = 12, CHILD_PRIVS = 13, CHILD_IMPOSTOR = 14 };
+enum { CHILD_OK = 0, CHILD_NO_AGENT = 10, CHILD_PROTOCOL = 11, CHILD_REFUSED = 12, CHILD_PRIVS = 13, CHILD_IMPOSTOR = 14,
+       CHILD_TIMEOUT = 15 };
 
 /* connect_socket's answer for a socket served by a process of another uid. */
 #define NOT_THE_USERS_AGENT (-2)
@@ -88,9 +104,56 @@ static void parse_options(pam_handle_t *pamh, int argc, const char **argv, struc
     }
 }
 
-static void wipe_and_free(pam_handle_t *pamh, void *data, int status) {
+/* The password remembered between authentication and session, with the uid that authenticated. */
+struct stash {
+    uid_t uid;
+    size_t len;
+    char tok[]; /* NUL-terminated */
+};
+
+static void wipe_stash(pam_handle_t *pamh, void *data, int status) {
     (void)pamh; (void)status;
-    if (data) { explicit_bzero(data, strlen(data)); free(data); }
+    struct stash *s = data;
+    if (s) { explicit_bzero(s->tok, s->len); free(s); }
+}
+
+static void free_data(pam_handle_t *pamh, void *data, int status) {
+    (void)pamh; (void)status;
+    free(data);
+}
+
+/* The passwd entry of the current PAM user (into pwbuf/strbuf); NULL if there is none. An unknown
+   name is logged only when `log_unknown` (at authentication it may be a mistyped password). */
+static struct passwd *pam_user_entry(pam_handle_t *pamh, struct passwd *pwbuf, char *strbuf, size_t n, const char **user,
+                                     int log_unknown) {
+    struct passwd *pw = NULL;
+    *user = NULL;
+    if (pam_get_user(pamh, user, NULL) != PAM_SUCCESS || !*user) return NULL;
+    if (getpwnam_r(*user, pwbuf, strbuf, n, &pw) != 0 || !pw) {
+        if (log_unknown) pam_syslog(pamh, LOG_NOTICE, "unknown user %s", *user);
+        return NULL;
+    }
+    return pw;
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+}
+
+/* Closes every descriptor above stderr (nothing the login process had open reaches the child's work). */
+static void close_inherited_descriptors(void) {
+    if (close_range(3, ~0U, 0) == 0) return;
+    struct rlimit rl;
+    long max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 65536;
+    if (max > 1 << 20) max = 1 << 20;
+    for (long fd = 3; fd < max; fd++) close((int)fd);
 }
 
 /* ---- wire protocol (big-endian, length-prefixed frames) ---- */
@@ -114,20 +177,40 @@ static int put_blob(struct buf *b, const char *s) {
     return put_u32(b, (uint32_t)n) || (n && buf_put(b, s, n));
 }
 
-static int write_all(int fd, const unsigned char *p, size_t n) {
+/* Waits until fd is ready for `events` or the deadline passes (then -1). */
+static int wait_fd(int fd, short events, int64_t deadline) {
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0) return -1;
+        struct pollfd p = { .fd = fd, .events = events };
+        int r = poll(&p, 1, (int)left);
+        if (r > 0) return 0; /* ready, or an error/hangup the next send/recv reports */
+        if (r == 0 || errno != EINTR) return -1;
+    }
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n, int64_t deadline) {
     while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(fd, POLLOUT, deadline)) return -1;
+            continue;
+        }
         if (w <= 0) return -1;
         p += w; n -= (size_t)w;
     }
     return 0;
 }
 
-static int read_all(int fd, unsigned char *p, size_t n) {
+static int read_all(int fd, unsigned char *p, size_t n, int64_t deadline) {
     while (n > 0) {
-        ssize_t r = recv(fd, p, n, 0);
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(fd, POLLIN, deadline)) return -1;
+            continue;
+        }
         if (r <= 0) return -1;
         p += r; n -= (size_t)r;
     }
@@ -135,7 +218,7 @@ static int read_all(int fd, unsigned char *p, size_t n) {
 }
 
 /* Sends one request (type, id, payload parts) and wipes the frame buffer afterwards. */
-static int send_request(int fd, uint8_t type, uint32_t id, const char *blob1, const char *blob2, int nblobs) {
+static int send_request(int fd, int64_t deadline, uint8_t type, uint32_t id, const char *blob1, const char *blob2, int nblobs) {
     size_t cap = 9 + 4 + 2 + 2 + 2 + 16 + (blob1 ? strlen(blob1) : 0) + (blob2 ? strlen(blob2) : 0) + 8;
     struct buf b = { malloc(cap), 0, cap };
     if (!b.p) return -1;
@@ -148,7 +231,7 @@ static int send_request(int fd, uint8_t type, uint32_t id, const char *blob1, co
     if (!rc) {
         uint32_t body = (uint32_t)(b.len - 4);
         b.p[0] = body >> 24; b.p[1] = (body >> 16) & 0xff; b.p[2] = (body >> 8) & 0xff; b.p[3] = body & 0xff;
-        rc = write_all(fd, b.p, b.len);
+        rc = write_all(fd, b.p, b.len, deadline);
     }
     explicit_bzero(b.p, b.cap);
     free(b.p);
@@ -156,15 +239,15 @@ static int send_request(int fd, uint8_t type, uint32_t id, const char *blob1, co
 }
 
 /* Reads the reply to `id`, skipping events. Returns the message type, or -1; *status gets an ERROR's code. */
-static int read_reply(int fd, uint32_t id, int32_t *status) {
+static int read_reply(int fd, int64_t deadline, uint32_t id, int32_t *status) {
     for (;;) {
         unsigned char hdr[4];
-        if (read_all(fd, hdr, 4)) return -1;
+        if (read_all(fd, hdr, 4, deadline)) return -1;
         uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
         if (len < 5 || len > MAX_FRAME) return -1;
         unsigned char *body = malloc(len);
         if (!body) return -1;
-        if (read_all(fd, body, len)) { free(body); return -1; }
+        if (read_all(fd, body, len, deadline)) { free(body); return -1; }
         int type = body[0];
         uint32_t rid = (uint32_t)body[1] << 24 | (uint32_t)body[2] << 16 | (uint32_t)body[3] << 8 | body[4];
         if (type == MSG_ERROR && len >= 9)
@@ -179,15 +262,28 @@ static int read_reply(int fd, uint32_t id, int32_t *status) {
 
 /* ---- the child: runs as the user ---- */
 
-static int connect_socket(const char *path) {
+static int connect_socket(const char *path, int64_t deadline) {
     struct sockaddr_un addr;
     if (strlen(path) >= sizeof addr.sun_path) return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
     memset(&addr, 0, sizeof addr);
     addr.sun_family = AF_UNIX;
     strcpy(addr.sun_path, path);
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { close(fd); return -1; }
+    for (;;) {
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) break;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN && now_ms() < deadline) { sleep_ms(20); continue; } /* the listener's backlog is full */
+        int connected = 0;
+        if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) == 0) {
+            int err = 0;
+            socklen_t elen = sizeof err;
+            connected = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0;
+        }
+        if (connected) break;
+        close(fd);
+        return -1;
+    }
     /* The password goes only to the user's own agent (this child runs as the user): a socket served
        by any other uid -- a stale path, a hostile XDG_RUNTIME_DIR -- gets nothing, not even HELLO. */
     struct ucred peer;
@@ -196,9 +292,6 @@ static int connect_socket(const char *path) {
         close(fd);
         return NOT_THE_USERS_AGENT;
     }
-    struct timeval tv = { IO_TIMEOUT_SECONDS, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     return fd;
 }
 
@@ -213,7 +306,7 @@ static void start_agent(const struct options *o, const char *socket_path, const 
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) { dup2(null, 0); dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
     /* Nothing the login process had open may leak into a long-lived agent. */
-    if (close_range(3, ~0U, 0) != 0) for (int fd = 3; fd < 4096; fd++) close(fd);
+    close_inherited_descriptors();
     const char *argv[4 + MAX_AGENT_ARGS];
     int n = 0;
     argv[n++] = o->agent;
@@ -227,14 +320,15 @@ static void start_agent(const struct options *o, const char *socket_path, const 
     _exit(127);
 }
 
-static int connect_or_start(const struct options *o, const char *path, const struct agent_env *env) {
-    int fd = connect_socket(path);
+static int connect_or_start(const struct options *o, const char *path, const struct agent_env *env, int64_t deadline) {
+    int fd = connect_socket(path, deadline);
     if (fd >= 0 || fd == NOT_THE_USERS_AGENT || !o->agent) return fd;
     start_agent(o, path, env);
-    for (int i = 0; i < 60 && fd == -1; i++) { /* up to 3 s */
-        struct timespec ts = { 0, 50 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-        fd = connect_socket(path);
+    /* Up to AGENT_START_BUDGET_MS, leaving the rest of the budget for the exchange. */
+    int64_t start_deadline = deadline - EXCHANGE_BUDGET_MS;
+    while (fd == -1 && now_ms() < start_deadline) {
+        sleep_ms(50);
+        fd = connect_socket(path, deadline);
     }
     return fd;
 }
@@ -250,37 +344,42 @@ static int drop_privileges(const struct passwd *pw) {
 enum op { OP_UNLOCK, OP_LOCK, OP_CHANGE };
 
 static int child_main(const struct options *o, const char *socket_path, const struct agent_env *env, enum op op,
-                      const char *old_tok, const char *new_tok) {
-    int fd = connect_or_start(o, socket_path, env);
+                      const char *old_tok, const char *new_tok, int64_t deadline) {
+    int fd = connect_or_start(o, socket_path, env, deadline);
     if (fd == NOT_THE_USERS_AGENT) return CHILD_IMPOSTOR;
-    if (fd < 0) return CHILD_NO_AGENT;
+    if (fd < 0) return now_ms() >= deadline ? CHILD_TIMEOUT : CHILD_NO_AGENT;
     int32_t status = 0;
-    if (send_request(fd, MSG_HELLO, 1, NULL, NULL, 0) || read_reply(fd, 1, &status) != MSG_HELLO_REPLY) return CHILD_PROTOCOL;
-    int type;
+    int type = -1;
+    if (send_request(fd, deadline, MSG_HELLO, 1, NULL, NULL, 0) || read_reply(fd, deadline, 1, &status) != MSG_HELLO_REPLY)
+        goto failed;
     switch (op) {
     case OP_LOCK:
-        if (send_request(fd, MSG_LOCK, 2, NULL, NULL, 0)) return CHILD_PROTOCOL;
-        type = read_reply(fd, 2, &status);
+        if (send_request(fd, deadline, MSG_LOCK, 2, NULL, NULL, 0)) goto failed;
+        type = read_reply(fd, deadline, 2, &status);
         break;
     case OP_UNLOCK:
-        if (send_request(fd, MSG_UNLOCK, 2, new_tok, NULL, 1)) return CHILD_PROTOCOL;
-        type = read_reply(fd, 2, &status);
+        if (send_request(fd, deadline, MSG_UNLOCK, 2, new_tok, NULL, 1)) goto failed;
+        type = read_reply(fd, deadline, 2, &status);
         if (type == MSG_ERROR && status == ERR_SEC_NOT_AVAILABLE) {
             /* No passcode yet: from now on the keybag follows the login password. */
-            if (send_request(fd, MSG_SET_PASSCODE, 3, "", new_tok, 2)) return CHILD_PROTOCOL;
-            type = read_reply(fd, 3, &status);
+            if (send_request(fd, deadline, MSG_SET_PASSCODE, 3, "", new_tok, 2)) goto failed;
+            type = read_reply(fd, deadline, 3, &status);
         }
         break;
     case OP_CHANGE:
-        if (send_request(fd, MSG_SET_PASSCODE, 2, old_tok, new_tok, 2)) return CHILD_PROTOCOL;
-        type = read_reply(fd, 2, &status);
+        if (send_request(fd, deadline, MSG_SET_PASSCODE, 2, old_tok, new_tok, 2)) goto failed;
+        type = read_reply(fd, deadline, 2, &status);
         break;
     default:
-        return CHILD_PROTOCOL;
+        break;
     }
     close(fd);
     if (type == MSG_OK) return CHILD_OK;
-    return type == MSG_ERROR ? CHILD_REFUSED : CHILD_PROTOCOL;
+    if (type == MSG_ERROR) return CHILD_REFUSED;
+    return now_ms() >= deadline ? CHILD_TIMEOUT : CHILD_PROTOCOL;
+failed:
+    close(fd);
+    return now_ms() >= deadline ? CHILD_TIMEOUT : CHILD_PROTOCOL;
 }
 
 /* ---- the parent: forks the child, waits with a timeout ---- */
@@ -292,13 +391,17 @@ static void resolve_socket(pam_handle_t *pamh, const struct options *o, const st
     else snprintf(out, n, "/run/user/%u/coffer/agent.sock", (unsigned)pw->pw_uid);
 }
 
-static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op, const char *old_tok, const char *new_tok) {
+/* Runs `op` against the agent of the current PAM user. With `expected_uid`, only if that user is
+   still the one with this uid; otherwise nothing is sent anywhere. */
+static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op, const uid_t *expected_uid,
+                         const char *old_tok, const char *new_tok) {
     const char *user = NULL;
-    if (pam_get_user(pamh, &user, NULL) != PAM_SUCCESS || !user) return -1;
-    struct passwd pwbuf, *pw = NULL;
+    struct passwd pwbuf, *pw;
     char strbuf[4096];
-    if (getpwnam_r(user, &pwbuf, strbuf, sizeof strbuf, &pw) != 0 || !pw) {
-        pam_syslog(pamh, LOG_NOTICE, "unknown user %s", user);
+    if (!(pw = pam_user_entry(pamh, &pwbuf, strbuf, sizeof strbuf, &user, 1))) return -1;
+    if (expected_uid && pw->pw_uid != *expected_uid) {
+        pam_syslog(pamh, LOG_NOTICE, "the PAM user changed to %s (uid %u) after uid %u gave the password; "
+                   "the password was not handed to any agent", user, (unsigned)pw->pw_uid, (unsigned)*expected_uid);
         return -1;
     }
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path) + 64];
@@ -311,32 +414,38 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
     const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
     if (runtime && *runtime) snprintf(env.runtime, sizeof env.runtime, "XDG_RUNTIME_DIR=%s", runtime);
 
+    int64_t budget = EXCHANGE_BUDGET_MS + (o->agent ? AGENT_START_BUDGET_MS : 0);
+    int64_t deadline = now_ms() + budget;
     pid_t pid = fork();
     if (pid < 0) { pam_syslog(pamh, LOG_ERR, "fork: %m"); return -1; }
     if (pid == 0) {
+        /* Before anything touches the password: no core dump, no ptrace by the user's other
+           processes, none of the login process's descriptors. */
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        close_inherited_descriptors();
         signal(SIGPIPE, SIG_IGN);
         if (drop_privileges(pw) != 0) _exit(CHILD_PRIVS);
-        _exit(child_main(o, socket_path, &env, op, old_tok, new_tok));
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* a uid change resets it to fs.suid_dumpable */
+        _exit(child_main(o, socket_path, &env, op, old_tok, new_tok, deadline));
     }
-    int status = 0, waited = 0;
+    int status = 0;
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) break;
         if (r < 0 && errno != EINTR) return -1;
-        if (waited >= CHILD_TIMEOUT_MS) {
+        if (now_ms() >= deadline + KILL_GRACE_MS) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
-            pam_syslog(pamh, LOG_WARNING, "the Coffer agent did not answer in time");
-            return -1;
+            status = -1;
+            break;
         }
-        struct timespec ts = { 0, 20 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-        waited += 20;
+        sleep_ms(10);
     }
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : CHILD_TIMEOUT;
     const char *what = code == CHILD_OK ? "ok" : code == CHILD_NO_AGENT ? "no agent listening"
         : code == CHILD_REFUSED ? "the agent refused" : code == CHILD_PRIVS ? "cannot drop privileges"
-        : code == CHILD_IMPOSTOR ? "the socket is served by another user's process; the password was not sent" : "protocol error";
+        : code == CHILD_IMPOSTOR ? "the socket is served by another user's process; the password was not sent"
+        : code == CHILD_TIMEOUT ? "no answer within the time allowed; going on without it" : "protocol error";
     if (code != CHILD_OK || o->debug)
         pam_syslog(pamh, code == CHILD_OK ? LOG_DEBUG : LOG_NOTICE, "coffer agent at %s for %s: %s", socket_path, user, what);
     return code == CHILD_OK ? 0 : -1;
@@ -348,6 +457,8 @@ PAM_EXTERN int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, cons
     (void)flags;
     struct options o;
     parse_options(pamh, argc, argv, &o);
+    /* A new authentication forgets what an earlier one on this handle remembered. */
+    pam_set_data(pamh, DATA_KEY, NULL, NULL);
     const void *tok = NULL;
     if (pam_get_item(pamh, PAM_AUTHTOK, &tok) != PAM_SUCCESS || !tok) {
         /* No earlier module set the password item (pam_unix does): ask for it, which also sets the
@@ -356,8 +467,18 @@ PAM_EXTERN int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, cons
         if (pam_get_authtok(pamh, PAM_AUTHTOK, &asked, NULL) == PAM_SUCCESS) tok = asked;
     }
     if (tok && *(const char *)tok) {
-        char *copy = strdup(tok);
-        if (copy && pam_set_data(pamh, DATA_KEY, copy, wipe_and_free) != PAM_SUCCESS) wipe_and_free(pamh, copy, 0);
+        /* Remember who gave it: the session may be opened for someone else (sudo -i -u OTHER). */
+        const char *user = NULL;
+        struct passwd pwbuf, *pw;
+        char strbuf[4096];
+        if (!(pw = pam_user_entry(pamh, &pwbuf, strbuf, sizeof strbuf, &user, 0))) return PAM_IGNORE;
+        size_t len = strlen(tok);
+        struct stash *s = malloc(sizeof *s + len + 1);
+        if (!s) return PAM_IGNORE;
+        s->uid = pw->pw_uid;
+        s->len = len;
+        memcpy(s->tok, tok, len + 1);
+        if (pam_set_data(pamh, DATA_KEY, s, wipe_stash) != PAM_SUCCESS) wipe_stash(pamh, s, 0);
     } else if (o.debug) {
         pam_syslog(pamh, LOG_DEBUG, "no password to remember (place pam_coffer after the module that asks for it)");
     }
@@ -373,9 +494,11 @@ PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, cons
     (void)flags;
     struct options o;
     parse_options(pamh, argc, argv, &o);
-    const void *tok = NULL;
-    if (pam_get_data(pamh, DATA_KEY, &tok) != PAM_SUCCESS || !tok) return PAM_SUCCESS;
-    talk_to_agent(pamh, &o, OP_UNLOCK, NULL, tok);
+    const void *data = NULL;
+    if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) return PAM_SUCCESS;
+    const struct stash *s = data;
+    /* Only to the agent of the uid that authenticated (talk_to_agent checks the PAM user again). */
+    talk_to_agent(pamh, &o, OP_UNLOCK, &s->uid, NULL, s->tok);
     pam_set_data(pamh, DATA_KEY, NULL, NULL); /* runs the wiping cleanup now */
     return PAM_SUCCESS;
 }
@@ -384,7 +507,7 @@ PAM_EXTERN int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, con
     (void)flags;
     struct options o;
     parse_options(pamh, argc, argv, &o);
-    if (o.lock_on_close) talk_to_agent(pamh, &o, OP_LOCK, NULL, NULL);
+    if (o.lock_on_close) talk_to_agent(pamh, &o, OP_LOCK, NULL, NULL, NULL);
     return PAM_SUCCESS;
 }
 
@@ -397,17 +520,33 @@ PAM_EXTERN int pam_sm_chauthtok(pam_handle_t *pamh, int flags, int argc, const c
             const char *asked = NULL;
             pam_get_authtok(pamh, PAM_OLDAUTHTOK, &asked, "Current password: ");
         }
+        /* Remember whose password this is: the update must concern the same uid. */
+        const char *user = NULL;
+        struct passwd pwbuf, *pw;
+        char strbuf[4096];
+        uid_t *uid = NULL;
+        if ((pw = pam_user_entry(pamh, &pwbuf, strbuf, sizeof strbuf, &user, 1)) && (uid = malloc(sizeof *uid))) {
+            *uid = pw->pw_uid;
+            if (pam_set_data(pamh, CHAUTHTOK_UID_KEY, uid, free_data) != PAM_SUCCESS) free(uid);
+        }
         return PAM_SUCCESS;
     }
     if (!(flags & PAM_UPDATE_AUTHTOK)) return PAM_IGNORE;
     struct options o;
     parse_options(pamh, argc, argv, &o);
+    const void *prelim_uid = NULL;
+    if (pam_get_data(pamh, CHAUTHTOK_UID_KEY, &prelim_uid) != PAM_SUCCESS || !prelim_uid) {
+        pam_syslog(pamh, LOG_NOTICE, "password update without a preliminary check; the Coffer passcode is unchanged");
+        return PAM_SUCCESS;
+    }
+    uid_t expected = *(const uid_t *)prelim_uid;
+    pam_set_data(pamh, CHAUTHTOK_UID_KEY, NULL, NULL);
     pam_get_item(pamh, PAM_OLDAUTHTOK, &old_tok);
     pam_get_item(pamh, PAM_AUTHTOK, &new_tok);
     if (!old_tok || !*(const char *)old_tok || !new_tok || !*(const char *)new_tok) {
         pam_syslog(pamh, LOG_NOTICE, "password change without old and new passwords; the Coffer passcode is unchanged");
         return PAM_SUCCESS;
     }
-    talk_to_agent(pamh, &o, OP_CHANGE, old_tok, new_tok);
+    talk_to_agent(pamh, &o, OP_CHANGE, &expected, old_tok, new_tok);
     return PAM_SUCCESS;
 }
