@@ -67,8 +67,10 @@ extension Agent {
         let header = paged ? WireFormat.itemsPageHeaderBytes : WireFormat.itemsHeaderBytes
         var room = WireFormat.maximumBodyBytes - header
         let page = try keychain.copyMatchingPage(query, after: Int64(exactly: cursor) ?? Int64.max) { item in
+            // One rule for both forms: an item larger than a page can carry is refused, so that a
+            // `get` (COPY_MATCHING) and a listing (pages) agree on which items can be returned.
             let size = WireFormat.encodedSize(of: item)
-            guard size <= room else { return false }
+            guard size <= room, size <= WireFormat.maximumItemBytesPerPage else { return false }
             room -= size
             return true
         }
