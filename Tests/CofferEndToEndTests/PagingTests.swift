@@ -180,8 +180,19 @@ import Testing
         #expect(get.status == 0 && get.stdout.utf8.count == WireFormat.maximumSecretBytes, "\(get.stderr)")
         let find = agent.cli(["find", "--service", "big", "--json"])
         #expect(find.status == 0 && find.stdout.contains("\"acct\":\"1-huge\""), "\(find.stderr)")
-        #expect(agent.cli(["find", "--service", "big", "--json"]).status == 0)
         #expect(try c.status().itemCount == 2)
+
+        // Attributes alone can be too large too: a certificate may carry six 64 KiB data
+        // attributes, added through an ADD and an UPDATE that each fit in a frame.
+        let blob = AttributeValue.data([UInt8](repeating: 0xCD, count: AttributeCodec.maxValueBytes))
+        try c.add(NewItem(itemClass: .certificate, attributes: ["issr": blob, "slnr": blob, "subj": blob], secret: Self.secret("c")))
+        try c.update(ItemQuery(itemClass: .certificate), ItemChanges(attributes: ["skid": blob, "pkhh": blob]))
+        let cert = agent.cli(["find", "--class", "cert"])
+        #expect(cert.status == 13 && cert.stdout.isEmpty && cert.stderr.hasPrefix("coffer: errSecAllocate (-108)")
+                && !cert.stderr.contains("cdcd"), "\(cert.stderr)")
+        let refs = try c.copyMatching(ItemQuery(itemClass: .certificate, limit: .all, returnPersistentRef: true))
+        #expect(refs.count == 1)
+        #expect(agent.cli(["find", "--service", "big", "--json"]).status == 0) // the others still list
     }
 
     /// ADD asking for its item back: a reply that could not be sent is refused before the item is
