@@ -46,7 +46,42 @@ extension Agent {
     private func reply(_ response: Response, id: UInt32, on conn: Connection) -> Bool {
         var frame = response.encodeFrame(requestID: id)
         defer { if response.carriesSecret { secureZero(&frame) } }
+        guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
+            // Never reached by design (each reply is sized before it is built); a last guard, so the
+            // agent never sends a frame the client must refuse.
+            logger.error("a reply exceeded the frame limit", metadata: ["bytes": "\(frame.count - 4)", "peer": "\(conn.peer)"])
+            return conn.send(Response.error(Self.tooLarge("the reply")).encodeFrame(requestID: id))
+        }
         return conn.send(frame)
+    }
+
+    /// errSecAllocate for a reply that cannot fit in one frame (names no value).
+    static func tooLarge(_ what: String) -> SecError {
+        SecError(.allocate, "\(what) does not fit in one reply (\(WireFormat.maximumBodyBytes) bytes)")
+    }
+
+    /// One ITEMS_PAGE (`paged`) or one whole ITEMS reply: as many matches after `cursor` as fit in one
+    /// frame. A match that does not fit even alone is errSecAllocate; so is a whole (unpaged) result
+    /// that does not fit.
+    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool) throws(SecError) -> Response {
+        let header = paged ? WireFormat.itemsPageHeaderBytes : WireFormat.itemsHeaderBytes
+        var room = WireFormat.maximumBodyBytes - header
+        let page = try keychain.copyMatchingPage(query, after: Int64(exactly: cursor) ?? Int64.max) { item in
+            // One rule for both forms: an item larger than a page can carry is refused, so that a
+            // `get` (COPY_MATCHING) and a listing (pages) agree on which items can be returned.
+            let size = WireFormat.encodedSize(of: item)
+            guard size <= room, size <= WireFormat.maximumItemBytesPerPage else { return false }
+            room -= size
+            return true
+        }
+        if page.items.isEmpty && !page.isComplete {
+            throw Self.tooLarge("a matching item (with the parts asked for)")
+        }
+        guard paged else {
+            guard page.isComplete else { throw Self.tooLarge("the whole result; use COPY_MATCHING_PAGE (paged)") }
+            return .items(page.items)
+        }
+        return .itemsPage(page.items, nextCursor: page.isComplete ? 0 : UInt64(page.lastRowID))
     }
 
     /// One short handler per request kind.
@@ -73,11 +108,23 @@ extension Agent {
             try setPasscode(current: current, new: new)
             return .ok
         case .add(let item, let flags):
+            if !flags.isEmpty {
+                // Refuse before adding an item whose reply could not be sent: the reply holds the
+                // given attributes plus those the keychain fills in (pdmn, agrp, sync, cdat, mdat).
+                let filledIn = flags.contains(.attributes) ? 64 + keychain.defaultAccessGroup.utf8.count : 0
+                let bound = WireFormat.itemsHeaderBytes + filledIn + WireFormat.encodedSize(of: ItemResult(
+                    itemClass: item.itemClass, attributes: flags.contains(.attributes) ? item.attributes : nil,
+                    data: flags.contains(.data) ? item.secret : nil,
+                    persistentRef: flags.contains(.persistentRef) ? [UInt8](repeating: 0, count: WireFormat.persistentRefBytes) : nil))
+                guard bound <= WireFormat.maximumBodyBytes else { throw Self.tooLarge("the new item (with the parts asked for)") }
+            }
             let r = try keychain.add(item, returnData: flags.contains(.data), returnAttributes: flags.contains(.attributes),
                                      returnPersistentRef: flags.contains(.persistentRef))
             return .items(flags.isEmpty ? [] : [r])
         case .copyMatching(let query):
-            return .items(try keychain.copyMatching(query))
+            return try page(query, after: 0, paged: false)
+        case .copyMatchingPage(let query, let cursor):
+            return try page(query, after: cursor, paged: true)
         case .update(let query, let changes):
             return .count(UInt64(try keychain.update(query, changes)))
         case .delete(let query):

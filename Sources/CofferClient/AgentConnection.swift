@@ -88,11 +88,17 @@ public final class AgentConnection {
         return items.first
     }
 
-    /// SecItemCopyMatching.
+    /// SecItemCopyMatching. A search for one item is one COPY_MATCHING round trip; any other
+    /// limit is fetched page by page (``forEachPage(_:_:)``), so a result of any size arrives.
     public func copyMatching(_ query: ItemQuery) throws(SecError) -> [ItemResult] {
-        let r = try roundTrip(.copyMatching(query))
-        guard case .items(let items) = r else { throw unexpected(r) }
-        return items
+        guard query.limit != .one else {
+            let r = try roundTrip(.copyMatching(query))
+            guard case .items(let items) = r else { throw unexpected(r) }
+            return items
+        }
+        var all: [ItemResult] = []
+        try forEachPage(query) { page in all.append(contentsOf: page) }
+        return all
     }
 
     /// SecItemUpdate; returns how many items changed.
@@ -184,6 +190,37 @@ public final class AgentConnection {
             return try body.withUnsafeBytes { b throws(ProtocolError) in try Response.decodeBody(b) }
         } catch {
             throw SecError(.decode, "malformed reply from the agent: \(error.description)")
+        }
+    }
+
+    // MARK: Paged search (COPY_MATCHING_PAGE)
+
+    /// One COPY_MATCHING_PAGE round trip: the matches after `cursor` (0: from the start) that fit in
+    /// one frame, and the cursor of the next page (0: there is none).
+    public func copyMatchingPage(_ query: ItemQuery, cursor: UInt64) throws(SecError) -> (items: [ItemResult], nextCursor: UInt64) {
+        let r = try roundTrip(.copyMatchingPage(query, cursor: cursor))
+        guard case .itemsPage(let items, let next) = r else { throw unexpected(r) }
+        return (items, next)
+    }
+
+    /// Runs a search page by page, handing each page to `body` in order (oldest items first) and
+    /// honouring the query's limit across pages: each next page asks only for what is still missing.
+    public func forEachPage(_ query: ItemQuery, _ body: ([ItemResult]) throws(SecError) -> Void) throws(SecError) {
+        var q = query, cursor: UInt64 = 0
+        var remaining = query.limit.bound
+        while true {
+            let (items, next) = try copyMatchingPage(q, cursor: cursor)
+            if let r = remaining, items.count > r { throw SecError(.decode, "the agent returned more items than asked for") }
+            try body(items)
+            guard next != 0 else { return }
+            guard !items.isEmpty else { throw SecError(.decode, "the agent sent an empty page with a next cursor") }
+            cursor = next
+            if let r = remaining {
+                let left = r - items.count
+                guard left > 0 else { return }
+                remaining = left
+                q.limit = .count(left)
+            }
         }
     }
 }

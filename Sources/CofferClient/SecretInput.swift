@@ -8,7 +8,8 @@ public enum SecretInput {
     /// Largest secret accepted (the wire frame limit leaves room for attributes).
     public static let maxBytes = 192 * 1024
 
-    /// Reads all of `fd` (up to ``maxBytes``) into secure memory, dropping one trailing newline.
+    /// Reads all of `fd` (up to ``maxBytes``) into secure memory, dropping one trailing newline
+    /// (`\n` only: every other byte, `\r` included, belongs to the secret).
     public static func read(fd: Int32, what: String) throws(SecError) -> SecureBytes {
         let buffer = SecureBytes(count: maxBytes + 1)
         var total = 0
@@ -26,21 +27,20 @@ public enum SecretInput {
         guard total <= maxBytes else { throw .param("the \(what) is larger than \(maxBytes) bytes") }
         let trimmed = buffer.withUnsafeBytes { b -> Int in
             var n = total
+            // Exactly one trailing "\n", as documented; a "\r" before it is part of the secret.
             if n > 0 && b[n - 1] == 0x0A { n -= 1 }
-            if n > 0 && b[n - 1] == 0x0D { n -= 1 }
             return n
         }
         guard trimmed > 0 else { throw .param("the \(what) is empty") }
         return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<trimmed])) }
     }
 
-    /// Splits a buffer holding two newline-separated secrets (current, new).
+    /// Splits a buffer holding two secrets separated by one `\n` (current, new); like a trailing
+    /// newline, only `\n` separates: a `\r` belongs to the secret.
     public static func splitTwoLines(_ s: SecureBytes, what: String) throws(SecError) -> (SecureBytes, SecureBytes) {
         let parts: (SecureBytes, SecureBytes)? = s.withUnsafeBytes { b in
             guard let nl = b.firstIndex(of: 0x0A) else { return nil }
-            var firstEnd = nl
-            if firstEnd > 0 && b[firstEnd - 1] == 0x0D { firstEnd -= 1 }
-            let first = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[0..<firstEnd]))
+            let first = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[0..<nl]))
             let second = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[(nl + 1)...]))
             return (first, second)
         }

@@ -136,6 +136,44 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
+    // MARK: SecItemCopyMatching, one page at a time
+
+    /// One page of a search (``copyMatchingPage(_:after:fits:)``).
+    public struct MatchPage: Sendable {
+        /// The results, oldest first.
+        public var items: [ItemResult]
+        /// Row id of the last result (the cursor of the next page); the given cursor when empty.
+        public var lastRowID: Int64
+        /// True when nothing is left: the matches ran out or `query.limit` items were returned.
+        public var isComplete: Bool
+    }
+
+    /// SecItemCopyMatching for a paged reply: the matches after row id `cursor` (0: from the start),
+    /// oldest first, at most `query.limit`, each offered to `fits` in turn; the first result `fits`
+    /// refuses ends the page (incomplete; that result is dropped). errSecItemNotFound only when
+    /// nothing matches from the start (`cursor` 0); a later page may be empty and complete.
+    public func copyMatchingPage(_ query: ItemQuery, after cursor: Int64,
+                                 fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
+        try Validation.check(query)
+        return try mutex.withLock { () throws(SecError) in
+            var items: [ItemResult] = []
+            var lastRowID = cursor, refused = false
+            try store.reading { () throws(SecError) in
+                try forEachMatch(query, limit: query.limit.bound, after: cursor, until: { refused }) { (row, cls, attrs) throws(SecError) in
+                    var r = ItemResult(itemClass: cls)
+                    if query.returnAttributes { r.attributes = attrs }
+                    if query.returnPersistentRef { r.persistentRef = row.persistentRef }
+                    if query.returnData { r.data = try openSecret(row) }
+                    guard fits(r) else { refused = true; return }
+                    items.append(r)
+                    lastRowID = row.id
+                }
+            }
+            guard !items.isEmpty || refused || cursor > 0 else { throw .itemNotFound() }
+            return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused)
+        }
+    }
+
     // MARK: SecItemUpdate
 
     /// Updates every matching item (SecItemUpdate); returns how many. A new `pdmn` re-wraps the item
@@ -191,7 +229,8 @@ public final class Keychain: @unchecked Sendable {
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
     /// and compared in full, so a tampered index can never return a wrong item.
-    private func forEachMatch(_ q: ItemQuery, limit: Int?,
+    /// Paging: only rows after row id `cursor`, and `done` (asked after each match) ends the visit early.
+    private func forEachMatch(_ q: ItemQuery, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) {
         var found = 0
         func visit(_ row: StoredRow) throws(SecError) -> Bool {
@@ -199,10 +238,10 @@ public final class Keychain: @unchecked Sendable {
             guard Self.matches(q, cls, attrs) else { return true }
             try body(row, cls, attrs)
             found += 1
-            return limit.map { found < $0 } ?? true
+            return !done() && (limit.map { found < $0 } ?? true)
         }
         if let ref = q.persistentRef {
-            if let row = try store.row(persistentRef: ref) { _ = try visit(row) }
+            if let row = try store.row(persistentRef: ref), row.id > cursor { _ = try visit(row) }
             return
         }
         var probe = q.attributes.filter { AttributeCatalog.indexed.contains($0.key) }
@@ -213,7 +252,7 @@ public final class Keychain: @unchecked Sendable {
             if let compound = Self.compoundHashes(k, q.attributes).first { return [compound] }
             return probe.map { Self.blindHash(k, $0.key, $0.value) }
         }
-        try store.forEachRow(matchingAll: hashes, visit)
+        try store.forEachRow(matchingAll: hashes, after: cursor, visit)
     }
 
     private static func matches(_ q: ItemQuery, _ cls: ItemClass, _ attrs: Attributes) -> Bool {

@@ -52,8 +52,12 @@ public enum Request: Sendable {
     case setPasscode(current: SecureBytes, new: SecureBytes)
     /// ADD (SecItemAdd) and which parts of the new item to return.
     case add(NewItem, ReturnFlags)
-    /// COPY_MATCHING (SecItemCopyMatching).
+    /// COPY_MATCHING (SecItemCopyMatching): the whole result in one ITEMS reply, or
+    /// errSecAllocate if it does not fit in one frame.
     case copyMatching(ItemQuery)
+    /// COPY_MATCHING_PAGE: the next page of a search, the matches after `cursor` (0: from the
+    /// start) that fit in one ITEMS_PAGE reply.
+    case copyMatchingPage(ItemQuery, cursor: UInt64)
     /// UPDATE (SecItemUpdate).
     case update(ItemQuery, ItemChanges)
     /// DELETE (SecItemDelete).
@@ -110,6 +114,11 @@ public enum Request: Sendable {
             var f = FrameBuilder(type: .delete, requestID: requestID, payloadCapacity: query.count)
             f.w.raw(query)
             return f.finish()
+        case .copyMatchingPage(let q, let cursor):
+            let query = QueryCodec.encode(q)
+            var f = FrameBuilder(type: .copyMatchingPage, requestID: requestID, payloadCapacity: query.count + 8)
+            f.w.raw(query); f.w.u64(cursor)
+            return f.finish()
         }
     }
 
@@ -145,7 +154,10 @@ public enum Request: Sendable {
             guard has <= 1 else { throw ProtocolError("has-secret must be 0 or 1") }
             request = .update(q, ItemChanges(attributes: attrs, secret: has == 1 ? try r.secret("secret") : nil))
         case .delete: request = .delete(try QueryCodec.decode(&r))
-        case .ok, .helloReply, .statusReply, .items, .count, .event, .error:
+        case .copyMatchingPage:
+            let q = try QueryCodec.decode(&r)
+            request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
+        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .event, .error:
             throw ProtocolError("message type 0x\(String(typeByte, radix: 16)) is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -163,6 +175,8 @@ public enum Response: Sendable {
     case status(StatusReply)
     /// ITEMS: results of ADD or COPY_MATCHING.
     case items([ItemResult])
+    /// ITEMS_PAGE: one page of a COPY_MATCHING_PAGE search and the cursor of the next one (0: none).
+    case itemsPage([ItemResult], nextCursor: UInt64)
     /// COUNT: items updated or deleted.
     case count(UInt64)
     /// EVENT (request id 0).
@@ -172,8 +186,10 @@ public enum Response: Sendable {
 
     /// True if the encoded frame holds a secret (ITEMS with data).
     public var carriesSecret: Bool {
-        if case .items(let items) = self { return items.contains { $0.data != nil } }
-        return false
+        switch self {
+        case .items(let items), .itemsPage(let items, _): return items.contains { $0.data != nil }
+        default: return false
+        }
     }
 
     /// Encodes a complete frame (length prefix included).
@@ -190,24 +206,9 @@ public enum Response: Sendable {
             f.w.u64(s.lockedMemoryBytes); f.w.u32(s.idleLockSeconds)
             return f.finish()
         case .items(let items):
-            let encodedAttrs = items.map { $0.attributes.map(AttributeCodec.encode) }
-            var size = 4
-            for (i, it) in items.enumerated() {
-                size += 2 + (it.data.map { 4 + $0.count } ?? 0) + (encodedAttrs[i]?.count ?? 0) + (it.persistentRef.map { 4 + $0.count } ?? 0)
-            }
-            var f = FrameBuilder(type: .items, requestID: requestID, payloadCapacity: size)
-            f.w.u32(UInt32(items.count))
-            for (i, it) in items.enumerated() {
-                var present: UInt8 = 0
-                if it.data != nil { present |= ReturnFlags.data.rawValue }
-                if it.attributes != nil { present |= ReturnFlags.attributes.rawValue }
-                if it.persistentRef != nil { present |= ReturnFlags.persistentRef.rawValue }
-                f.w.u8(ItemClassCode.encode(it.itemClass)); f.w.u8(present)
-                if let d = it.data { f.secret(d) }
-                if let a = encodedAttrs[i] { f.w.raw(a) }
-                if let p = it.persistentRef { f.w.blob(p) }
-            }
-            return f.finish()
+            return Self.encodeItems(type: .items, requestID: requestID, items, nextCursor: nil)
+        case .itemsPage(let items, let next):
+            return Self.encodeItems(type: .itemsPage, requestID: requestID, items, nextCursor: next)
         case .count(let n):
             var f = FrameBuilder(type: .count, requestID: requestID, payloadCapacity: 8)
             f.w.u64(n)
@@ -226,6 +227,52 @@ public enum Response: Sendable {
             f.w.shortString(String(e.message.utf8.prefix(4096)) ?? "")
             return f.finish()
         }
+    }
+
+    /// ITEMS (`nextCursor` nil) or ITEMS_PAGE: the exact size is reserved first, so the one buffer
+    /// holding secrets never reallocates.
+    private static func encodeItems(type: MessageType, requestID: UInt32, _ items: [ItemResult], nextCursor: UInt64?) -> [UInt8] {
+        let encodedAttrs = items.map { $0.attributes.map(AttributeCodec.encode) }
+        var size = 4 + (nextCursor == nil ? 0 : 8)
+        for (i, it) in items.enumerated() {
+            size += 2 + (it.data.map { 4 + $0.count } ?? 0) + (encodedAttrs[i]?.count ?? 0) + (it.persistentRef.map { 4 + $0.count } ?? 0)
+        }
+        var f = FrameBuilder(type: type, requestID: requestID, payloadCapacity: size)
+        if let nextCursor { f.w.u64(nextCursor) }
+        f.w.u32(UInt32(items.count))
+        for (i, it) in items.enumerated() {
+            var present: UInt8 = 0
+            if it.data != nil { present |= ReturnFlags.data.rawValue }
+            if it.attributes != nil { present |= ReturnFlags.attributes.rawValue }
+            if it.persistentRef != nil { present |= ReturnFlags.persistentRef.rawValue }
+            f.w.u8(ItemClassCode.encode(it.itemClass)); f.w.u8(present)
+            if let d = it.data { f.secret(d) }
+            if let a = encodedAttrs[i] { f.w.raw(a) }
+            if let p = it.persistentRef { f.w.blob(p) }
+        }
+        return f.finish()
+    }
+
+    /// The items of an ITEMS or ITEMS_PAGE payload.
+    private static func decodeItems(_ r: inout BodyReader) throws(ProtocolError) -> [ItemResult] {
+        let n = Int(try r.u32("item count"))
+        guard n <= r.remaining / 2 else { throw ProtocolError("item count \(n) exceeds the frame") }
+        var items: [ItemResult] = []
+        items.reserveCapacity(n)
+        for _ in 0..<n {
+            guard let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: false) else { throw ProtocolError("no item class") }
+            let present = try QueryCodec.flags(try r.u8("present flags"))
+            var item = ItemResult(itemClass: cls)
+            if present.contains(.data) { item.data = try r.secret("data") }
+            if present.contains(.attributes) { item.attributes = try r.attributes("attributes") }
+            if present.contains(.persistentRef) {
+                let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
+                guard ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 16 bytes") }
+                item.persistentRef = ref
+            }
+            items.append(item)
+        }
+        return items
     }
 
     /// Decodes a frame body sent by the agent.
@@ -248,25 +295,12 @@ public enum Response: Sendable {
             response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),
                                            agentVersion: try r.sstr("agent version"),
                                            lockedMemoryBytes: try r.u64("locked memory"), idleLockSeconds: try r.u32("idle lock")))
-        case .items:
-            let n = Int(try r.u32("item count"))
-            guard n <= r.remaining / 2 else { throw ProtocolError("item count \(n) exceeds the frame") }
-            var items: [ItemResult] = []
-            items.reserveCapacity(n)
-            for _ in 0..<n {
-                guard let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: false) else { throw ProtocolError("no item class") }
-                let present = try QueryCodec.flags(try r.u8("present flags"))
-                var item = ItemResult(itemClass: cls)
-                if present.contains(.data) { item.data = try r.secret("data") }
-                if present.contains(.attributes) { item.attributes = try r.attributes("attributes") }
-                if present.contains(.persistentRef) {
-                    let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
-                    guard ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 16 bytes") }
-                    item.persistentRef = ref
-                }
-                items.append(item)
-            }
-            response = .items(items)
+        case .items: response = .items(try decodeItems(&r))
+        case .itemsPage:
+            let next = try r.u64("next cursor")
+            let items = try decodeItems(&r)
+            guard next == 0 || !items.isEmpty else { throw ProtocolError("a page with a next cursor must hold an item") }
+            response = .itemsPage(items, nextCursor: next)
         case .count: response = .count(try r.u64("count"))
         case .event:
             let kind = try r.u8("event kind")

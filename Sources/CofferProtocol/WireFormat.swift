@@ -14,6 +14,20 @@ public enum WireFormat {
     public static let maximumSecretBytes = 192 * 1024
     /// Length of a persistent reference.
     public static let persistentRefBytes = 16
+    /// Body bytes of an ITEMS frame before its first item: type, request id, u32 n.
+    public static let itemsHeaderBytes = 9
+    /// Body bytes of an ITEMS_PAGE frame before its first item: type, request id, u64 next cursor, u32 n.
+    public static let itemsPageHeaderBytes = 17
+    /// The most item bytes one ITEMS_PAGE can carry: a single item whose encoding is larger than
+    /// this can never be sent (errSecAllocate), however the search is paged.
+    public static let maximumItemBytesPerPage = maximumBodyBytes - itemsPageHeaderBytes
+
+    /// Bytes `item` takes inside an ITEMS or ITEMS_PAGE payload (class, present flags and the parts
+    /// it carries), so a sender can fill a frame up to ``maximumBodyBytes`` and never beyond.
+    public static func encodedSize(of item: ItemResult) -> Int {
+        2 + (item.data.map { 4 + $0.count } ?? 0) + (item.attributes.map { AttributeCodec.encode($0).count } ?? 0)
+            + (item.persistentRef.map { 4 + $0.count } ?? 0)
+    }
 
     /// The request id of a frame body (bytes 1...4), if the body is long enough.
     public static func requestID(ofBody body: UnsafeRawBufferPointer) -> UInt32? {
@@ -26,7 +40,8 @@ public enum WireFormat {
 public enum MessageType: UInt8, Sendable {
     case hello = 0x01, status = 0x02, unlock = 0x03, lock = 0x04, setPasscode = 0x05
     case add = 0x06, copyMatching = 0x07, update = 0x08, delete = 0x09, subscribe = 0x0A
-    case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88
+    case copyMatchingPage = 0x0B
+    case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89
     case event = 0xC0, error = 0xFF
 }
 

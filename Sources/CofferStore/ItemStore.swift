@@ -193,7 +193,10 @@ public final class ItemStore {
 
     /// Visits, oldest first, the rows whose blind index holds every hash in `hashes` (all rows when
     /// empty), until `body` returns false. Each hash is an index seek: no table scan unless `hashes` is empty.
-    public func forEachRow(matchingAll hashes: [[UInt8]], _ body: (StoredRow) throws(SecError) -> Bool) throws(SecError) {
+    /// With a `cursor` (a row id, 0 for none) only rows with a larger id are visited: the next page
+    /// of a paged search starts with a seek past the last row the previous page returned.
+    public func forEachRow(matchingAll hashes: [[UInt8]], after cursor: Int64 = 0,
+                           _ body: (StoredRow) throws(SecError) -> Bool) throws(SecError) {
         var ordered = hashes
         if hashes.count > 1 {
             // Drive the search from the most selective entry and probe the others per candidate, so the
@@ -206,23 +209,28 @@ public final class ItemStore {
             }
             ordered = sized.sorted { $0.0 < $1.0 }.map(\.1)
         }
-        let sql = Self.searchSQL(entries: ordered.count)
+        let sql = Self.searchSQL(entries: ordered.count, afterCursor: cursor > 0)
         let s = try db.statement(sql)
         for (i, h) in ordered.enumerated() { s.bind(Int32(i + 1), h) }
+        if cursor > 0 { s.bind(Int32(ordered.count + 1), cursor) }
         defer { sqlite3_reset(s.stmt) }
         while try s.step() {
             guard try body(Self.row(s)) else { return }
         }
     }
 
-    /// The search statement for `entries` blind-index entries (the first drives, the rest are probed).
-    static func searchSQL(entries: Int) -> String {
+    /// The search statement for `entries` blind-index entries (the first drives, the rest are probed);
+    /// `afterCursor` adds a last parameter, the row id to start after.
+    static func searchSQL(entries: Int, afterCursor: Bool = false) -> String {
         let cols = "i.id, i.pref, i.pclass, i.meta, i.secret"
-        guard entries > 0 else { return "SELECT \(cols) FROM items i ORDER BY i.id" }
+        guard entries > 0 else {
+            return "SELECT \(cols) FROM items i\(afterCursor ? " WHERE i.id > ?1" : "") ORDER BY i.id"
+        }
         let probes = (1..<entries).map {
             " AND EXISTS (SELECT 1 FROM attr_index b WHERE b.h = ?\($0 + 1) AND b.item = a.item)"
         }.joined()
-        return "SELECT \(cols) FROM attr_index a JOIN items i ON i.id = a.item WHERE a.h = ?1\(probes) ORDER BY a.item"
+        let after = afterCursor ? " AND a.item > ?\(entries + 1)" : ""
+        return "SELECT \(cols) FROM attr_index a JOIN items i ON i.id = a.item WHERE a.h = ?1\(after)\(probes) ORDER BY a.item"
     }
 
     /// How many items carry index entry `h`, counted up to a small cap (cheap: an index range scan).

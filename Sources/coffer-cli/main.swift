@@ -177,7 +177,14 @@ func parseLimit(_ text: String?) throws -> MatchLimit {
 }
 
 struct Find: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List matching items' attributes (never secrets).")
+    static let configuration = CommandConfiguration(
+        abstract: "List matching items' attributes (never secrets).",
+        discussion: """
+            Text output escapes what could forge a line or drive the terminal: a backslash prints as \\\\, a \
+            newline as \\n, a carriage return as \\r, a tab as \\t, any other control character as \\xHH (C0 \
+            and DEL) or \\u{HHHH} (C1 controls, line and paragraph separators, bidirectional controls). JSON \
+            output escapes them per JSON.
+            """)
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
     @Option(help: "How many: a number or 'all' (default all).") var limit: String?
@@ -197,10 +204,26 @@ struct Find: ParsableCommand {
     }
 }
 
+/// `--all`: what `update` and `delete` need to act on every item, so that a forgotten query never
+/// does. An empty query without it, or a query with it, is a usage error.
+struct AllItems: ParsableArguments {
+    @Flag(help: "Act on every item (required when no query is given; not allowed with one).")
+    var all = false
+
+    func validate(_ item: ItemOptions, verb: String) throws {
+        let empty = try item.itemClass == nil && item.attributes().isEmpty
+        if empty && !all {
+            throw ValidationError("refusing to \(verb) every item: give a query (an attribute or --class), or --all")
+        }
+        if !empty && all { throw ValidationError("--all cannot be combined with a query") }
+    }
+}
+
 struct Update: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Change every matching item: its secret, label, accessibility or attributes.")
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
+    @OptionGroup var everything: AllItems
     @OptionGroup var secret: SecretSource
     @Option(name: .customLong("set-label"), help: "New label.") var setLabel: String?
     @Option(help: "New accessibility (re-wraps the item under that class).") var accessible: String?
@@ -210,6 +233,7 @@ struct Update: ParsableCommand {
         guard secret.isGiven || setLabel != nil || accessible != nil || !setAttrs.isEmpty else {
             throw ValidationError("nothing to change: give --secret-stdin/--secret-fd, --set-label, --accessible or --set-attr")
         }
+        try everything.validate(item, verb: "update")
     }
 
     func run() throws {
@@ -233,11 +257,10 @@ struct Delete: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Delete every matching item.")
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
+    @OptionGroup var everything: AllItems
 
     func validate() throws {
-        if item.itemClass == nil, try item.attributes().isEmpty {
-            throw ValidationError("refusing to delete every item: give at least one attribute or --class")
-        }
+        try everything.validate(item, verb: "delete")
     }
 
     func run() throws {

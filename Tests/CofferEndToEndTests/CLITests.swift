@@ -174,6 +174,74 @@ import Testing
         #expect(g.status == 9 && g.stderr.hasPrefix("coffer: errSecIO (-36)"), "\(g)")
     }
 
+    /// An empty query acts on every item only with an explicit `--all` (issue #10: `update
+    /// --secret-stdin` without a query overwrote every item's secret).
+    @Test func updateAndDeleteOfEveryItemNeedAll() throws {
+        let agent = try AgentProcess()
+        for (s, secret) in [("one", "s1"), ("two", "s2")] {
+            #expect(agent.cli(["add", "--service", s, "--account", "a", "--secret-stdin"], stdin: secret).status == 0)
+        }
+        var r = agent.cli(["update", "--secret-stdin"], stdin: "overwritten")
+        #expect(r.status == 64 && r.stderr.contains("refusing to update every item") && r.stderr.contains("--all"), "\(r)")
+        r = agent.cli(["update", "--set-label", "L"])
+        #expect(r.status == 64 && r.stderr.contains("refusing to update every item"), "\(r)")
+        #expect(agent.cli(["get", "--service", "one", "--account", "a"]).stdout == "s1")
+        #expect(agent.cli(["get", "--service", "two", "--account", "a"]).stdout == "s2")
+        r = agent.cli(["update", "--all", "--service", "one", "--set-label", "L"])
+        #expect(r.status == 64 && r.stderr.contains("--all cannot be combined with a query"), "\(r)")
+        r = agent.cli(["delete"])
+        #expect(r.status == 64 && r.stderr.contains("refusing to delete every item") && r.stderr.contains("--all"), "\(r)")
+        r = agent.cli(["delete", "--all", "--class", "genp"])
+        #expect(r.status == 64 && r.stderr.contains("--all cannot be combined with a query"), "\(r)")
+        #expect(agent.cli(["status"]).stdout.contains("items: 2"))
+
+        r = agent.cli(["update", "--all", "--secret-stdin"], stdin: "everyone")
+        #expect(r.status == 0 && r.stderr == "coffer: updated 2 items\n", "\(r)")
+        #expect(agent.cli(["get", "--service", "one", "--account", "a"]).stdout == "everyone")
+        #expect(agent.cli(["get", "--service", "two", "--account", "a"]).stdout == "everyone")
+        r = agent.cli(["delete", "--all"])
+        #expect(r.status == 0 && r.stderr == "coffer: deleted 2 items\n", "\(r)")
+        #expect(agent.cli(["status"]).stdout.contains("items: 0"))
+    }
+
+    /// `find` text output escapes what could forge a block or reach the terminal (issue #10): a
+    /// label with a newline and a fake `service:` line, an ESC sequence, a C1 CSI, a backslash.
+    @Test func findEscapesControlCharacters() throws {
+        let agent = try AgentProcess()
+        let label = "x\nservice: forged\u{1b}[2J\u{9b}31m\t\\end\r"
+        var r = agent.cli(["add", "--service", "s", "--account", "a", "--label", label, "--secret-stdin"], stdin: "v")
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["find", "--service", "s"])
+        #expect(r.status == 0, "\(r)")
+        #expect(r.stdout.contains("labl: x\\nservice: forged\\x1b[2J\\u{009b}31m\\t\\\\end\\r\n"), "\(r.stdout)")
+        #expect(!r.stdout.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" || (0x7F...0x9F).contains($0.value) })
+        let lines = r.stdout.split(separator: "\n")
+        #expect(!lines.contains { $0.hasPrefix("service:") } && lines.count == 9, "\(lines)")
+        r = agent.cli(["find", "--service", "s", "--json"])
+        #expect(r.status == 0 && r.stdout.contains(#""labl":"x\nservice: forged\u001b[2J\u009b31m\t\\end\r""#), "\(r.stdout)")
+        #expect(!r.stdout.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" || (0x7F...0x9F).contains($0.value) })
+        let parsed = try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [[String: Any]]
+        #expect(parsed?.first?["labl"] as? String == label)
+    }
+
+    /// Secret input drops exactly one trailing "\n" (the documented rule); a "\r" is part of the
+    /// secret, on the fast path (`coffer add`) and in coffer-cli (add with other options, update).
+    @Test func secretInputKeepsACarriageReturn() throws {
+        let agent = try AgentProcess()
+        var r = agent.cli(["add", "--service", "fast", "--account", "a", "--secret-stdin"], stdin: "pw\r\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["get", "--service", "fast", "--account", "a"]).stdout == "pw\r")
+        r = agent.cli(["add", "--class", "genp", "--service", "full", "--account", "a", "--secret-stdin"], stdin: "pw\r\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["get", "--service", "full", "--account", "a"]).stdout == "pw\r")
+        r = agent.cli(["update", "--service", "full", "--secret-stdin"], stdin: "new\r")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["get", "--service", "full", "--account", "a"]).stdout == "new\r")
+        // Only one newline goes, and only a newline.
+        #expect(agent.cli(["add", "--service", "two", "--account", "a", "--secret-stdin"], stdin: "pw\n\n").status == 0)
+        #expect(agent.cli(["get", "--service", "two", "--account", "a"]).stdout == "pw\n")
+    }
+
     @Test func noAgentIsErrSecIO() {
         let r = runCLI(["status", "--socket", "/nonexistent/agent.sock"])
         #expect(r.status == 9 && r.stderr.hasPrefix("coffer: errSecIO (-36): cannot reach the agent at /nonexistent/agent.sock"), "\(r)")
