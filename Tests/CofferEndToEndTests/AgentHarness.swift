@@ -41,6 +41,8 @@ final class AgentProcess: @unchecked Sendable {
     let extraArguments: [String]
     /// A command the agent is started through (e.g. `prlimit --memlock=…`), which must exec it in place.
     let launcher: [String]
+    /// The `cofferd` to run: the build's, or a copy another user can reach (``SharedDirectory``).
+    let executable: String
     /// The PAM service the agent verifies passcodes with (its file is in `pamDir`).
     let pamService: String
     /// pam_matrix's password file (`user:password:service` lines).
@@ -50,9 +52,11 @@ final class AgentProcess: @unchecked Sendable {
     static let password = "correct horse"
     static let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
 
-    init(extraArguments: [String] = [], pamService: String = "coffer", launcher: [String] = [], start: Bool = true) throws {
+    init(extraArguments: [String] = [], pamService: String = "coffer", launcher: [String] = [],
+         executable: String = Binaries.cofferd, start: Bool = true) throws {
         self.extraArguments = extraArguments
         self.launcher = launcher
+        self.executable = executable
         self.pamService = pamService
         logPath = ""
         try FileManager.default.createDirectory(atPath: pamDir, withIntermediateDirectories: true)
@@ -76,7 +80,7 @@ final class AgentProcess: @unchecked Sendable {
         logPath = dir.file("cofferd-\(UUID().uuidString.prefix(8)).log")
         FileManager.default.createFile(atPath: logPath, contents: nil)
         let p = Process()
-        let command = launcher + [Binaries.cofferd, "--foreground"] + agentArguments
+        let command = launcher + [executable, "--foreground"] + agentArguments
         p.executableURL = URL(fileURLWithPath: command[0])
         p.arguments = Array(command.dropFirst())
         p.standardError = FileHandle(forWritingAtPath: logPath)

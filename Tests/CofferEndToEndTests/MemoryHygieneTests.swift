@@ -50,11 +50,8 @@ import Testing
         return out
     }
 
-    @Test func lockWipesSecretsAndClassKeysFromTheAgentsMemory() throws {
-        guard getuid() == 0 else {
-            print("skipped: reading another process's memory needs root")
-            return
-        }
+    @Test(.enabled(if: getuid() == 0, "reading another process's memory needs root"))
+    func lockWipesSecretsAndClassKeysFromTheAgentsMemory() throws {
         let agent = try AgentProcess()
         agent.setPasscode()
         let marker = "WHEN-UNLOCKED-SECRET-\(UUID().uuidString)"
@@ -87,16 +84,16 @@ extension MemoryHygieneTests {
     /// The agent is non-dumpable (PR_SET_DUMPABLE 0): the kernel then makes its /proc files root's,
     /// whoever runs it, and refuses ptrace and /proc/PID/mem to the agent's own user. Visible only
     /// for an agent that does not run as root, so this starts one as a throwaway user.
-    @Test func agentIsNotDumpableAndHasNoCoreDumps() throws {
-        guard getuid() == 0 else {
-            print("skipped: running the agent as another user needs root")
-            return
-        }
-        let user = "coffer-d\(getpid() % 100000)"
-        _ = runShell("useradd --system --no-create-home --shell /usr/sbin/nologin \(user)", socket: "")
-        defer { _ = runShell("userdel \(user)", socket: "") }
-        let uid = getpwnam(user).map { $0.pointee.pw_uid }
-        let agent = try AgentProcess(launcher: ["/usr/bin/setpriv", "--reuid=\(user)", "--regid=nogroup", "--clear-groups"], start: false)
+    @Test(.enabled(if: getuid() == 0, "running the agent as another user needs root"))
+    func agentIsNotDumpableAndHasNoCoreDumps() throws {
+        let other = try ThrowawayUser(prefix: "coffer-d")
+        let user = other.name
+        let uid: uid_t? = other.uid
+        // The other user runs a copy in a directory it can reach: the checkout may sit under a
+        // directory it cannot traverse.
+        let shared = try SharedDirectory()
+        let agent = try AgentProcess(launcher: ["/usr/bin/setpriv", "--reuid=\(user)", "--regid=nogroup", "--clear-groups"],
+                                     executable: try shared.copyExecutable(Binaries.cofferd), start: false)
         #expect(runShell("chown -R \(user) '\(agent.dir.path)'", socket: "").status == 0)
         try agent.start()
         var st = stat()
