@@ -34,6 +34,8 @@ let package = Package(
                        providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CPAM", path: "Sources/CPAM", providers: [.apt(["libpam0g-dev"])]),
         .target(name: "CSystemShims", path: "Sources/CSystemShims"),
+        // The wire protocol's constants for C (pam_coffer, plugins): headers only, checked against Swift by CofferABITests.
+        .target(name: "CCofferABI", path: "Sources/CCofferABI"),
 
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: settings),
@@ -82,6 +84,8 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
+        .testTarget(name: "CofferABITests", dependencies: ["CCofferABI", "CofferProtocol", "CofferModel"],
+                    swiftSettings: settings),
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),

@@ -35,7 +35,8 @@ for b in cofferd coffer coffer-cli; do
     [ -x "$bin_dir/$b" ] || [ "$dry" = 1 ] || { echo "install.sh: $bin_dir/$b not built" >&2; exit 1; }
 done
 
-run install -d "$D/usr/local/bin" "$D$security_dir" "$D/etc/pam.d" "$D/usr/lib/systemd/user" "$D/usr/local/share/coffer"
+run install -d "$D/usr/local/bin" "$D$security_dir" "$D/etc/pam.d" "$D/usr/lib/systemd/user" "$D/usr/local/share/coffer" \
+    "$D/usr/local/include/coffer"
 run install -m 0755 "$bin_dir/cofferd" "$bin_dir/coffer" "$bin_dir/coffer-cli" "$D/usr/local/bin/"
 if [ "$dry" = 1 ]; then
     echo "+ $here/pam_coffer/build.sh $D$security_dir/pam_coffer.so"
@@ -46,6 +47,8 @@ fi
 run install -m 0644 "$here/pam.d/coffer" "$D/etc/pam.d/coffer"
 run install -m 0644 "$here/systemd/coffer-agent.socket" "$here/systemd/coffer-agent.service" "$D/usr/lib/systemd/user/"
 run install -m 0755 "$here/systemd/coffer-lock-on-screensaver.sh" "$D/usr/local/share/coffer/"
+# The wire protocol's constants for C clients and plugins.
+run install -m 0644 "$here/../Sources/CCofferABI/include/coffer/coffer_wire.h" "$D/usr/local/include/coffer/"
 
 add_line() { # file line: appends once
     if [ -f "$1" ] && grep -qF "$2" "$1"; then return; fi

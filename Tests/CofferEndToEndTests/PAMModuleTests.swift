@@ -454,6 +454,7 @@ import Testing
         #expect(Files.mode(root.file("etc/pam.d/coffer")) == 0o644)
         #expect(Files.exists(root.file("usr/lib/systemd/user/coffer-agent.socket")))
         #expect(Files.exists(root.file("usr/lib/systemd/user/coffer-agent.service")))
+        #expect(Files.mode(root.file("usr/local/include/coffer/coffer_wire.h")) == 0o644)
         let modules = runShell("find '\(root.path)' -name pam_coffer.so", socket: "").stdout
         #expect(modules.contains("/security/pam_coffer.so"), "\(modules)")
         let auth = (try? String(contentsOfFile: root.file("etc/pam.d/common-auth"), encoding: .utf8)) ?? ""

@@ -54,9 +54,11 @@
 #include <security/pam_ext.h>
 #include <security/pam_modules.h>
 
+#include <coffer/coffer_wire.h>
+
 #define DATA_KEY "pam_coffer_authtok"
 #define CHAUTHTOK_UID_KEY "pam_coffer_chauthtok_uid"
-#define MAX_FRAME (256 * 1024)
+#define MAX_FRAME COFFER_MAX_BODY_BYTES
 #define MAX_AGENT_ARGS 8
 /* The whole exchange with the agent (connect, HELLO, request, reply) must fit in this. */
 #define EXCHANGE_BUDGET_MS 2000
@@ -65,15 +67,15 @@
 /* How long past the budget the parent waits before it kills the child. */
 #define KILL_GRACE_MS 250
 
-#define MSG_HELLO 0x01
-#define MSG_UNLOCK 0x03
-#define MSG_LOCK 0x04
-#define MSG_SET_PASSCODE 0x05
-#define MSG_OK 0x80
-#define MSG_HELLO_REPLY 0x81
-#define MSG_EVENT 0xC0
-#define MSG_ERROR 0xFF
-#define ERR_SEC_NOT_AVAILABLE (-25291)
+#define MSG_HELLO COFFER_MSG_HELLO
+#define MSG_UNLOCK COFFER_MSG_UNLOCK
+#define MSG_LOCK COFFER_MSG_LOCK
+#define MSG_SET_PASSCODE COFFER_MSG_SET_PASSCODE
+#define MSG_OK COFFER_MSG_OK
+#define MSG_HELLO_REPLY COFFER_MSG_HELLO_REPLY
+#define MSG_EVENT COFFER_MSG_EVENT
+#define MSG_ERROR COFFER_MSG_ERROR
+#define ERR_SEC_NOT_AVAILABLE COFFER_ERR_NOT_AVAILABLE
 
 /* Child exit codes, logged by the parent. */
 enum { CHILD_OK = 0, CHILD_NO_AGENT = 10, CHILD_PROTOCOL = 11, CHILD_REFUSED = 12, CHILD_PRIVS = 13, CHILD_IMPOSTOR = 14,
@@ -224,7 +226,7 @@ static int send_request(int fd, int64_t deadline, uint8_t type, uint32_t id, con
     if (!b.p) return -1;
     int rc = put_u32(&b, 0) || put_u8(&b, type) || put_u32(&b, id);
     if (!rc && type == MSG_HELLO) {
-        rc = put_u16(&b, 1) || put_u16(&b, 1) || put_u16(&b, 10) || buf_put(&b, "pam_coffer", 10);
+        rc = put_u16(&b, COFFER_WIRE_VERSION) || put_u16(&b, COFFER_WIRE_VERSION) || put_u16(&b, 10) || buf_put(&b, "pam_coffer", 10);
     }
     if (!rc && nblobs >= 1) rc = put_blob(&b, blob1);
     if (!rc && nblobs >= 2) rc = put_blob(&b, blob2);
@@ -244,7 +246,7 @@ static int read_reply(int fd, int64_t deadline, uint32_t id, int32_t *status) {
         unsigned char hdr[4];
         if (read_all(fd, hdr, 4, deadline)) return -1;
         uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-        if (len < 5 || len > MAX_FRAME) return -1;
+        if (len < COFFER_MIN_BODY_BYTES || len > MAX_FRAME) return -1;
         unsigned char *body = malloc(len);
         if (!body) return -1;
         if (read_all(fd, body, len, deadline)) { free(body); return -1; }

@@ -1,0 +1,59 @@
+/*
+ * coffer_wire.h -- the constants of Coffer's wire protocol, version 1, for C clients: pam_coffer
+ * and, later, authenticator plugins and bridges. The specification is
+ * Sources/CofferProtocol/CofferProtocol.docc/WireProtocol.md; the Swift constants are in
+ * CofferProtocol (WireFormat, MessageType) and CofferModel (SecStatus). A test
+ * (Tests/CofferABITests) checks every value here against them, so the two cannot drift.
+ *
+ * Header only, no declarations that need linking: include it from plain C with no Swift runtime.
+ */
+#ifndef COFFER_WIRE_H
+#define COFFER_WIRE_H
+
+/* Protocol version this header describes. */
+#define COFFER_WIRE_VERSION 1
+
+/* Frames: u32 big-endian body length, then body = u8 type || u32 request id || payload. */
+#define COFFER_MIN_BODY_BYTES 5
+#define COFFER_MAX_BODY_BYTES (256 * 1024)
+#define COFFER_MAX_SECRET_BYTES (192 * 1024)
+#define COFFER_PERSISTENT_REF_BYTES 16
+
+/* Message types (never renumbered). */
+#define COFFER_MSG_HELLO 0x01
+#define COFFER_MSG_STATUS 0x02
+#define COFFER_MSG_UNLOCK 0x03
+#define COFFER_MSG_LOCK 0x04
+#define COFFER_MSG_SET_PASSCODE 0x05
+#define COFFER_MSG_ADD 0x06
+#define COFFER_MSG_COPY_MATCHING 0x07
+#define COFFER_MSG_UPDATE 0x08
+#define COFFER_MSG_DELETE 0x09
+#define COFFER_MSG_SUBSCRIBE 0x0A
+#define COFFER_MSG_COPY_MATCHING_PAGE 0x0B
+#define COFFER_MSG_OK 0x80
+#define COFFER_MSG_HELLO_REPLY 0x81
+#define COFFER_MSG_STATUS_REPLY 0x82
+#define COFFER_MSG_ITEMS 0x87
+#define COFFER_MSG_COUNT 0x88
+#define COFFER_MSG_ITEMS_PAGE 0x89
+#define COFFER_MSG_EVENT 0xC0
+#define COFFER_MSG_ERROR 0xFF
+
+/* Result codes an ERROR reply carries (Apple's OSStatus values, never renumbered). */
+#define COFFER_ERR_SUCCESS 0
+#define COFFER_ERR_UNIMPLEMENTED (-4)
+#define COFFER_ERR_IO (-36)
+#define COFFER_ERR_PARAM (-50)
+#define COFFER_ERR_ALLOCATE (-108)
+#define COFFER_ERR_USER_CANCELED (-128)
+#define COFFER_ERR_INTERNAL_COMPONENT (-2070)
+#define COFFER_ERR_NOT_AVAILABLE (-25291)
+#define COFFER_ERR_AUTH_FAILED (-25293)
+#define COFFER_ERR_DUPLICATE_ITEM (-25299)
+#define COFFER_ERR_ITEM_NOT_FOUND (-25300)
+#define COFFER_ERR_INTERACTION_NOT_ALLOWED (-25308)
+#define COFFER_ERR_DECODE (-26275)
+#define COFFER_ERR_MISSING_ENTITLEMENT (-34018)
+
+#endif

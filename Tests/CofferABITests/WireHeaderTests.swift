@@ -1,0 +1,45 @@
+import CCofferABI
+import CofferModel
+import CofferProtocol
+import Testing
+
+/// `coffer/coffer_wire.h` (what pam_coffer and C plugins compile against) says what the Swift
+/// protocol module says, value for value.
+@Suite struct WireHeaderTests {
+    @Test func framingConstantsMatch() {
+        #expect(Int(COFFER_WIRE_VERSION) == Int(WireFormat.version))
+        #expect(Int(COFFER_MIN_BODY_BYTES) == WireFormat.minimumBodyBytes)
+        #expect(Int(COFFER_MAX_BODY_BYTES) == WireFormat.maximumBodyBytes)
+        #expect(Int(COFFER_MAX_SECRET_BYTES) == WireFormat.maximumSecretBytes)
+        #expect(Int(COFFER_PERSISTENT_REF_BYTES) == WireFormat.persistentRefBytes)
+    }
+
+    @Test func everyMessageTypeHasItsHeaderConstant() {
+        let header: [(Int32, MessageType)] = [
+            (COFFER_MSG_HELLO, .hello), (COFFER_MSG_STATUS, .status), (COFFER_MSG_UNLOCK, .unlock),
+            (COFFER_MSG_LOCK, .lock), (COFFER_MSG_SET_PASSCODE, .setPasscode), (COFFER_MSG_ADD, .add),
+            (COFFER_MSG_COPY_MATCHING, .copyMatching), (COFFER_MSG_UPDATE, .update), (COFFER_MSG_DELETE, .delete),
+            (COFFER_MSG_SUBSCRIBE, .subscribe), (COFFER_MSG_COPY_MATCHING_PAGE, .copyMatchingPage),
+            (COFFER_MSG_OK, .ok), (COFFER_MSG_HELLO_REPLY, .helloReply), (COFFER_MSG_STATUS_REPLY, .statusReply),
+            (COFFER_MSG_ITEMS, .items), (COFFER_MSG_COUNT, .count), (COFFER_MSG_ITEMS_PAGE, .itemsPage),
+            (COFFER_MSG_EVENT, .event), (COFFER_MSG_ERROR, .error),
+        ]
+        for (value, type) in header { #expect(Int(value) == Int(type.rawValue), "\(type)") }
+        // Every type the protocol module knows is in the header (a new message must be added to both).
+        let known = Set((0...255).compactMap { MessageType(rawValue: UInt8($0)) }.map(\.rawValue))
+        #expect(known == Set(header.map(\.1.rawValue)))
+    }
+
+    @Test func everyResultCodeHasItsHeaderConstant() {
+        let header: [(Int32, SecStatus)] = [
+            (COFFER_ERR_SUCCESS, .success), (COFFER_ERR_UNIMPLEMENTED, .unimplemented), (COFFER_ERR_IO, .io),
+            (COFFER_ERR_PARAM, .param), (COFFER_ERR_ALLOCATE, .allocate), (COFFER_ERR_USER_CANCELED, .userCanceled),
+            (COFFER_ERR_INTERNAL_COMPONENT, .internalComponent), (COFFER_ERR_NOT_AVAILABLE, .notAvailable),
+            (COFFER_ERR_AUTH_FAILED, .authFailed), (COFFER_ERR_DUPLICATE_ITEM, .duplicateItem),
+            (COFFER_ERR_ITEM_NOT_FOUND, .itemNotFound), (COFFER_ERR_INTERACTION_NOT_ALLOWED, .interactionNotAllowed),
+            (COFFER_ERR_DECODE, .decode), (COFFER_ERR_MISSING_ENTITLEMENT, .missingEntitlement),
+        ]
+        for (value, status) in header { #expect(value == status.rawValue, "\(status)") }
+        #expect(Set(SecStatus.allCases) == Set(header.map(\.1)))
+    }
+}
