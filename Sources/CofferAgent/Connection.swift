@@ -116,12 +116,15 @@ final class Connection: @unchecked Sendable {
     /// arrives (`deadline` nil), the wait is bounded by `idleUntil` (nil: unbounded); the first byte
     /// sets `deadline` to ``Limits/frameSeconds`` later, and the rest must arrive by then.
     ///
-    /// Each read is a non-blocking `recv`; only when no data is there does the thread wait in
-    /// `poll` (so a frame that is already in the socket costs no extra system call).
+    /// A greeted client's next frame is awaited with a plain blocking `recv` (no time limit; a
+    /// ``close()`` wakes it). Under a time limit each read is a non-blocking `recv`, and only when no
+    /// data is there does the thread wait in `poll` (a frame already in the socket costs no extra
+    /// system call).
     private func receive(_ buffer: UnsafeMutableRawBufferPointer, deadline: inout Double?, idleUntil: Double?) -> ReadEnd? {
         var off = 0
         while off < buffer.count {
-            let n = recv(fd, buffer.baseAddress! + off, buffer.count - off, Int32(MSG_DONTWAIT))
+            let flags = deadline == nil && idleUntil == nil ? Int32(0) : Int32(MSG_DONTWAIT)
+            let n = recv(fd, buffer.baseAddress! + off, buffer.count - off, flags)
             if n > 0 {
                 off += n
                 if deadline == nil { deadline = Threads.monotonicSeconds() + limits.frameSeconds }
