@@ -28,6 +28,10 @@ public final class Agent: @unchecked Sendable {
     private var listener: Int32 = -1
     private var ownsSocketPath = false
     private var connections: [ObjectIdentifier: Connection] = [:]
+    /// Open connections per peer pid (pid 0: unknown, shared).
+    private var perProcess: [Int32: Int] = [:]
+    /// Keeps repeated refusals from growing the log without bound.
+    private let refusals: LogThrottle
     private var inFlight = 0
     private var stopping = false
 
@@ -35,6 +39,7 @@ public final class Agent: @unchecked Sendable {
     public init(configuration: AgentConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
+        refusals = LogThrottle(interval: configuration.logRepeatSeconds)
         do {
             try Files.makePrivateDirectory(configuration.stateDirectory)
         } catch {
@@ -52,6 +57,10 @@ public final class Agent: @unchecked Sendable {
         } else {
             do {
                 try Files.makePrivateDirectory(Files.directoryName(configuration.socketPath))
+            } catch {
+                throw AgentError("socket directory: \(error)")
+            }
+            do {
                 listener = try UnixSocket.listen(path: configuration.socketPath)
                 ownsSocketPath = true
             } catch {
@@ -136,41 +145,70 @@ public final class Agent: @unchecked Sendable {
         do {
             peer = try PeerIdentity.of(socket: fd)
         } catch {
+            logRefusal("credentials", "refused a connection whose peer credentials cannot be read (SO_PEERCRED)", peer: nil)
             Glibc.close(fd)
             return
         }
         guard peer.uid == getuid() else {
-            logger.warning("refused a connection from another user", metadata: ["peer": "\(peer)"])
+            logRefusal("other-user", "refused a connection from another user", peer: peer)
             Glibc.close(fd)
             return
         }
-        let conn = Connection(fd: fd, peer: peer)
-        let admitted: Bool = mutex.withLock {
-            guard !stopping, connections.count < configuration.maxConnections else { return false }
+        let conn = Connection(fd: fd, peer: peer, limits: Connection.Limits(
+            frameSeconds: configuration.frameDeadlineSeconds, helloSeconds: configuration.helloTimeoutSeconds))
+        enum Admission { case admitted, stopping, full, processFull }
+        let admission: Admission = mutex.withLock {
+            guard !stopping else { return .stopping }
+            guard connections.count < configuration.maxConnections else { return .full }
+            guard perProcess[peer.pid, default: 0] < configuration.maxConnectionsPerProcess else { return .processFull }
             connections[ObjectIdentifier(conn)] = conn
-            return true
+            perProcess[peer.pid, default: 0] += 1
+            return .admitted
         }
-        guard admitted else {
-            logger.warning("too many connections; refusing one", metadata: ["peer": "\(peer)"])
+        switch admission {
+        case .admitted: break
+        case .stopping:
+            conn.release()
+            return
+        case .full:
+            logRefusal("full", "too many connections (\(configuration.maxConnections)); refusing one", peer: peer)
+            conn.release()
+            return
+        case .processFull:
+            logRefusal("process-full", "refused a connection: process already has \(configuration.maxConnectionsPerProcess) connections",
+                       peer: peer)
             conn.release()
             return
         }
         let started = Threads.detach { [self] in
             serve(conn)
-            mutex.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
-            conn.release()
+            forget(conn)
         }
-        if !started {
-            mutex.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
-            conn.release()
-        }
+        if !started { forget(conn) }
     }
 
-    /// Reads frames until the peer closes or breaks framing.
+    /// Removes a finished connection from the tables and closes it.
+    private func forget(_ conn: Connection) {
+        mutex.withLock {
+            _ = connections.removeValue(forKey: ObjectIdentifier(conn))
+            let left = perProcess[conn.peer.pid, default: 1] - 1
+            perProcess[conn.peer.pid] = left > 0 ? left : nil
+        }
+        conn.release()
+    }
+
+    /// Reads frames until the peer closes, breaks framing or misses a deadline.
     private func serve(_ conn: Connection) {
         logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
-        while let frame = conn.readFrame(spinMicros: spinBudget(), budget: frameBudget) {
-            defer { frameBudget.release(frame.budgetBytes) }
+        while true {
+            let frame: Connection.Frame
+            switch conn.readFrame(spinMicros: spinBudget(), budget: frameBudget) {
+            case .success(let f): frame = f
+            case .failure(let end):
+                reportEnd(end, of: conn)
+                return
+            }
+            defer { frameBudget.release(frame.grant) }
             let begun: Bool = mutex.withLock {
                 guard !stopping else { return false }
                 inFlight += 1
@@ -181,6 +219,32 @@ public final class Agent: @unchecked Sendable {
             mutex.withLock { inFlight -= 1 }
             if !keepOpen { return }
         }
+    }
+
+    /// Logs (rate-limited) why the agent closed a connection, when it was not the client's doing.
+    private func reportEnd(_ end: Connection.ReadEnd, of conn: Connection) {
+        switch end {
+        case .closed: return
+        case .helloTimeout:
+            logRefusal("hello-timeout", "closed a connection that sent no HELLO within \(conn.limits.helloSeconds) s", peer: conn.peer)
+        case .frameDeadline:
+            logRefusal("frame-deadline", "closed a connection whose frame did not arrive within \(conn.limits.frameSeconds) s",
+                       peer: conn.peer)
+        case .badLength:
+            logRefusal("framing", "closed a connection that sent a frame length outside the protocol's bounds", peer: conn.peer)
+        case .noBudget:
+            logRefusal("budget", "closed a connection: no locked memory for its large frame became free in time", peer: conn.peer)
+        }
+    }
+
+    /// A warning, at most once per `key` per ``AgentConfiguration/logRepeatSeconds``; the next one
+    /// that gets through says how many were left out.
+    private func logRefusal(_ key: String, _ message: Logger.Message, peer: PeerIdentity?) {
+        guard let suppressed = refusals.admit(key) else { return }
+        var metadata: Logger.Metadata = [:]
+        if let peer { metadata["peer"] = "\(peer)" }
+        if suppressed > 0 { metadata["suppressed"] = "\(suppressed) like it since the last such line" }
+        logger.warning(message, metadata: metadata)
     }
 
     /// Microseconds a connection thread may poll for its client's next request: only while few
@@ -197,8 +261,34 @@ public final class Agent: @unchecked Sendable {
         guard !subscribers.isEmpty else { return }
         let frame = Response.event(event).encodeFrame(requestID: 0)
         for c in subscribers where !c.sendEvent(frame) {
-            logger.info("dropping a subscriber that stopped reading", metadata: ["peer": "\(c.peer)"])
+            logRefusal("subscriber", "dropping a subscriber that stopped reading", peer: c.peer)
             c.close()
+        }
+    }
+}
+
+/// Rate limit for repeated log lines: at most one per key per `interval` seconds.
+final class LogThrottle: @unchecked Sendable {
+    // @unchecked Sendable: `last` is guarded by `mutex`.
+    private let mutex = Lock()
+    private var last: [String: (at: Double, suppressed: Int)] = [:]
+    let interval: Double
+
+    init(interval: Double) { self.interval = interval }
+
+    /// Nil when a line for `key` went out less than `interval` ago (this one is counted and left
+    /// out); otherwise how many were left out since the last line for `key`.
+    func admit(_ key: String) -> Int? {
+        let now = Threads.monotonicSeconds()
+        return mutex.withLock {
+            if var entry = last[key], now - entry.at < interval {
+                entry.suppressed += 1
+                last[key] = entry
+                return nil
+            }
+            let left = last[key]?.suppressed ?? 0
+            last[key] = (now, 0)
+            return left
         }
     }
 }

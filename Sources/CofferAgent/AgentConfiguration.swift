@@ -18,6 +18,17 @@ public struct AgentConfiguration: Sendable {
     public var lockGraceSeconds: Double = 10
     /// Most simultaneous client connections.
     public var maxConnections: Int = 256
+    /// Most simultaneous connections from one client process (peer pid). Connections whose peer pid
+    /// cannot be read (SO_PEERCRED gives pid 0 for a process in another pid namespace) share one
+    /// allowance of this size.
+    public var maxConnectionsPerProcess: Int = 128
+    /// Seconds a connection may take to start its HELLO (config key `hello-timeout`).
+    public var helloTimeoutSeconds: Double = 5
+    /// Seconds a frame may take to arrive in full, from its first byte (config key `frame-deadline`).
+    public var frameDeadlineSeconds: Double = 10
+    /// At most one log line per kind of refused or dropped connection per this many seconds; the
+    /// next line says how many were left out (config key `log-repeat-interval`).
+    public var logRepeatSeconds: Double = 10
     /// Argon2id policy for passcode set (calibrated by default).
     public var kdfPolicy: KDFPolicy = .standard
     /// The user whose agent this is (for PAM).
@@ -43,7 +54,8 @@ public struct AgentConfiguration: Sendable {
     }
 
     /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, state-dir,
-    /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections.
+    /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
+    /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests).
     public mutating func apply(configFile text: String, name: String) throws(AgentError) {
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -56,6 +68,11 @@ public struct AgentConfiguration: Sendable {
                 guard let v = T(value) else { throw AgentError("\(name):\(n + 1): '\(key)' needs a number") }
                 return v
             }
+            func positive() throws(AgentError) -> Double {
+                let v = try number(Double.self)
+                guard v > 0 else { throw AgentError("\(name):\(n + 1): '\(key)' must be more than 0") }
+                return v
+            }
             switch key {
             case "socket": socketPath = value
             case "state-dir": stateDirectory = value
@@ -64,6 +81,10 @@ public struct AgentConfiguration: Sendable {
             case "idle-lock": idleLockSeconds = try number(UInt32.self)
             case "lock-grace": lockGraceSeconds = try number(Double.self)
             case "max-connections": maxConnections = try number(Int.self)
+            case "max-connections-per-process": maxConnectionsPerProcess = try number(Int.self)
+            case "hello-timeout": helloTimeoutSeconds = try positive()
+            case "frame-deadline": frameDeadlineSeconds = try positive()
+            case "log-repeat-interval": logRepeatSeconds = try number(Double.self)
             default: throw AgentError("\(name):\(n + 1): unknown key '\(key)'")
             }
         }

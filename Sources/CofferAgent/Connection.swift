@@ -7,26 +7,57 @@ import Glibc
 ///
 /// Frame bodies are read into guarded memory (they may carry passcodes and secrets) and wiped when
 /// released; replies that carried a secret are wiped after sending.
+///
+/// Time limits (``Limits``): a connection must send the first byte of its HELLO within
+/// ``Limits/helloSeconds`` of connecting; once a frame's first byte arrived, the whole frame must
+/// arrive within ``Limits/frameSeconds`` (an absolute deadline, not a per-read timeout, so a client
+/// dripping a byte every few seconds cannot hold the connection, or the locked memory its frame
+/// needs, for longer); time spent waiting for frame budget does not count against it. Between
+/// frames, a greeted client may stay idle as long as it likes.
 final class Connection: @unchecked Sendable {
-    // @unchecked Sendable: `fd` and `peer` are immutable; flags are guarded by `state`;
-    // writes are serialised by `writes`; reads happen on the serving thread only.
+    // @unchecked Sendable: `fd`, `peer`, `limits` and `connectedAt` are immutable; flags and the
+    // event queue are guarded by `state`; writes are serialised by `writes`; reads happen on the
+    // serving thread only.
     let fd: Int32
     /// Who connected (SO_PEERCRED at accept time, and /proc/PID/exe).
     let peer: PeerIdentity
+    /// The time limits this connection runs under.
+    let limits: Limits
+    /// When the connection was accepted (monotonic seconds).
+    let connectedAt = Threads.monotonicSeconds()
     /// True once the client's HELLO was accepted (serving thread only).
     var greeted = false
     private let writes = Lock()
     private let state = Lock()
     private var subscribed = false
     private var closed = false
+    /// Event frames waiting for the write lock (see ``sendEvent(_:)``).
+    private var pendingEvents: [[UInt8]] = []
+    /// When the write in progress began (nil: none), to tell a busy writer from a stuck one.
+    private var writingSince: Double? = nil
 
-    /// Seconds a started frame may take to arrive in full, and a reply to be accepted by the peer.
+    /// Seconds a reply may take to be accepted by the peer (SO_SNDTIMEO), and the longest wait for frame budget.
     static let ioTimeout = 10.0
+    /// Most event frames queued behind a reply being written; beyond that the subscriber is dropped.
+    static let maxPendingEvents = 16
+    /// An event that finds a reply write in progress for longer than this drops the subscriber
+    /// instead of queueing behind it: that client stopped reading.
+    static let stuckWriteSeconds = 0.5
 
-    init(fd: Int32, peer: PeerIdentity) {
+    /// Per-connection time limits (configurable for tests; see ``AgentConfiguration``).
+    struct Limits: Sendable {
+        /// The whole frame must arrive within this many seconds of its first byte.
+        var frameSeconds: Double = 10
+        /// The first byte of HELLO must arrive within this many seconds of the connection.
+        var helloSeconds: Double = 5
+    }
+
+    init(fd: Int32, peer: PeerIdentity, limits: Limits = Limits()) {
         self.fd = fd
         self.peer = peer
-        UnixSocket.setTimeouts(fd, send: Self.ioTimeout, receive: Self.ioTimeout)
+        self.limits = limits
+        // Reads wait with poll() against the deadlines below; only sends use a socket timeout.
+        UnixSocket.setTimeouts(fd, send: Self.ioTimeout, receive: 0)
     }
 
     /// True once the client subscribed to lock events.
@@ -35,60 +66,128 @@ final class Connection: @unchecked Sendable {
     /// Marks the connection subscribed.
     func subscribe() { state.withLock { subscribed = true } }
 
+    /// Why ``readFrame(spinMicros:budget:)`` returned no frame.
+    enum ReadEnd: Error {
+        /// The peer closed (or the connection was closed), or a socket error.
+        case closed
+        /// No HELLO began within ``Limits/helloSeconds``.
+        case helloTimeout
+        /// A frame did not arrive in full within ``Limits/frameSeconds`` of its first byte.
+        case frameDeadline
+        /// A length outside the protocol's bounds (framing error).
+        case badLength
+        /// No locked memory for the body became free within ``ioTimeout``.
+        case noBudget
+    }
+
     /// Reads one frame body (type, request id, payload) into secure memory, first polling for up to
     /// `spinMicros` (a client in a request loop sends its next request within microseconds; polling
     /// saves the scheduler wake-up a blocking read pays). A large body first takes its size from
-    /// `budget` (the caller releases ``Frame/budgetBytes`` once done with it). Nil when the peer
-    /// closed, stalled mid-frame, sent a length outside the protocol's bounds (framing errors
-    /// close), or no locked memory for its body became free within ``ioTimeout``.
-    func readFrame(spinMicros: Double = 0, budget: FrameBudget) -> Frame? {
+    /// `budget` (the caller releases it with ``FrameBudget/release(_:)`` once done with it).
+    func readFrame(spinMicros: Double = 0, budget: FrameBudget) -> Result<Frame, ReadEnd> {
         if spinMicros > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
         var header: UInt32 = 0
-        let gotHeader = withUnsafeMutableBytes(of: &header) { read($0, idleAllowed: true) }
-        guard gotHeader else { return nil }
+        var deadline: Double? = nil
+        let idleUntil: Double? = greeted ? nil : connectedAt + limits.helloSeconds
+        let gotHeader = withUnsafeMutableBytes(of: &header) { receive($0, deadline: &deadline, idleUntil: idleUntil) }
+        if let end = gotHeader { return .failure(end) }
         let length = Int(UInt32(bigEndian: header))
-        guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else { return nil }
+        guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else { return .failure(.badLength) }
         let cost = FrameBudget.cost(ofBody: length)
-        guard budget.acquire(cost, timeout: Self.ioTimeout) else { return nil }
+        let waitStarted = Threads.monotonicSeconds()
+        guard let grant = budget.acquire(cost, owner: peer.pid, timeout: Self.ioTimeout) else { return .failure(.noBudget) }
+        // Waiting for others to free the budget is not this client's delay.
+        deadline = deadline.map { $0 + (Threads.monotonicSeconds() - waitStarted) }
         let body = SecureBytes(count: length)
-        guard body.withUnsafeMutableBytes({ read($0, idleAllowed: false) }) else {
-            budget.release(cost)
-            return nil
+        if let end = body.withUnsafeMutableBytes({ receive($0, deadline: &deadline, idleUntil: nil) }) {
+            budget.release(grant)
+            return .failure(end)
         }
-        return Frame(body: body, budgetBytes: cost)
+        return .success(Frame(body: body, grant: grant))
     }
 
     /// A frame body read from the client and the frame budget it holds.
     struct Frame {
         let body: SecureBytes
-        let budgetBytes: Int
+        let grant: FrameBudget.Grant
     }
 
-    /// Reads exactly `buffer.count` bytes. While nothing of a frame has arrived, receive timeouts
-    /// just mean an idle client; once a frame started, a timeout ends the connection.
-    private func read(_ buffer: UnsafeMutableRawBufferPointer, idleAllowed: Bool) -> Bool {
+    /// Reads exactly `buffer.count` bytes; nil on success, else why not. Until a frame's first byte
+    /// arrives (`deadline` nil), the wait is bounded by `idleUntil` (nil: unbounded); the first byte
+    /// sets `deadline` to ``Limits/frameSeconds`` later, and the rest must arrive by then.
+    ///
+    /// A greeted client's next frame is awaited with a plain blocking `recv` (no time limit; a
+    /// ``close()`` wakes it). Under a time limit each read is a non-blocking `recv`, and only when no
+    /// data is there does the thread wait in `poll` (a frame already in the socket costs no extra
+    /// system call).
+    private func receive(_ buffer: UnsafeMutableRawBufferPointer, deadline: inout Double?, idleUntil: Double?) -> ReadEnd? {
         var off = 0
         while off < buffer.count {
-            let n = recv(fd, buffer.baseAddress! + off, buffer.count - off, 0)
-            if n > 0 { off += n; continue }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && idleAllowed && off == 0 {
-                if state.withLock({ closed }) { return false }
+            let flags = deadline == nil && idleUntil == nil ? Int32(0) : Int32(MSG_DONTWAIT)
+            let n = recv(fd, buffer.baseAddress! + off, buffer.count - off, flags)
+            if n > 0 {
+                off += n
+                if deadline == nil { deadline = Threads.monotonicSeconds() + limits.frameSeconds }
                 continue
             }
-            return false
+            if n == 0 { return .closed }
+            let e = errno
+            if e == EINTR { continue }
+            guard e == EAGAIN || e == EWOULDBLOCK else { return .closed }
+            if state.withLock({ closed }) { return .closed }
+            var waitMillis: Int32 = 10_000 // between frames: wake now and then to notice a close
+            if let limit = deadline ?? idleUntil {
+                let remaining = limit - Threads.monotonicSeconds()
+                if remaining <= 0 { return deadline != nil ? .frameDeadline : .helloTimeout }
+                waitMillis = Int32(min(10_000, max(1, (remaining * 1000).rounded(.up))))
+            }
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&p, 1, waitMillis)
+        }
+        return nil
+    }
+
+    /// Sends a whole frame; false if the peer is gone or did not read for ``ioTimeout``. Events
+    /// queued meanwhile go out right after it.
+    func send(_ frame: [UInt8]) -> Bool {
+        let ok = writes.withLock {
+            state.withLock { writingSince = Threads.monotonicSeconds() }
+            defer { state.withLock { writingSince = nil } }
+            return frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) } && flushEvents()
+        }
+        return ok && drainEvents()
+    }
+
+    /// Sends an event frame without ever waiting: the lock path calls this for every subscriber.
+    /// If a reply is being written, the event is queued and goes out right after it; if that write
+    /// has been stuck for ``stuckWriteSeconds`` (the client stopped reading), if the queue is full,
+    /// or if the socket buffer is full, this returns false and the caller drops the subscriber.
+    func sendEvent(_ frame: [UInt8]) -> Bool {
+        let queued: Bool = state.withLock {
+            if let since = writingSince, Threads.monotonicSeconds() - since > Self.stuckWriteSeconds { return false }
+            guard pendingEvents.count < Self.maxPendingEvents else { return false }
+            pendingEvents.append(frame)
+            return true
+        }
+        return queued && drainEvents()
+    }
+
+    /// Writes queued events if nobody holds the write lock; a holder writes them itself before or
+    /// right after releasing it (it checks the queue again once released, so none is left behind).
+    private func drainEvents() -> Bool {
+        while state.withLock({ !pendingEvents.isEmpty }) {
+            guard let ok = writes.tryWithLock({ flushEvents() }) else { return true }
+            if !ok { return false }
         }
         return true
     }
 
-    /// Sends a whole frame; false if the peer is gone or did not read for ``ioTimeout``.
-    func send(_ frame: [UInt8]) -> Bool {
-        writes.withLock { frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) } }
-    }
-
-    /// Sends an event frame without blocking: a subscriber that stopped reading is dropped, never waited for.
-    func sendEvent(_ frame: [UInt8]) -> Bool {
-        writes.withLock { frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0, dontWait: true) } }
+    /// Writes queued events without blocking (call holding `writes`); false if the socket is full.
+    private func flushEvents() -> Bool {
+        while let next: [UInt8] = state.withLock({ pendingEvents.isEmpty ? nil : pendingEvents.removeFirst() }) {
+            guard next.withUnsafeBytes({ UnixSocket.writeAll(fd, $0, dontWait: true) }) else { return false }
+        }
+        return true
     }
 
     /// Stops the connection: the serving thread's next read fails and it releases the socket.

@@ -10,7 +10,6 @@ import Logging
 extension Agent {
     /// Decodes one frame body, runs the request, sends the reply. Returns false to close the connection.
     func handle(frame body: SecureBytes, on conn: Connection) -> Bool {
-        locks.touch()
         let requestID: UInt32
         let request: Request
         do {
@@ -32,6 +31,12 @@ extension Agent {
             conn.greeted = true
             logger.debug("hello", metadata: ["client": "\(client)", "peer": "\(conn.peer)"])
             return reply(.helloReply(version: WireFormat.version, agentVersion: Agent.version), id: requestID, on: conn)
+        }
+        // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
+        // (a status poller or a lock-screen watcher must not keep the keys unlocked).
+        switch request {
+        case .status, .subscribe: break
+        default: locks.touch()
         }
         let response: Response
         do {

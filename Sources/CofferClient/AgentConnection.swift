@@ -36,11 +36,17 @@ public final class AgentConnection {
     /// and a refused HELLO is thrown by it.
     public init(path: String, clientName: String = "CofferClient", pipelineHello: Bool = false) throws(SecError) {
         self.path = path
+        let socket: Int32
         do {
-            fd = try UnixSocket.connect(path: path)
+            socket = try UnixSocket.connect(path: path)
         } catch {
             throw .io("cannot reach the agent at \(path): \(String(cString: strerror(error.errno)))")
         }
+        if let refusal = Self.checkServer(of: socket, path: path) {
+            close(socket)
+            throw refusal
+        }
+        fd = socket
         let hello = Request.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName)
         if pipelineHello {
             try send(hello, id: takeID())
@@ -51,6 +57,22 @@ public final class AgentConnection {
     }
 
     private var helloPending = false
+
+    /// Who serves the socket, checked before a single byte is sent (passcodes and secrets must reach
+    /// only the user's own agent; a socket planted by another uid gets nothing). One getsockopt.
+    static func checkServer(of fd: Int32, path: String) -> SecError? {
+        let server: UInt32
+        do {
+            server = try UnixSocket.peerUID(fd)
+        } catch {
+            return .io("cannot tell who serves the socket \(path) (SO_PEERCRED: \(String(cString: strerror(error.errno)))); refusing to talk to it")
+        }
+        let me = geteuid()
+        guard server == me else {
+            return .io("the socket \(path) is served by uid \(server), not by you (uid \(me)); refusing to talk to it")
+        }
+        return nil
+    }
 
     private func acceptHello(_ reply: Response) throws(SecError) {
         guard case .helloReply(let v, let agent) = reply else { throw unexpected(reply) }

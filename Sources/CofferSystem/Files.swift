@@ -10,14 +10,29 @@ public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The captured `errno`.
     public let errno: Int32
 
+    /// Why the path was refused, when no system call failed (nil: `errno` explains it).
+    public let reason: String?
+
     /// Captures the current `errno` (call immediately after the failing call).
     public init(_ operation: String, _ path: String, errno e: Int32 = Glibc.errno) {
         self.operation = operation
         self.path = path
         self.errno = e
+        reason = nil
     }
 
-    public var description: String { "\(operation) \(path): \(String(cString: strerror(errno)))" }
+    /// A path refused by a check, not by the system: the description is `PATH REASON`.
+    public init(refusing path: String, _ reason: String, errno e: Int32) {
+        operation = "refuse"
+        self.path = path
+        self.errno = e
+        self.reason = reason
+    }
+
+    public var description: String {
+        if let reason { return "\(path) \(reason)" }
+        return "\(operation) \(path): \(String(cString: strerror(errno)))"
+    }
 }
 
 /// Retries a system call interrupted by a signal (EINTR); the one place that does so.
@@ -100,19 +115,60 @@ public enum Files {
         guard fsync(dfd) == 0 else { throw SystemError("fsync", dir) }
     }
 
-    /// Creates `path` and missing parents with `mode`; an existing final directory gets `mode` re-applied
-    /// and must be owned by this user.
+    /// Creates `path` and missing parents with `mode`, and checks the final directory through a
+    /// descriptor (no check-then-use by path): it must be a real directory (a symbolic link is
+    /// refused, `O_NOFOLLOW`), owned by this user, and private. A directory this call created gets
+    /// exactly `mode` (`fchmod`). An existing one that group or others may write to is refused, never
+    /// repaired: whoever could write there may have planted entries in it. An existing one that is
+    /// only readable by group or others is tightened to `mode` through the descriptor (nothing can
+    /// have been planted in it, and a directory made by `mkdir -p` under umask 022 keeps working).
     public static func makePrivateDirectory(_ path: String, mode: mode_t = 0o700) throws(SystemError) {
         var prefix = path.hasPrefix("/") ? "" : "."
+        var created = false
         for part in path.split(separator: "/") {
             prefix += "/" + part
-            if mkdir(prefix, mode) != 0 && errno != EEXIST { throw SystemError("mkdir", prefix) }
+            if mkdir(prefix, mode) == 0 {
+                created = true
+            } else if errno != EEXIST {
+                throw SystemError("mkdir", prefix)
+            } else {
+                created = false
+            }
         }
+        let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else {
+            let e = errno
+            if e == ELOOP || e == ENOTDIR {
+                var st = stat()
+                if lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
+                    throw SystemError(refusing: path, "is a symbolic link; refusing to use it (point the configuration at the real directory)", errno: ELOOP)
+                }
+                throw SystemError(refusing: path, "is not a directory", errno: ENOTDIR)
+            }
+            throw SystemError("open", path, errno: e)
+        }
+        defer { close(fd) }
         var st = stat()
-        guard lstat(path, &st) == 0 else { throw SystemError("stat", path) }
-        guard (st.st_mode & S_IFMT) == S_IFDIR else { throw SystemError("mkdir (not a directory)", path, errno: ENOTDIR) }
-        guard st.st_uid == getuid() else { throw SystemError("mkdir (owned by another user)", path, errno: EPERM) }
-        guard chmod(path, mode) == 0 else { throw SystemError("chmod", path) }
+        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else { throw SystemError(refusing: path, "is not a directory", errno: ENOTDIR) }
+        let me = geteuid()
+        guard st.st_uid == me else {
+            throw SystemError(refusing: path, "is owned by uid \(st.st_uid), not by you (uid \(me)); refusing to use it", errno: EPERM)
+        }
+        let bits = st.st_mode & 0o7777
+        if !created && bits & 0o022 != 0 {
+            throw SystemError(refusing: path, "has mode \(octal(bits)): group or others may write to it, so they may have "
+                + "planted entries in it; refusing to use it (check it, then 'chmod 700' it, or remove it)", errno: EPERM)
+        }
+        if bits != mode {
+            guard fchmod(fd, mode) == 0 else { throw SystemError("fchmod", path) }
+        }
+    }
+
+    /// `mode` as four octal digits, e.g. `0770`.
+    public static func octal(_ mode: mode_t) -> String {
+        let digits = String(mode, radix: 8)
+        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
     }
 
     /// The permission bits of `path` (nil if it does not exist).

@@ -23,4 +23,12 @@ public final class Lock: @unchecked Sendable {
         defer { pthread_mutex_unlock(m) }
         return try body()
     }
+
+    /// Runs `body` holding the mutex if it is free right now; nil (without waiting) if it is held.
+    @inline(__always)
+    public func tryWithLock<R>(_ body: () -> R) -> R? {
+        guard pthread_mutex_trylock(m) == 0 else { return nil }
+        defer { pthread_mutex_unlock(m) }
+        return body()
+    }
 }

@@ -48,12 +48,20 @@ public enum UnixSocket {
         }
     }
 
-    /// Creates a listening socket at `path` with mode 0600. A stale socket file is replaced; a live
-    /// one (another agent answers) is an error (EADDRINUSE).
+    /// Creates a listening socket at `path` with mode 0600. The caller has made sure the directory is
+    /// the user's own and private (``Files/makePrivateDirectory(_:mode:)``). A stale socket file is
+    /// replaced; a live one is an error: EADDRINUSE when another agent of this user answers, EPERM
+    /// when a process of another uid answers (only root can have put it in a private directory; the
+    /// agent neither talks to it nor replaces it).
     public static func listen(path: String, backlog: Int32 = 128) throws(SystemError) -> Int32 {
         if Files.exists(path) {
             if let probe = try? connect(path: path) {
+                let owner = try? peerUID(probe)
                 close(probe)
+                if let owner, owner != geteuid() {
+                    throw SystemError(refusing: path, "is served by a process of uid \(owner), not by you (uid \(geteuid())); only root "
+                        + "can have put it in your private directory; refusing to start beside it or to replace it", errno: EPERM)
+                }
                 throw SystemError("another agent is listening on", path, errno: EADDRINUSE)
             }
             unlink(path)
@@ -67,6 +75,14 @@ public enum UnixSocket {
         guard chmod(path, 0o600) == 0 else { let e = SystemError("chmod", path); close(fd); throw e }
         guard Glibc.listen(fd, backlog) == 0 else { let e = SystemError("listen", path); close(fd); throw e }
         return fd
+    }
+
+    /// The user id of the process at the other end of a connected Unix socket (SO_PEERCRED: for a
+    /// client, the uid that created the listening socket). One getsockopt.
+    public static func peerUID(_ fd: Int32) throws(SystemError) -> UInt32 {
+        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
+        guard coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
+        return uid
     }
 
     /// Connects to the socket at `path`.
