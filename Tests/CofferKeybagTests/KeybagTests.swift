@@ -111,12 +111,14 @@ func keyBytes(_ bag: Keybag, _ c: ProtectionClass) throws -> [UInt8] {
         bag.lock() // a change works while locked: it unwraps from the file with the current passcode
         try bag.setPasscode(current: secret("old"), new: secret("new"), kdf: testKDF)
         #expect(fileBytes(dir.file("keybag.key")) != oldKeyFile)
-        #expect(try keyBytes(bag, .afterFirstUnlock) == ck) // class keys survive: items stay readable
+        // Issue #10 item 3: a change rotates the class keys (the keychain re-seals its items under them).
+        #expect(try keyBytes(bag, .afterFirstUnlock) != ck)
+        let rotated = try keyBytes(bag, .afterFirstUnlock)
 
         let rebooted = try Keybag.openOrCreate(directory: dir.path, deviceKey: src)
         #expect(throws: SecError.self) { try rebooted.unlock(passcode: secret("old")) }
         try rebooted.unlock(passcode: secret("new"))
-        #expect(try keyBytes(rebooted, .afterFirstUnlock) == ck)
+        #expect(try keyBytes(rebooted, .afterFirstUnlock) == rotated)
 
         // An attacker restores the old keybag file: with the current key file it does not even open.
         writeFileBytes(dir.file("keybag"), oldKeybag)
