@@ -369,12 +369,14 @@ public final class Keychain: @unchecked Sendable {
 
     /// Step 2 of a rekey: in one transaction, re-seals every row of a rotated class under the new keys
     /// (re-wrapping its item keys; re-padding a format-1 secret) and recomputes its primary-key and
-    /// blind-index hashes under the new tier-P key; re-pads format-1 secrets of the Always classes.
+    /// blind-index hashes under the new tier-P key.
     /// Idempotent: a row whose item key already unwraps under the new key is left alone.
     private func resealRows(_ keys: RekeyKeys, from keybagVersion: Int) throws(SecError) {
         let t0 = Self.now()
         var resealed = 0
-        let repadded = try store.transaction { () throws(SecError) -> Int in
+        // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
+        // The Always rows need nothing: their keys do not rotate, and `migrateAtOpen` re-padded them.
+        try store.transaction { () throws(SecError) in
             let rows = try store.rowClasses()
             for (i, (id, pclass)) in rows.enumerated() {
                 if i == rows.count / 2 { CrashPoint.hit("rekey-reseal-half") }
@@ -382,9 +384,8 @@ public final class Keychain: @unchecked Sendable {
                 guard let row = try store.row(id: id) else { continue }
                 if try resealRow(row, p, keys) { resealed += 1 }
             }
-            return try repadAlwaysRows()
         }
-        migrations.append("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed, \(repadded) re-padded in \(Int((Self.now() - t0) * 1000)) ms")
+        migrations.append("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed in \(Int((Self.now() - t0) * 1000)) ms")
     }
 
     private func resealRow(_ row: StoredRow, _ p: ProtectionClass, _ keys: RekeyKeys) throws(SecError) -> Bool {

@@ -94,30 +94,36 @@ import Testing
         expectAllItems(c4, "\(point), second restart")
     }
 
-    /// The v1 fixture (written by the Coffer before the format change) migrated by the first unlock,
-    /// killed in the middle of it, then unlocked again: every item of its manifest reads.
+    /// A v1 fixture (written by the Coffer before the format change) migrated by the first unlock (with a
+    /// passcode) or at start-up (without), killed in the middle of it, then started and unlocked again:
+    /// every item of its manifest reads.
     @Test(.enabled(if: crashPointsCompiledIn, "crash points exist only in debug builds"),
-          arguments: ["rekey-committed", "rekey-reseal-half", "rekey-resealed"])
-    func killedMigration(at point: String) throws {
+          arguments: ["v1-passcode", "v1-nopasscode"], ["rekey-committed", "rekey-reseal-half", "rekey-resealed"])
+    func killedMigration(of fixtureName: String, at point: String) throws {
         let a = try CrashableAgent()
-        let fixture = Binaries.packageRoot + "/Tests/CofferKeychainTests/Fixtures/v1-passcode"
+        let fixture = Binaries.packageRoot + "/Tests/CofferKeychainTests/Fixtures/" + fixtureName
         try Files.makePrivateDirectory(a.agent.stateDir)
         for f in ["device.key", "keybag", "keybag.key", "keychain.db"] {
             try FileManager.default.copyItem(atPath: fixture + "/" + f, toPath: a.agent.stateDir + "/" + f)
             chmod(a.agent.stateDir + "/" + f, 0o600)
         }
+        let withPasscode = fixtureName == "v1-passcode"
         let passcode = "fixture passcode 1"
         try a.setPAMPassword(passcode)
         a.arm(point)
-        try a.agent.start()
-        let c = try AgentConnection(path: a.agent.socketPath)
-        #expect(status { try c.unlock(passcode: secret(passcode)) } != nil)
+        if withPasscode {
+            try a.agent.start()
+            let c = try AgentConnection(path: a.agent.socketPath)
+            #expect(status { try c.unlock(passcode: secret(passcode)) } != nil)
+        } else {
+            #expect(throws: (any Error).self) { try a.agent.start() } // dies while opening the keychain
+        }
         #expect(a.diedAtCrashPoint(), "cofferd did not stop at \(point):\n\(a.agent.log)")
 
         a.arm("")
         try a.agent.start()
         let c2 = try AgentConnection(path: a.agent.socketPath)
-        try c2.unlock(passcode: secret(passcode))
+        if withPasscode { try c2.unlock(passcode: secret(passcode)) }
         let manifest = try String(contentsOfFile: fixture + "/manifest.txt", encoding: .utf8)
         var checked = 0
         for line in manifest.split(separator: "\n") where line.hasPrefix("item ") {
@@ -140,7 +146,7 @@ import Testing
             #expect(got == want, "\(point): item \(n)")
             checked += 1
         }
-        #expect(checked == 16)
+        #expect(checked == (withPasscode ? 16 : 14))
         #expect(fileBytes(a.agent.stateDir + "/keybag")[4] == 2)
     }
 }
