@@ -80,7 +80,7 @@ let package = Package(
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferStoreTests", dependencies: ["CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
-        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"],
+        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"], exclude: ["Fixtures"],
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),

@@ -106,6 +106,30 @@ public enum KeyedHash {
         return out
     }
 
+    /// Derives a 32-byte secret from `key` and `parts` given by pointer (secret inputs that live in
+    /// secure memory are never copied into an ordinary array). The buffers must stay valid for the call.
+    public static func deriveKey(key: UnsafeRawBufferPointer, rawParts: [UnsafeRawBufferPointer]) -> SecureBytes {
+        Sodium.ensureInitialized()
+        precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
+        precondition(rawParts.count <= 16)
+        let out = SecureBytes(count: 32)
+        out.withUnsafeMutableBytes { o in
+            withUnsafeTemporaryAllocation(of: UnsafePointer<UInt8>?.self, capacity: rawParts.count) { ptrs in
+                withUnsafeTemporaryAllocation(of: Int.self, capacity: rawParts.count) { lens in
+                    for (i, b) in rawParts.enumerated() {
+                        ptrs[i] = b.baseAddress.map { $0.assumingMemoryBound(to: UInt8.self) } ?? UnsafePointer(bitPattern: 1)
+                        lens[i] = b.count
+                    }
+                    let rc = coffer_keyed_hash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), o.count,
+                                               key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count,
+                                               ptrs.baseAddress!, lens.baseAddress!, rawParts.count)
+                    precondition(rc == 0, "crypto_generichash failed")
+                }
+            }
+        }
+        return out
+    }
+
     private static func run(key: UnsafeRawBufferPointer, parts: [[UInt8]], into out: UnsafeMutableRawBufferPointer) {
         Sodium.ensureInitialized()
         precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))

@@ -21,17 +21,78 @@ public enum LockState: UInt8, Sendable, CustomStringConvertible {
     }
 }
 
+/// Which index key a row's blind hashes (and primary-key hash) are computed under.
+public enum IndexTier: Int, Sendable, CaseIterable {
+    /// Tier D: the device-wrapped index key (slot 16), for rows of the Always classes only.
+    case device = 16
+    /// Tier P: the index key of every other class (slot 17): passcode-wrapped when a passcode is set,
+    /// unwrapped at the first unlock and kept while locked (AfterFirstUnlock availability).
+    case passcode = 17
+
+    /// The tier that indexes rows of `protectionClass`.
+    public static func of(_ protectionClass: ProtectionClass) -> IndexTier {
+        protectionClass.availability == .always ? .device : .passcode
+    }
+}
+
+/// The keys a rekey hands to the code that re-seals the items: the new (current) keys and the
+/// previous keys they replace, for every rotated class, and the new passcode-tier index key.
+///
+/// Rotated: class and metadata keys of every class but the Always ones, and the tier-P index key.
+/// Not rotated: the Always-class keys and the tier-D index key (they are protected by the device key
+/// alone, which a passcode change does not change).
+public final class RekeyKeys: @unchecked Sendable {
+    // @unchecked Sendable: immutable after init.
+    private let current: [Int: SecureBytes]
+    private let previous: [Int: SecureBytes]
+
+    init(current: [Int: SecureBytes], previous: [Int: SecureBytes]) {
+        self.current = current
+        self.previous = previous
+    }
+
+    /// The class key of `c`, new or previous (nil if it has none, e.g. WhenPasscodeSet before a passcode).
+    public func classKey(_ c: ProtectionClass, previous old: Bool) -> SecureBytes? {
+        (old ? previous : current)[Slot.classKey(c)]
+    }
+
+    /// The metadata key of `c`, new or previous.
+    public func metadataKey(_ c: ProtectionClass, previous old: Bool) -> SecureBytes? {
+        (old ? previous : current)[Slot.metadataKey(c)]
+    }
+
+    /// The new tier-P index key.
+    public var passcodeIndexKey: SecureBytes { current[Slot.passcodeIndexKey]! }
+}
+
+/// Test-only crash points (debug builds): `COFFER_TEST_CRASH_POINT=name` makes the process `_exit(99)`
+/// when it reaches the point of that name, so tests can show a kill at each step leaves a usable state.
+public enum CrashPoint {
+    /// Exits the process if `name` is the configured crash point (debug builds only; a no-op in release).
+    public static func hit(_ name: String) {
+        #if DEBUG
+        guard !name.isEmpty, let v = getenv("COFFER_TEST_CRASH_POINT"), String(cString: v) == name else { return }
+        _exit(99)
+        #endif
+    }
+}
+
 /// The system keybag: one class key (for secrets) and one metadata key (for attributes) per
-/// protection class, plus the blind-index key.
+/// protection class, plus two blind-index keys (tier D for Always rows, tier P for the others).
 ///
 /// On disk (see the Keybag article in the DocC catalog):
 /// - `device.key`: the device key (``DeviceKeySource``).
 /// - `keybag.key`: the disposable keybag key, replaced on every passcode change.
 /// - `keybag`: the wrapped class keys, sealed under a key derived from the keybag key and the device key.
 ///
-/// Always-class keys and the index key are wrapped under the device key alone. With a passcode set,
-/// the other classes are wrapped under the passcode key (Argon2id tangled with the device key);
-/// without one, under the device key, and WhenPasscodeSetThisDeviceOnly does not exist.
+/// Always-class keys and the tier-D index key are wrapped under the device key alone. With a passcode
+/// set, the other classes and the tier-P index key are wrapped under the passcode key (Argon2id
+/// tangled with the device key); without one, under the device key, and WhenPasscodeSetThisDeviceOnly
+/// does not exist.
+///
+/// Every passcode change rotates the keys of the non-Always classes and the tier-P index key (a
+/// *rekey*, see ``setPasscode(current:new:kdf:reseal:)``), so an old keybag backup and the old
+/// passcode open nothing added after the change.
 ///
 /// Unwrapped keys live in one guarded, locked allocation (the arena) and are wiped on lock.
 /// All methods are thread-safe.
@@ -47,6 +108,18 @@ public final class Keybag: @unchecked Sendable {
     /// Size of every key in the keybag.
     public static let keyBytes = 32
 
+    /// Re-seals every item under the keys of a rekey (one database transaction); given by the keychain.
+    public typealias Reseal = (RekeyKeys) throws(SecError) -> Void
+
+    /// The reseal of a bare keybag (no items to re-seal).
+    private static func noItems(_ keys: RekeyKeys) throws(SecError) {}
+
+    /// A passcode key derived (slowly) outside every lock, for ``unlock(derived:reseal:)``.
+    public struct DerivedPasscodeKey: Sendable {
+        let key: SecureBytes
+        let salt: [UInt8]
+    }
+
     private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile) throws(SecError) {
         self.paths = paths
         self.file = file
@@ -61,6 +134,9 @@ public final class Keybag: @unchecked Sendable {
     }
 
     /// Opens the keybag in `directory`, creating a new one (no passcode) on first use.
+    ///
+    /// A keybag written by an older Coffer (format 1) or left by an interrupted rekey opens with
+    /// ``needsRekey`` true; the keychain finishes the rekey at open (no passcode) or at the first unlock.
     public static func openOrCreate(directory: String, deviceKey source: DeviceKeySource) throws(SecError) -> Keybag {
         let paths = KeybagPaths(directory: directory)
         let deviceKey = try source.loadDeviceKey()
@@ -83,37 +159,80 @@ public final class Keybag: @unchecked Sendable {
     /// The Argon2id parameters chosen at passcode set (nil with no passcode).
     public var kdfParameters: KDFParameters? { mutex.withLock { file.passcode?.parameters } }
 
+    /// The keybag file's format as read (1: written by an older Coffer, migrated by the next rekey).
+    public var formatVersion: Int { mutex.withLock { Int(file.version) } }
+
+    /// True while a rekey must run or finish (a format-1 keybag, or one a crash left mid-rekey).
+    public var needsRekey: Bool { mutex.withLock { file.version < KeybagFile.currentVersion || file.rekeyPending } }
+
     /// True if `protectionClass`'s keys are in memory now.
     public func isAvailable(_ protectionClass: ProtectionClass) -> Bool {
         mutex.withLock { available & Slot.bit(Slot.classKey(protectionClass)) != 0 }
+    }
+
+    /// True if the index key of `tier` is in memory now.
+    public func isAvailable(_ tier: IndexTier) -> Bool {
+        mutex.withLock { available & Slot.bit(tier.rawValue) != 0 }
     }
 
     // MARK: Lock and unlock
 
     /// Unlocks: unwraps the passcode-protected class keys. With no passcode set, `passcode` is ignored.
     ///
-    /// A wrong passcode throws errSecAuthFailed and changes nothing (neither memory nor files).
+    /// A wrong passcode throws errSecAuthFailed and changes nothing (neither memory nor files). A keybag
+    /// that needs a rekey (``needsRekey``) can only be unlocked through the keychain, which re-seals the items.
     public func unlock(passcode: SecureBytes?) throws(SecError) {
+        try unlock(derived: derivePasscodeKey(passcode), reseal: nil)
+    }
+
+    /// The slow half of an unlock (Argon2id), run without holding any lock; nil with no passcode set.
+    public func derivePasscodeKey(_ passcode: SecureBytes?) throws(SecError) -> DerivedPasscodeKey? {
         let job: (salt: [UInt8], params: KDFParameters)? = mutex.withLock { file.passcode.map { ($0.salt, $0.parameters) } }
-        guard let job else {
-            try mutex.withLock { () throws(SecError) in
-                try unwrapEntries(wrapping: .device, passcodeKey: nil)
-                lockState = .unlocked
-            }
-            return
-        }
+        guard let job else { return nil }
         guard let passcode, passcode.count > 0 else { throw .authFailed("a passcode is required to unlock") }
-        // The slow part (Argon2id) runs without holding the lock, so other requests keep flowing.
         let pk = try PasscodeKDF.derive(passcode: passcode, salt: job.salt, parameters: job.params,
                                         deviceKey: deviceKeyCopy())
+        return DerivedPasscodeKey(key: pk, salt: job.salt)
+    }
+
+    /// The fast half of an unlock. If a rekey is pending (or the keybag is in format 1), `reseal` runs it
+    /// to the end before the keys are handed out: nothing reads an item under a half-finished rekey.
+    public func unlock(derived: DerivedPasscodeKey?, reseal: Reseal?) throws(SecError) {
         try mutex.withLock { () throws(SecError) in
-            guard file.passcode?.salt == job.salt else { throw .authFailed("the passcode changed during unlock; try again") }
-            try unwrapEntries(wrapping: .passcode, passcodeKey: pk)
+            let pending = file.version < KeybagFile.currentVersion || file.rekeyPending
+            guard let derived else {
+                guard !file.passcodeSet else { throw .authFailed("a passcode is required to unlock") }
+                if pending {
+                    guard let reseal else { throw .interactionNotAllowed("the keybag needs a rekey; open it through the keychain") }
+                    try rekey(newPasscode: nil, reseal: reseal)
+                }
+                try unwrapEntries(wrapping: .device, passcodeKey: nil)
+                lockState = .unlocked
+                return
+            }
+            guard file.passcode?.salt == derived.salt else { throw .authFailed("the passcode changed during unlock; try again") }
+            if pending {
+                guard let reseal else { throw .interactionNotAllowed("the keybag needs a rekey; open it through the keychain") }
+                // Checks the passcode first (opening every entry), so a wrong passcode changes nothing.
+                _ = try openAll(passcodeKey: derived.key)
+                try rekey(newPasscode: file.passcode.map { ($0, derived.key) }, oldPasscodeKey: derived.key, reseal: reseal)
+            }
+            try unwrapEntries(wrapping: .passcode, passcodeKey: derived.key)
             lockState = .unlocked
         }
     }
 
+    /// Finishes a rekey at open when no passcode is set (everything is under the device key).
+    public func finishRekeyWithoutPasscode(reseal: Reseal) throws(SecError) {
+        try mutex.withLock { () throws(SecError) in
+            guard !file.passcodeSet, file.version < KeybagFile.currentVersion || file.rekeyPending else { return }
+            try rekey(newPasscode: nil, reseal: reseal)
+            try unwrapEntries(wrapping: .device, passcodeKey: nil)
+        }
+    }
+
     /// Locks: wipes the WhenUnlocked, WhenUnlockedThisDeviceOnly and WhenPasscodeSet keys from memory.
+    /// The tier-P index key stays (AfterFirstUnlock items stay searchable while locked).
     public func lock() {
         mutex.withLock {
             for c in ProtectionClass.allCases where c.availability == .whenUnlocked {
@@ -126,10 +245,14 @@ public final class Keybag: @unchecked Sendable {
 
     /// Sets the passcode (`current` nil when none is set) or changes it (`current` must be right).
     ///
-    /// Re-wraps every non-Always class key under the new passcode key, creates the
-    /// WhenPasscodeSetThisDeviceOnly keys if they did not exist, and replaces the keybag key file, so
-    /// an old keybag file with an old passcode no longer opens anything. Leaves the keybag unlocked.
-    public func setPasscode(current: SecureBytes?, new: SecureBytes, kdf policy: KDFPolicy = .standard) throws(SecError) {
+    /// A rekey: fresh keys for every non-Always class (creating WhenPasscodeSetThisDeviceOnly's) and
+    /// a fresh tier-P index key, wrapped under the new passcode key; `reseal` re-seals every item under
+    /// them; the keybag key file is replaced at each step, so an old keybag file with an old passcode
+    /// opens nothing, and items added later are under keys no old file holds. Crash-safe: see the
+    /// KeybagFormat article. Leaves the keybag unlocked. Without `reseal` (a bare keybag, no items)
+    /// the rotation still happens.
+    public func setPasscode(current: SecureBytes?, new: SecureBytes, kdf policy: KDFPolicy = .standard,
+                            reseal: Reseal? = nil) throws(SecError) {
         guard new.count > 0 else { throw .param("the new passcode is empty") }
         let params = try PasscodeKDF.parameters(for: policy)
         guard params.memLimit >= UInt64(Argon2id.minimumMemory), params.opsLimit >= 1 else {
@@ -146,35 +269,109 @@ public final class Keybag: @unchecked Sendable {
         }
         try mutex.withLock { () throws(SecError) in
             guard file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
-            // Every key in plaintext, from the file (not memory: the keybag may be locked).
-            var keys: [Int: SecureBytes] = [:]
-            for (slot, entry) in file.entries {
-                let wrapKey = entry.wrapping == .device ? deviceWrapKey() : oldKey
-                guard let wrapKey else { throw .decode("keybag entry wrapped under a passcode but no passcode is set") }
-                do throws(SecError) {
-                    keys[slot] = try entry.open(slot: slot, key: wrapKey)
-                } catch {
-                    throw entry.wrapping == .passcode ? .authFailed("wrong current passcode") : error
-                }
+            do throws(SecError) {
+                _ = try openAll(passcodeKey: oldKey)
+            } catch {
+                throw error.status == .authFailed ? .authFailed("wrong current passcode") : error
             }
-            for c in [ProtectionClass.whenPasscodeSetThisDeviceOnly] {
-                if keys[Slot.classKey(c)] == nil { keys[Slot.classKey(c)] = .random(count: Self.keyBytes) }
-                if keys[Slot.metadataKey(c)] == nil { keys[Slot.metadataKey(c)] = .random(count: Self.keyBytes) }
+            var resealItems: Reseal = Self.noItems
+            if let reseal { resealItems = reseal }
+            if file.rekeyPending {
+                // An earlier rekey never finished: finish it under the current passcode first.
+                try rekey(newPasscode: file.passcode.map { ($0, oldKey!) }, oldPasscodeKey: oldKey, reseal: resealItems)
             }
-            var next = file
-            next.generation += 1
-            next.passcode = .init(salt: salt, parameters: params)
-            next.entries = [:]
-            let dwk = deviceWrapKey()
-            for (slot, key) in keys {
-                let wrapping: Wrapping = Slot.isDeviceWrappedWithPasscode(slot) ? .device : .passcode
-                next.entries[slot] = .seal(key, slot: slot, wrapping: wrapping, key: wrapping == .device ? dwk : newKey)
-            }
-            try next.save(paths, keybagKey: .random(count: Self.keyBytes), deviceKey: deviceKey)
-            file = next
-            for (slot, key) in keys { setSlot(slot, key) }
+            try rekey(newPasscode: (.init(salt: salt, parameters: params), newKey), oldPasscodeKey: oldKey, reseal: resealItems)
+            try unwrapEntries(wrapping: .device, passcodeKey: nil)
+            try unwrapEntries(wrapping: .passcode, passcodeKey: newKey)
             lockState = .unlocked
         }
+    }
+
+    // MARK: Rekey (callers hold `mutex`)
+
+    /// The one rekey mechanism (passcode set/change, migration from format 1, finishing a crashed rekey).
+    ///
+    /// 1. Unless `file` is already pending: commit a keybag holding fresh keys as current and the
+    ///    rotated-out keys as previous (all under the new passcode key), marked pending.
+    /// 2. `reseal` re-seals every item (one transaction; idempotent: new keys first, then previous).
+    /// 3. Commit the keybag without the previous keys and the mark.
+    /// On failure after step 1 the keybag is left pending and its rotated keys are wiped from memory
+    /// (state boot), so the next unlock finishes it.
+    private func rekey(newPasscode: (KeybagFile.Passcode, SecureBytes)?, oldPasscodeKey: SecureBytes? = nil,
+                       reseal: Reseal) throws(SecError) {
+        let deviceKey = SecureBytes(copying: slotBytes(Slot.deviceKey))
+        let dwk = deviceWrapKey()
+        let opened = try openAll(passcodeKey: oldPasscodeKey)
+        var current = opened.current
+        var previous = opened.previous
+        let passcode = newPasscode?.0
+        func wrapKey(_ slot: Int) -> SecureBytes {
+            Slot.expectedWrapping(slot, passcodeSet: passcode != nil) == .device ? dwk : newPasscode!.1
+        }
+        func seal(_ keys: [Int: SecureBytes], previousFlag: Int) -> [Int: WrappedEntry] {
+            var out: [Int: WrappedEntry] = [:]
+            for (slot, key) in keys {
+                let w = Slot.expectedWrapping(slot, passcodeSet: passcode != nil)
+                out[slot] = .seal(key, slot: slot | previousFlag, wrapping: w, key: wrapKey(slot))
+            }
+            return out
+        }
+        if !(file.rekeyPending && file.version == KeybagFile.currentVersion && file.passcode == passcode) {
+            // Step 1: rotate. The previous keys are those the items are sealed under now.
+            previous = [:]
+            for slot in Slot.rotated where current[slot] != nil { previous[slot] = current[slot] }
+            for slot in Slot.required(passcodeSet: passcode != nil) where Slot.isRotated(slot) {
+                current[slot] = .random(count: Self.keyBytes)
+            }
+            var next = file
+            next.version = KeybagFile.currentVersion
+            next.generation += 1
+            next.passcode = passcode
+            next.entries = seal(current, previousFlag: 0)
+            next.previous = seal(previous, previousFlag: KeybagFile.previousFlag)
+            next.rekeyPending = true
+            CrashPoint.hit("rekey-start")
+            try next.save(paths, keybagKey: .random(count: Self.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-next-written")
+            file = next
+            CrashPoint.hit("rekey-committed")
+        }
+        do throws(SecError) {
+            // Step 2.
+            try reseal(RekeyKeys(current: current, previous: previous))
+            CrashPoint.hit("rekey-resealed")
+            // Step 3.
+            var done = file
+            done.generation += 1
+            done.previous = [:]
+            done.rekeyPending = false
+            try done.save(paths, keybagKey: .random(count: Self.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-final-next-written")
+            file = done
+            CrashPoint.hit("rekey-done")
+        } catch {
+            for slot in Slot.rotated { wipeSlot(slot) }
+            lockState = .boot
+            throw error
+        }
+    }
+
+    /// Every key of the file in plaintext (current and previous), from the file, not memory (the keybag
+    /// may be locked). errSecAuthFailed if `passcodeKey` is wrong; changes nothing.
+    private func openAll(passcodeKey: SecureBytes?) throws(SecError) -> (current: [Int: SecureBytes], previous: [Int: SecureBytes]) {
+        let dwk = deviceWrapKey()
+        func open(_ entries: [Int: WrappedEntry], flag: Int) throws(SecError) -> [Int: SecureBytes] {
+            var out: [Int: SecureBytes] = [:]
+            for (slot, entry) in entries {
+                let wrapKey = entry.wrapping == .device ? dwk : passcodeKey
+                guard let wrapKey else { throw .authFailed("a passcode is required") }
+                do throws(SecError) {
+                    out[slot] = try entry.open(slot: slot | flag, key: wrapKey)
+                } catch {
+                    throw entry.wrapping == .passcode ? .authFailed("wrong passcode") : error
+                }
+            }
+            return out
+        }
+        return (try open(file.entries, flag: 0), try open(file.previous, flag: KeybagFile.previousFlag))
     }
 
     // MARK: Key access
@@ -193,9 +390,27 @@ public final class Keybag: @unchecked Sendable {
         try withSlot(Slot.metadataKey(protectionClass), protectionClass, body)
     }
 
-    /// Runs `body` with the blind-index key (available in every state).
+    /// Runs `body` with the tier-D blind-index key (available in every state).
     public func withIndexKey<R>(_ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
-        try mutex.withLock { () throws(SecError) in try body(slotBytes(Slot.indexKey)) }
+        try withIndexKey(.device, body)
+    }
+
+    /// Runs `body` with the index key of `tier`; errSecInteractionNotAllowed if it is not in memory
+    /// (tier P before the first unlock).
+    public func withIndexKey<R>(_ tier: IndexTier, _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
+        try mutex.withLock { () throws(SecError) in
+            guard available & Slot.bit(tier.rawValue) != 0 else {
+                throw .interactionNotAllowed("the passcode-tier index key is not available before the first unlock")
+            }
+            return try body(slotBytes(tier.rawValue))
+        }
+    }
+
+    /// Runs `body` with every index key in memory now (tier D always; tier P after the first unlock).
+    public func withIndexKeys<R>(_ body: ([(IndexTier, UnsafeRawBufferPointer)]) throws(SecError) -> R) throws(SecError) -> R {
+        try mutex.withLock { () throws(SecError) in
+            try body(IndexTier.allCases.filter { available & Slot.bit($0.rawValue) != 0 }.map { ($0, slotBytes($0.rawValue)) })
+        }
     }
 
     private func withSlot<R>(_ slot: Int, _ c: ProtectionClass,
@@ -240,10 +455,10 @@ public final class Keybag: @unchecked Sendable {
     }
 
     private func deviceWrapKey() -> SecureBytes {
-        KeyedHash.deriveKey(key: slotBytes(Slot.deviceKey), parts: [Array("coffer device wrap v1".utf8)])
+        Slot.deviceWrapKey(slotBytes(Slot.deviceKey))
     }
 
-    /// Unwraps every entry with `wrapping` into temporaries first, so a failure changes nothing.
+    /// Unwraps every current entry with `wrapping` into temporaries first, so a failure changes nothing.
     private func unwrapEntries(wrapping: Wrapping, passcodeKey: SecureBytes?) throws(SecError) {
         let key = wrapping == .device ? deviceWrapKey() : passcodeKey!
         var opened: [(Int, SecureBytes)] = []
@@ -263,19 +478,41 @@ public final class Keybag: @unchecked Sendable {
     }
 }
 
-/// Key arena layout: slot 0 device key, 1–7 class keys, 9–15 metadata keys, 16 index key.
+/// Key arena layout: slot 0 device key, 1–7 class keys, 9–15 metadata keys, 16 tier-D index key,
+/// 17 tier-P index key.
 enum Slot {
     static let deviceKey = 0
-    static let indexKey = 16
-    static let count = 17
+    static let indexKey = IndexTier.device.rawValue
+    static let passcodeIndexKey = IndexTier.passcode.rawValue
+    static let count = 18
     static func classKey(_ c: ProtectionClass) -> Int { Int(c.rawValue) }
     static func metadataKey(_ c: ProtectionClass) -> Int { 8 + Int(c.rawValue) }
     static func bit(_ slot: Int) -> UInt32 { 1 << UInt32(slot) }
     static func protectionClass(of slot: Int) -> ProtectionClass? {
-        ProtectionClass(rawValue: UInt8(slot > 8 ? slot - 8 : slot))
+        guard slot < indexKey else { return nil }
+        return ProtectionClass(rawValue: UInt8(slot > 8 ? slot - 8 : slot))
     }
-    /// True for the slots that stay under the device key even with a passcode (Always classes, index key).
+    /// True for the slots that stay under the device key even with a passcode (Always classes, tier-D index key).
     static func isDeviceWrappedWithPasscode(_ slot: Int) -> Bool {
         slot == indexKey || protectionClass(of: slot)?.availability == .always
+    }
+    /// The only wrapping a slot may have: with a passcode, device for the Always classes and tier D,
+    /// passcode for everything else; without one, device for everything.
+    static func expectedWrapping(_ slot: Int, passcodeSet: Bool) -> Wrapping {
+        passcodeSet && !isDeviceWrappedWithPasscode(slot) ? .passcode : .device
+    }
+    /// Slots a rekey replaces: every key a passcode protects (when one is set).
+    static func isRotated(_ slot: Int) -> Bool { slot > 0 && slot != 8 && slot <= passcodeIndexKey && !isDeviceWrappedWithPasscode(slot) }
+    static let rotated = (1...passcodeIndexKey).filter(isRotated)
+    /// The slots a format-2 keybag holds.
+    static func required(passcodeSet: Bool) -> [Int] {
+        var slots = [indexKey, passcodeIndexKey]
+        for c in ProtectionClass.allCases where passcodeSet || !c.requiresPasscode {
+            slots += [classKey(c), metadataKey(c)]
+        }
+        return slots
+    }
+    static func deviceWrapKey(_ deviceKey: UnsafeRawBufferPointer) -> SecureBytes {
+        KeyedHash.deriveKey(key: deviceKey, parts: [Array("coffer device wrap v1".utf8)])
     }
 }

@@ -52,9 +52,15 @@ struct KeybagPaths {
 
 /// The keybag file's contents and its sealed encoding.
 ///
-/// `keybag`: "CFKB" ‖ u8 version (1) ‖ AEAD(fileKey, body, ad = those 5 bytes), where
+/// `keybag`: "CFKB" ‖ u8 version ‖ AEAD(fileKey, body, ad = those 5 bytes), where
 /// fileKey = BLAKE2b(key: device key, "coffer keybag file v1" ‖ keybag key) and
-/// body = u64 generation ‖ u8 passcodeSet ‖ [salt(16) ‖ u64 opsLimit ‖ u64 memLimit] ‖ u8 n ‖ n × (u8 slot ‖ u8 wrapping ‖ blob sealed).
+/// - version 1 body = u64 generation ‖ u8 passcodeSet ‖ [salt(16) ‖ u64 opsLimit ‖ u64 memLimit] ‖ u8 n ‖ n × (u8 slot ‖ u8 wrapping ‖ blob sealed)
+/// - version 2 body = u64 generation ‖ u8 flags (bit 0 passcode set, bit 1 rekey pending) ‖ [salt ‖ opsLimit ‖ memLimit]
+///   ‖ u8 n ‖ n × (u8 slot ‖ u8 wrapping ‖ blob sealed), where a slot with bit 7 set is a *previous*
+///   key (rotated out by a rekey that has not finished re-sealing the items; only with the pending flag).
+///
+/// Version 2 adds slot 17 (the passcode-tier index key) and the rekey state; every slot's wrapping is
+/// fixed by the passcode state (``Slot/expectedWrapping(_:passcodeSet:)``) and checked on load.
 ///
 /// `keybag.key`: "CFKK" ‖ u8 version (1) ‖ u64 generation ‖ 32-byte keybag key.
 ///
@@ -67,25 +73,30 @@ struct KeybagFile {
         var parameters: KDFParameters
     }
 
+    /// The format this keybag was read in (1: written by Coffer before the rekey mechanism; needs migrating).
+    var version: UInt8 = currentVersion
     var generation: UInt64
     var passcode: Passcode?
     var entries: [Int: WrappedEntry]
+    /// Keys rotated out by a rekey whose items are not all re-sealed yet (only with `rekeyPending`).
+    var previous: [Int: WrappedEntry] = [:]
+    /// A rekey committed its new keys but has not confirmed that every item was re-sealed.
+    var rekeyPending = false
 
     var passcodeSet: Bool { passcode != nil }
 
-    static let magic = Array("CFKB".utf8) + [1]
+    static let currentVersion: UInt8 = 2
+    static func magic(_ version: UInt8) -> [UInt8] { Array("CFKB".utf8) + [version] }
     static let keyMagic = Array("CFKK".utf8) + [1]
     static let keyFileBytes = keyMagic.count + 8 + Keybag.keyBytes
+    /// Bit 7 of an encoded slot number marks a previous (rotated-out) key.
+    static let previousFlag = 0x80
 
     /// A new keybag with fresh random keys, no passcode, everything under the device key.
     static func generate(deviceKey: SecureBytes) -> (file: KeybagFile, keybagKey: SecureBytes) {
-        let dwk = deviceKey.withUnsafeBytes { KeyedHash.deriveKey(key: $0, parts: [Array("coffer device wrap v1".utf8)]) }
+        let dwk = deviceKey.withUnsafeBytes { Slot.deviceWrapKey($0) }
         var entries: [Int: WrappedEntry] = [:]
-        var slots = [Slot.indexKey]
-        for c in ProtectionClass.allCases where !c.requiresPasscode {
-            slots += [Slot.classKey(c), Slot.metadataKey(c)]
-        }
-        for slot in slots {
+        for slot in Slot.required(passcodeSet: false) {
             entries[slot] = .seal(.random(count: Keybag.keyBytes), slot: slot, wrapping: .device, key: dwk)
         }
         return (KeybagFile(generation: 1, passcode: nil, entries: entries), .random(count: Keybag.keyBytes))
@@ -93,33 +104,39 @@ struct KeybagFile {
 
     // MARK: Encoding
 
+    /// The version-2 body (this code never writes version 1).
     func encodeBody() -> [UInt8] {
-        var w = ByteWriter(capacity: 1024)
+        var w = ByteWriter(capacity: 2048)
         w.u64(generation)
-        w.u8(passcode == nil ? 0 : 1)
+        w.u8((passcode == nil ? 0 : 1) | (rekeyPending ? 2 : 0))
         if let p = passcode {
             w.raw(p.salt)
             w.u64(p.parameters.opsLimit)
             w.u64(p.parameters.memLimit)
         }
-        w.u8(UInt8(entries.count))
+        w.u8(UInt8(entries.count + previous.count))
         for slot in entries.keys.sorted() {
             w.u8(UInt8(slot))
             w.u8(entries[slot]!.wrapping.rawValue)
             w.blob(entries[slot]!.sealed)
         }
+        for slot in previous.keys.sorted() {
+            w.u8(UInt8(slot | Self.previousFlag))
+            w.u8(previous[slot]!.wrapping.rawValue)
+            w.blob(previous[slot]!.sealed)
+        }
         return w.bytes
     }
 
-    static func decodeBody(_ body: SecureBytes) throws(DecodeError) -> KeybagFile {
+    static func decodeBody(_ body: SecureBytes, version: UInt8) throws(DecodeError) -> KeybagFile {
         var bytes = body.withUnsafeBytes { Array($0) } // wrapped keys only: no plaintext key material
         defer { secureZero(&bytes) }
         var r = ByteReader(bytes)
         let generation = try r.u64("generation")
-        let flag = try r.u8("passcode flag")
-        guard flag <= 1 else { throw DecodeError("bad passcode flag") }
+        let flags = try r.u8("flags")
+        guard flags <= (version == 1 ? 1 : 3) else { throw DecodeError("bad flags") }
         var passcode: Passcode? = nil
-        if flag == 1 {
+        if flags & 1 != 0 {
             let salt = Array(try r.raw(Argon2id.saltBytes, "salt"))
             let ops = try r.u64("opsLimit")
             let mem = try r.u64("memLimit")
@@ -128,33 +145,56 @@ struct KeybagFile {
             }
             passcode = Passcode(salt: salt, parameters: KDFParameters(opsLimit: ops, memLimit: mem))
         }
+        let pending = flags & 2 != 0
         let n = Int(try r.u8("entry count"))
         var entries: [Int: WrappedEntry] = [:]
+        var previous: [Int: WrappedEntry] = [:]
         for _ in 0..<n {
-            let slot = Int(try r.u8("slot"))
-            guard slot > 0, slot < Slot.count, slot != 8, entries[slot] == nil else { throw DecodeError("bad or repeated slot \(slot)") }
+            let raw = Int(try r.u8("slot"))
+            let isPrevious = raw & previousFlag != 0
+            let slot = raw & ~previousFlag
+            let maxSlot = version == 1 ? Slot.indexKey : Slot.passcodeIndexKey
+            guard slot > 0, slot <= maxSlot, slot != 8, (isPrevious ? previous[slot] : entries[slot]) == nil else {
+                throw DecodeError("bad or repeated slot \(slot)")
+            }
+            guard !isPrevious || (pending && Slot.isRotated(slot)) else { throw DecodeError("unexpected previous key in slot \(slot)") }
             guard let wrapping = Wrapping(rawValue: try r.u8("wrapping")) else { throw DecodeError("bad wrapping") }
+            // With a passcode, every key of a non-Always class and the passcode-tier index key must be
+            // passcode-wrapped: a slot marked device-wrapped would hand those keys to anyone with the device key.
+            guard wrapping == Slot.expectedWrapping(slot, passcodeSet: passcode != nil) else {
+                throw DecodeError("slot \(slot) has the wrong wrapping for this passcode state")
+            }
             let sealed = Array(try r.blob(max: 256, "wrapped key"))
-            entries[slot] = WrappedEntry(wrapping: wrapping, sealed: sealed)
+            if isPrevious { previous[slot] = WrappedEntry(wrapping: wrapping, sealed: sealed) } else { entries[slot] = WrappedEntry(wrapping: wrapping, sealed: sealed) }
         }
         try r.expectEnd("keybag body")
         guard entries[Slot.indexKey] != nil else { throw DecodeError("index key missing") }
-        return KeybagFile(generation: generation, passcode: passcode, entries: entries)
+        if version >= 2 {
+            guard Set(entries.keys) == Set(Slot.required(passcodeSet: passcode != nil)) else {
+                throw DecodeError("the keybag does not hold exactly the keys its passcode state needs")
+            }
+        }
+        return KeybagFile(version: version, generation: generation, passcode: passcode, entries: entries,
+                          previous: previous, rekeyPending: pending)
     }
 
     static func fileKey(deviceKey: SecureBytes, keybagKey: UnsafeRawBufferPointer) -> SecureBytes {
         deviceKey.withUnsafeBytes { dk in
-            KeyedHash.deriveKey(key: dk, parts: [Array("coffer keybag file v1".utf8), Array(keybagKey)])
+            // By pointer: the keybag key never leaves secure memory.
+            fileKeyLabel.withUnsafeBytes { l in KeyedHash.deriveKey(key: dk, rawParts: [l, keybagKey]) }
         }
     }
+    private static let fileKeyLabel = Array("coffer keybag file v1".utf8)
 
     // MARK: Files
 
     /// Writes this keybag under a new keybag key, crash-safely (see the type's documentation).
-    func save(_ paths: KeybagPaths, keybagKey: SecureBytes, deviceKey: SecureBytes) throws(SecError) {
+    /// `crashPoint` names the test crash point between writing `keybag.next` and the commit.
+    func save(_ paths: KeybagPaths, keybagKey: SecureBytes, deviceKey: SecureBytes, crashPoint: String = "") throws(SecError) {
         let fk = keybagKey.withUnsafeBytes { Self.fileKey(deviceKey: deviceKey, keybagKey: $0) }
         var body = encodeBody()
-        let sealed = body.withUnsafeBytes { b in fk.withUnsafeBytes { k in AEAD.seal(b, key: k, ad: Self.magic) } }
+        let magic = Self.magic(Self.currentVersion)
+        let sealed = body.withUnsafeBytes { b in fk.withUnsafeBytes { k in AEAD.seal(b, key: k, ad: magic) } }
         secureZero(&body)
         let keyFile = SecureBytes(count: Self.keyFileBytes)
         keyFile.withUnsafeMutableBytes { out in
@@ -165,7 +205,8 @@ struct KeybagFile {
             keybagKey.withUnsafeBytes { k in (out.baseAddress! + w.bytes.count).copyMemory(from: k.baseAddress!, byteCount: k.count) }
         }
         do {
-            try Files.writeAtomically(paths.next, Self.magic + sealed)
+            try Files.writeAtomically(paths.next, magic + sealed)
+            CrashPoint.hit(crashPoint)
             try keyFile.withUnsafeBytes { b in Result { () throws(SystemError) in try Files.writeAtomically(paths.key, bytes: b) } }.get()
             try Files.renameDurably(paths.next, paths.keybag)
         } catch {
@@ -213,8 +254,10 @@ struct KeybagFile {
 
     private static func open(_ path: String, fileKey: SecureBytes) throws -> KeybagFile {
         let bytes = try Files.read(path, maxBytes: 64 * 1024)
-        guard bytes.count > magic.count, Array(bytes.prefix(magic.count)) == magic else { throw DecodeError("bad magic") }
-        let body = try AEAD.open(bytes[magic.count...], key: fileKey, ad: magic)
-        return try decodeBody(body)
+        guard bytes.count > 5, Array(bytes.prefix(4)) == Array("CFKB".utf8) else { throw DecodeError("bad magic") }
+        let version = bytes[4]
+        guard version == 1 || version == currentVersion else { throw DecodeError("unknown keybag version \(version)") }
+        let body = try AEAD.open(bytes[5...], key: fileKey, ad: magic(version))
+        return try decodeBody(body, version: version)
     }
 }

@@ -34,6 +34,8 @@ public enum KDFPolicy: Sendable {
 /// The passcode key: Argon2id(passcode, salt) tangled with the device key by keyed BLAKE2b, so the
 /// derivation can only run where the device key is.
 enum PasscodeKDF {
+    static let label = Array("coffer passcode key v1".utf8)
+
     static func derive(passcode: SecureBytes, salt: [UInt8], parameters p: KDFParameters,
                        deviceKey: SecureBytes) throws(SecError) -> SecureBytes {
         guard passcode.count > 0 else { throw .param("the passcode is empty") }
@@ -47,7 +49,8 @@ enum PasscodeKDF {
         }
         return deviceKey.withUnsafeBytes { dk in
             stretched.withUnsafeBytes { s in
-                KeyedHash.deriveKey(key: dk, parts: [Array("coffer passcode key v1".utf8), Array(s)])
+                // By pointer: the Argon2id output never leaves secure memory (it is wiped when `stretched` goes).
+                Self.label.withUnsafeBytes { l in KeyedHash.deriveKey(key: dk, rawParts: [l, s]) }
             }
         }
     }

@@ -4,32 +4,35 @@ import CofferModel
 
 /// How one item is sealed (Apple's current keychain format, mapped to libsodium):
 ///
-/// - attributes: `meta` = u8 version ‖ blob AEAD(classMetadataKey, itemMetaKey) ‖ blob AEAD(itemMetaKey, attributes)
-/// - secret: `secret` = u8 version ‖ blob AEAD(classKey, itemSecretKey) ‖ blob AEAD(itemSecretKey, secret)
+/// - attributes: `meta` = u8 version (1) ‖ blob AEAD(classMetadataKey, itemMetaKey) ‖ blob AEAD(itemMetaKey, attributes)
+/// - secret: `secret` = u8 version (2) ‖ blob AEAD(classKey, itemSecretKey) ‖ blob AEAD(itemSecretKey, padded secret),
+///   padded secret = u32 length ‖ secret ‖ zeros up to ``paddedSize(_:)``. Version 1 secrets (written before
+///   the padding, unpadded) are still read until the migration re-seals them.
 ///
-/// Every AEAD binds the item's persistent reference, protection class and role as associated data,
-/// so a blob moved to another row, or relabelled to another class, fails authentication.
+/// Every AEAD binds the item's persistent reference, protection class, role and format version
+/// ("coffer item vN ROLE") as associated data, so a blob moved to another row, relabelled to another
+/// class, or relabelled to another version (to skip the unpadding) fails authentication.
 enum ItemCrypto {
-    static let version: UInt8 = 1
+    /// The format of sealed attributes (unchanged since the first release).
+    static let metaVersion: UInt8 = 1
+    /// The format of sealed secrets: 2 = padded.
+    static let secretVersion: UInt8 = 2
 
     enum Role: String {
         case metaKey = "meta-key", meta, secretKey = "secret-key", secret
-
-        /// "coffer item v1 ROLE" in UTF-8, the start of every associated-data string (built once).
-        var adPrefix: [UInt8] {
-            switch self {
-            case .metaKey: Self.prefixes.0
-            case .meta: Self.prefixes.1
-            case .secretKey: Self.prefixes.2
-            case .secret: Self.prefixes.3
-            }
-        }
-        private static let prefixes = (bytes(.metaKey), bytes(.meta), bytes(.secretKey), bytes(.secret))
-        private static func bytes(_ r: Role) -> [UInt8] { Array("coffer item v1 \(r.rawValue)".utf8) }
     }
 
-    static func ad(_ role: Role, ref: [UInt8], protection: ProtectionClass) -> [UInt8] {
-        let prefix = role.adPrefix
+    /// "coffer item vN ROLE" in UTF-8, the start of every associated-data string (built once).
+    private static let prefixes: [UInt8: [Role: [UInt8]]] = {
+        var out: [UInt8: [Role: [UInt8]]] = [:]
+        for v: UInt8 in [1, 2] {
+            for r in [Role.metaKey, .meta, .secretKey, .secret] { out[v, default: [:]][r] = Array("coffer item v\(v) \(r.rawValue)".utf8) }
+        }
+        return out
+    }()
+
+    static func ad(_ role: Role, ref: [UInt8], protection: ProtectionClass, version: UInt8 = 1) -> [UInt8] {
+        let prefix = prefixes[version]![role]!
         var out: [UInt8] = []
         out.reserveCapacity(prefix.count + ref.count + 1)
         out += prefix
@@ -38,12 +41,47 @@ enum ItemCrypto {
         return out
     }
 
-    /// Seals `plaintext` under a fresh per-item key wrapped by `classKey`.
-    static func seal(_ plaintext: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
-                     protection: ProtectionClass, keyRole: Role, dataRole: Role) -> [UInt8] {
+    /// The padded plaintext size of a `secretBytes`-byte secret (with its 4-byte length): the next power
+    /// of two from 64 bytes to 4 KiB, then the next multiple of 4 KiB. A sealed secret thus reveals only
+    /// its bucket (1 and 40 bytes look alike; so do 5,000 and 8,000), at a cost of < 2× below 4 KiB and
+    /// < 4 KiB above.
+    static func paddedSize(_ secretBytes: Int) -> Int {
+        let n = secretBytes + 4
+        if n > 4096 { return (n + 4095) / 4096 * 4096 }
+        var size = 64
+        while size < n { size *= 2 }
+        return size
+    }
+
+    /// Seals attributes (version 1 format) under a fresh per-item key wrapped by `classKey`.
+    static func sealMeta(_ plaintext: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
+                         protection: ProtectionClass) -> [UInt8] {
+        seal(plaintext, classKey: classKey, ref: ref, protection: protection, keyRole: .metaKey, dataRole: .meta, version: metaVersion)
+    }
+
+    /// Seals a secret (version 2: padded) under a fresh per-item key wrapped by `classKey`.
+    static func sealSecret(_ secret: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
+                           protection: ProtectionClass) -> [UInt8] {
+        let padded = SecureBytes(count: paddedSize(secret.count)) // zero-filled
+        padded.withUnsafeMutableBytes { p in
+            let n = UInt32(secret.count)
+            for i in 0..<4 { p[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * i)) }
+            if secret.count > 0 { (p.baseAddress! + 4).copyMemory(from: secret.baseAddress!, byteCount: secret.count) }
+        }
+        return padded.withUnsafeBytes {
+            seal($0, classKey: classKey, ref: ref, protection: protection, keyRole: .secretKey, dataRole: .secret, version: secretVersion)
+        }
+    }
+
+    private static func seal(_ plaintext: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
+                             protection: ProtectionClass, keyRole: Role, dataRole: Role, version: UInt8) -> [UInt8] {
         let itemKey = SecureBytes.random(count: AEAD.keyBytes)
-        let wrapped = itemKey.withUnsafeBytes { AEAD.seal($0, key: classKey, ad: ad(keyRole, ref: ref, protection: protection)) }
-        let sealed = itemKey.withUnsafeBytes { AEAD.seal(plaintext, key: $0, ad: ad(dataRole, ref: ref, protection: protection)) }
+        let wrapped = itemKey.withUnsafeBytes { AEAD.seal($0, key: classKey, ad: ad(keyRole, ref: ref, protection: protection, version: version)) }
+        let sealed = itemKey.withUnsafeBytes { AEAD.seal(plaintext, key: $0, ad: ad(dataRole, ref: ref, protection: protection, version: version)) }
+        return assemble(version, wrapped, sealed)
+    }
+
+    private static func assemble(_ version: UInt8, _ wrapped: [UInt8], _ sealed: ArraySlice<UInt8>) -> [UInt8] {
         var w = ByteWriter(capacity: 1 + 8 + wrapped.count + sealed.count)
         w.u8(version)
         w.blob(wrapped)
@@ -51,24 +89,91 @@ enum ItemCrypto {
         return w.bytes
     }
 
-    /// Opens what ``seal`` made; errSecDecode if anything was altered.
-    static func open(_ blob: [UInt8], classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass,
-                     keyRole: Role, dataRole: Role) throws(SecError) -> SecureBytes {
+    private static func assemble(_ version: UInt8, _ wrapped: [UInt8], _ sealed: [UInt8]) -> [UInt8] {
+        assemble(version, wrapped, sealed[...])
+    }
+
+    /// The format version of a sealed blob (its first byte), nil if empty.
+    static func version(of blob: [UInt8]) -> UInt8? { blob.first }
+
+    private struct Parts {
+        var version: UInt8
+        var wrapped: ArraySlice<UInt8>
+        var sealed: ArraySlice<UInt8>
+    }
+
+    private static func parse(_ blob: [UInt8], allowed: ClosedRange<UInt8>) throws -> Parts {
+        var r = ByteReader(blob)
+        let v = try r.u8("version")
+        guard allowed.contains(v) else { throw SecError.decode("unknown item format version") }
+        let wrapped = try r.blob(max: 128, "wrapped item key")
+        let sealed = try r.blob(max: 1 << 24, "sealed item")
+        try r.expectEnd("item")
+        return Parts(version: v, wrapped: wrapped, sealed: sealed)
+    }
+
+    private static func unwrapItemKey(_ p: Parts, classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass,
+                                      keyRole: Role) throws -> SecureBytes {
+        let itemKey = try AEAD.open(p.wrapped, key: classKey, ad: ad(keyRole, ref: ref, protection: protection, version: p.version))
+        guard itemKey.count == AEAD.keyBytes else { throw SecError.decode("item key has the wrong size") }
+        return itemKey
+    }
+
+    private static func failure(_ error: Error) -> SecError {
+        (error as? SecError) ?? .decode("an item failed authentication or is malformed (the database was altered or is corrupt)")
+    }
+
+    /// Opens sealed attributes; errSecDecode if anything was altered.
+    static func openMeta(_ blob: [UInt8], classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass) throws(SecError) -> SecureBytes {
         do {
-            var r = ByteReader(blob)
-            guard try r.u8("version") == version else { throw SecError.decode("unknown item format version") }
-            let wrapped = try r.blob(max: 128, "wrapped item key")
-            let sealed = try r.blob(max: 1 << 24, "sealed item")
-            try r.expectEnd("item")
-            let itemKey = try AEAD.open(wrapped, key: classKey, ad: ad(keyRole, ref: ref, protection: protection))
-            guard itemKey.count == AEAD.keyBytes else { throw SecError.decode("item key has the wrong size") }
+            let p = try parse(blob, allowed: metaVersion...metaVersion)
+            let itemKey = try unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: .metaKey)
             return try itemKey.withUnsafeBytes { k throws(CryptoError) in
-                try AEAD.open(sealed, key: k, ad: ad(dataRole, ref: ref, protection: protection))
+                try AEAD.open(p.sealed, key: k, ad: ad(.meta, ref: ref, protection: protection, version: p.version))
             }
-        } catch let e as SecError {
-            throw e
         } catch {
-            throw .decode("an item failed authentication or is malformed (the database was altered or is corrupt)")
+            throw failure(error)
+        }
+    }
+
+    /// Opens a sealed secret of version 1 (unpadded) or 2 (padded); errSecDecode if anything was altered.
+    static func openSecret(_ blob: [UInt8], classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass) throws(SecError) -> SecureBytes {
+        do {
+            let p = try parse(blob, allowed: 1...secretVersion)
+            let itemKey = try unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: .secretKey)
+            let plain = try itemKey.withUnsafeBytes { k throws(CryptoError) in
+                try AEAD.open(p.sealed, key: k, ad: ad(.secret, ref: ref, protection: protection, version: p.version))
+            }
+            guard p.version == 2 else { return plain }
+            return try plain.withUnsafeBytes { b throws(SecError) in
+                guard b.count >= 4 else { throw SecError.decode("a padded secret is too short") }
+                let n = Int(b[0]) << 24 | Int(b[1]) << 16 | Int(b[2]) << 8 | Int(b[3])
+                guard n <= b.count - 4, b.count == paddedSize(n) else { throw SecError.decode("a padded secret has a bad length") }
+                return SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[4 ..< 4 + n]))
+            }
+        } catch {
+            throw failure(error)
+        }
+    }
+
+    /// True if the item key of `blob` unwraps under `classKey` (a cheap test of which key sealed it).
+    static func unwraps(_ blob: [UInt8], classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass,
+                        keyRole: Role) -> Bool {
+        guard let p = try? parse(blob, allowed: 1...secretVersion) else { return false }
+        return (try? unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: keyRole)) != nil
+    }
+
+    /// Re-wraps the item key of `blob` from `oldKey` to `newKey`, leaving the sealed payload (and its
+    /// format version) as it is: what a rekey does to a row already in the current format.
+    static func rewrap(_ blob: [UInt8], from oldKey: UnsafeRawBufferPointer, to newKey: UnsafeRawBufferPointer, ref: [UInt8],
+                       protection: ProtectionClass, keyRole: Role) throws(SecError) -> [UInt8] {
+        do {
+            let p = try parse(blob, allowed: 1...secretVersion)
+            let itemKey = try unwrapItemKey(p, classKey: oldKey, ref: ref, protection: protection, keyRole: keyRole)
+            let wrapped = itemKey.withUnsafeBytes { AEAD.seal($0, key: newKey, ad: ad(keyRole, ref: ref, protection: protection, version: p.version)) }
+            return assemble(p.version, wrapped, p.sealed)
+        } catch {
+            throw failure(error)
         }
     }
 }

@@ -34,17 +34,55 @@ public final class Keychain: @unchecked Sendable {
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
         store = try ItemStore(path: directory + "/" + FileNames.database)
         self.defaultAccessGroup = defaultAccessGroup
+        if keybag.needsRekey { try migrateAtOpen() }
+    }
+
+    /// What the migrations of this process did (one line each, no attribute values), for the agent's log.
+    public var migrationReport: [String] { mutex.withLock { migrations } }
+    private var migrations: [String] = []
+
+    /// A keybag of format 1 (or one a crash left mid-rekey) at open: re-pads the Always rows now (their
+    /// keys never change), and without a passcode finishes the whole rekey now; with a passcode the
+    /// first unlock does (see ``unlock(passcode:)``).
+    private func migrateAtOpen() throws(SecError) {
+        let version = keybag.formatVersion
+        try mutex.withLock { () throws(SecError) in
+            let repadded = try store.transaction { () throws(SecError) in try repadAlwaysRows() }
+            if repadded > 0 { migrations.append("keychain: \(repadded) Always-class items re-padded (item format 2)") }
+            if !keybag.isPasscodeSet {
+                try keybag.finishRekeyWithoutPasscode { keys throws(SecError) in try self.resealRows(keys, from: version) }
+            } else {
+                migrations.append("keybag format \(version) with a passcode: the remaining items are migrated at the first unlock")
+            }
+        }
     }
 
     // MARK: Keybag pass-through
 
     /// Unlocks the keybag (the passcode was checked by PAM first, in the agent).
-    public func unlock(passcode: SecureBytes?) throws(SecError) { try keybag.unlock(passcode: passcode) }
+    ///
+    /// Argon2id runs outside the keychain mutex. If a rekey is pending (a format-1 keybag, or a passcode
+    /// change a crash interrupted), it is finished here, holding the mutex, before the keys are handed out.
+    public func unlock(passcode: SecureBytes?) throws(SecError) {
+        let derived = try keybag.derivePasscodeKey(passcode)
+        try mutex.withLock { () throws(SecError) in
+            let version = keybag.formatVersion
+            let needed = keybag.needsRekey
+            try keybag.unlock(derived: derived) { keys throws(SecError) in try self.resealRows(keys, from: version) }
+            if needed { migrations.append("keybag rekey finished at unlock (keybag format \(version) → 2)") }
+        }
+    }
     /// Locks the keybag.
     public func lock() { keybag.lock() }
-    /// Sets or changes the keybag passcode.
+    /// Sets or changes the keybag passcode: a rekey that re-seals every non-Always item under fresh
+    /// keys (holding the keychain mutex throughout: seconds at 100,000 items).
     public func setPasscode(current: SecureBytes?, new: SecureBytes, kdf: KDFPolicy = .standard) throws(SecError) {
-        try keybag.setPasscode(current: current, new: new, kdf: kdf)
+        try mutex.withLock { () throws(SecError) in
+            let version = keybag.formatVersion
+            try keybag.setPasscode(current: current, new: new, kdf: kdf) { keys throws(SecError) in
+                try self.resealRows(keys, from: version)
+            }
+        }
     }
 
     /// Number of items (all classes, locked or not).
@@ -68,11 +106,14 @@ public final class Keychain: @unchecked Sendable {
         let (attrs, protection) = try completed(item.attributes)
         let ref = Random.bytes(16)
         return try mutex.withLock { () throws(SecError) in
-            let content = try item.secret.withUnsafeBytes { s throws(SecError) in
+            let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                 try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref)
             }
             // The row and its index entries commit together (one transaction) or not at all.
-            try store.transaction { () throws(SecError) in _ = try store.insert(content) }
+            try store.transaction { () throws(SecError) in
+                try checkNoDuplicate(otherTiers, except: nil)
+                _ = try store.insert(content)
+            }
             return ItemResult(itemClass: item.itemClass,
                               attributes: returnAttributes ? attrs : nil,
                               data: returnData ? SecureBytes(copying: item.secret.withUnsafeBytes { $0 }) : nil,
@@ -91,9 +132,10 @@ public final class Keychain: @unchecked Sendable {
         try mutex.withLock { () throws(SecError) in
             try store.transaction { () throws(SecError) in
                 for (item, attrs, protection) in prepared {
-                    let content = try item.secret.withUnsafeBytes { s throws(SecError) in
+                    let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                         try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
                     }
+                    try checkNoDuplicate(otherTiers, except: nil)
                     try store.insert(content)
                 }
             }
@@ -122,7 +164,7 @@ public final class Keychain: @unchecked Sendable {
         try Validation.check(query)
         return try mutex.withLock { () throws(SecError) in
             var results: [ItemResult] = []
-            try store.reading { () throws(SecError) in
+            let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(query, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
@@ -131,7 +173,7 @@ public final class Keychain: @unchecked Sendable {
                     results.append(r)
                 }
             }
-            guard !results.isEmpty else { throw .itemNotFound() }
+            guard !results.isEmpty else { throw Self.notFound(complete) }
             return results
         }
     }
@@ -158,7 +200,7 @@ public final class Keychain: @unchecked Sendable {
         return try mutex.withLock { () throws(SecError) in
             var items: [ItemResult] = []
             var lastRowID = cursor, refused = false
-            try store.reading { () throws(SecError) in
+            let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(query, limit: query.limit.bound, after: cursor, until: { refused }) { (row, cls, attrs) throws(SecError) in
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
@@ -169,7 +211,7 @@ public final class Keychain: @unchecked Sendable {
                     lastRowID = row.id
                 }
             }
-            guard !items.isEmpty || refused || cursor > 0 else { throw .itemNotFound() }
+            guard !items.isEmpty || refused || cursor > 0 else { throw Self.notFound(complete) }
             return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused)
         }
     }
@@ -186,8 +228,8 @@ public final class Keychain: @unchecked Sendable {
         let newProtection = try Validation.protection(of: changes.attributes)
         return try mutex.withLock { () throws(SecError) in
             var matches: [(StoredRow, ItemClass, Attributes)] = []
-            try forEachMatch(query, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
-            guard !matches.isEmpty else { throw .itemNotFound() }
+            let complete = try forEachMatch(query, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
+            guard !matches.isEmpty else { throw Self.notFound(complete) }
             return try store.transaction { () throws(SecError) in
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
@@ -198,10 +240,11 @@ public final class Keychain: @unchecked Sendable {
                     attrs["pdmn"] = .string(protection.shortCode)
                     let secret: SecureBytes
                     if let s = changes.secret { secret = s } else { secret = try openSecret(row) }
-                    let content = try secret.withUnsafeBytes { s throws(SecError) in
+                    let (content, otherTiers) = try secret.withUnsafeBytes { s throws(SecError) in
                         try seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef)
                     }
                     try store.replace(id: row.id, with: content)
+                    try checkNoDuplicate(otherTiers, except: row.id)
                 }
                 return matches.count
             }
@@ -216,8 +259,8 @@ public final class Keychain: @unchecked Sendable {
         try Validation.check(query)
         return try mutex.withLock { () throws(SecError) in
             var ids: [Int64] = []
-            try forEachMatch(query, limit: nil) { (row, _, _) throws(SecError) in ids.append(row.id) }
-            guard !ids.isEmpty else { throw .itemNotFound() }
+            let complete = try forEachMatch(query, limit: nil) { (row, _, _) throws(SecError) in ids.append(row.id) }
+            guard !ids.isEmpty else { throw Self.notFound(complete) }
             try store.transaction { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
             }
@@ -229,30 +272,97 @@ public final class Keychain: @unchecked Sendable {
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
     /// and compared in full, so a tampered index can never return a wrong item.
+    ///
+    /// The blind hashes are computed under every index key in memory (tier D, and tier P after the
+    /// first unlock) and the union visited in row-id order: at most twice today's index seeks. Returns
+    /// false if a tier that could hold matches was not searchable (tier P before the first unlock).
+    ///
     /// Paging: only rows after row id `cursor`, and `done` (asked after each match) ends the visit early.
+    /// The visit is lazy (a page decrypts what it returns plus at most ``mergeChunk`` rows per tier),
+    /// so listing a large keychain page by page stays linear.
+    @discardableResult
     private func forEachMatch(_ q: ItemQuery, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
-                              _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) {
+                              _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
         var found = 0
-        func visit(_ row: StoredRow) throws(SecError) -> Bool {
-            let (cls, attrs) = try openAttributes(row)
-            guard Self.matches(q, cls, attrs) else { return true }
+        /// Hands one match to `body`; false once the visit must stop.
+        func deliver(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes) throws(SecError) -> Bool {
             try body(row, cls, attrs)
             found += 1
             return !done() && (limit.map { found < $0 } ?? true)
         }
         if let ref = q.persistentRef {
-            if let row = try store.row(persistentRef: ref), row.id > cursor { _ = try visit(row) }
-            return
+            if let row = try store.row(persistentRef: ref), row.id > cursor {
+                let (cls, attrs) = try openAttributes(row)
+                if Self.matches(q, cls, attrs) { _ = try deliver(row, cls, attrs) }
+            }
+            return true
         }
         var probe = q.attributes.filter { AttributeCatalog.indexed.contains($0.key) }
         if let c = q.itemClass { probe["class"] = .string(c.rawValue) }
-        let hashes = try keybag.withIndexKey { k throws(SecError) -> [[UInt8]] in
-            // The common lookup (service + account, server + account) has its own entry: one seek, a
-            // handful of candidates at most, each compared in full after decryption anyway.
-            if let compound = Self.compoundHashes(k, q.attributes).first { return [compound] }
-            return probe.map { Self.blindHash(k, $0.key, $0.value) }
+        // The tiers that can hold a match: the one of the query's protection class, or both.
+        let wanted = try Validation.protection(of: q.attributes).map { [IndexTier.of($0)] } ?? IndexTier.allCases
+        let tiers = try keybag.withIndexKeys { keys throws(SecError) -> [[[UInt8]]] in
+            keys.filter { wanted.contains($0.0) }.map { _, k in
+                // The common lookup (service + account, server + account) has its own entry: one seek, a
+                // handful of candidates at most, each compared in full after decryption anyway.
+                if let compound = Self.compoundHashes(k, q.attributes).first { return [compound] }
+                return probe.map { Self.blindHash(k, $0.key, $0.value) }
+            }
         }
-        try store.forEachRow(matchingAll: hashes, after: cursor, visit)
+        let complete = tiers.count == wanted.count
+        let scans = Array(tiers.prefix(probe.isEmpty ? 1 : tiers.count)) // no hashes: one scan covers every row
+        if scans.count == 1 {
+            try store.forEachRow(matchingAll: scans[0], after: cursor) { (row) throws(SecError) -> Bool in
+                let (cls, attrs) = try openAttributes(row)
+                guard Self.matches(q, cls, attrs) else { return true }
+                return try deliver(row, cls, attrs)
+            }
+            return complete
+        }
+        // Several tiers: merged by row id a chunk at a time. Each tier yields up to `mergeChunk` matches
+        // after `from`; every match up to the lowest id where a tier stopped short is in order and final.
+        var from = cursor
+        while true {
+            var batch: [(StoredRow, ItemClass, Attributes)] = []
+            var boundary = Int64.max
+            for hashes in scans {
+                var n = 0
+                try store.forEachRow(matchingAll: hashes, after: from) { (row) throws(SecError) -> Bool in
+                    let (cls, attrs) = try openAttributes(row)
+                    guard Self.matches(q, cls, attrs) else { return true }
+                    batch.append((row, cls, attrs))
+                    n += 1
+                    guard n < Self.mergeChunk else { boundary = min(boundary, row.id); return false }
+                    return true
+                }
+            }
+            batch.sort { $0.0.id < $1.0.id }
+            for (row, cls, attrs) in batch where row.id <= boundary {
+                guard try deliver(row, cls, attrs) else { return complete }
+            }
+            guard boundary != .max else { return complete }
+            from = boundary
+        }
+    }
+
+    /// Matches each index tier contributes per round when several are merged (see ``forEachMatch``).
+    static let mergeChunk = 64
+
+    /// Nothing matched: errSecItemNotFound, or errSecInteractionNotAllowed if a tier could not be searched
+    /// (before the first unlock, an item of a non-Always class can be neither found nor ruled out).
+    private static func notFound(_ complete: Bool) -> SecError {
+        complete ? .itemNotFound() : .interactionNotAllowed("items of the non-Always classes cannot be searched before the first unlock")
+    }
+
+    /// errSecDuplicateItem if a row other than `except` has one of `primaryKeys` (the item's primary-key
+    /// hash under the index tiers other than its own; its own tier is the UNIQUE constraint's).
+    ///
+    /// Limit: in boot state only tier D is in memory, so an Always item added then cannot be compared
+    /// with passcode-tier rows (a later unlock does not detect that pair either; both rows stay readable).
+    private func checkNoDuplicate(_ primaryKeys: [[UInt8]], except: Int64?) throws(SecError) {
+        for pk in primaryKeys {
+            if let id = try store.rowID(primaryKey: pk), id != except { throw .duplicateItem() }
+        }
     }
 
     private static func matches(_ q: ItemQuery, _ cls: ItemClass, _ attrs: Attributes) -> Bool {
@@ -261,25 +371,33 @@ public final class Keychain: @unchecked Sendable {
         return true
     }
 
+    /// Seals an item for its row; also returns its primary-key hash under the other index tiers in
+    /// memory (for ``checkNoDuplicate(_:except:)``).
     private func seal(itemClass: ItemClass, attributes: Attributes, secret: UnsafeRawBufferPointer,
-                      protection: ProtectionClass, ref: [UInt8]) throws(SecError) -> RowContent {
+                      protection: ProtectionClass, ref: [UInt8]) throws(SecError) -> (RowContent, [[UInt8]]) {
         var full = attributes
         full["class"] = .string(itemClass.rawValue)
         var encoded = AttributeCodec.encode(full)
         defer { secureZero(&encoded) }
         let meta = try keybag.withMetadataKey(protection) { k in
-            encoded.withUnsafeBytes { ItemCrypto.seal($0, classKey: k, ref: ref, protection: protection, keyRole: .metaKey, dataRole: .meta) }
+            encoded.withUnsafeBytes { ItemCrypto.sealMeta($0, classKey: k, ref: ref, protection: protection) }
         }
         let sealedSecret = try keybag.withClassKey(protection) { k in
-            ItemCrypto.seal(secret, classKey: k, ref: ref, protection: protection, keyRole: .secretKey, dataRole: .secret)
+            ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection)
         }
-        let (pk, index) = try keybag.withIndexKey { k throws(SecError) in
-            (Self.primaryKeyHash(k, itemClass, full),
-             full.filter { AttributeCatalog.indexed.contains($0.key) }.map { Self.blindHash(k, $0.key, $0.value) }
-                + Self.compoundHashes(k, full))
+        let tier = IndexTier.of(protection)
+        let (pk, index) = try keybag.withIndexKey(tier) { k throws(SecError) in Self.hashes(k, itemClass, full) }
+        let others = try keybag.withIndexKeys { keys throws(SecError) in
+            keys.filter { $0.0 != tier }.map { Self.primaryKeyHash($0.1, itemClass, full) }
         }
-        return RowContent(primaryKeyHash: pk, persistentRef: ref, protectionClass: protection.rawValue,
-                          meta: meta, secret: sealedSecret, indexHashes: index)
+        return (RowContent(primaryKeyHash: pk, persistentRef: ref, protectionClass: protection.rawValue,
+                           meta: meta, secret: sealedSecret, indexHashes: index), others)
+    }
+
+    /// A row's primary-key hash and blind-index entries under index key `k` (`full` includes `class`).
+    private static func hashes(_ k: UnsafeRawBufferPointer, _ itemClass: ItemClass, _ full: Attributes) -> ([UInt8], [[UInt8]]) {
+        (primaryKeyHash(k, itemClass, full),
+         full.filter { AttributeCatalog.indexed.contains($0.key) }.map { blindHash(k, $0.key, $0.value) } + compoundHashes(k, full))
     }
 
     private func openAttributes(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes) {
@@ -287,8 +405,12 @@ public final class Keychain: @unchecked Sendable {
             throw .decode("an item row has an invalid protection class or reference")
         }
         let plain = try keybag.withMetadataKey(protection) { k throws(SecError) in
-            try ItemCrypto.open(row.meta, classKey: k, ref: row.persistentRef, protection: protection, keyRole: .metaKey, dataRole: .meta)
+            try ItemCrypto.openMeta(row.meta, classKey: k, ref: row.persistentRef, protection: protection)
         }
+        return try Self.decodeAttributes(plain, protection)
+    }
+
+    private static func decodeAttributes(_ plain: SecureBytes, _ protection: ProtectionClass) throws(SecError) -> (ItemClass, Attributes) {
         var attrs: Attributes
         do {
             var bytes = plain.withUnsafeBytes { Array($0) }
@@ -309,8 +431,84 @@ public final class Keychain: @unchecked Sendable {
     private func openSecret(_ row: StoredRow) throws(SecError) -> SecureBytes {
         let protection = ProtectionClass(rawValue: row.protectionClass)!
         return try keybag.withClassKey(protection) { k throws(SecError) in
-            try ItemCrypto.open(row.secret, classKey: k, ref: row.persistentRef, protection: protection, keyRole: .secretKey, dataRole: .secret)
+            try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection)
         }
+    }
+
+    // MARK: Rekey and migration (hold `mutex`)
+
+    /// Step 2 of a rekey: in one transaction, re-seals every row of a rotated class under the new keys
+    /// (re-wrapping its item keys; re-padding a format-1 secret) and recomputes its primary-key and
+    /// blind-index hashes under the new tier-P key.
+    /// Idempotent: a row whose item key already unwraps under the new key is left alone.
+    private func resealRows(_ keys: RekeyKeys, from keybagVersion: Int) throws(SecError) {
+        let t0 = Self.now()
+        var resealed = 0
+        // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
+        // The Always rows need nothing: their keys do not rotate, and `migrateAtOpen` re-padded them.
+        try store.transaction { () throws(SecError) in
+            let rows = try store.rowClasses()
+            for (i, (id, pclass)) in rows.enumerated() {
+                if i == rows.count / 2 { CrashPoint.hit("rekey-reseal-half") }
+                guard let p = ProtectionClass(rawValue: pclass), p.availability != .always else { continue }
+                guard let row = try store.row(id: id) else { continue }
+                if try resealRow(row, p, keys) { resealed += 1 }
+            }
+        }
+        migrations.append("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed in \(Int((Self.now() - t0) * 1000)) ms")
+    }
+
+    private func resealRow(_ row: StoredRow, _ p: ProtectionClass, _ keys: RekeyKeys) throws(SecError) -> Bool {
+        guard row.persistentRef.count == 16, let newMK = keys.metadataKey(p, previous: false),
+              let newCK = keys.classKey(p, previous: false) else {
+            throw .decode("an item row has an invalid protection class or reference")
+        }
+        let ref = row.persistentRef
+        if newMK.withUnsafeBytes({ ItemCrypto.unwraps(row.meta, classKey: $0, ref: ref, protection: p, keyRole: .metaKey) }) {
+            return false // re-sealed by an earlier run of this rekey
+        }
+        guard let oldMK = keys.metadataKey(p, previous: true), let oldCK = keys.classKey(p, previous: true) else {
+            throw .decode("an item is sealed under neither the new nor the previous keys of its class")
+        }
+        let plain = try oldMK.withUnsafeBytes { k throws(SecError) in try ItemCrypto.openMeta(row.meta, classKey: k, ref: ref, protection: p) }
+        let (cls, attrs) = try Self.decodeAttributes(plain, p)
+        let meta = try oldMK.withUnsafeBytes { o throws(SecError) in
+            try newMK.withUnsafeBytes { n throws(SecError) in
+                try ItemCrypto.rewrap(row.meta, from: o, to: n, ref: ref, protection: p, keyRole: .metaKey)
+            }
+        }
+        let secret = try oldCK.withUnsafeBytes { o throws(SecError) -> [UInt8] in
+            try newCK.withUnsafeBytes { n throws(SecError) -> [UInt8] in
+                if ItemCrypto.version(of: row.secret) == ItemCrypto.secretVersion {
+                    return try ItemCrypto.rewrap(row.secret, from: o, to: n, ref: ref, protection: p, keyRole: .secretKey)
+                }
+                let s = try ItemCrypto.openSecret(row.secret, classKey: o, ref: ref, protection: p)
+                return s.withUnsafeBytes { ItemCrypto.sealSecret($0, classKey: n, ref: ref, protection: p) }
+            }
+        }
+        var full = attrs
+        full["class"] = .string(cls.rawValue)
+        let (pk, index) = keys.passcodeIndexKey.withUnsafeBytes { Self.hashes($0, cls, full) }
+        try store.replace(id: row.id, with: RowContent(primaryKeyHash: pk, persistentRef: ref, protectionClass: p.rawValue,
+                                                      meta: meta, secret: secret, indexHashes: index))
+        return true
+    }
+
+    /// Re-pads the format-1 secrets of Always-class rows (keys unchanged, so idempotent); call inside a
+    /// transaction. Returns how many rows changed.
+    private func repadAlwaysRows() throws(SecError) -> Int {
+        var n = 0
+        for (id, pclass) in try store.rowClasses() {
+            guard let p = ProtectionClass(rawValue: pclass), p.availability == .always,
+                  let row = try store.row(id: id), ItemCrypto.version(of: row.secret) == 1 else { continue }
+            let sealed = try keybag.withClassKey(p) { k throws(SecError) in
+                let s = try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: p)
+                return s.withUnsafeBytes { ItemCrypto.sealSecret($0, classKey: k, ref: row.persistentRef, protection: p) }
+            }
+            try store.replaceSecret(id: id, with: sealed)
+            n += 1
+        }
+        return n
     }
 
     /// Attribute pairs that get a combined blind-index entry, for the lookups scripts make most.

@@ -183,6 +183,40 @@ public final class ItemStore {
         cachedCount = cachedCount.map { $0 - db.changes }
     }
 
+    /// The id and protection class of every row, oldest first (a rekey walks them in batches of one).
+    public func rowClasses() throws(SecError) -> [(id: Int64, protectionClass: UInt8)] {
+        let s = try db.statement("SELECT id, pclass FROM items ORDER BY id")
+        defer { sqlite3_reset(s.stmt) }
+        var out: [(id: Int64, protectionClass: UInt8)] = []
+        while try s.step() { out.append((s.int64(0), UInt8(clamping: s.int64(1)))) }
+        return out
+    }
+
+    /// The row with this id, if any.
+    public func row(id: Int64) throws(SecError) -> StoredRow? {
+        let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE id = ?1")
+        s.bind(1, id)
+        defer { sqlite3_reset(s.stmt) }
+        return try s.step() ? Self.row(s) : nil
+    }
+
+    /// The id of the row whose primary-key hash is `pk`, if any (one seek on the UNIQUE index): the
+    /// keychain's duplicate check across index tiers, whose hashes the UNIQUE constraint cannot compare.
+    public func rowID(primaryKey pk: [UInt8]) throws(SecError) -> Int64? {
+        let s = try db.statement("SELECT id FROM items WHERE pk = ?1")
+        s.bind(1, pk)
+        defer { sqlite3_reset(s.stmt) }
+        return try s.step() ? s.int64(0) : nil
+    }
+
+    /// Replaces only the sealed secret of row `id` (re-padding a row in place; its keys and index stay).
+    public func replaceSecret(id: Int64, with secret: [UInt8]) throws(SecError) {
+        let s = try db.statement("UPDATE items SET secret = ?1 WHERE id = ?2")
+        s.bind(1, secret)
+        s.bind(2, id)
+        try s.run()
+    }
+
     /// The row with this persistent reference, if any.
     public func row(persistentRef: [UInt8]) throws(SecError) -> StoredRow? {
         let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE pref = ?1")

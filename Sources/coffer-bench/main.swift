@@ -1,6 +1,8 @@
 // coffer-bench: benchmarks (not timed tests). Prints Markdown tables.
 //
 //   coffer-bench keychain [SIZE ...]                 library: median add and copyMatching(svce+acct) per size
+//   coffer-bench rekey [SIZE ...]                    library: passcode change (rekey: every non-Always item
+//                                                    re-sealed) per keychain size (default 1k, 100k)
 //   coffer-bench agent BIN_DIR [SIZE ...]            agent per keychain size (default 1k, 100k, 1M): unlock vs
 //                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
 //                                                    CLI process time, cold start, RSS, locked memory
@@ -78,6 +80,60 @@ func benchKeychain(sizes: [Int]) throws {
     }
 }
 
+/// The cost of a passcode change: a rekey that re-seals every non-Always item in one transaction.
+/// Argon2id runs at fixed minimal parameters (1 pass, 64 MiB) and is timed apart, so the table shows
+/// what the item count adds; a real change adds two calibrated derivations (≥ 80 ms each).
+func benchRekey(sizes: [Int]) throws {
+    print("| items | passcode change (ms) | of which Argon2id ×2 (ms) | re-seal per item (µs) | unlock after (ms) |")
+    print("|---:|---:|---:|---:|---:|")
+    let kdf = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: KDFParameters.floorMemory))
+    for n in sizes {
+        let dir = makeTempDir()
+        defer { _ = system("rm -rf '\(dir)'") }
+        let kc = try Keychain(directory: dir)
+        try kc.setPasscode(current: nil, new: secret("old passcode"), kdf: kdf)
+        // Nine in ten items in passcode classes (re-sealed), one in ten Always (left alone).
+        let classes = ["ak", "ck", "aku", "cku", "ak", "ck", "akpu", "ak", "ck", "dk"]
+        var i = 0
+        while i < n {
+            let batch = (i..<min(n, i + 5000)).map { k in
+                NewItem(itemClass: .genericPassword,
+                        attributes: ["svce": .string("service-\(k % 97)"), "acct": .string("account-\(k)"), "labl": .string("item \(k)"),
+                                     "pdmn": .string(classes[k % classes.count])],
+                        secret: secret("password-\(k)"))
+            }
+            try kc.add(contentsOf: batch)
+            i += batch.count
+        }
+        kc.checkpoint()
+        let k0 = nowNanos()
+        _ = try kc.keybag.derivePasscodeKey(secret("old passcode"))
+        let argon = Double(nowNanos() - k0) / 1e6 * 2
+        let t0 = nowNanos()
+        try kc.setPasscode(current: secret("old passcode"), new: secret("new passcode"), kdf: kdf)
+        let change = Double(nowNanos() - t0) / 1e6
+        let reopened = try Keychain(directory: dir)
+        let u0 = nowNanos()
+        try reopened.unlock(passcode: secret("new passcode"))
+        let unlock = Double(nowNanos() - u0) / 1e6
+        let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("service-\((n - 1) % 97)"), "acct": .string("account-\(n - 1)")],
+                          returnData: true)
+        let found = try reopened.copyMatching(q).count
+        precondition(found == 1)
+        let resealed = n - n / 10
+        func f(_ x: Double) -> String { String(Int(x.rounded())) }
+        print("| \(n) | \(f(change)) | \(f(argon)) | \(String(format1: (change - argon) * 1000 / Double(max(resealed, 1)))) | \(f(unlock)) |")
+    }
+}
+
+extension String {
+    /// One decimal place, without Foundation.
+    init(format1 x: Double) {
+        let tenths = Int((x * 10).rounded())
+        self = "\(tenths / 10).\(tenths % 10)"
+    }
+}
+
 /// Fills a stopped agent's keychain through the library in transactions of 5,000 items (contrib/bench/peers.sh:
 /// an agent add is one fsync'd transaction, so 100,000 adds through the agent would take minutes).
 func fill(stateDirectory: String, items: Int) throws {
@@ -113,6 +169,9 @@ func run(_ args: [String]) throws {
     case "keychain":
         let sizes = args.dropFirst().compactMap { Int($0) }
         try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+    case "rekey":
+        let sizes = args.dropFirst().compactMap { Int($0) }
+        try benchRekey(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
     case "stress" where args.count >= 3:
         let s = Stress(cofferd: args[1] + "/cofferd")
         let n = args.count > 3 ? Int(args[3]) : nil
@@ -131,7 +190,7 @@ func run(_ args: [String]) throws {
         let sizes = args.dropFirst(2).compactMap { Int($0) }
         try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | agent BIN_DIR [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

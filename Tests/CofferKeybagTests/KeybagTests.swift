@@ -111,12 +111,14 @@ func keyBytes(_ bag: Keybag, _ c: ProtectionClass) throws -> [UInt8] {
         bag.lock() // a change works while locked: it unwraps from the file with the current passcode
         try bag.setPasscode(current: secret("old"), new: secret("new"), kdf: testKDF)
         #expect(fileBytes(dir.file("keybag.key")) != oldKeyFile)
-        #expect(try keyBytes(bag, .afterFirstUnlock) == ck) // class keys survive: items stay readable
+        // Issue #10 item 3: a change rotates the class keys (the keychain re-seals its items under them).
+        #expect(try keyBytes(bag, .afterFirstUnlock) != ck)
+        let rotated = try keyBytes(bag, .afterFirstUnlock)
 
         let rebooted = try Keybag.openOrCreate(directory: dir.path, deviceKey: src)
         #expect(throws: SecError.self) { try rebooted.unlock(passcode: secret("old")) }
         try rebooted.unlock(passcode: secret("new"))
-        #expect(try keyBytes(rebooted, .afterFirstUnlock) == ck)
+        #expect(try keyBytes(rebooted, .afterFirstUnlock) == rotated)
 
         // An attacker restores the old keybag file: with the current key file it does not even open.
         writeFileBytes(dir.file("keybag"), oldKeybag)
@@ -216,5 +218,58 @@ func keyBytes(_ bag: Keybag, _ c: ProtectionClass) throws -> [UInt8] {
             best = min(best, nowMillis() - t0)
         }
         #expect(best >= 70, "unlock took \(best) ms")
+    }
+}
+
+@Suite struct KeybagDecoderTests {
+    /// Should-fix of issue #10: with a passcode set, a passcode-class slot marked device-wrapped (and
+    /// really sealed under the device wrap key, so only the marking gives it away) is rejected.
+    @Test func passcodeClassSlotMarkedDeviceWrappedIsRejected() throws {
+        let dir = TemporaryDirectory()
+        let src = FileDeviceKey(path: dir.file("device.key"))
+        let bag = try Keybag.openOrCreate(directory: dir.path, deviceKey: src)
+        try bag.setPasscode(current: nil, new: secret("pw"), kdf: testKDF)
+        let deviceKey = try src.loadDeviceKey()
+        let paths = KeybagPaths(directory: dir.path)
+        let good = (fileBytes(dir.file("keybag")), fileBytes(dir.file("keybag.key")))
+        for slot in [Slot.classKey(.whenUnlocked), Slot.metadataKey(.afterFirstUnlock), Slot.passcodeIndexKey] {
+            writeFileBytes(dir.file("keybag"), good.0)
+            writeFileBytes(dir.file("keybag.key"), good.1)
+            var file = try #require(try KeybagFile.load(paths, deviceKey: deviceKey))
+            let dwk = deviceKey.withUnsafeBytes { Slot.deviceWrapKey($0) }
+            file.entries[slot] = .seal(.random(count: 32), slot: slot, wrapping: .device, key: dwk)
+            file.generation += 1
+            // The decoder itself names the reason.
+            let body = file.encodeBody().withUnsafeBytes { SecureBytes(copying: $0) }
+            do { _ = try KeybagFile.decodeBody(body, version: 2); Issue.record("decoded") } catch {
+                #expect(error.reason.contains("wrapping"), "\(error)")
+            }
+            try file.save(paths, keybagKey: .random(count: 32), deviceKey: deviceKey)
+            do { _ = try Keybag.openOrCreate(directory: dir.path, deviceKey: src); Issue.record("slot \(slot) accepted") } catch {
+                #expect(error.status == .decode)
+            }
+        }
+        // And without a passcode, a passcode-wrapped slot is rejected too.
+        let plain = TemporaryDirectory()
+        let psrc = FileDeviceKey(path: plain.file("device.key"))
+        _ = try Keybag.openOrCreate(directory: plain.path, deviceKey: psrc)
+        let pkey = try psrc.loadDeviceKey()
+        let ppaths = KeybagPaths(directory: plain.path)
+        var file = try #require(try KeybagFile.load(ppaths, deviceKey: pkey))
+        file.entries[Slot.classKey(.always)] = .seal(.random(count: 32), slot: Slot.classKey(.always), wrapping: .passcode, key: .random(count: 32))
+        file.generation += 1
+        try file.save(ppaths, keybagKey: .random(count: 32), deviceKey: pkey)
+        #expect(throws: SecError.self) { _ = try Keybag.openOrCreate(directory: plain.path, deviceKey: psrc) }
+    }
+
+    @Test func aNewKeybagIsFormatTwoWithBothIndexTiers() throws {
+        let dir = TemporaryDirectory()
+        let bag = try Keybag.openOrCreate(directory: dir.path, deviceKey: FileDeviceKey(path: dir.file("device.key")))
+        #expect(bag.formatVersion == 2 && !bag.needsRekey)
+        #expect(bag.isAvailable(.device) && bag.isAvailable(.passcode))
+        #expect(fileBytes(dir.file("keybag"))[4] == 2)
+        let d = try bag.withIndexKey(.device) { Array($0) }
+        let p = try bag.withIndexKey(.passcode) { Array($0) }
+        #expect(d != p)
     }
 }
