@@ -67,6 +67,7 @@ public final class Agent: @unchecked Sendable {
                 throw AgentError("socket: \(error)")
             }
         }
+        logMigrations()
         logger.info("agent ready", metadata: [
             "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
             "keybag": "\(keychain.keybag.state)", "pam-service": "\(configuration.pamService)",

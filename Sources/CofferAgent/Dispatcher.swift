@@ -149,15 +149,25 @@ extension Agent {
             locks.waitForRetryWindow()
             do {
                 try pam.authenticate(user: configuration.userName, passcode: passcode)
-                try keychain.unlock(passcode: passcode)
             } catch {
                 locks.recordFailure()
-                if let pamError = error as? PAMFailure {
-                    logger.notice("PAM refused the passcode", metadata: ["pam": "\(pamError)"])
-                }
+                logger.notice("PAM refused the passcode", metadata: ["pam": "\(error)"])
                 throw .authFailed("authentication failed")
             }
+            do throws(SecError) {
+                try keychain.unlock(passcode: passcode)
+            } catch where error.status == .authFailed {
+                locks.recordFailure()
+                throw .authFailed("authentication failed")
+            } catch {
+                // Not a wrong passcode (an I/O error finishing a migration or a key rotation): no failed
+                // attempt is counted, and the caller learns what went wrong.
+                logger.error("unlock failed", metadata: ["status": "\(error.status.name)", "reason": "\(error.message)"])
+                logMigrations()
+                throw error
+            }
         }
+        logMigrations()
         logger.info("unlocked")
         locks.didUnlock()
     }
@@ -185,7 +195,13 @@ extension Agent {
                 throw error
             }
         }
+        logMigrations()
         logger.info(isSet ? "passcode changed" : "passcode set")
         locks.didUnlock()
+    }
+
+    /// Logs what the keychain migrated since the last call (counts only, never values).
+    func logMigrations() {
+        for line in keychain.takeMigrationReport() { logger.notice("migrated", metadata: ["what": "\(line)"]) }
     }
 }

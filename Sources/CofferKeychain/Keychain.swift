@@ -39,6 +39,15 @@ public final class Keychain: @unchecked Sendable {
 
     /// What the migrations of this process did (one line each, no attribute values), for the agent's log.
     public var migrationReport: [String] { mutex.withLock { migrations } }
+
+    /// The lines of ``migrationReport`` not taken before (the agent logs each once).
+    public func takeMigrationReport() -> [String] {
+        mutex.withLock {
+            defer { reported = migrations.count }
+            return Array(migrations[reported...])
+        }
+    }
+    private var reported = 0
     private var migrations: [String] = []
 
     /// A keybag of format 1 (or one a crash left mid-rekey) at open: re-pads the Always rows now (their

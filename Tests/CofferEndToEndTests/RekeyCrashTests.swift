@@ -148,6 +148,8 @@ import Testing
             checked += 1
         }
         #expect(checked == (withPasscode ? 16 : 14))
+        // The agent says in its log what it migrated (counts, never values).
+        #expect(a.agent.log.contains("migrated"), "the migration was not logged:\n\(a.agent.log)")
         #expect(fileBytes(a.agent.stateDir + "/keybag")[4] == 2)
     }
 }
