@@ -4,7 +4,8 @@
 # measured in the same run).
 #
 #   contrib/bench/run.sh [all]      Coffer alone, then Coffer beside its peers (~12 min on the 2-core VM)
-#   contrib/bench/run.sh coffer     Coffer alone: the keychain library at 1k/100k items, and a real
+#   contrib/bench/run.sh coffer     Coffer alone: the keychain library at 1k/100k items (lookups, adds,
+#                                   passcode change with key rotation), and a real
 #                                   agent at 1k/100k/1M items (round trip, throughput at 1/4/16/64
 #                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck)
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
@@ -27,6 +28,10 @@ if [ "$what" != peers ]; then
     echo "## The keychain library (no agent, no IPC)"
     echo
     "$bin/coffer-bench" keychain 1000 100000
+    echo
+    echo "## Passcode change (key rotation: every non-Always item re-sealed)"
+    echo
+    "$bin/coffer-bench" rekey 1000 100000
     echo
     echo "## A real agent over its socket"
     echo
