@@ -89,6 +89,12 @@ let package = Package(
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
+        // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
+        // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
+        .testTarget(name: "CofferAgentTests",
+                    dependencies: ["CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                                   "CofferSystem", "CofferTestSupport", .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
                     swiftSettings: settings),

@@ -7,52 +7,60 @@ import CofferSystem
 import Glibc
 import Logging
 
-/// The agent: accepts connections, identifies peers, and serves requests against the keychain.
+/// The agent's server: accepts connections, identifies peers, runs one thread per connection that
+/// reads frames, hands each request to the ``Pipeline`` and writes the reply; and shuts down.
 ///
 /// Concurrency model: one thread per connection doing blocking I/O. A request that waits (PAM,
 /// Argon2id, the unlock backoff, and later a person authenticating) holds only its own
-/// connection's thread; the keychain serialises its short critical sections internally.
-public final class Agent: @unchecked Sendable {
-    // @unchecked Sendable: mutable state is guarded by `mutex`.
+/// connection's thread; the keychain serialises its short critical sections internally. The
+/// threads, the locks and their order are described in the ConcurrencyModel article.
+public final class Agent: Sendable {
     /// The agent's version, reported in HELLO and STATUS replies.
     public static let version = "0.1.0"
 
     let configuration: AgentConfiguration
     let keychain: Keychain
     let logger: Logger
-    let pam: PAMAuthenticator
     /// Locked memory shared by large incoming frames.
     let frameBudget = FrameBudget.standard()
-    private(set) var locks: LockController!
-    private let mutex = Lock()
-    private var listener: Int32 = -1
-    private var ownsSocketPath = false
-    private var connections: [ObjectIdentifier: Connection] = [:]
-    /// Open connections per peer pid (pid 0: unknown, shared).
-    private var perProcess: [Int32: Int] = [:]
+    /// Open connections, per-process counts, requests in flight, and the stopping flag.
+    let registry: ConnectionRegistry
+    let schedule: LockSchedule
+    let pipeline: Pipeline
+    /// The listening socket (set once in init).
+    private let listener: Int32
+    private let ownsSocketPath: Bool
     /// Keeps repeated refusals from growing the log without bound.
-    private let refusals: LogThrottle
-    private var inFlight = 0
-    private var stopping = false
+    private let refusals: RefusalLog
 
     /// Opens the keychain and the listening socket (or adopts systemd's).
     public init(configuration: AgentConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        refusals = LogThrottle(interval: configuration.logRepeatSeconds)
+        let refusals = RefusalLog(logger: logger, throttle: LogThrottle(interval: configuration.logRepeatSeconds))
+        self.refusals = refusals
         do {
             try Files.makePrivateDirectory(configuration.stateDirectory)
         } catch {
             throw AgentError("state directory: \(error)")
         }
         keychain = try Keychain(directory: configuration.stateDirectory)
-        pam = PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir)
-        locks = LockController(keychain: keychain, idleSeconds: Double(configuration.idleLockSeconds),
-                               graceSeconds: configuration.lockGraceSeconds, logger: logger) { [weak self] event in
-            self?.broadcast(event)
+        let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
+                                          maxPerProcess: configuration.maxConnectionsPerProcess)
+        self.registry = registry
+        let clock = SystemClock()
+        schedule = LockSchedule(keychain: keychain, idleSeconds: Double(configuration.idleLockSeconds),
+                                graceSeconds: configuration.lockGraceSeconds, clock: clock, logger: logger) { event in
+            registry.broadcast(event, refusals: refusals)
         }
+        let unlocking = UnlockService(keychain: keychain,
+                                      verifier: PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir),
+                                      userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: clock, logger: logger)
+        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, logger: logger,
+                            idleLockSeconds: configuration.idleLockSeconds)
         if let fd = Systemd.activationSocket() {
             listener = fd
+            ownsSocketPath = false
             logger.info("using the socket passed by systemd")
         } else {
             do {
@@ -67,10 +75,10 @@ public final class Agent: @unchecked Sendable {
                 throw AgentError("socket: \(error)")
             }
         }
-        logMigrations()
+        keychain.logMigrations(to: logger)
         logger.info("agent ready", metadata: [
             "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
-            "keybag": "\(keychain.keybag.state)", "pam-service": "\(configuration.pamService)",
+            "keybag": "\(keychain.status.lockState)", "pam-service": "\(configuration.pamService)",
         ])
         logger.info("locked memory", metadata: [
             "budget": "\(SecureMemory.lockBudget.map { "\($0 / 1024) KiB" } ?? "unlimited")",
@@ -85,9 +93,9 @@ public final class Agent: @unchecked Sendable {
         Threads.detach { [self] in acceptLoop() }
         Threads.detach { [self] in
             var unlocked = SecureMemory.unlockedAllocations
-            while !mutex.withLock({ stopping }) {
+            while !registry.isStopping {
                 Threads.sleep(seconds: 0.25)
-                locks.tick()
+                schedule.tick()
                 let now = SecureMemory.unlockedAllocations
                 if now > unlocked {
                     logger.warning("secure buffers served from unlocked memory (locked-memory budget spent)",
@@ -99,21 +107,15 @@ public final class Agent: @unchecked Sendable {
     }
 
     /// SIGUSR1: the desktop session locked. Locks after the grace period.
-    public func sessionLocked() { locks.requestLock(reason: "session locked (SIGUSR1)") }
+    public func sessionLocked() { schedule.requestLock(reason: "session locked (SIGUSR1)") }
 
     /// SIGTERM: stop accepting, let in-flight requests finish (up to 5 s), wipe keys, checkpoint.
     public func shutdown() {
         logger.info("shutting down")
-        let open: [Connection] = mutex.withLock {
-            stopping = true
-            return Array(connections.values)
-        }
+        let open = registry.stop()
         if ownsSocketPath { unlink(configuration.socketPath) }
         shutdownSocket(listener)
-        let deadline = Threads.monotonicSeconds() + 5
-        while mutex.withLock({ inFlight }) > 0 && Threads.monotonicSeconds() < deadline {
-            Threads.sleep(seconds: 0.01)
-        }
+        if !registry.drain(timeout: 5) { logger.warning("requests still running after 5 s; stopping anyway") }
         for c in open { c.close() }
         keychain.lock()
         keychain.checkpoint()
@@ -130,7 +132,7 @@ public final class Agent: @unchecked Sendable {
             do {
                 fd = try UnixSocket.accept(listener)
             } catch {
-                if mutex.withLock({ stopping }) { return }
+                if registry.isStopping { return }
                 if error.errno == EMFILE || error.errno == ENFILE {
                     logger.error("out of file descriptors; pausing accepts")
                     Threads.sleep(seconds: 0.1)
@@ -157,16 +159,7 @@ public final class Agent: @unchecked Sendable {
         }
         let conn = Connection(fd: fd, peer: peer, limits: Connection.Limits(
             frameSeconds: configuration.frameDeadlineSeconds, helloSeconds: configuration.helloTimeoutSeconds))
-        enum Admission { case admitted, stopping, full, processFull }
-        let admission: Admission = mutex.withLock {
-            guard !stopping else { return .stopping }
-            guard connections.count < configuration.maxConnections else { return .full }
-            guard perProcess[peer.pid, default: 0] < configuration.maxConnectionsPerProcess else { return .processFull }
-            connections[ObjectIdentifier(conn)] = conn
-            perProcess[peer.pid, default: 0] += 1
-            return .admitted
-        }
-        switch admission {
+        switch registry.admit(conn) {
         case .admitted: break
         case .stopping:
             conn.release()
@@ -190,36 +183,57 @@ public final class Agent: @unchecked Sendable {
 
     /// Removes a finished connection from the tables and closes it.
     private func forget(_ conn: Connection) {
-        mutex.withLock {
-            _ = connections.removeValue(forKey: ObjectIdentifier(conn))
-            let left = perProcess[conn.peer.pid, default: 1] - 1
-            perProcess[conn.peer.pid] = left > 0 ? left : nil
-        }
+        registry.forget(conn)
         conn.release()
     }
 
     /// Reads frames until the peer closes, breaks framing or misses a deadline.
+    /// Reads frames until the peer closes, breaks framing or misses a deadline, or the pipeline
+    /// closes the session. The session is this thread's alone.
     private func serve(_ conn: Connection) {
         logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
+        var session = Session(peer: conn.peer)
         while true {
             let frame: Connection.Frame
-            switch conn.readFrame(spinMicros: spinBudget(), budget: frameBudget) {
+            switch conn.readFrame(greeted: session.isGreeted, spinMicros: spinBudget(), budget: frameBudget) {
             case .success(let f): frame = f
             case .failure(let end):
                 reportEnd(end, of: conn)
                 return
             }
             defer { frameBudget.release(frame.grant) }
-            let begun: Bool = mutex.withLock {
-                guard !stopping else { return false }
-                inFlight += 1
-                return true
-            }
-            guard begun else { return }
-            let keepOpen = handle(frame: frame.body, on: conn)
-            mutex.withLock { inFlight -= 1 }
-            if !keepOpen { return }
+            guard registry.beginRequest() else { return }
+            let sent = handle(frame: frame.body, session: &session, on: conn)
+            registry.endRequest()
+            if !sent || session.mustClose { return }
         }
+    }
+
+    /// Decodes one frame body, runs it through the pipeline, sends the reply. False if the reply could not be sent.
+    private func handle(frame body: SecureBytes, session: inout Session, on conn: Connection) -> Bool {
+        let requestID: UInt32
+        let request: Request
+        do {
+            (requestID, request) = try body.withUnsafeBytes { b throws(ProtocolError) in try Request.decodeBody(b) }
+        } catch {
+            let id = body.withUnsafeBytes { WireFormat.requestID(ofBody: $0) } ?? 0
+            return reply(.error(error.secError), id: id, on: conn)
+        }
+        let response = pipeline.handle(request, session: &session)
+        if session.wantsEvents && !conn.isSubscribed { conn.subscribe() }
+        return reply(response, id: requestID, on: conn)
+    }
+
+    private func reply(_ response: Response, id: UInt32, on conn: Connection) -> Bool {
+        var frame = response.encodeFrame(requestID: id)
+        defer { if response.carriesSecret { secureZero(&frame) } }
+        guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
+            // Never reached by design (each reply is sized before it is built); a last guard, so the
+            // agent never sends a frame the client must refuse.
+            logger.error("a reply exceeded the frame limit", metadata: ["bytes": "\(frame.count - 4)", "peer": "\(conn.peer)"])
+            return conn.send(Response.error(Pipeline.tooLarge("the reply")).encodeFrame(requestID: id))
+        }
+        return conn.send(frame)
     }
 
     /// Logs (rate-limited) why the agent closed a connection, when it was not the client's doing.
@@ -241,38 +255,22 @@ public final class Agent: @unchecked Sendable {
     /// A warning, at most once per `key` per ``AgentConfiguration/logRepeatSeconds``; the next one
     /// that gets through says how many were left out.
     private func logRefusal(_ key: String, _ message: Logger.Message, peer: PeerIdentity?) {
-        guard let suppressed = refusals.admit(key) else { return }
-        var metadata: Logger.Metadata = [:]
-        if let peer { metadata["peer"] = "\(peer)" }
-        if suppressed > 0 { metadata["suppressed"] = "\(suppressed) like it since the last such line" }
-        logger.warning(message, metadata: metadata)
+        refusals.log(key, message, peer: peer)
     }
 
     /// Microseconds a connection thread may poll for its client's next request: only while few
     /// clients are connected, so polling never competes with threads doing real work for the CPUs.
     private func spinBudget() -> Double {
-        mutex.withLock { connections.count } <= Self.spinningConnectionLimit ? 50 : 0
+        registry.count <= Self.spinningConnectionLimit ? 50 : 0
     }
 
     /// Above this many connections, connection threads block instead of polling.
     static let spinningConnectionLimit = 2
-
-    private func broadcast(_ event: LockEvent) {
-        let subscribers = mutex.withLock { connections.values.filter { $0.isSubscribed } }
-        guard !subscribers.isEmpty else { return }
-        let frame = Response.event(event).encodeFrame(requestID: 0)
-        for c in subscribers where !c.sendEvent(frame) {
-            logRefusal("subscriber", "dropping a subscriber that stopped reading", peer: c.peer)
-            c.close()
-        }
-    }
 }
 
 /// Rate limit for repeated log lines: at most one per key per `interval` seconds.
-final class LogThrottle: @unchecked Sendable {
-    // @unchecked Sendable: `last` is guarded by `mutex`.
-    private let mutex = Lock()
-    private var last: [String: (at: Double, suppressed: Int)] = [:]
+final class LogThrottle: Sendable {
+    private let last = Protected<[String: (at: Double, suppressed: Int)]>([:])
     let interval: Double
 
     init(interval: Double) { self.interval = interval }
@@ -281,7 +279,7 @@ final class LogThrottle: @unchecked Sendable {
     /// out); otherwise how many were left out since the last line for `key`.
     func admit(_ key: String) -> Int? {
         let now = Threads.monotonicSeconds()
-        return mutex.withLock {
+        return last.withLock { last in
             if var entry = last[key], now - entry.at < interval {
                 entry.suppressed += 1
                 last[key] = entry
@@ -291,5 +289,21 @@ final class LogThrottle: @unchecked Sendable {
             last[key] = (now, 0)
             return left
         }
+    }
+}
+
+/// Warnings about refused or dropped connections, at most one per kind per interval (``LogThrottle``).
+struct RefusalLog: Sendable {
+    let logger: Logger
+    let throttle: LogThrottle
+
+    /// A warning, unless one for `key` went out less than the interval ago; the next one that gets
+    /// through says how many were left out.
+    func log(_ key: String, _ message: Logger.Message, peer: PeerIdentity?) {
+        guard let suppressed = throttle.admit(key) else { return }
+        var metadata: Logger.Metadata = [:]
+        if let peer { metadata["peer"] = "\(peer)" }
+        if suppressed > 0 { metadata["suppressed"] = "\(suppressed) like it since the last such line" }
+        logger.warning(message, metadata: metadata)
     }
 }

@@ -15,9 +15,9 @@ import Glibc
 /// needs, for longer); time spent waiting for frame budget does not count against it. Between
 /// frames, a greeted client may stay idle as long as it likes.
 final class Connection: @unchecked Sendable {
-    // @unchecked Sendable: `fd`, `peer`, `limits` and `connectedAt` are immutable; flags and the
-    // event queue are guarded by `state`; writes are serialised by `writes`; reads happen on the
-    // serving thread only.
+    // @unchecked Sendable: `fd`, `peer`, `limits` and `connectedAt` are immutable and the flags and the
+    // event queue are owned by `state`, but `writes` is a bare mutex that guards the socket's write side
+    // (no Swift state), and reads happen on the serving thread only: the compiler cannot see either.
     let fd: Int32
     /// Who connected (SO_PEERCRED at accept time, and /proc/PID/exe).
     let peer: PeerIdentity
@@ -25,16 +25,18 @@ final class Connection: @unchecked Sendable {
     let limits: Limits
     /// When the connection was accepted (monotonic seconds).
     let connectedAt = Threads.monotonicSeconds()
-    /// True once the client's HELLO was accepted (serving thread only).
-    var greeted = false
+    /// Held while writing to the socket (a reply, or queued events).
     private let writes = Lock()
-    private let state = Lock()
-    private var subscribed = false
-    private var closed = false
-    /// Event frames waiting for the write lock (see ``sendEvent(_:)``).
-    private var pendingEvents: [[UInt8]] = []
-    /// When the write in progress began (nil: none), to tell a busy writer from a stuck one.
-    private var writingSince: Double? = nil
+    private let state = Protected(IOState())
+
+    private struct IOState {
+        var subscribed = false
+        var closed = false
+        /// Event frames waiting for the write lock (see ``sendEvent(_:)``).
+        var pendingEvents: [[UInt8]] = []
+        /// When the write in progress began (nil: none), to tell a busy writer from a stuck one.
+        var writingSince: Double? = nil
+    }
 
     /// Seconds a reply may take to be accepted by the peer (SO_SNDTIMEO), and the longest wait for frame budget.
     static let ioTimeout = 10.0
@@ -61,10 +63,10 @@ final class Connection: @unchecked Sendable {
     }
 
     /// True once the client subscribed to lock events.
-    var isSubscribed: Bool { state.withLock { subscribed && !closed } }
+    var isSubscribed: Bool { state.withLock { $0.subscribed && !$0.closed } }
 
     /// Marks the connection subscribed.
-    func subscribe() { state.withLock { subscribed = true } }
+    func subscribe() { state.withLock { $0.subscribed = true } }
 
     /// Why ``readFrame(spinMicros:budget:)`` returned no frame.
     enum ReadEnd: Error {
@@ -80,11 +82,12 @@ final class Connection: @unchecked Sendable {
         case noBudget
     }
 
-    /// Reads one frame body (type, request id, payload) into secure memory, first polling for up to
+    /// Reads one frame body (type, request id, payload) into secure memory (before the session is
+    /// `greeted`, the first byte must come within ``Limits/helloSeconds`` of connecting), first polling for up to
     /// `spinMicros` (a client in a request loop sends its next request within microseconds; polling
     /// saves the scheduler wake-up a blocking read pays). A large body first takes its size from
     /// `budget` (the caller releases it with ``FrameBudget/release(_:)`` once done with it).
-    func readFrame(spinMicros: Double = 0, budget: FrameBudget) -> Result<Frame, ReadEnd> {
+    func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget) -> Result<Frame, ReadEnd> {
         if spinMicros > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
         var header: UInt32 = 0
         var deadline: Double? = nil
@@ -134,7 +137,7 @@ final class Connection: @unchecked Sendable {
             let e = errno
             if e == EINTR { continue }
             guard e == EAGAIN || e == EWOULDBLOCK else { return .closed }
-            if state.withLock({ closed }) { return .closed }
+            if state.withLock({ $0.closed }) { return .closed }
             var waitMillis: Int32 = 10_000 // between frames: wake now and then to notice a close
             if let limit = deadline ?? idleUntil {
                 let remaining = limit - Threads.monotonicSeconds()
@@ -151,8 +154,9 @@ final class Connection: @unchecked Sendable {
     /// queued meanwhile go out right after it.
     func send(_ frame: [UInt8]) -> Bool {
         let ok = writes.withLock {
-            state.withLock { writingSince = Threads.monotonicSeconds() }
-            defer { state.withLock { writingSince = nil } }
+            let now = Threads.monotonicSeconds()
+            state.withLock { $0.writingSince = now }
+            defer { state.withLock { $0.writingSince = nil } }
             return frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) } && flushEvents()
         }
         return ok && drainEvents()
@@ -163,10 +167,11 @@ final class Connection: @unchecked Sendable {
     /// has been stuck for ``stuckWriteSeconds`` (the client stopped reading), if the queue is full,
     /// or if the socket buffer is full, this returns false and the caller drops the subscriber.
     func sendEvent(_ frame: [UInt8]) -> Bool {
-        let queued: Bool = state.withLock {
-            if let since = writingSince, Threads.monotonicSeconds() - since > Self.stuckWriteSeconds { return false }
-            guard pendingEvents.count < Self.maxPendingEvents else { return false }
-            pendingEvents.append(frame)
+        let now = Threads.monotonicSeconds()
+        let queued: Bool = state.withLock { s in
+            if let since = s.writingSince, now - since > Self.stuckWriteSeconds { return false }
+            guard s.pendingEvents.count < Self.maxPendingEvents else { return false }
+            s.pendingEvents.append(frame)
             return true
         }
         return queued && drainEvents()
@@ -175,7 +180,7 @@ final class Connection: @unchecked Sendable {
     /// Writes queued events if nobody holds the write lock; a holder writes them itself before or
     /// right after releasing it (it checks the queue again once released, so none is left behind).
     private func drainEvents() -> Bool {
-        while state.withLock({ !pendingEvents.isEmpty }) {
+        while state.withLock({ !$0.pendingEvents.isEmpty }) {
             guard let ok = writes.tryWithLock({ flushEvents() }) else { return true }
             if !ok { return false }
         }
@@ -184,7 +189,7 @@ final class Connection: @unchecked Sendable {
 
     /// Writes queued events without blocking (call holding `writes`); false if the socket is full.
     private func flushEvents() -> Bool {
-        while let next: [UInt8] = state.withLock({ pendingEvents.isEmpty ? nil : pendingEvents.removeFirst() }) {
+        while let next: [UInt8] = state.withLock({ $0.pendingEvents.isEmpty ? nil : $0.pendingEvents.removeFirst() }) {
             guard next.withUnsafeBytes({ UnixSocket.writeAll(fd, $0, dontWait: true) }) else { return false }
         }
         return true
@@ -192,9 +197,9 @@ final class Connection: @unchecked Sendable {
 
     /// Stops the connection: the serving thread's next read fails and it releases the socket.
     func close() {
-        let first: Bool = state.withLock {
-            defer { closed = true }
-            return !closed
+        let first: Bool = state.withLock { s in
+            defer { s.closed = true }
+            return !s.closed
         }
         if first { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
     }

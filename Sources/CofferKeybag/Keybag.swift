@@ -3,24 +3,6 @@ import CofferModel
 import CofferSystem
 import Glibc
 
-/// Which class keys the keybag can hand out.
-public enum LockState: UInt8, Sendable, CustomStringConvertible {
-    /// Before the first unlock since start: only the Always classes.
-    case boot = 0
-    /// Locked after an unlock: AfterFirstUnlock and Always classes, not WhenUnlocked ones.
-    case locked = 1
-    /// Every class key is available.
-    case unlocked = 2
-
-    public var description: String {
-        switch self {
-        case .boot: "boot"
-        case .locked: "locked"
-        case .unlocked: "unlocked"
-        }
-    }
-}
-
 /// Which index key a row's blind hashes (and primary-key hash) are computed under.
 public enum IndexTier: Int, Sendable, CaseIterable {
     /// Tier D: the device-wrapped index key (slot 16), for rows of the Always classes only.
@@ -153,6 +135,9 @@ public final class Keybag: @unchecked Sendable {
     /// The current lock state.
     public var state: LockState { mutex.withLock { lockState } }
 
+    /// The lock state and the passcode flag, read in one critical section.
+    public var status: LockStatus { mutex.withLock { LockStatus(lockState: lockState, passcodeSet: file.passcodeSet) } }
+
     /// True once a passcode protects the non-Always classes.
     public var isPasscodeSet: Bool { mutex.withLock { file.passcodeSet } }
 
@@ -233,13 +218,19 @@ public final class Keybag: @unchecked Sendable {
 
     /// Locks: wipes the WhenUnlocked, WhenUnlockedThisDeviceOnly and WhenPasscodeSet keys from memory.
     /// The tier-P index key stays (AfterFirstUnlock items stay searchable while locked).
-    public func lock() {
+    ///
+    /// Returns true if this call locked the keybag (it was unlocked), in the same critical section as
+    /// the wipe: of two concurrent callers exactly one sees true.
+    @discardableResult
+    public func lock() -> Bool {
         mutex.withLock {
             for c in ProtectionClass.allCases where c.availability == .whenUnlocked {
                 wipeSlot(Slot.classKey(c))
                 wipeSlot(Slot.metadataKey(c))
             }
-            if lockState == .unlocked { lockState = .locked }
+            guard lockState == .unlocked else { return false }
+            lockState = .locked
+            return true
         }
     }
 

@@ -8,16 +8,26 @@ import Glibc
 /// The keychain: SecItem semantics (add, copyMatching, update, delete) over the keybag and the
 /// encrypted item store.
 ///
-/// Thread-safe: operations are serialised on one mutex (SQLite work is short); slow work such as
-/// Argon2id in ``unlock(passcode:)`` runs outside it.
-public final class Keychain: @unchecked Sendable {
-    // @unchecked Sendable: `store` is only touched while holding `mutex`.
-    /// The keybag holding the class keys.
-    public let keybag: Keybag
-    private let store: ItemStore
-    private let mutex = Lock()
-    /// The access group given to items added without `agrp`.
-    public let defaultAccessGroup: String
+/// Every item operation takes an ``AccessScope`` (the groups it may see and write), never a caller:
+/// who asks is the agent's business.
+///
+/// Thread-safe: operations are serialised on one mutex, which owns the store (SQLite work is short);
+/// slow work such as Argon2id in ``unlock(passcode:)`` runs outside it. Lock order: the keychain's
+/// mutex, then the keybag's (never the other way round).
+public final class Keychain: Sendable {
+    /// The keybag holding the class keys. Not handed out: the agent reads ``status`` and calls
+    /// ``lock()``, ``unlock(passcode:)`` and ``setPasscode(current:new:kdf:)``.
+    let keybag: Keybag
+    /// The store and the migration log, owned by the keychain's mutex.
+    private let guarded: Protected<State>
+
+    private struct State {
+        let store: ItemStore
+        /// What the migrations of this process did (one line each, no attribute values).
+        var migrations: [String] = []
+        /// How many of `migrations` ``takeMigrationReport()`` returned already.
+        var reported = 0
+    }
 
     /// File names inside the state directory.
     public enum FileNames {
@@ -29,39 +39,39 @@ public final class Keychain: @unchecked Sendable {
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
     /// file `device.key` in the same directory).
-    public init(directory: String, deviceKey: DeviceKeySource? = nil, defaultAccessGroup: String = "coffer.default") throws(SecError) {
+    public init(directory: String, deviceKey: DeviceKeySource? = nil) throws(SecError) {
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
-        store = try ItemStore(path: directory + "/" + FileNames.database)
-        self.defaultAccessGroup = defaultAccessGroup
+        guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))
         if keybag.needsRekey { try migrateAtOpen() }
     }
 
     /// What the migrations of this process did (one line each, no attribute values), for the agent's log.
-    public var migrationReport: [String] { mutex.withLock { migrations } }
+    public var migrationReport: [String] { guarded.withLock { $0.migrations } }
 
     /// The lines of ``migrationReport`` not taken before (the agent logs each once).
     public func takeMigrationReport() -> [String] {
-        mutex.withLock {
-            defer { reported = migrations.count }
-            return Array(migrations[reported...])
+        guarded.withLock { s in
+            defer { s.reported = s.migrations.count }
+            return Array(s.migrations[s.reported...])
         }
     }
-    private var reported = 0
-    private var migrations: [String] = []
 
     /// A keybag of format 1 (or one a crash left mid-rekey) at open: re-pads the Always rows now (their
     /// keys never change), and without a passcode finishes the whole rekey now; with a passcode the
     /// first unlock does (see ``unlock(passcode:)``).
     private func migrateAtOpen() throws(SecError) {
         let version = keybag.formatVersion
-        try mutex.withLock { () throws(SecError) in
-            let repadded = try store.transaction { () throws(SecError) in try repadAlwaysRows() }
-            if repadded > 0 { migrations.append("keychain: \(repadded) Always-class items re-padded (item format 2)") }
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            let repadded = try store.transaction { () throws(SecError) in try repadAlwaysRows(store) }
+            if repadded > 0 { s.migrations.append("keychain: \(repadded) Always-class items re-padded (item format 2)") }
             if !keybag.isPasscodeSet {
-                try keybag.finishRekeyWithoutPasscode { keys throws(SecError) in try self.resealRows(keys, from: version) }
+                var line: String? = nil
+                defer { if let line { s.migrations.append(line) } }
+                try keybag.finishRekeyWithoutPasscode { keys throws(SecError) in line = try self.resealRows(store, keys, from: version) }
             } else {
-                migrations.append("keybag format \(version) with a passcode: the remaining items are migrated at the first unlock")
+                s.migrations.append("keybag format \(version) with a passcode: the remaining items are migrated at the first unlock")
             }
         }
     }
@@ -74,53 +84,76 @@ public final class Keychain: @unchecked Sendable {
     /// change a crash interrupted), it is finished here, holding the mutex, before the keys are handed out.
     public func unlock(passcode: SecureBytes?) throws(SecError) {
         let derived = try keybag.derivePasscodeKey(passcode)
-        try mutex.withLock { () throws(SecError) in
+        try guarded.withLock { (s: inout State) throws(SecError) in
             let version = keybag.formatVersion
             let needed = keybag.needsRekey
-            try keybag.unlock(derived: derived) { keys throws(SecError) in try self.resealRows(keys, from: version) }
-            if needed { migrations.append("keybag rekey finished at unlock (keybag format \(version) → 2)") }
+            let store = s.store
+            var line: String? = nil
+            do throws(SecError) {
+                try keybag.unlock(derived: derived) { keys throws(SecError) in line = try self.resealRows(store, keys, from: version) }
+            } catch {
+                if let line { s.migrations.append(line) }
+                throw error
+            }
+            if let line { s.migrations.append(line) }
+            if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → 2)") }
         }
     }
-    /// Locks the keybag.
-    public func lock() { keybag.lock() }
+
+    /// Locks the keybag (wipes the WhenUnlocked keys). True if this call locked it (it was unlocked),
+    /// decided in the same critical section as the wipe, so of two concurrent callers one sees true.
+    @discardableResult
+    public func lock() -> Bool { keybag.lock() }
+
+    /// The lock state and whether a passcode is set, read together in one critical section.
+    public var status: LockStatus { keybag.status }
+
+    /// The Argon2id parameters chosen at passcode set (nil with no passcode).
+    public var kdfParameters: KDFParameters? { keybag.kdfParameters }
+
     /// Sets or changes the keybag passcode: a rekey that re-seals every non-Always item under fresh
     /// keys (holding the keychain mutex throughout: seconds at 100,000 items).
     public func setPasscode(current: SecureBytes?, new: SecureBytes, kdf: KDFPolicy = .standard) throws(SecError) {
-        try mutex.withLock { () throws(SecError) in
+        try guarded.withLock { (s: inout State) throws(SecError) in
             let version = keybag.formatVersion
+            let store = s.store
+            var line: String? = nil
+            defer { if let line { s.migrations.append(line) } }
             try keybag.setPasscode(current: current, new: new, kdf: kdf) { keys throws(SecError) in
-                try self.resealRows(keys, from: version)
+                line = try self.resealRows(store, keys, from: version)
             }
         }
     }
 
     /// Number of items (all classes, locked or not).
-    public func count() throws(SecError) -> Int { try mutex.withLock { () throws(SecError) in try store.count() } }
+    public func count() throws(SecError) -> Int { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.count() } }
 
     /// Runs SQLite's integrity check on the database.
-    public func integrityCheck() throws(SecError) -> Bool { try mutex.withLock { () throws(SecError) in try store.integrityCheck() } }
+    public func integrityCheck() throws(SecError) -> Bool { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.integrityCheck() } }
 
     /// Checkpoints the write-ahead log (clean shutdown).
-    public func checkpoint() { mutex.withLock { store.checkpoint() } }
+    public func checkpoint() { guarded.withLock { $0.store.checkpoint() } }
 
     // MARK: SecItemAdd
 
-    /// Adds an item (SecItemAdd). errSecDuplicateItem if its class's primary key exists,
-    /// errSecInteractionNotAllowed if its class key is locked, errSecNotAvailable for
+    /// Adds an item (SecItemAdd) to its `agrp`, or to `scope`'s default group. errSecDuplicateItem if
+    /// its class's primary key exists (`agrp` is part of it), errSecMissingEntitlement if its group is
+    /// outside `scope`, errSecInteractionNotAllowed if its class key is locked, errSecNotAvailable for
     /// WhenPasscodeSetThisDeviceOnly with no passcode, errSecParam for bad attributes.
     @discardableResult
-    public func add(_ item: NewItem, returnData: Bool = false, returnAttributes: Bool = false,
+    public func add(_ item: NewItem, scope: AccessScope = .unrestricted, returnData: Bool = false, returnAttributes: Bool = false,
                     returnPersistentRef: Bool = false) throws(SecError) -> ItemResult {
         try Validation.check(item.attributes, for: item.itemClass, writing: true)
-        let (attrs, protection) = try completed(item.attributes)
+        let (attrs, protection) = try completed(item.attributes, scope)
         let ref = Random.bytes(16)
-        return try mutex.withLock { () throws(SecError) in
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
             let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                 try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref)
             }
             // The row and its index entries commit together (one transaction) or not at all.
             try store.transaction { () throws(SecError) in
-                try checkNoDuplicate(otherTiers, except: nil)
+                try checkNoDuplicate(store, otherTiers, except: nil)
                 _ = try store.insert(content)
             }
             return ItemResult(itemClass: item.itemClass,
@@ -131,32 +164,34 @@ public final class Keychain: @unchecked Sendable {
     }
 
     /// Adds many items in one transaction: all of them or none (imports, restores).
-    public func add(contentsOf items: [NewItem]) throws(SecError) {
+    public func add(contentsOf items: [NewItem], scope: AccessScope = .unrestricted) throws(SecError) {
         var prepared: [(NewItem, Attributes, ProtectionClass)] = []
         for item in items {
             try Validation.check(item.attributes, for: item.itemClass, writing: true)
-            let (attrs, protection) = try completed(item.attributes)
+            let (attrs, protection) = try completed(item.attributes, scope)
             prepared.append((item, attrs, protection))
         }
-        try mutex.withLock { () throws(SecError) in
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
             try store.transaction { () throws(SecError) in
                 for (item, attrs, protection) in prepared {
                     let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                         try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
                     }
-                    try checkNoDuplicate(otherTiers, except: nil)
+                    try checkNoDuplicate(store, otherTiers, except: nil)
                     try store.insert(content)
                 }
             }
         }
     }
 
-    /// Fills in the defaults an added item gets: protection, access group, sync, dates.
-    private func completed(_ given: Attributes) throws(SecError) -> (Attributes, ProtectionClass) {
+    /// Fills in the defaults an added item gets: protection, access group, sync, dates; checks the group is in scope.
+    private func completed(_ given: Attributes, _ scope: AccessScope) throws(SecError) -> (Attributes, ProtectionClass) {
         var attrs = given
         let protection = try Validation.protection(of: attrs) ?? .defaultForNewItems
         attrs["pdmn"] = .string(protection.shortCode)
-        if attrs["agrp"] == nil { attrs["agrp"] = .string(defaultAccessGroup) }
+        if attrs["agrp"] == nil { attrs["agrp"] = .string(scope.defaultGroup) }
+        try Validation.checkWritable(attrs, in: scope)
         if attrs["sync"] == nil { attrs["sync"] = .bool(false) }
         let now = AttributeValue.date(Self.now())
         attrs["cdat"] = now
@@ -168,13 +203,14 @@ public final class Keychain: @unchecked Sendable {
 
     /// Finds items (SecItemCopyMatching): the first match unless `limit` says otherwise.
     /// errSecItemNotFound when nothing matches; errSecInteractionNotAllowed when a candidate's
-    /// class key is locked (its attributes cannot even be compared).
-    public func copyMatching(_ query: ItemQuery) throws(SecError) -> [ItemResult] {
+    /// class key is locked (its attributes cannot even be compared). Items outside `scope` are invisible.
+    public func copyMatching(_ query: ItemQuery, scope: AccessScope = .unrestricted) throws(SecError) -> [ItemResult] {
         try Validation.check(query)
-        return try mutex.withLock { () throws(SecError) in
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
             var results: [ItemResult] = []
             let complete = try store.reading { () throws(SecError) in
-                try forEachMatch(query, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
+                try forEachMatch(store, query, scope, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
@@ -202,15 +238,17 @@ public final class Keychain: @unchecked Sendable {
     /// SecItemCopyMatching for a paged reply: the matches after row id `cursor` (0: from the start),
     /// oldest first, at most `query.limit`, each offered to `fits` in turn; the first result `fits`
     /// refuses ends the page (incomplete; that result is dropped). errSecItemNotFound only when
-    /// nothing matches from the start (`cursor` 0); a later page may be empty and complete.
-    public func copyMatchingPage(_ query: ItemQuery, after cursor: Int64,
+    /// nothing matches from the start (`cursor` 0); a later page may be empty and complete. Items
+    /// outside `scope` are invisible.
+    public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope = .unrestricted, after cursor: Int64,
                                  fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
         try Validation.check(query)
-        return try mutex.withLock { () throws(SecError) in
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
             var items: [ItemResult] = []
             var lastRowID = cursor, refused = false
             let complete = try store.reading { () throws(SecError) in
-                try forEachMatch(query, limit: query.limit.bound, after: cursor, until: { refused }) { (row, cls, attrs) throws(SecError) in
+                try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused }) { (row, cls, attrs) throws(SecError) in
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
@@ -229,15 +267,18 @@ public final class Keychain: @unchecked Sendable {
 
     /// Updates every matching item (SecItemUpdate); returns how many. A new `pdmn` re-wraps the item
     /// under that class; otherwise its protection is kept. All changes commit together or none do.
+    /// Items outside `scope` are invisible; moving items to a group outside it is errSecMissingEntitlement.
     @discardableResult
-    public func update(_ query: ItemQuery, _ changes: ItemChanges) throws(SecError) -> Int {
+    public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope = .unrestricted) throws(SecError) -> Int {
         try Validation.check(query)
         try Validation.check(changes.attributes, for: nil, writing: true)
         guard !changes.attributes.isEmpty || changes.secret != nil else { throw .param("nothing to update") }
+        try Validation.checkWritable(changes.attributes, in: scope)
         let newProtection = try Validation.protection(of: changes.attributes)
-        return try mutex.withLock { () throws(SecError) in
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
             var matches: [(StoredRow, ItemClass, Attributes)] = []
-            let complete = try forEachMatch(query, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
+            let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
             guard !matches.isEmpty else { throw Self.notFound(complete) }
             return try store.transaction { () throws(SecError) in
                 for (row, cls, old) in matches {
@@ -253,7 +294,7 @@ public final class Keychain: @unchecked Sendable {
                         try seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef)
                     }
                     try store.replace(id: row.id, with: content)
-                    try checkNoDuplicate(otherTiers, except: row.id)
+                    try checkNoDuplicate(store, otherTiers, except: row.id)
                 }
                 return matches.count
             }
@@ -262,13 +303,14 @@ public final class Keychain: @unchecked Sendable {
 
     // MARK: SecItemDelete
 
-    /// Deletes every matching item (SecItemDelete); returns how many.
+    /// Deletes every matching item (SecItemDelete); returns how many. Items outside `scope` are invisible.
     @discardableResult
-    public func delete(_ query: ItemQuery) throws(SecError) -> Int {
+    public func delete(_ query: ItemQuery, scope: AccessScope = .unrestricted) throws(SecError) -> Int {
         try Validation.check(query)
-        return try mutex.withLock { () throws(SecError) in
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
             var ids: [Int64] = []
-            let complete = try forEachMatch(query, limit: nil) { (row, _, _) throws(SecError) in ids.append(row.id) }
+            let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, _) throws(SecError) in ids.append(row.id) }
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try store.transaction { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
@@ -277,7 +319,7 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
-    // MARK: Internals (hold `mutex`)
+    // MARK: Internals (hold the keychain mutex: `store` comes from its state)
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
     /// and compared in full, so a tampered index can never return a wrong item.
@@ -290,7 +332,7 @@ public final class Keychain: @unchecked Sendable {
     /// The visit is lazy (a page decrypts what it returns plus at most ``mergeChunk`` rows per tier),
     /// so listing a large keychain page by page stays linear.
     @discardableResult
-    private func forEachMatch(_ q: ItemQuery, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
+    private func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
         var found = 0
         /// Hands one match to `body`; false once the visit must stop.
@@ -302,7 +344,7 @@ public final class Keychain: @unchecked Sendable {
         if let ref = q.persistentRef {
             if let row = try store.row(persistentRef: ref), row.id > cursor {
                 let (cls, attrs) = try openAttributes(row)
-                if Self.matches(q, cls, attrs) { _ = try deliver(row, cls, attrs) }
+                if Self.matches(q, scope, cls, attrs) { _ = try deliver(row, cls, attrs) }
             }
             return true
         }
@@ -323,7 +365,7 @@ public final class Keychain: @unchecked Sendable {
         if scans.count == 1 {
             try store.forEachRow(matchingAll: scans[0], after: cursor) { (row) throws(SecError) -> Bool in
                 let (cls, attrs) = try openAttributes(row)
-                guard Self.matches(q, cls, attrs) else { return true }
+                guard Self.matches(q, scope, cls, attrs) else { return true }
                 return try deliver(row, cls, attrs)
             }
             return complete
@@ -338,7 +380,7 @@ public final class Keychain: @unchecked Sendable {
                 var n = 0
                 try store.forEachRow(matchingAll: hashes, after: from) { (row) throws(SecError) -> Bool in
                     let (cls, attrs) = try openAttributes(row)
-                    guard Self.matches(q, cls, attrs) else { return true }
+                    guard Self.matches(q, scope, cls, attrs) else { return true }
                     batch.append((row, cls, attrs))
                     n += 1
                     guard n < Self.mergeChunk else { boundary = min(boundary, row.id); return false }
@@ -368,20 +410,21 @@ public final class Keychain: @unchecked Sendable {
     ///
     /// Limit: in boot state only tier D is in memory, so an Always item added then cannot be compared
     /// with passcode-tier rows (a later unlock does not detect that pair either; both rows stay readable).
-    private func checkNoDuplicate(_ primaryKeys: [[UInt8]], except: Int64?) throws(SecError) {
+    private func checkNoDuplicate(_ store: ItemStore, _ primaryKeys: [[UInt8]], except: Int64?) throws(SecError) {
         for pk in primaryKeys {
             if let id = try store.rowID(primaryKey: pk), id != except { throw .duplicateItem() }
         }
     }
 
-    private static func matches(_ q: ItemQuery, _ cls: ItemClass, _ attrs: Attributes) -> Bool {
+    private static func matches(_ q: ItemQuery, _ scope: AccessScope, _ cls: ItemClass, _ attrs: Attributes) -> Bool {
         if let c = q.itemClass, c != cls { return false }
+        guard scope.admits(attrs) else { return false }
         for (k, v) in q.attributes where attrs[k] != v { return false }
         return true
     }
 
     /// Seals an item for its row; also returns its primary-key hash under the other index tiers in
-    /// memory (for ``checkNoDuplicate(_:except:)``).
+    /// memory (for ``checkNoDuplicate(_:_:except:)``).
     private func seal(itemClass: ItemClass, attributes: Attributes, secret: UnsafeRawBufferPointer,
                       protection: ProtectionClass, ref: [UInt8]) throws(SecError) -> (RowContent, [[UInt8]]) {
         var full = attributes
@@ -444,13 +487,13 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
-    // MARK: Rekey and migration (hold `mutex`)
+    // MARK: Rekey and migration (hold the keychain mutex)
 
     /// Step 2 of a rekey: in one transaction, re-seals every row of a rotated class under the new keys
     /// (re-wrapping its item keys; re-padding a format-1 secret) and recomputes its primary-key and
     /// blind-index hashes under the new tier-P key.
     /// Idempotent: a row whose item key already unwraps under the new key is left alone.
-    private func resealRows(_ keys: RekeyKeys, from keybagVersion: Int) throws(SecError) {
+    private func resealRows(_ store: ItemStore, _ keys: RekeyKeys, from keybagVersion: Int) throws(SecError) -> String {
         let t0 = Self.now()
         var resealed = 0
         // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
@@ -461,13 +504,13 @@ public final class Keychain: @unchecked Sendable {
                 if i == rows.count / 2 { CrashPoint.hit("rekey-reseal-half") }
                 guard let p = ProtectionClass(rawValue: pclass), p.availability != .always else { continue }
                 guard let row = try store.row(id: id) else { continue }
-                if try resealRow(row, p, keys) { resealed += 1 }
+                if try resealRow(store, row, p, keys) { resealed += 1 }
             }
         }
-        migrations.append("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed in \(Int((Self.now() - t0) * 1000)) ms")
+        return ("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed in \(Int((Self.now() - t0) * 1000)) ms")
     }
 
-    private func resealRow(_ row: StoredRow, _ p: ProtectionClass, _ keys: RekeyKeys) throws(SecError) -> Bool {
+    private func resealRow(_ store: ItemStore, _ row: StoredRow, _ p: ProtectionClass, _ keys: RekeyKeys) throws(SecError) -> Bool {
         guard row.persistentRef.count == 16, let newMK = keys.metadataKey(p, previous: false),
               let newCK = keys.classKey(p, previous: false) else {
             throw .decode("an item row has an invalid protection class or reference")
@@ -505,7 +548,7 @@ public final class Keychain: @unchecked Sendable {
 
     /// Re-pads the format-1 secrets of Always-class rows (keys unchanged, so idempotent); call inside a
     /// transaction. Returns how many rows changed.
-    private func repadAlwaysRows() throws(SecError) -> Int {
+    private func repadAlwaysRows(_ store: ItemStore) throws(SecError) -> Int {
         var n = 0
         for (id, pclass) in try store.rowClasses() {
             guard let p = ProtectionClass(rawValue: pclass), p.availability == .always,

@@ -42,4 +42,11 @@ enum Validation {
         }
         return c
     }
+
+    /// errSecMissingEntitlement if `attrs` names an access group (`agrp`) outside `scope` (names the
+    /// attribute, never its value).
+    static func checkWritable(_ attrs: Attributes, in scope: AccessScope) throws(SecError) {
+        guard case .string(let group)? = attrs["agrp"], !scope.contains(group) else { return }
+        throw SecError(.missingEntitlement, "the access group (agrp) is outside this caller's access groups")
+    }
 }

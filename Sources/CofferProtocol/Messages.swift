@@ -13,8 +13,8 @@ public enum LockEvent: Sendable, Equatable {
 
 /// STATUS_REPLY contents.
 public struct StatusReply: Sendable, Equatable {
-    /// 0 boot (before first unlock), 1 locked, 2 unlocked.
-    public var lockState: UInt8
+    /// The keybag's state (on the wire one byte: 0 boot, before the first unlock; 1 locked; 2 unlocked).
+    public var lockState: LockState
     /// True once a passcode protects the keybag.
     public var passcodeSet: Bool
     /// Number of items.
@@ -27,7 +27,7 @@ public struct StatusReply: Sendable, Equatable {
     public var idleLockSeconds: UInt32
 
     /// Makes a status reply.
-    public init(lockState: UInt8, passcodeSet: Bool, itemCount: UInt64, agentVersion: String,
+    public init(lockState: LockState, passcodeSet: Bool, itemCount: UInt64, agentVersion: String,
                 lockedMemoryBytes: UInt64, idleLockSeconds: UInt32) {
         self.lockState = lockState
         self.passcodeSet = passcodeSet
@@ -202,7 +202,7 @@ public enum Response: Sendable {
             return f.finish()
         case .status(let s):
             var f = FrameBuilder(type: .statusReply, requestID: requestID, payloadCapacity: 26 + s.agentVersion.utf8.count)
-            f.w.u8(s.lockState); f.w.u8(s.passcodeSet ? 1 : 0); f.w.u64(s.itemCount); f.w.shortString(s.agentVersion)
+            f.w.u8(s.lockState.rawValue); f.w.u8(s.passcodeSet ? 1 : 0); f.w.u64(s.itemCount); f.w.shortString(s.agentVersion)
             f.w.u64(s.lockedMemoryBytes); f.w.u32(s.idleLockSeconds)
             return f.finish()
         case .items(let items):
@@ -288,8 +288,8 @@ public enum Response: Sendable {
         case .ok: response = .ok
         case .helloReply: response = .helloReply(version: try r.u16("version"), agentVersion: try r.sstr("agent version"))
         case .statusReply:
-            let state = try r.u8("lock state")
-            guard state <= 2 else { throw ProtocolError("unknown lock state \(state)") }
+            let byte = try r.u8("lock state")
+            guard let state = LockState(rawValue: byte) else { throw ProtocolError("unknown lock state \(byte)") }
             let set = try r.u8("passcode flag")
             guard set <= 1 else { throw ProtocolError("passcode flag must be 0 or 1") }
             response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),

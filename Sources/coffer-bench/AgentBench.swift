@@ -137,7 +137,7 @@ struct AgentBench {
             try Files.makePrivateDirectory(state)
             let kc = try Keychain(directory: state)
             try kc.setPasscode(current: nil, new: secret(Self.passcode))
-            kdf = kc.keybag.kdfParameters!
+            kdf = kc.kdfParameters!
             let t0 = nowNanos()
             var i = 0
             while i < items {

@@ -46,7 +46,7 @@ struct Status: ParsableCommand {
     func run() throws {
         try reporting { () throws(SecError) in
             let s = try connect.open().status()
-            let state = ["boot", "locked", "unlocked"][min(Int(s.lockState), 2)]
+            let state = s.lockState.description
             if json {
                 Output.print("""
                     {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"items":\(s.itemCount),\

@@ -46,7 +46,7 @@ func status<T>(_ body: () throws -> T) -> SecStatus? {
         for p in ProtectionClass.allCases { try c.add(newPassword("svc", p.shortCode, "s-\(p.shortCode)", p.shortCode)) }
         try agent.restart()
         let after = try AgentConnection(path: agent.socketPath)
-        #expect(try after.status().lockState == 0)
+        #expect(try after.status().lockState == .boot)
         for p in ProtectionClass.allCases {
             let got = status { try after.copyMatching(password("svc", p.shortCode)) }
             #expect(got == (p.availability == .always ? nil : .interactionNotAllowed), "\(p)")
@@ -271,7 +271,7 @@ func status<T>(_ body: () throws -> T) -> SecStatus? {
         let c = try AgentConnection(path: agent.socketPath)
         #expect(try c.status().idleLockSeconds == 1)
         Thread.sleep(forTimeInterval: 2.0)
-        #expect(try c.status().lockState == 1)
+        #expect(try c.status().lockState == .locked)
     }
 
     @Test(.enabled(if: getuid() == 0, "needs root to create a throwaway user"))

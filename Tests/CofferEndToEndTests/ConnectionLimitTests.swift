@@ -182,7 +182,7 @@ import Testing
         let lockTook = Self.now() - t0
         #expect(lockTook < 1, "coffer lock took \(lockTook) s behind a subscriber that stopped reading")
         let t1 = Self.now()
-        #expect(try AgentConnection(path: path).status().lockState == 1)
+        #expect(try AgentConnection(path: path).status().lockState == .locked)
         #expect(Self.now() - t1 < 1)
     }
 
@@ -190,13 +190,13 @@ import Testing
         let agent = try AgentProcess(extraArguments: ["--idle-lock", "1", "--lock-grace", "0"])
         agent.setPasscode()
         let c = try AgentConnection(path: agent.socketPath)
-        #expect(try c.status().lockState == 2)
+        #expect(try c.status().lockState == .unlocked)
         let end = Self.now() + 2.5
         while Self.now() < end {
             _ = try c.status()
             _ = try AgentConnection(path: agent.socketPath).status()
             usleep(200_000)
         }
-        #expect(try c.status().lockState == 1, "polling STATUS kept the keys unlocked")
+        #expect(try c.status().lockState == .locked, "polling STATUS kept the keys unlocked")
     }
 }

@@ -59,7 +59,7 @@ import Testing
         #expect(message.contains("MAINPID=\(p.processIdentifier)"))
         // The agent serves on the socket it was handed (it did not create one).
         let c = try AgentConnection(path: agent.socketPath)
-        #expect(try c.status().lockState == 2)
+        #expect(try c.status().lockState == .unlocked)
         p.terminate()
         p.waitUntilExit()
         #expect(p.terminationStatus == 0)

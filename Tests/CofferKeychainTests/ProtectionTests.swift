@@ -1,6 +1,6 @@
 import CSQLite
 import CofferCrypto
-import CofferKeychain
+@testable import CofferKeychain
 import CofferModel
 import CofferTestSupport
 import Testing

@@ -106,7 +106,7 @@ func copyState(_ names: [String], from: String, to: String) throws {
         let stored = Set(sqlRows(f.dir.file("keychain.db"), "SELECT h FROM attr_index"))
         let pks = Set(sqlRows(f.dir.file("keychain.db"), "SELECT pk FROM items"))
         func guesses(_ svce: String, _ acct: String) throws -> ([[UInt8]], [UInt8]) {
-            let attrs: Attributes = ["svce": .string(svce), "acct": .string(acct), "agrp": .string(f.keychain.defaultAccessGroup),
+            let attrs: Attributes = ["svce": .string(svce), "acct": .string(acct), "agrp": .string(AccessScope.defaultAccessGroup),
                                      "sync": .bool(false)]
             return try bag.withIndexKey(.device) { k in
                 (Keychain.compoundHashes(k, attrs) + [Keychain.blindHash(k, "svce", .string(svce)), Keychain.blindHash(k, "acct", .string(acct))],

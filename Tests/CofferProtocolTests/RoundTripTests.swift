@@ -44,7 +44,7 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
     }
 
     @Test func everyResponseKind() throws {
-        let s = StatusReply(lockState: 2, passcodeSet: true, itemCount: 1 << 40, agentVersion: "v", lockedMemoryBytes: 8192, idleLockSeconds: 60)
+        let s = StatusReply(lockState: .unlocked, passcodeSet: true, itemCount: 1 << 40, agentVersion: "v", lockedMemoryBytes: 8192, idleLockSeconds: 60)
         guard case .status(let s2) = try roundTrip(.status(s)), s2 == s else { Issue.record("status"); return }
         let items = [ItemResult(itemClass: .internetPassword, attributes: attrs, data: sb("d"), persistentRef: [UInt8](repeating: 1, count: 16)),
                      ItemResult(itemClass: .certificate)]

@@ -1,0 +1,95 @@
+import CofferKeychain
+import CofferModel
+import CofferProtocol
+import CofferSystem
+import Logging
+
+/// When the keybag locks: on request, after idle time, and on a session lock (SIGUSR1) after a grace
+/// period announced to subscribers. Time comes from an injected clock, so tests advance it.
+final class LockSchedule: Sendable {
+    private let keychain: Keychain
+    private let idleSeconds: Double
+    private let graceSeconds: Double
+    private let clock: any MonotonicClock
+    private let logger: Logger
+    private let broadcast: @Sendable (LockEvent) -> Void
+    /// The idle and grace timers. Never held while calling the keychain or broadcasting.
+    private let timers: Protected<Timers>
+
+    private struct Timers {
+        /// When a request last used the keychain.
+        var lastActivity: Double
+        /// When a pending (announced) lock takes effect; nil: none pending.
+        var lockDeadline: Double? = nil
+    }
+
+    init(keychain: Keychain, idleSeconds: Double, graceSeconds: Double, clock: any MonotonicClock, logger: Logger,
+         broadcast: @escaping @Sendable (LockEvent) -> Void) {
+        self.keychain = keychain
+        self.idleSeconds = idleSeconds
+        self.graceSeconds = graceSeconds
+        self.clock = clock
+        self.logger = logger
+        self.broadcast = broadcast
+        timers = Protected(Timers(lastActivity: clock.now()))
+    }
+
+    /// Notes client activity (resets the idle timer).
+    func touch() {
+        let now = clock.now()
+        timers.withLock { $0.lastActivity = now }
+    }
+
+    /// Starts a graceful lock: subscribers get `willLock`, keys are wiped after the grace period.
+    /// Nothing happens when no passcode is set (nothing would protect the keys), when not unlocked, or
+    /// when a lock is already pending.
+    func requestLock(reason: String) {
+        let status = keychain.status
+        guard status.passcodeSet, status.lockState == .unlocked else { return }
+        let deadline = clock.now() + graceSeconds
+        let started: Bool = timers.withLock { t in
+            guard t.lockDeadline == nil else { return false }
+            t.lockDeadline = deadline
+            return true
+        }
+        guard started else { return }
+        logger.info("locking in \(graceSeconds) s", metadata: ["reason": "\(reason)"])
+        broadcast(.willLock(graceMillis: UInt32(min(graceSeconds * 1000, Double(UInt32.max)))))
+        if graceSeconds <= 0 { lockNow(reason: reason) }
+    }
+
+    /// Locks immediately (an explicit `coffer lock`, or the end of a grace period). Subscribers hear
+    /// `locked` only if this call locked the keybag (of two concurrent calls, one).
+    func lockNow(reason: String) {
+        timers.withLock { $0.lockDeadline = nil }
+        guard keychain.lock() else { return }
+        logger.info("locked", metadata: ["reason": "\(reason)"])
+        broadcast(.locked)
+    }
+
+    /// After a successful unlock or passcode set/change: cancels a pending lock, restarts the idle
+    /// timer, tells subscribers.
+    func didUnlock() {
+        let now = clock.now()
+        timers.withLock { t in
+            t.lockDeadline = nil
+            t.lastActivity = now
+        }
+        broadcast(.unlocked)
+    }
+
+    /// True while an announced lock is pending.
+    var isLockPending: Bool { timers.withLock { $0.lockDeadline != nil } }
+
+    /// Called periodically (the agent's timer thread, every 0.25 s): ends grace periods and starts idle locks.
+    func tick() {
+        let now = clock.now()
+        let (due, idle): (Bool, Bool) = timers.withLock { t in
+            let due = t.lockDeadline.map { now >= $0 } ?? false
+            let idle = idleSeconds > 0 && t.lockDeadline == nil && now - t.lastActivity >= idleSeconds
+            return (due, idle)
+        }
+        if due { lockNow(reason: "grace period over") }
+        if idle { requestLock(reason: "idle") }
+    }
+}

@@ -1,0 +1,18 @@
+/// Monotonic time as the agent's timers see it (idle lock, grace period, unlock backoff), injected so
+/// tests can advance time without sleeping (a fake clock whose `sleep` moves `now` forward).
+///
+/// Not named `Clock`: the standard library has a `Clock` protocol of its own.
+public protocol MonotonicClock: Sendable {
+    /// Seconds on a monotonic scale (only differences mean anything).
+    func now() -> Double
+    /// Waits `seconds` (a fake clock advances instead).
+    func sleep(seconds: Double)
+}
+
+/// The real monotonic clock (`CLOCK_MONOTONIC`, `nanosleep`).
+public struct SystemClock: MonotonicClock {
+    /// The system clock.
+    public init() {}
+    public func now() -> Double { Threads.monotonicSeconds() }
+    public func sleep(seconds: Double) { Threads.sleep(seconds: seconds) }
+}

@@ -1,0 +1,100 @@
+@testable import CofferAgent
+import CofferCrypto
+import CofferKeybag
+import CofferKeychain
+import CofferModel
+import CofferProtocol
+import CofferSystem
+import CofferTestSupport
+import Glibc
+import Logging
+
+func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
+
+/// Argon2id at libsodium's minimum: these tests exercise the agent's logic, not the KDF.
+let cheapKDF = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)))
+
+/// A clock that moves only when told to; `sleep` advances it at once and records the wait.
+final class FakeClock: MonotonicClock {
+    private let state = Protected((now: 1000.0, sleeps: [Double]()))
+    func now() -> Double { state.withLock { $0.now } }
+    func sleep(seconds: Double) { state.withLock { $0.now += seconds; $0.sleeps.append(seconds) } }
+    func advance(_ seconds: Double) { state.withLock { $0.now += seconds } }
+    /// The waits `sleep` was asked for, oldest first.
+    var sleeps: [Double] { state.withLock { $0.sleeps } }
+}
+
+/// Accepts one passcode and refuses every other (stands in for PAM), counting calls.
+final class StubVerifier: PasscodeVerifier {
+    let accepted: String
+    private let calls = Protected(0)
+    init(accepting accepted: String) { self.accepted = accepted }
+    var callCount: Int { calls.withLock { $0 } }
+    func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
+        calls.withLock { $0 += 1 }
+        let given = passcode.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
+        guard given == accepted else { throw PasscodeRejected(description: "stub: refused") }
+    }
+}
+
+/// Collects broadcast lock events.
+final class EventLog: Sendable {
+    private let events = Protected([LockEvent]())
+    func record(_ e: LockEvent) { events.withLock { $0.append(e) } }
+    var all: [LockEvent] { events.withLock { $0 } }
+    func clear() { events.withLock { $0.removeAll() } }
+}
+
+/// The agent's request path without a socket: a real keychain in a temporary directory, a fake
+/// clock, a stub passcode verifier, and the events the schedule broadcasts.
+final class AgentRig {
+    static let passcode = "correct horse"
+    let dir = TemporaryDirectory("coffer-agent")
+    let keychain: Keychain
+    let clock = FakeClock()
+    let verifier = StubVerifier(accepting: AgentRig.passcode)
+    let events = EventLog()
+    let schedule: LockSchedule
+    let unlocking: UnlockService
+    let pipeline: Pipeline
+    let peer: PeerIdentity
+    private let sockets: [Int32]
+
+    init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10) throws {
+        keychain = try Keychain(directory: dir.path)
+        if passcodeSet { try keychain.setPasscode(current: nil, new: secret(Self.passcode), kdf: cheapKDF) }
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let events = self.events
+        schedule = LockSchedule(keychain: keychain, idleSeconds: idleSeconds, graceSeconds: graceSeconds, clock: clock,
+                                logger: logger) { events.record($0) }
+        unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
+                                  clock: clock, logger: logger)
+        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, logger: logger,
+                            idleLockSeconds: UInt32(idleSeconds))
+        // A real peer identity (this process), read from a socket pair as the agent reads a client's.
+        var fds: [Int32] = [0, 0]
+        precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        sockets = fds
+        peer = try PeerIdentity.of(socket: fds[0])
+    }
+
+    deinit { for fd in sockets { close(fd) } }
+
+    /// A new session that has not said HELLO.
+    func newSession() -> Session { Session(peer: peer) }
+
+    /// A session past HELLO.
+    func greetedSession() -> Session {
+        var s = newSession()
+        let r = pipeline.handle(.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "test"), session: &s)
+        precondition(s.isGreeted, "HELLO refused: \(r)")
+        return s
+    }
+}
+
+/// The status of an error response (nil for any other response).
+func errorStatus(_ r: Response) -> SecStatus? {
+    if case .error(let e) = r { return e.status }
+    return nil
+}
