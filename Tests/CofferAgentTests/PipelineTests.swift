@@ -1,0 +1,81 @@
+@testable import CofferAgent
+import CofferModel
+import CofferProtocol
+import Testing
+
+/// The HELLO rules and the idle-lock activity rule, through `Pipeline.handle` without a socket.
+@Suite struct HelloTests {
+    let hello = Request.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "test")
+    let add = Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")],
+                                  secret: secret("x")), [])
+
+    @Test func helloIsAcceptedAndRecordedInTheSession() throws {
+        let rig = try AgentRig()
+        var s = rig.newSession()
+        guard case .helloReply(let v, let agent) = rig.pipeline.handle(hello, session: &s) else { Issue.record("no HELLO_REPLY"); return }
+        #expect(v == WireFormat.version && agent == Agent.version)
+        #expect(s.isGreeted && s.protocolVersion == WireFormat.version && s.clientName == "test" && !s.mustClose)
+    }
+
+    @Test func theFirstMessageMustBeHello() throws {
+        let rig = try AgentRig(passcodeSet: false)
+        var s = rig.newSession()
+        #expect(errorStatus(rig.pipeline.handle(add, session: &s)) == .param)
+        #expect(s.mustClose && !s.isGreeted)
+        #expect(try rig.keychain.count() == 0, "a request before HELLO ran")
+    }
+
+    @Test(arguments: [(UInt16(0), UInt16(0)), (WireFormat.version + 1, WireFormat.version + 3)])
+    func aVersionRangeWithoutOursIsRefused(range: (UInt16, UInt16)) throws {
+        let rig = try AgentRig()
+        var s = rig.newSession()
+        let r = rig.pipeline.handle(.hello(minVersion: range.0, maxVersion: range.1, clientName: "old"), session: &s)
+        #expect(errorStatus(r) == .param)
+        #expect(s.mustClose && !s.isGreeted)
+    }
+
+    @Test func aRangeHoldingOursIsAccepted() throws {
+        let rig = try AgentRig()
+        var s = rig.newSession()
+        _ = rig.pipeline.handle(.hello(minVersion: 0, maxVersion: .max, clientName: "new"), session: &s)
+        #expect(s.isGreeted && s.protocolVersion == WireFormat.version)
+    }
+
+    @Test func aSecondHelloIsAnErrorButKeepsTheSession() throws {
+        let rig = try AgentRig()
+        var s = rig.greetedSession()
+        #expect(errorStatus(rig.pipeline.handle(hello, session: &s)) == .param)
+        #expect(s.isGreeted && !s.mustClose)
+    }
+
+    @Test func aRequestPipelinedBehindARefusedHelloNeverRuns() throws {
+        let rig = try AgentRig(passcodeSet: false)
+        var s = rig.newSession()
+        _ = rig.pipeline.handle(.hello(minVersion: 99, maxVersion: 99, clientName: "x"), session: &s)
+        #expect(s.mustClose)
+        // The client already sent these behind its HELLO; the server stops reading, and even if it were
+        // handed them, the pipeline runs nothing on a closing session.
+        #expect(errorStatus(rig.pipeline.handle(hello, session: &s)) == .param)
+        #expect(errorStatus(rig.pipeline.handle(add, session: &s)) == .param)
+        #expect(!s.isGreeted)
+        #expect(try rig.keychain.count() == 0)
+    }
+
+    @Test func statusReportsTheTypedLockState() throws {
+        let rig = try AgentRig()
+        var s = rig.greetedSession()
+        guard case .status(let st) = rig.pipeline.handle(.status, session: &s) else { Issue.record("no STATUS_REPLY"); return }
+        #expect(st.lockState == .unlocked && st.passcodeSet && st.itemCount == 0)
+        _ = rig.pipeline.handle(.lock, session: &s)
+        guard case .status(let after) = rig.pipeline.handle(.status, session: &s) else { Issue.record("no STATUS_REPLY"); return }
+        #expect(after.lockState == .locked)
+    }
+
+    @Test func subscribeMarksTheSession() throws {
+        let rig = try AgentRig()
+        var s = rig.greetedSession()
+        #expect(!s.wantsEvents)
+        guard case .ok = rig.pipeline.handle(.subscribe, session: &s) else { Issue.record("SUBSCRIBE not OK"); return }
+        #expect(s.wantsEvents)
+    }
+}
