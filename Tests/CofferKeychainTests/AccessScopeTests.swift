@@ -1,0 +1,75 @@
+import CofferKeychain
+import CofferModel
+import Testing
+
+/// The keychain's access scope: rows outside it are invisible, writes outside it are refused, and the
+/// same item in two groups is two items.
+@Suite struct AccessScopeTests {
+    let mail = AccessScope(groups: ["mail"], defaultGroup: "mail")
+    let chat = AccessScope(groups: ["chat"], defaultGroup: "chat")
+
+    func item(_ s: String = "pw", _ extra: Attributes = [:]) -> NewItem {
+        NewItem(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("me")].merging(extra) { $1 },
+                secret: secret(s))
+    }
+    let query = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("me")],
+                          returnData: true, returnAttributes: true)
+
+    @Test func accessGroupIsPartOfEveryPrimaryKey() {
+        for c in ItemClass.allCases { #expect(c.primaryKey.contains("agrp")) }
+    }
+
+    @Test func theUnrestrictedScopeAddsToTheDefaultGroupAndSeesEveryGroup() throws {
+        let f = try Fixture()
+        try f.keychain.add(item())
+        try f.keychain.add(item("m"), scope: mail)
+        let all = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true))
+        #expect(Set(all.compactMap { $0.attributes?["agrp"] }) == [.string("coffer.default"), .string("mail")])
+    }
+
+    @Test func rowsOutsideTheScopeAreInvisible() throws {
+        let f = try Fixture()
+        try f.keychain.add(item("for mail"), scope: mail)
+        #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail")
+        #expect(status { try f.keychain.copyMatching(query, scope: chat) } == .itemNotFound)
+        #expect(status { try f.keychain.copyMatchingPage(query, scope: chat, after: 0) { _ in true } } == .itemNotFound)
+        #expect(status { try f.keychain.update(query, ItemChanges(secret: secret("x")), scope: chat) } == .itemNotFound)
+        #expect(status { try f.keychain.delete(query, scope: chat) } == .itemNotFound)
+        // Naming the hidden group does not reveal it either.
+        var named = query
+        named.attributes["agrp"] = AttributeValue.string("mail")
+        #expect(status { try f.keychain.copyMatching(named, scope: chat) } == .itemNotFound)
+        #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail", "the hidden row changed")
+    }
+
+    @Test func writingIntoAGroupOutsideTheScopeIsMissingEntitlement() throws {
+        let f = try Fixture()
+        #expect(status { try f.keychain.add(item("x", ["agrp": .string("chat")]), scope: mail) } == .missingEntitlement)
+        try f.keychain.add(item(), scope: mail)
+        #expect(status { try f.keychain.update(query, ItemChanges(attributes: ["agrp": .string("chat")]), scope: mail) }
+                == .missingEntitlement)
+        #expect(try f.keychain.copyMatching(query, scope: mail).first?.attributes?["agrp"] == .string("mail"))
+    }
+
+    @Test func theSameItemInTwoGroupsIsNotADuplicate() throws {
+        let f = try Fixture()
+        try f.keychain.add(item("m"), scope: mail)
+        try f.keychain.add(item("c"), scope: chat)
+        #expect(status { try f.keychain.add(item("again"), scope: mail) } == .duplicateItem)
+        #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "m")
+        #expect(text(try f.keychain.copyMatching(query, scope: chat).first?.data) == "c")
+        #expect(try f.keychain.delete(query, scope: chat) == 1)
+        #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "m")
+    }
+
+    @Test func statusAndLockReportWhatChanged() throws {
+        let f = try Fixture(passcode: "pass")
+        #expect(f.keychain.status == LockStatus(lockState: .unlocked, passcodeSet: true))
+        #expect(f.keychain.lock())
+        #expect(!f.keychain.lock(), "a second lock changed nothing")
+        #expect(f.keychain.status.lockState == .locked)
+        try f.reboot()
+        #expect(f.keychain.status == LockStatus(lockState: .boot, passcodeSet: true))
+        #expect(!f.keychain.lock(), "locking in boot state changed nothing")
+    }
+}
