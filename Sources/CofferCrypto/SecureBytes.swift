@@ -105,6 +105,13 @@ public final class SecureBytes: @unchecked Sendable {
     /// Overwrites the bytes with zeros (`sodium_memzero`) ahead of release.
     public func wipe() { sodium_memzero(base, Swift.max(count, 1)) }
 
+    /// Overwrites bytes `range` with zeros (`sodium_memzero`, which the compiler may not elide), for
+    /// an owner that reuses parts of one buffer (the keybag's key arena wipes one key slot).
+    public func wipe(_ range: Range<Int>) {
+        precondition(range.lowerBound >= 0 && range.upperBound <= count, "wipe range out of bounds")
+        if !range.isEmpty { sodium_memzero(base + range.lowerBound, range.count) }
+    }
+
     /// Constant-time comparison (`sodium_memcmp`); false when lengths differ.
     public func constantTimeEquals(_ other: SecureBytes) -> Bool {
         guard count == other.count else { return false }

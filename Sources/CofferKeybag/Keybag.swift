@@ -23,8 +23,7 @@ public enum IndexTier: Int, Sendable, CaseIterable {
 /// Rotated: class and metadata keys of every class but the Always ones, and the tier-P index key.
 /// Not rotated: the Always-class keys and the tier-D index key (they are protected by the device key
 /// alone, which a passcode change does not change).
-public final class RekeyKeys: @unchecked Sendable {
-    // @unchecked Sendable: immutable after init.
+public final class RekeyKeys: Sendable {
     private let current: [Int: SecureBytes]
     private let previous: [Int: SecureBytes]
 
@@ -77,15 +76,11 @@ public enum CrashPoint {
 /// passcode open nothing added after the change.
 ///
 /// Unwrapped keys live in one guarded, locked allocation (the arena) and are wiped on lock.
-/// All methods are thread-safe.
-public final class Keybag: @unchecked Sendable {
-    // @unchecked Sendable: every mutable field is guarded by `mutex`.
-    private let mutex = Lock()
-    private let arena: SecureBytes
-    private let paths: KeybagPaths
-    private var file: KeybagFile
-    private var available: UInt32 = 0
-    private var lockState: LockState
+/// All methods are thread-safe: the arena, the file image and the lock state are owned by one
+/// ``Protected`` and reached only inside its `withLock`; the slow parts (Argon2id) run outside it.
+public final class Keybag: Sendable {
+    /// Everything mutable, owned by the keybag's lock.
+    private let guarded: Protected<State>
 
     /// Size of every key in the keybag.
     public static let keyBytes = 32
@@ -103,16 +98,10 @@ public final class Keybag: @unchecked Sendable {
     }
 
     private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile) throws(SecError) {
-        self.paths = paths
-        self.file = file
-        self.arena = SecureBytes(count: Slot.count * Self.keyBytes)
-        self.lockState = file.passcodeSet ? .boot : .unlocked
-        deviceKey.withUnsafeBytes { src in
-            arena.withUnsafeMutableBytes { dst in
-                dst.baseAddress!.copyMemory(from: src.baseAddress!, byteCount: Self.keyBytes)
-            }
-        }
-        try unwrapEntries(wrapping: .device, passcodeKey: nil)
+        var state = State(paths: paths, file: file)
+        state.setSlot(Slot.deviceKey, deviceKey)
+        try state.unwrapEntries(wrapping: .device, passcodeKey: nil)
+        guarded = Protected(state)
     }
 
     /// Opens the keybag in `directory`, creating a new one (no passcode) on first use.
@@ -133,31 +122,31 @@ public final class Keybag: @unchecked Sendable {
     // MARK: State
 
     /// The current lock state.
-    public var state: LockState { mutex.withLock { lockState } }
+    public var state: LockState { guarded.withLock { $0.lockState } }
 
     /// The lock state and the passcode flag, read in one critical section.
-    public var status: LockStatus { mutex.withLock { LockStatus(lockState: lockState, passcodeSet: file.passcodeSet) } }
+    public var status: LockStatus { guarded.withLock { LockStatus(lockState: $0.lockState, passcodeSet: $0.file.passcodeSet) } }
 
     /// True once a passcode protects the non-Always classes.
-    public var isPasscodeSet: Bool { mutex.withLock { file.passcodeSet } }
+    public var isPasscodeSet: Bool { guarded.withLock { $0.file.passcodeSet } }
 
     /// The Argon2id parameters chosen at passcode set (nil with no passcode).
-    public var kdfParameters: KDFParameters? { mutex.withLock { file.passcode?.parameters } }
+    public var kdfParameters: KDFParameters? { guarded.withLock { $0.file.passcode?.parameters } }
 
     /// The keybag file's format as read (1: written by an older Coffer, migrated by the next rekey).
-    public var formatVersion: Int { mutex.withLock { Int(file.version) } }
+    public var formatVersion: Int { guarded.withLock { Int($0.file.version) } }
 
     /// True while a rekey must run or finish (a format-1 keybag, or one a crash left mid-rekey).
-    public var needsRekey: Bool { mutex.withLock { file.version < KeybagFile.currentVersion || file.rekeyPending } }
+    public var needsRekey: Bool { guarded.withLock { $0.needsRekey } }
 
     /// True if `protectionClass`'s keys are in memory now.
     public func isAvailable(_ protectionClass: ProtectionClass) -> Bool {
-        mutex.withLock { available & Slot.bit(Slot.classKey(protectionClass)) != 0 }
+        guarded.withLock { $0.isAvailable(Slot.classKey(protectionClass)) }
     }
 
     /// True if the index key of `tier` is in memory now.
     public func isAvailable(_ tier: IndexTier) -> Bool {
-        mutex.withLock { available & Slot.bit(tier.rawValue) != 0 }
+        guarded.withLock { $0.isAvailable(tier.rawValue) }
     }
 
     // MARK: Lock and unlock
@@ -172,7 +161,7 @@ public final class Keybag: @unchecked Sendable {
 
     /// The slow half of an unlock (Argon2id), run without holding any lock; nil with no passcode set.
     public func derivePasscodeKey(_ passcode: SecureBytes?) throws(SecError) -> DerivedPasscodeKey? {
-        let job: (salt: [UInt8], params: KDFParameters)? = mutex.withLock { file.passcode.map { ($0.salt, $0.parameters) } }
+        let job: (salt: [UInt8], params: KDFParameters)? = guarded.withLock { $0.file.passcode.map { ($0.salt, $0.parameters) } }
         guard let job else { return nil }
         guard let passcode, passcode.count > 0 else { throw .authFailed("a passcode is required to unlock") }
         let pk = try PasscodeKDF.derive(passcode: passcode, salt: job.salt, parameters: job.params,
@@ -183,36 +172,36 @@ public final class Keybag: @unchecked Sendable {
     /// The fast half of an unlock. If a rekey is pending (or the keybag is in format 1), `reseal` runs it
     /// to the end before the keys are handed out: nothing reads an item under a half-finished rekey.
     public func unlock(derived: DerivedPasscodeKey?, reseal: Reseal?) throws(SecError) {
-        try mutex.withLock { () throws(SecError) in
-            let pending = file.version < KeybagFile.currentVersion || file.rekeyPending
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let pending = s.needsRekey
             guard let derived else {
-                guard !file.passcodeSet else { throw .authFailed("a passcode is required to unlock") }
+                guard !s.file.passcodeSet else { throw .authFailed("a passcode is required to unlock") }
                 if pending {
                     guard let reseal else { throw .interactionNotAllowed("the keybag needs a rekey; open it through the keychain") }
-                    try rekey(newPasscode: nil, reseal: reseal)
+                    try s.rekey(newPasscode: nil, reseal: reseal)
                 }
-                try unwrapEntries(wrapping: .device, passcodeKey: nil)
-                lockState = .unlocked
+                try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
+                s.lockState = .unlocked
                 return
             }
-            guard file.passcode?.salt == derived.salt else { throw .authFailed("the passcode changed during unlock; try again") }
+            guard s.file.passcode?.salt == derived.salt else { throw .authFailed("the passcode changed during unlock; try again") }
             if pending {
                 guard let reseal else { throw .interactionNotAllowed("the keybag needs a rekey; open it through the keychain") }
                 // Checks the passcode first (opening every entry), so a wrong passcode changes nothing.
-                _ = try openAll(passcodeKey: derived.key)
-                try rekey(newPasscode: file.passcode.map { ($0, derived.key) }, oldPasscodeKey: derived.key, reseal: reseal)
+                _ = try s.openAll(passcodeKey: derived.key)
+                try s.rekey(newPasscode: s.file.passcode.map { ($0, derived.key) }, oldPasscodeKey: derived.key, reseal: reseal)
             }
-            try unwrapEntries(wrapping: .passcode, passcodeKey: derived.key)
-            lockState = .unlocked
+            try s.unwrapEntries(wrapping: .passcode, passcodeKey: derived.key)
+            s.lockState = .unlocked
         }
     }
 
     /// Finishes a rekey at open when no passcode is set (everything is under the device key).
     public func finishRekeyWithoutPasscode(reseal: Reseal) throws(SecError) {
-        try mutex.withLock { () throws(SecError) in
-            guard !file.passcodeSet, file.version < KeybagFile.currentVersion || file.rekeyPending else { return }
-            try rekey(newPasscode: nil, reseal: reseal)
-            try unwrapEntries(wrapping: .device, passcodeKey: nil)
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard !s.file.passcodeSet, s.needsRekey else { return }
+            try s.rekey(newPasscode: nil, reseal: reseal)
+            try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
         }
     }
 
@@ -223,13 +212,13 @@ public final class Keybag: @unchecked Sendable {
     /// the wipe: of two concurrent callers exactly one sees true.
     @discardableResult
     public func lock() -> Bool {
-        mutex.withLock {
+        guarded.withLock { s in
             for c in ProtectionClass.allCases where c.availability == .whenUnlocked {
-                wipeSlot(Slot.classKey(c))
-                wipeSlot(Slot.metadataKey(c))
+                s.wipeSlot(Slot.classKey(c))
+                s.wipeSlot(Slot.metadataKey(c))
             }
-            guard lockState == .unlocked else { return false }
-            lockState = .locked
+            guard s.lockState == .unlocked else { return false }
+            s.lockState = .locked
             return true
         }
     }
@@ -252,117 +241,30 @@ public final class Keybag: @unchecked Sendable {
         let salt = Random.bytes(Argon2id.saltBytes)
         let deviceKey = deviceKeyCopy()
         let newKey = try PasscodeKDF.derive(passcode: new, salt: salt, parameters: params, deviceKey: deviceKey)
-        let snapshot = mutex.withLock { file }
+        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode) }
         var oldKey: SecureBytes? = nil
         if let old = snapshot.passcode {
             guard let current, current.count > 0 else { throw .authFailed("the current passcode is required") }
             oldKey = try PasscodeKDF.derive(passcode: current, salt: old.salt, parameters: old.parameters, deviceKey: deviceKey)
         }
-        try mutex.withLock { () throws(SecError) in
-            guard file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
             do throws(SecError) {
-                _ = try openAll(passcodeKey: oldKey)
+                _ = try s.openAll(passcodeKey: oldKey)
             } catch {
                 throw error.status == .authFailed ? .authFailed("wrong current passcode") : error
             }
             var resealItems: Reseal = Self.noItems
             if let reseal { resealItems = reseal }
-            if file.rekeyPending {
+            if s.file.rekeyPending {
                 // An earlier rekey never finished: finish it under the current passcode first.
-                try rekey(newPasscode: file.passcode.map { ($0, oldKey!) }, oldPasscodeKey: oldKey, reseal: resealItems)
+                try s.rekey(newPasscode: s.file.passcode.map { ($0, oldKey!) }, oldPasscodeKey: oldKey, reseal: resealItems)
             }
-            try rekey(newPasscode: (.init(salt: salt, parameters: params), newKey), oldPasscodeKey: oldKey, reseal: resealItems)
-            try unwrapEntries(wrapping: .device, passcodeKey: nil)
-            try unwrapEntries(wrapping: .passcode, passcodeKey: newKey)
-            lockState = .unlocked
+            try s.rekey(newPasscode: (.init(salt: salt, parameters: params), newKey), oldPasscodeKey: oldKey, reseal: resealItems)
+            try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
+            try s.unwrapEntries(wrapping: .passcode, passcodeKey: newKey)
+            s.lockState = .unlocked
         }
-    }
-
-    // MARK: Rekey (callers hold `mutex`)
-
-    /// The one rekey mechanism (passcode set/change, migration from format 1, finishing a crashed rekey).
-    ///
-    /// 1. Unless `file` is already pending: commit a keybag holding fresh keys as current and the
-    ///    rotated-out keys as previous (all under the new passcode key), marked pending.
-    /// 2. `reseal` re-seals every item (one transaction; idempotent: new keys first, then previous).
-    /// 3. Commit the keybag without the previous keys and the mark.
-    /// On failure after step 1 the keybag is left pending and its rotated keys are wiped from memory
-    /// (state boot), so the next unlock finishes it.
-    private func rekey(newPasscode: (KeybagFile.Passcode, SecureBytes)?, oldPasscodeKey: SecureBytes? = nil,
-                       reseal: Reseal) throws(SecError) {
-        let deviceKey = SecureBytes(copying: slotBytes(Slot.deviceKey))
-        let dwk = deviceWrapKey()
-        let opened = try openAll(passcodeKey: oldPasscodeKey)
-        var current = opened.current
-        var previous = opened.previous
-        let passcode = newPasscode?.0
-        func wrapKey(_ slot: Int) -> SecureBytes {
-            Slot.expectedWrapping(slot, passcodeSet: passcode != nil) == .device ? dwk : newPasscode!.1
-        }
-        func seal(_ keys: [Int: SecureBytes], previousFlag: Int) -> [Int: WrappedEntry] {
-            var out: [Int: WrappedEntry] = [:]
-            for (slot, key) in keys {
-                let w = Slot.expectedWrapping(slot, passcodeSet: passcode != nil)
-                out[slot] = .seal(key, slot: slot | previousFlag, wrapping: w, key: wrapKey(slot))
-            }
-            return out
-        }
-        if !(file.rekeyPending && file.version == KeybagFile.currentVersion && file.passcode == passcode) {
-            // Step 1: rotate. The previous keys are those the items are sealed under now.
-            previous = [:]
-            for slot in Slot.rotated where current[slot] != nil { previous[slot] = current[slot] }
-            for slot in Slot.required(passcodeSet: passcode != nil) where Slot.isRotated(slot) {
-                current[slot] = .random(count: Self.keyBytes)
-            }
-            var next = file
-            next.version = KeybagFile.currentVersion
-            next.generation += 1
-            next.passcode = passcode
-            next.entries = seal(current, previousFlag: 0)
-            next.previous = seal(previous, previousFlag: KeybagFile.previousFlag)
-            next.rekeyPending = true
-            CrashPoint.hit("rekey-start")
-            try next.save(paths, keybagKey: .random(count: Self.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-next-written")
-            file = next
-            CrashPoint.hit("rekey-committed")
-        }
-        do throws(SecError) {
-            // Step 2.
-            try reseal(RekeyKeys(current: current, previous: previous))
-            CrashPoint.hit("rekey-resealed")
-            // Step 3.
-            var done = file
-            done.generation += 1
-            done.previous = [:]
-            done.rekeyPending = false
-            try done.save(paths, keybagKey: .random(count: Self.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-final-next-written")
-            file = done
-            CrashPoint.hit("rekey-done")
-        } catch {
-            for slot in Slot.rotated { wipeSlot(slot) }
-            lockState = .boot
-            throw error
-        }
-    }
-
-    /// Every key of the file in plaintext (current and previous), from the file, not memory (the keybag
-    /// may be locked). errSecAuthFailed if `passcodeKey` is wrong; changes nothing.
-    private func openAll(passcodeKey: SecureBytes?) throws(SecError) -> (current: [Int: SecureBytes], previous: [Int: SecureBytes]) {
-        let dwk = deviceWrapKey()
-        func open(_ entries: [Int: WrappedEntry], flag: Int) throws(SecError) -> [Int: SecureBytes] {
-            var out: [Int: SecureBytes] = [:]
-            for (slot, entry) in entries {
-                let wrapKey = entry.wrapping == .device ? dwk : passcodeKey
-                guard let wrapKey else { throw .authFailed("a passcode is required") }
-                do throws(SecError) {
-                    out[slot] = try entry.open(slot: slot | flag, key: wrapKey)
-                } catch {
-                    throw entry.wrapping == .passcode ? .authFailed("wrong passcode") : error
-                }
-            }
-            return out
-        }
-        return (try open(file.entries, flag: 0), try open(file.previous, flag: KeybagFile.previousFlag))
     }
 
     // MARK: Key access
@@ -389,83 +291,203 @@ public final class Keybag: @unchecked Sendable {
     /// Runs `body` with the index key of `tier`; errSecInteractionNotAllowed if it is not in memory
     /// (tier P before the first unlock).
     public func withIndexKey<R>(_ tier: IndexTier, _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
-        try mutex.withLock { () throws(SecError) in
-            guard available & Slot.bit(tier.rawValue) != 0 else {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.isAvailable(tier.rawValue) else {
                 throw .interactionNotAllowed("the passcode-tier index key is not available before the first unlock")
             }
-            return try body(slotBytes(tier.rawValue))
+            return try body(s.slotBytes(tier.rawValue))
         }
     }
 
     /// Runs `body` with every index key in memory now (tier D always; tier P after the first unlock).
     public func withIndexKeys<R>(_ body: ([(IndexTier, UnsafeRawBufferPointer)]) throws(SecError) -> R) throws(SecError) -> R {
-        try mutex.withLock { () throws(SecError) in
-            try body(IndexTier.allCases.filter { available & Slot.bit($0.rawValue) != 0 }.map { ($0, slotBytes($0.rawValue)) })
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            try body(IndexTier.allCases.filter { s.isAvailable($0.rawValue) }.map { ($0, s.slotBytes($0.rawValue)) })
         }
     }
 
     private func withSlot<R>(_ slot: Int, _ c: ProtectionClass,
                              _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
-        try mutex.withLock { () throws(SecError) in
-            guard available & Slot.bit(slot) != 0 else {
-                if c.requiresPasscode && !file.passcodeSet {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.isAvailable(slot) else {
+                if c.requiresPasscode && !s.file.passcodeSet {
                     throw .notAvailable("\(c.cliName) items need a passcode, and none is set")
                 }
-                throw .interactionNotAllowed("the \(c.cliName) class key is not available (keybag \(lockState))")
+                throw .interactionNotAllowed("the \(c.cliName) class key is not available (keybag \(s.lockState))")
             }
-            return try body(slotBytes(slot))
+            return try body(s.slotBytes(slot))
         }
     }
 
-    // MARK: Internals (callers hold `mutex`, except during init)
-
-    private func slotBytes(_ slot: Int) -> UnsafeRawBufferPointer {
-        arena.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[slot * Self.keyBytes ..< (slot + 1) * Self.keyBytes]) }
-    }
-
-    private func setSlot(_ slot: Int, _ key: SecureBytes) {
-        precondition(key.count == Self.keyBytes)
-        arena.withUnsafeMutableBytes { dst in
-            key.withUnsafeBytes { src in
-                (dst.baseAddress! + slot * Self.keyBytes).copyMemory(from: src.baseAddress!, byteCount: Self.keyBytes)
-            }
-        }
-        available |= Slot.bit(slot)
-    }
-
-    private func wipeSlot(_ slot: Int) {
-        arena.withUnsafeMutableBytes { dst in
-            let p = dst.baseAddress! + slot * Self.keyBytes
-            for i in 0..<Self.keyBytes { p.storeBytes(of: 0, toByteOffset: i, as: UInt8.self) }
-        }
-        available &= ~Slot.bit(slot)
-    }
-
+    /// A copy of the device key (for Argon2id, which runs outside the lock).
     private func deviceKeyCopy() -> SecureBytes {
-        mutex.withLock { SecureBytes(copying: slotBytes(Slot.deviceKey)) }
-    }
-
-    private func deviceWrapKey() -> SecureBytes {
-        Slot.deviceWrapKey(slotBytes(Slot.deviceKey))
-    }
-
-    /// Unwraps every current entry with `wrapping` into temporaries first, so a failure changes nothing.
-    private func unwrapEntries(wrapping: Wrapping, passcodeKey: SecureBytes?) throws(SecError) {
-        let key = wrapping == .device ? deviceWrapKey() : passcodeKey!
-        var opened: [(Int, SecureBytes)] = []
-        for (slot, entry) in file.entries where entry.wrapping == wrapping {
-            do {
-                opened.append((slot, try entry.open(slot: slot, key: key)))
-            } catch {
-                // A wrong passcode and a tampered entry look alike by design.
-                throw wrapping == .passcode ? .authFailed("wrong passcode") : error
-            }
-        }
-        for (slot, k) in opened { setSlot(slot, k) }
+        guarded.withLock { SecureBytes(copying: $0.slotBytes(Slot.deviceKey)) }
     }
 
     deinit {
-        arena.wipe()
+        guarded.withLock { $0.wipeArena() }
+    }
+
+    // MARK: State owned by the lock
+
+    /// The keybag's mutable state. Reachable only inside `guarded.withLock`, so every method here runs
+    /// holding the keybag lock: the compiler, not a comment, keeps the arena, the file image and the
+    /// lock state under it.
+    private struct State {
+        /// The unwrapped keys (``Slot`` layout). An immutable reference, written only through
+        /// ``setSlot(_:_:)``, ``wipeSlot(_:)`` and ``wipeArena()``.
+        private let arena = SecureBytes(count: Slot.count * Keybag.keyBytes)
+        /// Which slots of `arena` hold a key (bit ``Slot/bit(_:)``).
+        private var available: UInt32 = 0
+        let paths: KeybagPaths
+        /// The keybag file as last loaded or committed.
+        var file: KeybagFile
+        var lockState: LockState
+
+        init(paths: KeybagPaths, file: KeybagFile) {
+            self.paths = paths
+            self.file = file
+            self.lockState = file.passcodeSet ? .boot : .unlocked
+        }
+
+        /// A format-1 keybag, or one a crash left mid-rekey.
+        var needsRekey: Bool { file.version < KeybagFile.currentVersion || file.rekeyPending }
+
+        func isAvailable(_ slot: Int) -> Bool { available & Slot.bit(slot) != 0 }
+
+        // MARK: Rekey
+
+        /// The one rekey mechanism (passcode set/change, migration from format 1, finishing a crashed rekey).
+        ///
+        /// 1. Unless `file` is already pending: commit a keybag holding fresh keys as current and the
+        ///    rotated-out keys as previous (all under the new passcode key), marked pending.
+        /// 2. `reseal` re-seals every item (one transaction; idempotent: new keys first, then previous).
+        /// 3. Commit the keybag without the previous keys and the mark.
+        /// On failure after step 1 the keybag is left pending and its rotated keys are wiped from memory
+        /// (state boot), so the next unlock finishes it.
+        mutating func rekey(newPasscode: (KeybagFile.Passcode, SecureBytes)?, oldPasscodeKey: SecureBytes? = nil,
+                            reseal: Reseal) throws(SecError) {
+            let deviceKey = SecureBytes(copying: slotBytes(Slot.deviceKey))
+            let dwk = deviceWrapKey()
+            let opened = try openAll(passcodeKey: oldPasscodeKey)
+            var current = opened.current
+            var previous = opened.previous
+            let passcode = newPasscode?.0
+            func wrapKey(_ slot: Int) -> SecureBytes {
+                Slot.expectedWrapping(slot, passcodeSet: passcode != nil) == .device ? dwk : newPasscode!.1
+            }
+            func seal(_ keys: [Int: SecureBytes], previousFlag: Int) -> [Int: WrappedEntry] {
+                var out: [Int: WrappedEntry] = [:]
+                for (slot, key) in keys {
+                    let w = Slot.expectedWrapping(slot, passcodeSet: passcode != nil)
+                    out[slot] = .seal(key, slot: slot | previousFlag, wrapping: w, key: wrapKey(slot))
+                }
+                return out
+            }
+            if !(file.rekeyPending && file.version == KeybagFile.currentVersion && file.passcode == passcode) {
+                // Step 1: rotate. The previous keys are those the items are sealed under now.
+                previous = [:]
+                for slot in Slot.rotated where current[slot] != nil { previous[slot] = current[slot] }
+                for slot in Slot.required(passcodeSet: passcode != nil) where Slot.isRotated(slot) {
+                    current[slot] = .random(count: Keybag.keyBytes)
+                }
+                var next = file
+                next.version = KeybagFile.currentVersion
+                next.generation += 1
+                next.passcode = passcode
+                next.entries = seal(current, previousFlag: 0)
+                next.previous = seal(previous, previousFlag: KeybagFile.previousFlag)
+                next.rekeyPending = true
+                CrashPoint.hit("rekey-start")
+                try next.save(paths, keybagKey: .random(count: Keybag.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-next-written")
+                file = next
+                CrashPoint.hit("rekey-committed")
+            }
+            do throws(SecError) {
+                // Step 2.
+                try reseal(RekeyKeys(current: current, previous: previous))
+                CrashPoint.hit("rekey-resealed")
+                // Step 3.
+                var done = file
+                done.generation += 1
+                done.previous = [:]
+                done.rekeyPending = false
+                try done.save(paths, keybagKey: .random(count: Keybag.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-final-next-written")
+                file = done
+                CrashPoint.hit("rekey-done")
+            } catch {
+                for slot in Slot.rotated { wipeSlot(slot) }
+                lockState = .boot
+                throw error
+            }
+        }
+
+        /// Every key of the file in plaintext (current and previous), from the file, not memory (the keybag
+        /// may be locked). errSecAuthFailed if `passcodeKey` is wrong; changes nothing.
+        func openAll(passcodeKey: SecureBytes?) throws(SecError) -> (current: [Int: SecureBytes], previous: [Int: SecureBytes]) {
+            let dwk = deviceWrapKey()
+            func open(_ entries: [Int: WrappedEntry], flag: Int) throws(SecError) -> [Int: SecureBytes] {
+                var out: [Int: SecureBytes] = [:]
+                for (slot, entry) in entries {
+                    let wrapKey = entry.wrapping == .device ? dwk : passcodeKey
+                    guard let wrapKey else { throw .authFailed("a passcode is required") }
+                    do throws(SecError) {
+                        out[slot] = try entry.open(slot: slot | flag, key: wrapKey)
+                    } catch {
+                        throw entry.wrapping == .passcode ? .authFailed("wrong passcode") : error
+                    }
+                }
+                return out
+            }
+            return (try open(file.entries, flag: 0), try open(file.previous, flag: KeybagFile.previousFlag))
+        }
+
+        /// Unwraps every current entry with `wrapping` into temporaries first, so a failure changes nothing.
+        mutating func unwrapEntries(wrapping: Wrapping, passcodeKey: SecureBytes?) throws(SecError) {
+            let key = wrapping == .device ? deviceWrapKey() : passcodeKey!
+            var opened: [(Int, SecureBytes)] = []
+            for (slot, entry) in file.entries where entry.wrapping == wrapping {
+                do {
+                    opened.append((slot, try entry.open(slot: slot, key: key)))
+                } catch {
+                    // A wrong passcode and a tampered entry look alike by design.
+                    throw wrapping == .passcode ? .authFailed("wrong passcode") : error
+                }
+            }
+            for (slot, k) in opened { setSlot(slot, k) }
+        }
+
+        // MARK: Key arena
+
+        /// The key in `slot`, borrowed from the arena: valid only while the lock is held.
+        func slotBytes(_ slot: Int) -> UnsafeRawBufferPointer {
+            arena.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[slot * Keybag.keyBytes ..< (slot + 1) * Keybag.keyBytes]) }
+        }
+
+        mutating func setSlot(_ slot: Int, _ key: SecureBytes) {
+            precondition(key.count == Keybag.keyBytes)
+            arena.withUnsafeMutableBytes { dst in
+                key.withUnsafeBytes { src in
+                    (dst.baseAddress! + slot * Keybag.keyBytes).copyMemory(from: src.baseAddress!, byteCount: Keybag.keyBytes)
+                }
+            }
+            available |= Slot.bit(slot)
+        }
+
+        mutating func wipeSlot(_ slot: Int) {
+            arena.wipe(slot * Keybag.keyBytes ..< (slot + 1) * Keybag.keyBytes)
+            available &= ~Slot.bit(slot)
+        }
+
+        /// Wipes every key (the keybag is going away).
+        mutating func wipeArena() {
+            arena.wipe()
+            available = 0
+        }
+
+        func deviceWrapKey() -> SecureBytes {
+            Slot.deviceWrapKey(slotBytes(Slot.deviceKey))
+        }
     }
 }
 
