@@ -15,8 +15,9 @@ import CofferSystem
 /// Small buffers come from ``SecurePool`` (locked slabs, chunks wiped on release); larger ones
 /// get their own `sodium_malloc` with guard pages.
 public final class SecureBytes: @unchecked Sendable {
-    // @unchecked Sendable: the bytes are written only while the owner is being built
-    // (initialisers and `withUnsafeMutableBytes` by the creating code), then read-only.
+    // @unchecked Sendable: the bytes are written only by the creating code before it shares the
+    // buffer, or by an owner that serialises every write (the keybag writes its key arena only
+    // inside its `Protected.withLock`); everyone else only reads.
     private let base: UnsafeMutableRawPointer
     /// Number of secret bytes.
     public let count: Int
