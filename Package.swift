@@ -1,8 +1,12 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 import PackageDescription
 
 /// Settings every Coffer module shares: Swift 6 language mode (strict concurrency).
 let settings: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+/// The modules that touch raw memory (secrets, syscalls, SQLite and PAM buffers) also build with
+/// strict memory safety: every unsafe construct there is spelled `unsafe` and can be reviewed.
+let rawMemorySettings: [SwiftSetting] = settings + [.strictMemorySafety()]
 
 /// Linker settings of the command-line executables: static and (in release) stripped, unless
 /// COFFER_DYNAMIC_CLI is set (sanitizer builds). See the `coffer` target.
@@ -38,17 +42,17 @@ let package = Package(
         .target(name: "CCofferABI", path: "Sources/CCofferABI"),
 
         // Swift modules, one per trust boundary.
-        .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: settings),
+        .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: settings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
-                swiftSettings: settings),
-        .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: settings),
+                swiftSettings: rawMemorySettings),
+        .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeychain",
                 dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
-        .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: settings),
+        .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),

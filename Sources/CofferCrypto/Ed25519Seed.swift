@@ -13,9 +13,9 @@ extension Ed25519 {
         Sodium.ensureInitialized()
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
         let sk = SecureBytes(count: secretKeyBytes)
-        seed.withUnsafeBytes { s in
-            sk.withUnsafeMutableBytes { k in
-                _ = crypto_sign_seed_keypair(&pk, k.baseAddress!.assumingMemoryBound(to: UInt8.self),
+        unsafe seed.withUnsafeBytes { s in
+            unsafe sk.withUnsafeMutableBytes { k in
+                _ = unsafe crypto_sign_seed_keypair(&pk, k.baseAddress!.assumingMemoryBound(to: UInt8.self),
                                              s.baseAddress!.assumingMemoryBound(to: UInt8.self))
             }
         }
@@ -26,8 +26,8 @@ extension Ed25519 {
     public static func publicKey(secretKey: SecureBytes) -> [UInt8] {
         precondition(secretKey.count == secretKeyBytes, "Ed25519 secret key must be 64 bytes")
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
-        secretKey.withUnsafeBytes { k in
-            _ = crypto_sign_ed25519_sk_to_pk(&pk, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        unsafe secretKey.withUnsafeBytes { k in
+            _ = unsafe crypto_sign_ed25519_sk_to_pk(&pk, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
         }
         return pk
     }

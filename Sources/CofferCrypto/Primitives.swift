@@ -25,7 +25,7 @@ public enum Random {
     public static func bytes(_ count: Int) -> [UInt8] {
         Sodium.ensureInitialized()
         var out = [UInt8](repeating: 0, count: count)
-        out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, count) }
+        unsafe out.withUnsafeMutableBytes { unsafe randombytes_buf($0.baseAddress!, count) }
         return out
     }
 }
@@ -48,10 +48,10 @@ public enum AEAD {
         precondition(key.count == keyBytes, "AEAD key must be 32 bytes")
         Sodium.ensureInitialized()
         var out = [UInt8](repeating: 0, count: nonceBytes + plaintext.count + tagBytes)
-        out.withUnsafeMutableBufferPointer { o in
-            randombytes_buf(o.baseAddress!, nonceBytes)
+        unsafe out.withUnsafeMutableBufferPointer { o in
+            unsafe randombytes_buf(o.baseAddress!, nonceBytes)
             var clen: UInt64 = 0
-            _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
+            _ = unsafe crypto_aead_xchacha20poly1305_ietf_encrypt(
                 o.baseAddress! + nonceBytes, &clen,
                 plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count),
                 ad, UInt64(ad.count), nil,
@@ -62,7 +62,7 @@ public enum AEAD {
 
     /// Encrypts a secret under a key held in secure memory.
     public static func seal(_ plaintext: SecureBytes, key: SecureBytes, ad: [UInt8]) -> [UInt8] {
-        plaintext.withUnsafeBytes { p in key.withUnsafeBytes { k in seal(p, key: k, ad: ad) } }
+        unsafe plaintext.withUnsafeBytes { p in unsafe key.withUnsafeBytes { k in unsafe seal(p, key: k, ad: ad) } }
     }
 
     /// Decrypts a sealed box into secure memory; throws `.authenticationFailed` if anything was altered.
@@ -70,10 +70,10 @@ public enum AEAD {
         precondition(key.count == keyBytes, "AEAD key must be 32 bytes")
         guard sealed.count >= overhead else { throw .malformedInput }
         let out = SecureBytes(count: sealed.count - overhead)
-        let rc: Int32 = sealed.withUnsafeBufferPointer { s in
-            out.withUnsafeMutableBytes { o in
+        let rc: Int32 = unsafe sealed.withUnsafeBufferPointer { s in
+            unsafe out.withUnsafeMutableBytes { o in
                 var mlen: UInt64 = 0
-                return crypto_aead_xchacha20poly1305_ietf_decrypt(
+                return unsafe crypto_aead_xchacha20poly1305_ietf_decrypt(
                     o.baseAddress!.assumingMemoryBound(to: UInt8.self), &mlen, nil,
                     s.baseAddress! + nonceBytes, UInt64(s.count - nonceBytes),
                     ad, UInt64(ad.count),
@@ -86,7 +86,7 @@ public enum AEAD {
 
     /// Decrypts a sealed box under a key held in secure memory.
     public static func open(_ sealed: ArraySlice<UInt8>, key: SecureBytes, ad: [UInt8]) throws(CryptoError) -> SecureBytes {
-        try key.withUnsafeBytes { k throws(CryptoError) in try open(sealed, key: k, ad: ad) }
+        unsafe try key.withUnsafeBytes { k throws(CryptoError) in unsafe try open(sealed, key: k, ad: ad) }
     }
 }
 
@@ -95,14 +95,14 @@ public enum KeyedHash {
     /// Hashes the concatenation of `parts` under `key` into `outputBytes` public bytes.
     public static func hash(key: UnsafeRawBufferPointer, parts: [[UInt8]], outputBytes: Int = 32) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: outputBytes)
-        out.withUnsafeMutableBytes { run(key: key, parts: parts, into: $0) }
+        unsafe out.withUnsafeMutableBytes { unsafe run(key: key, parts: parts, into: $0) }
         return out
     }
 
     /// Derives a 32-byte secret from `key` and `parts` straight into secure memory.
     public static func deriveKey(key: UnsafeRawBufferPointer, parts: [[UInt8]]) -> SecureBytes {
         let out = SecureBytes(count: 32)
-        out.withUnsafeMutableBytes { run(key: key, parts: parts, into: $0) }
+        unsafe out.withUnsafeMutableBytes { unsafe run(key: key, parts: parts, into: $0) }
         return out
     }
 
@@ -111,16 +111,16 @@ public enum KeyedHash {
     public static func deriveKey(key: UnsafeRawBufferPointer, rawParts: [UnsafeRawBufferPointer]) -> SecureBytes {
         Sodium.ensureInitialized()
         precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
-        precondition(rawParts.count <= 16)
+        unsafe precondition(rawParts.count <= 16)
         let out = SecureBytes(count: 32)
-        out.withUnsafeMutableBytes { o in
-            withUnsafeTemporaryAllocation(of: UnsafePointer<UInt8>?.self, capacity: rawParts.count) { ptrs in
-                withUnsafeTemporaryAllocation(of: Int.self, capacity: rawParts.count) { lens in
-                    for (i, b) in rawParts.enumerated() {
-                        ptrs[i] = b.baseAddress.map { $0.assumingMemoryBound(to: UInt8.self) } ?? UnsafePointer(bitPattern: 1)
-                        lens[i] = b.count
+        unsafe out.withUnsafeMutableBytes { o in
+            unsafe withUnsafeTemporaryAllocation(of: UnsafePointer<UInt8>?.self, capacity: rawParts.count) { ptrs in
+                unsafe withUnsafeTemporaryAllocation(of: Int.self, capacity: rawParts.count) { lens in
+                    for unsafe (i, b) in unsafe rawParts.enumerated() {
+                        unsafe ptrs[i] = b.baseAddress.map { unsafe $0.assumingMemoryBound(to: UInt8.self) } ?? UnsafePointer(bitPattern: 1)
+                        unsafe lens[i] = b.count
                     }
-                    let rc = coffer_keyed_hash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), o.count,
+                    let rc = unsafe coffer_keyed_hash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), o.count,
                                                key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count,
                                                ptrs.baseAddress!, lens.baseAddress!, rawParts.count)
                     precondition(rc == 0, "crypto_generichash failed")
@@ -135,19 +135,19 @@ public enum KeyedHash {
         precondition(key.count >= Int(crypto_generichash_KEYBYTES_MIN) && key.count <= Int(crypto_generichash_KEYBYTES_MAX))
         precondition(parts.count <= 16)
         // Arrays keep their storage alive for the call; collect base pointers without copying.
-        withUnsafeTemporaryAllocation(of: UnsafePointer<UInt8>?.self, capacity: parts.count) { ptrs in
-            withUnsafeTemporaryAllocation(of: Int.self, capacity: parts.count) { lens in
+        unsafe withUnsafeTemporaryAllocation(of: UnsafePointer<UInt8>?.self, capacity: parts.count) { ptrs in
+            unsafe withUnsafeTemporaryAllocation(of: Int.self, capacity: parts.count) { lens in
                 func go(_ i: Int) {
                     if i == parts.count {
-                        let rc = coffer_keyed_hash(out.baseAddress!.assumingMemoryBound(to: UInt8.self), out.count,
+                        let rc = unsafe coffer_keyed_hash(out.baseAddress!.assumingMemoryBound(to: UInt8.self), out.count,
                                                    key.baseAddress!.assumingMemoryBound(to: UInt8.self), key.count,
                                                    ptrs.baseAddress!, lens.baseAddress!, parts.count)
                         precondition(rc == 0, "crypto_generichash failed")
                         return
                     }
-                    parts[i].withUnsafeBufferPointer { b in
-                        ptrs[i] = b.baseAddress ?? UnsafePointer(bitPattern: 1)
-                        lens[i] = b.count
+                    unsafe parts[i].withUnsafeBufferPointer { b in
+                        unsafe ptrs[i] = b.baseAddress ?? UnsafePointer(bitPattern: 1)
+                        unsafe lens[i] = b.count
                         go(i + 1)
                     }
                 }
@@ -171,9 +171,9 @@ public enum Argon2id {
         Sodium.ensureInitialized()
         let out = SecureBytes(count: 32)
         var empty: CChar = 0
-        let rc: Int32 = out.withUnsafeMutableBytes { o in
-            withUnsafePointer(to: &empty) { emptyPtr in
-                crypto_pwhash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), 32,
+        let rc: Int32 = unsafe out.withUnsafeMutableBytes { o in
+            unsafe withUnsafePointer(to: &empty) { emptyPtr in
+                unsafe crypto_pwhash(o.baseAddress!.assumingMemoryBound(to: UInt8.self), 32,
                               password.baseAddress?.assumingMemoryBound(to: CChar.self) ?? emptyPtr,
                               UInt64(password.count), salt, opsLimit, memLimit,
                               crypto_pwhash_ALG_ARGON2ID13)
@@ -196,15 +196,15 @@ public enum Ed25519 {
         Sodium.ensureInitialized()
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
         let sk = SecureBytes(count: Int(crypto_sign_SECRETKEYBYTES))
-        sk.withUnsafeMutableBytes { _ = crypto_sign_keypair(&pk, $0.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
+        unsafe sk.withUnsafeMutableBytes { _ = unsafe crypto_sign_keypair(&pk, $0.baseAddress!.assumingMemoryBound(to: UInt8.self)) }
         return (pk, sk)
     }
 
     /// A detached signature of `message`.
     public static func sign(_ message: [UInt8], secretKey: SecureBytes) -> [UInt8] {
         var sig = [UInt8](repeating: 0, count: signatureBytes)
-        secretKey.withUnsafeBytes { k in
-            _ = crypto_sign_detached(&sig, nil, message, UInt64(message.count), k.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        unsafe secretKey.withUnsafeBytes { k in
+            _ = unsafe crypto_sign_detached(&sig, nil, message, UInt64(message.count), k.baseAddress!.assumingMemoryBound(to: UInt8.self))
         }
         return sig
     }
@@ -213,6 +213,6 @@ public enum Ed25519 {
     public static func verify(signature: [UInt8], message: [UInt8], publicKey: [UInt8]) -> Bool {
         Sodium.ensureInitialized()
         guard signature.count == signatureBytes, publicKey.count == publicKeyBytes else { return false }
-        return crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) == 0
+        return unsafe crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) == 0
     }
 }

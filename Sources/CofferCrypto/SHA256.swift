@@ -9,13 +9,13 @@ public enum SHA256 {
     /// The SHA-256 digest of `bytes` in one call.
     public static func hash(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var h = Hasher()
-        h.update(bytes)
+        unsafe h.update(bytes)
         return h.finalize()
     }
 
     /// The SHA-256 digest of `bytes` in one call.
     public static func hash(_ bytes: [UInt8]) -> [UInt8] {
-        bytes.withUnsafeBytes { hash($0) }
+        unsafe bytes.withUnsafeBytes { unsafe hash($0) }
     }
 
     /// Incremental SHA-256 (`crypto_hash_sha256_init` / `_update` / `_final`), for hashing a file
@@ -26,19 +26,19 @@ public enum SHA256 {
         /// A hasher over no bytes yet.
         public init() {
             Sodium.ensureInitialized()
-            _ = crypto_hash_sha256_init(&state)
+            _ = unsafe crypto_hash_sha256_init(&state)
         }
 
         /// Feeds `bytes` to the hash.
         public mutating func update(_ bytes: UnsafeRawBufferPointer) {
             guard let base = bytes.baseAddress, bytes.count > 0 else { return }
-            _ = crypto_hash_sha256_update(&state, base.assumingMemoryBound(to: UInt8.self), UInt64(bytes.count))
+            _ = unsafe crypto_hash_sha256_update(&state, base.assumingMemoryBound(to: UInt8.self), UInt64(bytes.count))
         }
 
         /// The digest of everything fed so far. The hasher must not be used afterwards.
         public consuming func finalize() -> [UInt8] {
             var out = [UInt8](repeating: 0, count: SHA256.digestBytes)
-            _ = crypto_hash_sha256_final(&state, &out)
+            _ = unsafe crypto_hash_sha256_final(&state, &out)
             return out
         }
     }

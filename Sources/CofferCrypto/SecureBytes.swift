@@ -14,7 +14,7 @@ import CofferSystem
 ///
 /// Small buffers come from ``SecurePool`` (locked slabs, chunks wiped on release); larger ones
 /// get their own `sodium_malloc` with guard pages.
-public final class SecureBytes: @unchecked Sendable {
+@safe public final class SecureBytes: @unchecked Sendable {
     // @unchecked Sendable: the bytes are written only by the creating code before it shares the
     // buffer, or by an owner that serialises every write (the keybag writes its key arena only
     // inside its `Protected.withLock`); everyone else only reads.
@@ -41,14 +41,14 @@ public final class SecureBytes: @unchecked Sendable {
         precondition(count >= 0, "negative size")
         self.count = count
         let size = Swift.max(count, 1)
-        if let (p, ci) = SecurePool.take(size) {
-            base = p
+        if let (p, ci) = unsafe SecurePool.take(size) {
+            unsafe base = p
             storage = .pool(ci)
-        } else if let region = SecureMemory.lockedRegion(size) {
-            base = region.pointer
-            storage = .sodium(lockedBytes: region.lockedBytes)
+        } else if let region = unsafe SecureMemory.lockedRegion(size) {
+            unsafe base = region.pointer
+            storage = unsafe .sodium(lockedBytes: region.lockedBytes)
         } else {
-            base = SecureMemory.unlockedRegion(size)
+            unsafe base = SecureMemory.unlockedRegion(size)
             storage = .unlocked(mappedBytes: SecureMemory.mappedSize(size))
         }
         SecureMemory.noteLive(+1)
@@ -57,16 +57,16 @@ public final class SecureBytes: @unchecked Sendable {
     /// Copies `bytes` into a new guarded buffer. The caller remains responsible for wiping its source.
     public convenience init(copying bytes: UnsafeRawBufferPointer) {
         self.init(count: bytes.count)
-        if bytes.count > 0, let src = bytes.baseAddress { memcpy(base, src, bytes.count) }
+        if bytes.count > 0, let src = bytes.baseAddress { unsafe memcpy(base, src, bytes.count) }
     }
 
     /// Copies `bytes` into a guarded buffer and wipes the array's storage in place.
     public convenience init(consuming bytes: inout [UInt8]) {
         self.init(count: bytes.count)
-        bytes.withUnsafeMutableBytes { raw in
+        unsafe bytes.withUnsafeMutableBytes { raw in
             if raw.count > 0 {
-                memcpy(base, raw.baseAddress!, raw.count)
-                sodium_memzero(raw.baseAddress!, raw.count)
+                unsafe memcpy(base, raw.baseAddress!, raw.count)
+                unsafe sodium_memzero(raw.baseAddress!, raw.count)
             }
         }
         bytes.removeAll()
@@ -75,7 +75,7 @@ public final class SecureBytes: @unchecked Sendable {
     /// A buffer of `count` bytes from the CSPRNG (`randombytes_buf`).
     public static func random(count: Int) -> SecureBytes {
         let s = SecureBytes(count: count)
-        if count > 0 { randombytes_buf(s.base, count) }
+        if count > 0 { unsafe randombytes_buf(s.base, count) }
         return s
     }
 
@@ -83,47 +83,47 @@ public final class SecureBytes: @unchecked Sendable {
         SecureMemory.noteLive(-1)
         switch storage {
         case .pool(let ci):
-            SecurePool.give(base, classIndex: ci) // wipes
+            unsafe SecurePool.give(base, classIndex: ci) // wipes
         case .sodium(let locked):
-            sodium_free(base) // wipes before unmapping
+            unsafe sodium_free(base) // wipes before unmapping
             SecureMemory.returnBudget(locked)
         case .unlocked(let mapped):
-            sodium_memzero(base, mapped)
-            munmap(base, mapped)
+            unsafe sodium_memzero(base, mapped)
+            unsafe munmap(base, mapped)
         }
     }
 
     /// Borrows the bytes read-only.
     public func withUnsafeBytes<R, E: Error>(_ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
-        try body(UnsafeRawBufferPointer(start: base, count: count))
+        unsafe try body(UnsafeRawBufferPointer(start: base, count: count))
     }
 
     /// Borrows the bytes for writing; for the code that builds the secret.
     public func withUnsafeMutableBytes<R, E: Error>(_ body: (UnsafeMutableRawBufferPointer) throws(E) -> R) throws(E) -> R {
-        try body(UnsafeMutableRawBufferPointer(start: base, count: count))
+        unsafe try body(UnsafeMutableRawBufferPointer(start: base, count: count))
     }
 
     /// Overwrites the bytes with zeros (`sodium_memzero`) ahead of release.
-    public func wipe() { sodium_memzero(base, Swift.max(count, 1)) }
+    public func wipe() { unsafe sodium_memzero(base, Swift.max(count, 1)) }
 
     /// Overwrites bytes `range` with zeros (`sodium_memzero`, which the compiler may not elide), for
     /// an owner that reuses parts of one buffer (the keybag's key arena wipes one key slot).
     public func wipe(_ range: Range<Int>) {
         precondition(range.lowerBound >= 0 && range.upperBound <= count, "wipe range out of bounds")
-        if !range.isEmpty { sodium_memzero(base + range.lowerBound, range.count) }
+        if !range.isEmpty { unsafe sodium_memzero(base + range.lowerBound, range.count) }
     }
 
     /// Constant-time comparison (`sodium_memcmp`); false when lengths differ.
     public func constantTimeEquals(_ other: SecureBytes) -> Bool {
         guard count == other.count else { return false }
         if count == 0 { return true }
-        return other.withUnsafeBytes { sodium_memcmp(base, $0.baseAddress!, count) == 0 }
+        return unsafe other.withUnsafeBytes { unsafe sodium_memcmp(base, $0.baseAddress!, count) == 0 }
     }
 
     /// A new buffer holding bytes `range` of this one.
     public func slice(_ range: Range<Int>) -> SecureBytes {
         precondition(range.lowerBound >= 0 && range.upperBound <= count)
-        return SecureBytes(copying: UnsafeRawBufferPointer(start: base + range.lowerBound, count: range.count))
+        return unsafe SecureBytes(copying: UnsafeRawBufferPointer(start: base + range.lowerBound, count: range.count))
     }
 }
 
@@ -140,7 +140,7 @@ public enum SecureMemory {
     // locking ThreadSanitizer cannot see on Linux (it reports every access as a race).
     private static let lock = Lock()
     nonisolated(unsafe) private static var state = Counters()
-    private static func withCounters<R>(_ body: (inout Counters) -> R) -> R { lock.withLock { body(&state) } }
+    private static func withCounters<R>(_ body: (inout Counters) -> R) -> R { lock.withLock { unsafe body(&state) } }
 
     /// Bytes Coffer may lock: the RLIMIT_MEMLOCK soft limit read at first use (nil: unlimited).
     public static let lockBudget: Int? = lockLimit()
@@ -166,13 +166,13 @@ public enum SecureMemory {
     static func lockedRegion(_ size: Int) -> (pointer: UnsafeMutableRawPointer, lockedBytes: Int)? {
         let cost = lockCost(size)
         guard chargeBudget(cost) else { return nil }
-        guard let p = sodium_malloc(size) else {
+        guard let p = unsafe sodium_malloc(size) else {
             // Address-space exhaustion: continuing without guarded memory would be unsafe.
             fatalError("sodium_malloc failed: out of memory for secure buffers")
         }
-        sodium_memzero(p, size)
-        verifyLocked(pointer: p, size: size)
-        return (p, cost)
+        unsafe sodium_memzero(p, size)
+        unsafe verifyLocked(pointer: p, size: size)
+        return unsafe (p, cost)
     }
 
     /// Size of the mapping ``unlockedRegion(_:)`` makes for `size` bytes.
@@ -182,18 +182,18 @@ public enum SecureMemory {
     static func unlockedRegion(_ size: Int) -> UnsafeMutableRawPointer {
         withCounters { $0.unlocked += 1 }
         let bytes = mappedSize(size)
-        guard let p = mmap(nil, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), p != MAP_FAILED else {
+        guard let p = unsafe mmap(nil, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), unsafe p != MAP_FAILED else {
             fatalError("mmap failed: out of memory for secure buffers")
         }
-        _ = madvise(p, bytes, MADV_DONTDUMP)
-        return p
+        _ = unsafe madvise(p, bytes, MADV_DONTDUMP)
+        return unsafe p
     }
 
     /// sodium_malloc ignores mlock failure; ask again to learn the truth (mlock is idempotent).
     static func verifyLocked(pointer: UnsafeMutableRawPointer, size: Int) {
         let start = Int(bitPattern: pointer) & ~(pageSize - 1)
         let end = (Int(bitPattern: pointer) + size + pageSize - 1) & ~(pageSize - 1)
-        let ok = mlock(UnsafeRawPointer(bitPattern: start), end - start) == 0
+        let ok = unsafe mlock(UnsafeRawPointer(bitPattern: start), end - start) == 0
         if !ok { withCounters { $0.unlocked += 1 } }
     }
 
@@ -210,10 +210,10 @@ public enum SecureMemory {
 
     /// Bytes this process has locked, read from `VmLck` in /proc/self/status (nil if unreadable).
     public static func lockedBytes() -> Int? {
-        guard let f = fopen("/proc/self/status", "r") else { return nil }
-        defer { fclose(f) }
+        guard let f = unsafe fopen("/proc/self/status", "r") else { return nil }
+        defer { unsafe fclose(f) }
         var line = [CChar](repeating: 0, count: 256)
-        while fgets(&line, Int32(line.count), f) != nil {
+        while unsafe fgets(&line, Int32(line.count), f) != nil {
             let s = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             if s.hasPrefix("VmLck:") {
                 let digits = s.dropFirst(6).filter { $0.isNumber }
@@ -226,12 +226,12 @@ public enum SecureMemory {
     /// The RLIMIT_MEMLOCK soft limit in bytes (nil means unlimited).
     public static func lockLimit() -> Int? {
         var rl = rlimit()
-        guard getrlimit(Int32(__RLIMIT_MEMLOCK.rawValue), &rl) == 0 else { return nil }
+        guard unsafe getrlimit(Int32(__RLIMIT_MEMLOCK.rawValue), &rl) == 0 else { return nil }
         return rl.rlim_cur == rlim_t.max ? nil : Int(rl.rlim_cur)
     }
 }
 
 /// Wipes an array's storage with `sodium_memzero` (for wire buffers that carried a secret).
 public func secureZero(_ bytes: inout [UInt8]) {
-    bytes.withUnsafeMutableBytes { if $0.count > 0 { sodium_memzero($0.baseAddress!, $0.count) } }
+    unsafe bytes.withUnsafeMutableBytes { if $0.count > 0 { unsafe sodium_memzero($0.baseAddress!, $0.count) } }
 }

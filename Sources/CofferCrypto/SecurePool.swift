@@ -11,11 +11,11 @@ import CofferSystem
 /// and stay locked; the pool is capped so it fits well inside RLIMIT_MEMLOCK (8 MiB for users).
 /// Requests larger than the biggest chunk, or beyond the cap, get a dedicated `sodium_malloc`.
 enum SecurePool {
-    struct SizeClass {
+    @unsafe struct SizeClass {
         let chunk: Int
         let slabBytes: Int
         var slabs = 0
-        var free: [UnsafeMutableRawPointer] = []
+        var free: [UnsafeMutableRawPointer] = unsafe []
     }
 
     /// Most slabs per size class (worst case locked by the pool: 16 × 128 KiB = 2 MiB).
@@ -25,7 +25,7 @@ enum SecurePool {
     static let chunkSizes = [64, 256, 1024, 4096]
 
     private static let mutex = Lock()
-    nonisolated(unsafe) private static var classes: [SizeClass] = ([
+    nonisolated(unsafe) private static var classes: [SizeClass] = unsafe ([
         SizeClass(chunk: 64, slabBytes: 16 << 10),
         SizeClass(chunk: 256, slabBytes: 16 << 10),
         SizeClass(chunk: 1024, slabBytes: 32 << 10),
@@ -46,23 +46,23 @@ enum SecurePool {
     /// A zeroed chunk of at least `size` bytes, or nil when the pool cannot serve it.
     static func take(_ size: Int) -> (UnsafeMutableRawPointer, Int)? {
         guard let ci = classIndex(for: size) else { return nil }
-        return mutex.withLock { () -> (UnsafeMutableRawPointer, Int)? in
-            if classes[ci].free.isEmpty {
-                guard classes[ci].slabs < maxSlabsPerClass else { return nil }
+        return unsafe mutex.withLock { () -> (UnsafeMutableRawPointer, Int)? in
+            if unsafe classes[ci].free.isEmpty {
+                guard unsafe classes[ci].slabs < maxSlabsPerClass else { return nil }
                 // A slab is kept for the life of the process: its budget is never returned.
-                guard let (slab, _) = SecureMemory.lockedRegion(classes[ci].slabBytes) else { return nil }
-                let bytes = classes[ci].slabBytes
-                classes[ci].slabs += 1
-                let chunk = classes[ci].chunk
-                for off in stride(from: bytes - chunk, through: 0, by: -chunk) { classes[ci].free.append(slab + off) }
+                guard let (slab, _) = unsafe SecureMemory.lockedRegion(classes[ci].slabBytes) else { return nil }
+                let bytes = unsafe classes[ci].slabBytes
+                unsafe classes[ci].slabs += 1
+                let chunk = unsafe classes[ci].chunk
+                for off in stride(from: bytes - chunk, through: 0, by: -chunk) { unsafe classes[ci].free.append(slab + off) }
             }
-            return (classes[ci].free.removeLast(), ci)
+            return unsafe (classes[ci].free.removeLast(), ci)
         }
     }
 
     /// Wipes a chunk and returns it to its size class.
     static func give(_ p: UnsafeMutableRawPointer, classIndex ci: Int) {
-        sodium_memzero(p, chunkSizes[ci])
-        mutex.withLock { classes[ci].free.append(p) }
+        unsafe sodium_memzero(p, chunkSizes[ci])
+        mutex.withLock { unsafe classes[ci].free.append(p) }
     }
 }

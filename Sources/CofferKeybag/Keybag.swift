@@ -52,7 +52,7 @@ public enum CrashPoint {
     /// Exits the process if `name` is the configured crash point (debug builds only; a no-op in release).
     public static func hit(_ name: String) {
         #if DEBUG
-        guard !name.isEmpty, let v = getenv("COFFER_TEST_CRASH_POINT"), String(cString: v) == name else { return }
+        guard !name.isEmpty, let v = unsafe getenv("COFFER_TEST_CRASH_POINT"), unsafe String(cString: v) == name else { return }
         _exit(99)
         #endif
     }
@@ -274,18 +274,18 @@ public final class Keybag: Sendable {
     /// for WhenPasscodeSetThisDeviceOnly with no passcode.
     public func withClassKey<R>(_ protectionClass: ProtectionClass,
                                 _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
-        try withSlot(Slot.classKey(protectionClass), protectionClass, body)
+        unsafe try withSlot(Slot.classKey(protectionClass), protectionClass, body)
     }
 
     /// Like ``withClassKey(_:_:)`` for the class's metadata key (attributes).
     public func withMetadataKey<R>(_ protectionClass: ProtectionClass,
                                    _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
-        try withSlot(Slot.metadataKey(protectionClass), protectionClass, body)
+        unsafe try withSlot(Slot.metadataKey(protectionClass), protectionClass, body)
     }
 
     /// Runs `body` with the tier-D blind-index key (available in every state).
     public func withIndexKey<R>(_ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
-        try withIndexKey(.device, body)
+        unsafe try withIndexKey(.device, body)
     }
 
     /// Runs `body` with the index key of `tier`; errSecInteractionNotAllowed if it is not in memory
@@ -295,14 +295,14 @@ public final class Keybag: Sendable {
             guard s.isAvailable(tier.rawValue) else {
                 throw .interactionNotAllowed("the passcode-tier index key is not available before the first unlock")
             }
-            return try body(s.slotBytes(tier.rawValue))
+            return unsafe try body(s.slotBytes(tier.rawValue))
         }
     }
 
     /// Runs `body` with every index key in memory now (tier D always; tier P after the first unlock).
     public func withIndexKeys<R>(_ body: ([(IndexTier, UnsafeRawBufferPointer)]) throws(SecError) -> R) throws(SecError) -> R {
         try guarded.withLock { (s: inout State) throws(SecError) in
-            try body(IndexTier.allCases.filter { s.isAvailable($0.rawValue) }.map { ($0, s.slotBytes($0.rawValue)) })
+            unsafe try body(IndexTier.allCases.filter { s.isAvailable($0.rawValue) }.map { unsafe ($0, s.slotBytes($0.rawValue)) })
         }
     }
 
@@ -315,13 +315,13 @@ public final class Keybag: Sendable {
                 }
                 throw .interactionNotAllowed("the \(c.cliName) class key is not available (keybag \(s.lockState))")
             }
-            return try body(s.slotBytes(slot))
+            return unsafe try body(s.slotBytes(slot))
         }
     }
 
     /// A copy of the device key (for Argon2id, which runs outside the lock).
     private func deviceKeyCopy() -> SecureBytes {
-        guarded.withLock { SecureBytes(copying: $0.slotBytes(Slot.deviceKey)) }
+        guarded.withLock { unsafe SecureBytes(copying: $0.slotBytes(Slot.deviceKey)) }
     }
 
     deinit {
@@ -367,7 +367,7 @@ public final class Keybag: Sendable {
         /// (state boot), so the next unlock finishes it.
         mutating func rekey(newPasscode: (KeybagFile.Passcode, SecureBytes)?, oldPasscodeKey: SecureBytes? = nil,
                             reseal: Reseal) throws(SecError) {
-            let deviceKey = SecureBytes(copying: slotBytes(Slot.deviceKey))
+            let deviceKey = unsafe SecureBytes(copying: slotBytes(Slot.deviceKey))
             let dwk = deviceWrapKey()
             let opened = try openAll(passcodeKey: oldPasscodeKey)
             var current = opened.current
@@ -461,14 +461,14 @@ public final class Keybag: Sendable {
 
         /// The key in `slot`, borrowed from the arena: valid only while the lock is held.
         func slotBytes(_ slot: Int) -> UnsafeRawBufferPointer {
-            arena.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[slot * Keybag.keyBytes ..< (slot + 1) * Keybag.keyBytes]) }
+            unsafe arena.withUnsafeBytes { unsafe UnsafeRawBufferPointer(rebasing: $0[slot * Keybag.keyBytes ..< (slot + 1) * Keybag.keyBytes]) }
         }
 
         mutating func setSlot(_ slot: Int, _ key: SecureBytes) {
             precondition(key.count == Keybag.keyBytes)
-            arena.withUnsafeMutableBytes { dst in
-                key.withUnsafeBytes { src in
-                    (dst.baseAddress! + slot * Keybag.keyBytes).copyMemory(from: src.baseAddress!, byteCount: Keybag.keyBytes)
+            unsafe arena.withUnsafeMutableBytes { dst in
+                unsafe key.withUnsafeBytes { src in
+                    unsafe (dst.baseAddress! + slot * Keybag.keyBytes).copyMemory(from: src.baseAddress!, byteCount: Keybag.keyBytes)
                 }
             }
             available |= Slot.bit(slot)
@@ -486,7 +486,7 @@ public final class Keybag: Sendable {
         }
 
         func deviceWrapKey() -> SecureBytes {
-            Slot.deviceWrapKey(slotBytes(Slot.deviceKey))
+            unsafe Slot.deviceWrapKey(slotBytes(Slot.deviceKey))
         }
     }
 }
@@ -526,6 +526,6 @@ enum Slot {
         return slots
     }
     static func deviceWrapKey(_ deviceKey: UnsafeRawBufferPointer) -> SecureBytes {
-        KeyedHash.deriveKey(key: deviceKey, parts: [Array("coffer device wrap v1".utf8)])
+        unsafe KeyedHash.deriveKey(key: deviceKey, parts: [Array("coffer device wrap v1".utf8)])
     }
 }

@@ -94,7 +94,7 @@ struct KeybagFile {
 
     /// A new keybag with fresh random keys, no passcode, everything under the device key.
     static func generate(deviceKey: SecureBytes) -> (file: KeybagFile, keybagKey: SecureBytes) {
-        let dwk = deviceKey.withUnsafeBytes { Slot.deviceWrapKey($0) }
+        let dwk = unsafe deviceKey.withUnsafeBytes { unsafe Slot.deviceWrapKey($0) }
         var entries: [Int: WrappedEntry] = [:]
         for slot in Slot.required(passcodeSet: false) {
             entries[slot] = .seal(.random(count: Keybag.keyBytes), slot: slot, wrapping: .device, key: dwk)
@@ -129,7 +129,7 @@ struct KeybagFile {
     }
 
     static func decodeBody(_ body: SecureBytes, version: UInt8) throws(DecodeError) -> KeybagFile {
-        var bytes = body.withUnsafeBytes { Array($0) } // wrapped keys only: no plaintext key material
+        var bytes = unsafe body.withUnsafeBytes { unsafe Array($0) } // wrapped keys only: no plaintext key material
         defer { secureZero(&bytes) }
         var r = ByteReader(bytes)
         let generation = try r.u64("generation")
@@ -179,9 +179,9 @@ struct KeybagFile {
     }
 
     static func fileKey(deviceKey: SecureBytes, keybagKey: UnsafeRawBufferPointer) -> SecureBytes {
-        deviceKey.withUnsafeBytes { dk in
+        unsafe deviceKey.withUnsafeBytes { dk in
             // By pointer: the keybag key never leaves secure memory.
-            fileKeyLabel.withUnsafeBytes { l in KeyedHash.deriveKey(key: dk, rawParts: [l, keybagKey]) }
+            unsafe fileKeyLabel.withUnsafeBytes { l in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, keybagKey]) }
         }
     }
     private static let fileKeyLabel = Array("coffer keybag file v1".utf8)
@@ -191,23 +191,23 @@ struct KeybagFile {
     /// Writes this keybag under a new keybag key, crash-safely (see the type's documentation).
     /// `crashPoint` names the test crash point between writing `keybag.next` and the commit.
     func save(_ paths: KeybagPaths, keybagKey: SecureBytes, deviceKey: SecureBytes, crashPoint: String = "") throws(SecError) {
-        let fk = keybagKey.withUnsafeBytes { Self.fileKey(deviceKey: deviceKey, keybagKey: $0) }
+        let fk = unsafe keybagKey.withUnsafeBytes { unsafe Self.fileKey(deviceKey: deviceKey, keybagKey: $0) }
         var body = encodeBody()
         let magic = Self.magic(Self.currentVersion)
-        let sealed = body.withUnsafeBytes { b in fk.withUnsafeBytes { k in AEAD.seal(b, key: k, ad: magic) } }
+        let sealed = unsafe body.withUnsafeBytes { b in unsafe fk.withUnsafeBytes { k in unsafe AEAD.seal(b, key: k, ad: magic) } }
         secureZero(&body)
         let keyFile = SecureBytes(count: Self.keyFileBytes)
-        keyFile.withUnsafeMutableBytes { out in
+        unsafe keyFile.withUnsafeMutableBytes { out in
             var w = ByteWriter()
             w.raw(Self.keyMagic)
             w.u64(generation)
-            out.copyBytes(from: w.bytes)
-            keybagKey.withUnsafeBytes { k in (out.baseAddress! + w.bytes.count).copyMemory(from: k.baseAddress!, byteCount: k.count) }
+            unsafe out.copyBytes(from: w.bytes)
+            unsafe keybagKey.withUnsafeBytes { k in unsafe (out.baseAddress! + w.bytes.count).copyMemory(from: k.baseAddress!, byteCount: k.count) }
         }
         do {
             try Files.writeAtomically(paths.next, magic + sealed)
             CrashPoint.hit(crashPoint)
-            try keyFile.withUnsafeBytes { b in Result { () throws(SystemError) in try Files.writeAtomically(paths.key, bytes: b) } }.get()
+            unsafe try keyFile.withUnsafeBytes { b in Result { () throws(SystemError) in unsafe try Files.writeAtomically(paths.key, bytes: b) } }.get()
             try Files.renameDurably(paths.next, paths.keybag)
         } catch {
             throw .io("cannot write the keybag: \(error)")
@@ -220,23 +220,23 @@ struct KeybagFile {
             if Files.exists(paths.keybag) {
                 throw .decode("the keybag key file \(paths.key) is missing; the keybag cannot be opened")
             }
-            unlink(paths.next) // a first save that never committed
+            unsafe unlink(paths.next) // a first save that never committed
             return nil
         }
         let keyFile = SecureBytes(count: keyFileBytes)
         do {
-            try keyFile.withUnsafeMutableBytes { b throws(SystemError) in try Files.readExactly(paths.key, into: b) }
+            unsafe try keyFile.withUnsafeMutableBytes { b throws(SystemError) in unsafe try Files.readExactly(paths.key, into: b) }
         } catch {
             throw .decode("the keybag key file \(paths.key) is unreadable or has the wrong size")
         }
-        let (generation, fk): (UInt64, SecureBytes) = keyFile.withUnsafeBytes { b in
-            var r = ByteReader(Array(b.prefix(keyMagic.count + 8)))
+        let (generation, fk): (UInt64, SecureBytes) = unsafe keyFile.withUnsafeBytes { b in
+            var r = unsafe ByteReader(Array(b.prefix(keyMagic.count + 8)))
             _ = try? r.raw(keyMagic.count)
             let gen = (try? r.u64()) ?? 0
-            let key = UnsafeRawBufferPointer(rebasing: b[(keyMagic.count + 8)...])
-            return (gen, fileKey(deviceKey: deviceKey, keybagKey: key))
+            let key = unsafe UnsafeRawBufferPointer(rebasing: b[(keyMagic.count + 8)...])
+            return unsafe (gen, fileKey(deviceKey: deviceKey, keybagKey: key))
         }
-        let magicOK = keyFile.withUnsafeBytes { Array($0.prefix(keyMagic.count)) == keyMagic }
+        let magicOK = unsafe keyFile.withUnsafeBytes { unsafe Array($0.prefix(keyMagic.count)) == keyMagic }
         guard magicOK else { throw .decode("the keybag key file \(paths.key) is not a Coffer keybag key") }
 
         // The committed keybag is either `keybag` or, after an interrupted rename, `keybag.next`.
@@ -245,7 +245,7 @@ struct KeybagFile {
             if candidate == paths.next {
                 do { try Files.renameDurably(paths.next, paths.keybag) } catch { throw .io("cannot finish keybag update: \(error)") }
             } else {
-                unlink(paths.next) // an uncommitted replacement
+                unsafe unlink(paths.next) // an uncommitted replacement
             }
             return file
         }

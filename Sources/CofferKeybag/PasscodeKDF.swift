@@ -41,16 +41,16 @@ enum PasscodeKDF {
         guard passcode.count > 0 else { throw .param("the passcode is empty") }
         let stretched: SecureBytes
         do {
-            stretched = try passcode.withUnsafeBytes { pw throws(CryptoError) in
-                try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: p.opsLimit, memLimit: Int(p.memLimit))
+            stretched = unsafe try passcode.withUnsafeBytes { pw throws(CryptoError) in
+                unsafe try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: p.opsLimit, memLimit: Int(p.memLimit))
             }
         } catch {
             throw SecError(.allocate, "passcode key derivation failed (Argon2id could not get \(p.memLimit >> 20) MiB)")
         }
-        return deviceKey.withUnsafeBytes { dk in
-            stretched.withUnsafeBytes { s in
+        return unsafe deviceKey.withUnsafeBytes { dk in
+            unsafe stretched.withUnsafeBytes { s in
                 // By pointer: the Argon2id output never leaves secure memory (it is wiped when `stretched` goes).
-                Self.label.withUnsafeBytes { l in KeyedHash.deriveKey(key: dk, rawParts: [l, s]) }
+                unsafe Self.label.withUnsafeBytes { l in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s]) }
             }
         }
     }
@@ -70,8 +70,8 @@ enum PasscodeKDF {
                 for _ in 0..<3 {
                     let t0 = threadCPUMillis()
                     do {
-                        _ = try probe.withUnsafeBytes { pw throws(CryptoError) in
-                            try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: ops, memLimit: Int(memory))
+                        _ = unsafe try probe.withUnsafeBytes { pw throws(CryptoError) in
+                            unsafe try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: ops, memLimit: Int(memory))
                         }
                     } catch {
                         throw SecError(.allocate, "cannot calibrate Argon2id with \(memory >> 20) MiB")
@@ -90,7 +90,7 @@ enum PasscodeKDF {
     /// CPU time consumed by the calling thread, in milliseconds.
     static func threadCPUMillis() -> Double {
         var ts = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+        unsafe clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
         return Double(ts.tv_sec) * 1000 + Double(ts.tv_nsec) / 1_000_000
     }
 }

@@ -38,53 +38,55 @@ public struct PAMAuthenticator: Sendable {
     /// outcome is a ``PAMFailure``.
     public func authenticate(user: String, passcode: SecureBytes) throws(PAMFailure) {
         guard passcode.count > 0 else { throw PAMFailure(code: PAM_AUTH_ERR, stage: "input", text: "empty passcode") }
-        let hasNUL = passcode.withUnsafeBytes { $0.contains(0) }
+        let hasNUL = unsafe passcode.withUnsafeBytes { unsafe $0.contains(0) }
         guard !hasNUL else { throw PAMFailure(code: PAM_AUTH_ERR, stage: "input", text: "passcode contains a NUL byte") }
 
-        var conv = pam_conv(conv: { count, messages, responses, appdata in
-            guard count > 0, count <= Int32(PAMAuthenticator.maxPrompts), let messages, let responses, let appdata else {
+        var conv = unsafe pam_conv(conv: { count, messages, responses, appdata in
+            guard count > 0, count <= Int32(PAMAuthenticator.maxPrompts), let messages = unsafe messages, let responses = unsafe responses, let appdata = unsafe appdata else {
                 return PAM_CONV_ERR
             }
-            let secret = Unmanaged<SecureBytes>.fromOpaque(appdata).takeUnretainedValue()
-            guard let replies = calloc(Int(count), MemoryLayout<pam_response>.size)?
+            let secret = unsafe Unmanaged<SecureBytes>.fromOpaque(appdata).takeUnretainedValue()
+            guard let replies = unsafe calloc(Int(count), MemoryLayout<pam_response>.size)?
                 .bindMemory(to: pam_response.self, capacity: Int(count)) else { return PAM_BUF_ERR }
             for i in 0..<Int(count) {
-                guard let msg = messages[i]?.pointee else { continue }
-                switch msg.msg_style {
+                guard let msg = unsafe messages[i]?.pointee else { continue }
+                switch unsafe msg.msg_style {
                 case PAM_PROMPT_ECHO_OFF, PAM_PROMPT_ECHO_ON:
                     // PAM frees resp with free(): copy with malloc, NUL-terminated.
-                    let copy = secret.withUnsafeBytes { s -> UnsafeMutablePointer<CChar>? in
-                        guard let p = malloc(s.count + 1) else { return nil }
-                        p.copyMemory(from: s.baseAddress!, byteCount: s.count)
-                        p.storeBytes(of: 0, toByteOffset: s.count, as: UInt8.self)
-                        return p.assumingMemoryBound(to: CChar.self)
+                    let copy = unsafe secret.withUnsafeBytes { s -> UnsafeMutablePointer<CChar>? in
+                        guard let p = unsafe malloc(s.count + 1) else { return nil }
+                        unsafe p.copyMemory(from: s.baseAddress!, byteCount: s.count)
+                        unsafe p.storeBytes(of: 0, toByteOffset: s.count, as: UInt8.self)
+                        return unsafe p.assumingMemoryBound(to: CChar.self)
                     }
-                    replies[i].resp = copy
+                    unsafe replies[i].resp = copy
                 default:
-                    replies[i].resp = nil // info and error messages need no answer
+                    unsafe replies[i].resp = nil // info and error messages need no answer
                 }
-                replies[i].resp_retcode = 0
+                unsafe replies[i].resp_retcode = 0
             }
-            responses.pointee = replies
+            unsafe responses.pointee = replies
             return PAM_SUCCESS
-        }, appdata_ptr: Unmanaged.passUnretained(passcode).toOpaque())
+        }, appdata_ptr: unsafe Unmanaged.passUnretained(passcode).toOpaque())
 
         var handle: OpaquePointer?
-        let started: Int32 = confdir.map { pam_start_confdir(service, user, &conv, $0, &handle) }
-            ?? pam_start(service, user, &conv, &handle)
-        guard started == PAM_SUCCESS, let handle else {
-            let text = handle.map { String(cString: pam_strerror($0, started)) } ?? "pam_start failed"
-            if let handle { pam_end(handle, started) }
+        let started: Int32
+        if let confdir { started = unsafe pam_start_confdir(service, user, &conv, confdir, &handle) } else {
+            started = unsafe pam_start(service, user, &conv, &handle)
+        }
+        guard started == PAM_SUCCESS, let handle = unsafe handle else {
+            let text = unsafe handle.map { unsafe String(cString: pam_strerror($0, started)) } ?? "pam_start failed"
+            if let handle = unsafe handle { unsafe pam_end(handle, started) }
             throw PAMFailure(code: started, stage: "start", text: text)
         }
-        var rc = pam_authenticate(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
+        var rc = unsafe pam_authenticate(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
         var stage = "authenticate"
         if rc == PAM_SUCCESS {
-            rc = pam_acct_mgmt(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
+            rc = unsafe pam_acct_mgmt(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
             stage = "account"
         }
-        let text = String(cString: pam_strerror(handle, rc))
-        pam_end(handle, rc)
+        let text = unsafe String(cString: pam_strerror(handle, rc))
+        unsafe pam_end(handle, rc)
         withExtendedLifetime(passcode) {}
         guard rc == PAM_SUCCESS else { throw PAMFailure(code: rc, stage: stage, text: text) }
     }

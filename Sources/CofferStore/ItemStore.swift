@@ -186,7 +186,7 @@ public final class ItemStore {
     /// The id and protection class of every row, oldest first (a rekey walks them in batches of one).
     public func rowClasses() throws(SecError) -> [(id: Int64, protectionClass: UInt8)] {
         let s = try db.statement("SELECT id, pclass FROM items ORDER BY id")
-        defer { sqlite3_reset(s.stmt) }
+        defer { unsafe sqlite3_reset(s.stmt) }
         var out: [(id: Int64, protectionClass: UInt8)] = []
         while try s.step() { out.append((s.int64(0), UInt8(clamping: s.int64(1)))) }
         return out
@@ -196,7 +196,7 @@ public final class ItemStore {
     public func row(id: Int64) throws(SecError) -> StoredRow? {
         let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE id = ?1")
         s.bind(1, id)
-        defer { sqlite3_reset(s.stmt) }
+        defer { unsafe sqlite3_reset(s.stmt) }
         return try s.step() ? Self.row(s) : nil
     }
 
@@ -205,7 +205,7 @@ public final class ItemStore {
     public func rowID(primaryKey pk: [UInt8]) throws(SecError) -> Int64? {
         let s = try db.statement("SELECT id FROM items WHERE pk = ?1")
         s.bind(1, pk)
-        defer { sqlite3_reset(s.stmt) }
+        defer { unsafe sqlite3_reset(s.stmt) }
         return try s.step() ? s.int64(0) : nil
     }
 
@@ -221,7 +221,7 @@ public final class ItemStore {
     public func row(persistentRef: [UInt8]) throws(SecError) -> StoredRow? {
         let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE pref = ?1")
         s.bind(1, persistentRef)
-        defer { sqlite3_reset(s.stmt) }
+        defer { unsafe sqlite3_reset(s.stmt) }
         return try s.step() ? Self.row(s) : nil
     }
 
@@ -247,7 +247,7 @@ public final class ItemStore {
         let s = try db.statement(sql)
         for (i, h) in ordered.enumerated() { s.bind(Int32(i + 1), h) }
         if cursor > 0 { s.bind(Int32(ordered.count + 1), cursor) }
-        defer { sqlite3_reset(s.stmt) }
+        defer { unsafe sqlite3_reset(s.stmt) }
         while try s.step() {
             guard try body(Self.row(s)) else { return }
         }
@@ -282,10 +282,10 @@ public final class ItemStore {
     /// Runs SQLite's `PRAGMA integrity_check`; true when it answers "ok".
     public func integrityCheck() throws(SecError) -> Bool {
         let s = try db.statement("PRAGMA integrity_check")
-        defer { sqlite3_reset(s.stmt) }
+        defer { unsafe sqlite3_reset(s.stmt) }
         guard try s.step() else { return false }
-        guard let text = sqlite3_column_text(s.stmt, 0) else { return false }
-        return String(cString: text) == "ok"
+        guard let text = unsafe sqlite3_column_text(s.stmt, 0) else { return false }
+        return unsafe String(cString: text) == "ok"
     }
 
     /// Checkpoints the WAL into the main file (on clean shutdown).
