@@ -34,6 +34,8 @@ public enum WireFormat {
     public struct BadLength: Error, Equatable, Sendable {
         /// The length the header announced.
         public let length: Int
+        /// Makes the error.
+        public init(length: Int) { self.length = length }
     }
 
     /// Size of a frame header: a big-endian u32 body length.

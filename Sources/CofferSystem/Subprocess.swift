@@ -11,6 +11,9 @@ public enum Subprocess {
         /// This process's end of the connected Unix stream socket pair.
         public let socket: FileDescriptor
 
+        /// Hands over this process's end of the socket (e.g. to a connection object), leaving the pid.
+        public consuming func takeSocket() -> FileDescriptor { socket }
+
         /// Waits for the child to exit (EINTR retried): its exit status, or 128 + the signal that killed it.
         public func wait() throws(SystemError) -> Int32 {
             var status: Int32 = 0

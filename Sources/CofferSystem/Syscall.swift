@@ -15,10 +15,13 @@ public enum Syscall {
     public static func retrying<T: FixedWidthInteger & SignedInteger>(
         _ operation: String, _ path: String, _ call: () -> T
     ) throws(SystemError) -> T {
-        #if DEBUG
-        if let injected = SyscallFaults.take(operation, path) { throw SystemError(operation, path, errno: injected) }
-        #endif
         while true {
+            #if DEBUG
+            if let injected = SyscallFaults.take(operation, path) {
+                if injected == EINTR { continue } // as if the call had been interrupted: retried
+                throw SystemError(operation, path, errno: injected)
+            }
+            #endif
             let result = call()
             if result != -1 { return result }
             let e = errno
@@ -92,7 +95,8 @@ public enum SyscallFaults {
     private static func key(_ operation: String, _ path: String) -> String { operation + "\u{0}" + path }
 
     /// Makes the `call`-th (1: the next) `operation` on `path` fail with `errno`. Operation names are
-    /// the ones ``SystemError/operation`` shows: `open`, `write`, `fsync`, `rename`, ….
+    /// the ones ``SystemError/operation`` shows: `open`, `write`, `fsync`, `rename`, `close`, ….
+    /// EINTR behaves like a real interruption: ``Syscall/retrying(_:_:_:)`` retries the call.
     public static func inject(_ operation: String, path: String, errno: Int32, onCall call: Int = 1) {
         precondition(call >= 1)
         withTable { $0.faults[key(operation, path)] = Fault(remaining: call, errno: errno) }
