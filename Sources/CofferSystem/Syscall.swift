@@ -59,19 +59,6 @@ public enum Syscall {
     }
 }
 
-/// Retries a system call interrupted by a signal (EINTR).
-///
-/// Kept for callers outside `CofferSystem` that have not moved to ``Syscall/retrying(_:_:_:)`` yet;
-/// new code calls `Syscall` (which also captures `errno` and throws).
-@inline(__always)
-public func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
-    while true {
-        let r = call()
-        if r == -1 && errno == EINTR { continue }
-        return r
-    }
-}
-
 #if DEBUG
 /// Debug-only errno injection (swift-system's `ENABLE_MOCKING` idea): makes the `n`-th call of a
 /// named operation on a named path fail with a chosen `errno`, so tests reach the failure paths of
