@@ -11,6 +11,15 @@ public enum ThisProcess {
     /// The executable process `pid` runs (`/proc/PID/exe`), nil if it cannot be read.
     public static func executablePath(pid: Int32) -> String? { readLink("/proc/\(pid)/exe") }
 
+    /// Replaces this process with `path` (`execv`: same environment), `arguments` being the whole
+    /// argv (argv[0] included). Returns only if that failed, with the reason.
+    public static func exec(_ path: String, arguments: [String]) -> SystemError {
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        let (_, e) = Syscall.result { execv(path, &argv) }
+        return SystemError("exec", path, errno: e)
+    }
+
     /// The values of the environment variables `names` that are set (empty ones included).
     /// Reads only those names (no copy of the whole environment).
     public static func environment(_ names: [String]) -> [String: String] {

@@ -99,11 +99,8 @@ enum FullCLI {
             CLISupport.report(SecError(.internalComponent, "coffer-cli is not installed beside coffer"))
             exit(SecStatus.internalComponent.exitCode)
         }
-        var argv: [UnsafeMutablePointer<CChar>?] = (["coffer"] + args).map { strdup($0) } + [nil]
-        execv(path, &argv)
-        let reason = String(cString: strerror(errno))
-        for p in argv { free(p) }
-        CLISupport.report(SecError(.internalComponent, "cannot run \(path): \(reason)"))
+        let failure = ThisProcess.exec(path, arguments: ["coffer"] + args)
+        CLISupport.report(SecError(.internalComponent, "cannot run \(path): \(String(cString: strerror(failure.errno)))"))
         exit(SecStatus.internalComponent.exitCode)
     }
 }

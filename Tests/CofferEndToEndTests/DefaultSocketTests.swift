@@ -76,7 +76,7 @@ import Testing
         agent.arguments = ["--foreground"] + args
         agent.environment = Self.bareEnvironment
         let log = sandbox.dir.file("cofferd.log")
-        fm.createFile(atPath: log, contents: nil)
+        _ = fm.createFile(atPath: log, contents: nil)
         agent.standardError = FileHandle(forWritingAtPath: log)
         agent.standardOutput = FileHandle.nullDevice
         try agent.run()
