@@ -53,12 +53,16 @@ let package = Package(
                 swiftSettings: settings),
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: rawMemorySettings),
-        .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel"], swiftSettings: settings),
+        .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
                 dependencies: ["CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        // What every command-line tool shares: error reporting with exit statuses, secret printing.
+        // No Foundation, no ArgumentParser (`coffer` links it and must stay small and static).
+        .target(name: "CofferCLISupport", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "cofferd",
                           dependencies: ["CofferAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -71,15 +75,18 @@ let package = Package(
         // Static executables need no NSS lookups (neither binary looks up users or groups) and are not
         // static-pie (glibc's static-pie start-up asserts on the $ORIGIN rpath SwiftPM adds). Sanitizer
         // runtimes cannot go into a static executable: contrib/sanitizers.sh sets COFFER_DYNAMIC_CLI=1.
-        .executableTarget(name: "coffer", dependencies: ["CofferClient", "CofferModel", "CofferSystem"],
+        .executableTarget(name: "coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         .executableTarget(name: "coffer-cli",
-                          dependencies: ["CofferClient", "CofferSystem", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+                          dependencies: ["CofferClient", "CofferCLISupport", "CofferSystem",
+                                         .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.
                           linkerSettings: staticCLI(["-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization"])),
 
-        .target(name: "CofferTestSupport", path: "Tests/CofferTestSupport", swiftSettings: settings),
+        .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],
+                path: "Tests/CofferTestSupport", swiftSettings: settings),
+        .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
@@ -90,7 +97,7 @@ let package = Package(
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         .testTarget(name: "CofferABITests", dependencies: ["CCofferABI", "CofferProtocol", "CofferModel"],
                     swiftSettings: settings),
-        .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto"], swiftSettings: settings),
+        .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule

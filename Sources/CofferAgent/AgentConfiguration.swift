@@ -1,4 +1,5 @@
 import CofferKeybag
+import CofferModel
 import CofferSystem
 import Glibc
 
@@ -34,16 +35,19 @@ public struct AgentConfiguration: Sendable {
     /// The user whose agent this is (for PAM).
     public var userName: String
 
-    /// Defaults for the current user: `$XDG_RUNTIME_DIR/coffer/agent.sock` and `$XDG_DATA_HOME/coffer`.
+    /// Defaults for the current user: the socket where clients look for it
+    /// (``CofferModel/AgentPaths/defaultSocket(explicit:environment:uid:)``: `$COFFER_SOCKET`, else
+    /// `$XDG_RUNTIME_DIR/coffer/agent.sock`, else `/run/user/UID/coffer/agent.sock`) and `$XDG_DATA_HOME/coffer`.
     public static func defaults() throws(AgentError) -> AgentConfiguration {
         guard let pw = getpwuid(getuid()), let name = pw.pointee.pw_name, let home = pw.pointee.pw_dir else {
             throw AgentError("cannot find the current user in the password database")
         }
         let user = String(cString: name)
         let env = { (k: String) in getenv(k).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } }
-        let runtime = env("XDG_RUNTIME_DIR") ?? "/run/user/\(getuid())"
+        let socket = AgentPaths.defaultSocket(environment: ThisProcess.environment(["COFFER_SOCKET", "XDG_RUNTIME_DIR"]),
+                                              uid: getuid())
         let data = env("XDG_DATA_HOME") ?? (String(cString: home) + "/.local/share")
-        return AgentConfiguration(socketPath: runtime + "/coffer/agent.sock", stateDirectory: data + "/coffer", userName: user)
+        return AgentConfiguration(socketPath: socket, stateDirectory: data + "/coffer", userName: user)
     }
 
     /// Reads and applies the config file at `path`.

@@ -13,13 +13,17 @@ public enum AgentMain {
             StandardStreams.printError("cofferd: cannot disable core dumps: \(error)")
             return 1
         }
-        var readiness: Int32 = -1
+        var readiness: ThisProcess.Readiness? = nil
         if daemonize {
-            switch Daemon.detach(logFile: cfg.stateDirectory + "/cofferd.log", stateDirectory: cfg.stateDirectory) {
-            case .parent(let status): return status
-            case .child(let fd): readiness = fd
-            case .failed(let message):
-                StandardStreams.printError("cofferd: \(message)")
+            do {
+                try Files.makePrivateDirectory(cfg.stateDirectory)
+                let role = try ThisProcess.daemonize(logFile: cfg.stateDirectory + "/cofferd.log")
+                switch consume role {
+                case .parent(let status): return status
+                case .daemon(let r): readiness = .some(r)
+                }
+            } catch {
+                StandardStreams.printError("cofferd: \(error)")
                 return 1
             }
         }
@@ -43,11 +47,7 @@ public enum AgentMain {
         }
         agent.start()
         Systemd.notify("READY=1\nSTATUS=serving \(cfg.socketPath)\nMAINPID=\(getpid())")
-        if readiness >= 0 {
-            var one: UInt8 = 1
-            _ = write(readiness, &one, 1)
-            close(readiness)
-        }
+        if let r = consume readiness { r.signal() }
         while true {
             switch Signals.wait(signals) {
             case SIGUSR1:
@@ -60,45 +60,5 @@ public enum AgentMain {
                 return 0
             }
         }
-    }
-}
-
-/// Classic double-fork-free daemonising with a readiness pipe, so `cofferd` returns only once the
-/// socket is accepting (or with an error status if start-up failed).
-enum Daemon {
-    enum Outcome {
-        case parent(Int32)
-        case child(readinessFD: Int32)
-        case failed(String)
-    }
-
-    static func detach(logFile: String, stateDirectory: String) -> Outcome {
-        do { try Files.makePrivateDirectory(stateDirectory) } catch { return .failed("\(error)") }
-        var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { return .failed("\(SystemError("pipe", "readiness"))") }
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let pid = fork()
-        if pid < 0 { return .failed("fork failed") }
-        if pid > 0 {
-            close(fds[1])
-            var byte: UInt8 = 0
-            let n = retryingEINTR { read(fds[0], &byte, 1) }
-            close(fds[0])
-            if n == 1 { return .parent(0) }
-            var status: Int32 = 0
-            waitpid(pid, &status, 0)
-            let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 1
-            return .parent(code == 0 ? 1 : code)
-        }
-        close(fds[0])
-        setsid()
-        let null = open("/dev/null", O_RDWR)
-        let log = open(logFile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        dup2(null, 0)
-        dup2(null, 1)
-        dup2(log >= 0 ? log : null, 2)
-        if null > 2 { close(null) }
-        if log > 2 { close(log) }
-        return .child(readinessFD: fds[1])
     }
 }

@@ -22,12 +22,13 @@ public final class AgentConnection {
     /// less than a scheduler wake-up costs. Slow replies (unlock, PAM) then block as usual.
     static let replySpinMicros = 60.0
 
-    /// The socket to use: `explicit`, else `$COFFER_SOCKET`, else `$XDG_RUNTIME_DIR/coffer/agent.sock`.
-    public static func socketPath(explicit: String? = nil) throws(SecError) -> String {
-        if let explicit, !explicit.isEmpty { return explicit }
-        if let s = getenv("COFFER_SOCKET"), s.pointee != 0 { return String(cString: s) }
-        if let r = getenv("XDG_RUNTIME_DIR"), r.pointee != 0 { return String(cString: r) + "/coffer/agent.sock" }
-        throw .io("no agent socket: set COFFER_SOCKET or XDG_RUNTIME_DIR, or pass --socket")
+    /// The socket to use: `explicit`, else `$COFFER_SOCKET`, else `$XDG_RUNTIME_DIR/coffer/agent.sock`,
+    /// else `/run/user/UID/coffer/agent.sock` (``CofferModel/AgentPaths/defaultSocket(explicit:environment:uid:)``,
+    /// the same answer the agent and `pam_coffer` reach, also from cron or sudo where
+    /// `XDG_RUNTIME_DIR` is unset).
+    public static func socketPath(explicit: String? = nil) -> String {
+        AgentPaths.defaultSocket(explicit: explicit, environment: ThisProcess.environment(["COFFER_SOCKET", "XDG_RUNTIME_DIR"]),
+                                 uid: geteuid())
     }
 
     /// Connects and says HELLO. With `pipelineHello`, HELLO goes out without waiting for its reply,
@@ -198,12 +199,13 @@ public final class AgentConnection {
 
     private func readResponse() throws(SecError) -> (UInt32, Response) {
         UnixSocket.spinUntilReadable(fd, spinMicros: Self.replySpinMicros)
-        var header: UInt32 = 0
+        var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
         guard ok else { throw .io("the agent at \(path) closed the connection") }
-        let length = Int(UInt32(bigEndian: header))
-        guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else {
-            throw SecError(.decode, "the agent sent a frame of \(length) bytes")
+        let length: Int
+        switch withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0) }) {
+        case .success(let n): length = n
+        case .failure(let bad): throw SecError(.decode, "the agent sent a frame of \(bad.length) bytes")
         }
         let body = SecureBytes(count: length) // replies may carry secrets
         let got = body.withUnsafeMutableBytes { UnixSocket.readExactly(fd, into: $0) }

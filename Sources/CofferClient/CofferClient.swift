@@ -29,7 +29,7 @@ public final class CofferClient: @unchecked Sendable {
 
     /// Connects to the agent (socket as in ``AgentConnection/socketPath(explicit:)``).
     public static func connect(socket: String? = nil, clientName: String = "CofferClient") async throws(SecError) -> CofferClient {
-        let path = try AgentConnection.socketPath(explicit: socket)
+        let path = AgentConnection.socketPath(explicit: socket)
         let worker = SerialWorker()
         let c = try await worker.run { () throws(SecError) in Confined(try AgentConnection(path: path, clientName: clientName)) }
         return CofferClient(c, worker)

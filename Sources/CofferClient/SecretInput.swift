@@ -1,29 +1,22 @@
 import CofferCrypto
 import CofferModel
+import CofferProtocol
+import CofferSystem
 import Glibc
 
 /// Reading secrets and passcodes from stdin or a descriptor, straight into secure memory: what a
 /// command-line client does instead of taking them from argv or the environment.
 public enum SecretInput {
-    /// Largest secret accepted (the wire frame limit leaves room for attributes).
-    public static let maxBytes = 192 * 1024
+    /// Largest secret accepted: the protocol's limit for a secret or passcode field
+    /// (``CofferProtocol/WireFormat/maximumSecretBytes``; the frame limit leaves room for attributes).
+    public static let maxBytes = WireFormat.maximumSecretBytes
 
     /// Reads all of `fd` (up to ``maxBytes``) into secure memory, dropping one trailing newline
     /// (`\n` only: every other byte, `\r` included, belongs to the secret).
     public static func read(fd: Int32, what: String) throws(SecError) -> SecureBytes {
         let buffer = SecureBytes(count: maxBytes + 1)
-        var total = 0
-        let failed: Bool = buffer.withUnsafeMutableBytes { b in
-            while total < b.count {
-                let n = Glibc.read(fd, b.baseAddress! + total, b.count - total)
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 { return true }
-                if n == 0 { break }
-                total += n
-            }
-            return false
-        }
-        if failed { throw .io("cannot read the \(what) from file descriptor \(fd)") }
+        let read = buffer.withUnsafeMutableBytes { b in Result { () throws(SystemError) in try Files.readAll(fd: fd, into: b) } }
+        guard case .success(let total) = read else { throw .io("cannot read the \(what) from file descriptor \(fd)") }
         guard total <= maxBytes else { throw .param("the \(what) is larger than \(maxBytes) bytes") }
         let trimmed = buffer.withUnsafeBytes { b -> Int in
             var n = total

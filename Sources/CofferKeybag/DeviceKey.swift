@@ -45,18 +45,11 @@ public struct FileDeviceKey: DeviceKeySource {
 
     private func create() throws(SecError) {
         let key = SecureBytes.random(count: Self.keyBytes)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        if fd < 0 {
-            if errno == EEXIST { return } // another process created it first
-            throw .io("cannot create device key \(path): \(SystemError("open", path))")
+        do {
+            // false: another process created it first; it is read as usual.
+            _ = try key.withUnsafeBytes { b throws(SystemError) in try Files.createExclusively(path, bytes: b, mode: 0o600) }
+        } catch {
+            throw .io("cannot create device key \(path): \(error)")
         }
-        let written = key.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == Self.keyBytes, synced else {
-            unlink(path)
-            throw .io("cannot write device key \(path)")
-        }
-        do { try Files.syncDirectory(of: path) } catch { throw .io("\(error)") }
     }
 }

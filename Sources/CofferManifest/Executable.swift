@@ -1,5 +1,5 @@
 import CofferCrypto
-import Glibc
+import CofferSystem
 
 /// Hashes the executable a manifest pins: SHA-256 of the file's contents, read in chunks (the file is
 /// never held in memory), refusing anything that is not a regular file of at most ``maximumBytes``.
@@ -18,46 +18,44 @@ public enum ExecutableHash {
     /// own offset is left alone). Throws `.executableChanged` if the file's size, mtime or ctime moved
     /// while it was being read, or it did not yield exactly its size in bytes.
     public static func sha256(fileDescriptor fd: Int32) throws(ManifestError) -> [UInt8] {
-        let before = try status(fd)
-        guard (before.st_mode & S_IFMT) == S_IFREG else { throw .executableNotRegularFile }
-        guard before.st_size <= maximumBytes else { throw .executableTooLarge }
         var hasher = SHA256.Hasher()
-        var buffer = [UInt8](repeating: 0, count: chunkBytes)
-        var total = 0
-        while true {
-            let n = buffer.withUnsafeMutableBytes { b in
-                var n: Int
-                repeat { n = pread(fd, b.baseAddress!, b.count, off_t(total)) } while n < 0 && errno == EINTR
-                return n
-            }
-            if n < 0 { throw .executableUnreadable(errno: errno) }
-            if n == 0 { break }
-            total += n
-            guard total <= maximumBytes else { throw .executableTooLarge }
-            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        do {
+            try StableFile.read(fd: fd, maximumBytes: maximumBytes, chunkBytes: chunkBytes) { hasher.update($0) }
+        } catch {
+            throw ManifestError(error)
         }
-        let after = try status(fd)
-        guard total == Int(before.st_size), after.st_size == before.st_size,
-              after.st_mtim.tv_sec == before.st_mtim.tv_sec, after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
-              after.st_ctim.tv_sec == before.st_ctim.tv_sec, after.st_ctim.tv_nsec == before.st_ctim.tv_nsec
-        else { throw .executableChanged }
         return hasher.finalize()
     }
 
     /// SHA-256 of the file at `path` (symbolic links followed, like `sha256sum`): for tools that
     /// write manifests. See ``sha256(fileDescriptor:)``.
     public static func sha256(path: String) throws(ManifestError) -> [UInt8] {
-        // O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused as not a regular file.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
-        guard fd >= 0 else { throw .executableUnreadable(errno: errno) }
-        defer { close(fd) }
-        return try sha256(fileDescriptor: fd)
+        do {
+            return try StableFile.withOpen(path, followSymlinks: true) { fd throws(StableFile.Failure) in
+                try hash(fd)
+            }
+        } catch {
+            throw ManifestError(error)
+        }
     }
 
-    private static func status(_ fd: Int32) throws(ManifestError) -> stat {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw .executableUnreadable(errno: errno) }
-        return st
+    /// ``sha256(fileDescriptor:)`` with the failure left as the I/O layer's.
+    static func hash(_ fd: Int32) throws(StableFile.Failure) -> [UInt8] {
+        var hasher = SHA256.Hasher()
+        try StableFile.read(fd: fd, maximumBytes: maximumBytes, chunkBytes: chunkBytes) { hasher.update($0) }
+        return hasher.finalize()
+    }
+}
+
+extension ManifestError {
+    /// The manifest vocabulary for a failed read of the executable.
+    init(_ failure: StableFile.Failure) {
+        switch failure {
+        case .notRegularFile: self = .executableNotRegularFile
+        case .tooLarge: self = .executableTooLarge
+        case .unreadable(let e): self = .executableUnreadable(errno: e)
+        case .changed: self = .executableChanged
+        }
     }
 }
 
@@ -87,13 +85,13 @@ extension Manifest {
     /// hashes `/proc/PID/exe` instead (see "For the agent" in the ManifestFormat article).
     public func matches(executableAt path: String) throws(ManifestError) -> Bool {
         guard path.utf8.elementsEqual(executable.utf8) else { return false }
-        guard let resolved = realpath(path, nil) else { throw .executableUnreadable(errno: errno) }
-        let canonical = strcmp(resolved, path) == 0
-        free(resolved)
-        guard canonical else { return false }
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK)
-        guard fd >= 0 else { throw .executableUnreadable(errno: errno) }
-        defer { close(fd) }
-        return try ExecutableHash.sha256(fileDescriptor: fd) == executableSHA256
+        do {
+            guard try StableFile.canonicalPath(path).elementsEqual(path.utf8) else { return false }
+            return try StableFile.withOpen(path, followSymlinks: false) { fd throws(StableFile.Failure) in
+                try ExecutableHash.hash(fd)
+            } == executableSHA256
+        } catch {
+            throw ManifestError(error)
+        }
     }
 }

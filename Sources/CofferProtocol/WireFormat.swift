@@ -29,6 +29,28 @@ public enum WireFormat {
             + (item.persistentRef.map { 4 + $0.count } ?? 0)
     }
 
+    /// A frame header announcing a body length outside ``minimumBodyBytes``...``maximumBodyBytes``:
+    /// a framing error (the connection is closed).
+    public struct BadLength: Error, Equatable, Sendable {
+        /// The length the header announced.
+        public let length: Int
+        /// Makes the error.
+        public init(length: Int) { self.length = length }
+    }
+
+    /// Size of a frame header: a big-endian u32 body length.
+    public static let headerBytes = 4
+
+    /// The body length a frame header announces (big-endian u32), checked against
+    /// ``minimumBodyBytes``...``maximumBodyBytes``. The one parse of a frame header, for both the
+    /// agent's and the client's frame readers. `header` must hold exactly ``headerBytes`` bytes.
+    public static func bodyLength(header: UnsafeRawBufferPointer) -> Result<Int, BadLength> {
+        precondition(header.count == headerBytes, "a frame header is 4 bytes")
+        let length = Int(header.reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
+        guard length >= minimumBodyBytes, length <= maximumBodyBytes else { return .failure(BadLength(length: length)) }
+        return .success(length)
+    }
+
     /// The request id of a frame body (bytes 1...4), if the body is long enough.
     public static func requestID(ofBody body: UnsafeRawBufferPointer) -> UInt32? {
         guard body.count >= minimumBodyBytes else { return nil }

@@ -35,16 +35,6 @@ public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// Retries a system call interrupted by a signal (EINTR); the one place that does so.
-@inline(__always)
-public func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
-    while true {
-        let r = call()
-        if r == -1 && errno == EINTR { continue }
-        return r
-    }
-}
-
 /// File operations with the durability and permission rules Coffer's state needs.
 public enum Files {
     /// True if something exists at `path`.
@@ -76,23 +66,56 @@ public enum Files {
     public static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) {
         let tmp = path + ".tmp"
         unlink(tmp)
-        let fd = retryingEINTR { open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode) }
-        guard fd >= 0 else { throw SystemError("open", tmp) }
+        let fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
         var ok = false
         defer { if !ok { unlink(tmp) } }
         do {
-            defer { close(fd) }
-            var off = 0
-            while off < bytes.count {
-                let n = retryingEINTR { write(fd, bytes.baseAddress! + off, bytes.count - off) }
-                guard n > 0 else { throw SystemError("write", tmp) }
-                off += n
-            }
-            guard fsync(fd) == 0 else { throw SystemError("fsync", tmp) }
+            try fd.writeAll(bytes, path: tmp)
+            try fd.sync(path: tmp)
+        } catch {
+            try? fd.close(path: tmp)
+            throw error
         }
-        guard rename(tmp, path) == 0 else { throw SystemError("rename", path) }
+        try fd.close(path: tmp)
+        _ = try Syscall.retrying("rename", path) { rename(tmp, path) }
         ok = true
         try syncDirectory(of: path)
+    }
+
+    /// Creates `path` with `bytes` and `mode` only if nothing is there yet (`O_EXCL`, no symbolic
+    /// link followed), written in full and fsynced, and its directory fsynced. Returns false, writing
+    /// nothing, if `path` already exists (another process created it first). On any failure the
+    /// half-written file is removed, so a later call starts afresh.
+    @discardableResult
+    public static func createExclusively(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) -> Bool {
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+        } catch where error.errno == EEXIST {
+            return false
+        }
+        do {
+            try fd.writeAll(bytes, path: path)
+            try fd.sync(path: path)
+            try fd.close(path: path)
+            try syncDirectory(of: path)
+        } catch {
+            unlink(path)
+            throw error
+        }
+        return true
+    }
+
+    /// Reads from `fd` until `buffer` is full or end of file (EINTR retried); returns how many bytes
+    /// arrived. For standard input, pipes and other descriptors the caller does not own.
+    public static func readAll(fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
+        var off = 0
+        while off < buffer.count {
+            let n = try Syscall.retrying("read", path ?? "fd \(fd)") { Glibc.read(fd, buffer.baseAddress! + off, buffer.count - off) }
+            if n == 0 { break }
+            off += n
+        }
+        return off
     }
 
     /// Writes an array atomically (see ``writeAtomically(_:bytes:mode:)``).
@@ -102,17 +125,15 @@ public enum Files {
 
     /// Renames `from` to `to` and makes it durable.
     public static func renameDurably(_ from: String, _ to: String) throws(SystemError) {
-        guard rename(from, to) == 0 else { throw SystemError("rename", from) }
+        _ = try Syscall.retrying("rename", from) { rename(from, to) }
         try syncDirectory(of: to)
     }
 
     /// fsyncs the directory holding `path`, so a rename or create survives power loss.
     public static func syncDirectory(of path: String) throws(SystemError) {
         let dir = directoryName(path)
-        let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard dfd >= 0 else { throw SystemError("open", dir) }
-        defer { close(dfd) }
-        guard fsync(dfd) == 0 else { throw SystemError("fsync", dir) }
+        let dfd = try FileDescriptor.open(dir, O_RDONLY | O_DIRECTORY)
+        try dfd.sync(path: dir)
     }
 
     /// Creates `path` and missing parents with `mode`, and checks the final directory through a
@@ -135,9 +156,11 @@ public enum Files {
                 created = false
             }
         }
-        let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else {
-            let e = errno
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        } catch {
+            let e = error.errno
             if e == ELOOP || e == ENOTDIR {
                 var st = stat()
                 if lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
@@ -145,11 +168,9 @@ public enum Files {
                 }
                 throw SystemError(refusing: path, "is not a directory", errno: ENOTDIR)
             }
-            throw SystemError("open", path, errno: e)
+            throw error
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+        let st = try fd.status(path: path)
         guard (st.st_mode & S_IFMT) == S_IFDIR else { throw SystemError(refusing: path, "is not a directory", errno: ENOTDIR) }
         let me = geteuid()
         guard st.st_uid == me else {
@@ -161,7 +182,7 @@ public enum Files {
                 + "planted entries in it; refusing to use it (check it, then 'chmod 700' it, or remove it)", errno: EPERM)
         }
         if bits != mode {
-            guard fchmod(fd, mode) == 0 else { throw SystemError("fchmod", path) }
+            try fd.setMode(mode, path: path)
         }
     }
 
@@ -184,25 +205,16 @@ public enum Files {
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
-    private static func withOpenFile<R>(_ path: String, _ body: (Int32, Int) throws(SystemError) -> R) throws(SystemError) -> R {
-        let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
-        guard fd >= 0 else { throw SystemError("open", path) }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw SystemError("stat", path) }
+    private static func withOpenFile<R>(_ path: String, _ body: (borrowing FileDescriptor, Int) throws(SystemError) -> R) throws(SystemError) -> R {
+        let fd = try FileDescriptor.open(path, O_RDONLY | O_NOFOLLOW)
+        let st: stat
+        do { st = try fd.status(path: path) } catch { throw SystemError("stat", path, errno: error.errno) }
         guard (st.st_mode & S_IFMT) == S_IFREG else { throw SystemError("open (not a regular file)", path, errno: EINVAL) }
         return try body(fd, Int(st.st_size))
     }
 
-    private static func readFully(_ fd: Int32, _ b: UnsafeMutableRawBufferPointer, _ path: String) throws(SystemError) -> Int {
-        var off = 0
-        while off < b.count {
-            let n = retryingEINTR { Glibc.read(fd, b.baseAddress! + off, b.count - off) }
-            if n < 0 { throw SystemError("read", path) }
-            if n == 0 { break }
-            off += n
-        }
-        return off
+    private static func readFully(_ fd: borrowing FileDescriptor, _ b: UnsafeMutableRawBufferPointer, _ path: String) throws(SystemError) -> Int {
+        try fd.readFully(into: b, path: path)
     }
 }
 

@@ -7,7 +7,7 @@ public enum StandardStreams {
     public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
         var off = 0
         while off < bytes.count {
-            let n = retryingEINTR { Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
+            let (n, _) = Syscall.result { Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
             if n <= 0 { return false }
             off += n
         }

@@ -23,11 +23,16 @@ public enum Threads {
         return rc == 0
     }
 
-    /// Sleeps for `seconds` (fractions allowed), resuming after signals.
+    /// Sleeps for `seconds` (fractions allowed), resuming after signals: the wait is for an absolute
+    /// monotonic deadline, so a call retried after EINTR sleeps only the time left.
     public static func sleep(seconds: Double) {
-        var req = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - Double(Int(seconds))) * 1e9))
-        var rem = timespec()
-        while nanosleep(&req, &rem) == -1 && errno == EINTR { req = rem }
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let whole = Int(seconds), nanos = now.tv_nsec + Int((seconds - Double(whole)) * 1e9)
+        var deadline = timespec(tv_sec: now.tv_sec + whole + nanos / 1_000_000_000, tv_nsec: nanos % 1_000_000_000)
+        try? Syscall.returningErrorNumber("clock_nanosleep", "sleep") {
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nil)
+        }
     }
 
     /// Monotonic seconds.

@@ -20,12 +20,7 @@ public struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// The target of `/proc/PID/exe`.
-    public static func executablePath(pid: Int32) -> String? {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/\(pid)/exe", &buf, buf.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
+    public static func executablePath(pid: Int32) -> String? { ThisProcess.executablePath(pid: pid) }
 
     public var description: String { "pid \(pid) uid \(uid) \(executable ?? "?")" }
 }
@@ -89,16 +84,14 @@ public enum UnixSocket {
     public static func connect(path: String) throws(SystemError) -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket", path) }
-        let rc = try withAddress(path) { addr, len in retryingEINTR { Glibc.connect(fd, addr, len) } }
-        guard rc == 0 else { let e = SystemError("connect", path); close(fd); throw e }
+        let (rc, e) = try withAddress(path) { addr, len in Syscall.result { Glibc.connect(fd, addr, len) } }
+        guard rc == 0 else { close(fd); throw SystemError("connect", path, errno: e) }
         return fd
     }
 
     /// Accepts one connection (retrying EINTR); the new socket is close-on-exec.
     public static func accept(_ listener: Int32) throws(SystemError) -> Int32 {
-        let fd = retryingEINTR { coffer_accept_cloexec(listener) }
-        guard fd >= 0 else { throw SystemError("accept", "listener") }
-        return fd
+        try Syscall.retrying("accept", "listener") { coffer_accept_cloexec(listener) }
     }
 
     /// Writes every byte (retrying EINTR and short writes). MSG_NOSIGNAL: a vanished peer is an error, not SIGPIPE.
@@ -106,7 +99,7 @@ public enum UnixSocket {
         var off = 0
         let flags = Int32(MSG_NOSIGNAL) | (dontWait ? Int32(MSG_DONTWAIT) : 0)
         while off < bytes.count {
-            let n = retryingEINTR { send(fd, bytes.baseAddress! + off, bytes.count - off, flags) }
+            let (n, _) = Syscall.result { send(fd, bytes.baseAddress! + off, bytes.count - off, flags) }
             if n <= 0 { return false }
             off += n
         }
@@ -117,11 +110,41 @@ public enum UnixSocket {
     public static func readExactly(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Bool {
         var off = 0
         while off < buffer.count {
-            let n = retryingEINTR { recv(fd, buffer.baseAddress! + off, buffer.count - off, 0) }
+            let (n, _) = Syscall.result { recv(fd, buffer.baseAddress! + off, buffer.count - off, 0) }
             if n <= 0 { return false }
             off += n
         }
         return true
+    }
+
+    /// What one ``receive(_:into:dontWait:)`` got.
+    public enum Received: Equatable, Sendable {
+        /// This many bytes (at least one).
+        case bytes(Int)
+        /// The peer closed its end (end of stream).
+        case closed
+        /// Nothing there yet (only with `dontWait`, or a receive timeout).
+        case wouldBlock
+        /// The receive failed with this `errno`.
+        case failed(Int32)
+    }
+
+    /// One `recv` into `buffer` (EINTR retried, `errno` captured at once). With `dontWait`, returns
+    /// ``Received/wouldBlock`` instead of waiting for data (`MSG_DONTWAIT`).
+    public static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, dontWait: Bool) -> Received {
+        guard buffer.count > 0 else { return .bytes(0) }
+        let (n, e) = Syscall.result { recv(fd, buffer.baseAddress!, buffer.count, dontWait ? Int32(MSG_DONTWAIT) : 0) }
+        if n > 0 { return .bytes(n) }
+        if n == 0 { return .closed }
+        return e == EAGAIN || e == EWOULDBLOCK ? .wouldBlock : .failed(e)
+    }
+
+    /// Waits up to `timeoutMillis` for `fd` to become readable (or closed); true if it did. An
+    /// interrupted wait returns false early (the caller re-checks its deadline and waits again).
+    @discardableResult
+    public static func waitReadable(_ fd: Int32, timeoutMillis: Int32) -> Bool {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&p, 1, timeoutMillis) > 0
     }
 
     /// Waits up to `spinMicros` for `fd` to become readable by polling without sleeping, then returns.

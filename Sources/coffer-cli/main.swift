@@ -1,6 +1,7 @@
 // coffer-cli: the full command-line interface of the Coffer agent (swift-argument-parser). Users
 // run `coffer`, which answers the plain `get` and `add` forms itself and execs this for the rest.
 import ArgumentParser
+import CofferCLISupport
 import CofferClient
 import CofferCrypto
 import CofferModel
@@ -8,22 +9,19 @@ import Glibc
 
 /// Socket selection shared by every subcommand.
 struct Connect: ParsableArguments {
-    @Option(help: "Agent socket (default: $COFFER_SOCKET, else $XDG_RUNTIME_DIR/coffer/agent.sock).")
+    @Option(help: "Agent socket (default: $COFFER_SOCKET, else $XDG_RUNTIME_DIR/coffer/agent.sock, else /run/user/UID/coffer/agent.sock).")
     var socket: String?
 
     func open() throws(SecError) -> AgentConnection {
-        try AgentConnection(path: try AgentConnection.socketPath(explicit: socket), clientName: "coffer")
+        try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer")
     }
 }
 
-/// Runs `body`, turning a SecError into `coffer: errSecName (code): message` and its exit status.
+/// Runs `body`, turning a SecError into `coffer: errSecName (code): message` and its exit status
+/// (``CLISupport/reporting(_:)``, shared with `coffer`'s fast path).
 func reporting(_ body: () throws(SecError) -> Void) throws {
-    do {
-        try body()
-    } catch {
-        Output.printError("coffer: \(error.description)")
-        throw ExitCode(error.status.exitCode)
-    }
+    let status = CLISupport.reporting(body)
+    if status != 0 { throw ExitCode(status) }
 }
 
 struct Coffer: ParsableCommand {
@@ -161,9 +159,7 @@ struct Get: ParsableCommand {
                           limit: .one, returnData: true)
         try reporting { () throws(SecError) in
             guard let data = try connect.open().copyMatching(q).first?.data else { throw .itemNotFound() }
-            let ok = data.withUnsafeBytes { Output.write(1, $0) }
-            if isatty(1) == 1 { _ = [UInt8(0x0A)].withUnsafeBytes { Output.write(1, $0) } }
-            if !ok { throw .io("cannot write to standard output") }
+            try CLISupport.printSecret(data)
         }
     }
 }

@@ -1,3 +1,4 @@
+import CofferCLISupport
 import CofferClient
 import CofferModel
 import CofferSystem
@@ -51,11 +52,9 @@ enum FastPath {
         guard !attrs.isEmpty else { return nil }
         let query = ItemQuery(itemClass: options["--server"] == nil ? .genericPassword : .internetPassword,
                               attributes: attrs, limit: .one, returnData: true)
-        return reporting { () throws(SecError) in
+        return CLISupport.reporting { () throws(SecError) in
             guard let data = try connect(options).copyMatching(query).first?.data else { throw .itemNotFound() }
-            let ok = data.withUnsafeBytes { StandardStreams.write(1, $0) }
-            if isatty(1) == 1 { _ = [UInt8(0x0A)].withUnsafeBytes { StandardStreams.write(1, $0) } }
-            if !ok { throw .io("cannot write to standard output") }
+            try CLISupport.printSecret(data)
         }
     }
 
@@ -73,26 +72,15 @@ enum FastPath {
         }
         var attrs: Attributes = ["svce": .string(service), "acct": .string(account)]
         if let label = options["--label"] { attrs["labl"] = .string(label) }
-        return reporting { () throws(SecError) in
+        return CLISupport.reporting { () throws(SecError) in
             let secret = try SecretInput.read(fd: fd, what: "secret")
             _ = try connect(options).add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret))
         }
     }
 
     static func connect(_ options: [String: String]) throws(SecError) -> AgentConnection {
-        try AgentConnection(path: try AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer",
+        try AgentConnection(path: AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer",
                             pipelineHello: true)
-    }
-
-    /// Runs `body`; an error prints as `coffer: errSecName (code): message` and gives its exit status.
-    static func reporting(_ body: () throws(SecError) -> Void) -> Int32 {
-        do {
-            try body()
-            return 0
-        } catch {
-            StandardStreams.printError("coffer: \(error.description)")
-            return error.status.exitCode
-        }
     }
 }
 
@@ -100,11 +88,7 @@ enum FastPath {
 enum FullCLI {
     /// Where `coffer-cli` is: next to this executable, or in ../libexec/coffer/ (a packager's choice).
     static func path() -> String? {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        guard n > 0 else { return nil }
-        let exe = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard let slash = exe.lastIndex(of: "/") else { return nil }
+        guard let exe = ThisProcess.executablePath(), let slash = exe.lastIndex(of: "/") else { return nil }
         let dir = String(exe[..<slash])
         return [dir + "/coffer-cli", dir + "/../libexec/coffer/coffer-cli"].first { access($0, X_OK) == 0 }
     }
@@ -112,14 +96,11 @@ enum FullCLI {
     /// Replaces this process with `coffer-cli ARGS…` (argv[0] stays `coffer`, for its messages).
     static func exec(_ args: [String]) -> Never {
         guard let path = path() else {
-            StandardStreams.printError("coffer: errSecInternalComponent (-2070): coffer-cli is not installed beside coffer")
+            CLISupport.report(SecError(.internalComponent, "coffer-cli is not installed beside coffer"))
             exit(SecStatus.internalComponent.exitCode)
         }
-        var argv: [UnsafeMutablePointer<CChar>?] = (["coffer"] + args).map { strdup($0) } + [nil]
-        execv(path, &argv)
-        let reason = String(cString: strerror(errno))
-        for p in argv { free(p) }
-        StandardStreams.printError("coffer: errSecInternalComponent (-2070): cannot run \(path): \(reason)")
+        let failure = ThisProcess.exec(path, arguments: ["coffer"] + args)
+        CLISupport.report(SecError(.internalComponent, "cannot run \(path): \(String(cString: strerror(failure.errno)))"))
         exit(SecStatus.internalComponent.exitCode)
     }
 }

@@ -1,27 +1,8 @@
 import CofferCrypto
 import CofferPAM
+import CofferTestSupport
 import Foundation
 import Testing
-
-func sb(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
-
-let me = String(cString: getpwuid(getuid())!.pointee.pw_name)
-
-/// A private PAM configuration directory: real libpam, real modules, nothing under /etc.
-final class PAMSandbox {
-    let dir: String
-
-    init(serviceLines: (String) -> String) throws {
-        dir = NSTemporaryDirectory() + "coffer-pam-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        try "\(me):s3cret pass:coffer\n".write(toFile: dir + "/passdb", atomically: true, encoding: .utf8)
-        try serviceLines(dir).write(toFile: dir + "/coffer", atomically: true, encoding: .utf8)
-    }
-
-    deinit { try? FileManager.default.removeItem(atPath: dir) }
-}
-
-let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
 
 @Suite struct PAMAuthenticatorTests {
     let sandbox: PAMSandbox
@@ -29,42 +10,42 @@ let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
 
     init() throws {
         sandbox = try PAMSandbox { dir in
-            "auth required \(matrix) passdb=\(dir)/passdb\naccount required \(matrix) passdb=\(dir)/passdb\n"
+            "auth required \(PAMWrapper.matrix) passdb=\(dir)/passdb\naccount required \(PAMWrapper.matrix) passdb=\(dir)/passdb\n"
         }
         pam = PAMAuthenticator(service: "coffer", confdir: sandbox.dir)
     }
 
     @Test func rightPasswordIsAccepted() throws {
-        try pam.authenticate(user: me, passcode: sb("s3cret pass"))
+        try pam.authenticate(user: currentUser, passcode: secret("s3cret pass"))
     }
 
     @Test func wrongPasswordsAndUsersAreRefused() {
         for wrong in ["s3cret", "s3cret pass ", "S3CRET PASS", "x"] {
-            do { try pam.authenticate(user: me, passcode: sb(wrong)); Issue.record("accepted") } catch {
+            do { try pam.authenticate(user: currentUser, passcode: secret(wrong)); Issue.record("accepted") } catch {
                 #expect(error.stage == "authenticate")
                 #expect(!error.description.contains(wrong))
             }
         }
-        #expect(throws: PAMFailure.self) { try pam.authenticate(user: "no-such-user-\(getpid())", passcode: sb("s3cret pass")) }
+        #expect(throws: PAMFailure.self) { try pam.authenticate(user: "no-such-user-\(getpid())", passcode: secret("s3cret pass")) }
     }
 
     @Test func emptyAndNULPasscodesAreRefusedUpFront() {
-        do { try pam.authenticate(user: me, passcode: SecureBytes(count: 0)); Issue.record("accepted") } catch {
+        do { try pam.authenticate(user: currentUser, passcode: SecureBytes(count: 0)); Issue.record("accepted") } catch {
             #expect(error.stage == "input")
         }
-        do { try pam.authenticate(user: me, passcode: sb("s3cret pass\u{0}tail")); Issue.record("accepted") } catch {
+        do { try pam.authenticate(user: currentUser, passcode: secret("s3cret pass\u{0}tail")); Issue.record("accepted") } catch {
             #expect(error.stage == "input")
         }
     }
 
     @Test func missingServiceIsRefused() {
         let other = PAMAuthenticator(service: "no-such-service", confdir: sandbox.dir)
-        #expect(throws: PAMFailure.self) { try other.authenticate(user: me, passcode: sb("s3cret pass")) }
+        #expect(throws: PAMFailure.self) { try other.authenticate(user: currentUser, passcode: secret("s3cret pass")) }
     }
 
     @Test func accountStageCanRefuse() throws {
-        let deny = try PAMSandbox { dir in "auth required \(matrix) passdb=\(dir)/passdb\naccount required pam_deny.so\n" }
-        do { try PAMAuthenticator(service: "coffer", confdir: deny.dir).authenticate(user: me, passcode: sb("s3cret pass")); Issue.record("accepted") } catch {
+        let deny = try PAMSandbox { dir in "auth required \(PAMWrapper.matrix) passdb=\(dir)/passdb\naccount required pam_deny.so\n" }
+        do { try PAMAuthenticator(service: "coffer", confdir: deny.dir).authenticate(user: currentUser, passcode: secret("s3cret pass")); Issue.record("accepted") } catch {
             #expect(error.stage == "account")
         }
     }
@@ -79,14 +60,14 @@ let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
             return "auth required pam_exec.so expose_authtok quiet /bin/bash \(script)\naccount required pam_permit.so\n"
         }
         let p = PAMAuthenticator(service: "coffer", confdir: sb2.dir)
-        try p.authenticate(user: me, passcode: sb("s3cret pass"))
-        #expect(throws: PAMFailure.self) { try p.authenticate(user: me, passcode: sb("nope")) }
+        try p.authenticate(user: currentUser, passcode: secret("s3cret pass"))
+        #expect(throws: PAMFailure.self) { try p.authenticate(user: currentUser, passcode: secret("nope")) }
     }
 
     @Test func manySequentialAuthentications() throws {
         for i in 0..<20 {
-            if i % 2 == 0 { try pam.authenticate(user: me, passcode: sb("s3cret pass")) }
-            else { #expect(throws: PAMFailure.self) { try pam.authenticate(user: me, passcode: sb("bad \(i)")) } }
+            if i % 2 == 0 { try pam.authenticate(user: currentUser, passcode: secret("s3cret pass")) }
+            else { #expect(throws: PAMFailure.self) { try pam.authenticate(user: currentUser, passcode: secret("bad \(i)")) } }
         }
     }
 }

@@ -19,4 +19,20 @@ int coffer_set_parent_death_signal(int sig);
 /// accept4(fd, NULL, NULL, SOCK_CLOEXEC).
 int coffer_accept_cloexec(int fd);
 
+/// pipe2(fds, O_CLOEXEC).
+int coffer_pipe_cloexec(int fds[2]);
+
+/// Starts `path` with `argv` and `envp` (NULL-terminated) as a child of this process: fork, then
+/// in the child only async-signal-safe calls: `child_fd` is duplicated onto each of the `ntargets`
+/// descriptor numbers in `targets` (close-on-exec cleared), every descriptor above
+/// max(targets, 2) is closed (close_range, or a loop up to RLIMIT_NOFILE), the signal mask is
+/// emptied and every signal's disposition reset to the default, PR_SET_PDEATHSIG is set to
+/// SIGKILL (and the child exits at once if the parent is already gone), then execve.
+/// Returns the child's pid, or -1 with errno set (fork failed, or the child could not exec: its
+/// errno comes back through a close-on-exec pipe and the child is reaped).
+/// The death signal fires when the *thread* that called this exits (Linux semantics): call it from
+/// a thread that lives as long as the child should.
+pid_t coffer_spawn(const char *path, char *const argv[], char *const envp[], int child_fd,
+                   const int *targets, int ntargets);
+
 #endif

@@ -1,0 +1,41 @@
+import CofferCrypto
+import CofferModel
+import CofferSystem
+import Glibc
+
+/// What every Coffer command-line tool does the same way: report an error as
+/// `coffer: errSecName (code): message` with the stable exit status of the README's table, and
+/// print a secret exactly (a newline after it only on a terminal, so `$(coffer get …)` and pipes get
+/// the secret byte for byte).
+///
+/// Used by `coffer` (the fast path: this module links neither Foundation nor swift-argument-parser,
+/// so it keeps `coffer` a small static executable) and by `coffer-cli`.
+public enum CLISupport {
+    /// The prefix of every message the CLI prints on standard error.
+    public static let messagePrefix = "coffer: "
+
+    /// Runs `body`; returns 0, or prints the error as `coffer: errSecName (code): message` on
+    /// standard error and returns its exit status (``CofferModel/SecStatus/exitCode``).
+    public static func reporting(_ body: () throws(SecError) -> Void) -> Int32 {
+        do {
+            try body()
+            return 0
+        } catch {
+            report(error)
+            return error.status.exitCode
+        }
+    }
+
+    /// Prints `error` as `coffer: errSecName (code): message` on standard error.
+    public static func report(_ error: SecError) {
+        StandardStreams.printError(messagePrefix + error.description)
+    }
+
+    /// Writes `secret` to standard output as is, then a newline only if standard output is a
+    /// terminal. Throws errSecIO if standard output does not take every byte.
+    public static func printSecret(_ secret: SecureBytes) throws(SecError) {
+        let ok = secret.withUnsafeBytes { StandardStreams.write(1, $0) }
+        if isatty(1) == 1 { _ = [UInt8(0x0A)].withUnsafeBytes { StandardStreams.write(1, $0) } }
+        if !ok { throw .io("cannot write to standard output") }
+    }
+}

@@ -1,0 +1,57 @@
+import CofferCrypto
+import CofferKeybag
+import CofferModel
+import Foundation
+
+// Helpers several test targets had each written for themselves.
+
+/// A secret in secure memory from a string's UTF-8 bytes.
+public func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
+
+/// A secret of `count` bytes 0x73 ("s").
+public func secret(count: Int) -> SecureBytes {
+    [UInt8](repeating: 0x73, count: count).withUnsafeBytes { SecureBytes(copying: $0) }
+}
+
+/// A secret's bytes as UTF-8 text (nil for nil).
+public func text(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
+
+/// The OSStatus `body` threw: nil if it did not throw, errSecInternalComponent for an error other than `SecError`.
+public func status<T>(_ body: () throws -> T) -> SecStatus? {
+    do { _ = try body(); return nil } catch let e as SecError { return e.status } catch { return .internalComponent }
+}
+
+/// The cheapest Argon2id parameters the keybag accepts: tests that need a passcode KDF, not its cost.
+public let testKDF = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: KDFParameters.floorMemory))
+
+/// The user running the tests (PAM checks passcodes for this name).
+public let currentUser: String = String(cString: getpwuid(getuid())!.pointee.pw_name)
+
+/// True when the tests run as root (for `@Test(.enabled(if: isRoot, "needs root …"))`).
+public let isRoot = getuid() == 0
+
+/// Where libpam-wrapper installs its modules, and its `pam_matrix.so` (a PAM module that checks
+/// `user:password:service` lines of a file: real libpam, nothing under /etc).
+public enum PAMWrapper {
+    /// The module directory.
+    public static let modules = "/usr/lib/x86_64-linux-gnu/pam_wrapper"
+    /// `pam_matrix.so` by absolute path.
+    public static let matrix = modules + "/pam_matrix.so"
+}
+
+/// A private PAM configuration directory for `pam_start_confdir`: real libpam, real modules,
+/// nothing under /etc. Holds a pam_matrix `passdb` accepting `password` for the current user and
+/// `service`, and the service file `serviceLines(dir)` returns. Removed when released.
+public final class PAMSandbox: @unchecked Sendable {
+    /// The directory (pass it as the confdir).
+    public let dir: String
+
+    public init(password: String = "s3cret pass", service: String = "coffer", serviceLines: (String) -> String) throws {
+        dir = NSTemporaryDirectory() + "coffer-pam-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try "\(currentUser):\(password):\(service)\n".write(toFile: dir + "/passdb", atomically: true, encoding: .utf8)
+        try serviceLines(dir).write(toFile: dir + "/" + service, atomically: true, encoding: .utf8)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: dir) }
+}
