@@ -26,7 +26,7 @@ let package = Package(
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
         .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
     ],
-    dependencies: [
+    dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", 
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
@@ -57,7 +57,7 @@ let package = Package(
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
-                dependencies: ["CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.
@@ -88,12 +88,12 @@ let package = Package(
                 path: "Tests/CofferTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
-        .testTarget(name: "CofferKeybagTests", dependencies: ["CofferKeybag", "CofferSystem", "CofferTestSupport"],
+        .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
-        .testTarget(name: "CofferStoreTests", dependencies: ["CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
-        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"], exclude: ["Fixtures"],
+        .testTarget(name: "CofferStoreTests", dependencies: ["CofferModel", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
+        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"], exclude: ["Fixtures"],
                     swiftSettings: settings),
-        .testTarget(name: "CofferProtocolTests", dependencies: ["CofferProtocol", "CofferTestSupport"],
+        .testTarget(name: "CofferProtocolTests", dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         .testTarget(name: "CofferABITests", dependencies: ["CCofferABI", "CofferProtocol", "CofferModel"],
                     swiftSettings: settings),
@@ -103,14 +103,14 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
-                    dependencies: ["CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
+                    dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
                     swiftSettings: settings),
 
-        .executableTarget(name: "coffer-bench", dependencies: ["CofferKeychain", "CofferClient", "CofferSystem"],
+        .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )
