@@ -59,8 +59,9 @@ public enum Request: Sendable {
     /// start) that fit in one ITEMS_PAGE reply.
     case copyMatchingPage(ItemQuery, cursor: UInt64)
     /// UPDATE (SecItemUpdate): changes every match. The query's `limit` must be `.all` or left at
-    /// its default (`.one`, sent as all: "no limit given"), and it must ask for no returned parts;
-    /// `.count(n)` or a return flag is sent as given and refused by the agent (errSecParam).
+    /// its default (`.one`, sent as all: "no limit given"); `.count(n)` is sent as given and refused
+    /// by the agent (errSecParam). Its return flags are not sent (the reply is a count), so the
+    /// query of a lookup can be reused. On the wire, limit all and no return flags are the rule.
     case update(ItemQuery, ItemChanges)
     /// DELETE (SecItemDelete): deletes every match; the query follows the rules of ``update(_:_:)``.
     case delete(ItemQuery)
@@ -343,8 +344,9 @@ enum QueryCodec {
     }
 
     /// Encodes a query. `everyMatch` (UPDATE, DELETE): `.one`, the default of ``ItemQuery/limit``,
-    /// stands for "no limit given" and is sent as limit all, the only limit those requests accept;
-    /// `.count(n)` and return flags are sent as given, so the agent refuses them (errSecParam).
+    /// stands for "no limit given" and is sent as limit all, the only limit those requests accept,
+    /// and the return flags are not sent (those requests return a count: a Swift caller may reuse
+    /// the query of a lookup); `.count(n)` is sent as given, so the agent refuses it (errSecParam).
     static func encode(_ q: ItemQuery, everyMatch: Bool = false) -> [UInt8] {
         var w = ByteWriter(capacity: 64)
         w.u8(ItemClassCode.encode(q.itemClass))
@@ -356,9 +358,9 @@ enum QueryCodec {
         case .count(let n): w.u8(2); w.u32(UInt32(clamping: n))
         }
         var flags: ReturnFlags = []
-        if q.returnData { flags.insert(.data) }
-        if q.returnAttributes { flags.insert(.attributes) }
-        if q.returnPersistentRef { flags.insert(.persistentRef) }
+        if q.returnData && !everyMatch { flags.insert(.data) }
+        if q.returnAttributes && !everyMatch { flags.insert(.attributes) }
+        if q.returnPersistentRef && !everyMatch { flags.insert(.persistentRef) }
         w.u8(flags.rawValue)
         w.blob(q.persistentRef ?? [])
         return w.bytes

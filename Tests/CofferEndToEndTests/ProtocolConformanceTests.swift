@@ -132,8 +132,10 @@ import Testing
         var limitOne = Request.copyMatching(match).encodeFrame(requestID: 2)
         limitOne[4] = MessageType.delete.rawValue
         var returning = match; returning.limit = .all; returning.returnAttributes = true
+        var deleteReturning = Request.copyMatching(returning).encodeFrame(requestID: 3)
+        deleteReturning[4] = MessageType.delete.rawValue
         var counted = match; counted.limit = .count(1)
-        let frames = Self.helloFrame + limitOne + Request.delete(returning).encodeFrame(requestID: 3) + Request.delete(counted).encodeFrame(requestID: 4)
+        let frames = Self.helloFrame + limitOne + deleteReturning + Request.delete(counted).encodeFrame(requestID: 4)
             + Request.update(counted, ItemChanges(attributes: ["labl": .string("l")])).encodeFrame(requestID: 5)
         let got = try Self.exchange(agent.socketPath, frames, wanted: 5)
         #expect(got.frames.count == 5)
