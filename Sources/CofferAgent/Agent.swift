@@ -187,15 +187,21 @@ public final class Agent: Sendable {
         conn.release()
     }
 
-    /// Reads frames until the peer closes, breaks framing or misses a deadline.
     /// Reads frames until the peer closes, breaks framing or misses a deadline, or the pipeline
     /// closes the session. The session is this thread's alone.
+    ///
+    /// A complete request runs even if its client is gone: once a reply cannot be sent (the client
+    /// closed, or stopped reading for ``Connection/ioTimeout``), the frames already in the socket
+    /// still run, without replies, and the connection ends at the first one not wholly there. So
+    /// HELLO + ADD written at once and followed by a close adds the item (WireProtocol, lifecycle).
     private func serve(_ conn: Connection) {
         logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
         var session = Session(peer: conn.peer)
+        var replying = true
         while true {
             let frame: Connection.Frame
-            switch conn.readFrame(greeted: session.isGreeted, spinMicros: spinBudget(), budget: frameBudget) {
+            switch conn.readFrame(greeted: session.isGreeted, spinMicros: replying ? spinBudget() : 0, budget: frameBudget,
+                                  bufferedOnly: !replying) {
             case .success(let f): frame = f
             case .failure(let end):
                 reportEnd(end, of: conn)
@@ -203,24 +209,28 @@ public final class Agent: Sendable {
             }
             defer { frameBudget.release(frame.grant) }
             guard registry.beginRequest() else { return }
-            let sent = handle(frame: frame.body, session: &session, on: conn)
+            let sent = handle(frame: frame.body, session: &session, on: conn, replying: replying)
             registry.endRequest()
-            if !sent || session.mustClose { return }
+            if session.mustClose { return }
+            if !sent { replying = false }
         }
     }
 
     /// Decodes one frame body, runs it through the pipeline, sends the reply. False if the reply could not be sent.
-    private func handle(frame body: SecureBytes, session: inout Session, on conn: Connection) -> Bool {
+    /// `replying` false: run the request but send nothing (an earlier reply could not be sent).
+    private func handle(frame body: SecureBytes, session: inout Session, on conn: Connection, replying: Bool) -> Bool {
         let requestID: UInt32
         let request: Request
         do {
             (requestID, request) = try body.withUnsafeBytes { b throws(ProtocolError) in try Request.decodeBody(b) }
         } catch {
             let id = body.withUnsafeBytes { WireFormat.requestID(ofBody: $0) } ?? 0
-            return reply(.error(error.secError), id: id, on: conn)
+            let response = pipeline.refuse(error, session: &session)
+            return replying && reply(response, id: id, on: conn)
         }
         let response = pipeline.handle(request, session: &session)
         if session.wantsEvents && !conn.isSubscribed { conn.subscribe() }
+        guard replying else { return false } // never encoded: a secret in it stays in secure memory
         return reply(response, id: requestID, on: conn)
     }
 

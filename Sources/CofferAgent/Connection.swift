@@ -87,12 +87,18 @@ final class Connection: @unchecked Sendable {
     /// `spinMicros` (a client in a request loop sends its next request within microseconds; polling
     /// saves the scheduler wake-up a blocking read pays). A large body first takes its size from
     /// `budget` (the caller releases it with ``FrameBudget/release(_:)`` once done with it).
-    func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget) -> Result<Frame, ReadEnd> {
-        if spinMicros > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
+    ///
+    /// `bufferedOnly`: read only what the socket already holds, never wait (after a reply could not
+    /// be sent, the requests the client sent before it closed still run; see ``Agent``): a frame not
+    /// wholly there is reported as ``ReadEnd/closed``.
+    func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
+        if spinMicros > 0, !bufferedOnly { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
         var header: UInt32 = 0
         var deadline: Double? = nil
         let idleUntil: Double? = greeted ? nil : connectedAt + limits.helloSeconds
-        let gotHeader = withUnsafeMutableBytes(of: &header) { receive($0, deadline: &deadline, idleUntil: idleUntil) }
+        let gotHeader = withUnsafeMutableBytes(of: &header) {
+            receive($0, deadline: &deadline, idleUntil: idleUntil, bufferedOnly: bufferedOnly)
+        }
         if let end = gotHeader { return .failure(end) }
         let length = Int(UInt32(bigEndian: header))
         guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else { return .failure(.badLength) }
@@ -102,7 +108,7 @@ final class Connection: @unchecked Sendable {
         // Waiting for others to free the budget is not this client's delay.
         deadline = deadline.map { $0 + (Threads.monotonicSeconds() - waitStarted) }
         let body = SecureBytes(count: length)
-        if let end = body.withUnsafeMutableBytes({ receive($0, deadline: &deadline, idleUntil: nil) }) {
+        if let end = body.withUnsafeMutableBytes({ receive($0, deadline: &deadline, idleUntil: nil, bufferedOnly: bufferedOnly) }) {
             budget.release(grant)
             return .failure(end)
         }
@@ -123,10 +129,11 @@ final class Connection: @unchecked Sendable {
     /// ``close()`` wakes it). Under a time limit each read is a non-blocking `recv`, and only when no
     /// data is there does the thread wait in `poll` (a frame already in the socket costs no extra
     /// system call).
-    private func receive(_ buffer: UnsafeMutableRawBufferPointer, deadline: inout Double?, idleUntil: Double?) -> ReadEnd? {
+    private func receive(_ buffer: UnsafeMutableRawBufferPointer, deadline: inout Double?, idleUntil: Double?,
+                         bufferedOnly: Bool = false) -> ReadEnd? {
         var off = 0
         while off < buffer.count {
-            let flags = deadline == nil && idleUntil == nil ? Int32(0) : Int32(MSG_DONTWAIT)
+            let flags = deadline == nil && idleUntil == nil && !bufferedOnly ? Int32(0) : Int32(MSG_DONTWAIT)
             let n = recv(fd, buffer.baseAddress! + off, buffer.count - off, flags)
             if n > 0 {
                 off += n
@@ -137,6 +144,7 @@ final class Connection: @unchecked Sendable {
             let e = errno
             if e == EINTR { continue }
             guard e == EAGAIN || e == EWOULDBLOCK else { return .closed }
+            if bufferedOnly { return .closed }
             if state.withLock({ $0.closed }) { return .closed }
             var waitMillis: Int32 = 10_000 // between frames: wake now and then to notice a close
             if let limit = deadline ?? idleUntil {

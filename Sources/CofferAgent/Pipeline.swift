@@ -52,6 +52,15 @@ final class Pipeline: Sendable {
         }
     }
 
+    /// A frame that could not be decoded: errSecParam with a message naming the field (never its
+    /// bytes). Before HELLO was accepted this also ends the conversation, like any other first message
+    /// that is not an acceptable HELLO (a malformed HELLO included): nothing pipelined behind it runs.
+    /// After HELLO the connection stays open (the frame boundary is known, so the next frame is safe).
+    func refuse(_ error: ProtocolError, session: inout Session) -> Response {
+        if !session.isGreeted { session.close() }
+        return .error(error.secError)
+    }
+
     /// The first message must be HELLO with a version range that holds ours; anything else closes.
     private func greet(_ request: Request, _ session: inout Session) -> Response {
         guard case .hello(let minV, let maxV, let client) = request else {
@@ -60,7 +69,8 @@ final class Pipeline: Sendable {
         }
         guard minV <= WireFormat.version, WireFormat.version <= maxV else {
             session.close()
-            return .error(.param("protocol version \(minV)...\(maxV) not supported (agent speaks \(WireFormat.version))"))
+            // Names no number the client sent: only the version this agent speaks.
+            return .error(.param("no protocol version this agent speaks (\(WireFormat.version)) is in the HELLO's range"))
         }
         session.greeted(version: WireFormat.version, clientName: client)
         logger.debug("hello", metadata: ["client": "\(client)", "peer": "\(session.peer)"])

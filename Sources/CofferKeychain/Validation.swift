@@ -8,8 +8,10 @@ enum Validation {
     /// Checks names, kinds and class applicability; `writing` also refuses read-only attributes.
     static func check(_ attrs: Attributes, for cls: ItemClass?, writing: Bool) throws(SecError) {
         guard attrs.count <= AttributeCodec.maxCount else { throw .param("too many attributes") }
+        // Messages name attributes only by their catalog names (constants of this program, never bytes
+        // from the caller): an unknown name is not quoted, nor its length, nor any value.
         for (name, value) in attrs {
-            guard let kind = AttributeCatalog.kinds[name] else { throw .param("unknown attribute '\(name)'") }
+            guard let kind = AttributeCatalog.kinds[name] else { throw .param("unknown attribute name (not in the attribute catalog)") }
             guard value.kind == kind else { throw .param("attribute '\(name)' must be a \(kind.rawValue), not a \(value.kind.rawValue)") }
             if writing, AttributeCatalog.readOnly.contains(name) { throw .param("attribute '\(name)' is set by the keychain") }
             if let cls, !cls.allowedAttributes.contains(name) {

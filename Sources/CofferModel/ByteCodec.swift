@@ -80,7 +80,7 @@ public struct ByteReader: Sendable {
     /// A u32-length-prefixed field of at most `max` bytes.
     public mutating func blob(max: Int, _ what: @autoclosure () -> String = "field") throws(DecodeError) -> ArraySlice<UInt8> {
         let n = Int(try u32("\(what()) length"))
-        guard n <= max else { throw DecodeError("\(what()) too long (\(n) > \(max) bytes)") }
+        guard n <= max else { throw DecodeError("\(what()) too long (the limit is \(max) bytes)") }
         return try take(n, what())
     }
     /// A u16-length-prefixed UTF-8 string.
@@ -98,7 +98,7 @@ public struct ByteReader: Sendable {
     }
     /// Throws unless every byte was consumed.
     public func expectEnd(_ what: String) throws(DecodeError) {
-        guard isAtEnd else { throw DecodeError("\(remaining) unexpected trailing bytes after \(what)") }
+        guard isAtEnd else { throw DecodeError("unexpected trailing bytes after \(what)") }
     }
 }
 
@@ -151,7 +151,7 @@ public enum AttributeCodec {
             let t = Double(bitPattern: try r.u64("date value"))
             guard t.isFinite else { throw DecodeError("date value is not finite") }
             return .date(t)
-        case let t: throw DecodeError("unknown value tag \(t)")
+        default: throw DecodeError("unknown value tag")
         }
     }
 
@@ -174,7 +174,7 @@ public enum AttributeCodec {
     /// Decodes a dictionary, refusing duplicates and unsorted names (only the canonical form is accepted).
     public static func decodeAttributes(from r: inout ByteReader) throws(DecodeError) -> Attributes {
         let n = Int(try r.u16("attribute count"))
-        guard n <= maxCount else { throw DecodeError("too many attributes (\(n) > \(maxCount))") }
+        guard n <= maxCount else { throw DecodeError("too many attributes (the limit is \(maxCount))") }
         var out = Attributes(minimumCapacity: n)
         var last: String? = nil
         for _ in 0..<n {

@@ -58,9 +58,12 @@ public enum Request: Sendable {
     /// COPY_MATCHING_PAGE: the next page of a search, the matches after `cursor` (0: from the
     /// start) that fit in one ITEMS_PAGE reply.
     case copyMatchingPage(ItemQuery, cursor: UInt64)
-    /// UPDATE (SecItemUpdate).
+    /// UPDATE (SecItemUpdate): changes every match. The query's `limit` must be `.all` or left at
+    /// its default (`.one`, sent as all: "no limit given"); `.count(n)` is sent as given and refused
+    /// by the agent (errSecParam). Its return flags are not sent (the reply is a count), so the
+    /// query of a lookup can be reused. On the wire, limit all and no return flags are the rule.
     case update(ItemQuery, ItemChanges)
-    /// DELETE (SecItemDelete).
+    /// DELETE (SecItemDelete): deletes every match; the query follows the rules of ``update(_:_:)``.
     case delete(ItemQuery)
     /// SUBSCRIBE to lock-state events.
     case subscribe
@@ -103,14 +106,14 @@ public enum Request: Sendable {
             f.w.raw(query)
             return f.finish()
         case .update(let q, let c):
-            let query = QueryCodec.encode(q), attrs = AttributeCodec.encode(c.attributes)
+            let query = QueryCodec.encode(q, everyMatch: true), attrs = AttributeCodec.encode(c.attributes)
             var f = FrameBuilder(type: .update, requestID: requestID,
                                  payloadCapacity: query.count + attrs.count + 5 + (c.secret?.count ?? 0))
             f.w.raw(query); f.w.raw(attrs)
             if let s = c.secret { f.w.u8(1); f.secret(s) } else { f.w.u8(0) }
             return f.finish()
         case .delete(let q):
-            let query = QueryCodec.encode(q)
+            let query = QueryCodec.encode(q, everyMatch: true)
             var f = FrameBuilder(type: .delete, requestID: requestID, payloadCapacity: query.count)
             f.w.raw(query)
             return f.finish()
@@ -129,7 +132,7 @@ public enum Request: Sendable {
         let typeByte = try r.u8("message type")
         let id = try r.u32("request id")
         guard let type = MessageType(rawValue: typeByte) else {
-            throw ProtocolError("unknown message type 0x\(String(typeByte, radix: 16))")
+            throw ProtocolError("unknown message type")
         }
         let request: Request
         switch type {
@@ -152,13 +155,17 @@ public enum Request: Sendable {
             let attrs = try r.attributes("changes")
             let has = try r.u8("has secret")
             guard has <= 1 else { throw ProtocolError("has-secret must be 0 or 1") }
+            try QueryCodec.checkActsOnEveryMatch(q, "UPDATE")
             request = .update(q, ItemChanges(attributes: attrs, secret: has == 1 ? try r.secret("secret") : nil))
-        case .delete: request = .delete(try QueryCodec.decode(&r))
+        case .delete:
+            let q = try QueryCodec.decode(&r)
+            try QueryCodec.checkActsOnEveryMatch(q, "DELETE")
+            request = .delete(q)
         case .copyMatchingPage:
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .event, .error:
-            throw ProtocolError("message type 0x\(String(typeByte, radix: 16)) is a reply, not a request")
+            throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
         return (id, request)
@@ -256,7 +263,7 @@ public enum Response: Sendable {
     /// The items of an ITEMS or ITEMS_PAGE payload.
     private static func decodeItems(_ r: inout BodyReader) throws(ProtocolError) -> [ItemResult] {
         let n = Int(try r.u32("item count"))
-        guard n <= r.remaining / 2 else { throw ProtocolError("item count \(n) exceeds the frame") }
+        guard n <= r.remaining / 2 else { throw ProtocolError("item count exceeds the frame") }
         var items: [ItemResult] = []
         items.reserveCapacity(n)
         for _ in 0..<n {
@@ -281,7 +288,7 @@ public enum Response: Sendable {
         let typeByte = try r.u8("message type")
         let id = try r.u32("request id")
         guard let type = MessageType(rawValue: typeByte) else {
-            throw ProtocolError("unknown message type 0x\(String(typeByte, radix: 16))")
+            throw ProtocolError("unknown message type")
         }
         let response: Response
         switch type {
@@ -289,7 +296,7 @@ public enum Response: Sendable {
         case .helloReply: response = .helloReply(version: try r.u16("version"), agentVersion: try r.sstr("agent version"))
         case .statusReply:
             let byte = try r.u8("lock state")
-            guard let state = LockState(rawValue: byte) else { throw ProtocolError("unknown lock state \(byte)") }
+            guard let state = LockState(rawValue: byte) else { throw ProtocolError("unknown lock state") }
             let set = try r.u8("passcode flag")
             guard set <= 1 else { throw ProtocolError("passcode flag must be 0 or 1") }
             response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),
@@ -309,7 +316,7 @@ public enum Response: Sendable {
             case 1: response = .event(.willLock(graceMillis: ms))
             case 2: response = .event(.locked)
             case 3: response = .event(.unlocked)
-            default: throw ProtocolError("unknown event kind \(kind)")
+            default: throw ProtocolError("unknown event kind")
             }
         case .error:
             let code = Int32(bitPattern: try r.u32("status"))
@@ -321,7 +328,7 @@ public enum Response: Sendable {
                 response = .error(SecError(.internalComponent, "agent error \(code): \(message)"))
             }
         default:
-            throw ProtocolError("message type 0x\(String(typeByte, radix: 16)) is a request, not a reply")
+            throw ProtocolError("the message type is a request, not a reply")
         }
         try r.expectEnd("message")
         return (id, response)
@@ -332,26 +339,42 @@ public enum Response: Sendable {
 enum QueryCodec {
     static func flags(_ b: UInt8) throws(ProtocolError) -> ReturnFlags {
         let f = ReturnFlags(rawValue: b)
-        guard ReturnFlags.all.isSuperset(of: f) else { throw ProtocolError("undefined flag bits 0x\(String(b, radix: 16))") }
+        guard ReturnFlags.all.isSuperset(of: f) else { throw ProtocolError("undefined flag bits set") }
         return f
     }
 
-    static func encode(_ q: ItemQuery) -> [UInt8] {
+    /// Encodes a query. `everyMatch` (UPDATE, DELETE): `.one`, the default of ``ItemQuery/limit``,
+    /// stands for "no limit given" and is sent as limit all, the only limit those requests accept,
+    /// and the return flags are not sent (those requests return a count: a Swift caller may reuse
+    /// the query of a lookup); `.count(n)` is sent as given, so the agent refuses it (errSecParam).
+    static func encode(_ q: ItemQuery, everyMatch: Bool = false) -> [UInt8] {
         var w = ByteWriter(capacity: 64)
         w.u8(ItemClassCode.encode(q.itemClass))
         AttributeCodec.encode(q.attributes, into: &w)
         switch q.limit {
+        case .one where everyMatch: w.u8(1); w.u32(0)
         case .one: w.u8(0); w.u32(0)
         case .all: w.u8(1); w.u32(0)
         case .count(let n): w.u8(2); w.u32(UInt32(clamping: n))
         }
         var flags: ReturnFlags = []
-        if q.returnData { flags.insert(.data) }
-        if q.returnAttributes { flags.insert(.attributes) }
-        if q.returnPersistentRef { flags.insert(.persistentRef) }
+        if q.returnData && !everyMatch { flags.insert(.data) }
+        if q.returnAttributes && !everyMatch { flags.insert(.attributes) }
+        if q.returnPersistentRef && !everyMatch { flags.insert(.persistentRef) }
         w.u8(flags.rawValue)
         w.blob(q.persistentRef ?? [])
         return w.bytes
+    }
+
+    /// UPDATE and DELETE act on every match (as SecItemUpdate and SecItemDelete do): their query
+    /// MUST have limit kind 1 (all) and no return flags; anything else is refused, never ignored.
+    static func checkActsOnEveryMatch(_ q: ItemQuery, _ request: String) throws(ProtocolError) {
+        guard q.limit == .all else {
+            throw ProtocolError("\(request) acts on every match: its query's match limit must be all (kind 1)")
+        }
+        guard !q.returnData, !q.returnAttributes, !q.returnPersistentRef else {
+            throw ProtocolError("\(request) returns a count, not items: its query's return flags must be 0")
+        }
     }
 
     static func decode(_ r: inout BodyReader) throws(ProtocolError) -> ItemQuery {
@@ -364,7 +387,7 @@ enum QueryCodec {
         case 0 where count == 0: limit = .one
         case 1 where count == 0: limit = .all
         case 2 where count >= 1: limit = .count(Int(count))
-        default: throw ProtocolError("bad match limit (kind \(kind), count \(count))")
+        default: throw ProtocolError("bad match limit (kind 0 and 1 take count 0, kind 2 a count of at least 1, no other kind exists)")
         }
         let flags = try flags(try r.u8("return flags"))
         let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")

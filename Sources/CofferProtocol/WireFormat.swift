@@ -101,7 +101,7 @@ enum ItemClassCode {
             guard allowAny else { throw ProtocolError("item class 0 (any) is only allowed in queries") }
             return nil
         }
-        guard Int(b) <= order.count else { throw ProtocolError("unknown item class \(b)") }
+        guard Int(b) <= order.count else { throw ProtocolError("unknown item class") }
         return order[Int(b) - 1]
     }
 }
@@ -162,14 +162,14 @@ struct BodyReader {
     /// A u32-length-prefixed field copied straight into secure memory.
     mutating func secret(_ what: @autoclosure () -> String) throws(ProtocolError) -> SecureBytes {
         let n = Int(try u32("\(what()) length"))
-        guard n <= WireFormat.maximumSecretBytes else { throw ProtocolError("\(what()) too long (\(n) bytes)") }
+        guard n <= WireFormat.maximumSecretBytes else { throw ProtocolError("\(what()) too long (the limit is \(WireFormat.maximumSecretBytes) bytes)") }
         return SecureBytes(copying: try bytes(n, what()))
     }
 
     /// A u32-length-prefixed public field.
     mutating func blob(max: Int, _ what: @autoclosure () -> String) throws(ProtocolError) -> [UInt8] {
         let n = Int(try u32("\(what()) length"))
-        guard n <= max else { throw ProtocolError("\(what()) too long (\(n) bytes)") }
+        guard n <= max else { throw ProtocolError("\(what()) too long (the limit is \(max) bytes)") }
         return Array(try bytes(n, what()))
     }
 
@@ -186,14 +186,14 @@ struct BodyReader {
     mutating func attributes(_ what: @autoclosure () -> String) throws(ProtocolError) -> Attributes {
         var probe = self
         let count = Int(try probe.u16("\(what()) count"))
-        guard count <= AttributeCodec.maxCount else { throw ProtocolError("\(what()): too many attributes (\(count))") }
+        guard count <= AttributeCodec.maxCount else { throw ProtocolError("\(what()): too many attributes (the limit is \(AttributeCodec.maxCount))") }
         for _ in 0..<count {
             _ = try probe.bytes(Int(try probe.u16("attribute name length")), "attribute name")
             switch try probe.u8("value tag") {
             case 1, 3: _ = try probe.bytes(Int(try probe.u32("value length")), "value")
             case 2, 5: _ = try probe.bytes(8, "value")
             case 4: _ = try probe.bytes(1, "value")
-            case let t: throw ProtocolError("\(what()): unknown value tag \(t)")
+            default: throw ProtocolError("\(what()): unknown value tag")
             }
         }
         var reader = ByteReader(Array(UnsafeRawBufferPointer(rebasing: raw[offset..<probe.offset])))
@@ -208,6 +208,6 @@ struct BodyReader {
     }
 
     func expectEnd(_ what: String) throws(ProtocolError) {
-        guard remaining == 0 else { throw ProtocolError("\(remaining) trailing bytes after \(what)") }
+        guard remaining == 0 else { throw ProtocolError("trailing bytes after \(what)") }
     }
 }

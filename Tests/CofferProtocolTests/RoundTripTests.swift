@@ -35,9 +35,11 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
         guard case .copyMatching(let q2) = try roundTrip(.copyMatching(q)) else { Issue.record("copy"); return }
         #expect(q2.attributes == attrs && q2.limit == .count(7) && q2.returnData && q2.returnAttributes && !q2.returnPersistentRef)
         #expect(q2.persistentRef == [UInt8](repeating: 9, count: 16) && q2.itemClass == nil)
-        guard case .update(_, let ch) = try roundTrip(.update(q, ItemChanges(attributes: ["labl": .string("n")], secret: sb("z")))),
+        // UPDATE and DELETE take a query that acts on every match (issue #12): limit all, no return flags.
+        let every = ItemQuery(itemClass: nil, attributes: attrs, limit: .all, persistentRef: [UInt8](repeating: 9, count: 16))
+        guard case .update(_, let ch) = try roundTrip(.update(every, ItemChanges(attributes: ["labl": .string("n")], secret: sb("z")))),
               str(ch.secret) == "z", ch.attributes == ["labl": .string("n")] else { Issue.record("update"); return }
-        guard case .update(_, let ch2) = try roundTrip(.update(q, ItemChanges(attributes: ["labl": .string("n")]))), ch2.secret == nil
+        guard case .update(_, let ch2) = try roundTrip(.update(every, ItemChanges(attributes: ["labl": .string("n")]))), ch2.secret == nil
         else { Issue.record("update without secret"); return }
         guard case .delete(let dq) = try roundTrip(.delete(ItemQuery(limit: .all))), dq.limit == .all else { Issue.record("delete"); return }
         for r in [Request.status, .lock, .subscribe] { _ = try roundTrip(r) }
