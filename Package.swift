@@ -26,7 +26,7 @@ let package = Package(
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
         .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
     ],
-    dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", 
+    dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
@@ -65,7 +65,7 @@ let package = Package(
         .target(name: "CofferCLISupport", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "cofferd",
-                          dependencies: ["CofferAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+                          dependencies: ["CofferAgent", "CofferKeybag", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings),
         // `coffer` is what shell scripts run in loops, so its start-up is most of a fetch: it answers
         // the plain `get` and `add` forms itself, links neither swift-argument-parser nor Foundation,
@@ -78,7 +78,7 @@ let package = Package(
         .executableTarget(name: "coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         .executableTarget(name: "coffer-cli",
-                          dependencies: ["CofferClient", "CofferCLISupport", "CofferSystem",
+                          dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.
