@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferTestSupport
 import CofferModel
 import CofferProtocol
 import Testing

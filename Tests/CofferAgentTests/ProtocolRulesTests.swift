@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferTestSupport
 import CofferModel
 @testable import CofferProtocol
 import Testing

@@ -9,7 +9,6 @@ import CofferTestSupport
 import Glibc
 import Logging
 
-func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
 
 /// Argon2id at libsodium's minimum: these tests exercise the agent's logic, not the KDF.
 let cheapKDF = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)))

@@ -26,9 +26,6 @@ enum Binaries {
     }
 }
 
-/// The user running the tests (PAM checks passcodes for this name).
-let currentUser: String = String(cString: getpwuid(getuid())!.pointee.pw_name)
-
 /// A real `cofferd` child process with a private state directory, socket and PAM stack
 /// (pam_matrix from libpam-wrapper, loaded by absolute path through `--pam-confdir`).
 final class AgentProcess: @unchecked Sendable {
@@ -50,7 +47,7 @@ final class AgentProcess: @unchecked Sendable {
 
     /// The login password PAM accepts in these tests.
     static let password = "correct horse"
-    static let matrix = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
+    static let matrix = PAMWrapper.matrix
 
     init(extraArguments: [String] = [], pamService: String = "coffer", launcher: [String] = [],
          executable: String = Binaries.cofferd, start: Bool = true) throws {

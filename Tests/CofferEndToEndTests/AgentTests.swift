@@ -3,11 +3,10 @@ import CofferCrypto
 import CofferModel
 import CofferProtocol
 import CofferSystem
+import CofferTestSupport
 import Foundation
 import Testing
 
-func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
-func text(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
 
 func password(_ service: String, _ account: String) -> ItemQuery {
     ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string(account)], returnData: true)
@@ -18,9 +17,6 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
             secret: secret(s))
 }
 
-func status<T>(_ body: () throws -> T) -> SecStatus? {
-    do { _ = try body(); return nil } catch let e as SecError { return e.status } catch { return .internalComponent }
-}
 
 @Suite struct AgentTests {
     @Test func socketAndDirectoryModesAndHardening() throws {

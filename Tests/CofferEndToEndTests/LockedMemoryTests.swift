@@ -3,6 +3,7 @@ import CofferCrypto
 import CofferModel
 import CofferSystem
 import Foundation
+import CofferTestSupport
 import Testing
 
 /// The agent keeps the memory it locks within RLIMIT_MEMLOCK, even under a load of large frames,

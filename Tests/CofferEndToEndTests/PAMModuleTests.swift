@@ -5,7 +5,7 @@ import Testing
 
 /// pam_coffer.so, built with cc, driven by pamtester under cwrap's pam_wrapper against a real agent.
 @Suite struct PAMModuleTests {
-    static let wrapperModules = "/usr/lib/x86_64-linux-gnu/pam_wrapper"
+    static let wrapperModules = PAMWrapper.modules
 
     /// Builds the module into a temporary directory (the test checks the build script too).
     static func buildModule(into dir: TemporaryDirectory) throws -> String {

@@ -25,8 +25,6 @@ import Testing
         return c
     }
 
-    static func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
-    static func secret(count: Int) -> SecureBytes { [UInt8](repeating: 0x73, count: count).withUnsafeBytes { SecureBytes(copying: $0) } }
 
     static func accounts(_ items: [ItemResult]) -> [String] {
         items.map { if case .string(let a)? = $0.attributes?["acct"] { a } else { "?" } }
@@ -141,10 +139,10 @@ import Testing
         let agent = try AgentProcess()
         let c = try AgentConnection(path: agent.socketPath)
         try c.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("big"), "acct": .string("0-small")],
-                          secret: Self.secret("x")))
+                          secret: secret("x")))
         let gena = [UInt8](repeating: 0xAB, count: AttributeCodec.maxValueBytes)
         let key: Attributes = ["svce": .string("big"), "acct": .string("1-huge")]
-        try c.add(NewItem(itemClass: .genericPassword, attributes: key.merging(["gena": .data(gena)]) { $1 }, secret: Self.secret("y")))
+        try c.add(NewItem(itemClass: .genericPassword, attributes: key.merging(["gena": .data(gena)]) { $1 }, secret: secret("y")))
         let huge = ItemQuery(itemClass: .genericPassword, attributes: key, limit: .one, returnData: true, returnAttributes: true)
 
         // The boundary: attributes of a known size, a secret that makes the item exactly fill a page.
@@ -154,7 +152,7 @@ import Testing
         let attrBytes = WireFormat.encodedSize(of: attrResults[0]) - 2
         let fitting = WireFormat.maximumItemBytesPerPage - 2 - 4 - attrBytes
         #expect(fitting <= WireFormat.maximumSecretBytes)
-        try c.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: Self.secret(count: fitting)))
+        try c.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: secret(count: fitting)))
         let page = try c.copyMatchingPage(huge, cursor: 0)
         #expect(page.items.count == 1 && page.items[0].data?.count == fitting && page.nextCursor == 0)
         #expect(WireFormat.itemsPageHeaderBytes + WireFormat.encodedSize(of: page.items[0]) == WireFormat.maximumBodyBytes)
@@ -162,7 +160,7 @@ import Testing
 
         // One byte more, or the largest secret: no reply can hold the item with its attributes.
         for size in [fitting + 1, WireFormat.maximumSecretBytes] {
-            try c.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: Self.secret(count: size)))
+            try c.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: secret(count: size)))
             let paged = failure { () throws(SecError) in _ = try c.copyMatchingPage(huge, cursor: 0) }
             let whole = failure { () throws(SecError) in _ = try c.copyMatching(huge) }
             #expect(paged?.status == .allocate && whole?.status == .allocate, "\(String(describing: paged)) \(String(describing: whole))")
@@ -185,7 +183,7 @@ import Testing
         // Attributes alone can be too large too: a certificate may carry six 64 KiB data
         // attributes, added through an ADD and an UPDATE that each fit in a frame.
         let blob = AttributeValue.data([UInt8](repeating: 0xCD, count: AttributeCodec.maxValueBytes))
-        try c.add(NewItem(itemClass: .certificate, attributes: ["issr": blob, "slnr": blob, "subj": blob], secret: Self.secret("c")))
+        try c.add(NewItem(itemClass: .certificate, attributes: ["issr": blob, "slnr": blob, "subj": blob], secret: secret("c")))
         try c.update(ItemQuery(itemClass: .certificate), ItemChanges(attributes: ["skid": blob, "pkhh": blob]))
         let cert = agent.cli(["find", "--class", "cert"])
         #expect(cert.status == 13 && cert.stdout.isEmpty && cert.stderr.hasPrefix("coffer: errSecAllocate (-108)")
@@ -204,7 +202,7 @@ import Testing
                                  "gena": .data([UInt8](repeating: 1, count: AttributeCodec.maxValueBytes))]
         // The largest ADD frame: type, id, class, attributes, secret length, secret, flags.
         let secretBytes = WireFormat.maximumBodyBytes - 5 - 1 - AttributeCodec.encode(attrs).count - 4 - 1
-        let item = NewItem(itemClass: .genericPassword, attributes: attrs, secret: Self.secret(count: secretBytes))
+        let item = NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(count: secretBytes))
         #expect(Request.add(item, .all).encodeFrame(requestID: 1).count - 4 == WireFormat.maximumBodyBytes)
         let added = failure { () throws(SecError) in _ = try c.add(item, returning: .all) }
         #expect(added?.status == .allocate, "\(String(describing: added))")

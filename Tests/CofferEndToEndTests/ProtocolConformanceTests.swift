@@ -1,3 +1,4 @@
+import CofferTestSupport
 import CofferClient
 import CofferCrypto
 import CofferModel

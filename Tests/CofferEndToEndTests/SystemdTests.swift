@@ -1,6 +1,7 @@
 import CofferClient
 import CofferSystem
 import Foundation
+import CofferTestSupport
 import Testing
 
 /// Socket activation (LISTEN_FDS) and readiness (NOTIFY_SOCKET) as systemd would do them.

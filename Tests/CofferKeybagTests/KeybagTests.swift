@@ -6,11 +6,6 @@ import CofferTestSupport
 import Glibc
 import Testing
 
-/// Cheap Argon2id parameters for tests that exercise other behaviour (calibration has its own test).
-let testKDF = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: KDFParameters.floorMemory))
-
-func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
-
 func keyBytes(_ bag: Keybag, _ c: ProtectionClass) throws -> [UInt8] {
     try bag.withClassKey(c) { Array($0) }
 }

@@ -1,3 +1,4 @@
+import CofferTestSupport
 import CofferKeychain
 import CofferModel
 import Testing

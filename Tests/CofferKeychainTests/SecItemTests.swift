@@ -1,6 +1,7 @@
 import CofferCrypto
 import CofferKeychain
 import CofferModel
+import CofferTestSupport
 import Testing
 
 @Suite struct SecItemSemanticsTests {

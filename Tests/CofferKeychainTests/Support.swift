@@ -4,10 +4,6 @@ import CofferKeychain
 import CofferModel
 import CofferTestSupport
 
-let testKDF = KDFPolicy.fixed(KDFParameters(opsLimit: 1, memLimit: KDFParameters.floorMemory))
-
-func secret(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
-func text(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
 
 /// A keychain in a fresh temporary directory.
 final class Fixture {
@@ -35,7 +31,3 @@ final class Fixture {
     }
 }
 
-/// The status a throwing call failed with (nil if it succeeded).
-func status<T>(_ body: () throws -> T) -> SecStatus? {
-    do { _ = try body(); return nil } catch let e as SecError { return e.status } catch { return .internalComponent }
-}

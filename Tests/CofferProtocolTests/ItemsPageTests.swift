@@ -1,6 +1,7 @@
 import CofferCrypto
 import CofferModel
 @testable import CofferProtocol
+import CofferTestSupport
 import Testing
 
 /// COPY_MATCHING_PAGE and ITEMS_PAGE, and the sizes a sender fills a frame with.
@@ -13,9 +14,9 @@ import Testing
             Issue.record("copyMatchingPage"); return
         }
         #expect(cursor == 1 << 40 && q2.attributes == attrs && q2.limit == .count(3))
-        let items = [ItemResult(itemClass: .genericPassword, attributes: attrs, data: sb("d"), persistentRef: [UInt8](repeating: 2, count: 16))]
+        let items = [ItemResult(itemClass: .genericPassword, attributes: attrs, data: secret("d"), persistentRef: [UInt8](repeating: 2, count: 16))]
         guard case .itemsPage(let i2, let next) = try roundTrip(.itemsPage(items, nextCursor: 9)),
-              next == 9, i2.count == 1, i2[0].attributes == attrs, str(i2[0].data) == "d" else { Issue.record("itemsPage"); return }
+              next == 9, i2.count == 1, i2[0].attributes == attrs, text(i2[0].data) == "d" else { Issue.record("itemsPage"); return }
         guard case .itemsPage(let empty, 0) = try roundTrip(.itemsPage([], nextCursor: 0)), empty.isEmpty else {
             Issue.record("empty last page"); return
         }
@@ -34,8 +35,8 @@ import Testing
     @Test func encodedSizeIsExact() {
         let variants = [ItemResult(itemClass: .certificate),
                         ItemResult(itemClass: .genericPassword, attributes: attrs),
-                        ItemResult(itemClass: .internetPassword, data: sb("secret")),
-                        ItemResult(itemClass: .key, attributes: attrs, data: sb("k"), persistentRef: [UInt8](repeating: 1, count: 16))]
+                        ItemResult(itemClass: .internetPassword, data: secret("secret")),
+                        ItemResult(itemClass: .key, attributes: attrs, data: secret("k"), persistentRef: [UInt8](repeating: 1, count: 16))]
         for n in 0...variants.count {
             let items = Array(variants.prefix(n))
             let sum = items.map(WireFormat.encodedSize(of:)).reduce(0, +)

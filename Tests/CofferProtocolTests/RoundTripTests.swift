@@ -1,10 +1,8 @@
 import CofferCrypto
 import CofferModel
 @testable import CofferProtocol
+import CofferTestSupport
 import Testing
-
-func sb(_ s: String) -> SecureBytes { Array(s.utf8).withUnsafeBytes { SecureBytes(copying: $0) } }
-func str(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
 
 func roundTrip(_ r: Request, id: UInt32 = 42) throws -> Request {
     let frame = r.encodeFrame(requestID: id)
@@ -25,11 +23,11 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
 
     @Test func everyRequestKind() throws {
         guard case .hello(1, 3, "x") = try roundTrip(.hello(minVersion: 1, maxVersion: 3, clientName: "x")) else { Issue.record("hello"); return }
-        guard case .unlock(let p) = try roundTrip(.unlock(passcode: sb("pw"))), str(p) == "pw" else { Issue.record("unlock"); return }
-        guard case .setPasscode(let c, let n) = try roundTrip(.setPasscode(current: sb("a"), new: sb("b"))),
-              str(c) == "a", str(n) == "b" else { Issue.record("setPasscode"); return }
-        guard case .add(let item, let flags) = try roundTrip(.add(NewItem(itemClass: .key, attributes: attrs.filter { $0.key != "svce" && $0.key != "port" && $0.key != "invi" }, secret: sb("k")), [.data, .persistentRef])),
-              item.itemClass == .key, str(item.secret) == "k", flags == [.data, .persistentRef] else { Issue.record("add"); return }
+        guard case .unlock(let p) = try roundTrip(.unlock(passcode: secret("pw"))), text(p) == "pw" else { Issue.record("unlock"); return }
+        guard case .setPasscode(let c, let n) = try roundTrip(.setPasscode(current: secret("a"), new: secret("b"))),
+              text(c) == "a", text(n) == "b" else { Issue.record("setPasscode"); return }
+        guard case .add(let item, let flags) = try roundTrip(.add(NewItem(itemClass: .key, attributes: attrs.filter { $0.key != "svce" && $0.key != "port" && $0.key != "invi" }, secret: secret("k")), [.data, .persistentRef])),
+              item.itemClass == .key, text(item.secret) == "k", flags == [.data, .persistentRef] else { Issue.record("add"); return }
         let q = ItemQuery(itemClass: nil, attributes: attrs, limit: .count(7), returnData: true, returnAttributes: true,
                           returnPersistentRef: false, persistentRef: [UInt8](repeating: 9, count: 16))
         guard case .copyMatching(let q2) = try roundTrip(.copyMatching(q)) else { Issue.record("copy"); return }
@@ -37,8 +35,8 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
         #expect(q2.persistentRef == [UInt8](repeating: 9, count: 16) && q2.itemClass == nil)
         // UPDATE and DELETE take a query that acts on every match (issue #12): limit all, no return flags.
         let every = ItemQuery(itemClass: nil, attributes: attrs, limit: .all, persistentRef: [UInt8](repeating: 9, count: 16))
-        guard case .update(_, let ch) = try roundTrip(.update(every, ItemChanges(attributes: ["labl": .string("n")], secret: sb("z")))),
-              str(ch.secret) == "z", ch.attributes == ["labl": .string("n")] else { Issue.record("update"); return }
+        guard case .update(_, let ch) = try roundTrip(.update(every, ItemChanges(attributes: ["labl": .string("n")], secret: secret("z")))),
+              text(ch.secret) == "z", ch.attributes == ["labl": .string("n")] else { Issue.record("update"); return }
         guard case .update(_, let ch2) = try roundTrip(.update(every, ItemChanges(attributes: ["labl": .string("n")]))), ch2.secret == nil
         else { Issue.record("update without secret"); return }
         guard case .delete(let dq) = try roundTrip(.delete(ItemQuery(limit: .all))), dq.limit == .all else { Issue.record("delete"); return }
@@ -48,9 +46,9 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
     @Test func everyResponseKind() throws {
         let s = StatusReply(lockState: .unlocked, passcodeSet: true, itemCount: 1 << 40, agentVersion: "v", lockedMemoryBytes: 8192, idleLockSeconds: 60)
         guard case .status(let s2) = try roundTrip(.status(s)), s2 == s else { Issue.record("status"); return }
-        let items = [ItemResult(itemClass: .internetPassword, attributes: attrs, data: sb("d"), persistentRef: [UInt8](repeating: 1, count: 16)),
+        let items = [ItemResult(itemClass: .internetPassword, attributes: attrs, data: secret("d"), persistentRef: [UInt8](repeating: 1, count: 16)),
                      ItemResult(itemClass: .certificate)]
-        guard case .items(let i2) = try roundTrip(.items(items)), i2.count == 2, i2[0].attributes == attrs, str(i2[0].data) == "d",
+        guard case .items(let i2) = try roundTrip(.items(items)), i2.count == 2, i2[0].attributes == attrs, text(i2[0].data) == "d",
               i2[0].persistentRef?.count == 16, i2[1].attributes == nil, i2[1].data == nil else { Issue.record("items"); return }
         for e in [LockEvent.willLock(graceMillis: 5), .locked, .unlocked] {
             guard case .event(let e2) = try roundTrip(.event(e)), e2 == e else { Issue.record("event"); return }
@@ -61,7 +59,7 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
             }
         }
         #expect(Response.items(items).carriesSecret && !Response.items([items[1]]).carriesSecret)
-        #expect(Request.unlock(passcode: sb("x")).carriesSecret && !Request.status.carriesSecret)
+        #expect(Request.unlock(passcode: secret("x")).carriesSecret && !Request.status.carriesSecret)
     }
 
     @Test func secretsDoNotLeakIntoErrors() {
