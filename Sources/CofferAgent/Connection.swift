@@ -93,15 +93,16 @@ final class Connection: @unchecked Sendable {
     /// wholly there is reported as ``ReadEnd/closed``.
     func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
         if spinMicros > 0, !bufferedOnly { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
-        var header: UInt32 = 0
+        var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         var deadline: Double? = nil
         let idleUntil: Double? = greeted ? nil : connectedAt + limits.helloSeconds
         let gotHeader = withUnsafeMutableBytes(of: &header) {
             receive($0, deadline: &deadline, idleUntil: idleUntil, bufferedOnly: bufferedOnly)
         }
         if let end = gotHeader { return .failure(end) }
-        let length = Int(UInt32(bigEndian: header))
-        guard length >= WireFormat.minimumBodyBytes, length <= WireFormat.maximumBodyBytes else { return .failure(.badLength) }
+        guard case .success(let length) = withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0) }) else {
+            return .failure(.badLength)
+        }
         let cost = FrameBudget.cost(ofBody: length)
         let waitStarted = Threads.monotonicSeconds()
         guard let grant = budget.acquire(cost, owner: peer.pid, timeout: Self.ioTimeout) else { return .failure(.noBudget) }
@@ -133,17 +134,17 @@ final class Connection: @unchecked Sendable {
                          bufferedOnly: Bool = false) -> ReadEnd? {
         var off = 0
         while off < buffer.count {
-            let flags = deadline == nil && idleUntil == nil && !bufferedOnly ? Int32(0) : Int32(MSG_DONTWAIT)
-            let n = recv(fd, buffer.baseAddress! + off, buffer.count - off, flags)
-            if n > 0 {
+            let dontWait = deadline != nil || idleUntil != nil || bufferedOnly
+            switch UnixSocket.receive(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[off...]), dontWait: dontWait) {
+            case .bytes(let n):
                 off += n
                 if deadline == nil { deadline = Threads.monotonicSeconds() + limits.frameSeconds }
                 continue
+            case .closed, .failed:
+                return .closed
+            case .wouldBlock:
+                break
             }
-            if n == 0 { return .closed }
-            let e = errno
-            if e == EINTR { continue }
-            guard e == EAGAIN || e == EWOULDBLOCK else { return .closed }
             if bufferedOnly { return .closed }
             if state.withLock({ $0.closed }) { return .closed }
             var waitMillis: Int32 = 10_000 // between frames: wake now and then to notice a close
@@ -152,8 +153,7 @@ final class Connection: @unchecked Sendable {
                 if remaining <= 0 { return deadline != nil ? .frameDeadline : .helloTimeout }
                 waitMillis = Int32(min(10_000, max(1, (remaining * 1000).rounded(.up))))
             }
-            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            _ = poll(&p, 1, waitMillis)
+            _ = UnixSocket.waitReadable(fd, timeoutMillis: waitMillis)
         }
         return nil
     }
