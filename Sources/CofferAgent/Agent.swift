@@ -220,9 +220,9 @@ public final class Agent: Sendable {
     /// `replying` false: run the request but send nothing (an earlier reply could not be sent).
     private func handle(frame body: SecureBytes, session: inout Session, on conn: Connection, replying: Bool) -> Bool {
         let requestID: UInt32
-        let request: Request
+        let request: AgentRequest
         do {
-            (requestID, request) = try body.withUnsafeBytes { b throws(ProtocolError) in try Request.decodeBody(b) }
+            (requestID, request) = try body.withUnsafeBytes { b throws(ProtocolError) in try AgentRequest.decodeBody(b) }
         } catch {
             let id = body.withUnsafeBytes { WireFormat.requestID(ofBody: $0) } ?? 0
             let response = pipeline.refuse(error, session: &session)
@@ -234,14 +234,14 @@ public final class Agent: Sendable {
         return reply(response, id: requestID, on: conn)
     }
 
-    private func reply(_ response: Response, id: UInt32, on conn: Connection) -> Bool {
+    private func reply(_ response: AgentResponse, id: UInt32, on conn: Connection) -> Bool {
         var frame = response.encodeFrame(requestID: id)
         defer { if response.carriesSecret { secureZero(&frame) } }
         guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
             // Never reached by design (each reply is sized before it is built); a last guard, so the
             // agent never sends a frame the client must refuse.
             logger.error("a reply exceeded the frame limit", metadata: ["bytes": "\(frame.count - 4)", "peer": "\(conn.peer)"])
-            return conn.send(Response.error(Pipeline.tooLarge("the reply")).encodeFrame(requestID: id))
+            return conn.send(AgentResponse.error(Pipeline.tooLarge("the reply")).encodeFrame(requestID: id))
         }
         return conn.send(frame)
     }

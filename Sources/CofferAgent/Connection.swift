@@ -26,7 +26,7 @@ final class Connection: @unchecked Sendable {
     /// When the connection was accepted (monotonic seconds).
     let connectedAt = Threads.monotonicSeconds()
     /// Held while writing to the socket (a reply, or queued events).
-    private let writes = Lock()
+    private let writes = PThreadMutex()
     private let state = Protected(IOState())
 
     private struct IOState {

@@ -88,7 +88,7 @@ final class ConnectionRegistry: Sendable {
     func broadcast(_ event: LockEvent, refusals: RefusalLog) {
         let subscribers = state.withLock { $0.connections.values.filter { $0.isSubscribed } }
         guard !subscribers.isEmpty else { return }
-        let frame = Response.event(event).encodeFrame(requestID: 0)
+        let frame = AgentResponse.event(event).encodeFrame(requestID: 0)
         for c in subscribers where !c.sendEvent(frame) {
             refusals.log("subscriber", "dropping a subscriber that stopped reading", peer: c.peer)
             c.close()

@@ -35,7 +35,7 @@ final class Pipeline: Sendable {
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
     /// then sends this reply and closes, and a session already closing runs nothing more.
-    func handle(_ request: Request, session: inout Session) -> Response {
+    func handle(_ request: AgentRequest, session: inout Session) -> AgentResponse {
         guard !session.mustClose else { return .error(.param("the connection is closing")) }
         guard session.isGreeted else { return greet(request, &session) }
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
@@ -56,13 +56,13 @@ final class Pipeline: Sendable {
     /// bytes). Before HELLO was accepted this also ends the conversation, like any other first message
     /// that is not an acceptable HELLO (a malformed HELLO included): nothing pipelined behind it runs.
     /// After HELLO the connection stays open (the frame boundary is known, so the next frame is safe).
-    func refuse(_ error: ProtocolError, session: inout Session) -> Response {
+    func refuse(_ error: ProtocolError, session: inout Session) -> AgentResponse {
         if !session.isGreeted { session.close() }
         return .error(error.secError)
     }
 
     /// The first message must be HELLO with a version range that holds ours; anything else closes.
-    private func greet(_ request: Request, _ session: inout Session) -> Response {
+    private func greet(_ request: AgentRequest, _ session: inout Session) -> AgentResponse {
         guard case .hello(let minV, let maxV, let client) = request else {
             session.close()
             return .error(.param("the first message must be HELLO"))
@@ -78,7 +78,7 @@ final class Pipeline: Sendable {
     }
 
     /// One short handler per request kind.
-    private func respond(to request: Request, _ session: inout Session) throws(SecError) -> Response {
+    private func respond(to request: AgentRequest, _ session: inout Session) throws(SecError) -> AgentResponse {
         switch request {
         case .hello:
             throw .param("HELLO was already received")
@@ -140,7 +140,7 @@ final class Pipeline: Sendable {
     /// One ITEMS_PAGE (`paged`) or one whole ITEMS reply: as many matches after `cursor` as fit in one
     /// frame. A match that does not fit even alone is errSecAllocate; so is a whole (unpaged) result
     /// that does not fit.
-    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool) throws(SecError) -> Response {
+    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool) throws(SecError) -> AgentResponse {
         let header = paged ? WireFormat.itemsPageHeaderBytes : WireFormat.itemsHeaderBytes
         var room = WireFormat.maximumBodyBytes - header
         let page = try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max) { item in

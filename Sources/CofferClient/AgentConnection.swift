@@ -48,7 +48,7 @@ public final class AgentConnection {
             throw refusal
         }
         fd = socket
-        let hello = Request.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName)
+        let hello = AgentRequest.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName)
         if pipelineHello {
             try send(hello, id: takeID())
             helloPending = true
@@ -75,7 +75,7 @@ public final class AgentConnection {
         return nil
     }
 
-    private func acceptHello(_ reply: Response) throws(SecError) {
+    private func acceptHello(_ reply: AgentResponse) throws(SecError) {
         guard case .helloReply(let v, let agent) = reply else { throw unexpected(reply) }
         version = v
         agentVersion = agent
@@ -154,12 +154,12 @@ public final class AgentConnection {
 
     // MARK: Framing
 
-    private func expectOK(_ request: Request) throws(SecError) {
+    private func expectOK(_ request: AgentRequest) throws(SecError) {
         let r = try roundTrip(request)
         guard case .ok = r else { throw unexpected(r) }
     }
 
-    private func unexpected(_ r: Response) -> SecError {
+    private func unexpected(_ r: AgentResponse) -> SecError {
         SecError(.internalComponent, "unexpected reply from the agent")
     }
 
@@ -169,7 +169,7 @@ public final class AgentConnection {
         return id
     }
 
-    private func send(_ request: Request, id: UInt32) throws(SecError) {
+    private func send(_ request: AgentRequest, id: UInt32) throws(SecError) {
         var frame = request.encodeFrame(requestID: id)
         let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
         if request.carriesSecret { secureZero(&frame) }
@@ -177,7 +177,7 @@ public final class AgentConnection {
     }
 
     /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
-    private func roundTrip(_ request: Request) throws(SecError) -> Response {
+    private func roundTrip(_ request: AgentRequest) throws(SecError) -> AgentResponse {
         let id = takeID()
         try send(request, id: id)
         if helloPending {
@@ -197,7 +197,7 @@ public final class AgentConnection {
         }
     }
 
-    private func readResponse() throws(SecError) -> (UInt32, Response) {
+    private func readResponse() throws(SecError) -> (UInt32, AgentResponse) {
         UnixSocket.spinUntilReadable(fd, spinMicros: Self.replySpinMicros)
         var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
@@ -211,7 +211,7 @@ public final class AgentConnection {
         let got = body.withUnsafeMutableBytes { UnixSocket.readExactly(fd, into: $0) }
         guard got else { throw .io("the agent at \(path) closed the connection mid-reply") }
         do {
-            return try body.withUnsafeBytes { b throws(ProtocolError) in try Response.decodeBody(b) }
+            return try body.withUnsafeBytes { b throws(ProtocolError) in try AgentResponse.decodeBody(b) }
         } catch {
             throw SecError(.decode, "malformed reply from the agent: \(error.description)")
         }

@@ -70,7 +70,7 @@ public final class CofferClient: @unchecked Sendable {
 /// Runs jobs one after another on its own thread and resumes the awaiting task with the result.
 final class SerialWorker: @unchecked Sendable {
     // @unchecked Sendable: `jobs` and `running` are guarded by `mutex`.
-    private let mutex = Lock()
+    private let mutex = PThreadMutex()
     private var jobs: [() -> Void] = []
     private var running = false
 
@@ -92,7 +92,7 @@ final class SerialWorker: @unchecked Sendable {
     /// One job's result, handed over under a lock.
     private final class ResultSlot<T: Sendable>: @unchecked Sendable {
         // @unchecked Sendable: `result` is guarded by `mutex`.
-        private let mutex = Lock()
+        private let mutex = PThreadMutex()
         private var result: Result<T, SecError>?
 
         func store(_ r: Result<T, SecError>) { mutex.withLock { result = r } }

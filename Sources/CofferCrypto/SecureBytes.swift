@@ -138,7 +138,7 @@ public enum SecureMemory {
     private struct Counters { var live = 0; var unlocked = 0; var charged = 0 }
     // A pthread mutex (CofferSystem.Lock) rather than Synchronization.Mutex, whose futex-based
     // locking ThreadSanitizer cannot see on Linux (it reports every access as a race).
-    private static let lock = Lock()
+    private static let lock = PThreadMutex()
     nonisolated(unsafe) private static var state = Counters()
     private static func withCounters<R>(_ body: (inout Counters) -> R) -> R { lock.withLock { unsafe body(&state) } }
 

@@ -24,7 +24,7 @@ enum SecurePool {
     /// Chunk size of each class (fixed; read without the lock).
     static let chunkSizes = [64, 256, 1024, 4096]
 
-    private static let mutex = Lock()
+    private static let mutex = PThreadMutex()
     nonisolated(unsafe) private static var classes: [SizeClass] = unsafe ([
         SizeClass(chunk: 64, slabBytes: 16 << 10),
         SizeClass(chunk: 256, slabBytes: 16 << 10),

@@ -3,7 +3,7 @@ import CofferCrypto
 import Glibc
 
 /// Why PAM refused (for logs; never contains the passcode).
-public struct PAMFailure: Error, Sendable, CustomStringConvertible {
+public struct PAMError: Error, Sendable, CustomStringConvertible {
     /// The PAM result code (e.g. 7 PAM_AUTH_ERR; pam_exec reports a wrong password as 4 PAM_SYSTEM_ERR).
     public let code: Int32
     /// Which stage failed: start, authenticate, account, or input.
@@ -35,11 +35,11 @@ public struct PAMAuthenticator: Sendable {
     }
 
     /// Succeeds only if PAM accepts `passcode` for `user` and the account is usable; every other
-    /// outcome is a ``PAMFailure``.
-    public func authenticate(user: String, passcode: SecureBytes) throws(PAMFailure) {
-        guard passcode.count > 0 else { throw PAMFailure(code: PAM_AUTH_ERR, stage: "input", text: "empty passcode") }
+    /// outcome is a ``PAMError``.
+    public func authenticate(user: String, passcode: SecureBytes) throws(PAMError) {
+        guard passcode.count > 0 else { throw PAMError(code: PAM_AUTH_ERR, stage: "input", text: "empty passcode") }
         let hasNUL = unsafe passcode.withUnsafeBytes { unsafe $0.contains(0) }
-        guard !hasNUL else { throw PAMFailure(code: PAM_AUTH_ERR, stage: "input", text: "passcode contains a NUL byte") }
+        guard !hasNUL else { throw PAMError(code: PAM_AUTH_ERR, stage: "input", text: "passcode contains a NUL byte") }
 
         var conv = unsafe pam_conv(conv: { count, messages, responses, appdata in
             guard count > 0, count <= Int32(PAMAuthenticator.maxPrompts), let messages = unsafe messages, let responses = unsafe responses, let appdata = unsafe appdata else {
@@ -77,7 +77,7 @@ public struct PAMAuthenticator: Sendable {
         guard started == PAM_SUCCESS, let handle = unsafe handle else {
             let text = unsafe handle.map { unsafe String(cString: pam_strerror($0, started)) } ?? "pam_start failed"
             if let handle = unsafe handle { unsafe pam_end(handle, started) }
-            throw PAMFailure(code: started, stage: "start", text: text)
+            throw PAMError(code: started, stage: "start", text: text)
         }
         var rc = unsafe pam_authenticate(handle, Int32(PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK))
         var stage = "authenticate"
@@ -88,6 +88,6 @@ public struct PAMAuthenticator: Sendable {
         let text = unsafe String(cString: pam_strerror(handle, rc))
         unsafe pam_end(handle, rc)
         withExtendedLifetime(passcode) {}
-        guard rc == PAM_SUCCESS else { throw PAMFailure(code: rc, stage: stage, text: text) }
+        guard rc == PAM_SUCCESS else { throw PAMError(code: rc, stage: stage, text: text) }
     }
 }

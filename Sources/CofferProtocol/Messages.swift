@@ -39,7 +39,7 @@ public struct StatusReply: Sendable, Equatable {
 }
 
 /// A client → agent message.
-public enum Request: Sendable {
+public enum AgentRequest: Sendable {
     /// HELLO: the first message; the agent picks a version in min...max.
     case hello(minVersion: UInt16, maxVersion: UInt16, clientName: String)
     /// STATUS.
@@ -127,14 +127,14 @@ public enum Request: Sendable {
 
     /// Decodes a frame body (type, request id, payload). The request id is returned even for
     /// payload errors through ``WireFormat/requestID(ofBody:)``.
-    public static func decodeBody(_ body: UnsafeRawBufferPointer) throws(ProtocolError) -> (UInt32, Request) {
+    public static func decodeBody(_ body: UnsafeRawBufferPointer) throws(ProtocolError) -> (UInt32, AgentRequest) {
         var r = BodyReader(body)
         let typeByte = try r.u8("message type")
         let id = try r.u32("request id")
         guard let type = MessageType(rawValue: typeByte) else {
             throw ProtocolError("unknown message type")
         }
-        let request: Request
+        let request: AgentRequest
         switch type {
         case .hello:
             request = .hello(minVersion: try r.u16("minVersion"), maxVersion: try r.u16("maxVersion"), clientName: try r.sstr("client name"))
@@ -173,7 +173,7 @@ public enum Request: Sendable {
 }
 
 /// An agent → client message.
-public enum Response: Sendable {
+public enum AgentResponse: Sendable {
     /// OK.
     case ok
     /// HELLO_REPLY.
@@ -283,14 +283,14 @@ public enum Response: Sendable {
     }
 
     /// Decodes a frame body sent by the agent.
-    public static func decodeBody(_ body: UnsafeRawBufferPointer) throws(ProtocolError) -> (UInt32, Response) {
+    public static func decodeBody(_ body: UnsafeRawBufferPointer) throws(ProtocolError) -> (UInt32, AgentResponse) {
         var r = BodyReader(body)
         let typeByte = try r.u8("message type")
         let id = try r.u32("request id")
         guard let type = MessageType(rawValue: typeByte) else {
             throw ProtocolError("unknown message type")
         }
-        let response: Response
+        let response: AgentResponse
         switch type {
         case .ok: response = .ok
         case .helloReply: response = .helloReply(version: try r.u16("version"), agentVersion: try r.sstr("agent version"))

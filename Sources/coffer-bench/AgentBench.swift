@@ -413,7 +413,7 @@ func progress(_ s: String) { StandardStreams.printError(s) }
 
 /// A thread-safe counter.
 final class Counter: @unchecked Sendable {
-    private let lock = Lock()
+    private let lock = PThreadMutex()
     private var n = 0
     func add(_ k: Int) { lock.withLock { n += k } }
     var value: Int { lock.withLock { n } }

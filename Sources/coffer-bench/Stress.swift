@@ -113,10 +113,10 @@ struct Stress {
             }
             stopFlag.add(1)
         }
-        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "hostile").encodeFrame(requestID: 1)
-        let valid = [Request.status.encodeFrame(requestID: 2),
-                     Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("h")], secret: secret("x")), []).encodeFrame(requestID: 3),
-                     Request.copyMatching(ItemQuery(attributes: ["svce": .string("s")], limit: .all)).encodeFrame(requestID: 4)]
+        let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "hostile").encodeFrame(requestID: 1)
+        let valid = [AgentRequest.status.encodeFrame(requestID: 2),
+                     AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("h")], secret: secret("x")), []).encodeFrame(requestID: 3),
+                     AgentRequest.copyMatching(ItemQuery(attributes: ["svce": .string("s")], limit: .all)).encodeFrame(requestID: 4)]
         var rng = SystemRandomNumberGenerator()
         for i in 0..<frames {
             guard let fd = try? UnixSocket.connect(path: socket) else { throw SecError(.io, "agent stopped accepting at frame \(i)") }
@@ -238,7 +238,7 @@ final class WriteLog: @unchecked Sendable {
         case delete(Int)
     }
 
-    private let lock = Lock()
+    private let lock = PThreadMutex()
     private var acknowledged: [Op] = []
     private var pending: Op?
     private var finished = false
@@ -288,7 +288,7 @@ final class WriteLog: @unchecked Sendable {
 
 /// Latency samples from many threads.
 final class LatencyLog: @unchecked Sendable {
-    private let lock = Lock()
+    private let lock = PThreadMutex()
     private var samples: [UInt64] = []
     func add(_ s: [UInt64]) { lock.withLock { samples += s } }
     var all: [UInt64] { lock.withLock { samples } }

@@ -6,7 +6,7 @@ import Testing
 
 /// Idle and grace locks with a fake clock: no sleeps.
 @Suite struct LockScheduleTests {
-    let query = Request.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("nothing")]))
+    let query = AgentRequest.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("nothing")]))
 
     @Test func idleTimeAnnouncesTheLockThenLocksAfterTheGrace() throws {
         let rig = try AgentRig(idleSeconds: 60, graceSeconds: 10)

@@ -6,8 +6,8 @@ import Testing
 
 /// The HELLO rules and the idle-lock activity rule, through `Pipeline.handle` without a socket.
 @Suite struct HelloTests {
-    let hello = Request.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "test")
-    let add = Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")],
+    let hello = AgentRequest.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "test")
+    let add = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")],
                                   secret: secret("x")), [])
 
     @Test func helloIsAcceptedAndRecordedInTheSession() throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// WireProtocol.md rules that need no socket, through `Pipeline` (issue #12).
 @Suite struct ProtocolRulesTests {
-    let add = Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")],
+    let add = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")],
                                   secret: secret("x")), [])
 
     /// Any first frame that is not an acceptable, well-formed HELLO closes: a malformed HELLO used to
@@ -47,7 +47,7 @@ import Testing
         let rig = try AgentRig(passcodeSet: false)
         var s = rig.greetedSession()
         let marker = "zq-SECRET-NAME"
-        let requests: [Request] = [
+        let requests: [AgentRequest] = [
             .add(NewItem(itemClass: .genericPassword, attributes: [marker: .string("v")], secret: secret("x")), []),
             .add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string(marker), "labl": .integer(0x7A7A_7A7A)],
                          secret: secret("x")), []),
@@ -71,7 +71,7 @@ import Testing
     @Test func duplicateRules() throws {
         let rig = try AgentRig()
         var s = rig.greetedSession()
-        func adding(_ extra: Attributes) -> Request {
+        func adding(_ extra: Attributes) -> AgentRequest {
             .add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")].merging(extra) { $1 },
                          secret: secret("x")), [])
         }
@@ -83,10 +83,10 @@ import Testing
         }
         #expect(try rig.keychain.count() == 2)
         // Other classes: two certificates or keys with the same primary key but different pdmn too.
-        let cert = Request.add(NewItem(itemClass: .certificate, attributes: ["ctyp": .integer(1), "issr": .data([1]), "slnr": .data([2])],
+        let cert = AgentRequest.add(NewItem(itemClass: .certificate, attributes: ["ctyp": .integer(1), "issr": .data([1]), "slnr": .data([2])],
                                        secret: secret("c")), [])
         guard case .items = rig.pipeline.handle(cert, session: &s) else { Issue.record("cert"); return }
-        let certDK = Request.add(NewItem(itemClass: .certificate, attributes: ["ctyp": .integer(1), "issr": .data([1]), "slnr": .data([2]),
+        let certDK = AgentRequest.add(NewItem(itemClass: .certificate, attributes: ["ctyp": .integer(1), "issr": .data([1]), "slnr": .data([2]),
                                                                               "pdmn": .string("dk")], secret: secret("c")), [])
         #expect(errorStatus(rig.pipeline.handle(certDK, session: &s)) == .duplicateItem)
     }
@@ -96,13 +96,13 @@ import Testing
     @Test func agentSetAndDefaultedAttributes() throws {
         let rig = try AgentRig()
         var s = rig.greetedSession()
-        let withDate = Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "cdat": .date(1)],
+        let withDate = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "cdat": .date(1)],
                                            secret: secret("x")), [])
         #expect(errorStatus(rig.pipeline.handle(withDate, session: &s)) == .param)
-        let synced = Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "sync": .bool(true)],
+        let synced = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "sync": .bool(true)],
                                          secret: secret("x")), [])
         #expect(errorStatus(rig.pipeline.handle(synced, session: &s)) == .param)
-        let plain = Request.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s")], secret: secret("x")),
+        let plain = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s")], secret: secret("x")),
                                 [.attributes, .persistentRef])
         guard case .items(let items) = rig.pipeline.handle(plain, session: &s), let item = items.first,
               let attrs = item.attributes else { Issue.record("add"); return }

@@ -93,7 +93,7 @@ final class AgentRig {
 }
 
 /// The status of an error response (nil for any other response).
-func errorStatus(_ r: Response) -> SecStatus? {
+func errorStatus(_ r: AgentResponse) -> SecStatus? {
     if case .error(let e) = r { return e.status }
     return nil
 }

@@ -142,21 +142,21 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
             }
             return i != bytes.count || frames < wanted
         }
-        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "fuzz").encodeFrame(requestID: 1)
+        let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "fuzz").encodeFrame(requestID: 1)
         // Oversized and undersized lengths: framing errors close the connection with no reply.
         #expect(raw([0xFF, 0xFF, 0xFF, 0xFF, 1, 0, 0, 0, 1], expectReply: true) == [])
         #expect(raw([0, 0, 0, 2, 1, 0], expectReply: true) == [])
         // Not HELLO first: an ERROR reply, then close.
-        let notHello = raw(Request.status.encodeFrame(requestID: 9), expectReply: true, frames: 1) ?? []
+        let notHello = raw(AgentRequest.status.encodeFrame(requestID: 9), expectReply: true, frames: 1) ?? []
         #expect(notHello.count > 9 && notHello[4] == 0xFF)
         // Unknown message type after HELLO: ERROR errSecParam (-50), and the connection stays usable.
-        let replies = raw(hello + [0, 0, 0, 5, 0x42, 0, 0, 0, 7] + Request.status.encodeFrame(requestID: 8), expectReply: true) ?? []
+        let replies = raw(hello + [0, 0, 0, 5, 0x42, 0, 0, 0, 7] + AgentRequest.status.encodeFrame(requestID: 8), expectReply: true) ?? []
         let frames = replies.withUnsafeBytes { b in
-            var out: [(UInt32, Response)] = []
+            var out: [(UInt32, AgentResponse)] = []
             var i = 4
             while i < b.count {
                 let len = Int(b[i - 4]) << 24 | Int(b[i - 3]) << 16 | Int(b[i - 2]) << 8 | Int(b[i - 1])
-                if let r = try? Response.decodeBody(UnsafeRawBufferPointer(rebasing: b[i..<i + len])) { out.append(r) }
+                if let r = try? AgentResponse.decodeBody(UnsafeRawBufferPointer(rebasing: b[i..<i + len])) { out.append(r) }
                 i += len + 4
             }
             return out
@@ -169,7 +169,7 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         }
         // Truncated frames at every length, and random garbage.
         var rng = SystemRandomNumberGenerator()
-        let add = Request.add(newPassword("svc", "other", "x"), []).encodeFrame(requestID: 2)
+        let add = AgentRequest.add(newPassword("svc", "other", "x"), []).encodeFrame(requestID: 2)
         for cut in stride(from: 1, to: add.count, by: 3) { _ = raw(hello + Array(add[0..<cut]), expectReply: false) }
         for _ in 0..<200 {
             let n = Int.random(in: 1...64, using: &rng)
@@ -193,30 +193,30 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
     /// A request may follow HELLO in the same write; a refused HELLO runs nothing behind it.
     @Test func requestPipelinedBehindHello() throws {
         let agent = try AgentProcess()
-        func exchange(_ bytes: [UInt8], replies wanted: Int) throws -> [Response] {
+        func exchange(_ bytes: [UInt8], replies wanted: Int) throws -> [AgentResponse] {
             let fd = try UnixSocket.connect(path: agent.socketPath)
             defer { close(fd) }
             UnixSocket.setTimeouts(fd, send: 2, receive: 2)
             _ = bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
-            var out: [Response] = []
+            var out: [AgentResponse] = []
             while out.count < wanted {
                 var header = [UInt8](repeating: 0, count: 4)
                 guard header.withUnsafeMutableBytes({ UnixSocket.readExactly(fd, into: $0) }) else { break }
                 var body = [UInt8](repeating: 0, count: Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3]))
                 guard body.withUnsafeMutableBytes({ UnixSocket.readExactly(fd, into: $0) }) else { break }
-                out.append(try body.withUnsafeBytes { try Response.decodeBody($0) }.1)
+                out.append(try body.withUnsafeBytes { try AgentResponse.decodeBody($0) }.1)
             }
             return out
         }
-        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
-        let add = Request.add(newPassword("svc", "piped", "x"), []).encodeFrame(requestID: 2)
+        let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
+        let add = AgentRequest.add(newPassword("svc", "piped", "x"), []).encodeFrame(requestID: 2)
         let both = try exchange(hello + add, replies: 2)
         #expect(both.count == 2)
         if both.count == 2 {
             guard case .helloReply = both[0], case .items = both[1] else { Issue.record("\(both)"); return }
         }
-        let refused = Request.hello(minVersion: 9, maxVersion: 9, clientName: "t").encodeFrame(requestID: 1)
-        let add2 = Request.add(newPassword("svc", "not-run", "x"), []).encodeFrame(requestID: 2)
+        let refused = AgentRequest.hello(minVersion: 9, maxVersion: 9, clientName: "t").encodeFrame(requestID: 1)
+        let add2 = AgentRequest.add(newPassword("svc", "not-run", "x"), []).encodeFrame(requestID: 2)
         let answer = try exchange(refused + add2, replies: 2)
         #expect(answer.count == 1, "the agent must close after refusing HELLO: \(answer)")
         if case .error(let e)? = answer.first { #expect(e.status == .param) } else { Issue.record("no error for a refused HELLO") }
@@ -230,8 +230,8 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
 
     @Test func aClientThatDisconnectsMidRequestBreaksNothing() throws {
         let agent = try AgentProcess()
-        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
-        let add = Request.add(newPassword("svc", "half", "x"), []).encodeFrame(requestID: 2)
+        let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)
+        let add = AgentRequest.add(newPassword("svc", "half", "x"), []).encodeFrame(requestID: 2)
         for _ in 0..<20 {
             let fd = try UnixSocket.connect(path: agent.socketPath)
             let partial = hello + Array(add[0..<(add.count - 3)])

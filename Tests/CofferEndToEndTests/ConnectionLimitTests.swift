@@ -24,7 +24,7 @@ import Testing
     static func greeted(_ path: String) throws -> Int32 {
         let fd = try UnixSocket.connect(path: path)
         UnixSocket.setTimeouts(fd, send: 5, receive: 5)
-        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "limits").encodeFrame(requestID: 1)
+        let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "limits").encodeFrame(requestID: 1)
         guard hello.withUnsafeBytes({ UnixSocket.writeAll(fd, $0) }), readFrame(fd) != nil else {
             close(fd)
             throw SecError(.io, "no HELLO reply")
@@ -120,7 +120,7 @@ import Testing
         // The fourth connection of this process is closed unanswered.
         let fourth = try UnixSocket.connect(path: path)
         defer { close(fourth) }
-        let hello = Request.hello(minVersion: 1, maxVersion: 1, clientName: "limits").encodeFrame(requestID: 1)
+        let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "limits").encodeFrame(requestID: 1)
         _ = hello.withUnsafeBytes { UnixSocket.writeAll(fourth, $0) }
         #expect(Self.closedByAgent(fourth, within: 3), "a fourth connection of one process was served")
         #expect(agent.log.contains("process already has 3 connections"), "\(agent.log)")
@@ -172,8 +172,8 @@ import Testing
         try c.add(newPassword("big", "one", big))
         let fd = try Self.greeted(path)
         defer { close(fd) }
-        var frames = Request.subscribe.encodeFrame(requestID: 2)
-        for i in 0..<6 { frames += Request.copyMatching(password("big", "one")).encodeFrame(requestID: UInt32(3 + i)) }
+        var frames = AgentRequest.subscribe.encodeFrame(requestID: 2)
+        for i in 0..<6 { frames += AgentRequest.copyMatching(password("big", "one")).encodeFrame(requestID: UInt32(3 + i)) }
         #expect(frames.withUnsafeBytes { UnixSocket.writeAll(fd, $0) })
         // The agent now sits in a reply write to a socket nobody reads.
         Thread.sleep(forTimeInterval: 0.8)

@@ -87,7 +87,7 @@ import Testing
 
 /// A flag set once, read from another thread.
 final class Flag: @unchecked Sendable {
-    private let lock = Lock()
+    private let lock = PThreadMutex()
     private var value = false
     func set() { lock.withLock { value = true } }
     var isSet: Bool { lock.withLock { value } }
@@ -95,7 +95,7 @@ final class Flag: @unchecked Sendable {
 
 /// The largest value noted from any thread.
 final class Peak: @unchecked Sendable {
-    private let lock = Lock()
+    private let lock = PThreadMutex()
     private var max = 0
     func note(_ v: Int) { lock.withLock { if v > max { max = v } } }
     var value: Int { lock.withLock { max } }
@@ -103,7 +103,7 @@ final class Peak: @unchecked Sendable {
 
 /// A count added to from many threads.
 final class Tally: @unchecked Sendable {
-    private let lock = Lock()
+    private let lock = PThreadMutex()
     private var n = 0
     func add(_ k: Int) { lock.withLock { n += k } }
     var value: Int { lock.withLock { n } }

@@ -88,18 +88,18 @@ import Testing
         _ = try Self.fill(agent)
         let fd = try UnixSocket.connect(path: agent.socketPath)
         defer { close(fd) }
-        func send(_ r: Request, _ id: UInt32) {
+        func send(_ r: AgentRequest, _ id: UInt32) {
             let f = r.encodeFrame(requestID: id)
             #expect(f.withUnsafeBytes { UnixSocket.writeAll(fd, $0) })
         }
-        func receive() throws -> (length: Int, response: Response) {
+        func receive() throws -> (length: Int, response: AgentResponse) {
             var header: UInt32 = 0
             try #require(withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) })
             let length = Int(UInt32(bigEndian: header))
             try #require(length <= WireFormat.maximumBodyBytes, "the agent sent a frame of \(length) bytes")
             var body = [UInt8](repeating: 0, count: length)
             try #require(body.withUnsafeMutableBytes { UnixSocket.readExactly(fd, into: $0) })
-            return (length, try body.withUnsafeBytes { try Response.decodeBody($0) }.1)
+            return (length, try body.withUnsafeBytes { try AgentResponse.decodeBody($0) }.1)
         }
         send(.hello(minVersion: 1, maxVersion: 1, clientName: "raw"), 1)
         _ = try receive()
@@ -203,7 +203,7 @@ import Testing
         // The largest ADD frame: type, id, class, attributes, secret length, secret, flags.
         let secretBytes = WireFormat.maximumBodyBytes - 5 - 1 - AttributeCodec.encode(attrs).count - 4 - 1
         let item = NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(count: secretBytes))
-        #expect(Request.add(item, .all).encodeFrame(requestID: 1).count - 4 == WireFormat.maximumBodyBytes)
+        #expect(AgentRequest.add(item, .all).encodeFrame(requestID: 1).count - 4 == WireFormat.maximumBodyBytes)
         let added = failure { () throws(SecError) in _ = try c.add(item, returning: .all) }
         #expect(added?.status == .allocate, "\(String(describing: added))")
         let lookup = failure { () throws(SecError) in _ = try c.copyMatching(ItemQuery(attributes: ["svce": .string("add")])) }

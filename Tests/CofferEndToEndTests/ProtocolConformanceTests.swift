@@ -13,7 +13,7 @@ import Testing
 @Suite struct ProtocolConformanceTests {
     /// What the agent sent on one raw connection: the frames, and whether it closed the connection.
     struct Exchange {
-        var frames: [(id: UInt32, type: UInt8, response: Response?)] = []
+        var frames: [(id: UInt32, type: UInt8, response: AgentResponse?)] = []
         var closed = false
     }
 
@@ -32,7 +32,7 @@ import Testing
             guard n == 4 else { break } // quiet: still open
             var body = [UInt8](repeating: 0, count: Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3]))
             guard body.withUnsafeMutableBytes({ UnixSocket.readExactly(fd, into: $0) }) else { break }
-            let decoded = try? body.withUnsafeBytes { try Response.decodeBody($0) }
+            let decoded = try? body.withUnsafeBytes { try AgentResponse.decodeBody($0) }
             out.frames.append((decoded?.0 ?? WireFormat.requestID(ofBody: body.withUnsafeBytes { $0 }) ?? 0, body[0], decoded?.1))
         }
         return out
@@ -43,9 +43,9 @@ import Testing
         return [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] + body
     }
 
-    static let helloFrame = Request.hello(minVersion: 1, maxVersion: 1, clientName: "conformance").encodeFrame(requestID: 1)
+    static let helloFrame = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "conformance").encodeFrame(requestID: 1)
 
-    static func errorStatus(_ r: Response?) -> SecStatus? {
+    static func errorStatus(_ r: AgentResponse?) -> SecStatus? {
         if case .error(let e)? = r { return e.status }
         return nil
     }
@@ -60,16 +60,16 @@ import Testing
         let path = agent.socketPath
         let helloBody = Array(Self.helloFrame[4...])
         let badFirst: [(String, [UInt8])] = [
-            ("not HELLO", Request.status.encodeFrame(requestID: 5)),
+            ("not HELLO", AgentRequest.status.encodeFrame(requestID: 5)),
             ("unknown type", Self.frame([0x42, 0, 0, 0, 5])),
             ("HELLO cut short", Self.frame(Array(helloBody.dropLast(3)))),
             ("HELLO with a trailing byte", Self.frame(helloBody + [0])),
             ("HELLO with a client name that is not UTF-8", Self.frame([1, 0, 0, 0, 5, 0, 1, 0, 1, 0, 2, 0xC3, 0x28])),
-            ("HELLO without version 1", Request.hello(minVersion: 2, maxVersion: 9, clientName: "x").encodeFrame(requestID: 5)),
-            ("HELLO with min above max", Request.hello(minVersion: 2, maxVersion: 1, clientName: "x").encodeFrame(requestID: 5)),
+            ("HELLO without version 1", AgentRequest.hello(minVersion: 2, maxVersion: 9, clientName: "x").encodeFrame(requestID: 5)),
+            ("HELLO with min above max", AgentRequest.hello(minVersion: 2, maxVersion: 1, clientName: "x").encodeFrame(requestID: 5)),
         ]
         for (i, (what, first)) in badFirst.enumerated() {
-            let add = Request.add(newPassword("bad-first", "\(i)", "x"), []).encodeFrame(requestID: 6)
+            let add = AgentRequest.add(newPassword("bad-first", "\(i)", "x"), []).encodeFrame(requestID: 6)
             let got = try Self.exchange(path, first + Self.helloFrame + add)
             #expect(got.frames.count == 1, "\(what): \(got.frames.map { $0.type })")
             #expect(Self.errorStatus(got.frames.first?.response) == .param, "\(what)")
@@ -84,7 +84,7 @@ import Testing
     @Test func afterHelloAMalformedRequestOrASecondHelloKeepsTheConnection() throws {
         let agent = try AgentProcess()
         let got = try Self.exchange(agent.socketPath, Self.helloFrame + Self.frame([0x02, 0, 0, 0, 2, 0xAA]) + Self.helloFrame
-                                    + Request.status.encodeFrame(requestID: 3), wanted: 4)
+                                    + AgentRequest.status.encodeFrame(requestID: 3), wanted: 4)
         #expect(got.frames.map { $0.type } == [0x81, 0xFF, 0xFF, 0x82] && !got.closed)
         #expect(got.frames.map { $0.id } == [1, 2, 1, 3])
     }
@@ -100,8 +100,8 @@ import Testing
         for i in 0..<10 {
             let fd = try UnixSocket.connect(path: path)
             if i % 2 == 0 { shutdown(fd, Int32(SHUT_RD)) } // the agent's replies fail at once
-            let add = Request.add(newPassword("closed", "\(i)", "v\(i)"), []).encodeFrame(requestID: 2)
-            let cut = Request.add(newPassword("closed", "cut\(i)", "x"), []).encodeFrame(requestID: 3).dropLast(2)
+            let add = AgentRequest.add(newPassword("closed", "\(i)", "v\(i)"), []).encodeFrame(requestID: 2)
+            let cut = AgentRequest.add(newPassword("closed", "cut\(i)", "x"), []).encodeFrame(requestID: 3).dropLast(2)
             #expect((Self.helloFrame + add + cut).withUnsafeBytes { UnixSocket.writeAll(fd, $0) })
             close(fd)
         }
@@ -130,14 +130,14 @@ import Testing
         for a in ["a", "b", "c"] { try c.add(newPassword("three", a, "x")) }
         let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("three")])
         // A DELETE whose query says limit one: the COPY_MATCHING encoding of the same query, retyped.
-        var limitOne = Request.copyMatching(match).encodeFrame(requestID: 2)
+        var limitOne = AgentRequest.copyMatching(match).encodeFrame(requestID: 2)
         limitOne[4] = MessageType.delete.rawValue
         var returning = match; returning.limit = .all; returning.returnAttributes = true
-        var deleteReturning = Request.copyMatching(returning).encodeFrame(requestID: 3)
+        var deleteReturning = AgentRequest.copyMatching(returning).encodeFrame(requestID: 3)
         deleteReturning[4] = MessageType.delete.rawValue
         var counted = match; counted.limit = .count(1)
-        let frames = Self.helloFrame + limitOne + deleteReturning + Request.delete(counted).encodeFrame(requestID: 4)
-            + Request.update(counted, ItemChanges(attributes: ["labl": .string("l")])).encodeFrame(requestID: 5)
+        let frames = Self.helloFrame + limitOne + deleteReturning + AgentRequest.delete(counted).encodeFrame(requestID: 4)
+            + AgentRequest.update(counted, ItemChanges(attributes: ["labl": .string("l")])).encodeFrame(requestID: 5)
         let got = try Self.exchange(agent.socketPath, frames, wanted: 5)
         #expect(got.frames.count == 5)
         for f in got.frames.dropFirst() { #expect(Self.errorStatus(f.response) == .param, "request \(f.id)") }
@@ -155,7 +155,7 @@ import Testing
     @Test func requestIdsOrderAndPersistentReferences() throws {
         let agent = try AgentProcess()
         let ids: [UInt32] = [0, 0xFFFF_FFFF, 7]
-        let got = try Self.exchange(agent.socketPath, Self.helloFrame + ids.flatMap { Request.status.encodeFrame(requestID: $0) }, wanted: 4)
+        let got = try Self.exchange(agent.socketPath, Self.helloFrame + ids.flatMap { AgentRequest.status.encodeFrame(requestID: $0) }, wanted: 4)
         #expect(got.frames.map { $0.id } == [1] + ids && got.frames.dropFirst().allSatisfy { $0.type == 0x82 })
 
         var c = try AgentConnection(path: agent.socketPath)
@@ -186,10 +186,10 @@ import Testing
         let fd = try UnixSocket.connect(path: agent.socketPath)
         defer { close(fd) }
         UnixSocket.setTimeouts(fd, send: 5, receive: 30)
-        func send(_ r: Request, _ id: UInt32) { #expect(r.encodeFrame(requestID: id).withUnsafeBytes { UnixSocket.writeAll(fd, $0) }) }
-        func next() -> (UInt32, Response)? {
+        func send(_ r: AgentRequest, _ id: UInt32) { #expect(r.encodeFrame(requestID: id).withUnsafeBytes { UnixSocket.writeAll(fd, $0) }) }
+        func next() -> (UInt32, AgentResponse)? {
             guard let f = ConnectionLimitTests.readFrame(fd) else { return nil }
-            return try? Array(f[4...]).withUnsafeBytes { try Response.decodeBody($0) }
+            return try? Array(f[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) }
         }
         func expect(_ wanted: [String], _ note: String) {
             var seen: [String] = []

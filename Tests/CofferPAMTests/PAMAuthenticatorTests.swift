@@ -26,7 +26,7 @@ import Testing
                 #expect(!error.description.contains(wrong))
             }
         }
-        #expect(throws: PAMFailure.self) { try pam.authenticate(user: "no-such-user-\(getpid())", passcode: secret("s3cret pass")) }
+        #expect(throws: PAMError.self) { try pam.authenticate(user: "no-such-user-\(getpid())", passcode: secret("s3cret pass")) }
     }
 
     @Test func emptyAndNULPasscodesAreRefusedUpFront() {
@@ -40,7 +40,7 @@ import Testing
 
     @Test func missingServiceIsRefused() {
         let other = PAMAuthenticator(service: "no-such-service", confdir: sandbox.dir)
-        #expect(throws: PAMFailure.self) { try other.authenticate(user: currentUser, passcode: secret("s3cret pass")) }
+        #expect(throws: PAMError.self) { try other.authenticate(user: currentUser, passcode: secret("s3cret pass")) }
     }
 
     @Test func accountStageCanRefuse() throws {
@@ -61,13 +61,13 @@ import Testing
         }
         let p = PAMAuthenticator(service: "coffer", confdir: sb2.dir)
         try p.authenticate(user: currentUser, passcode: secret("s3cret pass"))
-        #expect(throws: PAMFailure.self) { try p.authenticate(user: currentUser, passcode: secret("nope")) }
+        #expect(throws: PAMError.self) { try p.authenticate(user: currentUser, passcode: secret("nope")) }
     }
 
     @Test func manySequentialAuthentications() throws {
         for i in 0..<20 {
             if i % 2 == 0 { try pam.authenticate(user: currentUser, passcode: secret("s3cret pass")) }
-            else { #expect(throws: PAMFailure.self) { try pam.authenticate(user: currentUser, passcode: secret("bad \(i)")) } }
+            else { #expect(throws: PAMError.self) { try pam.authenticate(user: currentUser, passcode: secret("bad \(i)")) } }
         }
     }
 }

@@ -19,7 +19,7 @@ import Testing
 
     static func decodeError(_ body: [UInt8]) -> ProtocolError? {
         do {
-            _ = try body.withUnsafeBytes { try Request.decodeBody($0) }
+            _ = try body.withUnsafeBytes { try AgentRequest.decodeBody($0) }
             return nil
         } catch let e as ProtocolError {
             return e
@@ -48,23 +48,23 @@ import Testing
     /// so `coffer update`, `coffer delete` and existing callers keep working; `.count` goes out as given.
     @Test func theSwiftEncoderSendsTheDefaultLimitAsAll() throws {
         let plain = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("mail")])
-        for r in [Request.delete(plain), .update(plain, ItemChanges(attributes: ["labl": .string("x")]))] {
+        for r in [AgentRequest.delete(plain), .update(plain, ItemChanges(attributes: ["labl": .string("x")]))] {
             let frame = r.encodeFrame(requestID: 3)
-            let (_, back) = try Array(frame[4...]).withUnsafeBytes { try Request.decodeBody($0) }
+            let (_, back) = try Array(frame[4...]).withUnsafeBytes { try AgentRequest.decodeBody($0) }
             switch back {
             case .delete(let q), .update(let q, _): #expect(q.limit == .all && !q.returnData && !q.returnAttributes)
             default: Issue.record("decoded as \(back)")
             }
         }
         var counted = plain; counted.limit = .count(1)
-        #expect(Self.decodeError(Array(Request.delete(counted).encodeFrame(requestID: 1)[4...])) != nil)
+        #expect(Self.decodeError(Array(AgentRequest.delete(counted).encodeFrame(requestID: 1)[4...])) != nil)
         // Return flags are not sent (the reply is a count): the query of a lookup can be reused.
         var returning = plain; returning.returnAttributes = true; returning.returnData = true
-        let (_, stripped) = try Array(Request.delete(returning).encodeFrame(requestID: 1)[4...]).withUnsafeBytes { try Request.decodeBody($0) }
+        let (_, stripped) = try Array(AgentRequest.delete(returning).encodeFrame(requestID: 1)[4...]).withUnsafeBytes { try AgentRequest.decodeBody($0) }
         guard case .delete(let sq) = stripped else { Issue.record("delete"); return }
         #expect(!sq.returnData && !sq.returnAttributes && sq.limit == .all)
         // COPY_MATCHING keeps `.one` as limit one.
-        let (_, copy) = try Array(Request.copyMatching(plain).encodeFrame(requestID: 1)[4...]).withUnsafeBytes { try Request.decodeBody($0) }
+        let (_, copy) = try Array(AgentRequest.copyMatching(plain).encodeFrame(requestID: 1)[4...]).withUnsafeBytes { try AgentRequest.decodeBody($0) }
         guard case .copyMatching(let cq) = copy else { Issue.record("copy"); return }
         #expect(cq.limit == .one)
     }
@@ -148,8 +148,8 @@ import Testing
     @Test func noDecoderErrorQuotesThePayload() {
         var checked = 0
         for (what, bytes) in Self.hostileBodies {
-            for decode in [{ (b: UnsafeRawBufferPointer) throws -> Void in _ = try Request.decodeBody(b) },
-                           { (b: UnsafeRawBufferPointer) throws -> Void in _ = try Response.decodeBody(b) }] {
+            for decode in [{ (b: UnsafeRawBufferPointer) throws -> Void in _ = try AgentRequest.decodeBody(b) },
+                           { (b: UnsafeRawBufferPointer) throws -> Void in _ = try AgentResponse.decodeBody(b) }] {
                 do {
                     try bytes.withUnsafeBytes { try decode($0) }
                 } catch let e as ProtocolError {

@@ -13,10 +13,10 @@ import Testing
     func replays(_ url: URL) throws {
         let bytes = [UInt8](try Data(contentsOf: url))
         // Must not crash; whatever decodes must re-encode to the same body.
-        if let (id, r) = try? bytes.withUnsafeBytes({ try Request.decodeBody($0) }) {
+        if let (id, r) = try? bytes.withUnsafeBytes({ try AgentRequest.decodeBody($0) }) {
             #expect(Array(r.encodeFrame(requestID: id)[4...]) == bytes)
         }
-        if let (id, r) = try? bytes.withUnsafeBytes({ try Response.decodeBody($0) }) {
+        if let (id, r) = try? bytes.withUnsafeBytes({ try AgentResponse.decodeBody($0) }) {
             #expect(Array(r.encodeFrame(requestID: id)[4...]) == bytes)
         }
     }

@@ -20,14 +20,14 @@ import Testing
         guard case .itemsPage(let empty, 0) = try roundTrip(.itemsPage([], nextCursor: 0)), empty.isEmpty else {
             Issue.record("empty last page"); return
         }
-        #expect(Response.itemsPage(items, nextCursor: 1).carriesSecret)
-        #expect(!Response.itemsPage([ItemResult(itemClass: .key)], nextCursor: 1).carriesSecret)
+        #expect(AgentResponse.itemsPage(items, nextCursor: 1).carriesSecret)
+        #expect(!AgentResponse.itemsPage([ItemResult(itemClass: .key)], nextCursor: 1).carriesSecret)
     }
 
     /// A page that promises more must hold something, or a client could loop for ever.
     @Test func aPageWithANextCursorAndNoItemIsMalformed() {
-        let frame = Response.itemsPage([], nextCursor: 5).encodeFrame(requestID: 1)
-        #expect(throws: ProtocolError.self) { try Array(frame[4...]).withUnsafeBytes { try Response.decodeBody($0) } }
+        let frame = AgentResponse.itemsPage([], nextCursor: 5).encodeFrame(requestID: 1)
+        #expect(throws: ProtocolError.self) { try Array(frame[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) } }
     }
 
     /// `encodedSize(of:)` is exactly what an item adds to an ITEMS or ITEMS_PAGE frame, so a sender
@@ -40,8 +40,8 @@ import Testing
         for n in 0...variants.count {
             let items = Array(variants.prefix(n))
             let sum = items.map(WireFormat.encodedSize(of:)).reduce(0, +)
-            #expect(Response.items(items).encodeFrame(requestID: 1).count - 4 == WireFormat.itemsHeaderBytes + sum)
-            #expect(Response.itemsPage(items, nextCursor: 7).encodeFrame(requestID: 1).count - 4 == WireFormat.itemsPageHeaderBytes + sum)
+            #expect(AgentResponse.items(items).encodeFrame(requestID: 1).count - 4 == WireFormat.itemsHeaderBytes + sum)
+            #expect(AgentResponse.itemsPage(items, nextCursor: 7).encodeFrame(requestID: 1).count - 4 == WireFormat.itemsPageHeaderBytes + sum)
         }
     }
 }

@@ -4,17 +4,17 @@ import CofferModel
 import CofferTestSupport
 import Testing
 
-func roundTrip(_ r: Request, id: UInt32 = 42) throws -> Request {
+func roundTrip(_ r: AgentRequest, id: UInt32 = 42) throws -> AgentRequest {
     let frame = r.encodeFrame(requestID: id)
-    let (gotID, got) = try Array(frame[4...]).withUnsafeBytes { try Request.decodeBody($0) }
+    let (gotID, got) = try Array(frame[4...]).withUnsafeBytes { try AgentRequest.decodeBody($0) }
     #expect(gotID == id)
     #expect(Array(frame[4...]).count == Int(frame[3]) | Int(frame[2]) << 8 | Int(frame[1]) << 16)
     return got
 }
 
-func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
+func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
     let frame = r.encodeFrame(requestID: id)
-    return try Array(frame[4...]).withUnsafeBytes { try Response.decodeBody($0) }.1
+    return try Array(frame[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) }.1
 }
 
 @Suite struct RoundTripTests {
@@ -40,7 +40,7 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
         guard case .update(_, let ch2) = try roundTrip(.update(every, ItemChanges(attributes: ["labl": .string("n")]))), ch2.secret == nil
         else { Issue.record("update without secret"); return }
         guard case .delete(let dq) = try roundTrip(.delete(ItemQuery(limit: .all))), dq.limit == .all else { Issue.record("delete"); return }
-        for r in [Request.status, .lock, .subscribe] { _ = try roundTrip(r) }
+        for r in [AgentRequest.status, .lock, .subscribe] { _ = try roundTrip(r) }
     }
 
     @Test func everyResponseKind() throws {
@@ -58,14 +58,14 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
                 Issue.record("error \(status)"); return
             }
         }
-        #expect(Response.items(items).carriesSecret && !Response.items([items[1]]).carriesSecret)
-        #expect(Request.unlock(passcode: secret("x")).carriesSecret && !Request.status.carriesSecret)
+        #expect(AgentResponse.items(items).carriesSecret && !AgentResponse.items([items[1]]).carriesSecret)
+        #expect(AgentRequest.unlock(passcode: secret("x")).carriesSecret && !AgentRequest.status.carriesSecret)
     }
 
     @Test func secretsDoNotLeakIntoErrors() {
         // A frame whose passcode field claims more bytes than exist: the message names the field only.
         let frame: [UInt8] = [3, 0, 0, 0, 1, 0, 0, 0, 9] + Array("hunter".utf8)
-        do { _ = try frame.withUnsafeBytes { try Request.decodeBody($0) }; Issue.record("decoded") } catch let e as ProtocolError {
+        do { _ = try frame.withUnsafeBytes { try AgentRequest.decodeBody($0) }; Issue.record("decoded") } catch let e as ProtocolError {
             #expect(e.description == "truncated passcode")
             #expect(!e.secError.message.contains("hunter"))
         } catch { Issue.record("untyped error") }
@@ -75,9 +75,9 @@ func roundTrip(_ r: Response, id: UInt32 = 42) throws -> Response {
         var w = ByteWriter()
         w.u8(3); w.u32(1); w.u32(UInt32(WireFormat.maximumSecretBytes + 1))
         let frame = w.bytes + [UInt8](repeating: 0, count: WireFormat.maximumSecretBytes + 1)
-        #expect(throws: ProtocolError.self) { try frame.withUnsafeBytes { try Request.decodeBody($0) } }
+        #expect(throws: ProtocolError.self) { try frame.withUnsafeBytes { try AgentRequest.decodeBody($0) } }
         var many = ByteWriter()
         many.u8(7); many.u32(1); many.u8(0); many.u16(UInt16(AttributeCodec.maxCount + 1))
-        #expect(throws: ProtocolError.self) { try many.bytes.withUnsafeBytes { try Request.decodeBody($0) } }
+        #expect(throws: ProtocolError.self) { try many.bytes.withUnsafeBytes { try AgentRequest.decodeBody($0) } }
     }
 }

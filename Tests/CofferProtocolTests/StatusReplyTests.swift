@@ -6,12 +6,12 @@ import Testing
 /// STATUS_REPLY carries a typed lock state; the wire byte is unchanged (0 boot, 1 locked, 2 unlocked).
 @Suite struct StatusReplyTests {
     func frame(_ state: LockState) -> [UInt8] {
-        Response.status(StatusReply(lockState: state, passcodeSet: true, itemCount: 7, agentVersion: "v",
+        AgentResponse.status(StatusReply(lockState: state, passcodeSet: true, itemCount: 7, agentVersion: "v",
                                     lockedMemoryBytes: 0, idleLockSeconds: 0)).encodeFrame(requestID: 1)
     }
 
-    func decode(_ frame: [UInt8]) throws -> Response {
-        try Array(frame.dropFirst(4)).withUnsafeBytes { b in try Response.decodeBody(b).1 }
+    func decode(_ frame: [UInt8]) throws -> AgentResponse {
+        try Array(frame.dropFirst(4)).withUnsafeBytes { b in try AgentResponse.decodeBody(b).1 }
     }
 
     @Test(arguments: [(LockState.boot, UInt8(0)), (.locked, 1), (.unlocked, 2)])

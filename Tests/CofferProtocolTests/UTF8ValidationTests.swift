@@ -65,7 +65,7 @@ import Testing
     @Test(arguments: illFormed)
     func wireStringsAreRejected(_ c: (String, [UInt8])) {
         do {
-            _ = try Self.hello(nameBytes: c.1).withUnsafeBytes { try Request.decodeBody($0) }
+            _ = try Self.hello(nameBytes: c.1).withUnsafeBytes { try AgentRequest.decodeBody($0) }
             Issue.record("decoded \(c.0)")
         } catch let e as ProtocolError {
             #expect(e.description.hasSuffix("is not valid UTF-8"), "\(c.0): \(e.description)")
@@ -76,7 +76,7 @@ import Testing
 
     @Test(arguments: wellFormed)
     func wireStringsRoundTrip(_ s: String) throws {
-        let (_, r) = try Self.hello(nameBytes: Array(s.utf8)).withUnsafeBytes { try Request.decodeBody($0) }
+        let (_, r) = try Self.hello(nameBytes: Array(s.utf8)).withUnsafeBytes { try AgentRequest.decodeBody($0) }
         guard case .hello(_, _, let name) = r else { Issue.record("not hello"); return }
         #expect(Array(name.utf8) == Array(s.utf8))
     }
@@ -89,7 +89,7 @@ import Testing
         w.raw(Self.attributes(valueBytes: c.1))
         w.u8(0); w.u32(0); w.u8(0); w.blob([UInt8]()) // limit one, no flags, no persistent ref
         do {
-            _ = try w.bytes.withUnsafeBytes { try Request.decodeBody($0) }
+            _ = try w.bytes.withUnsafeBytes { try AgentRequest.decodeBody($0) }
             Issue.record("decoded \(c.0)")
         } catch let e as ProtocolError {
             #expect(e.description.contains("not valid UTF-8"), "\(c.0): \(e.description)")

@@ -71,10 +71,10 @@ func body(of frame: [UInt8]) -> [UInt8]? {
             #expect(b.count + 4 == v.frame.count, "length prefix does not match")
             let again: [UInt8]
             if v.direction == "request" {
-                let (id, req) = try b.withUnsafeBytes { try Request.decodeBody($0) }
+                let (id, req) = try b.withUnsafeBytes { try AgentRequest.decodeBody($0) }
                 again = req.encodeFrame(requestID: id)
             } else {
-                let (id, resp) = try b.withUnsafeBytes { try Response.decodeBody($0) }
+                let (id, resp) = try b.withUnsafeBytes { try AgentResponse.decodeBody($0) }
                 again = resp.encodeFrame(requestID: id)
             }
             #expect(again == v.frame)
@@ -82,7 +82,7 @@ func body(of frame: [UInt8]) -> [UInt8]? {
             let b = try #require(decoded)
             #expect(b.count + 4 == v.frame.count, "length prefix must be right so the payload rule is what fails")
             do {
-                _ = try b.withUnsafeBytes { try Request.decodeBody($0) }
+                _ = try b.withUnsafeBytes { try AgentRequest.decodeBody($0) }
                 Issue.record("decoded")
             } catch let e as ProtocolError {
                 #expect(e.secError.status == .param)
@@ -100,9 +100,9 @@ func body(of frame: [UInt8]) -> [UInt8]? {
                 let prefix = Array(b[0..<cut])
                 let threw: Bool
                 if v.direction == "request" {
-                    threw = (try? prefix.withUnsafeBytes { try Request.decodeBody($0) }) == nil
+                    threw = (try? prefix.withUnsafeBytes { try AgentRequest.decodeBody($0) }) == nil
                 } else {
-                    threw = (try? prefix.withUnsafeBytes { try Response.decodeBody($0) }) == nil
+                    threw = (try? prefix.withUnsafeBytes { try AgentResponse.decodeBody($0) }) == nil
                 }
                 #expect(threw, "\(v.name): prefix of \(cut) bytes decoded")
             }

@@ -6,17 +6,17 @@ import CofferProtocol
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let body = UnsafeRawBufferPointer(start: data, count: size)
-    if let (id, request) = try? Request.decodeBody(body) {
+    if let (id, request) = try? AgentRequest.decodeBody(body) {
         var frame = request.encodeFrame(requestID: id)
-        let again = Array(frame[4...]).withUnsafeBytes { try? Request.decodeBody($0) }
+        let again = Array(frame[4...]).withUnsafeBytes { try? AgentRequest.decodeBody($0) }
         precondition(again != nil, "a decoded request did not re-decode")
         let reencoded = again!.1.encodeFrame(requestID: again!.0)
         precondition(reencoded == frame, "request encoding is not stable")
         secureZero(&frame)
     }
-    if let (id, response) = try? Response.decodeBody(body) {
+    if let (id, response) = try? AgentResponse.decodeBody(body) {
         let frame = response.encodeFrame(requestID: id)
-        let again = Array(frame[4...]).withUnsafeBytes { try? Response.decodeBody($0) }
+        let again = Array(frame[4...]).withUnsafeBytes { try? AgentResponse.decodeBody($0) }
         precondition(again.map { $0.1.encodeFrame(requestID: $0.0) } == frame, "response encoding is not stable")
     }
     return 0

@@ -1,7 +1,11 @@
 import Glibc
 
-/// A pthread mutex guarding state shared between agent threads.
-public final class Lock: @unchecked Sendable {
+/// A bare pthread mutex, for the few places that guard no Swift state of their own (a C library's
+/// global, a write order). State shared between threads belongs in a ``Protected`` instead. (Not
+/// called `Lock`: in this code base "lock" means the keybag's.)
+public final class PThreadMutex: @unchecked Sendable {
+    // @unchecked Sendable: the only stored property is the mutex itself, heap-allocated so that it
+    // never moves, and used only through pthread calls, which are thread-safe.
     private let m: UnsafeMutablePointer<pthread_mutex_t>
 
     /// A new, unlocked mutex.
