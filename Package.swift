@@ -95,6 +95,8 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
+        // The package graph checked against the sources: every import declared, layers one way, one owner per C wall.
+        .testTarget(name: "CofferArchitectureTests", swiftSettings: settings),
         .testTarget(name: "CofferABITests", dependencies: ["CCofferABI", "CofferProtocol", "CofferModel"],
                     swiftSettings: settings),
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
