@@ -2,7 +2,10 @@
 import PackageDescription
 
 /// Settings every Coffer module shares: Swift 6 language mode (strict concurrency).
+/// Under CI (`COFFER_CI`, which contrib/test.sh sets when CI=true) every warning is an error, as in
+/// swift-system's SYSTEM_CI: a warning is fixed when it appears, not after it has company.
 let settings: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+    + (Context.environment["COFFER_CI"] != nil ? [.treatAllWarnings(as: .error)] : [])
 
 /// The modules that touch raw memory (secrets, syscalls, SQLite and PAM buffers) also build with
 /// strict memory safety: every unsafe construct there is spelled `unsafe` and can be reviewed.
@@ -44,7 +47,7 @@ let package = Package(
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
-        .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: settings),
+        .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),

@@ -9,7 +9,11 @@
 set -eu
 cd "$(dirname "$0")/.."
 bash contrib/deps.sh
-swift build --build-tests
+# In CI every compiler warning is an error (Package.swift reads COFFER_CI).
+if [ "${CI:-}" = true ]; then export COFFER_CI=1; fi
+# SwiftPM refuses a target that imports a package target outside its dependencies' closure; the
+# CofferArchitectureTests suite checks the rest (every import declared, layers one way).
+swift build --build-tests --explicit-target-dependency-import-check error
 if [ -x contrib/pam_coffer/build.sh ]; then bash contrib/pam_coffer/build.sh; fi
 # Swift Testing's closing line counts only its own tests; the exit status is what counts.
 swift test --skip-build "$@"

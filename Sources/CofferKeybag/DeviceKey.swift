@@ -36,7 +36,7 @@ public struct FileDeviceKey: DeviceKeySource {
         }
         let key = SecureBytes(count: Self.keyBytes)
         do {
-            try key.withUnsafeMutableBytes { b throws(SystemError) in try Files.readExactly(path, into: b) }
+            unsafe try key.withUnsafeMutableBytes { b throws(SystemError) in unsafe try Files.readExactly(path, into: b) }
         } catch {
             throw SecError(.decode, "device key \(path) is unreadable or not \(Self.keyBytes) bytes: \(error)")
         }
@@ -47,7 +47,7 @@ public struct FileDeviceKey: DeviceKeySource {
         let key = SecureBytes.random(count: Self.keyBytes)
         do {
             // false: another process created it first; it is read as usual.
-            _ = try key.withUnsafeBytes { b throws(SystemError) in try Files.createExclusively(path, bytes: b, mode: 0o600) }
+            _ = unsafe try key.withUnsafeBytes { b throws(SystemError) in unsafe try Files.createExclusively(path, bytes: b, mode: 0o600) }
         } catch {
             throw .io("cannot create device key \(path): \(error)")
         }

@@ -19,7 +19,7 @@ public struct FileDescriptor: ~Copyable {
 
     /// Opens `path` (EINTR retried). `O_CLOEXEC` is always added.
     public static func open(_ path: String, _ flags: Int32, mode: mode_t = 0) throws(SystemError) -> FileDescriptor {
-        let fd = try Syscall.retrying("open", path) { Glibc.open(path, flags | O_CLOEXEC, mode) }
+        let fd = try Syscall.retrying("open", path) { unsafe Glibc.open(path, flags | O_CLOEXEC, mode) }
         return FileDescriptor(adopting: fd)
     }
 
@@ -54,25 +54,25 @@ public struct FileDescriptor: ~Copyable {
     /// One `read` (EINTR retried): bytes read, 0 at end of file.
     public func read(into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
         guard buffer.count > 0 else { return 0 }
-        return try Syscall.retrying("read", name(path)) { Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }
+        return try Syscall.retrying("read", name(path)) { unsafe Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }
     }
 
     /// Reads until `buffer` is full or end of file; returns how many bytes arrived.
     public func readFully(into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
-        try Files.readAll(fd: rawValue, into: buffer, path: name(path))
+        unsafe try Files.readAll(fd: rawValue, into: buffer, path: name(path))
     }
 
     /// One `pread` at `offset` (EINTR retried; the descriptor's offset is left alone).
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int, path: String? = nil) throws(SystemError) -> Int {
         guard buffer.count > 0 else { return 0 }
-        return try Syscall.retrying("pread", name(path)) { pread(rawValue, buffer.baseAddress!, buffer.count, off_t(offset)) }
+        return try Syscall.retrying("pread", name(path)) { unsafe pread(rawValue, buffer.baseAddress!, buffer.count, off_t(offset)) }
     }
 
     /// Writes every byte (EINTR and short writes retried).
     public func writeAll(_ bytes: UnsafeRawBufferPointer, path: String? = nil) throws(SystemError) {
         var off = 0
         while off < bytes.count {
-            let n = try Syscall.retrying("write", name(path)) { Glibc.write(rawValue, bytes.baseAddress! + off, bytes.count - off) }
+            let n = try Syscall.retrying("write", name(path)) { unsafe Glibc.write(rawValue, bytes.baseAddress! + off, bytes.count - off) }
             guard n > 0 else { throw SystemError("write", name(path), errno: EIO) }
             off += n
         }
@@ -86,7 +86,7 @@ public struct FileDescriptor: ~Copyable {
     /// `fstat`.
     public func status(path: String? = nil) throws(SystemError) -> stat {
         var st = stat()
-        _ = try Syscall.retrying("fstat", name(path)) { fstat(rawValue, &st) }
+        _ = try Syscall.retrying("fstat", name(path)) { unsafe fstat(rawValue, &st) }
         return st
     }
 
@@ -112,7 +112,7 @@ public struct DescriptorPair: ~Copyable {
     /// A pipe, `O_CLOEXEC` on both ends: `first` reads, `second` writes.
     public static func pipe(_ what: String = "pipe") throws(SystemError) -> DescriptorPair {
         var fds: [Int32] = [-1, -1]
-        _ = try Syscall.retrying("pipe", what) { coffer_pipe_cloexec(&fds) }
+        _ = try Syscall.retrying("pipe", what) { unsafe coffer_pipe_cloexec(&fds) }
         return DescriptorPair(first: FileDescriptor(adopting: fds[0]), second: FileDescriptor(adopting: fds[1]))
     }
 
@@ -120,7 +120,7 @@ public struct DescriptorPair: ~Copyable {
     public static func socketPair(_ what: String = "socketpair") throws(SystemError) -> DescriptorPair {
         var fds: [Int32] = [-1, -1]
         _ = try Syscall.retrying("socketpair", what) {
-            socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
+            unsafe socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
         }
         return DescriptorPair(first: FileDescriptor(adopting: fds[0]), second: FileDescriptor(adopting: fds[1]))
     }

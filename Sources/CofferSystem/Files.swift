@@ -31,21 +31,21 @@ public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
 
     public var description: String {
         if let reason { return "\(path) \(reason)" }
-        return "\(operation) \(path): \(String(cString: strerror(errno)))"
+        return unsafe "\(operation) \(path): \(String(cString: strerror(errno)))"
     }
 }
 
 /// File operations with the durability and permission rules Coffer's state needs.
 public enum Files {
     /// True if something exists at `path`.
-    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+    public static func exists(_ path: String) -> Bool { unsafe access(path, F_OK) == 0 }
 
     /// Reads a whole regular file of at most `maxBytes` (public data only: use ``readSecret`` for keys).
     public static func read(_ path: String, maxBytes: Int = 16 << 20) throws(SystemError) -> [UInt8] {
         try withOpenFile(path) { fd, size throws(SystemError) in
             guard size <= maxBytes else { throw SystemError("read (file too large)", path, errno: EFBIG) }
             var out = [UInt8](repeating: 0, count: size)
-            let got = out.withUnsafeMutableBytes { b in Result { () throws(SystemError) in try readFully(fd, b, path) } }
+            let got = unsafe out.withUnsafeMutableBytes { b in Result { () throws(SystemError) in unsafe try readFully(fd, b, path) } }
             out.removeSubrange(try got.get()...)
             return out
         }
@@ -55,7 +55,7 @@ public enum Files {
     public static func readExactly(_ path: String, into destination: UnsafeMutableRawBufferPointer) throws(SystemError) {
         try withOpenFile(path) { fd, size throws(SystemError) in
             guard size == destination.count else { throw SystemError("read (unexpected size)", path, errno: EINVAL) }
-            guard try readFully(fd, destination, path) == destination.count else {
+            guard unsafe try readFully(fd, destination, path) == destination.count else {
                 throw SystemError("read (short)", path, errno: EIO)
             }
         }
@@ -65,19 +65,19 @@ public enum Files {
     /// A crash leaves either the old file or the new one, never a mix.
     public static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) {
         let tmp = path + ".tmp"
-        unlink(tmp)
+        unsafe unlink(tmp)
         let fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
         var ok = false
-        defer { if !ok { unlink(tmp) } }
+        defer { if !ok { unsafe unlink(tmp) } }
         do {
-            try fd.writeAll(bytes, path: tmp)
+            unsafe try fd.writeAll(bytes, path: tmp)
             try fd.sync(path: tmp)
         } catch {
             try? fd.close(path: tmp)
             throw error
         }
         try fd.close(path: tmp)
-        _ = try Syscall.retrying("rename", path) { rename(tmp, path) }
+        _ = try Syscall.retrying("rename", path) { unsafe rename(tmp, path) }
         ok = true
         try syncDirectory(of: path)
     }
@@ -95,12 +95,12 @@ public enum Files {
             return false
         }
         do {
-            try fd.writeAll(bytes, path: path)
+            unsafe try fd.writeAll(bytes, path: path)
             try fd.sync(path: path)
             try fd.close(path: path)
             try syncDirectory(of: path)
         } catch {
-            unlink(path)
+            unsafe unlink(path)
             throw error
         }
         return true
@@ -111,7 +111,7 @@ public enum Files {
     public static func readAll(fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
         var off = 0
         while off < buffer.count {
-            let n = try Syscall.retrying("read", path ?? "fd \(fd)") { Glibc.read(fd, buffer.baseAddress! + off, buffer.count - off) }
+            let n = try Syscall.retrying("read", path ?? "fd \(fd)") { unsafe Glibc.read(fd, buffer.baseAddress! + off, buffer.count - off) }
             if n == 0 { break }
             off += n
         }
@@ -120,12 +120,12 @@ public enum Files {
 
     /// Writes an array atomically (see ``writeAtomically(_:bytes:mode:)``).
     public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
-        try bytes.withUnsafeBytes { b in Result { () throws(SystemError) in try writeAtomically(path, bytes: b, mode: mode) } }.get()
+        unsafe try bytes.withUnsafeBytes { b in Result { () throws(SystemError) in unsafe try writeAtomically(path, bytes: b, mode: mode) } }.get()
     }
 
     /// Renames `from` to `to` and makes it durable.
     public static func renameDurably(_ from: String, _ to: String) throws(SystemError) {
-        _ = try Syscall.retrying("rename", from) { rename(from, to) }
+        _ = try Syscall.retrying("rename", from) { unsafe rename(from, to) }
         try syncDirectory(of: to)
     }
 
@@ -148,7 +148,7 @@ public enum Files {
         var created = false
         for part in path.split(separator: "/") {
             prefix += "/" + part
-            if mkdir(prefix, mode) == 0 {
+            if unsafe mkdir(prefix, mode) == 0 {
                 created = true
             } else if errno != EEXIST {
                 throw SystemError("mkdir", prefix)
@@ -163,7 +163,7 @@ public enum Files {
             let e = error.errno
             if e == ELOOP || e == ENOTDIR {
                 var st = stat()
-                if lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
+                if unsafe lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
                     throw SystemError(refusing: path, "is a symbolic link; refusing to use it (point the configuration at the real directory)", errno: ELOOP)
                 }
                 throw SystemError(refusing: path, "is not a directory", errno: ENOTDIR)
@@ -195,7 +195,7 @@ public enum Files {
     /// The permission bits of `path` (nil if it does not exist).
     public static func mode(_ path: String) -> mode_t? {
         var st = stat()
-        guard lstat(path, &st) == 0 else { return nil }
+        guard unsafe lstat(path, &st) == 0 else { return nil }
         return st.st_mode & 0o7777
     }
 
@@ -214,7 +214,7 @@ public enum Files {
     }
 
     private static func readFully(_ fd: borrowing FileDescriptor, _ b: UnsafeMutableRawBufferPointer, _ path: String) throws(SystemError) -> Int {
-        try fd.readFully(into: b, path: path)
+        unsafe try fd.readFully(into: b, path: path)
     }
 }
 

@@ -7,7 +7,7 @@ import Glibc
 /// (``withLock(waitingUntil:timeout:_:)``) and waking the waiters after a change (``broadcast()``).
 /// Both pthread objects are heap-allocated: they must not move, and a Swift property's address is
 /// not stable.
-public final class Protected<State>: @unchecked Sendable {
+@safe public final class Protected<State>: @unchecked Sendable {
     // @unchecked Sendable: `state` is only reached through `withLock`, holding `mutex`; this is the one
     // place the "guarded by" rule is written down in code instead of a comment.
     @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
@@ -17,38 +17,38 @@ public final class Protected<State>: @unchecked Sendable {
     /// Takes ownership of `initial`.
     public init(_ initial: sending State) {
         state = initial
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-        cond = .allocate(capacity: 1)
-        cond.initialize(to: pthread_cond_t())
+        unsafe mutex = .allocate(capacity: 1)
+        unsafe mutex.initialize(to: pthread_mutex_t())
+        unsafe pthread_mutex_init(mutex, nil)
+        unsafe cond = .allocate(capacity: 1)
+        unsafe cond.initialize(to: pthread_cond_t())
         var attr = pthread_condattr_t()
-        pthread_condattr_init(&attr)
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
-        pthread_cond_init(cond, &attr)
-        pthread_condattr_destroy(&attr)
+        unsafe pthread_condattr_init(&attr)
+        unsafe pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        unsafe pthread_cond_init(cond, &attr)
+        unsafe pthread_condattr_destroy(&attr)
     }
 
     deinit {
-        pthread_cond_destroy(cond)
-        pthread_mutex_destroy(mutex)
-        cond.deallocate()
-        mutex.deallocate()
+        unsafe pthread_cond_destroy(cond)
+        unsafe pthread_mutex_destroy(mutex)
+        unsafe cond.deallocate()
+        unsafe mutex.deallocate()
     }
 
     /// Runs `body` with the state, holding the mutex.
     @inlinable @inline(__always)
     public func withLock<R, E: Error>(_ body: (inout State) throws(E) -> R) throws(E) -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        unsafe pthread_mutex_lock(mutex)
+        defer { unsafe pthread_mutex_unlock(mutex) }
         return try body(&state)
     }
 
     /// Runs `body` holding the mutex if it is free right now; nil (without waiting) if it is held.
     @inlinable @inline(__always)
     public func tryWithLock<R>(_ body: (inout State) -> R) -> R? {
-        guard pthread_mutex_trylock(mutex) == 0 else { return nil }
-        defer { pthread_mutex_unlock(mutex) }
+        guard unsafe pthread_mutex_trylock(mutex) == 0 else { return nil }
+        defer { unsafe pthread_mutex_unlock(mutex) }
         return body(&state)
     }
 
@@ -58,18 +58,18 @@ public final class Protected<State>: @unchecked Sendable {
     public func withLock<R>(waitingUntil ready: (State) -> Bool, timeout: Double?, _ body: (inout State) -> R) -> R? {
         var deadline = timespec()
         if let timeout {
-            clock_gettime(CLOCK_MONOTONIC, &deadline)
+            unsafe clock_gettime(CLOCK_MONOTONIC, &deadline)
             let whole = Int(timeout)
             deadline.tv_sec += whole
             deadline.tv_nsec += Int((timeout - Double(whole)) * 1e9)
             if deadline.tv_nsec >= 1_000_000_000 { deadline.tv_sec += 1; deadline.tv_nsec -= 1_000_000_000 }
         }
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        unsafe pthread_mutex_lock(mutex)
+        defer { unsafe pthread_mutex_unlock(mutex) }
         while !ready(state) {
             if timeout == nil {
-                pthread_cond_wait(cond, mutex)
-            } else if pthread_cond_timedwait(cond, mutex, &deadline) == ETIMEDOUT && !ready(state) {
+                unsafe pthread_cond_wait(cond, mutex)
+            } else if unsafe pthread_cond_timedwait(cond, mutex, &deadline) == ETIMEDOUT && !ready(state) {
                 return nil
             }
         }
@@ -77,5 +77,5 @@ public final class Protected<State>: @unchecked Sendable {
     }
 
     /// Wakes every thread waiting in ``withLock(waitingUntil:timeout:_:)`` (call after changing the state).
-    public func broadcast() { pthread_cond_broadcast(cond) }
+    public func broadcast() { unsafe pthread_cond_broadcast(cond) }
 }

@@ -5,8 +5,8 @@ import Glibc
 public enum Signals {
     private static func set(_ signals: [Int32]) -> sigset_t {
         var s = sigset_t()
-        sigemptyset(&s)
-        for sig in signals { sigaddset(&s, sig) }
+        unsafe sigemptyset(&s)
+        for sig in signals { unsafe sigaddset(&s, sig) }
         return s
     }
 
@@ -14,14 +14,14 @@ public enum Signals {
     public static func block(_ signals: [Int32]) {
         signal(SIGPIPE, SIG_IGN)
         var s = set(signals)
-        pthread_sigmask(SIG_BLOCK, &s, nil)
+        unsafe pthread_sigmask(SIG_BLOCK, &s, nil)
     }
 
     /// Waits for one of `signals` (which must be blocked) and returns it.
     public static func wait(_ signals: [Int32]) -> Int32 {
         var s = set(signals)
         var sig: Int32 = 0
-        while sigwait(&s, &sig) != 0 {}
+        while unsafe sigwait(&s, &sig) != 0 {}
         return sig
     }
 }

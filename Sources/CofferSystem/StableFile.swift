@@ -27,13 +27,13 @@ public enum StableFile {
         var buffer = [UInt8](repeating: 0, count: chunkBytes)
         var total = 0
         while true {
-            let got = buffer.withUnsafeMutableBytes { b in Syscall.result { pread(fd, b.baseAddress!, b.count, off_t(total)) } }
+            let got = unsafe buffer.withUnsafeMutableBytes { b in Syscall.result { unsafe pread(fd, b.baseAddress!, b.count, off_t(total)) } }
             if got.value < 0 { throw .unreadable(errno: got.errno) }
             let n = got.value
             if n == 0 { break }
             total += n
             guard total <= maximumBytes else { throw .tooLarge }
-            buffer.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            unsafe buffer.withUnsafeBytes { unsafe body(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }
         let after = try status(fd)
         guard total == Int(before.st_size), after.st_size == before.st_size,
@@ -55,14 +55,14 @@ public enum StableFile {
 
     /// `realpath(path)` as raw bytes (no UTF-8 repair), for comparing byte for byte.
     public static func canonicalPath(_ path: String) throws(Failure) -> [UInt8] {
-        guard let resolved = realpath(path, nil) else { throw .unreadable(errno: errno) }
-        defer { free(resolved) }
-        return Array(UnsafeRawBufferPointer(start: resolved, count: strlen(resolved)))
+        guard let resolved = unsafe realpath(path, nil) else { throw .unreadable(errno: errno) }
+        defer { unsafe free(resolved) }
+        return unsafe Array(UnsafeRawBufferPointer(start: resolved, count: strlen(resolved)))
     }
 
     private static func status(_ fd: Int32) throws(Failure) -> stat {
         var st = stat()
-        let (rc, e) = Syscall.result { fstat(fd, &st) }
+        let (rc, e) = Syscall.result { unsafe fstat(fd, &st) }
         guard rc == 0 else { throw .unreadable(errno: e) }
         return st
     }

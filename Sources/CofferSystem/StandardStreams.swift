@@ -7,7 +7,7 @@ public enum StandardStreams {
     public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
         var off = 0
         while off < bytes.count {
-            let (n, _) = Syscall.result { Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
+            let (n, _) = Syscall.result { unsafe Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
             if n <= 0 { return false }
             off += n
         }
@@ -17,12 +17,12 @@ public enum StandardStreams {
     /// Writes `line` and a newline to standard error.
     public static func printError(_ line: String) {
         var s = line + "\n"
-        _ = s.withUTF8 { write(2, UnsafeRawBufferPointer($0)) }
+        _ = s.withUTF8 { unsafe write(2, UnsafeRawBufferPointer($0)) }
     }
 
     /// Writes `line` and a newline to standard output.
     public static func print(_ line: String) {
         var s = line + "\n"
-        _ = s.withUTF8 { write(1, UnsafeRawBufferPointer($0)) }
+        _ = s.withUTF8 { unsafe write(1, UnsafeRawBufferPointer($0)) }
     }
 }

@@ -17,7 +17,7 @@ public enum Subprocess {
         /// Waits for the child to exit (EINTR retried): its exit status, or 128 + the signal that killed it.
         public func wait() throws(SystemError) -> Int32 {
             var status: Int32 = 0
-            _ = try Syscall.retrying("waitpid", "pid \(pid)") { waitpid(pid, &status, 0) }
+            _ = try Syscall.retrying("waitpid", "pid \(pid)") { unsafe waitpid(pid, &status, 0) }
             return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         }
     }
@@ -34,20 +34,20 @@ public enum Subprocess {
                              socketAt targets: [Int32] = [3]) throws(SystemError) -> Child {
         precondition(!targets.isEmpty && targets.allSatisfy { $0 >= 0 }, "socketAt needs descriptor numbers")
         let pair = try DescriptorPair.socketPair("socketpair for \(executable)")
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        let envp = environment.map { strdup($0) } + [nil]
+        let argv = unsafe ([executable] + arguments).map { unsafe strdup($0) } + [nil]
+        let envp = unsafe environment.map { unsafe strdup($0) } + [nil]
         defer {
-            for p in argv { free(p) }
-            for p in envp { free(p) }
+            for unsafe p in unsafe argv { unsafe free(p) }
+            for unsafe p in unsafe envp { unsafe free(p) }
         }
         let childEnd = pair.second
         let fd = childEnd.rawValue
-        let started = argv.withUnsafeBufferPointer { a in
-            envp.withUnsafeBufferPointer { e in
-                targets.withUnsafeBufferPointer { t in
+        let started = unsafe argv.withUnsafeBufferPointer { a in
+            unsafe envp.withUnsafeBufferPointer { e in
+                unsafe targets.withUnsafeBufferPointer { t in
                     Result { () throws(SystemError) in
                         try Syscall.retrying("spawn", executable) {
-                            coffer_spawn(executable, a.baseAddress!, e.baseAddress!, fd, t.baseAddress!, Int32(t.count))
+                            unsafe coffer_spawn(executable, a.baseAddress!, e.baseAddress!, fd, t.baseAddress!, Int32(t.count))
                         }
                     }
                 }

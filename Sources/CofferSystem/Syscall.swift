@@ -67,13 +67,13 @@ public enum Syscall {
 /// each other. Compiled only in debug builds: release builds contain no trace of it.
 public enum SyscallFaults {
     private struct Fault { var remaining: Int; let errno: Int32 }
-    private final class Table: @unchecked Sendable {
+    @safe private final class Table: @unchecked Sendable {
         // @unchecked Sendable: `faults` is only touched with `mutex` held.
         let mutex: UnsafeMutablePointer<pthread_mutex_t> = {
             let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-            m.initialize(to: pthread_mutex_t())
-            pthread_mutex_init(m, nil)
-            return m
+            unsafe m.initialize(to: pthread_mutex_t())
+            unsafe pthread_mutex_init(m, nil)
+            return unsafe m
         }()
         var faults: [String: Fault] = [:]
     }
@@ -115,8 +115,8 @@ public enum SyscallFaults {
     }
 
     private static func withTable<R>(_ body: (Table) -> R) -> R {
-        pthread_mutex_lock(table.mutex)
-        defer { pthread_mutex_unlock(table.mutex) }
+        unsafe pthread_mutex_lock(table.mutex)
+        defer { unsafe pthread_mutex_unlock(table.mutex) }
         return body(table)
     }
 }

@@ -14,9 +14,9 @@ public enum ThisProcess {
     /// Replaces this process with `path` (`execv`: same environment), `arguments` being the whole
     /// argv (argv[0] included). Returns only if that failed, with the reason.
     public static func exec(_ path: String, arguments: [String]) -> SystemError {
-        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { for p in argv { free(p) } }
-        let (_, e) = Syscall.result { execv(path, &argv) }
+        var argv: [UnsafeMutablePointer<CChar>?] = unsafe arguments.map { unsafe strdup($0) } + [nil]
+        defer { for unsafe p in unsafe argv { unsafe free(p) } }
+        let (_, e) = Syscall.result { unsafe execv(path, &argv) }
         return SystemError("exec", path, errno: e)
     }
 
@@ -25,14 +25,14 @@ public enum ThisProcess {
     public static func environment(_ names: [String]) -> [String: String] {
         var out: [String: String] = [:]
         for name in names {
-            if let v = getenv(name) { out[name] = String(cString: v) }
+            if let v = unsafe getenv(name) { out[name] = unsafe String(cString: v) }
         }
         return out
     }
 
     private static func readLink(_ path: String) -> String? {
         var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink(path, &buf, buf.count - 1)
+        let n = unsafe readlink(path, &buf, buf.count - 1)
         guard n > 0 else { return nil }
         return String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
@@ -53,7 +53,7 @@ public enum ThisProcess {
         /// Tells the parent the daemon is ready, and closes the pipe.
         public consuming func signal() {
             var one: UInt8 = 1
-            _ = try? withUnsafeBytes(of: &one) { b throws(SystemError) in try fd.writeAll(b, path: "readiness pipe") }
+            _ = unsafe try? withUnsafeBytes(of: &one) { b throws(SystemError) in unsafe try fd.writeAll(b, path: "readiness pipe") }
         }
     }
 
@@ -70,11 +70,11 @@ public enum ThisProcess {
             let reader = pipe.first
             try? pipe.second.close()
             var byte: UInt8 = 0
-            let n = (try? withUnsafeMutableBytes(of: &byte) { b throws(SystemError) in try reader.read(into: b, path: "readiness pipe") }) ?? 0
+            let n = unsafe (try? withUnsafeMutableBytes(of: &byte) { b throws(SystemError) in unsafe try reader.read(into: b, path: "readiness pipe") }) ?? 0
             try? reader.close()
             if n == 1 { return .parent(exitStatus: 0) }
             var status: Int32 = 0
-            guard (try? Syscall.retrying("waitpid", "daemon") { waitpid(pid, &status, 0) }) != nil else {
+            guard (try? Syscall.retrying("waitpid", "daemon") { unsafe waitpid(pid, &status, 0) }) != nil else {
                 return .parent(exitStatus: 1)
             }
             let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 1

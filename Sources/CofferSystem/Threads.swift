@@ -8,18 +8,18 @@ public enum Threads {
     @discardableResult
     public static func detach(stackBytes: Int = 512 << 10, _ body: @escaping @Sendable () -> Void) -> Bool {
         var attr = pthread_attr_t()
-        pthread_attr_init(&attr)
-        defer { pthread_attr_destroy(&attr) }
-        pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
-        pthread_attr_setstacksize(&attr, stackBytes)
-        let box = Unmanaged.passRetained(Box(body)).toOpaque()
+        unsafe pthread_attr_init(&attr)
+        defer { unsafe pthread_attr_destroy(&attr) }
+        unsafe pthread_attr_setdetachstate(&attr, Int32(PTHREAD_CREATE_DETACHED))
+        unsafe pthread_attr_setstacksize(&attr, stackBytes)
+        let box = unsafe Unmanaged.passRetained(Box(body)).toOpaque()
         var tid = pthread_t()
-        let rc = pthread_create(&tid, &attr, { raw in
-            let b = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+        let rc = unsafe pthread_create(&tid, &attr, { raw in
+            let b = unsafe Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
             b.body()
             return nil
-        }, box)
-        if rc != 0 { Unmanaged<Box>.fromOpaque(box).release() }
+        }, unsafe box)
+        if rc != 0 { unsafe Unmanaged<Box>.fromOpaque(box).release() }
         return rc == 0
     }
 
@@ -27,18 +27,18 @@ public enum Threads {
     /// monotonic deadline, so a call retried after EINTR sleeps only the time left.
     public static func sleep(seconds: Double) {
         var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
+        unsafe clock_gettime(CLOCK_MONOTONIC, &now)
         let whole = Int(seconds), nanos = now.tv_nsec + Int((seconds - Double(whole)) * 1e9)
         var deadline = timespec(tv_sec: now.tv_sec + whole + nanos / 1_000_000_000, tv_nsec: nanos % 1_000_000_000)
         try? Syscall.returningErrorNumber("clock_nanosleep", "sleep") {
-            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nil)
+            unsafe clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nil)
         }
     }
 
     /// Monotonic seconds.
     public static func monotonicSeconds() -> Double {
         var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
+        unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

@@ -15,7 +15,7 @@ public struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
     /// Reads the peer of a connected socket.
     public static func of(socket fd: Int32) throws(SystemError) -> PeerIdentity {
         var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
-        guard coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
+        guard unsafe coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
         return PeerIdentity(pid: pid, uid: uid, gid: gid, executable: executablePath(pid: pid))
     }
 
@@ -35,11 +35,11 @@ public enum UnixSocket {
         guard !bytes.isEmpty, bytes.count <= maxPathBytes else { throw SystemError("socket path too long", path, errno: ENAMETOOLONG) }
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (i, b) in bytes.enumerated() { p[i] = b }
+        unsafe withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { unsafe p[i] = b }
         }
-        return withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        return unsafe withUnsafePointer(to: &addr) {
+            unsafe $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { unsafe body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
     }
 
@@ -59,15 +59,15 @@ public enum UnixSocket {
                 }
                 throw SystemError("another agent is listening on", path, errno: EADDRINUSE)
             }
-            unlink(path)
+            unsafe unlink(path)
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket", path) }
         let old = umask(0o177)
-        let rc = try withAddress(path) { bind(fd, $0, $1) }
+        let rc = unsafe try withAddress(path) { unsafe bind(fd, $0, $1) }
         umask(old)
         guard rc == 0 else { let e = SystemError("bind", path); close(fd); throw e }
-        guard chmod(path, 0o600) == 0 else { let e = SystemError("chmod", path); close(fd); throw e }
+        guard unsafe chmod(path, 0o600) == 0 else { let e = SystemError("chmod", path); close(fd); throw e }
         guard Glibc.listen(fd, backlog) == 0 else { let e = SystemError("listen", path); close(fd); throw e }
         return fd
     }
@@ -76,7 +76,7 @@ public enum UnixSocket {
     /// client, the uid that created the listening socket). One getsockopt.
     public static func peerUID(_ fd: Int32) throws(SystemError) -> UInt32 {
         var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
-        guard coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
+        guard unsafe coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
         return uid
     }
 
@@ -84,7 +84,7 @@ public enum UnixSocket {
     public static func connect(path: String) throws(SystemError) -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket", path) }
-        let (rc, e) = try withAddress(path) { addr, len in Syscall.result { Glibc.connect(fd, addr, len) } }
+        let (rc, e) = unsafe try withAddress(path) { addr, len in Syscall.result { unsafe Glibc.connect(fd, addr, len) } }
         guard rc == 0 else { close(fd); throw SystemError("connect", path, errno: e) }
         return fd
     }
@@ -99,7 +99,7 @@ public enum UnixSocket {
         var off = 0
         let flags = Int32(MSG_NOSIGNAL) | (dontWait ? Int32(MSG_DONTWAIT) : 0)
         while off < bytes.count {
-            let (n, _) = Syscall.result { send(fd, bytes.baseAddress! + off, bytes.count - off, flags) }
+            let (n, _) = Syscall.result { unsafe send(fd, bytes.baseAddress! + off, bytes.count - off, flags) }
             if n <= 0 { return false }
             off += n
         }
@@ -110,7 +110,7 @@ public enum UnixSocket {
     public static func readExactly(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Bool {
         var off = 0
         while off < buffer.count {
-            let (n, _) = Syscall.result { recv(fd, buffer.baseAddress! + off, buffer.count - off, 0) }
+            let (n, _) = Syscall.result { unsafe recv(fd, buffer.baseAddress! + off, buffer.count - off, 0) }
             if n <= 0 { return false }
             off += n
         }
@@ -133,7 +133,7 @@ public enum UnixSocket {
     /// ``Received/wouldBlock`` instead of waiting for data (`MSG_DONTWAIT`).
     public static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, dontWait: Bool) -> Received {
         guard buffer.count > 0 else { return .bytes(0) }
-        let (n, e) = Syscall.result { recv(fd, buffer.baseAddress!, buffer.count, dontWait ? Int32(MSG_DONTWAIT) : 0) }
+        let (n, e) = Syscall.result { unsafe recv(fd, buffer.baseAddress!, buffer.count, dontWait ? Int32(MSG_DONTWAIT) : 0) }
         if n > 0 { return .bytes(n) }
         if n == 0 { return .closed }
         return e == EAGAIN || e == EWOULDBLOCK ? .wouldBlock : .failed(e)
@@ -144,7 +144,7 @@ public enum UnixSocket {
     @discardableResult
     public static func waitReadable(_ fd: Int32, timeoutMillis: Int32) -> Bool {
         var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        return poll(&p, 1, timeoutMillis) > 0
+        return unsafe poll(&p, 1, timeoutMillis) > 0
     }
 
     /// Waits up to `spinMicros` for `fd` to become readable by polling without sleeping, then returns.
@@ -157,13 +157,13 @@ public enum UnixSocket {
     /// measure ≈ 20 µs.
     public static func spinUntilReadable(_ fd: Int32, spinMicros: Double) {
         var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
+        unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
         let deadline = Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 + spinMicros
         var byte: UInt8 = 0
         while true {
-            if recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) != -1 || errno != EAGAIN { return }
+            if unsafe recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) != -1 || errno != EAGAIN { return }
             sched_yield()
-            clock_gettime(CLOCK_MONOTONIC, &ts)
+            unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
             if Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 >= deadline { return }
         }
     }
@@ -172,8 +172,8 @@ public enum UnixSocket {
     public static func setTimeouts(_ fd: Int32, send: Double, receive: Double) {
         func tv(_ s: Double) -> timeval { timeval(tv_sec: Int(s), tv_usec: Int((s - Double(Int(s))) * 1e6)) }
         var s = tv(send), r = tv(receive)
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, socklen_t(MemoryLayout<timeval>.size))
+        unsafe setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, socklen_t(MemoryLayout<timeval>.size))
+        unsafe setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, socklen_t(MemoryLayout<timeval>.size))
     }
 }
 
@@ -182,9 +182,9 @@ public enum Systemd {
     /// The listening socket passed by systemd socket activation (fd 3), if this process was given one.
     /// Clears LISTEN_PID/LISTEN_FDS so children do not inherit them.
     public static func activationSocket() -> Int32? {
-        defer { unsetenv("LISTEN_PID"); unsetenv("LISTEN_FDS"); unsetenv("LISTEN_FDNAMES") }
-        guard let pidText = getenv("LISTEN_PID").map({ String(cString: $0) }), Int32(pidText) == getpid(),
-              let fdsText = getenv("LISTEN_FDS").map({ String(cString: $0) }), let n = Int(fdsText), n >= 1 else { return nil }
+        defer { unsafe unsetenv("LISTEN_PID"); unsafe unsetenv("LISTEN_FDS"); unsafe unsetenv("LISTEN_FDNAMES") }
+        guard let pidText = unsafe getenv("LISTEN_PID").map({ unsafe String(cString: $0) }), Int32(pidText) == getpid(),
+              let fdsText = unsafe getenv("LISTEN_FDS").map({ unsafe String(cString: $0) }), let n = Int(fdsText), n >= 1 else { return nil }
         let fd: Int32 = 3
         let flags = fcntl(fd, F_GETFD)
         if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
@@ -194,8 +194,8 @@ public enum Systemd {
     /// Sends `state` (e.g. "READY=1") to $NOTIFY_SOCKET; false if not under systemd.
     @discardableResult
     public static func notify(_ state: String) -> Bool {
-        guard let raw = getenv("NOTIFY_SOCKET") else { return false }
-        var path = Array(String(cString: raw).utf8)
+        guard let raw = unsafe getenv("NOTIFY_SOCKET") else { return false }
+        var path = unsafe Array(String(cString: raw).utf8)
         guard !path.isEmpty, path.count <= UnixSocket.maxPathBytes else { return false }
         if path[0] == UInt8(ascii: "@") { path[0] = 0 } // abstract namespace
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -203,11 +203,11 @@ public enum Systemd {
         defer { close(fd) }
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in for (i, b) in path.enumerated() { p[i] = b } }
+        unsafe withUnsafeMutableBytes(of: &addr.sun_path) { p in for (i, b) in path.enumerated() { unsafe p[i] = b } }
         let len = socklen_t(MemoryLayout<sa_family_t>.size + path.count)
         let msg = Array(state.utf8)
-        let sent = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, msg, msg.count, Int32(MSG_NOSIGNAL), $0, len) }
+        let sent = unsafe withUnsafePointer(to: &addr) {
+            unsafe $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { unsafe sendto(fd, msg, msg.count, Int32(MSG_NOSIGNAL), $0, len) }
         }
         return sent == msg.count
     }

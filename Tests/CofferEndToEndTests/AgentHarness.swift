@@ -75,7 +75,7 @@ final class AgentProcess: @unchecked Sendable {
     /// Starts the agent in the foreground and waits until its socket accepts.
     func start() throws {
         logPath = dir.file("cofferd-\(UUID().uuidString.prefix(8)).log")
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let p = Process()
         let command = launcher + [executable, "--foreground"] + agentArguments
         p.executableURL = URL(fileURLWithPath: command[0])
