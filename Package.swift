@@ -4,7 +4,7 @@ import PackageDescription
 /// Settings every Coffer module shares: Swift 6 language mode (strict concurrency).
 /// Under CI (`COFFER_CI`, which contrib/test.sh sets when CI=true) every warning is an error, as in
 /// swift-system's SYSTEM_CI: a warning is fixed when it appears, not after it has company.
-let settings: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+let settings: [SwiftSetting] = [.swiftLanguageMode(.v6), .enableUpcomingFeature("InternalImportsByDefault")]
     + (Context.environment["COFFER_CI"] != nil ? [.treatAllWarnings(as: .error)] : [])
 
 /// The modules that touch raw memory (secrets, syscalls, SQLite and PAM buffers) also build with

@@ -5,7 +5,7 @@ import CofferPAM
 import CofferProtocol
 import CofferSystem
 import Glibc
-import Logging
+package import Logging
 
 /// The agent's server: accepts connections, identifies peers, runs one thread per connection that
 /// reads frames, hands each request to the ``Pipeline`` and writes the reply; and shuts down.
@@ -14,9 +14,9 @@ import Logging
 /// Argon2id, the unlock backoff, and later a person authenticating) holds only its own
 /// connection's thread; the keychain serialises its short critical sections internally. The
 /// threads, the locks and their order are described in the ConcurrencyModel article.
-public final class Agent: Sendable {
+package final class Agent: Sendable {
     /// The agent's version, reported in HELLO and STATUS replies.
-    public static let version = "0.1.0"
+    package static let version = "0.1.0"
 
     let configuration: AgentConfiguration
     let keychain: Keychain
@@ -34,7 +34,7 @@ public final class Agent: Sendable {
     private let refusals: RefusalLog
 
     /// Opens the keychain and the listening socket (or adopts systemd's).
-    public init(configuration: AgentConfiguration, logger: Logger) throws {
+    package init(configuration: AgentConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
         let refusals = RefusalLog(logger: logger, throttle: LogThrottle(interval: configuration.logRepeatSeconds))
@@ -89,7 +89,7 @@ public final class Agent: Sendable {
     }
 
     /// Starts the accept loop and the lock timer.
-    public func start() {
+    package func start() {
         Threads.detach { [self] in acceptLoop() }
         Threads.detach { [self] in
             var unlocked = SecureMemory.unlockedAllocations
@@ -107,10 +107,10 @@ public final class Agent: Sendable {
     }
 
     /// SIGUSR1: the desktop session locked. Locks after the grace period.
-    public func sessionLocked() { schedule.requestLock(reason: "session locked (SIGUSR1)") }
+    package func sessionLocked() { schedule.requestLock(reason: "session locked (SIGUSR1)") }
 
     /// SIGTERM: stop accepting, let in-flight requests finish (up to 5 s), wipe keys, checkpoint.
-    public func shutdown() {
+    package func shutdown() {
         logger.info("shutting down")
         let open = registry.stop()
         if ownsSocketPath { unlink(configuration.socketPath) }

@@ -1,44 +1,44 @@
-import CofferKeybag
+package import CofferKeybag
 import CofferModel
 import CofferSystem
 import Glibc
 
 /// Everything `cofferd` is told at start (flags, config file, defaults).
-public struct AgentConfiguration: Sendable {
+package struct AgentConfiguration: Sendable {
     /// The listening socket's path (created unless systemd passes one).
-    public var socketPath: String
+    package var socketPath: String
     /// Where the keybag, device key and database live (mode 0700).
-    public var stateDirectory: String
+    package var stateDirectory: String
     /// The PAM service that verifies passcodes.
-    public var pamService: String = "coffer"
+    package var pamService: String = "coffer"
     /// A private PAM configuration directory (`pam_start_confdir`), for tests and sandboxes.
-    public var pamConfdir: String? = nil
+    package var pamConfdir: String? = nil
     /// Lock after this many seconds without a request (0: never).
-    public var idleLockSeconds: UInt32 = 0
+    package var idleLockSeconds: UInt32 = 0
     /// How long subscribers are warned before an idle or session lock wipes WhenUnlocked keys.
-    public var lockGraceSeconds: Double = 10
+    package var lockGraceSeconds: Double = 10
     /// Most simultaneous client connections.
-    public var maxConnections: Int = 256
+    package var maxConnections: Int = 256
     /// Most simultaneous connections from one client process (peer pid). Connections whose peer pid
     /// cannot be read (SO_PEERCRED gives pid 0 for a process in another pid namespace) share one
     /// allowance of this size.
-    public var maxConnectionsPerProcess: Int = 128
+    package var maxConnectionsPerProcess: Int = 128
     /// Seconds a connection may take to start its HELLO (config key `hello-timeout`).
-    public var helloTimeoutSeconds: Double = 5
+    package var helloTimeoutSeconds: Double = 5
     /// Seconds a frame may take to arrive in full, from its first byte (config key `frame-deadline`).
-    public var frameDeadlineSeconds: Double = 10
+    package var frameDeadlineSeconds: Double = 10
     /// At most one log line per kind of refused or dropped connection per this many seconds; the
     /// next line says how many were left out (config key `log-repeat-interval`).
-    public var logRepeatSeconds: Double = 10
+    package var logRepeatSeconds: Double = 10
     /// Argon2id policy for passcode set (calibrated by default).
-    public var kdfPolicy: KDFPolicy = .standard
+    package var kdfPolicy: KDFPolicy = .standard
     /// The user whose agent this is (for PAM).
-    public var userName: String
+    package var userName: String
 
     /// Defaults for the current user: the socket where clients look for it
     /// (``CofferModel/AgentPaths/defaultSocket(explicit:environment:uid:)``: `$COFFER_SOCKET`, else
     /// `$XDG_RUNTIME_DIR/coffer/agent.sock`, else `/run/user/UID/coffer/agent.sock`) and `$XDG_DATA_HOME/coffer`.
-    public static func defaults() throws(AgentError) -> AgentConfiguration {
+    package static func defaults() throws(AgentError) -> AgentConfiguration {
         guard let pw = getpwuid(getuid()), let name = pw.pointee.pw_name, let home = pw.pointee.pw_dir else {
             throw AgentError("cannot find the current user in the password database")
         }
@@ -51,7 +51,7 @@ public struct AgentConfiguration: Sendable {
     }
 
     /// Reads and applies the config file at `path`.
-    public mutating func apply(configFileAt path: String) throws(AgentError) {
+    package mutating func apply(configFileAt path: String) throws(AgentError) {
         let bytes: [UInt8]
         do { bytes = try Files.read(path, maxBytes: 64 * 1024) } catch { throw AgentError("config file: \(error)") }
         try apply(configFile: String(decoding: bytes, as: UTF8.self), name: path)
@@ -60,7 +60,7 @@ public struct AgentConfiguration: Sendable {
     /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, state-dir,
     /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
     /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests).
-    public mutating func apply(configFile text: String, name: String) throws(AgentError) {
+    package mutating func apply(configFile text: String, name: String) throws(AgentError) {
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
             let trimmed = line.trimmingCharacters()
@@ -96,11 +96,11 @@ public struct AgentConfiguration: Sendable {
 }
 
 /// A start-up or configuration failure of the agent (not a request error).
-public struct AgentError: Error, CustomStringConvertible, Sendable {
+package struct AgentError: Error, CustomStringConvertible, Sendable {
     /// What went wrong.
-    public let description: String
+    package let description: String
     /// Makes an error.
-    public init(_ description: String) { self.description = description }
+    package init(_ description: String) { self.description = description }
 }
 
 extension String {

@@ -4,9 +4,9 @@ import Glibc
 import Logging
 
 /// Process-level start-up of `cofferd`: hardening, daemonising, signals, and the serve loop.
-public enum AgentMain {
+package enum AgentMain {
     /// Runs the agent until SIGTERM/SIGINT; returns the process exit status.
-    public static func run(configuration cfg: AgentConfiguration, daemonize: Bool, logLevel: String) -> Int32 {
+    package static func run(configuration cfg: AgentConfiguration, daemonize: Bool, logLevel: String) -> Int32 {
         do {
             try ProcessHardening.disableCoreDumps()
         } catch {

@@ -1,5 +1,5 @@
-import CofferCrypto
-import CofferModel
+package import CofferCrypto
+package import CofferModel
 import CofferSystem
 import Glibc
 
@@ -10,13 +10,13 @@ import Glibc
 ///
 /// Used by `coffer` (the fast path: this module links neither Foundation nor swift-argument-parser,
 /// so it keeps `coffer` a small static executable) and by `coffer-cli`.
-public enum CLISupport {
+package enum CLISupport {
     /// The prefix of every message the CLI prints on standard error.
-    public static let messagePrefix = "coffer: "
+    package static let messagePrefix = "coffer: "
 
     /// Runs `body`; returns 0, or prints the error as `coffer: errSecName (code): message` on
     /// standard error and returns its exit status (``CofferModel/SecStatus/exitCode``).
-    public static func reporting(_ body: () throws(SecError) -> Void) -> Int32 {
+    package static func reporting(_ body: () throws(SecError) -> Void) -> Int32 {
         do {
             try body()
             return 0
@@ -27,13 +27,13 @@ public enum CLISupport {
     }
 
     /// Prints `error` as `coffer: errSecName (code): message` on standard error.
-    public static func report(_ error: SecError) {
+    package static func report(_ error: SecError) {
         StandardStreams.printError(messagePrefix + error.description)
     }
 
     /// Writes `secret` to standard output as is, then a newline only if standard output is a
     /// terminal. Throws errSecIO if standard output does not take every byte.
-    public static func printSecret(_ secret: SecureBytes) throws(SecError) {
+    package static func printSecret(_ secret: SecureBytes) throws(SecError) {
         let ok = secret.withUnsafeBytes { StandardStreams.write(1, $0) }
         if isatty(1) == 1 { _ = [UInt8(0x0A)].withUnsafeBytes { StandardStreams.write(1, $0) } }
         if !ok { throw .io("cannot write to standard output") }

@@ -1,6 +1,6 @@
-import CofferCrypto
-import CofferModel
-import CofferProtocol
+public import CofferCrypto
+public import CofferModel
+public import CofferProtocol
 import CofferSystem
 import Glibc
 

@@ -1,6 +1,6 @@
-import CofferCrypto
-import CofferModel
-import CofferProtocol
+public import CofferCrypto
+public import CofferModel
+public import CofferProtocol
 import CofferSystem
 
 /// The async client apps use: one agent connection, requests run one at a time on a dedicated

@@ -1,5 +1,5 @@
-import CofferCrypto
-import CofferModel
+public import CofferCrypto
+public import CofferModel
 import CofferProtocol
 import CofferSystem
 import Glibc

@@ -1,10 +1,10 @@
-import CofferCrypto
-import CofferModel
+package import CofferCrypto
+package import CofferModel
 import CofferSystem
 import Glibc
 
 /// Which index key a row's blind hashes (and primary-key hash) are computed under.
-public enum IndexTier: Int, Sendable, CaseIterable {
+package enum IndexTier: Int, Sendable, CaseIterable {
     /// Tier D: the device-wrapped index key (slot 16), for rows of the Always classes only.
     case device = 16
     /// Tier P: the index key of every other class (slot 17): passcode-wrapped when a passcode is set,
@@ -12,7 +12,7 @@ public enum IndexTier: Int, Sendable, CaseIterable {
     case passcode = 17
 
     /// The tier that indexes rows of `protectionClass`.
-    public static func of(_ protectionClass: ProtectionClass) -> IndexTier {
+    package static func of(_ protectionClass: ProtectionClass) -> IndexTier {
         protectionClass.availability == .always ? .device : .passcode
     }
 }
@@ -23,7 +23,7 @@ public enum IndexTier: Int, Sendable, CaseIterable {
 /// Rotated: class and metadata keys of every class but the Always ones, and the tier-P index key.
 /// Not rotated: the Always-class keys and the tier-D index key (they are protected by the device key
 /// alone, which a passcode change does not change).
-public final class RekeyKeys: Sendable {
+package final class RekeyKeys: Sendable {
     private let current: [Int: SecureBytes]
     private let previous: [Int: SecureBytes]
 
@@ -33,24 +33,24 @@ public final class RekeyKeys: Sendable {
     }
 
     /// The class key of `c`, new or previous (nil if it has none, e.g. WhenPasscodeSet before a passcode).
-    public func classKey(_ c: ProtectionClass, previous old: Bool) -> SecureBytes? {
+    package func classKey(_ c: ProtectionClass, previous old: Bool) -> SecureBytes? {
         (old ? previous : current)[Slot.classKey(c)]
     }
 
     /// The metadata key of `c`, new or previous.
-    public func metadataKey(_ c: ProtectionClass, previous old: Bool) -> SecureBytes? {
+    package func metadataKey(_ c: ProtectionClass, previous old: Bool) -> SecureBytes? {
         (old ? previous : current)[Slot.metadataKey(c)]
     }
 
     /// The new tier-P index key.
-    public var passcodeIndexKey: SecureBytes { current[Slot.passcodeIndexKey]! }
+    package var passcodeIndexKey: SecureBytes { current[Slot.passcodeIndexKey]! }
 }
 
 /// Test-only crash points (debug builds): `COFFER_TEST_CRASH_POINT=name` makes the process `_exit(99)`
 /// when it reaches the point of that name, so tests can show a kill at each step leaves a usable state.
-public enum CrashPoint {
+package enum CrashPoint {
     /// Exits the process if `name` is the configured crash point (debug builds only; a no-op in release).
-    public static func hit(_ name: String) {
+    package static func hit(_ name: String) {
         #if DEBUG
         guard !name.isEmpty, let v = unsafe getenv("COFFER_TEST_CRASH_POINT"), unsafe String(cString: v) == name else { return }
         _exit(99)
@@ -78,21 +78,21 @@ public enum CrashPoint {
 /// Unwrapped keys live in one guarded, locked allocation (the arena) and are wiped on lock.
 /// All methods are thread-safe: the arena, the file image and the lock state are owned by one
 /// ``Protected`` and reached only inside its `withLock`; the slow parts (Argon2id) run outside it.
-public final class Keybag: Sendable {
+package final class Keybag: Sendable {
     /// Everything mutable, owned by the keybag's lock.
     private let guarded: Protected<State>
 
     /// Size of every key in the keybag.
-    public static let keyBytes = 32
+    package static let keyBytes = 32
 
     /// Re-seals every item under the keys of a rekey (one database transaction); given by the keychain.
-    public typealias Reseal = (RekeyKeys) throws(SecError) -> Void
+    package typealias Reseal = (RekeyKeys) throws(SecError) -> Void
 
     /// The reseal of a bare keybag (no items to re-seal).
     private static func noItems(_ keys: RekeyKeys) throws(SecError) {}
 
     /// A passcode key derived (slowly) outside every lock, for ``unlock(derived:reseal:)``.
-    public struct DerivedPasscodeKey: Sendable {
+    package struct DerivedPasscodeKey: Sendable {
         let key: SecureBytes
         let salt: [UInt8]
     }
@@ -108,7 +108,7 @@ public final class Keybag: Sendable {
     ///
     /// A keybag written by an older Coffer (format 1) or left by an interrupted rekey opens with
     /// ``needsRekey`` true; the keychain finishes the rekey at open (no passcode) or at the first unlock.
-    public static func openOrCreate(directory: String, deviceKey source: DeviceKeySource) throws(SecError) -> Keybag {
+    package static func openOrCreate(directory: String, deviceKey source: DeviceKeySource) throws(SecError) -> Keybag {
         let paths = KeybagPaths(directory: directory)
         let deviceKey = try source.loadDeviceKey()
         if let file = try KeybagFile.load(paths, deviceKey: deviceKey) {
@@ -122,30 +122,30 @@ public final class Keybag: Sendable {
     // MARK: State
 
     /// The current lock state.
-    public var state: LockState { guarded.withLock { $0.lockState } }
+    package var state: LockState { guarded.withLock { $0.lockState } }
 
     /// The lock state and the passcode flag, read in one critical section.
-    public var status: LockStatus { guarded.withLock { LockStatus(lockState: $0.lockState, passcodeSet: $0.file.passcodeSet) } }
+    package var status: LockStatus { guarded.withLock { LockStatus(lockState: $0.lockState, passcodeSet: $0.file.passcodeSet) } }
 
     /// True once a passcode protects the non-Always classes.
-    public var isPasscodeSet: Bool { guarded.withLock { $0.file.passcodeSet } }
+    package var isPasscodeSet: Bool { guarded.withLock { $0.file.passcodeSet } }
 
     /// The Argon2id parameters chosen at passcode set (nil with no passcode).
-    public var kdfParameters: KDFParameters? { guarded.withLock { $0.file.passcode?.parameters } }
+    package var kdfParameters: KDFParameters? { guarded.withLock { $0.file.passcode?.parameters } }
 
     /// The keybag file's format as read (1: written by an older Coffer, migrated by the next rekey).
-    public var formatVersion: Int { guarded.withLock { Int($0.file.version) } }
+    package var formatVersion: Int { guarded.withLock { Int($0.file.version) } }
 
     /// True while a rekey must run or finish (a format-1 keybag, or one a crash left mid-rekey).
-    public var needsRekey: Bool { guarded.withLock { $0.needsRekey } }
+    package var needsRekey: Bool { guarded.withLock { $0.needsRekey } }
 
     /// True if `protectionClass`'s keys are in memory now.
-    public func isAvailable(_ protectionClass: ProtectionClass) -> Bool {
+    package func isAvailable(_ protectionClass: ProtectionClass) -> Bool {
         guarded.withLock { $0.isAvailable(Slot.classKey(protectionClass)) }
     }
 
     /// True if the index key of `tier` is in memory now.
-    public func isAvailable(_ tier: IndexTier) -> Bool {
+    package func isAvailable(_ tier: IndexTier) -> Bool {
         guarded.withLock { $0.isAvailable(tier.rawValue) }
     }
 
@@ -155,12 +155,12 @@ public final class Keybag: Sendable {
     ///
     /// A wrong passcode throws errSecAuthFailed and changes nothing (neither memory nor files). A keybag
     /// that needs a rekey (``needsRekey``) can only be unlocked through the keychain, which re-seals the items.
-    public func unlock(passcode: SecureBytes?) throws(SecError) {
+    package func unlock(passcode: SecureBytes?) throws(SecError) {
         try unlock(derived: derivePasscodeKey(passcode), reseal: nil)
     }
 
     /// The slow half of an unlock (Argon2id), run without holding any lock; nil with no passcode set.
-    public func derivePasscodeKey(_ passcode: SecureBytes?) throws(SecError) -> DerivedPasscodeKey? {
+    package func derivePasscodeKey(_ passcode: SecureBytes?) throws(SecError) -> DerivedPasscodeKey? {
         let job: (salt: [UInt8], params: KDFParameters)? = guarded.withLock { $0.file.passcode.map { ($0.salt, $0.parameters) } }
         guard let job else { return nil }
         guard let passcode, passcode.count > 0 else { throw .authFailed("a passcode is required to unlock") }
@@ -171,7 +171,7 @@ public final class Keybag: Sendable {
 
     /// The fast half of an unlock. If a rekey is pending (or the keybag is in format 1), `reseal` runs it
     /// to the end before the keys are handed out: nothing reads an item under a half-finished rekey.
-    public func unlock(derived: DerivedPasscodeKey?, reseal: Reseal?) throws(SecError) {
+    package func unlock(derived: DerivedPasscodeKey?, reseal: Reseal?) throws(SecError) {
         try guarded.withLock { (s: inout State) throws(SecError) in
             let pending = s.needsRekey
             guard let derived else {
@@ -197,7 +197,7 @@ public final class Keybag: Sendable {
     }
 
     /// Finishes a rekey at open when no passcode is set (everything is under the device key).
-    public func finishRekeyWithoutPasscode(reseal: Reseal) throws(SecError) {
+    package func finishRekeyWithoutPasscode(reseal: Reseal) throws(SecError) {
         try guarded.withLock { (s: inout State) throws(SecError) in
             guard !s.file.passcodeSet, s.needsRekey else { return }
             try s.rekey(newPasscode: nil, reseal: reseal)
@@ -211,7 +211,7 @@ public final class Keybag: Sendable {
     /// Returns true if this call locked the keybag (it was unlocked), in the same critical section as
     /// the wipe: of two concurrent callers exactly one sees true.
     @discardableResult
-    public func lock() -> Bool {
+    package func lock() -> Bool {
         guarded.withLock { s in
             for c in ProtectionClass.allCases where c.availability == .whenUnlocked {
                 s.wipeSlot(Slot.classKey(c))
@@ -231,7 +231,7 @@ public final class Keybag: Sendable {
     /// opens nothing, and items added later are under keys no old file holds. Crash-safe: see the
     /// KeybagFormat article. Leaves the keybag unlocked. Without `reseal` (a bare keybag, no items)
     /// the rotation still happens.
-    public func setPasscode(current: SecureBytes?, new: SecureBytes, kdf policy: KDFPolicy = .standard,
+    package func setPasscode(current: SecureBytes?, new: SecureBytes, kdf policy: KDFPolicy = .standard,
                             reseal: Reseal? = nil) throws(SecError) {
         guard new.count > 0 else { throw .param("the new passcode is empty") }
         let params = try PasscodeKDF.parameters(for: policy)
@@ -272,25 +272,25 @@ public final class Keybag: Sendable {
     /// Runs `body` with `protectionClass`'s class key (secrets), holding the keybag lock so the key
     /// cannot be wiped meanwhile. Throws errSecInteractionNotAllowed when locked, errSecNotAvailable
     /// for WhenPasscodeSetThisDeviceOnly with no passcode.
-    public func withClassKey<R>(_ protectionClass: ProtectionClass,
+    package func withClassKey<R>(_ protectionClass: ProtectionClass,
                                 _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
         unsafe try withSlot(Slot.classKey(protectionClass), protectionClass, body)
     }
 
     /// Like ``withClassKey(_:_:)`` for the class's metadata key (attributes).
-    public func withMetadataKey<R>(_ protectionClass: ProtectionClass,
+    package func withMetadataKey<R>(_ protectionClass: ProtectionClass,
                                    _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
         unsafe try withSlot(Slot.metadataKey(protectionClass), protectionClass, body)
     }
 
     /// Runs `body` with the tier-D blind-index key (available in every state).
-    public func withIndexKey<R>(_ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
+    package func withIndexKey<R>(_ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
         unsafe try withIndexKey(.device, body)
     }
 
     /// Runs `body` with the index key of `tier`; errSecInteractionNotAllowed if it is not in memory
     /// (tier P before the first unlock).
-    public func withIndexKey<R>(_ tier: IndexTier, _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
+    package func withIndexKey<R>(_ tier: IndexTier, _ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
         try guarded.withLock { (s: inout State) throws(SecError) in
             guard s.isAvailable(tier.rawValue) else {
                 throw .interactionNotAllowed("the passcode-tier index key is not available before the first unlock")
@@ -300,7 +300,7 @@ public final class Keybag: Sendable {
     }
 
     /// Runs `body` with every index key in memory now (tier D always; tier P after the first unlock).
-    public func withIndexKeys<R>(_ body: ([(IndexTier, UnsafeRawBufferPointer)]) throws(SecError) -> R) throws(SecError) -> R {
+    package func withIndexKeys<R>(_ body: ([(IndexTier, UnsafeRawBufferPointer)]) throws(SecError) -> R) throws(SecError) -> R {
         try guarded.withLock { (s: inout State) throws(SecError) in
             unsafe try body(IndexTier.allCases.filter { s.isAvailable($0.rawValue) }.map { unsafe ($0, s.slotBytes($0.rawValue)) })
         }

@@ -1,4 +1,4 @@
-import CofferCrypto
+public import CofferCrypto
 
 /// A SecItemCopyMatching / SecItemUpdate / SecItemDelete query.
 public struct ItemQuery: Sendable {

@@ -1,17 +1,17 @@
 import CPAM
-import CofferCrypto
+package import CofferCrypto
 import Glibc
 
 /// Why PAM refused (for logs; never contains the passcode).
-public struct PAMError: Error, Sendable, CustomStringConvertible {
+package struct PAMError: Error, Sendable, CustomStringConvertible {
     /// The PAM result code (e.g. 7 PAM_AUTH_ERR; pam_exec reports a wrong password as 4 PAM_SYSTEM_ERR).
-    public let code: Int32
+    package let code: Int32
     /// Which stage failed: start, authenticate, account, or input.
-    public let stage: String
+    package let stage: String
     /// `pam_strerror` text.
-    public let text: String
+    package let text: String
 
-    public var description: String { "PAM \(stage) failed: \(text) (\(code))" }
+    package var description: String { "PAM \(stage) failed: \(text) (\(code))" }
 }
 
 /// Verifies a passcode by running a PAM stack for a user: `pam_authenticate` then `pam_acct_mgmt`.
@@ -19,24 +19,24 @@ public struct PAMError: Error, Sendable, CustomStringConvertible {
 /// Blocking (pam_unix waits about 2 s after a failure): call it off any event loop, on the
 /// requesting connection's thread. The conversation hands PAM a `malloc`ed copy of the passcode,
 /// which PAM frees (and which its modules may copy further: outside Coffer's control).
-public struct PAMAuthenticator: Sendable {
+package struct PAMAuthenticator: Sendable {
     /// The service name (a file in /etc/pam.d, or in `confdir`).
-    public let service: String
+    package let service: String
     /// A private configuration directory for `pam_start_confdir` (tests, sandboxes), or nil for the system's.
-    public let confdir: String?
+    package let confdir: String?
 
     /// Most prompts answered in one conversation (a stack asking more is misconfigured or hostile).
     static let maxPrompts = 4
 
     /// Makes an authenticator for `service`.
-    public init(service: String, confdir: String?) {
+    package init(service: String, confdir: String?) {
         self.service = service
         self.confdir = confdir
     }
 
     /// Succeeds only if PAM accepts `passcode` for `user` and the account is usable; every other
     /// outcome is a ``PAMError``.
-    public func authenticate(user: String, passcode: SecureBytes) throws(PAMError) {
+    package func authenticate(user: String, passcode: SecureBytes) throws(PAMError) {
         guard passcode.count > 0 else { throw PAMError(code: PAM_AUTH_ERR, stage: "input", text: "empty passcode") }
         let hasNUL = unsafe passcode.withUnsafeBytes { unsafe $0.contains(0) }
         guard !hasNUL else { throw PAMError(code: PAM_AUTH_ERR, stage: "input", text: "passcode contains a NUL byte") }

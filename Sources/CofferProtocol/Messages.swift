@@ -1,5 +1,5 @@
-import CofferCrypto
-import CofferModel
+public import CofferCrypto
+public import CofferModel
 
 /// Lock-state events the agent pushes to subscribed clients (EVENT, request id 0).
 public enum LockEvent: Sendable, Equatable {

@@ -1,5 +1,5 @@
 import CofferCrypto
-import CofferModel
+public import CofferModel
 
 /// Constants and framing of the Coffer wire protocol, version 1 (see the WireProtocol article).
 public enum WireFormat {

@@ -1,39 +1,39 @@
 import CSQLite
-import CofferModel
+package import CofferModel
 import Glibc
 
 /// One encrypted item row as stored. Nothing in it is plaintext: `meta` and `secret` are sealed
 /// by the keychain layer; `protectionClass` names which class key unwraps them.
-public struct StoredRow: Sendable {
+package struct StoredRow: Sendable {
     /// SQLite row id.
-    public var id: Int64
+    package var id: Int64
     /// Random 16-byte persistent reference.
-    public var persistentRef: [UInt8]
+    package var persistentRef: [UInt8]
     /// ``CofferModel/ProtectionClass`` raw value.
-    public var protectionClass: UInt8
+    package var protectionClass: UInt8
     /// Sealed attributes.
-    public var meta: [UInt8]
+    package var meta: [UInt8]
     /// Sealed secret.
-    public var secret: [UInt8]
+    package var secret: [UInt8]
 }
 
 /// What the keychain writes for an item: sealed blobs plus blind hashes.
-public struct RowContent: Sendable {
+package struct RowContent: Sendable {
     /// Keyed hash of the item's primary-key attributes (UNIQUE: duplicate detection).
-    public var primaryKeyHash: [UInt8]
+    package var primaryKeyHash: [UInt8]
     /// Random persistent reference.
-    public var persistentRef: [UInt8]
+    package var persistentRef: [UInt8]
     /// Protection class raw value.
-    public var protectionClass: UInt8
+    package var protectionClass: UInt8
     /// Sealed attributes.
-    public var meta: [UInt8]
+    package var meta: [UInt8]
     /// Sealed secret.
-    public var secret: [UInt8]
+    package var secret: [UInt8]
     /// Blind index entries, one per indexed attribute.
-    public var indexHashes: [[UInt8]]
+    package var indexHashes: [[UInt8]]
 
     /// Makes row content.
-    public init(primaryKeyHash: [UInt8], persistentRef: [UInt8], protectionClass: UInt8, meta: [UInt8],
+    package init(primaryKeyHash: [UInt8], persistentRef: [UInt8], protectionClass: UInt8, meta: [UInt8],
                 secret: [UInt8], indexHashes: [[UInt8]]) {
         self.primaryKeyHash = primaryKeyHash
         self.persistentRef = persistentRef
@@ -48,15 +48,15 @@ public struct RowContent: Sendable {
 /// indexes so equality searches are index seeks. Stores only opaque bytes; knows no keys.
 ///
 /// Not thread-safe: the keychain serialises access.
-public final class ItemStore {
+package final class ItemStore {
     private let db: SQLiteConnection
     /// Item count kept in step with inserts and deletes (nil: recount; a rollback forgets it).
     private var cachedCount: Int?
     /// The database file.
-    public let path: String
+    package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    public static let schemaVersion: Int64 = 1
+    package static let schemaVersion: Int64 = 1
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -77,7 +77,7 @@ public final class ItemStore {
         """
 
     /// Opens (creating if needed) the database at `path`; the file is created with mode 0600.
-    public init(path: String) throws(SecError) {
+    package init(path: String) throws(SecError) {
         self.path = path
         let oldMask = umask(0o077)
         defer { umask(oldMask) }
@@ -103,7 +103,7 @@ public final class ItemStore {
 
     /// Runs `body` in one read transaction: one consistent snapshot and one round of file locking
     /// for all its statements (a search runs several).
-    public func reading<R>(_ body: () throws(SecError) -> R) throws(SecError) -> R {
+    package func reading<R>(_ body: () throws(SecError) -> R) throws(SecError) -> R {
         // Prepared once (sqlite3_exec would parse the SQL on every lookup).
         try db.statement("BEGIN").run()
         defer { try? db.statement("COMMIT").run() }
@@ -111,7 +111,7 @@ public final class ItemStore {
     }
 
     /// Runs `body` in one transaction: all of it is committed, or none.
-    public func transaction<R>(_ body: () throws(SecError) -> R) throws(SecError) -> R {
+    package func transaction<R>(_ body: () throws(SecError) -> R) throws(SecError) -> R {
         try db.exec("BEGIN IMMEDIATE")
         do {
             let r = try body()
@@ -125,7 +125,7 @@ public final class ItemStore {
     }
 
     /// Number of items.
-    public func count() throws(SecError) -> Int {
+    package func count() throws(SecError) -> Int {
         if let n = cachedCount { return n }
         let n = Int(try db.statement("SELECT count(*) FROM items").scalarInt())
         cachedCount = n
@@ -135,7 +135,7 @@ public final class ItemStore {
     /// Inserts an item and its index entries; errSecDuplicateItem if its primary key or reference
     /// exists. Call inside ``transaction(_:)`` so the row and its index entries commit together.
     @discardableResult
-    public func insert(_ c: RowContent) throws(SecError) -> Int64 {
+    package func insert(_ c: RowContent) throws(SecError) -> Int64 {
         let s = try db.statement("INSERT INTO items(pref, pk, pclass, meta, secret) VALUES (?1, ?2, ?3, ?4, ?5)")
         Self.bindColumns(s, c)
         try s.run()
@@ -146,7 +146,7 @@ public final class ItemStore {
     }
 
     /// Replaces the row `id` with new content (same or new primary key).
-    public func replace(id: Int64, with c: RowContent) throws(SecError) {
+    package func replace(id: Int64, with c: RowContent) throws(SecError) {
         let s = try db.statement("UPDATE items SET pref = ?1, pk = ?2, pclass = ?3, meta = ?4, secret = ?5 WHERE id = ?6")
         Self.bindColumns(s, c)
         s.bind(6, id)
@@ -176,7 +176,7 @@ public final class ItemStore {
     }
 
     /// Deletes rows by id.
-    public func delete(id: Int64) throws(SecError) {
+    package func delete(id: Int64) throws(SecError) {
         let s = try db.statement("DELETE FROM items WHERE id = ?1")
         s.bind(1, id)
         try s.run()
@@ -184,7 +184,7 @@ public final class ItemStore {
     }
 
     /// The id and protection class of every row, oldest first (a rekey walks them in batches of one).
-    public func rowClasses() throws(SecError) -> [(id: Int64, protectionClass: UInt8)] {
+    package func rowClasses() throws(SecError) -> [(id: Int64, protectionClass: UInt8)] {
         let s = try db.statement("SELECT id, pclass FROM items ORDER BY id")
         defer { unsafe sqlite3_reset(s.stmt) }
         var out: [(id: Int64, protectionClass: UInt8)] = []
@@ -193,7 +193,7 @@ public final class ItemStore {
     }
 
     /// The row with this id, if any.
-    public func row(id: Int64) throws(SecError) -> StoredRow? {
+    package func row(id: Int64) throws(SecError) -> StoredRow? {
         let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE id = ?1")
         s.bind(1, id)
         defer { unsafe sqlite3_reset(s.stmt) }
@@ -202,7 +202,7 @@ public final class ItemStore {
 
     /// The id of the row whose primary-key hash is `pk`, if any (one seek on the UNIQUE index): the
     /// keychain's duplicate check across index tiers, whose hashes the UNIQUE constraint cannot compare.
-    public func rowID(primaryKey pk: [UInt8]) throws(SecError) -> Int64? {
+    package func rowID(primaryKey pk: [UInt8]) throws(SecError) -> Int64? {
         let s = try db.statement("SELECT id FROM items WHERE pk = ?1")
         s.bind(1, pk)
         defer { unsafe sqlite3_reset(s.stmt) }
@@ -210,7 +210,7 @@ public final class ItemStore {
     }
 
     /// Replaces only the sealed secret of row `id` (re-padding a row in place; its keys and index stay).
-    public func replaceSecret(id: Int64, with secret: [UInt8]) throws(SecError) {
+    package func replaceSecret(id: Int64, with secret: [UInt8]) throws(SecError) {
         let s = try db.statement("UPDATE items SET secret = ?1 WHERE id = ?2")
         s.bind(1, secret)
         s.bind(2, id)
@@ -218,7 +218,7 @@ public final class ItemStore {
     }
 
     /// The row with this persistent reference, if any.
-    public func row(persistentRef: [UInt8]) throws(SecError) -> StoredRow? {
+    package func row(persistentRef: [UInt8]) throws(SecError) -> StoredRow? {
         let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE pref = ?1")
         s.bind(1, persistentRef)
         defer { unsafe sqlite3_reset(s.stmt) }
@@ -229,7 +229,7 @@ public final class ItemStore {
     /// empty), until `body` returns false. Each hash is an index seek: no table scan unless `hashes` is empty.
     /// With a `cursor` (a row id, 0 for none) only rows with a larger id are visited: the next page
     /// of a paged search starts with a seek past the last row the previous page returned.
-    public func forEachRow(matchingAll hashes: [[UInt8]], after cursor: Int64 = 0,
+    package func forEachRow(matchingAll hashes: [[UInt8]], after cursor: Int64 = 0,
                            _ body: (StoredRow) throws(SecError) -> Bool) throws(SecError) {
         var ordered = hashes
         if hashes.count > 1 {
@@ -280,7 +280,7 @@ public final class ItemStore {
     }
 
     /// Runs SQLite's `PRAGMA integrity_check`; true when it answers "ok".
-    public func integrityCheck() throws(SecError) -> Bool {
+    package func integrityCheck() throws(SecError) -> Bool {
         let s = try db.statement("PRAGMA integrity_check")
         defer { unsafe sqlite3_reset(s.stmt) }
         guard try s.step() else { return false }
@@ -289,7 +289,7 @@ public final class ItemStore {
     }
 
     /// Checkpoints the WAL into the main file (on clean shutdown).
-    public func checkpoint() {
+    package func checkpoint() {
         try? db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
     }
 }

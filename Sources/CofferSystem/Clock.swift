@@ -2,7 +2,7 @@
 /// tests can advance time without sleeping (a fake clock whose `sleep` moves `now` forward).
 ///
 /// Not named `Clock`: the standard library has a `Clock` protocol of its own.
-public protocol MonotonicClock: Sendable {
+package protocol MonotonicClock: Sendable {
     /// Seconds on a monotonic scale (only differences mean anything).
     func now() -> Double
     /// Waits `seconds` (a fake clock advances instead).
@@ -10,9 +10,9 @@ public protocol MonotonicClock: Sendable {
 }
 
 /// The real monotonic clock (`CLOCK_MONOTONIC`, `nanosleep`).
-public struct SystemClock: MonotonicClock {
+package struct SystemClock: MonotonicClock {
     /// The system clock.
-    public init() {}
-    public func now() -> Double { Threads.monotonicSeconds() }
-    public func sleep(seconds: Double) { Threads.sleep(seconds: seconds) }
+    package init() {}
+    package func now() -> Double { Threads.monotonicSeconds() }
+    package func sleep(seconds: Double) { Threads.sleep(seconds: seconds) }
 }

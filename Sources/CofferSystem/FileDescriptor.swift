@@ -1,5 +1,5 @@
-import CSystemShims
-import Glibc
+package import CSystemShims
+package import Glibc
 
 /// An open file descriptor that closes exactly once.
 ///
@@ -7,18 +7,18 @@ import Glibc
 /// after close, does not compile); if the owner goes away without closing, `deinit` closes it (the
 /// error is lost then: close explicitly where it matters). NIO's `BaseSocket` asserts the same
 /// ("leak of open BaseSocket") at run time; here the compiler checks it.
-public struct FileDescriptor: ~Copyable {
+package struct FileDescriptor: ~Copyable {
     /// The descriptor number (valid while this value lives).
-    public let rawValue: Int32
+    package let rawValue: Int32
 
     /// Takes ownership of an open descriptor.
-    public init(adopting rawValue: Int32) {
+    package init(adopting rawValue: Int32) {
         precondition(rawValue >= 0, "not a descriptor")
         self.rawValue = rawValue
     }
 
     /// Opens `path` (EINTR retried). `O_CLOEXEC` is always added.
-    public static func open(_ path: String, _ flags: Int32, mode: mode_t = 0) throws(SystemError) -> FileDescriptor {
+    package static func open(_ path: String, _ flags: Int32, mode: mode_t = 0) throws(SystemError) -> FileDescriptor {
         let fd = try Syscall.retrying("open", path) { unsafe Glibc.open(path, flags | O_CLOEXEC, mode) }
         return FileDescriptor(adopting: fd)
     }
@@ -27,7 +27,7 @@ public struct FileDescriptor: ~Copyable {
 
     /// Closes the descriptor. It is gone afterwards even if this throws (Linux releases the number
     /// before reporting an error such as EIO, so the close is never retried).
-    public consuming func close(path: String? = nil) throws(SystemError) {
+    package consuming func close(path: String? = nil) throws(SystemError) {
         let fd = rawValue
         discard self
         #if DEBUG
@@ -43,7 +43,7 @@ public struct FileDescriptor: ~Copyable {
     }
 
     /// Gives up ownership without closing; the caller now owns the number.
-    public consuming func release() -> Int32 {
+    package consuming func release() -> Int32 {
         let fd = rawValue
         discard self
         return fd
@@ -52,24 +52,24 @@ public struct FileDescriptor: ~Copyable {
     private func name(_ path: String?) -> String { path ?? "fd \(rawValue)" }
 
     /// One `read` (EINTR retried): bytes read, 0 at end of file.
-    public func read(into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
         guard buffer.count > 0 else { return 0 }
         return try Syscall.retrying("read", name(path)) { unsafe Glibc.read(rawValue, buffer.baseAddress!, buffer.count) }
     }
 
     /// Reads until `buffer` is full or end of file; returns how many bytes arrived.
-    public func readFully(into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
+    package func readFully(into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
         unsafe try Files.readAll(fd: rawValue, into: buffer, path: name(path))
     }
 
     /// One `pread` at `offset` (EINTR retried; the descriptor's offset is left alone).
-    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int, path: String? = nil) throws(SystemError) -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int, path: String? = nil) throws(SystemError) -> Int {
         guard buffer.count > 0 else { return 0 }
         return try Syscall.retrying("pread", name(path)) { unsafe pread(rawValue, buffer.baseAddress!, buffer.count, off_t(offset)) }
     }
 
     /// Writes every byte (EINTR and short writes retried).
-    public func writeAll(_ bytes: UnsafeRawBufferPointer, path: String? = nil) throws(SystemError) {
+    package func writeAll(_ bytes: UnsafeRawBufferPointer, path: String? = nil) throws(SystemError) {
         var off = 0
         while off < bytes.count {
             let n = try Syscall.retrying("write", name(path)) { unsafe Glibc.write(rawValue, bytes.baseAddress! + off, bytes.count - off) }
@@ -79,45 +79,45 @@ public struct FileDescriptor: ~Copyable {
     }
 
     /// `fsync`: the file's data and metadata reach the disk.
-    public func sync(path: String? = nil) throws(SystemError) {
+    package func sync(path: String? = nil) throws(SystemError) {
         _ = try Syscall.retrying("fsync", name(path)) { fsync(rawValue) }
     }
 
     /// `fstat`.
-    public func status(path: String? = nil) throws(SystemError) -> stat {
+    package func status(path: String? = nil) throws(SystemError) -> stat {
         var st = stat()
         _ = try Syscall.retrying("fstat", name(path)) { unsafe fstat(rawValue, &st) }
         return st
     }
 
     /// `fchmod`.
-    public func setMode(_ mode: mode_t, path: String? = nil) throws(SystemError) {
+    package func setMode(_ mode: mode_t, path: String? = nil) throws(SystemError) {
         _ = try Syscall.retrying("fchmod", name(path)) { fchmod(rawValue, mode) }
     }
 
     /// Sets or clears close-on-exec.
-    public func setCloseOnExec(_ on: Bool) throws(SystemError) {
+    package func setCloseOnExec(_ on: Bool) throws(SystemError) {
         let flags = try Syscall.retrying("fcntl", name(nil)) { fcntl(rawValue, F_GETFD) }
         _ = try Syscall.retrying("fcntl", name(nil)) { fcntl(rawValue, F_SETFD, on ? flags | FD_CLOEXEC : flags & ~FD_CLOEXEC) }
     }
 }
 
 /// Both ends of a pipe or socket pair, each owned (and closed) separately.
-public struct DescriptorPair: ~Copyable {
+package struct DescriptorPair: ~Copyable {
     /// The read end of a pipe (for a socket pair: the parent's end).
-    public let first: FileDescriptor
+    package let first: FileDescriptor
     /// The write end of a pipe (for a socket pair: the child's end).
-    public let second: FileDescriptor
+    package let second: FileDescriptor
 
     /// A pipe, `O_CLOEXEC` on both ends: `first` reads, `second` writes.
-    public static func pipe(_ what: String = "pipe") throws(SystemError) -> DescriptorPair {
+    package static func pipe(_ what: String = "pipe") throws(SystemError) -> DescriptorPair {
         var fds: [Int32] = [-1, -1]
         _ = try Syscall.retrying("pipe", what) { unsafe coffer_pipe_cloexec(&fds) }
         return DescriptorPair(first: FileDescriptor(adopting: fds[0]), second: FileDescriptor(adopting: fds[1]))
     }
 
     /// A connected Unix stream socket pair, `SOCK_CLOEXEC` on both ends.
-    public static func socketPair(_ what: String = "socketpair") throws(SystemError) -> DescriptorPair {
+    package static func socketPair(_ what: String = "socketpair") throws(SystemError) -> DescriptorPair {
         var fds: [Int32] = [-1, -1]
         _ = try Syscall.retrying("socketpair", what) {
             unsafe socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)

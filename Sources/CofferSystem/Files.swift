@@ -1,20 +1,20 @@
-import CSystemShims
+package import CSystemShims
 import Glibc
 
 /// A failed system call: which operation, on what path, and `errno`.
-public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
+package struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The operation, e.g. "open".
-    public let operation: String
+    package let operation: String
     /// The path or object it acted on.
-    public let path: String
+    package let path: String
     /// The captured `errno`.
-    public let errno: Int32
+    package let errno: Int32
 
     /// Why the path was refused, when no system call failed (nil: `errno` explains it).
-    public let reason: String?
+    package let reason: String?
 
     /// Captures the current `errno` (call immediately after the failing call).
-    public init(_ operation: String, _ path: String, errno e: Int32 = Glibc.errno) {
+    package init(_ operation: String, _ path: String, errno e: Int32 = Glibc.errno) {
         self.operation = operation
         self.path = path
         self.errno = e
@@ -22,26 +22,26 @@ public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 
     /// A path refused by a check, not by the system: the description is `PATH REASON`.
-    public init(refusing path: String, _ reason: String, errno e: Int32) {
+    package init(refusing path: String, _ reason: String, errno e: Int32) {
         operation = "refuse"
         self.path = path
         self.errno = e
         self.reason = reason
     }
 
-    public var description: String {
+    package var description: String {
         if let reason { return "\(path) \(reason)" }
         return unsafe "\(operation) \(path): \(String(cString: strerror(errno)))"
     }
 }
 
 /// File operations with the durability and permission rules Coffer's state needs.
-public enum Files {
+package enum Files {
     /// True if something exists at `path`.
-    public static func exists(_ path: String) -> Bool { unsafe access(path, F_OK) == 0 }
+    package static func exists(_ path: String) -> Bool { unsafe access(path, F_OK) == 0 }
 
     /// Reads a whole regular file of at most `maxBytes` (public data only: use ``readSecret`` for keys).
-    public static func read(_ path: String, maxBytes: Int = 16 << 20) throws(SystemError) -> [UInt8] {
+    package static func read(_ path: String, maxBytes: Int = 16 << 20) throws(SystemError) -> [UInt8] {
         try withOpenFile(path) { fd, size throws(SystemError) in
             guard size <= maxBytes else { throw SystemError("read (file too large)", path, errno: EFBIG) }
             var out = [UInt8](repeating: 0, count: size)
@@ -52,7 +52,7 @@ public enum Files {
     }
 
     /// Reads exactly `count` bytes from `path` into `destination` (e.g. secure memory); the file must have that size.
-    public static func readExactly(_ path: String, into destination: UnsafeMutableRawBufferPointer) throws(SystemError) {
+    package static func readExactly(_ path: String, into destination: UnsafeMutableRawBufferPointer) throws(SystemError) {
         try withOpenFile(path) { fd, size throws(SystemError) in
             guard size == destination.count else { throw SystemError("read (unexpected size)", path, errno: EINVAL) }
             guard unsafe try readFully(fd, destination, path) == destination.count else {
@@ -63,7 +63,7 @@ public enum Files {
 
     /// Writes `bytes` to `path` atomically: temp file with `mode`, fsync, rename, fsync the directory.
     /// A crash leaves either the old file or the new one, never a mix.
-    public static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) {
+    package static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) {
         let tmp = path + ".tmp"
         unsafe unlink(tmp)
         let fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
@@ -87,7 +87,7 @@ public enum Files {
     /// nothing, if `path` already exists (another process created it first). On any failure the
     /// half-written file is removed, so a later call starts afresh.
     @discardableResult
-    public static func createExclusively(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) -> Bool {
+    package static func createExclusively(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) -> Bool {
         let fd: FileDescriptor
         do {
             fd = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
@@ -108,7 +108,7 @@ public enum Files {
 
     /// Reads from `fd` until `buffer` is full or end of file (EINTR retried); returns how many bytes
     /// arrived. For standard input, pipes and other descriptors the caller does not own.
-    public static func readAll(fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
+    package static func readAll(fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String? = nil) throws(SystemError) -> Int {
         var off = 0
         while off < buffer.count {
             let n = try Syscall.retrying("read", path ?? "fd \(fd)") { unsafe Glibc.read(fd, buffer.baseAddress! + off, buffer.count - off) }
@@ -119,18 +119,18 @@ public enum Files {
     }
 
     /// Writes an array atomically (see ``writeAtomically(_:bytes:mode:)``).
-    public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
+    package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
         unsafe try bytes.withUnsafeBytes { b in Result { () throws(SystemError) in unsafe try writeAtomically(path, bytes: b, mode: mode) } }.get()
     }
 
     /// Renames `from` to `to` and makes it durable.
-    public static func renameDurably(_ from: String, _ to: String) throws(SystemError) {
+    package static func renameDurably(_ from: String, _ to: String) throws(SystemError) {
         _ = try Syscall.retrying("rename", from) { unsafe rename(from, to) }
         try syncDirectory(of: to)
     }
 
     /// fsyncs the directory holding `path`, so a rename or create survives power loss.
-    public static func syncDirectory(of path: String) throws(SystemError) {
+    package static func syncDirectory(of path: String) throws(SystemError) {
         let dir = directoryName(path)
         let dfd = try FileDescriptor.open(dir, O_RDONLY | O_DIRECTORY)
         try dfd.sync(path: dir)
@@ -143,7 +143,7 @@ public enum Files {
     /// repaired: whoever could write there may have planted entries in it. An existing one that is
     /// only readable by group or others is tightened to `mode` through the descriptor (nothing can
     /// have been planted in it, and a directory made by `mkdir -p` under umask 022 keeps working).
-    public static func makePrivateDirectory(_ path: String, mode: mode_t = 0o700) throws(SystemError) {
+    package static func makePrivateDirectory(_ path: String, mode: mode_t = 0o700) throws(SystemError) {
         var prefix = path.hasPrefix("/") ? "" : "."
         var created = false
         for part in path.split(separator: "/") {
@@ -187,20 +187,20 @@ public enum Files {
     }
 
     /// `mode` as four octal digits, e.g. `0770`.
-    public static func octal(_ mode: mode_t) -> String {
+    package static func octal(_ mode: mode_t) -> String {
         let digits = String(mode, radix: 8)
         return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
     }
 
     /// The permission bits of `path` (nil if it does not exist).
-    public static func mode(_ path: String) -> mode_t? {
+    package static func mode(_ path: String) -> mode_t? {
         var st = stat()
         guard unsafe lstat(path, &st) == 0 else { return nil }
         return st.st_mode & 0o7777
     }
 
     /// The directory part of `path`.
-    public static func directoryName(_ path: String) -> String {
+    package static func directoryName(_ path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
@@ -219,12 +219,12 @@ public enum Files {
 }
 
 /// Process-level hardening.
-public enum ProcessHardening {
+package enum ProcessHardening {
     /// Disables core dumps and ptrace attach (`PR_SET_DUMPABLE 0`, `RLIMIT_CORE 0`).
-    public static func disableCoreDumps() throws(SystemError) {
+    package static func disableCoreDumps() throws(SystemError) {
         guard coffer_disable_core_dumps() == 0 else { throw SystemError("prctl", "PR_SET_DUMPABLE") }
     }
 
     /// True if the process may currently dump core.
-    public static var isDumpable: Bool { coffer_is_dumpable() == 1 }
+    package static var isDumpable: Bool { coffer_is_dumpable() == 1 }
 }

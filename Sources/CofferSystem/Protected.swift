@@ -1,4 +1,4 @@
-import Glibc
+package import Glibc
 
 /// State owned by its lock: the value is reachable only inside ``withLock(_:)``, holding a pthread
 /// mutex (so ThreadSanitizer sees every access, which it does not for `Synchronization.Mutex`).
@@ -7,7 +7,7 @@ import Glibc
 /// (``withLock(waitingUntil:timeout:_:)``) and waking the waiters after a change (``broadcast()``).
 /// Both pthread objects are heap-allocated: they must not move, and a Swift property's address is
 /// not stable.
-@safe public final class Protected<State>: @unchecked Sendable {
+@safe package final class Protected<State>: @unchecked Sendable {
     // @unchecked Sendable: `state` is only reached through `withLock`, holding `mutex`; this is the one
     // place the "guarded by" rule is written down in code instead of a comment.
     @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
@@ -15,7 +15,7 @@ import Glibc
     @usableFromInline var state: State
 
     /// Takes ownership of `initial`.
-    public init(_ initial: sending State) {
+    package init(_ initial: sending State) {
         state = initial
         unsafe mutex = .allocate(capacity: 1)
         unsafe mutex.initialize(to: pthread_mutex_t())
@@ -38,7 +38,7 @@ import Glibc
 
     /// Runs `body` with the state, holding the mutex.
     @inlinable @inline(__always)
-    public func withLock<R, E: Error>(_ body: (inout State) throws(E) -> R) throws(E) -> R {
+    package func withLock<R, E: Error>(_ body: (inout State) throws(E) -> R) throws(E) -> R {
         unsafe pthread_mutex_lock(mutex)
         defer { unsafe pthread_mutex_unlock(mutex) }
         return try body(&state)
@@ -46,7 +46,7 @@ import Glibc
 
     /// Runs `body` holding the mutex if it is free right now; nil (without waiting) if it is held.
     @inlinable @inline(__always)
-    public func tryWithLock<R>(_ body: (inout State) -> R) -> R? {
+    package func tryWithLock<R>(_ body: (inout State) -> R) -> R? {
         guard unsafe pthread_mutex_trylock(mutex) == 0 else { return nil }
         defer { unsafe pthread_mutex_unlock(mutex) }
         return body(&state)
@@ -55,7 +55,7 @@ import Glibc
     /// Waits (releasing the mutex meanwhile) until `ready` holds, then runs `body` holding the mutex;
     /// nil if `timeout` seconds (monotonic; nil: no limit) pass first. Wake waiters with ``broadcast()``
     /// after a change that may make `ready` true.
-    public func withLock<R>(waitingUntil ready: (State) -> Bool, timeout: Double?, _ body: (inout State) -> R) -> R? {
+    package func withLock<R>(waitingUntil ready: (State) -> Bool, timeout: Double?, _ body: (inout State) -> R) -> R? {
         var deadline = timespec()
         if let timeout {
             unsafe clock_gettime(CLOCK_MONOTONIC, &deadline)
@@ -77,5 +77,5 @@ import Glibc
     }
 
     /// Wakes every thread waiting in ``withLock(waitingUntil:timeout:_:)`` (call after changing the state).
-    public func broadcast() { unsafe pthread_cond_broadcast(cond) }
+    package func broadcast() { unsafe pthread_cond_broadcast(cond) }
 }

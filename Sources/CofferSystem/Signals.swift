@@ -2,7 +2,7 @@ import Glibc
 
 /// Synchronous signal handling: block signals in every thread, then take them one at a time on a
 /// dedicated thread with `sigwait` (no async-signal-safety pitfalls).
-public enum Signals {
+package enum Signals {
     private static func set(_ signals: [Int32]) -> sigset_t {
         var s = sigset_t()
         unsafe sigemptyset(&s)
@@ -11,14 +11,14 @@ public enum Signals {
     }
 
     /// Blocks `signals` in the calling thread and every thread it starts afterwards; ignores SIGPIPE.
-    public static func block(_ signals: [Int32]) {
+    package static func block(_ signals: [Int32]) {
         signal(SIGPIPE, SIG_IGN)
         var s = set(signals)
         unsafe pthread_sigmask(SIG_BLOCK, &s, nil)
     }
 
     /// Waits for one of `signals` (which must be blocked) and returns it.
-    public static func wait(_ signals: [Int32]) -> Int32 {
+    package static func wait(_ signals: [Int32]) -> Int32 {
         var s = set(signals)
         var sig: Int32 = 0
         while unsafe sigwait(&s, &sig) != 0 {}

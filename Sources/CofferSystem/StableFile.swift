@@ -3,9 +3,9 @@ import Glibc
 /// Reading a whole regular file in chunks while making sure it did not change meanwhile: what
 /// hashing an executable needs (the caller feeds each chunk to its hash; the file is never held in
 /// memory). The I/O half of `CofferManifest.ExecutableHash`, so that module stays a pure parser.
-public enum StableFile {
+package enum StableFile {
     /// Why a stable read failed.
-    public enum Failure: Error, Equatable, Sendable {
+    package enum Failure: Error, Equatable, Sendable {
         /// Not a regular file (a directory, FIFO, device, …).
         case notRegularFile
         /// Larger than the limit.
@@ -19,7 +19,7 @@ public enum StableFile {
     /// Reads the regular file open on `fd` from offset 0 with `pread` (the descriptor's own offset is
     /// left alone), handing `body` chunks of up to `chunkBytes`. Fails if the file is not regular,
     /// is larger than `maximumBytes`, or changed (size, mtime or ctime) while being read.
-    public static func read(fd: Int32, maximumBytes: Int, chunkBytes: Int,
+    package static func read(fd: Int32, maximumBytes: Int, chunkBytes: Int,
                             _ body: (UnsafeRawBufferPointer) -> Void) throws(Failure) {
         let before = try status(fd)
         guard (before.st_mode & S_IFMT) == S_IFREG else { throw .notRegularFile }
@@ -45,7 +45,7 @@ public enum StableFile {
     /// Opens `path` read-only for ``read(fd:maximumBytes:chunkBytes:_:)`` (`O_NONBLOCK`: opening a
     /// FIFO must not wait for a writer; it is then refused as not a regular file) and runs `body`
     /// with the descriptor, closing it afterwards. `followSymlinks` false adds `O_NOFOLLOW`.
-    public static func withOpen<R>(_ path: String, followSymlinks: Bool,
+    package static func withOpen<R>(_ path: String, followSymlinks: Bool,
                                    _ body: (Int32) throws(Failure) -> R) throws(Failure) -> R {
         let flags = O_RDONLY | O_NOCTTY | O_NONBLOCK | (followSymlinks ? 0 : O_NOFOLLOW)
         let fd: FileDescriptor
@@ -54,7 +54,7 @@ public enum StableFile {
     }
 
     /// `realpath(path)` as raw bytes (no UTF-8 repair), for comparing byte for byte.
-    public static func canonicalPath(_ path: String) throws(Failure) -> [UInt8] {
+    package static func canonicalPath(_ path: String) throws(Failure) -> [UInt8] {
         guard let resolved = unsafe realpath(path, nil) else { throw .unreadable(errno: errno) }
         defer { unsafe free(resolved) }
         return unsafe Array(UnsafeRawBufferPointer(start: resolved, count: strlen(resolved)))

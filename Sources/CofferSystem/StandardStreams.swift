@@ -1,10 +1,10 @@
 import Glibc
 
 /// Unbuffered writes to standard output and error (no shared `FILE*` state).
-public enum StandardStreams {
+package enum StandardStreams {
     /// Writes every byte to `fd`; false if it could not.
     @discardableResult
-    public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
+    package static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
         var off = 0
         while off < bytes.count {
             let (n, _) = Syscall.result { unsafe Glibc.write(fd, bytes.baseAddress! + off, bytes.count - off) }
@@ -15,13 +15,13 @@ public enum StandardStreams {
     }
 
     /// Writes `line` and a newline to standard error.
-    public static func printError(_ line: String) {
+    package static func printError(_ line: String) {
         var s = line + "\n"
         _ = s.withUTF8 { unsafe write(2, UnsafeRawBufferPointer($0)) }
     }
 
     /// Writes `line` and a newline to standard output.
-    public static func print(_ line: String) {
+    package static func print(_ line: String) {
         var s = line + "\n"
         _ = s.withUTF8 { unsafe write(1, UnsafeRawBufferPointer($0)) }
     }

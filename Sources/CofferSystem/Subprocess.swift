@@ -3,19 +3,19 @@ import Glibc
 
 /// Child processes that talk to this one over a private socket: what the plugin host needs
 /// (`ssh-pkcs11-client.c`'s `pkcs11_start_helper`: socketpair, dup, closefrom, exec of a fixed path).
-public enum Subprocess {
+package enum Subprocess {
     /// A started child: its pid and this process's end of the socket pair.
-    public struct Child: ~Copyable {
+    package struct Child: ~Copyable {
         /// The child's process id.
-        public let pid: Int32
+        package let pid: Int32
         /// This process's end of the connected Unix stream socket pair.
-        public let socket: FileDescriptor
+        package let socket: FileDescriptor
 
         /// Hands over this process's end of the socket (e.g. to a connection object), leaving the pid.
-        public consuming func takeSocket() -> FileDescriptor { socket }
+        package consuming func takeSocket() -> FileDescriptor { socket }
 
         /// Waits for the child to exit (EINTR retried): its exit status, or 128 + the signal that killed it.
-        public func wait() throws(SystemError) -> Int32 {
+        package func wait() throws(SystemError) -> Int32 {
             var status: Int32 = 0
             _ = try Syscall.retrying("waitpid", "pid \(pid)") { unsafe waitpid(pid, &status, 0) }
             return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
@@ -30,7 +30,7 @@ public enum Subprocess {
     /// child gets SIGKILL when the thread that spawned it exits (`PR_SET_PDEATHSIG`), starts with no
     /// blocked signals and default dispositions, and no Swift code runs between `fork` and `exec`
     /// (the fork/exec is the C shim `coffer_spawn`).
-    public static func spawn(executable: String, arguments: [String] = [], environment: [String] = [],
+    package static func spawn(executable: String, arguments: [String] = [], environment: [String] = [],
                              socketAt targets: [Int32] = [3]) throws(SystemError) -> Child {
         precondition(!targets.isEmpty && targets.allSatisfy { $0 >= 0 }, "socketAt needs descriptor numbers")
         let pair = try DescriptorPair.socketPair("socketpair for \(executable)")

@@ -8,11 +8,11 @@ import Glibc
 ///
 /// In debug builds a test can make a named call on a named path fail with a chosen `errno`
 /// (``SyscallFaults``), so the failure paths of durable writes are exercised for real.
-public enum Syscall {
+package enum Syscall {
     /// Runs `call` (which returns `-1` and sets `errno` on failure), retrying EINTR; returns its
     /// result or throws `SystemError(operation, path, errno:)`.
     @inline(__always)
-    public static func retrying<T: FixedWidthInteger & SignedInteger>(
+    package static func retrying<T: FixedWidthInteger & SignedInteger>(
         _ operation: String, _ path: String, _ call: () -> T
     ) throws(SystemError) -> T {
         while true {
@@ -33,7 +33,7 @@ public enum Syscall {
     /// For calls that return an error number instead of setting `errno` (`pthread_*`, `sigwait`,
     /// `posix_*`): retries EINTR, throws any other non-zero result.
     @inline(__always)
-    public static func returningErrorNumber(_ operation: String, _ path: String, _ call: () -> Int32) throws(SystemError) {
+    package static func returningErrorNumber(_ operation: String, _ path: String, _ call: () -> Int32) throws(SystemError) {
         #if DEBUG
         if let injected = SyscallFaults.take(operation, path) { throw SystemError(operation, path, errno: injected) }
         #endif
@@ -48,7 +48,7 @@ public enum Syscall {
     /// Like ``retrying(_:_:_:)`` but returns the failure instead of throwing it, for callers on a
     /// hot path that only want to know whether the call worked and why not (no allocation).
     @inline(__always)
-    public static func result<T: FixedWidthInteger & SignedInteger>(_ call: () -> T) -> (value: T, errno: Int32) {
+    package static func result<T: FixedWidthInteger & SignedInteger>(_ call: () -> T) -> (value: T, errno: Int32) {
         while true {
             let r = call()
             if r != -1 { return (r, 0) }
@@ -65,7 +65,7 @@ public enum Syscall {
 /// durable writes (a full disk during `write`, EIO from `fsync`, a failing `rename`) without a full
 /// disk. Faults are keyed by path, so tests running in parallel on their own files cannot trip
 /// each other. Compiled only in debug builds: release builds contain no trace of it.
-public enum SyscallFaults {
+package enum SyscallFaults {
     private struct Fault { var remaining: Int; let errno: Int32 }
     @safe private final class Table: @unchecked Sendable {
         // @unchecked Sendable: `faults` is only touched with `mutex` held.
@@ -84,20 +84,20 @@ public enum SyscallFaults {
     /// Makes the `call`-th (1: the next) `operation` on `path` fail with `errno`. Operation names are
     /// the ones ``SystemError/operation`` shows: `open`, `write`, `fsync`, `rename`, `close`, ….
     /// EINTR behaves like a real interruption: ``Syscall/retrying(_:_:_:)`` retries the call.
-    public static func inject(_ operation: String, path: String, errno: Int32, onCall call: Int = 1) {
+    package static func inject(_ operation: String, path: String, errno: Int32, onCall call: Int = 1) {
         precondition(call >= 1)
         withTable { $0.faults[key(operation, path)] = Fault(remaining: call, errno: errno) }
     }
 
     /// Removes every fault armed for `path` (all of them when nil).
-    public static func clear(path: String? = nil) {
+    package static func clear(path: String? = nil) {
         withTable { t in
             if let path { t.faults = t.faults.filter { !$0.key.hasSuffix("\u{0}" + path) } } else { t.faults = [:] }
         }
     }
 
     /// True if a fault for `operation` on `path` is still waiting to fire.
-    public static func isArmed(_ operation: String, path: String) -> Bool {
+    package static func isArmed(_ operation: String, path: String) -> Bool {
         withTable { $0.faults[key(operation, path)] != nil }
     }
 

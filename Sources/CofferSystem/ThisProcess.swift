@@ -4,16 +4,16 @@ import Glibc
 ///
 /// (Not called `Process`, so that code importing both Foundation and `CofferSystem` keeps
 /// Foundation's `Process` unambiguous.)
-public enum ThisProcess {
+package enum ThisProcess {
     /// The executable this process runs (`/proc/self/exe`), nil if it cannot be read.
-    public static func executablePath() -> String? { readLink("/proc/self/exe") }
+    package static func executablePath() -> String? { readLink("/proc/self/exe") }
 
     /// The executable process `pid` runs (`/proc/PID/exe`), nil if it cannot be read.
-    public static func executablePath(pid: Int32) -> String? { readLink("/proc/\(pid)/exe") }
+    package static func executablePath(pid: Int32) -> String? { readLink("/proc/\(pid)/exe") }
 
     /// Replaces this process with `path` (`execv`: same environment), `arguments` being the whole
     /// argv (argv[0] included). Returns only if that failed, with the reason.
-    public static func exec(_ path: String, arguments: [String]) -> SystemError {
+    package static func exec(_ path: String, arguments: [String]) -> SystemError {
         var argv: [UnsafeMutablePointer<CChar>?] = unsafe arguments.map { unsafe strdup($0) } + [nil]
         defer { for unsafe p in unsafe argv { unsafe free(p) } }
         let (_, e) = Syscall.result { unsafe execv(path, &argv) }
@@ -22,7 +22,7 @@ public enum ThisProcess {
 
     /// The values of the environment variables `names` that are set (empty ones included).
     /// Reads only those names (no copy of the whole environment).
-    public static func environment(_ names: [String]) -> [String: String] {
+    package static func environment(_ names: [String]) -> [String: String] {
         var out: [String: String] = [:]
         for name in names {
             if let v = unsafe getenv(name) { out[name] = unsafe String(cString: v) }
@@ -38,7 +38,7 @@ public enum ThisProcess {
     }
 
     /// Which side of ``daemonize(logFile:)`` this is.
-    public enum DaemonRole: ~Copyable {
+    package enum DaemonRole: ~Copyable {
         /// The original process: exit with this status (0 once the daemon said it is ready; the
         /// daemon's own failure status, or 1, if it exited first).
         case parent(exitStatus: Int32)
@@ -48,10 +48,10 @@ public enum ThisProcess {
     }
 
     /// The daemon's end of the readiness pipe: ``signal()`` lets the waiting parent exit 0.
-    public struct Readiness: ~Copyable {
+    package struct Readiness: ~Copyable {
         let fd: FileDescriptor
         /// Tells the parent the daemon is ready, and closes the pipe.
-        public consuming func signal() {
+        package consuming func signal() {
             var one: UInt8 = 1
             _ = unsafe try? withUnsafeBytes(of: &one) { b throws(SystemError) in unsafe try fd.writeAll(b, path: "readiness pipe") }
         }
@@ -63,7 +63,7 @@ public enum ThisProcess {
     /// `fork` throws with its errno in the parent; a failed `setsid`, `open` of /dev/null or `dup2`
     /// throws in the child (which then exits non-zero, and the parent reports that). If `logFile`
     /// cannot be opened, stderr goes to /dev/null, as before.
-    public static func daemonize(logFile: String) throws(SystemError) -> DaemonRole {
+    package static func daemonize(logFile: String) throws(SystemError) -> DaemonRole {
         let pipe = try DescriptorPair.pipe("readiness pipe")
         let pid = try Syscall.retrying("fork", "daemon") { fork() }
         if pid > 0 {

@@ -1,12 +1,12 @@
 import Glibc
 
 /// Detached POSIX threads for blocking work (one per agent connection, the signal waiter, timers).
-public enum Threads {
+package enum Threads {
     private final class Box { let body: () -> Void; init(_ b: @escaping () -> Void) { body = b } }
 
     /// Starts `body` on a new detached thread; false if the system refused (thread limit).
     @discardableResult
-    public static func detach(stackBytes: Int = 512 << 10, _ body: @escaping @Sendable () -> Void) -> Bool {
+    package static func detach(stackBytes: Int = 512 << 10, _ body: @escaping @Sendable () -> Void) -> Bool {
         var attr = pthread_attr_t()
         unsafe pthread_attr_init(&attr)
         defer { unsafe pthread_attr_destroy(&attr) }
@@ -25,7 +25,7 @@ public enum Threads {
 
     /// Sleeps for `seconds` (fractions allowed), resuming after signals: the wait is for an absolute
     /// monotonic deadline, so a call retried after EINTR sleeps only the time left.
-    public static func sleep(seconds: Double) {
+    package static func sleep(seconds: Double) {
         var now = timespec()
         unsafe clock_gettime(CLOCK_MONOTONIC, &now)
         let whole = Int(seconds), nanos = now.tv_nsec + Int((seconds - Double(whole)) * 1e9)
@@ -36,7 +36,7 @@ public enum Threads {
     }
 
     /// Monotonic seconds.
-    public static func monotonicSeconds() -> Double {
+    package static func monotonicSeconds() -> Double {
         var ts = timespec()
         unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9

@@ -2,33 +2,33 @@ import CSystemShims
 import Glibc
 
 /// Who is at the other end of a Unix socket (SO_PEERCRED), plus the executable it runs.
-public struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
+package struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
     /// Peer process id at connect time.
-    public let pid: Int32
+    package let pid: Int32
     /// Peer user id.
-    public let uid: UInt32
+    package let uid: UInt32
     /// Peer group id.
-    public let gid: UInt32
+    package let gid: UInt32
     /// `/proc/PID/exe` as resolved at connect time (nil if it could not be read).
-    public let executable: String?
+    package let executable: String?
 
     /// Reads the peer of a connected socket.
-    public static func of(socket fd: Int32) throws(SystemError) -> PeerIdentity {
+    package static func of(socket fd: Int32) throws(SystemError) -> PeerIdentity {
         var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
         guard unsafe coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
         return PeerIdentity(pid: pid, uid: uid, gid: gid, executable: executablePath(pid: pid))
     }
 
     /// The target of `/proc/PID/exe`.
-    public static func executablePath(pid: Int32) -> String? { ThisProcess.executablePath(pid: pid) }
+    package static func executablePath(pid: Int32) -> String? { ThisProcess.executablePath(pid: pid) }
 
-    public var description: String { "pid \(pid) uid \(uid) \(executable ?? "?")" }
+    package var description: String { "pid \(pid) uid \(uid) \(executable ?? "?")" }
 }
 
 /// Unix stream sockets: the only Swift code making raw socket calls.
-public enum UnixSocket {
+package enum UnixSocket {
     /// Longest socket path (sun_path minus the terminator).
-    public static let maxPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+    package static let maxPathBytes = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
 
     private static func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) throws(SystemError) -> R {
         let bytes = Array(path.utf8)
@@ -48,7 +48,7 @@ public enum UnixSocket {
     /// replaced; a live one is an error: EADDRINUSE when another agent of this user answers, EPERM
     /// when a process of another uid answers (only root can have put it in a private directory; the
     /// agent neither talks to it nor replaces it).
-    public static func listen(path: String, backlog: Int32 = 128) throws(SystemError) -> Int32 {
+    package static func listen(path: String, backlog: Int32 = 128) throws(SystemError) -> Int32 {
         if Files.exists(path) {
             if let probe = try? connect(path: path) {
                 let owner = try? peerUID(probe)
@@ -74,14 +74,14 @@ public enum UnixSocket {
 
     /// The user id of the process at the other end of a connected Unix socket (SO_PEERCRED: for a
     /// client, the uid that created the listening socket). One getsockopt.
-    public static func peerUID(_ fd: Int32) throws(SystemError) -> UInt32 {
+    package static func peerUID(_ fd: Int32) throws(SystemError) -> UInt32 {
         var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
         guard unsafe coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
         return uid
     }
 
     /// Connects to the socket at `path`.
-    public static func connect(path: String) throws(SystemError) -> Int32 {
+    package static func connect(path: String) throws(SystemError) -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket", path) }
         let (rc, e) = unsafe try withAddress(path) { addr, len in Syscall.result { unsafe Glibc.connect(fd, addr, len) } }
@@ -90,12 +90,12 @@ public enum UnixSocket {
     }
 
     /// Accepts one connection (retrying EINTR); the new socket is close-on-exec.
-    public static func accept(_ listener: Int32) throws(SystemError) -> Int32 {
+    package static func accept(_ listener: Int32) throws(SystemError) -> Int32 {
         try Syscall.retrying("accept", "listener") { coffer_accept_cloexec(listener) }
     }
 
     /// Writes every byte (retrying EINTR and short writes). MSG_NOSIGNAL: a vanished peer is an error, not SIGPIPE.
-    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, dontWait: Bool = false) -> Bool {
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, dontWait: Bool = false) -> Bool {
         var off = 0
         let flags = Int32(MSG_NOSIGNAL) | (dontWait ? Int32(MSG_DONTWAIT) : 0)
         while off < bytes.count {
@@ -107,7 +107,7 @@ public enum UnixSocket {
     }
 
     /// Reads exactly `buffer.count` bytes; false on EOF, error or timeout before that.
-    public static func readExactly(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Bool {
+    package static func readExactly(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Bool {
         var off = 0
         while off < buffer.count {
             let (n, _) = Syscall.result { unsafe recv(fd, buffer.baseAddress! + off, buffer.count - off, 0) }
@@ -118,7 +118,7 @@ public enum UnixSocket {
     }
 
     /// What one ``receive(_:into:dontWait:)`` got.
-    public enum Received: Equatable, Sendable {
+    package enum Received: Equatable, Sendable {
         /// This many bytes (at least one).
         case bytes(Int)
         /// The peer closed its end (end of stream).
@@ -131,7 +131,7 @@ public enum UnixSocket {
 
     /// One `recv` into `buffer` (EINTR retried, `errno` captured at once). With `dontWait`, returns
     /// ``Received/wouldBlock`` instead of waiting for data (`MSG_DONTWAIT`).
-    public static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, dontWait: Bool) -> Received {
+    package static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, dontWait: Bool) -> Received {
         guard buffer.count > 0 else { return .bytes(0) }
         let (n, e) = Syscall.result { unsafe recv(fd, buffer.baseAddress!, buffer.count, dontWait ? Int32(MSG_DONTWAIT) : 0) }
         if n > 0 { return .bytes(n) }
@@ -142,7 +142,7 @@ public enum UnixSocket {
     /// Waits up to `timeoutMillis` for `fd` to become readable (or closed); true if it did. An
     /// interrupted wait returns false early (the caller re-checks its deadline and waits again).
     @discardableResult
-    public static func waitReadable(_ fd: Int32, timeoutMillis: Int32) -> Bool {
+    package static func waitReadable(_ fd: Int32, timeoutMillis: Int32) -> Bool {
         var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         return unsafe poll(&p, 1, timeoutMillis) > 0
     }
@@ -155,7 +155,7 @@ public enum UnixSocket {
     /// would keep it off that CPU for the whole budget (round trips measured 80–140 µs instead of 20,
     /// depending on where the scheduler placed the two threads); with the yield both placements
     /// measure ≈ 20 µs.
-    public static func spinUntilReadable(_ fd: Int32, spinMicros: Double) {
+    package static func spinUntilReadable(_ fd: Int32, spinMicros: Double) {
         var ts = timespec()
         unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
         let deadline = Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 + spinMicros
@@ -169,7 +169,7 @@ public enum UnixSocket {
     }
 
     /// Sets send/receive timeouts (0 = none).
-    public static func setTimeouts(_ fd: Int32, send: Double, receive: Double) {
+    package static func setTimeouts(_ fd: Int32, send: Double, receive: Double) {
         func tv(_ s: Double) -> timeval { timeval(tv_sec: Int(s), tv_usec: Int((s - Double(Int(s))) * 1e6)) }
         var s = tv(send), r = tv(receive)
         unsafe setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &s, socklen_t(MemoryLayout<timeval>.size))
@@ -178,10 +178,10 @@ public enum UnixSocket {
 }
 
 /// systemd integration without libsystemd: socket activation and readiness notification.
-public enum Systemd {
+package enum Systemd {
     /// The listening socket passed by systemd socket activation (fd 3), if this process was given one.
     /// Clears LISTEN_PID/LISTEN_FDS so children do not inherit them.
-    public static func activationSocket() -> Int32? {
+    package static func activationSocket() -> Int32? {
         defer { unsafe unsetenv("LISTEN_PID"); unsafe unsetenv("LISTEN_FDS"); unsafe unsetenv("LISTEN_FDNAMES") }
         guard let pidText = unsafe getenv("LISTEN_PID").map({ unsafe String(cString: $0) }), Int32(pidText) == getpid(),
               let fdsText = unsafe getenv("LISTEN_FDS").map({ unsafe String(cString: $0) }), let n = Int(fdsText), n >= 1 else { return nil }
@@ -193,7 +193,7 @@ public enum Systemd {
 
     /// Sends `state` (e.g. "READY=1") to $NOTIFY_SOCKET; false if not under systemd.
     @discardableResult
-    public static func notify(_ state: String) -> Bool {
+    package static func notify(_ state: String) -> Bool {
         guard let raw = unsafe getenv("NOTIFY_SOCKET") else { return false }
         var path = unsafe Array(String(cString: raw).utf8)
         guard !path.isEmpty, path.count <= UnixSocket.maxPathBytes else { return false }

@@ -1,6 +1,6 @@
-import CofferCrypto
-import CofferKeybag
-import CofferModel
+public import CofferCrypto
+public import CofferKeybag
+public import CofferModel
 import Foundation
 
 // Helpers several test targets had each written for themselves.

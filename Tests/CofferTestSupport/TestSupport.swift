@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A private temporary directory removed when released.
 public final class TemporaryDirectory: @unchecked Sendable {
