@@ -69,6 +69,10 @@ public struct TrustConfiguration: Sendable, Equatable {
 public struct RefusedFile: Sendable, Equatable, CustomStringConvertible {
     public let path: String
     public let reason: String
+    public init(path: String, reason: String) {
+        self.path = path
+        self.reason = reason
+    }
     public var description: String { "\(path): \(reason)" }
 }
 
