@@ -35,10 +35,10 @@ struct AuditCommand: ParsableCommand {
             return
         }
         // Older files once, then the live file through a descriptor, reopened when it is rotated away.
-        for f in AuditLog.files(in: dir).dropLast() where f != dir + "/" + AuditLog.fileName {
+        let live = dir + "/" + AuditLog.fileName
+        for f in AuditLog.files(in: dir) where f != live {
             if let bytes = try? Files.read(f, maxBytes: 64 << 20) { AuditReader.records(in: bytes).records.forEach(show) }
         }
-        let live = dir + "/" + AuditLog.fileName
         var fd: Int32 = -1
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
