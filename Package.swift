@@ -57,6 +57,12 @@ let package = Package(
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"], swiftSettings: settings),
+        // Trust roots and manifest directories: which signer keys and signed manifests the agent believes,
+        // with a reason for every refused file (StrictModes-style ownership and permission checks).
+        .target(name: "CofferTrust", dependencies: ["CofferManifest", "CofferCrypto", "CofferModel", "CofferSystem"],
+                swiftSettings: settings),
+        // The audit log: one JSON line per allowed or denied access, never a secret or attribute value.
+        .target(name: "CofferAudit", dependencies: ["CofferModel", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
@@ -82,6 +88,7 @@ let package = Package(
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
+                                         "CofferManifest", "CofferTrust", "CofferAudit",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.
@@ -105,6 +112,9 @@ let package = Package(
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
+        .testTarget(name: "CofferTrustTests",
+                    dependencies: ["CofferTrust", "CofferAudit", "CofferManifest", "CofferCrypto", "CofferModel", "CofferSystem", "CofferTestSupport"],
+                    swiftSettings: settings),
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",

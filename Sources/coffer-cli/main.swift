@@ -33,7 +33,7 @@ struct Coffer: ParsableCommand {
             environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
             (see the README).
             """,
-        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self])
+        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, ManifestCommand.self, AuditCommand.self])
 }
 
 struct Status: ParsableCommand {

@@ -1,0 +1,181 @@
+import CofferModel
+import CofferSystem
+import Glibc
+
+/// One allowed or denied access, as the audit log keeps it. The type has no field that could hold a
+/// secret or an attribute value: who (app id or executable, pid), what (operation, access group,
+/// item class), when, and the result code. ``fieldNames`` is the whole schema.
+public struct AuditRecord: Sendable, Equatable {
+    /// Seconds since the Unix epoch (millisecond precision in the file).
+    public let time: Double
+    /// The caller's pid.
+    public let pid: Int32
+    /// The caller's app identifier from its manifest (nil: no signed identity).
+    public let app: String?
+    /// The caller's executable path (from `/proc/PID/exe`), if known.
+    public let executable: String?
+    /// The operation: a name like `get`, `add`, `find`, `update`, `delete`, `unlock`.
+    public let operation: String
+    /// The access group the operation used or asked for (nil: none).
+    public let accessGroup: String?
+    /// The item class (nil: not an item operation).
+    public let itemClass: ItemClass?
+    /// The result (OSStatus: 0 for success, e.g. -34018 errSecMissingEntitlement).
+    public let result: Int32
+
+    /// Every key a record's JSON object has, in file order: the complete schema.
+    public static let fieldNames = ["time", "pid", "app", "executable", "operation", "accessGroup", "class", "result"]
+
+    public init(time: Double, pid: Int32, app: String?, executable: String?, operation: String,
+                accessGroup: String?, itemClass: ItemClass?, result: Int32) {
+        self.time = (time * 1000).rounded() / 1000
+        self.pid = pid
+        self.app = app
+        self.executable = executable
+        self.operation = operation
+        self.accessGroup = accessGroup
+        self.itemClass = itemClass
+        self.result = result
+    }
+
+    /// The record's JSON line (with its LF): one flat object, keys in ``fieldNames`` order, strings
+    /// escaped so that no value can end the line or add a key.
+    public func jsonLine() -> String {
+        func str(_ s: String?) -> String { s.map(AuditJSON.quote) ?? "null" }
+        let millis = Int64((time * 1000).rounded())
+        let t = "\(millis / 1000).\(String(repeating: "0", count: 3 - String(abs(millis % 1000)).count))\(abs(millis % 1000))"
+        return "{\"time\":\(t),\"pid\":\(pid),\"app\":\(str(app)),\"executable\":\(str(executable)),"
+            + "\"operation\":\(str(operation)),\"accessGroup\":\(str(accessGroup)),\"class\":\(str(itemClass?.rawValue)),"
+            + "\"result\":\(result)}\n"
+    }
+
+    /// The record a JSON line holds, or nil if the line is not one (a torn or foreign line).
+    public init?(jsonLine line: String) {
+        guard let fields = AuditJSON.parseFlatObject(line),
+              case .number(let time)? = fields["time"], case .number(let pid)? = fields["pid"],
+              case .string(let op)? = fields["operation"], case .number(let result)? = fields["result"],
+              let p = Int32(exactly: pid), let r = Int32(exactly: result) else { return nil }
+        func optional(_ k: String) -> String?? {
+            switch fields[k] {
+            case .string(let s)?: return .some(s)
+            case .null?, nil: return .some(nil)
+            default: return nil
+            }
+        }
+        guard let app = optional("app"), let exe = optional("executable"), let group = optional("accessGroup"),
+              let cls = optional("class") else { return nil }
+        var itemClass: ItemClass? = nil
+        if let c = cls {
+            guard let k = ItemClass(rawValue: c) else { return nil }
+            itemClass = k
+        }
+        self.init(time: time, pid: p, app: app, executable: exe, operation: op, accessGroup: group,
+                  itemClass: itemClass, result: r)
+    }
+}
+
+/// The audit log: `audit.log` in a directory, JSON lines, one `write(2)` per record on an `O_APPEND`
+/// descriptor (a crash loses at most the record being written, never an earlier one; a torn last line
+/// is ended before the next record so it spoils only itself), mode 0600, rotated by size:
+/// `audit.log` → `audit.log.1` → … → `audit.log.KEEP`, the oldest dropped.
+public final class AuditLog: Sendable {
+    public static let fileName = "audit.log"
+    public let directory: String
+    public let maximumBytes: Int
+    public let keep: Int
+    private let state = Protected<Int32>(-1)
+
+    /// A log in `directory` (which must exist), rotated when a record would take `audit.log` past
+    /// `maximumBytes` (default 1 MiB), keeping `keep` old files (default 3).
+    public init(directory: String, maximumBytes: Int = 1 << 20, keep: Int = 3) {
+        self.directory = directory
+        self.maximumBytes = maximumBytes
+        self.keep = max(keep, 0)
+    }
+
+    deinit { state.withLock { if $0 >= 0 { close($0) } } }
+
+    public var path: String { directory + "/" + Self.fileName }
+
+    /// Appends `record` as one line with one `write`.
+    public func append(_ record: AuditRecord) throws(SystemError) {
+        let line = Array(record.jsonLine().utf8)
+        try state.withLock { (fd: inout Int32) throws(SystemError) in
+            if fd < 0 { fd = try openLog() }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+            if st.st_size > 0 && Int(st.st_size) + line.count > maximumBytes {
+                close(fd)
+                fd = -1
+                try rotate()
+                fd = try openLog()
+            }
+            let n = line.withUnsafeBytes { b in Glibc.write(fd, b.baseAddress!, b.count) }
+            guard n == line.count else { throw SystemError("write", path, errno: n < 0 ? errno : EIO) }
+        }
+    }
+
+    /// The log's files, oldest first (those that exist): `audit.log.KEEP` … `audit.log.1`, `audit.log`.
+    public static func files(in directory: String, keep: Int = 3) -> [String] {
+        let base = directory + "/" + fileName
+        return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { access($0, F_OK) == 0 }
+    }
+
+    private func openLog() throws(SystemError) -> Int32 {
+        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw SystemError("open", path) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { close(fd); throw SystemError(refusing: path, "is not a regular file", errno: EINVAL) }
+        if st.st_mode & 0o077 != 0 { _ = fchmod(fd, 0o600) }
+        // A record torn by a crash has no LF: end it, so that the next record starts a line of its own.
+        if st.st_size > 0 {
+            var last: UInt8 = 0
+            // The write descriptor cannot read: look at the last byte through a read-only one.
+            let rfd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            if rfd >= 0 {
+                if pread(rfd, &last, 1, off_t(st.st_size - 1)) == 1, last != 0x0A { _ = write(fd, "\n", 1) }
+                close(rfd)
+            }
+        }
+        return fd
+    }
+
+    private func rotate() throws(SystemError) {
+        let base = path
+        if keep == 0 { unlink(base); return }
+        unlink("\(base).\(keep)")
+        for i in stride(from: keep - 1, through: 1, by: -1) where access("\(base).\(i)", F_OK) == 0 {
+            guard rename("\(base).\(i)", "\(base).\(i + 1)") == 0 else { throw SystemError("rename", "\(base).\(i)") }
+        }
+        guard rename(base, "\(base).1") == 0 else { throw SystemError("rename", base) }
+    }
+}
+
+/// Reading the audit log back.
+public enum AuditReader {
+    /// Every record in the log's files, oldest first, with `time >= since` if given; lines that are
+    /// not records (a torn last line) are skipped and counted.
+    public static func read(directory: String, keep: Int = 3, since: Double? = nil) -> (records: [AuditRecord], skipped: Int) {
+        var out: [AuditRecord] = []
+        var skipped = 0
+        for f in AuditLog.files(in: directory, keep: keep) {
+            guard let bytes = try? Files.read(f, maxBytes: 64 << 20) else { continue }
+            let (rs, s) = records(in: bytes)
+            skipped += s
+            out += rs.filter { since == nil || $0.time >= since! }
+        }
+        return (out, skipped)
+    }
+
+    /// The records in complete lines of `bytes` (a trailing partial line is ignored, not counted).
+    public static func records(in bytes: [UInt8]) -> (records: [AuditRecord], skipped: Int) {
+        var out: [AuditRecord] = []
+        var skipped = 0
+        var lines = bytes.split(separator: 0x0A, omittingEmptySubsequences: false)
+        lines.removeLast()  // after the last LF: empty or a partial line
+        for line in lines where !line.isEmpty {
+            if let r = AuditRecord(jsonLine: String(decoding: line, as: UTF8.self)) { out.append(r) } else { skipped += 1 }
+        }
+        return (out, skipped)
+    }
+}

@@ -1,0 +1,265 @@
+import CofferManifest
+import CofferSystem
+import Glibc
+
+/// A directory of trusted keys (`*.pub`) or manifests (`*.manifest`).
+public struct TrustDirectory: Sendable, Equatable, Hashable {
+    /// Absolute path.
+    public var path: String
+    /// True for system directories (`/etc/coffer/…`): the directory, its ancestors and every file
+    /// in it must be owned by root. Otherwise root or the user the agent runs as.
+    public var requireRootOwner: Bool
+
+    public init(_ path: String, requireRootOwner: Bool = false) {
+        self.path = path
+        self.requireRootOwner = requireRootOwner
+    }
+}
+
+/// Where the trust store looks. ``standard(allowUserKeys:extraKeyDirectories:extraManifestDirectories:environment:)``
+/// gives the documented places; tests and `coffer manifest list --no-default-dirs` give their own.
+public struct TrustConfiguration: Sendable, Equatable {
+    /// Trusted signer keys of the administrator (root-owned).
+    public static let systemKeyDirectory = "/etc/coffer/trusted-keys.d"
+    /// Manifests installed by the administrator or packages (root-owned).
+    public static let systemManifestDirectory = "/etc/coffer/manifests.d"
+    /// Suffix of a trusted key file.
+    public static let keySuffix = ".pub"
+    /// Suffix of a manifest file.
+    public static let manifestSuffix = ".manifest"
+
+    public var keyDirectories: [TrustDirectory]
+    public var manifestDirectories: [TrustDirectory]
+
+    public init(keyDirectories: [TrustDirectory], manifestDirectories: [TrustDirectory]) {
+        self.keyDirectories = keyDirectories
+        self.manifestDirectories = manifestDirectories
+    }
+
+    /// The documented places: keys in `/etc/coffer/trusted-keys.d` (root-owned) and, only if
+    /// `allowUserKeys`, `$XDG_CONFIG_HOME/coffer/trusted-keys.d`; manifests in
+    /// `/etc/coffer/manifests.d` (root-owned) and `$XDG_DATA_HOME/coffer/manifests.d`; then the
+    /// extra directories (root or the user may own them).
+    public static func standard(allowUserKeys: Bool = false, extraKeyDirectories: [String] = [],
+                                extraManifestDirectories: [String] = [],
+                                environment: (String) -> String? = TrustConfiguration.processEnvironment) -> TrustConfiguration {
+        let home = environment("HOME") ?? "/"
+        func xdg(_ name: String, _ fallback: String) -> String {
+            if let v = environment(name), v.hasPrefix("/") { return v }
+            return (home.hasSuffix("/") ? String(home.dropLast()) : home) + fallback
+        }
+        var keys = [TrustDirectory(systemKeyDirectory, requireRootOwner: true)]
+        if allowUserKeys { keys.append(TrustDirectory(xdg("XDG_CONFIG_HOME", "/.config") + "/coffer/trusted-keys.d")) }
+        keys += extraKeyDirectories.map { TrustDirectory($0) }
+        var manifests = [TrustDirectory(systemManifestDirectory, requireRootOwner: true),
+                         TrustDirectory(xdg("XDG_DATA_HOME", "/.local/share") + "/coffer/manifests.d")]
+        manifests += extraManifestDirectories.map { TrustDirectory($0) }
+        return TrustConfiguration(keyDirectories: keys, manifestDirectories: manifests)
+    }
+
+    /// `getenv`, for ``standard(allowUserKeys:extraKeyDirectories:extraManifestDirectories:environment:)``.
+    public static func processEnvironment(_ name: String) -> String? {
+        guard let v = getenv(name) else { return nil }
+        return String(cString: v)
+    }
+}
+
+/// A file or directory the trust store did not believe, and why (a line for the log and for
+/// `coffer manifest list`; names a path, an owner, a mode or a manifest line — never key material).
+public struct RefusedFile: Sendable, Equatable, CustomStringConvertible {
+    public let path: String
+    public let reason: String
+    public init(path: String, reason: String) {
+        self.path = path
+        self.reason = reason
+    }
+    public var description: String { "\(path): \(reason)" }
+}
+
+/// A trusted key and the file it came from.
+public struct TrustedKey: Sendable, Equatable {
+    public let key: SignerKey
+    public let path: String
+}
+
+/// A manifest that parsed and verified against a trusted key, and the file it came from.
+public struct AcceptedManifest: Sendable, Equatable {
+    public let manifest: Manifest
+    public let path: String
+    /// The file the trusting key came from.
+    public let keyPath: String
+}
+
+/// One load of the trust roots: what is believed and what was refused.
+public struct TrustSnapshot: Sendable {
+    public let keys: [TrustedKey]
+    public let manifests: [AcceptedManifest]
+    public let refused: [RefusedFile]
+    /// Accepted manifests by `executable` (a path can have several: different versions of the file,
+    /// told apart by their pinned SHA-256), in load order.
+    public let byExecutable: [String: [Manifest]]
+
+    public var trustedKeys: Set<SignerKey> { Set(keys.map(\.key)) }
+
+    /// Reads every key directory, then every manifest directory, in configuration order, and keeps
+    /// what passes: ``StrictModes`` for every directory and file, the format for keys, the canonical
+    /// parser and a signature by a trusted key for manifests. A directory that does not exist is
+    /// skipped silently; everything else refused is listed with its reason.
+    public static func load(_ configuration: TrustConfiguration) -> TrustSnapshot {
+        var refused: [RefusedFile] = []
+        var keys: [TrustedKey] = []
+        for dir in configuration.keyDirectories {
+            TrustFiles.forEachFile(in: dir, suffix: TrustConfiguration.keySuffix, maximumBytes: KeyFile.maximumBytes,
+                                   refused: &refused) { path, bytes in
+                switch KeyFile.parsePublicKeys(bytes) {
+                case .success(let ks):
+                    for k in ks where !keys.contains(where: { $0.key == k }) { keys.append(TrustedKey(key: k, path: path)) }
+                    return nil
+                case .failure(let reason):
+                    return reason.description
+                }
+            }
+        }
+        let trusted = Set(keys.map(\.key))
+        var accepted: [AcceptedManifest] = []
+        var index: [String: [Manifest]] = [:]
+        for dir in configuration.manifestDirectories {
+            TrustFiles.forEachFile(in: dir, suffix: TrustConfiguration.manifestSuffix, maximumBytes: Manifest.maximumBytes,
+                                   refused: &refused) { path, bytes in
+                let m: Manifest
+                do throws(ManifestError) {
+                    m = try Manifest.parse(bytes)
+                    try m.verify(trusting: trusted)
+                } catch {
+                    return error.description
+                }
+                if let earlier = accepted.first(where: {
+                    $0.manifest.executable.utf8.elementsEqual(m.executable.utf8) && $0.manifest.executableSHA256 == m.executableSHA256
+                }) {
+                    return "another manifest (\(earlier.path)) already pins this executable and SHA-256; the first one loaded counts"
+                }
+                let keyPath = keys.first(where: { $0.key == m.signer })?.path ?? ""
+                accepted.append(AcceptedManifest(manifest: m, path: path, keyPath: keyPath))
+                index[m.executable, default: []].append(m)
+                return nil
+            }
+        }
+        return TrustSnapshot(keys: keys, manifests: accepted, refused: refused, byExecutable: index)
+    }
+}
+
+/// The trust roots the agent believes, reloadable without a restart: call ``reload()`` on SIGHUP
+/// (or from a change watcher). Readers always see one complete snapshot, never a half-loaded one.
+public final class TrustStore: Sendable {
+    public let configuration: TrustConfiguration
+    private let current: Protected<TrustSnapshot>
+
+    /// Loads the trust roots once.
+    public init(configuration: TrustConfiguration) {
+        self.configuration = configuration
+        current = Protected(TrustSnapshot.load(configuration))
+    }
+
+    /// Re-reads every key and manifest and swaps the result in; returns it (log its `refused`).
+    @discardableResult
+    public func reload() -> TrustSnapshot {
+        let fresh = TrustSnapshot.load(configuration)
+        current.withLock { $0 = fresh }
+        return fresh
+    }
+
+    /// The snapshot in use.
+    public var snapshot: TrustSnapshot { current.withLock { $0 } }
+
+    /// The accepted manifests naming `path` as their executable (compared byte for byte), in load
+    /// order; the caller matches the executable's SHA-256. Empty if none.
+    public func manifests(forExecutable path: String) -> [Manifest] {
+        current.withLock { s in
+            (s.byExecutable[path] ?? []).filter { $0.executable.utf8.elementsEqual(path.utf8) }
+        }
+    }
+}
+
+/// Reading the files of a trust directory through descriptors.
+enum TrustFiles {
+    /// Calls `body` with the path and bytes of every acceptable file named `*suffix` in `dir`
+    /// (hidden files skipped), appending a ``RefusedFile`` for the directory or any file that fails,
+    /// or for which `body` returns a reason.
+    static func forEachFile(in dir: TrustDirectory, suffix: String, maximumBytes: Int, refused: inout [RefusedFile],
+                            _ body: (String, [UInt8]) -> String?) {
+        let dfd = open(dir.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if dfd < 0 {
+            let e = errno
+            if e == ENOENT { return }
+            let reason = e == ELOOP || e == ENOTDIR ? "directory is a symbolic link or not a directory" : "directory cannot be opened (errno \(e))"
+            refused.append(RefusedFile(path: dir.path, reason: reason))
+            return
+        }
+        defer { close(dfd) }
+        var st = stat()
+        guard fstat(dfd, &st) == 0 else { refused.append(RefusedFile(path: dir.path, reason: "directory cannot be examined")); return }
+        if let p = StrictModes.problem(st, what: "directory", requireRoot: dir.requireRootOwner)
+            ?? StrictModes.ancestorProblem(of: dir.path, requireRoot: dir.requireRootOwner) {
+            refused.append(RefusedFile(path: dir.path, reason: p + "; nothing in it is trusted"))
+            return
+        }
+        for name in entries(dfd).sorted() where !name.hasPrefix(".") {
+            let path = dir.path + "/" + name
+            guard name.hasSuffix(suffix) else {
+                refused.append(RefusedFile(path: path, reason: "not a *\(suffix) file; ignored"))
+                continue
+            }
+            switch read(dfd, name, requireRoot: dir.requireRootOwner, maximumBytes: maximumBytes) {
+            case .success(let bytes):
+                if let reason = body(path, bytes) { refused.append(RefusedFile(path: path, reason: reason)) }
+            case .failure(let reason): refused.append(RefusedFile(path: path, reason: reason.text))
+            }
+        }
+    }
+
+    struct Reason: Error { let text: String }
+
+    /// The file `name` in the directory open on `dfd`: opened with `O_NOFOLLOW` (a symbolic link is
+    /// refused), checked with ``StrictModes`` through its descriptor, read up to `maximumBytes`.
+    static func read(_ dfd: Int32, _ name: String, requireRoot: Bool, maximumBytes: Int) -> Result<[UInt8], Reason> {
+        let fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        if fd < 0 {
+            let e = errno
+            return .failure(Reason(text: e == ELOOP ? "file is a symbolic link" : "file cannot be opened (errno \(e))"))
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return .failure(Reason(text: "file cannot be examined (errno \(errno))")) }
+        guard st.st_mode & S_IFMT == S_IFREG else { return .failure(Reason(text: "not a regular file")) }
+        if let p = StrictModes.problem(st, what: "file", requireRoot: requireRoot) { return .failure(Reason(text: p)) }
+        // One byte more than allowed, to see a file that is too large without trusting st_size.
+        var buffer = [UInt8](repeating: 0, count: maximumBytes + 1)
+        var total = 0
+        while total < buffer.count {
+            let n = buffer.withUnsafeMutableBytes { b in Glibc.read(fd, b.baseAddress! + total, b.count - total) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(Reason(text: "file cannot be read (errno \(errno))"))
+            }
+            if n == 0 { break }
+            total += n
+        }
+        guard total <= maximumBytes else { return .failure(Reason(text: "file larger than \(maximumBytes) bytes")) }
+        return .success(Array(buffer[0..<total]))
+    }
+
+    /// The names in the directory open on `dfd` (through a duplicate, so `dfd` stays usable).
+    static func entries(_ dfd: Int32) -> [String] {
+        let copy = dup(dfd)
+        guard copy >= 0, let d = fdopendir(copy) else { if copy >= 0 { close(copy) }; return [] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
