@@ -1,32 +1,32 @@
-import CofferModel
-import CofferSystem
+package import CofferModel
+package import CofferSystem
 import Glibc
 
 /// One allowed or denied access, as the audit log keeps it. The type has no field that could hold a
 /// secret or an attribute value: who (app id or executable, pid), what (operation, access group,
 /// item class), when, and the result code. ``fieldNames`` is the whole schema.
-public struct AuditRecord: Sendable, Equatable {
+package struct AuditRecord: Sendable, Equatable {
     /// Seconds since the Unix epoch (millisecond precision in the file).
-    public let time: Double
+    package let time: Double
     /// The caller's pid.
-    public let pid: Int32
+    package let pid: Int32
     /// The caller's app identifier from its manifest (nil: no signed identity).
-    public let app: String?
+    package let app: String?
     /// The caller's executable path (from `/proc/PID/exe`), if known.
-    public let executable: String?
+    package let executable: String?
     /// The operation: a name like `get`, `add`, `find`, `update`, `delete`, `unlock`.
-    public let operation: String
+    package let operation: String
     /// The access group the operation used or asked for (nil: none).
-    public let accessGroup: String?
+    package let accessGroup: String?
     /// The item class (nil: not an item operation).
-    public let itemClass: ItemClass?
+    package let itemClass: ItemClass?
     /// The result (OSStatus: 0 for success, e.g. -34018 errSecMissingEntitlement).
-    public let result: Int32
+    package let result: Int32
 
     /// Every key a record's JSON object has, in file order: the complete schema.
-    public static let fieldNames = ["time", "pid", "app", "executable", "operation", "accessGroup", "class", "result"]
+    package static let fieldNames = ["time", "pid", "app", "executable", "operation", "accessGroup", "class", "result"]
 
-    public init(time: Double, pid: Int32, app: String?, executable: String?, operation: String,
+    package init(time: Double, pid: Int32, app: String?, executable: String?, operation: String,
                 accessGroup: String?, itemClass: ItemClass?, result: Int32) {
         self.time = (time * 1000).rounded() / 1000
         self.pid = pid
@@ -40,7 +40,7 @@ public struct AuditRecord: Sendable, Equatable {
 
     /// The record's JSON line (with its LF): one flat object, keys in ``fieldNames`` order, strings
     /// escaped so that no value can end the line or add a key.
-    public func jsonLine() -> String {
+    package func jsonLine() -> String {
         func str(_ s: String?) -> String { s.map(AuditJSON.quote) ?? "null" }
         let millis = Int64((time * 1000).rounded())
         let t = "\(millis / 1000).\(String(repeating: "0", count: 3 - String(abs(millis % 1000)).count))\(abs(millis % 1000))"
@@ -50,7 +50,7 @@ public struct AuditRecord: Sendable, Equatable {
     }
 
     /// The record a JSON line holds, or nil if the line is not one (a torn or foreign line).
-    public init?(jsonLine line: String) {
+    package init?(jsonLine line: String) {
         guard let fields = AuditJSON.parseFlatObject(line),
               case .number(let time)? = fields["time"], case .number(let pid)? = fields["pid"],
               case .string(let op)? = fields["operation"], case .number(let result)? = fields["result"],
@@ -78,16 +78,16 @@ public struct AuditRecord: Sendable, Equatable {
 /// descriptor (a crash loses at most the record being written, never an earlier one; a torn last line
 /// is ended before the next record so it spoils only itself), mode 0600, rotated by size:
 /// `audit.log` → `audit.log.1` → … → `audit.log.KEEP`, the oldest dropped.
-public final class AuditLog: Sendable {
-    public static let fileName = "audit.log"
-    public let directory: String
-    public let maximumBytes: Int
-    public let keep: Int
+package final class AuditLog: Sendable {
+    package static let fileName = "audit.log"
+    package let directory: String
+    package let maximumBytes: Int
+    package let keep: Int
     private let state = Protected<Int32>(-1)
 
     /// A log in `directory` (which must exist), rotated when a record would take `audit.log` past
     /// `maximumBytes` (default 1 MiB), keeping `keep` old files (default 3).
-    public init(directory: String, maximumBytes: Int = 1 << 20, keep: Int = 3) {
+    package init(directory: String, maximumBytes: Int = 1 << 20, keep: Int = 3) {
         self.directory = directory
         self.maximumBytes = maximumBytes
         self.keep = max(keep, 0)
@@ -95,10 +95,10 @@ public final class AuditLog: Sendable {
 
     deinit { state.withLock { if $0 >= 0 { close($0) } } }
 
-    public var path: String { directory + "/" + Self.fileName }
+    package var path: String { directory + "/" + Self.fileName }
 
     /// Appends `record` as one line with one `write`.
-    public func append(_ record: AuditRecord) throws(SystemError) {
+    package func append(_ record: AuditRecord) throws(SystemError) {
         let line = Array(record.jsonLine().utf8)
         try state.withLock { (fd: inout Int32) throws(SystemError) in
             if fd < 0 { fd = try openLog() }
@@ -116,7 +116,7 @@ public final class AuditLog: Sendable {
     }
 
     /// The log's files, oldest first (those that exist): `audit.log.KEEP` … `audit.log.1`, `audit.log`.
-    public static func files(in directory: String, keep: Int = 3) -> [String] {
+    package static func files(in directory: String, keep: Int = 3) -> [String] {
         let base = directory + "/" + fileName
         return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { access($0, F_OK) == 0 }
     }
@@ -152,10 +152,10 @@ public final class AuditLog: Sendable {
 }
 
 /// Reading the audit log back.
-public enum AuditReader {
+package enum AuditReader {
     /// Every record in the log's files, oldest first, with `time >= since` if given; lines that are
     /// not records (a torn last line) are skipped and counted.
-    public static func read(directory: String, keep: Int = 3, since: Double? = nil) -> (records: [AuditRecord], skipped: Int) {
+    package static func read(directory: String, keep: Int = 3, since: Double? = nil) -> (records: [AuditRecord], skipped: Int) {
         var out: [AuditRecord] = []
         var skipped = 0
         for f in AuditLog.files(in: directory, keep: keep) {
@@ -168,7 +168,7 @@ public enum AuditReader {
     }
 
     /// The records in complete lines of `bytes` (a trailing partial line is ignored, not counted).
-    public static func records(in bytes: [UInt8]) -> (records: [AuditRecord], skipped: Int) {
+    package static func records(in bytes: [UInt8]) -> (records: [AuditRecord], skipped: Int) {
         var out: [AuditRecord] = []
         var skipped = 0
         var lines = bytes.split(separator: 0x0A, omittingEmptySubsequences: false)

@@ -3,9 +3,9 @@
 /// `/usr/bin/python3.11` would give its access groups to every Python script of the user.
 /// `coffer manifest sign` refuses these unless forced. Ship a script as an app through a small
 /// compiled launcher instead (see the ManifestFormat article's "For the agent").
-public enum Interpreters {
+package enum Interpreters {
     /// Exact executable names.
-    public static let names: Set<String> = [
+    package static let names: Set<String> = [
         "sh", "bash", "dash", "zsh", "fish", "ksh", "ksh93", "mksh", "pdksh", "csh", "tcsh", "yash", "busybox", "toybox",
         "perl", "ruby", "irb", "node", "nodejs", "deno", "bun", "java", "jshell", "kotlin", "scala", "groovy",
         "tclsh", "wish", "expect", "lua", "luajit", "php", "php-cgi", "php-fpm", "python", "pypy", "guile", "racket",
@@ -15,15 +15,15 @@ public enum Interpreters {
     ]
     /// Name families followed by a version (`python3.11`, `perl5.36.0`, `lua5.4`, `php8.2`, `tclsh8.6`,
     /// `ld-linux-x86-64.so.2`, `qemu-x86_64`): the prefix then digits, dots, dashes or more.
-    public static let versionedPrefixes: [String] = [
+    package static let versionedPrefixes: [String] = [
         "python", "pypy", "perl", "ruby", "lua", "luajit", "php", "tclsh", "wish", "node", "java", "guile",
         "bash", "zsh", "ksh", "gawk",
     ]
     /// Families matched by prefix alone: the dynamic loader runs any program given to it.
-    public static let loaderPrefixes: [String] = ["ld-linux", "ld-musl", "qemu-"]
+    package static let loaderPrefixes: [String] = ["ld-linux", "ld-musl", "qemu-"]
 
     /// The interpreter family `path` (or a bare name) belongs to, or nil if it is not a known interpreter.
-    public static func match(_ path: String) -> String? {
+    package static func match(_ path: String) -> String? {
         let name = path.split(separator: "/").last.map(String.init) ?? path
         if names.contains(name) { return name }
         for p in loaderPrefixes where name.hasPrefix(p) { return p }

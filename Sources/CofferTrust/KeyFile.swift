@@ -1,6 +1,6 @@
-import CofferCrypto
-import CofferManifest
-import CofferModel
+package import CofferCrypto
+package import CofferManifest
+package import CofferModel
 import CofferSystem
 import Glibc
 
@@ -12,14 +12,14 @@ import Glibc
 /// - A **secret key file** (written by `coffer manifest keygen`, mode 0600): exactly 65 bytes, the
 ///   32-byte Ed25519 seed as 64 lowercase hex digits and an LF. It is read straight into locked,
 ///   wiped memory (``SecureBytes``) and refused if group or others may read or write it.
-public enum KeyFile {
+package enum KeyFile {
     /// Largest public key file.
-    public static let maximumBytes = 4096
+    package static let maximumBytes = 4096
     /// Size of a secret key file.
-    public static let secretFileBytes = 2 * Ed25519.seedBytes + 1
+    package static let secretFileBytes = 2 * Ed25519.seedBytes + 1
 
     /// The keys in a public key file, or why it is refused (a line number, never the line).
-    public static func parsePublicKeys(_ bytes: [UInt8]) -> Result<[SignerKey], RefusalReason> {
+    package static func parsePublicKeys(_ bytes: [UInt8]) -> Result<[SignerKey], RefusalReason> {
         guard bytes.count <= maximumBytes else { return .failure(RefusalReason("key file larger than \(maximumBytes) bytes")) }
         guard bytes.last == 0x0A else { return .failure(RefusalReason("key file does not end with a newline")) }
         var keys: [SignerKey] = []
@@ -35,12 +35,12 @@ public enum KeyFile {
     }
 
     /// The text of a public key file for `key`.
-    public static func publicKeyText(_ key: SignerKey) -> String { key.description + "\n" }
+    package static func publicKeyText(_ key: SignerKey) -> String { key.description + "\n" }
 
     /// Creates a new signing key: a random seed written to `path` (mode 0600, `O_EXCL`: an existing
     /// file is never overwritten) and its public key to `path.pub` (mode 0644). Returns the public key.
     /// The seed never leaves locked memory except into the file.
-    public static func generate(secretPath: String) throws(SecError) -> SignerKey {
+    package static func generate(secretPath: String) throws(SecError) -> SignerKey {
         let seed = SecureBytes.random(count: Ed25519.seedBytes)
         let (pk, sk) = Ed25519.keyPair(seed: seed)
         sk.wipe()
@@ -83,7 +83,7 @@ public enum KeyFile {
     /// Reads a secret key file: the 64-byte libsodium secret key, in secure memory. Refused
     /// (errSecParam) if it is not exactly the format, not a regular file, a symbolic link, or
     /// readable or writable by group or others (like ssh's "UNPROTECTED PRIVATE KEY FILE").
-    public static func readSecretKey(_ path: String) throws(SecError) -> SecureBytes {
+    package static func readSecretKey(_ path: String) throws(SecError) -> SecureBytes {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else { throw .io("cannot open the secret key \(path) (errno \(errno))") }
         defer { close(fd) }
@@ -123,7 +123,7 @@ public enum KeyFile {
 }
 
 /// Why a file was refused (for ``RefusedFile``).
-public struct RefusalReason: Error, Equatable, Sendable, CustomStringConvertible {
-    public let description: String
-    public init(_ text: String) { description = text }
+package struct RefusalReason: Error, Equatable, Sendable, CustomStringConvertible {
+    package let description: String
+    package init(_ text: String) { description = text }
 }

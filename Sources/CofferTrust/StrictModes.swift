@@ -1,5 +1,5 @@
 import CofferSystem
-import Glibc
+package import Glibc
 
 /// The ownership and permission rules for trust roots, as OpenSSH's `StrictModes` applies them to
 /// `authorized_keys`: a key or manifest file, and the directory holding it, must be owned by root or
@@ -10,10 +10,10 @@ import Glibc
 /// and then opened. The directory's ancestors are checked by path (`stat`), as sshd does; a
 /// root-owned ancestor with the sticky bit (`/tmp`) passes, because only an entry's owner may rename
 /// or remove it there.
-public enum StrictModes {
+package enum StrictModes {
     /// Why a file or directory with this `fstat` may not be trusted, or nil if it may.
     /// `what` names it in the reason ("file", "directory").
-    public static func problem(_ st: stat, what: String, requireRoot: Bool, me: uid_t = geteuid()) -> String? {
+    package static func problem(_ st: stat, what: String, requireRoot: Bool, me: uid_t = geteuid()) -> String? {
         let owner = st.st_uid
         if requireRoot && owner != 0 {
             return "\(what) is owned by uid \(owner), not by root"
@@ -32,7 +32,7 @@ public enum StrictModes {
     /// The problem with the ancestors of the directory at `path` (absolute), checked with `stat` from
     /// `/` down, or nil. An ancestor must be owned by root or `me` and not writable by group or others,
     /// unless it is root-owned and sticky (`/tmp`).
-    public static func ancestorProblem(of path: String, requireRoot: Bool, me: uid_t = geteuid()) -> String? {
+    package static func ancestorProblem(of path: String, requireRoot: Bool, me: uid_t = geteuid()) -> String? {
         guard path.hasPrefix("/") else { return "directory path is not absolute" }
         var parts = path.split(separator: "/").map(String.init)
         guard !parts.isEmpty else { return nil }

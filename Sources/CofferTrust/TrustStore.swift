@@ -1,16 +1,16 @@
-import CofferManifest
+package import CofferManifest
 import CofferSystem
 import Glibc
 
 /// A directory of trusted keys (`*.pub`) or manifests (`*.manifest`).
-public struct TrustDirectory: Sendable, Equatable, Hashable {
+package struct TrustDirectory: Sendable, Equatable, Hashable {
     /// Absolute path.
-    public var path: String
+    package var path: String
     /// True for system directories (`/etc/coffer/…`): the directory, its ancestors and every file
     /// in it must be owned by root. Otherwise root or the user the agent runs as.
-    public var requireRootOwner: Bool
+    package var requireRootOwner: Bool
 
-    public init(_ path: String, requireRootOwner: Bool = false) {
+    package init(_ path: String, requireRootOwner: Bool = false) {
         self.path = path
         self.requireRootOwner = requireRootOwner
     }
@@ -18,20 +18,20 @@ public struct TrustDirectory: Sendable, Equatable, Hashable {
 
 /// Where the trust store looks. ``standard(allowUserKeys:extraKeyDirectories:extraManifestDirectories:environment:)``
 /// gives the documented places; tests and `coffer manifest list --no-default-dirs` give their own.
-public struct TrustConfiguration: Sendable, Equatable {
+package struct TrustConfiguration: Sendable, Equatable {
     /// Trusted signer keys of the administrator (root-owned).
-    public static let systemKeyDirectory = "/etc/coffer/trusted-keys.d"
+    package static let systemKeyDirectory = "/etc/coffer/trusted-keys.d"
     /// Manifests installed by the administrator or packages (root-owned).
-    public static let systemManifestDirectory = "/etc/coffer/manifests.d"
+    package static let systemManifestDirectory = "/etc/coffer/manifests.d"
     /// Suffix of a trusted key file.
-    public static let keySuffix = ".pub"
+    package static let keySuffix = ".pub"
     /// Suffix of a manifest file.
-    public static let manifestSuffix = ".manifest"
+    package static let manifestSuffix = ".manifest"
 
-    public var keyDirectories: [TrustDirectory]
-    public var manifestDirectories: [TrustDirectory]
+    package var keyDirectories: [TrustDirectory]
+    package var manifestDirectories: [TrustDirectory]
 
-    public init(keyDirectories: [TrustDirectory], manifestDirectories: [TrustDirectory]) {
+    package init(keyDirectories: [TrustDirectory], manifestDirectories: [TrustDirectory]) {
         self.keyDirectories = keyDirectories
         self.manifestDirectories = manifestDirectories
     }
@@ -40,7 +40,7 @@ public struct TrustConfiguration: Sendable, Equatable {
     /// `allowUserKeys`, `$XDG_CONFIG_HOME/coffer/trusted-keys.d`; manifests in
     /// `/etc/coffer/manifests.d` (root-owned) and `$XDG_DATA_HOME/coffer/manifests.d`; then the
     /// extra directories (root or the user may own them).
-    public static func standard(allowUserKeys: Bool = false, extraKeyDirectories: [String] = [],
+    package static func standard(allowUserKeys: Bool = false, extraKeyDirectories: [String] = [],
                                 extraManifestDirectories: [String] = [],
                                 environment: (String) -> String? = TrustConfiguration.processEnvironment) -> TrustConfiguration {
         let home = environment("HOME") ?? "/"
@@ -58,7 +58,7 @@ public struct TrustConfiguration: Sendable, Equatable {
     }
 
     /// `getenv`, for ``standard(allowUserKeys:extraKeyDirectories:extraManifestDirectories:environment:)``.
-    public static func processEnvironment(_ name: String) -> String? {
+    package static func processEnvironment(_ name: String) -> String? {
         guard let v = getenv(name) else { return nil }
         return String(cString: v)
     }
@@ -66,46 +66,46 @@ public struct TrustConfiguration: Sendable, Equatable {
 
 /// A file or directory the trust store did not believe, and why (a line for the log and for
 /// `coffer manifest list`; names a path, an owner, a mode or a manifest line — never key material).
-public struct RefusedFile: Sendable, Equatable, CustomStringConvertible {
-    public let path: String
-    public let reason: String
-    public init(path: String, reason: String) {
+package struct RefusedFile: Sendable, Equatable, CustomStringConvertible {
+    package let path: String
+    package let reason: String
+    package init(path: String, reason: String) {
         self.path = path
         self.reason = reason
     }
-    public var description: String { "\(path): \(reason)" }
+    package var description: String { "\(path): \(reason)" }
 }
 
 /// A trusted key and the file it came from.
-public struct TrustedKey: Sendable, Equatable {
-    public let key: SignerKey
-    public let path: String
+package struct TrustedKey: Sendable, Equatable {
+    package let key: SignerKey
+    package let path: String
 }
 
 /// A manifest that parsed and verified against a trusted key, and the file it came from.
-public struct AcceptedManifest: Sendable, Equatable {
-    public let manifest: Manifest
-    public let path: String
+package struct AcceptedManifest: Sendable, Equatable {
+    package let manifest: Manifest
+    package let path: String
     /// The file the trusting key came from.
-    public let keyPath: String
+    package let keyPath: String
 }
 
 /// One load of the trust roots: what is believed and what was refused.
-public struct TrustSnapshot: Sendable {
-    public let keys: [TrustedKey]
-    public let manifests: [AcceptedManifest]
-    public let refused: [RefusedFile]
+package struct TrustSnapshot: Sendable {
+    package let keys: [TrustedKey]
+    package let manifests: [AcceptedManifest]
+    package let refused: [RefusedFile]
     /// Accepted manifests by `executable` (a path can have several: different versions of the file,
     /// told apart by their pinned SHA-256), in load order.
-    public let byExecutable: [String: [Manifest]]
+    package let byExecutable: [String: [Manifest]]
 
-    public var trustedKeys: Set<SignerKey> { Set(keys.map(\.key)) }
+    package var trustedKeys: Set<SignerKey> { Set(keys.map(\.key)) }
 
     /// Reads every key directory, then every manifest directory, in configuration order, and keeps
     /// what passes: ``StrictModes`` for every directory and file, the format for keys, the canonical
     /// parser and a signature by a trusted key for manifests. A directory that does not exist is
     /// skipped silently; everything else refused is listed with its reason.
-    public static func load(_ configuration: TrustConfiguration) -> TrustSnapshot {
+    package static func load(_ configuration: TrustConfiguration) -> TrustSnapshot {
         var refused: [RefusedFile] = []
         var keys: [TrustedKey] = []
         for dir in configuration.keyDirectories {
@@ -150,30 +150,30 @@ public struct TrustSnapshot: Sendable {
 
 /// The trust roots the agent believes, reloadable without a restart: call ``reload()`` on SIGHUP
 /// (or from a change watcher). Readers always see one complete snapshot, never a half-loaded one.
-public final class TrustStore: Sendable {
-    public let configuration: TrustConfiguration
+package final class TrustStore: Sendable {
+    package let configuration: TrustConfiguration
     private let current: Protected<TrustSnapshot>
 
     /// Loads the trust roots once.
-    public init(configuration: TrustConfiguration) {
+    package init(configuration: TrustConfiguration) {
         self.configuration = configuration
         current = Protected(TrustSnapshot.load(configuration))
     }
 
     /// Re-reads every key and manifest and swaps the result in; returns it (log its `refused`).
     @discardableResult
-    public func reload() -> TrustSnapshot {
+    package func reload() -> TrustSnapshot {
         let fresh = TrustSnapshot.load(configuration)
         current.withLock { $0 = fresh }
         return fresh
     }
 
     /// The snapshot in use.
-    public var snapshot: TrustSnapshot { current.withLock { $0 } }
+    package var snapshot: TrustSnapshot { current.withLock { $0 } }
 
     /// The accepted manifests naming `path` as their executable (compared byte for byte), in load
     /// order; the caller matches the executable's SHA-256. Empty if none.
-    public func manifests(forExecutable path: String) -> [Manifest] {
+    package func manifests(forExecutable path: String) -> [Manifest] {
         current.withLock { s in
             (s.byExecutable[path] ?? []).filter { $0.executable.utf8.elementsEqual(path.utf8) }
         }
