@@ -57,6 +57,8 @@ let package = Package(
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"], swiftSettings: settings),
+        // Who is calling: a connection's peer process → CallerIdentity (pidfd, /proc, executable hash, manifests, Flatpak).
+        .target(name: "CofferIdentity", dependencies: ["CofferManifest", "CofferModel", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
@@ -105,6 +107,9 @@ let package = Package(
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
+        .testTarget(name: "CofferIdentityTests",
+                    dependencies: ["CofferIdentity", "CofferManifest", "CofferModel", "CofferCrypto", "CofferSystem"],
+                    exclude: ["Fixtures"], swiftSettings: settings),
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
