@@ -326,6 +326,42 @@ func signedManifest(app: String = "com.example.app", executable: String, sha256:
         child.waitUntilExit()
     }
 
+    /// `.flatpak-info` must be a regular file opened without following a link, of bounded size, and
+    /// name a valid app: a symbolic link (to a real info file), a directory, an oversized or an invalid
+    /// file gives no Flatpak identity.
+    @Test(.enabled(if: Fixture.hasClient && Fixture.canRunBwrap, "needs cc and a bwrap that can create namespaces here (apt: bubblewrap)"),
+          arguments: ["symlink", "directory", "too large", "no app"])
+    func aBadFlatpakInfoGivesNoFlatpakIdentity(kind: String) throws {
+        let server = try Server()
+        let app = try Fixture.copyOfClient(in: server.dir)
+        let good = server.dir + "/good-info"
+        try "[Application]\nname=org.example.App\n".write(toFile: good, atomically: true, encoding: .utf8)
+        let bad = server.dir + "/bad-info"
+        var setup: [String]
+        switch kind {
+        case "symlink": setup = ["--symlink", good, "/.flatpak-info"]
+        case "directory": setup = ["--dir", "/.flatpak-info"]
+        case "too large":
+            try Data(("[Application]\nname=org.example.App\n" + String(repeating: "#", count: FlatpakInfo.maximumBytes)).utf8)
+                .write(to: URL(fileURLWithPath: bad))
+            setup = ["--ro-bind", bad, "/.flatpak-info"]
+        default:
+            try "[Runtime]\nname=org.example.Platform\n".write(toFile: bad, atomically: true, encoding: .utf8)
+            setup = ["--ro-bind", bad, "/.flatpak-info"]
+        }
+        let child = try server.start("/usr/bin/bwrap", ["--bind", server.dir, server.dir] + setup
+                                     + ["--proc", "/proc", "--dev", "/dev", app, server.path, "hold"])
+        let connection = try server.accept()
+        let identity = try IdentityResolver(manifests: StaticManifestSource([])).identify(socket: connection.rawValue)
+        #expect(!identity.isSigned && identity.accessGroups.isEmpty, "\(identity)")
+        guard case .unsigned(_, .unreadable) = identity.establishedBy else {
+            Issue.record("expected an unreadable .flatpak-info, got \(identity)")
+            return
+        }
+        try connection.close()
+        child.waitUntilExit()
+    }
+
     @Test func benchmarkColdHashOf50MB() throws {
         let dir = Fixture.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
