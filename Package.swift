@@ -63,6 +63,8 @@ let package = Package(
                 swiftSettings: settings),
         // The audit log: one JSON line per allowed or denied access, never a secret or attribute value.
         .target(name: "CofferAudit", dependencies: ["CofferModel", "CofferSystem"], swiftSettings: settings),
+        // Who is calling: a connection's peer process → CallerIdentity (pidfd, /proc, executable hash, manifests, Flatpak).
+        .target(name: "CofferIdentity", dependencies: ["CofferManifest", "CofferModel", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
@@ -115,6 +117,9 @@ let package = Package(
         .testTarget(name: "CofferTrustTests",
                     dependencies: ["CofferTrust", "CofferAudit", "CofferManifest", "CofferCrypto", "CofferModel", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
+        .testTarget(name: "CofferIdentityTests",
+                    dependencies: ["CofferIdentity", "CofferManifest", "CofferModel", "CofferCrypto", "CofferSystem"],
+                    exclude: ["Fixtures"], swiftSettings: settings),
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",

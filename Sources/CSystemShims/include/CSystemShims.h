@@ -35,4 +35,6 @@ int coffer_pipe_cloexec(int fds[2]);
 pid_t coffer_spawn(const char *path, char *const argv[], char *const envp[], int child_fd,
                    const int *targets, int ntargets);
 
+#include "identity.h"
+
 #endif

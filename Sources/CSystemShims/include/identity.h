@@ -1,0 +1,23 @@
+#ifndef COFFER_SYSTEM_IDENTITY_H
+#define COFFER_SYSTEM_IDENTITY_H
+
+#include <sys/types.h>
+
+/// A pidfd for the peer of a connected Unix socket (getsockopt SO_PEERPIDFD, Linux 6.5+), close-on-exec.
+/// Returns the descriptor, or -1 with errno set (ENOPROTOOPT on older kernels; ESRCH or EINVAL
+/// when the peer has already exited and been reaped).
+int coffer_peer_pidfd(int socket_fd);
+
+/// pidfd_open(pid, 0): a close-on-exec pidfd for the process that has `pid` now. -1 with errno set.
+int coffer_pidfd_open(pid_t pid);
+
+/// 1 if the process behind `pidfd` has not been reaped (a zombie still counts: its pid cannot be
+/// reused), 0 if it is gone, -1 with errno set if neither PIDFD_GET_INFO nor pidfd_send_signal works.
+int coffer_pidfd_alive(int pidfd);
+
+/// The pid (in this process's pid namespace) of the process behind `pidfd`: PIDFD_GET_INFO
+/// (Linux 6.13+), else the `Pid:` line of /proc/self/fdinfo/FD. Returns the pid, 0 if the process is
+/// in another pid namespace, or -1 with errno set (ESRCH once it has been reaped).
+pid_t coffer_pidfd_pid(int pidfd);
+
+#endif

@@ -1,0 +1,123 @@
+import CofferManifest
+import CofferModel
+import CofferSystem
+import Glibc
+
+/// Where the resolver finds the manifests that may vouch for an executable: verified manifests
+/// only (trust roots and the manifest directories are loaded and checked elsewhere).
+public protocol ManifestSource: Sendable {
+    /// The verified manifests whose `executable` is `path` (others are ignored anyway).
+    func manifests(forExecutable path: String) -> [Manifest]
+}
+
+/// A fixed list of already verified manifests.
+public struct StaticManifestSource: ManifestSource {
+    public let manifests: [Manifest]
+    public init(_ manifests: [Manifest]) { self.manifests = manifests }
+    public func manifests(forExecutable path: String) -> [Manifest] {
+        manifests.filter { $0.executable.utf8.elementsEqual(path.utf8) }
+    }
+}
+
+/// Why a connection got no identity at all (as opposed to an unsigned one): the peer could not be
+/// pinned, or exited before identification ended. The connection must be refused.
+public struct IdentityError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The failure, naming a system call or check (no values).
+    public let underlying: SystemError
+    public init(_ underlying: SystemError) { self.underlying = underlying }
+    public var description: String { "caller could not be identified: \(underlying)" }
+    /// errSecMissingEntitlement: an unidentified caller is entitled to nothing.
+    public var secError: SecError { SecError(.missingEntitlement, description) }
+}
+
+/// Turns a connection into a ``CallerIdentity``: request → identity → policy → keychain.
+///
+/// The peer is pinned by a pidfd (``ProcessHandle``) and everything is read through its
+/// `/proc/PID` directory: the executable is opened through `/proc/PID/exe` and that open file is
+/// hashed (cached by file version), and the pidfd is checked to be alive at the end, so a pid that
+/// was reused meanwhile gives an error, never another process's identity. In order:
+/// 1. a traced process (`TracerPid` ≠ 0) is unsigned;
+/// 2. a process whose root holds a valid `.flatpak-info` is `flatpak:APP_ID`;
+/// 3. a deleted or replaced executable (`(deleted)`, no links) is unsigned;
+/// 4. a verified manifest matching the executable's path and SHA-256 gives its app id and groups;
+/// 5. anything else is unsigned (the unsigned policy is applied by the caller).
+public struct IdentityResolver: Sendable {
+    public let manifests: any ManifestSource
+    public let hashes: ExecutableHashCache
+    /// False forces the `pidfd_open` fallback of kernels before 6.5 (for tests).
+    public let usePeerPIDFD: Bool
+
+    public init(manifests: any ManifestSource, hashes: ExecutableHashCache = ExecutableHashCache(), usePeerPIDFD: Bool = true) {
+        self.manifests = manifests
+        self.hashes = hashes
+        self.usePeerPIDFD = usePeerPIDFD
+    }
+
+    /// The identity of the peer of the connected Unix socket `fd`. Throws if the peer cannot be
+    /// pinned (already reaped) or exits before identification ends.
+    public func identify(socket fd: Int32) throws(IdentityError) -> CallerIdentity {
+        let process: ProcessHandle
+        do { process = try ProcessHandle.peer(ofSocket: fd, usePeerPIDFD: usePeerPIDFD) } catch { throw IdentityError(error) }
+        return try identify(process)
+    }
+
+    /// The identity of a pinned process (see ``identify(socket:)``).
+    public func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
+        let identity = examine(process)
+        guard process.isAlive() else {
+            throw IdentityError(SystemError(refusing: "pid \(process.pid)", "exited during identification", errno: ESRCH))
+        }
+        return identity
+    }
+
+    private func examine(_ process: borrowing ProcessHandle) -> CallerIdentity {
+        func unsigned(_ path: String, _ reason: CallerIdentity.UnsignedReason) -> CallerIdentity {
+            CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .unsigned(executablePath: path, reason: reason),
+                           accessGroups: [])
+        }
+        let pathBytes: [UInt8]
+        do { pathBytes = try process.executablePath() } catch { return unsigned("", .unreadable("\(error)")) }
+        let path = String(decoding: pathBytes, as: UTF8.self)
+
+        // 1. Traced: whatever runs may not be what the executable says.
+        let tracer: Int32
+        do {
+            guard let field = try process.statusField("TracerPid"), let t = Int32(field) else {
+                return unsigned(path, .unreadable("no TracerPid in status"))
+            }
+            tracer = t
+        } catch {
+            return unsigned(path, .unreadable("\(error)"))
+        }
+        if tracer != 0 { return unsigned(path, .traced(tracerPID: tracer)) }
+
+        // 2. Flatpak: the sandbox is the boundary, no manifest needed.
+        do {
+            if let info = try process.readInRoot(".flatpak-info", maximumBytes: FlatpakInfo.maximumBytes) {
+                guard let app = FlatpakInfo.appID(from: info) else { return unsigned(path, .unreadable("invalid .flatpak-info")) }
+                return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .flatpak(appID: app),
+                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app])
+            }
+        } catch {
+            return unsigned(path, .unreadable("\(error)"))
+        }
+
+        // 3. The running file itself, never its path.
+        let exe: FileDescriptor
+        do { exe = try process.openExecutable() } catch { return unsigned(path, .unreadable("\(error)")) }
+        let st: stat
+        do { st = try exe.status(path: "/proc/\(process.pid)/exe") } catch { return unsigned(path, .unreadable("\(error)")) }
+        if st.st_nlink == 0 || pathBytes.reversed().starts(with: Array(" (deleted)".utf8).reversed()) {
+            return unsigned(path, .executableDeleted)
+        }
+        let digest: [UInt8]
+        do { digest = try hashes.sha256(fileDescriptor: exe.rawValue, status: st) } catch { return unsigned(path, .unreadable("\(error)")) }
+
+        // 4. A verified manifest for this path and hash.
+        for m in manifests.manifests(forExecutable: path) where m.matches(executablePath: pathBytes, sha256: digest) {
+            return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .signedManifest(appID: m.app),
+                                  accessGroups: m.accessGroups)
+        }
+        return unsigned(path, .noMatchingManifest)
+    }
+}

@@ -1,0 +1,78 @@
+/// Who is calling: the app a connection belongs to and the access groups it may use, established
+/// from the peer process (see `CofferIdentity.IdentityResolver`). The keychain never sees this: the
+/// agent's policy turns it into an ``AccessScope``.
+public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
+    /// How the identity was established.
+    public enum Establishment: Sendable, Hashable {
+        /// A trusted, verified manifest names the peer's executable path and its SHA-256.
+        case signedManifest(appID: String)
+        /// The peer runs in a Flatpak sandbox (`.flatpak-info` in its root): group `flatpak:APP_ID`.
+        case flatpak(appID: String)
+        /// Nothing vouches for the peer. The policy for unsigned callers (deny, or the shared group
+        /// `unsigned`) is applied by the caller of the resolver, not here.
+        case unsigned(executablePath: String, reason: UnsignedReason)
+    }
+
+    /// Why a caller got no signed identity.
+    public enum UnsignedReason: Sendable, Hashable, CustomStringConvertible {
+        /// No verified manifest names this executable path and hash.
+        case noMatchingManifest
+        /// The process is being traced (`TracerPid` is this pid): its memory may not be its executable's.
+        case traced(tracerPID: Int32)
+        /// The executable was deleted or replaced since the process started (`(deleted)`).
+        case executableDeleted
+        /// The process or its executable could not be examined or hashed (a system error, a file
+        /// changing while hashed, too large, an invalid `.flatpak-info`): what failed, never a value.
+        case unreadable(String)
+
+        public var description: String {
+            switch self {
+            case .noMatchingManifest: "no trusted manifest matches the executable"
+            case .traced(let tracer): "process is traced (tracer pid \(tracer))"
+            case .executableDeleted: "executable was deleted or replaced"
+            case .unreadable(let why): "process could not be examined: \(why)"
+            }
+        }
+    }
+
+    /// The prefix of a Flatpak app's access group (`flatpak:org.example.App`).
+    public static let flatpakGroupPrefix = "flatpak:"
+
+    /// The peer's process id when identified.
+    public let pid: Int32
+    /// The peer's uid.
+    public let uid: UInt32
+    /// How the identity was established.
+    public let establishedBy: Establishment
+    /// The access groups the caller may use, default (first) group first; empty for unsigned callers.
+    public let accessGroups: [String]
+
+    public init(pid: Int32, uid: UInt32, establishedBy: Establishment, accessGroups: [String]) {
+        self.pid = pid
+        self.uid = uid
+        self.establishedBy = establishedBy
+        self.accessGroups = accessGroups
+    }
+
+    /// The app identifier (manifest `app`, or Flatpak app id); nil for unsigned callers.
+    public var appID: String? {
+        switch establishedBy {
+        case .signedManifest(let id), .flatpak(let id): id
+        case .unsigned: nil
+        }
+    }
+
+    /// True if a manifest or a Flatpak sandbox vouches for the caller.
+    public var isSigned: Bool { appID != nil }
+
+    /// The group an added item without `agrp` goes to (nil for unsigned callers: policy decides).
+    public var defaultAccessGroup: String? { accessGroups.first }
+
+    public var description: String {
+        switch establishedBy {
+        case .signedManifest(let id): "app \(id) (signed manifest, pid \(pid))"
+        case .flatpak(let id): "flatpak \(id) (pid \(pid))"
+        case .unsigned(let path, let reason): "unsigned \(path) (pid \(pid): \(reason))"
+        }
+    }
+}
