@@ -1,6 +1,6 @@
-import CofferManifest
+package import CofferManifest
 import CofferSystem
-import Glibc
+package import Glibc
 
 /// SHA-256 of executables, remembered by file identity and version: (device, inode, size, mtime,
 /// ctime), so a warm identity check is an `fstat` and a dictionary lookup. Any write to the file
@@ -10,7 +10,7 @@ import Glibc
 /// Like git's "racily clean" index entries, a file whose mtime or ctime is within
 /// ``racyWindowSeconds`` of now is hashed but not remembered: timestamps have a coarse granularity,
 /// so a write in the same tick as the hash could leave every key field unchanged.
-public final class ExecutableHashCache: Sendable {
+package final class ExecutableHashCache: Sendable {
     /// What identifies one version of one file.
     struct Key: Hashable {
         let device: UInt64, inode: UInt64, size: Int64
@@ -33,27 +33,27 @@ public final class ExecutableHashCache: Sendable {
     }
 
     /// Most entries kept; when full, the cache starts over (executables are few).
-    public let capacity: Int
+    package let capacity: Int
     /// Files changed less than this long ago are not remembered (see the type's documentation).
-    public let racyWindowSeconds: Double
+    package let racyWindowSeconds: Double
     private let state = Protected(State())
 
-    public init(capacity: Int = 1024, racyWindowSeconds: Double = 2) {
+    package init(capacity: Int = 1024, racyWindowSeconds: Double = 2) {
         precondition(capacity > 0)
         self.capacity = capacity
         self.racyWindowSeconds = racyWindowSeconds
     }
 
     /// How many files were actually hashed (cache misses): for tests and statistics.
-    public var hashesComputed: Int { state.withLock { $0.hashesComputed } }
+    package var hashesComputed: Int { state.withLock { $0.hashesComputed } }
 
     /// How many hashes are remembered.
-    public var count: Int { state.withLock { $0.entries.count } }
+    package var count: Int { state.withLock { $0.entries.count } }
 
     /// SHA-256 of the regular file open on `fd`, whose `fstat` (taken before this call) is `status`.
     /// `ExecutableHash.sha256(fileDescriptor:)` checks the file did not change while it was read, so
     /// a remembered hash always belongs to the key it is stored under.
-    public func sha256(fileDescriptor fd: Int32, status: stat) throws(ManifestError) -> [UInt8] {
+    package func sha256(fileDescriptor fd: Int32, status: stat) throws(ManifestError) -> [UInt8] {
         let key = Key(status)
         if let hit = state.withLock({ $0.entries[key] }) { return hit }
         let digest = try ExecutableHash.sha256(fileDescriptor: fd)
@@ -71,7 +71,7 @@ public final class ExecutableHashCache: Sendable {
     }
 
     /// Forgets every hash.
-    public func removeAll() { state.withLock { $0.entries.removeAll() } }
+    package func removeAll() { state.withLock { $0.entries.removeAll() } }
 
     private func isRacy(_ st: stat) -> Bool {
         guard racyWindowSeconds > 0 else { return false }

@@ -1,14 +1,14 @@
 /// The part of Flatpak's `/.flatpak-info` (a GLib key file written by `flatpak run` into every
 /// sandbox) that identity needs: the `name` key of the `[Application]` group.
-public enum FlatpakInfo {
+package enum FlatpakInfo {
     /// Largest `.flatpak-info` read (64 KiB; real ones are a few hundred bytes).
-    public static let maximumBytes = 64 << 10
+    package static let maximumBytes = 64 << 10
     /// Longest application id (Flatpak's own limit).
-    public static let maximumAppIDBytes = 255
+    package static let maximumAppIDBytes = 255
 
     /// The app id of an `[Application]` group's `name=` key, nil if there is none or it is not a
     /// valid Flatpak application id. A runtime's file (`[Runtime]` only) has no app id.
-    public static func appID(from bytes: [UInt8]) -> String? {
+    package static func appID(from bytes: [UInt8]) -> String? {
         guard bytes.count <= maximumBytes, let text = String(validating: bytes, as: UTF8.self) else { return nil }
         var group: Substring?
         for rawLine in text.split(separator: "\n", omittingEmptySubsequences: true) {
@@ -29,7 +29,7 @@ public enum FlatpakInfo {
 
     /// Flatpak's rule for application ids: 3 or more dot-separated elements of `[A-Za-z0-9_-]`, none
     /// empty or starting with a digit, at most 255 bytes.
-    public static func isValidAppID(_ id: String) -> Bool {
+    package static func isValidAppID(_ id: String) -> Bool {
         guard !id.isEmpty, id.utf8.count <= maximumAppIDBytes else { return false }
         let elements = id.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard elements.count >= 3 else { return false }

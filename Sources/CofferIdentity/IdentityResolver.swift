@@ -1,33 +1,33 @@
-import CofferManifest
-import CofferModel
-import CofferSystem
+package import CofferManifest
+package import CofferModel
+package import CofferSystem
 import Glibc
 
 /// Where the resolver finds the manifests that may vouch for an executable: verified manifests
 /// only (trust roots and the manifest directories are loaded and checked elsewhere).
-public protocol ManifestSource: Sendable {
+package protocol ManifestSource: Sendable {
     /// The verified manifests whose `executable` is `path` (others are ignored anyway).
     func manifests(forExecutable path: String) -> [Manifest]
 }
 
 /// A fixed list of already verified manifests.
-public struct StaticManifestSource: ManifestSource {
-    public let manifests: [Manifest]
-    public init(_ manifests: [Manifest]) { self.manifests = manifests }
-    public func manifests(forExecutable path: String) -> [Manifest] {
+package struct StaticManifestSource: ManifestSource {
+    package let manifests: [Manifest]
+    package init(_ manifests: [Manifest]) { self.manifests = manifests }
+    package func manifests(forExecutable path: String) -> [Manifest] {
         manifests.filter { $0.executable.utf8.elementsEqual(path.utf8) }
     }
 }
 
 /// Why a connection got no identity at all (as opposed to an unsigned one): the peer could not be
 /// pinned, or exited before identification ended. The connection must be refused.
-public struct IdentityError: Error, Equatable, Sendable, CustomStringConvertible {
+package struct IdentityError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The failure, naming a system call or check (no values).
-    public let underlying: SystemError
-    public init(_ underlying: SystemError) { self.underlying = underlying }
-    public var description: String { "caller could not be identified: \(underlying)" }
+    package let underlying: SystemError
+    package init(_ underlying: SystemError) { self.underlying = underlying }
+    package var description: String { "caller could not be identified: \(underlying)" }
     /// errSecMissingEntitlement: an unidentified caller is entitled to nothing.
-    public var secError: SecError { SecError(.missingEntitlement, description) }
+    package var secError: SecError { SecError(.missingEntitlement, description) }
 }
 
 /// Turns a connection into a ``CallerIdentity``: request → identity → policy → keychain.
@@ -41,13 +41,13 @@ public struct IdentityError: Error, Equatable, Sendable, CustomStringConvertible
 /// 3. a deleted or replaced executable (`(deleted)`, no links) is unsigned;
 /// 4. a verified manifest matching the executable's path and SHA-256 gives its app id and groups;
 /// 5. anything else is unsigned (the unsigned policy is applied by the caller).
-public struct IdentityResolver: Sendable {
-    public let manifests: any ManifestSource
-    public let hashes: ExecutableHashCache
+package struct IdentityResolver: Sendable {
+    package let manifests: any ManifestSource
+    package let hashes: ExecutableHashCache
     /// False forces the `pidfd_open` fallback of kernels before 6.5 (for tests).
-    public let usePeerPIDFD: Bool
+    package let usePeerPIDFD: Bool
 
-    public init(manifests: any ManifestSource, hashes: ExecutableHashCache = ExecutableHashCache(), usePeerPIDFD: Bool = true) {
+    package init(manifests: any ManifestSource, hashes: ExecutableHashCache = ExecutableHashCache(), usePeerPIDFD: Bool = true) {
         self.manifests = manifests
         self.hashes = hashes
         self.usePeerPIDFD = usePeerPIDFD
@@ -55,14 +55,14 @@ public struct IdentityResolver: Sendable {
 
     /// The identity of the peer of the connected Unix socket `fd`. Throws if the peer cannot be
     /// pinned (already reaped) or exits before identification ends.
-    public func identify(socket fd: Int32) throws(IdentityError) -> CallerIdentity {
+    package func identify(socket fd: Int32) throws(IdentityError) -> CallerIdentity {
         let process: ProcessHandle
         do { process = try ProcessHandle.peer(ofSocket: fd, usePeerPIDFD: usePeerPIDFD) } catch { throw IdentityError(error) }
         return try identify(process)
     }
 
     /// The identity of a pinned process (see ``identify(socket:)``).
-    public func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
+    package func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
         let identity = examine(process)
         guard process.isAlive() else {
             throw IdentityError(SystemError(refusing: "pid \(process.pid)", "exited during identification", errno: ESRCH))

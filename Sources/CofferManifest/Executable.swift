@@ -8,16 +8,16 @@ import CofferSystem
 /// even if its path has since been replaced) with ``sha256(fileDescriptor:)``, reads the path with
 /// `readlink`, and asks ``Manifest/matches(executablePath:sha256:)-([UInt8],_)``. See "For the agent"
 /// in the ManifestFormat article.
-package enum ExecutableHash {
+public enum ExecutableHash {
     /// Largest executable hashed (1 GiB): bounds the work a peer can cause.
-    package static let maximumBytes = 1 << 30
+    public static let maximumBytes = 1 << 30
     /// Bytes read per `pread`.
     static let chunkBytes = 1 << 17
 
     /// SHA-256 of the regular file open on `fd`, read from offset 0 with `pread` (the descriptor's
     /// own offset is left alone). Throws `.executableChanged` if the file's size, mtime or ctime moved
     /// while it was being read, or it did not yield exactly its size in bytes.
-    package static func sha256(fileDescriptor fd: Int32) throws(ManifestError) -> [UInt8] {
+    public static func sha256(fileDescriptor fd: Int32) throws(ManifestError) -> [UInt8] {
         var hasher = SHA256.Hasher()
         do {
             try StableFile.read(fd: fd, maximumBytes: maximumBytes, chunkBytes: chunkBytes) { hasher.update($0) }
@@ -29,7 +29,7 @@ package enum ExecutableHash {
 
     /// SHA-256 of the file at `path` (symbolic links followed, like `sha256sum`): for tools that
     /// write manifests. See ``sha256(fileDescriptor:)``.
-    package static func sha256(path: String) throws(ManifestError) -> [UInt8] {
+    public static func sha256(path: String) throws(ManifestError) -> [UInt8] {
         do {
             return try StableFile.withOpen(path, followSymlinks: true) { fd throws(StableFile.Failure) in
                 try hash(fd)
@@ -66,12 +66,12 @@ extension Manifest {
     /// Compare raw bytes, never Swift strings: `String` equality treats canonically equivalent Unicode
     /// (a precomposed and a decomposed "é") as equal, and decoding invalid UTF-8 replaces bytes with
     /// U+FFFD — either would let a different file's path match.
-    package func matches(executablePath path: [UInt8], sha256 digest: [UInt8]) -> Bool {
+    public func matches(executablePath path: [UInt8], sha256 digest: [UInt8]) -> Bool {
         path.elementsEqual(executable.utf8) && digest == executableSHA256
     }
 
     /// ``matches(executablePath:sha256:)-([UInt8],_)`` with the path as a string (compared as UTF-8 bytes).
-    package func matches(executablePath path: String, sha256 digest: [UInt8]) -> Bool {
+    public func matches(executablePath path: String, sha256 digest: [UInt8]) -> Bool {
         matches(executablePath: Array(path.utf8), sha256: digest)
     }
 
@@ -83,7 +83,7 @@ extension Manifest {
     ///
     /// Not for the agent: the file at a path can change between this check and an `exec`. The agent
     /// hashes `/proc/PID/exe` instead (see "For the agent" in the ManifestFormat article).
-    package func matches(executableAt path: String) throws(ManifestError) -> Bool {
+    public func matches(executableAt path: String) throws(ManifestError) -> Bool {
         guard path.utf8.elementsEqual(executable.utf8) else { return false }
         do {
             guard try StableFile.canonicalPath(path).elementsEqual(path.utf8) else { return false }

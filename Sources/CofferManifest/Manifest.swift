@@ -1,5 +1,5 @@
 import CofferCrypto
-package import CofferModel
+public import CofferModel
 
 /// A signed app manifest, format version 1 (see the ManifestFormat article): which executable an app
 /// is, and which keychain access groups it may use.
@@ -7,45 +7,45 @@ package import CofferModel
 /// A `Manifest` only comes from ``parse(_:)-([UInt8])`` or ``sign(app:executable:executableSHA256:accessGroups:secretKey:)``,
 /// so every value is valid and has exactly one encoding: `try Manifest.parse(x).encoded() == x`.
 /// Parsing does not check the signature: call ``verify(trusting:)`` before believing anything in it.
-package struct Manifest: Equatable, Sendable {
+public struct Manifest: Equatable, Sendable {
     /// Largest manifest accepted (16 KiB), checked before anything else. No valid manifest comes close
     /// (the longest possible one is 13,713 bytes): the limit bounds what a hostile file costs to parse.
-    package static let maximumBytes = 16384
+    public static let maximumBytes = 16384
     /// Most `access-group` lines (64).
-    package static let maximumAccessGroups = 64
+    public static let maximumAccessGroups = 64
     /// Longest app identifier or access group (128 bytes).
-    package static let maximumNameBytes = 128
+    public static let maximumNameBytes = 128
     /// Longest executable path (4096 bytes).
-    package static let maximumPathBytes = 4096
+    public static let maximumPathBytes = 4096
     /// The first line of every version-1 manifest.
-    package static let header = "coffer-manifest 1"
+    public static let header = "coffer-manifest 1"
 
     /// The app identifier (reverse DNS by convention, e.g. `com.example.mail`).
-    package let app: String
+    public let app: String
     /// The absolute, canonical path of the executable, as `readlink /proc/PID/exe` shows it.
-    package let executable: String
+    public let executable: String
     /// SHA-256 of the executable file's contents (32 bytes).
-    package let executableSHA256: [UInt8]
+    public let executableSHA256: [UInt8]
     /// The access groups the app may use, in manifest order, at least one, no duplicates.
-    package let accessGroups: [String]
+    public let accessGroups: [String]
     /// The key that signed the manifest (the `signed-by` line).
-    package let signer: SignerKey
+    public let signer: SignerKey
     /// The Ed25519 signature (64 bytes) over ``signedBytes``.
-    package let signature: [UInt8]
+    public let signature: [UInt8]
     /// Every byte before the `signature: ` line, exactly as received: what the signature covers.
     let signedBytes: [UInt8]
 
     /// The group new items go to when the app names none (the first `access-group`, as on Apple platforms).
-    package var defaultAccessGroup: String { accessGroups[0] }
+    public var defaultAccessGroup: String { accessGroups[0] }
 
     /// Two manifests are equal when their encodings are: byte equality, not `String` equality (which
     /// would equate canonically equivalent but different paths).
-    package static func == (lhs: Manifest, rhs: Manifest) -> Bool {
+    public static func == (lhs: Manifest, rhs: Manifest) -> Bool {
         lhs.encoded() == rhs.encoded() && lhs.signedBytes == rhs.signedBytes
     }
 
     /// The canonical encoding: the only byte sequence that parses to this manifest.
-    package func encoded() -> [UInt8] {
+    public func encoded() -> [UInt8] {
         var out = Manifest.unsignedText(app: app, executable: executable, executableSHA256: executableSHA256,
                                         accessGroups: accessGroups, signer: signer.bytes)
         out += Array("\(ManifestField.signature.rawValue): \(Hex.encode(signature))\n".utf8)
@@ -66,28 +66,28 @@ package struct Manifest: Equatable, Sendable {
 }
 
 /// An Ed25519 public key that signs manifests (32 bytes). Administrators list the keys they trust.
-package struct SignerKey: Hashable, Sendable, CustomStringConvertible {
+public struct SignerKey: Hashable, Sendable, CustomStringConvertible {
     /// The 32 key bytes.
-    package let bytes: [UInt8]
+    public let bytes: [UInt8]
 
     /// A key from its 32 bytes; nil for any other length.
-    package init?(_ bytes: [UInt8]) {
+    public init?(_ bytes: [UInt8]) {
         guard bytes.count == Ed25519.publicKeyBytes else { return nil }
         self.bytes = bytes
     }
 
     /// A key from 64 lowercase hex digits (the `signed-by` form); nil for anything else.
-    package init?(hex: String) {
+    public init?(hex: String) {
         guard let b = Hex.decodeLowercase(Array(hex.utf8)[...], byteCount: Ed25519.publicKeyBytes) else { return nil }
         bytes = b
     }
 
     /// The 64 lowercase hex digits, as a `signed-by` line shows them.
-    package var description: String { Hex.encode(bytes) }
+    public var description: String { Hex.encode(bytes) }
 }
 
 /// The fields of a version-1 manifest, in the order they must appear; the raw value is the field name.
-package enum ManifestField: String, Sendable, CaseIterable {
+public enum ManifestField: String, Sendable, CaseIterable {
     case app
     case executable
     case executableSHA256 = "executable-sha256"
@@ -98,7 +98,7 @@ package enum ManifestField: String, Sendable, CaseIterable {
 
 /// Why a manifest was refused. Stable: the agent and tools match on these cases, and the spec's
 /// test vectors name them. Messages name a line and a field, never a value.
-package enum ManifestError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum ManifestError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The input is larger than ``Manifest/maximumBytes``; nothing else was looked at.
     case tooLarge(bytes: Int)
     /// Line `line` (1-based) breaks a format rule.
@@ -117,7 +117,7 @@ package enum ManifestError: Error, Equatable, Sendable, CustomStringConvertible 
     case executableChanged
 
     /// What went wrong, for people: a line number and a field name at most.
-    package var description: String {
+    public var description: String {
         switch self {
         case .tooLarge(let n): "manifest too large (\(n) bytes; at most \(Manifest.maximumBytes))"
         case .malformed(let line, let p): "manifest line \(line): \(p)"
@@ -132,7 +132,7 @@ package enum ManifestError: Error, Equatable, Sendable, CustomStringConvertible 
 
     /// The error as a keychain result: errSecDecode for a malformed or badly signed manifest,
     /// errSecMissingEntitlement for an untrusted signer, errSecIO / errSecAllocate for the executable.
-    package var secError: SecError {
+    public var secError: SecError {
         switch self {
         case .tooLarge, .malformed, .badSignature: SecError(.decode, description)
         case .untrustedSigner: SecError(.missingEntitlement, description)
@@ -143,7 +143,7 @@ package enum ManifestError: Error, Equatable, Sendable, CustomStringConvertible 
 }
 
 /// The rule a malformed line breaks. ``code`` is the stable name the spec's vectors use.
-package enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
+public enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
     /// Line 1 is not `coffer-manifest 1` (and not another version number either).
     case badHeader
     /// Line 1 is `coffer-manifest N` for a version other than 1.
@@ -176,7 +176,7 @@ package enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
     case trailingData
 
     /// The stable name used in the spec's test vectors, e.g. `bad-value executable`.
-    package var code: String {
+    public var code: String {
         switch self {
         case .badHeader: "bad-header"
         case .unsupportedVersion: "unsupported-version"
@@ -197,7 +197,7 @@ package enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// What is wrong, for people.
-    package var description: String {
+    public var description: String {
         switch self {
         case .badHeader: "the first line must be exactly \"\(Manifest.header)\""
         case .unsupportedVersion: "unsupported manifest version (this parser reads version 1)"
@@ -231,7 +231,7 @@ package enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
 
 extension Manifest {
     /// Parses a manifest, refusing anything but the one canonical form. Does not verify the signature.
-    package static func parse(_ input: [UInt8]) throws(ManifestError) -> Manifest {
+    public static func parse(_ input: [UInt8]) throws(ManifestError) -> Manifest {
         guard input.count <= maximumBytes else { throw .tooLarge(bytes: input.count) }
         var lines = LineReader(input)
 
@@ -288,7 +288,7 @@ extension Manifest {
     }
 
     /// Parses a manifest in borrowed memory (see ``parse(_:)-([UInt8])``); the size is checked before anything is copied.
-    package static func parse(_ input: UnsafeRawBufferPointer) throws(ManifestError) -> Manifest {
+    public static func parse(_ input: UnsafeRawBufferPointer) throws(ManifestError) -> Manifest {
         guard input.count <= maximumBytes else { throw .tooLarge(bytes: input.count) }
         return try parse(Array(input))
     }

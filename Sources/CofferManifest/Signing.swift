@@ -1,11 +1,11 @@
-package import CofferCrypto
+public import CofferCrypto
 
 extension Manifest {
     /// Signs a manifest with an Ed25519 secret key (64 bytes, libsodium layout); `signed-by` is the
     /// key's public half. Every value is checked by the parser's own rules first (an invalid one
     /// throws `.malformed` with the line it would have had), so no value can add a line of its own.
     /// Ed25519 is deterministic: the same fields and key always give the same bytes.
-    package static func sign(app: String, executable: String, executableSHA256: [UInt8], accessGroups: [String],
+    public static func sign(app: String, executable: String, executableSHA256: [UInt8], accessGroups: [String],
                             secretKey: SecureBytes) throws(ManifestError) -> Manifest {
         let signer = Ed25519.publicKey(secretKey: secretKey)
         var fields: [(ManifestField, String)] = [(.app, app), (.executable, executable),
@@ -25,7 +25,7 @@ extension Manifest {
     /// Checks that the manifest was signed by one of `trustedKeys` and that the signature covers its
     /// bytes. The signer is checked first: an untrusted key is `.untrustedSigner` whatever its
     /// signature; a trusted key with a wrong signature is `.badSignature`.
-    package func verify(trusting trustedKeys: Set<SignerKey>) throws(ManifestError) {
+    public func verify(trusting trustedKeys: Set<SignerKey>) throws(ManifestError) {
         guard trustedKeys.contains(signer) else { throw .untrustedSigner }
         guard Ed25519.verify(signature: signature, message: signedBytes, publicKey: signer.bytes) else {
             throw .badSignature

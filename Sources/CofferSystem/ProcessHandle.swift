@@ -15,9 +15,9 @@ import Glibc
 /// `SO_PEERCRED` pid, confirmed afterwards to be live and of the peer's uid, as polkit's
 /// CVE-2019-6133 fix and xdg-desktop-portal do; that fallback cannot tell a peer that exited and
 /// whose pid was reused by another process of the same uid *before* `pidfd_open`.
-public struct ProcessHandle: ~Copyable {
+package struct ProcessHandle: ~Copyable {
     /// How the pidfd was obtained.
-    public enum Source: Sendable, Equatable {
+    package enum Source: Sendable, Equatable {
         /// `getsockopt(SO_PEERPIDFD)`: the kernel's own record of the connecting process.
         case peerPIDFD
         /// `pidfd_open` on the `SO_PEERCRED` pid (kernels before 6.5), checked afterwards.
@@ -25,11 +25,11 @@ public struct ProcessHandle: ~Copyable {
     }
 
     /// The process id (in this process's pid namespace).
-    public let pid: Int32
+    package let pid: Int32
     /// The peer's uid (`SO_PEERCRED`).
-    public let uid: UInt32
+    package let uid: UInt32
     /// How the pidfd was obtained.
-    public let source: Source
+    package let source: Source
     /// The pidfd.
     let pidfd: FileDescriptor
     /// `/proc/PID`, opened once as a directory.
@@ -47,7 +47,7 @@ public struct ProcessHandle: ~Copyable {
     /// already been reaped (no handle on another process is ever returned instead: `SO_PEERPIDFD`
     /// fails then, and the fallback's pidfd must be alive and of the peer's uid).
     /// `usePeerPIDFD` false forces the `pidfd_open` fallback (for tests of older kernels).
-    public static func peer(ofSocket fd: Int32, usePeerPIDFD: Bool = true) throws(SystemError) -> ProcessHandle {
+    package static func peer(ofSocket fd: Int32, usePeerPIDFD: Bool = true) throws(SystemError) -> ProcessHandle {
         var credPID: pid_t = 0
         var uid: uid_t = 0
         var gid: gid_t = 0
@@ -89,17 +89,17 @@ public struct ProcessHandle: ~Copyable {
 
     /// True while the process has not been reaped (a zombie counts: it still holds its pid).
     /// Checked after reading anything about the process: true means every read was of this process.
-    public func isAlive() -> Bool { coffer_pidfd_alive(pidfd.rawValue) == 1 }
+    package func isAlive() -> Bool { coffer_pidfd_alive(pidfd.rawValue) == 1 }
 
     /// The contents of `/proc/PID/NAME` (one component, no symbolic links), at most `maximumBytes`.
-    public func read(_ name: String, maximumBytes: Int = 64 << 10) throws(SystemError) -> [UInt8] {
+    package func read(_ name: String, maximumBytes: Int = 64 << 10) throws(SystemError) -> [UInt8] {
         precondition(!name.contains("/"), "one path component")
         let fd = try openAt(directory.rawValue, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY, what: "/proc/\(pid)/\(name)")
         return try readCapped(fd, maximumBytes: maximumBytes, what: "/proc/\(pid)/\(name)")
     }
 
     /// The value of a `Key:\tvalue` line of `/proc/PID/status` (`TracerPid`, `Uid`, …), nil if absent.
-    public func statusField(_ key: String) throws(SystemError) -> String? {
+    package func statusField(_ key: String) throws(SystemError) -> String? {
         // Scanned as bytes: splitting the ~1.5 KB text into Swift strings costs tens of microseconds.
         let bytes = try read("status")
         let prefix = Array(key.utf8) + [UInt8(ascii: ":")]
@@ -117,7 +117,7 @@ public struct ProcessHandle: ~Copyable {
     }
 
     /// `readlink /proc/PID/exe` as raw bytes (a deleted file shows as `PATH (deleted)`).
-    public func executablePath() throws(SystemError) -> [UInt8] {
+    package func executablePath() throws(SystemError) -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 32)
         let n = try Syscall.retrying("readlinkat", "/proc/\(pid)/exe") {
             unsafe buffer.withUnsafeMutableBytes { b in unsafe readlinkat(directory.rawValue, "exe", b.baseAddress!, b.count) }
@@ -127,14 +127,14 @@ public struct ProcessHandle: ~Copyable {
 
     /// Opens the very file the process executes through `/proc/PID/exe` (even if its path has since
     /// been deleted or replaced): hash this descriptor, never the path.
-    public func openExecutable() throws(SystemError) -> FileDescriptor {
+    package func openExecutable() throws(SystemError) -> FileDescriptor {
         try openAt(directory.rawValue, "exe", O_RDONLY | O_NOCTTY | O_NONBLOCK, what: "/proc/\(pid)/exe")
     }
 
     /// Reads `NAME` (one component) in the process's root directory (`/proc/PID/root`, as the
     /// process sees `/`), as xdg-desktop-portal reads `.flatpak-info`: `openat` without following a
     /// symbolic link, a regular file only, at most `maximumBytes`. Nil if there is no such file.
-    public func readInRoot(_ name: String, maximumBytes: Int) throws(SystemError) -> [UInt8]? {
+    package func readInRoot(_ name: String, maximumBytes: Int) throws(SystemError) -> [UInt8]? {
         precondition(!name.contains("/") && name != ".." && name != ".", "one path component")
         let what = "/proc/\(pid)/root/\(name)"
         let root = try openAt(directory.rawValue, "root", Self.openPathOnly | O_DIRECTORY, what: "/proc/\(pid)/root")

@@ -86,7 +86,15 @@ import Testing
                         "CofferCrypto"],
         "CofferKeybag": ["CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient"],
         // The keychain receives a scope and a decision; it knows no processes, wire, PAM or agent.
-        "CofferKeychain": ["CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest"],
+        "CofferKeychain": ["CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest", "CofferIdentity",
+                           "CofferTrust", "CofferAudit"],
+        // Identity turns a connection into a caller; it knows no keys, items, wire or PAM.
+        "CofferIdentity": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
+                           "CofferClient"],
+        "CofferTrust": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
+                        "CofferClient"],
+        "CofferAudit": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
+                        "CofferClient", "CofferCrypto"],
         "CofferProtocol": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent", "CofferClient",
                            "CofferSystem"],
         "CofferManifest": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
