@@ -1,34 +1,12 @@
+import CofferModel
+
 /// The little JSON the audit log needs: quoting strings safely, and reading back a flat object of
 /// strings, numbers and nulls (what ``AuditRecord/jsonLine()`` writes). No Foundation: the agent links this.
 enum AuditJSON {
     enum Value: Equatable { case string(String), number(Double), null }
 
-    /// `s` as a JSON string; every control character, DEL, C1 control, line separator and
-    /// bidirectional formatting character escaped, so the line is safe to show on a terminal too.
-    static func quote(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where u.value < 0x20 || u.value == 0x7F || isHazard(u):
-                let hex = String(u.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        return out + "\""
-    }
-
-    static func isHazard(_ u: Unicode.Scalar) -> Bool {
-        switch u.value {
-        case 0x80...0x9F, 0x2028, 0x2029, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
-        default: false
-        }
-    }
+    /// `s` as a terminal-safe JSON string (``TerminalSafeText/json(_:)``).
+    static func quote(_ s: String) -> String { TerminalSafeText.json(s) }
 
     /// A flat JSON object (`{"k":"v","n":1.5,"x":null}`), or nil for anything else.
     static func parseFlatObject(_ text: String) -> [String: Value]? {

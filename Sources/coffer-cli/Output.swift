@@ -4,55 +4,11 @@ import Glibc
 
 /// Text and JSON renderings of attributes (never secrets).
 enum Output {
-    static func json(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where u.value < 0x20 || u.value == 0x7F || isTerminalHazard(u):
-                // DEL, C1 controls (some terminals act on U+009B as CSI), line separators and
-                // bidirectional controls are valid JSON unescaped, but not safe on a terminal.
-                let h = Hex.encode([UInt8(u.value >> 8), UInt8(u.value & 0xFF)])
-                out += "\\u" + h
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        return out + "\""
-    }
+    /// A JSON string, terminal-safe (``TerminalSafeText/json(_:)``).
+    static func json(_ s: String) -> String { TerminalSafeText.json(s) }
 
-    /// Unicode scalars above ASCII that a terminal acts on or that reorder or break what is shown:
-    /// C1 controls, the line and paragraph separators, and bidirectional formatting controls.
-    static func isTerminalHazard(_ u: Unicode.Scalar) -> Bool {
-        switch u.value {
-        case 0x80...0x9F, 0x2028, 0x2029, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
-        default: false
-        }
-    }
-
-    /// The text form of a string: printable as is, except `\` → `\\`, newline → `\n`, carriage
-    /// return → `\r`, tab → `\t`, other C0 controls and DEL → `\xHH`, and the scalars of
-    /// ``isTerminalHazard(_:)`` → `\u{HHHH}`. Unambiguous (every backslash starts an escape), and
-    /// a value can neither start a new line of output nor send a terminal escape sequence.
-    static func escapedText(_ s: String) -> String {
-        var out = ""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where u.value < 0x20 || u.value == 0x7F: out += "\\x" + Hex.encode([UInt8(u.value)])
-            case _ where isTerminalHazard(u):
-                out += "\\u{" + Hex.encode([UInt8(u.value >> 8), UInt8(u.value & 0xFF)]) + "}"
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        return out
-    }
+    /// The escaped text form of a string (``TerminalSafeText/escaped(_:)``).
+    static func escapedText(_ s: String) -> String { TerminalSafeText.escaped(s) }
 
     /// ISO 8601 UTC, e.g. 2026-11-22T22:51:57Z.
     static func iso8601(_ t: Double) -> String {
