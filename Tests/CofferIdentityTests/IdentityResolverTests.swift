@@ -17,7 +17,9 @@ enum Fixture {
         var template = Array("/tmp/coffer-identity-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         precondition(made != nil, "mkdtemp")
-        return String(cString: realpath(String(cString: made!), nil)!)
+        let resolved = realpath(String(cString: made!), nil)!
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// The built client, or nil if `cc` could not build it (tests needing it are then disabled).
