@@ -265,15 +265,9 @@ import Testing
         let app = try Self.buildSudoLike(in: tmp.path)
         let services = tmp.path + "/services"
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        let bob = try ThrowawayUser(prefix: "coffer-s")
         let alicePassword = "alice login 5531", bobPassword = "bob login 7719"
-        let passdb = tmp.path + "/passdb"
-        try "\(currentUser):\(alicePassword):coffer-login\n\(bob.name):\(bobPassword):coffer-login\n"
-            .write(toFile: passdb, atomically: true, encoding: .utf8)
-        let shared = try SharedDirectory("coffer-pam-sudo")
-        let recorder = try shared.copyExecutable(compileC(Self.recorderSource, named: "recorder", in: tmp.path))
-        let den = try shared.privateDirectory("den", uid: bob.uid, gid: bob.gid)
-        let bobsAgent = try Recorder(in: den, executable: recorder, user: bob.name, group: bob.name)
+        let other = try OtherUsersAgent(tmp, prefix: "coffer-s", alicePassword: alicePassword, bobPassword: bobPassword)
+        let (bob, passdb, bobsAgent) = (other.bob, other.passdb, other.agent)
         try Self.writeLoginService(dir: services, module: module, passdb: passdb, moduleArgs: "socket=\(bobsAgent.socket)")
 
         // alice (the test's user) authenticates, the session is bob's.
@@ -315,15 +309,9 @@ import Testing
             """.write(toFile: switcher + ".c", atomically: true, encoding: .utf8)
         let cc = runShell("cc -shared -fPIC -Wall -Werror -o '\(switcher)' '\(switcher).c' -lpam", socket: "")
         try #require(cc.status == 0, "\(cc)")
-        let bob = try ThrowawayUser(prefix: "coffer-p")
         let alicePassword = "alice old 3318", bobPassword = "bob old 6627"
-        let passdb = tmp.path + "/passdb"
-        try "\(currentUser):\(alicePassword):coffer-login\n\(bob.name):\(bobPassword):coffer-login\n"
-            .write(toFile: passdb, atomically: true, encoding: .utf8)
-        let shared = try SharedDirectory("coffer-pam-passwd")
-        let recorder = try shared.copyExecutable(compileC(Self.recorderSource, named: "recorder", in: tmp.path))
-        let den = try shared.privateDirectory("den", uid: bob.uid, gid: bob.gid)
-        let bobsAgent = try Recorder(in: den, executable: recorder, user: bob.name, group: bob.name)
+        let other = try OtherUsersAgent(tmp, prefix: "coffer-p", alicePassword: alicePassword, bobPassword: bobPassword)
+        let (bob, passdb, bobsAgent) = (other.bob, other.passdb, other.agent)
         let m = "\(Self.wrapperModules)/pam_matrix.so"
         try """
             password required \(m) passdb=\(passdb)
@@ -471,5 +459,26 @@ import Testing
         #expect(active.contains("LimitCORE=0") && active.contains("Type=notify"))
         let dry = runShell("bash '\(Binaries.packageRoot)/contrib/install.sh' --dry-run", socket: "")
         #expect(dry.status == 0 && dry.stdout.contains("+ install"), "\(dry)")
+    }
+}
+
+/// The setting of the two uid-binding tests: a throwaway user bob, a pam_matrix passdb accepting
+/// alice's (the test user's) and bob's passwords, and a recorder serving a socket as bob — an agent
+/// pam_coffer would trust for bob — in a directory bob can reach.
+struct OtherUsersAgent {
+    let bob: ThrowawayUser
+    let passdb: String
+    let shared: SharedDirectory
+    let agent: PAMModuleTests.Recorder
+
+    init(_ tmp: TemporaryDirectory, prefix: String, alicePassword: String, bobPassword: String) throws {
+        bob = try ThrowawayUser(prefix: prefix)
+        passdb = tmp.path + "/passdb"
+        try "\(currentUser):\(alicePassword):coffer-login\n\(bob.name):\(bobPassword):coffer-login\n"
+            .write(toFile: passdb, atomically: true, encoding: .utf8)
+        shared = try SharedDirectory(prefix + "-den")
+        let recorder = try shared.copyExecutable(compileC(PAMModuleTests.recorderSource, named: "recorder", in: tmp.path))
+        let den = try shared.privateDirectory("den", uid: bob.uid, gid: bob.gid)
+        agent = try PAMModuleTests.Recorder(in: den, executable: recorder, user: bob.name, group: bob.name)
     }
 }
