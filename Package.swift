@@ -65,10 +65,13 @@ let package = Package(
         .target(name: "CofferAudit", dependencies: ["CofferModel", "CofferSystem"], swiftSettings: settings),
         // Who is calling: a connection's peer process → CallerIdentity (pidfd, /proc, executable hash, manifests, Flatpak).
         .target(name: "CofferIdentity", dependencies: ["CofferManifest", "CofferModel", "CofferSystem"], swiftSettings: settings),
+        // Who may use which access groups: a caller identity → the AccessScope the keychain gets. Pure (Model only).
+        .target(name: "CofferPolicy", dependencies: ["CofferModel"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
                 dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                               "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.
@@ -90,7 +93,7 @@ let package = Package(
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
-                                         "CofferManifest", "CofferTrust", "CofferAudit",
+                                         "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.
@@ -124,7 +127,8 @@ let package = Package(
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
                     dependencies: ["CofferKeybag", "CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
-                                   "CofferSystem", "CofferTestSupport", .product(name: "Logging", package: "swift-log")],
+                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit",
+                                   .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],

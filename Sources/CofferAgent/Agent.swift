@@ -1,9 +1,14 @@
+import CofferAudit
 import CofferCrypto
+import CofferIdentity
 import CofferKeychain
+import CofferManifest
 import CofferModel
 import CofferPAM
+import CofferPolicy
 import CofferProtocol
 import CofferSystem
+import CofferTrust
 import Glibc
 package import Logging
 
@@ -27,6 +32,10 @@ package final class Agent: Sendable {
     let registry: ConnectionRegistry
     let schedule: LockSchedule
     let pipeline: Pipeline
+    /// The trust roots and manifests (reloaded on SIGHUP).
+    let trust: TrustStore
+    /// Connection → caller identity.
+    let resolver: IdentityResolver
     /// The listening socket (set once in init).
     private let listener: Int32
     private let ownsSocketPath: Bool
@@ -49,14 +58,21 @@ package final class Agent: Sendable {
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
         self.registry = registry
         let clock = SystemClock()
+        trust = TrustStore(configuration: configuration.trustConfiguration)
+        resolver = IdentityResolver(manifests: TrustedManifests(store: trust))
+        let gate = AccessGate(policy: configuration.policy,
+                              audit: configuration.auditLog
+                                  ? AuditLog(directory: configuration.stateDirectory, maximumBytes: configuration.auditMaximumBytes) : nil,
+                              clock: clock, logger: logger)
         schedule = LockSchedule(keychain: keychain, idleSeconds: Double(configuration.idleLockSeconds),
                                 graceSeconds: configuration.lockGraceSeconds, clock: clock, logger: logger) { event in
+            if event == .locked { gate.forgetAuthorizations() }
             registry.broadcast(event, refusals: refusals)
         }
         let unlocking = UnlockService(keychain: keychain,
                                       verifier: PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir),
                                       userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: clock, logger: logger)
-        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, logger: logger,
+        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, logger: logger,
                             idleLockSeconds: configuration.idleLockSeconds)
         if let fd = Systemd.activationSocket() {
             listener = fd
@@ -76,6 +92,8 @@ package final class Agent: Sendable {
             }
         }
         keychain.logMigrations(to: logger)
+        LegacyGroups.migrate(keychain, logger: logger)
+        Self.report(trust.snapshot, logger: logger, reloaded: false)
         logger.info("agent ready", metadata: [
             "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
             "keybag": "\(keychain.status.lockState)", "pam-service": "\(configuration.pamService)",
@@ -108,6 +126,20 @@ package final class Agent: Sendable {
 
     /// SIGUSR1: the desktop session locked. Locks after the grace period.
     package func sessionLocked() { schedule.requestLock(reason: "session locked (SIGUSR1)") }
+
+    /// SIGHUP: re-reads the trust roots and manifests. Connections identified before keep their
+    /// identity; new connections get the new one.
+    package func reloadTrust() { Self.report(trust.reload(), logger: logger, reloaded: true) }
+
+    /// Logs what the trust store believes and, one line each, what it refused and why.
+    private static func report(_ snapshot: TrustSnapshot, logger: Logger, reloaded: Bool) {
+        for r in snapshot.refused {
+            logger.warning("trust: refused \(r.path): \(r.reason)")
+        }
+        logger.info(reloaded ? "trust roots reloaded" : "trust roots loaded",
+                    metadata: ["keys": "\(snapshot.keys.count)", "manifests": "\(snapshot.manifests.count)",
+                               "refused": "\(snapshot.refused.count)"])
+    }
 
     /// SIGTERM: stop accepting, let in-flight requests finish (up to 5 s), wipe keys, checkpoint.
     package func shutdown() {
@@ -195,8 +227,18 @@ package final class Agent: Sendable {
     /// still run, without replies, and the connection ends at the first one not wholly there. So
     /// HELLO + ADD written at once and followed by a close adds the item (WireProtocol, lifecycle).
     private func serve(_ conn: Connection) {
-        logger.debug("client connected", metadata: ["peer": "\(conn.peer)"])
-        var session = Session(peer: conn.peer)
+        let caller: CallerIdentity
+        do {
+            caller = try resolver.identify(socket: conn.fd)
+        } catch {
+            logRefusal("identity", "refused a connection whose caller could not be identified: \(error)", peer: conn.peer)
+            return
+        }
+        if case .unsigned(let path, let reason) = caller.establishedBy, reason != .noMatchingManifest {
+            logRefusal("identity:\(path)", "caller gets no signed identity: \(reason)", peer: conn.peer)
+        }
+        logger.debug("client connected", metadata: ["peer": "\(conn.peer)", "caller": "\(caller)"])
+        var session = Session(peer: conn.peer, caller: caller)
         var replying = true
         while true {
             let frame: Connection.Frame
@@ -276,6 +318,12 @@ package final class Agent: Sendable {
 
     /// Above this many connections, connection threads block instead of polling.
     static let spinningConnectionLimit = 2
+}
+
+/// The trust store as the identity resolver's source of verified manifests.
+struct TrustedManifests: ManifestSource {
+    let store: TrustStore
+    func manifests(forExecutable path: String) -> [Manifest] { store.manifests(forExecutable: path) }
 }
 
 /// Rate limit for repeated log lines: at most one per key per `interval` seconds.

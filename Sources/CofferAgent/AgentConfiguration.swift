@@ -1,5 +1,7 @@
 package import CofferKeybag
 import CofferModel
+package import CofferPolicy
+package import CofferTrust
 import CofferSystem
 import Glibc
 
@@ -34,6 +36,33 @@ package struct AgentConfiguration: Sendable {
     package var kdfPolicy: KDFPolicy = .standard
     /// The user whose agent this is (for PAM).
     package var userName: String
+    /// What callers get from their identity (config keys `unsigned-callers`, `shell-app`,
+    /// `authorization-reuse`).
+    package var policy = AccessPolicy()
+    /// Also trust signer keys in `$XDG_CONFIG_HOME/coffer/trusted-keys.d` (config key `user-trusted-keys`):
+    /// off by default, since any process of the user can write there.
+    package var allowUserTrustedKeys = false
+    /// Read `/etc/coffer/…` and `$XDG_DATA_HOME/coffer/manifests.d` (config key `standard-trust-dirs`;
+    /// tests turn it off and list their own directories).
+    package var standardTrustDirectories = true
+    /// More directories of trusted keys (`trusted-keys-dir`, repeatable).
+    package var extraKeyDirectories: [String] = []
+    /// More directories of manifests (`manifests-dir`, repeatable).
+    package var extraManifestDirectories: [String] = []
+    /// Write the audit log (`audit.log` in the state directory; config key `audit`).
+    package var auditLog = true
+    /// Rotate the audit log past this many bytes (config key `audit-max-bytes`).
+    package var auditMaximumBytes = 4 << 20
+
+    /// Where the trust store looks for keys and manifests.
+    package var trustConfiguration: TrustConfiguration {
+        if standardTrustDirectories {
+            return .standard(allowUserKeys: allowUserTrustedKeys, extraKeyDirectories: extraKeyDirectories,
+                             extraManifestDirectories: extraManifestDirectories)
+        }
+        return TrustConfiguration(keyDirectories: extraKeyDirectories.map { TrustDirectory($0) },
+                                  manifestDirectories: extraManifestDirectories.map { TrustDirectory($0) })
+    }
 
     /// Defaults for the current user: the socket where clients look for it
     /// (``CofferModel/AgentPaths/defaultSocket(explicit:environment:uid:)``: `$COFFER_SOCKET`, else
@@ -59,7 +88,10 @@ package struct AgentConfiguration: Sendable {
 
     /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, state-dir,
     /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
-    /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests).
+    /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests);
+    /// unsigned-callers (`unsigned` or `deny`), shell-app (an app id, or `none`), authorization-reuse
+    /// (seconds), user-trusted-keys and standard-trust-dirs (`yes`/`no`), trusted-keys-dir and
+    /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes.
     package mutating func apply(configFile text: String, name: String) throws(AgentError) {
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -71,6 +103,13 @@ package struct AgentConfiguration: Sendable {
             func number<T: LosslessStringConvertible>(_: T.Type) throws(AgentError) -> T {
                 guard let v = T(value) else { throw AgentError("\(name):\(n + 1): '\(key)' needs a number") }
                 return v
+            }
+            func yesNo() throws(AgentError) -> Bool {
+                switch value {
+                case "yes", "true", "1": return true
+                case "no", "false", "0": return false
+                default: throw AgentError("\(name):\(n + 1): '\(key)' is 'yes' or 'no'")
+                }
             }
             func positive() throws(AgentError) -> Double {
                 let v = try number(Double.self)
@@ -89,6 +128,28 @@ package struct AgentConfiguration: Sendable {
             case "hello-timeout": helloTimeoutSeconds = try positive()
             case "frame-deadline": frameDeadlineSeconds = try positive()
             case "log-repeat-interval": logRepeatSeconds = try number(Double.self)
+            case "unsigned-callers":
+                guard let v = AccessPolicy.UnsignedCallers(rawValue: value) else {
+                    throw AgentError("\(name):\(n + 1): 'unsigned-callers' is 'unsigned' or 'deny'")
+                }
+                policy.unsignedCallers = v
+            case "shell-app":
+                guard !value.isEmpty else { throw AgentError("\(name):\(n + 1): 'shell-app' needs an app id or 'none'") }
+                policy.shellAppID = value == "none" ? nil : value
+            case "authorization-reuse":
+                let v = try number(Double.self)
+                guard v >= 0, v <= 3600 else { throw AgentError("\(name):\(n + 1): 'authorization-reuse' is 0 to 3600 seconds") }
+                policy.authorizationReuseSeconds = v
+            case "user-trusted-keys": allowUserTrustedKeys = try yesNo()
+            case "standard-trust-dirs": standardTrustDirectories = try yesNo()
+            case "trusted-keys-dir", "manifests-dir":
+                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): '\(key)' needs an absolute path") }
+                if key == "trusted-keys-dir" { extraKeyDirectories.append(value) } else { extraManifestDirectories.append(value) }
+            case "audit": auditLog = try yesNo()
+            case "audit-max-bytes":
+                let v = try number(Int.self)
+                guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }
+                auditMaximumBytes = v
             default: throw AgentError("\(name):\(n + 1): unknown key '\(key)'")
             }
         }

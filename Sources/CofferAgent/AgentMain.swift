@@ -53,7 +53,7 @@ package enum AgentMain {
             case SIGUSR1:
                 agent.sessionLocked()
             case SIGHUP:
-                logger.info("SIGHUP ignored (restart the agent to reload its configuration)")
+                agent.reloadTrust()
             default:
                 Systemd.notify("STOPPING=1")
                 agent.shutdown()

@@ -1,6 +1,7 @@
 import CofferCrypto
 import CofferKeychain
 import CofferModel
+import CofferPolicy
 import CofferProtocol
 import CofferSystem
 import Logging
@@ -9,10 +10,10 @@ import Logging
 /// in, one response out. The server (``Agent``) reads frames, calls ``handle(_:session:)``, and writes
 /// the reply; tests call it directly.
 ///
-/// Stages: the session (HELLO first), activity for the idle lock, then one short handler per request
-/// kind. Identity and policy plug in here (the session will carry the caller, and policy will pick the
-/// ``AccessScope`` each item request runs with); today every request runs with
-/// ``AccessScope/unrestricted``.
+/// Stages: the session (HELLO first, its caller identified at accept), activity for the idle lock, the
+/// policy (``AccessGate``: the caller's ``AccessScope`` for each item request, and an audit record of
+/// every item request, allowed or denied), then one short handler per request kind. The keychain gets
+/// the scope, never the caller.
 final class Pipeline: Sendable {
     let keychain: Keychain
     let unlocking: UnlockService
@@ -20,17 +21,17 @@ final class Pipeline: Sendable {
     let logger: Logger
     /// Reported in STATUS.
     let idleLockSeconds: UInt32
-    /// The groups item requests may see and write (until access groups arrive: all of them).
-    let scope: AccessScope
+    /// The policy stage: scopes, authorizations, the audit log.
+    let gate: AccessGate
 
-    init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, logger: Logger, idleLockSeconds: UInt32,
-         scope: AccessScope = .unrestricted) {
+    init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, logger: Logger,
+         idleLockSeconds: UInt32) {
         self.keychain = keychain
         self.unlocking = unlocking
         self.schedule = schedule
+        self.gate = gate
         self.logger = logger
         self.idleLockSeconds = idleLockSeconds
-        self.scope = scope
     }
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
@@ -41,7 +42,7 @@ final class Pipeline: Sendable {
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
         // (a status poller or a lock-screen watcher must not keep the keys unlocked).
         switch request {
-        case .status, .subscribe: break
+        case .status, .subscribe, .whoami: break
         default: schedule.touch()
         }
         do {
@@ -90,8 +91,9 @@ final class Pipeline: Sendable {
                 lockedMemoryBytes: UInt64(SecureMemory.lockedBytes() ?? 0),
                 idleLockSeconds: idleLockSeconds))
         case .unlock(let passcode):
-            try unlocking.unlock(passcode)
+            try audited(session.caller, "unlock") { () throws(SecError) in try unlocking.unlock(passcode) }
             schedule.didUnlock()
+            LegacyGroups.migrate(keychain, logger: logger)
             return .ok
         case .lock:
             guard keychain.status.passcodeSet else {
@@ -100,36 +102,95 @@ final class Pipeline: Sendable {
             schedule.lockNow(reason: "requested by \(session.peer)")
             return .ok
         case .setPasscode(let current, let new):
-            try unlocking.setPasscode(current: current, new: new)
+            try audited(session.caller, "set-passcode") { () throws(SecError) in try unlocking.setPasscode(current: current, new: new) }
             schedule.didUnlock()
+            LegacyGroups.migrate(keychain, logger: logger)
+            return .ok
+        case .whoami:
+            return .whoami(gate.whoami(session.caller))
+        case .authorize(let group, let passcode):
+            let caller = session.caller
+            try audited(caller, "authorize", group: group) { () throws(SecError) in
+                guard gate.policy.mayRequestAuthorization(caller) else {
+                    throw SecError(.missingEntitlement, "only the shell helper (app \(gate.policy.shellAppID ?? "none")) may ask to use another access group")
+                }
+                try unlocking.authorize(passcode)
+            }
+            gate.authorized(group, session: &session)
+            logger.notice("the user authorized another access group", metadata: ["group": "\(group)", "caller": "\(caller)"])
             return .ok
         case .add(let item, let flags):
-            if !flags.isEmpty {
-                // Refuse before adding an item whose reply could not be sent: the reply holds the
-                // given attributes plus those the keychain fills in (pdmn, agrp, sync, cdat, mdat).
-                let filledIn = flags.contains(.attributes) ? 64 + scope.defaultGroup.utf8.count : 0
-                let bound = WireFormat.itemsHeaderBytes + filledIn + WireFormat.encodedSize(of: ItemResult(
-                    itemClass: item.itemClass, attributes: flags.contains(.attributes) ? item.attributes : nil,
-                    data: flags.contains(.data) ? item.secret : nil,
-                    persistentRef: flags.contains(.persistentRef) ? [UInt8](repeating: 0, count: WireFormat.persistentRefBytes) : nil))
-                guard bound <= WireFormat.maximumBodyBytes else { throw Self.tooLarge("the new item (with the parts asked for)") }
+            let named = Self.group(item.attributes)
+            return try itemRequest(&session, "add", group: named, itemClass: item.itemClass) { (scope) throws(SecError) in
+                if !flags.isEmpty {
+                    // Refuse before adding an item whose reply could not be sent: the reply holds the
+                    // given attributes plus those the keychain fills in (pdmn, agrp, sync, cdat, mdat).
+                    let filledIn = flags.contains(.attributes) ? 64 + scope.defaultGroup.utf8.count : 0
+                    let bound = WireFormat.itemsHeaderBytes + filledIn + WireFormat.encodedSize(of: ItemResult(
+                        itemClass: item.itemClass, attributes: flags.contains(.attributes) ? item.attributes : nil,
+                        data: flags.contains(.data) ? item.secret : nil,
+                        persistentRef: flags.contains(.persistentRef) ? [UInt8](repeating: 0, count: WireFormat.persistentRefBytes) : nil))
+                    guard bound <= WireFormat.maximumBodyBytes else { throw Self.tooLarge("the new item (with the parts asked for)") }
+                }
+                let r = try keychain.add(item, scope: scope, returnData: flags.contains(.data),
+                                         returnAttributes: flags.contains(.attributes),
+                                         returnPersistentRef: flags.contains(.persistentRef))
+                return .items(flags.isEmpty ? [] : [r])
             }
-            let r = try keychain.add(item, scope: scope, returnData: flags.contains(.data),
-                                     returnAttributes: flags.contains(.attributes),
-                                     returnPersistentRef: flags.contains(.persistentRef))
-            return .items(flags.isEmpty ? [] : [r])
         case .copyMatching(let query):
-            return try page(query, after: 0, paged: false)
+            return try itemRequest(&session, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
+                (scope) throws(SecError) in try page(query, scope: scope, after: 0, paged: false)
+            }
         case .copyMatchingPage(let query, let cursor):
-            return try page(query, after: cursor, paged: true)
+            return try itemRequest(&session, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
+                (scope) throws(SecError) in try page(query, scope: scope, after: cursor, paged: true)
+            }
         case .update(let query, let changes):
-            return .count(UInt64(try keychain.update(query, changes, scope: scope)))
+            return try itemRequest(&session, "update", group: Self.group(query.attributes), itemClass: query.itemClass) {
+                (scope) throws(SecError) in .count(UInt64(try keychain.update(query, changes, scope: scope)))
+            }
         case .delete(let query):
-            return .count(UInt64(try keychain.delete(query, scope: scope)))
+            return try itemRequest(&session, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) {
+                (scope) throws(SecError) in .count(UInt64(try keychain.delete(query, scope: scope)))
+            }
         case .subscribe:
             session.wantsEvents = true
             return .ok
         }
+    }
+
+    /// Runs an item request with the scope the policy gives the session's caller, and audits it
+    /// (allowed or denied, with its result). An add without `agrp` is recorded with the group it went to.
+    private func itemRequest(_ session: inout Session, _ operation: String, group: String?, itemClass: ItemClass?,
+                             _ body: (AccessScope) throws(SecError) -> AgentResponse) throws(SecError) -> AgentResponse {
+        let decision = gate.scope(for: session)
+        var recorded = group
+        if recorded == nil, operation == "add", case .allowed(let scope) = decision { recorded = scope.defaultGroup }
+        return try audited(session.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
+            try body(try decision.scope())
+        }
+    }
+
+    /// Runs `body` and writes its audit record with the status it ended with.
+    private func audited<T>(_ caller: CallerIdentity, _ operation: String, group: String? = nil, itemClass: ItemClass? = nil,
+                            _ body: () throws(SecError) -> T) throws(SecError) -> T {
+        do {
+            let r = try body()
+            gate.record(caller, operation: operation, group: group, itemClass: itemClass, status: .success)
+            return r
+        } catch {
+            gate.record(caller, operation: operation, group: group, itemClass: itemClass, status: error.status)
+            throw error
+        }
+    }
+
+    /// The audit name of a search: `get` when it returns secrets, `find` when it does not.
+    static func operation(_ query: ItemQuery) -> String { query.returnData ? "get" : "find" }
+
+    /// The access group an item or query names (nil: none).
+    static func group(_ attributes: Attributes) -> String? {
+        if case .string(let g)? = attributes["agrp"] { return g }
+        return nil
     }
 
     /// errSecAllocate for a reply that cannot fit in one frame (names no value).
@@ -140,7 +201,7 @@ final class Pipeline: Sendable {
     /// One ITEMS_PAGE (`paged`) or one whole ITEMS reply: as many matches after `cursor` as fit in one
     /// frame. A match that does not fit even alone is errSecAllocate; so is a whole (unpaged) result
     /// that does not fit.
-    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool) throws(SecError) -> AgentResponse {
+    private func page(_ query: ItemQuery, scope: AccessScope, after cursor: UInt64, paged: Bool) throws(SecError) -> AgentResponse {
         let header = paged ? WireFormat.itemsPageHeaderBytes : WireFormat.itemsHeaderBytes
         var room = WireFormat.maximumBodyBytes - header
         let page = try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max) { item in

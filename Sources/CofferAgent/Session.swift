@@ -1,10 +1,14 @@
+import CofferModel
 import CofferSystem
 
 /// One connection's conversation state, owned by the thread serving it (a value: nothing else sees
-/// it, so it needs no lock). Identity and policy will add the caller's identity here.
+/// it, so it needs no lock).
 struct Session: Sendable {
     /// Who connected (SO_PEERCRED at accept time, and /proc/PID/exe).
     let peer: PeerIdentity
+    /// The caller's identity, established once when the connection was accepted (CofferIdentity):
+    /// what the policy turns into the access groups of every item request.
+    let caller: CallerIdentity
     /// The protocol version agreed in HELLO; nil until HELLO was accepted.
     private(set) var protocolVersion: UInt16? = nil
     /// The client's self-description from HELLO (for logs; never trusted).
@@ -14,8 +18,14 @@ struct Session: Sendable {
     /// True once the connection must close after the reply now being sent (a refused HELLO): nothing
     /// after it runs, not even requests the client already pipelined behind it.
     private(set) var mustClose = false
+    /// Groups the user authorized (AUTHORIZE) for the rest of this connection: the shell helper's one
+    /// command (a paged search is several requests).
+    private(set) var authorizedGroups: Set<String> = []
 
-    init(peer: PeerIdentity) { self.peer = peer }
+    init(peer: PeerIdentity, caller: CallerIdentity) {
+        self.peer = peer
+        self.caller = caller
+    }
 
     /// True once HELLO was accepted.
     var isGreeted: Bool { protocolVersion != nil }
@@ -28,4 +38,7 @@ struct Session: Sendable {
 
     /// Ends the conversation after the current reply.
     mutating func close() { mustClose = true }
+
+    /// Lets this connection's item requests use `group` too.
+    mutating func authorize(_ group: String) { authorizedGroups.insert(group) }
 }

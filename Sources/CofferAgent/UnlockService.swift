@@ -138,6 +138,19 @@ final class UnlockService: Sendable {
         logger.info(isSet ? "passcode changed" : "passcode set")
     }
 
+    /// AUTHORIZE: the user's passcode, checked by the verifier (PAM) alone, with the same throttle as
+    /// unlock (a guess here is a guess at the login password); the keybag is not touched.
+    func authorize(_ passcode: SecureBytes) throws(SecError) {
+        try attempt { () throws(SecError) in
+            do {
+                try verifier.verify(user: userName, passcode: passcode)
+            } catch {
+                logger.notice("PAM refused the passcode given to authorize another access group", metadata: ["pam": "\(error)"])
+                throw .authFailed("authentication failed")
+            }
+        }
+    }
+
     /// Runs one attempt holding the gate, after waiting out the backoff. An errSecAuthFailed from `body`
     /// counts a failure; success resets the throttle; any other error counts nothing.
     private func attempt(_ body: () throws(SecError) -> Void) throws(SecError) {

@@ -140,6 +140,19 @@ public final class AgentConnection {
         return Int(n)
     }
 
+    /// The identity the agent gives this process and the access groups its item requests use.
+    public func whoami() throws(SecError) -> WhoAmIReply {
+        let r = try roundTrip(.whoami)
+        guard case .whoami(let w) = r else { throw unexpected(r) }
+        return w
+    }
+
+    /// AUTHORIZE: the user's passcode lets this connection use `accessGroup` (the shell helper only;
+    /// others get errSecMissingEntitlement, a wrong passcode errSecAuthFailed).
+    public func authorize(accessGroup: String, passcode: SecureBytes) throws(SecError) {
+        try expectOK(.authorize(accessGroup: accessGroup, passcode: passcode))
+    }
+
     /// Subscribes this connection to lock-state events (read them with ``nextEvent()``).
     public func subscribe() throws(SecError) { try expectOK(.subscribe) }
 

@@ -42,4 +42,48 @@ public enum SecretInput {
         }
         return parts
     }
+
+    /// Asks for a passcode on the controlling terminal (`/dev/tty`, never stdin, which a script may
+    /// feed): writes `prompt`, reads one line with echo off into secure memory, restores the terminal.
+    /// errSecInteractionNotAllowed if the process has no terminal: nobody is there to authenticate.
+    public static func readFromTerminal(prompt: String) throws(SecError) -> SecureBytes {
+        let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw .interactionNotAllowed("this needs you to authenticate, and there is no terminal to ask on")
+        }
+        defer { close(fd) }
+        var saved = termios()
+        let isTerminal = tcgetattr(fd, &saved) == 0
+        if isTerminal {
+            var quiet = saved
+            quiet.c_lflag &= ~tcflag_t(ECHO)
+            // TCSANOW, not TCSAFLUSH: what was typed ahead stays.
+            _ = tcsetattr(fd, TCSANOW, &quiet)
+        }
+        defer {
+            if isTerminal {
+                _ = tcsetattr(fd, TCSANOW, &saved)
+                _ = write(fd, "\n", 1)
+            }
+        }
+        _ = prompt.withCString { write(fd, $0, strlen($0)) }
+        let buffer = SecureBytes(count: maxBytes)
+        var n = 0
+        let failed: Bool = buffer.withUnsafeMutableBytes { b in
+            var byte: UInt8 = 0
+            while n < b.count {
+                let r = Glibc.read(fd, &byte, 1)
+                if r < 0 && errno == EINTR { continue }
+                if r <= 0 { return n == 0 }
+                if byte == 0x0A || byte == 0x0D { break }
+                b[n] = byte
+                n += 1
+            }
+            byte = 0
+            return false
+        }
+        if failed { throw SecError(.userCanceled, "no passcode was entered") }
+        guard n > 0 else { throw SecError(.userCanceled, "no passcode was entered") }
+        return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+    }
 }

@@ -71,23 +71,27 @@ package struct IdentityResolver: Sendable {
     }
 
     private func examine(_ process: borrowing ProcessHandle) -> CallerIdentity {
+        let pathBytes: [UInt8]
+        do { pathBytes = try process.executablePath() } catch {
+            return CallerIdentity(pid: process.pid, uid: process.uid,
+                                  establishedBy: .unsigned(executablePath: "", reason: .unreadable("\(error)")), accessGroups: [])
+        }
+        let path = String(decoding: pathBytes, as: UTF8.self)
+        let status: [String: String]
+        do { status = try process.statusFields(["TracerPid", "NSsid"]) } catch {
+            return CallerIdentity(pid: process.pid, uid: process.uid,
+                                  establishedBy: .unsigned(executablePath: path, reason: .unreadable("\(error)")), accessGroups: [])
+        }
+        // The session id (the first of NSsid's per-namespace values: as the agent's namespace sees it).
+        let sessionID = status["NSsid"]?.split(separator: "\t").first.flatMap { Int32($0) }
         func unsigned(_ path: String, _ reason: CallerIdentity.UnsignedReason) -> CallerIdentity {
             CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .unsigned(executablePath: path, reason: reason),
-                           accessGroups: [])
+                           accessGroups: [], sessionID: sessionID)
         }
-        let pathBytes: [UInt8]
-        do { pathBytes = try process.executablePath() } catch { return unsigned("", .unreadable("\(error)")) }
-        let path = String(decoding: pathBytes, as: UTF8.self)
 
         // 1. Traced: whatever runs may not be what the executable says.
-        let tracer: Int32
-        do {
-            guard let field = try process.statusField("TracerPid"), let t = Int32(field) else {
-                return unsigned(path, .unreadable("no TracerPid in status"))
-            }
-            tracer = t
-        } catch {
-            return unsigned(path, .unreadable("\(error)"))
+        guard let field = status["TracerPid"], let tracer = Int32(field) else {
+            return unsigned(path, .unreadable("no TracerPid in status"))
         }
         if tracer != 0 { return unsigned(path, .traced(tracerPID: tracer)) }
 
@@ -96,7 +100,7 @@ package struct IdentityResolver: Sendable {
             if let info = try process.readInRoot(".flatpak-info", maximumBytes: FlatpakInfo.maximumBytes) {
                 guard let app = FlatpakInfo.appID(from: info) else { return unsigned(path, .unreadable("invalid .flatpak-info")) }
                 return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .flatpak(appID: app),
-                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app])
+                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app], executable: path, sessionID: sessionID)
             }
         } catch {
             return unsigned(path, .unreadable("\(error)"))
@@ -114,10 +118,11 @@ package struct IdentityResolver: Sendable {
         do { digest = try hashes.sha256(fileDescriptor: exe.rawValue, status: st) } catch { return unsigned(path, .unreadable("\(error)")) }
 
         // 4. A verified manifest for this path and hash.
-        for m in manifests.manifests(forExecutable: path) where m.matches(executablePath: pathBytes, sha256: digest) {
+        let candidates = manifests.manifests(forExecutable: path)
+        for m in candidates where m.matches(executablePath: pathBytes, sha256: digest) {
             return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .signedManifest(appID: m.app),
-                                  accessGroups: m.accessGroups)
+                                  accessGroups: m.accessGroups, executable: path, sessionID: sessionID)
         }
-        return unsigned(path, .noMatchingManifest)
+        return unsigned(path, candidates.isEmpty ? .noMatchingManifest : .executableChanged)
     }
 }

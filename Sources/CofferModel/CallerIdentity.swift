@@ -15,8 +15,11 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
 
     /// Why a caller got no signed identity.
     public enum UnsignedReason: Sendable, Hashable, CustomStringConvertible {
-        /// No verified manifest names this executable path and hash.
+        /// No verified manifest names this executable path.
         case noMatchingManifest
+        /// A verified manifest names this path, but the file's SHA-256 is not the one it pins: the
+        /// executable changed since it was signed (an update, or a replaced file) and must be re-signed.
+        case executableChanged
         /// The process is being traced (`TracerPid` is this pid): its memory may not be its executable's.
         case traced(tracerPID: Int32)
         /// The executable was deleted or replaced since the process started (`(deleted)`).
@@ -27,7 +30,8 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
 
         public var description: String {
             switch self {
-            case .noMatchingManifest: "no trusted manifest matches the executable"
+            case .noMatchingManifest: "no trusted manifest names the executable"
+            case .executableChanged: "the executable's SHA-256 is not the one its manifest pins (changed since signing; re-sign it)"
             case .traced(let tracer): "process is traced (tracer pid \(tracer))"
             case .executableDeleted: "executable was deleted or replaced"
             case .unreadable(let why): "process could not be examined: \(why)"
@@ -46,12 +50,23 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     public let establishedBy: Establishment
     /// The access groups the caller may use, default (first) group first; empty for unsigned callers.
     public let accessGroups: [String]
+    /// The peer's executable (`/proc/PID/exe`), for logs and the audit log; nil if unknown.
+    public let executable: String?
+    /// The peer's session id (`NSsid`), which keys an authorization's reuse window; nil if unknown.
+    public let sessionID: Int32?
 
-    public init(pid: Int32, uid: UInt32, establishedBy: Establishment, accessGroups: [String]) {
+    public init(pid: Int32, uid: UInt32, establishedBy: Establishment, accessGroups: [String],
+                executable: String? = nil, sessionID: Int32? = nil) {
         self.pid = pid
         self.uid = uid
         self.establishedBy = establishedBy
         self.accessGroups = accessGroups
+        if executable == nil, case .unsigned(let path, _) = establishedBy, !path.isEmpty {
+            self.executable = path
+        } else {
+            self.executable = executable
+        }
+        self.sessionID = sessionID
     }
 
     /// The app identifier (manifest `app`, or Flatpak app id); nil for unsigned callers.

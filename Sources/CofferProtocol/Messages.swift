@@ -38,6 +38,46 @@ public struct StatusReply: Sendable, Equatable {
     }
 }
 
+/// WHOAMI_REPLY contents: the identity the agent gives the calling process and the access groups its
+/// item requests run with (what `coffer whoami` prints).
+public struct WhoAmIReply: Sendable, Equatable {
+    /// How the identity was established (on the wire one byte).
+    public enum Kind: UInt8, Sendable, Equatable {
+        /// No manifest or sandbox vouches for the caller.
+        case unsigned = 0
+        /// A trusted, verified manifest names the caller's executable and its SHA-256.
+        case signedManifest = 1
+        /// A Flatpak sandbox (`.flatpak-info`).
+        case flatpak = 2
+    }
+    /// How the identity was established.
+    public var kind: Kind
+    /// The app id (empty when unsigned).
+    public var appID: String
+    /// The caller's pid as the agent sees it.
+    public var pid: UInt32
+    /// The caller's executable (`/proc/PID/exe`; empty if unknown).
+    public var executable: String
+    /// Why the caller is unsigned, or why it is denied (empty when neither).
+    public var note: String
+    /// The groups the caller's item requests may use, default first (empty: every item request is
+    /// refused with errSecMissingEntitlement).
+    public var accessGroups: [String]
+    /// True if the caller may ask the user to authorize another group (AUTHORIZE): the shell helper.
+    public var mayAuthorize: Bool
+
+    /// Makes a reply.
+    public init(kind: Kind, appID: String, pid: UInt32, executable: String, note: String, accessGroups: [String], mayAuthorize: Bool) {
+        self.kind = kind
+        self.appID = appID
+        self.pid = pid
+        self.executable = executable
+        self.note = note
+        self.accessGroups = accessGroups
+        self.mayAuthorize = mayAuthorize
+    }
+}
+
 /// A client → agent message.
 public enum AgentRequest: Sendable {
     /// HELLO: the first message; the agent picks a version in min...max.
@@ -67,11 +107,16 @@ public enum AgentRequest: Sendable {
     case delete(ItemQuery)
     /// SUBSCRIBE to lock-state events.
     case subscribe
+    /// WHOAMI: the identity the agent gives this connection's process.
+    case whoami
+    /// AUTHORIZE: the user's passcode (checked through PAM) lets the shell helper use `accessGroup`
+    /// for the rest of this connection (and the agent's reuse window, if configured).
+    case authorize(accessGroup: String, passcode: SecureBytes)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
         switch self {
-        case .unlock, .setPasscode, .add: true
+        case .unlock, .setPasscode, .add, .authorize: true
         case .update(_, let c): c.secret != nil
         default: false
         }
@@ -87,6 +132,11 @@ public enum AgentRequest: Sendable {
         case .status: return FrameBuilder.empty(.status, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
+        case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
+        case .authorize(let group, let p):
+            var f = FrameBuilder(type: .authorize, requestID: requestID, payloadCapacity: 6 + group.utf8.count + p.count)
+            f.w.shortString(group); f.secret(p)
+            return f.finish()
         case .unlock(let p):
             var f = FrameBuilder(type: .unlock, requestID: requestID, payloadCapacity: 4 + p.count)
             f.secret(p)
@@ -141,6 +191,11 @@ public enum AgentRequest: Sendable {
         case .status: request = .status
         case .lock: request = .lock
         case .subscribe: request = .subscribe
+        case .whoami: request = .whoami
+        case .authorize:
+            let group = try r.sstr("access group")
+            guard !group.isEmpty else { throw ProtocolError("empty access group") }
+            request = .authorize(accessGroup: group, passcode: try r.secret("passcode"))
         case .unlock: request = .unlock(passcode: try r.secret("passcode"))
         case .setPasscode: request = .setPasscode(current: try r.secret("current passcode"), new: try r.secret("new passcode"))
         case .add:
@@ -164,7 +219,7 @@ public enum AgentRequest: Sendable {
         case .copyMatchingPage:
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
-        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .event, .error:
+        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .event, .error:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -186,6 +241,8 @@ public enum AgentResponse: Sendable {
     case itemsPage([ItemResult], nextCursor: UInt64)
     /// COUNT: items updated or deleted.
     case count(UInt64)
+    /// WHOAMI_REPLY.
+    case whoami(WhoAmIReply)
     /// EVENT (request id 0).
     case event(LockEvent)
     /// ERROR with an OSStatus and a message.
@@ -219,6 +276,13 @@ public enum AgentResponse: Sendable {
         case .count(let n):
             var f = FrameBuilder(type: .count, requestID: requestID, payloadCapacity: 8)
             f.w.u64(n)
+            return f.finish()
+        case .whoami(let w):
+            var f = FrameBuilder(type: .whoamiReply, requestID: requestID, payloadCapacity: 64 + w.executable.utf8.count)
+            f.w.u8(w.kind.rawValue); f.w.shortString(w.appID); f.w.u32(w.pid); f.w.shortString(w.executable)
+            f.w.shortString(w.note); f.w.u16(UInt16(clamping: w.accessGroups.count))
+            for g in w.accessGroups.prefix(Int(UInt16.max)) { f.w.shortString(g) }
+            f.w.u8(w.mayAuthorize ? 1 : 0)
             return f.finish()
         case .event(let e):
             var f = FrameBuilder(type: .event, requestID: 0, payloadCapacity: 5)
@@ -309,6 +373,18 @@ public enum AgentResponse: Sendable {
             guard next == 0 || !items.isEmpty else { throw ProtocolError("a page with a next cursor must hold an item") }
             response = .itemsPage(items, nextCursor: next)
         case .count: response = .count(try r.u64("count"))
+        case .whoamiReply:
+            let kindByte = try r.u8("identity kind")
+            guard let kind = WhoAmIReply.Kind(rawValue: kindByte) else { throw ProtocolError("unknown identity kind") }
+            let app = try r.sstr("app id"), pid = try r.u32("pid"), exe = try r.sstr("executable"), note = try r.sstr("note")
+            let n = try r.u16("group count")
+            var groups: [String] = []
+            for _ in 0..<n { groups.append(try r.sstr("access group")) }
+            let flag = try r.u8("authorize flag")
+            guard flag <= 1 else { throw ProtocolError("authorize flag must be 0 or 1") }
+            guard (kind == .unsigned) == app.isEmpty else { throw ProtocolError("an app id goes with a signed or Flatpak identity only") }
+            response = .whoami(WhoAmIReply(kind: kind, appID: app, pid: pid, executable: exe, note: note, accessGroups: groups,
+                                           mayAuthorize: flag == 1))
         case .event:
             let kind = try r.u8("event kind")
             let ms = try r.u32("grace")

@@ -33,7 +33,7 @@ struct Coffer: ParsableCommand {
             environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
             (see the README).
             """,
-        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, ManifestCommand.self, AuditCommand.self])
+        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, WhoAmI.self, ManifestCommand.self, AuditCommand.self])
 }
 
 struct Status: ParsableCommand {
@@ -142,7 +142,8 @@ struct Add: ParsableCommand {
         let cls = try item.resolvedClass(defaultIfNone: true)!
         try reporting { () throws(SecError) in
             let s = try secret.read()
-            _ = try connect.open().add(NewItem(itemClass: cls, attributes: attrs, secret: s))
+            let item = NewItem(itemClass: cls, attributes: attrs, secret: s)
+            _ = try authorizingIfNeeded(try connect.open(), group: self.item.accessGroup) { c throws(SecError) in try c.add(item) }
         }
     }
 }
@@ -158,7 +159,8 @@ struct Get: ParsableCommand {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: true), attributes: try item.attributes(),
                           limit: .one, returnData: true)
         try reporting { () throws(SecError) in
-            guard let data = try connect.open().copyMatching(q).first?.data else { throw .itemNotFound() }
+            let found = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try c.copyMatching(q) }
+            guard let data = found.first?.data else { throw .itemNotFound() }
             try CLISupport.printSecret(data)
         }
     }
@@ -190,7 +192,7 @@ struct Find: ParsableCommand {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes(),
                           limit: try parseLimit(limit), returnAttributes: true)
         try reporting { () throws(SecError) in
-            let items = try connect.open().copyMatching(q)
+            let items = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try c.copyMatching(q) }
             if json {
                 Output.print("[" + items.map { Output.jsonObject($0.itemClass, $0.attributes ?? [:]) }.joined(separator: ",") + "]")
             } else {
@@ -243,7 +245,9 @@ struct Update: ParsableCommand {
         }
         try reporting { () throws(SecError) in
             let s = secret.isGiven ? try secret.read() : nil
-            let n = try connect.open().update(q, ItemChanges(attributes: changes, secret: s))
+            let n = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in
+                try c.update(q, ItemChanges(attributes: changes, secret: s))
+            }
             Output.printError("coffer: updated \(n) item\(n == 1 ? "" : "s")")
         }
     }
@@ -262,7 +266,7 @@ struct Delete: ParsableCommand {
     func run() throws {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes())
         try reporting { () throws(SecError) in
-            let n = try connect.open().delete(q)
+            let n = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try c.delete(q) }
             Output.printError("coffer: deleted \(n) item\(n == 1 ? "" : "s")")
         }
     }

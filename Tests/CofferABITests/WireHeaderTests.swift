@@ -20,6 +20,7 @@ import Testing
             (COFFER_MSG_LOCK, .lock), (COFFER_MSG_SET_PASSCODE, .setPasscode), (COFFER_MSG_ADD, .add),
             (COFFER_MSG_COPY_MATCHING, .copyMatching), (COFFER_MSG_UPDATE, .update), (COFFER_MSG_DELETE, .delete),
             (COFFER_MSG_SUBSCRIBE, .subscribe), (COFFER_MSG_COPY_MATCHING_PAGE, .copyMatchingPage),
+            (COFFER_MSG_WHOAMI, .whoami), (COFFER_MSG_AUTHORIZE, .authorize), (COFFER_MSG_WHOAMI_REPLY, .whoamiReply),
             (COFFER_MSG_OK, .ok), (COFFER_MSG_HELLO_REPLY, .helloReply), (COFFER_MSG_STATUS_REPLY, .statusReply),
             (COFFER_MSG_ITEMS, .items), (COFFER_MSG_COUNT, .count), (COFFER_MSG_ITEMS_PAGE, .itemsPage),
             (COFFER_MSG_EVENT, .event), (COFFER_MSG_ERROR, .error),

@@ -1,6 +1,7 @@
 @testable import CofferAgent
 import CofferTestSupport
 import CofferModel
+import CofferPolicy
 @testable import CofferProtocol
 import Testing
 
@@ -70,7 +71,7 @@ import Testing
     /// (protection is not part of any primary key); one differing only in `agrp` is not.
     @Test func duplicateRules() throws {
         let rig = try AgentRig()
-        var s = rig.greetedSession()
+        var s = rig.greetedSession(as: rig.signedCaller("app.a", ["app.a", "other.group"]))
         func adding(_ extra: Attributes) -> AgentRequest {
             .add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")].merging(extra) { $1 },
                          secret: secret("x")), [])
@@ -106,7 +107,7 @@ import Testing
                                 [.attributes, .persistentRef])
         guard case .items(let items) = rig.pipeline.handle(plain, session: &s), let item = items.first,
               let attrs = item.attributes else { Issue.record("add"); return }
-        #expect(attrs["pdmn"] == .string("ak") && attrs["agrp"] == .string(AccessScope.defaultAccessGroup) && attrs["sync"] == .bool(false))
+        #expect(attrs["pdmn"] == .string("ak") && attrs["agrp"] == .string(AccessPolicy.unsignedGroup) && attrs["sync"] == .bool(false))
         #expect(attrs["cdat"] != nil && attrs["cdat"] == attrs["mdat"] && attrs["class"] == nil)
         #expect(item.persistentRef?.count == 16)
         #expect(errorStatus(rig.pipeline.handle(.update(ItemQuery(limit: .all), ItemChanges(attributes: ["mdat": .date(5)])),

@@ -2,7 +2,9 @@
 import CofferCrypto
 import CofferKeybag
 import CofferKeychain
+import CofferAudit
 import CofferModel
+import CofferPolicy
 import CofferProtocol
 import CofferSystem
 import CofferTestSupport
@@ -56,10 +58,12 @@ final class AgentRig {
     let schedule: LockSchedule
     let unlocking: UnlockService
     let pipeline: Pipeline
+    let gate: AccessGate
+    let audit: AuditLog
     let peer: PeerIdentity
     private let sockets: [Int32]
 
-    init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10) throws {
+    init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy()) throws {
         keychain = try Keychain(directory: dir.path)
         if passcodeSet { try keychain.setPasscode(current: nil, new: secret(Self.passcode), kdf: cheapKDF) }
         var logger = Logger(label: "test")
@@ -69,7 +73,9 @@ final class AgentRig {
                                 logger: logger) { events.record($0) }
         unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
                                   clock: clock, logger: logger)
-        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, logger: logger,
+        audit = AuditLog(directory: dir.path)
+        gate = AccessGate(policy: policy, audit: audit, clock: clock, logger: logger)
+        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, logger: logger,
                             idleLockSeconds: UInt32(idleSeconds))
         // A real peer identity (this process), read from a socket pair as the agent reads a client's.
         var fds: [Int32] = [0, 0]
@@ -80,12 +86,24 @@ final class AgentRig {
 
     deinit { for fd in sockets { close(fd) } }
 
-    /// A new session that has not said HELLO.
-    func newSession() -> Session { Session(peer: peer) }
+    /// This process as an unsigned caller (what it is to a real agent without manifests).
+    var unsignedCaller: CallerIdentity {
+        CallerIdentity(pid: peer.pid, uid: peer.uid, establishedBy: .unsigned(executablePath: peer.executable ?? "", reason: .noMatchingManifest),
+                       accessGroups: [])
+    }
+
+    /// A signed caller with `groups` (default first), as a verified manifest would make it.
+    func signedCaller(_ app: String, _ groups: [String], sessionID: Int32? = nil) -> CallerIdentity {
+        CallerIdentity(pid: peer.pid, uid: peer.uid, establishedBy: .signedManifest(appID: app), accessGroups: groups,
+                       executable: "/opt/\(app)/bin/app", sessionID: sessionID)
+    }
+
+    /// A new session that has not said HELLO (an unsigned caller unless told otherwise).
+    func newSession(as caller: CallerIdentity? = nil) -> Session { Session(peer: peer, caller: caller ?? unsignedCaller) }
 
     /// A session past HELLO.
-    func greetedSession() -> Session {
-        var s = newSession()
+    func greetedSession(as caller: CallerIdentity? = nil) -> Session {
+        var s = newSession(as: caller)
         let r = pipeline.handle(.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "test"), session: &s)
         precondition(s.isGreeted, "HELLO refused: \(r)")
         return s

@@ -87,10 +87,14 @@ import Testing
         "CofferKeybag": ["CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient"],
         // The keychain receives a scope and a decision; it knows no processes, wire, PAM or agent.
         "CofferKeychain": ["CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest", "CofferIdentity",
-                           "CofferTrust", "CofferAudit"],
+                           "CofferTrust", "CofferAudit", "CofferPolicy"],
+        // Policy decides from a caller identity alone: pure, no processes, files, keys, wire or PAM.
+        "CofferPolicy": ["CofferSystem", "CofferCrypto", "CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol",
+                         "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest", "CofferIdentity", "CofferTrust",
+                         "CofferAudit", "Foundation"],
         // Identity turns a connection into a caller; it knows no keys, items, wire or PAM.
         "CofferIdentity": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
-                           "CofferClient"],
+                           "CofferClient", "CofferPolicy"],
         "CofferTrust": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
                         "CofferClient"],
         "CofferAudit": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",

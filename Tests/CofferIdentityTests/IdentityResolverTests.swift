@@ -165,7 +165,7 @@ func signedManifest(app: String = "com.example.app", executable: String, sha256:
         #expect(signed.accessGroups == ["a", "shared"] && signed.defaultAccessGroup == "a" && signed.appID == "com.example.app")
 
         let unsigned = try IdentityResolver(manifests: StaticManifestSource([wrong, otherPath])).identify(socket: connection.rawValue)
-        #expect(unsigned.establishedBy == .unsigned(executablePath: app, reason: .noMatchingManifest))
+        #expect(unsigned.establishedBy == .unsigned(executablePath: app, reason: .executableChanged))
         #expect(unsigned.accessGroups.isEmpty)
         try connection.close()
         child.waitUntilExit()

@@ -1,0 +1,98 @@
+import CofferAudit
+import CofferKeychain
+import CofferModel
+import CofferPolicy
+import CofferProtocol
+import CofferSystem
+import Glibc
+import Logging
+
+/// The policy stage of the request path (request → identity → **policy** → keychain): turns the
+/// session's caller into the ``AccessScope`` of each item request (``AccessPolicy``), keeps the groups
+/// the user authorized for the shell helper (``AuthorizationBook``), and writes the audit log. The
+/// keychain only ever sees the scope.
+final class AccessGate: Sendable {
+    let policy: AccessPolicy
+    private let book = Protected(AuthorizationBook())
+    private let audit: AuditLog?
+    private let clock: any MonotonicClock
+    private let logger: Logger
+
+    init(policy: AccessPolicy, audit: AuditLog?, clock: any MonotonicClock, logger: Logger) {
+        self.policy = policy
+        self.audit = audit
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// The scope of the session's next item request.
+    func scope(for session: Session) -> AccessDecision {
+        var authorized = session.authorizedGroups
+        if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
+            let now = clock.now()
+            authorized.formUnion(book.withLock { $0.groups(for: key, now: now) })
+        }
+        return policy.decide(session.caller, authorized: authorized)
+    }
+
+    /// The user authorized `group` for this session's caller: for the rest of its connection (one
+    /// command of the shell helper), and with a reuse window for the same app in the same login
+    /// session until the window ends.
+    func authorized(_ group: String, session: inout Session) {
+        session.authorize(group)
+        if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
+            let until = clock.now() + policy.authorizationReuseSeconds
+            book.withLock { $0.grant(group, to: key, until: until) }
+        }
+    }
+
+    /// Forgets every reusable authorization (the keybag locked).
+    func forgetAuthorizations() { book.withLock { $0.removeAll() } }
+
+    /// What `coffer whoami` shows: the caller's identity and the groups its item requests run with.
+    func whoami(_ caller: CallerIdentity) -> WhoAmIReply {
+        let kind: WhoAmIReply.Kind
+        var note = ""
+        switch caller.establishedBy {
+        case .signedManifest: kind = .signedManifest
+        case .flatpak: kind = .flatpak
+        case .unsigned(_, let reason):
+            kind = .unsigned
+            note = reason.description
+        }
+        var groups: [String] = []
+        switch policy.decide(caller) {
+        case .allowed(let scope):
+            groups = [scope.defaultGroup] + caller.accessGroups.filter { $0 != scope.defaultGroup && scope.contains($0) }
+            for g in (scope.groups ?? []).sorted() where !groups.contains(g) { groups.append(g) }
+        case .denied(let why):
+            note = note.isEmpty ? why : note + "; " + why
+        }
+        return WhoAmIReply(kind: kind, appID: caller.appID ?? "", pid: UInt32(bitPattern: caller.pid),
+                           executable: caller.executable ?? "", note: note, accessGroups: groups,
+                           mayAuthorize: policy.mayRequestAuthorization(caller))
+    }
+
+    /// Writes one audit record (never a secret or an attribute value). A failing log is reported,
+    /// at most once a minute, and does not fail the request.
+    func record(_ caller: CallerIdentity, operation: String, group: String?, itemClass: ItemClass?, status: SecStatus) {
+        guard let audit else { return }
+        let record = AuditRecord(time: Self.wallClock(), pid: caller.pid, app: caller.appID, executable: caller.executable,
+                                 operation: operation, accessGroup: group, itemClass: itemClass, result: status.rawValue)
+        do {
+            try audit.append(record)
+        } catch {
+            if auditFailures.admit("audit") != nil {
+                logger.error("the audit log cannot be written", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    private let auditFailures = LogThrottle(interval: 60)
+
+    private static func wallClock() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

@@ -1,0 +1,133 @@
+package import CofferModel
+
+/// How a caller's identity becomes the access groups its keychain requests run with: request →
+/// identity → **policy** → keychain. Pure: no processes, files, clocks or PAM; the agent supplies the
+/// identity, the time and the groups the user authorized (see ``AuthorizationBook``).
+///
+/// - A caller with a signed manifest or a Flatpak sandbox gets exactly its groups, the first one
+///   being where an add without `agrp` goes.
+/// - Callers without a valid manifest get ``UnsignedCallers``: the one shared group
+///   ``unsignedGroup`` (default) or nothing (`deny`: errSecMissingEntitlement for every item
+///   request). They never get a signed app's group.
+/// - The shell helper (the app ``shellAppID``) may reach another group for one request, or for a short
+///   reuse window, after the user authenticates (AUTHORIZE): that is what keeps a script from
+///   laundering an app's secrets by calling the CLI.
+package struct AccessPolicy: Sendable, Equatable {
+    /// What callers without a signed identity get (config key `unsigned-callers`).
+    package enum UnsignedCallers: String, Sendable, Equatable, CaseIterable {
+        /// Every item request is errSecMissingEntitlement.
+        case deny
+        /// The one shared group ``AccessPolicy/unsignedGroup``.
+        case shared = "unsigned"
+    }
+
+    /// The group every unsigned caller shares (when ``UnsignedCallers/shared``). Items the agent held
+    /// before access groups existed (group `coffer.default`, readable by every process of the user)
+    /// are moved here: the same visibility they always had.
+    package static let unsignedGroup = "unsigned"
+    /// The group items had before access groups were enforced (``AccessScope/defaultAccessGroup``).
+    package static let legacyGroup = AccessScope.defaultAccessGroup
+    /// The app id the install script signs the CLI's manifest with.
+    package static let defaultShellAppID = "coffer.shell"
+
+    /// What unsigned callers get.
+    package var unsignedCallers: UnsignedCallers
+    /// The app that may ask for another group after the user authenticates (nil: none may).
+    package var shellAppID: String?
+    /// Seconds an authorization for another group stays valid for the same app in the same login
+    /// session (0: only the next item request of the connection that authorized).
+    package var authorizationReuseSeconds: Double
+
+    package init(unsignedCallers: UnsignedCallers = .shared, shellAppID: String? = defaultShellAppID,
+                 authorizationReuseSeconds: Double = 0) {
+        self.unsignedCallers = unsignedCallers
+        self.shellAppID = shellAppID
+        self.authorizationReuseSeconds = authorizationReuseSeconds
+    }
+
+    /// The scope of `caller`'s item requests, with `authorized` (groups the user authorized for this
+    /// caller; ignored unless the caller may ask for them) added to what its identity grants.
+    package func decide(_ caller: CallerIdentity, authorized: Set<String> = []) -> AccessDecision {
+        if caller.isSigned {
+            guard let first = caller.accessGroups.first else {
+                return .denied("app \(caller.appID ?? "") has no access group")
+            }
+            var groups = Set(caller.accessGroups)
+            if mayRequestAuthorization(caller) { groups.formUnion(authorized) }
+            return .allowed(AccessScope(groups: groups, defaultGroup: first))
+        }
+        switch unsignedCallers {
+        case .deny:
+            return .denied("callers without a signed identity are denied (unsigned-callers = deny)")
+        case .shared:
+            return .allowed(AccessScope(groups: [Self.unsignedGroup], defaultGroup: Self.unsignedGroup))
+        }
+    }
+
+    /// True if `caller` may ask the user to authorize another group: only the shell helper, by its
+    /// signed manifest (a Flatpak app with the same id does not qualify).
+    package func mayRequestAuthorization(_ caller: CallerIdentity) -> Bool {
+        guard let shellAppID, case .signedManifest(let app) = caller.establishedBy else { return false }
+        return app == shellAppID
+    }
+}
+
+/// A policy outcome: the scope the keychain gets, or why there is none (errSecMissingEntitlement).
+package enum AccessDecision: Sendable, Equatable {
+    case allowed(AccessScope)
+    case denied(String)
+
+    /// The scope, or errSecMissingEntitlement naming the reason.
+    package func scope() throws(SecError) -> AccessScope {
+        switch self {
+        case .allowed(let s): return s
+        case .denied(let why): throw SecError(.missingEntitlement, why)
+        }
+    }
+}
+
+/// Groups the user authorized the shell helper to reach, for a reuse window, keyed by the app and the
+/// login session (the caller's session id, as sudo keys its timestamp by terminal session). A value:
+/// the agent keeps it under a lock and passes the time.
+package struct AuthorizationBook: Sendable, Equatable {
+    package struct Key: Sendable, Hashable {
+        package let appID: String
+        package let uid: UInt32
+        /// The caller's session id (`NSsid`); callers without one never share an authorization.
+        package let sessionID: Int32
+        package init(appID: String, uid: UInt32, sessionID: Int32) {
+            self.appID = appID
+            self.uid = uid
+            self.sessionID = sessionID
+        }
+    }
+
+    private var grants: [Key: [String: Double]] = [:]
+
+    package init() {}
+
+    /// The key of `caller`'s authorizations, nil if it has no app id or no session id.
+    package static func key(for caller: CallerIdentity) -> Key? {
+        guard let app = caller.appID, let sid = caller.sessionID, sid > 0 else { return nil }
+        return Key(appID: app, uid: caller.uid, sessionID: sid)
+    }
+
+    /// Records that `group` is authorized for `key` until `expiry` (monotonic seconds).
+    package mutating func grant(_ group: String, to key: Key, until expiry: Double) {
+        grants[key, default: [:]][group] = max(expiry, grants[key]?[group] ?? expiry)
+    }
+
+    /// The groups still authorized for `key` at `now`; drops expired ones.
+    package mutating func groups(for key: Key, now: Double) -> Set<String> {
+        guard var g = grants[key] else { return [] }
+        g = g.filter { $0.value > now }
+        grants[key] = g.isEmpty ? nil : g
+        return Set(g.keys)
+    }
+
+    /// Forgets every authorization (the keybag locked, or the agent reloaded its policy).
+    package mutating func removeAll() { grants = [:] }
+
+    /// Number of keys with live grants (for tests).
+    package var count: Int { grants.count }
+}
