@@ -49,6 +49,9 @@ package struct AgentConfiguration: Sendable {
     package var extraKeyDirectories: [String] = []
     /// More directories of manifests (`manifests-dir`, repeatable).
     package var extraManifestDirectories: [String] = []
+    /// Identify callers (config key `identify-callers`; `no` makes every caller unsigned without
+    /// examining it: only for measuring what identification costs, see contrib/bench).
+    package var identifyCallers = true
     /// Write the audit log (`audit.log` in the state directory; config key `audit`).
     package var auditLog = true
     /// Rotate the audit log past this many bytes (config key `audit-max-bytes`).
@@ -146,6 +149,7 @@ package struct AgentConfiguration: Sendable {
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): '\(key)' needs an absolute path") }
                 if key == "trusted-keys-dir" { extraKeyDirectories.append(value) } else { extraManifestDirectories.append(value) }
             case "audit": auditLog = try yesNo()
+            case "identify-callers": identifyCallers = try yesNo()
             case "audit-max-bytes":
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }
