@@ -49,6 +49,11 @@ final class AccessGate: Sendable {
     /// Forgets every reusable authorization (the keybag locked).
     func forgetAuthorizations() { book.withLock { $0.removeAll() } }
 
+    /// The lock schedule's events: a lock ends every reuse window (the agent routes every event here).
+    func observe(_ event: LockEvent) {
+        if event == .locked { forgetAuthorizations() }
+    }
+
     /// What `coffer whoami` shows: the caller's identity and the groups its item requests run with.
     func whoami(_ caller: CallerIdentity) -> WhoAmIReply {
         let kind: WhoAmIReply.Kind

@@ -66,7 +66,7 @@ package final class Agent: Sendable {
                               clock: clock, logger: logger)
         schedule = LockSchedule(keychain: keychain, idleSeconds: Double(configuration.idleLockSeconds),
                                 graceSeconds: configuration.lockGraceSeconds, clock: clock, logger: logger) { event in
-            if event == .locked { gate.forgetAuthorizations() }
+            gate.observe(event)
             registry.broadcast(event, refusals: refusals)
         }
         let unlocking = UnlockService(keychain: keychain,

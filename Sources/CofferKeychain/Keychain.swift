@@ -191,7 +191,7 @@ public final class Keychain: Sendable {
         let protection = try Validation.protection(of: attrs) ?? .defaultForNewItems
         attrs["pdmn"] = .string(protection.shortCode)
         if attrs["agrp"] == nil { attrs["agrp"] = .string(scope.defaultGroup) }
-        try Validation.checkWritable(attrs, in: scope)
+        try Validation.checkEntitled(attrs, in: scope)
         if attrs["sync"] == nil { attrs["sync"] = .bool(false) }
         let now = AttributeValue.date(Self.now())
         attrs["cdat"] = now
@@ -206,6 +206,7 @@ public final class Keychain: Sendable {
     /// class key is locked (its attributes cannot even be compared). Items outside `scope` are invisible.
     public func copyMatching(_ query: ItemQuery, scope: AccessScope = .unrestricted) throws(SecError) -> [ItemResult] {
         try Validation.check(query)
+        try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var results: [ItemResult] = []
@@ -243,6 +244,7 @@ public final class Keychain: Sendable {
     public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope = .unrestricted, after cursor: Int64,
                                  fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
         try Validation.check(query)
+        try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var items: [ItemResult] = []
@@ -271,9 +273,10 @@ public final class Keychain: Sendable {
     @discardableResult
     public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope = .unrestricted) throws(SecError) -> Int {
         try Validation.check(query)
+        try Validation.checkEntitled(query.attributes, in: scope)
         try Validation.check(changes.attributes, for: nil, writing: true)
         guard !changes.attributes.isEmpty || changes.secret != nil else { throw .param("nothing to update") }
-        try Validation.checkWritable(changes.attributes, in: scope)
+        try Validation.checkEntitled(changes.attributes, in: scope)
         let newProtection = try Validation.protection(of: changes.attributes)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
@@ -307,6 +310,7 @@ public final class Keychain: Sendable {
     @discardableResult
     public func delete(_ query: ItemQuery, scope: AccessScope = .unrestricted) throws(SecError) -> Int {
         try Validation.check(query)
+        try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var ids: [Int64] = []

@@ -47,8 +47,8 @@ enum Validation {
 
     /// errSecMissingEntitlement if `attrs` names an access group (`agrp`) outside `scope` (names the
     /// attribute, never its value).
-    static func checkWritable(_ attrs: Attributes, in scope: AccessScope) throws(SecError) {
+    static func checkEntitled(_ attrs: Attributes, in scope: AccessScope) throws(SecError) {
         guard case .string(let group)? = attrs["agrp"], !scope.contains(group) else { return }
-        throw SecError(.missingEntitlement, "the access group (agrp) is outside this caller's access groups")
+        throw SecError(.missingEntitlement, "the access group (agrp) is not one of this caller's access groups")
     }
 }

@@ -4,7 +4,9 @@
 ///
 /// - Reading (copyMatching, update's and delete's match): rows of other groups are invisible, exactly
 ///   as if they did not exist (errSecItemNotFound; existence does not leak).
-/// - Writing (add, and update setting `agrp`): a group outside the scope is errSecMissingEntitlement.
+/// - Naming a group outside the scope (`agrp` in a query, in an added item, or set by an update) is
+///   errSecMissingEntitlement, whether or not any item is in it: the answer is about the caller, never
+///   about the items.
 /// - Duplicates: `agrp` is part of every class's primary key (Apple's rule), so the same item in two
 ///   groups is two items; an add only ever collides with a row of its own group, which is in scope.
 public struct AccessScope: Sendable, Hashable {

@@ -69,12 +69,14 @@ final class AgentRig {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let events = self.events
+        audit = AuditLog(directory: dir.path)
+        let gate = AccessGate(policy: policy, audit: audit, clock: clock, logger: logger)
+        self.gate = gate
+        // As the agent wires it: every lock event goes to the gate too.
         schedule = LockSchedule(keychain: keychain, idleSeconds: idleSeconds, graceSeconds: graceSeconds, clock: clock,
-                                logger: logger) { events.record($0) }
+                                logger: logger) { gate.observe($0); events.record($0) }
         unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
                                   clock: clock, logger: logger)
-        audit = AuditLog(directory: dir.path)
-        gate = AccessGate(policy: policy, audit: audit, clock: clock, logger: logger)
         pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, logger: logger,
                             idleLockSeconds: UInt32(idleSeconds))
         // A real peer identity (this process), read from a socket pair as the agent reads a client's.

@@ -36,10 +36,15 @@ import Testing
         #expect(status { try f.keychain.copyMatchingPage(query, scope: chat, after: 0) { _ in true } } == .itemNotFound)
         #expect(status { try f.keychain.update(query, ItemChanges(secret: secret("x")), scope: chat) } == .itemNotFound)
         #expect(status { try f.keychain.delete(query, scope: chat) } == .itemNotFound)
-        // Naming the hidden group does not reveal it either.
+        // Naming the hidden group is an entitlement error (issue #13), the same whether or not it holds
+        // anything: it says nothing about the items.
         var named = query
         named.attributes["agrp"] = AttributeValue.string("mail")
-        #expect(status { try f.keychain.copyMatching(named, scope: chat) } == .itemNotFound)
+        #expect(status { try f.keychain.copyMatching(named, scope: chat) } == .missingEntitlement)
+        #expect(status { try f.keychain.update(named, ItemChanges(secret: secret("x")), scope: chat) } == .missingEntitlement)
+        #expect(status { try f.keychain.delete(named, scope: chat) } == .missingEntitlement)
+        named.attributes["agrp"] = AttributeValue.string("empty.group")
+        #expect(status { try f.keychain.copyMatching(named, scope: chat) } == .missingEntitlement)
         #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail", "the hidden row changed")
     }
 

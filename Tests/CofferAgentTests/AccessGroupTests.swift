@@ -1,0 +1,304 @@
+@testable import CofferAgent
+import CofferAudit
+import CofferKeychain
+import CofferModel
+import CofferPolicy
+import CofferProtocol
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// Issue #13's enforcement rules through `Pipeline.handle`: callers with synthetic identities (what the
+/// resolver makes of a signed manifest, a Flatpak or an unsigned process), a real keychain.
+@Suite struct AccessGroupTests {
+    static func item(_ service: String, _ account: String = "acct", group: String? = nil, secretText: String = "s3cret") -> AgentRequest {
+        var attrs: Attributes = ["svce": .string(service), "acct": .string(account)]
+        if let group { attrs["agrp"] = .string(group) }
+        return .add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(secretText)), [.persistentRef])
+    }
+
+    static func query(_ service: String, group: String? = nil, data: Bool = true) -> ItemQuery {
+        var attrs: Attributes = ["svce": .string(service)]
+        if let group { attrs["agrp"] = .string(group) }
+        return ItemQuery(itemClass: .genericPassword, attributes: attrs, limit: .all, returnData: data, returnAttributes: true)
+    }
+
+    static func persistentRef(_ r: AgentResponse) -> [UInt8]? {
+        guard case .items(let items) = r else { return nil }
+        return items.first?.persistentRef
+    }
+
+    @Test func appsSeeOnlyTheirOwnGroupsAndTheGroupsTheyShare() throws {
+        let rig = try AgentRig(passcodeSet: false)
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a", "shared"]))
+        var b = rig.greetedSession(as: rig.signedCaller("app.b", ["b", "shared"]))
+        var u = rig.greetedSession()
+        let refA = try #require(Self.persistentRef(rig.pipeline.handle(Self.item("svc"), session: &a)))
+
+        // B: the item does not exist (by query, by persistent reference, for update and delete).
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc")), session: &b)) == .itemNotFound)
+        let byRef = ItemQuery(limit: .one, returnData: true, persistentRef: refA)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(byRef), session: &b)) == .itemNotFound)
+        #expect(errorStatus(rig.pipeline.handle(.update(Self.query("svc", data: false), ItemChanges(secret: secret("mine"))), session: &b)) == .itemNotFound)
+        #expect(errorStatus(rig.pipeline.handle(.delete(ItemQuery(itemClass: .genericPassword, limit: .all)), session: &b)) == .itemNotFound)
+        // Naming A's group is an entitlement error, for every operation.
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &b)) == .missingEntitlement)
+        #expect(errorStatus(rig.pipeline.handle(Self.item("other", group: "a"), session: &b)) == .missingEntitlement)
+        #expect(errorStatus(rig.pipeline.handle(.delete(Self.query("svc", group: "a", data: false)), session: &b)) == .missingEntitlement)
+        // A duplicate-probing add says nothing: B's copy is B's own item.
+        guard case .items = rig.pipeline.handle(Self.item("svc", secretText: "b's"), session: &b) else { Issue.record("B's add"); return }
+        // Moving an item into a group one lacks is refused.
+        #expect(errorStatus(rig.pipeline.handle(.update(Self.query("svc", data: false), ItemChanges(attributes: ["agrp": .string("a")])), session: &b))
+                == .missingEntitlement)
+
+        // A still reads its own, unchanged; the shared group works both ways.
+        guard case .items(let mine) = rig.pipeline.handle(.copyMatching(Self.query("svc")), session: &a) else { Issue.record("A's get"); return }
+        #expect(mine.count == 1 && text(mine.first?.data) == "s3cret" && mine.first?.attributes?["agrp"] == .string("a"))
+        guard case .items = rig.pipeline.handle(Self.item("together", group: "shared"), session: &a) else { Issue.record("shared add"); return }
+        guard case .items(let shared) = rig.pipeline.handle(.copyMatching(Self.query("together")), session: &b) else { Issue.record("shared get"); return }
+        #expect(shared.count == 1)
+        // An unsigned caller sees none of it, and its own items go to `unsigned`.
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc")), session: &u)) == .itemNotFound)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("together")), session: &u)) == .itemNotFound)
+        guard case .items = rig.pipeline.handle(Self.item("plain"), session: &u) else { Issue.record("unsigned add"); return }
+        guard case .items(let plain) = rig.pipeline.handle(.copyMatching(Self.query("plain")), session: &u) else { Issue.record("unsigned get"); return }
+        #expect(plain.first?.attributes?["agrp"] == .string(AccessPolicy.unsignedGroup))
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("plain")), session: &a)) == .itemNotFound)
+    }
+
+    @Test func denyRefusesEveryItemRequestOfUnsignedCallersButNotUnlock() throws {
+        let rig = try AgentRig(policy: AccessPolicy(unsignedCallers: .deny))
+        var u = rig.greetedSession()
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &u)) == nil)
+        #expect(errorStatus(rig.pipeline.handle(Self.item("svc"), session: &u)) == .missingEntitlement)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc")), session: &u)) == .missingEntitlement)
+        #expect(errorStatus(rig.pipeline.handle(.delete(ItemQuery(limit: .all)), session: &u)) == .missingEntitlement)
+        guard case .whoami(let w) = rig.pipeline.handle(.whoami, session: &u) else { Issue.record("whoami"); return }
+        #expect(w.kind == .unsigned && w.accessGroups.isEmpty && w.note.contains("deny"))
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))
+        guard case .items = rig.pipeline.handle(Self.item("svc"), session: &a) else { Issue.record("signed add under deny"); return }
+    }
+
+    @Test func aFlatpakAppGetsItsSandboxGroup() throws {
+        let rig = try AgentRig(passcodeSet: false)
+        let caller = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.example.App"),
+                                    accessGroups: ["flatpak:org.example.App"])
+        var f = rig.greetedSession(as: caller)
+        var u = rig.greetedSession()
+        guard case .items = rig.pipeline.handle(Self.item("svc"), session: &f) else { Issue.record("flatpak add"); return }
+        guard case .whoami(let w) = rig.pipeline.handle(.whoami, session: &f) else { Issue.record("whoami"); return }
+        #expect(w.kind == .flatpak && w.appID == "org.example.App" && w.accessGroups == ["flatpak:org.example.App"] && !w.mayAuthorize)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc")), session: &u)) == .itemNotFound)
+        // A Flatpak with the shell's app id is not the shell.
+        let fakeShell = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: AccessPolicy.defaultShellAppID),
+                                       accessGroups: ["flatpak:" + AccessPolicy.defaultShellAppID])
+        var fs = rig.greetedSession(as: fakeShell)
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "flatpak:org.example.App", passcode: secret(AgentRig.passcode)),
+                                                session: &fs)) == .missingEntitlement)
+    }
+
+    @Test func theShellReachesAnotherGroupOnlyAfterThePasscodeAndOnlyOnThatConnection() throws {
+        let rig = try AgentRig()
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &a)
+        guard case .items = rig.pipeline.handle(Self.item("svc"), session: &a) else { Issue.record("add"); return }
+        let shell = rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell", "unsigned"], sessionID: 77)
+        var sh = rig.greetedSession(as: shell)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &sh)) == .missingEntitlement)
+        let calls = rig.verifier.callCount
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret("wrong")), session: &sh)) == .authFailed)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &sh)) == .missingEntitlement)
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &sh)) == nil)
+        #expect(rig.verifier.callCount == calls + 2, "the passcode goes to the verifier (PAM) every time")
+        guard case .items(let got) = rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &sh) else {
+            Issue.record("authorized get"); return
+        }
+        #expect(text(got.first?.data) == "s3cret")
+        // A new connection of the same shell (the next command) must authenticate again: no reuse by default.
+        var next = rig.greetedSession(as: shell)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &next)) == .missingEntitlement)
+        // A non-shell app can never authorize, even with the right passcode; nor can an unsigned caller.
+        var b = rig.greetedSession(as: rig.signedCaller("app.b", ["b"]))
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &b)) == .missingEntitlement)
+        var u = rig.greetedSession()
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &u)) == .missingEntitlement)
+
+        // Every step is in the audit log, with the app and the group, never a value.
+        let records = AuditReader.read(directory: rig.dir.path).records
+        let shellRecords = records.filter { $0.app == AccessPolicy.defaultShellAppID }
+        #expect(shellRecords.map(\.operation) == ["get", "authorize", "get", "authorize", "get", "get"])
+        #expect(shellRecords.map(\.result) == [-34018, -25293, -34018, 0, 0, -34018])
+        #expect(shellRecords.allSatisfy { $0.accessGroup == "a" })
+        #expect(records.contains { $0.app == "app.b" && $0.operation == "authorize" && $0.result == -34018 })
+        let log = String(decoding: fileBytes(rig.dir.file(AuditLog.fileName)), as: UTF8.self)
+        #expect(!log.contains("s3cret") && !log.contains("svc") && !log.contains(AgentRig.passcode))
+    }
+
+    @Test func aReuseWindowCoversTheSameAppInTheSameLoginSessionUntilItEndsOrTheKeybagLocks() throws {
+        let rig = try AgentRig(policy: AccessPolicy(authorizationReuseSeconds: 60))
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &a)
+        guard case .items = rig.pipeline.handle(Self.item("svc"), session: &a) else { Issue.record("add"); return }
+        let get = AgentRequest.copyMatching(Self.query("svc", group: "a"))
+        var first = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: 500))
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &first)) == nil)
+        // The next command in the same login session, within the window: no new prompt.
+        var second = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: 500))
+        #expect(errorStatus(rig.pipeline.handle(get, session: &second)) == nil)
+        // Another login session (another terminal) is not covered.
+        var elsewhere = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: 501))
+        #expect(errorStatus(rig.pipeline.handle(get, session: &elsewhere)) == .missingEntitlement)
+        // After the window, again a prompt.
+        rig.clock.advance(61)
+        var late = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: 500))
+        #expect(errorStatus(rig.pipeline.handle(get, session: &late)) == .missingEntitlement)
+        // Locking forgets every authorization.
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &late)) == nil)
+        rig.schedule.lockNow(reason: "test")
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &a)
+        var afterLock = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: 500))
+        #expect(errorStatus(rig.pipeline.handle(get, session: &afterLock)) == .missingEntitlement)
+    }
+
+    @Test func whoamiReportsTheIdentityAndTheGroupsDefaultFirst() throws {
+        let rig = try AgentRig(passcodeSet: false)
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["zeta", "alpha"]))
+        guard case .whoami(let w) = rig.pipeline.handle(.whoami, session: &a) else { Issue.record("whoami"); return }
+        #expect(w.kind == .signedManifest && w.appID == "app.a" && w.accessGroups == ["zeta", "alpha"] && !w.mayAuthorize)
+        #expect(w.executable == "/opt/app.a/bin/app" && w.pid == UInt32(rig.peer.pid))
+        var u = rig.greetedSession()
+        guard case .whoami(let uw) = rig.pipeline.handle(.whoami, session: &u) else { Issue.record("whoami"); return }
+        #expect(uw.kind == .unsigned && uw.appID.isEmpty && uw.accessGroups == [AccessPolicy.unsignedGroup] && !uw.note.isEmpty)
+        var sh = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell", "unsigned"]))
+        guard case .whoami(let sw) = rig.pipeline.handle(.whoami, session: &sh) else { Issue.record("whoami"); return }
+        #expect(sw.mayAuthorize && sw.accessGroups == ["shell", "unsigned"])
+    }
+
+    /// Random operations from several identities; after each, no identity ever observed an item of a
+    /// group it does not hold (by search, by persistent reference, by a count from update or delete).
+    @Test(arguments: [UInt64(1), 2, 3])
+    func propertyNoIdentityObservesAnotherGroupsItem(seed: UInt64) throws {
+        let rig = try AgentRig(passcodeSet: false)
+        var rng = SplitMix(seed: seed)
+        let callers: [CallerIdentity] = [
+            rig.signedCaller("app.a", ["a", "ab"]), rig.signedCaller("app.b", ["b", "ab"]), rig.signedCaller("app.c", ["c"]),
+            rig.unsignedCaller,
+            CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.x"), accessGroups: ["flatpak:org.x"]),
+        ]
+        let allGroups = ["a", "b", "ab", "c", AccessPolicy.unsignedGroup, "flatpak:org.x"]
+        var sessions = callers.map { rig.greetedSession(as: $0) }
+        var refs: [[UInt8]] = []
+        func allowed(_ i: Int) -> Set<String> { i == 3 ? [AccessPolicy.unsignedGroup] : Set(callers[i].accessGroups) }
+        for step in 0..<300 {
+            let i = Int(rng.next() % UInt64(callers.count))
+            let mine = allowed(i)
+            let service = "s\(rng.next() % 4)"
+            var group: String? = rng.next() % 3 == 0 ? allGroups[Int(rng.next() % UInt64(allGroups.count))] : nil
+            let request: AgentRequest
+            switch rng.next() % 6 {
+            case 0, 1: request = Self.item(service, "acct\(rng.next() % 3)", group: group)
+            case 2: request = .copyMatching(Self.query(service, group: group))
+            case 3 where !refs.isEmpty:
+                group = nil
+                request = .copyMatching(ItemQuery(limit: .one, returnAttributes: true, persistentRef: refs[Int(rng.next() % UInt64(refs.count))]))
+            case 4: request = .update(Self.query(service, group: group, data: false), ItemChanges(secret: secret("u\(step)")))
+            default: request = .delete(Self.query(service, group: group, data: false))
+            }
+            let response = rig.pipeline.handle(request, session: &sessions[i])
+            if let g = group, !mine.contains(g) {
+                #expect(errorStatus(response) == .missingEntitlement, "step \(step): caller \(i) named group \(g)")
+            }
+            if case .items(let items) = response {
+                for it in items {
+                    if let ref = it.persistentRef, case .add = request { refs.append(ref) }
+                    if case .string(let g)? = it.attributes?["agrp"] { #expect(mine.contains(g), "step \(step): caller \(i) saw group \(g)") }
+                }
+            }
+        }
+        // The final state: each item is in a group its writer held, and each caller's full listing holds only its groups.
+        for i in callers.indices {
+            guard case .items(let items) = rig.pipeline.handle(.copyMatching(ItemQuery(limit: .all, returnAttributes: true)), session: &sessions[i]) else { continue }
+            for it in items {
+                if case .string(let g)? = it.attributes?["agrp"] { #expect(allowed(i).contains(g)) }
+            }
+            let total = try rig.keychain.copyMatching(ItemQuery(limit: .all, returnAttributes: true), scope: .unrestricted)
+            let visible = total.filter { if case .string(let g)? = $0.attributes?["agrp"] { return allowed(i).contains(g) }; return false }
+            #expect(items.count == visible.count, "caller \(i) sees exactly the items of its groups")
+        }
+    }
+
+    /// Items of the pre-access-group default group (a v1 fixture written by an earlier Coffer) move to
+    /// `unsigned`: unsigned callers and the shell keep seeing them; signed apps do not.
+    @Test func legacyItemsMoveToTheUnsignedGroup() throws {
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("CofferKeychainTests/Fixtures/v1-nopasscode").path
+        let dir = TemporaryDirectory("coffer-legacy")
+        for f in ["device.key", "keybag", "keybag.key", "keychain.db"] {
+            try FileManager.default.copyItem(atPath: fixture + "/" + f, toPath: dir.file(f))
+            chmod(dir.file(f), 0o600)
+        }
+        chmod(dir.path, 0o700)
+        let kc = try Keychain(directory: dir.path)
+        let all = ItemQuery(limit: .all, returnAttributes: true)
+        let before = try kc.copyMatching(all, scope: .unrestricted)
+        #expect(!before.isEmpty && before.allSatisfy { $0.attributes?["agrp"] == .string(AccessPolicy.legacyGroup) })
+        LegacyGroups.migrate(kc, logger: .init(label: "test"))
+        let after = try kc.copyMatching(all, scope: .unrestricted)
+        #expect(after.count == before.count && after.allSatisfy { $0.attributes?["agrp"] == .string(AccessPolicy.unsignedGroup) })
+        // Idempotent, and what an unsigned caller's scope sees is everything.
+        LegacyGroups.migrate(kc, logger: .init(label: "test"))
+        let unsignedScope = try AccessPolicy().decide(CallerIdentity(pid: 1, uid: 0, establishedBy: .unsigned(executablePath: "/x", reason: .noMatchingManifest),
+                                                                      accessGroups: [])).scope()
+        #expect(try kc.copyMatching(all, scope: unsignedScope).count == before.count)
+        #expect((try? kc.copyMatching(all, scope: AccessScope(groups: ["a"], defaultGroup: "a"))) == nil)
+    }
+}
+
+/// The policy alone (pure).
+@Suite struct AccessPolicyTests {
+    let signed = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "app"), accessGroups: ["g1", "g2"])
+    let unsigned = CallerIdentity(pid: 1, uid: 1, establishedBy: .unsigned(executablePath: "/x", reason: .noMatchingManifest), accessGroups: [])
+
+    @Test func signedCallersGetTheirGroupsFirstOneDefault() throws {
+        let s = try AccessPolicy().decide(signed).scope()
+        #expect(s.groups == ["g1", "g2"] && s.defaultGroup == "g1")
+        // Authorized groups count only for the shell.
+        #expect(try AccessPolicy().decide(signed, authorized: ["x"]).scope().groups == ["g1", "g2"])
+        #expect(try AccessPolicy(shellAppID: "app").decide(signed, authorized: ["x"]).scope().groups == ["g1", "g2", "x"])
+    }
+
+    @Test func unsignedCallersGetTheSharedGroupOrNothing() throws {
+        #expect(try AccessPolicy().decide(unsigned).scope() == AccessScope(groups: ["unsigned"], defaultGroup: "unsigned"))
+        #expect(throws: SecError.self) { try AccessPolicy(unsignedCallers: .deny).decide(unsigned).scope() }
+        #expect(try AccessPolicy().decide(unsigned, authorized: ["g1"]).scope().groups == ["unsigned"])
+        // A signed caller with no group (the manifest parser refuses one, but the policy does not rely on it).
+        let empty = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "e"), accessGroups: [])
+        #expect(throws: SecError.self) { try AccessPolicy().decide(empty).scope() }
+    }
+
+    @Test func authorizationsExpireAndAreKeyedBySession() {
+        var book = AuthorizationBook()
+        let k1 = AuthorizationBook.Key(appID: "shell", uid: 1, sessionID: 10)
+        let k2 = AuthorizationBook.Key(appID: "shell", uid: 1, sessionID: 11)
+        book.grant("a", to: k1, until: 100)
+        #expect(book.groups(for: k1, now: 99) == ["a"] && book.groups(for: k2, now: 99).isEmpty)
+        #expect(book.groups(for: k1, now: 100).isEmpty && book.count == 0)
+        #expect(AuthorizationBook.key(for: unsigned) == nil, "no app id, no reuse")
+        let noSession = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "shell"), accessGroups: ["s"])
+        #expect(AuthorizationBook.key(for: noSession) == nil, "no session id, no reuse")
+    }
+}
+
+/// A small deterministic generator for the property test.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
