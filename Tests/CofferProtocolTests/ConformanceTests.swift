@@ -197,3 +197,29 @@ import Testing
         #expect(e?.description == "persistent reference too long (the limit is 16 bytes)")
     }
 }
+
+/// WHOAMI_REPLY rules a client's decoder enforces (issue #13): the app id goes with a signed or
+/// Flatpak identity only, and the flag is 0 or 1.
+@Suite struct WhoAmIReplyTests {
+    @Test(arguments: [
+        // kind 0 (unsigned) with app id "x"
+        "0000001a8a00000025000001780000004d00062f62696e2f780000000000",
+        // kind 2 (flatpak) with mayAuthorize 2
+        "000000318a000000260200056f72672e7800000001000a2f6170702f62696e2f7800000001000d666c617470616b3a6f72672e7802",
+        // kind 3 (unknown)
+        "0000001a8a00000027030001780000004d00062f62696e2f780000000000",
+    ])
+    func malformedRepliesAreRefused(hex: String) throws {
+        let frame = hexBytes(hex)
+        let b = try #require(body(of: frame))
+        #expect(b.count + 4 == frame.count)
+        #expect(throws: ProtocolError.self) { try b.withUnsafeBytes { try AgentResponse.decodeBody($0) } }
+    }
+
+    @Test func aRequestTypeIsNotAReply() throws {
+        let b = Array(hexBytes("000000050c00000020")[4...])
+        #expect(throws: ProtocolError.self) { try b.withUnsafeBytes { try AgentResponse.decodeBody($0) } }
+        let r = Array(hexBytes("000000428a000000200100106f72672e6578616d706c652e6d61696c0000109200112f7573722f62696e2f6d61696c2d6170700000000200046d61696c000673686172656400")[4...])
+        #expect(throws: ProtocolError.self) { try r.withUnsafeBytes { try AgentRequest.decodeBody($0) } }
+    }
+}
