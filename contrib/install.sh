@@ -50,6 +50,21 @@ run install -m 0755 "$here/systemd/coffer-lock-on-screensaver.sh" "$D/usr/local/
 # The wire protocol's constants for C clients and plugins.
 run install -m 0644 "$here/../Sources/CCofferABI/include/coffer/coffer_wire.h" "$D/usr/local/include/coffer/"
 
+# The shell helper is an app too (access groups): a signing key made here on first install (root-only,
+# kept for re-signing after upgrades), trusted by every agent, and manifests for coffer and coffer-cli
+# as app coffer.shell with the groups shell (default) and unsigned. Re-running re-signs the binaries.
+etc="$D/etc/coffer"
+run install -d -m 0755 "$etc" "$etc/trusted-keys.d" "$etc/manifests.d"
+if [ ! -f "$etc/install-signing.key" ]; then
+    run "$bin_dir/coffer-cli" manifest keygen --out "$etc/install-signing.key" >/dev/null
+fi
+run install -m 0644 "$etc/install-signing.key.pub" "$etc/trusted-keys.d/coffer-install.pub"
+for b in coffer coffer-cli; do
+    run "$bin_dir/coffer-cli" manifest sign --key "$etc/install-signing.key" --app-id coffer.shell \
+        --executable "$D/usr/local/bin/$b" --installed-as "/usr/local/bin/$b" --group shell --group unsigned \
+        --out "$etc/manifests.d/coffer-shell-$b.manifest"
+done
+
 add_line() { # file line: appends once
     if [ -f "$1" ] && grep -qF "$2" "$1"; then return; fi
     if [ "$dry" = 1 ]; then echo "+ echo '$2' >> $1"; else echo "$2" >> "$1"; fi

@@ -48,10 +48,16 @@ struct ManifestCommand: ParsableCommand {
         @Option(help: "The executable the manifest is for.") var executable: String
         @Option(name: .customLong("group"), help: "An access group (repeat; the first is the default group).") var groups: [String] = []
         @Option(help: "Write the manifest here (default: standard output).") var out: String?
+        @Option(name: .customLong("installed-as"),
+                help: "The absolute, resolved path the executable will run from, when it is signed elsewhere (a staging tree).")
+        var installedAs: String?
         @Flag(help: "Sign even an interpreter.") var force = false
 
         func validate() throws {
             guard !groups.isEmpty else { throw ValidationError("give at least one --group") }
+            if let installedAs, !installedAs.hasPrefix("/") || installedAs.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) {
+                throw ValidationError("--installed-as needs an absolute path without . or .. components")
+            }
         }
 
         func run() throws {
@@ -68,11 +74,15 @@ struct ManifestCommand: ParsableCommand {
                 }
                 let digest: [UInt8]
                 do throws(ManifestError) { digest = try ExecutableHash.sha256(path: resolved) } catch { throw error.secError }
+                let named = installedAs ?? resolved
+                if installedAs != nil, let family = Interpreters.match(named), !force {
+                    throw .param("\(Output.escapedText(named)) is an interpreter (\(family)); pass --force to sign it anyway")
+                }
                 let secret = try KeyFile.readSecretKey(key)
                 defer { secret.wipe() }
                 let manifest: Manifest
                 do throws(ManifestError) {
-                    manifest = try Manifest.sign(app: appID, executable: resolved, executableSHA256: digest,
+                    manifest = try Manifest.sign(app: appID, executable: named, executableSHA256: digest,
                                                  accessGroups: groups, secretKey: secret)
                 } catch {
                     throw SecError(.param, error.description)
@@ -80,7 +90,7 @@ struct ManifestCommand: ParsableCommand {
                 let bytes = manifest.encoded()
                 if let out {
                     do { try Files.writeAtomically(out, bytes, mode: 0o644) } catch { throw .io("\(error)") }
-                    if resolved != executable {
+                    if installedAs == nil && resolved != executable {
                         Output.printError("coffer: signed the resolved path \(Output.escapedText(resolved))")
                     }
                 } else {

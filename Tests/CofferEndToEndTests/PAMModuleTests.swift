@@ -457,6 +457,19 @@ import Testing
             #expect(!active.contains { $0.hasPrefix(option) }, "\(option) would break PAM's setgid helper")
         }
         #expect(active.contains("LimitCORE=0") && active.contains("Type=notify"))
+        // The shell helper's identity: a root-only signing key, its public half trusted, and manifests
+        // for the installed paths of coffer and coffer-cli (app coffer.shell, groups shell and unsigned)
+        // that a trust load accepts.
+        #expect(Files.mode(root.file("etc/coffer/install-signing.key")) == 0o600)
+        #expect(Files.exists(root.file("etc/coffer/trusted-keys.d/coffer-install.pub")))
+        let list = runShell("'\(root.file("usr/local/bin/coffer-cli"))' manifest list --no-default-dirs --key-dir '\(root.file("etc/coffer/trusted-keys.d"))' "
+                            + "--manifest-dir '\(root.file("etc/coffer/manifests.d"))' --json", socket: "")
+        #expect(list.status == 0, "\(list)")
+        for b in ["coffer", "coffer-cli"] {
+            #expect(list.stdout.contains("\"executable\":\"/usr/local/bin/\(b)\""), "\(list.stdout)")
+        }
+        #expect(list.stdout.components(separatedBy: "coffer.shell").count == 3 && list.stdout.contains("\"unsigned\""), "\(list.stdout)")
+        #expect(!list.stdout.contains("\"reason\""), "a file was refused: \(list.stdout)")
         let dry = runShell("bash '\(Binaries.packageRoot)/contrib/install.sh' --dry-run", socket: "")
         #expect(dry.status == 0 && dry.stdout.contains("+ install"), "\(dry)")
     }
