@@ -134,7 +134,8 @@ let package = Package(
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
                     swiftSettings: settings),
 
-        .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem"],
+        .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
+                                                                     "CofferIdentity"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )

@@ -7,6 +7,10 @@
 //                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
 //                                                    CLI process time, cold start, RSS, locked memory
 //                                                    (BIN_DIR holds cofferd and coffer)
+//   coffer-bench identity BIN_DIR                    what identifying callers costs (issue #13): a signed caller vs
+//                                                    `identify-callers = no` (get on a persistent connection, new
+//                                                    connection), SHA-256 of a 50 MiB executable cold and cached
+//                                                    (BIN_DIR holds cofferd and coffer)
 //   coffer-bench fill STATE_DIR N                    adds items svc{i%97}/acct{i}/secret-{i}, i = 1…N, to the
 //                                                    stopped agent's keychain (passcode on stdin, if one is set)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
@@ -191,8 +195,12 @@ func run(_ args: [String]) throws {
     case "agent" where args.count >= 2:
         let sizes = args.dropFirst(2).compactMap { Int($0) }
         try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
+    case "identity" where args.count == 2:
+        try IdentityBench(binDir: args[1]).run()
+    case "identity-probe" where args.count == 2:
+        try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

@@ -7,7 +7,10 @@
 #   contrib/bench/run.sh coffer     Coffer alone: the keychain library at 1k/100k items (lookups, adds,
 #                                   passcode change with key rotation), and a real
 #                                   agent at 1k/100k/1M items (round trip, throughput at 1/4/16/64
-#                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck)
+#                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck),
+#                                   and what identifying callers costs (below)
+#   contrib/bench/run.sh identity   Only what identifying callers costs (also part of `coffer`): a signed
+#                                   caller vs `identify-callers = no`, SHA-256 of a 50 MiB executable (~1 min)
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
 #
 # Sizes for the Coffer-alone part: COFFER_BENCH_SIZES (default "1000 100000 1000000").
@@ -15,8 +18,8 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|peers) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | peers [N ...]]" >&2; exit 2 ;;
+    all|coffer|identity|peers) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | peers [N ...]]" >&2; exit 2 ;;
 esac
 if [ "$what" != peers ]; then
     bash contrib/deps.sh
@@ -25,20 +28,31 @@ if [ "$what" != peers ]; then
     bin="$(mktemp -d /tmp/coffer-bench-bin-XXXXXX)"
     trap 'rm -rf "$bin"' EXIT
     for p in cofferd coffer coffer-cli coffer-bench; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
-    echo "## The keychain library (no agent, no IPC)"
+    if [ "$what" != identity ]; then
+        echo "## The keychain library (no agent, no IPC)"
+        echo
+        "$bin/coffer-bench" keychain 1000 100000
+        echo
+        echo "## Passcode change (key rotation: every non-Always item re-sealed)"
+        echo
+        "$bin/coffer-bench" rekey 1000 100000
+        echo
+        echo "## A real agent over its socket"
+        echo
+        # shellcheck disable=SC2086
+        "$bin/coffer-bench" agent "$bin" ${COFFER_BENCH_SIZES:-1000 100000 1000000}
+        echo
+    fi
+    echo "## What identifying callers costs (access groups)"
     echo
-    "$bin/coffer-bench" keychain 1000 100000
+    echo "Two agents serve the same keychain (1,000 items per group) with the same configuration but one"
+    echo "line: one identifies each connection at accept (pidfd, /proc/PID, the executable's SHA-256 from"
+    echo "the cache, a verified manifest), the other has \`identify-callers = no\` (every caller unsigned,"
+    echo "not examined). The caller is coffer-bench itself, signed by a temporary key."
     echo
-    echo "## Passcode change (key rotation: every non-Always item re-sealed)"
-    echo
-    "$bin/coffer-bench" rekey 1000 100000
-    echo
-    echo "## A real agent over its socket"
-    echo
-    # shellcheck disable=SC2086
-    "$bin/coffer-bench" agent "$bin" ${COFFER_BENCH_SIZES:-1000 100000 1000000}
+    "$bin/coffer-bench" identity "$bin"
 fi
-if [ "$what" != coffer ]; then
+if [ "$what" != coffer ] && [ "$what" != identity ]; then
     if [ $# -gt 0 ]; then shift; fi
     echo
     echo "## Beside gnome-keyring, pass and the kernel keyring"
