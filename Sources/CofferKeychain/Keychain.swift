@@ -188,7 +188,19 @@ public final class Keychain: Sendable {
     /// Fills in the defaults an added item gets: protection, access group, sync, dates; checks the group is in scope.
     private func completed(_ given: Attributes, _ scope: AccessScope) throws(SecError) -> (Attributes, ProtectionClass) {
         var attrs = given
-        let protection = try Validation.protection(of: attrs) ?? .defaultForNewItems
+        let given = try Validation.protection(of: attrs)
+        var protection = given ?? .defaultForNewItems
+        if try Validation.accessControl(of: attrs) != nil {
+            // An item with an access control needs a passcode (the seeds' WhenPasscodeSet rule: without
+            // one there is nobody to authenticate) and never leaves this device.
+            guard keybag.isPasscodeSet else {
+                throw .notAvailable("an item with an access control needs a passcode; set one with 'coffer passcode set'")
+            }
+            if let given, !given.isThisDeviceOnly {
+                throw .param("an item with an access control must be ThisDeviceOnly (it never goes into a backup)")
+            }
+            protection = given ?? .whenUnlockedThisDeviceOnly
+        }
         attrs["pdmn"] = .string(protection.shortCode)
         if attrs["agrp"] == nil { attrs["agrp"] = .string(scope.defaultGroup) }
         try Validation.checkEntitled(attrs, in: scope)
@@ -204,7 +216,8 @@ public final class Keychain: Sendable {
     /// Finds items (SecItemCopyMatching): the first match unless `limit` says otherwise.
     /// errSecItemNotFound when nothing matches; errSecInteractionNotAllowed when a candidate's
     /// class key is locked (its attributes cannot even be compared). Items outside `scope` are invisible.
-    public func copyMatching(_ query: ItemQuery, scope: AccessScope = .unrestricted) throws(SecError) -> [ItemResult] {
+    public func copyMatching(_ query: ItemQuery, scope: AccessScope = .unrestricted,
+                             authorization: AuthorizationContext = .none) throws(SecError) -> [ItemResult] {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
@@ -215,7 +228,10 @@ public final class Keychain: Sendable {
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData { r.data = try openSecret(row) }
+                    if query.returnData {
+                        try Self.checkAuthorized(attrs, .useSecret, authorization)
+                        r.data = try openSecret(row)
+                    }
                     results.append(r)
                 }
             }
@@ -242,6 +258,7 @@ public final class Keychain: Sendable {
     /// nothing matches from the start (`cursor` 0); a later page may be empty and complete. Items
     /// outside `scope` are invisible.
     public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope = .unrestricted, after cursor: Int64,
+                                 authorization: AuthorizationContext = .none,
                                  fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
@@ -254,7 +271,10 @@ public final class Keychain: Sendable {
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData { r.data = try openSecret(row) }
+                    if query.returnData {
+                        try Self.checkAuthorized(attrs, .useSecret, authorization)
+                        r.data = try openSecret(row)
+                    }
                     guard fits(r) else { refused = true; return }
                     items.append(r)
                     lastRowID = row.id
@@ -265,16 +285,61 @@ public final class Keychain: Sendable {
         }
     }
 
+    // MARK: Access control
+
+    /// The access controls that guard `operation` on the items `query` matches in `scope` (distinct,
+    /// in match order): what the agent's policy must satisfy before running the operation. For a
+    /// search, only one returning data (`.useSecret`) can need any. Empty if nothing matches or no
+    /// match is protected. The same errors as a search (a locked class key, a bad query).
+    public func accessRequirements(_ query: ItemQuery, scope: AccessScope = .unrestricted,
+                                   for operation: AccessControl.Operations) throws(SecError) -> [AccessControl] {
+        try Validation.check(query)
+        try Validation.checkEntitled(query.attributes, in: scope)
+        let limit = operation == .useSecret ? query.limit.bound : nil
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            var out: [AccessControl] = []
+            _ = try store.reading { () throws(SecError) in
+                try forEachMatch(store, query, scope, limit: limit) { (_, _, attrs) throws(SecError) in
+                    if let acl = try Self.accessControl(attrs), acl.guards(operation), !out.contains(acl) { out.append(acl) }
+                }
+            }
+            return out
+        }
+    }
+
+    /// The stored access control of an item's attributes; errSecDecode if it is there but unreadable
+    /// (fail closed: a damaged rule never means "no rule").
+    private static func accessControl(_ attrs: Attributes) throws(SecError) -> AccessControl? {
+        guard let v = attrs[AccessControl.attributeName] else { return nil }
+        guard case .data(let b) = v, let acl = AccessControl(encoded: b) else {
+            throw .decode("an item's access control is damaged")
+        }
+        return acl
+    }
+
+    /// errSecInteractionNotAllowed unless `authorization` satisfies the item's access control for
+    /// `operation` (the policy decided before; this is the keychain's own check of that decision).
+    private static func checkAuthorized(_ attrs: Attributes, _ operation: AccessControl.Operations,
+                                        _ authorization: AuthorizationContext) throws(SecError) {
+        guard let acl = try accessControl(attrs), acl.guards(operation), !acl.isSatisfied(by: authorization) else { return }
+        throw .interactionNotAllowed("the item's access control (\(acl)) needs authentication for this operation")
+    }
+
     // MARK: SecItemUpdate
 
     /// Updates every matching item (SecItemUpdate); returns how many. A new `pdmn` re-wraps the item
     /// under that class; otherwise its protection is kept. All changes commit together or none do.
     /// Items outside `scope` are invisible; moving items to a group outside it is errSecMissingEntitlement.
     @discardableResult
-    public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope = .unrestricted) throws(SecError) -> Int {
+    public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope = .unrestricted,
+                       authorization: AuthorizationContext = .none) throws(SecError) -> Int {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         try Validation.check(changes.attributes, for: nil, writing: true)
+        if changes.attributes[AccessControl.attributeName] != nil {
+            throw .param("an item's access control (accc) cannot be changed; delete the item and add it again")
+        }
         guard !changes.attributes.isEmpty || changes.secret != nil else { throw .param("nothing to update") }
         try Validation.checkEntitled(changes.attributes, in: scope)
         let newProtection = try Validation.protection(of: changes.attributes)
@@ -286,6 +351,10 @@ public final class Keychain: Sendable {
             return try store.transaction { () throws(SecError) in
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
+                    try Self.checkAuthorized(old, .update, authorization)
+                    if old[AccessControl.attributeName] != nil, let p = newProtection, !p.isThisDeviceOnly {
+                        throw .param("an item with an access control must stay ThisDeviceOnly")
+                    }
                     var attrs = old.merging(changes.attributes) { $1 }
                     attrs["mdat"] = .date(Self.now())
                     let oldProtection = ProtectionClass(rawValue: row.protectionClass)!
@@ -308,13 +377,17 @@ public final class Keychain: Sendable {
 
     /// Deletes every matching item (SecItemDelete); returns how many. Items outside `scope` are invisible.
     @discardableResult
-    public func delete(_ query: ItemQuery, scope: AccessScope = .unrestricted) throws(SecError) -> Int {
+    public func delete(_ query: ItemQuery, scope: AccessScope = .unrestricted,
+                       authorization: AuthorizationContext = .none) throws(SecError) -> Int {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var ids: [Int64] = []
-            let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, _) throws(SecError) in ids.append(row.id) }
+            let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, attrs) throws(SecError) in
+                try Self.checkAuthorized(attrs, .delete, authorization)
+                ids.append(row.id)
+            }
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try store.transaction { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }

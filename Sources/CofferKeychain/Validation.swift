@@ -32,8 +32,25 @@ enum Validation {
     /// Checks a query's attributes and options.
     static func check(_ q: ItemQuery) throws(SecError) {
         try check(q.attributes, for: q.itemClass, writing: false)
+        if q.attributes[AccessControl.attributeName] != nil { throw .param("an access control (accc) cannot be searched for") }
         if case .count(let n) = q.limit, n < 1 { throw .param("kSecMatchLimit must be at least 1") }
         if let r = q.persistentRef, r.count != 16 { throw .param("a persistent reference is 16 bytes") }
+    }
+
+    /// The access control an added item carries (`accc`), checked: a canonical encoding, and a
+    /// domain state for biometryCurrentSet (the agent records the enrolled set's). Nil without one.
+    static func accessControl(of attrs: Attributes) throws(SecError) -> AccessControl? {
+        guard let v = attrs[AccessControl.attributeName] else { return nil }
+        guard case .data(let bytes) = v, let acl = AccessControl(encoded: bytes) else {
+            throw .param("malformed access control (accc)")
+        }
+        if acl.factors.contains(.biometryCurrentSet) && acl.domainState.isEmpty {
+            throw .param("biometry-current-set needs the enrolled set's domain state (the agent records it)")
+        }
+        if acl.factors.contains(.applicationPassword) {
+            throw SecError(.unimplemented, "application-password access control is not available yet")
+        }
+        return acl
     }
 
     /// The protection class named by `pdmn`, if any.

@@ -102,7 +102,7 @@ public enum ItemClass: String, Sendable, CaseIterable, Hashable {
         }
     }
 
-    private static let common: Set<String> = ["agrp", "sync", "pdmn", "labl", "cdat", "mdat"]
+    private static let common: Set<String> = ["agrp", "sync", "pdmn", "labl", "cdat", "mdat", "accc"]
     private static let genericAllowed = common.union(["acct", "svce", "desc", "icmt", "gena", "crtr", "type", "invi", "nega", "scrp", "alis"])
     private static let internetAllowed = common.union(["acct", "sdmn", "srvr", "ptcl", "atyp", "port", "path", "desc", "icmt", "crtr",
                                                        "type", "invi", "nega", "scrp", "alis"])

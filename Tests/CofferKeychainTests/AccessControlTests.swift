@@ -1,0 +1,139 @@
+import CofferCrypto
+import CofferKeychain
+import CofferModel
+import CofferTestSupport
+import Testing
+
+/// The access-control rule itself (issue #14): its CLI and stored forms, and which authentications satisfy it.
+@Suite struct AccessControlRuleTests {
+    @Test func cliFormRoundTripsAndRejectsMixedOrUnknownJoiners() throws {
+        for text in ["user-presence", "biometry-any,or,device-passcode", "biometry-current-set,and,device-passcode",
+                     "biometry-any,or,device-passcode,or,user-presence"] {
+            let a = try #require(AccessControl(parsing: text), "\(text)")
+            #expect(a.description == text)
+            #expect(AccessControl(encoded: a.encoded()) == a)
+        }
+        for bad in ["", "fingers", "user-presence,", "biometry-any,or", "biometry-any,xor,device-passcode",
+                    "biometry-any,or,device-passcode,and,user-presence", "device-passcode,or,device-passcode", ",or,"] {
+            #expect(AccessControl(parsing: bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test func onlyTheCanonicalEncodingDecodes() throws {
+        let a = try #require(AccessControl(factors: [.biometryCurrentSet], operations: [.useSecret], domainState: [1, 2, 3]))
+        let e = a.encoded()
+        #expect(AccessControl(encoded: e) == a)
+        #expect(AccessControl(encoded: e + [0]) == nil)            // trailing byte
+        #expect(AccessControl(encoded: [2] + e.dropFirst()) == nil) // unknown version
+        var badFactor = e; badFactor[3] = 99
+        #expect(AccessControl(encoded: badFactor) == nil)
+        var noOps = e; noOps[4] = 0
+        #expect(AccessControl(encoded: noOps) == nil)
+        // One factor is stored as `or`, so "and" with one factor is not a second encoding of it.
+        var one = e; one[1] = AccessControl.Combination.and.rawValue
+        #expect(AccessControl(encoded: one) == nil)
+        #expect(AccessControl(encoded: []) == nil)
+    }
+
+    @Test func whichAuthenticationsSatisfyWhichFactors() throws {
+        let passcode = AuthorizationContext(passcodeVerified: true)
+        let finger = AuthorizationContext(biometryVerified: true, biometryDomainState: [7])
+        let otherSet = AuthorizationContext(biometryVerified: true, biometryDomainState: [8])
+        func rule(_ t: String, _ ds: [UInt8] = []) -> AccessControl { AccessControl(parsing: t)!.with(domainState: ds) }
+        #expect(rule("user-presence").isSatisfied(by: passcode) && rule("user-presence").isSatisfied(by: finger))
+        #expect(!rule("user-presence").isSatisfied(by: .none))
+        #expect(rule("biometry-any").isSatisfied(by: finger) && !rule("biometry-any").isSatisfied(by: passcode))
+        #expect(rule("biometry-current-set", [7]).isSatisfied(by: finger))
+        #expect(!rule("biometry-current-set", [7]).isSatisfied(by: otherSet), "a changed enrolled set must not satisfy it")
+        #expect(rule("device-passcode").isSatisfied(by: passcode) && !rule("device-passcode").isSatisfied(by: finger))
+        #expect(rule("biometry-any,or,device-passcode").isSatisfied(by: passcode))
+        #expect(!rule("biometry-any,and,device-passcode").isSatisfied(by: passcode))
+        let both = AuthorizationContext(passcodeVerified: true, biometryVerified: true, biometryDomainState: [7])
+        #expect(rule("biometry-any,and,device-passcode").isSatisfied(by: both))
+    }
+}
+
+/// Items with an access control in the keychain: stored sealed with the item, checked on every
+/// operation that touches it, against the decision the agent's policy made (AuthorizationContext).
+@Suite struct AccessControlKeychainTests {
+    static let presence = AccessControl(parsing: "user-presence")!
+    static func item(_ acl: AccessControl?, service: String = "bank", _ extra: Attributes = [:]) -> NewItem {
+        var attrs: Attributes = ["svce": .string(service), "acct": .string("me")]
+        if let acl { attrs[AccessControl.attributeName] = .data(acl.encoded()) }
+        attrs.merge(extra) { $1 }
+        return NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret("pin 1234"))
+    }
+    static let query = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all, returnData: true)
+
+    @Test func anItemWithAnAccessControlNeedsAPasscodeAndStaysOnTheDevice() throws {
+        let none = try Fixture()
+        #expect(status { try none.keychain.add(Self.item(Self.presence)) } == .notAvailable)
+        let f = try Fixture(passcode: "pw")
+        #expect(status { try f.keychain.add(Self.item(Self.presence, ["pdmn": .string("ak")])) } == .param)
+        let r = try f.keychain.add(Self.item(Self.presence), returnAttributes: true)
+        #expect(r.attributes?["pdmn"] == .string("aku"), "defaults to WhenUnlockedThisDeviceOnly")
+        #expect(r.attributes?[AccessControl.attributeName] == .data(Self.presence.encoded()))
+        // It cannot be moved off the device or have its rule changed.
+        let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
+        let passcode = AuthorizationContext(passcodeVerified: true)
+        #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("ck")]), authorization: passcode) } == .param)
+        #expect(status { try f.keychain.update(match, ItemChanges(attributes: [AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())]),
+                                               authorization: passcode) } == .param)
+        // Malformed rules, a current-set rule without the domain state the agent records, a search on the rule.
+        #expect(status { try f.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x"), "accc": .data([1, 2])], secret: secret("s"))) } == .param)
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-current-set")!, service: "y")) } == .param)
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!, service: "z")) } == .unimplemented)
+        var searchOnRule = match
+        searchOnRule.attributes[AccessControl.attributeName] = .data(Self.presence.encoded())
+        #expect(status { try f.keychain.copyMatching(searchOnRule) } == .param)
+    }
+
+    @Test func theSecretNeedsTheAuthenticationButTheAttributesDoNot() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.keychain.add(Self.item(Self.presence))
+        try f.keychain.add(Self.item(nil, service: "plain"))
+        #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatchingPage(Self.query, after: 0) { _ in true } } == .interactionNotAllowed)
+        var attributesOnly = Self.query
+        attributesOnly.returnData = false
+        attributesOnly.returnAttributes = true
+        #expect(try f.keychain.copyMatching(attributesOnly).count == 1)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
+        // An unprotected item needs nothing.
+        #expect(try f.password(service: "plain", account: "me") == "pin 1234")
+        // What the policy must satisfy: the rule, for reading the secret; nothing for the plain item.
+        #expect(try f.keychain.accessRequirements(Self.query, for: .useSecret) == [Self.presence])
+        let plain = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("plain")], limit: .all, returnData: true)
+        #expect(try f.keychain.accessRequirements(plain, for: .useSecret).isEmpty)
+    }
+
+    @Test func updateAndDeleteAreGuardedUnlessTheRuleLeavesThemOut() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.keychain.add(Self.item(Self.presence))
+        let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
+        #expect(status { try f.keychain.update(match, ItemChanges(secret: secret("new"))) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.delete(match) } == .interactionNotAllowed)
+        #expect(try f.keychain.accessRequirements(match, for: .delete) == [Self.presence])
+        #expect(try f.keychain.count() == 1, "a refused delete deleted something")
+        let finger = AuthorizationContext(biometryVerified: true, biometryDomainState: [1])
+        #expect(try f.keychain.update(match, ItemChanges(secret: secret("new")), authorization: finger) == 1)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: finger).first?.data) == "new")
+        // A rule for the secret only: delete and update need nothing.
+        let readOnly = AccessControl(factors: [.devicePasscode], operations: [.useSecret])!
+        try f.keychain.add(Self.item(readOnly, service: "reader"))
+        let reader = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("reader")], limit: .all)
+        #expect(try f.keychain.update(reader, ItemChanges(attributes: ["labl": .string("x")])) == 1)
+        #expect(try f.keychain.delete(reader) == 1)
+        #expect(try f.keychain.delete(match, authorization: AuthorizationContext(passcodeVerified: true)) == 1)
+    }
+
+    @Test func theRuleSurvivesAPasscodeChangeAndARestart() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.keychain.add(Self.item(Self.presence))
+        try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
+        try f.reboot()
+        try f.keychain.unlock(passcode: secret("pw2"))
+        #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
+    }
+}
