@@ -51,8 +51,15 @@ final class AccessGate: Sendable {
 
     /// The lock schedule's events: a lock ends every reuse window (the agent routes every event here).
     func observe(_ event: LockEvent) {
-        if event == .locked { forgetAuthorizations() }
+        if event == .locked {
+            forgetAuthorizations()
+            generation.withLock { $0 += 1 }
+        }
     }
+
+    /// How many locks there have been: an authentication kept for reuse belongs to one generation.
+    var lockGeneration: Int { generation.withLock { $0 } }
+    private let generation = Protected(0)
 
     /// What `coffer whoami` shows: the caller's identity and the groups its item requests run with.
     func whoami(_ caller: CallerIdentity) -> WhoAmIReply {

@@ -72,8 +72,10 @@ package final class Agent: Sendable {
         let unlocking = UnlockService(keychain: keychain,
                                       verifier: PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir),
                                       userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: clock, logger: logger)
-        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, logger: logger,
-                            idleLockSeconds: configuration.idleLockSeconds)
+        let authenticator = Authenticator(sensor: NoBiometricSensor(), unlocking: unlocking, keychain: keychain, gate: gate,
+                                          clock: clock, logger: logger, timeoutSeconds: configuration.authenticationTimeoutSeconds)
+        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
+                            clock: clock, logger: logger, idleLockSeconds: configuration.idleLockSeconds)
         if let fd = Systemd.activationSocket() {
             listener = fd
             ownsSocketPath = false
@@ -274,7 +276,14 @@ package final class Agent: Sendable {
             let response = pipeline.refuse(error, session: &session)
             return replying && reply(response, id: id, on: conn)
         }
-        let response = pipeline.handle(request, session: &session)
+        if case .authResponse = request {
+            // An answer to an authentication that already ended (the person touched the sensor while
+            // typing): nothing waits for it, and it gets no reply. Its passcode is wiped with the frame.
+            return replying
+        }
+        let channel = ConnectionAuthChannel(conn: conn, requestID: requestID, budget: frameBudget)
+        let response = pipeline.handle(request, session: &session, channel: replying ? channel : nil)
+        if channel.broken { session.close() }
         if session.wantsEvents && !conn.isSubscribed { conn.subscribe() }
         guard replying else { return false } // never encoded: a secret in it stays in secure memory
         return reply(response, id: requestID, on: conn)
@@ -322,6 +331,51 @@ package final class Agent: Sendable {
 
     /// Above this many connections, connection threads block instead of polling.
     static let spinningConnectionLimit = 2
+}
+
+/// The person behind a connection, reached through AUTH_NEEDED / AUTH_RESPONSE on the connection
+/// itself while the request waits (WireProtocol.md, Authentication).
+final class ConnectionAuthChannel: AuthChannel {
+    let conn: Connection
+    let requestID: UInt32
+    let budget: FrameBudget
+    /// The client sent something other than AUTH_RESPONSE mid-conversation: the connection closes
+    /// after the request's reply.
+    private(set) var broken = false
+
+    init(conn: Connection, requestID: UInt32, budget: FrameBudget) {
+        self.conn = conn
+        self.requestID = requestID
+        self.budget = budget
+    }
+
+    func ask(_ request: AuthenticationRequest) { _ = conn.send(AgentResponse.authNeeded(request).encodeFrame(requestID: requestID)) }
+
+    func feedback(_ text: String) { _ = conn.send(AgentResponse.authFeedback(text).encodeFrame(requestID: requestID)) }
+
+    func awaitAnswer(stop: () -> Bool, deadline: Double) -> ChannelEvent {
+        while true {
+            if stop() { return .stopped }
+            if Threads.monotonicSeconds() >= deadline { return .timedOut }
+            guard UnixSocket.waitReadable(conn.fd, timeoutMillis: 20) else { continue }
+            let frame: Connection.Frame
+            switch conn.readFrame(greeted: true, budget: budget) {
+            case .success(let f): frame = f
+            case .failure: return .gone
+            }
+            defer { budget.release(frame.grant) }
+            let decoded = frame.body.withUnsafeBytes { b in Result { () throws(ProtocolError) in try AgentRequest.decodeBody(b) } }
+            switch decoded {
+            case .success((let id, .authResponse(let answer))) where id == requestID:
+                return .answer(answer)
+            case .success((_, .authResponse)):
+                continue // a late answer to an earlier request
+            default:
+                broken = true
+                return .gone
+            }
+        }
+    }
 }
 
 /// The trust store as the identity resolver's source of verified manifests.

@@ -52,6 +52,9 @@ package struct AgentConfiguration: Sendable {
     /// Identify callers (config key `identify-callers`; `no` makes every caller unsigned without
     /// examining it: only for measuring what identification costs, see contrib/bench).
     package var identifyCallers = true
+    /// Seconds a person has to authenticate for a protected item before the request fails
+    /// (config key `authentication-timeout`).
+    package var authenticationTimeoutSeconds: Double = 120
     /// Write the audit log (`audit.log` in the state directory; config key `audit`).
     package var auditLog = true
     /// Rotate the audit log past this many bytes (config key `audit-max-bytes`).
@@ -150,6 +153,7 @@ package struct AgentConfiguration: Sendable {
                 if key == "trusted-keys-dir" { extraKeyDirectories.append(value) } else { extraManifestDirectories.append(value) }
             case "audit": auditLog = try yesNo()
             case "identify-callers": identifyCallers = try yesNo()
+            case "authentication-timeout": authenticationTimeoutSeconds = try positive()
             case "audit-max-bytes":
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }

@@ -23,30 +23,35 @@ final class Pipeline: Sendable {
     let idleLockSeconds: UInt32
     /// The policy stage: scopes, authorizations, the audit log.
     let gate: AccessGate
+    /// Authentication for items with access controls and LocalAuthentication.
+    let authenticator: Authenticator
+    private let clock: any MonotonicClock
 
-    init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, logger: Logger,
-         idleLockSeconds: UInt32) {
+    init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
+         clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32) {
         self.keychain = keychain
         self.unlocking = unlocking
         self.schedule = schedule
         self.gate = gate
+        self.authenticator = authenticator
+        self.clock = clock
         self.logger = logger
         self.idleLockSeconds = idleLockSeconds
     }
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
     /// then sends this reply and closes, and a session already closing runs nothing more.
-    func handle(_ request: AgentRequest, session: inout Session) -> AgentResponse {
+    func handle(_ request: AgentRequest, session: inout Session, channel: (any AuthChannel)? = nil) -> AgentResponse {
         guard !session.mustClose else { return .error(.param("the connection is closing")) }
         guard session.isGreeted else { return greet(request, &session) }
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
         // (a status poller or a lock-screen watcher must not keep the keys unlocked).
         switch request {
-        case .status, .subscribe, .whoami: break
+        case .status, .subscribe, .whoami, .laCanEvaluate: break
         default: schedule.touch()
         }
         do {
-            return try respond(to: request, &session)
+            return try respond(to: request, &session, channel)
         } catch {
             logger.debug("request failed", metadata: ["status": "\(error.status.name)", "peer": "\(session.peer)"])
             return .error(error)
@@ -79,8 +84,32 @@ final class Pipeline: Sendable {
     }
 
     /// One short handler per request kind.
-    private func respond(to request: AgentRequest, _ session: inout Session) throws(SecError) -> AgentResponse {
+    private func respond(to request: AgentRequest, _ session: inout Session, _ channel: (any AuthChannel)?) throws(SecError) -> AgentResponse {
         switch request {
+        case .authOptions(let options):
+            session.setAuthOptions(options)
+            return .ok
+        case .authResponse:
+            // The server drops an AUTH_RESPONSE that arrives after its request finished (a race the
+            // protocol allows); one reaching the pipeline answers nothing that waits.
+            throw .param("no authentication is waiting for an answer")
+        case .laCanEvaluate(let policy):
+            let error = authenticator.canEvaluate(policy)
+            let b = authenticator.biometry
+            return .laResult(LAResult(error: error?.code, biometryType: b.available ? 1 : 0, domainState: b.enrolled ? b.domainState : [],
+                                      message: error?.message ?? ""))
+        case .laEvaluate(let policy, let reason):
+            let caller = session.caller
+            do throws(LAError) {
+                try authenticator.evaluate(policy, reason: reason, session: &session, channel: channel)
+            } catch {
+                gate.record(caller, operation: "la-evaluate", group: nil, itemClass: nil, status: error.code.secStatus)
+                let b = authenticator.biometry
+                return .laResult(LAResult(error: error.code, biometryType: b.available ? 1 : 0, domainState: [], message: error.message))
+            }
+            gate.record(caller, operation: "la-evaluate", group: nil, itemClass: nil, status: .success)
+            let b = authenticator.biometry
+            return .laResult(LAResult(error: nil, biometryType: b.available ? 1 : 0, domainState: b.enrolled ? b.domainState : [], message: ""))
         case .hello:
             throw .param("HELLO was already received")
         case .status:
@@ -121,7 +150,9 @@ final class Pipeline: Sendable {
             return .ok
         case .add(let item, let flags):
             let named = Self.group(item.attributes)
-            return try itemRequest(&session, "add", group: named, itemClass: item.itemClass) { (scope) throws(SecError) in
+            var item = item
+            try recordDomainState(&item)
+            return try itemRequest(&session, "add", group: named, itemClass: item.itemClass) { (scope, _) throws(SecError) in
                 if !flags.isEmpty {
                     // Refuse before adding an item whose reply could not be sent: the reply holds the
                     // given attributes plus those the keychain fills in (pdmn, agrp, sync, cdat, mdat).
@@ -139,19 +170,29 @@ final class Pipeline: Sendable {
             }
         case .copyMatching(let query):
             return try itemRequest(&session, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
-                (scope) throws(SecError) in try page(query, scope: scope, after: 0, paged: false)
+                (scope, session) throws(SecError) in
+                let auth = try authorization(query, scope, .useSecret, &session, channel, what: Self.describe("read the secret of", query))
+                return try page(query, scope: scope, after: 0, paged: false, authorization: auth)
             }
         case .copyMatchingPage(let query, let cursor):
             return try itemRequest(&session, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
-                (scope) throws(SecError) in try page(query, scope: scope, after: cursor, paged: true)
+                (scope, session) throws(SecError) in
+                let auth = try authorization(query, scope, .useSecret, &session, channel, what: Self.describe("read the secrets of", query),
+                                             continuing: cursor > 0)
+                if cursor == 0 { session.recordPagingAuthorization(auth, now: clock.now()) }
+                return try page(query, scope: scope, after: cursor, paged: true, authorization: auth)
             }
         case .update(let query, let changes):
             return try itemRequest(&session, "update", group: Self.group(query.attributes), itemClass: query.itemClass) {
-                (scope) throws(SecError) in .count(UInt64(try keychain.update(query, changes, scope: scope)))
+                (scope, session) throws(SecError) in
+                let auth = try authorization(query, scope, .update, &session, channel, what: Self.describe("change", query))
+                return .count(UInt64(try keychain.update(query, changes, scope: scope, authorization: auth)))
             }
         case .delete(let query):
             return try itemRequest(&session, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) {
-                (scope) throws(SecError) in .count(UInt64(try keychain.delete(query, scope: scope)))
+                (scope, session) throws(SecError) in
+                let auth = try authorization(query, scope, .delete, &session, channel, what: Self.describe("delete", query))
+                return .count(UInt64(try keychain.delete(query, scope: scope, authorization: auth)))
             }
         case .subscribe:
             session.wantsEvents = true
@@ -162,13 +203,50 @@ final class Pipeline: Sendable {
     /// Runs an item request with the scope the policy gives the session's caller, and audits it
     /// (allowed or denied, with its result). An add without `agrp` is recorded with the group it went to.
     private func itemRequest(_ session: inout Session, _ operation: String, group: String?, itemClass: ItemClass?,
-                             _ body: (AccessScope) throws(SecError) -> AgentResponse) throws(SecError) -> AgentResponse {
+                             _ body: (AccessScope, inout Session) throws(SecError) -> AgentResponse) throws(SecError) -> AgentResponse {
         let decision = gate.scope(for: session)
         var recorded = group
         if recorded == nil, operation == "add", case .allowed(let scope) = decision { recorded = scope.defaultGroup }
-        return try audited(session.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
-            try body(try decision.scope())
+        let caller = session.caller
+        return try audited(caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
+            try body(try decision.scope(), &session)
         }
+    }
+
+    /// What the policy must establish before an operation on `query`'s matches: nothing if none of
+    /// them has an access control guarding `operation` (or a search returns no secrets); otherwise the
+    /// person authenticates (``Authenticator``), or the authorization of a paged search's first page
+    /// carries over to its later pages.
+    private func authorization(_ query: ItemQuery, _ scope: AccessScope, _ operation: AccessControl.Operations, _ session: inout Session,
+                               _ channel: (any AuthChannel)?, what: String, continuing: Bool = false) throws(SecError) -> AuthorizationContext {
+        if operation == .useSecret && !query.returnData { return .none }
+        if continuing, let p = session.pagingAuthorization, p.until > clock.now() { return p.context }
+        let rules = try keychain.accessRequirements(query, scope: scope, for: operation)
+        guard !rules.isEmpty else { return .none }
+        let caller = session.caller
+        return try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) { () throws(SecError) in
+            try authenticator.authorize(rules: rules, session: &session, channel: channel, what: what)
+        }
+    }
+
+    /// A biometryCurrentSet rule records the enrolled set's domain state when its item is added.
+    private func recordDomainState(_ item: inout NewItem) throws(SecError) {
+        guard case .data(let bytes)? = item.attributes[AccessControl.attributeName], let acl = AccessControl(encoded: bytes),
+              acl.factors.contains(.biometryCurrentSet), acl.domainState.isEmpty else { return }
+        let b = authenticator.biometry
+        guard b.available, b.enrolled, !b.domainState.isEmpty else {
+            throw .notAvailable("biometry-current-set needs enrolled biometry (enroll a finger first)")
+        }
+        item.attributes[AccessControl.attributeName] = .data(acl.with(domainState: b.domainState).encoded())
+    }
+
+    /// The operation as a prompt shows it: `read the secret of "SERVICE"`, naming the service or
+    /// server the query gives (what the person recognises), else just the item class.
+    static func describe(_ verb: String, _ query: ItemQuery) -> String {
+        for key in ["svce", "srvr", "labl"] {
+            if case .string(let v)? = query.attributes[key] { return "\(verb) \"\(TerminalSafeText.escaped(v))\"" }
+        }
+        return "\(verb) a \(query.itemClass?.rawValue ?? "keychain") item"
     }
 
     /// Runs `body` and writes its audit record with the status it ended with.
@@ -201,10 +279,12 @@ final class Pipeline: Sendable {
     /// One ITEMS_PAGE (`paged`) or one whole ITEMS reply: as many matches after `cursor` as fit in one
     /// frame. A match that does not fit even alone is errSecAllocate; so is a whole (unpaged) result
     /// that does not fit.
-    private func page(_ query: ItemQuery, scope: AccessScope, after cursor: UInt64, paged: Bool) throws(SecError) -> AgentResponse {
+    private func page(_ query: ItemQuery, scope: AccessScope, after cursor: UInt64, paged: Bool,
+                      authorization: AuthorizationContext) throws(SecError) -> AgentResponse {
         let header = paged ? WireFormat.itemsPageHeaderBytes : WireFormat.itemsHeaderBytes
         var room = WireFormat.maximumBodyBytes - header
-        let page = try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max) { item in
+        let page = try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max,
+                                                 authorization: authorization) { item in
             // One rule for both forms: an item larger than a page can carry is refused, so that a
             // `get` (COPY_MATCHING) and a listing (pages) agree on which items can be returned.
             let size = WireFormat.encodedSize(of: item)

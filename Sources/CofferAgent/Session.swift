@@ -1,3 +1,4 @@
+import CofferCrypto
 import CofferModel
 import CofferSystem
 
@@ -21,6 +22,13 @@ struct Session: Sendable {
     /// Groups the user authorized (AUTHORIZE) for the rest of this connection: the shell helper's one
     /// command (a paged search is several requests).
     private(set) var authorizedGroups: Set<String> = []
+    /// How this connection's requests may authenticate (AUTH_OPTIONS; an `LAContext`).
+    private(set) var authOptions = AuthenticationOptions()
+    /// An authentication this connection may reuse (AUTH_OPTIONS' reuse duration), until when, and
+    /// the lock generation it belongs to (a lock voids it).
+    private var reuse: (context: AuthorizationContext, until: Double, generation: Int)? = nil
+    /// The authorization the first page of a paged search obtained, for its later pages.
+    private(set) var pagingAuthorization: (context: AuthorizationContext, until: Double)? = nil
 
     init(peer: PeerIdentity, caller: CallerIdentity) {
         self.peer = peer
@@ -41,4 +49,31 @@ struct Session: Sendable {
 
     /// Lets this connection's item requests use `group` too.
     mutating func authorize(_ group: String) { authorizedGroups.insert(group) }
+
+    /// New authentication options; they also invalidate what was reused (LAContext.invalidate).
+    mutating func setAuthOptions(_ options: AuthenticationOptions) {
+        authOptions = options
+        reuse = nil
+        pagingAuthorization = nil
+    }
+
+    /// The passcode given in advance, if any.
+    func takePresetPasscode() -> SecureBytes? { authOptions.passcode }
+
+    /// A live reusable authentication.
+    func reusableAuthorization(now: Double, generation: Int) -> AuthorizationContext? {
+        guard let r = reuse, r.until > now, r.generation == generation else { return nil }
+        return r.context
+    }
+
+    /// Keeps `context` for reuse if the options ask for it.
+    mutating func recordAuthorization(_ context: AuthorizationContext, now: Double, generation: Int) {
+        guard authOptions.reuseSeconds > 0, context != .none else { return }
+        reuse = (context, now + Double(authOptions.reuseSeconds), generation)
+    }
+
+    /// Keeps the authorization of a paged search's first page for its later pages (a minute at most).
+    mutating func recordPagingAuthorization(_ context: AuthorizationContext, now: Double) {
+        pagingAuthorization = context == .none ? nil : (context, now + 60)
+    }
 }

@@ -78,6 +78,25 @@ public struct WhoAmIReply: Sendable, Equatable {
     }
 }
 
+/// LA_RESULT contents: the outcome of LA_CAN_EVALUATE or LA_EVALUATE.
+public struct LAResult: Sendable, Equatable {
+    /// nil: success (the policy can be / was evaluated).
+    public var error: LAErrorCode?
+    /// The biometry the agent offers: 0 none, 1 fingerprint (LABiometryType).
+    public var biometryType: UInt8
+    /// The enrolled set's domain state (evaluatedPolicyDomainState; empty without biometry).
+    public var domainState: [UInt8]
+    /// Why it failed (for people; empty on success).
+    public var message: String
+
+    public init(error: LAErrorCode?, biometryType: UInt8, domainState: [UInt8], message: String) {
+        self.error = error
+        self.biometryType = biometryType
+        self.domainState = domainState
+        self.message = message
+    }
+}
+
 /// A client → agent message.
 public enum AgentRequest: Sendable {
     /// HELLO: the first message; the agent picks a version in min...max.
@@ -112,11 +131,21 @@ public enum AgentRequest: Sendable {
     /// AUTHORIZE: the user's passcode (checked through PAM) lets the shell helper use `accessGroup`
     /// for the rest of this connection (and the agent's reuse window, if configured).
     case authorize(accessGroup: String, passcode: SecureBytes)
+    /// AUTH_OPTIONS: how this connection's later requests may authenticate (an `LAContext`).
+    case authOptions(AuthenticationOptions)
+    /// AUTH_RESPONSE: the answer to the AUTH_NEEDED of the request with the same id.
+    case authResponse(AuthenticationAnswer)
+    /// LA_CAN_EVALUATE: whether `policy` could be evaluated now (no person involved).
+    case laCanEvaluate(LAPolicy)
+    /// LA_EVALUATE: authenticate the person for `policy`, showing `reason` (not empty).
+    case laEvaluate(LAPolicy, reason: String)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
         switch self {
         case .unlock, .setPasscode, .add, .authorize: true
+        case .authOptions(let o): o.passcode != nil
+        case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
         default: false
         }
@@ -133,6 +162,31 @@ public enum AgentRequest: Sendable {
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
         case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
+        case .authOptions(let o):
+            var f = FrameBuilder(type: .authOptions, requestID: requestID,
+                                 payloadCapacity: 12 + o.operationPrompt.utf8.count + (o.passcode?.count ?? 0))
+            f.w.u8(o.noUserInterface ? 1 : 0); f.w.shortString(o.operationPrompt); f.w.u32(o.reuseSeconds)
+            if let p = o.passcode { f.w.u8(1); f.secret(p) } else { f.w.u8(0) }
+            return f.finish()
+        case .authResponse(let a):
+            var size = 1
+            if case .passcode(let p) = a { size += 4 + p.count }
+            var f = FrameBuilder(type: .authResponse, requestID: requestID, payloadCapacity: size)
+            switch a {
+            case .cancel: f.w.u8(0)
+            case .passcode(let p): f.w.u8(1); f.secret(p)
+            case .waitForBiometry: f.w.u8(2)
+            case .fallback: f.w.u8(3)
+            }
+            return f.finish()
+        case .laCanEvaluate(let p):
+            var f = FrameBuilder(type: .laCanEvaluate, requestID: requestID, payloadCapacity: 1)
+            f.w.u8(p.rawValue)
+            return f.finish()
+        case .laEvaluate(let p, let reason):
+            var f = FrameBuilder(type: .laEvaluate, requestID: requestID, payloadCapacity: 3 + reason.utf8.count)
+            f.w.u8(p.rawValue); f.w.shortString(reason)
+            return f.finish()
         case .authorize(let group, let p):
             var f = FrameBuilder(type: .authorize, requestID: requestID, payloadCapacity: 6 + group.utf8.count + p.count)
             f.w.shortString(group); f.secret(p)
@@ -196,6 +250,35 @@ public enum AgentRequest: Sendable {
             let group = try r.sstr("access group")
             guard !group.isEmpty else { throw ProtocolError("empty access group") }
             request = .authorize(accessGroup: group, passcode: try r.secret("passcode"))
+        case .authOptions:
+            let flags = try r.u8("flags")
+            guard flags <= 1 else { throw ProtocolError("unknown AUTH_OPTIONS flags") }
+            let prompt = try r.sstr("operation prompt")
+            guard prompt.utf8.count <= AuthenticationOptions.maximumPromptBytes else { throw ProtocolError("operation prompt too long") }
+            let reuse = try r.u32("reuse seconds")
+            guard reuse <= AuthenticationOptions.maximumReuseSeconds else { throw ProtocolError("reuse duration above 300 seconds") }
+            let has = try r.u8("credential flag")
+            guard has <= 1 else { throw ProtocolError("credential flag must be 0 or 1") }
+            let passcode = has == 1 ? try r.secret("passcode") : nil
+            request = .authOptions(AuthenticationOptions(noUserInterface: flags == 1, operationPrompt: prompt, passcode: passcode,
+                                                         reuseSeconds: reuse))
+        case .authResponse:
+            switch try r.u8("answer kind") {
+            case 0: request = .authResponse(.cancel)
+            case 1: request = .authResponse(.passcode(try r.secret("passcode")))
+            case 2: request = .authResponse(.waitForBiometry)
+            case 3: request = .authResponse(.fallback)
+            default: throw ProtocolError("unknown answer kind")
+            }
+        case .laCanEvaluate:
+            guard let p = LAPolicy(rawValue: try r.u8("policy")) else { throw ProtocolError("unknown policy") }
+            request = .laCanEvaluate(p)
+        case .laEvaluate:
+            guard let p = LAPolicy(rawValue: try r.u8("policy")) else { throw ProtocolError("unknown policy") }
+            let reason = try r.sstr("reason")
+            guard !reason.isEmpty else { throw ProtocolError("empty reason (LocalAuthentication requires one)") }
+            guard reason.utf8.count <= AuthenticationOptions.maximumPromptBytes else { throw ProtocolError("reason too long") }
+            request = .laEvaluate(p, reason: reason)
         case .unlock: request = .unlock(passcode: try r.secret("passcode"))
         case .setPasscode: request = .setPasscode(current: try r.secret("current passcode"), new: try r.secret("new passcode"))
         case .add:
@@ -219,7 +302,8 @@ public enum AgentRequest: Sendable {
         case .copyMatchingPage:
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
-        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .event, .error:
+        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .laResult,
+             .event, .error:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -243,6 +327,12 @@ public enum AgentResponse: Sendable {
     case count(UInt64)
     /// WHOAMI_REPLY.
     case whoami(WhoAmIReply)
+    /// AUTH_NEEDED: not a final reply; the request with this id waits for an AUTH_RESPONSE.
+    case authNeeded(AuthenticationRequest)
+    /// AUTH_FEEDBACK: not a final reply; something to show the person ("no match, try again").
+    case authFeedback(String)
+    /// LA_RESULT.
+    case laResult(LAResult)
     /// EVENT (request id 0).
     case event(LockEvent)
     /// ERROR with an OSStatus and a message.
@@ -283,6 +373,18 @@ public enum AgentResponse: Sendable {
             f.w.shortString(w.note); f.w.u16(UInt16(clamping: w.accessGroups.count))
             for g in w.accessGroups.prefix(Int(UInt16.max)) { f.w.shortString(g) }
             f.w.u8(w.mayAuthorize ? 1 : 0)
+            return f.finish()
+        case .authNeeded(let a):
+            var f = FrameBuilder(type: .authNeeded, requestID: requestID, payloadCapacity: 5 + a.app.utf8.count + a.prompt.utf8.count)
+            f.w.u8(a.methods.rawValue); f.w.shortString(a.app); f.w.shortString(a.prompt)
+            return f.finish()
+        case .authFeedback(let text):
+            var f = FrameBuilder(type: .authFeedback, requestID: requestID, payloadCapacity: 2 + text.utf8.count)
+            f.w.shortString(text)
+            return f.finish()
+        case .laResult(let l):
+            var f = FrameBuilder(type: .laResult, requestID: requestID, payloadCapacity: 11 + l.domainState.count + l.message.utf8.count)
+            f.w.u32(UInt32(bitPattern: l.error?.rawValue ?? 0)); f.w.u8(l.biometryType); f.w.blob(l.domainState); f.w.shortString(l.message)
             return f.finish()
         case .event(let e):
             var f = FrameBuilder(type: .event, requestID: 0, payloadCapacity: 5)
@@ -385,6 +487,24 @@ public enum AgentResponse: Sendable {
             guard (kind == .unsigned) == app.isEmpty else { throw ProtocolError("an app id goes with a signed or Flatpak identity only") }
             response = .whoami(WhoAmIReply(kind: kind, appID: app, pid: pid, executable: exe, note: note, accessGroups: groups,
                                            mayAuthorize: flag == 1))
+        case .authNeeded:
+            let m = try r.u8("methods")
+            let methods = AuthenticationMethods(rawValue: m)
+            guard !methods.isEmpty, methods.rawValue & ~AuthenticationMethods.all.rawValue == 0 else { throw ProtocolError("bad methods") }
+            response = .authNeeded(AuthenticationRequest(methods: methods, app: try r.sstr("app"), prompt: try r.sstr("prompt")))
+        case .authFeedback:
+            response = .authFeedback(try r.sstr("feedback"))
+        case .laResult:
+            let code = Int32(bitPattern: try r.u32("code"))
+            var error: LAErrorCode? = nil
+            if code != 0 {
+                guard let e = LAErrorCode(rawValue: code) else { throw ProtocolError("unknown LocalAuthentication code") }
+                error = e
+            }
+            let type = try r.u8("biometry type")
+            guard type <= 1 else { throw ProtocolError("unknown biometry type") }
+            let ds = try r.blob(max: AccessControl.maximumDomainStateBytes, "domain state")
+            response = .laResult(LAResult(error: error, biometryType: type, domainState: ds, message: try r.sstr("message")))
         case .event:
             let kind = try r.u8("event kind")
             let ms = try r.u32("grace")

@@ -63,7 +63,12 @@ final class AgentRig {
     let peer: PeerIdentity
     private let sockets: [Int32]
 
-    init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy()) throws {
+    let sensor: FakeSensor
+    let authenticator: Authenticator
+
+    init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
+         sensor: FakeSensor = FakeSensor()) throws {
+        self.sensor = sensor
         keychain = try Keychain(directory: dir.path)
         if passcodeSet { try keychain.setPasscode(current: nil, new: secret(Self.passcode), kdf: cheapKDF) }
         var logger = Logger(label: "test")
@@ -77,8 +82,9 @@ final class AgentRig {
                                 logger: logger) { gate.observe($0); events.record($0) }
         unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
                                   clock: clock, logger: logger)
-        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, logger: logger,
-                            idleLockSeconds: UInt32(idleSeconds))
+        authenticator = Authenticator(sensor: sensor, unlocking: unlocking, keychain: keychain, gate: gate, clock: clock, logger: logger)
+        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
+                            clock: clock, logger: logger, idleLockSeconds: UInt32(idleSeconds))
         // A real peer identity (this process), read from a socket pair as the agent reads a client's.
         var fds: [Int32] = [0, 0]
         precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
@@ -116,4 +122,65 @@ final class AgentRig {
 func errorStatus(_ r: AgentResponse) -> SecStatus? {
     if case .error(let e) = r { return e.status }
     return nil
+}
+
+/// A biometric sensor driven by the test: enrolled or not, a domain state, and the outcomes of the
+/// next evaluations in order; with none queued, an evaluation waits until cancelled.
+final class FakeSensor: BiometricSensor, @unchecked Sendable {
+    private let lock = Protected((available: true, enrolled: true, domainState: [UInt8](repeating: 1, count: 32),
+                                  outcomes: [BiometricOutcome](), cancelled: Set<UInt64>(), evaluations: 0))
+    init(available: Bool = true, enrolled: Bool = true) {
+        lock.withLock { $0.available = available; $0.enrolled = enrolled }
+    }
+    func state() -> BiometryState {
+        lock.withLock { BiometryState(available: $0.available, enrolled: $0.enrolled, domainState: $0.domainState) }
+    }
+    /// Queues what the next evaluations return.
+    func queue(_ outcomes: BiometricOutcome...) { lock.withLock { $0.outcomes += outcomes } }
+    /// A new finger enrolled: the domain state changes.
+    func enrollAnother() { lock.withLock { $0.domainState = (0..<32).map { _ in UInt8.random(in: 0...255) }; $0.enrolled = true } }
+    var evaluations: Int { lock.withLock { $0.evaluations } }
+    func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
+                  feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
+        lock.withLock { $0.evaluations += 1 }
+        for _ in 0..<2000 {
+            let next: BiometricOutcome?? = lock.withLock { s in
+                if s.cancelled.contains(id) { return .some(.cancelled) }
+                return s.outcomes.isEmpty ? .some(nil) : .some(s.outcomes.removeFirst())
+            }
+            if let outcome = next ?? nil { return outcome }
+            usleep(1000)
+        }
+        return .cancelled
+    }
+    func cancel(_ id: UInt64) { lock.withLock { _ = $0.cancelled.insert(id) } }
+}
+
+/// The client side of an authentication, scripted: each step answers the next AUTH_NEEDED wait.
+final class ScriptedChannel: AuthChannel {
+    enum Step {
+        /// Answer at once.
+        case answer(AuthenticationAnswer)
+        /// Wait for the agent to stop waiting (the biometric evaluation finished).
+        case waitForStop
+    }
+    var steps: [Step]
+    private(set) var asked: [AuthenticationRequest] = []
+    private(set) var feedbacks: [String] = []
+    init(_ steps: [Step]) { self.steps = steps }
+    func ask(_ request: AuthenticationRequest) { asked.append(request) }
+    func feedback(_ text: String) { feedbacks.append(text) }
+    func awaitAnswer(stop: () -> Bool, deadline: Double) -> ChannelEvent {
+        if stop() { return .stopped }
+        guard !steps.isEmpty else { return .gone }
+        switch steps.removeFirst() {
+        case .answer(let a): return .answer(a)
+        case .waitForStop:
+            for _ in 0..<3000 {
+                if stop() { return .stopped }
+                usleep(1000)
+            }
+            return .timedOut
+        }
+    }
 }

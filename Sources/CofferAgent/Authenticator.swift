@@ -1,0 +1,291 @@
+import CofferCrypto
+import CofferKeychain
+import CofferModel
+import CofferPolicy
+import CofferSystem
+import Glibc
+import Logging
+
+/// The biometric sensor as the agent sees it: the plugin host's biometric plugin in the agent, a
+/// fake in tests. Lockout counting is the agent's (``Authenticator``), not the sensor's.
+protocol BiometricSensor: Sendable {
+    /// Whether a sensor answers, whether a finger is enrolled, and the enrolled set's domain state.
+    func state() -> BiometryState
+    /// Waits for a finger until `timeoutSeconds` (or ``cancel(_:)`` with the same `id`): a match, a
+    /// failed match, or why there was neither. `feedback` receives "try again"-style messages.
+    func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
+                  feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome
+    /// Stops evaluation `id` (it returns `.cancelled`), also if it has not started yet.
+    func cancel(_ id: UInt64)
+}
+
+/// One biometric evaluation's outcome.
+enum BiometricOutcome: Sendable, Equatable {
+    case match
+    case noMatch
+    /// Cancelled or timed out.
+    case cancelled
+    /// The sensor could not evaluate (gone, busy, crashed).
+    case unavailable(LAError)
+}
+
+/// No biometric sensor configured.
+struct NoBiometricSensor: BiometricSensor {
+    func state() -> BiometryState { .unavailable }
+    func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
+                  feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
+        .unavailable(LAError(.biometryNotAvailable, "no biometric authenticator is configured"))
+    }
+    func cancel(_ id: UInt64) {}
+}
+
+/// How the agent reaches the person behind a request: AUTH_NEEDED to the client, its AUTH_RESPONSE
+/// back (the connection in the agent, a script in tests).
+protocol AuthChannel {
+    /// Sends `request` (AUTH_NEEDED) to the client.
+    func ask(_ request: AuthenticationRequest)
+    /// Waits for the client's answer, returning `.stopped` as soon as `stop()` is true (checked every
+    /// few milliseconds) and `.gone` if the client went away or broke the conversation.
+    func awaitAnswer(stop: () -> Bool, deadline: Double) -> ChannelEvent
+    /// Sends AUTH_FEEDBACK (something to show the person).
+    func feedback(_ text: String)
+}
+
+/// What ``AuthChannel/awaitAnswer(stop:deadline:)`` saw.
+enum ChannelEvent {
+    case answer(AuthenticationAnswer)
+    case stopped
+    case timedOut
+    case gone
+}
+
+/// Runs the conversation an operation on protected items (or a LocalAuthentication evaluation) needs:
+/// plans with ``AuthenticationPlanner`` (the seeds' table), asks the client, checks the passcode through
+/// PAM (``UnlockService/authorize(_:)``, with the unlock backoff), waits for the biometric sensor, counts
+/// failed matches into a lockout only the passcode lifts, and returns the ``AuthorizationContext`` the
+/// keychain then checks. Never holds a class key.
+final class Authenticator: Sendable {
+    let sensor: any BiometricSensor
+    private let unlocking: UnlockService
+    private let keychain: Keychain
+    private let clock: any MonotonicClock
+    private let logger: Logger
+    private let lockout = Protected(BiometricLockout())
+    /// Counts locks: reused authentications of an earlier generation are void.
+    private let gate: AccessGate
+    /// How long a person has to authenticate before the request fails (systemCancel).
+    let timeoutSeconds: Double
+    /// Most wrong passcodes one request accepts before errSecAuthFailed.
+    static let passcodeAttempts = 3
+
+    init(sensor: any BiometricSensor, unlocking: UnlockService, keychain: Keychain, gate: AccessGate, clock: any MonotonicClock,
+         logger: Logger, timeoutSeconds: Double = 120) {
+        self.sensor = sensor
+        self.gate = gate
+        self.unlocking = unlocking
+        self.keychain = keychain
+        self.clock = clock
+        self.logger = logger
+        self.timeoutSeconds = timeoutSeconds
+    }
+
+    /// The sensor's state with the agent's lockout applied.
+    var biometry: BiometryState {
+        var s = sensor.state()
+        s.lockedOut = lockout.withLock { $0.isLockedOut }
+        return s
+    }
+
+    /// The current lock generation (reuse is void across a lock).
+    var lockGeneration: Int { gate.lockGeneration }
+
+    /// The authorization for an operation on items whose access controls are `rules`: reused if the
+    /// session holds a live one that satisfies them, else obtained from the person. Throws the SecItem
+    /// form of the LocalAuthentication failure (cancel -128, failure -25293, no UI -25308, …).
+    func authorize(rules: [AccessControl], session: inout Session, channel: (any AuthChannel)?, what: String) throws(SecError) -> AuthorizationContext {
+        let now = clock.now()
+        var context = session.reusableAuthorization(now: now, generation: lockGeneration) ?? .none
+        let deadline = now + timeoutSeconds
+        while true {
+            switch AuthenticationPlanner.next(rules: rules, established: context, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+            case .satisfied:
+                session.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
+                return context
+            case .fail(let e):
+                throw e.secError
+            case .ask(let methods):
+                do {
+                    try obtain(methods, into: &context, session: &session, channel: channel, prompt: prompt(session, what), deadline: deadline)
+                } catch {
+                    throw error.secError
+                }
+            }
+        }
+    }
+
+    /// LocalAuthentication's evaluatePolicy: one successful method of `policy`.
+    func evaluate(_ policy: LAPolicy, reason: String, session: inout Session, channel: (any AuthChannel)?) throws(LAError) {
+        let methods: AuthenticationMethods
+        switch AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+        case .success(let m): methods = m
+        case .failure(let e): throw e
+        }
+        var context = AuthorizationContext.none
+        let text = "\(Self.appName(session.caller)) wants to authenticate you: \(reason)"
+        try obtain(methods, into: &context, session: &session, channel: channel, prompt: text, deadline: clock.now() + timeoutSeconds,
+                   biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
+    }
+
+    /// What `canEvaluatePolicy` answers (no person involved).
+    func canEvaluate(_ policy: LAPolicy) -> LAError? {
+        if case .failure(let e) = AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+            return e
+        }
+        return nil
+    }
+
+    /// The name a prompt shows for `caller`.
+    static func appName(_ caller: CallerIdentity) -> String {
+        caller.appID ?? caller.executable.map { String($0.split(separator: "/").last ?? Substring($0)) } ?? "pid \(caller.pid)"
+    }
+
+    private func prompt(_ session: Session, _ what: String) -> String {
+        let base = "\(Self.appName(session.caller)) wants to \(what)"
+        return session.authOptions.operationPrompt.isEmpty ? base : base + ": " + session.authOptions.operationPrompt
+    }
+
+    /// One round with the person: adds the method that succeeded to `context`.
+    private func obtain(_ methods: AuthenticationMethods, into context: inout AuthorizationContext, session: inout Session,
+                        channel: (any AuthChannel)?, prompt: String, deadline: Double, biometryOnly: Bool = false) throws(LAError) {
+        // A passcode given in advance (LAContext.setCredential) is tried once, without asking.
+        if methods.contains(.passcode), let preset = session.takePresetPasscode() {
+            if verify(preset) {
+                context.passcodeVerified = true
+                return
+            }
+            throw LAError(.authenticationFailed, "the passcode given with the request was not accepted")
+        }
+        guard !session.authOptions.noUserInterface, let channel else {
+            throw LAError(.notInteractive, "authentication is needed and the client asked for no user interface")
+        }
+        if methods == [.applicationPassword] {
+            throw LAError(.authenticationFailed, "application passwords are not available yet")
+        }
+        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(session.caller), prompt: prompt))
+        var evaluation: BiometricEvaluation? = methods.contains(.biometry) && biometry.usable
+            ? startEvaluation(prompt, session.caller, channel) : nil
+        defer { evaluation?.stop() }
+        var wrongPasscodes = 0
+        while true {
+            let event = channel.awaitAnswer(stop: { evaluation?.isDone ?? false }, deadline: deadline)
+            switch event {
+            case .stopped:
+                guard let outcome = evaluation?.outcome else { continue }
+                evaluation = nil
+                switch outcome {
+                case .match:
+                    lockout.withLock { $0.recordMatch() }
+                    context.biometryVerified = true
+                    context.biometryDomainState = sensor.state().domainState
+                    return
+                case .noMatch:
+                    let lockedNow = lockout.withLock { $0.recordFailure() }
+                    logger.notice("biometric match failed", metadata: ["caller": "\(session.caller)", "lockout": "\(lockedNow)"])
+                    if lockedNow || biometry.lockedOut {
+                        guard methods.contains(.passcode) && !biometryOnly else {
+                            throw LAError(.biometryLockout, "too many failed matches: biometry is locked out until you authenticate with your passcode")
+                        }
+                        channel.feedback("Too many failed matches: biometry is locked out. Type your passcode.")
+                    } else {
+                        channel.feedback("No match. Try again.")
+                        evaluation = startEvaluation(prompt, session.caller, channel)
+                    }
+                case .cancelled:
+                    if clock.now() >= deadline { throw LAError(.systemCancel, "nobody authenticated in time") }
+                    if !methods.contains(.passcode) || biometryOnly { throw LAError(.systemCancel, "the biometric evaluation ended") }
+                case .unavailable(let e):
+                    guard methods.contains(.passcode) && !biometryOnly else { throw e }
+                    channel.feedback("Biometry is not available: type your passcode.")
+                }
+            case .answer(.passcode(let p)):
+                guard methods.contains(.passcode) && !biometryOnly else {
+                    throw LAError(.userFallback, "a passcode was given where only biometry is accepted")
+                }
+                evaluation?.stop()
+                if verify(p) {
+                    context.passcodeVerified = true
+                    return
+                }
+                wrongPasscodes += 1
+                if wrongPasscodes >= Self.passcodeAttempts { throw LAError(.authenticationFailed, "wrong passcode") }
+                channel.feedback("Wrong passcode. Try again.")
+                if evaluation?.isDone ?? false, methods.contains(.biometry), biometry.usable {
+                    evaluation = startEvaluation(prompt, session.caller, channel)
+                }
+            case .answer(.waitForBiometry):
+                if evaluation == nil { throw LAError(.userCancel, "nothing to wait for: biometry is not in use") }
+            case .answer(.fallback):
+                evaluation?.stop()
+                evaluation = nil
+                guard methods.contains(.passcode) && !biometryOnly else { throw LAError(.userFallback, "the person asked for a password") }
+            case .answer(.cancel), .gone:
+                throw LAError(.userCancel, "authentication was cancelled")
+            case .timedOut:
+                throw LAError(.systemCancel, "nobody authenticated in time")
+            }
+        }
+    }
+
+    /// Checks a passcode through PAM (with the unlock backoff); a success lifts a biometric lockout.
+    private func verify(_ passcode: SecureBytes) -> Bool {
+        do {
+            try unlocking.authorize(passcode)
+        } catch {
+            return false
+        }
+        lockout.withLock { $0.recordPasscode() }
+        return true
+    }
+
+    private func startEvaluation(_ prompt: String, _ caller: CallerIdentity, _ channel: any AuthChannel) -> BiometricEvaluation {
+        let e = BiometricEvaluation(sensor: sensor)
+        let remaining = timeoutSeconds
+        let app = Self.appName(caller)
+        e.start(reason: prompt, app: app, timeoutSeconds: remaining)
+        return e
+    }
+}
+
+/// One biometric evaluation running on its own thread, so the connection thread can wait for the
+/// client at the same time.
+final class BiometricEvaluation: Sendable {
+    private let sensor: any BiometricSensor
+    private let result = Protected<BiometricOutcome?>(nil)
+    private let stopped = Protected(false)
+    /// This evaluation's id (for ``BiometricSensor/cancel(_:)``).
+    let id: UInt64
+    private static let ids = Protected<UInt64>(0)
+
+    init(sensor: any BiometricSensor) {
+        self.sensor = sensor
+        id = Self.ids.withLock { $0 += 1; return $0 }
+    }
+
+    func start(reason: String, app: String, timeoutSeconds: Double) {
+        let id = self.id
+        let started = Threads.detach { [self] in
+            let outcome = sensor.evaluate(id: id, reason: reason, app: app, timeoutSeconds: timeoutSeconds) { _ in }
+            result.withLock { $0 = outcome }
+        }
+        if !started { result.withLock { $0 = .unavailable(LAError(.biometryNotAvailable, "cannot start an evaluation")) } }
+    }
+
+    var isDone: Bool { result.withLock { $0 != nil } }
+    var outcome: BiometricOutcome? { result.withLock { $0 } }
+
+    /// Cancels a running evaluation (once).
+    func stop() {
+        let first = stopped.withLock { s in defer { s = true }; return !s }
+        if first && !isDone { sensor.cancel(id) }
+    }
+}

@@ -1,0 +1,251 @@
+@testable import CofferAgent
+import CofferAudit
+import CofferModel
+import CofferPolicy
+import CofferProtocol
+import CofferTestSupport
+import Testing
+
+/// Issue #14's authentication path through `Pipeline.handle`: a scripted client (AUTH_NEEDED /
+/// AUTH_RESPONSE), a fake biometric sensor, the stub passcode verifier, a real keychain.
+@Suite struct AuthenticationTests {
+    static func add(_ rule: String, service: String = "bank") -> AgentRequest {
+        .add(NewItem(itemClass: .genericPassword,
+                     attributes: ["svce": .string(service), "acct": .string("me"),
+                                  AccessControl.attributeName: .data(AccessControl(parsing: rule)!.encoded())],
+                     secret: secret("pin 1234")), [])
+    }
+    static func get(_ service: String = "bank") -> AgentRequest {
+        .copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service)], returnData: true))
+    }
+    static let passcode = AuthenticationAnswer.passcode(secret(AgentRig.passcode))
+
+    /// A rig with the keychain unlocked and a session past HELLO.
+    static func ready(_ sensor: FakeSensor = FakeSensor()) throws -> (AgentRig, Session) {
+        let rig = try AgentRig(sensor: sensor)
+        var s = rig.greetedSession(as: rig.signedCaller("com.example.bank", ["bank"]))
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)) == nil)
+        return (rig, s)
+    }
+
+    static func secretText(_ r: AgentResponse) -> String? {
+        guard case .items(let items) = r else { return nil }
+        return text(items.first?.data)
+    }
+
+    @Test func aUserPresenceItemWaitsForAFingerThenReturnsTheSecret() throws {
+        var (rig, s) = try Self.ready()
+        #expect(errorStatus(rig.pipeline.handle(Self.add("user-presence"), session: &s)) == nil)
+        rig.sensor.queue(.match)
+        let client = ScriptedChannel([.waitForStop])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
+        let asked = try #require(client.asked.first)
+        #expect(asked.methods == [.biometry, .passcode], "enrolled biometry is preferred, the passcode is the fallback")
+        #expect(asked.app == "com.example.bank" && asked.prompt.contains("bank"))
+        // Without a channel (no way to ask) and without UI the secret stays put.
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s)) == .interactionNotAllowed)
+        // Attributes only: no authentication, as on iOS.
+        let attributes = AgentRequest.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], returnAttributes: true))
+        guard case .items = rig.pipeline.handle(attributes, session: &s) else { Issue.record("attributes"); return }
+        // Every authentication is in the audit log.
+        let records = AuditReader.read(directory: rig.dir.path).records.filter { $0.operation == "authenticate" }
+        #expect(records.map(\.result) == [0, -25308])
+    }
+
+    @Test func withoutBiometryThePasscodeIsAskedForAndCheckedByPAM() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        let calls = rig.verifier.callCount
+        let client = ScriptedChannel([.answer(.passcode(secret("wrong"))), .answer(Self.passcode)])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
+        #expect(client.asked.first?.methods == [.passcode] && client.feedbacks == ["Wrong passcode. Try again."])
+        #expect(rig.verifier.callCount == calls + 2)
+        // Three wrong passcodes fail the request.
+        let wrong = AuthenticationAnswer.passcode(secret("nope"))
+        let stubborn = ScriptedChannel([.answer(wrong), .answer(wrong), .answer(wrong)])
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: stubborn)) == .authFailed)
+    }
+
+    @Test func fiveFailedMatchesLockBiometryOutUntilThePasscodeSucceeds() throws {
+        var (rig, s) = try Self.ready()
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        _ = rig.pipeline.handle(Self.add("biometry-any", service: "vault"), session: &s)
+        rig.sensor.queue(.noMatch, .noMatch, .noMatch, .noMatch, .noMatch)
+        let client = ScriptedChannel([.waitForStop, .waitForStop, .waitForStop, .waitForStop, .waitForStop, .answer(Self.passcode)])
+        // Five misses, then only the passcode: it is accepted and lifts the lockout.
+        let r = rig.pipeline.handle(Self.get(), session: &s, channel: client)
+        #expect(Self.secretText(r) == "pin 1234", "\(r) \(client.feedbacks)")
+        #expect(client.feedbacks.filter { $0 == "No match. Try again." }.count == 4)
+        #expect(client.feedbacks.last?.contains("locked out") == true)
+        #expect(rig.sensor.evaluations == 5)
+        // Biometry works again.
+        rig.sensor.queue(.match)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get("vault"), session: &s, channel: ScriptedChannel([.waitForStop]))) == "pin 1234")
+        // Locked out again, a biometry-only item fails at once (lockout), without asking.
+        rig.sensor.queue(.noMatch, .noMatch, .noMatch, .noMatch, .noMatch)
+        let misses = ScriptedChannel([.waitForStop, .waitForStop, .waitForStop, .waitForStop, .waitForStop])
+        #expect(errorStatus(rig.pipeline.handle(Self.get("vault"), session: &s, channel: misses)) == .authFailed)
+        let after = ScriptedChannel([])
+        #expect(errorStatus(rig.pipeline.handle(Self.get("vault"), session: &s, channel: after)) == .authFailed)
+        #expect(after.asked.isEmpty)
+    }
+
+    @Test func aCurrentSetItemIsUnusableOnceTheEnrolledSetChanges() throws {
+        var (rig, s) = try Self.ready()
+        #expect(errorStatus(rig.pipeline.handle(Self.add("biometry-current-set"), session: &s)) == nil)
+        rig.sensor.queue(.match)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.waitForStop]))) == "pin 1234")
+        rig.sensor.enrollAnother()
+        let client = ScriptedChannel([.waitForStop])
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == .authFailed)
+        #expect(client.asked.isEmpty, "no prompt for an item that can no longer be opened")
+        // Without enrolled biometry such an item cannot be made.
+        var (bare, t) = try Self.ready(FakeSensor(enrolled: false))
+        #expect(errorStatus(bare.pipeline.handle(Self.add("biometry-current-set"), session: &t)) == .notAvailable)
+    }
+
+    @Test func noUserInterfaceFailsAtOnceAndCancelIsUserCanceled() throws {
+        var (rig, s) = try Self.ready()
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(noUserInterface: true)), session: &s)
+        let client = ScriptedChannel([.waitForStop])
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == .interactionNotAllowed)
+        #expect(client.asked.isEmpty && rig.sensor.evaluations == 0)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions()), session: &s)
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(.cancel)]))) == .userCanceled)
+        // A client that goes away mid-conversation cancels too.
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([]))) == .userCanceled)
+    }
+
+    @Test func anAuthenticationIsReusedWithinItsWindowAndNotAfterOrAcrossALock() throws {
+        var (rig, s) = try Self.ready()
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(reuseSeconds: 60)), session: &s)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == "pin 1234")
+        let second = ScriptedChannel([])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: second)) == "pin 1234")
+        #expect(second.asked.isEmpty, "reused within the window")
+        rig.clock.advance(61)
+        let late = ScriptedChannel([.answer(Self.passcode)])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: late)) == "pin 1234")
+        #expect(late.asked.count == 1)
+        rig.schedule.lockNow(reason: "test")
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)
+        let afterLock = ScriptedChannel([.answer(Self.passcode)])
+        _ = rig.pipeline.handle(Self.get(), session: &s, channel: afterLock)
+        #expect(afterLock.asked.count == 1, "a lock ends the reuse")
+        // New options invalidate it too (LAContext.invalidate).
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(reuseSeconds: 60)), session: &s)
+        let fresh = ScriptedChannel([.answer(Self.passcode)])
+        _ = rig.pipeline.handle(Self.get(), session: &s, channel: fresh)
+        #expect(fresh.asked.count == 1)
+    }
+
+    @Test func aPasscodeGivenInAdvanceIsUsedWithoutAsking() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        _ = rig.pipeline.handle(Self.add("device-passcode"), session: &s)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(passcode: secret(AgentRig.passcode))), session: &s)
+        let client = ScriptedChannel([])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
+        #expect(client.asked.isEmpty)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(passcode: secret("wrong"))), session: &s)
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([]))) == .authFailed)
+    }
+
+    @Test func updateAndDeleteOfAProtectedItemNeedTheAuthenticationToo() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
+        #expect(errorStatus(rig.pipeline.handle(.delete(match), session: &s, channel: ScriptedChannel([.answer(.cancel)]))) == .userCanceled)
+        #expect(try rig.keychain.count() == 1)
+        guard case .count(1) = rig.pipeline.handle(.update(match, ItemChanges(secret: secret("new"))), session: &s,
+                                                    channel: ScriptedChannel([.answer(Self.passcode)])) else { Issue.record("update"); return }
+        guard case .count(1) = rig.pipeline.handle(.delete(match), session: &s, channel: ScriptedChannel([.answer(Self.passcode)])) else {
+            Issue.record("delete"); return
+        }
+    }
+
+    @Test func localAuthenticationPolicies() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        guard case .laResult(let r) = rig.pipeline.handle(.laCanEvaluate(.deviceOwnerAuthenticationWithBiometrics), session: &s) else { return }
+        #expect(r.error == .biometryNotEnrolled && r.biometryType == 1)
+        guard case .laResult(let r2) = rig.pipeline.handle(.laCanEvaluate(.deviceOwnerAuthentication), session: &s) else { return }
+        #expect(r2.error == nil)
+        guard case .laResult(let ok) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthentication, reason: "sign in"), session: &s,
+                                                           channel: ScriptedChannel([.answer(Self.passcode)])) else { return }
+        #expect(ok.error == nil)
+        rig.sensor.enrollAnother()
+        guard case .laResult(let fb) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthenticationWithBiometrics, reason: "sign in"), session: &s,
+                                                           channel: ScriptedChannel([.answer(.fallback)])) else { return }
+        #expect(fb.error == .userFallback, "biometrics-only has no passcode fallback: the app gets userFallback")
+        rig.sensor.queue(.match)
+        guard case .laResult(let bio) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthenticationWithBiometrics, reason: "sign in"),
+                                                            session: &s, channel: ScriptedChannel([.waitForStop])) else { return }
+        #expect(bio.error == nil && bio.domainState.count == 32)
+        guard case .laResult(let cancel) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthentication, reason: "x"), session: &s,
+                                                               channel: ScriptedChannel([.answer(.cancel)])) else { return }
+        #expect(cancel.error == .userCancel)
+        // No passcode set: passcodeNotSet.
+        let bare = try AgentRig(passcodeSet: false)
+        var t = bare.greetedSession()
+        guard case .laResult(let np) = bare.pipeline.handle(.laCanEvaluate(.deviceOwnerAuthentication), session: &t) else { return }
+        #expect(np.error == .passcodeNotSet)
+    }
+}
+
+/// The seeds' policy table, pure.
+@Suite struct AuthenticationPlannerTests {
+    let enrolled = BiometryState(available: true, enrolled: true, domainState: [1])
+    func rule(_ t: String, _ ds: [UInt8] = []) -> AccessControl { AccessControl(parsing: t)!.with(domainState: ds) }
+
+    @Test func userPresencePrefersBiometryWithPasscodeFallbackElsePasscode() {
+        #expect(AuthenticationPlanner.next(rules: [rule("user-presence")], established: .none, biometry: enrolled, passcodeSet: true)
+                == .ask([.biometry, .passcode]))
+        #expect(AuthenticationPlanner.next(rules: [rule("user-presence")], established: .none, biometry: .unavailable, passcodeSet: true)
+                == .ask([.passcode]))
+        var locked = enrolled
+        locked.lockedOut = true
+        #expect(AuthenticationPlanner.next(rules: [rule("user-presence")], established: .none, biometry: locked, passcodeSet: true)
+                == .ask([.passcode]))
+    }
+
+    @Test func biometryOnlyRulesFailWithTheSensorsReason() {
+        let notEnrolled = BiometryState(available: true, enrolled: false)
+        guard case .fail(let e) = AuthenticationPlanner.next(rules: [rule("biometry-any")], established: .none, biometry: notEnrolled, passcodeSet: true) else {
+            Issue.record("expected a failure"); return
+        }
+        #expect(e.code == .biometryNotEnrolled)
+        guard case .fail(let n) = AuthenticationPlanner.next(rules: [rule("biometry-any")], established: .none, biometry: .unavailable, passcodeSet: true) else { return }
+        #expect(n.code == .biometryNotAvailable)
+        guard case .fail(let c) = AuthenticationPlanner.next(rules: [rule("biometry-current-set", [9])], established: .none, biometry: enrolled,
+                                                             passcodeSet: true) else { return }
+        #expect(c.code == .authenticationFailed)
+        guard case .fail(let p) = AuthenticationPlanner.next(rules: [rule("user-presence")], established: .none, biometry: enrolled, passcodeSet: false) else { return }
+        #expect(p.code == .passcodeNotSet)
+    }
+
+    @Test func andRulesAskForEachFactorInTurn() {
+        let both = rule("biometry-any,and,device-passcode")
+        #expect(AuthenticationPlanner.next(rules: [both], established: .none, biometry: enrolled, passcodeSet: true) == .ask([.biometry]))
+        let afterFinger = AuthorizationContext(biometryVerified: true, biometryDomainState: [1])
+        #expect(AuthenticationPlanner.next(rules: [both], established: afterFinger, biometry: enrolled, passcodeSet: true) == .ask([.passcode]))
+        let all = AuthorizationContext(passcodeVerified: true, biometryVerified: true, biometryDomainState: [1])
+        #expect(AuthenticationPlanner.next(rules: [both], established: all, biometry: enrolled, passcodeSet: true) == .satisfied)
+        #expect(AuthenticationPlanner.next(rules: [rule("biometry-any,or,device-passcode")], established: .none, biometry: enrolled, passcodeSet: true)
+                == .ask([.biometry, .passcode]))
+    }
+
+    @Test func theLockoutCountsFiveMissesAndOnlyThePasscodeLiftsIt() {
+        var l = BiometricLockout()
+        for i in 1...4 {
+            let locked = l.recordFailure()
+            #expect(!locked, "miss \(i)")
+        }
+        let locked = l.recordFailure()
+        #expect(locked && l.isLockedOut)
+        l.recordMatch()
+        #expect(l.isLockedOut, "a match cannot lift a lockout")
+        l.recordPasscode()
+        #expect(!l.isLockedOut)
+    }
+}
