@@ -56,10 +56,17 @@ func authorizingIfNeeded<T>(_ connection: AgentConnection, group: String?,
     do {
         return try body(connection)
     } catch where error.status == .missingEntitlement {
-        guard let group, let me = try? connection.whoami(), me.mayAuthorize, !me.accessGroups.contains(group) else { throw error }
-        let passcode = try SecretInput.readFromTerminal(
-            prompt: "coffer: access group '\(Output.escapedText(group))' belongs to another app; "
-                + "type your passcode to use it for this command: ")
+        let refusal = error
+        guard let group, let me = try? connection.whoami(), me.mayAuthorize, !me.accessGroups.contains(group) else { throw refusal }
+        let passcode: SecureBytes
+        do {
+            passcode = try SecretInput.readFromTerminal(
+                prompt: "coffer: access group '\(Output.escapedText(group))' belongs to another app; "
+                    + "type your passcode to use it for this command: ")
+        } catch where error.status == .interactionNotAllowed {
+            // No terminal: the refusal stands (a script cannot reach another app's items through the CLI).
+            throw SecError(.missingEntitlement, refusal.message + "; another app's group needs your passcode, typed on a terminal, and there is none")
+        }
         try connection.authorize(accessGroup: group, passcode: passcode)
         return try body(connection)
     }
