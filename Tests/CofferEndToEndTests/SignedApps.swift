@@ -186,6 +186,19 @@ func waitForLog(_ agent: AgentProcess, _ needle: String, after offset: Int = 0) 
     return false
 }
 
+/// Waits up to 5 s for one line of the agent's log (past its first `offset` bytes) holding all of `needles`.
+func waitForLogLine(_ agent: AgentProcess, _ needles: [String], after offset: Int = 0) -> Bool {
+    for _ in 0..<100 {
+        let log = Array(agent.log.utf8)
+        if log.count > offset,
+           String(decoding: log[offset...], as: UTF8.self).split(separator: "\n").contains(where: { line in needles.allSatisfy { line.contains($0) } }) {
+            return true
+        }
+        usleep(50_000)
+    }
+    return false
+}
+
 /// A command run under a pseudo-terminal by util-linux `script -qec CMD /dev/null`: what the user
 /// would type is written to script's standard input only once `prompt` shows on the terminal (so
 /// echo is already off), and standard input stays open until the command ends.
