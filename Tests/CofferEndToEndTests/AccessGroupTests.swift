@@ -263,7 +263,7 @@ import Testing
 
     // MARK: 6. The shell helper authorizes on a terminal, audited
 
-    @Test(.enabled(if: TerminalRun.available, "util-linux script is not installed"))
+    @Test(.enabled(if: TerminalRun.available, "util-linux script and setsid are not installed"))
     func theShellAppReadsAnotherGroupOnlyAfterTheUserAuthenticatesOnATerminal() throws {
         let apps = try SignedApps()
         let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])

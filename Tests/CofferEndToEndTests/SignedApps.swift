@@ -207,7 +207,9 @@ struct TerminalRun {
     var output: String
     var prompted: Bool
 
+    /// util-linux `script`, and `setsid` for the runs without a controlling terminal.
     static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/script")
+        && FileManager.default.isExecutableFile(atPath: "/usr/bin/setsid")
 
     static func run(_ command: [String], typing answer: String?, prompt: String = "type your passcode",
                     timeout: Double = 20) -> TerminalRun {
