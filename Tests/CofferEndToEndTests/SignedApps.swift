@@ -1,0 +1,266 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// "Apps" for the access-group tests: copies of the built `coffer-cli` (a static executable, so it
+/// runs from anywhere, even alone in a bwrap sandbox) at their own paths, each with its own tag
+/// appended so that its SHA-256 differs, signed with `coffer manifest sign`. The trust roots live
+/// in a private directory that passes StrictModes (0755 directories, files written by this uid),
+/// and the agent is pointed at them, and only at them, by a config file.
+final class SignedApps: @unchecked Sendable {
+    let tmp = TemporaryDirectory("coffer-apps")
+    /// The directory's resolved path (manifests name resolved paths, as `/proc/PID/exe` shows them).
+    let root: String
+    var keysDir: String { root + "/keys" }
+    var manifestsDir: String { root + "/manifests" }
+    var configPath: String { root + "/cofferd.conf" }
+
+    init() throws {
+        root = String(decoding: try StableFile.canonicalPath(tmp.path), as: UTF8.self)
+        chmod(root, 0o755)
+        for d in ["keys", "manifests", "other-keys", "apps", "secret"] { mkdir(root + "/" + d, 0o755) }
+        chmod(root + "/secret", 0o700)
+        try keygen("admin", trustIn: "keys")
+        try keygen("stranger", trustIn: "other-keys")
+    }
+
+    func file(_ name: String) -> String { root + "/" + name }
+
+    /// `coffer manifest keygen`; the public half copied into `trustIn` (only `keys` is trusted).
+    func keygen(_ name: String, trustIn dir: String) throws {
+        let secret = file("secret/" + name)
+        let r = runCLI(["manifest", "keygen", "--out", secret])
+        guard r.status == 0 else { throw Failure("keygen \(name): \(r)") }
+        try FileManager.default.copyItem(atPath: secret + ".pub", toPath: file(dir + "/" + name + ".pub"))
+    }
+
+    /// The path of app `name`'s executable (`apps/NAME/coffer-cli`).
+    func executable(_ name: String) -> String { file("apps/\(name)/coffer-cli") }
+
+    /// Writes a copy of the built `coffer-cli` with `tag` appended at `executable(name)` (replacing
+    /// the file by rename if it exists, as a package update does).
+    @discardableResult
+    func install(_ name: String, tag: String? = nil) throws -> String {
+        mkdir(file("apps/\(name)"), 0o755)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: Binaries.directory + "/coffer-cli"))
+        bytes.append(Data("\ncoffer-test-app \(tag ?? name)\n".utf8))
+        let path = executable(name)
+        let temporary = path + ".new"
+        try bytes.write(to: URL(fileURLWithPath: temporary))
+        chmod(temporary, 0o755)
+        guard rename(temporary, path) == 0 else { throw Failure("rename \(temporary): errno \(errno)") }
+        return path
+    }
+
+    /// Signs app `name`'s executable as `appID` with `groups` (manifest `manifests/NAME.manifest`,
+    /// replaced if it exists), by the trusted key unless `key` says otherwise.
+    func sign(_ name: String, appID: String, groups: [String], key: String = "admin") throws {
+        let manifest = manifestPath(name)
+        try? FileManager.default.removeItem(atPath: manifest)
+        let r = runCLI(["manifest", "sign", "--key", file("secret/" + key), "--app-id", appID, "--executable", executable(name)]
+                       + groups.flatMap { ["--group", $0] } + ["--out", manifest])
+        guard r.status == 0 else { throw Failure("sign \(name): \(r)") }
+    }
+
+    func manifestPath(_ name: String) -> String { manifestsDir + "/\(name).manifest" }
+
+    /// Installs and signs app `name`; returns its executable.
+    @discardableResult
+    func app(_ name: String, appID: String, groups: [String], key: String = "admin") throws -> String {
+        try install(name)
+        try sign(name, appID: appID, groups: groups, key: key)
+        return executable(name)
+    }
+
+    /// Writes the agent's config file (only these trust roots, plus `extra` lines) and starts the agent.
+    func startAgent(_ extra: [String] = []) throws -> AgentProcess {
+        try (["standard-trust-dirs = no", "trusted-keys-dir = \(keysDir)", "manifests-dir = \(manifestsDir)"] + extra)
+            .joined(separator: "\n").appending("\n").write(toFile: configPath, atomically: true, encoding: .utf8)
+        return try AgentProcess(extraArguments: ["--config", configPath])
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+        init(_ d: String) { description = d }
+    }
+}
+
+/// Runs `executable ARGS` (stdin piped, never a terminal), feeding `stdin`.
+func runProgram(_ executable: String, _ args: [String], stdin: String? = nil) -> CLIResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = args
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "COFFER_SOCKET")
+    p.environment = env
+    let out = Pipe(), err = Pipe(), inp = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = inp
+    do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
+    if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try? inp.fileHandleForWriting.close()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+}
+
+/// An app (a `coffer-cli` copy) talking to one agent: item commands with `--socket`.
+struct AppClient {
+    let executable: String
+    let agent: AgentProcess
+    /// A command run before the app's executable (`strace -f -o /dev/null`, `bwrap …`).
+    var wrapper: [String] = []
+
+    func run(_ args: [String], stdin: String? = nil) -> CLIResult {
+        let command = wrapper + [executable] + args
+        return runProgram(command[0], Array(command.dropFirst()) + ["--socket", agent.socketPath], stdin: stdin)
+    }
+
+    func add(_ service: String, _ account: String, secret: String, group: String? = nil) -> CLIResult {
+        run(["add", "--service", service, "--account", account, "--secret-stdin"] + groupArgs(group), stdin: secret)
+    }
+
+    func get(_ service: String, _ account: String, group: String? = nil) -> CLIResult {
+        run(["get", "--service", service, "--account", account] + groupArgs(group))
+    }
+
+    func find(_ service: String, group: String? = nil) -> CLIResult {
+        run(["find", "--service", service, "--json"] + groupArgs(group))
+    }
+
+    func update(_ service: String, _ account: String, secret: String, group: String? = nil) -> CLIResult {
+        run(["update", "--service", service, "--account", account, "--secret-stdin"] + groupArgs(group), stdin: secret)
+    }
+
+    func delete(_ service: String, _ account: String, group: String? = nil) -> CLIResult {
+        run(["delete", "--service", service, "--account", account] + groupArgs(group))
+    }
+
+    private func groupArgs(_ group: String?) -> [String] { group.map { ["--access-group", $0] } ?? [] }
+
+    /// `whoami --json`, parsed.
+    func whoami() throws -> WhoAmI {
+        let r = run(["whoami", "--json"])
+        guard r.status == 0, let o = try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any] else {
+            throw SignedApps.Failure("whoami: \(r)")
+        }
+        return WhoAmI(kind: o["kind"] as? String ?? "", app: o["app"] as? String, note: o["note"] as? String ?? "",
+                      groups: o["accessGroups"] as? [String] ?? [], mayAuthorize: o["mayAuthorize"] as? Bool ?? false,
+                      executable: o["executable"] as? String ?? "")
+    }
+
+    struct WhoAmI {
+        var kind: String
+        var app: String?
+        var note: String
+        var groups: [String]
+        var mayAuthorize: Bool
+        var executable: String
+    }
+}
+
+/// Exit statuses of the CLI (``CofferModel/SecStatus/exitCode``).
+enum Exit {
+    static let notFound: Int32 = 3
+    static let duplicate: Int32 = 4
+    static let authFailed: Int32 = 5
+    static let missingEntitlement: Int32 = 11
+}
+
+/// The agent's audit log records (JSON lines in `STATE_DIR/audit.log`).
+func auditRecords(_ agent: AgentProcess) -> [[String: Any]] {
+    let text = (try? String(contentsOfFile: agent.stateDir + "/audit.log", encoding: .utf8)) ?? ""
+    return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+}
+
+/// Waits up to 5 s for `needle` in the agent's log (past its first `offset` bytes).
+func waitForLog(_ agent: AgentProcess, _ needle: String, after offset: Int = 0) -> Bool {
+    for _ in 0..<100 {
+        let log = Array(agent.log.utf8)
+        if log.count > offset, String(decoding: log[offset...], as: UTF8.self).contains(needle) { return true }
+        usleep(50_000)
+    }
+    return false
+}
+
+/// Waits up to 5 s for one line of the agent's log (past its first `offset` bytes) holding all of `needles`.
+func waitForLogLine(_ agent: AgentProcess, _ needles: [String], after offset: Int = 0) -> Bool {
+    for _ in 0..<100 {
+        let log = Array(agent.log.utf8)
+        if log.count > offset,
+           String(decoding: log[offset...], as: UTF8.self).split(separator: "\n").contains(where: { line in needles.allSatisfy { line.contains($0) } }) {
+            return true
+        }
+        usleep(50_000)
+    }
+    return false
+}
+
+/// A command run under a pseudo-terminal by util-linux `script -qec CMD /dev/null`: what the user
+/// would type is written to script's standard input only once `prompt` shows on the terminal (so
+/// echo is already off), and standard input stays open until the command ends.
+struct TerminalRun {
+    var status: Int32
+    var output: String
+    var prompted: Bool
+
+    /// util-linux `script`, and `setsid` for the runs without a controlling terminal.
+    static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/script")
+        && FileManager.default.isExecutableFile(atPath: "/usr/bin/setsid")
+
+    static func run(_ command: [String], typing answer: String?, prompt: String = "type your passcode",
+                    timeout: Double = 20) -> TerminalRun {
+        let shellCommand = command.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        p.arguments = ["-qec", shellCommand, "/dev/null"]
+        let out = Pipe(), inp = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        p.standardInput = inp
+        let collected = ManifestCLITests.Collected()
+        out.fileHandleForReading.readabilityHandler = { h in collected.append(h.availableData) }
+        do { try p.run() } catch { return TerminalRun(status: -1, output: "\(error)", prompted: false) }
+        var typed = false
+        let deadline = Date().addingTimeInterval(timeout)
+        while p.isRunning && Date() < deadline {
+            if !typed, let answer, collected.text.contains(prompt) {
+                inp.fileHandleForWriting.write(Data((answer + "\n").utf8))
+                typed = true
+            }
+            usleep(10_000)
+        }
+        if p.isRunning {
+            // SIGKILL: the test runner's blocked SIGTERM is inherited by its children.
+            kill(p.processIdentifier, SIGKILL)
+        }
+        p.waitUntilExit()
+        try? inp.fileHandleForWriting.close()
+        usleep(20_000)
+        out.fileHandleForReading.readabilityHandler = nil
+        let text = collected.text
+        return TerminalRun(status: p.terminationStatus, output: text, prompted: text.contains(prompt))
+    }
+}
+
+/// Known bug 1 (for the lead; remove the `withKnownIssue` markers once fixed): the agent answers a
+/// get/find/update/delete whose query names an access group outside the caller's groups with
+/// errSecItemNotFound instead of errSecMissingEntitlement. `Pipeline.itemRequest` passes the named
+/// group only to the audit record and the keychain filters the rows by scope (its design: a hidden
+/// group is not found); only add/update *writes* are checked (`Validation.checkWritable`). So the
+/// shell helper's `authorizingIfNeeded` (waits for -34018) never prompts and can never read another
+/// app's item.
+let namedGroupBug = "cofferd answers a query naming another app's access group with errSecItemNotFound (-25300), not errSecMissingEntitlement (-34018): Pipeline.itemRequest never checks the named group against the scope"
+
+/// Known bug 2: without a terminal, the shell helper's refusal does not stand: `authorizingIfNeeded`
+/// (Sources/coffer-cli/Identity.swift) lets `SecretInput.readFromTerminal`'s errSecInteractionNotAllowed
+/// (exit 6) replace the agent's errSecMissingEntitlement (exit 11).
+let noTerminalBug = "coffer-cli without a terminal exits with errSecInteractionNotAllowed (6), not the agent's errSecMissingEntitlement (11): authorizingIfNeeded rethrows readFromTerminal's error"
+
+/// `withKnownIssue` for one of the bugs above (its text is the comment).
+func withKnownBug(_ bug: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+    withKnownIssue(Comment(rawValue: bug), sourceLocation: sourceLocation, body)
+}
