@@ -52,11 +52,9 @@ import Testing
         // Naming A's group is a refusal (errSecMissingEntitlement), whatever the operation.
         r = b.add("mail", "other", secret: "x", group: "a")
         #expect(r.status == Exit.missingEntitlement && r.stderr.contains("errSecMissingEntitlement (-34018)"), "B add in a: \(r)")
-        withKnownBug(namedGroupBug) {
-            for (what, res) in [("get", b.get("mail", "me", group: "a")), ("find", b.find("mail", group: "a")),
-                                ("update", b.update("mail", "me", secret: "x", group: "a")), ("delete", b.delete("mail", "me", group: "a"))] {
-                #expect(res.status == Exit.missingEntitlement && res.stderr.contains("errSecMissingEntitlement (-34018)"), "B \(what) in a: \(res)")
-            }
+        for (what, res) in [("get", b.get("mail", "me", group: "a")), ("find", b.find("mail", group: "a")),
+                            ("update", b.update("mail", "me", secret: "x", group: "a")), ("delete", b.delete("mail", "me", group: "a"))] {
+            #expect(res.status == Exit.missingEntitlement && res.stderr.contains("errSecMissingEntitlement (-34018)"), "B \(what) in a: \(res)")
         }
         // A duplicate-probing add succeeds: the duplicate check sees only B's groups.
         r = b.add("mail", "me", secret: "secret-of-b")
@@ -68,7 +66,7 @@ import Testing
         #expect(r.status == 0 && r.stdout.contains("\"agrp\":\"b\"") && !r.stdout.contains("\"agrp\":\"a\""), "\(r)")
         // And the other way round.
         #expect(a.add("mail", "me", secret: "x", group: "b").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(a.get("mail", "me", group: "b").status == Exit.missingEntitlement) }
+        #expect(a.get("mail", "me", group: "b").status == Exit.missingEntitlement)
         #expect(b.delete("mail", "me").status == 0)
         #expect(a.get("mail", "me").stdout == "secret-of-a", "B's delete took only its own item")
 
@@ -87,9 +85,7 @@ import Testing
         }
         for g in ["a", "b", "shared"] {
             #expect(u.add("team", "ci", secret: "x", group: g).status == Exit.missingEntitlement, "unsigned adding to \(g)")
-            withKnownBug(namedGroupBug) {
-                #expect(u.get("team", "ci", group: g).status == Exit.missingEntitlement, "unsigned naming \(g)")
-            }
+            #expect(u.get("team", "ci", group: g).status == Exit.missingEntitlement, "unsigned naming \(g)")
         }
         #expect(u.add("mail", "me", secret: "secret-of-nobody").status == 0)
         r = u.find("mail")
@@ -102,9 +98,7 @@ import Testing
         // Every refusal was audited with the group named and the app.
         let denied = auditRecords(agent).filter { ($0["result"] as? Int) == -34018 && ($0["app"] as? String) == "com.example.b" }
         #expect(denied.contains { ($0["operation"] as? String) == "add" } && denied.allSatisfy { ($0["accessGroup"] as? String) == "a" }, "\(denied)")
-        withKnownBug(namedGroupBug) {
-            #expect(Set(denied.compactMap { $0["operation"] as? String }) == ["get", "find", "update", "delete", "add"], "\(denied)")
-        }
+        #expect(Set(denied.compactMap { $0["operation"] as? String }) == ["get", "find", "update", "delete", "add"], "\(denied)")
     }
 
     // MARK: 2. unsigned-callers = deny
@@ -159,7 +153,7 @@ import Testing
         var w = try stranger.whoami()
         #expect(w.kind == "unsigned" && w.app == nil && w.groups == ["unsigned"], "\(w)")
         #expect(stranger.get("bank", "me").status == Exit.notFound && stranger.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(stranger.get("bank", "me", group: "a").status == Exit.missingEntitlement) }
+        #expect(stranger.get("bank", "me", group: "a").status == Exit.missingEntitlement)
 
         // A world-writable manifest: refused at load with the reason.
         #expect(agent.log.contains("trust: refused \(apps.manifestPath("open")): file is world-writable (mode 0666)"), "\(agent.log)")
@@ -167,14 +161,14 @@ import Testing
         w = try open.whoami()
         #expect(w.kind == "unsigned" && w.groups == ["unsigned"], "\(w)")
         #expect(open.get("bank", "me").status == Exit.notFound && open.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(open.get("bank", "me", group: "a").status == Exit.missingEntitlement) }
+        #expect(open.get("bank", "me", group: "a").status == Exit.missingEntitlement)
 
         // The binary changed after signing: unsigned, the note and the log say why.
         let changed = AppClient(executable: changedPath, agent: agent)
         w = try changed.whoami()
         #expect(w.kind == "unsigned" && w.groups == ["unsigned"] && w.note.contains("SHA-256"), "\(w)")
         #expect(changed.get("bank", "me").status == Exit.notFound && changed.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(changed.get("bank", "me", group: "a").status == Exit.missingEntitlement) }
+        #expect(changed.get("bank", "me", group: "a").status == Exit.missingEntitlement)
         #expect(waitForLogLine(agent, ["warning", changedPath, "caller gets no signed identity: the executable's SHA-256"]), "\(agent.log)")
 
         // Replacing A's executable on disk (an update by rename) revokes A's access to its items.
@@ -184,7 +178,7 @@ import Testing
         var r = a.get("bank", "me")
         #expect(r.status == Exit.notFound && !r.stdout.contains("secret-of-a"), "\(r)")
         #expect(a.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(a.get("bank", "me", group: "a").status == Exit.missingEntitlement) }
+        #expect(a.get("bank", "me", group: "a").status == Exit.missingEntitlement)
         #expect(waitForLogLine(agent, ["warning", aPath, "caller gets no signed identity: the executable's SHA-256"]), "\(agent.log)")
 
         // Re-signing it and SIGHUP restore it, without restarting the agent.
@@ -217,7 +211,7 @@ import Testing
         #expect(w.kind == "unsigned" && w.app == nil && w.groups == ["unsigned"] && w.note.contains("traced"), "\(w)")
         #expect(traced.get("bank", "me").status == Exit.notFound)
         #expect(traced.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(traced.get("bank", "me", group: "a").status == Exit.missingEntitlement) }
+        #expect(traced.get("bank", "me", group: "a").status == Exit.missingEntitlement)
         #expect(waitForLogLine(agent, ["warning", aPath, "caller gets no signed identity: process is traced"]), "\(agent.log)")
         // Untraced, the same executable is A again.
         #expect(a.get("bank", "me").stdout == "secret-of-a")
@@ -247,7 +241,7 @@ import Testing
         #expect(r.status == 0 && r.stdout == "secret-of-flatpak", "\(r)")
         #expect(sandboxed.find("chat").stdout.contains("\"agrp\":\"flatpak:org.example.App\""))
         #expect(sandboxed.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
-        withKnownBug(namedGroupBug) { #expect(sandboxed.get("chat", "me", group: "a").status == Exit.missingEntitlement) }
+        #expect(sandboxed.get("chat", "me", group: "a").status == Exit.missingEntitlement)
 
         // Outside: the same binary unsigned, the signed app A, and the test's CLI see nothing.
         for (who, exe) in [("same binary outside", flat), ("app A", aPath), ("unsigned", Self.unsignedCLI)] {
@@ -255,9 +249,7 @@ import Testing
             #expect(c.get("chat", "me").status == Exit.notFound, "\(who)")
             #expect(c.find("chat").status == Exit.notFound, "\(who)")
             #expect(c.add("x", "me", secret: "x", group: "flatpak:org.example.App").status == Exit.missingEntitlement, "\(who)")
-            withKnownBug(namedGroupBug) {
-                #expect(c.get("chat", "me", group: "flatpak:org.example.App").status == Exit.missingEntitlement, "\(who)")
-            }
+            #expect(c.get("chat", "me", group: "flatpak:org.example.App").status == Exit.missingEntitlement, "\(who)")
         }
     }
 
@@ -287,37 +279,31 @@ import Testing
         // No terminal (stdin piped, a new session without a controlling terminal): refused, audited.
         var r = runProgram("/usr/bin/setsid", ["-w", shellPath] + getA, stdin: AgentProcess.password + "\n")
         #expect(r.stdout.isEmpty && records("authorize", app: "coffer.shell", result: 0) == 0, "\(r)")
-        withKnownBug(namedGroupBug + " — and then " + noTerminalBug) {
-            #expect(r.status == Exit.missingEntitlement && r.stderr.contains("-34018"), "\(r)")
-        }
-        withKnownBug(namedGroupBug) {
-            #expect(records("get", app: "coffer.shell", result: -34018) == 1, "\(auditRecords(agent))")
-        }
+        #expect(r.status == Exit.missingEntitlement && r.stderr.contains("-34018"), "\(r)")
+        #expect(records("get", app: "coffer.shell", result: -34018) == 1, "\(auditRecords(agent))")
 
         // A or B cannot authorize, even on a terminal: no prompt, the refusal stands.
         for (exe, other) in [(bPath, "a"), (aPath, "b")] {
             let t = TerminalRun.run([exe, "get", "--socket", agent.socketPath, "--access-group", other, "--service", "vault", "--account", "me"],
                                     typing: AgentProcess.password)
             #expect(!t.prompted && !t.output.contains("secret-of-a"), "\(exe): \(t)")
-            withKnownBug(namedGroupBug) { #expect(t.status == Exit.missingEntitlement, "\(exe): \(t)") }
+            #expect(t.status == Exit.missingEntitlement, "\(exe): \(t)")
         }
         #expect(!auditRecords(agent).contains { ($0["operation"] as? String) == "authorize" })
 
-        withKnownBug(namedGroupBug) {
-            // A wrong passcode: errSecAuthFailed, no secret.
-            var t = TerminalRun.run([shellPath] + getA, typing: "wrong horse")
-            #expect(t.prompted && t.status == Exit.authFailed && t.output.contains("errSecAuthFailed"), "\(t)")
-            #expect(!t.output.contains("secret-of-a") && !t.output.contains("wrong horse"))
-            #expect(records("authorize", app: "coffer.shell", result: -25293) == 1, "\(auditRecords(agent))")
-            #expect(records("get", app: "coffer.shell", result: 0) == 0)
+        // A wrong passcode: errSecAuthFailed, no secret.
+        var t = TerminalRun.run([shellPath] + getA, typing: "wrong horse")
+        #expect(t.prompted && t.status == Exit.authFailed && t.output.contains("errSecAuthFailed"), "\(t)")
+        #expect(!t.output.contains("secret-of-a") && !t.output.contains("wrong horse"))
+        #expect(records("authorize", app: "coffer.shell", result: -25293) == 1, "\(auditRecords(agent))")
+        #expect(records("get", app: "coffer.shell", result: 0) == 0)
 
-            // The right passcode on the terminal: the secret, an authorize record and a get record for group a.
-            t = TerminalRun.run([shellPath] + getA, typing: AgentProcess.password)
-            #expect(t.prompted && t.status == 0 && t.output.contains("secret-of-a"), "\(t)\n\(agent.log)")
-            #expect(!t.output.contains(AgentProcess.password), "the passcode is never echoed")
-            #expect(records("authorize", app: "coffer.shell", result: 0) == 1, "\(auditRecords(agent))")
-            #expect(records("get", app: "coffer.shell", result: 0) == 1, "\(auditRecords(agent))")
-        }
+        // The right passcode on the terminal: the secret, an authorize record and a get record for group a.
+        t = TerminalRun.run([shellPath] + getA, typing: AgentProcess.password)
+        #expect(t.prompted && t.status == 0 && t.output.contains("secret-of-a"), "\(t)\n\(agent.log)")
+        #expect(!t.output.contains(AgentProcess.password), "the passcode is never echoed")
+        #expect(records("authorize", app: "coffer.shell", result: 0) == 1, "\(auditRecords(agent))")
+        #expect(records("get", app: "coffer.shell", result: 0) == 1, "\(auditRecords(agent))")
         #expect(!((try? String(contentsOfFile: agent.stateDir + "/audit.log", encoding: .utf8)) ?? "").contains("secret-of-a"))
 
         // The authorization lasted one command: the next one without a terminal gets nothing.

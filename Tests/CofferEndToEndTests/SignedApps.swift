@@ -245,22 +245,3 @@ struct TerminalRun {
         return TerminalRun(status: p.terminationStatus, output: text, prompted: text.contains(prompt))
     }
 }
-
-/// Known bug 1 (for the lead; remove the `withKnownIssue` markers once fixed): the agent answers a
-/// get/find/update/delete whose query names an access group outside the caller's groups with
-/// errSecItemNotFound instead of errSecMissingEntitlement. `Pipeline.itemRequest` passes the named
-/// group only to the audit record and the keychain filters the rows by scope (its design: a hidden
-/// group is not found); only add/update *writes* are checked (`Validation.checkWritable`). So the
-/// shell helper's `authorizingIfNeeded` (waits for -34018) never prompts and can never read another
-/// app's item.
-let namedGroupBug = "cofferd answers a query naming another app's access group with errSecItemNotFound (-25300), not errSecMissingEntitlement (-34018): Pipeline.itemRequest never checks the named group against the scope"
-
-/// Known bug 2: without a terminal, the shell helper's refusal does not stand: `authorizingIfNeeded`
-/// (Sources/coffer-cli/Identity.swift) lets `SecretInput.readFromTerminal`'s errSecInteractionNotAllowed
-/// (exit 6) replace the agent's errSecMissingEntitlement (exit 11).
-let noTerminalBug = "coffer-cli without a terminal exits with errSecInteractionNotAllowed (6), not the agent's errSecMissingEntitlement (11): authorizingIfNeeded rethrows readFromTerminal's error"
-
-/// `withKnownIssue` for one of the bugs above (its text is the comment).
-func withKnownBug(_ bug: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
-    withKnownIssue(Comment(rawValue: bug), sourceLocation: sourceLocation, body)
-}
