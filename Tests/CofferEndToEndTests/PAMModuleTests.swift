@@ -456,7 +456,7 @@ import Testing
                        "PrivateNetwork=", "PrivateDevices=", "ProtectSystem=", "ProtectHome="] {
             #expect(!active.contains { $0.hasPrefix(option) }, "\(option) would break PAM's setgid helper")
         }
-        #expect(active.contains("LimitCORE=0") && active.contains("Type=notify"))
+        #expect(active.contains("LimitCORE=0") && active.contains("Type=notify") && active.contains("ExecReload=/bin/kill -HUP $MAINPID"))
         // The shell helper's identity: a root-only signing key, its public half trusted, and manifests
         // for the installed paths of coffer and coffer-cli (app coffer.shell, groups shell and unsigned)
         // that a trust load accepts.
