@@ -18,6 +18,9 @@ public final class AgentConnection {
     public private(set) var agentVersion = ""
     private var nextID: UInt32 = 1
     private var pendingEvents: [LockEvent] = []
+    /// Who answers when the agent needs the person (AUTH_NEEDED): a terminal prompt in the CLI. Nil:
+    /// such a request fails with errSecInteractionNotAllowed (the agent is told "cancel").
+    public var authenticationDelegate: (any AuthenticationDelegate)?
     /// How long to poll for a reply before sleeping in `recv`: most replies take tens of microseconds,
     /// less than a scheduler wake-up costs. Slow replies (unlock, PAM) then block as usual.
     static let replySpinMicros = 60.0
@@ -153,6 +156,24 @@ public final class AgentConnection {
         try expectOK(.authorize(accessGroup: accessGroup, passcode: passcode))
     }
 
+    /// AUTH_OPTIONS: how this connection's later requests may authenticate (an `LAContext`: no user
+    /// interface, an operation prompt, a passcode given in advance, a reuse duration).
+    public func setAuthenticationOptions(_ options: AuthenticationOptions) throws(SecError) { try expectOK(.authOptions(options)) }
+
+    /// LocalAuthentication's canEvaluatePolicy.
+    public func canEvaluate(_ policy: LAPolicy) throws(SecError) -> LAResult {
+        let r = try roundTrip(.laCanEvaluate(policy))
+        guard case .laResult(let l) = r else { throw unexpected(r) }
+        return l
+    }
+
+    /// LocalAuthentication's evaluatePolicy (the ``authenticationDelegate`` talks to the person).
+    public func evaluate(_ policy: LAPolicy, reason: String) throws(SecError) -> LAResult {
+        let r = try roundTrip(.laEvaluate(policy, reason: reason))
+        guard case .laResult(let l) = r else { throw unexpected(r) }
+        return l
+    }
+
     /// Subscribes this connection to lock-state events (read them with ``nextEvent()``).
     public func subscribe() throws(SecError) { try expectOK(.subscribe) }
 
@@ -204,9 +225,65 @@ public final class AgentConnection {
         while true {
             let (rid, r) = try readResponse()
             if case .event(let e) = r { pendingEvents.append(e); continue }
+            if case .authNeeded(let request) = r, rid == id { return try authenticate(request, id: id) }
             if case .error(let e) = r { throw e }
             guard rid == id else { throw SecError(.internalComponent, "reply for request \(rid), expected \(id)") }
             return r
+        }
+    }
+
+    /// The conversation of WireProtocol.md's Authentication section: the delegate shows the prompt and
+    /// reads the person's answer while this waits for the agent too (a finger may match first); returns
+    /// the request's final reply.
+    private func authenticate(_ request: AuthenticationRequest, id: UInt32) throws(SecError) -> AgentResponse {
+        guard let delegate = authenticationDelegate, delegate.begin(request) else {
+            try send(.authResponse(.cancel), id: id)
+            _ = try? finalReply(id)
+            throw .interactionNotAllowed("the item needs authentication, and there is no way to ask (no terminal)")
+        }
+        defer { delegate.end() }
+        var answered = false
+        while true {
+            let input = answered ? -1 : delegate.inputDescriptor
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: input, events: Int16(POLLIN), revents: 0)]
+            let n = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, input >= 0 ? 2 : 1, 1000) }
+            if n < 0 && errno != EINTR { throw .io("poll failed while authenticating") }
+            if fds[0].revents != 0 {
+                let (rid, r) = try readResponse()
+                switch r {
+                case .event(let e): pendingEvents.append(e)
+                case .authFeedback(let text) where rid == id: delegate.feedback(text)
+                case .authNeeded(let next) where rid == id:
+                    // The next factor of an "and" rule, or a new round.
+                    answered = false
+                    guard delegate.begin(next) else {
+                        try send(.authResponse(.cancel), id: id)
+                        return try finalReply(id)
+                    }
+                case .error(let e): throw e
+                default:
+                    guard rid == id else { throw SecError(.internalComponent, "reply for request \(rid), expected \(id)") }
+                    return r
+                }
+                continue
+            }
+            if input >= 0, fds[1].revents != 0, let answer = delegate.inputReady() {
+                try send(.authResponse(answer), id: id)
+                if case .cancel = answer { answered = true } // nothing more to read; the final reply follows
+            }
+        }
+    }
+
+    /// Reads until the final reply of request `id` (events kept, feedback dropped).
+    private func finalReply(_ id: UInt32) throws(SecError) -> AgentResponse {
+        while true {
+            let (rid, r) = try readResponse()
+            switch r {
+            case .event(let e): pendingEvents.append(e)
+            case .authFeedback, .authNeeded: continue
+            case .error(let e) where rid == id: throw e
+            default: if rid == id { return r }
+            }
         }
     }
 
@@ -260,4 +337,20 @@ public final class AgentConnection {
             }
         }
     }
+}
+
+/// The person's side of an authentication (AUTH_NEEDED): shows the agent's prompt and reads the
+/// answer from an input the connection polls together with the agent's socket.
+public protocol AuthenticationDelegate: AnyObject {
+    /// The agent needs the person for `request`. False if nobody can be asked (the request then fails
+    /// with errSecInteractionNotAllowed).
+    func begin(_ request: AuthenticationRequest) -> Bool
+    /// The descriptor to watch for the person's input (the terminal).
+    var inputDescriptor: Int32 { get }
+    /// The input is readable: an answer to send now, or nil to keep waiting.
+    func inputReady() -> AuthenticationAnswer?
+    /// Something the agent wants shown (a failed match, a wrong passcode).
+    func feedback(_ text: String)
+    /// The request ended (its final reply arrived): stop prompting, restore the terminal.
+    func end()
 }

@@ -343,7 +343,7 @@ struct IdentityBench {
         var line = [CChar](repeating: 0, count: 256)
         let got = fgets(&line, 256, f) != nil
         let status = pclose(f)
-        let fields = got ? String(cString: line).split(separator: " ").compactMap { UInt64($0.filter(\.isNumber)) } : []
+        let fields = got ? String(decoding: line.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self).split(separator: " ").compactMap { UInt64($0.filter(\.isNumber)) } : []
         guard status == 0, fields.count == 3 else { throw SecError(.io, "identity-probe failed (status \(status))") }
         return (fields[0], fields[1], UInt8(fields[2]))
     }

@@ -13,7 +13,33 @@ struct Connect: ParsableArguments {
     var socket: String?
 
     func open() throws(SecError) -> AgentConnection {
-        try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer")
+        let c = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer")
+        // An item with an access control is unlocked by the person at this terminal (never stdin).
+        c.authenticationDelegate = TerminalAuthentication()
+        return c
+    }
+}
+
+/// How a command that may touch protected items authenticates (an `LAContext`'s options).
+struct AuthenticationArguments: ParsableArguments {
+    @Flag(name: .customLong("no-auth-ui"), help: "Never ask: fail with errSecInteractionNotAllowed if an item needs authentication.")
+    var noAuthUI = false
+    @Option(help: "Shown to the person with the agent's prompt when an item needs authentication.")
+    var prompt: String?
+    @Option(name: .customLong("auth-passcode-fd"), help: "Read the passcode for protected items from this descriptor instead of asking.")
+    var passcodeFD: Int32?
+
+    /// Sends the options, if any were given.
+    func apply(to c: AgentConnection) throws(SecError) {
+        guard noAuthUI || prompt != nil || passcodeFD != nil else { return }
+        let passcode = try passcodeFD.map { fd throws(SecError) in try SecretInput.read(fd: fd, what: "passcode") }
+        try c.setAuthenticationOptions(AuthenticationOptions(noUserInterface: noAuthUI, operationPrompt: prompt ?? "", passcode: passcode))
+    }
+
+    func validate() throws {
+        if let prompt, prompt.utf8.count > AuthenticationOptions.maximumPromptBytes {
+            throw ValidationError("--prompt is longer than \(AuthenticationOptions.maximumPromptBytes) bytes")
+        }
     }
 }
 
@@ -33,7 +59,8 @@ struct Coffer: ParsableCommand {
             environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
             (see the README).
             """,
-        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, WhoAmI.self, ManifestCommand.self, AuditCommand.self])
+        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, WhoAmI.self,
+                      LocalAuthentication.self, ManifestCommand.self, AuditCommand.self])
 }
 
 struct Status: ParsableCommand {
@@ -129,16 +156,42 @@ struct Add: ParsableCommand {
     @OptionGroup var item: ItemOptions
     @Option(help: "When the item is available: when-unlocked (default), after-first-unlock, always, …-this-device-only, when-passcode-set-this-device-only, or ak/ck/dk/aku/cku/dku/akpu.")
     var accessible: String?
+    @Option(name: .customLong("access-control"),
+            help: "Authentication the item needs: user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and, (e.g. biometry-any,or,device-passcode). Needs a passcode; the item stays on this device.")
+    var accessControl: String?
+    @Option(name: .customLong("access-control-ops"), help: "Which operations need it: read,update,delete (default all three).")
+    var accessControlOps: String?
     @OptionGroup var secret: SecretSource
 
     func validate() throws {
         guard secret.isGiven else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N") }
         if let accessible { _ = try parseAccessible(accessible) }
+        _ = try rule()
+        if accessControlOps != nil && accessControl == nil { throw ValidationError("--access-control-ops needs --access-control") }
+    }
+
+    /// The parsed --access-control / --access-control-ops.
+    func rule() throws -> AccessControl? {
+        guard let accessControl else { return nil }
+        var ops: AccessControl.Operations = []
+        for word in (accessControlOps ?? "read,update,delete").split(separator: ",") {
+            switch word {
+            case "read": ops.insert(.useSecret)
+            case "update": ops.insert(.update)
+            case "delete": ops.insert(.delete)
+            default: throw ValidationError("--access-control-ops takes read, update and delete, joined with commas")
+            }
+        }
+        guard let a = AccessControl(parsing: accessControl, operations: ops) else {
+            throw ValidationError("--access-control: factors are user-presence, biometry-any, biometry-current-set, device-passcode, application-password, joined with ,or, or ,and, (one kind of joiner)")
+        }
+        return a
     }
 
     func run() throws {
         var attrs = try item.attributes()
         if let accessible { attrs["pdmn"] = .string(try parseAccessible(accessible).shortCode) }
+        if let acl = try rule() { attrs[AccessControl.attributeName] = .data(acl.encoded()) }
         let cls = try item.resolvedClass(defaultIfNone: true)!
         try reporting { () throws(SecError) in
             let s = try secret.read()
@@ -154,12 +207,15 @@ struct Get: ParsableCommand {
         discussion: "Example: export TOKEN=\"$(coffer get --service github --account me)\"")
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
+    @OptionGroup var auth: AuthenticationArguments
 
     func run() throws {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: true), attributes: try item.attributes(),
                           limit: .one, returnData: true)
         try reporting { () throws(SecError) in
-            let found = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try c.copyMatching(q) }
+            let c = try connect.open()
+            try auth.apply(to: c)
+            let found = try authorizingIfNeeded(c, group: item.accessGroup) { c throws(SecError) in try c.copyMatching(q) }
             guard let data = found.first?.data else { throw .itemNotFound() }
             try CLISupport.printSecret(data)
         }
@@ -226,6 +282,7 @@ struct Update: ParsableCommand {
     @Option(name: .customLong("set-label"), help: "New label.") var setLabel: String?
     @Option(help: "New accessibility (re-wraps the item under that class).") var accessible: String?
     @Option(name: .customLong("set-attr"), help: "New attribute value KEY=VALUE (repeatable).") var setAttrs: [String] = []
+    @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {
         guard secret.isGiven || setLabel != nil || accessible != nil || !setAttrs.isEmpty else {
@@ -245,7 +302,9 @@ struct Update: ParsableCommand {
         }
         try reporting { () throws(SecError) in
             let s = secret.isGiven ? try secret.read() : nil
-            let n = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in
+            let c = try connect.open()
+            try auth.apply(to: c)
+            let n = try authorizingIfNeeded(c, group: item.accessGroup) { c throws(SecError) in
                 try c.update(q, ItemChanges(attributes: changes, secret: s))
             }
             Output.printError("coffer: updated \(n) item\(n == 1 ? "" : "s")")
@@ -258,6 +317,7 @@ struct Delete: ParsableCommand {
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
     @OptionGroup var everything: AllItems
+    @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {
         try everything.validate(item, verb: "delete")
@@ -266,7 +326,9 @@ struct Delete: ParsableCommand {
     func run() throws {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes())
         try reporting { () throws(SecError) in
-            let n = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try c.delete(q) }
+            let c = try connect.open()
+            try auth.apply(to: c)
+            let n = try authorizingIfNeeded(c, group: item.accessGroup) { c throws(SecError) in try c.delete(q) }
             Output.printError("coffer: deleted \(n) item\(n == 1 ? "" : "s")")
         }
     }

@@ -53,7 +53,10 @@ enum FastPath {
         let query = ItemQuery(itemClass: options["--server"] == nil ? .genericPassword : .internetPassword,
                               attributes: attrs, limit: .one, returnData: true)
         return CLISupport.reporting { () throws(SecError) in
-            guard let data = try connect(options).copyMatching(query).first?.data else { throw .itemNotFound() }
+            let c = try connect(options)
+            // A protected item asks the person at this terminal, as coffer-cli does.
+            c.authenticationDelegate = TerminalAuthentication()
+            guard let data = try c.copyMatching(query).first?.data else { throw .itemNotFound() }
             try CLISupport.printSecret(data)
         }
     }

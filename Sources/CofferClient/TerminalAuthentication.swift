@@ -1,0 +1,110 @@
+import CofferCrypto
+public import CofferModel
+import Glibc
+
+/// The saved terminal settings, restored by the SIGINT/SIGTERM handler while echo is off (a C signal
+/// handler cannot capture context).
+nonisolated(unsafe) private var savedTerminal = termios()
+nonisolated(unsafe) private var savedTerminalFD: Int32 = -1
+
+/// Asks the person on the controlling terminal (`/dev/tty`, never stdin), like sudo: shows the agent's
+/// prompt, reads a passcode with echo off (the terminal's line mode: the answer is read once the
+/// person presses Enter), and shows the agent's feedback. A finger on the sensor needs no typing: the
+/// agent's final reply ends the prompt. Ctrl-D cancels; Ctrl-C too (the terminal is restored).
+public final class TerminalAuthentication: AuthenticationDelegate {
+    private var fd: Int32 = -1
+    private var saved = termios()
+    private var current: AuthenticationRequest? = nil
+    private let name: String
+
+    /// `name` starts each line (`coffer`).
+    public init(name: String = "coffer") { self.name = name }
+
+    deinit { end() }
+
+    /// True if this process has a controlling terminal to ask on.
+    public static var isAvailable: Bool {
+        let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        close(fd)
+        return true
+    }
+
+    public func begin(_ request: AuthenticationRequest) -> Bool {
+        if fd < 0 {
+            fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
+            guard fd >= 0 else { return false }
+            if tcgetattr(fd, &saved) == 0 {
+                var quiet = saved
+                quiet.c_lflag &= ~tcflag_t(ECHO)
+                quiet.c_lflag |= tcflag_t(ICANON)
+                savedTerminal = saved
+                savedTerminalFD = fd
+                signal(SIGINT, restoreAndExit)
+                signal(SIGTERM, restoreAndExit)
+                _ = tcsetattr(fd, TCSANOW, &quiet)
+            }
+        }
+        current = request
+        say("\(name): \(TerminalSafeText.escaped(request.prompt))\n" + question(request.methods))
+        return true
+    }
+
+    public var inputDescriptor: Int32 { fd }
+
+    public func inputReady() -> AuthenticationAnswer? {
+        let buffer = SecureBytes(count: 4096)
+        let n = buffer.withUnsafeMutableBytes { b in Glibc.read(fd, b.baseAddress!, b.count) }
+        if n < 0 { return errno == EINTR || errno == EAGAIN ? nil : .cancel }
+        if n == 0 { return .cancel } // Ctrl-D
+        let length = buffer.withUnsafeBytes { b -> Int in
+            var m = n
+            while m > 0 && (b[m - 1] == 0x0A || b[m - 1] == 0x0D) { m -= 1 }
+            return m
+        }
+        let methods = current?.methods ?? []
+        if length == 0 {
+            // Enter alone: with the sensor only, that cancels; otherwise ask again.
+            if !methods.contains(.passcode) { return .cancel }
+            say("\n" + question(methods))
+            return nil
+        }
+        guard methods.contains(.passcode) else { return .fallback }
+        say("\n")
+        return .passcode(buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<length])) })
+    }
+
+    public func feedback(_ text: String) {
+        say("\(name): \(TerminalSafeText.escaped(text))\n" + question(current?.methods ?? [.passcode]))
+    }
+
+    public func end() {
+        guard fd >= 0 else { return }
+        _ = tcsetattr(fd, TCSANOW, &saved)
+        signal(SIGINT, SIG_DFL)
+        signal(SIGTERM, SIG_DFL)
+        savedTerminalFD = -1
+        say("\n")
+        close(fd)
+        fd = -1
+    }
+
+    private func question(_ methods: AuthenticationMethods) -> String {
+        switch (methods.contains(.biometry), methods.contains(.passcode)) {
+        case (true, true): "Touch the sensor, or type your passcode: "
+        case (true, false): "Touch the sensor (Enter to cancel): "
+        default: "Passcode: "
+        }
+    }
+
+    private func say(_ text: String) {
+        _ = text.withCString { write(fd, $0, strlen($0)) }
+    }
+}
+
+/// SIGINT/SIGTERM while the terminal's echo is off: restore it, then die of the signal as usual.
+private func restoreAndExit(_ sig: Int32) {
+    if savedTerminalFD >= 0 { _ = tcsetattr(savedTerminalFD, TCSANOW, &savedTerminal) }
+    signal(sig, SIG_DFL)
+    raise(sig)
+}
