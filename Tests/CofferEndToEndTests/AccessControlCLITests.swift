@@ -1,0 +1,119 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// Items with an access control through the real agent and the real CLI (issue #14): the passcode
+/// is asked for on a pseudo-terminal (util-linux `script`) and checked by PAM (pam_matrix); without a
+/// terminal nothing hangs.
+@Suite(.serialized, .enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+struct AccessControlCLITests {
+    /// An agent with a passcode and one user-presence item (no biometric sensor: the passcode is asked).
+    static func agentWithProtectedItem() throws -> AgentProcess {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let r = agent.cli(["add", "--service", "bank", "--account", "me", "--access-control", "user-presence", "--secret-stdin"],
+                          stdin: "pin 1234")
+        #expect(r.status == 0, "\(r)")
+        return agent
+    }
+
+    static func onTerminal(_ agent: AgentProcess, _ args: [String], typing: String?, prompt: String = "Passcode: ") -> TerminalRun {
+        TerminalRun.run([Binaries.coffer] + args + ["--socket", agent.socketPath], typing: typing, prompt: prompt)
+    }
+
+    /// Runs `coffer ARGS` in a new session: no controlling terminal at all.
+    static func detached(_ agent: AgentProcess, _ args: [String], stdin: String? = nil) -> CLIResult {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
+        p.arguments = ["-w", Binaries.coffer] + args + ["--socket", agent.socketPath]
+        let out = Pipe(), err = Pipe(), inp = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = inp
+        guard (try? p.run()) != nil else { return CLIResult(status: -1, stdout: "", stderr: "setsid did not start") }
+        if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try? inp.fileHandleForWriting.close()
+        let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    }
+
+    @Test func theSecretNeedsThePasscodeTypedOnTheTerminal() throws {
+        let agent = try Self.agentWithProtectedItem()
+        // The full parser and the fast path both ask; the prompt names the app and the item.
+        for args in [["get", "--service", "bank", "--account", "me", "--prompt", "pay the rent"], ["get", "--service", "bank", "--account", "me"]] {
+            let t = Self.onTerminal(agent, args, typing: AgentProcess.password)
+            #expect(t.status == 0 && t.output.contains("pin 1234"), "\(args): \(t)")
+            #expect(t.prompted && t.output.contains("wants to read the secret of \"bank\""), "\(t.output)")
+            #expect(!t.output.contains(AgentProcess.password), "the passcode was echoed")
+        }
+        let withPrompt = Self.onTerminal(agent, ["get", "--service", "bank", "--account", "me", "--prompt", "pay the rent"], typing: AgentProcess.password)
+        #expect(withPrompt.output.contains(": pay the rent"))
+        // Attributes never need it.
+        let find = agent.cli(["find", "--service", "bank", "--json"])
+        #expect(find.status == 0 && find.stdout.contains("\"accc\""), "\(find)")
+        // Everything is audited, never with the secret.
+        let audit = try String(contentsOfFile: agent.stateDir + "/audit.log", encoding: .utf8)
+        #expect(audit.contains("\"operation\":\"authenticate\"") && !audit.contains("pin 1234"))
+    }
+
+    @Test func wrongPasscodesCancelAndNoUserInterface() throws {
+        let agent = try Self.agentWithProtectedItem()
+        // Three wrong passcodes: errSecAuthFailed (exit 5), no secret.
+        let wrong = Self.onTerminal(agent, ["get", "--service", "bank", "--account", "me"], typing: "nope\nnope\nnope")
+        #expect(wrong.status == 5 && !wrong.output.contains("pin 1234"), "\(wrong)")
+        #expect(wrong.output.contains("Wrong passcode"), "\(wrong.output)")
+        // Ctrl-D cancels: errSecUserCanceled (exit 10).
+        let cancelled = Self.onTerminal(agent, ["get", "--service", "bank", "--account", "me"], typing: "\u{04}")
+        #expect(cancelled.status == 10 && !cancelled.output.contains("pin 1234"), "\(cancelled)")
+        // --no-auth-ui: errSecInteractionNotAllowed at once, no prompt.
+        let noUI = Self.onTerminal(agent, ["get", "--service", "bank", "--account", "me", "--no-auth-ui"], typing: nil)
+        #expect(noUI.status == 6 && !noUI.prompted, "\(noUI)")
+        // No terminal at all: the same, and nothing hangs.
+        let detached = Self.detached(agent, ["get", "--service", "bank", "--account", "me"])
+        #expect(detached.status == 6 && detached.stderr.contains("errSecInteractionNotAllowed"), "\(detached)")
+        // A passcode given in advance (LAContext.setCredential) needs no terminal.
+        let preset = Self.detached(agent, ["get", "--service", "bank", "--account", "me", "--auth-passcode-fd", "0"], stdin: AgentProcess.password)
+        #expect(preset.status == 0 && preset.stdout == "pin 1234", "\(preset)")
+        // Delete is guarded too: refused without the person, the item stays.
+        let del = Self.detached(agent, ["delete", "--service", "bank"])
+        #expect(del.status == 6, "\(del)")
+        #expect(agent.cli(["find", "--service", "bank"]).status == 0)
+        let delOK = Self.onTerminal(agent, ["delete", "--service", "bank"], typing: AgentProcess.password)
+        #expect(delOK.status == 0, "\(delOK)")
+        #expect(agent.cli(["find", "--service", "bank"]).status == 3)
+    }
+
+    @Test func localAuthenticationThroughTheCLI() throws {
+        let agent = try AgentProcess()
+        // No passcode yet: passcodeNotSet (exit 25).
+        #expect(agent.cli(["la", "can-evaluate", "--policy", "device-owner"]).status == 25)
+        agent.setPasscode()
+        // No biometric sensor configured: biometryNotAvailable (exit 26); the passcode policy can.
+        let bio = agent.cli(["la", "can-evaluate", "--policy", "biometrics"])
+        #expect(bio.status == 26 && bio.stderr.contains("LAErrorBiometryNotAvailable (-6)"), "\(bio)")
+        #expect(agent.cli(["la", "can-evaluate", "--policy", "device-owner"]).status == 0)
+        let ok = Self.onTerminal(agent, ["la", "evaluate", "--policy", "device-owner", "--reason", "open the vault"], typing: AgentProcess.password)
+        #expect(ok.status == 0 && ok.output.contains("open the vault"), "\(ok)")
+        let noUI = Self.detached(agent, ["la", "evaluate", "--policy", "device-owner", "--reason", "x", "--no-auth-ui"])
+        #expect(noUI.status == 29, "notInteractive: \(noUI)")
+        // An empty reason is refused before anything is sent.
+        #expect(agent.cli(["la", "evaluate", "--policy", "device-owner", "--reason", ""]).status == 64)
+    }
+
+    @Test func anItemWithAnAccessControlNeedsAPasscodeAndADeviceOnlyClass() throws {
+        let agent = try AgentProcess()
+        var r = agent.cli(["add", "--service", "x", "--account", "me", "--access-control", "device-passcode", "--secret-stdin"], stdin: "s")
+        #expect(r.status == 7 && r.stderr.contains("needs a passcode"), "\(r)")
+        agent.setPasscode()
+        r = agent.cli(["add", "--service", "x", "--account", "me", "--access-control", "device-passcode", "--accessible", "always", "--secret-stdin"],
+                      stdin: "s")
+        #expect(r.status == 2 && r.stderr.contains("ThisDeviceOnly"), "\(r)")
+        r = agent.cli(["add", "--service", "x", "--account", "me", "--access-control", "biometry-any,xor,device-passcode", "--secret-stdin"], stdin: "s")
+        #expect(r.status == 64, "\(r)")
+        // biometry-current-set needs enrolled biometry (no sensor here).
+        r = agent.cli(["add", "--service", "x", "--account", "me", "--access-control", "biometry-current-set", "--secret-stdin"], stdin: "s")
+        #expect(r.status == 7, "\(r)")
+    }
+}
