@@ -29,6 +29,9 @@ public final class Keychain: Sendable {
         var reported = 0
     }
 
+    /// Argon2id settings for new application-password items.
+    private let appPasswordKDF: ItemCrypto.AppPasswordKDF
+
     /// File names inside the state directory.
     public enum FileNames {
         /// The SQLite item database.
@@ -39,7 +42,9 @@ public final class Keychain: Sendable {
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
     /// file `device.key` in the same directory).
-    public init(directory: String, deviceKey: DeviceKeySource? = nil) throws(SecError) {
+    public init(directory: String, deviceKey: DeviceKeySource? = nil,
+                applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20)) throws(SecError) {
+        appPasswordKDF = ItemCrypto.AppPasswordKDF(opsLimit: applicationPasswordKDF.opsLimit, memLimit: applicationPasswordKDF.memLimit)
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
         guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))
@@ -142,14 +147,15 @@ public final class Keychain: Sendable {
     /// WhenPasscodeSetThisDeviceOnly with no passcode, errSecParam for bad attributes.
     @discardableResult
     public func add(_ item: NewItem, scope: AccessScope = .unrestricted, returnData: Bool = false, returnAttributes: Bool = false,
-                    returnPersistentRef: Bool = false) throws(SecError) -> ItemResult {
+                    returnPersistentRef: Bool = false, applicationPassword: SecureBytes? = nil) throws(SecError) -> ItemResult {
         try Validation.check(item.attributes, for: item.itemClass, writing: true)
         let (attrs, protection) = try completed(item.attributes, scope)
         let ref = Random.bytes(16)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
-                try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref)
+                try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref,
+                         applicationPassword: applicationPassword)
             }
             // The row and its index entries commit together (one transaction) or not at all.
             try store.transaction { () throws(SecError) in
@@ -230,7 +236,7 @@ public final class Keychain: Sendable {
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
                     if query.returnData {
                         try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row)
+                        r.data = try openSecret(row, applicationPassword: authorization.applicationPassword)
                     }
                     results.append(r)
                 }
@@ -273,7 +279,7 @@ public final class Keychain: Sendable {
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
                     if query.returnData {
                         try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row)
+                        r.data = try openSecret(row, applicationPassword: authorization.applicationPassword)
                     }
                     guard fits(r) else { refused = true; return }
                     items.append(r)
@@ -361,9 +367,12 @@ public final class Keychain: Sendable {
                     let protection = newProtection ?? oldProtection
                     attrs["pdmn"] = .string(protection.shortCode)
                     let secret: SecureBytes
-                    if let s = changes.secret { secret = s } else { secret = try openSecret(row) }
+                    if let s = changes.secret { secret = s } else {
+                        secret = try openSecret(row, applicationPassword: authorization.applicationPassword)
+                    }
                     let (content, otherTiers) = try secret.withUnsafeBytes { s throws(SecError) in
-                        try seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef)
+                        try seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef,
+                                 applicationPassword: authorization.applicationPassword)
                     }
                     try store.replace(id: row.id, with: content)
                     try checkNoDuplicate(store, otherTiers, except: row.id)
@@ -503,7 +512,9 @@ public final class Keychain: Sendable {
     /// Seals an item for its row; also returns its primary-key hash under the other index tiers in
     /// memory (for ``checkNoDuplicate(_:_:except:)``).
     private func seal(itemClass: ItemClass, attributes: Attributes, secret: UnsafeRawBufferPointer,
-                      protection: ProtectionClass, ref: [UInt8]) throws(SecError) -> (RowContent, [[UInt8]]) {
+                      protection: ProtectionClass, ref: [UInt8], applicationPassword: SecureBytes? = nil) throws(SecError) -> (RowContent, [[UInt8]]) {
+        let appPassword = try Self.accessControl(attributes)?.factors.contains(.applicationPassword) == true
+        if appPassword && applicationPassword == nil { throw .authFailed("this item needs its application password") }
         var full = attributes
         full["class"] = .string(itemClass.rawValue)
         var encoded = AttributeCodec.encode(full)
@@ -511,8 +522,13 @@ public final class Keychain: Sendable {
         let meta = try keybag.withMetadataKey(protection) { k in
             encoded.withUnsafeBytes { ItemCrypto.sealMeta($0, classKey: k, ref: ref, protection: protection) }
         }
-        let sealedSecret = try keybag.withClassKey(protection) { k in
-            ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection)
+        let kdf = appPasswordKDF
+        let sealedSecret = try keybag.withClassKey(protection) { k throws(SecError) in
+            if appPassword, let applicationPassword {
+                return try ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection,
+                                                 applicationPassword: applicationPassword, kdf: kdf)
+            }
+            return ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection)
         }
         let tier = IndexTier.of(protection)
         let (pk, index) = try keybag.withIndexKey(tier) { k throws(SecError) in Self.hashes(k, itemClass, full) }
@@ -557,10 +573,11 @@ public final class Keychain: Sendable {
         return (cls, attrs)
     }
 
-    private func openSecret(_ row: StoredRow) throws(SecError) -> SecureBytes {
+    private func openSecret(_ row: StoredRow, applicationPassword: SecureBytes? = nil) throws(SecError) -> SecureBytes {
         let protection = ProtectionClass(rawValue: row.protectionClass)!
         return try keybag.withClassKey(protection) { k throws(SecError) in
-            try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection)
+            try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection,
+                                      applicationPassword: applicationPassword)
         }
     }
 
@@ -608,7 +625,7 @@ public final class Keychain: Sendable {
         }
         let secret = try oldCK.withUnsafeBytes { o throws(SecError) -> [UInt8] in
             try newCK.withUnsafeBytes { n throws(SecError) -> [UInt8] in
-                if ItemCrypto.version(of: row.secret) == ItemCrypto.secretVersion {
+                if (ItemCrypto.version(of: row.secret) ?? 0) >= ItemCrypto.secretVersion {
                     return try ItemCrypto.rewrap(row.secret, from: o, to: n, ref: ref, protection: p, keyRole: .secretKey)
                 }
                 let s = try ItemCrypto.openSecret(row.secret, classKey: o, ref: ref, protection: p)

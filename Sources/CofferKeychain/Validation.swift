@@ -47,8 +47,9 @@ enum Validation {
         if acl.factors.contains(.biometryCurrentSet) && acl.domainState.isEmpty {
             throw .param("biometry-current-set needs the enrolled set's domain state (the agent records it)")
         }
-        if acl.factors.contains(.applicationPassword) {
-            throw SecError(.unimplemented, "application-password access control is not available yet")
+        if acl.factors.contains(.applicationPassword) && acl.factors.count > 1 && acl.combination == .or {
+            // The password wraps the item's key: no other factor could open it instead.
+            throw .param("application-password can only be combined with other factors by ,and,")
         }
         return acl
     }

@@ -1,3 +1,5 @@
+public import CofferCrypto
+
 /// An item's access control (SecAccessControl): which authentication an operation on the item needs,
 /// on top of its accessibility (`pdmn`). Stored sealed with the item as the attribute `accc`; the
 /// agent's policy decides whether a request has satisfied it (``AuthorizationContext``) and the
@@ -171,21 +173,29 @@ public struct AccessControl: Sendable, Hashable, CustomStringConvertible {
 /// checks each protected item against it and refuses what it does not satisfy; it never evaluates
 /// anything itself.
 public struct AuthorizationContext: Sendable, Equatable {
+    public static func == (a: AuthorizationContext, b: AuthorizationContext) -> Bool {
+        a.passcodeVerified == b.passcodeVerified && a.biometryVerified == b.biometryVerified
+            && a.biometryDomainState == b.biometryDomainState && a.hasApplicationPassword == b.hasApplicationPassword
+    }
+
     /// The passcode was verified (through PAM) for this request or within its reuse window.
     public var passcodeVerified: Bool
     /// A biometric match happened for this request or within its reuse window.
     public var biometryVerified: Bool
     /// The domain state of the enrolled set the match was made against.
     public var biometryDomainState: [UInt8]
-    /// An application password came with the request (the keychain derives its key and checks it).
-    public var hasApplicationPassword: Bool
+    /// The application password that came with the request: the keychain derives its key (Argon2id)
+    /// and the item's cryptography checks it (a wrong one is errSecAuthFailed).
+    public var applicationPassword: SecureBytes?
+    /// True if an application password came with the request.
+    public var hasApplicationPassword: Bool { applicationPassword != nil }
 
     public init(passcodeVerified: Bool = false, biometryVerified: Bool = false, biometryDomainState: [UInt8] = [],
-                hasApplicationPassword: Bool = false) {
+                applicationPassword: SecureBytes? = nil) {
         self.passcodeVerified = passcodeVerified
         self.biometryVerified = biometryVerified
         self.biometryDomainState = biometryDomainState
-        self.hasApplicationPassword = hasApplicationPassword
+        self.applicationPassword = applicationPassword
     }
 
     /// Nothing authenticated: what a request gets when no item it touches has an access control.

@@ -288,6 +288,10 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         _ = try shared.copyExecutable(Binaries.directory + "/coffer-cli")
         let r = runShell("setpriv --reuid=\(user) --regid=nogroup --clear-groups '\(coffer)' status", socket: agent.socketPath)
         #expect(r.status == 9, "another uid was served: \(r)")
+        // The client gives up on its own check of the agent's uid, possibly before the agent's accept
+        // loop got to the connection: wait for the agent's line.
+        let deadline = Date().addingTimeInterval(5)
+        while !agent.log.contains("refused a connection from another user") && Date() < deadline { usleep(10_000) }
         #expect(agent.log.contains("refused a connection from another user"), "\(agent.log)")
         #expect(runCLI(["status"], environment: ["COFFER_SOCKET": agent.socketPath]).status == 0)
     }

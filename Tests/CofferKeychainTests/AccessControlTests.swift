@@ -1,6 +1,8 @@
 import CofferCrypto
 import CofferKeychain
 import CofferModel
+import CofferSystem
+import Glibc
 import CofferTestSupport
 import Testing
 
@@ -82,7 +84,10 @@ import Testing
         // Malformed rules, a current-set rule without the domain state the agent records, a search on the rule.
         #expect(status { try f.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x"), "accc": .data([1, 2])], secret: secret("s"))) } == .param)
         #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-current-set")!, service: "y")) } == .param)
-        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!, service: "z")) } == .unimplemented)
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!, service: "z")) } == .authFailed,
+                "an application-password item needs its password when it is made")
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-any,or,application-password")!, service: "z"),
+                                            applicationPassword: secret("apw")) } == .param)
         var searchOnRule = match
         searchOnRule.attributes[AccessControl.attributeName] = .data(Self.presence.encoded())
         #expect(status { try f.keychain.copyMatching(searchOnRule) } == .param)
@@ -135,5 +140,53 @@ import Testing
         try f.keychain.unlock(passcode: secret("pw2"))
         #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
         #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
+    }
+
+    @Test func anApplicationPasswordItemOpensOnlyWithItsPassword() throws {
+        let f = try Fixture(passcode: "pw")
+        let rule = AccessControl(parsing: "application-password")!
+        try f.keychain.add(Self.item(rule), applicationPassword: secret("open sesame"))
+        try f.keychain.add(Self.item(AccessControl(parsing: "device-passcode,and,application-password")!, service: "both"),
+                           applicationPassword: secret("both pw"))
+        // No password: the rule is not satisfied. A wrong one: the cryptography refuses.
+        #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("guess"))) }
+                == .authFailed)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+                == "pin 1234")
+        // "and": the passcode and the password.
+        let both = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("both")], limit: .all, returnData: true)
+        #expect(status { try f.keychain.copyMatching(both, authorization: AuthorizationContext(applicationPassword: secret("both pw"))) }
+                == .interactionNotAllowed)
+        #expect(text(try f.keychain.copyMatching(both, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("both pw"))).first?.data)
+                == "pin 1234")
+        // An update that keeps the secret re-seals it under the same password; a passcode change keeps it readable.
+        let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
+        #expect(try f.keychain.update(match, ItemChanges(attributes: ["labl": .string("renamed")]),
+                                      authorization: AuthorizationContext(applicationPassword: secret("open sesame"))) == 1)
+        try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+                == "pin 1234")
+    }
+
+    /// A stolen copy of the whole state directory, with the device key and the passcode (so every
+    /// class key unwraps), still cannot open an application-password item: even a context that claims
+    /// the password was given (bypassing the rule check) meets the cryptography.
+    @Test func aStolenCopyWithTheDeviceKeyAndThePasscodeCannotReadIt() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!), applicationPassword: secret("open sesame"))
+        let thief = TemporaryDirectory("coffer-thief")
+        for name in ["device.key", "keybag", "keybag.key", "keychain.db", "keychain.db-wal", "keychain.db-shm"] where Files.exists(f.dir.file(name)) {
+            writeFileBytes(thief.file(name), fileBytes(f.dir.file(name)))
+            chmod(thief.file(name), 0o600)
+        }
+        let stolen = try Keychain(directory: thief.path)
+        try stolen.unlock(passcode: secret("pw"))
+        for guess in ["", "pw", "open sesam", "Open sesame"] where !guess.isEmpty {
+            #expect(status { try stolen.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret(guess))) }
+                    == .authFailed, "\(guess)")
+        }
+        #expect(text(try stolen.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+                == "pin 1234", "only the password opens it")
     }
 }
