@@ -165,11 +165,14 @@ final class Authenticator: Sendable {
             }
             throw LAError(.authenticationFailed, "the passcode given with the request was not accepted")
         }
+        // The application password: given in advance, or asked for. Only the item's cryptography can
+        // tell whether it is right (the keychain then fails with errSecAuthFailed).
+        if methods.contains(.applicationPassword), let preset = session.authOptions.applicationPassword {
+            context.applicationPassword = preset
+            return
+        }
         guard !session.authOptions.noUserInterface, let channel else {
             throw LAError(.notInteractive, "authentication is needed and the client asked for no user interface")
-        }
-        if methods == [.applicationPassword] {
-            throw LAError(.authenticationFailed, "application passwords are not available yet")
         }
         channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(session.caller), prompt: prompt))
         var evaluation: BiometricEvaluation? = methods.contains(.biometry) && biometry.usable
@@ -222,6 +225,12 @@ final class Authenticator: Sendable {
                 if evaluation?.isDone ?? false, methods.contains(.biometry), biometry.usable {
                     evaluation = startEvaluation(prompt, session.caller, channel)
                 }
+            case .answer(.applicationPassword(let p)):
+                guard methods.contains(.applicationPassword) else {
+                    throw LAError(.authenticationFailed, "an application password was given where none was asked for")
+                }
+                context.applicationPassword = p
+                return
             case .answer(.waitForBiometry):
                 if evaluation == nil { throw LAError(.userCancel, "nothing to wait for: biometry is not in use") }
             case .answer(.fallback):

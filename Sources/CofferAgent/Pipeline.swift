@@ -152,7 +152,7 @@ final class Pipeline: Sendable {
             let named = Self.group(item.attributes)
             var item = item
             try recordDomainState(&item)
-            return try itemRequest(&session, "add", group: named, itemClass: item.itemClass) { (scope, _) throws(SecError) in
+            return try itemRequest(&session, "add", group: named, itemClass: item.itemClass) { (scope, session) throws(SecError) in
                 if !flags.isEmpty {
                     // Refuse before adding an item whose reply could not be sent: the reply holds the
                     // given attributes plus those the keychain fills in (pdmn, agrp, sync, cdat, mdat).
@@ -163,9 +163,10 @@ final class Pipeline: Sendable {
                         persistentRef: flags.contains(.persistentRef) ? [UInt8](repeating: 0, count: WireFormat.persistentRefBytes) : nil))
                     guard bound <= WireFormat.maximumBodyBytes else { throw Self.tooLarge("the new item (with the parts asked for)") }
                 }
+                let password = try applicationPasswordForNewItem(item, &session, channel)
                 let r = try keychain.add(item, scope: scope, returnData: flags.contains(.data),
                                          returnAttributes: flags.contains(.attributes),
-                                         returnPersistentRef: flags.contains(.persistentRef))
+                                         returnPersistentRef: flags.contains(.persistentRef), applicationPassword: password)
                 return .items(flags.isEmpty ? [] : [r])
             }
         case .copyMatching(let query):
@@ -227,6 +228,17 @@ final class Pipeline: Sendable {
         return try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) { () throws(SecError) in
             try authenticator.authorize(rules: rules, session: &session, channel: channel, what: what)
         }
+    }
+
+    /// The application password a new item's rule needs: given in advance (AUTH_OPTIONS) or asked for.
+    private func applicationPasswordForNewItem(_ item: NewItem, _ session: inout Session,
+                                               _ channel: (any AuthChannel)?) throws(SecError) -> SecureBytes? {
+        guard case .data(let bytes)? = item.attributes[AccessControl.attributeName], let acl = AccessControl(encoded: bytes),
+              acl.factors.contains(.applicationPassword) else { return nil }
+        let rule = AccessControl(factors: [.applicationPassword])!
+        let context = try authenticator.authorize(rules: [rule], session: &session, channel: channel,
+                                                  what: Self.describe("protect with an application password", ItemQuery(attributes: item.attributes)))
+        return context.applicationPassword
     }
 
     /// A biometryCurrentSet rule records the enrolled set's domain state when its item is added.

@@ -63,6 +63,11 @@ public final class TerminalAuthentication: AuthenticationDelegate {
             return m
         }
         let methods = current?.methods ?? []
+        if methods == [.applicationPassword] {
+            guard length > 0 else { say("\n" + question(methods)); return nil }
+            say("\n")
+            return .applicationPassword(buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<length])) })
+        }
         if length == 0 {
             // Enter alone: with the sensor only, that cancels; otherwise ask again.
             if !methods.contains(.passcode) { return .cancel }
@@ -90,10 +95,11 @@ public final class TerminalAuthentication: AuthenticationDelegate {
     }
 
     private func question(_ methods: AuthenticationMethods) -> String {
+        if methods == [.applicationPassword] { return "Application password: " }
         switch (methods.contains(.biometry), methods.contains(.passcode)) {
-        case (true, true): "Touch the sensor, or type your passcode: "
-        case (true, false): "Touch the sensor (Enter to cancel): "
-        default: "Passcode: "
+        case (true, true): return "Touch the sensor, or type your passcode: "
+        case (true, false): return "Touch the sensor (Enter to cancel): "
+        default: return "Passcode: "
         }
     }
 

@@ -45,11 +45,15 @@ public enum AuthenticationAnswer: Sendable {
     /// The person asked for the passcode instead of biometry (LAError.userFallback for biometry-only
     /// LocalAuthentication; for items, the client then sends the passcode).
     case fallback
+    /// The item's application password.
+    case applicationPassword(SecureBytes)
 
     /// True if the answer carries a secret (wiped after use).
     public var carriesSecret: Bool {
-        if case .passcode = self { return true }
-        return false
+        switch self {
+        case .passcode, .applicationPassword: true
+        default: false
+        }
     }
 }
 
@@ -68,17 +72,22 @@ public struct AuthenticationOptions: Sendable {
     /// Seconds a successful authentication covers later requests of this connection (0: none; at
     /// most ``maximumReuseSeconds``).
     public var reuseSeconds: UInt32
+    /// The application password for items that need one (kSecUseAuthenticationContext with
+    /// `setCredential(_:type: .applicationPassword)`): used to make such an item and to open it.
+    public var applicationPassword: SecureBytes?
 
     /// The cap on ``reuseSeconds`` (LATouchIDAuthenticationMaximumAllowableReuseDuration: 5 minutes).
     public static let maximumReuseSeconds: UInt32 = 300
     /// Longest operation prompt accepted.
     public static let maximumPromptBytes = 512
 
-    public init(noUserInterface: Bool = false, operationPrompt: String = "", passcode: SecureBytes? = nil, reuseSeconds: UInt32 = 0) {
+    public init(noUserInterface: Bool = false, operationPrompt: String = "", passcode: SecureBytes? = nil, reuseSeconds: UInt32 = 0,
+                applicationPassword: SecureBytes? = nil) {
         self.noUserInterface = noUserInterface
         self.operationPrompt = operationPrompt
         self.passcode = passcode
         self.reuseSeconds = reuseSeconds
+        self.applicationPassword = applicationPassword
     }
 }
 

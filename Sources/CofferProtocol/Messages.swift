@@ -144,7 +144,7 @@ public enum AgentRequest: Sendable {
     public var carriesSecret: Bool {
         switch self {
         case .unlock, .setPasscode, .add, .authorize: true
-        case .authOptions(let o): o.passcode != nil
+        case .authOptions(let o): o.passcode != nil || o.applicationPassword != nil
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
         default: false
@@ -164,19 +164,22 @@ public enum AgentRequest: Sendable {
         case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
         case .authOptions(let o):
             var f = FrameBuilder(type: .authOptions, requestID: requestID,
-                                 payloadCapacity: 12 + o.operationPrompt.utf8.count + (o.passcode?.count ?? 0))
+                                 payloadCapacity: 17 + o.operationPrompt.utf8.count + (o.passcode?.count ?? 0) + (o.applicationPassword?.count ?? 0))
             f.w.u8(o.noUserInterface ? 1 : 0); f.w.shortString(o.operationPrompt); f.w.u32(o.reuseSeconds)
             if let p = o.passcode { f.w.u8(1); f.secret(p) } else { f.w.u8(0) }
+            if let p = o.applicationPassword { f.w.u8(1); f.secret(p) } else { f.w.u8(0) }
             return f.finish()
         case .authResponse(let a):
             var size = 1
             if case .passcode(let p) = a { size += 4 + p.count }
+            if case .applicationPassword(let p) = a { size += 4 + p.count }
             var f = FrameBuilder(type: .authResponse, requestID: requestID, payloadCapacity: size)
             switch a {
             case .cancel: f.w.u8(0)
             case .passcode(let p): f.w.u8(1); f.secret(p)
             case .waitForBiometry: f.w.u8(2)
             case .fallback: f.w.u8(3)
+            case .applicationPassword(let p): f.w.u8(4); f.secret(p)
             }
             return f.finish()
         case .laCanEvaluate(let p):
@@ -260,14 +263,18 @@ public enum AgentRequest: Sendable {
             let has = try r.u8("credential flag")
             guard has <= 1 else { throw ProtocolError("credential flag must be 0 or 1") }
             let passcode = has == 1 ? try r.secret("passcode") : nil
+            let hasApp = try r.u8("application password flag")
+            guard hasApp <= 1 else { throw ProtocolError("application password flag must be 0 or 1") }
+            let app = hasApp == 1 ? try r.secret("application password") : nil
             request = .authOptions(AuthenticationOptions(noUserInterface: flags == 1, operationPrompt: prompt, passcode: passcode,
-                                                         reuseSeconds: reuse))
+                                                         reuseSeconds: reuse, applicationPassword: app))
         case .authResponse:
             switch try r.u8("answer kind") {
             case 0: request = .authResponse(.cancel)
             case 1: request = .authResponse(.passcode(try r.secret("passcode")))
             case 2: request = .authResponse(.waitForBiometry)
             case 3: request = .authResponse(.fallback)
+            case 4: request = .authResponse(.applicationPassword(try r.secret("application password")))
             default: throw ProtocolError("unknown answer kind")
             }
         case .laCanEvaluate:

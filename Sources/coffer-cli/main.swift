@@ -28,12 +28,17 @@ struct AuthenticationArguments: ParsableArguments {
     var prompt: String?
     @Option(name: .customLong("auth-passcode-fd"), help: "Read the passcode for protected items from this descriptor instead of asking.")
     var passcodeFD: Int32?
+    @Option(name: .customLong("app-password-fd"), help: "Read the item's application password from this descriptor instead of asking.")
+    var appPasswordFD: Int32?
 
     /// Sends the options, if any were given.
     func apply(to c: AgentConnection) throws(SecError) {
-        guard noAuthUI || prompt != nil || passcodeFD != nil else { return }
+        guard noAuthUI || prompt != nil || passcodeFD != nil || appPasswordFD != nil else { return }
+        if let passcodeFD, passcodeFD == appPasswordFD { throw .param("the passcode and the application password need different descriptors") }
         let passcode = try passcodeFD.map { fd throws(SecError) in try SecretInput.read(fd: fd, what: "passcode") }
-        try c.setAuthenticationOptions(AuthenticationOptions(noUserInterface: noAuthUI, operationPrompt: prompt ?? "", passcode: passcode))
+        let appPassword = try appPasswordFD.map { fd throws(SecError) in try SecretInput.read(fd: fd, what: "application password") }
+        try c.setAuthenticationOptions(AuthenticationOptions(noUserInterface: noAuthUI, operationPrompt: prompt ?? "", passcode: passcode,
+                                                             applicationPassword: appPassword))
     }
 
     func validate() throws {
@@ -162,6 +167,7 @@ struct Add: ParsableCommand {
     @Option(name: .customLong("access-control-ops"), help: "Which operations need it: read,update,delete (default all three).")
     var accessControlOps: String?
     @OptionGroup var secret: SecretSource
+    @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {
         guard secret.isGiven else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N") }
@@ -196,7 +202,9 @@ struct Add: ParsableCommand {
         try reporting { () throws(SecError) in
             let s = try secret.read()
             let item = NewItem(itemClass: cls, attributes: attrs, secret: s)
-            _ = try authorizingIfNeeded(try connect.open(), group: self.item.accessGroup) { c throws(SecError) in try c.add(item) }
+            let c = try connect.open()
+            try auth.apply(to: c)
+            _ = try authorizingIfNeeded(c, group: self.item.accessGroup) { c throws(SecError) in try c.add(item) }
         }
     }
 }

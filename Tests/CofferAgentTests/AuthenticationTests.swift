@@ -193,6 +193,34 @@ import Testing
     }
 }
 
+extension AuthenticationTests {
+    @Test func anApplicationPasswordIsAskedForWhenMadeAndWhenRead() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        // Made: the password is asked for (or given in advance).
+        let maker = ScriptedChannel([.answer(.applicationPassword(secret("open sesame")))])
+        #expect(errorStatus(rig.pipeline.handle(Self.add("application-password"), session: &s, channel: maker)) == nil)
+        #expect(maker.asked.first?.methods == [.applicationPassword])
+        // Read: asked again, and only the right one opens it.
+        let reader = ScriptedChannel([.answer(.applicationPassword(secret("open sesame")))])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: reader)) == "pin 1234")
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(.applicationPassword(secret("guess")))])))
+                == .authFailed)
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(.cancel)]))) == .userCanceled)
+        // Given in advance: no question.
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(applicationPassword: secret("open sesame"))), session: &s)
+        let quiet = ScriptedChannel([])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: quiet)) == "pin 1234")
+        #expect(quiet.asked.isEmpty)
+        // "and" with the passcode: both are asked for, one after the other.
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions()), session: &s)
+        let both = ScriptedChannel([.answer(.applicationPassword(secret("pw2")))])
+        #expect(errorStatus(rig.pipeline.handle(Self.add("device-passcode,and,application-password", service: "two"), session: &s, channel: both)) == nil)
+        let twoSteps = ScriptedChannel([.answer(Self.passcode), .answer(.applicationPassword(secret("pw2")))])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get("two"), session: &s, channel: twoSteps)) == "pin 1234")
+        #expect(twoSteps.asked.map(\.methods) == [[.passcode], [.applicationPassword]])
+    }
+}
+
 /// The seeds' policy table, pure.
 @Suite struct AuthenticationPlannerTests {
     let enrolled = BiometryState(available: true, enrolled: true, domainState: [1])

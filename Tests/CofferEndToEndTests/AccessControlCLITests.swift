@@ -23,10 +23,16 @@ struct AccessControlCLITests {
     }
 
     /// Runs `coffer ARGS` in a new session: no controlling terminal at all.
-    static func detached(_ agent: AgentProcess, _ args: [String], stdin: String? = nil) -> CLIResult {
+    static func detached(_ agent: AgentProcess, _ args: [String], stdin: String? = nil, extraShell: String? = nil) -> CLIResult {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
-        p.arguments = ["-w", Binaries.coffer] + args + ["--socket", agent.socketPath]
+        let argv = [Binaries.coffer] + args + ["--socket", agent.socketPath]
+        if let extraShell {
+            // Redirections (another descriptor) through the shell.
+            p.arguments = ["-w", "/bin/sh", "-c", argv.map { "'" + $0 + "'" }.joined(separator: " ") + " " + extraShell]
+        } else {
+            p.arguments = ["-w"] + argv
+        }
         let out = Pipe(), err = Pipe(), inp = Pipe()
         p.standardOutput = out
         p.standardError = err
@@ -115,5 +121,24 @@ struct AccessControlCLITests {
         // biometry-current-set needs enrolled biometry (no sensor here).
         r = agent.cli(["add", "--service", "x", "--account", "me", "--access-control", "biometry-current-set", "--secret-stdin"], stdin: "s")
         #expect(r.status == 7, "\(r)")
+    }
+
+    @Test func anApplicationPasswordItemThroughTheCLI() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        // Made with the secret on descriptor 3 and the application password on stdin.
+        let secretFile = agent.dir.file("secret-input")
+        try "pin 9876".write(toFile: secretFile, atomically: true, encoding: .utf8)
+        let add = Self.detached(agent, ["add", "--service", "vault", "--account", "me", "--access-control", "application-password",
+                                        "--secret-fd", "3", "--app-password-fd", "0"],
+                                stdin: "open sesame", extraShell: "3<'\(secretFile)'")
+        #expect(add.status == 0, "\(add)")
+        // Read on a terminal: the application password is asked for.
+        let t = Self.onTerminal(agent, ["get", "--service", "vault", "--account", "me"], typing: "open sesame", prompt: "Application password: ")
+        #expect(t.status == 0 && t.output.contains("pin 9876") && !t.output.contains("open sesame"), "\(t)")
+        let wrong = Self.onTerminal(agent, ["get", "--service", "vault", "--account", "me"], typing: "open sesam", prompt: "Application password: ")
+        #expect(wrong.status == 5 && !wrong.output.contains("pin 9876"), "\(wrong)")
+        let given = Self.detached(agent, ["get", "--service", "vault", "--account", "me", "--app-password-fd", "0"], stdin: "open sesame")
+        #expect(given.status == 0 && given.stdout == "pin 9876", "\(given)")
     }
 }
