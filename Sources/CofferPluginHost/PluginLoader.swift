@@ -58,6 +58,7 @@ package struct LoadResult: @unchecked Sendable {
     // @unchecked Sendable: LoadedPlugin is itself Sendable; the array is built once and then read.
     package var plugins: [LoadedPlugin] = []
     package var refused: [RefusedPlugin] = []
+    package init() {}
 }
 
 /// Finds, checks and loads `*.so` plugins (`dlopen(RTLD_NOW | RTLD_LOCAL)` of the checked file
