@@ -161,7 +161,8 @@ struct coffer_plugin_v1 {
 
     /** Makes the running evaluation `evaluation_id` return `result` (COFFER_LA_USER_CANCEL or
      *  COFFER_LA_SYSTEM_CANCEL) soon. Called from another thread while begin_evaluation blocks; a
-     *  cancel for an id that is not running (finished, or not started) is ignored. May be NULL for a
+     *  cancel for an id that is not running (finished, or not started) is ignored. The host repeats
+     *  the call every 50 ms until begin_evaluation returns, so it must be idempotent. May be NULL for a
      *  plugin whose evaluations never block (the host then waits for the result). */
     void (*cancel)(void *state, uint64_t evaluation_id, int result);
 
