@@ -27,6 +27,10 @@ let package = Package(
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
+        // Authenticator plugins: the host executable and the plain-C plugins it dlopens.
+        .executable(name: "coffer-plugin-host", targets: ["coffer-plugin-host"]),
+        .library(name: "CofferPluginTest", type: .dynamic, targets: ["CofferPluginTest"]),
+        .library(name: "CofferPluginBiometricEmulator", type: .dynamic, targets: ["CofferPluginBiometricEmulator"]),
         .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
     ],
     dependencies: [
@@ -99,6 +103,19 @@ let package = Package(
                           // The archives FoundationEssentials needs and the driver omits from a static link.
                           linkerSettings: staticCLI(["-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization"])),
 
+        // Authenticator plugins (issue #14): the C ABI, the agent ↔ host protocol, the host (its own,
+        // non-dumpable process that dlopens plugins) and the agent's client of it.
+        .target(name: "CCofferPlugin", path: "Sources/CCofferPlugin"),
+        .target(name: "CofferPluginProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
+        .target(name: "CofferPluginHost",
+                dependencies: ["CCofferPlugin", "CofferPluginProtocol", "CofferCrypto", "CofferSystem", "CofferTrust"],
+                swiftSettings: settings),
+        .executableTarget(name: "coffer-plugin-host", dependencies: ["CofferPluginHost", "CofferSystem"], swiftSettings: settings),
+        .target(name: "CofferPluginClient", dependencies: ["CofferPluginProtocol", "CofferCrypto", "CofferSystem"],
+                swiftSettings: settings),
+        .target(name: "CofferPluginTest", dependencies: ["CCofferPlugin"], path: "Plugins/Test"),
+        .target(name: "CofferPluginBiometricEmulator", dependencies: ["CCofferPlugin"], path: "Plugins/BiometricEmulator"),
+
         .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],
                 path: "Tests/CofferTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem", "CofferTestSupport"], swiftSettings: settings),
@@ -132,6 +149,12 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
+                    swiftSettings: settings),
+
+        // The plugin host and its client against real plugins loaded by dlopen (and the protocol's vectors).
+        .testTarget(name: "CofferPluginTests",
+                    dependencies: ["CofferPluginHost", "CofferPluginClient", "CofferPluginProtocol", "CofferCrypto",
+                                   "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",

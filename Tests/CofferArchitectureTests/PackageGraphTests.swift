@@ -104,6 +104,13 @@ import Testing
         "CofferManifest": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
                            "CofferClient"],
         "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
+        // Plugins run outside the agent: the host and its client never reach keys, items or the store,
+        // and the plugin protocol is bytes only (no processes or files).
+        "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],
+        "CofferPluginClient": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPluginHost"],
+        "CofferPluginProtocol": ["CofferSystem", "CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent",
+                                 "CofferPluginHost", "CofferPluginClient"],
+        "coffer-plugin-host": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent"],
         "CofferCLISupport": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent", "Foundation",
                              "ArgumentParser"],
         // The fast CLI stays small and static: no Foundation, no argument parser.

@@ -1,0 +1,138 @@
+/* The Coffer test plugin: a minimal authenticator in plain C proving the plugin ABI is
+ * language-neutral. Its control commands choose what the NEXT evaluation does:
+ *   succeed | fail | crash (abort) | hang (until cancelled) | wedge (ignores cancel and deadline)
+ *   | code N (return N) | status
+ * The default is succeed. Each evaluation sends one feedback message before its result. */
+#include <coffer/coffer_plugin.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum next_action { NEXT_SUCCEED, NEXT_FAIL, NEXT_CRASH, NEXT_HANG, NEXT_WEDGE, NEXT_CODE };
+
+struct test_state {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    enum next_action next;
+    int next_code;
+    int running;            /* an evaluation is blocked in hang */
+    uint64_t running_id;
+    int cancel_result;      /* non-zero once cancel() named the running evaluation */
+    unsigned evaluations;
+    const struct coffer_host_v1 *host;
+};
+
+static int test_init(const struct coffer_host_v1 *host, void **state) {
+    struct test_state *s = calloc(1, sizeof *s);
+    if (s == NULL) return COFFER_STATUS_FAILED;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    s->host = host;
+    *state = s;
+    host->log(host->host_context, COFFER_LOG_INFO, "test plugin ready");
+    return COFFER_STATUS_OK;
+}
+
+static int test_enrollment_state(void *state, uint32_t *count, uint8_t domain[COFFER_DOMAIN_STATE_BYTES]) {
+    (void)state;
+    *count = 0;
+    memset(domain, 0, COFFER_DOMAIN_STATE_BYTES);
+    return COFFER_STATUS_UNSUPPORTED;
+}
+
+static int test_begin(void *state, const struct coffer_evaluation_v1 *e) {
+    struct test_state *s = state;
+    pthread_mutex_lock(&s->lock);
+    enum next_action action = s->next;
+    int code = s->next_code;
+    s->next = NEXT_SUCCEED;
+    s->evaluations++;
+    pthread_mutex_unlock(&s->lock);
+    if (e->feedback != NULL) e->feedback(e->feedback_context, "test plugin: evaluating");
+    switch (action) {
+    case NEXT_SUCCEED: return COFFER_LA_SUCCESS;
+    case NEXT_FAIL: return COFFER_LA_AUTHENTICATION_FAILED;
+    case NEXT_CODE: return code;
+    case NEXT_CRASH: abort();
+    case NEXT_WEDGE:
+        for (;;) pause();
+    case NEXT_HANG: {
+        pthread_mutex_lock(&s->lock);
+        s->running = 1;
+        s->running_id = e->id;
+        s->cancel_result = 0;
+        pthread_cond_broadcast(&s->changed);
+        while (s->cancel_result == 0) pthread_cond_wait(&s->changed, &s->lock);
+        int result = s->cancel_result;
+        s->running = 0;
+        pthread_mutex_unlock(&s->lock);
+        return result;
+    }
+    }
+    return COFFER_LA_AUTHENTICATION_FAILED;
+}
+
+static void test_cancel(void *state, uint64_t id, int result) {
+    struct test_state *s = state;
+    pthread_mutex_lock(&s->lock);
+    if (s->running && s->running_id == id) {
+        s->cancel_result = result;
+        pthread_cond_broadcast(&s->changed);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int test_control(void *state, const char *command, const char *const *args, size_t argc,
+                        char *reply, size_t reply_size) {
+    struct test_state *s = state;
+    int status = COFFER_STATUS_OK;
+    pthread_mutex_lock(&s->lock);
+    if (strcmp(command, "succeed") == 0 && argc == 0) s->next = NEXT_SUCCEED;
+    else if (strcmp(command, "fail") == 0 && argc == 0) s->next = NEXT_FAIL;
+    else if (strcmp(command, "crash") == 0 && argc == 0) s->next = NEXT_CRASH;
+    else if (strcmp(command, "hang") == 0 && argc == 0) s->next = NEXT_HANG;
+    else if (strcmp(command, "wedge") == 0 && argc == 0) s->next = NEXT_WEDGE;
+    else if (strcmp(command, "code") == 0 && argc == 1) { s->next = NEXT_CODE; s->next_code = atoi(args[0]); }
+    else if (strcmp(command, "status") == 0 && argc == 0) {
+        snprintf(reply, reply_size, "evaluations: %u\nwaiting: %s", s->evaluations, s->running ? "yes" : "no");
+        pthread_mutex_unlock(&s->lock);
+        return COFFER_STATUS_OK;
+    } else if (strcmp(command, "succeed") == 0 || strcmp(command, "fail") == 0 || strcmp(command, "crash") == 0
+               || strcmp(command, "hang") == 0 || strcmp(command, "wedge") == 0 || strcmp(command, "code") == 0) {
+        status = COFFER_STATUS_BAD_ARGUMENTS;
+    } else {
+        status = COFFER_STATUS_UNKNOWN_COMMAND;
+    }
+    pthread_mutex_unlock(&s->lock);
+    snprintf(reply, reply_size, "%s", status == COFFER_STATUS_OK ? "ok" : status == COFFER_STATUS_BAD_ARGUMENTS
+             ? "wrong arguments" : "unknown command");
+    return status;
+}
+
+static void test_destroy(void *state) {
+    struct test_state *s = state;
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static const struct coffer_plugin_v1 table = {
+    .abi_version = COFFER_PLUGIN_ABI_VERSION,
+    .struct_size = sizeof(struct coffer_plugin_v1),
+    .name = "test",
+    .description = "Coffer test plugin (scripted results)",
+    .version = "1",
+    .kind = COFFER_KIND_USER_PRESENCE,
+    .capabilities = COFFER_CAP_USER_PRESENCE,
+    .init = test_init,
+    .enrollment_state = test_enrollment_state,
+    .begin_evaluation = test_begin,
+    .cancel = test_cancel,
+    .control = test_control,
+    .destroy = test_destroy,
+};
+
+__attribute__((visibility("default"))) const struct coffer_plugin_v1 *coffer_plugin_entry(void) { return &table; }

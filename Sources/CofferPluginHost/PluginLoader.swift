@@ -1,0 +1,209 @@
+import CCofferPlugin
+package import CofferPluginProtocol
+import CofferSystem
+import CofferTrust
+import Glibc
+
+/// Writes one line to stderr (the host's log): `coffer-plugin-host: …`, control characters escaped.
+package func hostLog(_ line: String) {
+    StandardStreams.printError("coffer-plugin-host: " + sanitizedText(line, max: 2048).replacingNewlines())
+}
+
+extension String {
+    func replacingNewlines() -> String { split(separator: "\n", omittingEmptySubsequences: false).joined(separator: "\\n") }
+}
+
+/// The per-plugin context of the `log` host callback (kept alive as long as the plugin).
+final class LogContext {
+    let name: String
+    init(name: String) { self.name = name }
+}
+
+/// One plugin loaded into this process: its table, its state, and the lock that runs one evaluation at a time.
+package final class LoadedPlugin: @unchecked Sendable {
+    // @unchecked Sendable: the table is immutable static plugin memory; `state` is the plugin's
+    // own, documented as usable from several threads (ABI: calls come from any thread); `busy`
+    // serializes begin_evaluation.
+    package let name: String
+    package let file: String
+    let table: UnsafePointer<coffer_plugin_v1>
+    let state: UnsafeMutableRawPointer?
+    let host: UnsafeMutablePointer<coffer_host_v1>
+    let busy = Protected(false)
+
+    init(name: String, file: String, table: UnsafePointer<coffer_plugin_v1>, state: UnsafeMutableRawPointer?,
+         host: UnsafeMutablePointer<coffer_host_v1>) {
+        self.name = name; self.file = file; self.table = table; self.state = state; self.host = host
+    }
+
+    /// The enrolled count and domain state; nil domain state when the plugin has none.
+    package func enrollment() -> (code: Int32, count: UInt32, domainState: [UInt8]?) {
+        guard let f = table.pointee.enrollment_state else { return (Int32(COFFER_STATUS_UNSUPPORTED.rawValue), 0, nil) }
+        var count: UInt32 = 0
+        var domain = [UInt8](repeating: 0, count: PluginWire.domainStateBytes)
+        let rc = domain.withUnsafeMutableBufferPointer { f(state, &count, $0.baseAddress) }
+        return rc == 0 ? (0, count, domain) : (rc, 0, nil)
+    }
+
+    /// What HELLO_REPLY says about this plugin.
+    package var info: PluginInfo {
+        let e = enrollment()
+        return PluginInfo(name: name, kind: UInt8(truncatingIfNeeded: table.pointee.kind), capabilities: table.pointee.capabilities,
+                          enrolledCount: e.count, domainState: e.domainState)
+    }
+}
+
+/// What the host found in its plugin directories.
+package struct LoadResult: @unchecked Sendable {
+    // @unchecked Sendable: LoadedPlugin is itself Sendable; the array is built once and then read.
+    package var plugins: [LoadedPlugin] = []
+    package var refused: [RefusedPlugin] = []
+    package init() {}
+}
+
+/// Finds, checks and loads `*.so` plugins (`dlopen(RTLD_NOW | RTLD_LOCAL)` of the checked file
+/// itself, through `/proc/self/fd`, so what was checked is what is loaded).
+package enum PluginLoader {
+    /// Loads every acceptable plugin of `directories`, in order (a name already loaded from an
+    /// earlier file is refused). Each plugin gets `stateRoot/NAME` (0700) as its state directory.
+    /// Every refusal is logged to stderr as `refused FILE: REASON` and listed in the result.
+    package static func load(directories: [String], stateRoot: String, requireRoot: Bool = false) -> LoadResult {
+        var result = LoadResult()
+        var keepOpen: [Int32] = []
+        defer { for fd in keepOpen { close(fd) } }
+        func refuse(_ file: String, _ reason: String) {
+            hostLog("refused \(file): \(reason)")
+            result.refused.append(RefusedPlugin(file: String(file.prefix(4096)), reason: String(reason.prefix(1000))))
+        }
+        for dir in directories {
+            let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard dfd >= 0 else {
+                let e = errno
+                refuse(dir, e == ELOOP || e == ENOTDIR ? "plugin directory is a symbolic link or not a directory"
+                       : "plugin directory cannot be opened (\(String(cString: strerror(e))))")
+                continue
+            }
+            defer { close(dfd) }
+            var dst = stat()
+            fstat(dfd, &dst)
+            if let p = StrictModes.problem(dst, what: "plugin directory", requireRoot: requireRoot)
+                ?? (dir.hasPrefix("/") ? StrictModes.ancestorProblem(of: dir, requireRoot: requireRoot) : "plugin directory path is not absolute") {
+                refuse(dir, p)
+                continue
+            }
+            for entry in names(in: dfd) where entry.hasSuffix(".so") && !entry.hasPrefix(".") {
+                let file = dir + "/" + entry
+                switch loadOne(dirFD: dfd, entry: entry, file: file, stateRoot: stateRoot, requireRoot: requireRoot,
+                               loaded: result.plugins.map(\.name), keepOpen: &keepOpen) {
+                case .success(let plugin):
+                    result.plugins.append(plugin)
+                    hostLog("loaded \(file) as plugin \(plugin.name)")
+                case .failure(let reason):
+                    refuse(file, reason.text)
+                }
+            }
+        }
+        return result
+    }
+
+    struct Refusal: Error { let text: String; init(_ t: String) { text = t } }
+
+    static func names(in dfd: Int32) -> [String] {
+        let copy = dup(dfd)
+        guard copy >= 0, let d = fdopendir(copy) else { return [] }
+        defer { closedir(d) }
+        var out: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { out.append(name) }
+        }
+        return out.sorted()
+    }
+
+    static func loadOne(dirFD: Int32, entry: String, file: String, stateRoot: String, requireRoot: Bool, loaded: [String],
+                        keepOpen: inout [Int32]) -> Result<LoadedPlugin, Refusal> {
+        var lst = stat()
+        guard fstatat(dirFD, entry, &lst, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Refusal("cannot be examined")) }
+        if lst.st_mode & S_IFMT == S_IFLNK { return .failure(Refusal("is a symbolic link")) }
+        let fd = openat(dirFD, entry, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(Refusal("cannot be opened (\(String(cString: strerror(errno))))")) }
+        // Kept open until loading ends: `/proc/self/fd/N` names stay distinct for glibc's loaded-library list.
+        keepOpen.append(fd)
+        var st = stat()
+        fstat(fd, &st)
+        guard st.st_mode & S_IFMT == S_IFREG else { return .failure(Refusal("is not a regular file")) }
+        if let p = StrictModes.problem(st, what: "file", requireRoot: requireRoot) { return .failure(Refusal(p)) }
+        _ = dlerror()
+        guard let handle = dlopen("/proc/self/fd/\(fd)", RTLD_NOW | RTLD_LOCAL) else {
+            let why = dlerror().map { String(cString: $0) } ?? "unknown error"
+            // dlerror names the /proc path; say only why.
+            let short = why.split(separator: ":").last.map { $0.trimmingCharacters() } ?? why
+            return .failure(Refusal("dlopen failed: \(short)"))
+        }
+        var keep = false
+        defer { if !keep { dlclose(handle) } }
+        guard let sym = dlsym(handle, COFFER_PLUGIN_ENTRY_SYMBOL) else {
+            return .failure(Refusal("no \(COFFER_PLUGIN_ENTRY_SYMBOL) symbol (not a Coffer plugin)"))
+        }
+        let entryFn = unsafeBitCast(sym, to: coffer_plugin_entry_fn.self)
+        guard let raw = entryFn() else { return .failure(Refusal("\(COFFER_PLUGIN_ENTRY_SYMBOL) returned NULL")) }
+        // Read the version and size before anything else: a table of another version may be shorter.
+        let header = UnsafeRawPointer(raw)
+        let abi = header.loadUnaligned(as: UInt32.self), size = header.loadUnaligned(fromByteOffset: 4, as: UInt32.self)
+        guard abi == UInt32(COFFER_PLUGIN_ABI_VERSION) else {
+            return .failure(Refusal("ABI version \(abi), this host speaks \(COFFER_PLUGIN_ABI_VERSION)"))
+        }
+        guard Int(size) >= MemoryLayout<coffer_plugin_v1>.size else {
+            return .failure(Refusal("table size \(size) is smaller than coffer_plugin_v1 (\(MemoryLayout<coffer_plugin_v1>.size))"))
+        }
+        let t = raw.pointee
+        guard let cname = t.name, let name = String(validatingCString: cname), validName(name) else {
+            return .failure(Refusal("the plugin name is missing or not [A-Za-z0-9._-]{1,64}"))
+        }
+        guard !loaded.contains(name) else { return .failure(Refusal("a plugin named \(name) is already loaded")) }
+        guard (1...4).contains(t.kind) else { return .failure(Refusal("unknown kind \(t.kind)")) }
+        guard t.capabilities & ~UInt32(COFFER_CAP_ALL) == 0 else { return .failure(Refusal("undefined capability bits")) }
+        guard t.begin_evaluation != nil, let initFn = t.`init` else {
+            return .failure(Refusal("init or begin_evaluation is NULL"))
+        }
+        let dir = stateRoot + "/" + name
+        do { try Files.makePrivateDirectory(dir) } catch {
+            return .failure(Refusal("its state directory cannot be made (\(error))"))
+        }
+        let host = UnsafeMutablePointer<coffer_host_v1>.allocate(capacity: 1)
+        let context = Unmanaged.passRetained(LogContext(name: name)).toOpaque()
+        host.initialize(to: coffer_host_v1(
+            abi_version: UInt32(COFFER_PLUGIN_ABI_VERSION), struct_size: UInt32(MemoryLayout<coffer_host_v1>.size),
+            log: { ctx, level, message in
+                guard let ctx, let message else { return }
+                let name = Unmanaged<LogContext>.fromOpaque(ctx).takeUnretainedValue().name
+                let levels = ["error", "warning", "info", "debug"]
+                hostLog("plugin \(name) [\(levels.indices.contains(Int(level)) ? levels[Int(level)] : "info")]: \(String(cString: message))")
+            },
+            host_context: context, state_dir: strdup(dir)))
+        var state: UnsafeMutableRawPointer? = nil
+        let rc = initFn(host, &state)
+        guard rc == 0 else {
+            free(UnsafeMutableRawPointer(mutating: host.pointee.state_dir))
+            host.deallocate()
+            Unmanaged<LogContext>.fromOpaque(context).release()
+            return .failure(Refusal("init failed (status \(rc))"))
+        }
+        keep = true
+        keepOpen.removeLast() // the loaded library's descriptor stays open for the life of the process
+        return .success(LoadedPlugin(name: name, file: file, table: raw, state: state, host: host))
+    }
+
+    static func validName(_ s: String) -> Bool {
+        !s.isEmpty && s.utf8.count <= Int(COFFER_PLUGIN_NAME_MAX) && !s.hasPrefix(".")
+            && s.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5a) || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2e || $0 == 0x5f || $0 == 0x2d }
+    }
+}
+
+extension Substring {
+    func trimmingCharacters() -> String {
+        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+    }
+}

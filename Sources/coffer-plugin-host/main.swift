@@ -1,0 +1,7 @@
+import CofferPluginHost
+import Glibc
+
+// The plugin host: a process of its own that dlopens authenticator plugins, so that no plugin code
+// runs in the agent, which holds the class keys. Started by the agent (CofferPluginClient) with the
+// protocol socket on descriptor 3.
+exit(PluginHostMain.run(Array(CommandLine.arguments.dropFirst())))
