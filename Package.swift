@@ -76,6 +76,7 @@ let package = Package(
         .target(name: "CofferAgent",
                 dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
+                               "CofferPluginClient", "CofferPluginProtocol",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.

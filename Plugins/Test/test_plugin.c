@@ -1,6 +1,7 @@
 /* The Coffer test plugin: a minimal authenticator in plain C proving the plugin ABI is
  * language-neutral. Its control commands choose what the NEXT evaluation does:
  *   succeed | fail | crash (abort) | hang (until cancelled) | wedge (ignores cancel and deadline)
+ *   enroll NAME (report one enrolled finger) | present ACTION (one of the above: as the agent's biometry plugin)
  *   | code N (return N) | status
  * The default is succeed. Each evaluation sends one feedback message before its result. */
 #include <coffer/coffer_plugin.h>
@@ -22,6 +23,7 @@ struct test_state {
     uint64_t running_id;
     int cancel_result;      /* non-zero once cancel() named the running evaluation */
     unsigned evaluations;
+    int enrolled;           /* "enroll NAME": report one enrolled finger, as a biometric plugin would */
     const struct coffer_host_v1 *host;
 };
 
@@ -37,10 +39,13 @@ static int test_init(const struct coffer_host_v1 *host, void **state) {
 }
 
 static int test_enrollment_state(void *state, uint32_t *count, uint8_t domain[COFFER_DOMAIN_STATE_BYTES]) {
-    (void)state;
-    *count = 0;
-    memset(domain, 0, COFFER_DOMAIN_STATE_BYTES);
-    return COFFER_STATUS_UNSUPPORTED;
+    struct test_state *s = state;
+    pthread_mutex_lock(&s->lock);
+    int enrolled = s->enrolled;
+    pthread_mutex_unlock(&s->lock);
+    *count = enrolled ? 1 : 0;
+    memset(domain, enrolled ? 0x42 : 0, COFFER_DOMAIN_STATE_BYTES);
+    return enrolled ? COFFER_STATUS_OK : COFFER_STATUS_UNSUPPORTED;
 }
 
 static int test_begin(void *state, const struct coffer_evaluation_v1 *e) {
@@ -90,6 +95,10 @@ static int test_control(void *state, const char *command, const char *const *arg
     struct test_state *s = state;
     int status = COFFER_STATUS_OK;
     pthread_mutex_lock(&s->lock);
+    /* As the agent's biometry plugin (`coffer bio enroll X`, `coffer bio present ACTION`): enroll makes
+       it report one finger; present names what its next evaluation does. */
+    if (strcmp(command, "enroll") == 0 && argc == 1) { s->enrolled = 1; pthread_mutex_unlock(&s->lock); snprintf(reply, reply_size, "ok"); return COFFER_STATUS_OK; }
+    if (strcmp(command, "present") == 0 && argc == 1) { command = args[0]; argc = 0; }
     if (strcmp(command, "succeed") == 0 && argc == 0) s->next = NEXT_SUCCEED;
     else if (strcmp(command, "fail") == 0 && argc == 0) s->next = NEXT_FAIL;
     else if (strcmp(command, "crash") == 0 && argc == 0) s->next = NEXT_CRASH;

@@ -5,6 +5,7 @@ import CofferKeychain
 import CofferManifest
 import CofferModel
 import CofferPAM
+import CofferPluginClient
 import CofferPolicy
 import CofferProtocol
 import CofferSystem
@@ -36,6 +37,38 @@ package final class Agent: Sendable {
     let trust: TrustStore
     /// Connection → caller identity.
     let resolver: IdentityResolver
+    /// The biometric sensor in the plugin host, if one is configured.
+    let sensor: PluginBiometricSensor?
+
+    /// Starts the plugin host with the configured plugin directories and picks the biometry plugin.
+    /// A host that cannot start, or a missing plugin, leaves the agent without biometry (logged).
+    static func biometricSensor(_ configuration: AgentConfiguration, logger: Logger) -> PluginBiometricSensor? {
+        guard let plugin = configuration.biometryPlugin else { return nil }
+        let executable = configuration.pluginHost ?? ThisProcess.executablePath().map { Files.directoryName($0) + "/coffer-plugin-host" }
+        guard let executable else {
+            logger.error("biometry: cannot find coffer-plugin-host (set plugin-host)")
+            return nil
+        }
+        var directories = configuration.pluginDirectories
+        if directories.isEmpty { directories = ["/usr/local/lib/coffer/plugins"] }
+        var hostConfig = PluginHost.Configuration(executable: executable, pluginDirectories: directories,
+                                                  stateDirectory: configuration.stateDirectory + "/plugins")
+        hostConfig.logFile = configuration.stateDirectory + "/plugin-host.log"
+        do {
+            try Files.makePrivateDirectory(configuration.stateDirectory + "/plugins")
+            let host = try PluginHost(hostConfig)
+            for r in host.refused { logger.warning("plugin refused", metadata: ["file": "\(r.file)", "reason": "\(r.reason)"]) }
+            guard host.plugins.contains(where: { $0.name == plugin }) else {
+                logger.error("biometry: no plugin named \(plugin) was loaded", metadata: ["loaded": "\(host.plugins.map(\.name))"])
+                return PluginBiometricSensor(host: host, plugin: plugin, logger: logger)
+            }
+            logger.info("biometry served by a plugin", metadata: ["plugin": "\(plugin)", "host-pid": "\(host.pid ?? 0)"])
+            return PluginBiometricSensor(host: host, plugin: plugin, logger: logger)
+        } catch {
+            logger.error("biometry: the plugin host did not start", metadata: ["error": "\(error)"])
+            return nil
+        }
+    }
     /// The listening socket (set once in init).
     private let listener: Int32
     private let ownsSocketPath: Bool
@@ -72,7 +105,9 @@ package final class Agent: Sendable {
         let unlocking = UnlockService(keychain: keychain,
                                       verifier: PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir),
                                       userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: clock, logger: logger)
-        let authenticator = Authenticator(sensor: NoBiometricSensor(), unlocking: unlocking, keychain: keychain, gate: gate,
+        let sensor = Self.biometricSensor(configuration, logger: logger)
+        self.sensor = sensor
+        let authenticator = Authenticator(sensor: sensor ?? NoBiometricSensor(), unlocking: unlocking, keychain: keychain, gate: gate,
                                           clock: clock, logger: logger, timeoutSeconds: configuration.authenticationTimeoutSeconds)
         pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
                             clock: clock, logger: logger, idleLockSeconds: configuration.idleLockSeconds)
@@ -151,6 +186,7 @@ package final class Agent: Sendable {
         shutdownSocket(listener)
         if !registry.drain(timeout: 5) { logger.warning("requests still running after 5 s; stopping anyway") }
         for c in open { c.close() }
+        sensor?.host.shutdown()
         keychain.lock()
         keychain.checkpoint()
         logger.info("stopped; keys wiped")

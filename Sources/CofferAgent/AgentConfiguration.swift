@@ -55,6 +55,14 @@ package struct AgentConfiguration: Sendable {
     /// Seconds a person has to authenticate for a protected item before the request fails
     /// (config key `authentication-timeout`).
     package var authenticationTimeoutSeconds: Double = 120
+    /// Directories of authenticator plugins (`*.so`) for the plugin host (config key `plugin-dir`,
+    /// repeatable; default `/usr/local/lib/coffer/plugins` if it exists).
+    package var pluginDirectories: [String] = []
+    /// The plugin that serves biometry, e.g. `biometric-emulator` (config key `biometry`; `none`, the
+    /// default, means no biometry).
+    package var biometryPlugin: String? = nil
+    /// The plugin host executable (config key `plugin-host`; default: `coffer-plugin-host` beside cofferd).
+    package var pluginHost: String? = nil
     /// Write the audit log (`audit.log` in the state directory; config key `audit`).
     package var auditLog = true
     /// Rotate the audit log past this many bytes (config key `audit-max-bytes`).
@@ -154,6 +162,13 @@ package struct AgentConfiguration: Sendable {
             case "audit": auditLog = try yesNo()
             case "identify-callers": identifyCallers = try yesNo()
             case "authentication-timeout": authenticationTimeoutSeconds = try positive()
+            case "plugin-dir":
+                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-dir' needs an absolute path") }
+                pluginDirectories.append(value)
+            case "biometry": biometryPlugin = value == "none" ? nil : value
+            case "plugin-host":
+                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-host' needs an absolute path") }
+                pluginHost = value
             case "audit-max-bytes":
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }

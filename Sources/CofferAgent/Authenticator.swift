@@ -17,6 +17,11 @@ protocol BiometricSensor: Sendable {
                   feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome
     /// Stops evaluation `id` (it returns `.cancelled`), also if it has not started yet.
     func cancel(_ id: UInt64)
+    /// The authenticator's name (`biometric-emulator`; empty: none).
+    var name: String { get }
+    /// A control command (`enroll NAME`, `remove NAME`, `present NAME`, `status`): its status code
+    /// (0 success) and reply text.
+    func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String)
 }
 
 /// One biometric evaluation's outcome.
@@ -37,6 +42,10 @@ struct NoBiometricSensor: BiometricSensor {
         .unavailable(LAError(.biometryNotAvailable, "no biometric authenticator is configured"))
     }
     func cancel(_ id: UInt64) {}
+    var name: String { "" }
+    func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
+        throw .notAvailable("no biometric authenticator is configured (biometry = none in the agent's configuration)")
+    }
 }
 
 /// How the agent reaches the person behind a request: AUTH_NEEDED to the client, its AUTH_RESPONSE

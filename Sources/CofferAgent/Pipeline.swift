@@ -89,6 +89,8 @@ final class Pipeline: Sendable {
         case .authOptions(let options):
             session.setAuthOptions(options)
             return .ok
+        case .bio(let operation, let name):
+            return try bio(operation, name, &session, channel)
         case .authResponse:
             // The server drops an AUTH_RESPONSE that arrives after its request finished (a race the
             // protocol allows); one reaching the pipeline answers nothing that waits.
@@ -211,6 +213,37 @@ final class Pipeline: Sendable {
         let caller = session.caller
         return try audited(caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
             try body(try decision.scope(), &session)
+        }
+    }
+
+    /// `coffer bio …`: enrolling or removing a finger changes who can open biometric items, so it needs
+    /// the passcode (as on iOS); a touch (the emulator) and the status need nothing.
+    private func bio(_ operation: BioOperation, _ name: String, _ session: inout Session,
+                     _ channel: (any AuthChannel)?) throws(SecError) -> AgentResponse {
+        let sensor = authenticator.sensor
+        let caller = session.caller
+        switch operation {
+        case .status:
+            let b = authenticator.biometry
+            let detail = (try? sensor.control("status", []))?.text ?? ""
+            return .bioStatus(BioStatus(authenticator: sensor.name, available: b.available, enrolledCount: b.enrolledCount,
+                                        lockedOut: b.lockedOut, domainState: b.enrolled ? b.domainState : [],
+                                        detail: TerminalSafeText.escaped(String(detail.prefix(1024)))))
+        case .enroll, .remove:
+            let verb = operation == .enroll ? "enroll" : "remove"
+            return try audited(caller, "bio-\(verb)") { () throws(SecError) -> AgentResponse in
+                _ = try sensor.control("status", []) // no authenticator: say so before asking for the passcode
+                _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
+                                                what: "\(verb) the finger \u{201C}\(TerminalSafeText.escaped(name))\u{201D}")
+                let (code, text) = try sensor.control(verb, [name])
+                guard code == 0 else { throw .param("the biometric authenticator refused: \(TerminalSafeText.escaped(String(text.prefix(256))))") }
+                logger.notice("biometry: a finger was \(verb == "enroll" ? "enrolled" : "removed")", metadata: ["caller": "\(caller)"])
+                return .ok
+            }
+        case .present, .presentUnknown:
+            let (code, text) = try sensor.control("present", operation == .present ? [name] : ["--unknown"])
+            guard code == 0 else { throw .notAvailable("the sensor did not take the touch: \(TerminalSafeText.escaped(String(text.prefix(256))))") }
+            return .ok
         }
     }
 

@@ -174,6 +174,18 @@ public final class AgentConnection {
         return l
     }
 
+    /// `coffer bio enroll|remove|present`: OK, or the error (enroll and remove ask for the passcode).
+    public func bio(_ operation: BioOperation, name: String = "") throws(SecError) {
+        try expectOK(.bio(operation, name: name))
+    }
+
+    /// The biometric authenticator's state.
+    public func bioStatus() throws(SecError) -> BioStatus {
+        let r = try roundTrip(.bio(.status, name: ""))
+        guard case .bioStatus(let b) = r else { throw unexpected(r) }
+        return b
+    }
+
     /// Subscribes this connection to lock-state events (read them with ``nextEvent()``).
     public func subscribe() throws(SecError) { try expectOK(.subscribe) }
 

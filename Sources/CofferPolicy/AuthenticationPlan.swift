@@ -10,12 +10,15 @@ package struct BiometryState: Sendable, Equatable {
     package var lockedOut: Bool
     /// The enrolled set's domain state (changes whenever a finger is enrolled or removed).
     package var domainState: [UInt8]
+    /// How many fingers are enrolled (as the authenticator reports it).
+    package var enrolledCount: UInt32
 
-    package init(available: Bool, enrolled: Bool, lockedOut: Bool = false, domainState: [UInt8] = []) {
+    package init(available: Bool, enrolled: Bool, lockedOut: Bool = false, domainState: [UInt8] = [], enrolledCount: UInt32? = nil) {
         self.available = available
         self.enrolled = enrolled
         self.lockedOut = lockedOut
         self.domainState = domainState
+        self.enrolledCount = enrolledCount ?? (enrolled ? 1 : 0)
     }
 
     /// No biometric authenticator.

@@ -97,6 +97,42 @@ public struct LAResult: Sendable, Equatable {
     }
 }
 
+/// What `coffer bio` asks of the biometric authenticator (BIO).
+public enum BioOperation: UInt8, Sendable, Equatable {
+    /// Enroll a finger by name (needs the passcode).
+    case enroll = 1
+    /// Remove an enrolled finger (needs the passcode).
+    case remove = 2
+    /// A finger touches the sensor (the biometric emulator only).
+    case present = 3
+    /// An unknown finger touches the sensor (the emulator only).
+    case presentUnknown = 4
+    /// Report the authenticator's state (BIO_STATUS).
+    case status = 5
+}
+
+/// BIO_STATUS: the biometric authenticator as the agent sees it.
+public struct BioStatus: Sendable, Equatable {
+    /// The plugin serving biometry (empty: none configured).
+    public var authenticator: String
+    public var available: Bool
+    public var enrolledCount: UInt32
+    /// Five failed matches: only the passcode is accepted until it succeeds.
+    public var lockedOut: Bool
+    public var domainState: [UInt8]
+    /// The plugin's own status line (escaped text).
+    public var detail: String
+
+    public init(authenticator: String, available: Bool, enrolledCount: UInt32, lockedOut: Bool, domainState: [UInt8], detail: String) {
+        self.authenticator = authenticator
+        self.available = available
+        self.enrolledCount = enrolledCount
+        self.lockedOut = lockedOut
+        self.domainState = domainState
+        self.detail = detail
+    }
+}
+
 /// A client → agent message.
 public enum AgentRequest: Sendable {
     /// HELLO: the first message; the agent picks a version in min...max.
@@ -139,6 +175,8 @@ public enum AgentRequest: Sendable {
     case laCanEvaluate(LAPolicy)
     /// LA_EVALUATE: authenticate the person for `policy`, showing `reason` (not empty).
     case laEvaluate(LAPolicy, reason: String)
+    /// BIO: `coffer bio enroll|remove|present|status` (`name` empty for presentUnknown and status).
+    case bio(BioOperation, name: String)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -189,6 +227,10 @@ public enum AgentRequest: Sendable {
         case .laEvaluate(let p, let reason):
             var f = FrameBuilder(type: .laEvaluate, requestID: requestID, payloadCapacity: 3 + reason.utf8.count)
             f.w.u8(p.rawValue); f.w.shortString(reason)
+            return f.finish()
+        case .bio(let op, let name):
+            var f = FrameBuilder(type: .bio, requestID: requestID, payloadCapacity: 3 + name.utf8.count)
+            f.w.u8(op.rawValue); f.w.shortString(name)
             return f.finish()
         case .authorize(let group, let p):
             var f = FrameBuilder(type: .authorize, requestID: requestID, payloadCapacity: 6 + group.utf8.count + p.count)
@@ -280,6 +322,18 @@ public enum AgentRequest: Sendable {
         case .laCanEvaluate:
             guard let p = LAPolicy(rawValue: try r.u8("policy")) else { throw ProtocolError("unknown policy") }
             request = .laCanEvaluate(p)
+        case .bio:
+            guard let op = BioOperation(rawValue: try r.u8("operation")) else { throw ProtocolError("unknown BIO operation") }
+            let name = try r.sstr("finger name")
+            switch op {
+            case .enroll, .remove, .present:
+                guard !name.isEmpty, name.utf8.count <= 64, name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                    throw ProtocolError("a finger name is 1 to 64 printable ASCII characters without spaces")
+                }
+            case .presentUnknown, .status:
+                guard name.isEmpty else { throw ProtocolError("this BIO operation takes no name") }
+            }
+            request = .bio(op, name: name)
         case .laEvaluate:
             guard let p = LAPolicy(rawValue: try r.u8("policy")) else { throw ProtocolError("unknown policy") }
             let reason = try r.sstr("reason")
@@ -310,7 +364,7 @@ public enum AgentRequest: Sendable {
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .laResult,
-             .event, .error:
+             .bioStatus, .event, .error:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -340,6 +394,8 @@ public enum AgentResponse: Sendable {
     case authFeedback(String)
     /// LA_RESULT.
     case laResult(LAResult)
+    /// BIO_STATUS.
+    case bioStatus(BioStatus)
     /// EVENT (request id 0).
     case event(LockEvent)
     /// ERROR with an OSStatus and a message.
@@ -392,6 +448,12 @@ public enum AgentResponse: Sendable {
         case .laResult(let l):
             var f = FrameBuilder(type: .laResult, requestID: requestID, payloadCapacity: 11 + l.domainState.count + l.message.utf8.count)
             f.w.u32(UInt32(bitPattern: l.error?.rawValue ?? 0)); f.w.u8(l.biometryType); f.w.blob(l.domainState); f.w.shortString(l.message)
+            return f.finish()
+        case .bioStatus(let b):
+            var f = FrameBuilder(type: .bioStatus, requestID: requestID,
+                                 payloadCapacity: 16 + b.authenticator.utf8.count + b.domainState.count + b.detail.utf8.count)
+            f.w.shortString(b.authenticator); f.w.u8(b.available ? 1 : 0); f.w.u32(b.enrolledCount); f.w.u8(b.lockedOut ? 1 : 0)
+            f.w.blob(b.domainState); f.w.shortString(b.detail)
             return f.finish()
         case .event(let e):
             var f = FrameBuilder(type: .event, requestID: 0, payloadCapacity: 5)
@@ -512,6 +574,15 @@ public enum AgentResponse: Sendable {
             guard type <= 1 else { throw ProtocolError("unknown biometry type") }
             let ds = try r.blob(max: AccessControl.maximumDomainStateBytes, "domain state")
             response = .laResult(LAResult(error: error, biometryType: type, domainState: ds, message: try r.sstr("message")))
+        case .bioStatus:
+            let name = try r.sstr("authenticator")
+            let available = try r.u8("available")
+            let count = try r.u32("enrolled count")
+            let locked = try r.u8("locked out")
+            guard available <= 1, locked <= 1 else { throw ProtocolError("BIO_STATUS flags must be 0 or 1") }
+            let ds = try r.blob(max: AccessControl.maximumDomainStateBytes, "domain state")
+            response = .bioStatus(BioStatus(authenticator: name, available: available == 1, enrolledCount: count, lockedOut: locked == 1,
+                                            domainState: ds, detail: try r.sstr("detail")))
         case .event:
             let kind = try r.u8("event kind")
             let ms = try r.u32("grace")

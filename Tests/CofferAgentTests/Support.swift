@@ -154,6 +154,16 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
         return .cancelled
     }
     func cancel(_ id: UInt64) { lock.withLock { _ = $0.cancelled.insert(id) } }
+    var name: String { "fake-sensor" }
+    /// `enroll NAME` changes the domain state (like a real enrolment); `present` queues a match.
+    func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
+        switch command {
+        case "enroll", "remove": enrollAnother(); return (0, "ok")
+        case "present": queue(arguments == ["--unknown"] ? .noMatch : .match); return (0, "ok")
+        case "status": return (0, "fake")
+        default: return (1, "unknown command")
+        }
+    }
 }
 
 /// The client side of an authentication, scripted: each step answers the next AUTH_NEEDED wait.

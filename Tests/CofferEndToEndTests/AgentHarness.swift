@@ -36,6 +36,8 @@ final class AgentProcess: @unchecked Sendable {
     private(set) var process: Process?
     private(set) var logPath: String
     let extraArguments: [String]
+    /// Something that must live as long as the agent (a directory its configuration names).
+    var keepAlive: AnyObject? = nil
     /// A command the agent is started through (e.g. `prlimit --memlock=…`), which must exec it in place.
     let launcher: [String]
     /// The `cofferd` to run: the build's, or a copy another user can reach (``SharedDirectory``).

@@ -1,0 +1,81 @@
+import CofferModel
+import CofferPluginClient
+import CofferPluginProtocol
+import CofferPolicy
+import CofferSystem
+import Logging
+
+/// The biometric sensor served by a plugin in the plugin host (`coffer-plugin-host`): the agent never
+/// loads plugin code itself. A crash or hang of the plugin fails only the pending evaluation
+/// (systemCancel); the host is restarted by ``PluginHost``.
+final class PluginBiometricSensor: BiometricSensor {
+    let host: PluginHost
+    /// The plugin that serves biometry (config key `biometry`).
+    let plugin: String
+    private let logger: Logger
+    /// Our evaluation ids → the host's tickets; ids cancelled before they started.
+    private let tickets = Protected((running: [UInt64: EvaluationTicket](), cancelled: Set<UInt64>()))
+
+    init(host: PluginHost, plugin: String, logger: Logger) {
+        self.host = host
+        self.plugin = plugin
+        self.logger = logger
+    }
+
+    func state() -> BiometryState {
+        do {
+            let s = try host.state(plugin: plugin)
+            guard s.code == 0 else { return BiometryState(available: true, enrolled: false) }
+            return BiometryState(available: true, enrolled: s.enrolledCount > 0, domainState: s.domainState ?? [], enrolledCount: s.enrolledCount)
+        } catch {
+            return .unavailable
+        }
+    }
+
+    func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
+                  feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
+        let ticket = host.makeTicket()
+        let cancelledEarly = tickets.withLock { t -> Bool in
+            if t.cancelled.remove(id) != nil { return true }
+            t.running[id] = ticket
+            return false
+        }
+        if cancelledEarly { return .cancelled }
+        defer { _ = tickets.withLock { $0.running.removeValue(forKey: id) } }
+        let result: EvaluationResult
+        do {
+            result = try host.evaluate(plugin: plugin, reason: reason, app: app, timeout: timeoutSeconds, ticket: ticket, feedback: feedback)
+        } catch {
+            logger.warning("the biometric plugin failed; the evaluation is cancelled", metadata: ["plugin": "\(plugin)", "error": "\(error)"])
+            return .unavailable(LAError(.systemCancel, "the biometric authenticator failed (\(error))"))
+        }
+        switch result.code {
+        case .success: return .match
+        case .authenticationFailed: return .noMatch
+        case .userCancel, .systemCancel, .userFallback: return .cancelled
+        case .biometryNotEnrolled: return .unavailable(LAError(.biometryNotEnrolled, "no finger is enrolled"))
+        case .biometryLockout: return .unavailable(LAError(.biometryLockout, "the sensor is locked out"))
+        case .passcodeNotSet, .biometryNotAvailable: return .unavailable(LAError(.biometryNotAvailable, "the sensor is not available"))
+        }
+    }
+
+    func cancel(_ id: UInt64) {
+        let ticket: EvaluationTicket? = tickets.withLock { t in
+            if let ticket = t.running[id] { return ticket }
+            t.cancelled.insert(id)
+            return nil
+        }
+        if let ticket { host.cancel(ticket, reason: .system) }
+    }
+
+    var name: String { plugin }
+
+    /// `coffer bio …`: a control command of the plugin (its status code and reply text).
+    func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
+        do {
+            return try host.control(plugin: plugin, command: command, arguments: arguments)
+        } catch {
+            throw SecError(.notAvailable, "the biometric authenticator did not answer: \(error)")
+        }
+    }
+}

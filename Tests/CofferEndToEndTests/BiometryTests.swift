@@ -1,0 +1,163 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// The plugin host and the plugins the biometry tests load are in the build directory.
+let biometryPluginsBuilt = ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so", "coffer-plugin-host"]
+    .allSatisfy { FileManager.default.fileExists(atPath: Binaries.directory + "/" + $0) }
+
+/// Biometry through the real agent, the real plugin host and plugins loaded by dlopen (issue #14):
+/// the biometric emulator answers `coffer bio present` while a `coffer get` waits on a
+/// pseudo-terminal; five unknown touches lock biometry out until the passcode; a new enrolment makes
+/// biometry-current-set items unusable; a crashing plugin fails only its evaluation.
+@Suite(.serialized, .enabled(if: TerminalRun.available && biometryPluginsBuilt, "needs script/setsid and the built plugins"))
+struct BiometryTests {
+    /// An agent whose biometry is `plugin`, with the built plugins copied into a private directory.
+    static func agent(biometry plugin: String = "biometric-emulator") throws -> AgentProcess {
+        let setup = TemporaryDirectory("coffer-bio-setup")
+        let plugins = setup.file("plugins")
+        mkdir(plugins, 0o755)
+        for so in ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so"] {
+            writeFileBytes(plugins + "/" + so, fileBytes(Binaries.directory + "/" + so))
+            chmod(plugins + "/" + so, 0o644)
+        }
+        let config = setup.file("cofferd.conf")
+        try """
+            biometry = \(plugin)
+            plugin-dir = \(plugins)
+            plugin-host = \(Binaries.directory)/coffer-plugin-host
+            authentication-timeout = 30
+
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", config])
+        agent.keepAlive = setup
+        agent.setPasscode()
+        return agent
+    }
+
+    /// `coffer ARGS` without a terminal, the passcode on stdin for --auth-passcode-fd 0.
+    static func withPasscode(_ agent: AgentProcess, _ args: [String]) -> CLIResult {
+        agent.cli(args + ["--auth-passcode-fd", "0"], stdin: AgentProcess.password)
+    }
+
+    /// Touches the sensor (`coffer bio present ARGS`) as soon as an evaluation waits for it.
+    @discardableResult
+    static func touch(_ agent: AgentProcess, _ args: [String], within seconds: Double = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if agent.cli(["bio", "present"] + args).status == 0 { return true }
+            usleep(30_000)
+        }
+        return false
+    }
+
+    /// Runs `body` on another thread; `wait()` returns its result.
+    final class Background<T>: @unchecked Sendable {
+        private var value: T?
+        private let done = DispatchSemaphore(value: 0)
+        init(_ body: @escaping @Sendable () -> T) {
+            Thread.detachNewThread { [self] in
+                value = body()
+                done.signal()
+            }
+        }
+        func wait() -> T {
+            done.wait()
+            return value!
+        }
+    }
+
+    static func get(_ agent: AgentProcess, _ service: String, typing: String? = nil, prompt: String = "Touch the sensor") -> Background<TerminalRun> {
+        let socket = agent.socketPath
+        return Background {
+            TerminalRun.run([Binaries.coffer, "get", "--service", service, "--account", "me", "--socket", socket], typing: typing, prompt: prompt)
+        }
+    }
+
+    static func add(_ agent: AgentProcess, _ service: String, _ rule: String) {
+        let r = agent.cli(["add", "--service", service, "--account", "me", "--access-control", rule, "--secret-stdin"], stdin: "secret of \(service)")
+        #expect(r.status == 0, "\(r)")
+    }
+
+    @Test func aFingerOnTheSensorOpensTheItemAndFiveMissesLockItOut() throws {
+        let agent = try Self.agent()
+        var status = agent.cli(["bio", "status"])
+        #expect(status.status == 0 && status.stdout.contains("authenticator: biometric-emulator") && status.stdout.contains("enrolled: 0"), "\(status)\n\(agent.log)")
+        // Enrolling needs the passcode: refused without it (no terminal), done with it.
+        #expect(agent.cli(["bio", "enroll", "alice"]).status == 6)
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "alice"]).status == 0)
+        status = agent.cli(["bio", "status"])
+        #expect(status.stdout.contains("enrolled: 1"), "\(status)")
+        Self.add(agent, "bank", "user-presence")
+
+        // A get waits for the finger; a touch from another process answers it.
+        var pending = Self.get(agent, "bank")
+        #expect(Self.touch(agent, ["alice"]), "no evaluation waited for a finger: \(agent.log)")
+        var t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of bank") && t.output.contains("Touch the sensor, or type your passcode"), "\(t)")
+
+        // Five unknown fingers: locked out; the passcode is then the only way, and lifts the lockout.
+        pending = Self.get(agent, "bank", typing: AgentProcess.password, prompt: "locked out")
+        for i in 1...5 { #expect(Self.touch(agent, ["--unknown"]), "touch \(i)") }
+        t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of bank") && t.output.contains("No match. Try again."), "\(t)")
+        // Biometry works again.
+        pending = Self.get(agent, "bank")
+        #expect(Self.touch(agent, ["alice"]))
+        t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of bank"), "\(t)")
+        // The audit log has the authentications, never the secret.
+        let audit = try String(contentsOfFile: agent.stateDir + "/audit.log", encoding: .utf8)
+        #expect(audit.contains("\"operation\":\"authenticate\"") && audit.contains("\"operation\":\"bio-enroll\"") && !audit.contains("secret of bank"))
+    }
+
+    @Test func aNewEnrolmentMakesCurrentSetItemsUnusable() throws {
+        let agent = try Self.agent()
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "alice"]).status == 0)
+        Self.add(agent, "vault", "biometry-current-set")
+        Self.add(agent, "any", "biometry-any")
+        var pending = Self.get(agent, "vault")
+        #expect(Self.touch(agent, ["alice"]))
+        var t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of vault"), "\(t)")
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "bob"]).status == 0)
+        // The enrolled set changed: refused at once, no prompt.
+        t = Self.get(agent, "vault").wait()
+        #expect(t.status == 5 && !t.prompted && !t.output.contains("secret of vault"), "\(t)")
+        // biometry-any still works with either finger.
+        pending = Self.get(agent, "any")
+        #expect(Self.touch(agent, ["bob"]))
+        t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of any"), "\(t)")
+        // A biometry-only item offers no passcode: Enter cancels.
+        t = Self.get(agent, "any", typing: "", prompt: "Enter to cancel").wait()
+        #expect(t.status == 10, "\(t)")
+    }
+
+    @Test func aCrashingPluginFailsOnlyItsEvaluationAndTheAgentKeepsServing() throws {
+        let agent = try Self.agent(biometry: "test")
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "finger"]).status == 0, "\(agent.log)")
+        Self.add(agent, "bank", "biometry-any")
+        // The next evaluation aborts the plugin host.
+        #expect(agent.cli(["bio", "present", "crash"]).status == 0)
+        let t = Self.get(agent, "bank").wait()
+        #expect(t.status != 0 && !t.output.contains("secret of bank"), "\(t)")
+        // The agent still serves, and the restarted host serves the next evaluation.
+        #expect(agent.cli(["status"]).status == 0)
+        let status = agent.cli(["bio", "status"])
+        #expect(status.status == 0 && status.stdout.contains("authenticator: test"), "\(status)")
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "finger"]).status == 0)
+        #expect(agent.cli(["bio", "present", "succeed"]).status == 0)
+        let again = Self.get(agent, "bank").wait()
+        #expect(again.status == 0 && again.output.contains("secret of bank"), "\(again)\n\(agent.log)")
+    }
+
+    @Test func withoutABiometricAuthenticatorBioSaysSo() throws {
+        let agent = try AgentProcess()
+        let s = agent.cli(["bio", "status"])
+        #expect(s.status == 0 && s.stdout.contains("none configured"), "\(s)")
+        #expect(agent.cli(["bio", "present", "alice"]).status == 7)
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "alice"]).status == 7)
+    }
+}
