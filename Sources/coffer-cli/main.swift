@@ -14,8 +14,9 @@ struct Connect: ParsableArguments {
 
     func open() throws(SecError) -> AgentConnection {
         let c = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer")
-        // An item with an access control is unlocked by the person at this terminal (never stdin).
-        c.authenticationDelegate = TerminalAuthentication()
+        // An item with an access control is unlocked by the person at this terminal (never stdin), or
+        // through the pinentry COFFER_PINENTRY names when there is no terminal.
+        c.authenticationDelegate = PinentryAuthentication.standard()
         return c
     }
 }

@@ -54,8 +54,8 @@ enum FastPath {
                               attributes: attrs, limit: .one, returnData: true)
         return CLISupport.reporting { () throws(SecError) in
             let c = try connect(options)
-            // A protected item asks the person at this terminal, as coffer-cli does.
-            c.authenticationDelegate = TerminalAuthentication()
+            // A protected item asks the person at this terminal (or through COFFER_PINENTRY), as coffer-cli does.
+            c.authenticationDelegate = PinentryAuthentication.standard()
             guard let data = try c.copyMatching(query).first?.data else { throw .itemNotFound() }
             try CLISupport.printSecret(data)
         }

@@ -23,8 +23,10 @@ struct AccessControlCLITests {
     }
 
     /// Runs `coffer ARGS` in a new session: no controlling terminal at all.
-    static func detached(_ agent: AgentProcess, _ args: [String], stdin: String? = nil, extraShell: String? = nil) -> CLIResult {
+    static func detached(_ agent: AgentProcess, _ args: [String], stdin: String? = nil, extraShell: String? = nil,
+                         environment: [String: String] = [:]) -> CLIResult {
         let p = Process()
+        if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         p.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
         let argv = [Binaries.coffer] + args + ["--socket", agent.socketPath]
         if let extraShell {
@@ -140,5 +142,49 @@ struct AccessControlCLITests {
         #expect(wrong.status == 5 && !wrong.output.contains("pin 9876"), "\(wrong)")
         let given = Self.detached(agent, ["get", "--service", "vault", "--account", "me", "--app-password-fd", "0"], stdin: "open sesame")
         #expect(given.status == 0 && given.stdout == "pin 9876", "\(given)")
+    }
+
+    /// A pinentry that answers GETPIN with `pins` in turn (or cancels when `cancel`), logging every
+    /// command it gets to `log` (never the answers).
+    static func scriptedPinentry(in dir: TemporaryDirectory, pins: [String], cancel: Bool = false) throws -> (program: String, log: String) {
+        let log = dir.file("pinentry.log"), program = dir.file("pinentry-scripted")
+        let answers = pins.map { "'\($0)'" }.joined(separator: " ")
+        try """
+            #!/bin/sh
+            set -- \(answers)
+            echo "OK Pleased to meet you"
+            while IFS= read -r line; do
+              printf '%s\\n' "$line" >> '\(log)'
+              case "$line" in
+                GETPIN) \(cancel ? "echo 'ERR 83886179 Operation cancelled'" : "printf 'D %s\\nOK\\n' \"$1\"; shift");;
+                BYE) echo OK; exit 0;;
+                *) echo OK;;
+              esac
+            done
+
+            """.write(toFile: program, atomically: true, encoding: .utf8)
+        chmod(program, 0o755)
+        return (program, log)
+    }
+
+    @Test func withoutATerminalAPinentryAsks() throws {
+        let agent = try Self.agentWithProtectedItem()
+        let dir = TemporaryDirectory("coffer-pinentry")
+        // A wrong passcode, then the right one: the dialog is shown again with the agent's feedback.
+        var p = try Self.scriptedPinentry(in: dir, pins: ["nope", AgentProcess.password])
+        var r = Self.detached(agent, ["get", "--service", "bank", "--account", "me"], environment: ["COFFER_PINENTRY": p.program])
+        #expect(r.status == 0 && r.stdout == "pin 1234", "\(r)")
+        let log = (try? String(contentsOfFile: p.log, encoding: .utf8)) ?? ""
+        #expect(log.contains("SETDESC coffer wants to read the secret of \"bank\"") && log.contains("SETPROMPT Passcode:"), "\(log)")
+        #expect(log.contains("SETERROR Wrong passcode. Try again.") && log.components(separatedBy: "GETPIN").count == 3, "\(log)")
+        #expect(!log.contains(AgentProcess.password))
+        // Cancel in the dialog: errSecUserCanceled.
+        let cancelDir = TemporaryDirectory("coffer-pinentry-cancel")
+        p = try Self.scriptedPinentry(in: cancelDir, pins: [], cancel: true)
+        r = Self.detached(agent, ["get", "--service", "bank", "--account", "me"], environment: ["COFFER_PINENTRY": p.program])
+        #expect(r.status == 10 && r.stdout.isEmpty, "\(r)")
+        // A pinentry that is not there: nobody to ask, at once.
+        r = Self.detached(agent, ["get", "--service", "bank", "--account", "me"], environment: ["COFFER_PINENTRY": "/nonexistent/pinentry"])
+        #expect(r.status == 6, "\(r)")
     }
 }

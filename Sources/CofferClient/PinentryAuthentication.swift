@@ -1,0 +1,194 @@
+import CofferCrypto
+public import CofferModel
+import CofferSystem
+import Glibc
+
+/// Asks the person through a pinentry program (GnuPG's Assuan pinentry: `pinentry-gnome3`,
+/// `pinentry-curses`, …), for clients without a terminal: a desktop app, or the CLI started from one.
+/// The agent's prompt goes to SETDESC (it names the calling app and the operation), the question to
+/// SETPROMPT, and GETPIN's answer is the passcode or application password; a cancel in the dialog is a
+/// cancel. A biometry-only request shows a CONFIRM dialog whose button cancels. The program runs with
+/// only the display-related environment, talks over a private socket pair, and is stopped when the
+/// request ends. The secret it returns goes straight into secure memory.
+public final class PinentryAuthentication: AuthenticationDelegate {
+    private let program: String
+    private var child: Int32 = -1
+    private var fd: Int32 = -1
+    private var buffer = SecureBytes(count: 8192)
+    private var filled = 0
+    private var pin: SecureBytes? = nil
+    private var current: AuthenticationRequest? = nil
+    private var error: String? = nil
+
+    /// The environment a pinentry gets (it needs the display, the terminal type and the locale).
+    static let passedEnvironment = ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM", "LANG",
+                                    "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "HOME", "PATH", "XDG_RUNTIME_DIR"]
+
+    /// `program`: the pinentry's absolute path.
+    public init(program: String) { self.program = program }
+
+    /// How this process can ask the person: its terminal if it has one, else the pinentry
+    /// `COFFER_PINENTRY` names, else nobody (requests that need the person then fail with
+    /// errSecInteractionNotAllowed at once).
+    public static func standard() -> (any AuthenticationDelegate)? {
+        if TerminalAuthentication.isAvailable { return TerminalAuthentication() }
+        return fromEnvironment()
+    }
+
+    /// The pinentry `COFFER_PINENTRY` names (an absolute path), if any.
+    public static func fromEnvironment() -> PinentryAuthentication? {
+        guard let p = ThisProcess.environment(["COFFER_PINENTRY"])["COFFER_PINENTRY"], p.hasPrefix("/") else { return nil }
+        return PinentryAuthentication(program: p)
+    }
+
+    deinit { end() }
+
+    public var inputDescriptor: Int32 { fd }
+
+    public func begin(_ request: AuthenticationRequest) -> Bool {
+        current = request
+        if fd < 0 {
+            let env = ThisProcess.environment(Self.passedEnvironment).map { "\($0.key)=\($0.value)" }
+            guard let started = try? Subprocess.spawn(executable: program, environment: env, socketAt: [0, 1]) else { return false }
+            child = started.pid
+            fd = dup(started.socket.rawValue)
+            guard fd >= 0, let greeting = readLine(), greeting.hasPrefix("OK") else { end(); return false }
+        }
+        return ask(request, error: nil)
+    }
+
+    /// Describes the request and starts GETPIN (or CONFIRM for the sensor alone); the answer arrives
+    /// later on ``inputDescriptor``.
+    private func ask(_ request: AuthenticationRequest, error: String?) -> Bool {
+        let description = request.prompt + (request.methods.contains(.biometry) ? "\n\nYou can also touch the sensor." : "")
+        var commands = ["SETTITLE Coffer", "SETDESC " + Self.escape(description)]
+        if let error { commands.append("SETERROR " + Self.escape(error)) }
+        let wantsText = request.methods.contains(.passcode) || request.methods.contains(.applicationPassword)
+        if wantsText {
+            commands.append("SETPROMPT " + Self.escape(request.methods == [.applicationPassword] ? "Application password:" : "Passcode:"))
+        } else {
+            commands.append("SETOK Cancel")
+        }
+        for c in commands {
+            guard send(c), let reply = readLine(), reply.hasPrefix("OK") else { end(); return false }
+        }
+        return send(wantsText ? "GETPIN" : "CONFIRM --one-button")
+    }
+
+    public func inputReady() -> AuthenticationAnswer? {
+        guard fill() else { return .cancel }
+        while var line = takeLine() {
+            defer { secureZero(&line) }
+            if line.count >= 2, line[0] == UInt8(ascii: "D"), line[1] == UInt8(ascii: " ") {
+                pin = Self.decode(line, from: 2)
+            } else if line.starts(with: Array("OK".utf8)) {
+                guard let p = pin, p.count > 0, let methods = current?.methods, methods.contains(.passcode) || methods.contains(.applicationPassword) else {
+                    return .cancel
+                }
+                pin = nil
+                return methods == [.applicationPassword] ? .applicationPassword(p) : .passcode(p)
+            } else if line.starts(with: Array("ERR".utf8)) {
+                return .cancel
+            }
+            // Status lines (S …, #comments) are ignored.
+        }
+        return nil
+    }
+
+    public func feedback(_ text: String) {
+        // The dialog has closed with the answer: ask again, showing why.
+        guard let current, fd >= 0 else { return }
+        _ = ask(current, error: text)
+    }
+
+    public func end() {
+        if fd >= 0 {
+            _ = send("BYE")
+            close(fd)
+            fd = -1
+        }
+        if child > 0 {
+            kill(child, SIGTERM)
+            var status: Int32 = 0
+            _ = waitpid(child, &status, 0)
+            child = -1
+        }
+        buffer.withUnsafeMutableBytes { b in _ = memset(b.baseAddress!, 0, b.count) }
+        filled = 0
+        pin = nil
+    }
+
+    // MARK: Assuan lines
+
+    /// Percent-escapes `%`, CR and LF (Assuan's rule for command arguments).
+    static func escape(_ s: String) -> String {
+        var out = ""
+        for u in s.unicodeScalars {
+            switch u {
+            case "%": out += "%25"
+            case "\r": out += "%0D"
+            case "\n": out += "%0A"
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        return out
+    }
+
+    /// The bytes of a data line after `from`, percent-decoded, in secure memory.
+    static func decode(_ line: [UInt8], from start: Int) -> SecureBytes {
+        let out = SecureBytes(count: line.count)
+        var n = 0
+        out.withUnsafeMutableBytes { o in
+            var i = start
+            while i < line.count {
+                if line[i] == UInt8(ascii: "%"), i + 2 < line.count, let v = UInt8(String(decoding: line[(i + 1)...(i + 2)], as: UTF8.self), radix: 16) {
+                    o[n] = v
+                    i += 3
+                } else {
+                    o[n] = line[i]
+                    i += 1
+                }
+                n += 1
+            }
+        }
+        return out.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+    }
+
+    private func send(_ line: String) -> Bool {
+        let bytes = Array((line + "\n").utf8)
+        return bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
+    }
+
+    /// Reads what is there into the buffer; false at end of file or on an error.
+    private func fill() -> Bool {
+        guard filled < buffer.count else { return false }
+        let n = buffer.withUnsafeMutableBytes { b in Glibc.read(fd, b.baseAddress! + filled, b.count - filled) }
+        if n <= 0 { return n < 0 && errno == EINTR }
+        filled += n
+        return true
+    }
+
+    /// The next complete line (without its LF), consumed from the buffer; the copy is wiped by the caller's scope.
+    private func takeLine() -> [UInt8]? {
+        let line: [UInt8]? = buffer.withUnsafeMutableBytes { b in
+            guard let nl = (0..<filled).first(where: { b[$0] == 0x0A }) else { return nil }
+            let l = Array(b[0..<nl])
+            let rest = filled - nl - 1
+            if rest > 0 { memmove(b.baseAddress!, b.baseAddress! + nl + 1, rest) }
+            memset(b.baseAddress! + rest, 0, nl + 1)
+            filled = rest
+            return l
+        }
+        return line
+    }
+
+    /// A whole line, waiting for it (the greeting and command replies), at most 10 s.
+    private func readLine() -> String? {
+        let deadline = Threads.monotonicSeconds() + 10
+        while true {
+            if let l = takeLine() { return String(decoding: l, as: UTF8.self) }
+            let left = Int32(max(0, (deadline - Threads.monotonicSeconds()) * 1000))
+            guard left > 0, UnixSocket.waitReadable(fd, timeoutMillis: left), fill() else { return nil }
+        }
+    }
+}
