@@ -389,11 +389,13 @@ final class ConnectionAuthChannel: AuthChannel {
 
     func feedback(_ text: String) { _ = conn.send(AgentResponse.authFeedback(text).encodeFrame(requestID: requestID)) }
 
-    func awaitAnswer(stop: () -> Bool, deadline: Double) -> ChannelEvent {
+    func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
         while true {
             if stop() { return .stopped }
             if Threads.monotonicSeconds() >= deadline { return .timedOut }
-            guard UnixSocket.waitReadable(conn.fd, timeoutMillis: 20) else { continue }
+            var fds = [pollfd(fd: conn.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            let n = fds.withUnsafeMutableBufferPointer { Glibc.poll($0.baseAddress, wake >= 0 ? 2 : 1, 1000) }
+            guard n > 0, fds[0].revents != 0 else { continue }
             let frame: Connection.Frame
             switch conn.readFrame(greeted: true, budget: budget) {
             case .success(let f): frame = f

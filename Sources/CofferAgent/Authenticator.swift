@@ -53,9 +53,10 @@ struct NoBiometricSensor: BiometricSensor {
 protocol AuthChannel {
     /// Sends `request` (AUTH_NEEDED) to the client.
     func ask(_ request: AuthenticationRequest)
-    /// Waits for the client's answer, returning `.stopped` as soon as `stop()` is true (checked every
-    /// few milliseconds) and `.gone` if the client went away or broke the conversation.
-    func awaitAnswer(stop: () -> Bool, deadline: Double) -> ChannelEvent
+    /// Waits for the client's answer, returning `.stopped` as soon as `stop()` is true (checked whenever
+    /// `wake` becomes readable, and at least every second) and `.gone` if the client went away or broke
+    /// the conversation.
+    func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent
     /// Sends AUTH_FEEDBACK (something to show the person).
     func feedback(_ text: String)
 }
@@ -189,7 +190,7 @@ final class Authenticator: Sendable {
         defer { evaluation?.stop() }
         var wrongPasscodes = 0
         while true {
-            let event = channel.awaitAnswer(stop: { evaluation?.isDone ?? false }, deadline: deadline)
+            let event = channel.awaitAnswer(stop: { evaluation?.isDone ?? false }, wake: evaluation?.wakeDescriptor ?? -1, deadline: deadline)
             switch event {
             case .stopped:
                 guard let outcome = evaluation?.outcome else { continue }
@@ -284,16 +285,40 @@ final class BiometricEvaluation: Sendable {
     let id: UInt64
     private static let ids = Protected<UInt64>(0)
 
+    /// Readable once the outcome is in (a pipe the evaluation thread writes to), so the connection
+    /// thread waiting for the client wakes at once.
+    private let wake: (read: Int32, write: Int32)
+
     init(sensor: any BiometricSensor) {
         self.sensor = sensor
         id = Self.ids.withLock { $0 += 1; return $0 }
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            // Spawned children close every descriptor but their own anyway (close_range in the shim).
+            for fd in fds {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            }
+        } else {
+            fds = [-1, -1]
+        }
+        wake = (fds[0], fds[1])
     }
+
+    deinit {
+        if wake.read >= 0 { close(wake.read) }
+        if wake.write >= 0 { close(wake.write) }
+    }
+
+    /// See ``wake``.
+    var wakeDescriptor: Int32 { wake.read }
 
     func start(reason: String, app: String, timeoutSeconds: Double) {
         let id = self.id
         let started = Threads.detach { [self] in
             let outcome = sensor.evaluate(id: id, reason: reason, app: app, timeoutSeconds: timeoutSeconds) { _ in }
             result.withLock { $0 = outcome }
+            if wake.write >= 0 { var b: UInt8 = 1; _ = write(wake.write, &b, 1) }
         }
         if !started { result.withLock { $0 = .unavailable(LAError(.biometryNotAvailable, "cannot start an evaluation")) } }
     }

@@ -15,11 +15,24 @@ import Logging
 enum LegacyGroups {
     static func migrate(_ keychain: Keychain, logger: Logger) {
         var moved = 0
+        let changes = ItemChanges(attributes: ["agrp": .string(AccessPolicy.unsignedGroup)])
         for cls in ItemClass.allCases {
-            let query = ItemQuery(itemClass: cls, attributes: ["agrp": .string(AccessPolicy.legacyGroup)], limit: .all)
+            let legacy: Attributes = ["agrp": .string(AccessPolicy.legacyGroup)]
             do {
-                moved += try keychain.update(query, ItemChanges(attributes: ["agrp": .string(AccessPolicy.unsignedGroup)]),
-                                             scope: .unrestricted)
+                // Items with an access control were never in the old group (access controls came later),
+                // but the keychain library can put them there: they are left alone (moving one would
+                // need its authentication), and everything else moves in one transaction per class.
+                let found = try keychain.copyMatching(ItemQuery(itemClass: cls, attributes: legacy, limit: .all, returnAttributes: true,
+                                                                returnPersistentRef: true), scope: .unrestricted)
+                let protected = found.filter { $0.attributes?[AccessControl.attributeName] != nil }
+                if protected.isEmpty {
+                    moved += try keychain.update(ItemQuery(itemClass: cls, attributes: legacy, limit: .all), changes, scope: .unrestricted)
+                } else {
+                    for item in found where item.attributes?[AccessControl.attributeName] == nil {
+                        guard let ref = item.persistentRef else { continue }
+                        moved += try keychain.update(ItemQuery(limit: .all, persistentRef: ref), changes, scope: .unrestricted)
+                    }
+                }
             } catch where error.status == .itemNotFound || error.status == .interactionNotAllowed {
                 continue
             } catch {

@@ -174,28 +174,35 @@ final class Pipeline: Sendable {
         case .copyMatching(let query):
             return try itemRequest(&session, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
                 (scope, session) throws(SecError) in
-                let auth = try authorization(query, scope, .useSecret, &session, channel, what: Self.describe("read the secret of", query))
-                return try page(query, scope: scope, after: 0, paged: false, authorization: auth)
+                try authorized(query, scope, .useSecret, &session, channel, what: Self.describe("read the secret of", query)) {
+                    (auth) throws(SecError) in try page(query, scope: scope, after: 0, paged: false, authorization: auth)
+                }
             }
         case .copyMatchingPage(let query, let cursor):
             return try itemRequest(&session, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
                 (scope, session) throws(SecError) in
-                let auth = try authorization(query, scope, .useSecret, &session, channel, what: Self.describe("read the secrets of", query),
-                                             continuing: cursor > 0)
-                if cursor == 0 { session.recordPagingAuthorization(auth, now: clock.now()) }
-                return try page(query, scope: scope, after: cursor, paged: true, authorization: auth)
+                var used = AuthorizationContext.none
+                let reply = try authorized(query, scope, .useSecret, &session, channel, what: Self.describe("read the secrets of", query),
+                                           continuing: cursor > 0) { (auth) throws(SecError) in
+                    used = auth
+                    return try page(query, scope: scope, after: cursor, paged: true, authorization: auth)
+                }
+                if cursor == 0 { session.recordPagingAuthorization(used, now: clock.now()) }
+                return reply
             }
         case .update(let query, let changes):
             return try itemRequest(&session, "update", group: Self.group(query.attributes), itemClass: query.itemClass) {
                 (scope, session) throws(SecError) in
-                let auth = try authorization(query, scope, .update, &session, channel, what: Self.describe("change", query))
-                return .count(UInt64(try keychain.update(query, changes, scope: scope, authorization: auth)))
+                try authorized(query, scope, .update, &session, channel, what: Self.describe("change", query)) { (auth) throws(SecError) in
+                    .count(UInt64(try keychain.update(query, changes, scope: scope, authorization: auth)))
+                }
             }
         case .delete(let query):
             return try itemRequest(&session, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) {
                 (scope, session) throws(SecError) in
-                let auth = try authorization(query, scope, .delete, &session, channel, what: Self.describe("delete", query))
-                return .count(UInt64(try keychain.delete(query, scope: scope, authorization: auth)))
+                try authorized(query, scope, .delete, &session, channel, what: Self.describe("delete", query)) { (auth) throws(SecError) in
+                    .count(UInt64(try keychain.delete(query, scope: scope, authorization: auth)))
+                }
             }
         case .subscribe:
             session.wantsEvents = true
@@ -247,19 +254,27 @@ final class Pipeline: Sendable {
         }
     }
 
-    /// What the policy must establish before an operation on `query`'s matches: nothing if none of
-    /// them has an access control guarding `operation` (or a search returns no secrets); otherwise the
-    /// person authenticates (``Authenticator``), or the authorization of a paged search's first page
-    /// carries over to its later pages.
-    private func authorization(_ query: ItemQuery, _ scope: AccessScope, _ operation: AccessControl.Operations, _ session: inout Session,
-                               _ channel: (any AuthChannel)?, what: String, continuing: Bool = false) throws(SecError) -> AuthorizationContext {
-        if operation == .useSecret && !query.returnData { return .none }
-        if continuing, let p = session.pagingAuthorization, p.until > clock.now() { return p.context }
-        let rules = try keychain.accessRequirements(query, scope: scope, for: operation)
-        guard !rules.isEmpty else { return .none }
-        let caller = session.caller
-        return try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) { () throws(SecError) in
-            try authenticator.authorize(rules: rules, session: &session, channel: channel, what: what)
+    /// Runs `operation` on `query`'s matches with what the session already holds (a live reuse, or a
+    /// paged search's first-page authorization), and only if the keychain says an item's access control
+    /// needs more (``SecError/needsAuthentication``) asks the policy what the items need, lets the
+    /// person authenticate (``Authenticator``), and runs it again: a request touching no protected item
+    /// costs nothing extra, and one inside its reuse window does not search twice.
+    private func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ operation: AccessControl.Operations, _ session: inout Session,
+                               _ channel: (any AuthChannel)?, what: String, continuing: Bool = false,
+                               _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
+        let now = clock.now()
+        var held = session.reusableAuthorization(now: now, generation: gate.lockGeneration) ?? .none
+        if continuing, let p = session.pagingAuthorization, p.until > now { held = p.context }
+        do {
+            return try body(held)
+        } catch where error.needsAuthentication {
+            let rules = try keychain.accessRequirements(query, scope: scope, for: operation)
+            guard !rules.isEmpty else { throw error }
+            let caller = session.caller
+            let context = try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) {
+                () throws(SecError) in try authenticator.authorize(rules: rules, session: &session, channel: channel, what: what)
+            }
+            return try body(context)
         }
     }
 

@@ -329,7 +329,7 @@ public final class Keychain: Sendable {
     private static func checkAuthorized(_ attrs: Attributes, _ operation: AccessControl.Operations,
                                         _ authorization: AuthorizationContext) throws(SecError) {
         guard let acl = try accessControl(attrs), acl.guards(operation), !acl.isSatisfied(by: authorization) else { return }
-        throw .interactionNotAllowed("the item's access control (\(acl)) needs authentication for this operation")
+        throw .authenticationNeeded("the item's access control (\(acl)) needs authentication for this operation")
     }
 
     // MARK: SecItemUpdate

@@ -81,6 +81,17 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
     public let status: SecStatus
     /// What went wrong, for people (no secrets).
     public let message: String
+    /// True if the operation touched an item whose access control the request's authorization does
+    /// not satisfy (errSecInteractionNotAllowed): the agent then asks the person and tries again. Not
+    /// on the wire (a client sees errSecInteractionNotAllowed).
+    public private(set) var needsAuthentication = false
+
+    /// errSecInteractionNotAllowed because an item's access control needs authentication.
+    public static func authenticationNeeded(_ m: String) -> SecError {
+        var e = SecError(.interactionNotAllowed, m)
+        e.needsAuthentication = true
+        return e
+    }
 
     /// Makes an error with `status` and `message`.
     public init(_ status: SecStatus, _ message: String) {

@@ -7,6 +7,8 @@
 //                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
 //                                                    CLI process time, cold start, RSS, locked memory
 //                                                    (BIN_DIR holds cofferd and coffer)
+//   coffer-bench access-control BIN_DIR              what access control costs (issue #14): a protected read inside
+//                                                    its reuse window vs a plain read; an evaluation through the plugin host
 //   coffer-bench identity BIN_DIR                    what identifying callers costs (issue #13): a signed caller vs
 //                                                    `identify-callers = no` (get on a persistent connection, new
 //                                                    connection), SHA-256 of a 50 MiB executable cold and cached
@@ -197,10 +199,12 @@ func run(_ args: [String]) throws {
         try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
     case "identity" where args.count == 2:
         try IdentityBench(binDir: args[1]).run()
+    case "access-control" where args.count == 2:
+        try AccessControlBench(binDir: args[1]).run()
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | access-control BIN_DIR | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

@@ -255,6 +255,27 @@ import Testing
     }
 }
 
+extension AccessGroupTests {
+    /// An item with an access control in the old group (only the keychain library can put one there)
+    /// stays where it is; the others of its class still move.
+    @Test func legacyMigrationLeavesProtectedItemsAlone() throws {
+        let rig = try AgentRig()
+        let old = AccessScope.unrestricted
+        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("plain")], secret: secret("a")), scope: old)
+        try rig.keychain.add(NewItem(itemClass: .genericPassword,
+                                     attributes: ["svce": .string("guarded"),
+                                                  AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())],
+                                     secret: secret("b")), scope: old)
+        LegacyGroups.migrate(rig.keychain, logger: .init(label: "test"))
+        let all = try rig.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true))
+        let groups = Dictionary(uniqueKeysWithValues: all.compactMap { r -> (String, AttributeValue)? in
+            guard case .string(let s)? = r.attributes?["svce"], let g = r.attributes?["agrp"] else { return nil }
+            return (s, g)
+        })
+        #expect(groups["plain"] == .string(AccessPolicy.unsignedGroup) && groups["guarded"] == .string(AccessPolicy.legacyGroup))
+    }
+}
+
 /// The policy alone (pure).
 @Suite struct AccessPolicyTests {
     let signed = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "app"), accessGroups: ["g1", "g2"])

@@ -180,7 +180,7 @@ final class ScriptedChannel: AuthChannel {
     init(_ steps: [Step]) { self.steps = steps }
     func ask(_ request: AuthenticationRequest) { asked.append(request) }
     func feedback(_ text: String) { feedbacks.append(text) }
-    func awaitAnswer(stop: () -> Bool, deadline: Double) -> ChannelEvent {
+    func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
         if stop() { return .stopped }
         guard !steps.isEmpty else { return .gone }
         switch steps.removeFirst() {

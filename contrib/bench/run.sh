@@ -9,6 +9,8 @@
 #                                   agent at 1k/100k/1M items (round trip, throughput at 1/4/16/64
 #                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck),
 #                                   and what identifying callers costs (below)
+#   contrib/bench/run.sh access-control  Only what access control costs (a protected read in its reuse
+#                                   window vs a plain one; an evaluation through the plugin host)
 #   contrib/bench/run.sh identity   Only what identifying callers costs (also part of `coffer`): a signed
 #                                   caller vs `identify-callers = no`, SHA-256 of a 50 MiB executable (~1 min)
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
@@ -18,17 +20,19 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|peers) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | peers [N ...]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|peers) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | peers [N ...]]" >&2; exit 2 ;;
 esac
 if [ "$what" != peers ]; then
     bash contrib/deps.sh
-    for p in cofferd coffer coffer-cli coffer-bench; do swift build -c release --product "$p" >/dev/null; done
+    for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host CofferPluginTest; do swift build -c release --product "$p" >/dev/null; done
     # Measure the binaries as installed (copied), not from the build tree (see peers.sh).
     bin="$(mktemp -d /tmp/coffer-bench-bin-XXXXXX)"
     trap 'rm -rf "$bin"' EXIT
-    for p in cofferd coffer coffer-cli coffer-bench; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
-    if [ "$what" != identity ]; then
+    for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host libCofferPluginTest.so; do
+        install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"
+    done
+    if [ "$what" != identity ] && [ "$what" != access-control ]; then
         echo "## The keychain library (no agent, no IPC)"
         echo
         "$bin/coffer-bench" keychain 1000 100000
@@ -43,16 +47,28 @@ if [ "$what" != peers ]; then
         "$bin/coffer-bench" agent "$bin" ${COFFER_BENCH_SIZES:-1000 100000 1000000}
         echo
     fi
-    echo "## What identifying callers costs (access groups)"
-    echo
-    echo "Two agents serve the same keychain (1,000 items per group) with the same configuration but one"
-    echo "line: one identifies each connection at accept (pidfd, /proc/PID, the executable's SHA-256 from"
-    echo "the cache, a verified manifest), the other has \`identify-callers = no\` (every caller unsigned,"
-    echo "not examined). The caller is coffer-bench itself, signed by a temporary key."
-    echo
-    "$bin/coffer-bench" identity "$bin"
+    if [ "$what" != access-control ]; then
+        echo "## What identifying callers costs (access groups)"
+        echo
+        echo "Two agents serve the same keychain (1,000 items per group) with the same configuration but one"
+        echo "line: one identifies each connection at accept (pidfd, /proc/PID, the executable's SHA-256 from"
+        echo "the cache, a verified manifest), the other has \`identify-callers = no\` (every caller unsigned,"
+        echo "not examined). The caller is coffer-bench itself, signed by a temporary key."
+        echo
+        "$bin/coffer-bench" identity "$bin"
+        echo
+    fi
+    if [ "$what" != identity ]; then
+        echo "## What access control costs (item ACLs, the plugin host)"
+        echo
+        echo "One agent with its plugin host (the Test plugin as the biometric sensor, answering at once):"
+        echo "a protected item read inside its connection's reuse window against a plain item of the same size,"
+        echo "alternating; and an evaluation that needs no person against a STATUS round trip."
+        echo
+        "$bin/coffer-bench" access-control "$bin"
+    fi
 fi
-if [ "$what" != coffer ] && [ "$what" != identity ]; then
+if [ "$what" != coffer ] && [ "$what" != identity ] && [ "$what" != access-control ]; then
     if [ $# -gt 0 ]; then shift; fi
     echo
     echo "## Beside gnome-keyring, pass and the kernel keyring"
