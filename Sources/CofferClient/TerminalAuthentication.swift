@@ -3,8 +3,13 @@ public import CofferModel
 import Glibc
 
 /// The saved terminal settings, restored by the SIGINT/SIGTERM handler while echo is off (a C signal
-/// handler cannot capture context).
-nonisolated(unsafe) private var savedTerminal = termios()
+/// handler cannot capture context). Heap memory allocated once: a global of the imported `termios`
+/// type got less storage than `tcsetattr` writes (AddressSanitizer caught it).
+nonisolated(unsafe) private let savedTerminal: UnsafeMutablePointer<termios> = {
+    let p = UnsafeMutablePointer<termios>.allocate(capacity: 1)
+    p.initialize(to: termios())
+    return p
+}()
 nonisolated(unsafe) private var savedTerminalFD: Int32 = -1
 
 /// Asks the person on the controlling terminal (`/dev/tty`, never stdin), like sudo: shows the agent's
@@ -38,7 +43,7 @@ public final class TerminalAuthentication: AuthenticationDelegate {
                 var quiet = saved
                 quiet.c_lflag &= ~tcflag_t(ECHO)
                 quiet.c_lflag |= tcflag_t(ICANON)
-                savedTerminal = saved
+                savedTerminal.pointee = saved
                 savedTerminalFD = fd
                 signal(SIGINT, restoreAndExit)
                 signal(SIGTERM, restoreAndExit)
@@ -110,7 +115,7 @@ public final class TerminalAuthentication: AuthenticationDelegate {
 
 /// SIGINT/SIGTERM while the terminal's echo is off: restore it, then die of the signal as usual.
 private func restoreAndExit(_ sig: Int32) {
-    if savedTerminalFD >= 0 { _ = tcsetattr(savedTerminalFD, TCSANOW, &savedTerminal) }
+    if savedTerminalFD >= 0 { _ = tcsetattr(savedTerminalFD, TCSANOW, savedTerminal) }
     signal(sig, SIG_DFL)
     raise(sig)
 }
