@@ -230,12 +230,23 @@ import Testing
         try "[Application]\nname=org.example.App\n".write(toFile: info, atomically: true, encoding: .utf8)
         let agent = try apps.startAgent()
         agent.setPasscode()
-        // The host read-only (a sanitizer build's coffer-cli is dynamic and needs its libraries, as a
-        // Flatpak app has its runtime), the socket's directory writable, and .flatpak-info at the root.
+        // A runtime (the host's /usr, /etc and /opt read-only: a sanitizer build's coffer-cli is dynamic
+        // and needs its libraries, as a Flatpak app needs its runtime), the app, the socket's directory,
+        // and .flatpak-info at the sandbox's root.
         let runDir = URL(fileURLWithPath: agent.socketPath).deletingLastPathComponent().path
+        var runtime: [String] = []
+        for top in ["usr", "etc", "opt"] where FileManager.default.fileExists(atPath: "/" + top) { runtime += ["--ro-bind", "/" + top, "/" + top] }
+        for link in ["bin", "lib", "lib64", "sbin"] {
+            if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/" + link) {
+                runtime += ["--symlink", target, "/" + link]
+            } else if FileManager.default.fileExists(atPath: "/" + link) {
+                runtime += ["--ro-bind", "/" + link, "/" + link]
+            }
+        }
         let sandboxed = AppClient(executable: flat, agent: agent,
-                                  wrapper: ["/usr/bin/bwrap", "--ro-bind", "/", "/", "--bind", runDir, runDir,
-                                            "--ro-bind", info, "/.flatpak-info", "--proc", "/proc", "--dev", "/dev", "--unshare-ipc"])
+                                  wrapper: ["/usr/bin/bwrap"] + runtime + ["--ro-bind", apps.file("apps/flat"), apps.file("apps/flat"),
+                                            "--bind", runDir, runDir, "--ro-bind", info, "/.flatpak-info", "--proc", "/proc",
+                                            "--dev", "/dev", "--unshare-ipc"])
         let w = try sandboxed.whoami()
         #expect(w.kind == "flatpak sandbox" && w.app == "org.example.App" && w.groups == ["flatpak:org.example.App"], "\(w)\n\(agent.log)")
         var r = sandboxed.add("chat", "me", secret: "secret-of-flatpak")
