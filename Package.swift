@@ -30,6 +30,7 @@ let package = Package(
         // Authenticator plugins: the host executable and the plain-C plugins it dlopens.
         .executable(name: "coffer-plugin-host", targets: ["coffer-plugin-host"]),
         .library(name: "CofferPluginTest", type: .dynamic, targets: ["CofferPluginTest"]),
+        .library(name: "CofferPluginPasscode", type: .dynamic, targets: ["CofferPluginPasscode"]),
         .library(name: "CofferPluginBiometricEmulator", type: .dynamic, targets: ["CofferPluginBiometricEmulator"]),
         .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
     ],
@@ -115,6 +116,9 @@ let package = Package(
         .target(name: "CofferPluginClient", dependencies: ["CofferPluginProtocol", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferPluginTest", dependencies: ["CCofferPlugin"], path: "Plugins/Test"),
+        // The passcode authenticator: PAM in the plugin host (plain C, links libpam directly).
+        .target(name: "CofferPluginPasscode", dependencies: ["CCofferPlugin"], path: "Plugins/Passcode",
+                linkerSettings: [.linkedLibrary("pam")]),
         .target(name: "CofferPluginBiometricEmulator", dependencies: ["CCofferPlugin"], path: "Plugins/BiometricEmulator"),
 
         .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],

@@ -39,14 +39,17 @@ package final class Agent: Sendable {
     let resolver: IdentityResolver
     /// The biometric sensor in the plugin host, if one is configured.
     let sensor: PluginBiometricSensor?
+    /// The plugin host, when biometry or the passcode is served by a plugin.
+    let pluginHost: PluginHost?
 
-    /// Starts the plugin host with the configured plugin directories and picks the biometry plugin.
-    /// A host that cannot start, or a missing plugin, leaves the agent without biometry (logged).
-    static func biometricSensor(_ configuration: AgentConfiguration, logger: Logger) -> PluginBiometricSensor? {
-        guard let plugin = configuration.biometryPlugin else { return nil }
+    /// Starts the plugin host with the configured plugin directories, if biometry or the passcode is
+    /// served by a plugin. A host that cannot start is logged (biometry is then unavailable; a
+    /// plugin passcode verifier then refuses every passcode, which is what it can vouch for).
+    static func startPluginHost(_ configuration: AgentConfiguration, logger: Logger) -> PluginHost? {
+        guard configuration.biometryPlugin != nil || configuration.passcodeInPlugin else { return nil }
         let executable = configuration.pluginHost ?? ThisProcess.executablePath().map { Files.directoryName($0) + "/coffer-plugin-host" }
         guard let executable else {
-            logger.error("biometry: cannot find coffer-plugin-host (set plugin-host)")
+            logger.error("plugins: cannot find coffer-plugin-host (set plugin-host)")
             return nil
         }
         var directories = configuration.pluginDirectories
@@ -54,21 +57,30 @@ package final class Agent: Sendable {
         var hostConfig = PluginHost.Configuration(executable: executable, pluginDirectories: directories,
                                                   stateDirectory: configuration.stateDirectory + "/plugins")
         hostConfig.logFile = configuration.stateDirectory + "/plugin-host.log"
+        // What the passcode plugin needs to run PAM as the agent would; nothing else of the agent's environment.
+        hostConfig.environment = ["COFFER_PAM_USER=\(configuration.userName)", "COFFER_PAM_SERVICE=\(configuration.pamService)"]
+            + (configuration.pamConfdir.map { ["COFFER_PAM_CONFDIR=\($0)"] } ?? [])
         do {
             try Files.makePrivateDirectory(configuration.stateDirectory + "/plugins")
             let host = try PluginHost(hostConfig)
             for r in host.refused { logger.warning("plugin refused", metadata: ["file": "\(r.file)", "reason": "\(r.reason)"]) }
-            guard host.plugins.contains(where: { $0.name == plugin }) else {
-                logger.error("biometry: no plugin named \(plugin) was loaded", metadata: ["loaded": "\(host.plugins.map(\.name))"])
-                return PluginBiometricSensor(host: host, plugin: plugin, logger: logger)
-            }
-            logger.info("biometry served by a plugin", metadata: ["plugin": "\(plugin)", "host-pid": "\(host.pid ?? 0)"])
-            return PluginBiometricSensor(host: host, plugin: plugin, logger: logger)
+            logger.info("plugin host started", metadata: ["plugins": "\(host.plugins.map(\.name))", "pid": "\(host.pid ?? 0)"])
+            return host
         } catch {
-            logger.error("biometry: the plugin host did not start", metadata: ["error": "\(error)"])
+            logger.error("plugins: the plugin host did not start", metadata: ["error": "\(error)"])
             return nil
         }
     }
+
+    /// The biometric sensor the configuration names, in `host`.
+    static func biometricSensor(_ configuration: AgentConfiguration, host: PluginHost?, logger: Logger) -> PluginBiometricSensor? {
+        guard let plugin = configuration.biometryPlugin, let host else { return nil }
+        if !host.plugins.contains(where: { $0.name == plugin }) {
+            logger.error("biometry: no plugin named \(plugin) was loaded", metadata: ["loaded": "\(host.plugins.map(\.name))"])
+        }
+        return PluginBiometricSensor(host: host, plugin: plugin, logger: logger)
+    }
+
     /// The listening socket (set once in init).
     private let listener: Int32
     private let ownsSocketPath: Bool
@@ -102,10 +114,15 @@ package final class Agent: Sendable {
             gate.observe(event)
             registry.broadcast(event, refusals: refusals)
         }
+        let host = Self.startPluginHost(configuration, logger: logger)
+        pluginHost = host
+        let verifier: any PasscodeVerifier = configuration.passcodeInPlugin
+            ? PluginPasscodeVerifier(host: host)
+            : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir)
         let unlocking = UnlockService(keychain: keychain,
-                                      verifier: PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir),
+                                      verifier: verifier,
                                       userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: clock, logger: logger)
-        let sensor = Self.biometricSensor(configuration, logger: logger)
+        let sensor = Self.biometricSensor(configuration, host: host, logger: logger)
         self.sensor = sensor
         let authenticator = Authenticator(sensor: sensor ?? NoBiometricSensor(), unlocking: unlocking, keychain: keychain, gate: gate,
                                           clock: clock, logger: logger, timeoutSeconds: configuration.authenticationTimeoutSeconds)
@@ -186,7 +203,7 @@ package final class Agent: Sendable {
         shutdownSocket(listener)
         if !registry.drain(timeout: 5) { logger.warning("requests still running after 5 s; stopping anyway") }
         for c in open { c.close() }
-        sensor?.host.shutdown()
+        pluginHost?.shutdown()
         keychain.lock()
         keychain.checkpoint()
         logger.info("stopped; keys wiped")

@@ -63,6 +63,10 @@ package struct AgentConfiguration: Sendable {
     package var biometryPlugin: String? = nil
     /// The plugin host executable (config key `plugin-host`; default: `coffer-plugin-host` beside cofferd).
     package var pluginHost: String? = nil
+    /// Where passcodes are checked (config key `passcode-verifier`): `agent` (PAM in the agent, the
+    /// default) or `plugin` (the `passcode` plugin runs PAM in the plugin host, so no PAM module is
+    /// ever loaded into the agent).
+    package var passcodeInPlugin = false
     /// Write the audit log (`audit.log` in the state directory; config key `audit`).
     package var auditLog = true
     /// Rotate the audit log past this many bytes (config key `audit-max-bytes`).
@@ -166,6 +170,9 @@ package struct AgentConfiguration: Sendable {
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-dir' needs an absolute path") }
                 pluginDirectories.append(value)
             case "biometry": biometryPlugin = value == "none" ? nil : value
+            case "passcode-verifier":
+                guard value == "agent" || value == "plugin" else { throw AgentError("\(name):\(n + 1): 'passcode-verifier' is 'agent' or 'plugin'") }
+                passcodeInPlugin = value == "plugin"
             case "plugin-host":
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-host' needs an absolute path") }
                 pluginHost = value

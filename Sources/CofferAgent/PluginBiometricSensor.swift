@@ -1,3 +1,4 @@
+import CofferCrypto
 import CofferModel
 import CofferPluginClient
 import CofferPluginProtocol
@@ -77,5 +78,24 @@ final class PluginBiometricSensor: BiometricSensor {
         } catch {
             throw SecError(.notAvailable, "the biometric authenticator did not answer: \(error)")
         }
+    }
+}
+
+/// Passcodes checked by the `passcode` plugin in the plugin host (`passcode-verifier = plugin`): PAM
+/// and its modules run there, never in the agent. Without a running host every passcode is refused.
+struct PluginPasscodeVerifier: PasscodeVerifier {
+    let host: PluginHost?
+    /// The plugin's name.
+    static let plugin = "passcode"
+
+    func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
+        guard let host else { throw PasscodeRejected(description: "the plugin host is not running") }
+        let result: EvaluationResult
+        do {
+            result = try host.evaluate(plugin: Self.plugin, reason: "passcode", app: "cofferd", timeout: 30, credential: passcode)
+        } catch {
+            throw PasscodeRejected(description: "the passcode plugin did not answer: \(error)")
+        }
+        guard result.code == .success else { throw PasscodeRejected(description: "the passcode plugin refused (\(result.code))") }
     }
 }

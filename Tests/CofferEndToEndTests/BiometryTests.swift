@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// The plugin host and the plugins the biometry tests load are in the build directory.
-let biometryPluginsBuilt = ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so", "coffer-plugin-host"]
+let biometryPluginsBuilt = ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so", "libCofferPluginPasscode.so", "coffer-plugin-host"]
     .allSatisfy { FileManager.default.fileExists(atPath: Binaries.directory + "/" + $0) }
 
 /// Biometry through the real agent, the real plugin host and plugins loaded by dlopen (issue #14):
@@ -14,11 +14,11 @@ let biometryPluginsBuilt = ["libCofferPluginBiometricEmulator.so", "libCofferPlu
 @Suite(.serialized, .enabled(if: TerminalRun.available && biometryPluginsBuilt, "needs script/setsid and the built plugins"))
 struct BiometryTests {
     /// An agent whose biometry is `plugin`, with the built plugins copied into a private directory.
-    static func agent(biometry plugin: String = "biometric-emulator") throws -> AgentProcess {
+    static func agent(biometry plugin: String = "biometric-emulator", extraConfig: String = "", setPasscode: Bool = true) throws -> AgentProcess {
         let setup = TemporaryDirectory("coffer-bio-setup")
         let plugins = setup.file("plugins")
         mkdir(plugins, 0o755)
-        for so in ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so"] {
+        for so in ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so", "libCofferPluginPasscode.so"] {
             writeFileBytes(plugins + "/" + so, fileBytes(Binaries.directory + "/" + so))
             chmod(plugins + "/" + so, 0o644)
         }
@@ -28,11 +28,12 @@ struct BiometryTests {
             plugin-dir = \(plugins)
             plugin-host = \(Binaries.directory)/coffer-plugin-host
             authentication-timeout = 30
+            \(extraConfig)
 
             """.write(toFile: config, atomically: true, encoding: .utf8)
         let agent = try AgentProcess(extraArguments: ["--config", config])
         agent.keepAlive = setup
-        agent.setPasscode()
+        if setPasscode { agent.setPasscode() }
         return agent
     }
 
@@ -159,5 +160,41 @@ struct BiometryTests {
         #expect(s.status == 0 && s.stdout.contains("none configured"), "\(s)")
         #expect(agent.cli(["bio", "present", "alice"]).status == 7)
         #expect(Self.withPasscode(agent, ["bio", "enroll", "alice"]).status == 7)
+    }
+
+    /// `passcode-verifier = plugin`: every passcode check (set, unlock, an item's authentication) runs
+    /// PAM in the plugin host; no PAM module is ever mapped into the agent.
+    @Test func thePasscodePluginRunsPAMOutsideTheAgent() throws {
+        let agent = try Self.agent(biometry: "none", extraConfig: "passcode-verifier = plugin", setPasscode: false)
+        // pam_exec records the pid of every process that runs this PAM stack (the script's parent).
+        let pamExec = ["/usr/lib/x86_64-linux-gnu/security/pam_exec.so", "/lib/x86_64-linux-gnu/security/pam_exec.so"]
+            .first { FileManager.default.fileExists(atPath: $0) }
+        let callers = agent.dir.file("pam-callers")
+        if let pamExec {
+            let script = agent.dir.file("record-caller")
+            try "#!/bin/sh\necho $PPID >> '\(callers)'\n".write(toFile: script, atomically: true, encoding: .utf8)
+            chmod(script, 0o755)
+            let stack = agent.pamDir + "/" + agent.pamService
+            let text = try String(contentsOfFile: stack, encoding: .utf8)
+            try ("auth optional \(pamExec) \(script)\n" + text).write(toFile: stack, atomically: true, encoding: .utf8)
+        }
+        agent.setPasscode()
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
+        let add = agent.cli(["add", "--service", "vault", "--account", "me", "--access-control", "device-passcode", "--secret-stdin"], stdin: "s3")
+        #expect(add.status == 0, "\(add)")
+        var r = agent.cli(["get", "--service", "vault", "--account", "me", "--auth-passcode-fd", "0"], stdin: AgentProcess.password)
+        #expect(r.status == 0 && r.stdout == "s3", "\(r)")
+        r = agent.cli(["get", "--service", "vault", "--account", "me", "--auth-passcode-fd", "0"], stdin: "wrong horse")
+        #expect(r.status == 5, "\(r)")
+        // Every PAM run happened in the plugin host, none in the agent.
+        guard pamExec != nil else { return }
+        let pids = Set(((try? String(contentsOfFile: callers, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { Int32($0) })
+        #expect(pids.count >= 1 && !pids.contains(agent.pid), "PAM ran in \(pids); the agent is \(agent.pid)")
+        for pid in pids {
+            let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")) ?? ""
+            #expect(exe.hasSuffix("/coffer-plugin-host"), "PAM ran in \(exe)")
+        }
     }
 }
