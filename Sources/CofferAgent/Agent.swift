@@ -52,10 +52,10 @@ package final class Agent: Sendable {
             logger.error("plugins: cannot find coffer-plugin-host (set plugin-host)")
             return nil
         }
-        var directories = configuration.pluginDirectories
-        if directories.isEmpty { directories = ["/usr/local/lib/coffer/plugins"] }
-        var hostConfig = PluginHost.Configuration(executable: executable, pluginDirectories: directories,
+        var hostConfig = PluginHost.Configuration(executable: executable, pluginDirectories: configuration.pluginDirectories,
                                                   stateDirectory: configuration.stateDirectory + "/plugins")
+        // The system's plugins: root's directory, root's files (a missing directory is simply empty).
+        hostConfig.systemPluginDirectories = [AgentConfiguration.systemPluginDirectory].filter { Files.exists($0) }
         hostConfig.logFile = configuration.stateDirectory + "/plugin-host.log"
         // What the passcode plugin needs to run PAM as the agent would; nothing else of the agent's environment.
         hostConfig.environment = ["COFFER_PAM_USER=\(configuration.userName)", "COFFER_PAM_SERVICE=\(configuration.pamService)"]

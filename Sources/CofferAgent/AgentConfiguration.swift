@@ -55,9 +55,11 @@ package struct AgentConfiguration: Sendable {
     /// Seconds a person has to authenticate for a protected item before the request fails
     /// (config key `authentication-timeout`).
     package var authenticationTimeoutSeconds: Double = 120
-    /// Directories of authenticator plugins (`*.so`) for the plugin host (config key `plugin-dir`,
-    /// repeatable; default `/usr/local/lib/coffer/plugins` if it exists).
+    /// More directories of authenticator plugins (`*.so`) for the plugin host (config key `plugin-dir`,
+    /// repeatable; owned by root or the user), besides ``systemPluginDirectory``.
     package var pluginDirectories: [String] = []
+    /// The system's plugins (root-owned, like everything in it, or nothing there is loaded).
+    package static let systemPluginDirectory = "/usr/local/lib/coffer/plugins"
     /// The plugin that serves biometry, e.g. `biometric-emulator` (config key `biometry`; `none`, the
     /// default, means no biometry).
     package var biometryPlugin: String? = nil

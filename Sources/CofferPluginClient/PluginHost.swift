@@ -76,6 +76,8 @@ package final class PluginHost: Sendable {
         package var executable: String
         /// Directories of `*.so` plugins (checked by the host: owner, modes, no symlinks).
         package var pluginDirectories: [String]
+        /// System directories of plugins: they, their ancestors and their plugins must belong to root.
+        package var systemPluginDirectories: [String] = []
         /// Where each plugin gets its private state directory (`DIR/NAME`).
         package var stateDirectory: String
         /// How long a request waits for a (re)starting host.
@@ -295,6 +297,7 @@ final class Core: Sendable {
                 child = try Subprocess.spawn(executable: configuration.executable,
                                              arguments: ["--state-dir", configuration.stateDirectory]
                                                  + (configuration.logFile.map { ["--log-file", $0] } ?? [])
+                                                 + configuration.systemPluginDirectories.flatMap { ["--system-dir", $0] }
                                                  + configuration.pluginDirectories,
                                              environment: configuration.environment)
             } catch {

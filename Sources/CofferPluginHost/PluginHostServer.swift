@@ -246,7 +246,7 @@ final class FeedbackSink {
 
 /// The `coffer-plugin-host` executable's main: non-dumpable, load, serve fd 3 until the agent closes it.
 package enum PluginHostMain {
-    package static let usage = "usage: coffer-plugin-host --state-dir DIR [--log-file FILE] [PLUGIN_DIR...]"
+    package static let usage = "usage: coffer-plugin-host --state-dir DIR [--log-file FILE] [--system-dir DIR]... [PLUGIN_DIR...]"
 
     package static func run(_ arguments: [String]) -> Int32 {
         do { try ProcessHardening.disableCoreDumps() } catch {
@@ -254,10 +254,12 @@ package enum PluginHostMain {
             return 1
         }
         var stateRoot: String? = nil
-        var dirs: [String] = []
+        var dirs: [(path: String, requireRoot: Bool)] = []
         var i = 0
         while i < arguments.count {
             if arguments[i] == "--state-dir", i + 1 < arguments.count { stateRoot = arguments[i + 1]; i += 2; continue }
+            // A system directory: it, its ancestors and every plugin in it must belong to root.
+            if arguments[i] == "--system-dir", i + 1 < arguments.count { dirs.append((arguments[i + 1], true)); i += 2; continue }
             if arguments[i] == "--log-file", i + 1 < arguments.count {
                 // The log (every refusal, every plugin log line) appended to FILE instead of stderr.
                 let fd = open(arguments[i + 1], O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -268,7 +270,7 @@ package enum PluginHostMain {
                 continue
             }
             if arguments[i].hasPrefix("-") { hostLog(usage); return 2 }
-            dirs.append(arguments[i]); i += 1
+            dirs.append((arguments[i], false)); i += 1
         }
         guard let stateRoot else { hostLog(usage); return 2 }
         do { try Files.makePrivateDirectory(stateRoot) } catch {
@@ -280,7 +282,7 @@ package enum PluginHostMain {
             hostLog("descriptor 3 is not the agent's socket")
             return 2
         }
-        let load = PluginLoader.load(directories: dirs, stateRoot: stateRoot)
+        let load = PluginLoader.load(dirs, stateRoot: stateRoot)
         PluginHostServer(fd: 3, load: load).serve()
         return 0
     }

@@ -68,6 +68,12 @@ package enum PluginLoader {
     /// earlier file is refused). Each plugin gets `stateRoot/NAME` (0700) as its state directory.
     /// Every refusal is logged to stderr as `refused FILE: REASON` and listed in the result.
     package static func load(directories: [String], stateRoot: String, requireRoot: Bool = false) -> LoadResult {
+        load(directories.map { ($0, requireRoot) }, stateRoot: stateRoot)
+    }
+
+    /// As ``load(directories:stateRoot:requireRoot:)``, each directory with its own rule: a system
+    /// directory (`true`) and everything in it must belong to root; others to root or this user.
+    package static func load(_ directories: [(path: String, requireRoot: Bool)], stateRoot: String) -> LoadResult {
         var result = LoadResult()
         var keepOpen: [Int32] = []
         defer { for fd in keepOpen { close(fd) } }
@@ -75,7 +81,7 @@ package enum PluginLoader {
             hostLog("refused \(file): \(reason)")
             result.refused.append(RefusedPlugin(file: String(file.prefix(4096)), reason: String(reason.prefix(1000))))
         }
-        for dir in directories {
+        for (dir, requireRoot) in directories {
             let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard dfd >= 0 else {
                 let e = errno

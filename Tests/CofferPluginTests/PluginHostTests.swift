@@ -85,6 +85,22 @@ struct PluginHostTests {
         #expect(box.log.contains("refused \(box.pluginDir): plugin directory is \(who)-writable"))
     }
 
+    /// A system directory (`--system-dir`) trusts root's files only: a plugin another user owns is
+    /// refused there, while the same file in the user's own directory is judged by the usual rules.
+    @Test(.enabled(if: getuid() == 0, "needs root to give a file to another user"))
+    func aSystemDirectoryTrustsOnlyRootsPlugins() throws {
+        let box = try PluginSandbox()
+        chown(box.pluginDir + "/test.so", 65534, 65534)
+        var config = box.configuration()
+        config.systemPluginDirectories = [box.pluginDir]
+        config.pluginDirectories = []
+        let host = try PluginHost(config)
+        defer { host.shutdown() }
+        #expect(host.plugins.map(\.name) == ["biometric-emulator"], "\(host.refused)")
+        #expect(host.refused.count == 1 && host.refused[0].file.hasSuffix("/test.so") && host.refused[0].reason.contains("65534"),
+                "\(host.refused)")
+    }
+
     @Test func aCrashMidEvaluationFailsThatEvaluationAndTheHostRestarts() throws {
         let box = try PluginSandbox()
         let host = try box.start()
