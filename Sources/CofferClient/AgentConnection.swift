@@ -169,7 +169,13 @@ public final class AgentConnection {
 
     /// LocalAuthentication's evaluatePolicy (the ``authenticationDelegate`` talks to the person).
     public func evaluate(_ policy: LAPolicy, reason: String) throws(SecError) -> LAResult {
-        let r = try roundTrip(.laEvaluate(policy, reason: reason))
+        let r: AgentResponse
+        do {
+            r = try roundTrip(.laEvaluate(policy, reason: reason))
+        } catch where error.status == .interactionNotAllowed {
+            // Nobody to ask (no delegate): LocalAuthentication's notInteractive.
+            return LAResult(error: .notInteractive, biometryType: 0, domainState: [], message: error.message)
+        }
         guard case .laResult(let l) = r else { throw unexpected(r) }
         return l
     }
@@ -251,7 +257,7 @@ public final class AgentConnection {
         guard let delegate = authenticationDelegate, delegate.begin(request) else {
             try send(.authResponse(.cancel), id: id)
             _ = try? finalReply(id)
-            throw .interactionNotAllowed("the item needs authentication, and there is no way to ask (no terminal)")
+            throw .interactionNotAllowed("authentication is needed, and there is no way to ask (no terminal, no pinentry)")
         }
         defer { delegate.end() }
         var answered = false

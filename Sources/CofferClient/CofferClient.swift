@@ -65,6 +65,33 @@ public final class CofferClient: @unchecked Sendable {
     public func delete(_ query: ItemQuery) async throws(SecError) -> Int {
         try await run { c throws(SecError) in try c.delete(query) }
     }
+
+    /// How this connection's later requests authenticate (an `LAContext`'s options: no user interface,
+    /// an operation prompt, a passcode or application password given in advance, a reuse duration).
+    public func setAuthenticationOptions(_ options: AuthenticationOptions) async throws(SecError) {
+        try await run { c throws(SecError) in try c.setAuthenticationOptions(options) }
+    }
+
+    /// Who asks the person when an item needs authentication (a terminal, a pinentry, an app's own
+    /// dialog); nil: such requests fail with errSecInteractionNotAllowed. Set before the requests.
+    public func setAuthenticationDelegate(_ delegate: (any AuthenticationDelegate & Sendable)?) async throws(SecError) {
+        try await run { c throws(SecError) in c.authenticationDelegate = delegate }
+    }
+
+    /// LocalAuthentication's canEvaluatePolicy: nil if `policy` can be evaluated now, else why not.
+    public func canEvaluatePolicy(_ policy: LAPolicy) async throws(SecError) -> LAError? {
+        let r = try await run { c throws(SecError) in try c.canEvaluate(policy) }
+        return r.error.map { LAError($0, r.message) }
+    }
+
+    /// LocalAuthentication's evaluatePolicy (the delegate talks to the person): the domain state of
+    /// the enrolled set on success (evaluatedPolicyDomainState), an LAError otherwise.
+    public func evaluatePolicy(_ policy: LAPolicy, localizedReason reason: String) async throws(SecError) -> Result<[UInt8], LAError> {
+        guard !reason.isEmpty else { throw .param("LocalAuthentication needs a non-empty reason") }
+        let r = try await run { c throws(SecError) in try c.evaluate(policy, reason: reason) }
+        if let e = r.error { return .failure(LAError(e, r.message)) }
+        return .success(r.domainState)
+    }
 }
 
 /// Runs jobs one after another on its own thread and resumes the awaiting task with the result.

@@ -1,3 +1,5 @@
+import CofferClient
+import CofferModel
 import CofferSystem
 import CofferTestSupport
 import Foundation
@@ -186,5 +188,62 @@ struct AccessControlCLITests {
         // A pinentry that is not there: nobody to ask, at once.
         r = Self.detached(agent, ["get", "--service", "bank", "--account", "me"], environment: ["COFFER_PINENTRY": "/nonexistent/pinentry"])
         #expect(r.status == 6, "\(r)")
+    }
+}
+
+/// The async client library's LocalAuthentication and delegate (what a desktop app uses).
+@Suite struct LocalAuthenticationLibraryTests {
+    /// Answers every question with the passcode at once (its input is a pipe it writes to itself).
+    final class Answering: AuthenticationDelegate, @unchecked Sendable {
+        let passcode: String
+        private var fds: [Int32] = [-1, -1]
+        private(set) var prompts: [String] = []
+        init(_ passcode: String) {
+            self.passcode = passcode
+            _ = pipe(&fds)
+        }
+        deinit { for fd in fds { close(fd) } }
+        func begin(_ request: AuthenticationRequest) -> Bool {
+            prompts.append(request.prompt)
+            var b: UInt8 = 1
+            return write(fds[1], &b, 1) == 1
+        }
+        var inputDescriptor: Int32 { fds[0] }
+        func inputReady() -> AuthenticationAnswer? {
+            var b: UInt8 = 0
+            _ = read(fds[0], &b, 1)
+            return .passcode(secret(passcode))
+        }
+        /// "Wrong passcode. Try again.": answers again.
+        func feedback(_ text: String) {
+            var b: UInt8 = 1
+            _ = write(fds[1], &b, 1)
+        }
+        func end() {}
+    }
+
+    @Test func canEvaluateAndEvaluateThroughTheAsyncClient() async throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let client = try await CofferClient.connect(socket: agent.socketPath)
+        #expect(try await client.canEvaluatePolicy(.deviceOwnerAuthentication) == nil)
+        #expect(try await client.canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics)?.code == .biometryNotAvailable)
+        // Without a delegate nobody can be asked: notInteractive.
+        guard case .failure(let e) = try await client.evaluatePolicy(.deviceOwnerAuthentication, localizedReason: "sign in") else {
+            Issue.record("evaluated without anyone to ask"); return
+        }
+        #expect(e.code == .notInteractive || e.code == .userCancel, "\(e)")
+        let delegate = Answering(AgentProcess.password)
+        try await client.setAuthenticationDelegate(delegate)
+        guard case .success = try await client.evaluatePolicy(.deviceOwnerAuthentication, localizedReason: "sign in to Mail") else {
+            Issue.record("the passcode was not accepted"); return
+        }
+        #expect(delegate.prompts.first?.contains("sign in to Mail") == true, "\(delegate.prompts)")
+        let wrong = Answering("wrong horse")
+        try await client.setAuthenticationDelegate(wrong)
+        guard case .failure(let f) = try await client.evaluatePolicy(.deviceOwnerAuthentication, localizedReason: "x") else {
+            Issue.record("a wrong passcode was accepted"); return
+        }
+        #expect(f.code == .authenticationFailed)
     }
 }
