@@ -190,9 +190,12 @@ final class Authenticator: Sendable {
         defer { evaluation?.stop() }
         var wrongPasscodes = 0
         while true {
-            let event = channel.awaitAnswer(stop: { evaluation?.isDone ?? false }, wake: evaluation?.wakeDescriptor ?? -1, deadline: deadline)
+            let event = channel.awaitAnswer(stop: { (evaluation?.isDone ?? false) || (evaluation?.hasFeedback ?? false) },
+                                            wake: evaluation?.wakeDescriptor ?? -1, deadline: deadline)
             switch event {
             case .stopped:
+                // The sensor's own messages ("try again", "finger not centred") go to the person as they come.
+                for text in evaluation?.takeFeedback() ?? [] { channel.feedback(text) }
                 guard let outcome = evaluation?.outcome else { continue }
                 evaluation = nil
                 switch outcome {
@@ -313,10 +316,20 @@ final class BiometricEvaluation: Sendable {
     /// See ``wake``.
     var wakeDescriptor: Int32 { wake.read }
 
+    /// The sensor's messages not yet shown (bounded: a chatty plugin cannot fill the agent's memory).
+    private let feedback = Protected([String]())
+
     func start(reason: String, app: String, timeoutSeconds: Double) {
         let id = self.id
         let started = Threads.detach { [self] in
-            let outcome = sensor.evaluate(id: id, reason: reason, app: app, timeoutSeconds: timeoutSeconds) { _ in }
+            let outcome = sensor.evaluate(id: id, reason: reason, app: app, timeoutSeconds: timeoutSeconds) { [self] text in
+                let added = feedback.withLock { f -> Bool in
+                    guard f.count < 16 else { return false }
+                    f.append(String(text.prefix(200)))
+                    return true
+                }
+                if added, wake.write >= 0 { var b: UInt8 = 1; _ = write(wake.write, &b, 1) }
+            }
             result.withLock { $0 = outcome }
             if wake.write >= 0 { var b: UInt8 = 1; _ = write(wake.write, &b, 1) }
         }
@@ -324,6 +337,14 @@ final class BiometricEvaluation: Sendable {
     }
 
     var isDone: Bool { result.withLock { $0 != nil } }
+    /// True if the sensor said something not yet shown.
+    var hasFeedback: Bool { feedback.withLock { !$0.isEmpty } }
+    /// The sensor's messages so far (and drains the wake pipe).
+    func takeFeedback() -> [String] {
+        var b = [UInt8](repeating: 0, count: 64)
+        while wake.read >= 0, read(wake.read, &b, b.count) > 0 {}
+        return feedback.withLock { f in defer { f = [] }; return f }
+    }
     var outcome: BiometricOutcome? { result.withLock { $0 } }
 
     /// Cancels a running evaluation (once).

@@ -4,6 +4,7 @@ import CofferModel
 import CofferPolicy
 import CofferProtocol
 import CofferTestSupport
+import Foundation
 import Testing
 
 /// Issue #14's authentication path through `Pipeline.handle`: a scripted client (AUTH_NEEDED /
@@ -50,6 +51,18 @@ import Testing
         // Every authentication is in the audit log.
         let records = AuditReader.read(directory: rig.dir.path).records.filter { $0.operation == "authenticate" }
         #expect(records.map(\.result) == [0, -25308])
+    }
+
+    @Test func theSensorsRetryMessagesReachThePerson() throws {
+        var (rig, s) = try Self.ready()
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        rig.sensor.say("Finger not centred: try again")
+        let client = ScriptedChannel([.waitForStop, .waitForStop])
+        // The message first (the evaluation goes on), then the match.
+        let sensor = rig.sensor
+        Thread.detachNewThread { usleep(50_000); sensor.queue(.match) }
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
+        #expect(client.feedbacks == ["Finger not centred: try again"])
     }
 
     @Test func withoutBiometryThePasscodeIsAskedForAndCheckedByPAM() throws {

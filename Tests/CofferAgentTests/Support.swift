@@ -140,9 +140,14 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
     /// A new finger enrolled: the domain state changes.
     func enrollAnother() { lock.withLock { $0.domainState = (0..<32).map { _ in UInt8.random(in: 0...255) }; $0.enrolled = true } }
     var evaluations: Int { lock.withLock { $0.evaluations } }
+    /// Messages the next evaluation sends before its outcome ("try again").
+    func say(_ messages: String...) { said.withLock { $0 += messages } }
+    private let said = Protected([String]())
+
     func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
                   feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
         lock.withLock { $0.evaluations += 1 }
+        for m in said.withLock({ s in defer { s = [] }; return s }) { feedback(m) }
         for _ in 0..<2000 {
             let next: BiometricOutcome?? = lock.withLock { s in
                 if s.cancelled.contains(id) { return .some(.cancelled) }
