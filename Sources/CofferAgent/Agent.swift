@@ -121,7 +121,16 @@ package final class Agent: Sendable {
             : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir)
         let unlocking = UnlockService(keychain: keychain,
                                       verifier: verifier,
-                                      userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: clock, logger: logger)
+                                      userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: SystemWallClock(),
+                                      logger: logger, schedule: configuration.attemptSchedule,
+                                      attemptsFile: configuration.stateDirectory + "/attempts") { [logger] in
+            // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
+            logger.critical("the keychain was erased; stopping")
+            Threads.detach {
+                Threads.sleep(seconds: 0.5)
+                exit(75)
+            }
+        }
         let sensor = Self.biometricSensor(configuration, host: host, logger: logger)
         self.sensor = sensor
         let authenticator = Authenticator(sensor: sensor ?? NoBiometricSensor(), unlocking: unlocking, keychain: keychain, gate: gate,

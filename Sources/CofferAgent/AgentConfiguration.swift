@@ -52,6 +52,10 @@ package struct AgentConfiguration: Sendable {
     /// Identify callers (config key `identify-callers`; `no` makes every caller unsigned without
     /// examining it: only for measuring what identification costs, see contrib/bench).
     package var identifyCallers = true
+    /// Delays of failed passcode attempts and the optional erase (config keys `unlock-delays`, a
+    /// comma-separated list of seconds after the 1st, 2nd … failure in a row, and `erase-after`,
+    /// `off`, `on` (10) or a number).
+    package var attemptSchedule = AttemptSchedule.standard
     /// Seconds a person has to authenticate for a protected item before the request fails
     /// (config key `authentication-timeout`).
     package var authenticationTimeoutSeconds: Double = 120
@@ -168,6 +172,20 @@ package struct AgentConfiguration: Sendable {
             case "audit": auditLog = try yesNo()
             case "identify-callers": identifyCallers = try yesNo()
             case "authentication-timeout": authenticationTimeoutSeconds = try positive()
+            case "unlock-delays":
+                let parts = value.split(separator: ",").map { Double(String($0).trimmingCharacters()) }
+                guard !parts.isEmpty, parts.allSatisfy({ $0 != nil && $0! >= 0 && $0! <= 86_400 }) else {
+                    throw AgentError("\(name):\(n + 1): 'unlock-delays' is a comma-separated list of seconds (0 to 86400)")
+                }
+                attemptSchedule.delays = parts.map { $0! }
+            case "erase-after":
+                switch value {
+                case "off": attemptSchedule.eraseAfter = nil
+                case "on": attemptSchedule.eraseAfter = AttemptSchedule.defaultEraseAfter
+                default:
+                    guard let n = Int(value), n >= 1 else { throw AgentError("\(name):\(n + 1): 'erase-after' is off, on or a number of failures") }
+                    attemptSchedule.eraseAfter = n
+                }
             case "plugin-dir":
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-dir' needs an absolute path") }
                 pluginDirectories.append(value)

@@ -4,6 +4,7 @@ import CofferKeychain
 import CofferModel
 import CofferPAM
 import CofferSystem
+import Glibc
 import Logging
 
 /// Checks a passcode against the user's login password: PAM in the agent, a stub in tests.
@@ -23,72 +24,120 @@ extension PAMAuthenticator: PasscodeVerifier {
     }
 }
 
-/// How long the next unlock attempt must wait, as a pure value: failures in, delay out.
-///
-/// The first two failures cost nothing (a typo, a stale password); from the third on each doubles
-/// the wait: 1 s, 2 s, 4 s … 60 s at most. A success resets it.
-struct RetryThrottle: Sendable, Equatable {
-    /// Failed attempts since the last success.
-    private(set) var failures = 0
+/// How long the next passcode attempt must wait, as a pure value: iOS's schedule by default
+/// (attempts 1–4: no wait; 5: 1 min; 6: 5 min; 7 and 8: 15 min; 9 and later: 1 h), and optionally
+/// erasing everything after a number of failures in a row. Configurable, so tests can use seconds.
+package struct AttemptSchedule: Sendable, Equatable {
+    /// `delays[k - 1]`: seconds the attempt after the k-th failure in a row must wait (the last
+    /// entry holds for every later one).
+    package var delays: [Double]
+    /// Destroy the keybag after this many failures in a row (nil: never; off by default).
+    package var eraseAfter: Int?
 
-    /// Failures that cost no wait.
-    static let freeFailures = 2
-    /// The longest wait.
-    static let maximumDelay = 60.0
-
-    /// Seconds the attempt after `failures` consecutive failures must wait.
-    static func delay(afterFailures failures: Int) -> Double {
-        guard failures > freeFailures else { return 0 }
-        return min(Double(1 << min(failures - freeFailures - 1, 6)), maximumDelay)
+    package init(delays: [Double], eraseAfter: Int?) {
+        self.delays = delays
+        self.eraseAfter = eraseAfter
     }
 
-    /// Seconds the next attempt must wait.
-    var delay: Double { Self.delay(afterFailures: failures) }
+    package static let standard = AttemptSchedule(delays: [0, 0, 0, 60, 300, 900, 900, 3600], eraseAfter: nil)
+    /// What `erase-after = on` means.
+    package static let defaultEraseAfter = 10
 
-    /// Counts a failure; returns the wait it imposes on the next attempt.
-    mutating func recordFailure() -> Double {
-        failures += 1
-        return delay
+    /// Seconds the attempt after `failures` failures in a row waits.
+    package func delay(afterFailures failures: Int) -> Double {
+        guard failures > 0, !delays.isEmpty else { return 0 }
+        return delays[min(failures, delays.count) - 1]
     }
-
-    /// A success: the next attempt waits for nothing.
-    mutating func recordSuccess() { failures = 0 }
 }
 
-/// Unlock and passcode set/change: the verifier (PAM) first, then the keybag, one attempt at a time
-/// across all connections, each waiting out the ``RetryThrottle`` of the failures before it.
+/// Failed passcode attempts in a row, as persisted in the state directory (`attempts`): survives a
+/// restart and a kill, because each attempt is written down, and fsynced, as failed *before* the
+/// passcode is checked (a success then resets it).
+struct FailedAttempts: Sendable, Equatable {
+    var failures: Int
+    /// Wall-clock seconds of the last failure (0: none).
+    var lastFailure: Double
+
+    static let none = FailedAttempts(failures: 0, lastFailure: 0)
+
+    /// The file's text: `coffer attempts v1 FAILURES LAST\n`.
+    var encoded: [UInt8] { Array("coffer attempts v1 \(failures) \(lastFailure)\n".utf8) }
+
+    /// Reads the file: none if it is missing; a damaged file counts as many failures as the schedule
+    /// knows, just now (fail closed: damaging the file must not earn attempts).
+    static func read(_ path: String, schedule: AttemptSchedule, now: Double) -> FailedAttempts {
+        let bytes: [UInt8]
+        do { bytes = try Files.read(path, maxBytes: 256) } catch {
+            return error.errno == ENOENT ? .none : FailedAttempts(failures: max(schedule.delays.count, 1), lastFailure: now)
+        }
+        let words = String(decoding: bytes, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" })
+        guard words.count == 5, words[0] == "coffer", words[1] == "attempts", words[2] == "v1",
+              let n = Int(words[3]), n >= 0, let t = Double(words[4]), t.isFinite else {
+            return FailedAttempts(failures: max(schedule.delays.count, 1), lastFailure: now)
+        }
+        return FailedAttempts(failures: n, lastFailure: t)
+    }
+}
+
+/// Wall-clock time (attempt delays must hold across restarts, which a monotonic clock does not).
+struct SystemWallClock: MonotonicClock {
+    func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+    func sleep(seconds: Double) { Threads.sleep(seconds: seconds) }
+}
+
+/// Unlock, passcode set/change and every other passcode check (AUTHORIZE, an item's authentication):
+/// the verifier (PAM) first, then the keybag, one attempt at a time across all connections. An attempt
+/// made before the ``AttemptSchedule``'s delay has passed is refused at once (errSecAuthFailed, saying
+/// when to try again; not counted); otherwise it is recorded as failed in the `attempts` file (fsynced)
+/// before it runs, and a success resets the count. With `eraseAfter`, that many failures in a row
+/// destroy the keybag (``Keychain/eraseEverything()``) and the agent stops.
 ///
-/// The gate is a mutex held for a whole attempt (the backoff wait, PAM, Argon2id): attempts are
-/// serialised, so the backoff bounds the guessing rate across connections. Lock order: the gate, then
-/// the keychain, then the keybag. Nothing else in the agent takes the gate.
+/// The gate is a mutex held for a whole attempt (PAM, Argon2id): attempts are serialised, so the
+/// schedule bounds the guessing rate across connections and restarts. Lock order: the gate, then the
+/// keychain, then the keybag. Nothing else in the agent takes the gate.
 final class UnlockService: Sendable {
     private let keychain: Keychain
     private let verifier: any PasscodeVerifier
     private let userName: String
     private let kdfPolicy: KDFPolicy
+    /// Wall-clock time (the schedule holds across restarts).
     private let clock: any MonotonicClock
     private let logger: Logger
-    /// The throttle and when the next attempt may start; held for a whole attempt.
-    private let gate: Protected<Attempts>
-
-    private struct Attempts {
-        var throttle = RetryThrottle()
-        var notBefore = 0.0
-    }
+    private let schedule: AttemptSchedule
+    /// Where the failed attempts are kept (nil: memory only).
+    private let attemptsFile: String?
+    /// Called after `eraseAfter` failures erased everything (the agent stops).
+    private let onErase: @Sendable () -> Void
+    /// The failed attempts; held for a whole attempt.
+    private let gate: Protected<FailedAttempts>
 
     init(keychain: Keychain, verifier: any PasscodeVerifier, userName: String, kdfPolicy: KDFPolicy,
-         clock: any MonotonicClock, logger: Logger) {
+         clock: any MonotonicClock, logger: Logger, schedule: AttemptSchedule = .standard, attemptsFile: String? = nil,
+         onErase: @escaping @Sendable () -> Void = {}) {
         self.keychain = keychain
         self.verifier = verifier
         self.userName = userName
         self.kdfPolicy = kdfPolicy
         self.clock = clock
         self.logger = logger
-        gate = Protected(Attempts())
+        self.schedule = schedule
+        self.attemptsFile = attemptsFile
+        self.onErase = onErase
+        gate = Protected(attemptsFile.map { FailedAttempts.read($0, schedule: schedule, now: clock.now()) } ?? .none)
     }
 
-    /// Failed attempts since the last success.
-    var failures: Int { gate.withLock { $0.throttle.failures } }
+    /// Failed attempts in a row.
+    var failures: Int { gate.withLock { $0.failures } }
+
+    /// Seconds until the next attempt may start (0: now).
+    var retryAfter: Double {
+        let now = clock.now()
+        return gate.withLock { a in max(0, a.lastFailure + schedule.delay(afterFailures: a.failures) - now) }
+    }
 
     /// Unlocks: the verifier, then the keybag; a wrong passcode at either is the same errSecAuthFailed.
     func unlock(_ passcode: SecureBytes) throws(SecError) {
@@ -151,27 +200,68 @@ final class UnlockService: Sendable {
         }
     }
 
-    /// Runs one attempt holding the gate, after waiting out the backoff. An errSecAuthFailed from `body`
-    /// counts a failure; success resets the throttle; any other error counts nothing.
+    /// Runs one attempt holding the gate: refused at once if the schedule's delay has not passed (not
+    /// counted); else written down as failed first, then `body` runs; errSecAuthFailed keeps it failed
+    /// (and may erase everything), success resets the count, any other error restores the count.
     private func attempt(_ body: () throws(SecError) -> Void) throws(SecError) {
         var failure: SecError? = nil
+        var erase = false
         gate.withLock { a in
-            let wait = a.notBefore - clock.now()
-            if wait > 0 { clock.sleep(seconds: wait) }
+            let now = clock.now()
+            let wait = a.lastFailure + schedule.delay(afterFailures: a.failures) - now
+            if wait > 0 {
+                failure = SecError(.authFailed, "too many failed attempts (\(a.failures)): try again in \(Self.duration(wait))")
+                return
+            }
+            let before = a
+            let pending = FailedAttempts(failures: a.failures + 1, lastFailure: now)
             do throws(SecError) {
-                try body()
-                a.throttle.recordSuccess()
-                a.notBefore = 0
+                try persist(pending)
             } catch {
                 failure = error
-                guard error.status == .authFailed else { return }
-                let delay = a.throttle.recordFailure()
-                a.notBefore = clock.now() + delay
-                logger.warning("failed unlock attempt",
-                               metadata: ["failures": "\(a.throttle.failures)", "next-attempt-delay-s": "\(delay)"])
+                return
+            }
+            a = pending
+            do throws(SecError) {
+                try body()
+                a = .none
+                try? persist(.none)
+            } catch {
+                failure = error
+                guard error.status == .authFailed else {
+                    // Not a wrong passcode (an I/O error, a migration): nothing to count.
+                    a = before
+                    try? persist(before)
+                    return
+                }
+                logger.warning("failed passcode attempt", metadata: [
+                    "failures": "\(a.failures)", "next-attempt-delay-s": "\(schedule.delay(afterFailures: a.failures))"])
+                if let limit = schedule.eraseAfter, a.failures >= limit { erase = true }
             }
         }
+        if erase {
+            logger.critical("\(schedule.eraseAfter ?? 0) failed passcode attempts in a row: erasing the keybag and every item")
+            keychain.eraseEverything()
+            if let attemptsFile { unlink(attemptsFile) }
+            onErase()
+            throw SecError(.authFailed, "too many failed attempts: the keychain was erased")
+        }
         if let failure { throw failure }
+    }
+
+    private func persist(_ value: FailedAttempts) throws(SecError) {
+        guard let attemptsFile else { return }
+        do { try Files.writeAtomically(attemptsFile, value.encoded, mode: 0o600) } catch {
+            throw SecError(.io, "cannot record the attempt: \(error)")
+        }
+    }
+
+    /// "45 s", "5 min", "1 h".
+    static func duration(_ seconds: Double) -> String {
+        let s = Int(seconds.rounded(.up))
+        if s < 120 { return "\(s) s" }
+        if s < 7200 { return "\((s + 59) / 60) min" }
+        return "\((s + 3599) / 3600) h"
     }
 }
 

@@ -223,6 +223,17 @@ package final class Keybag: Sendable {
         }
     }
 
+    /// Destroys the keybag: every unwrapped key is wiped and the keybag files are deleted, so every
+    /// item sealed under it is unrecoverable (a cryptographic erase; the device key stays). This
+    /// object is then locked for good: a new keybag appears only when the directory is opened again.
+    package func destroy() {
+        guarded.withLock { s in
+            s.wipeArena()
+            s.lockState = .locked
+            for path in [s.paths.key, s.paths.keybag, s.paths.next] { unlink(path) }
+        }
+    }
+
     /// Sets the passcode (`current` nil when none is set) or changes it (`current` must be right).
     ///
     /// A rekey: fresh keys for every non-Always class (creating WhenPasscodeSetThisDeviceOnly's) and

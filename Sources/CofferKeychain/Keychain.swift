@@ -136,6 +136,18 @@ public final class Keychain: Sendable {
     /// Runs SQLite's integrity check on the database.
     public func integrityCheck() throws(SecError) -> Bool { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.integrityCheck() } }
 
+    /// Erases everything (too many failed passcode attempts, when the agent is configured to): the
+    /// keybag is destroyed (keys wiped, files deleted: every item is unrecoverable) and every row
+    /// deleted. This keychain object is unusable afterwards; open the directory again for a fresh one.
+    public func eraseEverything() {
+        keybag.destroy()
+        guarded.withLock { s in
+            let store = s.store
+            try? store.transaction { () throws(SecError) in try store.deleteAll() }
+            store.checkpoint()
+        }
+    }
+
     /// Checkpoints the write-ahead log (clean shutdown).
     public func checkpoint() { guarded.withLock { $0.store.checkpoint() } }
 

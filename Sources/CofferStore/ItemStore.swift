@@ -176,6 +176,13 @@ package final class ItemStore {
     }
 
     /// Deletes rows by id.
+    /// Deletes every item and its index entries (an erase).
+    package func deleteAll() throws(SecError) {
+        try db.statement("DELETE FROM attr_index").run()
+        try db.statement("DELETE FROM items").run()
+        cachedCount = 0
+    }
+
     package func delete(id: Int64) throws(SecError) {
         let s = try db.statement("DELETE FROM items WHERE id = ?1")
         s.bind(1, id)

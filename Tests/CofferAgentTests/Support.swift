@@ -81,7 +81,7 @@ final class AgentRig {
         schedule = LockSchedule(keychain: keychain, idleSeconds: idleSeconds, graceSeconds: graceSeconds, clock: clock,
                                 logger: logger) { gate.observe($0); events.record($0) }
         unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
-                                  clock: clock, logger: logger)
+                                  clock: clock, logger: logger, attemptsFile: dir.file("attempts"))
         authenticator = Authenticator(sensor: sensor, unlocking: unlocking, keychain: keychain, gate: gate, clock: clock, logger: logger)
         pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
                             clock: clock, logger: logger, idleLockSeconds: UInt32(idleSeconds))

@@ -1,63 +1,103 @@
 @testable import CofferAgent
 import CofferTestSupport
 import CofferModel
+import CofferCrypto
+import CofferKeychain
 import CofferProtocol
+import CofferSystem
+import Foundation
 import Testing
 
-@Suite struct RetryThrottleTests {
-    @Test func noDelayForTheFirstTwoFailuresThenDoublingToSixty() {
-        let delays = (0...12).map { RetryThrottle.delay(afterFailures: $0) }
-        #expect(delays == [0, 0, 0, 1, 2, 4, 8, 16, 32, 60, 60, 60, 60])
+@Suite struct AttemptScheduleTests {
+    @Test func iOSsDelaysByDefault() {
+        let delays = (0...12).map { AttemptSchedule.standard.delay(afterFailures: $0) }
+        // Attempts 1–4 free; the 5th waits 1 min, the 6th 5 min, the 7th and 8th 15 min, then 1 h.
+        #expect(delays == [0, 0, 0, 0, 60, 300, 900, 900, 3600, 3600, 3600, 3600, 3600])
+        #expect(AttemptSchedule.standard.eraseAfter == nil)
     }
 
-    @Test func aValueCountsFailuresAndResetsOnSuccess() {
-        var t = RetryThrottle()
-        #expect(t.recordFailure() == 0 && t.recordFailure() == 0 && t.recordFailure() == 1 && t.recordFailure() == 2)
-        #expect(t.failures == 4 && t.delay == 2)
-        t.recordSuccess()
-        #expect(t.failures == 0 && t.delay == 0 && t.recordFailure() == 0)
+    @Test func theFileRoundTripsAndADamagedOneFailsClosed() throws {
+        let dir = TemporaryDirectory("coffer-attempts")
+        let path = dir.file("attempts")
+        #expect(FailedAttempts.read(path, schedule: .standard, now: 5) == .none)
+        writeFileBytes(path, FailedAttempts(failures: 3, lastFailure: 1700000000.5).encoded)
+        #expect(FailedAttempts.read(path, schedule: .standard, now: 5) == FailedAttempts(failures: 3, lastFailure: 1700000000.5))
+        for junk in ["", "coffer attempts v2 1 2\n", "coffer attempts v1 -1 2\n", "garbage"] {
+            writeFileBytes(path, Array(junk.utf8))
+            #expect(FailedAttempts.read(path, schedule: .standard, now: 99) == FailedAttempts(failures: 8, lastFailure: 99), "\(junk)")
+        }
     }
 }
 
-/// The unlock service with a stub verifier and a fake clock: the backoff is waited out on the clock
-/// (no real sleep), attempts are counted, success resets.
+/// The unlock service with a stub verifier and a fake wall clock: an attempt before the schedule's
+/// delay is refused at once and not counted; every attempt is written down before it runs; the count
+/// survives a restart; success resets it.
 @Suite struct UnlockServiceTests {
-    @Test func failedUnlocksWaitOneTwoFourSecondsFromTheThirdAndSuccessResets() throws {
+    @Test func theFifthAttemptWaitsAMinuteAndEarlyAttemptsAreRefusedUncounted() throws {
         let rig = try AgentRig()
         _ = rig.keychain.lock()
         var s = rig.greetedSession()
-        for _ in 0..<6 {
+        for _ in 0..<4 {
             #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)) == .authFailed)
         }
-        // Attempts 1–3 started at once; attempt 4 waited 1 s (after 3 failures), 5 waited 2 s, 6 waited 4 s.
-        #expect(rig.clock.sleeps == [1, 2, 4])
-        #expect(rig.unlocking.failures == 6)
-        // The seventh attempt (right passcode) waits 8 s, then succeeds and resets the throttle.
+        #expect(rig.unlocking.failures == 4 && rig.verifier.callCount == 4)
+        // Too early: refused at once, PAM never runs, nothing counted; the message says when.
+        guard case .error(let early) = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s) else {
+            Issue.record("an early attempt ran"); return
+        }
+        #expect(early.status == .authFailed && early.message.contains("try again in 60 s"), "\(early.message)")
+        #expect(rig.unlocking.failures == 4 && rig.verifier.callCount == 4)
+        rig.clock.advance(59)
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)) == .authFailed)
+        #expect(rig.verifier.callCount == 4)
+        rig.clock.advance(1)
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)) == .authFailed)
+        #expect(rig.unlocking.failures == 5 && rig.unlocking.retryAfter == 300)
+        rig.clock.advance(300)
         guard case .ok = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s) else {
             Issue.record("unlock failed"); return
         }
-        #expect(rig.clock.sleeps == [1, 2, 4, 8])
-        #expect(rig.unlocking.failures == 0 && rig.keychain.status.lockState == .unlocked)
+        #expect(rig.unlocking.failures == 0 && rig.unlocking.retryAfter == 0 && rig.keychain.status.lockState == .unlocked)
+        #expect(rig.clock.sleeps.isEmpty, "nothing waits while holding the gate")
+    }
+
+    @Test func theCountSurvivesARestartAndIsWrittenBeforeTheCheck() throws {
+        let rig = try AgentRig()
         _ = rig.keychain.lock()
-        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)) == .authFailed)
-        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)) == .authFailed)
-        #expect(rig.clock.sleeps == [1, 2, 4, 8], "after a success, two failures cost no wait")
+        var s = rig.greetedSession()
+        for _ in 0..<4 { _ = rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s) }
+        // A new service over the same file (the agent restarted): still four failures, still a minute to wait.
+        let again = UnlockService(keychain: rig.keychain, verifier: rig.verifier, userName: "tester", kdfPolicy: cheapKDF, clock: rig.clock,
+                                  logger: .init(label: "test"), attemptsFile: rig.dir.file("attempts"))
+        #expect(again.failures == 4 && again.retryAfter == 60)
+        // During the check the file already says "failed": a kill now would earn no free attempt.
+        rig.clock.advance(60)
+        let watcher = FileWatchingVerifier(path: rig.dir.file("attempts"), accepting: AgentRig.passcode)
+        let watched = UnlockService(keychain: rig.keychain, verifier: watcher, userName: "tester", kdfPolicy: cheapKDF, clock: rig.clock,
+                                    logger: .init(label: "test"), attemptsFile: rig.dir.file("attempts"))
+        #expect(throws: SecError.self) { try watched.unlock(secret("wrong")) }
+        #expect(watcher.seen == ["coffer attempts v1 5 \(rig.clock.now())"], "\(watcher.seen)")
     }
 
-    @Test func theWaitIsCappedAtSixtySeconds() throws {
+    @Test func eraseAfterDestroysTheKeybagAndEveryItem() throws {
         let rig = try AgentRig()
-        var s = rig.greetedSession()
-        for _ in 0..<12 { _ = rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s) }
-        #expect(rig.clock.sleeps == [1, 2, 4, 8, 16, 32, 60, 60, 60])
-    }
-
-    @Test func timeThatAlreadyPassedIsNotWaitedAgain() throws {
-        let rig = try AgentRig()
-        var s = rig.greetedSession()
-        for _ in 0..<3 { _ = rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s) }
-        rig.clock.advance(5)
-        _ = rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)
-        #expect(rig.clock.sleeps.isEmpty)
+        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x")], secret: secret("s")))
+        _ = rig.keychain.lock()
+        let erased = Protected(false)
+        let service = UnlockService(keychain: rig.keychain, verifier: rig.verifier, userName: "tester", kdfPolicy: cheapKDF, clock: rig.clock,
+                                    logger: .init(label: "test"), schedule: AttemptSchedule(delays: [0], eraseAfter: 3),
+                                    attemptsFile: rig.dir.file("attempts")) { erased.withLock { $0 = true } }
+        for i in 1...3 {
+            do { try service.unlock(secret("wrong")) } catch {
+                #expect(error.status == .authFailed)
+                if i == 3 { #expect(error.message.contains("erased")) }
+            }
+        }
+        #expect(erased.withLock { $0 })
+        #expect(!Files.exists(rig.dir.file("keybag")) && !Files.exists(rig.dir.file("keybag.key")) && !Files.exists(rig.dir.file("attempts")))
+        // Opened again: a fresh keybag, no passcode, no items.
+        let fresh = try Keychain(directory: rig.dir.path)
+        #expect(try fresh.count() == 0 && !fresh.status.passcodeSet)
     }
 
     @Test func theVerifierRunsBeforeTheKeybagAndAWrongKeybagPasscodeCountsToo() throws {
@@ -88,5 +128,20 @@ import Testing
         }
         #expect(rig.keychain.status == LockStatus(lockState: .unlocked, passcodeSet: true))
         #expect(rig.events.all == [.unlocked])
+    }
+}
+
+/// A verifier that records what the attempts file says while it checks.
+final class FileWatchingVerifier: PasscodeVerifier, @unchecked Sendable {
+    let path: String
+    let accepted: String
+    private(set) var seen: [String] = []
+    init(path: String, accepting: String) {
+        self.path = path
+        accepted = accepting
+    }
+    func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
+        seen.append(String(decoding: fileBytes(path), as: UTF8.self).trimmingCharacters(in: .newlines))
+        guard text(passcode) == accepted else { throw PasscodeRejected(description: "no") }
     }
 }

@@ -305,3 +305,57 @@ final class Locked<T>: @unchecked Sendable {
     var value: T { lock.lock(); defer { lock.unlock() }; return v }
     func mutate(_ f: (inout T) -> Void) { lock.lock(); f(&v); lock.unlock() }
 }
+
+/// Failed passcode attempts through the real agent (issue #16): the schedule's delays hold across a
+/// restart (the count is in the state directory), the CLI says when to try again, and with
+/// `erase-after` the keychain is erased.
+@Suite(.serialized) struct BruteForceTests {
+    static func agent(_ config: String) throws -> (AgentProcess, TemporaryDirectory) {
+        let setup = TemporaryDirectory("coffer-bruteforce")
+        try config.write(toFile: setup.file("cofferd.conf"), atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", setup.file("cofferd.conf")])
+        agent.setPasscode()
+        #expect(agent.cli(["lock"]).status == 0)
+        return (agent, setup)
+    }
+
+    @Test func delaysHoldAcrossARestart() throws {
+        let (agent, setup) = try Self.agent("unlock-delays = 0, 0, 3\n")
+        _ = setup
+        for _ in 0..<3 { #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5) }
+        // Too early: refused with the time to wait, PAM not even asked — also after a restart.
+        var r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == 5 && r.stderr.contains("try again in"), "\(r)")
+        try agent.restart()
+        r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == 5 && r.stderr.contains("too many failed attempts (3)"), "\(r)")
+        // A kill -9 does not reset it either.
+        agent.kill9()
+        try agent.start()
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 5)
+        usleep(3_100_000)
+        r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == 0, "\(r)\n\(agent.log)")
+        let attempts = try String(contentsOfFile: agent.stateDir + "/attempts", encoding: .utf8)
+        #expect(attempts.hasPrefix("coffer attempts v1 0 "), "\(attempts)")
+    }
+
+    @Test func eraseAfterErasesTheKeychain() throws {
+        let (agent, setup) = try Self.agent("unlock-delays = 0\nerase-after = 3\n")
+        _ = setup
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(agent.cli(["add", "--service", "doomed", "--account", "me", "--secret-stdin"], stdin: "s").status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        for _ in 0..<2 { #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5) }
+        let last = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse")
+        #expect(last.status == 5 && last.stderr.contains("erased"), "\(last)")
+        // The agent stops; started again it has a fresh keybag: no passcode, no items.
+        let deadline = Date().addingTimeInterval(5)
+        while agent.process?.isRunning == true && Date() < deadline { usleep(20_000) }
+        #expect(agent.process?.isRunning == false && agent.process?.terminationStatus == 75)
+        #expect(!Files.exists(agent.stateDir + "/keybag"))
+        try agent.start()
+        let status = agent.cli(["status"])
+        #expect(status.status == 0 && status.stdout.contains("passcode: no") && status.stdout.contains("items: 0"), "\(status)")
+    }
+}
