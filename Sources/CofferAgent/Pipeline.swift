@@ -91,6 +91,14 @@ final class Pipeline: Sendable {
             return .ok
         case .bio(let operation, let name):
             return try bio(operation, name, &session, channel)
+        case .passcodeSync(nil):
+            return .count(unlocking.isOutOfSync ? 1 : 0)
+        case .passcodeSync(let old?):
+            guard old.count > 0 else { throw .param("the old passcode is empty") }
+            try audited(session.caller, "passcode-sync") { () throws(SecError) in try unlocking.sync(oldPasscode: old) }
+            schedule.didUnlock()
+            LegacyGroups.migrate(keychain, logger: logger)
+            return .ok
         case .authResponse:
             // The server drops an AUTH_RESPONSE that arrives after its request finished (a race the
             // protocol allows); one reaching the pipeline answers nothing that waits.

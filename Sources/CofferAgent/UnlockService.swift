@@ -133,6 +133,14 @@ final class UnlockService: Sendable {
     /// Failed attempts in a row.
     var failures: Int { gate.withLock { $0.failures } }
 
+    /// The login password PAM accepted at an unlock the keybag refused: the password was changed
+    /// outside Coffer (root's `passwd USER`, LDAP, a reset). Kept (secure memory, this process only)
+    /// until `coffer passcode sync` re-wraps the keybag under it with the old passcode.
+    private let pendingSync = Protected<SecureBytes?>(nil)
+
+    /// True while the keybag passcode and the login password differ (see ``sync(oldPasscode:)``).
+    var isOutOfSync: Bool { pendingSync.withLock { $0 != nil } }
+
     /// Seconds until the next attempt may start (0: now).
     var retryAfter: Double {
         let now = clock.now()
@@ -144,6 +152,7 @@ final class UnlockService: Sendable {
         guard keychain.status.passcodeSet else {
             throw .notAvailable("no passcode is set; set one with 'coffer passcode set'")
         }
+        var outOfSync = false
         try attempt { () throws(SecError) in
             do {
                 try verifier.verify(user: userName, passcode: passcode)
@@ -154,7 +163,12 @@ final class UnlockService: Sendable {
             do throws(SecError) {
                 try keychain.unlock(passcode: passcode)
             } catch where error.status == .authFailed {
-                throw .authFailed("authentication failed")
+                // PAM accepted it as the login password, the keybag did not: the password changed
+                // behind Coffer's back. Keep it for the sync; not a guess (PAM vouched for it).
+                pendingSync.withLock { $0 = SecureBytes(copying: passcode.withUnsafeBytes { $0 }) }
+                logger.warning("the login password does not open the keybag: the passcode is out of sync (coffer passcode sync)")
+                outOfSync = true
+                return
             } catch {
                 // Not a wrong passcode (an I/O error finishing a migration or a key rotation): no failed
                 // attempt is counted, and the caller learns what went wrong.
@@ -163,8 +177,23 @@ final class UnlockService: Sendable {
                 throw error
             }
         }
+        if outOfSync {
+            throw .authFailed("your login password changed outside Coffer and no longer opens the keybag: run 'coffer passcode sync' "
+                + "with your previous password (nothing is lost)")
+        }
         keychain.logMigrations(to: logger)
         logger.info("unlocked")
+    }
+
+    /// `coffer passcode sync`: re-wraps the keybag (a passcode change, with its key rotation) from
+    /// `oldPasscode` to the login password PAM accepted at the unlock that found them out of sync.
+    func sync(oldPasscode: SecureBytes) throws(SecError) {
+        guard let new = pendingSync.withLock({ $0 }) else {
+            throw .notAvailable("the passcode is in sync with the login password (nothing to do)")
+        }
+        try setPasscode(current: oldPasscode, new: new)
+        pendingSync.withLock { $0 = nil }
+        logger.notice("passcode synced with the login password")
     }
 
     /// First set: the new passcode must pass the verifier. Change: the current one must open the

@@ -180,6 +180,16 @@ public final class AgentConnection {
         return l
     }
 
+    /// True if the login password changed outside Coffer and the keybag still has the old one.
+    public func isPasscodeOutOfSync() throws(SecError) -> Bool {
+        let r = try roundTrip(.passcodeSync(oldPasscode: nil))
+        guard case .count(let n) = r else { throw unexpected(r) }
+        return n == 1
+    }
+
+    /// Re-wraps the keybag under the current login password, given the previous one.
+    public func syncPasscode(oldPasscode: SecureBytes) throws(SecError) { try expectOK(.passcodeSync(oldPasscode: oldPasscode)) }
+
     /// `coffer bio enroll|remove|present`: OK, or the error (enroll and remove ask for the passcode).
     public func bio(_ operation: BioOperation, name: String = "") throws(SecError) {
         try expectOK(.bio(operation, name: name))

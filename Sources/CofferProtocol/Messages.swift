@@ -177,12 +177,16 @@ public enum AgentRequest: Sendable {
     case laEvaluate(LAPolicy, reason: String)
     /// BIO: `coffer bio enroll|remove|present|status` (`name` empty for presentUnknown and status).
     case bio(BioOperation, name: String)
+    /// PASSCODE_SYNC: with nil, ask whether the keybag passcode and the login password differ (COUNT
+    /// 1 or 0); with the old passcode, re-wrap the keybag under the login password (OK).
+    case passcodeSync(oldPasscode: SecureBytes?)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
         switch self {
         case .unlock, .setPasscode, .add, .authorize: true
         case .authOptions(let o): o.passcode != nil || o.applicationPassword != nil
+        case .passcodeSync(let p): p != nil
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
         default: false
@@ -231,6 +235,10 @@ public enum AgentRequest: Sendable {
         case .bio(let op, let name):
             var f = FrameBuilder(type: .bio, requestID: requestID, payloadCapacity: 3 + name.utf8.count)
             f.w.u8(op.rawValue); f.w.shortString(name)
+            return f.finish()
+        case .passcodeSync(let old):
+            var f = FrameBuilder(type: .passcodeSync, requestID: requestID, payloadCapacity: 5 + (old?.count ?? 0))
+            if let old { f.w.u8(1); f.secret(old) } else { f.w.u8(0) }
             return f.finish()
         case .authorize(let group, let p):
             var f = FrameBuilder(type: .authorize, requestID: requestID, payloadCapacity: 6 + group.utf8.count + p.count)
@@ -322,6 +330,12 @@ public enum AgentRequest: Sendable {
         case .laCanEvaluate:
             guard let p = LAPolicy(rawValue: try r.u8("policy")) else { throw ProtocolError("unknown policy") }
             request = .laCanEvaluate(p)
+        case .passcodeSync:
+            switch try r.u8("operation") {
+            case 0: request = .passcodeSync(oldPasscode: nil)
+            case 1: request = .passcodeSync(oldPasscode: try r.secret("old passcode"))
+            default: throw ProtocolError("unknown PASSCODE_SYNC operation")
+            }
         case .bio:
             guard let op = BioOperation(rawValue: try r.u8("operation")) else { throw ProtocolError("unknown BIO operation") }
             let name = try r.sstr("finger name")

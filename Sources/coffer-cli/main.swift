@@ -76,18 +76,20 @@ struct Status: ParsableCommand {
 
     func run() throws {
         try reporting { () throws(SecError) in
-            let s = try connect.open().status()
+            let c = try connect.open()
+            let s = try c.status()
+            let outOfSync = (try? c.isPasscodeOutOfSync()) ?? false
             let state = s.lockState.description
             if json {
                 Output.print("""
-                    {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"items":\(s.itemCount),\
+                    {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"passcodeOutOfSync":\(outOfSync),"items":\(s.itemCount),\
                     "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
                     "idleLockSeconds":\(s.idleLockSeconds)}
                     """)
             } else {
                 Output.print("""
                     state: \(state)
-                    passcode: \(s.passcodeSet ? "set" : "not set")
+                    passcode: \(s.passcodeSet ? (outOfSync ? "set, out of sync with your login password (coffer passcode sync)" : "set") : "not set")
                     items: \(s.itemCount)
                     agent: \(s.agentVersion)
                     locked memory: \(s.lockedMemoryBytes / 1024) KiB
@@ -122,7 +124,7 @@ struct Lock: ParsableCommand {
 
 struct Passcode: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Set or change the keybag passcode.",
-                                                    subcommands: [Set.self, Change.self])
+                                                    subcommands: [Set.self, Change.self, PasscodeSync.self])
 
     struct Set: ParsableCommand {
         static let configuration = CommandConfiguration(

@@ -26,10 +26,15 @@ final class FakeClock: MonotonicClock {
 }
 
 /// Accepts one passcode and refuses every other (stands in for PAM), counting calls.
-final class StubVerifier: PasscodeVerifier {
-    let accepted: String
+final class StubVerifier: PasscodeVerifier, @unchecked Sendable {
+    /// The password PAM accepts (a test may change it: the login password changed).
+    var accepted: String {
+        get { current.withLock { $0 } }
+        set { current.withLock { $0 = newValue } }
+    }
+    private let current: Protected<String>
     private let calls = Protected(0)
-    init(accepting accepted: String) { self.accepted = accepted }
+    init(accepting accepted: String) { current = Protected(accepted) }
     var callCount: Int { calls.withLock { $0 } }
     func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
         calls.withLock { $0 += 1 }

@@ -79,6 +79,32 @@ import Testing
         #expect(watcher.seen == ["coffer attempts v1 5 \(rig.clock.now())"], "\(watcher.seen)")
     }
 
+    /// The login password changed behind Coffer's back: PAM takes the new one, the keybag does not.
+    @Test func aLoginPasswordChangedOutsideCofferIsKeptAndSyncedWithThePreviousOne() throws {
+        let rig = try AgentRig()
+        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mail")], secret: secret("kept")))
+        _ = rig.keychain.lock()
+        var s = rig.greetedSession()
+        rig.verifier.accepted = "new login password"
+        guard case .error(let e) = rig.pipeline.handle(.unlock(passcode: secret("new login password")), session: &s) else {
+            Issue.record("the old keybag opened with the new password"); return
+        }
+        #expect(e.status == .authFailed && e.message.contains("coffer passcode sync"))
+        #expect(rig.unlocking.failures == 0, "PAM vouched for it: not a guess")
+        guard case .count(1) = rig.pipeline.handle(.passcodeSync(oldPasscode: nil), session: &s) else { Issue.record("not out of sync"); return }
+        // A wrong previous passcode changes nothing.
+        #expect(errorStatus(rig.pipeline.handle(.passcodeSync(oldPasscode: secret("nope")), session: &s)) == .authFailed)
+        guard case .ok = rig.pipeline.handle(.passcodeSync(oldPasscode: secret(AgentRig.passcode)), session: &s) else {
+            Issue.record("sync failed"); return
+        }
+        guard case .count(0) = rig.pipeline.handle(.passcodeSync(oldPasscode: nil), session: &s) else { Issue.record("still out of sync"); return }
+        #expect(rig.keychain.status.lockState == .unlocked)
+        _ = rig.keychain.lock()
+        guard case .ok = rig.pipeline.handle(.unlock(passcode: secret("new login password")), session: &s) else { Issue.record("new password"); return }
+        #expect(text(try rig.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("mail")], returnData: true)).first?.data) == "kept")
+        #expect(errorStatus(rig.pipeline.handle(.passcodeSync(oldPasscode: secret(AgentRig.passcode)), session: &s)) == .notAvailable)
+    }
+
     @Test func eraseAfterDestroysTheKeybagAndEveryItem() throws {
         let rig = try AgentRig()
         try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x")], secret: secret("s")))

@@ -359,3 +359,30 @@ final class Locked<T>: @unchecked Sendable {
         #expect(status.status == 0 && status.stdout.contains("passcode: no") && status.stdout.contains("items: 0"), "\(status)")
     }
 }
+
+/// A login password changed behind Coffer's back (issue #16 item 2): the new one passes PAM but not
+/// the keybag; the agent keeps it, status says so, `coffer passcode sync` with the previous one fixes it.
+@Suite struct PasscodeSyncTests {
+    @Test func aPasswordChangedOutsideCofferIsSyncedAndNothingIsLost() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "mail", "--account", "me", "--secret-stdin"], stdin: "still here").status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        // root's `passwd USER`: PAM now accepts only the new password.
+        let user = String(try String(contentsOfFile: agent.passdb, encoding: .utf8).prefix { $0 != ":" })
+        try "\(user):new horse:\(agent.pamService)\n".write(toFile: agent.passdb, atomically: true, encoding: .utf8)
+        var r = agent.cli(["unlock", "--passcode-stdin"], stdin: "new horse")
+        #expect(r.status == 5 && r.stderr.contains("coffer passcode sync"), "\(r)")
+        r = agent.cli(["status"])
+        #expect(r.stdout.contains("out of sync"), "\(r)")
+        #expect(agent.cli(["passcode", "sync", "--passcode-stdin"], stdin: "wrong horse").status == 5)
+        r = agent.cli(["passcode", "sync", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == 0, "\(r)\n\(agent.log)")
+        #expect(!agent.cli(["status"]).stdout.contains("out of sync"))
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "new horse").status == 0)
+        r = agent.cli(["get", "--service", "mail", "--account", "me"])
+        #expect(r.status == 0 && r.stdout == "still here", "\(r)")
+        #expect(agent.cli(["passcode", "sync", "--passcode-stdin"], stdin: AgentProcess.password).status == 7)
+    }
+}
