@@ -96,6 +96,37 @@ import Testing
         #expect(!agent.log.contains(pw) && !agent.log.contains("new secret"))
     }
 
+    /// The password changed behind Coffer's back (root's `passwd USER`), then a login: the login works,
+    /// the agent keeps the new password and says "out of sync"; `coffer passcode sync` with the previous
+    /// one re-wraps the keybag, and the next login unlocks it (issue #16 item 2).
+    @Test func aLoginAfterAPasswordChangedOutsideCofferThenSync() throws {
+        let agent = try AgentProcess(pamService: "coffer-login")
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        try Self.writeLoginService(dir: services, module: module, passdb: agent.passdb, moduleArgs: "socket=\(agent.socketPath)")
+        let old = AgentProcess.password
+        var r = Self.pamtester(serviceDir: services, ["authenticate", "open_session", "close_session"], input: "\(old)\n\(old)\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["add", "--service", "s", "--account", "a", "--secret-stdin"], stdin: "v").status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        // passwd behind Coffer's back.
+        try "\(currentUser):changed by root:coffer-login\n".write(toFile: agent.passdb, atomically: true, encoding: .utf8)
+        r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "changed by root\nchanged by root\n")
+        #expect(r.status == 0, "the login itself must not fail: \(r)")
+        var status = agent.cli(["status"]).stdout
+        #expect(status.contains("state: locked") && status.contains("out of sync"), "\(status)\n\(agent.log)")
+        #expect(agent.cli(["passcode", "sync", "--passcode-stdin"], stdin: old).status == 0, "\(agent.log)")
+        #expect(agent.cli(["lock"]).status == 0)
+        r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "changed by root\nchanged by root\n")
+        #expect(r.status == 0, "\(r)")
+        status = agent.cli(["status"]).stdout
+        #expect(status.contains("state: unlocked") && !status.contains("out of sync"), "\(status)")
+        #expect(agent.cli(["get", "--service", "s", "--account", "a"]).stdout == "v")
+        #expect(!agent.log.contains("changed by root") && !agent.log.contains(old))
+    }
+
     @Test func loginSucceedsWhenNoAgentIsReachable() throws {
         let tmp = TemporaryDirectory("coffer-pam")
         let module = try Self.buildModule(into: tmp)
