@@ -91,6 +91,10 @@ final class Pipeline: Sendable {
             return .ok
         case .bio(let operation, let name):
             return try bio(operation, name, &session, channel)
+        case .removePasscode(let current):
+            try audited(session.caller, "remove-passcode") { () throws(SecError) in try unlocking.removePasscode(current: current) }
+            schedule.didUnlock()
+            return .ok
         case .passcodeSync(nil):
             return .count(unlocking.isOutOfSync ? 1 : 0)
         case .passcodeSync(let old?):

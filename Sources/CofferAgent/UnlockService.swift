@@ -185,6 +185,24 @@ final class UnlockService: Sendable {
         logger.info("unlocked")
     }
 
+    /// `coffer passcode remove`: the current passcode passes PAM and opens the keybag; then
+    /// WhenPasscodeSetThisDeviceOnly items are deleted and everything else is re-sealed under the device key.
+    func removePasscode(current: SecureBytes) throws(SecError) {
+        guard keychain.status.passcodeSet else { throw .notAvailable("no passcode is set") }
+        guard current.count > 0 else { throw .authFailed("the current passcode is required") }
+        try attempt { () throws(SecError) in
+            do {
+                try verifier.verify(user: userName, passcode: current)
+            } catch {
+                logger.notice("PAM refused the passcode", metadata: ["pam": "\(error)"])
+                throw .authFailed("authentication failed")
+            }
+            try keychain.removePasscode(current: current)
+        }
+        keychain.logMigrations(to: logger)
+        logger.notice("passcode removed: WhenPasscodeSet items deleted, the other keys now wrapped by the device key")
+    }
+
     /// `coffer passcode sync`: re-wraps the keybag (a passcode change, with its key rotation) from
     /// `oldPasscode` to the login password PAM accepted at the unlock that found them out of sync.
     func sync(oldPasscode: SecureBytes) throws(SecError) {

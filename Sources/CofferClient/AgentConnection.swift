@@ -180,6 +180,9 @@ public final class AgentConnection {
         return l
     }
 
+    /// Removes the passcode (WhenPasscodeSetThisDeviceOnly items are deleted for good).
+    public func removePasscode(current: SecureBytes) throws(SecError) { try expectOK(.removePasscode(current: current)) }
+
     /// True if the login password changed outside Coffer and the keybag still has the old one.
     public func isPasscodeOutOfSync() throws(SecError) -> Bool {
         let r = try roundTrip(.passcodeSync(oldPasscode: nil))

@@ -234,6 +234,35 @@ package final class Keybag: Sendable {
         }
     }
 
+    /// Removes the passcode (`current` must be right): a rekey to device-key wrapping with fresh keys for
+    /// every class a passcode protected, except WhenPasscodeSetThisDeviceOnly, whose keys are destroyed
+    /// (`reseal` deletes its items: cryptographically unrecoverable, as the seeds say). Crash-safe like
+    /// a change: a crash leaves the rekey pending, finished at the next open. Leaves the keybag unlocked
+    /// (without a passcode it always is).
+    package func removePasscode(current: SecureBytes, reseal: Reseal? = nil) throws(SecError) {
+        let deviceKey = deviceKeyCopy()
+        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode) }
+        guard let old = snapshot.passcode else { throw .notAvailable("no passcode is set") }
+        guard current.count > 0 else { throw .authFailed("the current passcode is required") }
+        let oldKey = try PasscodeKDF.derive(passcode: current, salt: old.salt, parameters: old.parameters, deviceKey: deviceKey)
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
+            do throws(SecError) {
+                _ = try s.openAll(passcodeKey: oldKey)
+            } catch {
+                throw error.status == .authFailed ? .authFailed("wrong current passcode") : error
+            }
+            var resealItems: Reseal = Self.noItems
+            if let reseal { resealItems = reseal }
+            if s.file.rekeyPending {
+                try s.rekey(newPasscode: s.file.passcode.map { ($0, oldKey) }, oldPasscodeKey: oldKey, reseal: resealItems)
+            }
+            try s.rekey(newPasscode: nil, oldPasscodeKey: oldKey, reseal: resealItems)
+            try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
+            s.lockState = .unlocked
+        }
+    }
+
     /// Sets the passcode (`current` nil when none is set) or changes it (`current` must be right).
     ///
     /// A rekey: fresh keys for every non-Always class (creating WhenPasscodeSetThisDeviceOnly's) and
@@ -394,6 +423,17 @@ package final class Keybag: Sendable {
                     out[slot] = .seal(key, slot: slot | previousFlag, wrapping: w, key: wrapKey(slot))
                 }
                 return out
+            }
+            if passcode == nil {
+                // No passcode (removed): WhenPasscodeSetThisDeviceOnly's keys are destroyed, not kept
+                // under the device key (their items are deleted by the reseal: unrecoverable).
+                for c in ProtectionClass.allCases where c.requiresPasscode {
+                    for slot in [Slot.classKey(c), Slot.metadataKey(c)] {
+                        current[slot] = nil
+                        previous[slot] = nil
+                        wipeSlot(slot)
+                    }
+                }
             }
             if !(file.rekeyPending && file.version == KeybagFile.currentVersion && file.passcode == passcode) {
                 // Step 1: rotate. The previous keys are those the items are sealed under now.

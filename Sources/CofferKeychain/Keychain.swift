@@ -130,6 +130,23 @@ public final class Keychain: Sendable {
         }
     }
 
+    /// Removes the passcode (`coffer passcode remove`; the agent checked it through PAM first): every
+    /// WhenPasscodeSetThisDeviceOnly item is deleted (its class key is destroyed: unrecoverable), every
+    /// other item is re-sealed under fresh keys the device key wraps, in one transaction (crash-safe
+    /// through the rekey mechanism). Items with an access control stay but cannot be opened while no
+    /// passcode is set (nobody can authenticate).
+    public func removePasscode(current: SecureBytes) throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let version = keybag.formatVersion
+            let store = s.store
+            var line: String? = nil
+            defer { if let line { s.migrations.append(line) } }
+            try keybag.removePasscode(current: current) { keys throws(SecError) in
+                line = try self.resealRows(store, keys, from: version)
+            }
+        }
+    }
+
     /// Number of items (all classes, locked or not).
     public func count() throws(SecError) -> Int { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.count() } }
 
@@ -601,7 +618,7 @@ public final class Keychain: Sendable {
     /// Idempotent: a row whose item key already unwraps under the new key is left alone.
     private func resealRows(_ store: ItemStore, _ keys: RekeyKeys, from keybagVersion: Int) throws(SecError) -> String {
         let t0 = Self.now()
-        var resealed = 0
+        var resealed = 0, deleted = 0
         // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
         // The Always rows need nothing: their keys do not rotate, and `migrateAtOpen` re-padded them.
         try store.transaction { () throws(SecError) in
@@ -609,11 +626,18 @@ public final class Keychain: Sendable {
             for (i, (id, pclass)) in rows.enumerated() {
                 if i == rows.count / 2 { CrashPoint.hit("rekey-reseal-half") }
                 guard let p = ProtectionClass(rawValue: pclass), p.availability != .always else { continue }
+                if p.requiresPasscode && keys.classKey(p, previous: false) == nil {
+                    // The passcode was removed: its class key is gone, and so is the item.
+                    try store.delete(id: id)
+                    deleted += 1
+                    continue
+                }
                 guard let row = try store.row(id: id) else { continue }
                 if try resealRow(store, row, p, keys) { resealed += 1 }
             }
         }
-        return ("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed in \(Int((Self.now() - t0) * 1000)) ms")
+        return ("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed"
+            + (deleted > 0 ? ", \(deleted) WhenPasscodeSet items deleted (passcode removed)" : "") + " in \(Int((Self.now() - t0) * 1000)) ms")
     }
 
     private func resealRow(_ store: ItemStore, _ row: StoredRow, _ p: ProtectionClass, _ keys: RekeyKeys) throws(SecError) -> Bool {

@@ -180,6 +180,8 @@ public enum AgentRequest: Sendable {
     /// PASSCODE_SYNC: with nil, ask whether the keybag passcode and the login password differ (COUNT
     /// 1 or 0); with the old passcode, re-wrap the keybag under the login password (OK).
     case passcodeSync(oldPasscode: SecureBytes?)
+    /// REMOVE_PASSCODE: removes the passcode given the current one (WhenPasscodeSet items are deleted).
+    case removePasscode(current: SecureBytes)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -187,6 +189,7 @@ public enum AgentRequest: Sendable {
         case .unlock, .setPasscode, .add, .authorize: true
         case .authOptions(let o): o.passcode != nil || o.applicationPassword != nil
         case .passcodeSync(let p): p != nil
+        case .removePasscode: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
         default: false
@@ -235,6 +238,10 @@ public enum AgentRequest: Sendable {
         case .bio(let op, let name):
             var f = FrameBuilder(type: .bio, requestID: requestID, payloadCapacity: 3 + name.utf8.count)
             f.w.u8(op.rawValue); f.w.shortString(name)
+            return f.finish()
+        case .removePasscode(let current):
+            var f = FrameBuilder(type: .removePasscode, requestID: requestID, payloadCapacity: 4 + current.count)
+            f.secret(current)
             return f.finish()
         case .passcodeSync(let old):
             var f = FrameBuilder(type: .passcodeSync, requestID: requestID, payloadCapacity: 5 + (old?.count ?? 0))
@@ -330,6 +337,8 @@ public enum AgentRequest: Sendable {
         case .laCanEvaluate:
             guard let p = LAPolicy(rawValue: try r.u8("policy")) else { throw ProtocolError("unknown policy") }
             request = .laCanEvaluate(p)
+        case .removePasscode:
+            request = .removePasscode(current: try r.secret("current passcode"))
         case .passcodeSync:
             switch try r.u8("operation") {
             case 0: request = .passcodeSync(oldPasscode: nil)

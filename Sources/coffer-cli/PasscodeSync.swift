@@ -27,3 +27,24 @@ struct PasscodeSync: ParsableCommand {
         }
     }
 }
+
+/// `coffer passcode remove`.
+struct PasscodeRemove: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove",
+        abstract: "Remove the passcode: reads the current one. WhenPasscodeSet items are deleted for good.",
+        discussion: """
+            Without a passcode nothing protects the keys: every class is wrapped by the device key alone and the \
+            keybag is always unlocked. Items of the when-passcode-set-this-device-only class are deleted (their key \
+            is destroyed: they cannot be recovered), and items with an access control cannot be opened until a \
+            passcode is set again.
+            """)
+    @OptionGroup var connect: Connect
+    @OptionGroup var passcode: PasscodeSource
+
+    func run() throws {
+        try reporting { () throws(SecError) in
+            try connect.open().removePasscode(current: try passcode.read())
+        }
+    }
+}

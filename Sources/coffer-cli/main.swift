@@ -124,7 +124,7 @@ struct Lock: ParsableCommand {
 
 struct Passcode: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Set or change the keybag passcode.",
-                                                    subcommands: [Set.self, Change.self, PasscodeSync.self])
+                                                    subcommands: [Set.self, Change.self, PasscodeSync.self, PasscodeRemove.self])
 
     struct Set: ParsableCommand {
         static let configuration = CommandConfiguration(

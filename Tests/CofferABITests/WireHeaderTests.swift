@@ -23,7 +23,7 @@ import Testing
             (COFFER_MSG_WHOAMI, .whoami), (COFFER_MSG_AUTHORIZE, .authorize), (COFFER_MSG_WHOAMI_REPLY, .whoamiReply),
             (COFFER_MSG_AUTH_OPTIONS, .authOptions), (COFFER_MSG_AUTH_RESPONSE, .authResponse), (COFFER_MSG_LA_EVALUATE, .laEvaluate),
             (COFFER_MSG_LA_CAN_EVALUATE, .laCanEvaluate), (COFFER_MSG_AUTH_NEEDED, .authNeeded), (COFFER_MSG_AUTH_FEEDBACK, .authFeedback),
-            (COFFER_MSG_LA_RESULT, .laResult), (COFFER_MSG_BIO, .bio), (COFFER_MSG_PASSCODE_SYNC, .passcodeSync), (COFFER_MSG_BIO_STATUS, .bioStatus),
+            (COFFER_MSG_LA_RESULT, .laResult), (COFFER_MSG_BIO, .bio), (COFFER_MSG_PASSCODE_SYNC, .passcodeSync), (COFFER_MSG_REMOVE_PASSCODE, .removePasscode), (COFFER_MSG_BIO_STATUS, .bioStatus),
             (COFFER_MSG_OK, .ok), (COFFER_MSG_HELLO_REPLY, .helloReply), (COFFER_MSG_STATUS_REPLY, .statusReply),
             (COFFER_MSG_ITEMS, .items), (COFFER_MSG_COUNT, .count), (COFFER_MSG_ITEMS_PAGE, .itemsPage),
             (COFFER_MSG_EVENT, .event), (COFFER_MSG_ERROR, .error),

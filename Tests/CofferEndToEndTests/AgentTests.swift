@@ -385,4 +385,19 @@ final class Locked<T>: @unchecked Sendable {
         #expect(r.status == 0 && r.stdout == "still here", "\(r)")
         #expect(agent.cli(["passcode", "sync", "--passcode-stdin"], stdin: AgentProcess.password).status == 7)
     }
+
+    @Test func removingThePasscodeThroughTheCLI() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "gone", "--account", "me", "--accessible", "akpu", "--secret-stdin"], stdin: "x").status == 0)
+        #expect(agent.cli(["add", "--service", "kept", "--account", "me", "--secret-stdin"], stdin: "y").status == 0)
+        #expect(agent.cli(["passcode", "remove", "--passcode-stdin"], stdin: "wrong horse").status == 5)
+        #expect(agent.cli(["passcode", "remove", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
+        let s = agent.cli(["status"]).stdout
+        #expect(s.contains("passcode: not set") && s.contains("items: 1"), "\(s)")
+        #expect(agent.cli(["get", "--service", "kept", "--account", "me"]).stdout == "y")
+        #expect(agent.cli(["get", "--service", "gone", "--account", "me"]).status == 3)
+        #expect(agent.cli(["passcode", "remove", "--passcode-stdin"], stdin: AgentProcess.password).status == 7)
+        #expect(agent.cli(["lock"]).status == 7, "nothing to lock without a passcode")
+    }
 }

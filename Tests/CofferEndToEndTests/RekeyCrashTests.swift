@@ -94,6 +94,42 @@ import Testing
         expectAllItems(c4, "\(point), second restart")
     }
 
+    /// Removing the passcode (issue #16), killed at every step of its rekey, then restarted: either the
+    /// passcode is still set and unlocks with every item, or it is gone, the WhenPasscodeSet items are
+    /// gone with it and every other item reads without unlocking; never a keybag that opens nothing.
+    @Test(.enabled(if: crashPointsCompiledIn, "crash points exist only in debug builds"), arguments: points)
+    func killedPasscodeRemoval(at point: String) throws {
+        let a = try CrashableAgent()
+        try a.agent.start()
+        a.agent.setPasscode()
+        let c = try AgentConnection(path: a.agent.socketPath)
+        for (p, svc, s) in items() { try c.add(newPassword(svc, p.shortCode, s, p.shortCode)) }
+        a.arm(point)
+        try a.agent.restart()
+        let c2 = try AgentConnection(path: a.agent.socketPath)
+        #expect(status { try c2.removePasscode(current: secret(AgentProcess.password)) } != nil)
+        #expect(a.diedAtCrashPoint(), "cofferd did not stop at \(point):\n\(a.agent.log)")
+
+        a.arm("")
+        try a.agent.start()
+        let c3 = try AgentConnection(path: a.agent.socketPath)
+        if Self.beforeCommit.contains(point) {
+            #expect(try c3.status().passcodeSet, "\(point)")
+            #expect(status { try c3.unlock(passcode: secret(AgentProcess.password)) } == nil, "\(point): \(a.agent.log)")
+            expectAllItems(c3, point)
+        } else {
+            #expect(try !c3.status().passcodeSet && c3.status().lockState == .unlocked, "\(point): \(a.agent.log)")
+            for (p, svc, s) in items() {
+                let got = try? c3.copyMatching(password(svc, p.shortCode)).first?.data
+                if p.requiresPasscode {
+                    #expect(got == nil, "\(point): a WhenPasscodeSet item survived the removal")
+                } else {
+                    #expect(text(got) == s, "\(point): \(svc)/\(p.shortCode)")
+                }
+            }
+        }
+    }
+
     /// A v1 fixture (written by the Coffer before the format change) migrated by the first unlock (with a
     /// passcode) or at start-up (without), killed in the middle of it, then started and unlocked again:
     /// every item of its manifest reads.

@@ -189,4 +189,33 @@ import Testing
         #expect(text(try stolen.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
                 == "pin 1234", "only the password opens it")
     }
+
+    /// Removing the passcode (issue #16 item 3): WhenPasscodeSet items are deleted, the others are
+    /// re-keyed under the device key and stay readable (also after a restart, without unlocking), and
+    /// items with an access control stay but need a passcode nobody can give.
+    @Test func removingThePasscodeDeletesWhenPasscodeSetItemsAndKeepsTheRest() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.addPassword(service: "wpc", account: "me", secret: "gone", ["pdmn": .string("akpu")])
+        try f.addPassword(service: "wu", account: "me", secret: "kept1")
+        try f.addPassword(service: "afu", account: "me", secret: "kept2", ["pdmn": .string("ck")])
+        try f.addPassword(service: "always", account: "me", secret: "kept3", ["pdmn": .string("dk")])
+        try f.keychain.add(Self.item(Self.presence, service: "guarded"))
+        #expect(status { try f.keychain.removePasscode(current: secret("wrong")) } == .authFailed)
+        #expect(try f.password(service: "wpc", account: "me") == "gone", "a refused removal changed something")
+        try f.keychain.removePasscode(current: secret("pw"))
+        #expect(!f.keychain.status.passcodeSet)
+        #expect(try f.keychain.count() == 4)
+        #expect(status { try f.password(service: "wpc", account: "me") } == .itemNotFound)
+        try f.reboot()
+        #expect(f.keychain.status.lockState == .unlocked, "no passcode: always unlocked")
+        #expect(try f.password(service: "wu", account: "me") == "kept1")
+        #expect(try f.password(service: "afu", account: "me") == "kept2")
+        #expect(try f.password(service: "always", account: "me") == "kept3")
+        #expect(status { try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("guarded")], returnData: true)) }
+                == .interactionNotAllowed)
+        // A passcode can be set again; the guarded item then opens with it.
+        try f.keychain.setPasscode(current: nil, new: secret("pw2"), kdf: testKDF)
+        #expect(text(try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("guarded")], returnData: true),
+                                                  authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
+    }
 }
