@@ -91,6 +91,23 @@ final class Pipeline: Sendable {
             return .ok
         case .bio(let operation, let name):
             return try bio(operation, name, &session, channel)
+        case .escrowCreate:
+            // An escrow opens everything without the person later: making one needs the person now.
+            return try audited(session.caller, "escrow-create") { () throws(SecError) -> AgentResponse in
+                _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
+                                                what: "create an escrow record (it unlocks this keychain without you)")
+                let secret = try keychain.createEscrow()
+                logger.notice("escrow record created", metadata: ["caller": "\(session.caller)"])
+                return .escrowSecret(secret)
+            }
+        case .escrowUnlock(let secret):
+            try audited(session.caller, "escrow-unlock") { () throws(SecError) in try unlocking.unlock(escrowSecret: secret) }
+            schedule.didUnlock()
+            return .ok
+        case .escrowRevoke(let passcode):
+            try audited(session.caller, "escrow-revoke") { () throws(SecError) in try unlocking.revokeEscrow(passcode: passcode) }
+            schedule.didUnlock()
+            return .ok
         case .removePasscode(let current):
             try audited(session.caller, "remove-passcode") { () throws(SecError) in try unlocking.removePasscode(current: current) }
             schedule.didUnlock()

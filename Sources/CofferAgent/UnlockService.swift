@@ -203,6 +203,22 @@ final class UnlockService: Sendable {
         logger.notice("passcode removed: WhenPasscodeSet items deleted, the other keys now wrapped by the device key")
     }
 
+    /// `coffer escrow unlock`: the escrow secret opens the keybag (counted like a passcode: a wrong
+    /// secret is a failed attempt, though guessing 256 bits is hopeless anyway).
+    func unlock(escrowSecret: SecureBytes) throws(SecError) {
+        try attempt { () throws(SecError) in try keychain.unlock(escrowSecret: escrowSecret) }
+        logger.notice("unlocked with the escrow record")
+    }
+
+    /// `coffer escrow revoke`: the record is deleted and the keys rotated (a passcode change to the same
+    /// passcode, checked by PAM), so a copy of the record opens nothing.
+    func revokeEscrow(passcode: SecureBytes) throws(SecError) {
+        guard keychain.status.passcodeSet else { throw .notAvailable("no passcode is set") }
+        try setPasscode(current: passcode, new: passcode)
+        keychain.deleteEscrow()
+        logger.notice("escrow record revoked; keys rotated")
+    }
+
     /// `coffer passcode sync`: re-wraps the keybag (a passcode change, with its key rotation) from
     /// `oldPasscode` to the login password PAM accepted at the unlock that found them out of sync.
     func sync(oldPasscode: SecureBytes) throws(SecError) {

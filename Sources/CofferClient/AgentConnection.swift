@@ -180,6 +180,19 @@ public final class AgentConnection {
         return l
     }
 
+    /// Creates an escrow record (the delegate asks the person for the passcode) and returns its secret.
+    public func createEscrow() throws(SecError) -> SecureBytes {
+        let r = try roundTrip(.escrowCreate)
+        guard case .escrowSecret(let s) = r else { throw unexpected(r) }
+        return s
+    }
+
+    /// Unlocks with an escrow secret.
+    public func unlock(escrowSecret: SecureBytes) throws(SecError) { try expectOK(.escrowUnlock(secret: escrowSecret)) }
+
+    /// Deletes the escrow record and rotates the keys (the passcode, checked by PAM).
+    public func revokeEscrow(passcode: SecureBytes) throws(SecError) { try expectOK(.escrowRevoke(passcode: passcode)) }
+
     /// Removes the passcode (WhenPasscodeSetThisDeviceOnly items are deleted for good).
     public func removePasscode(current: SecureBytes) throws(SecError) { try expectOK(.removePasscode(current: current)) }
 

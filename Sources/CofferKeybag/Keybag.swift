@@ -223,6 +223,48 @@ package final class Keybag: Sendable {
         }
     }
 
+    // MARK: Escrow
+
+    /// The keys a passcode protects (every non-Always class, its metadata key, the tier-P index key) and
+    /// the keybag generation they belong to: what an escrow record holds. Only while unlocked (every
+    /// such key in memory); errSecInteractionNotAllowed otherwise, errSecNotAvailable without a passcode.
+    package func escrowKeys() throws(SecError) -> (generation: UInt64, keys: [(slot: Int, key: SecureBytes)]) {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.file.passcodeSet else { throw .notAvailable("no passcode is set: nothing needs an escrow") }
+            guard s.lockState == .unlocked else { throw .interactionNotAllowed("unlock first: an escrow holds the keys an unlock opens") }
+            var out: [(slot: Int, key: SecureBytes)] = []
+            for (slot, entry) in s.file.entries.sorted(by: { $0.key < $1.key }) where entry.wrapping == .passcode {
+                guard s.isAvailable(slot) else { throw .interactionNotAllowed("a key is not in memory; unlock first") }
+                out.append((slot, unsafe SecureBytes(copying: s.slotBytes(slot))))
+            }
+            return (s.file.generation, out)
+        }
+    }
+
+    /// Unlocks with the keys of an escrow record made for keybag generation `generation` (its AEAD,
+    /// under a key only the escrow secret and the device key give, vouches for them): stale after any
+    /// passcode change, removal or rekey (errSecAuthFailed).
+    package func unlock(escrowed keys: [(slot: Int, key: SecureBytes)], generation: UInt64) throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.file.passcodeSet, !s.file.rekeyPending, s.file.generation == generation else {
+                throw .authFailed("the escrow record is stale (the keys changed since it was made): create a new one")
+            }
+            let expected = Set(s.file.entries.filter { $0.value.wrapping == .passcode }.map(\.key))
+            guard Set(keys.map(\.slot)) == expected, keys.allSatisfy({ $0.key.count == Keybag.keyBytes }) else {
+                throw .decode("the escrow record does not hold this keybag's keys")
+            }
+            try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
+            for (slot, key) in keys { s.setSlot(slot, key) }
+            s.lockState = .unlocked
+        }
+    }
+
+    /// A copy of the device key (for escrow records: they only open on this device).
+    package func withDeviceKey<R>(_ body: (UnsafeRawBufferPointer) throws(SecError) -> R) throws(SecError) -> R {
+        let k = deviceKeyCopy()
+        return unsafe try k.withUnsafeBytes { (b) throws(SecError) -> R in unsafe try body(b) }
+    }
+
     /// Destroys the keybag: every unwrapped key is wiped and the keybag files are deleted, so every
     /// item sealed under it is unrecoverable (a cryptographic erase; the device key stays). This
     /// object is then locked for good: a new keybag appears only when the directory is opened again.
@@ -230,7 +272,7 @@ package final class Keybag: Sendable {
         guarded.withLock { s in
             s.wipeArena()
             s.lockState = .locked
-            for path in [s.paths.key, s.paths.keybag, s.paths.next] { unlink(path) }
+            for path in [s.paths.key, s.paths.keybag, s.paths.next] { unsafe unlink(path) }
         }
     }
 

@@ -31,6 +31,8 @@ public final class Keychain: Sendable {
 
     /// Argon2id settings for new application-password items.
     private let appPasswordKDF: ItemCrypto.AppPasswordKDF
+    /// The directory the keychain lives in (the escrow record is kept there).
+    let stateDirectory: String
 
     /// File names inside the state directory.
     public enum FileNames {
@@ -45,6 +47,7 @@ public final class Keychain: Sendable {
     public init(directory: String, deviceKey: DeviceKeySource? = nil,
                 applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20)) throws(SecError) {
         appPasswordKDF = ItemCrypto.AppPasswordKDF(opsLimit: applicationPasswordKDF.opsLimit, memLimit: applicationPasswordKDF.memLimit)
+        stateDirectory = directory
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
         guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))

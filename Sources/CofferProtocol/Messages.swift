@@ -182,6 +182,11 @@ public enum AgentRequest: Sendable {
     case passcodeSync(oldPasscode: SecureBytes?)
     /// REMOVE_PASSCODE: removes the passcode given the current one (WhenPasscodeSet items are deleted).
     case removePasscode(current: SecureBytes)
+    /// ESCROW create (the person authenticates; reply ESCROW_SECRET), unlock with the secret, or
+    /// revoke with the passcode (OK).
+    case escrowCreate
+    case escrowUnlock(secret: SecureBytes)
+    case escrowRevoke(passcode: SecureBytes)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -189,7 +194,7 @@ public enum AgentRequest: Sendable {
         case .unlock, .setPasscode, .add, .authorize: true
         case .authOptions(let o): o.passcode != nil || o.applicationPassword != nil
         case .passcodeSync(let p): p != nil
-        case .removePasscode: true
+        case .removePasscode, .escrowUnlock, .escrowRevoke: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
         default: false
@@ -242,6 +247,18 @@ public enum AgentRequest: Sendable {
         case .removePasscode(let current):
             var f = FrameBuilder(type: .removePasscode, requestID: requestID, payloadCapacity: 4 + current.count)
             f.secret(current)
+            return f.finish()
+        case .escrowCreate:
+            var f = FrameBuilder(type: .escrow, requestID: requestID, payloadCapacity: 1)
+            f.w.u8(1)
+            return f.finish()
+        case .escrowUnlock(let secret):
+            var f = FrameBuilder(type: .escrow, requestID: requestID, payloadCapacity: 5 + secret.count)
+            f.w.u8(2); f.secret(secret)
+            return f.finish()
+        case .escrowRevoke(let passcode):
+            var f = FrameBuilder(type: .escrow, requestID: requestID, payloadCapacity: 5 + passcode.count)
+            f.w.u8(3); f.secret(passcode)
             return f.finish()
         case .passcodeSync(let old):
             var f = FrameBuilder(type: .passcodeSync, requestID: requestID, payloadCapacity: 5 + (old?.count ?? 0))
@@ -339,6 +356,13 @@ public enum AgentRequest: Sendable {
             request = .laCanEvaluate(p)
         case .removePasscode:
             request = .removePasscode(current: try r.secret("current passcode"))
+        case .escrow:
+            switch try r.u8("operation") {
+            case 1: request = .escrowCreate
+            case 2: request = .escrowUnlock(secret: try r.secret("escrow secret"))
+            case 3: request = .escrowRevoke(passcode: try r.secret("passcode"))
+            default: throw ProtocolError("unknown ESCROW operation")
+            }
         case .passcodeSync:
             switch try r.u8("operation") {
             case 0: request = .passcodeSync(oldPasscode: nil)
@@ -387,7 +411,7 @@ public enum AgentRequest: Sendable {
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .laResult,
-             .bioStatus, .event, .error:
+             .bioStatus, .escrowSecret, .event, .error:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -419,6 +443,8 @@ public enum AgentResponse: Sendable {
     case laResult(LAResult)
     /// BIO_STATUS.
     case bioStatus(BioStatus)
+    /// ESCROW_SECRET: a new escrow record's secret (shown once; the agent keeps it nowhere).
+    case escrowSecret(SecureBytes)
     /// EVENT (request id 0).
     case event(LockEvent)
     /// ERROR with an OSStatus and a message.
@@ -427,6 +453,7 @@ public enum AgentResponse: Sendable {
     /// True if the encoded frame holds a secret (ITEMS with data).
     public var carriesSecret: Bool {
         switch self {
+        case .escrowSecret: return true
         case .items(let items), .itemsPage(let items, _): return items.contains { $0.data != nil }
         default: return false
         }
@@ -471,6 +498,10 @@ public enum AgentResponse: Sendable {
         case .laResult(let l):
             var f = FrameBuilder(type: .laResult, requestID: requestID, payloadCapacity: 11 + l.domainState.count + l.message.utf8.count)
             f.w.u32(UInt32(bitPattern: l.error?.rawValue ?? 0)); f.w.u8(l.biometryType); f.w.blob(l.domainState); f.w.shortString(l.message)
+            return f.finish()
+        case .escrowSecret(let secret):
+            var f = FrameBuilder(type: .escrowSecret, requestID: requestID, payloadCapacity: 4 + secret.count)
+            f.secret(secret)
             return f.finish()
         case .bioStatus(let b):
             var f = FrameBuilder(type: .bioStatus, requestID: requestID,
@@ -597,6 +628,8 @@ public enum AgentResponse: Sendable {
             guard type <= 1 else { throw ProtocolError("unknown biometry type") }
             let ds = try r.blob(max: AccessControl.maximumDomainStateBytes, "domain state")
             response = .laResult(LAResult(error: error, biometryType: type, domainState: ds, message: try r.sstr("message")))
+        case .escrowSecret:
+            response = .escrowSecret(try r.secret("escrow secret"))
         case .bioStatus:
             let name = try r.sstr("authenticator")
             let available = try r.u8("available")

@@ -400,4 +400,28 @@ final class Locked<T>: @unchecked Sendable {
         #expect(agent.cli(["passcode", "remove", "--passcode-stdin"], stdin: AgentProcess.password).status == 7)
         #expect(agent.cli(["lock"]).status == 7, "nothing to lock without a passcode")
     }
+
+    /// `coffer escrow`: a headless server's unlock after a restart; revoke makes the secret useless.
+    @Test func escrowUnlocksAfterARestartUntilRevoked() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "db", "--account", "app", "--accessible", "after-first-unlock", "--secret-stdin"], stdin: "dbpw").status == 0)
+        // Making one needs the person (no terminal here: the passcode in advance).
+        #expect(agent.cli(["escrow", "create"]).status == 6)
+        let created = agent.cli(["escrow", "create", "--auth-passcode-fd", "0"], stdin: AgentProcess.password)
+        #expect(created.status == 0 && created.stdout.count == 64 && created.stdout.allSatisfy(\.isHexDigit), "\(created)")
+        let escrowSecret = created.stdout
+        #expect(!agent.log.contains(escrowSecret), "the secret was logged")
+        try agent.restart()
+        #expect(agent.cli(["get", "--service", "db", "--account", "app"]).status == 6)
+        #expect(agent.cli(["escrow", "unlock", "--secret-stdin"], stdin: String(repeating: "0", count: 64)).status == 5)
+        #expect(agent.cli(["escrow", "unlock", "--secret-stdin"], stdin: escrowSecret).status == 0, "\(agent.log)")
+        #expect(agent.cli(["get", "--service", "db", "--account", "app"]).stdout == "dbpw")
+        // Revoked: the record is gone and the keys rotated.
+        #expect(agent.cli(["escrow", "revoke", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
+        try agent.restart()
+        #expect(agent.cli(["escrow", "unlock", "--secret-stdin"], stdin: escrowSecret).status == 3)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(agent.cli(["get", "--service", "db", "--account", "app"]).stdout == "dbpw")
+    }
 }

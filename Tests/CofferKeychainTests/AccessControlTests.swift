@@ -219,3 +219,46 @@ import Testing
                                                   authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
     }
 }
+
+/// The escrow keybag (issue #16 item 6).
+@Suite struct EscrowTests {
+    @Test func anEscrowSecretUnlocksAfterARestartOnThisDeviceOnlyUntilTheKeysChange() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.addPassword(service: "server", account: "db", secret: "s3", ["pdmn": .string("ck")])
+        try f.addPassword(service: "wu", account: "db", secret: "s4")
+        let secretBytes = try f.keychain.createEscrow()
+        #expect(f.keychain.hasEscrow && Files.mode(f.dir.file(Keychain.escrowFileName)) == 0o600)
+        try f.reboot()
+        #expect(f.keychain.status.lockState == .boot)
+        #expect(status { try f.keychain.unlock(escrowSecret: secret(count: 32)) } == .authFailed)
+        try f.keychain.unlock(escrowSecret: secretBytes)
+        #expect(f.keychain.status.lockState == .unlocked)
+        #expect(try f.password(service: "server", account: "db") == "s3")
+        #expect(try f.password(service: "wu", account: "db") == "s4")
+        // On another device (another device key) the record opens nothing.
+        let other = TemporaryDirectory("coffer-escrow-other")
+        for name in ["keybag", "keybag.key", "keychain.db", Keychain.escrowFileName] {
+            writeFileBytes(other.file(name), fileBytes(f.dir.file(name)))
+            chmod(other.file(name), 0o600)
+        }
+        writeFileBytes(other.file("device.key"), Array(repeating: 7, count: 32))
+        chmod(other.file("device.key"), 0o600)
+        if let elsewhere = try? Keychain(directory: other.path) {
+            #expect(status { try elsewhere.unlock(escrowSecret: secretBytes) } != nil)
+        }
+        // A passcode change rotates the keys: the record is stale.
+        let copy = fileBytes(f.dir.file(Keychain.escrowFileName))
+        try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
+        try f.reboot()
+        #expect(status { try f.keychain.unlock(escrowSecret: secretBytes) } == .authFailed)
+        // Deleted: not found; a copy of the old record stays stale.
+        f.keychain.deleteEscrow()
+        #expect(status { try f.keychain.unlock(escrowSecret: secretBytes) } == .itemNotFound)
+        writeFileBytes(f.dir.file(Keychain.escrowFileName), copy)
+        #expect(status { try f.keychain.unlock(escrowSecret: secretBytes) } == .authFailed)
+        // Locked: no escrow can be made.
+        try f.keychain.unlock(passcode: secret("pw2"))
+        _ = f.keychain.lock()
+        #expect(status { _ = try f.keychain.createEscrow() } == .interactionNotAllowed)
+    }
+}
