@@ -1,4 +1,5 @@
 import CofferCrypto
+import CofferKeybag
 import CofferKeychain
 import CofferModel
 import CofferPolicy
@@ -23,6 +24,8 @@ final class Pipeline: Sendable {
     let idleLockSeconds: UInt32
     /// The policy stage: scopes, authorizations, the audit log.
     let gate: AccessGate
+    /// Argon2id settings for backup passwords.
+    var backupKDF: KDFParameters { unlocking.backupKDF }
     /// Authentication for items with access controls and LocalAuthentication.
     let authenticator: Authenticator
     private let clock: any MonotonicClock
@@ -91,6 +94,26 @@ final class Pipeline: Sendable {
             return .ok
         case .bio(let operation, let name):
             return try bio(operation, name, &session, channel)
+        case .backupCreate(let path, let password):
+            return try audited(session.caller, "backup-create") { () throws(SecError) -> AgentResponse in
+                _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
+                                                what: "write a backup of every item to \u{201C}\(TerminalSafeText.escaped(path))\u{201D}")
+                let (bytes, count) = try keychain.backup(password: password, kdf: backupKDF)
+                do { try Files.writeAtomically(path, bytes, mode: 0o600) } catch { throw SecError(.io, "cannot write the backup: \(error)") }
+                logger.notice("backup written", metadata: ["items": "\(count)", "caller": "\(session.caller)"])
+                return .backupSummary(added: UInt32(count), duplicates: 0, otherDevice: 0)
+            }
+        case .backupRestore(let path, let password, let dryRun):
+            return try audited(session.caller, dryRun ? "backup-check" : "backup-restore") { () throws(SecError) -> AgentResponse in
+                _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
+                                                what: dryRun ? "read the backup \u{201C}\(TerminalSafeText.escaped(path))\u{201D}"
+                                                    : "restore the backup \u{201C}\(TerminalSafeText.escaped(path))\u{201D} into this keychain")
+                let bytes: [UInt8]
+                do { bytes = try Files.read(path, maxBytes: 1 << 30) } catch { throw SecError(.io, "cannot read the backup: \(error)") }
+                let r = try keychain.restoreBackup(bytes, password: password, dryRun: dryRun)
+                if !dryRun { logger.notice("backup restored", metadata: ["added": "\(r.added)", "duplicates": "\(r.duplicates)"]) }
+                return .backupSummary(added: UInt32(r.added), duplicates: UInt32(r.duplicates), otherDevice: UInt32(r.otherDevice))
+            }
         case .escrowCreate:
             // An escrow opens everything without the person later: making one needs the person now.
             return try audited(session.caller, "escrow-create") { () throws(SecError) -> AgentResponse in

@@ -133,6 +133,13 @@ final class UnlockService: Sendable {
     /// Failed attempts in a row.
     var failures: Int { gate.withLock { $0.failures } }
 
+    /// Argon2id settings for backup passwords: the agent's own setting if fixed (tests), else
+    /// libsodium's moderate settings.
+    var backupKDF: KDFParameters {
+        if case .fixed(let p) = kdfPolicy { return p }
+        return KDFParameters(opsLimit: 3, memLimit: 256 << 20)
+    }
+
     /// The login password PAM accepted at an unlock the keybag refused: the password was changed
     /// outside Coffer (root's `passwd USER`, LDAP, a reset). Kept (secure memory, this process only)
     /// until `coffer passcode sync` re-wraps the keybag under it with the old passcode.

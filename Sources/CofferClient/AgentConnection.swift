@@ -180,6 +180,20 @@ public final class AgentConnection {
         return l
     }
 
+    /// Has the agent write a backup to `path` (absolute); returns how many items it holds.
+    public func createBackup(path: String, password: SecureBytes) throws(SecError) -> Int {
+        let r = try roundTrip(.backupCreate(path: path, password: password))
+        guard case .backupSummary(let n, _, _) = r else { throw unexpected(r) }
+        return Int(n)
+    }
+
+    /// Has the agent merge the backup at `path` (or, `dryRun`, only say what it would do).
+    public func restoreBackup(path: String, password: SecureBytes, dryRun: Bool) throws(SecError) -> (added: Int, duplicates: Int, otherDevice: Int) {
+        let r = try roundTrip(.backupRestore(path: path, password: password, dryRun: dryRun))
+        guard case .backupSummary(let a, let d, let o) = r else { throw unexpected(r) }
+        return (Int(a), Int(d), Int(o))
+    }
+
     /// Creates an escrow record (the delegate asks the person for the passcode) and returns its secret.
     public func createEscrow() throws(SecError) -> SecureBytes {
         let r = try roundTrip(.escrowCreate)

@@ -223,6 +223,48 @@ public final class Keychain: Sendable {
         }
     }
 
+    /// Restores items from a backup in one transaction (all of them or none): an item whose primary key
+    /// is already present is kept as it is and the backup's copy counted as a duplicate (the documented
+    /// policy). `dryRun` does the same work and rolls it back: what a restore would do, changing nothing.
+    public func restore(_ items: [NewItem], dryRun: Bool) throws(SecError) -> (added: Int, duplicates: Int) {
+        var prepared: [(NewItem, Attributes, ProtectionClass)] = []
+        for item in items {
+            try Validation.check(item.attributes, for: item.itemClass, writing: true)
+            let (attrs, protection) = try completed(item.attributes, .unrestricted)
+            prepared.append((item, attrs, protection))
+        }
+        return try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            var added = 0, duplicates = 0
+            do throws(SecError) {
+                try store.transaction { () throws(SecError) in
+                    for (item, attrs, protection) in prepared {
+                        let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
+                            try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
+                        }
+                        if try store.rowID(primaryKey: content.primaryKeyHash) != nil {
+                            duplicates += 1
+                            continue
+                        }
+                        do throws(SecError) {
+                            try checkNoDuplicate(store, otherTiers, except: nil)
+                        } catch {
+                            duplicates += 1
+                            continue
+                        }
+                        _ = try store.insert(content)
+                        added += 1
+                    }
+                    if dryRun { throw SecError(.userCanceled, "dry run") }
+                }
+            } catch {
+                // A dry run rolls back on purpose; anything else is a failure (nothing was written).
+                guard dryRun && error.status == .userCanceled && error.message == "dry run" else { throw error }
+            }
+            return (added, duplicates)
+        }
+    }
+
     /// Fills in the defaults an added item gets: protection, access group, sync, dates; checks the group is in scope.
     private func completed(_ given: Attributes, _ scope: AccessScope) throws(SecError) -> (Attributes, ProtectionClass) {
         var attrs = given

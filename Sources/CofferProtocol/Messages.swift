@@ -187,6 +187,11 @@ public enum AgentRequest: Sendable {
     case escrowCreate
     case escrowUnlock(secret: SecureBytes)
     case escrowRevoke(passcode: SecureBytes)
+    /// BACKUP: the agent writes a backup of every eligible item to `path` (absolute) under `password`
+    /// (`create`), or merges the backup at `path` (`restore`, `dryRun`: report only). The person
+    /// authenticates first (the Authentication conversation).
+    case backupCreate(path: String, password: SecureBytes)
+    case backupRestore(path: String, password: SecureBytes, dryRun: Bool)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -194,7 +199,7 @@ public enum AgentRequest: Sendable {
         case .unlock, .setPasscode, .add, .authorize: true
         case .authOptions(let o): o.passcode != nil || o.applicationPassword != nil
         case .passcodeSync(let p): p != nil
-        case .removePasscode, .escrowUnlock, .escrowRevoke: true
+        case .removePasscode, .escrowUnlock, .escrowRevoke, .backupCreate, .backupRestore: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
         default: false
@@ -247,6 +252,14 @@ public enum AgentRequest: Sendable {
         case .removePasscode(let current):
             var f = FrameBuilder(type: .removePasscode, requestID: requestID, payloadCapacity: 4 + current.count)
             f.secret(current)
+            return f.finish()
+        case .backupCreate(let path, let password):
+            var f = FrameBuilder(type: .backup, requestID: requestID, payloadCapacity: 7 + path.utf8.count + password.count)
+            f.w.u8(1); f.w.shortString(path); f.secret(password)
+            return f.finish()
+        case .backupRestore(let path, let password, let dry):
+            var f = FrameBuilder(type: .backup, requestID: requestID, payloadCapacity: 7 + path.utf8.count + password.count)
+            f.w.u8(dry ? 3 : 2); f.w.shortString(path); f.secret(password)
             return f.finish()
         case .escrowCreate:
             var f = FrameBuilder(type: .escrow, requestID: requestID, payloadCapacity: 1)
@@ -356,6 +369,13 @@ public enum AgentRequest: Sendable {
             request = .laCanEvaluate(p)
         case .removePasscode:
             request = .removePasscode(current: try r.secret("current passcode"))
+        case .backup:
+            let op = try r.u8("operation")
+            guard (1...3).contains(op) else { throw ProtocolError("unknown BACKUP operation") }
+            let path = try r.sstr("path")
+            guard path.hasPrefix("/"), path.utf8.count <= 4096, !path.utf8.contains(0) else { throw ProtocolError("the backup path must be absolute") }
+            let password = try r.secret("backup password")
+            request = op == 1 ? .backupCreate(path: path, password: password) : .backupRestore(path: path, password: password, dryRun: op == 3)
         case .escrow:
             switch try r.u8("operation") {
             case 1: request = .escrowCreate
@@ -411,7 +431,7 @@ public enum AgentRequest: Sendable {
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .laResult,
-             .bioStatus, .escrowSecret, .event, .error:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -445,6 +465,9 @@ public enum AgentResponse: Sendable {
     case bioStatus(BioStatus)
     /// ESCROW_SECRET: a new escrow record's secret (shown once; the agent keeps it nowhere).
     case escrowSecret(SecureBytes)
+    /// BACKUP_SUMMARY: items written (create: `added` only), or added / duplicates kept / skipped
+    /// as another device's (restore).
+    case backupSummary(added: UInt32, duplicates: UInt32, otherDevice: UInt32)
     /// EVENT (request id 0).
     case event(LockEvent)
     /// ERROR with an OSStatus and a message.
@@ -498,6 +521,10 @@ public enum AgentResponse: Sendable {
         case .laResult(let l):
             var f = FrameBuilder(type: .laResult, requestID: requestID, payloadCapacity: 11 + l.domainState.count + l.message.utf8.count)
             f.w.u32(UInt32(bitPattern: l.error?.rawValue ?? 0)); f.w.u8(l.biometryType); f.w.blob(l.domainState); f.w.shortString(l.message)
+            return f.finish()
+        case .backupSummary(let a, let d, let o):
+            var f = FrameBuilder(type: .backupSummary, requestID: requestID, payloadCapacity: 12)
+            f.w.u32(a); f.w.u32(d); f.w.u32(o)
             return f.finish()
         case .escrowSecret(let secret):
             var f = FrameBuilder(type: .escrowSecret, requestID: requestID, payloadCapacity: 4 + secret.count)
@@ -630,6 +657,8 @@ public enum AgentResponse: Sendable {
             response = .laResult(LAResult(error: error, biometryType: type, domainState: ds, message: try r.sstr("message")))
         case .escrowSecret:
             response = .escrowSecret(try r.secret("escrow secret"))
+        case .backupSummary:
+            response = .backupSummary(added: try r.u32("added"), duplicates: try r.u32("duplicates"), otherDevice: try r.u32("other device"))
         case .bioStatus:
             let name = try r.sstr("authenticator")
             let available = try r.u8("available")

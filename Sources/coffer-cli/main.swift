@@ -66,7 +66,7 @@ struct Coffer: ParsableCommand {
             (see the README).
             """,
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, WhoAmI.self,
-                      LocalAuthentication.self, Biometry.self, Escrow.self, ManifestCommand.self, AuditCommand.self])
+                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self])
 }
 
 struct Status: ParsableCommand {

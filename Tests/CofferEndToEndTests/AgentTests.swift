@@ -424,4 +424,37 @@ final class Locked<T>: @unchecked Sendable {
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
         #expect(agent.cli(["get", "--service", "db", "--account", "app"]).stdout == "dbpw")
     }
+
+    /// `coffer backup create|restore` through the agents: the person's passcode, the backup password on
+    /// another descriptor; restored on another machine (another agent, another device key).
+    @Test func backupThroughTheCLIOntoAnotherMachine() throws {
+        let a = try AgentProcess(), b = try AgentProcess()
+        a.setPasscode()
+        b.setPasscode()
+        #expect(a.cli(["add", "--service", "mail", "--account", "me", "--secret-stdin"], stdin: "m1").status == 0)
+        #expect(a.cli(["add", "--service", "vpn", "--account", "me", "--accessible", "aku", "--secret-stdin"], stdin: "v1").status == 0)
+        let files = TemporaryDirectory("coffer-backup-cli")
+        try "backup pw".write(toFile: files.file("pw"), atomically: true, encoding: .utf8)
+        try "wrong pw".write(toFile: files.file("wrong"), atomically: true, encoding: .utf8)
+        let coffer = Binaries.coffer, pw = AgentProcess.password
+        func run(_ agent: AgentProcess, _ args: String) -> CLIResult {
+            runShell("printf '%s' '\(pw)' | '\(coffer)' \(args) --auth-passcode-fd 0", socket: agent.socketPath)
+        }
+        // Without the person, no backup.
+        #expect(runShell("'\(coffer)' backup create --out '\(files.file("x.cfbu"))' --password-fd 3 3<'\(files.file("pw"))'", socket: a.socketPath).status == 6)
+        var r = run(a, "backup create --out '\(files.file("keys.cfbu"))' --password-fd 3 3<'\(files.file("pw"))'")
+        #expect(r.status == 0 && r.stderr.contains("backed up 2 items"), "\(r)\n\(a.log)")
+        #expect(Files.mode(files.file("keys.cfbu")) == 0o600)
+        r = run(b, "backup restore '\(files.file("keys.cfbu"))' --password-fd 3 3<'\(files.file("wrong"))'")
+        #expect(r.status == 5, "\(r)")
+        r = run(b, "backup restore '\(files.file("keys.cfbu"))' --password-fd 3 --dry-run 3<'\(files.file("pw"))'")
+        #expect(r.status == 0 && r.stdout.contains("would add: 1") && r.stdout.contains("another device's): 1"), "\(r)")
+        #expect(b.cli(["get", "--service", "mail", "--account", "me"]).status == 3, "a dry run restored something")
+        r = run(b, "backup restore '\(files.file("keys.cfbu"))' --password-fd 3 3<'\(files.file("pw"))'")
+        #expect(r.status == 0 && r.stdout.contains("added: 1"), "\(r)")
+        #expect(b.cli(["get", "--service", "mail", "--account", "me"]).stdout == "m1")
+        #expect(b.cli(["get", "--service", "vpn", "--account", "me"]).status == 3, "a this-device-only item crossed machines")
+        let audit = try String(contentsOfFile: b.stateDir + "/audit.log", encoding: .utf8)
+        #expect(audit.contains("backup-restore") && !audit.contains("m1"))
+    }
 }

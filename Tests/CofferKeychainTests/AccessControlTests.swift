@@ -1,4 +1,5 @@
 import CofferCrypto
+import CofferKeybag
 import CofferKeychain
 import CofferModel
 import CofferSystem
@@ -260,5 +261,68 @@ import Testing
         try f.keychain.unlock(passcode: secret("pw2"))
         _ = f.keychain.lock()
         #expect(status { _ = try f.keychain.createEscrow() } == .interactionNotAllowed)
+    }
+}
+
+/// Backups (issue #16 item 5).
+@Suite struct BackupTests {
+    static let kdf = KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory))
+
+    static func filled() throws -> Fixture {
+        let f = try Fixture(passcode: "pw")
+        try f.addPassword(service: "mail", account: "me", secret: "m1")
+        try f.addPassword(service: "vpn", account: "me", secret: "v1", ["pdmn": .string("cku")])   // this device only
+        try f.addPassword(service: "boot", account: "me", secret: "b1", ["pdmn": .string("dk")])
+        try f.addPassword(service: "pin", account: "me", secret: "p1", ["pdmn": .string("akpu")])  // never backed up
+        try f.keychain.add(AccessControlKeychainTests.item(AccessControlKeychainTests.presence, service: "guarded")) // never backed up
+        return f
+    }
+
+    @Test func aRoundTripOnThisDeviceAndOnAnother() throws {
+        let f = try Self.filled()
+        let (bytes, count) = try f.keychain.backup(password: secret("backup pw"), kdf: Self.kdf)
+        #expect(count == 3)
+        #expect(!containsSubsequence(bytes, Array("mail".utf8)) && !containsSubsequence(bytes, Array("vpn".utf8)), "attributes in the clear")
+        // Restored into the same keychain: everything is already there.
+        var r = try f.keychain.restoreBackup(bytes, password: secret("backup pw"), dryRun: false)
+        #expect(r == Keychain.RestoreSummary(added: 0, duplicates: 3, otherDevice: 0))
+        // Same device (same device key), a fresh keychain: all three back.
+        let same = TemporaryDirectory("coffer-restore-same")
+        writeFileBytes(same.file("device.key"), fileBytes(f.dir.file("device.key")))
+        chmod(same.file("device.key"), 0o600)
+        let kc = try Keychain(directory: same.path)
+        r = try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: true)
+        let afterDryRun = try kc.count()
+        #expect(r == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0) && afterDryRun == 0, "a dry run changed something")
+        r = try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: false)
+        #expect(r == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
+        for (svc, s) in [("mail", "m1"), ("vpn", "v1"), ("boot", "b1")] {
+            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true))
+            #expect(text(got.first?.data) == s, "\(svc)")
+        }
+        // Another device (another device key): the ThisDeviceOnly item stays behind.
+        let other = TemporaryDirectory("coffer-restore-other")
+        let kc2 = try Keychain(directory: other.path)
+        r = try kc2.restoreBackup(bytes, password: secret("backup pw"), dryRun: false)
+        #expect(r == Keychain.RestoreSummary(added: 2, duplicates: 0, otherDevice: 1))
+    }
+
+    @Test func aWrongPasswordOrADamagedFileChangesNothing() throws {
+        let f = try Self.filled()
+        let (bytes, _) = try f.keychain.backup(password: secret("backup pw"), kdf: Self.kdf)
+        let target = TemporaryDirectory("coffer-restore-bad")
+        let kc = try Keychain(directory: target.path)
+        try kc.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mine")], secret: secret("x")))
+        kc.checkpoint()
+        let before = ["keychain.db", "keychain.db-wal"].map { fileBytes(target.file($0)) }
+        #expect(status { try kc.restoreBackup(bytes, password: secret("wrong"), dryRun: false) } == .authFailed)
+        var flipped = bytes
+        flipped[flipped.count / 2] ^= 1
+        #expect(status { try kc.restoreBackup(flipped, password: secret("backup pw"), dryRun: false) } == .authFailed)
+        #expect(status { try kc.restoreBackup(Array(bytes.prefix(bytes.count - 10)), password: secret("backup pw"), dryRun: false) } == .decode)
+        #expect(status { try kc.restoreBackup(Array("not a backup".utf8), password: secret("backup pw"), dryRun: false) } == .decode)
+        let after = ["keychain.db", "keychain.db-wal"].map { fileBytes(target.file($0)) }
+        #expect(before == after, "a refused restore wrote something")
+        #expect(try kc.count() == 1)
     }
 }

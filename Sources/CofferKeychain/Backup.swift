@@ -1,0 +1,226 @@
+public import CofferCrypto
+public import CofferKeybag
+public import CofferModel
+import CofferSystem
+
+/// Backups (the seed's backup keybag): `backup(password:kdf:)` writes every item a backup may hold
+/// under fresh backup class keys protected by the backup password (Argon2id); ThisDeviceOnly items are
+/// additionally sealed under a key from the device key, so they restore only on this device;
+/// WhenPasscodeSetThisDeviceOnly items and items with an access control are never included.
+/// `restoreBackup(_:password:dryRun:)` merges a backup in one transaction: an item already present
+/// (same primary key) is kept and the backup's copy counted as a duplicate; a wrong password, a
+/// truncated or altered file is an error and changes nothing.
+///
+/// Format (BackupFormat article): "CFBU" ‖ u8 version (1) ‖ salt (16) ‖ u64 opsLimit ‖ u64 memLimit ‖
+/// blob AEAD(Argon2id(password, salt), payload, ad = the 37 bytes before the blob); payload = u8 n ‖
+/// n × (u8 protection class ‖ 32-byte backup class key) ‖ u32 count ‖ count × (u8 protection class ‖
+/// blob AEAD(class key, entry, ad = "coffer backup item v1" ‖ u8 class)); entry = u8 item class (1
+/// genp, 2 inet, 3 cert, 4 keys) ‖ attributes (the wire encoding) ‖ u8 deviceBound ‖ blob secret, the
+/// secret of a ThisDeviceOnly item being AEAD(BLAKE2b(device key, "coffer backup device v1" ‖ salt),
+/// secret, ad = "coffer backup device v1").
+extension Keychain {
+    /// What a restore did (or, dry, would do).
+    public struct RestoreSummary: Sendable, Equatable {
+        /// Items added.
+        public var added: Int
+        /// Items already present (same primary key): kept, the backup's copy skipped.
+        public var duplicates: Int
+        /// ThisDeviceOnly items of another device's backup: skipped.
+        public var otherDevice: Int
+        public init(added: Int, duplicates: Int, otherDevice: Int) {
+            self.added = added
+            self.duplicates = duplicates
+            self.otherDevice = otherDevice
+        }
+    }
+
+    static let backupMagic = Array("CFBU".utf8)
+    static let itemAD = Array("coffer backup item v1".utf8)
+    static let deviceLabel = Array("coffer backup device v1".utf8)
+    static let itemClassCodes: [ItemClass] = [.genericPassword, .internetPassword, .certificate, .key]
+
+    /// The backup file's bytes and how many items it holds. Needs every class key (unlocked).
+    public func backup(password: SecureBytes, kdf: KDFParameters) throws(SecError) -> (bytes: [UInt8], count: Int) {
+        guard password.count > 0 else { throw .param("the backup password is empty") }
+        // Which items: listed with their attributes first, then each eligible one's secret.
+        let listed = try copyMatching(ItemQuery(limit: .all, returnAttributes: true, returnPersistentRef: true), scope: .unrestricted)
+        let salt = Random.bytes(16)
+        let deviceKey = try keybag.withDeviceKey { dk throws(SecError) in
+            Self.deviceLabel.withUnsafeBytes { l in salt.withUnsafeBytes { s in KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
+        }
+        var classKeys: [ProtectionClass: SecureBytes] = [:]
+        var entries: [(ProtectionClass, [UInt8])] = []
+        for item in listed {
+            guard let attrs = item.attributes, let ref = item.persistentRef,
+                  case .string(let code)? = attrs["pdmn"], let p = ProtectionClass(parsing: code) else { continue }
+            if p.requiresPasscode || attrs[AccessControl.attributeName] != nil { continue } // never in a backup
+            guard let secret = try copyMatching(ItemQuery(limit: .one, returnData: true, persistentRef: ref), scope: .unrestricted).first?.data else {
+                continue
+            }
+            var w = ByteWriter(capacity: 256)
+            w.u8(UInt8(Self.itemClassCodes.firstIndex(of: item.itemClass)! + 1))
+            AttributeCodec.encode(attrs, into: &w)
+            let sealedSecret: [UInt8]
+            if p.isThisDeviceOnly {
+                w.u8(1)
+                sealedSecret = secret.withUnsafeBytes { s in deviceKey.withUnsafeBytes { AEAD.seal(s, key: $0, ad: Self.deviceLabel) } }
+            } else {
+                w.u8(0)
+                sealedSecret = secret.withUnsafeBytes { Array($0) }
+            }
+            // The entry holds the secret in the clear until it is sealed: build it in secure memory.
+            let plain = SecureBytes(count: w.bytes.count + 4 + sealedSecret.count)
+            plain.withUnsafeMutableBytes { o in
+                var i = 0
+                for b in w.bytes { o[i] = b; i += 1 }
+                let n = UInt32(sealedSecret.count)
+                for k in 0..<4 { o[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * k)); i += 1 }
+                for b in sealedSecret { o[i] = b; i += 1 }
+            }
+            var cleared = sealedSecret
+            secureZero(&cleared)
+            let key = classKeys[p] ?? { let k = SecureBytes.random(count: 32); classKeys[p] = k; return k }()
+            let sealed = plain.withUnsafeBytes { pl in key.withUnsafeBytes { AEAD.seal(pl, key: $0, ad: Self.itemAD + [p.rawValue]) } }
+            entries.append((p, sealed))
+        }
+        var body = ByteWriter(capacity: 64 + entries.reduce(0) { $0 + $1.1.count + 5 })
+        body.u32(UInt32(entries.count))
+        for (p, sealed) in entries { body.u8(p.rawValue); body.blob(sealed) }
+        let keysPart = SecureBytes(count: 1 + classKeys.count * 33)
+        keysPart.withUnsafeMutableBytes { o in
+            o[0] = UInt8(classKeys.count)
+            var i = 1
+            for (p, k) in classKeys.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                o[i] = p.rawValue
+                k.withUnsafeBytes { kb in (o.baseAddress! + i + 1).copyMemory(from: kb.baseAddress!, byteCount: 32) }
+                i += 33
+            }
+        }
+        let payload = SecureBytes(count: keysPart.count + body.bytes.count)
+        payload.withUnsafeMutableBytes { o in
+            keysPart.withUnsafeBytes { (o.baseAddress!).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            body.bytes.withUnsafeBytes { (o.baseAddress! + keysPart.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        }
+        var header = ByteWriter(capacity: 37)
+        header.raw(Self.backupMagic); header.u8(1); header.raw(salt); header.u64(kdf.opsLimit); header.u64(kdf.memLimit)
+        let passwordKey = try Self.backupKey(password, salt: salt, kdf: kdf)
+        let sealed = payload.withUnsafeBytes { pl in passwordKey.withUnsafeBytes { AEAD.seal(pl, key: $0, ad: header.bytes) } }
+        var file = ByteWriter(capacity: 41 + sealed.count)
+        file.raw(header.bytes); file.blob(sealed)
+        return (file.bytes, entries.count)
+    }
+
+    /// Merges a backup (see the type's documentation). errSecAuthFailed for a wrong password or an
+    /// altered file, errSecDecode for one that is not a backup; the keychain is then untouched.
+    public func restoreBackup(_ bytes: [UInt8], password: SecureBytes, dryRun: Bool) throws(SecError) -> RestoreSummary {
+        var r = ByteReader(bytes)
+        let salt: [UInt8], kdf: KDFParameters, sealed: ArraySlice<UInt8>
+        do throws(DecodeError) {
+            guard Array(try r.raw(4, "magic")) == Self.backupMagic else { throw DecodeError("not a Coffer backup") }
+            guard try r.u8("version") == 1 else { throw DecodeError("a backup of an unknown version") }
+            salt = Array(try r.raw(16, "salt"))
+            kdf = KDFParameters(opsLimit: try r.u64("ops"), memLimit: try r.u64("mem"))
+            sealed = try r.blob(max: 1 << 30, "sealed payload")
+            try r.expectEnd("backup")
+        } catch {
+            throw .decode("not a Coffer backup, or a truncated one (\(error.reason))")
+        }
+        guard kdf.opsLimit >= 1, kdf.opsLimit <= 64, kdf.memLimit >= UInt64(Argon2id.minimumMemory), kdf.memLimit <= 1 << 30 else {
+            throw .decode("the backup's key-derivation settings are out of range")
+        }
+        let passwordKey = try Self.backupKey(password, salt: salt, kdf: kdf)
+        let payload: SecureBytes
+        do {
+            payload = try passwordKey.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(sealed, key: k, ad: Array(bytes[0..<37])) }
+        } catch {
+            throw .authFailed("wrong backup password, or the file was altered")
+        }
+        let deviceKey = try keybag.withDeviceKey { dk throws(SecError) in
+            Self.deviceLabel.withUnsafeBytes { l in salt.withUnsafeBytes { s in KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
+        }
+        var items: [NewItem] = []
+        var otherDevice = 0
+        // Plaintext copies are wiped once parsed (each parse runs in a function of its own, so that its
+        // reader is gone and the wipe reaches the one buffer).
+        var plain = payload.withUnsafeBytes { Array($0) }
+        defer { secureZero(&plain) }
+        do throws(DecodeError) {
+            let (classKeys, sealedEntries) = try Self.parsePayload(plain)
+            for (c, blob) in sealedEntries {
+                guard let key = classKeys[c], ProtectionClass(rawValue: c) != nil else { throw DecodeError("an entry of an unknown class") }
+                let entry: SecureBytes
+                do {
+                    entry = try key.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(blob, key: k, ad: Self.itemAD + [c]) }
+                } catch {
+                    throw DecodeError("an entry failed authentication")
+                }
+                var entryBytes = entry.withUnsafeBytes { Array($0) }
+                defer { secureZero(&entryBytes) }
+                var parsed = try Self.parseEntry(entryBytes)
+                defer { secureZero(&parsed.3) }
+                let cls = parsed.0, bound = parsed.2
+                var attrs = parsed.1
+                let secret: SecureBytes
+                if bound {
+                    do {
+                        secret = try deviceKey.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(parsed.3[...], key: k, ad: Self.deviceLabel) }
+                    } catch {
+                        otherDevice += 1
+                        continue
+                    }
+                } else {
+                    secret = parsed.3.withUnsafeBytes { SecureBytes(copying: $0) }
+                }
+                attrs["cdat"] = nil
+                attrs["mdat"] = nil
+                items.append(NewItem(itemClass: cls, attributes: attrs, secret: secret))
+            }
+        } catch {
+            throw .decode("the backup is malformed: \(error.reason)")
+        }
+        let (added, duplicates) = try restore(items, dryRun: dryRun)
+        return RestoreSummary(added: added, duplicates: duplicates, otherDevice: otherDevice)
+    }
+
+    /// The class keys and the sealed entries of a decrypted payload.
+    static func parsePayload(_ bytes: [UInt8]) throws(DecodeError) -> ([UInt8: SecureBytes], [(UInt8, ArraySlice<UInt8>)]) {
+        var r = ByteReader(bytes)
+        var keys: [UInt8: SecureBytes] = [:]
+        for _ in 0..<Int(try r.u8("key count")) {
+            let c = try r.u8("class")
+            keys[c] = try r.raw(32, "class key").withUnsafeBytes { SecureBytes(copying: $0) }
+        }
+        var entries: [(UInt8, ArraySlice<UInt8>)] = []
+        for _ in 0..<Int(try r.u32("count")) {
+            let c = try r.u8("class")
+            entries.append((c, try r.blob(max: 1 << 24, "entry")))
+        }
+        try r.expectEnd("payload")
+        return (keys, entries.map { ($0.0, ArraySlice(Array($0.1))) })
+    }
+
+    /// One decrypted entry: its class, attributes, whether its secret is device-bound, and the secret
+    /// (sealed under the device key when bound). The returned secret bytes are a copy the caller wipes.
+    static func parseEntry(_ bytes: [UInt8]) throws(DecodeError) -> (ItemClass, Attributes, Bool, [UInt8]) {
+        var r = ByteReader(bytes)
+        let code = Int(try r.u8("item class"))
+        guard code >= 1, code <= itemClassCodes.count else { throw DecodeError("unknown item class") }
+        let attrs = try AttributeCodec.decodeAttributes(from: &r)
+        let bound = try r.u8("device bound")
+        guard bound <= 1 else { throw DecodeError("bad device flag") }
+        let secret = Array(try r.blob(max: 1 << 24, "secret"))
+        try r.expectEnd("entry")
+        return (itemClassCodes[code - 1], attrs, bound == 1, secret)
+    }
+
+    static func backupKey(_ password: SecureBytes, salt: [UInt8], kdf: KDFParameters) throws(SecError) -> SecureBytes {
+        guard password.count > 0 else { throw .param("the backup password is empty") }
+        do {
+            return try password.withUnsafeBytes { pw throws(CryptoError) in
+                try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: kdf.opsLimit, memLimit: Int(kdf.memLimit))
+            }
+        } catch {
+            throw SecError(.allocate, "backup key derivation failed")
+        }
+    }
+}
