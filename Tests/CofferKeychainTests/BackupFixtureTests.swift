@@ -29,7 +29,8 @@ import Testing
             #expect(text(got.first?.data) == s, "\(svc)")
             #expect(got.first?.attributes?["acct"] == .string("fixture"))
         }
-        let elsewhere = try Keychain(directory: TemporaryDirectory("coffer-backup-fixture-2").path)
+        let otherDir = TemporaryDirectory("coffer-backup-fixture-2")
+        let elsewhere = try Keychain(directory: otherDir.path)
         #expect(try elsewhere.restoreBackup(bytes, password: secret(Self.password), dryRun: true)
                 == Keychain.RestoreSummary(added: 2, duplicates: 0, otherDevice: 1))
     }
