@@ -7,6 +7,7 @@
 //                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
 //                                                    CLI process time, cold start, RSS, locked memory
 //                                                    (BIN_DIR holds cofferd and coffer)
+//   coffer-bench backup [SIZE ...]                   backup create and restore at each size (issue #16)
 //   coffer-bench access-control BIN_DIR              what access control costs (issue #14): a protected read inside
 //                                                    its reuse window vs a plain read; an evaluation through the plugin host
 //   coffer-bench identity BIN_DIR                    what identifying callers costs (issue #13): a signed caller vs
@@ -177,6 +178,9 @@ func run(_ args: [String]) throws {
     case "keychain":
         let sizes = args.dropFirst().compactMap { Int($0) }
         try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+    case "backup":
+        let sizes = args.dropFirst().compactMap { Int($0) }
+        try benchBackup(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
     case "rekey":
         let sizes = args.dropFirst().compactMap { Int($0) }
         try benchRekey(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
@@ -204,7 +208,7 @@ func run(_ args: [String]) throws {
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | access-control BIN_DIR | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | access-control BIN_DIR | backup [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

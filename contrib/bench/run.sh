@@ -41,6 +41,10 @@ if [ "$what" != peers ]; then
         echo
         "$bin/coffer-bench" rekey 1000 100000
         echo
+        echo "## Backup create and restore"
+        echo
+        "$bin/coffer-bench" backup 1000 100000
+        echo
         echo "## A real agent over its socket"
         echo
         # shellcheck disable=SC2086
