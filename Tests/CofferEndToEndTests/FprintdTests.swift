@@ -128,7 +128,7 @@ final class FprintdBus: @unchecked Sendable {
     func holdClaim() throws {
         let script = dir.file("hold.py")
         try """
-            import dbus, sys
+            dbus, sys = __import__("dbus"), __import__("sys")
             bus = dbus.SystemBus()
             m = dbus.Interface(bus.get_object("net.reactivated.Fprint", "/net/reactivated/Fprint/Manager"), "net.reactivated.Fprint.Manager")
             d = dbus.Interface(bus.get_object("net.reactivated.Fprint", m.GetDefaultDevice()), "net.reactivated.Fprint.Device")
