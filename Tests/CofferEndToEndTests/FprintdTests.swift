@@ -91,6 +91,11 @@ final class FprintdBus: @unchecked Sendable {
         p.waitUntilExit()
     }
 
+    /// `fprintd-delete USER -f FINGER`.
+    func delete(_ finger: String) -> Bool {
+        run("/usr/bin/fprintd-delete", [user, "-f", finger]).status == 0
+    }
+
     /// `fprintd-enroll -f FINGER USER`, with five `SCAN sample` to the virtual device.
     func enroll(_ finger: String, sample: String = "finger-A") throws {
         let p = try spawn("/usr/bin/fprintd-enroll", ["-f", finger, user], log: "enroll.log")
@@ -289,6 +294,12 @@ struct FprintdTests {
         #expect(Self.scan(bus, agent, "SCAN finger-B", after: &seen))
         t = pending.wait()
         #expect(t.status != 0 && t.prompted && !t.output.contains("secret of bank"), "\(t)")
+        // Enter cancelled the evaluation that followed the miss: the plugin released the reader at
+        // once, so the next get claims it and matches.
+        pending = BiometryTests.get(agent, "bank")
+        #expect(Self.scan(bus, agent, "SCAN finger-A", after: &seen))
+        t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of bank"), "\(t)\n\(Self.plugLog(agent))")
     }
 
     @Test func fiveNonMatchingScansLockBiometryAndThePasscodeLiftsIt() throws {
@@ -305,6 +316,37 @@ struct FprintdTests {
         #expect(Self.scan(bus, agent, "SCAN finger-A", after: &seen))
         t = pending.wait()
         #expect(t.status == 0 && t.output.contains("secret of bank") && !t.output.contains("locked out"), "\(t)")
+    }
+
+    static func domainState(_ agent: AgentProcess) -> String {
+        let s = agent.cli(["bio", "status"]).stdout.replacingOccurrences(of: "\\n", with: "\n")
+        return s.split(separator: "\n").first(where: { $0.hasPrefix("domain-state: ") }).map(String.init) ?? "none"
+    }
+
+    /// biometry-current-set: the domain state comes from fprintd's finger list, so enrolling another
+    /// finger with fprintd-enroll makes the item unusable. And the documented limit: fprintd exposes
+    /// no template identity, so deleting a finger and enrolling ANOTHER finger under the same name
+    /// keeps the domain state (the item then opens with the new finger).
+    @Test func theDomainStateFollowsFprintdsFingerListAndItsLimit() throws {
+        let (bus, agent) = try Self.setUp()
+        BiometryTests.add(agent, "vault", "biometry-current-set")
+        let first = Self.domainState(agent)
+        #expect(first.count == "domain-state: ".count + 64 && !first.hasSuffix(String(repeating: "0", count: 64)), "\(first)")
+        // Re-enrolment under the same name, with a different finger (finger-C): the same domain state.
+        #expect(bus.delete(Self.finger))
+        #expect(Self.domainState(agent).hasSuffix(String(repeating: "0", count: 64)), "nothing enrolled: all zero")
+        try bus.enroll(Self.finger, sample: "finger-C")
+        #expect(Self.domainState(agent) == first)
+        var seen = 0
+        let pending = BiometryTests.get(agent, "vault")
+        #expect(Self.scan(bus, agent, "SCAN finger-C", after: &seen))
+        let t = pending.wait()
+        #expect(t.status == 0 && t.output.contains("secret of vault"), "the limit: \(t)")
+        // Another finger enrolled: the set changed, the item is refused at once, without a prompt.
+        try bus.enroll("left-index-finger", sample: "finger-D")
+        #expect(Self.domainState(agent) != first)
+        let refused = BiometryTests.get(agent, "vault").wait()
+        #expect(refused.status == 5 && !refused.prompted && !refused.output.contains("secret of vault"), "\(refused)")
     }
 
     @Test func aRetryScanIsFeedbackNotAFailure() throws {
