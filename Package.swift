@@ -32,6 +32,7 @@ let package = Package(
         .library(name: "CofferPluginTest", type: .dynamic, targets: ["CofferPluginTest"]),
         .library(name: "CofferPluginPasscode", type: .dynamic, targets: ["CofferPluginPasscode"]),
         .library(name: "CofferPluginBiometricEmulator", type: .dynamic, targets: ["CofferPluginBiometricEmulator"]),
+        .library(name: "CofferPluginFprintd", type: .dynamic, targets: ["CofferPluginFprintd"]),
         .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
     ],
     dependencies: [
@@ -120,6 +121,9 @@ let package = Package(
         .target(name: "CofferPluginPasscode", dependencies: ["CCofferPlugin"], path: "Plugins/Passcode",
                 linkerSettings: [.linkedLibrary("pam")]),
         .target(name: "CofferPluginBiometricEmulator", dependencies: ["CCofferPlugin"], path: "Plugins/BiometricEmulator"),
+        // A real fingerprint reader through fprintd on the system bus (plain C, sd-bus from libsystemd).
+        .target(name: "CofferPluginFprintd", dependencies: ["CCofferPlugin"], path: "Plugins/Fprintd",
+                linkerSettings: [.linkedLibrary("systemd"), .linkedLibrary("sodium")]),
 
         .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],
                 path: "Tests/CofferTestSupport", swiftSettings: settings),
