@@ -287,7 +287,8 @@ final class Pipeline: Sendable {
             let detail = (try? sensor.control("status", []))?.text ?? ""
             return .bioStatus(BioStatus(authenticator: sensor.name, available: b.available, enrolledCount: b.enrolledCount,
                                         lockedOut: b.lockedOut, domainState: b.enrolled ? b.domainState : [],
-                                        detail: TerminalSafeText.escaped(String(detail.prefix(1024)))))
+                                        detail: String(detail.prefix(1024)).split(separator: "\n", omittingEmptySubsequences: false)
+                                            .map { TerminalSafeText.escaped(String($0)) }.joined(separator: "\n")))
         case .enroll, .remove:
             let verb = operation == .enroll ? "enroll" : "remove"
             return try audited(caller, "bio-\(verb)") { () throws(SecError) -> AgentResponse in

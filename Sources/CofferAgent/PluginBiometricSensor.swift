@@ -26,7 +26,9 @@ final class PluginBiometricSensor: BiometricSensor {
     func state() -> BiometryState {
         do {
             let s = try host.state(plugin: plugin)
-            guard s.code == 0 else { return BiometryState(available: true, enrolled: false) }
+            // A plugin that cannot read its enrolment (fprintd absent or stopped) is not available;
+            // one that has none to report (unsupported) has nothing enrolled.
+            guard s.code == 0 else { return s.code == 4 ? BiometryState(available: true, enrolled: false) : .unavailable }
             return BiometryState(available: true, enrolled: s.enrolledCount > 0, domainState: s.domainState ?? [], enrolledCount: s.enrolledCount)
         } catch {
             return .unavailable

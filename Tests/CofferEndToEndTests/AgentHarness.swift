@@ -217,13 +217,26 @@ final class ThrowawayUser: @unchecked Sendable {
     let uid: uid_t
     let gid: gid_t
 
+    /// A new system user named `prefix` and a random number (never an existing one: a name left over
+    /// by a killed run, or one a concurrent run took, is skipped).
     init(prefix: String) throws {
-        name = "\(prefix)\(getpid() % 100000)"
-        let r = runShell("useradd --system --no-create-home --user-group --shell /usr/sbin/nologin '\(name)'", socket: "")
-        guard r.status == 0, let pw = getpwnam(name) else { throw UserError(output: r.stderr) }
-        uid = pw.pointee.pw_uid
-        gid = pw.pointee.pw_gid
+        var last = ""
+        for _ in 0..<5 {
+            let candidate = "\(prefix)\(UInt32.random(in: 10_000...99_999_999))"
+            let r = runShell("useradd --system --no-create-home --user-group --shell /usr/sbin/nologin '\(candidate)'", socket: "")
+            if r.status == 0, let pw = getpwnam(candidate) {
+                name = candidate
+                uid = pw.pointee.pw_uid
+                gid = pw.pointee.pw_gid
+                return
+            }
+            last = r.stderr
+        }
+        throw UserError(output: last)
     }
+
+    /// `coffer-TAG…` (the other-uid socket tests).
+    convenience init(_ tag: String) throws { try self.init(prefix: "coffer-\(tag)") }
 
     struct UserError: Error { let output: String }
 

@@ -18,18 +18,6 @@ import Testing
     }
 
     /// A throwaway user (useradd) for as long as the value lives.
-    final class ThrowawayUser {
-        let name: String
-        let uid: UInt32
-        init(_ tag: String) throws {
-            name = "coffer-\(tag)\(getpid() % 100000)"
-            let r = runShell("useradd --system --no-create-home --shell /usr/sbin/nologin \(name)", socket: "")
-            guard let pw = getpwnam(name) else { throw SetupError("useradd \(name) failed: \(r.stderr)") }
-            uid = pw.pointee.pw_uid
-        }
-        deinit { _ = runShell("userdel \(name)", socket: "") }
-    }
-
     struct SetupError: Error, CustomStringConvertible {
         let description: String
         init(_ d: String) { description = d }
