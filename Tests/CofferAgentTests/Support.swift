@@ -153,7 +153,7 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
                   feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
         lock.withLock { $0.evaluations += 1 }
         for m in said.withLock({ s in defer { s = [] }; return s }) { feedback(m) }
-        for _ in 0..<2000 {
+        for _ in 0..<30_000 {
             let next: BiometricOutcome?? = lock.withLock { s in
                 if s.cancelled.contains(id) { return .some(.cancelled) }
                 return s.outcomes.isEmpty ? .some(nil) : .some(s.outcomes.removeFirst())
@@ -196,7 +196,8 @@ final class ScriptedChannel: AuthChannel {
         switch steps.removeFirst() {
         case .answer(let a): return .answer(a)
         case .waitForStop:
-            for _ in 0..<3000 {
+            // Generous: a sanitizer build on a busy machine can take seconds to start a thread.
+            for _ in 0..<30_000 {
                 if stop() { return .stopped }
                 usleep(1000)
             }
