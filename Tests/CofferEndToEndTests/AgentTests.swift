@@ -119,7 +119,9 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         func raw(_ bytes: [UInt8], expectReply: Bool, frames wanted: Int = 3) -> [UInt8]? {
             guard let fd = try? UnixSocket.connect(path: agent.socketPath) else { return nil }
             defer { close(fd) }
-            UnixSocket.setTimeouts(fd, send: 2, receive: 2)
+            // Generous: a sanitizer build of the agent on a busy machine can take seconds per reply; a
+            // reply or a close ends the wait at once.
+            UnixSocket.setTimeouts(fd, send: 2, receive: 15)
             _ = bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
             guard expectReply else { shutdown(fd, Int32(SHUT_WR)); return nil }
             // Everything the agent sends until it closes or goes quiet for the receive timeout.
