@@ -24,6 +24,8 @@ let package = Package(
         .executable(name: "cofferd", targets: ["cofferd"]),
         .executable(name: "coffer", targets: ["coffer"]),
         .executable(name: "coffer-cli", targets: ["coffer-cli"]),
+        .executable(name: "git-credential-coffer", targets: ["git-credential-coffer"]),
+        .executable(name: "pinentry-coffer", targets: ["pinentry-coffer"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
@@ -105,6 +107,13 @@ let package = Package(
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.
                           linkerSettings: staticCLI(["-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization"])),
+
+        // Shell helpers (issue #17): git's credential helper and GnuPG's pinentry with a keychain. Both are
+        // started once per credential by another program, so they are small and static like `coffer`.
+        .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
+                          swiftSettings: settings, linkerSettings: staticCLI([])),
+        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
+                          swiftSettings: settings, linkerSettings: staticCLI([])),
 
         // Authenticator plugins (issue #14): the C ABI, the agent ↔ host protocol, the host (its own,
         // non-dumpable process that dlopens plugins) and the agent's client of it.
