@@ -137,6 +137,8 @@ let package = Package(
         .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],
                 path: "Tests/CofferTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem", "CofferTestSupport"], swiftSettings: settings),
+        // The shell helpers' pure parts: secret references and templates, secret renderings.
+        .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),

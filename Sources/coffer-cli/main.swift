@@ -65,7 +65,7 @@ struct Coffer: ParsableCommand {
             environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
             (see the README).
             """,
-        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, WhoAmI.self,
+        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
                       LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self])
 }
 
@@ -212,23 +212,77 @@ struct Add: ParsableCommand {
     }
 }
 
+/// What `coffer get` prints.
+enum GetFormat: String, ExpressibleByArgument, CaseIterable {
+    /// The secret byte for byte (a newline after it only on a terminal).
+    case raw
+    /// `{"attributes":{…},"secret":"…"}` (`"secretHex"` instead when the secret is not UTF-8).
+    case json
+    /// `NAME='secret'`, shell-quoted, for eval.
+    case env
+}
+
 struct Get: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print one item's secret to standard output (and nothing else).",
-        discussion: "Example: export TOKEN=\"$(coffer get --service github --account me)\"")
+        discussion: """
+            --format raw (the default) prints the secret exactly. --format json prints one object: \
+            {"attributes":{"class":…,"acct":…,…},"secret":"…"} (the attributes as `find --json` shows them; \
+            "secretHex" instead of "secret" when the secret is not UTF-8). --format env prints NAME='secret' \
+            in POSIX shell quoting, NAME being --env-name or the service (or server) in capitals with every \
+            other character an underscore.
+
+            Example: export TOKEN="$(coffer get --service github --account me)"
+            Example: eval "$(coffer get --service github --account me --format env --env-name GITHUB_TOKEN)"
+            """)
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
     @OptionGroup var auth: AuthenticationArguments
+    @Option(help: "raw, json or env (default raw).") var format: GetFormat = .raw
+    @Option(name: .customLong("env-name"), help: "The variable name --format env prints.") var envName: String?
+
+    func validate() throws {
+        if let envName {
+            guard format == .env else { throw ValidationError("--env-name goes with --format env") }
+            guard SecretFormat.isVariableName(envName) else { throw ValidationError("--env-name: '\(Output.escapedText(envName))' is not a variable name") }
+        }
+    }
 
     func run() throws {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: true), attributes: try item.attributes(),
-                          limit: .one, returnData: true)
+                          limit: .one, returnData: true, returnAttributes: format != .raw)
         try reporting { () throws(SecError) in
             let c = try connect.open()
             try auth.apply(to: c)
             let found = try authorizingIfNeeded(c, group: item.accessGroup) { c throws(SecError) in try c.copyMatching(q) }
-            guard let data = found.first?.data else { throw .itemNotFound() }
-            try CLISupport.printSecret(data)
+            guard let result = found.first, let data = result.data else { throw .itemNotFound() }
+            defer { data.wipe() }
+            switch format {
+            case .raw:
+                try CLISupport.printSecret(data)
+            case .json:
+                let attributes = Output.jsonObject(result.itemClass, result.attributes ?? [:])
+                let rendered: SecureBytes
+                do {
+                    rendered = try SecretFormat.json(prefix: "{\"attributes\":\(attributes),\"secret\":", secret: data, suffix: "}\n")
+                } catch {
+                    rendered = SecretFormat.hexJSON(prefix: "{\"attributes\":\(attributes),\"secretHex\":", secret: data, suffix: "}\n")
+                }
+                defer { rendered.wipe() }
+                guard rendered.withUnsafeBytes({ Output.write(1, $0) }) else { throw .io("cannot write to standard output") }
+            case .env:
+                let a = result.attributes ?? [:]
+                let name: String
+                if let envName { name = envName } else if case .string(let s)? = a["svce"] ?? a["srvr"], !s.isEmpty {
+                    name = SecretFormat.variableName(from: s)
+                } else { name = "SECRET" }
+                let rendered: SecureBytes
+                do { rendered = try SecretFormat.shellAssignment(name: name, secret: data) } catch {
+                    throw .param("the secret contains a NUL byte, which a shell variable cannot hold")
+                }
+                defer { rendered.wipe() }
+                guard rendered.withUnsafeBytes({ Output.write(1, $0) }) else { throw .io("cannot write to standard output") }
+            }
         }
     }
 }
