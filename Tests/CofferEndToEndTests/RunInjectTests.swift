@@ -178,3 +178,33 @@ func runProcess(_ executable: String, _ args: [String], stdin: String = "", envi
     p.waitUntilExit()
     return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
 }
+
+/// `run` and `inject` with an item that needs the person (issue #17 item 6): without a terminal they
+/// fail at once and start or write nothing; on a terminal the agent's authenticator asks there.
+@Suite(.serialized, .enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+struct RunInjectPromptTests {
+    @Test func noTerminalNeverPromptsATerminalDoes() throws {
+        let agent = try AccessControlCLITests.agentWithProtectedItem()
+        let dir = TemporaryDirectory("coffer-run")
+        let marker = dir.file("started")
+        let started = Date()
+        // (--socket comes first: `detached` appends its own after the command, where sh ignores it.)
+        var r = AccessControlCLITests.detached(agent, ["run", "--socket", agent.socketPath, "--env", "PIN=bank/me", "--", "/bin/sh", "-c", "touch \"$0\"", marker])
+        #expect(r.status == 6 && r.stderr.contains("errSecInteractionNotAllowed"), "\(r)")
+        #expect(!FileManager.default.fileExists(atPath: marker))
+        r = AccessControlCLITests.detached(agent, ["inject"], stdin: "pin={{ coffer://bank/me }}")
+        #expect(r.status == 6 && r.stdout.isEmpty, "\(r)")
+        #expect(Date().timeIntervalSince(started) < 10, "a helper without a terminal waited for a person")
+
+        // On a terminal the passcode is asked there, then the command gets the secret.
+        let t = TerminalRun.run([Binaries.coffer, "run", "--socket", agent.socketPath, "--env", "PIN=bank/me", "--", "/bin/sh", "-c", "echo \"got:$PIN\""],
+                                typing: AgentProcess.password, prompt: "Passcode: ")
+        #expect(t.status == 0 && t.prompted && t.output.contains("got:pin 1234"), "status \(t.status) prompted \(t.prompted) output \(t.output)")
+        // inject on a terminal: the template comes from a file, the passcode from the terminal.
+        let template = dir.file("t.tmpl")
+        try "pin={{ coffer://bank/me }}\n".write(toFile: template, atomically: true, encoding: .utf8)
+        let i = TerminalRun.run(["/bin/sh", "-c", "\"$0\" inject --socket \"$1\" < \"$2\"", Binaries.coffer, agent.socketPath, template],
+                                typing: AgentProcess.password, prompt: "Passcode: ")
+        #expect(i.status == 0 && i.prompted && i.output.contains("pin=pin 1234"), "\(i)")
+    }
+}
