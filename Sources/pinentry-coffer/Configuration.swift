@@ -36,6 +36,13 @@ struct Configuration {
         var argPinentry: String?
         var argSave: String?
         var i = 0
+        let own = ["--pinentry", "--save", "--socket", "--config"]
+        var arguments = arguments
+        // `--option=value` spellings of this program's own options.
+        arguments = arguments.flatMap { a -> [String] in
+            guard let eq = a.firstIndex(of: "="), own.contains(String(a[..<eq])) else { return [a] }
+            return [String(a[..<eq]), String(a[a.index(after: eq)...])]
+        }
         while i < arguments.count {
             let a = arguments[i]
             let value: String? = i + 1 < arguments.count ? arguments[i + 1] : nil

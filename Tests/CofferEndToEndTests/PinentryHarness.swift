@@ -94,7 +94,18 @@ enum PinentryHarness {
                       echo "GETPIN$err title=$title" >> "$D/asked.log"
                       if [ "$title" = "Coffer" ]; then answer=$(cat "$D/passcode"); else answer=$(cat "$D/pin"); fi
                       err=""
-                      if [ "$answer" = "cancel" ]; then echo "ERR 83886179 Operation cancelled <Pinentry>"; else echo "D $answer"; echo "OK"; fi;;
+                      case "$answer" in
+                        cancel) echo "ERR 83886179 Operation cancelled <Pinentry>";;
+                        inquire:*)
+                          # Ask gpg-agent (through pinentry-coffer) for the quality of what was typed, log its answer.
+                          echo "INQUIRE QUALITY ${answer#inquire:}"
+                          while IFS= read -r reply; do
+                            echo "inquiry reply: $reply" >> "$D/asked.log"
+                            [ "$reply" = "END" ] && break
+                          done
+                          echo "S SOME_STATUS"; echo "D ${answer#inquire:}"; echo "OK";;
+                        *) echo "D $answer"; echo "OK";;
+                      esac;;
                     CONFIRM*)
                       echo "CONFIRM title=$title" >> "$D/asked.log"
                       err=""

@@ -136,6 +136,41 @@ struct PinentryProtocolTests {
         #expect(fake.takeQuestions().isEmpty)
     }
 
+    /// An INQUIRE of the wrapped pinentry (the quality bar) reaches gpg-agent, and gpg-agent's answer
+    /// the wrapped pinentry; status lines pass unchanged.
+    @Test func inquiriesAndStatusLinesPassThrough() throws {
+        let dir = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: dir, pin: "inquire:typed")
+        let (lines, run) = Self.converse(nil, fake: fake, ["SETQUALITYBAR", "GETPIN", "D 42", "END", "BYE"])
+        #expect(Array(lines[1...6]) == ["OK", "INQUIRE QUALITY typed", "S SOME_STATUS", "D typed", "OK", "OK closing connection"],
+                "\(lines)\n\(run)")
+        #expect(fake.takeQuestions() == ["GETPIN title=", "inquiry reply: D 42", "inquiry reply: END"])
+    }
+
+    /// The wrapped pinentry from the environment or pinentry.conf (an argument wins over both).
+    @Test func theWrappedPinentryIsConfigurable() throws {
+        let dir = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: dir, pin: "p")
+        let conf = dir.file("p.conf")
+        try "# comment\n  pinentry = \(fake.path)\nsave=never\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let commands = "GETINFO flavor\nGETPIN\nBYE\n"
+        for (args, env) in [(["--config=" + conf], [String: String]()),
+                            ([], ["COFFER_PINENTRY_WRAPPED": fake.path, "XDG_CONFIG_HOME": dir.file("none")]),
+                            (["--pinentry", fake.path], ["COFFER_PINENTRY_WRAPPED": "/nonexistent/pinentry"])] {
+            let r = PinentryHarness.run(PinentryHarness.pinentryCoffer, ["--socket", "/nonexistent"] + args, stdin: commands,
+                                        environment: env, timeout: 30)
+            let replies: [String] = r.stdout.split(separator: "\n").dropFirst().map(String.init) // after the greeting
+            #expect(replies == ["D coffer", "OK", "D p", "OK", "OK closing connection"], "\(args) \(env): \(r)")
+            #expect(fake.takeQuestions() == ["GETPIN title="], "\(args)")
+        }
+        // A bad value is reported, and the default used.
+        try "pinentry = relative/path\ncolour = blue\n".write(toFile: conf, atomically: true, encoding: .utf8)
+        let r = PinentryHarness.run(PinentryHarness.pinentryCoffer, ["--config", conf, "--save", "sometimes", "--socket", "/nonexistent"],
+                                    stdin: "BYE\n", timeout: 30)
+        #expect(r.status == 0 && r.stderr.contains("absolute path") && r.stderr.contains("unknown key colour")
+                && r.stderr.contains("save must be ask, always or never"), "\(r)")
+    }
+
     @Test func aMissingWrappedPinentryIsAnErrorNotAHang() throws {
         let r = PinentryHarness.run(PinentryHarness.pinentryCoffer, ["--socket", "/nonexistent", "--pinentry", "/nonexistent/pinentry"],
                                     stdin: "SETDESC x\nGETPIN\nBYE\n", timeout: 30)
