@@ -112,7 +112,7 @@ let package = Package(
         // started once per credential by another program, so they are small and static like `coffer`.
         .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
-        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
+        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
 
         // Authenticator plugins (issue #14): the C ABI, the agent ↔ host protocol, the host (its own,

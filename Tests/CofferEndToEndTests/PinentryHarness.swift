@@ -1,0 +1,222 @@
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// What the pinentry-coffer tests share: running programs, a scripted fake pinentry that logs every
+/// question it is asked, and a temporary GnuPG home whose gpg-agent runs pinentry-coffer.
+enum PinentryHarness {
+    static var pinentryCoffer: String { Binaries.directory + "/pinentry-coffer" }
+
+    /// gpg, gpg-agent and gpgconf from Debian's gnupg, and the built pinentry-coffer.
+    static var gnupgAvailable: Bool {
+        ["/usr/bin/gpg", "/usr/bin/gpg-agent", "/usr/bin/gpgconf"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+            && FileManager.default.isExecutableFile(atPath: pinentryCoffer)
+    }
+
+    static var built: Bool { FileManager.default.isExecutableFile(atPath: pinentryCoffer) }
+
+    struct Result: CustomStringConvertible {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var description: String { "status \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+    }
+
+    /// Runs `executable ARGS` with `stdin`, the environment plus `environment`; waits at most `timeout` s.
+    static func run(_ executable: String, _ args: [String], stdin: String = "", environment: [String: String] = [:],
+                    timeout: Double = 60) -> Result {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = args
+        var env = ProcessInfo.processInfo.environment
+        for k in ["COFFER_SOCKET", "GPG_AGENT_INFO", "COFFER_PINENTRY_WRAPPED", "COFFER_PINENTRY_SAVE", "DISPLAY"] { env.removeValue(forKey: k) }
+        env.merge(environment) { $1 }
+        p.environment = env
+        let out = Pipe(), err = Pipe(), inp = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = inp
+        do { try p.run() } catch { return Result(status: -1, stdout: "", stderr: "\(error)") }
+        let watchdog = DispatchWorkItem { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+        inp.fileHandleForWriting.write(Data(stdin.utf8))
+        try? inp.fileHandleForWriting.close()
+        // Read both pipes at once: a full stderr pipe must not stall the child while stdout is read.
+        nonisolated(unsafe) var errData = Data()
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        group.wait()
+        p.waitUntilExit()
+        watchdog.cancel()
+        return Result(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+    }
+
+    /// A directory `/tmp/cpg-XXXXXX` (short: gpg-agent's socket lives in it), removed at the end.
+    final class ShortDirectory: @unchecked Sendable {
+        let path: String
+        init() {
+            var template = Array("/tmp/cpg-XXXXXX".utf8CString)
+            let p = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+            precondition(p != nil, "mkdtemp failed")
+            path = String(cString: p!)
+        }
+        func file(_ name: String) -> String { path + "/" + name }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    /// A shell-script pinentry: answers GETPIN with the contents of `pin` (or, when the dialog's title
+    /// is Coffer, i.e. pinentry-coffer's own passcode prompt, of `passcode`), CONFIRM with `confirm`
+    /// (`ok` or anything else: cancel); `cancel` in a file answers with GnuPG's cancel error. Each
+    /// GETPIN and CONFIRM is logged to `asked.log` (`GETPIN`, ` error` if a SETERROR came first,
+    /// ` title=…`), so a test can count how often the person was asked.
+    final class FakePinentry: @unchecked Sendable {
+        let dir: ShortDirectory
+        var path: String { dir.file("fake-pinentry") }
+        var logPath: String { dir.file("asked.log") }
+
+        init(in dir: ShortDirectory, pin: String = "cancel", passcode: String = "cancel", confirm: String = "ok") throws {
+            self.dir = dir
+            try """
+                #!/bin/sh
+                D='\(dir.path)'
+                echo "OK fake pinentry"
+                err=""
+                title=""
+                while IFS= read -r line; do
+                  case "$line" in
+                    SETERROR\\ ?*) err=" error";;
+                    SETTITLE\\ *) title="${line#SETTITLE }";;
+                    RESET*) err=""; title="";;
+                  esac
+                  case "$line" in
+                    GETPIN*)
+                      echo "GETPIN$err title=$title" >> "$D/asked.log"
+                      if [ "$title" = "Coffer" ]; then answer=$(cat "$D/passcode"); else answer=$(cat "$D/pin"); fi
+                      err=""
+                      case "$answer" in
+                        cancel) echo "ERR 83886179 Operation cancelled <Pinentry>";;
+                        inquire:*)
+                          # Ask gpg-agent (through pinentry-coffer) for the quality of what was typed, log its answer.
+                          echo "INQUIRE QUALITY ${answer#inquire:}"
+                          while IFS= read -r reply; do
+                            echo "inquiry reply: $reply" >> "$D/asked.log"
+                            [ "$reply" = "END" ] && break
+                          done
+                          echo "S SOME_STATUS"; echo "D ${answer#inquire:}"; echo "OK";;
+                        *) echo "D $answer"; echo "OK";;
+                      esac;;
+                    CONFIRM*)
+                      echo "CONFIRM title=$title" >> "$D/asked.log"
+                      err=""
+                      if [ "$(cat "$D/confirm")" = "ok" ]; then echo "OK"; else echo "ERR 83886179 Operation cancelled <Pinentry>"; fi;;
+                    GETINFO\\ flavor) echo "D fake"; echo "OK";;
+                    BYE*) echo "OK closing connection"; exit 0;;
+                    *) echo "OK";;
+                  esac
+                done
+
+                """.write(toFile: path, atomically: true, encoding: .utf8)
+            chmod(path, 0o755)
+            try set(pin: pin, passcode: passcode, confirm: confirm)
+        }
+
+        /// The answers (already Assuan-escaped) for the next questions.
+        func set(pin: String? = nil, passcode: String? = nil, confirm: String? = nil) throws {
+            if let pin { try pin.write(toFile: dir.file("pin"), atomically: true, encoding: .utf8) }
+            if let passcode { try passcode.write(toFile: dir.file("passcode"), atomically: true, encoding: .utf8) }
+            if let confirm { try confirm.write(toFile: dir.file("confirm"), atomically: true, encoding: .utf8) }
+        }
+
+        /// The questions asked so far (one line each), and forgets them.
+        func takeQuestions() -> [String] {
+            let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            try? FileManager.default.removeItem(atPath: logPath)
+            return text.split(separator: "\n").map(String.init)
+        }
+    }
+
+    /// A temporary GNUPGHOME whose gpg-agent (no passphrase cache) runs pinentry-coffer, through a
+    /// wrapper script, against `agent` with the fake pinentry wrapped, and holds one
+    /// passphrase-protected signing key.
+    final class GnuPGHome: @unchecked Sendable {
+        let dir = ShortDirectory()
+        let fake: FakePinentry
+        let agent: AgentProcess
+        var home: String { dir.file("g") }
+        var configPath: String { dir.file("pinentry.conf") }
+        static let passphrase = "gpg pass 1"
+        static let userID = "Coffer Test <pinentry@example.org>"
+        private(set) var keygrip = ""
+        var cacheID: String { "n/" + keygrip }
+
+        init(agent: AgentProcess, save: String) throws {
+            self.agent = agent
+            fake = try FakePinentry(in: dir)
+            mkdir(home, 0o700)
+            let wrapper = dir.file("pinentry-wrapper")
+            try """
+                #!/bin/sh
+                exec '\(PinentryHarness.pinentryCoffer)' --socket '\(agent.socketPath)' --pinentry '\(fake.path)' --config '\(configPath)' "$@"
+
+                """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+            chmod(wrapper, 0o755)
+            try setSave(save)
+            try """
+                pinentry-program \(wrapper)
+                default-cache-ttl 0
+                max-cache-ttl 0
+                log-file \(dir.file("gpg-agent.log"))
+                debug-pinentry
+                debug ipc
+
+                """.write(toFile: home + "/gpg-agent.conf", atomically: true, encoding: .utf8)
+            let gen = gpg(["--batch", "--pinentry-mode", "loopback", "--passphrase-fd", "0", "--quick-gen-key", Self.userID,
+                           "ed25519", "sign", "never"], stdin: Self.passphrase + "\n")
+            guard gen.status == 0 else { throw Failure("gpg --quick-gen-key: \(gen)") }
+            let list = gpg(["--batch", "--with-colons", "--with-keygrip", "-K"])
+            guard let grp = list.stdout.split(separator: "\n").first(where: { $0.hasPrefix("grp:") }) else {
+                throw Failure("no keygrip in \(list)")
+            }
+            keygrip = String(grp.split(separator: ":", omittingEmptySubsequences: false)[9])
+            restartAgent()
+        }
+
+        deinit { restartAgent() }
+
+        /// `save = MODE` in pinentry.conf (read by each new pinentry-coffer).
+        func setSave(_ mode: String) throws {
+            try "# pinentry-coffer test\nsave = \(mode)\n".write(toFile: configPath, atomically: true, encoding: .utf8)
+        }
+
+        func gpg(_ args: [String], stdin: String = "") -> PinentryHarness.Result {
+            PinentryHarness.run("/usr/bin/gpg", ["--homedir", home] + args, stdin: stdin, environment: ["GNUPGHOME": home])
+        }
+
+        /// Ends gpg-agent (and with it anything it remembers); the next gpg starts a new one.
+        func restartAgent() {
+            _ = PinentryHarness.run("/usr/bin/gpgconf", ["--kill", "gpg-agent"], environment: ["GNUPGHOME": home])
+        }
+
+        /// Signs a line with the key (gpg-agent asks pinentry-coffer for the passphrase).
+        func sign() -> PinentryHarness.Result {
+            restartAgent()
+            // Never --output /dev/null: gpg removes its output file when signing fails (as root, /dev/null itself).
+            return gpg(["--batch", "--yes", "--local-user", "pinentry@example.org", "--sign", "--output", dir.file("out.gpg")], stdin: "hello\n")
+        }
+
+        /// gpg-agent's log (its conversations with the pinentry).
+        var agentLog: String { (try? String(contentsOfFile: dir.file("gpg-agent.log"), encoding: .utf8)) ?? "" }
+
+        /// The stored passphrase, through the `coffer` CLI (nil if there is none).
+        func stored() -> String? {
+            let r = agent.cli(["get", "--service", "gnupg", "--account", cacheID])
+            return r.status == 0 ? r.stdout : nil
+        }
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+        init(_ d: String) { description = d }
+    }
+}
