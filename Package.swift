@@ -24,7 +24,6 @@ let package = Package(
         .executable(name: "cofferd", targets: ["cofferd"]),
         .executable(name: "coffer", targets: ["coffer"]),
         .executable(name: "coffer-cli", targets: ["coffer-cli"]),
-        .executable(name: "git-credential-coffer", targets: ["git-credential-coffer"]),
         .executable(name: "pinentry-coffer", targets: ["pinentry-coffer"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
@@ -108,10 +107,8 @@ let package = Package(
                           // The archives FoundationEssentials needs and the driver omits from a static link.
                           linkerSettings: staticCLI(["-l_FoundationCollections", "-l_FoundationCShims", "-lswiftSynchronization"])),
 
-        // Shell helpers (issue #17): git's credential helper and GnuPG's pinentry with a keychain. Both are
-        // started once per credential by another program, so they are small and static like `coffer`.
-        .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
-                          swiftSettings: settings, linkerSettings: staticCLI([])),
+        // Shell helpers (issue #17): GnuPG's pinentry with a keychain, started once per passphrase by
+        // gpg-agent, so small and static like `coffer`.
         .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
 
