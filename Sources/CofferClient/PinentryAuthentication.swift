@@ -61,11 +61,11 @@ public final class PinentryAuthentication: AuthenticationDelegate {
     /// later on ``inputDescriptor``.
     private func ask(_ request: AuthenticationRequest, error: String?) -> Bool {
         let description = request.prompt + (request.methods.contains(.biometry) ? "\n\nYou can also touch the sensor." : "")
-        var commands = ["SETTITLE Coffer", "SETDESC " + Self.escape(description)]
-        if let error { commands.append("SETERROR " + Self.escape(error)) }
+        var commands = ["SETTITLE Coffer", "SETDESC " + Assuan.escape(description)]
+        if let error { commands.append("SETERROR " + Assuan.escape(error)) }
         let wantsText = request.methods.contains(.passcode) || request.methods.contains(.applicationPassword)
         if wantsText {
-            commands.append("SETPROMPT " + Self.escape(request.methods == [.applicationPassword] ? "Application password:" : "Passcode:"))
+            commands.append("SETPROMPT " + Assuan.escape(request.methods == [.applicationPassword] ? "Application password:" : "Passcode:"))
         } else {
             commands.append("SETOK Cancel")
         }
@@ -80,7 +80,7 @@ public final class PinentryAuthentication: AuthenticationDelegate {
         while var line = takeLine() {
             defer { secureZero(&line) }
             if line.count >= 2, line[0] == UInt8(ascii: "D"), line[1] == UInt8(ascii: " ") {
-                pin = Self.decode(line, from: 2)
+                pin = Assuan.unescape(line, from: 2)
             } else if line.starts(with: Array("OK".utf8)) {
                 guard let p = pin, p.count > 0, let methods = current?.methods, methods.contains(.passcode) || methods.contains(.applicationPassword) else {
                     return .cancel
@@ -116,42 +116,6 @@ public final class PinentryAuthentication: AuthenticationDelegate {
         buffer.withUnsafeMutableBytes { b in _ = memset(b.baseAddress!, 0, b.count) }
         filled = 0
         pin = nil
-    }
-
-    // MARK: Assuan lines
-
-    /// Percent-escapes `%`, CR and LF (Assuan's rule for command arguments).
-    static func escape(_ s: String) -> String {
-        var out = ""
-        for u in s.unicodeScalars {
-            switch u {
-            case "%": out += "%25"
-            case "\r": out += "%0D"
-            case "\n": out += "%0A"
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        return out
-    }
-
-    /// The bytes of a data line after `from`, percent-decoded, in secure memory.
-    static func decode(_ line: [UInt8], from start: Int) -> SecureBytes {
-        let out = SecureBytes(count: line.count)
-        var n = 0
-        out.withUnsafeMutableBytes { o in
-            var i = start
-            while i < line.count {
-                if line[i] == UInt8(ascii: "%"), i + 2 < line.count, let v = UInt8(String(decoding: line[(i + 1)...(i + 2)], as: UTF8.self), radix: 16) {
-                    o[n] = v
-                    i += 3
-                } else {
-                    o[n] = line[i]
-                    i += 1
-                }
-                n += 1
-            }
-        }
-        return out.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
     }
 
     private func send(_ line: String) -> Bool {

@@ -147,10 +147,10 @@ struct CLIResult {
     var stderr: String
 }
 
-/// Runs `coffer` with `args`, feeding `stdin`.
-func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String] = [:]) -> CLIResult {
+/// Runs `coffer` (or `executable`) with `args`, feeding `stdin`.
+func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String] = [:], executable: String = Binaries.coffer) -> CLIResult {
     let p = Process()
-    p.executableURL = URL(fileURLWithPath: Binaries.coffer)
+    p.executableURL = URL(fileURLWithPath: executable)
     p.arguments = args
     var env = ProcessInfo.processInfo.environment
     env.removeValue(forKey: "COFFER_SOCKET")

@@ -36,16 +36,14 @@ import Testing
         // env: what /bin/sh evaluates back to the exact secret (named after the service, or as asked).
         r = agent.cli(["get", "--service", "api.example.com", "--account", "me", "--format", "env"])
         #expect(r.status == 0 && r.stdout.hasPrefix("API_EXAMPLE_COM='"), "\(r)")
-        let shell = try runProcess("/bin/sh", ["-c", "eval \"$(cat)\"; printf %s \"$API_EXAMPLE_COM\""], stdin: r.stdout)
+        let shell = runCLI(["-c", "eval \"$(cat)\"; printf %s \"$API_EXAMPLE_COM\""], stdin: r.stdout, executable: "/bin/sh")
         #expect(shell.stdout == Self.awkward, "\(shell)")
         r = agent.cli(["get", "--server", "git.example.com", "--format", "env", "--env-name", "GIT_PASSWORD"])
         #expect(r.status == 0 && r.stdout == "GIT_PASSWORD='hunter2'\n", "\(r)")
 
         // A secret that is not UTF-8 comes as hex in JSON; one with a NUL cannot be a shell variable.
-        var env = ProcessInfo.processInfo.environment
-        env["COFFER_SOCKET"] = agent.socketPath
-        r = try runProcess("/bin/sh", ["-c", "printf '\\377\\000' | \"$0\" add --service bin --account x --secret-stdin", Binaries.coffer],
-                           environment: env)
+        r = runCLI(["-c", "printf '\\377\\000' | \"$0\" add --service bin --account x --secret-stdin", Binaries.coffer],
+                   environment: ["COFFER_SOCKET": agent.socketPath], executable: "/bin/sh")
         #expect(r.status == 0, "\(r)")
         r = agent.cli(["get", "--service", "bin", "--format", "json"])
         #expect(r.status == 0 && r.stdout.contains("\"secretHex\":\"ff00\"") && !r.stdout.contains("\"secret\":"), "\(r)")
@@ -158,25 +156,6 @@ import Testing
         let r = agent.cli(["inject"], stdin: "a={{ coffer://db/admin }}")
         #expect(r.status != 0 && r.stdout.isEmpty, "\(r)")
     }
-}
-
-/// Runs a program with `stdin`, returning its status and output.
-func runProcess(_ executable: String, _ args: [String], stdin: String = "", environment: [String: String]? = nil) throws -> CLIResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = args
-    if let environment { p.environment = environment }
-    let out = Pipe(), err = Pipe(), inp = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = inp
-    try p.run()
-    inp.fileHandleForWriting.write(Data(stdin.utf8))
-    try? inp.fileHandleForWriting.close()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
 }
 
 /// `run` and `inject` with an item that needs the person (issue #17 item 6): without a terminal they
