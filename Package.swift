@@ -25,6 +25,7 @@ let package = Package(
         .executable(name: "coffer", targets: ["coffer"]),
         .executable(name: "coffer-cli", targets: ["coffer-cli"]),
         .executable(name: "pinentry-coffer", targets: ["pinentry-coffer"]),
+        .executable(name: "git-credential-coffer", targets: ["git-credential-coffer"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
@@ -111,6 +112,9 @@ let package = Package(
         // gpg-agent, so small and static like `coffer`.
         .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
+        // git's credential helper, started by git for every fetch and push that needs a password.
+        .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
+                          swiftSettings: settings, linkerSettings: staticCLI([])),
 
         // Authenticator plugins (issue #14): the C ABI, the agent ↔ host protocol, the host (its own,
         // non-dumpable process that dlopens plugins) and the agent's client of it.
@@ -149,7 +153,7 @@ let package = Package(
         .testTarget(name: "CofferABITests", dependencies: ["CCofferABI", "CofferProtocol", "CofferModel"],
                     swiftSettings: settings),
         .testTarget(name: "CofferPAMTests", dependencies: ["CofferPAM", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
-        .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferTestSupport"],
+        .testTarget(name: "CofferManifestTests", dependencies: ["CofferManifest", "CofferCrypto", "CofferModel", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         .testTarget(name: "CofferTrustTests",
                     dependencies: ["CofferTrust", "CofferAudit", "CofferManifest", "CofferCrypto", "CofferModel", "CofferSystem", "CofferTestSupport"],

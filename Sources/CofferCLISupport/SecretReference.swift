@@ -117,30 +117,14 @@ package struct SecretReference: Equatable, Sendable, CustomStringConvertible {
 
     /// Percent-decodes one part (UTF-8; a `%` must start two hex digits).
     private static func decode(_ s: String, text: String) throws(ParseError) -> String {
-        guard s.contains("%") else { return s }
-        var out: [UInt8] = []
-        var bytes = Array(s.utf8)[...]
-        while let b = bytes.popFirst() {
-            guard b == UInt8(ascii: "%") else { out.append(b); continue }
-            guard bytes.count >= 2, let hi = hexValue(bytes[bytes.startIndex]), let lo = hexValue(bytes[bytes.startIndex + 1]) else {
-                throw ParseError(description: "'\(TerminalSafeText.escaped(text))' has a bad %-escape")
-            }
-            out.append(hi << 4 | lo)
-            bytes = bytes.dropFirst(2)
+        guard s.utf8.contains(UInt8(ascii: "%")) else { return s }
+        guard let bytes = Hex.percentDecodedBytes(s.utf8) else {
+            throw ParseError(description: "'\(TerminalSafeText.escaped(text))' has a bad %-escape")
         }
-        guard let decoded = String(validating: out, as: UTF8.self) else {
+        guard let decoded = String(validating: bytes, as: UTF8.self) else {
             throw ParseError(description: "'\(TerminalSafeText.escaped(text))' decodes to invalid UTF-8")
         }
         return decoded
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }
 

@@ -1,4 +1,5 @@
 public import CofferCrypto
+import CofferModel
 
 /// Assuan's line escaping (GnuPG's IPC protocol: gpg-agent ↔ pinentry): in command arguments and
 /// data (`D`) lines `%`, CR and LF travel as `%25`, `%0D` and `%0A`; a receiver decodes every `%XX`.
@@ -42,7 +43,7 @@ public enum Assuan {
         out.withUnsafeMutableBytes { o in
             var i = start
             while i < line.count {
-                if line[i] == UInt8(ascii: "%"), i + 2 < line.count, let hi = hexValue(line[i + 1]), let lo = hexValue(line[i + 2]) {
+                if line[i] == UInt8(ascii: "%"), i + 2 < line.count, let hi = Hex.digitValue(line[i + 1]), let lo = Hex.digitValue(line[i + 2]) {
                     o[n] = hi << 4 | lo
                     i += 3
                 } else {
@@ -83,15 +84,6 @@ public enum Assuan {
         }
         defer { out.wipe() }
         return out.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 
     private static func hexDigit(_ v: UInt8) -> UInt8 {

@@ -414,36 +414,3 @@ enum Syntax {
     }
 }
 
-/// Lowercase hexadecimal, the only form the format allows.
-enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
-
-    static func encode(_ bytes: [UInt8]) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 0x0F)]) }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    /// Exactly `byteCount` bytes as `2 × byteCount` lowercase hex digits, or nil.
-    static func decodeLowercase(_ s: ArraySlice<UInt8>, byteCount: Int) -> [UInt8]? {
-        guard s.count == byteCount * 2 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(byteCount)
-        var i = s.startIndex
-        while i < s.endIndex {
-            guard let hi = nibble(s[i]), let lo = nibble(s[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
-    }
-
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 0x30...0x39: c - 0x30
-        case 0x61...0x66: c - 0x61 + 10
-        default: nil
-        }
-    }
-}

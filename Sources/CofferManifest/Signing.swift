@@ -1,4 +1,5 @@
 public import CofferCrypto
+import CofferModel
 
 extension Manifest {
     /// Signs a manifest with an Ed25519 secret key (64 bytes, libsodium layout); `signed-by` is the

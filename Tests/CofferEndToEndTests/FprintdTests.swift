@@ -89,6 +89,8 @@ final class FprintdBus: @unchecked Sendable {
         guard let p = fprintd, p.isRunning else { return }
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
+        // A killed fprintd leaves its virtual device's socket behind; the next one binds afresh.
+        unlink(deviceSocket)
     }
 
     /// `fprintd-delete USER -f FINGER`.
@@ -111,7 +113,7 @@ final class FprintdBus: @unchecked Sendable {
     /// Sends one command to the virtual device (its socket exists while the device is claimed) and
     /// waits until the driver closes the connection (it takes one command per connection).
     @discardableResult
-    func scan(_ command: String, within seconds: Double = 10) -> Bool {
+    func scan(_ command: String, within seconds: Double = 30) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if let fd = try? UnixSocket.connect(path: deviceSocket) {
@@ -268,7 +270,11 @@ struct FprintdTests {
             return false
         }
         after = verifications(agent)
-        return bus.scan(command)
+        guard bus.scan(command) else {
+            Issue.record("the virtual reader took no \(command); fprintd log:\n\(bus.read("fprintd.log").suffix(4000))")
+            return false
+        }
+        return true
     }
 
     static func plugLog(_ agent: AgentProcess) -> String {

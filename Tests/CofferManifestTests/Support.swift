@@ -1,5 +1,6 @@
 import CofferCrypto
 @testable import CofferManifest
+import CofferModel
 import Foundation
 import Testing
 

@@ -1,0 +1,191 @@
+// git-credential-coffer: git's credential helper on the Coffer keychain (issue #17).
+//
+//   git config --global credential.helper coffer
+//
+// git runs `git-credential-coffer [--socket PATH] get|store|erase` and speaks its key=value protocol
+// on stdin/stdout (GitCredential in CofferCLISupport: the protocol, the item layout, the matching).
+// Whatever goes wrong — no agent, a locked keychain, a refused prompt — `get` prints nothing and
+// exits 0, so git goes on to its next helper or asks the person; `store` and `erase` never fail git
+// either. At most one line goes to standard error, naming the error, never a secret or a value.
+import CofferCLISupport
+import CofferClient
+import CofferCrypto
+import CofferModel
+import CofferSystem
+import Glibc
+
+let usage = """
+    usage: git-credential-coffer [--socket PATH] (get | store | erase)
+
+    git's credential helper on the Coffer keychain. Set it up with
+        git config --global credential.helper coffer
+    Credentials are internet-password items (server, protocol, port, path, account).
+    See git-credential-coffer(1).
+    """
+
+/// The helper's command line: options, then git's action.
+struct Invocation {
+    var socket: String?
+    var action: String?
+
+    /// nil after printing usage or the version.
+    init?(_ args: [String]) {
+        var rest = args[...]
+        while let arg = rest.first, arg.hasPrefix("-") {
+            rest = rest.dropFirst()
+            if arg == "--socket", let path = rest.first {
+                socket = path
+                rest = rest.dropFirst()
+            } else if arg.hasPrefix("--socket=") {
+                socket = String(arg.dropFirst("--socket=".count))
+            } else if arg == "--version" {
+                StandardStreams.print("git-credential-coffer 1")
+                return nil
+            } else if arg == "-h" || arg == "--help" {
+                StandardStreams.print(usage)
+                return nil
+            } else {
+                StandardStreams.printError("git-credential-coffer: unknown option \(TerminalSafeText.escaped(arg))\n" + usage)
+                exit(2)
+            }
+        }
+        action = rest.first
+    }
+}
+
+/// One run: the request, the agent, the answer.
+struct Helper {
+    let request: GitCredential
+    let connection: AgentConnection
+
+    init(request: GitCredential, socket: String?) throws(SecError) {
+        self.request = request
+        connection = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "git-credential-coffer",
+                                         pipelineHello: true)
+        if TerminalAuthentication.isAvailable {
+            // An item with an access control asks the person at git's terminal.
+            connection.authenticationDelegate = TerminalAuthentication(name: "git-credential-coffer")
+        } else {
+            // Nobody to ask (an IDE, a cron job): such items fail at once, and git goes on without them.
+            try connection.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
+        }
+    }
+
+    /// The stored credentials this request matches (attributes and persistent references only: no
+    /// secret is opened to choose).
+    func candidates() throws(SecError) -> [ItemResult] {
+        let found: [ItemResult]
+        do {
+            found = try connection.copyMatching(ItemQuery(itemClass: .internetPassword, attributes: request.queryAttributes, limit: .all,
+                                                          returnAttributes: true, returnPersistentRef: true))
+        } catch where error.status == .itemNotFound {
+            return []
+        }
+        return found.filter { request.matches($0.attributes ?? [:]) && $0.persistentRef != nil }
+    }
+
+    func secret(of item: ItemResult) throws(SecError) -> SecureBytes {
+        guard let data = try connection.copyMatching(ItemQuery(itemClass: .internetPassword, limit: .one, returnData: true,
+                                                               persistentRef: item.persistentRef)).first?.data else {
+            throw .itemNotFound()
+        }
+        return data
+    }
+
+    /// `get`: the best unexpired match — one for this exact path (or pathless, when git sent no
+    /// path) before others, then the most recently changed.
+    func get() throws(SecError) {
+        let now = Int64(time(nil))
+        let live = try candidates().filter { GitCredential.expiry(of: $0.attributes ?? [:]).map { $0 > now } ?? true }
+        func rank(_ item: ItemResult) -> (Int, Double) {
+            let a = item.attributes ?? [:]
+            let path: String? = if case .string(let p)? = a["path"], !p.isEmpty { p } else { nil }
+            let modified: Double = if case .date(let d)? = a["mdat"] { d } else { 0 }
+            return (path == request.path ? 0 : 1, -modified)
+        }
+        guard let best = live.min(by: { rank($0) < rank($1) }), let attrs = best.attributes else { throw .itemNotFound() }
+        let username: String = if case .string(let u)? = attrs["acct"] { u } else { request.username ?? "" }
+        let data = try secret(of: best)
+        defer { data.wipe() }
+        let answer = GitCredential.answer(username: username, secret: data, expiry: GitCredential.expiry(of: attrs))
+        defer { answer.wipe() }
+        guard answer.withUnsafeBytes({ StandardStreams.write(1, $0) }) else { throw .io("cannot write to git") }
+    }
+
+    /// `store`: adds the credential, or replaces the secret (and expiry) of the same one.
+    func store() throws(SecError) {
+        guard request.isStorable, let secret = request.encodedSecret() else { return }
+        defer { secret.wipe() }
+        do {
+            _ = try connection.add(NewItem(itemClass: .internetPassword, attributes: request.itemAttributes, secret: secret))
+        } catch where error.status == .duplicateItem {
+            var changes = request.itemAttributes
+            for key in ItemClass.internetPassword.primaryKey { changes[key] = nil }
+            for item in try candidates() where request.isSame(item.attributes ?? [:]) {
+                _ = try connection.update(ItemQuery(itemClass: .internetPassword, persistentRef: item.persistentRef),
+                                          ItemChanges(attributes: changes, secret: secret))
+            }
+        }
+    }
+
+    /// `erase`: deletes every match; when git names the password (the one a server just refused),
+    /// only credentials holding that password, so a newer one stored meanwhile survives.
+    func erase() throws(SecError) {
+        guard request.isErasable else { return }
+        for item in try candidates() {
+            if let wanted = request.password {
+                guard let data = try? secret(of: item) else { continue }
+                let stored = GitCredential.decodeSecret(data)
+                data.wipe()
+                defer { stored.password.wipe(); stored.refreshToken?.wipe() }
+                guard stored.password.constantTimeEquals(wanted) else { continue }
+            }
+            do {
+                _ = try connection.delete(ItemQuery(itemClass: .internetPassword, persistentRef: item.persistentRef))
+            } catch where error.status == .itemNotFound {}
+        }
+    }
+}
+
+signal(SIGPIPE, SIG_IGN)
+try? ProcessHardening.disableCoreDumps()
+guard let invocation = Invocation(Array(CommandLine.arguments.dropFirst())) else { exit(0) }
+guard let action = invocation.action else {
+    StandardStreams.printError(usage)
+    exit(2)
+}
+// Actions this helper does not know are ignored, as git asks of helpers.
+guard ["get", "store", "erase"].contains(action) else { exit(0) }
+
+let input = SecureBytes(count: GitCredential.maximumInputBytes + 1)
+let length = input.withUnsafeMutableBytes { b in (try? Files.readAll(fd: 0, into: b)) ?? -1 }
+guard length >= 0, length <= GitCredential.maximumInputBytes else {
+    StandardStreams.printError("git-credential-coffer: cannot read git's request (larger than \(GitCredential.maximumInputBytes) bytes?)")
+    exit(0)
+}
+let request: GitCredential
+do {
+    request = try GitCredential(parsing: input.slice(0..<length))
+} catch {
+    StandardStreams.printError("git-credential-coffer: git's request is malformed: \(error.description)")
+    exit(0)
+}
+input.wipe()
+
+do {
+    let helper = try Helper(request: request, socket: invocation.socket)
+    switch action {
+    case "get": try helper.get()
+    case "store": try helper.store()
+    default: try helper.erase()
+    }
+} catch {
+    // Not found and a cancelled or impossible prompt are ordinary: git asks the person. Anything
+    // else gets one line, so a missing agent or a locked keychain is not a mystery.
+    if ![.itemNotFound, .userCanceled, .interactionNotAllowed, .authFailed].contains(error.status) {
+        StandardStreams.printError("git-credential-coffer: keychain not used: \(error.description)")
+    }
+}
+request.password?.wipe()
+request.oauthRefreshToken?.wipe()
+exit(0)

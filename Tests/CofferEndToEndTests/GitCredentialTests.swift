@@ -1,0 +1,385 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// `git-credential-coffer` (issue #17) driven by the real `/usr/bin/git` against a real agent:
+/// `git credential fill/approve/reject` round trips, ports and `credential.useHttpPath`, the fields
+/// newer git sends, a locked or missing agent (git goes on and asks, never breaks), prompts only on a
+/// terminal, and a `git clone` over HTTP with basic auth from a loopback server.
+@Suite(.enabled(if: GitRun.available, "needs /usr/bin/git"))
+struct GitCredentialTests {
+    /// `git credential ACTION` with only this helper configured, for the agent at `agent`.
+    static func credential(_ agent: AgentProcess, _ action: String, _ fields: String, config: [String] = [],
+                           home: TemporaryDirectory = TemporaryDirectory("coffer-git-home")) -> CLIResult {
+        GitRun.git(["credential", action], stdin: fields + "\n", helper: GitRun.helper(agent), config: config, home: home)
+    }
+
+    /// `fill`'s `password=` value, or nil when git could not fill.
+    static func filled(_ agent: AgentProcess, _ fields: String, config: [String] = []) -> (username: String?, password: String?) {
+        let r = credential(agent, "fill", fields, config: config)
+        guard r.status == 0 else { return (nil, nil) }
+        var out: [String: String] = [:]
+        for line in r.stdout.split(separator: "\n") {
+            let kv = line.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            if kv.count == 2 { out[String(kv[0])] = String(kv[1]) }
+        }
+        return (out["username"], out["password"])
+    }
+
+    @Test func fillApproveRejectRoundTrips() throws {
+        let agent = try AgentProcess()
+        // Nothing stored: git gets nothing from the helper and, with prompts off, fails on its own.
+        var r = Self.credential(agent, "fill", "protocol=https\nhost=git.example.com")
+        #expect(r.status != 0 && r.stderr.contains("terminal prompts disabled") && !r.stderr.contains("git-credential-coffer"), "\(r)")
+
+        // No username in the request: the stored one comes back with its password.
+        r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com\nusername=alice\npassword=pw-alice")
+        #expect(r.status == 0 && r.stderr.isEmpty, "\(r)")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com") == ("alice", "pw-alice"))
+
+        // Several usernames on one host: each gets its own.
+        r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com\nusername=bob\npassword=pw-bob")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com\nusername=alice") == ("alice", "pw-alice"))
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com\nusername=bob") == ("bob", "pw-bob"))
+        let either = Self.filled(agent, "protocol=https\nhost=git.example.com")
+        #expect(either == ("alice", "pw-alice") || either == ("bob", "pw-bob"), "\(either)")
+        // Protocol and host must match.
+        #expect(Self.filled(agent, "protocol=http\nhost=git.example.com\nusername=alice").password == nil)
+        #expect(Self.filled(agent, "protocol=https\nhost=example.com\nusername=alice").password == nil)
+
+        // approve again replaces the password (one item, not two).
+        r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com\nusername=alice\npassword=pw-alice-2")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com\nusername=alice") == ("alice", "pw-alice-2"))
+        let items = agent.cli(["find", "--class", "inet", "--json"])
+        #expect(items.stdout.components(separatedBy: "\"acct\":\"alice\"").count == 2, "\(items)")
+
+        // The item is a plain internet password every Coffer client can read.
+        let plain = agent.cli(["get", "--server", "git.example.com", "--account", "bob"])
+        #expect(plain.status == 0 && plain.stdout == "pw-bob", "\(plain)")
+        let json = agent.cli(["get", "--server", "git.example.com", "--account", "bob", "--format", "json"])
+        #expect(json.stdout.contains("\"ptcl\":\"htps\"") && json.stdout.contains("\"labl\":\"git: https://bob@git.example.com\""), "\(json)")
+
+        // Erasing an entry that does not match leaves the others.
+        r = Self.credential(agent, "reject", "protocol=https\nhost=git.example.com\nusername=carol\npassword=x")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com\nusername=bob") == ("bob", "pw-bob"))
+        // A reject naming another password leaves this one (git rejects the password it tried).
+        r = Self.credential(agent, "reject", "protocol=https\nhost=git.example.com\nusername=bob\npassword=stale")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com\nusername=bob") == ("bob", "pw-bob"))
+        // The password the server refused goes; the other user stays.
+        r = Self.credential(agent, "reject", "protocol=https\nhost=git.example.com\nusername=bob\npassword=pw-bob")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com\nusername=bob").password == nil)
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com") == ("alice", "pw-alice-2"))
+    }
+
+    @Test func portsArePartOfTheServer() throws {
+        let agent = try AgentProcess()
+        var r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com:8443\nusername=alice\npassword=on-8443")
+        #expect(r.status == 0, "\(r)")
+        r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com\nusername=alice\npassword=default-port")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com:8443") == ("alice", "on-8443"))
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com") == ("alice", "default-port"))
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com:9999").password == nil)
+        // URLs work as git's own input (git splits them into fields before the helper sees them).
+        #expect(Self.filled(agent, "url=https://git.example.com:8443/org/repo.git") == ("alice", "on-8443"))
+        let json = agent.cli(["get", "--server", "git.example.com", "--account", "alice", "--port", "8443", "--format", "json"])
+        #expect(json.status == 0 && json.stdout.contains("\"port\":8443") && !json.stdout.contains("\"path\""), "\(json)")
+        // Erasing the default-port credential leaves the one on 8443.
+        r = Self.credential(agent, "reject", "protocol=https\nhost=git.example.com\nusername=alice")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com").password == nil)
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com:8443") == ("alice", "on-8443"))
+    }
+
+    @Test func useHttpPathScopesCredentialsToARepository() throws {
+        let agent = try AgentProcess()
+        let byPath = ["credential.useHttpPath=true"]
+        for (repo, password) in [("a", "pw-a"), ("b", "pw-b")] {
+            let r = Self.credential(agent, "approve", "url=https://git.example.com/org/\(repo).git\nusername=u\npassword=\(password)", config: byPath)
+            #expect(r.status == 0, "\(r)")
+        }
+        #expect(Self.filled(agent, "url=https://git.example.com/org/a.git", config: byPath) == ("u", "pw-a"))
+        #expect(Self.filled(agent, "url=https://git.example.com/org/b.git", config: byPath) == ("u", "pw-b"))
+        // Another repository on the host has none of them.
+        #expect(Self.filled(agent, "url=https://git.example.com/org/c.git", config: byPath).password == nil)
+        let json = agent.cli(["get", "--server", "git.example.com", "--path", "org/a.git", "--format", "json"])
+        #expect(json.stdout.contains("\"path\":\"org/a.git\""), "\(json)")
+
+        // Without useHttpPath git sends no path: a credential for the whole host answers before a
+        // repository's (as git-credential-store matches: a field git leaves out matches anything).
+        var r = Self.credential(agent, "approve", "url=https://git.example.com\nusername=u\npassword=pw-host")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.filled(agent, "url=https://git.example.com/org/a.git") == ("u", "pw-host"))
+        #expect(Self.filled(agent, "url=https://git.example.com/org/a.git", config: byPath) == ("u", "pw-a"))
+        // Erasing a repository's credential leaves the host's and the other repository's.
+        r = Self.credential(agent, "reject", "url=https://git.example.com/org/a.git\nusername=u", config: byPath)
+        #expect(Self.filled(agent, "url=https://git.example.com/org/a.git", config: byPath).password == nil)
+        #expect(Self.filled(agent, "url=https://git.example.com/org/b.git", config: byPath) == ("u", "pw-b"))
+        #expect(Self.filled(agent, "url=https://git.example.com") == ("u", "pw-host"))
+    }
+
+    /// The fields newer git sends, spoken to the helper directly (the installed git predates some).
+    @Test func newerFieldsExpiryAndRefreshToken() throws {
+        let agent = try AgentProcess()
+        let future = Int(Date().timeIntervalSince1970) + 3600
+        var r = GitRun.helper(agent, "store", "capability[]=authtype\nprotocol=https\nhost=h.example\nusername=u\npassword=p1\n"
+                              + "password_expiry_utc=\(future)\noauth_refresh_token=refresh-1\nwwwauth[]=Basic realm=\"x\"\nunknown=1\n")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.isEmpty, "\(r)")
+        r = GitRun.helper(agent, "get", "capability[]=authtype\nprotocol=https\nhost=h.example\nwwwauth[]=Basic realm=\"x\"\n")
+        #expect(r.status == 0 && r.stdout == "username=u\npassword=p1\npassword_expiry_utc=\(future)\noauth_refresh_token=refresh-1\n", "\(r)")
+        // The secret holds the password, a NUL and the token (format 1 in GitCredential).
+        #expect(agent.cli(["get", "--server", "h.example"]).stdout == "p1\u{0}refresh-1")
+        // An expired password never comes back; storing a fresh one without an expiry clears it.
+        r = GitRun.helper(agent, "store", "protocol=https\nhost=h.example\nusername=u\npassword=p2\npassword_expiry_utc=1000\n")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=h.example\n")
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
+        r = GitRun.helper(agent, "store", "protocol=https\nhost=h.example\nusername=u\npassword=p3\n")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=h.example\n")
+        #expect(r.stdout == "username=u\npassword=p3\n", "\(r)")
+        #expect(agent.cli(["get", "--server", "h.example"]).stdout == "p3")
+
+        // What git's protocol refuses is ignored without a word on stdout: unknown actions, a NUL,
+        // a store without a username, an erase naming nothing.
+        r = GitRun.helper(agent, "capabilities", "")
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=h.ex\u{0}ample\n")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("malformed"), "\(r)")
+        r = GitRun.helper(agent, "store", "protocol=https\nhost=other.example\npassword=p\n")
+        #expect(r.status == 0 && agent.cli(["get", "--server", "other.example"]).status == 3, "\(r)")
+        r = GitRun.helper(agent, "erase", "\n")
+        #expect(r.status == 0 && agent.cli(["get", "--server", "h.example"]).stdout == "p3", "\(r)")
+        // Usage errors are the only non-zero exits.
+        r = GitRun.helper(agent, nil, "")
+        #expect(r.status == 2 && r.stderr.contains("usage: git-credential-coffer"), "\(r)")
+    }
+
+    @Test func aLockedOrMissingAgentLeavesGitToAsk() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        var r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com\nusername=alice\npassword=pw")
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com") == ("alice", "pw"))
+        #expect(agent.cli(["lock"]).status == 0)
+        // The helper answers nothing and exits 0; git then asks (and, with prompts off, says so itself).
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=git.example.com\n")
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
+        r = Self.credential(agent, "fill", "protocol=https\nhost=git.example.com")
+        #expect(r.status != 0 && r.stdout.isEmpty && r.stderr.contains("terminal prompts disabled"), "\(r)")
+        // store and erase while locked do not fail git either, and keep what is stored.
+        r = Self.credential(agent, "approve", "protocol=https\nhost=git.example.com\nusername=alice\npassword=other")
+        #expect(r.status == 0, "\(r)")
+        r = Self.credential(agent, "reject", "protocol=https\nhost=git.example.com\nusername=alice\npassword=pw")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.filled(agent, "protocol=https\nhost=git.example.com") == ("alice", "pw"))
+
+        // No agent at all: nothing on stdout, one line on stderr saying why, exit 0.
+        agent.stop()
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=git.example.com\n")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("keychain not used") && !r.stderr.contains("pw"), "\(r)")
+        r = Self.credential(agent, "fill", "protocol=https\nhost=git.example.com")
+        #expect(r.status != 0 && r.stderr.contains("terminal prompts disabled"), "\(r)")
+    }
+
+    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+    func protectedItemsPromptOnlyOnATerminal() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        var r = agent.cli(["add", "--server", "git.example.com", "--protocol", "htps", "--account", "alice",
+                           "--access-control", "user-presence", "--secret-stdin"], stdin: "guarded")
+        #expect(r.status == 0, "\(r)")
+        let request = "protocol=https\nhost=git.example.com\n"
+        // No terminal: nothing, at once (the agent never waits for a person).
+        let start = Date()
+        r = GitRun.detachedHelper(agent, "get", request)
+        #expect(r.status == 0 && r.stdout.isEmpty && Date().timeIntervalSince(start) < 10, "\(r)")
+        // On a terminal the agent's authenticator asks there; then git gets the password.
+        let dir = TemporaryDirectory("coffer-git-tty")
+        let input = dir.file("request")
+        try request.write(toFile: input, atomically: true, encoding: .utf8)
+        let t = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" get < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
+                                typing: AgentProcess.password, prompt: "Passcode: ")
+        #expect(t.status == 0 && t.prompted && t.output.contains("password=guarded"), "\(t)")
+    }
+
+    @Test func gitCloneOverHTTPGetsItsPasswordFromCoffer() throws {
+        let agent = try AgentProcess()
+        let dir = TemporaryDirectory("coffer-git-clone")
+        let home = TemporaryDirectory("coffer-git-home")
+        // A bare repository with one commit, served as git's dumb HTTP protocol.
+        let work = dir.file("work"), bare = dir.file("repo.git")
+        for args in [["init", "-q", "-b", "main", work], ["-C", work, "-c", "user.name=T", "-c", "user.email=t@example.com", "commit", "-q",
+                                                       "--allow-empty", "-m", "first"],
+                     ["clone", "-q", "--bare", work, bare], ["-C", bare, "update-server-info"]] {
+            let r = GitRun.git(args, helper: nil, home: home)
+            try #require(r.status == 0, "git \(args): \(r)")
+        }
+        let server = try BasicAuthServer(root: dir.path, username: "alice", password: "s3cret pass")
+        defer { server.stop() }
+        let url = "http://127.0.0.1:\(server.port)/repo.git"
+
+        // Without a stored credential the clone fails (git cannot ask: prompts are off).
+        var r = GitRun.git(["clone", "-q", url, dir.file("first")], helper: GitRun.helper(agent), home: home)
+        #expect(r.status != 0 && server.refused > 0, "\(r)")
+        #expect(server.served == 0)
+
+        // Stored in Coffer (as a person would with the CLI), the clone authenticates with it.
+        r = agent.cli(["add", "--server", "127.0.0.1", "--port", "\(server.port)", "--protocol", "http", "--account", "alice",
+                       "--secret-stdin"], stdin: "s3cret pass")
+        #expect(r.status == 0, "\(r)")
+        r = GitRun.git(["clone", "-q", url, dir.file("second")], helper: GitRun.helper(agent), home: home)
+        #expect(r.status == 0 && server.served > 0, "\(r)")
+        #expect(FileManager.default.fileExists(atPath: dir.file("second/.git/HEAD")))
+        #expect(server.wrongPasswords == 0)
+
+        // A wrong stored password: git rejects it (the helper erases it), and the next clone fails
+        // without sending it again.
+        r = agent.cli(["update", "--server", "127.0.0.1", "--port", "\(server.port)", "--secret-stdin"], stdin: "wrong")
+        #expect(r.status == 0, "\(r)")
+        r = GitRun.git(["clone", "-q", url, dir.file("third")], helper: GitRun.helper(agent), home: home)
+        #expect(r.status != 0 && server.wrongPasswords == 1, "\(r)")
+        #expect(agent.cli(["get", "--server", "127.0.0.1"]).status == 3, "the refused password was not erased")
+    }
+}
+
+/// Running `/usr/bin/git` and the helper with no user or system configuration in the way.
+enum GitRun {
+    static let available = FileManager.default.isExecutableFile(atPath: "/usr/bin/git")
+    static var helperBinary: String { Binaries.directory + "/git-credential-coffer" }
+
+    /// The `credential.helper` value naming this build's helper for `agent` (an absolute path, which
+    /// git runs through the shell as it is).
+    static func helper(_ agent: AgentProcess) -> String { "\(helperBinary) --socket \(agent.socketPath)" }
+
+    static func environment(home: TemporaryDirectory) -> [String: String] {
+        ["HOME": home.path, "XDG_CONFIG_HOME": home.file("config"), "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+         "GIT_ASKPASS": "", "SSH_ASKPASS": "", "LC_ALL": "C", "COFFER_SOCKET": "/nonexistent"]
+    }
+
+    static func git(_ args: [String], stdin: String? = nil, helper: String?, config: [String] = [],
+                    home: TemporaryDirectory) -> CLIResult {
+        var pre = ["-c", "credential.helper="]
+        if let helper { pre += ["-c", "credential.helper=\(helper)"] }
+        for c in config { pre += ["-c", c] }
+        return runCLI(pre + args, stdin: stdin, environment: environment(home: home), executable: "/usr/bin/git")
+    }
+
+    /// The helper itself, as git would run it.
+    static func helper(_ agent: AgentProcess, _ action: String?, _ input: String) -> CLIResult {
+        runCLI(["--socket", agent.socketPath] + (action.map { [$0] } ?? []), stdin: input, executable: helperBinary)
+    }
+
+    /// The helper in a new session: no controlling terminal.
+    static func detachedHelper(_ agent: AgentProcess, _ action: String, _ input: String) -> CLIResult {
+        runCLI(["-w", helperBinary, "--socket", agent.socketPath, action], stdin: input, executable: "/usr/bin/setsid")
+    }
+}
+
+/// A loopback HTTP/1.1 server with basic auth serving the files under `root` (git's dumb HTTP
+/// protocol needs nothing more): 401 with `WWW-Authenticate` unless the request carries the right
+/// credentials. One thread, one request per connection.
+final class BasicAuthServer: @unchecked Sendable {
+    let port: UInt16
+    private let fd: Int32
+    private let root: String
+    private let expected: String
+    private let lock = NSLock()
+    private var counts = (served: 0, refused: 0, wrong: 0)
+    private var stopped = false
+    private let thread: Thread
+
+    var served: Int { lock.withLock { counts.served } }
+    var refused: Int { lock.withLock { counts.refused } }
+    var wrongPasswords: Int { lock.withLock { counts.wrong } }
+
+    init(root: String, username: String, password: String) throws {
+        self.root = root
+        expected = "Basic " + Data("\(username):\(password)".utf8).base64EncodedString()
+        let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard s >= 0, bound == 0, listen(s, 16) == 0 else { throw POSIXError(.EADDRNOTAVAIL) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &length) } }
+        port = UInt16(bigEndian: addr.sin_port)
+        fd = s
+        let box = ServerBox()
+        thread = Thread { box.server?.serve() }
+        box.server = self
+        thread.start()
+    }
+
+    private final class ServerBox: @unchecked Sendable { weak var server: BasicAuthServer? }
+
+    func stop() {
+        lock.withLock { stopped = true }
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+    }
+
+    private func serve() {
+        while !lock.withLock({ stopped }) {
+            let c = accept(fd, nil, nil)
+            if c < 0 { if errno == EINTR { continue } else { return } }
+            handle(c)
+            close(c)
+        }
+    }
+
+    private func handle(_ c: Int32) {
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var request = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !request.ends(with: Array("\r\n\r\n".utf8)) && request.count < 65536 {
+            let n = read(c, &buffer, buffer.count)
+            if n <= 0 { return }
+            request += buffer[..<n]
+        }
+        let text = String(decoding: request, as: UTF8.self)
+        let lines = text.components(separatedBy: "\r\n")
+        let parts = lines[0].split(separator: " ")
+        guard parts.count >= 2 else { return }
+        let authorization = lines.first { $0.lowercased().hasPrefix("authorization:") }
+            .map { String($0.dropFirst("authorization:".count)).trimmingCharacters(in: .whitespaces) }
+        guard authorization == expected else {
+            lock.withLock {
+                counts.refused += 1
+                if authorization != nil { counts.wrong += 1 }
+            }
+            respond(c, "401 Unauthorized", ["WWW-Authenticate: Basic realm=\"coffer test\""], Data())
+            return
+        }
+        var path = String(parts[1])
+        if let q = path.firstIndex(of: "?") { path = String(path[..<q]) }
+        let file = root + path
+        guard !path.contains(".."), let data = FileManager.default.contents(atPath: file) else {
+            respond(c, "404 Not Found", [], Data())
+            return
+        }
+        lock.withLock { counts.served += 1 }
+        respond(c, "200 OK", ["Content-Type: application/octet-stream"], data)
+    }
+
+    private func respond(_ c: Int32, _ status: String, _ headers: [String], _ body: Data) {
+        var head = "HTTP/1.1 \(status)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n"
+        for h in headers { head += h + "\r\n" }
+        let bytes = Array((head + "\r\n").utf8) + Array(body)
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { write(c, $0.baseAddress, $0.count) }
+            if n <= 0 { return }
+            sent += n
+        }
+    }
+}
+
+private extension Array where Element == UInt8 {
+    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
+}
