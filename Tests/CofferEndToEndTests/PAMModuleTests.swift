@@ -466,9 +466,9 @@ import Testing
             let r = runShell(cmd, socket: "")
             #expect(r.status == 0, "\(r)")
         }
-        for f in ["usr/local/bin/cofferd", "usr/local/bin/coffer", "usr/local/bin/coffer-cli", "usr/local/bin/pinentry-coffer", "usr/local/bin/coffer-plugin-host"] { #expect(Files.mode(root.file(f)) == 0o755, "\(f)") }
+        for f in ["usr/local/bin/cofferd", "usr/local/bin/coffer", "usr/local/bin/coffer-cli", "usr/local/bin/pinentry-coffer", "usr/local/bin/git-credential-coffer", "usr/local/bin/coffer-plugin-host"] { #expect(Files.mode(root.file(f)) == 0o755, "\(f)") }
         for f in ["usr/local/lib/coffer/plugins/libCofferPluginPasscode.so", "usr/local/lib/coffer/plugins/libCofferPluginFprintd.so",
-                  "usr/local/share/man/man1/coffer.1", "usr/local/share/man/man1/pinentry-coffer.1",
+                  "usr/local/share/man/man1/coffer.1", "usr/local/share/man/man1/pinentry-coffer.1", "usr/local/share/man/man1/git-credential-coffer.1",
                   "usr/local/share/man/man8/cofferd.8", "usr/local/share/man/man8/pam_coffer.8"] {
             #expect(Files.mode(root.file(f)) == 0o644, "\(f)")
         }
@@ -509,11 +509,12 @@ import Testing
         let list = runShell("'\(root.file("usr/local/bin/coffer-cli"))' manifest list --no-default-dirs --key-dir '\(root.file("etc/coffer/trusted-keys.d"))' "
                             + "--manifest-dir '\(root.file("etc/coffer/manifests.d"))' --json", socket: "")
         #expect(list.status == 0, "\(list)")
-        for b in ["coffer", "coffer-cli", "pinentry-coffer"] {
+        for b in ["coffer", "coffer-cli", "pinentry-coffer", "git-credential-coffer"] {
             #expect(list.stdout.contains("\"executable\":\"/usr/local/bin/\(b)\""), "\(list.stdout)")
         }
-        // pinentry-coffer is an app of its own with its own group.
+        // pinentry-coffer and git-credential-coffer are apps of their own, each with its own group.
         #expect(list.stdout.contains("\"coffer.gnupg\"") && list.stdout.contains("\"gnupg\""), "\(list.stdout)")
+        #expect(list.stdout.contains("\"coffer.git\"") && list.stdout.contains("\"git\""), "\(list.stdout)")
         #expect(list.stdout.components(separatedBy: "coffer.shell").count == 3 && list.stdout.contains("\"unsigned\""), "\(list.stdout)")
         #expect(!list.stdout.contains("\"reason\""), "a file was refused: \(list.stdout)")
         let dry = runShell("bash '\(Binaries.packageRoot)/contrib/install.sh' --dry-run", socket: "")

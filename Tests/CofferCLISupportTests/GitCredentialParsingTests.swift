@@ -1,0 +1,95 @@
+import CofferCLISupport
+import CofferCrypto
+import CofferModel
+import Testing
+
+/// git's credential protocol as `git-credential-coffer` reads it, and the item it keeps (pure parts).
+@Suite struct GitCredentialParsingTests {
+    static func parse(_ text: String) throws -> GitCredential {
+        var bytes = Array(text.utf8)
+        return try GitCredential(parsing: SecureBytes(consuming: &bytes))
+    }
+
+    static func text(_ s: SecureBytes?) -> String? { s.map { $0.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } } }
+
+    @Test func fieldsGitSends() throws {
+        let c = try Self.parse("protocol=https\nhost=git.example.com:8443\npath=org/repo.git\nusername=alice\npassword=p=w\n"
+                               + "password_expiry_utc=1700000000\noauth_refresh_token=tok\nwwwauth[]=Basic realm=\"x\"\ncapability[]=authtype\n"
+                               + "future_key=1\nno equals sign\n\nusername=after-the-blank-line\n")
+        #expect(c.protocol == "https" && c.host == "git.example.com" && c.port == 8443 && c.path == "org/repo.git")
+        #expect(c.username == "alice" && Self.text(c.password) == "p=w" && c.passwordExpiryUTC == 1_700_000_000)
+        #expect(Self.text(c.oauthRefreshToken) == "tok")
+        #expect(c.queryAttributes == ["ptcl": .string("htps"), "srvr": .string("git.example.com"), "path": .string("org/repo.git"),
+                                      "acct": .string("alice")])
+        #expect(c.itemAttributes["port"] == .integer(8443) && c.itemAttributes["labl"] == .string("git: https://alice@git.example.com:8443/org/repo.git"))
+        #expect(c.itemAttributes["icmt"] == .string("password_expiry_utc=1700000000"))
+    }
+
+    @Test func urlLinesAndEmptyUsernames() throws {
+        var c = try Self.parse("url=https://bob%40corp:secret@[::1]:8080/a%20b.git\n")
+        #expect(c.protocol == "https" && c.host == "[::1]" && c.port == 8080 && c.path == "a b.git" && c.username == "bob@corp")
+        #expect(c.password == nil, "a password in a URL never becomes the stored one")
+        c = try Self.parse("url=https://example.com\n")
+        #expect(c.host == "example.com" && c.path == nil && c.username == nil)
+        c = try Self.parse("protocol=https\nhost=example.com\nusername=\npassword=x\n")
+        #expect(c.username == "" && c.isStorable)
+        #expect(throws: GitCredential.ParseError.self) { try Self.parse("url=not a url\n") }
+    }
+
+    @Test(arguments: [("example.com", "example.com", nil), ("example.com:22", "example.com", 22), ("[::1]", "[::1]", nil),
+                      ("[::1]:443", "[::1]", 443), ("host:", "host:", nil), ("host:http", "host:http", nil), ("host:99999", "host:99999", nil),
+                      ("host:0", "host:0", nil)] as [(String, String, Int64?)])
+    func hostsAndPorts(_ text: String, _ host: String, _ port: Int64?) {
+        let split = GitCredential.splitHost(text)
+        #expect(split.host == host && split.port == port)
+    }
+
+    @Test func refusesWhatGitRefuses() {
+        #expect(throws: GitCredential.ParseError.self) { try Self.parse("host=a\u{0}b\n") }
+        #expect(throws: GitCredential.ParseError.self) {
+            var bytes = Array("username=".utf8) + [0xFF, 0x0A]
+            _ = try GitCredential(parsing: SecureBytes(consuming: &bytes))
+        }
+        // A password need not be UTF-8: it is bytes, kept as such.
+        var bytes = Array("password=".utf8) + [0xFF, 0x0A]
+        let c = try? GitCredential(parsing: SecureBytes(consuming: &bytes))
+        #expect(c?.password?.withUnsafeBytes { Array($0) } == [0xFF])
+    }
+
+    @Test func storeAndEraseNeedSomethingToName() throws {
+        #expect(try !Self.parse("protocol=https\nhost=h\npassword=p\n").isStorable, "no username")
+        #expect(try !Self.parse("protocol=https\nhost=h\nusername=u\n").isStorable, "no password")
+        #expect(try !Self.parse("host=h\nusername=u\npassword=p\n").isStorable, "no protocol")
+        #expect(try Self.parse("protocol=cert\npath=/etc/cert.p12\nusername=u\npassword=p\n").isStorable, "a path stands for the host")
+        #expect(try !Self.parse("\n").isErasable && Self.parse("username=u\n").isErasable)
+    }
+
+    @Test func portMatchingAndSameCredential() throws {
+        let noPort = try Self.parse("protocol=https\nhost=h\nusername=u\n")
+        let withPort = try Self.parse("protocol=https\nhost=h:8443\nusername=u\n")
+        let stored: Attributes = ["ptcl": .string("htps"), "srvr": .string("h"), "acct": .string("u")]
+        var stored8443 = stored
+        stored8443["port"] = .integer(8443)
+        #expect(noPort.matches(stored) && !noPort.matches(stored8443))
+        #expect(withPort.matches(stored8443) && !withPort.matches(stored))
+        #expect(try Self.parse("protocol=https\n").matches(stored8443), "no host: any port")
+        #expect(noPort.isSame(stored) && !noPort.isSame(stored8443))
+        var withPath = stored
+        withPath["path"] = .string("repo.git")
+        #expect(noPort.matches(withPath) && !noPort.isSame(withPath), "a path-less request matches a path item but is not the same one")
+    }
+
+    @Test func secretFormatOne() throws {
+        let plain = try Self.parse("password=pw\n")
+        #expect(Self.text(plain.encodedSecret()) == "pw")
+        let withToken = try Self.parse("password=pw\noauth_refresh_token=rt\n")
+        let encoded = try #require(withToken.encodedSecret())
+        #expect(encoded.withUnsafeBytes { Array($0) } == Array("pw".utf8) + [0] + Array("rt".utf8))
+        let decoded = GitCredential.decodeSecret(encoded)
+        #expect(Self.text(decoded.password) == "pw" && Self.text(decoded.refreshToken) == "rt")
+        let answer = GitCredential.answer(username: "u", secret: encoded, expiry: 42)
+        #expect(Self.text(answer) == "username=u\npassword=pw\npassword_expiry_utc=42\noauth_refresh_token=rt\n")
+        #expect(GitCredential.expiry(of: ["icmt": .string("password_expiry_utc=42")]) == 42)
+        #expect(GitCredential.expiry(of: ["icmt": .string("a note")]) == nil)
+    }
+}
