@@ -141,19 +141,24 @@ final class AgentProcess: @unchecked Sendable {
     }
 }
 
-struct CLIResult {
+struct CLIResult: CustomStringConvertible {
     var status: Int32
     var stdout: String
     var stderr: String
+    var description: String { "status \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
 }
 
-/// Runs `coffer` (or `executable`) with `args`, feeding `stdin`.
-func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String] = [:], executable: String = Binaries.coffer) -> CLIResult {
+/// Runs `executable` (default `coffer`) with `args`, feeding `stdin`, in the test runner's environment
+/// without `COFFER_SOCKET` and the names in `unset`, plus `environment`. Both output pipes are read at
+/// once (a full stderr pipe must not stall a child while stdout is read); after `timeout` seconds the
+/// child is killed (SIGKILL: the runner's blocked SIGTERM is inherited by children).
+func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String] = [:], executable: String = Binaries.coffer,
+            unset: [String] = [], timeout: Double = 300) -> CLIResult {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
     p.arguments = args
     var env = ProcessInfo.processInfo.environment
-    env.removeValue(forKey: "COFFER_SOCKET")
+    for k in ["COFFER_SOCKET"] + unset { env.removeValue(forKey: k) }
     env.merge(environment) { $1 }
     p.environment = env
     let out = Pipe(), err = Pipe(), inp = Pipe()
@@ -161,12 +166,18 @@ func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String
     p.standardError = err
     p.standardInput = inp
     do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
+    let watchdog = DispatchWorkItem { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+    nonisolated(unsafe) var errData = Data()
+    let group = DispatchGroup()
+    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
     if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
     try? inp.fileHandleForWriting.close()
     let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
     p.waitUntilExit()
-    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    watchdog.cancel()
+    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
 }
 
 /// A fresh directory under /tmp that every user can traverse (0755), removed when released: the place

@@ -15,41 +15,12 @@ enum PinentryHarness {
 
     static var built: Bool { FileManager.default.isExecutableFile(atPath: pinentryCoffer) }
 
-    struct Result: CustomStringConvertible {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-        var description: String { "status \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
-    }
-
-    /// Runs `executable ARGS` with `stdin`, the environment plus `environment`; waits at most `timeout` s.
+    /// Runs `executable ARGS` with `stdin` and no GnuPG or pinentry settings from the runner's
+    /// environment; waits at most `timeout` s.
     static func run(_ executable: String, _ args: [String], stdin: String = "", environment: [String: String] = [:],
-                    timeout: Double = 60) -> Result {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = args
-        var env = ProcessInfo.processInfo.environment
-        for k in ["COFFER_SOCKET", "GPG_AGENT_INFO", "COFFER_PINENTRY_WRAPPED", "COFFER_PINENTRY_SAVE", "DISPLAY"] { env.removeValue(forKey: k) }
-        env.merge(environment) { $1 }
-        p.environment = env
-        let out = Pipe(), err = Pipe(), inp = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = inp
-        do { try p.run() } catch { return Result(status: -1, stdout: "", stderr: "\(error)") }
-        let watchdog = DispatchWorkItem { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-        inp.fileHandleForWriting.write(Data(stdin.utf8))
-        try? inp.fileHandleForWriting.close()
-        // Read both pipes at once: a full stderr pipe must not stall the child while stdout is read.
-        nonisolated(unsafe) var errData = Data()
-        let group = DispatchGroup()
-        DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        group.wait()
-        p.waitUntilExit()
-        watchdog.cancel()
-        return Result(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+                    timeout: Double = 60) -> CLIResult {
+        runCLI(args, stdin: stdin, environment: environment, executable: executable,
+               unset: ["GPG_AGENT_INFO", "COFFER_PINENTRY_WRAPPED", "COFFER_PINENTRY_SAVE", "DISPLAY"], timeout: timeout)
     }
 
     /// A directory `/tmp/cpg-XXXXXX` (short: gpg-agent's socket lives in it), removed at the end.
@@ -189,7 +160,7 @@ enum PinentryHarness {
             try "# pinentry-coffer test\nsave = \(mode)\n".write(toFile: configPath, atomically: true, encoding: .utf8)
         }
 
-        func gpg(_ args: [String], stdin: String = "") -> PinentryHarness.Result {
+        func gpg(_ args: [String], stdin: String = "") -> CLIResult {
             PinentryHarness.run("/usr/bin/gpg", ["--homedir", home] + args, stdin: stdin, environment: ["GNUPGHOME": home])
         }
 
@@ -199,7 +170,7 @@ enum PinentryHarness {
         }
 
         /// Signs a line with the key (gpg-agent asks pinentry-coffer for the passphrase).
-        func sign() -> PinentryHarness.Result {
+        func sign() -> CLIResult {
             restartAgent()
             // Never --output /dev/null: gpg removes its output file when signing fails (as root, /dev/null itself).
             return gpg(["--batch", "--yes", "--local-user", "pinentry@example.org", "--sign", "--output", dir.file("out.gpg")], stdin: "hello\n")

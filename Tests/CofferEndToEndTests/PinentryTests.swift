@@ -40,7 +40,7 @@ import Testing
 struct PinentryProtocolTests {
     /// Runs pinentry-coffer with `commands` (one per line) on stdin; its replies, line by line.
     static func converse(_ agent: AgentProcess?, fake: PinentryHarness.FakePinentry, save: String = "always",
-                         _ commands: [String], socket: String? = nil) -> (lines: [String], result: PinentryHarness.Result) {
+                         _ commands: [String], socket: String? = nil) -> (lines: [String], result: CLIResult) {
         let r = PinentryHarness.run(PinentryHarness.pinentryCoffer,
                                     ["--socket", socket ?? agent?.socketPath ?? "/nonexistent", "--pinentry", fake.path, "--save", save,
                                      "--ttyname", "/dev/null"],
