@@ -112,7 +112,9 @@ struct Helper {
         guard answer.withUnsafeBytes({ StandardStreams.write(1, $0) }) else { throw .io("cannot write to git") }
     }
 
-    /// `store`: adds the credential, or replaces the secret (and expiry) of the same one.
+    /// `store`: adds the credential, or replaces the secret (and expiry) of the same one — unless that
+    /// one has an access control: git stores after every use, and replacing would ask the person a
+    /// second time for what they just unlocked (such an item is changed with `coffer update`).
     func store() throws(SecError) {
         guard request.isStorable, let secret = request.encodedSecret() else { return }
         defer { secret.wipe() }
@@ -121,7 +123,7 @@ struct Helper {
         } catch where error.status == .duplicateItem {
             var changes = request.itemAttributes
             for key in ItemClass.internetPassword.primaryKey { changes[key] = nil }
-            for item in try candidates() where request.isSame(item.attributes ?? [:]) {
+            for item in try candidates() where request.isSame(item.attributes ?? [:]) && item.attributes?["accc"] == nil {
                 _ = try connection.update(ItemQuery(itemClass: .internetPassword, persistentRef: item.persistentRef),
                                           ItemChanges(attributes: changes, secret: secret))
             }
