@@ -195,7 +195,7 @@ package struct GitCredential {
     /// Why `store` keeps nothing: git's own helpers need a protocol, a host or a path, a username
     /// and a password.
     package var isStorable: Bool {
-        self.protocol != nil && (host != nil || path != nil) && username != nil && (password?.count ?? 0) > 0
+        self.protocol != nil && (host != nil || path != nil) && username != nil && password != nil
     }
 
     /// True if the request names something to erase (a blank one would mean "everything", which git's

@@ -61,6 +61,8 @@ import Testing
         #expect(try !Self.parse("protocol=https\nhost=h\nusername=u\n").isStorable, "no password")
         #expect(try !Self.parse("host=h\nusername=u\npassword=p\n").isStorable, "no protocol")
         #expect(try Self.parse("protocol=cert\npath=/etc/cert.p12\nusername=u\npassword=p\n").isStorable, "a path stands for the host")
+        // An empty username and password (single sign-on: t0303's "can store empty username").
+        #expect(try Self.parse("protocol=https\nhost=sso.tld\nusername=\npassword=\n").isStorable)
         #expect(try !Self.parse("\n").isErasable && Self.parse("username=u\n").isErasable)
     }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Runs git's own conformance suite for credential helpers, t/t0303-credential-external.sh, against
+# the INSTALLED git, with the helper `git credential-WORD` (WORD is one word: put a wrapper script
+# named git-credential-WORD on PATH to pass arguments).
+#
+#   contrib/git-t0303.sh WORD
+#
+# git's t/ at the installed version comes from Debian's source archive through apt with a private
+# sources list and lists directory (nothing under /etc changes, nothing lands in the checkout), and is
+# cached in ${COFFER_GIT_T_CACHE:-/var/tmp/coffer-git-t}/VERSION. Nothing is compiled: test-lib.sh
+# runs with GIT_TEST_INSTALLED and gets the few files it insists on written by hand.
+#
+# Exit status: 0 every test passed; 1 a test failed (the TAP output is printed); 77 cannot run here
+# (no network, no source for this version), with the reason on standard error.
+# COFFER_T0303_VERBOSE=1 runs t0303 with -v; COFFER_T0303_TIMEOUT_HELPER names a helper for its
+# timeout tests (GIT_TEST_CREDENTIAL_HELPER_TIMEOUT).
+set -eu
+[ $# -eq 1 ] || { echo "usage: $0 HELPER-WORD" >&2; exit 2; }
+helper="$1"
+cannot() { echo "git-t0303.sh: cannot run git's t0303 here: $*" >&2; exit 77; }
+
+git_bin="$(command -v git)" || cannot "git is not installed"
+version="$(git --version | awk '{print $3}')"
+cache="${COFFER_GIT_T_CACHE:-/var/tmp/coffer-git-t}"
+tree="$cache/$version"
+
+prepare() {
+    mkdir -p "$cache"
+    work="$(mktemp -d "$cache/.prepare-XXXXXX")"
+    trap 'rm -rf "$work"' EXIT
+    local sources=/etc/apt/sources.list.d/debian.sources
+    [ -r "$sources" ] || cannot "no $sources to take Debian's archive from"
+    # The same archive entries, as deb-src.
+    sed 's/^Types:.*/Types: deb-src/' "$sources" > "$work/src.sources"
+    mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/download"
+    local apt=(apt-get -q -o Dir::Etc::sourcelist="$work/src.sources" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$work/lists"
+               -o Dir::Cache::Archives="$work/archives" -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
+    "${apt[@]}" update > "$work/update.log" 2>&1 || cannot "apt-get update of the source archive failed: $(tail -1 "$work/update.log")"
+    ls "$work"/lists/*Sources* > /dev/null 2>&1 \
+        || cannot "no source index could be fetched from Debian's archive (no network?): $(grep -m1 -E '^(W|E|Err)' "$work/update.log" || true)"
+    (cd "$work/download" && "${apt[@]}" source --download-only "git=1:$version-*" > "$work/source.log" 2>&1) \
+        || (cd "$work/download" && "${apt[@]}" source --download-only git > "$work/source.log" 2>&1) \
+        || cannot "apt-get source git failed: $(tail -1 "$work/source.log")"
+    local orig; orig="$(ls "$work"/download/git_"$version".orig.tar.* 2>/dev/null | head -1)"
+    [ -n "$orig" ] || cannot "the source archive has no git $version (found: $(ls "$work/download" | tr '\n' ' '))"
+    mkdir -p "$work/git"
+    tar -xf "$orig" -C "$work/git" --strip-components=1 --wildcards '*/t/*' \
+        || cannot "cannot extract t/ from $orig"
+    [ -f "$work/git/t/t0303-credential-external.sh" ] || cannot "$orig has no t/t0303-credential-external.sh"
+    # What test-lib.sh insists on beside t/, even with GIT_TEST_INSTALLED.
+    cat > "$work/git/GIT-BUILD-OPTIONS" <<OPTIONS
+SHELL_PATH='/bin/sh'
+TEST_SHELL_PATH='/bin/sh'
+PERL_PATH='/usr/bin/perl'
+PYTHON_PATH='/usr/bin/python3'
+DIFF='diff'
+TAR='tar'
+PAGER_ENV='LESS=FRX LV=-c'
+NO_CURL=''
+NO_EXPAT=''
+NO_PERL=''
+NO_PTHREADS=''
+NO_PYTHON=''
+NO_UNIX_SOCKETS=''
+NO_GETTEXT=''
+NO_REGEX=''
+X=''
+OPTIONS
+    mkdir -p "$work/git/templates"
+    cp -r /usr/share/git-core/templates "$work/git/templates/blt"
+    mkdir -p "$work/git/t/helper"
+    printf '#!/bin/sh\necho "test-tool stub: $*" >&2\nexit 1\n' > "$work/git/t/helper/test-tool"
+    chmod 0755 "$work/git/t/helper/test-tool"
+    mkdir -p "$work/git/bin-wrappers"
+    # Atomically: an interrupted run never leaves a half tree behind.
+    rm -rf "$tree.old"
+    [ -d "$tree" ] && mv "$tree" "$tree.old"
+    mv "$work/git" "$tree"
+    rm -rf "$tree.old" "$work"
+    trap - EXIT
+}
+
+[ -f "$tree/t/t0303-credential-external.sh" ] || prepare
+
+run="$(mktemp -d /tmp/coffer-t0303-XXXXXX)"
+trap 'rm -rf "$run"' EXIT
+args=()
+[ "${COFFER_T0303_VERBOSE:-}" = 1 ] && args+=(-v)
+status=0
+(
+    cd "$tree/t"
+    export GIT_TEST_INSTALLED="$(dirname "$git_bin")" GIT_TEST_CREDENTIAL_HELPER="$helper"
+    [ -n "${COFFER_T0303_TIMEOUT_HELPER:-}" ] && export GIT_TEST_CREDENTIAL_HELPER_TIMEOUT="$COFFER_T0303_TIMEOUT_HELPER"
+    # The trash directory goes to a fresh place of our own (the cache may be shared and read-only).
+    sh ./t0303-credential-external.sh --root="$run" "${args[@]}"
+) > "$run.out" 2>&1 || status=$?
+cat "$run.out"
+if [ "$status" -eq 0 ] && grep -q '^# passed all' "$run.out" && ! grep -q '^not ok' "$run.out"; then
+    rm -f "$run.out"
+    exit 0
+fi
+rm -f "$run.out"
+echo "git-t0303.sh: t0303 failed (exit $status)" >&2
+exit 1
