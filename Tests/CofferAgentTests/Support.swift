@@ -191,7 +191,12 @@ final class ScriptedChannel: AuthChannel {
     func ask(_ request: AuthenticationRequest) { asked.append(request) }
     func feedback(_ text: String) { feedbacks.append(text) }
     func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
-        if stop() { return .stopped }
+        if stop() {
+            // The evaluation finished before the agent came to wait: that is the step's stop, so the
+            // script stays in step with the outcomes however the threads are scheduled.
+            if case .waitForStop? = steps.first { steps.removeFirst() }
+            return .stopped
+        }
         guard !steps.isEmpty else { return .gone }
         switch steps.removeFirst() {
         case .answer(let a): return .answer(a)

@@ -116,20 +116,33 @@ final class FprintdBus: @unchecked Sendable {
     func scan(_ command: String, within seconds: Double = 30) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
-            if let fd = try? UnixSocket.connect(path: deviceSocket) {
-                defer { close(fd) }
-                let bytes = Array(command.utf8)
-                guard write(fd, bytes, bytes.count) == bytes.count else { return false }
-                var tv = timeval(tv_sec: 5, tv_usec: 0)
-                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-                var buffer = [UInt8](repeating: 0, count: 64)
-                while Glibc.read(fd, &buffer, buffer.count) > 0 {}
-                return true
+            let connected: Int32
+            do { connected = try UnixSocket.connect(path: deviceSocket) } catch {
+                lastFailure = "connect: \(error)"
+                usleep(20_000)
+                continue
             }
-            usleep(20_000)
+            let bytes = Array(command.utf8)
+            // A connection the driver dropped (it keeps one at a time, and a reopened device
+            // listens afresh) is not a scan taken: try again until the deadline.
+            guard write(connected, bytes, bytes.count) == bytes.count else {
+                lastFailure = "write: \(String(cString: strerror(errno)))"
+                close(connected)
+                usleep(20_000)
+                continue
+            }
+            var tv = timeval(tv_sec: 5, tv_usec: 0)
+            setsockopt(connected, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            var buffer = [UInt8](repeating: 0, count: 64)
+            while Glibc.read(connected, &buffer, buffer.count) > 0 {}
+            close(connected)
+            return true
         }
         return false
     }
+
+    /// Why the last ``scan(_:within:)`` attempt did not reach the virtual device.
+    private(set) var lastFailure = ""
 
     /// Another program claims the reader (one D-Bus connection holding the claim) until `releaseClaim`.
     func holdClaim() throws {
@@ -271,7 +284,7 @@ struct FprintdTests {
         }
         after = verifications(agent)
         guard bus.scan(command) else {
-            Issue.record("the virtual reader took no \(command); fprintd log:\n\(bus.read("fprintd.log").suffix(4000))")
+            Issue.record("the virtual reader took no \(command) (\(bus.lastFailure)); fprintd log:\n\(bus.read("fprintd.log").suffix(4000))")
             return false
         }
         return true
