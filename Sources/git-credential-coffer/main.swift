@@ -159,15 +159,37 @@ guard let action = invocation.action else {
 // Actions this helper does not know are ignored, as git asks of helpers.
 guard ["get", "store", "erase"].contains(action) else { exit(0) }
 
-let input = SecureBytes(count: GitCredential.maximumInputBytes + 1)
-let length = input.withUnsafeMutableBytes { b in (try? Files.readAll(fd: 0, into: b)) ?? -1 }
-guard length >= 0, length <= GitCredential.maximumInputBytes else {
+/// git's request from standard input, in secure memory: a small buffer first (a request is a few
+/// hundred bytes, and locking a megabyte up front cost more than the whole lookup), grown up to
+/// ``GitCredential/maximumInputBytes``. nil if it cannot be read or is larger.
+func readRequest() -> SecureBytes? {
+    var buffer = SecureBytes(count: 4096)
+    var length = 0
+    while true {
+        if length == buffer.count {
+            guard buffer.count <= GitCredential.maximumInputBytes else { return nil }
+            let bigger = SecureBytes(count: min(buffer.count * 8, GitCredential.maximumInputBytes + 1))
+            bigger.withUnsafeMutableBytes { b in buffer.withUnsafeBytes { b.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: length) } }
+            buffer.wipe()
+            buffer = bigger
+        }
+        let n = buffer.withUnsafeMutableBytes { b in read(0, b.baseAddress! + length, b.count - length) }
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { return nil }
+        if n == 0 { break }
+        length += n
+    }
+    defer { buffer.wipe() }
+    return buffer.slice(0..<length)
+}
+
+guard let input = readRequest() else {
     StandardStreams.printError("git-credential-coffer: cannot read git's request (larger than \(GitCredential.maximumInputBytes) bytes?)")
     exit(0)
 }
 let request: GitCredential
 do {
-    request = try GitCredential(parsing: input.slice(0..<length))
+    request = try GitCredential(parsing: input)
 } catch {
     StandardStreams.printError("git-credential-coffer: git's request is malformed: \(error.description)")
     exit(0)

@@ -141,6 +141,11 @@ struct GitCredentialTests {
         r = GitRun.helper(agent, "get", "protocol=https\nhost=h.example\n")
         #expect(r.stdout == "username=u\npassword=p3\n", "\(r)")
         #expect(agent.cli(["get", "--server", "h.example"]).stdout == "p3")
+        // A request larger than the first read buffer (a 20,000-byte password) arrives whole.
+        let long = String(repeating: "x", count: 19_999) + "!"
+        r = GitRun.helper(agent, "store", "protocol=https\nhost=long.example\nusername=u\npassword=\(long)\n")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=long.example\n")
+        #expect(r.stdout == "username=u\npassword=\(long)\n", "\(r.stderr)")
 
         // What git's protocol refuses is ignored without a word on stdout: unknown actions, a NUL,
         // a store without a username, an erase naming nothing.

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# git's credential helpers side by side, in one run: `git credential fill` (what git does before
+# every authenticated fetch or push) and `git credential approve` (after one), each a whole `git`
+# process, through
+#   coffer      git-credential-coffer on a Coffer agent (release build, copied as an install would)
+#   store       git-credential-store (a plain-text file: the floor)
+#   libsecret   git-credential-libsecret on gnome-keyring (built from the source Debian's git
+#               ships), inside dbus-run-session, as a desktop runs it
+#
+#   contrib/bench/git-credential.sh [N]      (default 200 runs per measure)
+#
+# Every helper gets its own temporary HOME and only itself as credential.helper; a fill is checked to
+# print the right password before it is timed. Prints a Markdown table (median and p95 in ms, and
+# Coffer's speed-up over each peer) and the issue's goal: fill at least 5x faster than libsecret.
+set -eu
+cd "$(dirname "$0")/../.."
+root="$PWD"
+N="${1:-200}"
+WARMUP=10
+need=""
+for c in git gnome-keyring-daemon dbus-run-session busctl pkg-config cc; do command -v "$c" >/dev/null || need=1; done
+pkg-config --exists libsecret-1 2>/dev/null || need=1
+if [ -n "$need" ]; then
+    [ "$(id -u)" = 0 ] || { echo "git-credential.sh: needs git gnome-keyring dbus libsecret-1-dev pkg-config gcc (run as root to install)" >&2; exit 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git gnome-keyring dbus libsecret-1-dev pkg-config gcc >/dev/null
+fi
+for p in cofferd coffer coffer-cli git-credential-coffer; do swift build -c release --product "$p" >/dev/null; done
+
+work="$(mktemp -d /tmp/coffer-gitbench-XXXXXX)"
+cleanup() {
+    pkill -TERM -f -- "--state-dir $work/" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+bin="$work/bin"; mkdir -p "$bin"
+for p in cofferd coffer coffer-cli git-credential-coffer; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
+libsecret_src=/usr/share/doc/git/contrib/credential/libsecret/git-credential-libsecret.c
+[ -f "$libsecret_src" ] || { echo "git-credential.sh: $libsecret_src is missing (Debian's git package ships it)" >&2; exit 1; }
+# shellcheck disable=SC2046
+cc -O2 -o "$bin/git-credential-libsecret" "$libsecret_src" $(pkg-config --cflags --libs libsecret-1 glib-2.0)
+# The agent hashes an executable modified in the last 2 s on every connection (it could still be
+# changing): let the copies age as an installed binary has.
+sleep 2.1
+PASSWORD="bench password"                     # the keyring password: on stdin only
+printf '%s\n' "$PASSWORD" > "$work/password"
+printf '%s' "$PASSWORD" > "$work/password-raw"
+results="$work/results"; mkdir -p "$results"
+export work bin results N WARMUP
+
+# time_us CMD...: runs CMD (stdin from $IN), prints its µs; a failure is never timed.
+time_us() {
+    local t0 t1 rc=0
+    t0=$EPOCHREALTIME
+    "$@" <"${IN:-/dev/null}" >/dev/null 2>&1 || rc=$?
+    t1=$EPOCHREALTIME
+    [ "$rc" = 0 ] || { echo "git-credential.sh: failed ($rc): $*" >&2; return 1; }
+    echo $(( ${t1/./} - ${t0/./} ))
+}
+# gitc HELPER ACTION: `git credential ACTION` with only HELPER configured.
+gitc() { git -c credential.helper= -c "credential.helper=$1" credential "$2"; }
+# measure NAME HELPER DIRECT...: the timed loops for one helper (its HOME and daemon already set
+# up); DIRECT is the helper's own command, run as git runs it (`DIRECT get`, the request on stdin).
+measure() {
+    local name=$1 helper=$2 r; shift 2
+    printf 'protocol=https\nhost=git.example.com\nusername=alice\npassword=s3cret-%s\n\n' "$name" > "$work/approve-$name"
+    printf 'protocol=https\nhost=git.example.com\n\n' > "$work/fill"
+    gitc "$helper" approve < "$work/approve-$name"
+    local got; got="$(gitc "$helper" fill < "$work/fill" | grep '^password=')" || true
+    [ "$got" = "password=s3cret-$name" ] || { echo "git-credential.sh: $name filled '$got', expected password=s3cret-$name" >&2; return 1; }
+    for r in $(seq "$WARMUP"); do gitc "$helper" fill < "$work/fill" >/dev/null; done
+    for r in $(seq "$N"); do IN="$work/fill" time_us gitc "$helper" fill; done > "$results/$name.fill"
+    for r in $(seq "$N"); do IN="$work/approve-$name" time_us gitc "$helper" approve; done > "$results/$name.approve"
+    got="$("$@" get < "$work/fill" | grep '^password=')" || true
+    [ "$got" = "password=s3cret-$name" ] || { echo "git-credential.sh: $name's helper printed '$got'" >&2; return 1; }
+    for r in $(seq "$N"); do IN="$work/fill" time_us "$@" get; done > "$results/$name.get"
+}
+export -f time_us gitc measure
+
+common_env() { # HOME
+    export HOME="$1" XDG_CONFIG_HOME="$1/config" GIT_CONFIG_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0 GIT_ASKPASS= SSH_ASKPASS=
+    mkdir -p "$HOME"
+}
+
+(   # Coffer: an agent with a passcode, unlocked, as after login.
+    common_env "$work/coffer"
+    export XDG_RUNTIME_DIR="$work/coffer/run"; mkdir -p "$XDG_RUNTIME_DIR" "$HOME/pam"; chmod 700 "$XDG_RUNTIME_DIR"
+    export COFFER_SOCKET="$XDG_RUNTIME_DIR/agent.sock"
+    matrix=/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so
+    printf '%s:%s:coffer\n' "$(id -un)" "$PASSWORD" > "$HOME/passdb"
+    printf 'auth required %s passdb=%s\naccount required %s passdb=%s\n' $matrix "$HOME/passdb" $matrix "$HOME/passdb" > "$HOME/pam/coffer"
+    "$bin/cofferd" --socket "$COFFER_SOCKET" --state-dir "$work/coffer/state" --pam-confdir "$HOME/pam"
+    "$bin/coffer" passcode set --passcode-stdin < "$work/password"
+    measure coffer "$bin/git-credential-coffer" "$bin/git-credential-coffer"
+)
+(   # git-credential-store: a plain-text file.
+    common_env "$work/store"
+    measure store "store --file $work/store/credentials" git credential-store --file "$work/store/credentials"
+)
+(   # libsecret on gnome-keyring, unlocked, over the session bus.
+    common_env "$work/libsecret"
+    export XDG_RUNTIME_DIR="$work/libsecret/run" XDG_DATA_HOME="$work/libsecret/data"
+    mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME/keyrings"; chmod 700 "$XDG_RUNTIME_DIR"
+    dbus-run-session -- bash -c '
+        set -eu
+        eval "$(gnome-keyring-daemon --unlock --components=secrets < "$work/password-raw")"
+        until busctl --user status org.freedesktop.secrets >/dev/null 2>&1; do sleep 0.01; done
+        measure libsecret "$bin/git-credential-libsecret" "$bin/git-credential-libsecret"
+        pkill -u "$(id -u)" -n gnome-keyring-d || true
+    '
+)
+
+# stat PEER OP median|p95 -> ms
+stat() {
+    sort -n "$results/$1.$2" | awk -v q="$3" '{a[NR]=$1} END {i = (q == "p95") ? int(NR*0.95) : int((NR+1)/2); if (i < 1) i = 1; printf "%.2f", a[i]/1000}'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f×", b / a }'; }
+echo
+echo "git credential helpers, $N runs each ($(git --version), $(nproc) cores); whole git process, ms"
+echo
+echo "| operation | coffer median / p95 | store median / p95 | libsecret median / p95 | coffer vs store | coffer vs libsecret |"
+echo "|---|---:|---:|---:|---:|---:|"
+for op in fill approve get; do
+    c=$(stat coffer $op median); s=$(stat store $op median); l=$(stat libsecret $op median)
+    what="\`git credential $op\`"; [ $op = get ] && what="the helper alone (\`HELPER get\`, as git runs it)"
+    echo "| $what | $c / $(stat coffer $op p95) | $s / $(stat store $op p95) | $l / $(stat libsecret $op p95) | $(ratio "$c" "$s") | $(ratio "$c" "$l") |"
+done
+verdict() { awk -v c="$1" -v l="$2" 'BEGIN { printf "%.1f× (%s)", l / c, (l / c >= 5) ? "met" : "NOT met" }'; }
+echo
+echo "Goal (issue #17): at least 5× faster than libsecret. The helper alone: $(verdict "$(stat coffer get median)" "$(stat libsecret get median)");"
+echo "the whole \`git credential fill\`: $(verdict "$(stat coffer fill median)" "$(stat libsecret fill median)"), where git's own part (the store"
+echo "helper's fill, $(stat store fill median) ms, a plain file read by git itself) is in every figure, so no helper can make that"
+echo "ratio larger than $(awk -v s="$(stat store fill median)" -v l="$(stat libsecret fill median)" 'BEGIN { printf "%.1f×", l / s }')."
