@@ -14,15 +14,23 @@
 #   contrib/bench/run.sh identity   Only what identifying callers costs (also part of `coffer`): a signed
 #                                   caller vs `identify-callers = no`, SHA-256 of a 50 MiB executable (~1 min)
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
+#   contrib/bench/run.sh git [N]    git's credential helpers: coffer, store, libsecret on gnome-keyring
+#                                   (also part of `all` and `peers`; N runs each, default 200)
 #
 # Sizes for the Coffer-alone part: COFFER_BENCH_SIZES (default "1000 100000 1000000").
 set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|peers) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | peers [N ...]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|peers|git) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | peers [N ...] | git [N]]" >&2; exit 2 ;;
 esac
+if [ "$what" = git ]; then
+    shift
+    echo "## git credential helpers"
+    bash contrib/bench/git-credential.sh "$@"
+    exit 0
+fi
 if [ "$what" != peers ]; then
     bash contrib/deps.sh
     for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host CofferPluginTest; do swift build -c release --product "$p" >/dev/null; done
@@ -77,4 +85,7 @@ if [ "$what" != coffer ] && [ "$what" != identity ] && [ "$what" != access-contr
     echo
     echo "## Beside gnome-keyring, pass and the kernel keyring"
     bash contrib/bench/peers.sh "$@"
+    echo
+    echo "## git credential helpers"
+    bash contrib/bench/git-credential.sh
 fi
