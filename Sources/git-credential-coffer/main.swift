@@ -85,7 +85,10 @@ struct Helper {
     }
 
     func secret(of item: ItemResult) throws(SecError) -> SecureBytes {
-        guard let data = try connection.copyMatching(ItemQuery(itemClass: .internetPassword, limit: .one, returnData: true,
+        // The server goes with the reference so that a prompt names it ("read the secret of "HOST"").
+        var attributes: Attributes = [:]
+        if let server = item.attributes?["srvr"] { attributes["srvr"] = server }
+        guard let data = try connection.copyMatching(ItemQuery(itemClass: .internetPassword, attributes: attributes, limit: .one, returnData: true,
                                                                persistentRef: item.persistentRef)).first?.data else {
             throw .itemNotFound()
         }

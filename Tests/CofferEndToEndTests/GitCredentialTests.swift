@@ -208,6 +208,7 @@ struct GitCredentialTests {
         let t = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" get < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
                                 typing: AgentProcess.password, prompt: "Passcode: ")
         #expect(t.status == 0 && t.prompted && t.output.contains("password=guarded"), "\(t)")
+        #expect(t.output.contains("git-credential-coffer wants to read the secret of \"git.example.com\""), "\(t)")
         // git stores what worked after every use: that never asks a second time (nor changes the item).
         try (request + "username=alice\npassword=guarded\n").write(toFile: input, atomically: true, encoding: .utf8)
         let s = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" store < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
