@@ -25,7 +25,8 @@ cache="${COFFER_GIT_T_CACHE:-/var/tmp/coffer-git-t}"
 tree="$cache/$version"
 
 prepare() {
-    mkdir -p "$cache"
+    mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] \
+        || cannot "$tree is not prepared and $cache is not writable by $(id -un) (set COFFER_GIT_T_CACHE, or run once as its owner)"
     work="$(mktemp -d "$cache/.prepare-XXXXXX")"
     trap 'rm -rf "$work"' EXIT
     local sources=/etc/apt/sources.list.d/debian.sources
@@ -33,8 +34,12 @@ prepare() {
     # The same archive entries, as deb-src.
     sed 's/^Types:.*/Types: deb-src/' "$sources" > "$work/src.sources"
     mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/download"
-    local apt=(apt-get -q -o Dir::Etc::sourcelist="$work/src.sources" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$work/lists"
-               -o Dir::Cache::Archives="$work/archives" -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
+    # The system's update hooks are for its own lists (Debian's docker-clean deletes the system's
+    # downloaded .debs; PackageKit and AppStream refresh): none of them runs for ours.
+    printf '#clear APT::Update::Pre-Invoke;\n#clear APT::Update::Post-Invoke;\n#clear APT::Update::Post-Invoke-Success;\n' > "$work/apt.conf"
+    local apt=(apt-get -q -c "$work/apt.conf" -o Dir::Etc::sourcelist="$work/src.sources" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$work/lists"
+               -o Dir::Cache::Archives="$work/archives" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
+               -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
     "${apt[@]}" update > "$work/update.log" 2>&1 || cannot "apt-get update of the source archive failed: $(tail -1 "$work/update.log")"
     ls "$work"/lists/*Sources* > /dev/null 2>&1 \
         || cannot "no source index could be fetched from Debian's archive (no network?): $(grep -m1 -E '^(W|E|Err)' "$work/update.log" || true)"
@@ -44,7 +49,8 @@ prepare() {
     local orig; orig="$(ls "$work"/download/git_"$version".orig.tar.* 2>/dev/null | head -1)"
     [ -n "$orig" ] || cannot "the source archive has no git $version (found: $(ls "$work/download" | tr '\n' ' '))"
     mkdir -p "$work/git"
-    tar -xf "$orig" -C "$work/git" --strip-components=1 --wildcards '*/t/*' \
+    # Only the top-level t/ (not contrib/*/t).
+    tar -xf "$orig" -C "$work/git" --strip-components=1 --wildcards --no-wildcards-match-slash '*/t' \
         || cannot "cannot extract t/ from $orig"
     [ -f "$work/git/t/t0303-credential-external.sh" ] || cannot "$orig has no t/t0303-credential-external.sh"
     # What test-lib.sh insists on beside t/, even with GIT_TEST_INSTALLED.
@@ -73,9 +79,14 @@ OPTIONS
     chmod 0755 "$work/git/t/helper/test-tool"
     mkdir -p "$work/git/bin-wrappers"
     # Atomically: an interrupted run never leaves a half tree behind.
-    rm -rf "$tree.old"
-    [ -d "$tree" ] && mv "$tree" "$tree.old"
-    mv "$work/git" "$tree"
+    # A concurrent run that got there first keeps its tree (it may be running in it); a half tree
+    # from an older script is moved aside.
+    if [ ! -f "$tree/t/t0303-credential-external.sh" ]; then
+        rm -rf "$tree.old"
+        [ ! -e "$tree" ] || mv -T "$tree" "$tree.old"
+        mv -T "$work/git" "$tree" 2>/dev/null || [ -f "$tree/t/t0303-credential-external.sh" ] \
+            || cannot "cannot move the prepared tree to $tree"
+    fi
     rm -rf "$tree.old" "$work"
     trap - EXIT
 }
@@ -90,6 +101,8 @@ status=0
 (
     cd "$tree/t"
     export GIT_TEST_INSTALLED="$(dirname "$git_bin")" GIT_TEST_CREDENTIAL_HELPER="$helper"
+    # test-lib.sh writes t/test-results/ beside the test: keep that out of the (shared) cache too.
+    export TEST_OUTPUT_DIRECTORY_OVERRIDE="$run"
     [ -n "${COFFER_T0303_TIMEOUT_HELPER:-}" ] && export GIT_TEST_CREDENTIAL_HELPER_TIMEOUT="$COFFER_T0303_TIMEOUT_HELPER"
     # The trash directory goes to a fresh place of our own (the cache may be shared and read-only).
     sh ./t0303-credential-external.sh --root="$run" "${args[@]}"

@@ -9,6 +9,8 @@
 #
 #   contrib/bench/git-credential.sh [N]      (default 200 runs per measure)
 #
+# COFFER_BENCH_SKIP_COFFER=1 measures only store and libsecret (no Swift build, no agent).
+#
 # Every helper gets its own temporary HOME and only itself as credential.helper; a fill is checked to
 # print the right password before it is timed. Prints a Markdown table (median and p95 in ms, and
 # Coffer's speed-up over each peer) and the issue's goal: fill at least 5x faster than libsecret.
@@ -24,7 +26,8 @@ if [ -n "$need" ]; then
     [ "$(id -u)" = 0 ] || { echo "git-credential.sh: needs git gnome-keyring dbus libsecret-1-dev pkg-config gcc (run as root to install)" >&2; exit 1; }
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git gnome-keyring dbus libsecret-1-dev pkg-config gcc >/dev/null
 fi
-for p in cofferd coffer coffer-cli git-credential-coffer; do swift build -c release --product "$p" >/dev/null; done
+skip_coffer="${COFFER_BENCH_SKIP_COFFER:-}"
+[ "$skip_coffer" = 1 ] || for p in cofferd coffer coffer-cli git-credential-coffer; do swift build -c release --product "$p" >/dev/null; done
 
 work="$(mktemp -d /tmp/coffer-gitbench-XXXXXX)"
 cleanup() {
@@ -33,8 +36,11 @@ cleanup() {
 }
 trap cleanup EXIT
 bin="$work/bin"; mkdir -p "$bin"
-for p in cofferd coffer coffer-cli git-credential-coffer; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
+[ "$skip_coffer" = 1 ] || for p in cofferd coffer coffer-cli git-credential-coffer; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
 libsecret_src=/usr/share/doc/git/contrib/credential/libsecret/git-credential-libsecret.c
+if [ ! -f "$libsecret_src" ] && [ -f "$libsecret_src.gz" ]; then  # (Debian's docs may be gzipped)
+    gzip -dc "$libsecret_src.gz" > "$work/git-credential-libsecret.c"; libsecret_src="$work/git-credential-libsecret.c"
+fi
 [ -f "$libsecret_src" ] || { echo "git-credential.sh: $libsecret_src is missing (Debian's git package ships it)" >&2; exit 1; }
 # shellcheck disable=SC2046
 cc -O2 -o "$bin/git-credential-libsecret" "$libsecret_src" $(pkg-config --cflags --libs libsecret-1 glib-2.0)
@@ -81,7 +87,7 @@ common_env() { # HOME
     mkdir -p "$HOME"
 }
 
-(   # Coffer: an agent with a passcode, unlocked, as after login.
+[ "$skip_coffer" = 1 ] || (   # Coffer: an agent with a passcode, unlocked, as after login.
     common_env "$work/coffer"
     export XDG_RUNTIME_DIR="$work/coffer/run"; mkdir -p "$XDG_RUNTIME_DIR" "$HOME/pam"; chmod 700 "$XDG_RUNTIME_DIR"
     export COFFER_SOCKET="$XDG_RUNTIME_DIR/agent.sock"
@@ -105,15 +111,18 @@ common_env() { # HOME
         eval "$(gnome-keyring-daemon --unlock --components=secrets < "$work/password-raw")"
         until busctl --user status org.freedesktop.secrets >/dev/null 2>&1; do sleep 0.01; done
         measure libsecret "$bin/git-credential-libsecret" "$bin/git-credential-libsecret"
-        pkill -u "$(id -u)" -n gnome-keyring-d || true
+        # This session'"'"'s daemon only (the user may have a keyring of their own running).
+        pid=$(busctl --user status org.freedesktop.secrets 2>/dev/null | sed -n "s/^PID=//p")
+        [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
     '
 )
 
-# stat PEER OP median|p95 -> ms
+# stat PEER OP median|p95 -> ms, or "–" when PEER was not measured
 stat() {
+    [ -s "$results/$1.$2" ] || { printf '–'; return; }
     sort -n "$results/$1.$2" | awk -v q="$3" '{a[NR]=$1} END {i = (q == "p95") ? int(NR*0.95) : int((NR+1)/2); if (i < 1) i = 1; printf "%.2f", a[i]/1000}'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f×", b / a }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f×", b / a; else printf "–" }'; }
 echo
 echo "git credential helpers, $N runs each ($(git --version), $(nproc) cores); whole git process, ms"
 echo
@@ -124,7 +133,7 @@ for op in fill approve get; do
     what="\`git credential $op\`"; [ $op = get ] && what="the helper alone (\`HELPER get\`, as git runs it)"
     echo "| $what | $c / $(stat coffer $op p95) | $s / $(stat store $op p95) | $l / $(stat libsecret $op p95) | $(ratio "$c" "$s") | $(ratio "$c" "$l") |"
 done
-verdict() { awk -v c="$1" -v l="$2" 'BEGIN { printf "%.1f× (%s)", l / c, (l / c >= 5) ? "met" : "NOT met" }'; }
+verdict() { awk -v c="$1" -v l="$2" 'BEGIN { if (c+0 > 0 && l+0 > 0) printf "%.1f× (%s)", l / c, (l / c >= 5) ? "met" : "NOT met"; else printf "not measured" }'; }
 echo
 echo "Goal (issue #17): at least 5× faster than libsecret. The helper alone: $(verdict "$(stat coffer get median)" "$(stat libsecret get median)");"
 echo "the whole \`git credential fill\`: $(verdict "$(stat coffer fill median)" "$(stat libsecret fill median)"), where git's own part (the store"
