@@ -96,6 +96,7 @@ final class Pipeline: Sendable {
             return try bio(operation, name, &session, channel)
         case .backupCreate(let path, let password):
             return try audited(session.caller, "backup-create") { () throws(SecError) -> AgentResponse in
+                try mayManageKeychain(session.caller, "write a backup")
                 _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
                                                 what: "write a backup of every item to \u{201C}\(TerminalSafeText.escaped(path))\u{201D}")
                 let (bytes, count) = try keychain.backup(password: password, kdf: backupKDF)
@@ -105,6 +106,7 @@ final class Pipeline: Sendable {
             }
         case .backupRestore(let path, let password, let dryRun):
             return try audited(session.caller, dryRun ? "backup-check" : "backup-restore") { () throws(SecError) -> AgentResponse in
+                try mayManageKeychain(session.caller, dryRun ? "read a backup" : "restore a backup")
                 _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
                                                 what: dryRun ? "read the backup \u{201C}\(TerminalSafeText.escaped(path))\u{201D}"
                                                     : "restore the backup \u{201C}\(TerminalSafeText.escaped(path))\u{201D} into this keychain")
@@ -117,6 +119,7 @@ final class Pipeline: Sendable {
         case .escrowCreate:
             // An escrow opens everything without the person later: making one needs the person now.
             return try audited(session.caller, "escrow-create") { () throws(SecError) -> AgentResponse in
+                try mayManageKeychain(session.caller, "create an escrow record")
                 _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
                                                 what: "create an escrow record (it unlocks this keychain without you)")
                 let secret = try keychain.createEscrow()
@@ -128,11 +131,17 @@ final class Pipeline: Sendable {
             schedule.didUnlock()
             return .ok
         case .escrowRevoke(let passcode):
-            try audited(session.caller, "escrow-revoke") { () throws(SecError) in try unlocking.revokeEscrow(passcode: passcode) }
+            try audited(session.caller, "escrow-revoke") { () throws(SecError) in
+                try mayManageKeychain(session.caller, "revoke the escrow record")
+                try unlocking.revokeEscrow(passcode: passcode)
+            }
             schedule.didUnlock()
             return .ok
         case .removePasscode(let current):
-            try audited(session.caller, "remove-passcode") { () throws(SecError) in try unlocking.removePasscode(current: current) }
+            try audited(session.caller, "remove-passcode") { () throws(SecError) in
+                try mayManageKeychain(session.caller, "remove the passcode")
+                try unlocking.removePasscode(current: current)
+            }
             schedule.didUnlock()
             return .ok
         case .passcodeSync(nil):
@@ -262,6 +271,17 @@ final class Pipeline: Sendable {
         }
     }
 
+    /// Operations on the whole keychain (every group's items, or who may open them) are for the shell
+    /// helper and, when unsigned callers share a group, for the user's unsigned processes: never for a
+    /// confined or other signed app, even one that knows the passcode
+    /// (``AccessPolicy/mayManageKeychain(_:)``). Checked before the person is asked for anything.
+    private func mayManageKeychain(_ caller: CallerIdentity, _ what: String) throws(SecError) {
+        guard !gate.policy.mayManageKeychain(caller) else { return }
+        let shell = gate.policy.shellAppID.map { "the shell helper (app \($0))" } ?? "no app (shell-app = none)"
+        let unsigned = gate.policy.unsignedCallers == .shared ? " or a process without a signed identity" : ""
+        throw SecError(.missingEntitlement, "only \(shell)\(unsigned) may \(what): it reaches every access group")
+    }
+
     /// Runs an item request with the scope the policy gives the session's caller, and audits it
     /// (allowed or denied, with its result). An add without `agrp` is recorded with the group it went to.
     private func itemRequest(_ session: inout Session, _ operation: String, group: String?, itemClass: ItemClass?,
@@ -292,6 +312,7 @@ final class Pipeline: Sendable {
         case .enroll, .remove:
             let verb = operation == .enroll ? "enroll" : "remove"
             return try audited(caller, "bio-\(verb)") { () throws(SecError) -> AgentResponse in
+                try mayManageKeychain(caller, "\(verb) a finger")
                 _ = try sensor.control("status", []) // no authenticator: say so before asking for the passcode
                 _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
                                                 what: "\(verb) the finger \u{201C}\(TerminalSafeText.escaped(name))\u{201D}")

@@ -70,6 +70,24 @@ package struct AccessPolicy: Sendable, Equatable {
         guard let shellAppID, case .signedManifest(let app) = caller.establishedBy else { return false }
         return app == shellAppID
     }
+
+    /// True if `caller` may run an operation on the whole keychain rather than on its groups' items —
+    /// backup create and restore, escrow create and revoke, passcode removal, enrolling or removing a
+    /// finger: the shell helper, and callers without a signed identity when ``unsignedCallers`` is
+    /// ``UnsignedCallers/shared``. Never a Flatpak app or another signed app, whatever it knows: these
+    /// operations reach every group (a backup holds all of them), so the passcode they also ask for is
+    /// not enough to let a confined app out of its own groups.
+    ///
+    /// Unsigned callers qualify under `shared` because they are any process of the user, which can run
+    /// the (signed) shell helper and type the passcode into it anyway; refusing them would add a step,
+    /// not a boundary. Under ``UnsignedCallers/deny`` they get nothing, this included.
+    package func mayManageKeychain(_ caller: CallerIdentity) -> Bool {
+        switch caller.establishedBy {
+        case .signedManifest: mayRequestAuthorization(caller)
+        case .flatpak: false
+        case .unsigned: unsignedCallers == .shared
+        }
+    }
 }
 
 /// A policy outcome: the scope the keychain gets, or why there is none (errSecMissingEntitlement).

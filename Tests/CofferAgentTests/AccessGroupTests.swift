@@ -98,6 +98,57 @@ import Testing
                                                 session: &fs)) == .missingEntitlement)
     }
 
+    /// Backup, restore, escrow, passcode removal and finger enrollment reach every group: a Flatpak app
+    /// or another signed app may not run them even with the passcode in hand (refused before anything is
+    /// asked, and audited); the shell helper and, under `unsigned`, an unsigned caller may.
+    @Test func onlyTheShellAndUnsignedCallersManageTheWholeKeychain() throws {
+        func operations(_ rig: AgentRig) -> [(String, AgentRequest)] {
+            [("backup-create", .backupCreate(path: rig.dir.file("all.cfbu"), password: secret("backup pw"))),
+             ("backup-check", .backupRestore(path: rig.dir.file("all.cfbu"), password: secret("backup pw"), dryRun: true)),
+             ("backup-restore", .backupRestore(path: rig.dir.file("all.cfbu"), password: secret("backup pw"), dryRun: false)),
+             ("escrow-create", .escrowCreate),
+             ("escrow-revoke", .escrowRevoke(passcode: secret(AgentRig.passcode))),
+             ("bio-enroll", .bio(.enroll, name: "left-index")),
+             ("remove-passcode", .removePasscode(current: secret(AgentRig.passcode)))]
+        }
+        /// Runs every operation as `caller` with the passcode given in advance; the statuses, in order.
+        func run(as caller: CallerIdentity?, policy: AccessPolicy = AccessPolicy()) throws -> (AgentRig, [SecStatus?]) {
+            let rig = try AgentRig(policy: policy)
+            var owner = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))
+            _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &owner)
+            guard case .items = rig.pipeline.handle(Self.item("mail"), session: &owner) else { Issue.record("add"); return (rig, []) }
+            var s = rig.greetedSession(as: caller)
+            _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(passcode: secret(AgentRig.passcode))), session: &s)
+            return (rig, operations(rig).map { errorStatus(rig.pipeline.handle($0.1, session: &s)) })
+        }
+        let rigForNames = try AgentRig()
+        let names = operations(rigForNames).map(\.0)
+        let flatpak = CallerIdentity(pid: rigForNames.peer.pid, uid: rigForNames.peer.uid, establishedBy: .flatpak(appID: AccessPolicy.defaultShellAppID),
+                                     accessGroups: ["flatpak:" + AccessPolicy.defaultShellAppID])
+        let refused: [(String, CallerIdentity?, AccessPolicy)] = [
+            ("a Flatpak app (even one named like the shell)", flatpak, AccessPolicy()),
+            ("another signed app", rigForNames.signedCaller("app.b", ["b"]), AccessPolicy()),
+            ("an unsigned caller under deny", nil, AccessPolicy(unsignedCallers: .deny)),
+            ("the shell app when shell-app = none", rigForNames.signedCaller(AccessPolicy.defaultShellAppID, ["shell"]), AccessPolicy(shellAppID: nil)),
+        ]
+        for (who, caller, policy) in refused {
+            let (rig, statuses) = try run(as: caller, policy: policy)
+            #expect(statuses == Array(repeating: .missingEntitlement, count: names.count), "\(who): \(statuses)")
+            #expect(!FileManager.default.fileExists(atPath: rig.dir.file("all.cfbu")), "\(who) wrote a backup")
+            #expect(rig.keychain.status.passcodeSet, "\(who) removed the passcode")
+            #expect(rig.sensor.state().domainState == [UInt8](repeating: 1, count: 32), "\(who) enrolled a finger")
+            let audit = AuditReader.read(directory: rig.dir.path).records.filter { names.contains($0.operation) }
+            #expect(audit.map(\.operation) == names && audit.allSatisfy { $0.result == -34018 }, "\(who): \(audit)")
+        }
+        for (who, caller) in [("the shell helper", rigForNames.signedCaller(AccessPolicy.defaultShellAppID, ["shell", "unsigned"])),
+                              ("an unsigned caller", nil)] as [(String, CallerIdentity?)] {
+            let (rig, statuses) = try run(as: caller)
+            // The restore finds the item already there (a duplicate): it succeeds and adds nothing.
+            #expect(statuses.allSatisfy { $0 == nil }, "\(who): \(zip(names, statuses).map { "\($0) \(String(describing: $1))" })")
+            #expect(!rig.keychain.status.passcodeSet, "\(who): the passcode is still set")
+        }
+    }
+
     @Test func theShellReachesAnotherGroupOnlyAfterThePasscodeAndOnlyOnThatConnection() throws {
         let rig = try AgentRig()
         var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))

@@ -257,6 +257,15 @@ import Testing
         #expect(sandboxed.add("x", "me", secret: "x", group: "a").status == Exit.missingEntitlement)
         #expect(sandboxed.get("chat", "me", group: "a").status == Exit.missingEntitlement)
 
+        // Knowing the passcode does not let it (nor the signed app A) act on the whole keychain.
+        for (who, c) in [("flatpak", sandboxed), ("app A", AppClient(executable: aPath, agent: agent))] {
+            r = c.run(["escrow", "create", "--auth-passcode-fd", "0"], stdin: AgentProcess.password)
+            #expect(r.status == Exit.missingEntitlement && r.stderr.contains("only the shell helper"), "\(who) escrow: \(r)")
+            r = c.run(["passcode", "remove", "--passcode-stdin"], stdin: AgentProcess.password)
+            #expect(r.status == Exit.missingEntitlement, "\(who) passcode remove: \(r)")
+        }
+        #expect(agent.cli(["status"]).stdout.contains("passcode: set"), "the passcode was removed")
+
         // Outside: the same binary unsigned, the signed app A, and the test's CLI see nothing.
         for (who, exe) in [("same binary outside", flat), ("app A", aPath), ("unsigned", Self.unsignedCLI)] {
             let c = AppClient(executable: exe, agent: agent)
