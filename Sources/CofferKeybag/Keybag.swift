@@ -97,11 +97,16 @@ package final class Keybag: Sendable {
         let salt: [UInt8]
     }
 
-    private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile) throws(SecError) {
+    /// True if this keybag was created by ``openOrCreate(directory:deviceKey:)`` (there was none):
+    /// records made for an earlier keybag in the directory (an escrow) belong to nothing now.
+    package let isNew: Bool
+
+    private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile, isNew: Bool) throws(SecError) {
         var state = State(paths: paths, file: file)
         state.setSlot(Slot.deviceKey, deviceKey)
         try state.unwrapEntries(wrapping: .device, passcodeKey: nil)
         guarded = Protected(state)
+        self.isNew = isNew
     }
 
     /// Opens the keybag in `directory`, creating a new one (no passcode) on first use.
@@ -112,11 +117,11 @@ package final class Keybag: Sendable {
         let paths = KeybagPaths(directory: directory)
         let deviceKey = try source.loadDeviceKey()
         if let file = try KeybagFile.load(paths, deviceKey: deviceKey) {
-            return try Keybag(paths: paths, deviceKey: deviceKey, file: file)
+            return try Keybag(paths: paths, deviceKey: deviceKey, file: file, isNew: false)
         }
         let fresh = KeybagFile.generate(deviceKey: deviceKey)
         try fresh.file.save(paths, keybagKey: fresh.keybagKey, deviceKey: deviceKey)
-        return try Keybag(paths: paths, deviceKey: deviceKey, file: fresh.file)
+        return try Keybag(paths: paths, deviceKey: deviceKey, file: fresh.file, isNew: true)
     }
 
     // MARK: State

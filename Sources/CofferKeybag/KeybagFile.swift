@@ -99,7 +99,9 @@ struct KeybagFile {
         for slot in Slot.required(passcodeSet: false) {
             entries[slot] = .seal(.random(count: Keybag.keyBytes), slot: slot, wrapping: .device, key: dwk)
         }
-        return (KeybagFile(generation: 1, passcode: nil, entries: entries), .random(count: Keybag.keyBytes))
+        // A random first generation (not 1): records bound to a generation (an escrow) of an erased
+        // keybag never match a new one's by coincidence of counting.
+        return (KeybagFile(generation: UInt64.random(in: 1...(1 << 62)), passcode: nil, entries: entries), .random(count: Keybag.keyBytes))
     }
 
     // MARK: Encoding

@@ -51,6 +51,9 @@ public final class Keychain: Sendable {
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
         guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))
+        // An escrow record beside a new keybag was made for one that is gone (erased, or its files
+        // removed): it must never unlock this one.
+        if keybag.isNew, hasEscrow { deleteEscrow() }
         if keybag.needsRekey { try migrateAtOpen() }
     }
 
@@ -157,10 +160,11 @@ public final class Keychain: Sendable {
     public func integrityCheck() throws(SecError) -> Bool { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.integrityCheck() } }
 
     /// Erases everything (too many failed passcode attempts, when the agent is configured to): the
-    /// keybag is destroyed (keys wiped, files deleted: every item is unrecoverable) and every row
-    /// deleted. This keychain object is unusable afterwards; open the directory again for a fresh one.
+    /// keybag is destroyed (keys wiped, files deleted: every item is unrecoverable), the escrow record
+    /// deleted, and every row deleted. This keychain object is unusable afterwards; open the directory again for a fresh one.
     public func eraseEverything() {
         keybag.destroy()
+        deleteEscrow()
         guarded.withLock { s in
             let store = s.store
             try? store.transaction { () throws(SecError) in try store.deleteAll() }

@@ -264,6 +264,55 @@ import Testing
     }
 }
 
+/// An erase (too many failed attempts) or a keybag created afresh leaves no escrow record that
+/// could open the new keybag: the record is deleted, and a copy put back is stale.
+@Suite struct EscrowAfterEraseTests {
+    @Test func anEscrowOfAnErasedKeybagNeverUnlocksTheNextOne() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.addPassword(service: "old", account: "me", secret: "o1")
+        let oldSecret = try f.keychain.createEscrow()
+        let oldRecord = fileBytes(f.dir.file(Keychain.escrowFileName))
+        f.keychain.eraseEverything()
+        #expect(!f.keychain.hasEscrow, "the erase left the escrow record")
+        // The same directory, the same device key: a new keybag with the same passcode and a new item.
+        try f.reboot()
+        try f.keychain.setPasscode(current: nil, new: secret("pw"), kdf: testKDF)
+        try f.addPassword(service: "new", account: "me", secret: "n1")
+        try f.reboot()
+        #expect(status { try f.keychain.unlock(escrowSecret: oldSecret) } == .itemNotFound)
+        // The old record put back (a copy kept somewhere) is stale for the new keybag.
+        writeFileBytes(f.dir.file(Keychain.escrowFileName), oldRecord)
+        #expect(status { try f.keychain.unlock(escrowSecret: oldSecret) } == .authFailed)
+        #expect(f.keychain.status.lockState == .boot)
+        try f.keychain.unlock(passcode: secret("pw"))
+        #expect(try f.password(service: "new", account: "me") == "n1")
+    }
+
+    @Test func aKeybagCreatedAfreshDeletesAnEscrowRecordLeftBeside() throws {
+        let f = try Fixture(passcode: "pw")
+        let oldSecret = try f.keychain.createEscrow()
+        // The keybag's files removed by hand (not through an erase); the record stays behind.
+        for name in ["keybag", "keybag.key"] { unlink(f.dir.file(name)) }
+        try f.reboot()
+        #expect(!f.keychain.hasEscrow)
+        try f.keychain.setPasscode(current: nil, new: secret("pw"), kdf: testKDF)
+        try f.reboot()
+        #expect(status { try f.keychain.unlock(escrowSecret: oldSecret) } == .itemNotFound)
+    }
+
+    @Test func newKeybagsStartAtDifferentGenerations() throws {
+        // Two fresh keybags: generations drawn at random (the escrow binding relies on it).
+        var seen = Set<UInt64>()
+        for _ in 0..<4 {
+            let d = TemporaryDirectory("coffer-generation")
+            _ = try Keychain(directory: d.path)
+            let key = fileBytes(d.file("keybag.key"))
+            seen.insert(key[5..<13].reduce(0) { $0 << 8 | UInt64($1) })
+        }
+        #expect(seen.count == 4 && !seen.contains(1), "\(seen)")
+    }
+}
+
 /// Backups (issue #16 item 5).
 @Suite struct BackupTests {
     static let kdf = KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory))
