@@ -436,12 +436,16 @@ public final class Keychain: Sendable {
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
                     try Self.checkAuthorized(old, .update, authorization)
-                    if old[AccessControl.attributeName] != nil, let p = newProtection, !p.isThisDeviceOnly {
-                        throw .param("an item with an access control must stay ThisDeviceOnly")
+                    let oldProtection = ProtectionClass(rawValue: row.protectionClass)!
+                    // The protection class of an item with an access control is part of that control (as
+                    // on iOS, where kSecAttrAccessControl carries it): changing it with the update right
+                    // alone could move the secret to a class the device key opens offline, around a read
+                    // rule that asks for biometry or the passcode.
+                    if old[AccessControl.attributeName] != nil, let p = newProtection, p != oldProtection {
+                        throw .param("the protection class (pdmn) of an item with an access control cannot be changed; delete the item and add it again")
                     }
                     var attrs = old.merging(changes.attributes) { $1 }
                     attrs["mdat"] = .date(Self.now())
-                    let oldProtection = ProtectionClass(rawValue: row.protectionClass)!
                     let protection = newProtection ?? oldProtection
                     attrs["pdmn"] = .string(protection.shortCode)
                     let secret: SecureBytes

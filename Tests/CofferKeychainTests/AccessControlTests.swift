@@ -80,6 +80,15 @@ import Testing
         let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
         let passcode = AuthorizationContext(passcodeVerified: true)
         #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("ck")]), authorization: passcode) } == .param)
+        // Nor moved to another ThisDeviceOnly class: AlwaysThisDeviceOnly would let the device key alone
+        // open it offline, around its read rule. Naming the class it has is no change.
+        for other in ["dku", "cku", "akpu"] {
+            #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string(other)]), authorization: passcode) } == .param, "\(other)")
+        }
+        #expect(try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("aku"), "labl": .string("renamed")]), authorization: passcode) == 1)
+        let kept = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all,
+                                                         returnAttributes: true), authorization: passcode)
+        #expect(kept.first?.attributes?["pdmn"] == .string("aku") && kept.first?.attributes?["labl"] == .string("renamed"))
         #expect(status { try f.keychain.update(match, ItemChanges(attributes: [AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())]),
                                                authorization: passcode) } == .param)
         // Malformed rules, a current-set rule without the domain state the agent records, a search on the rule.
