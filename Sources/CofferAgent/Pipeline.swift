@@ -244,11 +244,16 @@ final class Pipeline: Sendable {
                 (scope, session) throws(SecError) in
                 var used = AuthorizationContext.none
                 let reply = try authorized(query, scope, .useSecret, &session, channel, what: Self.describe("read the secrets of", query),
-                                           continuing: cursor > 0) { (auth) throws(SecError) in
+                                           continuing: cursor) { (auth) throws(SecError) in
                     used = auth
                     return try page(query, scope: scope, after: cursor, paged: true, authorization: auth)
                 }
-                if cursor == 0 { session.recordPagingAuthorization(used, now: clock.now()) }
+                guard case .itemsPage(_, let next) = reply else { return reply }
+                if cursor == 0 {
+                    session.recordPagingAuthorization(used, query: query, nextCursor: next, now: clock.now(), generation: gate.lockGeneration)
+                } else {
+                    session.advancePaging(query, from: cursor, to: next)
+                }
                 return reply
             }
         case .update(let query, let changes):
@@ -334,11 +339,11 @@ final class Pipeline: Sendable {
     /// person authenticate (``Authenticator``), and runs it again: a request touching no protected item
     /// costs nothing extra, and one inside its reuse window does not search twice.
     private func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ operation: AccessControl.Operations, _ session: inout Session,
-                               _ channel: (any AuthChannel)?, what: String, continuing: Bool = false,
+                               _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0,
                                _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
         let now = clock.now()
         var held = session.reusableAuthorization(now: now, generation: gate.lockGeneration) ?? .none
-        if continuing, let p = session.pagingAuthorization, p.until > now { held = p.context }
+        if cursor > 0, let p = session.pagingAuthorization(for: query, cursor: cursor, now: now, generation: gate.lockGeneration) { held = p }
         do {
             return try body(held)
         } catch where error.needsAuthentication {

@@ -27,8 +27,17 @@ struct Session: Sendable {
     /// An authentication this connection may reuse (AUTH_OPTIONS' reuse duration), until when, and
     /// the lock generation it belongs to (a lock voids it).
     private var reuse: (context: AuthorizationContext, until: Double, generation: Int)? = nil
-    /// The authorization the first page of a paged search obtained, for its later pages.
-    private(set) var pagingAuthorization: (context: AuthorizationContext, until: Double)? = nil
+    /// The authorization the first page of a paged search obtained, for its later pages: only that
+    /// query's, from the cursor the last page returned, in the same lock generation, for a minute.
+    private var pagingAuthorization: PagingAuthorization? = nil
+
+    private struct PagingAuthorization {
+        let context: AuthorizationContext
+        let until: Double
+        let generation: Int
+        let query: ItemQuery
+        var nextCursor: UInt64
+    }
 
     init(peer: PeerIdentity, caller: CallerIdentity) {
         self.peer = peer
@@ -72,8 +81,26 @@ struct Session: Sendable {
         reuse = (context, now + Double(authOptions.reuseSeconds), generation)
     }
 
-    /// Keeps the authorization of a paged search's first page for its later pages (a minute at most).
-    mutating func recordPagingAuthorization(_ context: AuthorizationContext, now: Double) {
-        pagingAuthorization = context == .none ? nil : (context, now + 60)
+    /// Keeps the authorization of a paged search's first page for its later pages (a minute at most):
+    /// `query`'s pages from `nextCursor` on, while the lock generation stays `generation`. A last page
+    /// (`nextCursor` 0) keeps nothing.
+    mutating func recordPagingAuthorization(_ context: AuthorizationContext, query: ItemQuery, nextCursor: UInt64,
+                                            now: Double, generation: Int) {
+        pagingAuthorization = context == .none || nextCursor == 0 ? nil
+            : PagingAuthorization(context: context, until: now + 60, generation: generation, query: query, nextCursor: nextCursor)
+    }
+
+    /// The first page's authorization, if this request continues that very search where its last page
+    /// ended (same query, the cursor it returned) within the minute and without a lock since.
+    func pagingAuthorization(for query: ItemQuery, cursor: UInt64, now: Double, generation: Int) -> AuthorizationContext? {
+        guard let p = pagingAuthorization, p.until > now, p.generation == generation, p.nextCursor == cursor, p.query == query else { return nil }
+        return p.context
+    }
+
+    /// A later page of `query` from `cursor` was returned: if that continued the kept search, the next
+    /// one continues from `nextCursor` (0: it was the last). Any other page leaves the search as it was.
+    mutating func advancePaging(_ query: ItemQuery, from cursor: UInt64, to nextCursor: UInt64) {
+        guard let p = pagingAuthorization, p.nextCursor == cursor, p.query == query else { return }
+        if nextCursor == 0 { pagingAuthorization = nil } else { pagingAuthorization?.nextCursor = nextCursor }
     }
 }

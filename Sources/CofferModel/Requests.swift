@@ -1,7 +1,7 @@
 public import CofferCrypto
 
 /// A SecItemCopyMatching / SecItemUpdate / SecItemDelete query.
-public struct ItemQuery: Sendable {
+public struct ItemQuery: Sendable, Equatable {
     /// kSecClass; nil matches every class.
     public var itemClass: ItemClass?
     /// Attributes that must all be equal (AND).

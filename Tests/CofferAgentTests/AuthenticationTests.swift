@@ -154,6 +154,53 @@ import Testing
         #expect(fresh.asked.count == 1)
     }
 
+    /// A paged search authenticates once, on its first page; the later pages of that search reuse it —
+    /// only that query's, from the cursor the last page returned, without a lock in between.
+    @Test func aPagedSearchsAuthenticationCoversOnlyItsOwnNextPages() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        let big = String(repeating: "x", count: 100 * 1024)   // two such items fill a page
+        for service in ["bank", "other"] {
+            for account in ["a", "b", "c"] {
+                let attrs: Attributes = ["svce": .string(service), "acct": .string(account),
+                                         AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())]
+                #expect(errorStatus(rig.pipeline.handle(.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(big)), []),
+                                                        session: &s)) == nil)
+            }
+        }
+        func query(_ service: String) -> ItemQuery {
+            ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service)], limit: .all, returnData: true)
+        }
+        func page(_ q: ItemQuery, _ cursor: UInt64, _ channel: ScriptedChannel) -> (items: Int, next: UInt64)? {
+            guard case .itemsPage(let items, let next) = rig.pipeline.handle(.copyMatchingPage(q, cursor: cursor), session: &s, channel: channel)
+            else { return nil }
+            return (items.count, next)
+        }
+        let first = ScriptedChannel([.answer(Self.passcode)])
+        let p1 = try #require(page(query("bank"), 0, first))
+        #expect(p1.items == 2 && p1.next != 0 && first.asked.count == 1)
+        // Another query from that cursor, or this query from another cursor: asked again (here the
+        // client answers nothing: canceled), never served on the first page's authentication.
+        for (q, cursor) in [(query("other"), p1.next), (query("bank"), p1.next - 1)] {
+            let silent = ScriptedChannel([])
+            #expect(page(q, cursor, silent) == nil && silent.asked.count == 1, "\(q.attributes) from \(cursor)")
+        }
+        // (Past the last match nothing is protected: an empty last page, and the search is undisturbed.)
+        let past = page(query("bank"), p1.next + 1, ScriptedChannel([]))
+        #expect(past?.items == 0 && past?.next == 0)
+        // The search itself continues without asking.
+        let next = ScriptedChannel([])
+        let p2 = try #require(page(query("bank"), p1.next, next))
+        #expect(p2.items == 1 && p2.next == 0 && next.asked.isEmpty)
+        // Done: its last cursor no longer carries the authorization; nor does a lock in mid-search.
+        let again = ScriptedChannel([])
+        #expect(page(query("bank"), p1.next, again) == nil && again.asked.count == 1)
+        let restart = try #require(page(query("bank"), 0, ScriptedChannel([.answer(Self.passcode)])))
+        rig.schedule.lockNow(reason: "test")
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)
+        let afterLock = ScriptedChannel([])
+        #expect(page(query("bank"), restart.next, afterLock) == nil && afterLock.asked.count == 1, "a lock ends it")
+    }
+
     @Test func aPasscodeGivenInAdvanceIsUsedWithoutAsking() throws {
         var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
         _ = rig.pipeline.handle(Self.add("device-passcode"), session: &s)
