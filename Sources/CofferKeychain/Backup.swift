@@ -60,25 +60,31 @@ extension Keychain {
             var w = ByteWriter(capacity: 256)
             w.u8(UInt8(Self.itemClassCodes.firstIndex(of: item.itemClass)! + 1))
             AttributeCodec.encode(attrs, into: &w)
-            let sealedSecret: [UInt8]
+            // A ThisDeviceOnly secret goes in sealed under the device key; any other goes in as it is,
+            // copied from secure memory straight into the secure entry (never an ordinary array).
+            let sealedSecret: [UInt8]?
             if p.isThisDeviceOnly {
                 w.u8(1)
                 sealedSecret = secret.withUnsafeBytes { s in deviceKey.withUnsafeBytes { AEAD.seal(s, key: $0, ad: Self.deviceLabel) } }
             } else {
                 w.u8(0)
-                sealedSecret = secret.withUnsafeBytes { Array($0) }
+                sealedSecret = nil
             }
             // The entry holds the secret in the clear until it is sealed: build it in secure memory.
-            let plain = SecureBytes(count: w.bytes.count + 4 + sealedSecret.count)
+            let secretBytes = sealedSecret?.count ?? secret.count
+            let plain = SecureBytes(count: w.bytes.count + 4 + secretBytes)
             plain.withUnsafeMutableBytes { o in
                 var i = 0
                 for b in w.bytes { o[i] = b; i += 1 }
-                let n = UInt32(sealedSecret.count)
+                let n = UInt32(secretBytes)
                 for k in 0..<4 { o[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * k)); i += 1 }
-                for b in sealedSecret { o[i] = b; i += 1 }
+                guard secretBytes > 0 else { return }
+                if let sealedSecret {
+                    sealedSecret.withUnsafeBytes { (o.baseAddress! + i).copyMemory(from: $0.baseAddress!, byteCount: secretBytes) }
+                } else {
+                    secret.withUnsafeBytes { (o.baseAddress! + i).copyMemory(from: $0.baseAddress!, byteCount: secretBytes) }
+                }
             }
-            var cleared = sealedSecret
-            secureZero(&cleared)
             let key = classKeys[p] ?? { let k = SecureBytes.random(count: 32); classKeys[p] = k; return k }()
             let sealed = plain.withUnsafeBytes { pl in key.withUnsafeBytes { AEAD.seal(pl, key: $0, ad: Self.itemAD + [p.rawValue]) } }
             entries.append((p, sealed))

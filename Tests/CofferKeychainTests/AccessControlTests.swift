@@ -365,6 +365,25 @@ import Testing
         #expect(r == Keychain.RestoreSummary(added: 2, duplicates: 0, otherDevice: 1))
     }
 
+    @Test func emptyAndLargeSecretsRoundTrip() throws {
+        let f = try Fixture(passcode: "pw")
+        let large = String(repeating: "L", count: 150_000)
+        try f.addPassword(service: "empty", account: "me", secret: "")
+        try f.addPassword(service: "empty-here", account: "me", secret: "", ["pdmn": .string("cku")])
+        try f.addPassword(service: "large", account: "me", secret: large)
+        let (bytes, count) = try f.keychain.backup(password: secret("backup pw"), kdf: Self.kdf)
+        #expect(count == 3)
+        let same = TemporaryDirectory("coffer-restore-sizes")
+        writeFileBytes(same.file("device.key"), fileBytes(f.dir.file("device.key")))
+        chmod(same.file("device.key"), 0o600)
+        let kc = try Keychain(directory: same.path)
+        #expect(try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: false) == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
+        for (svc, s) in [("empty", ""), ("empty-here", ""), ("large", large)] {
+            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true))
+            #expect(got.count == 1 && (text(got.first?.data) ?? "") == s, "\(svc)")
+        }
+    }
+
     @Test func aWrongPasswordOrADamagedFileChangesNothing() throws {
         let f = try Self.filled()
         let (bytes, _) = try f.keychain.backup(password: secret("backup pw"), kdf: Self.kdf)
