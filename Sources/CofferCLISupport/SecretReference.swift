@@ -139,9 +139,11 @@ package struct SecretTemplate {
     package var pieces: [Piece]
 
     /// Parses `bytes`. `{{` followed by optional blanks, a reference (coffer:// or coffer-inet://),
-    /// optional blanks and `}}` is a placeholder; a `{{` whose content starts with one of the schemes
-    /// but does not parse, or is not closed on its line, is an error (a typo never passes through as
-    /// text); any other `{{` (e.g. another template language's) is left alone.
+    /// optional blanks and `}}` is a placeholder; a `{{` whose content starts like one of the schemes
+    /// (`coffer:` or `coffer-inet:`, any case) but does not parse, or is not closed on its line, is an
+    /// error (a typo never passes through as text); any other `{{` (e.g. another template
+    /// language's) is left alone. Extra braces before a placeholder stay literal: `{{{ coffer://a/b }}}`
+    /// is `{`, the secret, `}`.
     package init(parsing bytes: [UInt8]) throws(SecretReference.ParseError) {
         pieces = []
         var literalStart = 0, i = 0
@@ -151,9 +153,9 @@ package struct SecretTemplate {
             var j = i + 2
             while j < n, bytes[j] == UInt8(ascii: " ") || bytes[j] == UInt8(ascii: "\t") { j += 1 }
             let contentStart = j
-            let rest = bytes[contentStart..<n]
-            guard rest.starts(with: SecretReference.genericScheme.utf8) || rest.starts(with: SecretReference.internetScheme.utf8) else {
-                i += 2
+            guard Self.looksLikeReference(bytes[contentStart..<n]) else {
+                // One step, not two: in `{{{ coffer://…` the placeholder starts at the second brace.
+                i += 1
                 continue
             }
             var k = contentStart
@@ -183,6 +185,13 @@ package struct SecretTemplate {
         var seen: [SecretReference] = []
         for case .reference(let r) in pieces where !seen.contains(r) { seen.append(r) }
         return seen
+    }
+
+    /// Whether a placeholder's content is meant as a Coffer reference: it starts with `coffer:` or
+    /// `coffer-inet:` in any case, so `{{ COFFER://x }}` or `{{ coffer:/x }}` is an error, not text.
+    private static func looksLikeReference(_ rest: ArraySlice<UInt8>) -> Bool {
+        let lowered = rest.prefix(SecretReference.internetScheme.utf8.count).map { $0 | ($0 >= 0x41 && $0 <= 0x5A ? 0x20 : 0) }
+        return lowered.starts(with: "coffer:".utf8) || lowered.starts(with: "coffer-inet:".utf8)
     }
 
     private static func line(of offset: Int, in bytes: [UInt8]) -> Int {

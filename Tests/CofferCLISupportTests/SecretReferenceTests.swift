@@ -37,10 +37,8 @@ import Testing
         #expect(throws: SecretReference.ParseError.self) { try SecretReference(parsing: "https://x/y", allowBare: true) }
     }
 
-    @Test func templatePieces() throws {
-        let text = "user={{ coffer://db/admin }}\npass={{coffer://db/admin}} x={{ other }} {{ coffer-inet://h/p }}{"
-        let t = try SecretTemplate(parsing: Array(text.utf8))
-        #expect(t.references.map(\.text) == ["coffer://db/admin", "coffer-inet://h/p"])
+    /// The template with each placeholder shown as `<reference>`.
+    private static func rendered(_ t: SecretTemplate, _ text: String) -> String {
         var rebuilt = ""
         for piece in t.pieces {
             switch piece {
@@ -48,10 +46,25 @@ import Testing
             case .reference(let ref): rebuilt += "<\(ref.text)>"
             }
         }
-        #expect(rebuilt == "user=<coffer://db/admin>\npass=<coffer://db/admin> x={{ other }} <coffer-inet://h/p>{")
+        return rebuilt
     }
 
-    @Test(arguments: ["a {{ coffer://db/admin", "a {{ coffer://db/admin\n}}", "{{ coffer://db/a/b }}", "{{ coffer:// }}"])
+    @Test func templatePieces() throws {
+        let text = "user={{ coffer://db/admin }}\npass={{coffer://db/admin}} x={{ other }} {{ coffer-inet://h/p }}{"
+        let t = try SecretTemplate(parsing: Array(text.utf8))
+        #expect(t.references.map(\.text) == ["coffer://db/admin", "coffer-inet://h/p"])
+        #expect(Self.rendered(t, text) == "user=<coffer://db/admin>\npass=<coffer://db/admin> x={{ other }} <coffer-inet://h/p>{")
+    }
+
+    /// A run of braces before a placeholder never hides it (an odd run once skipped the real `{{`).
+    @Test(arguments: [("{{{ coffer://db/admin }}}", "{<coffer://db/admin>}"), ("x{{{coffer://db/admin}}", "x{<coffer://db/admin>"),
+                      ("{{{{{ coffer://db/admin }}", "{{{<coffer://db/admin>"), ("{{{{ coffer://db/admin }}", "{{<coffer://db/admin>")])
+    func extraBracesStayLiteral(_ text: String, _ expected: String) throws {
+        #expect(Self.rendered(try SecretTemplate(parsing: Array(text.utf8)), text) == expected)
+    }
+
+    @Test(arguments: ["a {{ coffer://db/admin", "a {{ coffer://db/admin\n}}", "{{ coffer://db/a/b }}", "{{ coffer:// }}",
+                      "{{ COFFER://db/admin }}", "{{ coffer:/db/admin }}", "{{ Coffer-Inet://h/p }}", "{{{ coffer:db }}}"])
     func templateRefuses(_ text: String) {
         #expect(throws: SecretReference.ParseError.self) { try SecretTemplate(parsing: Array(text.utf8)) }
     }
