@@ -9,8 +9,9 @@ package import CofferModel
 /// input: `protocol`, `host` (with `:PORT` when the URL has one), `path` (only with
 /// `credential.useHttpPath`, or for protocols such as `cert`), `username`, `password`, and from newer
 /// git `password_expiry_utc`, `oauth_refresh_token`, `wwwauth[]`, `capability[]`; a `url=` line
-/// stands for the fields of its URL. Unknown keys are ignored, as git specifies. A value may not hold
-/// a NUL (git refuses one too). `get` answers with `username=` and `password=` lines (and the
+/// stands for the fields of its URL. Unknown keys are ignored unread, as git specifies (their values
+/// may be any bytes). A value this helper uses may not hold a NUL, and one that is not a secret must
+/// be UTF-8 (a keychain attribute is text); a request that breaks this is answered with nothing. `get` answers with `username=` and `password=` lines (and the
 /// expiry and refresh token when stored); anything else it prints, git ignores.
 ///
 /// ## The item (format 1)
@@ -42,8 +43,8 @@ package struct GitCredential {
 
     package init() {}
 
-    /// Input git's protocol refuses (a NUL, invalid UTF-8 in a field that is not a secret, input
-    /// larger than ``maximumInputBytes``).
+    /// A request this helper cannot serve: a NUL in a field it uses, invalid UTF-8 in one that is
+    /// not a secret, a `url=` git would not understand.
     package struct ParseError: Error, CustomStringConvertible {
         package let description: String
     }
@@ -53,6 +54,10 @@ package struct GitCredential {
 
     /// The keys whose values are secrets, kept in secure memory.
     private static let password = Array("password".utf8), refreshToken = Array("oauth_refresh_token".utf8)
+
+    /// The keys this helper reads; every other key (`wwwauth[]`, `capability[]`, `quit`, …) is skipped unread.
+    private static let usedKeys: Set<[UInt8]> = Set(["protocol", "host", "path", "username", "password", "password_expiry_utc",
+                                                    "oauth_refresh_token", "url"].map { Array($0.utf8) })
 
     /// Parses git's `key=value` lines (up to a blank line or the end). Secrets never leave secure
     /// memory; a field given twice keeps its last value, as git does.
@@ -67,10 +72,14 @@ package struct GitCredential {
                 defer { start = end + 1 }
                 if end == start { break }                        // a blank line ends the request
                 let line = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-                guard !line.contains(0) else { failure = ParseError(description: "a line holds a NUL byte"); return }
                 guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { continue }   // git ignores such lines too
                 let key = Array(line[..<eq])
+                // Only the fields this helper uses are checked: git passes other values (a server's
+                // wwwauth[] realm in Latin-1, say) byte for byte, and they are none of our business.
+                guard Self.usedKeys.contains(key) else { continue }
+                let name = String(decoding: key, as: UTF8.self)
                 let value = UnsafeRawBufferPointer(rebasing: line[(eq + 1)...])
+                guard !value.contains(0) else { failure = ParseError(description: "the value of \(name) holds a NUL byte"); return }
                 if key == Self.password {
                     password = SecureBytes(copying: value)
                     continue
@@ -79,22 +88,33 @@ package struct GitCredential {
                     oauthRefreshToken = SecureBytes(copying: value)
                     continue
                 }
+                if name == "url" {
+                    // git's credential_from_url: the URL's fields replace every earlier one. Parsed
+                    // from the bytes, so a password in the URL never becomes an ordinary string.
+                    guard let url = Self.fields(ofURL: value) else {
+                        failure = ParseError(description: "url= is not a URL git understands, or not UTF-8")
+                        return
+                    }
+                    password?.wipe()
+                    oauthRefreshToken?.wipe()
+                    (password, oauthRefreshToken, passwordExpiryUTC) = (nil, nil, nil)
+                    self.protocol = url.protocol
+                    (host, port, path, username) = (url.host, url.port, url.path, url.username)
+                    continue
+                }
+                // A username or host that is not UTF-8 cannot name a keychain item (its attributes are
+                // text): such a request is answered with nothing, and git asks the person.
                 guard let text = String(validating: value, as: UTF8.self) else {
-                    failure = ParseError(description: "the value of \(String(decoding: key, as: UTF8.self)) is not UTF-8")
+                    failure = ParseError(description: "the value of \(name) is not UTF-8")
                     return
                 }
-                switch String(decoding: key, as: UTF8.self) {
+                switch name {
                 case "protocol": self.protocol = text
                 case "host": (host, port) = Self.splitHost(text)
                 case "path": path = text
                 case "username": username = text
                 case "password_expiry_utc": passwordExpiryUTC = Int64(text)
-                case "url":
-                    guard let url = Self.fields(ofURL: text) else { failure = ParseError(description: "url= is not a URL git understands"); return }
-                    self.protocol = url.protocol
-                    (host, port, path) = (url.host, url.port, url.path)
-                    if let user = url.username { username = user }
-                default: break                                    // wwwauth[], capability[], quit, … are not ours
+                default: break
                 }
             }
         }
@@ -114,35 +134,57 @@ package struct GitCredential {
         return (String(decoding: u[..<colon], as: UTF8.self), port)
     }
 
-    /// The fields of `scheme://[user[:password]@]host[:port][/path]`, %-decoded as git decodes them
-    /// (a password in the URL is dropped: it never goes into the keychain from there).
-    static func fields(ofURL text: String) -> (protocol: String, host: String?, port: Int64?, path: String?, username: String?)? {
-        let u = Array(text.utf8)
-        guard let colon = u.firstIndex(of: UInt8(ascii: ":")), colon > 0, u.count >= colon + 3,
-              u[colon + 1] == UInt8(ascii: "/"), u[colon + 2] == UInt8(ascii: "/") else { return nil }
-        let scheme = String(decoding: u[..<colon], as: UTF8.self)
-        var rest = u[(colon + 3)...]
-        var path: String?
-        if let slash = rest.firstIndex(of: UInt8(ascii: "/")) {
-            let p = rest[(slash + 1)...]
-            if !p.isEmpty {
-                guard let decoded = Hex.percentDecoded(p) else { return nil }
-                path = decoded
-            }
-            rest = rest[..<slash]
-        }
+    /// The fields of `scheme://[user[:password]@]host[:port][/path]`, split and %-decoded as git's
+    /// `credential_from_url` does: the host ends at the first `/`, `?` or `#`; userinfo is used only
+    /// when its `@` comes before that; the path loses its leading and trailing slashes; a `%` not
+    /// followed by two hex digits stays as it is. The password in a URL is skipped, never copied: it
+    /// does not go into the keychain from there. nil without `://`, or if a part is not UTF-8.
+    static func fields(ofURL url: UnsafeRawBufferPointer) -> (protocol: String, host: String?, port: Int64?, path: String?, username: String?)? {
+        guard let protoEnd = (0..<url.count).first(where: { url[$0] == UInt8(ascii: ":") && $0 + 2 < url.count
+                                                            && url[$0 + 1] == UInt8(ascii: "/") && url[$0 + 2] == UInt8(ascii: "/") }),
+              protoEnd > 0, let scheme = String(validating: url[..<protoEnd], as: UTF8.self) else { return nil }
+        let cp = protoEnd + 3
+        let slash = (cp..<url.count).first { [UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#")].contains(url[$0]) } ?? url.count
+        let at = (cp..<url.count).first { url[$0] == UInt8(ascii: "@") }
+        let colon = (cp..<url.count).first { url[$0] == UInt8(ascii: ":") }
         var username: String?
-        if let at = rest.lastIndex(of: UInt8(ascii: "@")) {
-            let userinfo = rest[..<at]
-            let user = userinfo.firstIndex(of: UInt8(ascii: ":")).map { userinfo[..<$0] } ?? userinfo
-            guard let decoded = Hex.percentDecoded(user) else { return nil }
-            username = decoded
-            rest = rest[(at + 1)...]
+        var hostStart = cp
+        if let at, at < slash {
+            let userEnd = if let colon, colon < at { colon } else { at }
+            guard let user = Self.gitURLDecoded(url[cp..<userEnd]) else { return nil }
+            username = user
+            hostStart = at + 1
         }
-        guard let hostText = Hex.percentDecoded(rest) else { return nil }
+        guard let hostText = Self.gitURLDecoded(url[hostStart..<slash]) else { return nil }
+        var pathStart = slash
+        while pathStart < url.count, url[pathStart] == UInt8(ascii: "/") { pathStart += 1 }
+        var path: String?
+        if pathStart < url.count {
+            guard var p = Self.gitURLDecoded(url[pathStart...]) else { return nil }
+            while p.count > 1, p.hasSuffix("/") { p.removeLast() }
+            path = p
+        }
         if hostText.isEmpty { return (scheme, nil, nil, path, username) }
         let (host, port) = splitHost(hostText)
         return (scheme, host, port, path, username)
+    }
+
+    /// git's url_decode: `%XX` becomes its byte, any other `%` stays; nil if the result is not UTF-8.
+    private static func gitURLDecoded(_ bytes: UnsafeRawBufferPointer.SubSequence) -> String? {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var i = bytes.startIndex
+        while i < bytes.endIndex {
+            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.endIndex,
+               let hi = Hex.digitValue(bytes[i + 1]), let lo = Hex.digitValue(bytes[i + 2]) {
+                out.append(hi << 4 | lo)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
     }
 
     // MARK: The keychain side
@@ -246,10 +288,20 @@ package struct GitCredential {
         }
     }
 
+    /// True if `username` can be written into git's protocol: a line break would end the value and
+    /// start a field of the item's choosing (`host=`, `url=`, …), which git's own writers refuse.
+    package static func isWritable(username: String) -> Bool {
+        !username.utf8.contains(0x0A) && !username.utf8.contains(0)
+    }
+
     /// `get`'s answer: `username=`, `password=`, and the expiry and refresh token when stored, in
-    /// secure memory.
-    package static func answer(username: String, secret: SecureBytes, expiry: Int64?) -> SecureBytes {
+    /// secure memory. nil if a value holds a line break (or the username a NUL): an item stored
+    /// another way (`coffer add`) could otherwise inject fields into git's protocol.
+    package static func answer(username: String, secret: SecureBytes, expiry: Int64?) -> SecureBytes? {
         let (password, token) = decodeSecret(secret)
+        defer { password.wipe(); token?.wipe() }
+        let breaks = password.withUnsafeBytes { $0.contains(0x0A) } || (token?.withUnsafeBytes { $0.contains(0x0A) } ?? false)
+        guard isWritable(username: username), !breaks else { return nil }
         var head = Array("username=\(username)\npassword=".utf8)
         let expiryLine = Array((expiry.map { "password_expiry_utc=\($0)\n" } ?? "").utf8)
         let tokenKey = Array("oauth_refresh_token=".utf8)
@@ -272,8 +324,6 @@ package struct GitCredential {
                 o[n] = 0x0A; n += 1
             }
         }
-        password.wipe()
-        token?.wipe()
         head.removeAll()
         return out
     }

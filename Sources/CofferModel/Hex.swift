@@ -57,9 +57,4 @@ public enum Hex {
         }
         return out
     }
-
-    /// Like ``percentDecodedBytes(_:)``, as UTF-8 text (nil if the result is not UTF-8).
-    public static func percentDecoded<C: Collection>(_ bytes: C) -> String? where C.Element == UInt8 {
-        percentDecodedBytes(bytes).flatMap { String(validating: $0, as: UTF8.self) }
-    }
 }

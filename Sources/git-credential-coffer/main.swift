@@ -62,7 +62,10 @@ struct Helper {
         self.request = request
         connection = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "git-credential-coffer",
                                          pipelineHello: true)
-        if TerminalAuthentication.isAvailable {
+        // GIT_TERMINAL_PROMPT=0 (set by go, cargo and CI scripts around git) means no terminal
+        // prompt even where one could open, as git itself honours it.
+        let promptsRefused = getenv("GIT_TERMINAL_PROMPT").map { ["0", "false", "no", "off"].contains(String(cString: $0).lowercased()) } ?? false
+        if TerminalAuthentication.isAvailable && !promptsRefused {
             // An item with an access control asks the person at git's terminal.
             connection.authenticationDelegate = TerminalAuthentication(name: "git-credential-coffer")
         } else {
@@ -106,11 +109,16 @@ struct Helper {
             let modified: Double = if case .date(let d)? = a["mdat"] { d } else { 0 }
             return (path == request.path ? 0 : 1, -modified)
         }
-        guard let best = live.min(by: { rank($0) < rank($1) }), let attrs = best.attributes else { throw .itemNotFound() }
-        let username: String = if case .string(let u)? = attrs["acct"] { u } else { request.username ?? "" }
+        func username(_ item: ItemResult) -> String {
+            if case .string(let u)? = item.attributes?["acct"] { u } else { request.username ?? "" }
+        }
+        let writable = live.filter { GitCredential.isWritable(username: username($0)) }
+        guard let best = writable.min(by: { rank($0) < rank($1) }), let attrs = best.attributes else { throw .itemNotFound() }
         let data = try secret(of: best)
         defer { data.wipe() }
-        let answer = GitCredential.answer(username: username, secret: data, expiry: GitCredential.expiry(of: attrs))
+        guard let answer = GitCredential.answer(username: username(best), secret: data, expiry: GitCredential.expiry(of: attrs)) else {
+            throw .param("the stored password holds a line break, which git's protocol cannot carry")
+        }
         defer { answer.wipe() }
         guard answer.withUnsafeBytes({ StandardStreams.write(1, $0) }) else { throw .io("cannot write to git") }
     }
@@ -164,7 +172,9 @@ guard ["get", "store", "erase"].contains(action) else { exit(0) }
 
 /// git's request from standard input, in secure memory: a small buffer first (a request is a few
 /// hundred bytes, and locking a megabyte up front cost more than the whole lookup), grown up to
-/// ``GitCredential/maximumInputBytes``. nil if it cannot be read or is larger.
+/// ``GitCredential/maximumInputBytes``. Reading ends at the blank line that ends the request or at
+/// the end of input (a caller may keep its end open, waiting for the answer). nil if it cannot be
+/// read or is larger.
 func readRequest() -> SecureBytes? {
     var buffer = SecureBytes(count: 4096)
     var length = 0
@@ -180,7 +190,12 @@ func readRequest() -> SecureBytes? {
         if n < 0 && errno == EINTR { continue }
         if n < 0 { return nil }
         if n == 0 { break }
+        let scanFrom = max(length - 1, 0)
         length += n
+        let ended = buffer.withUnsafeBytes { b in
+            (scanFrom..<length).contains { b[$0] == 0x0A && ($0 == 0 || b[$0 - 1] == 0x0A) }
+        }
+        if ended { break }
     }
     defer { buffer.wipe() }
     return buffer.slice(0..<length)

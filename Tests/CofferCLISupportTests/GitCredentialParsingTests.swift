@@ -36,6 +36,41 @@ import Testing
         #expect(throws: GitCredential.ParseError.self) { try Self.parse("url=not a url\n") }
     }
 
+    /// url= as git's credential_from_url reads it.
+    @Test func urlAsGitSplitsIt() throws {
+        // Every earlier field goes, the password and token too (wiped).
+        var c = try Self.parse("username=x\npassword=old\noauth_refresh_token=t\npath=p\nurl=https://h.example\n")
+        #expect(c.host == "h.example" && c.username == nil && c.password == nil && c.oauthRefreshToken == nil && c.path == nil)
+        // Leading and trailing slashes leave the path; ? and # end the host.
+        c = try Self.parse("url=https://h.example//org/repo.git//\n")
+        #expect(c.host == "h.example" && c.path == "org/repo.git")
+        c = try Self.parse("url=https://h.example?x=1\n")
+        #expect(c.host == "h.example" && c.path == "?x=1")
+        c = try Self.parse("url=https://h.example#frag\n")
+        #expect(c.host == "h.example")
+        // The first @ ends the userinfo, and only before the path; a stray % stays.
+        c = try Self.parse("url=https://a@b@h.example/x@y\n")
+        #expect(c.username == "a" && c.host == "b@h.example" && c.path == "x@y")
+        c = try Self.parse("url=https://h.example/100%/a%2Fb\n")
+        #expect(c.path == "100%/a/b")
+        c = try Self.parse("url=https://u:p%ZZ@h.example:8443\n")
+        #expect(c.username == "u" && c.password == nil && c.host == "h.example" && c.port == 8443)
+    }
+
+    @Test func answerNeverCarriesALineBreak() {
+        func answer(_ user: String, _ secret: String) -> String? {
+            var b = Array(secret.utf8)
+            return Self.text(GitCredential.answer(username: user, secret: SecureBytes(consuming: &b), expiry: nil))
+        }
+        #expect(answer("u", "pw") == "username=u\npassword=pw\n")
+        #expect(answer("u", "pw\u{0}tok") == "username=u\npassword=pw\noauth_refresh_token=tok\n")
+        #expect(answer("u", "pw\nhost=evil") == nil)
+        #expect(answer("u", "pw\u{0}tok\nurl=x") == nil)
+        #expect(answer("u\nhost=evil", "pw") == nil)
+        #expect(answer("u\u{0}", "pw") == nil)
+        #expect(answer("u", "pw\r") == "username=u\npassword=pw\r\n", "a CR is the password's own")
+    }
+
     @Test(arguments: [("example.com", "example.com", nil), ("example.com:22", "example.com", 22), ("[::1]", "[::1]", nil),
                       ("[::1]:443", "[::1]", 443), ("host:", "host:", nil), ("host:http", "host:http", nil), ("host:99999", "host:99999", nil),
                       ("host:0", "host:0", nil)] as [(String, String, Int64?)])
@@ -44,8 +79,9 @@ import Testing
         #expect(split.host == host && split.port == port)
     }
 
-    @Test func refusesWhatGitRefuses() {
+    @Test func refusesOnlyWhatItCannotName() throws {
         #expect(throws: GitCredential.ParseError.self) { try Self.parse("host=a\u{0}b\n") }
+        #expect(throws: GitCredential.ParseError.self) { try Self.parse("password=a\u{0}b\n") }
         #expect(throws: GitCredential.ParseError.self) {
             var bytes = Array("username=".utf8) + [0xFF, 0x0A]
             _ = try GitCredential(parsing: SecureBytes(consuming: &bytes))
@@ -54,6 +90,11 @@ import Testing
         var bytes = Array("password=".utf8) + [0xFF, 0x0A]
         let c = try? GitCredential(parsing: SecureBytes(consuming: &bytes))
         #expect(c?.password?.withUnsafeBytes { Array($0) } == [0xFF])
+        // Fields this helper does not use are skipped unread, whatever their bytes.
+        var other = Array("protocol=https\nwwwauth[]=Basic realm=\"Caf".utf8) + [0xE9] + Array("\"\nfuture=a".utf8) + [0, 0xFF]
+            + Array("\nhost=h\n".utf8)
+        let d = try GitCredential(parsing: SecureBytes(consuming: &other))
+        #expect(d.protocol == "https" && d.host == "h")
     }
 
     @Test func storeAndEraseNeedSomethingToName() throws {

@@ -162,6 +162,59 @@ struct GitCredentialTests {
         #expect(r.status == 2 && r.stderr.contains("usage: git-credential-coffer"), "\(r)")
     }
 
+    /// Values the helper does not use pass unread; stored values that would break git's protocol are
+    /// never written into it; a caller that keeps its end open gets its answer after the blank line.
+    @Test func hostileValuesNeverBreakGitsProtocol() throws {
+        let agent = try AgentProcess()
+        var r = GitRun.helper(agent, "store", "protocol=https\nhost=h.example\nusername=u\npassword=p1\n")
+        #expect(r.status == 0 && r.stderr.isEmpty, "\(r)")
+        // A Latin-1 realm (git ≥ 2.41 forwards WWW-Authenticate byte for byte) and a NUL in a field
+        // nobody reads: the request is still served.
+        r = runCLI(["-c", "printf 'protocol=https\\nhost=h.example\\nwwwauth[]=Basic realm=\"Caf\\351\"\\nfuture=a\\000b\\n\\n' | \"$0\" --socket \"$1\" get",
+                    GitRun.helperBinary, agent.socketPath], executable: "/bin/sh")
+        #expect(r.status == 0 && r.stdout == "username=u\npassword=p1\n", "\(r)")
+        // A username that is not UTF-8 cannot name an item: nothing, and git asks.
+        r = runCLI(["-c", "printf 'protocol=https\\nhost=h.example\\nusername=J\\351r\\364me\\n' | \"$0\" --socket \"$1\" get",
+                    GitRun.helperBinary, agent.socketPath], executable: "/bin/sh")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("not UTF-8"), "\(r)")
+
+        // An item stored another way whose password holds a line break: written into the answer it
+        // would add a field of its own (host=…); the helper answers nothing instead.
+        r = agent.cli(["add", "--server", "inj.example", "--protocol", "htps", "--account", "u", "--secret-stdin"],
+                      stdin: "pw\nhost=evil.example\n")
+        #expect(r.status == 0, "\(r)")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=inj.example\n")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("line break"), "\(r)")
+        // An account with a line break is passed over for one git can be given.
+        r = agent.cli(["add", "--server", "inj.example", "--protocol", "htps", "--account", "a\nhost=evil.example", "--secret-stdin"],
+                      stdin: "pw2")
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["add", "--server", "inj.example", "--protocol", "htps", "--account", "plain", "--secret-stdin"], stdin: "pw3")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=inj.example\nusername=plain\n")
+        #expect(r.stdout == "username=plain\npassword=pw3\n", "\(r)")
+
+        // url= replaces every earlier field, as git's credential_from_url does.
+        r = GitRun.helper(agent, "get", "protocol=imap\nhost=other.example\nusername=x\nurl=https://h.example/\n")
+        #expect(r.stdout == "username=u\npassword=p1\n", "\(r)")
+
+        // The request's end is its blank line: a caller that keeps standard input open is answered.
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: GitRun.helperBinary)
+        p.arguments = ["--socket", agent.socketPath, "get"]
+        let out = Pipe(), inp = Pipe()
+        p.standardOutput = out
+        p.standardInput = inp
+        try p.run()
+        inp.fileHandleForWriting.write(Data("protocol=https\nhost=h.example\n\n".utf8))
+        let deadline = Date().addingTimeInterval(15)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        let answered = !p.isRunning
+        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        try? inp.fileHandleForWriting.close()
+        #expect(answered && String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "username=u\npassword=p1\n")
+    }
+
     @Test func aLockedOrMissingAgentLeavesGitToAsk() throws {
         let agent = try AgentProcess()
         agent.setPasscode()
@@ -209,6 +262,11 @@ struct GitCredentialTests {
                                 typing: AgentProcess.password, prompt: "Passcode: ")
         #expect(t.status == 0 && t.prompted && t.output.contains("password=guarded"), "\(t)")
         #expect(t.output.contains("git-credential-coffer wants to read the secret of \"git.example.com\""), "\(t)")
+        // GIT_TERMINAL_PROMPT=0 (go, cargo, CI around git) means no prompt, even on a terminal.
+        let quiet = TerminalRun.run(["/bin/sh", "-c", "GIT_TERMINAL_PROMPT=0 \"$0\" --socket \"$1\" get < \"$2\"; echo \"done $?\"",
+                                     GitRun.helperBinary, agent.socketPath, input],
+                                    typing: AgentProcess.password, prompt: "Passcode: ", timeout: 10)
+        #expect(quiet.output.contains("done 0") && !quiet.prompted && !quiet.output.contains("password="), "\(quiet)")
         // git stores what worked after every use: that never asks a second time (nor changes the item).
         try (request + "username=alice\npassword=guarded\n").write(toFile: input, atomically: true, encoding: .utf8)
         let s = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" store < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
