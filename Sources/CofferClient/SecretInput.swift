@@ -44,7 +44,8 @@ public enum SecretInput {
     }
 
     /// Asks for a passcode on the controlling terminal (`/dev/tty`, never stdin, which a script may
-    /// feed): writes `prompt`, reads one line with echo off into secure memory, restores the terminal.
+    /// feed): writes `prompt`, reads one line with echo off into secure memory, restores the terminal
+    /// (also on SIGINT or SIGTERM).
     /// errSecInteractionNotAllowed if the process has no terminal: nobody is there to authenticate.
     public static func readFromTerminal(prompt: String) throws(SecError) -> SecureBytes {
         let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
@@ -52,17 +53,11 @@ public enum SecretInput {
             throw .interactionNotAllowed("this needs you to authenticate, and there is no terminal to ask on")
         }
         defer { close(fd) }
-        var saved = termios()
-        let isTerminal = tcgetattr(fd, &saved) == 0
-        if isTerminal {
-            var quiet = saved
-            quiet.c_lflag &= ~tcflag_t(ECHO)
-            // TCSANOW, not TCSAFLUSH: what was typed ahead stays.
-            _ = tcsetattr(fd, TCSANOW, &quiet)
-        }
+        // Echo off, and back on even if Ctrl-C ends the process at the prompt.
+        let saved = silenceEcho(fd)
         defer {
-            if isTerminal {
-                _ = tcsetattr(fd, TCSANOW, &saved)
+            if let saved {
+                restoreEcho(fd, saved)
                 _ = write(fd, "\n", 1)
             }
         }

@@ -11,6 +11,34 @@ nonisolated(unsafe) private let savedTerminal: UnsafeMutablePointer<termios> = {
     return p
 }()
 nonisolated(unsafe) private var savedTerminalFD: Int32 = -1
+nonisolated(unsafe) private var previousHandlers: (interrupt: sighandler_t?, terminate: sighandler_t?) = (nil, nil)
+
+/// Echo off on the terminal `fd` (line mode kept on), with SIGINT and SIGTERM restoring it before
+/// the process dies, so Ctrl-C at a prompt never leaves the shell without echo. Returns the settings
+/// to give back to ``restoreEcho(_:_:)``, or nil if `fd` is not a terminal (nothing changed).
+func silenceEcho(_ fd: Int32) -> termios? {
+    var saved = termios()
+    guard tcgetattr(fd, &saved) == 0 else { return nil }
+    var quiet = saved
+    quiet.c_lflag &= ~tcflag_t(ECHO)
+    quiet.c_lflag |= tcflag_t(ICANON)
+    savedTerminal.pointee = saved
+    savedTerminalFD = fd
+    previousHandlers = (signal(SIGINT, restoreAndExit), signal(SIGTERM, restoreAndExit))
+    // TCSANOW, not TCSAFLUSH: what was typed ahead stays.
+    _ = tcsetattr(fd, TCSANOW, &quiet)
+    return saved
+}
+
+/// Gives the terminal back its settings and the process its signal handlers.
+func restoreEcho(_ fd: Int32, _ saved: termios) {
+    var saved = saved
+    _ = tcsetattr(fd, TCSANOW, &saved)
+    signal(SIGINT, previousHandlers.interrupt ?? SIG_DFL)
+    signal(SIGTERM, previousHandlers.terminate ?? SIG_DFL)
+    previousHandlers = (nil, nil)
+    savedTerminalFD = -1
+}
 
 /// Asks the person on the controlling terminal (`/dev/tty`, never stdin), like sudo: shows the agent's
 /// prompt, reads a passcode with echo off (the terminal's line mode: the answer is read once the
@@ -18,7 +46,7 @@ nonisolated(unsafe) private var savedTerminalFD: Int32 = -1
 /// agent's final reply ends the prompt. Ctrl-D cancels; Ctrl-C too (the terminal is restored).
 public final class TerminalAuthentication: AuthenticationDelegate {
     private var fd: Int32 = -1
-    private var saved = termios()
+    private var saved: termios? = nil
     private var current: AuthenticationRequest? = nil
     private let name: String
 
@@ -39,16 +67,7 @@ public final class TerminalAuthentication: AuthenticationDelegate {
         if fd < 0 {
             fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
             guard fd >= 0 else { return false }
-            if tcgetattr(fd, &saved) == 0 {
-                var quiet = saved
-                quiet.c_lflag &= ~tcflag_t(ECHO)
-                quiet.c_lflag |= tcflag_t(ICANON)
-                savedTerminal.pointee = saved
-                savedTerminalFD = fd
-                signal(SIGINT, restoreAndExit)
-                signal(SIGTERM, restoreAndExit)
-                _ = tcsetattr(fd, TCSANOW, &quiet)
-            }
+            saved = silenceEcho(fd)
         }
         current = request
         say("\(name): \(TerminalSafeText.escaped(request.prompt))\n" + question(request.methods))
@@ -90,10 +109,8 @@ public final class TerminalAuthentication: AuthenticationDelegate {
 
     public func end() {
         guard fd >= 0 else { return }
-        _ = tcsetattr(fd, TCSANOW, &saved)
-        signal(SIGINT, SIG_DFL)
-        signal(SIGTERM, SIG_DFL)
-        savedTerminalFD = -1
+        if let saved { restoreEcho(fd, saved) }
+        saved = nil
         say("\n")
         close(fd)
         fd = -1

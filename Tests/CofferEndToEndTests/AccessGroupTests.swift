@@ -314,6 +314,14 @@ import Testing
         }
         #expect(!auditRecords(agent).contains { ($0["operation"] as? String) == "authorize" })
 
+        // Ctrl-C at the prompt ends the command and gives the terminal its echo back (the shell
+        // around it traps the interrupt and then shows the terminal's settings).
+        let interrupted = TerminalRun.run(["/bin/sh", "-c", "trap 'echo interrupted' INT; \"$@\"; stty -a", "sh", shellPath] + getA,
+                                          typing: "\u{03}")
+        #expect(interrupted.prompted && interrupted.output.contains("interrupted"), "\(interrupted)")
+        #expect(interrupted.output.contains(" echo ") && !interrupted.output.contains(" -echo "), "echo is back on: \(interrupted)")
+        #expect(!interrupted.output.contains("secret-of-a"))
+
         // A wrong passcode: errSecAuthFailed, no secret.
         var t = TerminalRun.run([shellPath] + getA, typing: "wrong horse")
         #expect(t.prompted && t.status == Exit.authFailed && t.output.contains("errSecAuthFailed"), "\(t)")
