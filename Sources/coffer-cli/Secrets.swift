@@ -94,9 +94,7 @@ struct Run: ParsableCommand {
                 secret.wipe()
             }
 
-            let replaced = Set(variables.map(\.name))
-            let kept = Self.inheritedEnvironment().filter { !replaced.contains($0.name) }.map { "\($0.name)=\($0.value)" }
-            let e = Self.exec(command, keeping: kept, secrets: entries)
+            let e = Self.exec(command, keeping: Self.inheritedEntries(except: Set(variables.map(\.name))), secrets: entries)
             execError = e
             StandardStreams.printError(CLISupport.messagePrefix + "cannot run \(Output.escapedText(command[0])): \(String(cString: strerror(e)))")
         }
@@ -117,23 +115,33 @@ struct Run: ParsableCommand {
         return out
     }
 
-    /// execvpe with `kept` and the secret entries (NUL-terminated, read in place from secure memory);
-    /// returns errno if it fails.
-    static func exec(_ command: [String], keeping kept: [String], secrets: [SecureBytes]) -> Int32 {
+    /// This process's own `NAME=value` entries, byte for byte (a value that is not UTF-8 reaches the
+    /// command unchanged), but for those named in `replaced`.
+    static func inheritedEntries(except replaced: Set<String>) -> [UnsafeMutablePointer<CChar>] {
+        var out: [UnsafeMutablePointer<CChar>] = []
+        var p = environ
+        while let entry = p.pointee {
+            p += 1
+            guard let eq = strchr(entry, Int32(UInt8(ascii: "="))) else { continue }
+            let name = String(decoding: UnsafeRawBufferPointer(start: entry, count: eq - entry), as: UTF8.self)
+            if !replaced.contains(name) { out.append(entry) }
+        }
+        return out
+    }
+
+    /// execvpe with `kept` (this process's own entries) and the secret entries (NUL-terminated, read
+    /// in place from secure memory); returns errno if it fails.
+    static func exec(_ command: [String], keeping kept: [UnsafeMutablePointer<CChar>], secrets: [SecureBytes]) -> Int32 {
         func withSecretPointers(_ index: Int, _ collected: [UnsafePointer<CChar>], _ body: ([UnsafePointer<CChar>]) -> Int32) -> Int32 {
             guard index < secrets.count else { return body(collected) }
             return secrets[index].withUnsafeBytes { raw in
                 withSecretPointers(index + 1, collected + [raw.baseAddress!.assumingMemoryBound(to: CChar.self)], body)
             }
         }
-        let keptC = kept.map { strdup($0)! }
         let argv = command.map { strdup($0) } + [nil]
-        defer {
-            keptC.forEach { free($0) }
-            argv.forEach { free($0) }
-        }
+        defer { argv.forEach { free($0) } }
         return withSecretPointers(0, []) { secretPointers in
-            var envp: [UnsafeMutablePointer<CChar>?] = keptC.map { Optional($0) } + secretPointers.map { UnsafeMutablePointer(mutating: $0) } + [nil]
+            var envp: [UnsafeMutablePointer<CChar>?] = kept.map { Optional($0) } + secretPointers.map { UnsafeMutablePointer(mutating: $0) } + [nil]
             var args = argv
             // execvpe's PATH search (the Glibc module does not export it): a name with a slash as is,
             // else each PATH entry in turn; the first error other than "not there" is the one reported.

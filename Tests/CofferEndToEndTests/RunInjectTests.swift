@@ -77,6 +77,11 @@ import Testing
         // PATH is searched, arguments pass through untouched.
         r = agent.cli(["run", "--env", "X=db/admin", "--", "printf", "%s-%s", "a b", "--env"])
         #expect(r.status == 0 && r.stdout == "a b---env", "\(r)")
+        // The rest of the environment reaches the command byte for byte, UTF-8 or not.
+        r = runCLI(["-c", "export LATIN=\"$(printf 'caf\\351')\"; \"$0\" run --env X=db/admin -- /bin/sh -c 'printf %s \"$LATIN\" | od -An -tx1'",
+                    Binaries.coffer], environment: ["COFFER_SOCKET": agent.socketPath], executable: "/bin/sh")
+        #expect(r.status == 0 && r.stdout.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) } == ["63", "61", "66", "e9"],
+                "\(r)")
     }
 
     @Test func runWithAMissingItemNeverStartsTheCommand() throws {
