@@ -80,7 +80,9 @@ public final class PinentryAuthentication: AuthenticationDelegate {
         while var line = takeLine() {
             defer { secureZero(&line) }
             if line.count >= 2, line[0] == UInt8(ascii: "D"), line[1] == UInt8(ascii: " ") {
-                pin = Assuan.unescape(line, from: 2)
+                // A long answer comes as several D lines: they add up.
+                let piece = Assuan.unescape(line, from: 2)
+                pin = pin.map { SecureBytes(concatenating: [$0, piece]) } ?? piece
             } else if line.starts(with: Array("OK".utf8)) {
                 guard let p = pin, p.count > 0, let methods = current?.methods, methods.contains(.passcode) || methods.contains(.applicationPassword) else {
                     return .cancel
@@ -88,6 +90,7 @@ public final class PinentryAuthentication: AuthenticationDelegate {
                 pin = nil
                 return methods == [.applicationPassword] ? .applicationPassword(p) : .passcode(p)
             } else if line.starts(with: Array("ERR".utf8)) {
+                pin = nil
                 return .cancel
             }
             // Status lines (S …, #comments) are ignored.

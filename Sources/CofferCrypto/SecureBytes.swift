@@ -60,6 +60,17 @@ import CofferSystem
         if bytes.count > 0, let src = bytes.baseAddress { unsafe memcpy(base, src, bytes.count) }
     }
 
+    /// The bytes of `pieces`, one after another, in a new guarded buffer (an Assuan answer sent as
+    /// several `D` lines). The pieces are left as they are.
+    public convenience init(concatenating pieces: [SecureBytes]) {
+        self.init(count: pieces.reduce(0) { $0 + $1.count })
+        var n = 0
+        for p in pieces where p.count > 0 {
+            unsafe memcpy(base + n, p.base, p.count)
+            n += p.count
+        }
+    }
+
     /// Copies `bytes` into a guarded buffer and wipes the array's storage in place.
     public convenience init(consuming bytes: inout [UInt8]) {
         self.init(count: bytes.count)

@@ -9,10 +9,16 @@ import Glibc
 final class LineChannel {
     let input: Int32
     let output: Int32
-    /// Lines longer than this are cut (Assuan allows 1000 bytes; this leaves room for sloppy peers).
+    /// The longest line taken (Assuan allows 1000 bytes; this leaves room for sloppy peers).
     static let bufferBytes = 16384
+    /// What ``takeLine()`` hands over for a longer line, which is dropped up to its LF (never cut in
+    /// two, its tail taken for a line of its own): GPG_ERR_ASS_LINE_TOO_LONG. From the wrapped
+    /// pinentry it is that pinentry's failure; from gpg-agent, a command nobody knows, answered ERR.
+    static let tooLong = "ERR 83886343 Line too long <Pinentry>"
     private let buffer = SecureBytes(count: LineChannel.bufferBytes)
     private var filled = 0
+    /// Dropping the rest of a line that was too long, up to its LF.
+    private var discarding = false
 
     init(input: Int32, output: Int32) {
         self.input = input
@@ -32,7 +38,7 @@ final class LineChannel {
 
     /// Reads once what is there (after poll said so); false at end of input or on an error.
     func fill() -> Bool {
-        // A full buffer without LF: ``takeLine()`` hands it over cut, as a line of its own.
+        // A full buffer without LF: ``takeLine()`` drops it and hands over ``tooLong``.
         if filled == buffer.count { return true }
         while true {
             let n = buffer.withUnsafeMutableBytes { b in Glibc.read(input, b.baseAddress! + filled, b.count - filled) }
@@ -46,23 +52,29 @@ final class LineChannel {
     /// The next complete line already read, consumed from the buffer (nil if none yet).
     func takeLine() -> SecureBytes? {
         buffer.withUnsafeMutableBytes { b -> SecureBytes? in
-            var end: Int
-            var next: Int
-            if let nl = (0..<filled).first(where: { b[$0] == 0x0A }) {
-                end = nl
-                next = nl + 1
-            } else if filled == b.count {
-                end = filled
-                next = filled
-            } else {
-                return nil
+            func drop(_ count: Int) {
+                let rest = filled - count
+                if rest > 0 { memmove(b.baseAddress!, b.baseAddress! + count, rest) }
+                memset(b.baseAddress! + rest, 0, filled - rest)
+                filled = rest
             }
+            if discarding {
+                guard let nl = (0..<filled).first(where: { b[$0] == 0x0A }) else { drop(filled); return nil }
+                drop(nl + 1)
+                discarding = false
+            }
+            guard let nl = (0..<filled).first(where: { b[$0] == 0x0A }) else {
+                guard filled == b.count else { return nil }
+                drop(filled)
+                discarding = true
+                var text = Array(Self.tooLong.utf8)
+                return SecureBytes(consuming: &text)
+            }
+            var end = nl
+            let next = nl + 1
             if end > 0 && b[end - 1] == 0x0D { end -= 1 }
             let line = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[0..<end]))
-            let rest = filled - next
-            if rest > 0 { memmove(b.baseAddress!, b.baseAddress! + next, rest) }
-            memset(b.baseAddress! + rest, 0, filled - rest)
-            filled = rest
+            drop(next)
             return line
         }
     }

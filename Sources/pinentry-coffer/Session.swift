@@ -62,6 +62,11 @@ final class Session {
     private func handle(_ line: SecureBytes) -> Bool {
         let keyword = AssuanLine.keyword(line)
         if keyword.isEmpty || keyword.hasPrefix("#") { return true }
+        // A command longer than a line may be: dropped whole, refused here (never forwarded).
+        if AssuanLine.text(line) == LineChannel.tooLong {
+            agent.send(LineChannel.tooLong)
+            return true
+        }
         switch keyword {
         case "BYE":
             agent.send("OK closing connection")
@@ -242,7 +247,7 @@ final class Session {
             switch AssuanLine.keyword(reply) {
             case "OK":
                 guard capturingData else { agent.send(reply); return .ok(nil) }
-                return .ok(Self.joined(pieces))
+                return .ok(SecureBytes(concatenating: pieces))
             case "ERR":
                 agent.send(reply)
                 return .failed
@@ -266,20 +271,6 @@ final class Session {
             let k = AssuanLine.keyword(line)
             if k == "END" || k == "CAN" { return }
         }
-    }
-
-    private static func joined(_ pieces: [SecureBytes]) -> SecureBytes {
-        let out = SecureBytes(count: pieces.reduce(0) { $0 + $1.count })
-        var n = 0
-        out.withUnsafeMutableBytes { o in
-            for p in pieces {
-                p.withUnsafeBytes { b in
-                    if b.count > 0 { o.baseAddress!.advanced(by: n).copyMemory(from: b.baseAddress!, byteCount: b.count) }
-                }
-                n += p.count
-            }
-        }
-        return out
     }
 
     /// The wrapped pinentry, running, with gpg-agent's options and settings; nil if it cannot run.

@@ -128,7 +128,9 @@ final class WrappedPinentryAuthentication: AuthenticationDelegate {
         while let line = channel.takeLine() {
             defer { line.wipe() }
             if AssuanLine.isData(line) {
-                pin = AssuanLine.data(line)
+                // A long answer comes as several D lines: they add up.
+                let piece = AssuanLine.data(line)
+                pin = pin.map { SecureBytes(concatenating: [$0, piece]) } ?? piece
                 continue
             }
             switch AssuanLine.keyword(line) {

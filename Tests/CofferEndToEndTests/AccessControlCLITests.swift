@@ -148,6 +148,7 @@ struct AccessControlCLITests {
 
     /// A pinentry that answers GETPIN with `pins` in turn (or cancels when `cancel`), logging every
     /// command it gets to `log` (never the answers).
+    /// A pinentry answering each GETPIN with the next of `pins` (`^^` in one starts another D line).
     static func scriptedPinentry(in dir: TemporaryDirectory, pins: [String], cancel: Bool = false) throws -> (program: String, log: String) {
         let log = dir.file("pinentry.log"), program = dir.file("pinentry-scripted")
         let answers = pins.map { "'\($0)'" }.joined(separator: " ")
@@ -158,7 +159,7 @@ struct AccessControlCLITests {
             while IFS= read -r line; do
               printf '%s\\n' "$line" >> '\(log)'
               case "$line" in
-                GETPIN) \(cancel ? "echo 'ERR 83886179 Operation cancelled'" : "printf 'D %s\\nOK\\n' \"$1\"; shift");;
+                GETPIN) \(cancel ? "echo 'ERR 83886179 Operation cancelled'" : "printf '%s\\n' \"$1\" | sed 's/\\^\\^/\\nD /g; s/^/D /'; echo OK; shift");;
                 BYE) echo OK; exit 0;;
                 *) echo OK;;
               esac
@@ -180,6 +181,12 @@ struct AccessControlCLITests {
         #expect(log.contains("SETDESC coffer wants to read the secret of \"bank\"") && log.contains("SETPROMPT Passcode:"), "\(log)")
         #expect(log.contains("SETERROR Wrong passcode. Try again.") && log.components(separatedBy: "GETPIN").count == 3, "\(log)")
         #expect(!log.contains(AgentProcess.password))
+        // A long answer comes as several D lines (a pinentry splits at about 1000 bytes): they add up.
+        let splitDir = TemporaryDirectory("coffer-pinentry-split")
+        let pw = AgentProcess.password, half = pw.index(pw.startIndex, offsetBy: pw.count / 2)
+        p = try Self.scriptedPinentry(in: splitDir, pins: [pw[..<half] + "^^" + pw[half...]])
+        r = Self.detached(agent, ["get", "--service", "bank", "--account", "me"], environment: ["COFFER_PINENTRY": p.program])
+        #expect(r.status == 0 && r.stdout == "pin 1234", "\(r)")
         // Cancel in the dialog: errSecUserCanceled.
         let cancelDir = TemporaryDirectory("coffer-pinentry-cancel")
         p = try Self.scriptedPinentry(in: cancelDir, pins: [], cancel: true)

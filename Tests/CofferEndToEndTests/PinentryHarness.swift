@@ -38,7 +38,8 @@ enum PinentryHarness {
 
     /// A shell-script pinentry: answers GETPIN with the contents of `pin` (or, when the dialog's title
     /// is Coffer, i.e. pinentry-coffer's own passcode prompt, of `passcode`), CONFIRM with `confirm`
-    /// (`ok` or anything else: cancel); `cancel` in a file answers with GnuPG's cancel error. Each
+    /// (`ok` or anything else: cancel); `cancel` in a file answers with GnuPG's cancel error; `^^` in
+    /// an answer starts another D line, as a pinentry splits a long one. Each
     /// GETPIN and CONFIRM is logged to `asked.log` (`GETPIN`, ` error` if a SETERROR came first,
     /// ` title=…`), so a test can count how often the person was asked.
     final class FakePinentry: @unchecked Sendable {
@@ -75,7 +76,7 @@ enum PinentryHarness {
                             [ "$reply" = "END" ] && break
                           done
                           echo "S SOME_STATUS"; echo "D ${answer#inquire:}"; echo "OK";;
-                        *) echo "D $answer"; echo "OK";;
+                        *) printf '%s\\n' "$answer" | sed 's/\\^\\^/\\nD /g; s/^/D /'; echo "OK";;
                       esac;;
                     CONFIRM*)
                       echo "CONFIRM title=$title" >> "$D/asked.log"

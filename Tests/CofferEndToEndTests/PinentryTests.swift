@@ -113,6 +113,18 @@ struct PinentryProtocolTests {
         #expect(run.stderr.split(separator: "\n").count <= 1, "at most one line about the keychain: \(run.stderr)")
     }
 
+    /// A line longer than the channel holds is refused whole, and what follows it is a fresh line
+    /// (the tail of the long one is never taken for a command).
+    @Test func anOverlongLineIsRefusedWhole() throws {
+        let dir = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: dir, pin: "p")
+        let long = String(repeating: "X", count: 20_000) + " GETPIN"
+        let (lines, run) = Self.converse(nil, fake: fake, [long, "NOP", "BYE"])
+        #expect(run.status == 0, "\(run)")
+        #expect(lines.count >= 4 && Array(lines[1...3]) == ["ERR 83886343 Line too long <Pinentry>", "OK", "OK closing connection"], "\(lines)")
+        #expect(fake.takeQuestions().isEmpty, "nothing reached the wrapped pinentry")
+    }
+
     /// A gpg-agent that retries after a wrong passphrase from the keychain (SETERROR, then GETPIN in
     /// the same conversation): the person is asked and the stored passphrase replaced; CLEARPASSPHRASE
     /// (gpg-agent's clear_passphrase) deletes it.
@@ -282,7 +294,9 @@ struct PinentryGnuPGTests {
         let add = agent.cli(["add", "--service", "gnupg", "--account", g.cacheID, "--access-control", "device-passcode", "--secret-stdin"],
                             stdin: Home.passphrase)
         #expect(add.status == 0, "\(add)")
-        try g.fake.set(pin: "cancel", passcode: AgentProcess.password)
+        // The passcode arrives as two D lines (as a long one would): they add up.
+        let pw = AgentProcess.password, half = pw.index(pw.startIndex, offsetBy: pw.count / 2)
+        try g.fake.set(pin: "cancel", passcode: pw[..<half] + "^^" + pw[half...])
         var r = g.sign()
         #expect(r.status == 0, "\(r)\n\(agent.log)")
         #expect(g.fake.takeQuestions() == ["GETPIN title=Coffer"], "the passcode, not the GnuPG passphrase")
