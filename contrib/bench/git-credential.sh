@@ -3,9 +3,11 @@
 # every authenticated fetch or push) and `git credential approve` (after one), each a whole `git`
 # process, through
 #   coffer      git-credential-coffer on a Coffer agent (release build, copied as an install would)
-#   store       git-credential-store (a plain-text file: the floor)
+#   store       git-credential-store (a plain-text file, read by git itself)
 #   libsecret   git-credential-libsecret on gnome-keyring (built from the source Debian's git
 #               ships), inside dbus-run-session, as a desktop runs it
+#   git alone   a helper answering from the shell git starts for it (`!f() { …; }; f`), no program
+#               of its own: what git's part costs, the floor under every helper's fill
 #
 #   contrib/bench/git-credential.sh [N]      (default 200 runs per measure)
 #
@@ -98,6 +100,11 @@ common_env() { # HOME
     "$bin/coffer" passcode set --passcode-stdin < "$work/password"
     measure coffer "$bin/git-credential-coffer" "$bin/git-credential-coffer"
 )
+(   # git alone: the shell git runs a helper with answers itself; nothing else is started.
+    common_env "$work/floor"
+    answer="cat >/dev/null; printf 'username=alice\\npassword=s3cret-floor\\n'"
+    measure floor "!f() { $answer; }; f" sh -c "$answer" sh
+)
 (   # git-credential-store: a plain-text file.
     common_env "$work/store"
     measure store "store --file $work/store/credentials" git credential-store --file "$work/store/credentials"
@@ -136,6 +143,8 @@ done
 verdict() { awk -v c="$1" -v l="$2" 'BEGIN { if (c+0 > 0 && l+0 > 0) printf "%.1f× (%s)", l / c, (l / c >= 5) ? "met" : "NOT met"; else printf "not measured" }'; }
 echo
 echo "Goal (issue #17): at least 5× faster than libsecret. The helper alone: $(verdict "$(stat coffer get median)" "$(stat libsecret get median)");"
-echo "the whole \`git credential fill\`: $(verdict "$(stat coffer fill median)" "$(stat libsecret fill median)"), where git's own part (the store"
-echo "helper's fill, $(stat store fill median) ms, a plain file read by git itself) is in every figure, so no helper can make that"
-echo "ratio larger than $(awk -v s="$(stat store fill median)" -v l="$(stat libsecret fill median)" 'BEGIN { printf "%.1f×", l / s }')."
+floor=$(stat floor fill median)
+echo "the whole \`git credential fill\`: $(verdict "$(stat coffer fill median)" "$(stat libsecret fill median)"). git's own part is in every figure:"
+echo "with a helper that answers from the shell git starts (nothing else run) a fill takes $floor ms (p95 $(stat floor fill p95)),"
+echo "so no helper can make that ratio larger than $(awk -v s="$floor" -v l="$(stat libsecret fill median)" 'BEGIN { if (s+0 > 0) printf "%.1f×", l / s; else printf "–" }');"
+echo "Coffer's fill is $(awk -v c="$(stat coffer fill median)" -v s="$floor" 'BEGIN { if (c+0 > 0 && s+0 > 0) printf "%.2f ms", c - s; else printf "–" }') above that floor."
