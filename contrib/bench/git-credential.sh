@@ -102,7 +102,8 @@ common_env() { # HOME
 )
 (   # git alone: the shell git runs a helper with answers itself; nothing else is started.
     common_env "$work/floor"
-    answer="cat >/dev/null; printf 'username=alice\\npassword=s3cret-floor\\n'"
+    # (dash's read and printf are builtins: the request is drained and answered without a process.)
+    answer="while read -r l && [ -n \"\$l\" ]; do :; done; printf 'username=alice\\npassword=s3cret-floor\\n'"
     measure floor "!f() { $answer; }; f" sh -c "$answer" sh
 )
 (   # git-credential-store: a plain-text file.
