@@ -127,7 +127,10 @@ final class Pipeline: Sendable {
                 return .escrowSecret(secret)
             }
         case .escrowUnlock(let secret):
-            try audited(session.caller, "escrow-unlock") { () throws(SecError) in try unlocking.unlock(escrowSecret: secret) }
+            try audited(session.caller, "escrow-unlock") { () throws(SecError) in
+                try mayTryPasscode(session.caller, "unlock the keychain")
+                try unlocking.unlock(escrowSecret: secret)
+            }
             schedule.didUnlock()
             return .ok
         case .escrowRevoke(let passcode):
@@ -148,7 +151,10 @@ final class Pipeline: Sendable {
             return .count(unlocking.isOutOfSync ? 1 : 0)
         case .passcodeSync(let old?):
             guard old.count > 0 else { throw .param("the old passcode is empty") }
-            try audited(session.caller, "passcode-sync") { () throws(SecError) in try unlocking.sync(oldPasscode: old) }
+            try audited(session.caller, "passcode-sync") { () throws(SecError) in
+                try mayTryPasscode(session.caller, "sync the passcode")
+                try unlocking.sync(oldPasscode: old)
+            }
             schedule.didUnlock()
             LegacyGroups.migrate(keychain, logger: logger)
             return .ok
@@ -183,7 +189,10 @@ final class Pipeline: Sendable {
                 lockedMemoryBytes: UInt64(SecureMemory.lockedBytes() ?? 0),
                 idleLockSeconds: idleLockSeconds))
         case .unlock(let passcode):
-            try audited(session.caller, "unlock") { () throws(SecError) in try unlocking.unlock(passcode) }
+            try audited(session.caller, "unlock") { () throws(SecError) in
+                try mayTryPasscode(session.caller, "unlock the keychain")
+                try unlocking.unlock(passcode)
+            }
             schedule.didUnlock()
             LegacyGroups.migrate(keychain, logger: logger)
             return .ok
@@ -194,7 +203,10 @@ final class Pipeline: Sendable {
             schedule.lockNow(reason: "requested by \(session.peer)")
             return .ok
         case .setPasscode(let current, let new):
-            try audited(session.caller, "set-passcode") { () throws(SecError) in try unlocking.setPasscode(current: current, new: new) }
+            try audited(session.caller, "set-passcode") { () throws(SecError) in
+                try mayTryPasscode(session.caller, "set or change the passcode")
+                try unlocking.setPasscode(current: current, new: new)
+            }
             schedule.didUnlock()
             LegacyGroups.migrate(keychain, logger: logger)
             return .ok
@@ -280,6 +292,13 @@ final class Pipeline: Sendable {
     /// helper and, when unsigned callers share a group, for the user's unsigned processes: never for a
     /// confined or other signed app, even one that knows the passcode
     /// (``AccessPolicy/mayManageKeychain(_:)``). Checked before the person is asked for anything.
+    /// Passcode tries (unlock, escrow unlock, set, change, sync) are not for sandboxed apps
+    /// (``AccessPolicy/mayTryPasscode(_:)``): checked before the try counts.
+    private func mayTryPasscode(_ caller: CallerIdentity, _ what: String) throws(SecError) {
+        guard !gate.policy.mayTryPasscode(caller) else { return }
+        throw SecError(.missingEntitlement, "a sandboxed app may not \(what): its tries would count toward the throttle and erase-after")
+    }
+
     private func mayManageKeychain(_ caller: CallerIdentity, _ what: String) throws(SecError) {
         guard !gate.policy.mayManageKeychain(caller) else { return }
         let shell = gate.policy.shellAppID.map { "the shell helper (app \($0))" } ?? "no app (shell-app = none)"

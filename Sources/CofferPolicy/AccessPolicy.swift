@@ -88,6 +88,18 @@ package struct AccessPolicy: Sendable, Equatable {
         case .unsigned: unsignedCallers == .shared
         }
     }
+
+    /// True if `caller` may try the passcode on the keybag — unlock, escrow unlock, set, change or sync
+    /// the passcode: every caller outside a sandbox. A Flatpak app may not: each wrong try counts
+    /// toward the throttle (up to an hour's wait for the person) and, with `erase-after`, toward
+    /// erasing the keychain, and a confined app, which cannot touch the state directory, must not be
+    /// able to do either; nor is a throttled oracle for the login password its business. The person
+    /// unlocks from the login (pam_coffer) or the shell. Unsigned callers qualify even under
+    /// ``UnsignedCallers/deny``: the login process that hands over the password is one.
+    package func mayTryPasscode(_ caller: CallerIdentity) -> Bool {
+        if case .flatpak = caller.establishedBy { return false }
+        return true
+    }
 }
 
 /// A policy outcome: the scope the keychain gets, or why there is none (errSecMissingEntitlement).

@@ -149,6 +149,45 @@ import Testing
         }
     }
 
+    /// A sandboxed app never tries the passcode: its wrong tries would count toward the throttle (and
+    /// erase-after) of a keychain it cannot otherwise touch. Refused before PAM is asked, audited; the
+    /// person's own unlock afterwards is not delayed. Unsigned and signed callers outside a sandbox
+    /// still unlock (pam_coffer's login process is unsigned, even under unsigned-callers = deny).
+    @Test func aSandboxedAppNeverTriesThePasscode() throws {
+        let rig = try AgentRig()
+        rig.schedule.lockNow(reason: "test")
+        let flatpak = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.example.App"),
+                                     accessGroups: ["flatpak:org.example.App"])
+        var f = rig.greetedSession(as: flatpak)
+        let calls = rig.verifier.callCount
+        let tries: [(String, AgentRequest)] = [
+            ("unlock", .unlock(passcode: secret("wrong"))), ("escrow-unlock", .escrowUnlock(secret: secret("wrong"))),
+            ("set-passcode", .setPasscode(current: secret("wrong"), new: secret("new"))), ("passcode-sync", .passcodeSync(oldPasscode: secret("wrong"))),
+        ]
+        for _ in 0..<6 {
+            for (_, request) in tries { #expect(errorStatus(rig.pipeline.handle(request, session: &f)) == .missingEntitlement) }
+        }
+        // Even the right passcode: unlocking is not a sandboxed app's to do.
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &f)) == .missingEntitlement)
+        #expect(rig.verifier.callCount == calls, "PAM was never asked")
+        #expect(rig.keychain.status.lockState != .unlocked)
+        let audit = AuditReader.read(directory: rig.dir.path).records.filter { $0.app == "org.example.App" }
+        #expect(audit.count == 6 * tries.count + 1 && audit.allSatisfy { $0.result == -34018 }, "\(audit)")
+        #expect(Set(audit.map(\.operation)) == Set(tries.map(\.0)))
+        // No try was counted: the person unlocks at once, from outside the sandbox.
+        for (who, signed, policy) in [("unsigned under deny", false, AccessPolicy(unsignedCallers: .deny)), ("a signed app", true, AccessPolicy()),
+                                      ("unsigned", false, AccessPolicy())] {
+            let other = try AgentRig(policy: policy)
+            other.schedule.lockNow(reason: "test")
+            var s = other.greetedSession(as: signed ? other.signedCaller("app.a", ["a"]) : nil)
+            #expect(errorStatus(other.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)) == nil, "\(who)")
+            #expect(other.keychain.status.lockState == .unlocked, "\(who)")
+        }
+        var person = rig.greetedSession()
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &person)) == nil)
+        #expect(rig.keychain.status.lockState == .unlocked)
+    }
+
     @Test func theShellReachesAnotherGroupOnlyAfterThePasscodeAndOnlyOnThatConnection() throws {
         let rig = try AgentRig()
         var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))

@@ -265,6 +265,15 @@ import Testing
             #expect(r.status == Exit.missingEntitlement, "\(who) passcode remove: \(r)")
         }
         #expect(agent.cli(["status"]).stdout.contains("passcode: set"), "the passcode was removed")
+        // Nor may it try the passcode: a confined app's wrong tries would throttle the person's unlock
+        // (or, with erase-after, erase the keychain), and it cannot touch the state directory otherwise.
+        #expect(agent.cli(["lock"]).status == 0)
+        for _ in 0..<5 {
+            r = sandboxed.run(["unlock", "--passcode-stdin"], stdin: "wrong guess")
+            #expect(r.status == Exit.missingEntitlement && r.stderr.contains("sandboxed app"), "\(r)")
+        }
+        r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == 0, "the sandbox's tries did not count, so nothing waits: \(r)")
 
         // Outside: the same binary unsigned, the signed app A, and the test's CLI see nothing.
         for (who, exe) in [("same binary outside", flat), ("app A", aPath), ("unsigned", Self.unsignedCLI)] {
