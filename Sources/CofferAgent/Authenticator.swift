@@ -165,8 +165,18 @@ final class Authenticator: Sendable {
     }
 
     /// One round with the person: adds the method that succeeded to `context`.
-    private func obtain(_ methods: AuthenticationMethods, into context: inout AuthorizationContext, session: inout Session,
+    private func obtain(_ offered: AuthenticationMethods, into context: inout AuthorizationContext, session: inout Session,
                         channel: (any AuthChannel)?, prompt: String, deadline: Double, biometryOnly: Bool = false) throws(LAError) {
+        // A sandboxed app never tries the passcode (AccessPolicy.mayTryPasscode): every wrong try
+        // would count toward the unlock throttle and erase-after, and it would be an oracle for the
+        // login password. It is not offered, and one given in advance or in an answer is not tried.
+        var methods = offered
+        if methods.contains(.passcode) && !gate.policy.mayTryPasscode(session.caller) {
+            methods.remove(.passcode)
+            guard !methods.isEmpty else {
+                throw LAError(.passcodeNotSet, "a sandboxed app cannot authenticate you with the passcode, and no other way is available")
+            }
+        }
         // A passcode given in advance (LAContext.setCredential) is tried once, without asking.
         if methods.contains(.passcode), let preset = session.takePresetPasscode() {
             if verify(preset) {

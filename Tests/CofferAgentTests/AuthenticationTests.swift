@@ -212,6 +212,35 @@ import Testing
         #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([]))) == .authFailed)
     }
 
+    /// A sandboxed app's authentication never tries the passcode (given in advance, typed in its own
+    /// prompt, or for LocalAuthentication): the keybag's throttle is not its to spend. Biometry still works.
+    @Test func aSandboxedAppsAuthenticationNeverTriesThePasscode() throws {
+        let rig = try AgentRig(sensor: FakeSensor(enrolled: false))
+        let app = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.example.Bank"),
+                                 accessGroups: ["flatpak:org.example.Bank"])
+        var s = rig.greetedSession(as: app)
+        #expect(errorStatus(rig.pipeline.handle(Self.add("device-passcode"), session: &s)) == nil)
+        #expect(errorStatus(rig.pipeline.handle(Self.add("user-presence", service: "either"), session: &s)) == nil)
+        let calls = rig.verifier.callCount
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(passcode: secret("guess"))), session: &s)
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([]))) == .notAvailable)
+        guard case .laResult(let la) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthentication, reason: "x"), session: &s,
+                                                           channel: ScriptedChannel([])) else { Issue.record("la"); return }
+        #expect(la.error == .passcodeNotSet)
+        // Typed into its own prompt: not tried either.
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions()), session: &s)
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == .notAvailable)
+        #expect(rig.verifier.callCount == calls, "PAM was never asked")
+        // With a finger enrolled, user presence is offered as biometry alone, and a touch opens it.
+        rig.sensor.enrollAnother()
+        rig.sensor.queue(.match)
+        let touch = ScriptedChannel([.waitForStop])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get("either"), session: &s, channel: touch)) == "pin 1234")
+        #expect(touch.asked.map(\.methods) == [[.biometry]])
+        #expect(errorStatus(rig.pipeline.handle(Self.get("either"), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == .userCanceled)
+        #expect(rig.verifier.callCount == calls)
+    }
+
     @Test func updateAndDeleteOfAProtectedItemNeedTheAuthenticationToo() throws {
         var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
         _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
