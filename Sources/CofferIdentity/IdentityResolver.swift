@@ -35,9 +35,12 @@ package struct IdentityError: Error, Equatable, Sendable, CustomStringConvertibl
 /// The peer is pinned by a pidfd (``ProcessHandle``) and everything is read through its
 /// `/proc/PID` directory: the executable is opened through `/proc/PID/exe` and that open file is
 /// hashed (cached by file version), and the pidfd is checked to be alive at the end, so a pid that
-/// was reused meanwhile gives an error, never another process's identity. In order:
-/// 1. a traced process (`TracerPid` ≠ 0) is unsigned;
-/// 2. a process whose root holds a valid `.flatpak-info` is `flatpak:APP_ID`;
+/// was reused meanwhile gives an error, never another process's identity. Refused (an error): a
+/// zombie peer (the process that connected has exited while another holds the socket), a process in
+/// a nested pid namespace whose executable or root cannot be read, an invalid `.flatpak-info` — a
+/// caller is never taken for an unsigned one outside any sandbox for want of evidence. In order:
+/// 1. a process whose root holds a valid `.flatpak-info` is `flatpak:APP_ID`;
+/// 2. a traced process (`TracerPid` ≠ 0) is unsigned;
 /// 3. a deleted or replaced executable (`(deleted)`, no links) is unsigned;
 /// 4. a verified manifest matching the executable's path and SHA-256 gives its app id and groups;
 /// 5. anything else is unsigned (the unsigned policy is applied by the caller).
@@ -63,48 +66,70 @@ package struct IdentityResolver: Sendable {
 
     /// The identity of a pinned process (see ``identify(socket:)``).
     package func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
-        let identity = examine(process)
+        let identity = try examine(process)
         guard process.isAlive() else {
             throw IdentityError(SystemError(refusing: "pid \(process.pid)", "exited during identification", errno: ESRCH))
         }
         return identity
     }
 
-    private func examine(_ process: borrowing ProcessHandle) -> CallerIdentity {
-        let pathBytes: [UInt8]
-        do { pathBytes = try process.executablePath() } catch {
-            return CallerIdentity(pid: process.pid, uid: process.uid,
-                                  establishedBy: .unsigned(executablePath: "", reason: .unreadable("\(error)")), accessGroups: [])
-        }
-        let path = String(decoding: pathBytes, as: UTF8.self)
+    private func examine(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
+        // The status file is world-readable: what it says is known even of a process whose
+        // executable and root only its owner with ptrace rights may see. Without it, nothing is.
         let status: [String: String]
-        do { status = try process.statusFields(["TracerPid", "NSsid"]) } catch {
-            return CallerIdentity(pid: process.pid, uid: process.uid,
-                                  establishedBy: .unsigned(executablePath: path, reason: .unreadable("\(error)")), accessGroups: [])
+        do { status = try process.statusFields(["TracerPid", "NSsid", "State", "NSpid"]) } catch { throw IdentityError(error) }
+        func refuse(_ why: String) -> IdentityError {
+            IdentityError(SystemError(refusing: "pid \(process.pid)", why, errno: EPERM))
         }
+        // A zombie (it connected, then exited; another process holds the socket) has no executable
+        // or root left to examine: whoever holds the connection cannot be told, so nobody gets one.
+        if let state = status["State"], state.hasPrefix("Z") || state.hasPrefix("X") {
+            throw refuse("the peer is a zombie (the process that connected has exited)")
+        }
+        // In a pid namespace below the agent's (a sandbox: Flatpak always makes one), a process
+        // whose root or executable cannot be read is refused, never taken for an unsigned caller
+        // outside any sandbox.
+        let nested = (status["NSpid"]?.split(whereSeparator: { $0 == "\t" || $0 == " " }).count ?? 1) > 1
         // The session id (the first of NSsid's per-namespace values: as the agent's namespace sees it).
         let sessionID = status["NSsid"]?.split(separator: "\t").first.flatMap { Int32($0) }
+        let pathBytes: [UInt8]
+        do { pathBytes = try process.executablePath() } catch {
+            if nested { throw refuse("a sandboxed process whose executable cannot be read: \(error)") }
+            return CallerIdentity(pid: process.pid, uid: process.uid,
+                                  establishedBy: .unsigned(executablePath: "", reason: .unreadable("\(error)")), accessGroups: [],
+                                  sessionID: sessionID)
+        }
+        let path = String(decoding: pathBytes, as: UTF8.self)
         func unsigned(_ path: String, _ reason: CallerIdentity.UnsignedReason) -> CallerIdentity {
             CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .unsigned(executablePath: path, reason: reason),
                            accessGroups: [], sessionID: sessionID)
         }
 
-        // 1. Traced: whatever runs may not be what the executable says.
+        // 1. Flatpak: the sandbox is the boundary, no manifest needed (and a tracer inside it changes
+        //    nothing: the app id is the sandbox's, not the executable's).
+        do {
+            if let info = try process.readInRoot(".flatpak-info", maximumBytes: FlatpakInfo.maximumBytes) {
+                guard let app = FlatpakInfo.appID(from: info) else { throw refuse("invalid .flatpak-info") }
+                return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .flatpak(appID: app),
+                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app], executable: path, sessionID: sessionID)
+            }
+        } catch let e as IdentityError {
+            throw e
+        } catch let e as SystemError where !nested && (e.errno == EACCES || e.errno == EPERM) {
+            // A process outside any sandbox that its owner made non-dumpable: its root is not ours
+            // to read. It is the user's, like any unsigned caller.
+            return unsigned(path, .unreadable("\(e)"))
+        } catch {
+            // A .flatpak-info that is a link, a directory or too large, or a sandbox's root that
+            // cannot be read: a sandbox it is, and which one cannot be told.
+            throw refuse("the caller's .flatpak-info cannot be used: \(error)")
+        }
+
+        // 2. Traced: whatever runs may not be what the executable says.
         guard let field = status["TracerPid"], let tracer = Int32(field) else {
             return unsigned(path, .unreadable("no TracerPid in status"))
         }
         if tracer != 0 { return unsigned(path, .traced(tracerPID: tracer)) }
-
-        // 2. Flatpak: the sandbox is the boundary, no manifest needed.
-        do {
-            if let info = try process.readInRoot(".flatpak-info", maximumBytes: FlatpakInfo.maximumBytes) {
-                guard let app = FlatpakInfo.appID(from: info) else { return unsigned(path, .unreadable("invalid .flatpak-info")) }
-                return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .flatpak(appID: app),
-                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app], executable: path, sessionID: sessionID)
-            }
-        } catch {
-            return unsigned(path, .unreadable("\(error)"))
-        }
 
         // 3. The running file itself, never its path.
         let exe: FileDescriptor

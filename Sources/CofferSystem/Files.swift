@@ -225,6 +225,14 @@ package enum ProcessHardening {
         guard coffer_disable_core_dumps() == 0 else { throw SystemError("prctl", "PR_SET_DUMPABLE") }
     }
 
+    /// Disables core files only (`RLIMIT_CORE 0`), for a client of the agent: it must stay dumpable,
+    /// or an agent without CAP_SYS_PTRACE (any ordinary user's) could not read its `/proc/PID/exe`
+    /// and root to tell which app it is, and a signed helper would pass for an unsigned caller.
+    package static func disableCoreFiles() throws(SystemError) {
+        var none = rlimit(rlim_cur: 0, rlim_max: 0)
+        guard unsafe setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &none) == 0 else { throw SystemError("setrlimit", "RLIMIT_CORE") }
+    }
+
     /// True if the process may currently dump core.
     package static var isDumpable: Bool { coffer_is_dumpable() == 1 }
 }

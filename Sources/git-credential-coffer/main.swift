@@ -161,7 +161,9 @@ struct Helper {
 }
 
 signal(SIGPIPE, SIG_IGN)
-try? ProcessHardening.disableCoreDumps()
+// No core file with a password in it; but the process stays dumpable, so the agent can read which
+// executable it is (its signed identity, coffer.git) without CAP_SYS_PTRACE.
+try? ProcessHardening.disableCoreFiles()
 guard let invocation = Invocation(Array(CommandLine.arguments.dropFirst())) else { exit(0) }
 guard let action = invocation.action else {
     StandardStreams.printError(usage)

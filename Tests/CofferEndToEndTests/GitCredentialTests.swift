@@ -215,6 +215,37 @@ struct GitCredentialTests {
         #expect(answered && String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "username=u\npassword=p1\n")
     }
 
+    /// An ordinary user's agent has no CAP_SYS_PTRACE: it reads a client's /proc/PID/exe (to find its
+    /// signed identity) only while the client stays dumpable. The helper gives up core files, not
+    /// that (here: a reader without CAP_SYS_PTRACE, while the helper waits for git's request).
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), "needs util-linux setpriv"))
+    func theHelperStaysIdentifiableByAnOrdinaryUsersAgent() throws {
+        // Both without CAP_SYS_PTRACE, as two processes of an ordinary user are (setpriv execs in place).
+        let dropPtrace = ["--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace"]
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        p.arguments = dropPtrace + [GitRun.helperBinary, "--socket", "/nonexistent", "get"]
+        let inp = Pipe()
+        p.standardInput = inp
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        defer {
+            try? inp.fileHandleForWriting.close()
+            p.waitUntilExit()
+        }
+        // Blocked reading the request from its pipe (the kernel says where it sleeps): hardening is done.
+        var wchan = ""
+        for _ in 0..<500 {
+            wchan = (try? String(contentsOfFile: "/proc/\(p.processIdentifier)/wchan", encoding: .utf8)) ?? ""
+            if wchan.contains("pipe") { break }
+            usleep(10_000)
+        }
+        try #require(wchan.contains("pipe"), "the helper never waited for its request: \(wchan)")
+        let r = runCLI(dropPtrace + ["readlink", "/proc/\(p.processIdentifier)/exe"], executable: "/usr/bin/setpriv")
+        #expect(r.status == 0 && r.stdout.hasSuffix("git-credential-coffer\n"), "\(r)")
+    }
+
     @Test func aLockedOrMissingAgentLeavesGitToAsk() throws {
         let agent = try AgentProcess()
         agent.setPasscode()

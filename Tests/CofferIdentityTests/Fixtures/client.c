@@ -1,6 +1,7 @@
 /* Test client for CofferIdentityTests: connects to the Unix socket argv[1]; with argv[2] "exit" it
-   exits at once, with "hold" it stays until the server closes the connection. Built static, so it
-   also runs in a bare bwrap root. */
+   exits at once, with "hold" it stays until the server closes the connection, with "zombie" a child
+   connects and exits while this process holds the socket unreaped. Built static, so it also runs in
+   a bare bwrap root. */
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,6 +14,15 @@ int main(int argc, char **argv) {
     memset(&a, 0, sizeof a);
     a.sun_family = AF_UNIX;
     strncpy(a.sun_path, argv[1], sizeof(a.sun_path) - 1);
+    if (strcmp(argv[2], "zombie") == 0) {
+        /* A child connects and exits at once; this process keeps the socket and never reaps it. */
+        pid_t child = fork();
+        if (child < 0) return 3;
+        if (child == 0) _exit(connect(s, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : 2);
+        char c;
+        while (read(s, &c, 1) > 0) {}
+        return 0;
+    }
     if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) return 2;
     if (strcmp(argv[2], "exit") == 0) return 0;
     char c;
