@@ -114,20 +114,33 @@ final class Authenticator: Sendable {
     /// form of the LocalAuthentication failure (cancel -128, failure -25293, no UI -25308, …).
     func authorize(rules: [AccessControl], session: inout Session, channel: (any AuthChannel)?, what: String) throws(SecError) -> AuthorizationContext {
         let now = clock.now()
-        var context = session.reusableAuthorization(now: now, generation: lockGeneration) ?? .none
+        let reused = session.reusableAuthorization(now: now, generation: lockGeneration)
+        var context = reused ?? .none
         let deadline = now + timeoutSeconds
+        // The reuse window runs from the person's authentication: only a new passcode or finger starts
+        // it afresh. Reusing it, or adding an application password to it, keeps its end (else one
+        // touch would last as long as the app keeps asking).
+        var personNow = false
         while true {
             switch AuthenticationPlanner.next(rules: rules, established: context, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
             case .satisfied:
-                session.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
+                if personNow || reused == nil {
+                    session.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
+                } else if context != reused {
+                    session.updateReusedAuthorization(context)
+                }
                 return context
             case .fail(let e):
                 throw e.secError
             case .ask(let methods):
+                let before = context
                 do {
                     try obtain(methods, into: &context, session: &session, channel: channel, prompt: prompt(session, what), deadline: deadline)
                 } catch {
                     throw error.secError
+                }
+                if (context.passcodeVerified && !before.passcodeVerified) || (context.biometryVerified && !before.biometryVerified) {
+                    personNow = true
                 }
             }
         }

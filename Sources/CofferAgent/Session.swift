@@ -75,6 +75,12 @@ struct Session: Sendable {
         return r.context
     }
 
+    /// Replaces the context of a live reuse (an application password added to it), keeping its end.
+    mutating func updateReusedAuthorization(_ context: AuthorizationContext) {
+        guard let r = reuse else { return }
+        reuse = (context, r.until, r.generation)
+    }
+
     /// Keeps `context` for reuse if the options ask for it.
     mutating func recordAuthorization(_ context: AuthorizationContext, now: Double, generation: Int) {
         guard authOptions.reuseSeconds > 0, context != .none else { return }

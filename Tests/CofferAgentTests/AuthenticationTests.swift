@@ -130,6 +130,27 @@ import Testing
         #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([]))) == .userCanceled)
     }
 
+    /// Using a reused authentication, even adding an application password to it (ADD of an item
+    /// protected by one), never moves its end: one touch does not last as long as the app keeps asking.
+    @Test func reuseNeverExtendsItsOwnWindow() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(reuseSeconds: 60, applicationPassword: secret("z"))), session: &s)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == "pin 1234")
+        for (i, at) in [20.0, 20, 15].enumerated() {
+            rig.clock.advance(at)
+            #expect(errorStatus(rig.pipeline.handle(Self.add("application-password", service: "throwaway\(i)"), session: &s,
+                                                    channel: ScriptedChannel([]))) == nil)
+            let quiet = ScriptedChannel([])
+            #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: quiet)) == "pin 1234" && quiet.asked.isEmpty, "at \(at)")
+        }
+        // 61 s after the person authenticated, whatever happened since: asked again.
+        rig.clock.advance(6)
+        let late = ScriptedChannel([.answer(Self.passcode)])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: late)) == "pin 1234")
+        #expect(late.asked.count == 1)
+    }
+
     @Test func anAuthenticationIsReusedWithinItsWindowAndNotAfterOrAcrossALock() throws {
         var (rig, s) = try Self.ready()
         _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
