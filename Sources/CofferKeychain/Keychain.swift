@@ -503,6 +503,22 @@ public final class Keychain: Sendable {
     private func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
         var found = 0
+        /// A candidate's attributes; nil for one whose class key is locked away and whose access
+        /// group (by its blind-index entry) is outside `scope`: a locked keychain must not tell an
+        /// app, by errSecInteractionNotAllowed, that another group holds an item matching its query.
+        func open(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes)? {
+            do {
+                return try openAttributes(row)
+            } catch where error.status == .interactionNotAllowed {
+                guard let groups = scope.groups else { throw error }
+                let entries = Set(try store.indexHashes(item: row.id))
+                let inScope = try keybag.withIndexKeys { keys throws(SecError) -> Bool in
+                    keys.contains { _, k in groups.contains { entries.contains(Self.blindHash(k, "agrp", .string($0))) } }
+                }
+                if inScope { throw error }
+                return nil
+            }
+        }
         /// Hands one match to `body`; false once the visit must stop.
         func deliver(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes) throws(SecError) -> Bool {
             try body(row, cls, attrs)
@@ -510,8 +526,7 @@ public final class Keychain: Sendable {
             return !done() && (limit.map { found < $0 } ?? true)
         }
         if let ref = q.persistentRef {
-            if let row = try store.row(persistentRef: ref), row.id > cursor {
-                let (cls, attrs) = try openAttributes(row)
+            if let row = try store.row(persistentRef: ref), row.id > cursor, let (cls, attrs) = try open(row) {
                 if Self.matches(q, scope, cls, attrs) { _ = try deliver(row, cls, attrs) }
             }
             return true
@@ -532,8 +547,7 @@ public final class Keychain: Sendable {
         let scans = Array(tiers.prefix(probe.isEmpty ? 1 : tiers.count)) // no hashes: one scan covers every row
         if scans.count == 1 {
             try store.forEachRow(matchingAll: scans[0], after: cursor) { (row) throws(SecError) -> Bool in
-                let (cls, attrs) = try openAttributes(row)
-                guard Self.matches(q, scope, cls, attrs) else { return true }
+                guard let (cls, attrs) = try open(row), Self.matches(q, scope, cls, attrs) else { return true }
                 return try deliver(row, cls, attrs)
             }
             return complete
@@ -547,8 +561,7 @@ public final class Keychain: Sendable {
             for hashes in scans {
                 var n = 0
                 try store.forEachRow(matchingAll: hashes, after: from) { (row) throws(SecError) -> Bool in
-                    let (cls, attrs) = try openAttributes(row)
-                    guard Self.matches(q, scope, cls, attrs) else { return true }
+                    guard let (cls, attrs) = try open(row), Self.matches(q, scope, cls, attrs) else { return true }
                     batch.append((row, cls, attrs))
                     n += 1
                     guard n < Self.mergeChunk else { boundary = min(boundary, row.id); return false }

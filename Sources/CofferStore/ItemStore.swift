@@ -274,6 +274,16 @@ package final class ItemStore {
         return "SELECT \(cols) FROM attr_index a JOIN items i ON i.id = a.item WHERE a.h = ?1\(after)\(probes) ORDER BY a.item"
     }
 
+    /// The blind-index entries of row `id` (through the index on `item`).
+    package func indexHashes(item id: Int64) throws(SecError) -> [[UInt8]] {
+        let s = try db.statement("SELECT h FROM attr_index WHERE item = ?1")
+        s.bind(1, id)
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [[UInt8]] = []
+        while try s.step() { out.append(s.blob(0)) }
+        return out
+    }
+
     /// How many items carry index entry `h`, counted up to a small cap (cheap: an index range scan).
     private func estimatedCount(_ h: [UInt8]) throws(SecError) -> Int64 {
         let s = try db.statement("SELECT count(*) FROM (SELECT 1 FROM attr_index WHERE h = ?1 LIMIT 64)")

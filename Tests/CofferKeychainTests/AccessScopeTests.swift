@@ -48,6 +48,34 @@ import Testing
         #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail", "the hidden row changed")
     }
 
+    /// While locked, another group's item that the query's blind hashes find (its class key is gone,
+    /// so it cannot be opened to see its group) is invisible, not "locked": the answer must not tell
+    /// an app that another app has an item for this service and account.
+    @Test func aLockedKeychainDoesNotRevealAnotherGroupsItems() throws {
+        let f = try Fixture(passcode: "1234")
+        try f.keychain.add(item("for mail"), scope: mail)
+        let persistent = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc")],
+                                                               returnPersistentRef: true), scope: mail).first?.persistentRef
+        #expect(f.keychain.lock())
+        let attributesOnly = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("me")],
+                                       returnAttributes: true)
+        let byService = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc")], limit: .all, returnAttributes: true)
+        let everything = ItemQuery(limit: .all, returnAttributes: true)
+        for q in [query, attributesOnly, byService, everything] {
+            #expect(status { try f.keychain.copyMatching(q, scope: chat) } == .itemNotFound, "\(q)")
+            #expect(status { try f.keychain.copyMatching(q, scope: mail) } == .interactionNotAllowed, "\(q)")
+        }
+        #expect(status { try f.keychain.update(attributesOnly, ItemChanges(secret: secret("x")), scope: chat) } == .itemNotFound)
+        #expect(status { try f.keychain.delete(attributesOnly, scope: chat) } == .itemNotFound)
+        let byRef = ItemQuery(itemClass: .genericPassword, returnAttributes: true, persistentRef: try #require(persistent))
+        #expect(status { try f.keychain.copyMatching(byRef, scope: chat) } == .itemNotFound)
+        #expect(status { try f.keychain.copyMatching(byRef, scope: mail) } == .interactionNotAllowed)
+        // The unrestricted scope (the keychain library's own use) still says why it cannot answer.
+        #expect(status { try f.keychain.copyMatching(attributesOnly) } == .interactionNotAllowed)
+        try f.keychain.unlock(passcode: secret("1234"))
+        #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail")
+    }
+
     @Test func writingIntoAGroupOutsideTheScopeIsMissingEntitlement() throws {
         let f = try Fixture()
         #expect(status { try f.keychain.add(item("x", ["agrp": .string("chat")]), scope: mail) } == .missingEntitlement)
