@@ -410,6 +410,19 @@ public final class Keychain: Sendable {
         throw .authenticationNeeded("the item's access control (\(acl)) needs authentication for this operation")
     }
 
+    /// For an operation the item's rule lets through only because an application password was given,
+    /// and that never opens the old secret (a delete, an update replacing the secret), proves the
+    /// password by opening the secret: a wrong one is errSecAuthFailed, as on a read, so a party that
+    /// does not know it can neither delete the item nor replace its secret.
+    private func proveApplicationPassword(_ row: StoredRow, _ attrs: Attributes, _ operation: AccessControl.Operations,
+                                          _ authorization: AuthorizationContext) throws(SecError) {
+        guard authorization.hasApplicationPassword, let acl = try Self.accessControl(attrs), acl.guards(operation) else { return }
+        var without = authorization
+        without.applicationPassword = nil
+        guard !acl.isSatisfied(by: without) else { return }
+        try openSecret(row, applicationPassword: authorization.applicationPassword).wipe()
+    }
+
     // MARK: SecItemUpdate
 
     /// Updates every matching item (SecItemUpdate); returns how many. A new `pdmn` re-wraps the item
@@ -449,7 +462,10 @@ public final class Keychain: Sendable {
                     let protection = newProtection ?? oldProtection
                     attrs["pdmn"] = .string(protection.shortCode)
                     let secret: SecureBytes
-                    if let s = changes.secret { secret = s } else {
+                    if let s = changes.secret {
+                        try proveApplicationPassword(row, old, .update, authorization)
+                        secret = s
+                    } else {
                         secret = try openSecret(row, applicationPassword: authorization.applicationPassword)
                     }
                     let (content, otherTiers) = try secret.withUnsafeBytes { s throws(SecError) in
@@ -477,6 +493,7 @@ public final class Keychain: Sendable {
             var ids: [Int64] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, attrs) throws(SecError) in
                 try Self.checkAuthorized(attrs, .delete, authorization)
+                try proveApplicationPassword(row, attrs, .delete, authorization)
                 ids.append(row.id)
             }
             guard !ids.isEmpty else { throw Self.notFound(complete) }

@@ -177,6 +177,22 @@ import Testing
         try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
         #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
                 == "pin 1234")
+        // Neither deleting nor replacing the secret opens it, yet a wrong password does not do either:
+        // it is proven first (errSecAuthFailed), and the item is as it was.
+        let guess = AuthorizationContext(applicationPassword: secret("guess"))
+        #expect(status { try f.keychain.update(match, ItemChanges(secret: secret("attacker's")), authorization: guess) } == .authFailed)
+        #expect(status { try f.keychain.delete(match, authorization: guess) } == .authFailed)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+                == "pin 1234")
+        // "and" with the passcode: the password is proven too; the right one does both.
+        let bothMatch = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("both")], limit: .all)
+        #expect(status { try f.keychain.delete(bothMatch, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("guess"))) }
+                == .authFailed)
+        let right = AuthorizationContext(applicationPassword: secret("open sesame"))
+        #expect(try f.keychain.update(match, ItemChanges(secret: secret("new pin")), authorization: right) == 1)
+        #expect(text(try f.keychain.copyMatching(Self.query, authorization: right).first?.data) == "new pin")
+        #expect(try f.keychain.delete(match, authorization: right) == 1)
+        #expect(try f.keychain.delete(bothMatch, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("both pw"))) == 1)
     }
 
     /// A stolen copy of the whole state directory, with the device key and the passcode (so every
