@@ -51,10 +51,14 @@ final class AccessGate: Sendable {
 
     /// The lock schedule's events: a lock ends every reuse window (the agent routes every event here).
     func observe(_ event: LockEvent) {
-        if event == .locked {
-            forgetAuthorizations()
-            generation.withLock { $0 += 1 }
-        }
+        if event == .locked { endAuthentications() }
+    }
+
+    /// Ends every authentication kept for reuse and every authorized group: after a lock, and after
+    /// the passcode is removed (access-controlled items then cannot be opened until one is set again).
+    func endAuthentications() {
+        forgetAuthorizations()
+        generation.withLock { $0 += 1 }
     }
 
     /// How many locks there have been: an authentication kept for reuse belongs to one generation.

@@ -145,6 +145,7 @@ final class Pipeline: Sendable {
                 try mayManageKeychain(session.caller, "remove the passcode")
                 try unlocking.removePasscode(current: current)
             }
+            gate.endAuthentications()
             schedule.didUnlock()
             return .ok
         case .passcodeSync(nil):

@@ -151,6 +151,18 @@ import Testing
         #expect(late.asked.count == 1)
     }
 
+    /// Removing the passcode ends every reuse: access-controlled items cannot be opened until a
+    /// passcode is set again (-25291), even by a connection that authenticated a moment before.
+    @Test func removingThePasscodeEndsReuse() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(reuseSeconds: 60)), session: &s)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == "pin 1234")
+        var owner = rig.greetedSession()
+        #expect(errorStatus(rig.pipeline.handle(.removePasscode(current: secret(AgentRig.passcode)), session: &owner)) == nil)
+        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([]))) == .notAvailable)
+    }
+
     @Test func anAuthenticationIsReusedWithinItsWindowAndNotAfterOrAcrossALock() throws {
         var (rig, s) = try Self.ready()
         _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
