@@ -383,8 +383,12 @@ final class Pipeline: Sendable {
         guard case .data(let bytes)? = item.attributes[AccessControl.attributeName], let acl = AccessControl(encoded: bytes),
               acl.factors.contains(.applicationPassword) else { return nil }
         let rule = AccessControl(factors: [.applicationPassword])!
-        let context = try authenticator.authorize(rules: [rule], session: &session, channel: channel,
-                                                  what: Self.describe("protect with an application password", ItemQuery(attributes: item.attributes)))
+        // Audited like every authentication.
+        let context = try audited(session.caller, "authenticate", group: Self.group(item.attributes), itemClass: item.itemClass) {
+            () throws(SecError) in
+            try authenticator.authorize(rules: [rule], session: &session, channel: channel,
+                                        what: Self.describe("protect with an application password", ItemQuery(attributes: item.attributes)))
+        }
         return context.applicationPassword
     }
 

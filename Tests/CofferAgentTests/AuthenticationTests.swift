@@ -322,6 +322,9 @@ extension AuthenticationTests {
         let maker = ScriptedChannel([.answer(.applicationPassword(secret("open sesame")))])
         #expect(errorStatus(rig.pipeline.handle(Self.add("application-password"), session: &s, channel: maker)) == nil)
         #expect(maker.asked.first?.methods == [.applicationPassword])
+        // Audited as an authentication, like every other.
+        let made = AuditReader.read(directory: rig.dir.path).records.filter { $0.operation == "authenticate" && $0.app == "com.example.bank" }
+        #expect(made.count == 1 && made.first?.result == 0, "\(made)")
         // Read: asked again, and only the right one opens it.
         let reader = ScriptedChannel([.answer(.applicationPassword(secret("open sesame")))])
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: reader)) == "pin 1234")
