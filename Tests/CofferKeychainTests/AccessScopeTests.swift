@@ -54,8 +54,9 @@ import Testing
     @Test func aLockedKeychainDoesNotRevealAnotherGroupsItems() throws {
         let f = try Fixture(passcode: "1234")
         try f.keychain.add(item("for mail"), scope: mail)
-        let persistent = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc")],
-                                                               returnPersistentRef: true), scope: mail).first?.persistentRef
+        let found = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc")],
+                                                          returnPersistentRef: true), scope: mail)
+        let persistent = try #require(found.first?.persistentRef)
         #expect(f.keychain.lock())
         let attributesOnly = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("me")],
                                        returnAttributes: true)
@@ -67,7 +68,7 @@ import Testing
         }
         #expect(status { try f.keychain.update(attributesOnly, ItemChanges(secret: secret("x")), scope: chat) } == .itemNotFound)
         #expect(status { try f.keychain.delete(attributesOnly, scope: chat) } == .itemNotFound)
-        let byRef = ItemQuery(itemClass: .genericPassword, returnAttributes: true, persistentRef: try #require(persistent))
+        let byRef = ItemQuery(itemClass: .genericPassword, returnAttributes: true, persistentRef: persistent)
         #expect(status { try f.keychain.copyMatching(byRef, scope: chat) } == .itemNotFound)
         #expect(status { try f.keychain.copyMatching(byRef, scope: mail) } == .interactionNotAllowed)
         // The unrestricted scope (the keychain library's own use) still says why it cannot answer.
