@@ -251,7 +251,7 @@ extension Manifest {
         var groups: [String] = []
         var seen: Set<String> = []
         let firstGroup = try lines.value(of: .accessGroup)
-        guard Syntax.isName(firstGroup) else { throw lines.problem(.badValue(.accessGroup)) }
+        guard Syntax.isAccessGroup(firstGroup) else { throw lines.problem(.badValue(.accessGroup)) }
         groups.append(String(decoding: firstGroup, as: UTF8.self))
         seen.insert(groups[0])
         let signerHex: ArraySlice<UInt8>
@@ -260,7 +260,7 @@ extension Manifest {
             if LineReader.key(of: line, is: .accessGroup) {
                 guard groups.count < maximumAccessGroups else { throw lines.problem(.tooManyAccessGroups) }
                 let v = try lines.value(in: line, of: .accessGroup)
-                guard Syntax.isName(v) else { throw lines.problem(.badValue(.accessGroup)) }
+                guard Syntax.isAccessGroup(v) else { throw lines.problem(.badValue(.accessGroup)) }
                 let g = String(decoding: v, as: UTF8.self)
                 guard seen.insert(g).inserted else { throw lines.problem(.duplicateAccessGroup) }
                 groups.append(g)
@@ -308,7 +308,8 @@ extension Manifest {
         if let p = LineReader.lineProblem(line[...]) { return p }
         let v = line[(field.rawValue.utf8.count + 2)...]
         switch field {
-        case .app, .accessGroup: return Syntax.isName(v) ? nil : .badValue(field)
+        case .app: return Syntax.isName(v) ? nil : .badValue(field)
+        case .accessGroup: return Syntax.isAccessGroup(v) ? nil : .badValue(field)
         case .executable: return Syntax.isPath(v) ? nil : .badValue(field)
         case .executableSHA256, .signedBy: return Hex.decodeLowercase(v, byteCount: 32) != nil ? nil : .badValue(field)
         case .signature: return Hex.decodeLowercase(v, byteCount: 64) != nil ? nil : .badValue(field)
@@ -389,6 +390,12 @@ enum Syntax {
     static func isName(_ v: ArraySlice<UInt8>) -> Bool {
         guard let first = v.first, v.count <= Manifest.maximumNameBytes, isAlphanumeric(first) else { return false }
         return v.allSatisfy { isAlphanumeric($0) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }
+    }
+
+    /// A name, and not the reserved `coffer.default`: items of that group are taken for ones stored
+    /// before access groups and moved to `unsigned` at every unlock, out of the app's reach.
+    static func isAccessGroup(_ v: ArraySlice<UInt8>) -> Bool {
+        isName(v) && !v.elementsEqual("coffer.default".utf8)
     }
 
     /// An absolute path of at most 4096 bytes whose every component is non-empty and not `.` or `..`
