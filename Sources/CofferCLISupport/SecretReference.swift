@@ -96,7 +96,7 @@ package struct SecretReference: Equatable, Sendable, CustomStringConvertible {
         guard !server.isEmpty else { throw ParseError(description: "'\(TerminalSafeText.escaped(text))' names no server") }
         attrs["srvr"] = .string(server)
         if let path, !path.isEmpty { attrs["path"] = .string(try decode(String(path), text: text)) }
-        if let p = params["protocol"] { attrs["ptcl"] = .string(p) }
+        if let p = params["protocol"] { attrs["ptcl"] = .string(InternetProtocol.keychainCode(p)) }   // https → htps, as git stores it
         if let group = params["group"] { attrs["agrp"] = .string(group) }
         return (.internetPassword, attrs)
     }

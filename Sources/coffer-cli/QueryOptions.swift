@@ -1,4 +1,5 @@
 import ArgumentParser
+import CofferCLISupport
 import CofferModel
 
 /// Parses `KEY=VALUE` into a typed attribute using Apple's short names and their kinds.
@@ -54,7 +55,7 @@ struct ItemOptions: ParsableArguments {
     @Option(help: "Server (srvr): makes an internet password.")
     var server: String?
 
-    @Option(name: .customLong("protocol"), help: "Protocol (ptcl), e.g. htps, ftp.")
+    @Option(name: .customLong("protocol"), help: "Protocol (ptcl): a scheme (https, imaps, ftp, ssh) or Apple's code (htps).")
     var protocolName: String?
 
     @Option(help: "Port (port).")
@@ -87,7 +88,7 @@ struct ItemOptions: ParsableArguments {
         if let label { a["labl"] = .string(label) }
         if let accessGroup { a["agrp"] = .string(accessGroup) }
         if let server { a["srvr"] = .string(server) }
-        if let protocolName { a["ptcl"] = .string(protocolName) }
+        if let protocolName { a["ptcl"] = .string(InternetProtocol.keychainCode(protocolName)) }
         if let port { a["port"] = .integer(port) }
         if let path { a["path"] = .string(path) }
         for text in attrs {

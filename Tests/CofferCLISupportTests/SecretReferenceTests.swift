@@ -18,7 +18,7 @@ import Testing
         let r = try SecretReference(parsing: "coffer-inet://bob@git.example.com:8443/org/repo.git?protocol=https")
         #expect(r.itemClass == .internetPassword)
         #expect(r.attributes == ["srvr": .string("git.example.com"), "acct": .string("bob"), "port": .integer(8443),
-                                 "path": .string("org/repo.git"), "ptcl": .string("https")])
+                                 "path": .string("org/repo.git"), "ptcl": .string("htps")], "https is stored as Apple's code htps, as git-credential-coffer does")
         #expect(try SecretReference(parsing: "coffer-inet://host").attributes == ["srvr": .string("host")])
         // An account may hold an @ (the last one separates it from the server).
         #expect(try SecretReference(parsing: "coffer-inet://me@corp@host").attributes == ["srvr": .string("host"), "acct": .string("me@corp")])
