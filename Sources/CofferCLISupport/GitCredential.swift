@@ -70,8 +70,10 @@ package struct GitCredential {
                 var end = start
                 while end < bytes.count && bytes[end] != 0x0A { end += 1 }
                 defer { start = end + 1 }
-                if end == start { break }                        // a blank line ends the request
-                let line = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
+                // git's strbuf_getline takes a CR before the LF off too (a request from Windows tools).
+                let stop = end > start && bytes[end - 1] == 0x0D ? end - 1 : end
+                if stop == start { break }                       // a blank line ends the request
+                let line = UnsafeRawBufferPointer(rebasing: bytes[start..<stop])
                 guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { continue }   // git ignores such lines too
                 let key = Array(line[..<eq])
                 // Only the fields this helper uses are checked: git passes other values (a server's
@@ -122,11 +124,14 @@ package struct GitCredential {
     }
 
     /// `example.com:8080` → (`example.com`, 8080); `[::1]:22` → (`[::1]`, 22); a host without a
-    /// numeric port stays whole.
+    /// numeric port stays whole, and so does an IPv6 address without brackets (`::1`, `fe80::2`: its
+    /// last group is no port).
     package static func splitHost(_ text: String) -> (host: String, port: Int64?) {
         let u = Array(text.utf8)
         guard let colon = u.lastIndex(of: UInt8(ascii: ":")), colon + 1 < u.count,
-              !u[..<colon].contains(UInt8(ascii: "[")) || u[colon - 1] == UInt8(ascii: "]"),
+              u[..<colon].contains(UInt8(ascii: "["))
+                ? u[colon - 1] == UInt8(ascii: "]")
+                : !u[..<colon].contains(UInt8(ascii: ":")),
               u[(colon + 1)...].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), u.count - colon - 1 <= 5,
               let port = Int64(String(decoding: u[(colon + 1)...], as: UTF8.self)), port > 0, port <= 65535 else {
             return (text, nil)
@@ -200,15 +205,7 @@ package struct GitCredential {
     }
 
     /// The `ptcl` value for git's protocol name (kSecAttrProtocolHTTPS is `htps`, and so on).
-    package static func keychainProtocol(_ git: String) -> String {
-        switch git {
-        case "https": "htps"
-        case "imaps": "imps"
-        case "pop3s": "pops"
-        case "ldaps": "ldps"
-        default: git
-        }
-    }
+    package static func keychainProtocol(_ git: String) -> String { InternetProtocol.keychainCode(git) }
 
     /// True if a stored item (its attributes) answers this request: the fields the keychain was
     /// asked for matched already; this checks the port, which "no port" must match exactly.
@@ -279,10 +276,18 @@ package struct GitCredential {
         return out
     }
 
-    /// Splits a stored secret into the password and the refresh token (if any).
-    package static func decodeSecret(_ secret: SecureBytes) -> (password: SecureBytes, refreshToken: SecureBytes?) {
+    /// True if `item` was stored by this helper (format 1: `desc` = `git credential`), so a NUL in its
+    /// secret separates the refresh token. An internet password made another way (`coffer add
+    /// --server`) is a password only, NULs and all.
+    package static func isGitFormat(_ item: Attributes) -> Bool {
+        if case .string("git credential")? = item["desc"] { true } else { false }
+    }
+
+    /// Splits a stored secret into the password and the refresh token (if any); a secret not in this
+    /// helper's format (`gitFormat` false) is all password.
+    package static func decodeSecret(_ secret: SecureBytes, gitFormat: Bool = true) -> (password: SecureBytes, refreshToken: SecureBytes?) {
         secret.withUnsafeBytes { b in
-            guard let nul = b.firstIndex(of: 0) else { return (SecureBytes(copying: b), nil) }
+            guard gitFormat, let nul = b.firstIndex(of: 0) else { return (SecureBytes(copying: b), nil) }
             return (SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[..<nul])),
                     SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[(nul + 1)...])))
         }
@@ -295,12 +300,14 @@ package struct GitCredential {
     }
 
     /// `get`'s answer: `username=`, `password=`, and the expiry and refresh token when stored, in
-    /// secure memory. nil if a value holds a line break (or the username a NUL): an item stored
-    /// another way (`coffer add`) could otherwise inject fields into git's protocol.
-    package static func answer(username: String, secret: SecureBytes, expiry: Int64?) -> SecureBytes? {
-        let (password, token) = decodeSecret(secret)
+    /// secure memory. nil if a value holds a line break or a NUL (or the username does): an item
+    /// stored another way (`coffer add`, `gitFormat` false) could otherwise inject fields into git's
+    /// protocol, or have git keep only the part of its password before the NUL.
+    package static func answer(username: String, secret: SecureBytes, expiry: Int64?, gitFormat: Bool = true) -> SecureBytes? {
+        let (password, token) = decodeSecret(secret, gitFormat: gitFormat)
         defer { password.wipe(); token?.wipe() }
-        let breaks = password.withUnsafeBytes { $0.contains(0x0A) } || (token?.withUnsafeBytes { $0.contains(0x0A) } ?? false)
+        func unsafeForGit(_ value: SecureBytes) -> Bool { value.withUnsafeBytes { $0.contains(0x0A) || $0.contains(0) } }
+        let breaks = unsafeForGit(password) || (token.map(unsafeForGit) ?? false)
         guard isWritable(username: username), !breaks else { return nil }
         var head = Array("username=\(username)\npassword=".utf8)
         let expiryLine = Array((expiry.map { "password_expiry_utc=\($0)\n" } ?? "").utf8)

@@ -116,8 +116,9 @@ struct Helper {
         guard let best = writable.min(by: { rank($0) < rank($1) }), let attrs = best.attributes else { throw .itemNotFound() }
         let data = try secret(of: best)
         defer { data.wipe() }
-        guard let answer = GitCredential.answer(username: username(best), secret: data, expiry: GitCredential.expiry(of: attrs)) else {
-            throw .param("the stored password holds a line break, which git's protocol cannot carry")
+        guard let answer = GitCredential.answer(username: username(best), secret: data, expiry: GitCredential.expiry(of: attrs),
+                                                gitFormat: GitCredential.isGitFormat(attrs)) else {
+            throw .param("the stored password holds a line break or a NUL, which git's protocol cannot carry")
         }
         defer { answer.wipe() }
         guard answer.withUnsafeBytes({ StandardStreams.write(1, $0) }) else { throw .io("cannot write to git") }
@@ -143,19 +144,27 @@ struct Helper {
 
     /// `erase`: deletes every match; when git names the password (the one a server just refused),
     /// only credentials holding that password, so a newer one stored meanwhile survives.
+    ///
+    /// Never asks the person: git erases right after a server refused a password, and a prompt to
+    /// read or delete an item with an access control then would be a surprise (and a second one for
+    /// what they may have just unlocked). Such an item is compared and deleted only if the agent
+    /// allows it without asking (within a reuse window); otherwise it stays, for `coffer delete`.
     func erase() throws(SecError) {
         guard request.isErasable else { return }
+        try connection.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
         for item in try candidates() {
             if let wanted = request.password {
                 guard let data = try? secret(of: item) else { continue }
-                let stored = GitCredential.decodeSecret(data)
+                let stored = GitCredential.decodeSecret(data, gitFormat: GitCredential.isGitFormat(item.attributes ?? [:]))
                 data.wipe()
                 defer { stored.password.wipe(); stored.refreshToken?.wipe() }
                 guard stored.password.constantTimeEquals(wanted) else { continue }
             }
             do {
                 _ = try connection.delete(ItemQuery(itemClass: .internetPassword, persistentRef: item.persistentRef))
-            } catch where error.status == .itemNotFound {}
+            } catch where [.itemNotFound, .interactionNotAllowed, .authFailed, .userCanceled].contains(error.status) {
+                continue   // gone meanwhile, or protected: the others are still erased
+            }
         }
     }
 }

@@ -71,9 +71,41 @@ import Testing
         #expect(answer("u", "pw\r") == "username=u\npassword=pw\r\n", "a CR is the password's own")
     }
 
+    /// An internet password made another way (`coffer add --server`) is all password: a NUL in it is
+    /// no refresh-token separator, and such a secret is not handed to git (which would keep only the
+    /// part before the NUL).
+    @Test func onlyTheHelpersOwnItemsCarryARefreshToken() {
+        #expect(GitCredential.isGitFormat(["desc": .string("git credential")]))
+        #expect(!GitCredential.isGitFormat([:]) && !GitCredential.isGitFormat(["desc": .string("a note")]))
+        var b = Array("pw\u{0}tail".utf8)
+        let secret = SecureBytes(consuming: &b)
+        #expect(Self.text(GitCredential.answer(username: "u", secret: secret, expiry: nil, gitFormat: false)) == nil)
+        let whole = GitCredential.decodeSecret(secret, gitFormat: false)
+        #expect(whole.refreshToken == nil && whole.password.withUnsafeBytes { Array($0) } == Array("pw\u{0}tail".utf8))
+        var p = Array("plain".utf8)
+        #expect(Self.text(GitCredential.answer(username: "u", secret: SecureBytes(consuming: &p), expiry: nil, gitFormat: false))
+                == "username=u\npassword=plain\n")
+    }
+
+    /// git's strbuf_getline drops a CR before each LF, so a request with CRLF lines (a Windows tool
+    /// feeding `git credential`) means what it says, and a CRLF blank line ends it.
+    @Test func crlfLinesReadAsGitReadsThem() throws {
+        let c = try Self.parse("protocol=https\r\nhost=example.com\r\nusername=alice\r\npassword=pw\r\n\r\nhost=after\n")
+        #expect(c.protocol == "https" && c.host == "example.com" && c.username == "alice" && Self.text(c.password) == "pw")
+        // Only one CR goes, as in git.
+        #expect(Self.text(try Self.parse("password=pw\r\r\n").password) == "pw\r")
+    }
+
+    /// Protocol names the way people write them reach the codes git-credential-coffer stores.
+    @Test func protocolNamesMapToKeychainCodes() {
+        #expect(InternetProtocol.keychainCode("https") == "htps" && InternetProtocol.keychainCode("imaps") == "imps")
+        #expect(InternetProtocol.keychainCode("htps") == "htps" && InternetProtocol.keychainCode("ssh") == "ssh")
+        #expect(GitCredential.keychainProtocol("pop3s") == "pops" && GitCredential.keychainProtocol("ldaps") == "ldps")
+    }
+
     @Test(arguments: [("example.com", "example.com", nil), ("example.com:22", "example.com", 22), ("[::1]", "[::1]", nil),
                       ("[::1]:443", "[::1]", 443), ("host:", "host:", nil), ("host:http", "host:http", nil), ("host:99999", "host:99999", nil),
-                      ("host:0", "host:0", nil)] as [(String, String, Int64?)])
+                      ("host:0", "host:0", nil), ("::1", "::1", nil), ("fe80::2:443", "fe80::2:443", nil)] as [(String, String, Int64?)])
     func hostsAndPorts(_ text: String, _ host: String, _ port: Int64?) {
         let split = GitCredential.splitHost(text)
         #expect(split.host == host && split.port == port)

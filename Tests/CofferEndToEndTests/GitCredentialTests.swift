@@ -61,6 +61,11 @@ struct GitCredentialTests {
         #expect(plain.status == 0 && plain.stdout == "pw-bob", "\(plain)")
         let json = agent.cli(["get", "--server", "git.example.com", "--account", "bob", "--format", "json"])
         #expect(json.stdout.contains("\"ptcl\":\"htps\"") && json.stdout.contains("\"labl\":\"git: https://bob@git.example.com\""), "\(json)")
+        // The protocol as people write it finds it too: --protocol https and a reference's ?protocol=https.
+        let named = agent.cli(["get", "--server", "git.example.com", "--protocol", "https", "--account", "bob"])
+        #expect(named.status == 0 && named.stdout == "pw-bob", "\(named)")
+        let injected = agent.cli(["inject"], stdin: "pw={{ coffer-inet://bob@git.example.com?protocol=https }}\n")
+        #expect(injected.status == 0 && injected.stdout == "pw=pw-bob\n", "\(injected)")
 
         // Erasing an entry that does not match leaves the others.
         r = Self.credential(agent, "reject", "protocol=https\nhost=git.example.com\nusername=carol\npassword=x")
@@ -303,6 +308,46 @@ struct GitCredentialTests {
         let s = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" store < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
                                 typing: nil, prompt: "Passcode: ", timeout: 10)
         #expect(s.status == 0 && !s.prompted, "\(s)")
+    }
+
+    /// An internet password made with `coffer add` is the password whole: a NUL in it is not the
+    /// helper's refresh-token separator (its tail never reaches git as oauth_refresh_token=), and
+    /// git, which would keep only the part before the NUL, gets nothing.
+    @Test func aSecretGitCannotCarryIsNotHandedToGit() throws {
+        let agent = try AgentProcess()
+        var r = agent.cli(["add", "--server", "nul.example.com", "--protocol", "https", "--account", "alice", "--secret-stdin"],
+                          stdin: "head\u{0}tail")
+        #expect(r.status == 0, "\(r)")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=nul.example.com\n")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("NUL") && !r.stderr.contains("tail"), "\(r)")
+        // git's reject with the password before the NUL is no match for the whole secret: the item stays.
+        r = GitRun.helper(agent, "erase", "protocol=https\nhost=nul.example.com\nusername=alice\npassword=head\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["get", "--server", "nul.example.com", "--account", "alice"]).stdout == "head\u{0}tail")
+    }
+
+    /// git erases right after a server refused a password: on a terminal too, a protected item is
+    /// neither read (to compare) nor deleted behind a prompt; it stays, and unprotected ones go.
+    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+    func eraseNeverPrompts() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        var r = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "alice",
+                           "--access-control", "user-presence", "--secret-stdin"], stdin: "guarded")
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "bob", "--secret-stdin"], stdin: "plain")
+        #expect(r.status == 0, "\(r)")
+        let dir = TemporaryDirectory("coffer-git-erase")
+        let input = dir.file("request")
+        for request in ["protocol=https\nhost=git.example.com\nusername=alice\npassword=guarded\n",   // compare: would read
+                        "protocol=https\nhost=git.example.com\n"] {                                     // no password: delete all
+            try request.write(toFile: input, atomically: true, encoding: .utf8)
+            let t = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" erase < \"$2\"; echo \"done $?\"", GitRun.helperBinary,
+                                     agent.socketPath, input], typing: AgentProcess.password, prompt: "Passcode: ", timeout: 10)
+            #expect(t.output.contains("done 0") && !t.prompted, "\(t)")
+        }
+        let left = agent.cli(["find", "--class", "inet", "--json"])
+        #expect(left.stdout.contains("\"acct\":\"alice\"") && !left.stdout.contains("\"acct\":\"bob\""), "\(left)")
     }
 
     @Test func gitCloneOverHTTPGetsItsPasswordFromCoffer() throws {
