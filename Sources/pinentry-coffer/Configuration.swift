@@ -73,10 +73,27 @@ struct Configuration {
             c.warnings.append("the wrapped pinentry must be an absolute path")
             c.wrapped = nil
         }
+        if let w = c.wrapped, Self.isThisProgram(w) {
+            // (/usr/bin/pinentry pointing here through alternatives, say): each copy would start the
+            // next at the first GETPIN it cannot answer, without end.
+            c.warnings.append("the wrapped pinentry \(w) is pinentry-coffer itself: set pinentry = a real pinentry (pinentry-curses, pinentry-gnome3)")
+            c.wrapped = nil
+        }
         if let s = argSave ?? env["COFFER_PINENTRY_SAVE"].flatMap({ $0.isEmpty ? nil : $0 }) ?? fileSettings["save"] {
             if let v = Save(rawValue: s) { c.save = v } else { c.warnings.append("save must be ask, always or never") }
         }
         return c
+    }
+
+    /// True if `path` resolves (through every symbolic link) to the file this process runs.
+    static func isThisProgram(_ path: String) -> Bool {
+        guard let target = realpath(path, nil) else { return false }
+        defer { free(target) }
+        guard let me = realpath("/proc/self/exe", nil) else { return false }
+        defer { free(me) }
+        var a = stat(), b = stat()
+        guard stat(target, &a) == 0, stat(me, &b) == 0 else { return strcmp(target, me) == 0 }
+        return a.st_dev == b.st_dev && a.st_ino == b.st_ino
     }
 
     static func defaultConfigFile(_ env: [String: String]) -> String? {

@@ -183,6 +183,21 @@ struct PinentryProtocolTests {
                 && r.stderr.contains("save must be ask, always or never"), "\(r)")
     }
 
+    /// pinentry-coffer named as its own wrapped pinentry (directly, or through a symbolic link as
+    /// Debian's /usr/bin/pinentry alternative would be) is refused: each copy would start the next.
+    @Test func itNeverWrapsItself() throws {
+        let dir = TemporaryDirectory("coffer-pinentry-self")
+        let link = dir.file("pinentry")
+        #expect(symlink(PinentryHarness.pinentryCoffer, link) == 0)
+        for wrapped in [PinentryHarness.pinentryCoffer, link] {
+            let r = PinentryHarness.run(PinentryHarness.pinentryCoffer, ["--socket", "/nonexistent", "--pinentry", wrapped],
+                                        stdin: "SETDESC x\nGETPIN\nBYE\n", timeout: 30)
+            let lines = r.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.count == 4 && lines[2].hasPrefix("ERR ") && lines[3] == "OK closing connection", "\(wrapped): \(r)")
+            #expect(r.stderr.contains("is pinentry-coffer itself") && r.stderr.contains("no pinentry to wrap"), "\(wrapped): \(r)")
+        }
+    }
+
     @Test func aMissingWrappedPinentryIsAnErrorNotAHang() throws {
         let r = PinentryHarness.run(PinentryHarness.pinentryCoffer, ["--socket", "/nonexistent", "--pinentry", "/nonexistent/pinentry"],
                                     stdin: "SETDESC x\nGETPIN\nBYE\n", timeout: 30)
