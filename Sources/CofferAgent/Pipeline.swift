@@ -100,7 +100,7 @@ final class Pipeline: Sendable {
                 _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], session: &session, channel: channel,
                                                 what: "write a backup of every item to \u{201C}\(TerminalSafeText.escaped(path))\u{201D}")
                 let (bytes, count) = try keychain.backup(password: password, kdf: backupKDF)
-                do { try Files.writeAtomically(path, bytes, mode: 0o600) } catch { throw SecError(.io, "cannot write the backup: \(error)") }
+                do { try Files.writeAtomically(path, bytes, mode: 0o600, temporary: .unique) } catch { throw SecError(.io, "cannot write the backup: \(error)") }
                 logger.notice("backup written", metadata: ["items": "\(count)", "caller": "\(session.caller)"])
                 return .backupSummary(added: UInt32(count), duplicates: 0, otherDevice: 0)
             }

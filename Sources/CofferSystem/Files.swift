@@ -61,12 +61,38 @@ package enum Files {
         }
     }
 
+    /// How ``writeAtomically(_:bytes:mode:temporary:)`` names its temporary file beside `path`.
+    package enum TemporaryName: Sendable {
+        /// `PATH.tmp`, a leftover from a crash removed first: for Coffer's own state directory, where
+        /// nothing else writes and a crash must not leave files to pile up.
+        case fixed
+        /// `PATH.tmp-RANDOM`, created exclusively, nothing removed: for a place the user chose (an
+        /// output file), where `PATH.tmp` may be theirs and another run may be writing beside us.
+        case unique
+    }
+
     /// Writes `bytes` to `path` atomically: temp file with `mode`, fsync, rename, fsync the directory.
     /// A crash leaves either the old file or the new one, never a mix.
-    package static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws(SystemError) {
-        let tmp = path + ".tmp"
-        unsafe unlink(tmp)
-        let fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+    package static func writeAtomically(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600,
+                                        temporary: TemporaryName = .fixed) throws(SystemError) {
+        var tmp = path + ".tmp"
+        let fd: FileDescriptor
+        switch temporary {
+        case .fixed:
+            unsafe unlink(tmp)
+            fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+        case .unique:
+            var attempt = 0
+            while true {
+                tmp = path + ".tmp-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+                do {
+                    fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+                    break
+                } catch where error.errno == EEXIST && attempt < 8 {
+                    attempt += 1
+                }
+            }
+        }
         var ok = false
         defer { if !ok { unsafe unlink(tmp) } }
         do {
@@ -118,9 +144,12 @@ package enum Files {
         return off
     }
 
-    /// Writes an array atomically (see ``writeAtomically(_:bytes:mode:)``).
-    package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600) throws(SystemError) {
-        unsafe try bytes.withUnsafeBytes { b in Result { () throws(SystemError) in unsafe try writeAtomically(path, bytes: b, mode: mode) } }.get()
+    /// Writes an array atomically (see ``writeAtomically(_:bytes:mode:temporary:)``).
+    package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o600,
+                                        temporary: TemporaryName = .fixed) throws(SystemError) {
+        unsafe try bytes.withUnsafeBytes { b in
+            Result { () throws(SystemError) in unsafe try writeAtomically(path, bytes: b, mode: mode, temporary: temporary) }
+        }.get()
     }
 
     /// Renames `from` to `to` and makes it durable.

@@ -89,7 +89,7 @@ struct ManifestCommand: ParsableCommand {
                 }
                 let bytes = manifest.encoded()
                 if let out {
-                    do { try Files.writeAtomically(out, bytes, mode: 0o644) } catch { throw .io("\(error)") }
+                    do { try Files.writeAtomically(out, bytes, mode: 0o644, temporary: .unique) } catch { throw .io("\(error)") }
                     if installedAs == nil && resolved != executable {
                         Output.printError("coffer: signed the resolved path \(Output.escapedText(resolved))")
                     }

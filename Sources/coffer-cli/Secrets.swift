@@ -219,7 +219,7 @@ struct Inject: ParsableCommand {
             }
             if let output {
                 do {
-                    try out.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(SystemError) in try Files.writeAtomically(output, bytes: b, mode: 0o600) }
+                    try out.withUnsafeBytes { (b: UnsafeRawBufferPointer) throws(SystemError) in try Files.writeAtomically(output, bytes: b, mode: 0o600, temporary: .unique) }
                 } catch { throw .io("cannot write \(Output.escapedText(output)): \(error)") }
             } else {
                 guard out.withUnsafeBytes({ Output.write(1, $0) }) else { throw .io("cannot write to standard output") }

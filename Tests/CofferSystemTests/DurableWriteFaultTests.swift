@@ -92,6 +92,45 @@ struct DurableWriteFaultTests {
     }
 }
 
+/// Writing into a place the user chose (`coffer inject --output`, a backup, a signed manifest):
+/// a file of theirs named `PATH.tmp` is never touched, and nothing is left beside the target.
+@Suite struct UniqueTemporaryWriteTests {
+    let dir = TemporaryDirectory("coffer-system")
+
+    @Test func leavesTheUsersTmpFileAlone() throws {
+        let target = dir.file("config.yml")
+        try Files.writeAtomically(target + ".tmp", Array("the user's own".utf8))
+        try Files.writeAtomically(target, Array("first".utf8), mode: 0o640, temporary: .unique)
+        try Files.writeAtomically(target, Array("second".utf8), mode: 0o640, temporary: .unique)
+        #expect(fileBytes(target) == Array("second".utf8) && Files.mode(target) == 0o640)
+        #expect(fileBytes(target + ".tmp") == Array("the user's own".utf8))
+        let entries = try FileManagerless.list(dir.path)
+        #expect(entries.sorted() == ["config.yml", "config.yml.tmp"], "\(entries)")
+    }
+
+    @Test func aFailedRenameLeavesNoTemporaryFile() throws {
+        // The target is a directory: the rename fails, and the temporary file goes.
+        let target = dir.file("out")
+        #expect(mkdir(target, 0o700) == 0)
+        #expect(throws: SystemError.self) { try Files.writeAtomically(target, Array("x".utf8), temporary: .unique) }
+        #expect(try FileManagerless.list(dir.path) == ["out"])
+    }
+}
+
+/// Directory entries without Foundation.
+enum FileManagerless {
+    static func list(_ path: String) throws -> [String] {
+        guard let d = opendir(path) else { throw SystemError("opendir", path, errno: errno) }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
+
 /// Whether this build has `SyscallFaults` (debug builds only).
 enum SyscallFaultsAvailable {
     #if DEBUG
