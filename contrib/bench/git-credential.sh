@@ -8,6 +8,8 @@
 #               ships), inside dbus-run-session, as a desktop runs it
 #   git alone   a helper answering from the shell git starts for it (`!f() { …; }; f`), no program
 #               of its own: what git's part costs, the floor under every helper's fill
+#   a program   the cheapest helper that is a program: static C that drains the request and prints a
+#               fixed answer (no store, no IPC): the floor under every helper git has to start
 #
 #   contrib/bench/git-credential.sh [N]      (default 200 runs per measure)
 #
@@ -46,6 +48,21 @@ fi
 [ -f "$libsecret_src" ] || { echo "git-credential.sh: $libsecret_src is missing (Debian's git package ships it)" >&2; exit 1; }
 # shellcheck disable=SC2046
 cc -O2 -o "$bin/git-credential-libsecret" "$libsecret_src" $(pkg-config --cflags --libs libsecret-1 glib-2.0)
+# The cheapest possible helper program: static, no libraries to load, reads the request and answers.
+cat > "$work/answer.c" <<'C'
+#include <unistd.h>
+int main(void) {
+    char b[4096], last = 0; ssize_t n;
+    while ((n = read(0, b, sizeof b)) > 0) {     /* up to the blank line (or the end) */
+        int done = 0;
+        for (ssize_t i = 0; i < n; i++) { if (b[i] == '\n' && last == '\n') done = 1; last = b[i]; }
+        if (done) break;
+    }
+    static const char a[] = "username=alice\npassword=s3cret-program\n";
+    return write(1, a, sizeof a - 1) == (ssize_t)(sizeof a - 1) ? 0 : 1;
+}
+C
+cc -O2 -static -o "$bin/git-credential-answer" "$work/answer.c"
 # The agent hashes an executable modified in the last 2 s on every connection (it could still be
 # changing): let the copies age as an installed binary has.
 sleep 2.1
@@ -106,6 +123,10 @@ common_env() { # HOME
     answer="while read -r l && [ -n \"\$l\" ]; do :; done; printf 'username=alice\\npassword=s3cret-floor\\n'"
     measure floor "!f() { $answer; }; f" sh -c "$answer" sh
 )
+(   # a program: the cheapest helper git has to start.
+    common_env "$work/program"
+    measure program "$bin/git-credential-answer" "$bin/git-credential-answer"
+)
 (   # git-credential-store: a plain-text file.
     common_env "$work/store"
     measure store "store --file $work/store/credentials" git credential-store --file "$work/store/credentials"
@@ -149,3 +170,7 @@ echo "the whole \`git credential fill\`: $(verdict "$(stat coffer fill median)" 
 echo "with a helper that answers from the shell git starts (nothing else run) a fill takes $floor ms (p95 $(stat floor fill p95)),"
 echo "so no helper can make that ratio larger than $(awk -v s="$floor" -v l="$(stat libsecret fill median)" 'BEGIN { if (s+0 > 0) printf "%.1f×", l / s; else printf "–" }');"
 echo "Coffer's fill is $(awk -v c="$(stat coffer fill median)" -v s="$floor" 'BEGIN { if (c+0 > 0 && s+0 > 0) printf "%.2f ms", c - s; else printf "–" }') above that floor."
+program=$(stat program fill median)
+echo "The cheapest helper that is a program (static C printing a fixed answer: no store, no IPC) fills in $program ms"
+echo "(p95 $(stat program fill p95)); alone, $(stat program get median) ms. No helper git must start can make the fill ratio larger than"
+echo "$(awk -v s="$program" -v l="$(stat libsecret fill median)" 'BEGIN { if (s+0 > 0) printf "%.1f×", l / s; else printf "–" }'); Coffer's fill is $(awk -v c="$(stat coffer fill median)" -v s="$program" 'BEGIN { if (c+0 > 0 && s+0 > 0) printf "%.2f ms", c - s; else printf "–" }') above that program's."
