@@ -523,16 +523,24 @@ public final class Keychain: Sendable {
         /// A candidate's attributes; nil for one whose class key is locked away and whose access
         /// group (by its blind-index entry) is outside `scope`: a locked keychain must not tell an
         /// app, by errSecInteractionNotAllowed, that another group holds an item matching its query.
+        ///
+        /// A row's index entries are under its own tier's key only. Before the first unlock the
+        /// passcode tier's key is not in memory, so such a row's group cannot be told: it stays
+        /// errSecInteractionNotAllowed (it may be the caller's own; skipping it would turn a listing
+        /// into a silent partial answer). That reveals nothing: before the first unlock every query
+        /// that could reach the passcode tier is answered errSecInteractionNotAllowed anyway.
         func open(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes)? {
             do {
                 return try openAttributes(row)
             } catch where error.status == .interactionNotAllowed {
-                guard let groups = scope.groups else { throw error }
+                guard let groups = scope.groups, let protection = ProtectionClass(rawValue: row.protectionClass) else { throw error }
+                let tier = IndexTier.of(protection)
                 let entries = Set(try store.indexHashes(item: row.id))
-                let inScope = try keybag.withIndexKeys { keys throws(SecError) -> Bool in
-                    keys.contains { _, k in groups.contains { entries.contains(Self.blindHash(k, "agrp", .string($0))) } }
+                let inScope = try keybag.withIndexKeys { keys throws(SecError) -> Bool? in
+                    guard let k = keys.first(where: { $0.0 == tier })?.1 else { return nil }   // that tier is not searchable yet
+                    return groups.contains { entries.contains(Self.blindHash(k, "agrp", .string($0))) }
                 }
-                if inScope { throw error }
+                if inScope ?? true { throw error }
                 return nil
             }
         }

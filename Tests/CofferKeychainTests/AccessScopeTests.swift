@@ -77,6 +77,25 @@ import Testing
         #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail")
     }
 
+    /// Before the first unlock the passcode tier's index key is not in memory, so a locked row's
+    /// group cannot be read from its index entry: the caller's own WhenUnlocked item must not be
+    /// skipped as "another group's" (a full listing would then succeed with only the Always items).
+    @Test func beforeTheFirstUnlockAListingIsNotASilentPartialAnswer() throws {
+        let f = try Fixture(passcode: "1234")
+        try f.keychain.add(item("locked away"), scope: mail)
+        try f.keychain.add(item("always", ["acct": .string("other"), "pdmn": .string("dk")]), scope: mail)
+        try f.reboot()
+        let everything = ItemQuery(limit: .all, returnAttributes: true)
+        #expect(status { try f.keychain.copyMatching(everything, scope: mail) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatchingPage(everything, scope: mail, after: 0) { _ in true } } == .interactionNotAllowed)
+        // The Always item alone is still there to be asked for by name.
+        let always = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("other"),
+                                                                         "pdmn": .string("dk")], returnData: true)
+        #expect(text(try f.keychain.copyMatching(always, scope: mail).first?.data) == "always")
+        try f.keychain.unlock(passcode: secret("1234"))
+        #expect(try f.keychain.copyMatching(everything, scope: mail).count == 2)
+    }
+
     @Test func writingIntoAGroupOutsideTheScopeIsMissingEntitlement() throws {
         let f = try Fixture()
         #expect(status { try f.keychain.add(item("x", ["agrp": .string("chat")]), scope: mail) } == .missingEntitlement)
