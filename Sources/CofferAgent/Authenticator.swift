@@ -159,12 +159,29 @@ final class Authenticator: Sendable {
                    biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
     }
 
-    /// What `canEvaluatePolicy` answers (no person involved).
-    func canEvaluate(_ policy: LAPolicy) -> LAError? {
-        if case .failure(let e) = AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
-            return e
+    /// What `canEvaluatePolicy` answers for `caller` (no person involved): the same methods
+    /// `evaluatePolicy` would offer it, so a sandboxed app is not told the passcode is available.
+    func canEvaluate(_ policy: LAPolicy, caller: CallerIdentity) -> LAError? {
+        switch AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+        case .failure(let e): return e
+        case .success(let methods):
+            do { _ = try usable(methods, by: caller) } catch { return error }
+            return nil
         }
-        return nil
+    }
+
+    /// `offered` less what `caller` may not use. A sandboxed app never tries the passcode
+    /// (AccessPolicy.mayTryPasscode): every wrong try would count toward the unlock throttle and
+    /// erase-after, and it would be an oracle for the login password.
+    private func usable(_ offered: AuthenticationMethods, by caller: CallerIdentity) throws(LAError) -> AuthenticationMethods {
+        var methods = offered
+        if methods.contains(.passcode) && !gate.policy.mayTryPasscode(caller) {
+            methods.remove(.passcode)
+            guard !methods.isEmpty else {
+                throw LAError(.passcodeNotSet, "a sandboxed app cannot authenticate you with the passcode, and no other way is available")
+            }
+        }
+        return methods
     }
 
     /// The name a prompt shows for `caller`.
@@ -180,16 +197,9 @@ final class Authenticator: Sendable {
     /// One round with the person: adds the method that succeeded to `context`.
     private func obtain(_ offered: AuthenticationMethods, into context: inout AuthorizationContext, session: inout Session,
                         channel: (any AuthChannel)?, prompt: String, deadline: Double, biometryOnly: Bool = false) throws(LAError) {
-        // A sandboxed app never tries the passcode (AccessPolicy.mayTryPasscode): every wrong try
-        // would count toward the unlock throttle and erase-after, and it would be an oracle for the
-        // login password. It is not offered, and one given in advance or in an answer is not tried.
-        var methods = offered
-        if methods.contains(.passcode) && !gate.policy.mayTryPasscode(session.caller) {
-            methods.remove(.passcode)
-            guard !methods.isEmpty else {
-                throw LAError(.passcodeNotSet, "a sandboxed app cannot authenticate you with the passcode, and no other way is available")
-            }
-        }
+        // The passcode is not offered to a sandboxed app, and one it gives in advance or in an
+        // answer is not tried.
+        let methods = try usable(offered, by: session.caller)
         // A passcode given in advance (LAContext.setCredential) is tried once, without asking.
         if methods.contains(.passcode), let preset = session.takePresetPasscode() {
             if verify(preset) {

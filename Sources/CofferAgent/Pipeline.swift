@@ -164,7 +164,7 @@ final class Pipeline: Sendable {
             // protocol allows); one reaching the pipeline answers nothing that waits.
             throw .param("no authentication is waiting for an answer")
         case .laCanEvaluate(let policy):
-            let error = authenticator.canEvaluate(policy)
+            let error = authenticator.canEvaluate(policy, caller: session.caller)
             let b = authenticator.biometry
             return .laResult(LAResult(error: error?.code, biometryType: b.available ? 1 : 0, domainState: b.enrolled ? b.domainState : [],
                                       message: error?.message ?? ""))

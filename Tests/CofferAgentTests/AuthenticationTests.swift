@@ -260,6 +260,16 @@ import Testing
         guard case .laResult(let la) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthentication, reason: "x"), session: &s,
                                                            channel: ScriptedChannel([])) else { Issue.record("la"); return }
         #expect(la.error == .passcodeNotSet)
+        // canEvaluatePolicy says the same before it asks (it used to say the passcode was available).
+        guard case .laResult(let can) = rig.pipeline.handle(.laCanEvaluate(.deviceOwnerAuthentication), session: &s) else {
+            Issue.record("can-evaluate"); return
+        }
+        #expect(can.error == .passcodeNotSet)
+        var shell = rig.greetedSession()
+        guard case .laResult(let forShell) = rig.pipeline.handle(.laCanEvaluate(.deviceOwnerAuthentication), session: &shell) else {
+            Issue.record("can-evaluate, shell"); return
+        }
+        #expect(forShell.error == nil, "an unsandboxed caller may use the passcode")
         // Typed into its own prompt: not tried either.
         _ = rig.pipeline.handle(.authOptions(AuthenticationOptions()), session: &s)
         #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == .notAvailable)
