@@ -27,7 +27,7 @@ final class AccessGate: Sendable {
 
     /// The scope of the session's next item request.
     func scope(for session: Session) -> AccessDecision {
-        var authorized = session.authorizedGroups
+        var authorized = session.authorizedGroups(generation: lockGeneration)
         if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
             let now = clock.now()
             authorized.formUnion(book.withLock { $0.groups(for: key, now: now) })
@@ -36,10 +36,10 @@ final class AccessGate: Sendable {
     }
 
     /// The user authorized `group` for this session's caller: for the rest of its connection (one
-    /// command of the shell helper), and with a reuse window for the same app in the same login
-    /// session until the window ends.
+    /// command of the shell helper) and with a reuse window for the same app in the same login
+    /// session, until the window ends or the keybag locks (or the passcode is removed).
     func authorized(_ group: String, session: inout Session) {
-        session.authorize(group)
+        session.authorize(group, generation: lockGeneration)
         if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
             let until = clock.now() + policy.authorizationReuseSeconds
             book.withLock { $0.grant(group, to: key, until: until) }

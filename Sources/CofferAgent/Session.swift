@@ -20,8 +20,9 @@ struct Session: Sendable {
     /// after it runs, not even requests the client already pipelined behind it.
     private(set) var mustClose = false
     /// Groups the user authorized (AUTHORIZE) for the rest of this connection: the shell helper's one
-    /// command (a paged search is several requests).
-    private(set) var authorizedGroups: Set<String> = []
+    /// command (a paged search is several requests), in the lock generation they were given in (a
+    /// lock or the passcode's removal ends them, as it ends every reused authentication).
+    private var authorized: (groups: Set<String>, generation: Int) = ([], 0)
     /// How this connection's requests may authenticate (AUTH_OPTIONS; an `LAContext`).
     private(set) var authOptions = AuthenticationOptions()
     /// An authentication this connection may reuse (AUTH_OPTIONS' reuse duration), until when, and
@@ -56,8 +57,16 @@ struct Session: Sendable {
     /// Ends the conversation after the current reply.
     mutating func close() { mustClose = true }
 
-    /// Lets this connection's item requests use `group` too.
-    mutating func authorize(_ group: String) { authorizedGroups.insert(group) }
+    /// Lets this connection's item requests use `group` too, while the lock generation stays `generation`.
+    mutating func authorize(_ group: String, generation: Int) {
+        if authorized.generation != generation { authorized = ([], generation) }
+        authorized.groups.insert(group)
+    }
+
+    /// The groups authorized for this connection in lock generation `generation` (none from an earlier one).
+    func authorizedGroups(generation: Int) -> Set<String> {
+        authorized.generation == generation ? authorized.groups : []
+    }
 
     /// New authentication options; they also invalidate what was reused (LAContext.invalidate).
     mutating func setAuthOptions(_ options: AuthenticationOptions) {

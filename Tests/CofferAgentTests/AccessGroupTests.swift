@@ -249,6 +249,23 @@ import Testing
         _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &a)
         var afterLock = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: 500))
         #expect(errorStatus(rig.pipeline.handle(get, session: &afterLock)) == .missingEntitlement)
+        // ...and the connection that authorized it, still open across the lock, has it no more.
+        #expect(errorStatus(rig.pipeline.handle(get, session: &late)) == .missingEntitlement)
+    }
+
+    /// Removing the passcode ends the groups a connection authorized with it, as it ends every
+    /// reused authentication.
+    @Test func removingThePasscodeEndsAnAuthorizedGroup() throws {
+        let rig = try AgentRig()
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &a)
+        guard case .items = rig.pipeline.handle(Self.item("svc"), session: &a) else { Issue.record("add"); return }
+        var sh = rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell", "unsigned"], sessionID: 78))
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &sh)) == nil)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &sh)) == nil)
+        var owner = rig.greetedSession()
+        #expect(errorStatus(rig.pipeline.handle(.removePasscode(current: secret(AgentRig.passcode)), session: &owner)) == nil)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(Self.query("svc", group: "a")), session: &sh)) == .missingEntitlement)
     }
 
     @Test func whoamiReportsTheIdentityAndTheGroupsDefaultFirst() throws {
