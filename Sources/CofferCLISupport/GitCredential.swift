@@ -237,6 +237,16 @@ package struct GitCredential {
         self.protocol != nil && (host != nil || path != nil) && username != nil && password != nil
     }
 
+    /// True if `value` is false as git reads a boolean variable such as `GIT_TERMINAL_PROMPT`
+    /// (git_parse_maybe_bool): empty, `false`, `no` or `off` in any case, or an integer that is 0
+    /// (`0`, `00`, `-0`). Anything else, a word git would refuse included, leaves prompts on.
+    package static func isFalse(_ value: String) -> Bool {
+        if value.isEmpty || ["false", "no", "off"].contains(value.lowercased()) { return true }
+        var digits = Substring(value)
+        if digits.first == "+" || digits.first == "-" { digits = digits.dropFirst() }
+        return !digits.isEmpty && digits.allSatisfy { $0 == "0" }
+    }
+
     /// True if the request names something to erase (a blank one would mean "everything", which git's
     /// store helper refuses as too easy to send by accident).
     package var isErasable: Bool {

@@ -64,7 +64,7 @@ struct Helper {
                                          pipelineHello: true)
         // GIT_TERMINAL_PROMPT=0 (set by go, cargo and CI scripts around git) means no terminal
         // prompt even where one could open, as git itself honours it.
-        let promptsRefused = getenv("GIT_TERMINAL_PROMPT").map { ["0", "false", "no", "off"].contains(String(cString: $0).lowercased()) } ?? false
+        let promptsRefused = getenv("GIT_TERMINAL_PROMPT").map { GitCredential.isFalse(String(cString: $0)) } ?? false
         if TerminalAuthentication.isAvailable && !promptsRefused {
             // An item with an access control asks the person at git's terminal.
             connection.authenticationDelegate = TerminalAuthentication(name: "git-credential-coffer")

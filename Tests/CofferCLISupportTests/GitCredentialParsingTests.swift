@@ -96,6 +96,12 @@ import Testing
         #expect(Self.text(try Self.parse("password=pw\r\r\n").password) == "pw\r")
     }
 
+    /// GIT_TERMINAL_PROMPT read as git reads it: an empty value is false too.
+    @Test func terminalPromptValuesAsGitReadsThem() {
+        for v in ["", "0", "00", "-0", "+0", "false", "FALSE", "No", "off"] { #expect(GitCredential.isFalse(v), "\(v)") }
+        for v in ["1", "true", "yes", "on", "10", "-", "maybe"] { #expect(!GitCredential.isFalse(v), "\(v)") }
+    }
+
     /// Protocol names the way people write them reach the codes git-credential-coffer stores.
     @Test func protocolNamesMapToKeychainCodes() {
         #expect(InternetProtocol.keychainCode("https") == "htps" && InternetProtocol.keychainCode("imaps") == "imps")
