@@ -190,12 +190,15 @@ struct GitCredentialTests {
         #expect(r.status == 0, "\(r)")
         r = GitRun.helper(agent, "get", "protocol=https\nhost=inj.example\n")
         #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("line break"), "\(r)")
-        // An account with a line break is passed over for one git can be given.
-        r = agent.cli(["add", "--server", "inj.example", "--protocol", "htps", "--account", "a\nhost=evil.example", "--secret-stdin"],
+        // An account with a line break is passed over for one git can be given, even when it is the
+        // newest (the one a request without a username would otherwise get).
+        r = agent.cli(["add", "--server", "acct.example", "--protocol", "htps", "--account", "plain", "--secret-stdin"], stdin: "pw3")
+        #expect(r.status == 0, "\(r)")
+        usleep(20_000)
+        r = agent.cli(["add", "--server", "acct.example", "--protocol", "htps", "--account", "a\nhost=evil.example", "--secret-stdin"],
                       stdin: "pw2")
         #expect(r.status == 0, "\(r)")
-        r = agent.cli(["add", "--server", "inj.example", "--protocol", "htps", "--account", "plain", "--secret-stdin"], stdin: "pw3")
-        r = GitRun.helper(agent, "get", "protocol=https\nhost=inj.example\nusername=plain\n")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=acct.example\n")
         #expect(r.stdout == "username=plain\npassword=pw3\n", "\(r)")
 
         // url= replaces every earlier field, as git's credential_from_url does.
@@ -278,17 +281,24 @@ struct GitCredentialTests {
         #expect(r.status != 0 && r.stderr.contains("terminal prompts disabled"), "\(r)")
     }
 
-    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
-    func protectedItemsPromptOnlyOnATerminal() throws {
+    /// An agent with a passcode and alice's credential for git.example.com behind user presence
+    /// (password "guarded").
+    static func agentWithGuardedItem() throws -> AgentProcess {
         let agent = try AgentProcess()
         agent.setPasscode()
-        var r = agent.cli(["add", "--server", "git.example.com", "--protocol", "htps", "--account", "alice",
+        let r = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "alice",
                            "--access-control", "user-presence", "--secret-stdin"], stdin: "guarded")
         #expect(r.status == 0, "\(r)")
+        return agent
+    }
+
+    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+    func protectedItemsPromptOnlyOnATerminal() throws {
+        let agent = try Self.agentWithGuardedItem()
         let request = "protocol=https\nhost=git.example.com\n"
         // No terminal: nothing, at once (the agent never waits for a person).
         let start = Date()
-        r = GitRun.detachedHelper(agent, "get", request)
+        let r = GitRun.detachedHelper(agent, "get", request)
         #expect(r.status == 0 && r.stdout.isEmpty && Date().timeIntervalSince(start) < 10, "\(r)")
         // On a terminal the agent's authenticator asks there; then git gets the password.
         let dir = TemporaryDirectory("coffer-git-tty")
@@ -330,12 +340,8 @@ struct GitCredentialTests {
     /// neither read (to compare) nor deleted behind a prompt; it stays, and unprotected ones go.
     @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
     func eraseNeverPrompts() throws {
-        let agent = try AgentProcess()
-        agent.setPasscode()
-        var r = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "alice",
-                           "--access-control", "user-presence", "--secret-stdin"], stdin: "guarded")
-        #expect(r.status == 0, "\(r)")
-        r = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "bob", "--secret-stdin"], stdin: "plain")
+        let agent = try Self.agentWithGuardedItem()
+        let r = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "bob", "--secret-stdin"], stdin: "plain")
         #expect(r.status == 0, "\(r)")
         let dir = TemporaryDirectory("coffer-git-erase")
         let input = dir.file("request")
