@@ -167,7 +167,8 @@ struct Inject: ParsableCommand {
             Reads a template on standard input and writes it with every {{ REFERENCE }} replaced by that \
             item's secret, to standard output or --output. References are looked up first: if any names no \
             item, is malformed, or is refused, nothing is written and coffer exits non-zero. A {{ … }} that \
-            does not start with coffer:// or coffer-inet:// is left as it is.
+            starts like a reference scheme (coffer: or coffer-inet:, in any case) but does not parse is an \
+            error, so a typo never passes through; any other {{ … }} is left as it is.
 
             References: coffer://SERVICE[/ACCOUNT][?group=G], \
             coffer-inet://[ACCOUNT@]SERVER[:PORT][/PATH][?protocol=P&group=G]; parts are %-decoded.
