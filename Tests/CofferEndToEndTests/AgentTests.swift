@@ -116,7 +116,20 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         let agent = try AgentProcess()
         let good = try AgentConnection(path: agent.socketPath)
         try good.add(newPassword("svc", "acct", "ok"))
+        // The agent refuses a process's 129th open connection (a defence of its own). Hundreds of
+        // connections opened and dropped in a burst can outrun a slow (sanitizer) agent's teardown,
+        // so every 64 the test waits until the agent is back to its threads at rest.
+        func threads() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(agent.pid)/task").count) ?? 0 }
+        let atRest = threads()
+        var opened = 0
+        func pace() {
+            opened += 1
+            guard opened % 64 == 0 else { return }
+            let deadline = Date().addingTimeInterval(60)
+            while threads() > atRest + 2 && Date() < deadline { usleep(10_000) }
+        }
         func raw(_ bytes: [UInt8], expectReply: Bool, frames wanted: Int = 3) -> [UInt8]? {
+            pace()
             guard let fd = try? UnixSocket.connect(path: agent.socketPath) else { return nil }
             defer { close(fd) }
             // Generous: a sanitizer build of the agent on a busy machine can take seconds per reply; a
