@@ -15,7 +15,7 @@ for san in ${@:-address thread}; do
     # `coffer` links dynamically here: sanitizer runtimes cannot go into a static executable.
     COFFER_DYNAMIC_CLI=1 SWIFT_BACKTRACE=enable=no \
         LSAN_OPTIONS="suppressions=$PWD/contrib/lsan.supp:print_suppressions=0" \
-        ASAN_OPTIONS="log_path=$reports/asan:suppressions=$PWD/contrib/asan.supp" TSAN_OPTIONS="log_path=$reports/tsan" \
+        ASAN_OPTIONS="log_path=$reports/asan" TSAN_OPTIONS="log_path=$reports/tsan" \
         swift test --sanitize="$san" --scratch-path ".build-$san" || status=1
 done
 for r in "$reports"/*; do

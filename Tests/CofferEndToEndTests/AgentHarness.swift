@@ -166,8 +166,15 @@ func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String
     p.standardError = err
     p.standardInput = inp
     do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
-    let watchdog = DispatchWorkItem { if p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+    // The watchdog holds the process weakly: a cancelled work item stays queued until its deadline,
+    // and holding `p` (with its pipes) that long kept three descriptors open per run for five minutes
+    // (over a thousand by the end of the suite).
+    let watchdog = DispatchWorkItem { [weak p] in if let p, p.isRunning { kill(p.processIdentifier, SIGKILL) } }
     DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+    defer {
+        try? out.fileHandleForReading.close()
+        try? err.fileHandleForReading.close()
+    }
     nonisolated(unsafe) var errData = Data()
     let group = DispatchGroup()
     DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
