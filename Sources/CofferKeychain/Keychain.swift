@@ -533,16 +533,24 @@ public final class Keychain: Sendable {
             do {
                 return try openAttributes(row)
             } catch where error.status == .interactionNotAllowed {
-                guard let groups = scope.groups, let protection = ProtectionClass(rawValue: row.protectionClass) else { throw error }
-                let tier = IndexTier.of(protection)
-                let entries = Set(try store.indexHashes(item: row.id))
-                let inScope = try keybag.withIndexKeys { keys throws(SecError) -> Bool? in
-                    guard let k = keys.first(where: { $0.0 == tier })?.1 else { return nil }   // that tier is not searchable yet
-                    return groups.contains { entries.contains(Self.blindHash(k, "agrp", .string($0))) }
-                }
-                if inScope ?? true { throw error }
+                guard let groups = scope.groups, let protection = ProtectionClass(rawValue: row.protectionClass),
+                      let inScope = try scopeHashes(IndexTier.of(protection), groups) else { throw error }   // tier not searchable yet
+                if !inScope.isDisjoint(with: try store.indexHashes(item: row.id)) { throw error }
                 return nil
             }
+        }
+        /// The `agrp` blind hashes of the scope's groups under each tier's index key, computed once per
+        /// visit (a locked keychain may hold many rows of other groups); nil for a tier whose key is not
+        /// in memory.
+        var tierHashes: [IndexTier: Set<[UInt8]>?] = [:]
+        func scopeHashes(_ tier: IndexTier, _ groups: Set<String>) throws(SecError) -> Set<[UInt8]>? {
+            if let known = tierHashes[tier] { return known }
+            let hashes = try keybag.withIndexKeys { keys throws(SecError) -> Set<[UInt8]>? in
+                guard let k = keys.first(where: { $0.0 == tier })?.1 else { return nil }
+                return Set(groups.map { Self.blindHash(k, "agrp", .string($0)) })
+            }
+            tierHashes[tier] = .some(hashes)
+            return hashes
         }
         /// Hands one match to `body`; false once the visit must stop.
         func deliver(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes) throws(SecError) -> Bool {
