@@ -197,15 +197,12 @@ package struct GitCredential {
     /// What `get` and `erase` ask the keychain for (the port is checked by ``matches(_:)``).
     package var queryAttributes: Attributes {
         var a: Attributes = [:]
-        if let p = self.protocol { a["ptcl"] = .string(Self.keychainProtocol(p)) }
+        if let p = self.protocol { a["ptcl"] = .string(InternetProtocol.keychainCode(p)) }
         if let h = host { a["srvr"] = .string(h) }
         if let p = path { a["path"] = .string(p) }
         if let u = username { a["acct"] = .string(u) }
         return a
     }
-
-    /// The `ptcl` value for git's protocol name (kSecAttrProtocolHTTPS is `htps`, and so on).
-    package static func keychainProtocol(_ git: String) -> String { InternetProtocol.keychainCode(git) }
 
     /// True if a stored item (its attributes) answers this request: the fields the keychain was
     /// asked for matched already; this checks the port, which "no port" must match exactly.
@@ -219,7 +216,7 @@ package struct GitCredential {
     /// and username, a missing path or port matching only a missing one): the one `store` replaces.
     package func isSame(_ item: Attributes) -> Bool {
         func string(_ key: String) -> String? { if case .string(let s)? = item[key] { s } else { nil } }
-        return matches(item) && string("ptcl") == self.protocol.map(Self.keychainProtocol) && string("srvr") == host
+        return matches(item) && string("ptcl") == self.protocol.map(InternetProtocol.keychainCode) && string("srvr") == host
             && (string("path") ?? "") == (path ?? "") && string("acct") == username
     }
 

@@ -106,7 +106,7 @@ import Testing
     @Test func protocolNamesMapToKeychainCodes() {
         #expect(InternetProtocol.keychainCode("https") == "htps" && InternetProtocol.keychainCode("imaps") == "imps")
         #expect(InternetProtocol.keychainCode("htps") == "htps" && InternetProtocol.keychainCode("ssh") == "ssh")
-        #expect(GitCredential.keychainProtocol("pop3s") == "pops" && GitCredential.keychainProtocol("ldaps") == "ldps")
+        #expect(InternetProtocol.keychainCode("pop3s") == "pops" && InternetProtocol.keychainCode("ldaps") == "ldps")
     }
 
     @Test(arguments: [("example.com", "example.com", nil), ("example.com:22", "example.com", 22), ("[::1]", "[::1]", nil),
