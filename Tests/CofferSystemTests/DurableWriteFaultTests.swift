@@ -1,5 +1,6 @@
 @testable import CofferSystem
 import CofferTestSupport
+import Foundation
 import Glibc
 import Testing
 
@@ -105,7 +106,7 @@ struct DurableWriteFaultTests {
         // (Its mode is 0640 less the umask, which other suites change while this one runs.)
         #expect(fileBytes(target) == Array("second".utf8) && (Files.mode(target) ?? 0o777) & ~0o640 == 0)
         #expect(fileBytes(target + ".tmp") == Array("the user's own".utf8))
-        let entries = try FileManagerless.list(dir.path)
+        let entries = try FileManager.default.contentsOfDirectory(atPath: dir.path)
         #expect(entries.sorted() == ["config.yml", "config.yml.tmp"], "\(entries)")
     }
 
@@ -114,21 +115,7 @@ struct DurableWriteFaultTests {
         let target = dir.file("out")
         #expect(mkdir(target, 0o700) == 0)
         #expect(throws: SystemError.self) { try Files.writeAtomically(target, Array("x".utf8), temporary: .unique) }
-        #expect(try FileManagerless.list(dir.path) == ["out"])
-    }
-}
-
-/// Directory entries without Foundation.
-enum FileManagerless {
-    static func list(_ path: String) throws -> [String] {
-        guard let d = opendir(path) else { throw SystemError("opendir", path, errno: errno) }
-        defer { closedir(d) }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path) == ["out"])
     }
 }
 
