@@ -6,7 +6,13 @@
  *   session  optional pam_coffer.so          unlocks the agent with it (sets the passcode on first use)
  *   password optional pam_coffer.so          follows a password change (old -> new)
  *
- * Arguments: socket=PATH  agent=/usr/local/bin/cofferd  agentarg=ARG (repeatable)  lock_on_close  debug
+ * Arguments: socket=PATH  agent=/usr/local/bin/cofferd  agentarg=ARG (repeatable)  runtime_root=DIR  lock_on_close  debug
+ *
+ * Without systemd-logind (PID 1 is not systemd: containers, WSL, minimal servers) nothing makes the
+ * user's runtime directory: when the session opens, XDG_RUNTIME_DIR is not set and no socket= is
+ * given, the session part makes RUNTIME_ROOT/UID (runtime_root=, default /run/user) as logind would
+ * (owned by the user, mode 0700; through descriptors, never following a symbolic link), refuses one
+ * that exists with another owner or mode, and sets XDG_RUNTIME_DIR in the session's environment.
  *
  * It is a small client of the agent's wire protocol (Sources/CofferProtocol/CofferProtocol.docc/
  * WireProtocol.md) with no cryptography of its own, and no dependency on the Swift runtime. It never
@@ -60,6 +66,8 @@
 #define CHAUTHTOK_UID_KEY "pam_coffer_chauthtok_uid"
 #define MAX_FRAME COFFER_MAX_BODY_BYTES
 #define MAX_AGENT_ARGS 8
+/* Where the user's runtime directory is made when no XDG_RUNTIME_DIR is set (logind's place). */
+#define RUNTIME_ROOT_DEFAULT "/run/user"
 /* The whole exchange with the agent (connect, HELLO, request, reply) must fit in this. */
 #define EXCHANGE_BUDGET_MS 2000
 /* Added to the budget when the agent= option is given: the time a freshly started agent gets to listen. */
@@ -89,17 +97,20 @@ struct options {
     const char *agent;
     const char *agent_args[MAX_AGENT_ARGS];
     int n_agent_args;
+    const char *runtime_root;
     int lock_on_close;
     int debug;
 };
 
 static void parse_options(pam_handle_t *pamh, int argc, const char **argv, struct options *o) {
     memset(o, 0, sizeof *o);
+    o->runtime_root = RUNTIME_ROOT_DEFAULT;
     for (int i = 0; i < argc; i++) {
         if (strncmp(argv[i], "socket=", 7) == 0) o->socket = argv[i] + 7;
         else if (strncmp(argv[i], "agent=", 6) == 0) o->agent = argv[i] + 6;
         else if (strncmp(argv[i], "agentarg=", 9) == 0 && o->n_agent_args < MAX_AGENT_ARGS)
             o->agent_args[o->n_agent_args++] = argv[i] + 9;
+        else if (strncmp(argv[i], "runtime_root=", 13) == 0 && argv[i][13] == '/') o->runtime_root = argv[i] + 13;
         else if (strcmp(argv[i], "lock_on_close") == 0) o->lock_on_close = 1;
         else if (strcmp(argv[i], "debug") == 0) o->debug = 1;
         else pam_syslog(pamh, LOG_WARNING, "unknown option: %s", argv[i]);
@@ -453,6 +464,80 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
     return code == CHILD_OK ? 0 : -1;
 }
 
+/* ---- the runtime directory (what logind makes; nobody does without it) ---- */
+
+/* Makes sure the user's runtime directory ROOT/UID exists as logind makes it: a directory owned by
+   the user, mode 0700. ROOT (made 0755 if missing) must be a real directory of root or of this
+   process, writable by nobody else, so nobody can swap what is made in it. Everything after the
+   open of ROOT goes through descriptors and never follows a symbolic link. A directory that exists
+   with another owner or mode is refused, never repaired (someone else may have made it). Returns 0
+   with the path in `out`, or -1 (logged). */
+static int ensure_runtime_dir(pam_handle_t *pamh, const char *root, const struct passwd *pw, char *out, size_t n) {
+    char name[24];
+    snprintf(name, sizeof name, "%u", (unsigned)pw->pw_uid);
+    snprintf(out, n, "%s/%s", root, name);
+    int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rootfd < 0 && errno == ENOENT && (mkdir(root, 0755) == 0 || errno == EEXIST))
+        rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rootfd < 0) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot open %s: %m", root);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(rootfd, &st) != 0 || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: it must belong to root and be writable by nobody else", root);
+        close(rootfd);
+        return -1;
+    }
+    int created = mkdirat(rootfd, name, 0700) == 0;
+    if (!created && errno != EEXIST) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot make %s: %m", out);
+        close(rootfd);
+        return -1;
+    }
+    int fd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int ok = fd >= 0 && fstat(fd, &st) == 0;
+    if (!ok) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: not a directory (or a symbolic link)", out);
+    } else if (created) {
+        /* Made just now by this process: hand it to the user. */
+        ok = st.st_uid == geteuid() && fchown(fd, pw->pw_uid, pw->pw_gid) == 0 && fchmod(fd, 0700) == 0;
+        if (!ok) {
+            pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot give %s to %s: %m", out, pw->pw_name);
+            unlinkat(rootfd, name, AT_REMOVEDIR);
+        } else {
+            pam_syslog(pamh, LOG_INFO, "runtime directory %s made for %s", out, pw->pw_name);
+        }
+    } else if (st.st_uid != pw->pw_uid || (st.st_mode & 07777) != 0700) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: owned by uid %u with mode %04o, not by %s (uid %u) with mode 0700",
+                   out, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), pw->pw_name, (unsigned)pw->pw_uid);
+        ok = 0;
+    }
+    if (fd >= 0) close(fd);
+    close(rootfd);
+    return ok ? 0 : -1;
+}
+
+/* Without XDG_RUNTIME_DIR (no logind) and without socket=, makes the runtime directory and puts
+   XDG_RUNTIME_DIR into the session's environment. -1: it is unusable, talk to no agent. */
+static int prepare_runtime_dir(pam_handle_t *pamh, const struct options *o) {
+    if (o->socket) return 0;
+    const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
+    if (runtime && *runtime) return 0;
+    const char *user = NULL;
+    struct passwd pwbuf, *pw;
+    char strbuf[4096];
+    if (!(pw = pam_user_entry(pamh, &pwbuf, strbuf, sizeof strbuf, &user, 1))) return -1;
+    char path[1024], env[1100];
+    if (ensure_runtime_dir(pamh, o->runtime_root, pw, path, sizeof path) != 0) return -1;
+    snprintf(env, sizeof env, "XDG_RUNTIME_DIR=%s", path);
+    if (pam_putenv(pamh, env) != PAM_SUCCESS) {
+        pam_syslog(pamh, LOG_NOTICE, "cannot set XDG_RUNTIME_DIR for the session");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- PAM entry points ---- */
 
 PAM_EXTERN int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, const char **argv) {
@@ -496,6 +581,11 @@ PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, cons
     (void)flags;
     struct options o;
     parse_options(pamh, argc, argv, &o);
+    if (prepare_runtime_dir(pamh, &o) != 0) {
+        /* No usable place for the agent's socket: the password goes nowhere. */
+        pam_set_data(pamh, DATA_KEY, NULL, NULL);
+        return PAM_SUCCESS;
+    }
     const void *data = NULL;
     if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) return PAM_SUCCESS;
     const struct stash *s = data;
