@@ -2,29 +2,40 @@
 # Installs Coffer system-wide (as root): binaries, pam_coffer.so, the PAM service, systemd user units,
 # the GnuPG helper (pinentry-coffer), the git credential helper (git-credential-coffer), man pages and shell completions.
 #
-#   contrib/install.sh [--dry-run] [--enable-pam-login] [--bin-dir DIR]
+#   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--systemd|--no-systemd] [--bin-dir DIR]
 #
 # Binaries come from .build/release (build them first: swift build -c release --product cofferd,
 # and the same for coffer, coffer-cli, pinentry-coffer and git-credential-coffer; coffer-plugin-host
 # and the plugins are installed when built), or --bin-dir.
 # DESTDIR=/some/root installs into a staging tree. Idempotent. Does not edit common-* PAM files
-# unless --enable-pam-login is given (then it adds one line to each, once).
+# unless --enable-pam-login is given (then it adds one line to each, once). --dry-run prints every
+# step (one "+ " line each) and changes nothing; --verbose prints the same lines while doing them.
+# Without systemd (PID 1 is not systemd, detected as sd_booted does: no /run/systemd/system; or
+# --no-systemd) the session line starts the agent (agent=/usr/local/bin/cofferd): see the README.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-dry=0; pam_login=0; bin_dir="$root/.build/release"
+dry=0; verbose=0; pam_login=0; bin_dir="$root/.build/release"
+if [ -d /run/systemd/system ]; then systemd=1; else systemd=0; fi
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) dry=1 ;;
+        --verbose) verbose=1 ;;
         --enable-pam-login) pam_login=1 ;;
+        --systemd) systemd=1 ;;
+        --no-systemd) systemd=0 ;;
         --bin-dir) bin_dir="$2"; shift ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
 done
 D="${DESTDIR:-}"
-run() { if [ "$dry" = 1 ]; then echo "+ $*"; else "$@"; fi; }
+# Every step goes through one of these, so --dry-run lists them all: `step TEXT` prints a step done
+# some other way, `run CMD…` prints and runs a command, `run_quiet CMD…` the same with its output dropped.
+step() { if [ "$dry" = 1 ] || [ "$verbose" = 1 ]; then echo "+ $*"; fi; }
+run() { step "$@"; if [ "$dry" = 0 ]; then "$@"; fi; }
+run_quiet() { step "$@"; if [ "$dry" = 0 ]; then "$@" >/dev/null; fi; }
 
 # The PAM module directory: where pam_unix.so lives.
 security_dir=""
@@ -59,18 +70,15 @@ run install -d "$D/usr/local/share/man/man1" "$D/usr/local/share/man/man8" "$D/u
 run install -m 0644 "$here/man/coffer.1" "$here/man/pinentry-coffer.1" "$here/man/git-credential-coffer.1" "$D/usr/local/share/man/man1/"
 run install -m 0644 "$here/man/cofferd.8" "$here/man/pam_coffer.8" "$D/usr/local/share/man/man8/"
 completion() { # shell destination
-    if [ "$dry" = 1 ]; then echo "+ coffer-cli --generate-completion-script $1 > $2"; return; fi
+    step "$D/usr/local/bin/coffer-cli --generate-completion-script $1 > $2"
+    if [ "$dry" = 1 ]; then return; fi
     "$D/usr/local/bin/coffer-cli" --generate-completion-script "$1" > "$2.tmp" && chmod 0644 "$2.tmp" && mv "$2.tmp" "$2"
 }
 completion bash "$D/usr/local/share/bash-completion/completions/coffer"
 completion zsh "$D/usr/local/share/zsh/site-functions/_coffer"
 completion fish "$D/usr/local/share/fish/vendor_completions.d/coffer.fish"
-if [ "$dry" = 1 ]; then
-    echo "+ $here/pam_coffer/build.sh $D$security_dir/pam_coffer.so"
-else
-    bash "$here/pam_coffer/build.sh" "$D$security_dir/pam_coffer.so" >/dev/null
-    chmod 0644 "$D$security_dir/pam_coffer.so"
-fi
+run_quiet bash "$here/pam_coffer/build.sh" "$D$security_dir/pam_coffer.so"
+run chmod 0644 "$D$security_dir/pam_coffer.so"
 run install -m 0644 "$here/pam.d/coffer" "$D/etc/pam.d/coffer"
 run install -m 0644 "$here/systemd/coffer-agent.socket" "$here/systemd/coffer-agent.service" "$D/usr/lib/systemd/user/"
 run install -m 0755 "$here/systemd/coffer-lock-on-screensaver.sh" "$D/usr/local/share/coffer/"
@@ -83,7 +91,7 @@ run install -m 0644 "$here/../Sources/CCofferABI/include/coffer/coffer_wire.h" "
 etc="$D/etc/coffer"
 run install -d -m 0755 "$etc" "$etc/trusted-keys.d" "$etc/manifests.d"
 if [ ! -f "$etc/install-signing.key" ]; then
-    run "$bin_dir/coffer-cli" manifest keygen --out "$etc/install-signing.key" >/dev/null
+    run_quiet "$bin_dir/coffer-cli" manifest keygen --out "$etc/install-signing.key"
 fi
 run install -m 0644 "$etc/install-signing.key.pub" "$etc/trusted-keys.d/coffer-install.pub"
 for b in coffer coffer-cli; do
@@ -103,18 +111,43 @@ run "$bin_dir/coffer-cli" manifest sign --key "$etc/install-signing.key" --app-i
 
 add_line() { # file line: appends once
     if [ -f "$1" ] && grep -qF "$2" "$1"; then return; fi
-    if [ "$dry" = 1 ]; then echo "+ echo '$2' >> $1"; else echo "$2" >> "$1"; fi
+    step "echo '$2' >> $1"
+    if [ "$dry" = 0 ]; then echo "$2" >> "$1"; fi
+}
+# The session line: with systemd the user's socket unit starts the agent; without it pam_coffer starts
+# it (agent= works on the session line only: the auth line only remembers the password). An earlier
+# pam_coffer session line gets agent= added, rather than a second line beside it.
+agent_arg="agent=/usr/local/bin/cofferd"
+if [ "$systemd" = 1 ]; then session_line="session optional pam_coffer.so"; else session_line="session optional pam_coffer.so $agent_arg"; fi
+set_session_line() { # file
+    local pattern='^[[:space:]]*session[[:space:]].*pam_coffer\.so'
+    if [ -f "$1" ] && grep -q "$pattern" "$1"; then
+        if [ "$systemd" = 0 ] && grep "$pattern" "$1" | grep -qv 'agent='; then
+            step "sed -i '/$pattern/{/agent=/!s|\$| $agent_arg|}' $1"
+            if [ "$dry" = 0 ]; then sed -i "/$pattern/{/agent=/!s|\$| $agent_arg|}" "$1"; fi
+        fi
+    else
+        add_line "$1" "$session_line"
+    fi
 }
 if [ "$pam_login" = 1 ]; then
     add_line "$D/etc/pam.d/common-auth" "auth optional pam_coffer.so"
-    add_line "$D/etc/pam.d/common-session" "session optional pam_coffer.so"
+    set_session_line "$D/etc/pam.d/common-session"
     add_line "$D/etc/pam.d/common-password" "password optional pam_coffer.so"
 else
     cat <<MSG
 Installed. To unlock Coffer at login and follow password changes, add (or rerun with --enable-pam-login):
   /etc/pam.d/common-auth:     auth optional pam_coffer.so      (after pam_unix.so)
-  /etc/pam.d/common-session:  session optional pam_coffer.so
+  /etc/pam.d/common-session:  $session_line
   /etc/pam.d/common-password: password optional pam_coffer.so  (after pam_unix.so)
-Each user then runs: systemctl --user enable --now coffer-agent.socket
+MSG
+fi
+if [ "$systemd" = 1 ]; then
+    echo "Each user then runs: systemctl --user enable --now coffer-agent.socket"
+else
+    cat <<MSG
+No systemd here: pam_coffer starts cofferd when a session opens, and makes /run/user/UID (owned by the
+user, mode 0700) when nothing else has. Without pam_coffer in the session stack, each user starts it:
+  mkdir -p -m 0700 "\${XDG_RUNTIME_DIR:?}" && cofferd   (see "Without systemd" in the README)
 MSG
 fi
