@@ -1,0 +1,196 @@
+import Foundation
+import Testing
+
+/// The docs name what the code has: every Swift type a README or a DocC article puts in code format,
+/// and every config key it documents, still exists. A rename that leaves a doc behind (the agent's
+/// `AttemptSchedule` was once another type, and two articles kept the old name) fails here.
+@Suite struct DocumentedNamesTests {
+    static let root = PackageGraphTests.root.path
+
+    /// Names in code format that are not Coffer's and need not exist in the sources, each with why.
+    static let foreignNames: [String: String] = [
+        "LAContext": "Apple's LocalAuthentication class, which Coffer's LocalAuthentication follows",
+        "SecAccessControl": "Apple's Security type, which Coffer's access controls follow",
+        "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
+        "TracerPid": "a field of /proc/PID/status",
+        "VmLck": "a field of /proc/PID/status",
+    ]
+
+    /// `x = y` spans that are not config lines, each with why.
+    static let notConfigKeys: [String: String] = [
+        "key": "the placeholder in \"`key = value` lines\"",
+        "h": "a formula in ItemFormat.md (the blind index)",
+        "pk": "a formula in ItemFormat.md (the primary-key hash)",
+        "sync": "a SecItem attribute (`sync = true` is refused)",
+    ]
+
+    /// The README files and every DocC article.
+    static func documents() -> [String] {
+        var docs = ["README.md", "Plugins/README.md", "contrib/pam.d/README.md"].map { root + "/" + $0 }
+        for file in files(under: "Sources", ending: ".md") where file.contains(".docc/") { docs.append(file) }
+        return docs
+    }
+
+    /// Files under `dir` (relative to the package root) whose names end in `suffix`.
+    static func files(under dir: String, ending suffix: String) -> [String] {
+        let base = root + "/" + dir
+        guard let e = FileManager.default.enumerator(atPath: base) else { return [] }
+        return e.compactMap { $0 as? String }.filter { $0.hasSuffix(suffix) }.map { base + "/" + $0 }
+    }
+
+    static func read(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+
+    /// A document's text without its fenced code blocks (shell sessions and examples, not prose).
+    static func prose(_ text: String) -> String {
+        var out: [Substring] = [], fenced = false
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.trimmingCharacters(in: .whitespaces).hasPrefix("```") { fenced.toggle(); continue }
+            if !fenced { out.append(line) }
+        }
+        return out.joined(separator: "\n")
+    }
+
+    /// Code spans: ``Symbol/links`` (DocC, `symbol: true`) and `code`.
+    static func codeSpans(_ text: String) -> [(text: String, symbol: Bool)] {
+        let pattern = try! Regex(#"``([^`]+)``|`([^`\n]+)`"#)
+        return text.matches(of: pattern).compactMap { m in
+            if let s = m.output[1].substring { return (String(s), true) }
+            if let s = m.output[2].substring { return (String(s), false) }
+            return nil
+        }
+    }
+
+    /// The Swift type names a span names: every capitalised path component of a DocC symbol link;
+    /// in plain code, an UpperCamelCase name (two capitals or more: `AccessGate`, `SecureBytes`), or a
+    /// capitalised name used with a member or a call (`Pipeline.handle(_:session:)`, `Agent.start`).
+    /// File names (`Package.swift`) are not types.
+    static func typeNames(in span: (text: String, symbol: Bool)) -> [String] {
+        if span.symbol {
+            return span.text.split(whereSeparator: { "/.(".contains($0) }).map(String.init).filter { $0.first?.isUppercase == true }
+                .map { String($0.prefix { $0.isLetter || $0.isNumber || $0 == "_" }) }
+        }
+        guard let m = span.text.wholeMatch(of: try! Regex(#"([A-Z][A-Za-z0-9]*)((?:[.(<].*)?)"#)),
+              let head = m.output[1].substring.map(String.init), let rest = m.output[2].substring else { return [] }
+        guard head.contains(where: \.isLowercase), !span.text.contains(try! Regex(#"\.(swift|md|h|c|so|json|log|txt)$"#)) else { return [] }
+        let camel = head.filter(\.isUppercase).count >= 2
+        return camel || rest.hasPrefix(".") || rest.hasPrefix("(") ? [head] : []
+    }
+
+    /// Every type, module, target and test suite the package has: declarations in Sources/ and Tests/,
+    /// the module, plugin and fuzz-target directories, and the names Package.swift quotes.
+    static func knownNames() throws -> Set<String> {
+        var known = Set<String>()
+        let decl = try Regex(#"\b(?:struct|class|enum|protocol|actor|typealias)\s+([A-Za-z_][A-Za-z0-9_]*)"#)
+        for file in files(under: "Sources", ending: ".swift") + files(under: "Tests", ending: ".swift") {
+            for m in read(file).matches(of: decl) { if let n = m.output[1].substring { known.insert(String(n)) } }
+        }
+        for dir in ["Sources", "Tests", "Plugins", "contrib/fuzz/Sources"] {
+            known.formUnion(try FileManager.default.contentsOfDirectory(atPath: root + "/" + dir))
+        }
+        for m in read(root + "/Package.swift").matches(of: try Regex(#""([A-Za-z0-9_]+)""#)) {
+            if let n = m.output[1].substring { known.insert(String(n)) }
+        }
+        return known
+    }
+
+    /// The keys the config file parsers accept: the agent's (`case "key":` at the top level of
+    /// `AgentConfiguration.apply`'s `switch key`) and pinentry-coffer's (`key == "…"`).
+    static func configKeys() throws -> Set<String> {
+        let agent = read(root + "/Sources/CofferAgent/AgentConfiguration.swift")
+        let start = try #require(agent.range(of: "switch key {"), "AgentConfiguration no longer switches over the key")
+        var keys = Set<String>(), depth = 1
+        let literal = try Regex(#""([a-z0-9-]+)""#)
+        for line in agent[start.upperBound...].split(separator: "\n") {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if depth == 1, trimmed.hasPrefix("case "), let colon = trimmed.firstIndex(of: ":") {
+                for m in trimmed[..<colon].matches(of: literal) { if let k = m.output[1].substring { keys.insert(String(k)) } }
+            }
+            depth += line.filter { $0 == "{" }.count - line.filter { $0 == "}" }.count
+            if depth <= 0 { break }
+        }
+        let pinentry = read(root + "/Sources/pinentry-coffer/Configuration.swift")
+        for m in pinentry.matches(of: try Regex(#"key == "([a-z0-9-]+)""#)) { if let k = m.output[1].substring { keys.insert(String(k)) } }
+        return keys
+    }
+
+    /// Config keys a document names: `key = value` spans, the first column of a table headed
+    /// "config key", and the `(key)` of a table headed "flag (config key)".
+    static func documentedKeys(_ text: String) -> [String] {
+        var keys: [String] = []
+        for span in codeSpans(text) where !span.symbol {
+            if let m = span.text.prefixMatch(of: try! Regex(#"([a-z][a-z0-9]*(?:-[a-z0-9]+)*) = "#)), let k = m.output[1].substring {
+                keys.append(String(k))
+            }
+        }
+        var table: String? = nil
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            guard line.hasPrefix("|") else { table = nil; continue }
+            let first = line.split(separator: "|", omittingEmptySubsequences: false).dropFirst().first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+            if table == nil { table = first; continue }
+            guard table == "config key" || table == "flag (config key)", !first.hasPrefix("---") else { continue }
+            let spans = codeSpans(first).map(\.text)
+            if table == "config key" {
+                keys += spans
+            } else if let m = first.firstMatch(of: try! Regex(#"\(`([a-z0-9-]+)`\)"#)), let k = m.output[1].substring {
+                keys.append(String(k))
+            }
+        }
+        return keys
+    }
+
+    @Test func everyDocumentedTypeExists() throws {
+        let known = try knownNamesChecked()
+        var seen = Set<String>(), missing: [String] = []
+        for doc in Self.documents() {
+            for span in Self.codeSpans(Self.prose(Self.read(doc))) {
+                for name in Self.typeNames(in: span) {
+                    seen.insert(name)
+                    if !known.contains(name) && Self.foreignNames[name] == nil {
+                        missing.append("\(doc.dropFirst(Self.root.count + 1)): `\(span.text)` names \(name), which nothing declares")
+                    }
+                }
+            }
+        }
+        #expect(missing.isEmpty, "\(missing.joined(separator: "\n"))")
+        #expect(seen.count > 100, "only \(seen.count) type names found: the extraction is broken")
+        // The allow-list stays honest: each entry is still documented and still not a Coffer name.
+        for name in Self.foreignNames.keys.sorted() {
+            #expect(seen.contains(name) && !known.contains(name), "\(name) need not be in foreignNames any more")
+        }
+    }
+
+    @Test func everyDocumentedConfigKeyExists() throws {
+        let accepted = try Self.configKeys()
+        #expect(accepted.isSuperset(of: ["socket", "unlock-delays", "erase-after", "biometry", "pinentry", "save"]), "\(accepted.sorted())")
+        #expect(!accepted.contains("off") && !accepted.contains("yes"), "values were taken for keys: \(accepted.sorted())")
+        var seen = Set<String>(), missing: [String] = []
+        for doc in Self.documents() {
+            for key in Self.documentedKeys(Self.prose(Self.read(doc))) {
+                seen.insert(key)
+                if !accepted.contains(key) && Self.notConfigKeys[key] == nil {
+                    missing.append("\(doc.dropFirst(Self.root.count + 1)): config key `\(key)` is not accepted by any config file parser")
+                }
+            }
+        }
+        #expect(missing.isEmpty, "\(missing.joined(separator: "\n"))")
+        #expect(seen.count > 15, "only \(seen.count) config keys found: the extraction is broken")
+        for key in Self.notConfigKeys.keys.sorted() {
+            #expect(seen.contains(key) && !accepted.contains(key), "\(key) need not be in notConfigKeys any more")
+        }
+    }
+
+    /// The extraction itself, on the sentence that went stale.
+    @Test func aStaleTypeNameIsFound() throws {
+        let spans = Self.codeSpans("through `UnlockService` (a `PasscodeVerifier` and a pure `RetryThrottle`); ``Agent/start()``, `Package.swift`, `Always`")
+        let names = spans.flatMap { Self.typeNames(in: $0) }
+        #expect(names == ["UnlockService", "PasscodeVerifier", "RetryThrottle", "Agent"], "\(names)")
+        let known = try knownNamesChecked()
+        #expect(!known.contains("RetryThrottle") && known.contains("AttemptSchedule") && known.contains("FailedAttempts"))
+    }
+
+    func knownNamesChecked() throws -> Set<String> {
+        let known = try Self.knownNames()
+        #expect(known.contains("AgentConfiguration") && known.contains("CofferAgent"), "the sources were not found under \(Self.root)")
+        return known
+    }
+}
