@@ -138,24 +138,29 @@ import Testing
         return keys
     }
 
-    @Test func everyDocumentedTypeExists() throws {
-        let known = try knownNamesChecked()
+    /// Every name `extract` finds in the documents' prose exists (or is in `allowed`); at least
+    /// `minimum` different names are found (else the extraction broke); and every `allowed` entry is
+    /// still documented and still not a real name, so the list stays honest.
+    static func checkDocumented(_ what: String, minimum: Int, allowed: [String: String], exists: (String) -> Bool,
+                                extract: (String) -> [(name: String, shown: String)]) {
         var seen = Set<String>(), missing: [String] = []
-        for doc in Self.documents() {
-            for span in Self.codeSpans(Self.prose(Self.read(doc))) {
-                for name in Self.typeNames(in: span) {
-                    seen.insert(name)
-                    if !known.contains(name) && Self.foreignNames[name] == nil {
-                        missing.append("\(doc.dropFirst(Self.root.count + 1)): `\(span.text)` names \(name), which nothing declares")
-                    }
-                }
+        for doc in documents() {
+            for (name, shown) in extract(prose(read(doc))) {
+                seen.insert(name)
+                if !exists(name) && allowed[name] == nil { missing.append("\(doc.dropFirst(root.count + 1)): \(shown) names the \(what) \(name), which no longer exists") }
             }
         }
         #expect(missing.isEmpty, "\(missing.joined(separator: "\n"))")
-        #expect(seen.count > 100, "only \(seen.count) type names found: the extraction is broken")
-        // The allow-list stays honest: each entry is still documented and still not a Coffer name.
-        for name in Self.foreignNames.keys.sorted() {
-            #expect(seen.contains(name) && !known.contains(name), "\(name) need not be in foreignNames any more")
+        #expect(seen.count >= minimum, "only \(seen.count) \(what) names found: the extraction is broken")
+        for name in allowed.keys.sorted() {
+            #expect(seen.contains(name) && !exists(name), "\(name) need not be allowed any more")
+        }
+    }
+
+    @Test func everyDocumentedTypeExists() throws {
+        let known = try knownNamesChecked()
+        Self.checkDocumented("type", minimum: 100, allowed: Self.foreignNames, exists: known.contains) { text in
+            Self.codeSpans(text).flatMap { span in Self.typeNames(in: span).map { ($0, "`\(span.text)`") } }
         }
     }
 
@@ -163,19 +168,8 @@ import Testing
         let accepted = try Self.configKeys()
         #expect(accepted.isSuperset(of: ["socket", "unlock-delays", "erase-after", "biometry", "pinentry", "save"]), "\(accepted.sorted())")
         #expect(!accepted.contains("off") && !accepted.contains("yes"), "values were taken for keys: \(accepted.sorted())")
-        var seen = Set<String>(), missing: [String] = []
-        for doc in Self.documents() {
-            for key in Self.documentedKeys(Self.prose(Self.read(doc))) {
-                seen.insert(key)
-                if !accepted.contains(key) && Self.notConfigKeys[key] == nil {
-                    missing.append("\(doc.dropFirst(Self.root.count + 1)): config key `\(key)` is not accepted by any config file parser")
-                }
-            }
-        }
-        #expect(missing.isEmpty, "\(missing.joined(separator: "\n"))")
-        #expect(seen.count > 15, "only \(seen.count) config keys found: the extraction is broken")
-        for key in Self.notConfigKeys.keys.sorted() {
-            #expect(seen.contains(key) && !accepted.contains(key), "\(key) need not be in notConfigKeys any more")
+        Self.checkDocumented("config key", minimum: 15, allowed: Self.notConfigKeys, exists: accepted.contains) { text in
+            Self.documentedKeys(text).map { ($0, "a config line") }
         }
     }
 
