@@ -476,13 +476,15 @@ static int ensure_runtime_dir(pam_handle_t *pamh, const char *root, const struct
     char name[24];
     snprintf(name, sizeof name, "%u", (unsigned)pw->pw_uid);
     snprintf(out, n, "%s/%s", root, name);
-    int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (rootfd < 0 && errno == ENOENT && (mkdir(root, 0755) == 0 || errno == EEXIST))
+    int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), made_root = 0;
+    if (rootfd < 0 && errno == ENOENT && ((made_root = mkdir(root, 0755) == 0) || errno == EEXIST))
         rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rootfd < 0) {
         pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot open %s: %m", root);
         return -1;
     }
+    /* Every user must reach their own directory in it, whatever the login process's umask. */
+    if (made_root) fchmod(rootfd, 0755);
     struct stat st;
     if (fstat(rootfd, &st) != 0 || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
         pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: it must belong to root and be writable by nobody else", root);
