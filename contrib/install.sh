@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
         --systemd) systemd=1 ;;
         --no-systemd) systemd=0 ;;
         --bin-dir) bin_dir="$2"; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
