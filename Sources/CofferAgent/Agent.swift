@@ -338,9 +338,10 @@ package final class Agent: Sendable {
             let response = pipeline.refuse(error, session: &session)
             return replying && reply(response, id: id, on: conn)
         }
-        if case .authResponse = request {
+        if case .authResponse = request, session.isGreeted {
             // An answer to an authentication that already ended (the person touched the sensor while
             // typing): nothing waits for it, and it gets no reply. Its passcode is wiped with the frame.
+            // As a first frame it is refused like any other frame that is not HELLO (lifecycle rule 1).
             return replying
         }
         let channel = ConnectionAuthChannel(conn: conn, requestID: requestID, budget: frameBudget)

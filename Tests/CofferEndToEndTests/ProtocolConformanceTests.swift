@@ -61,6 +61,8 @@ import Testing
         let helloBody = Array(Self.helloFrame[4...])
         let badFirst: [(String, [UInt8])] = [
             ("not HELLO", AgentRequest.status.encodeFrame(requestID: 5)),
+            // Used to be dropped without a reply: the HELLO behind it was answered and the ADD ran.
+            ("AUTH_RESPONSE", AgentRequest.authResponse(.cancel).encodeFrame(requestID: 5)),
             ("unknown type", Self.frame([0x42, 0, 0, 0, 5])),
             ("HELLO cut short", Self.frame(Array(helloBody.dropLast(3)))),
             ("HELLO with a trailing byte", Self.frame(helloBody + [0])),
