@@ -256,7 +256,7 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         let c = try AgentConnection(path: agent.socketPath, pipelineHello: true)
         #expect(c.version == 0)
         #expect(text(try c.copyMatching(password("svc", "piped")).first?.data) == "x")
-        #expect(c.version == 1 && !c.agentVersion.isEmpty)
+        #expect(c.version == WireFormat.version && !c.agentVersion.isEmpty)
         #expect(status { try c.copyMatching(password("svc", "not-run")) } == .itemNotFound)
     }
 
