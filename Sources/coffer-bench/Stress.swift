@@ -126,7 +126,8 @@ struct Stress {
         try tools.tools.writeFile(root + "/cofferd.conf",
                             "standard-trust-dirs = no\ntrusted-keys-dir = \(root)/keys\nmanifests-dir = \(root)/manifests\n")
         let pid = try startAgent(["--config", root + "/cofferd.conf"])
-        defer { _ = stop(pid) }
+        var exited = false // reaped: never signalled again (the pid may be reused)
+        defer { if !exited { _ = stop(pid) } }
         let good = try AgentConnection(path: socket)
         let who = try good.whoami()
         guard who.kind == .signedManifest, who.accessGroups == [Self.goodGroup] else {
@@ -158,8 +159,11 @@ struct Stress {
         let deadline = Threads.monotonicSeconds() + 60
         while stopFlag.value < 2 && Threads.monotonicSeconds() < deadline { usleep(1000) }
         let hung = stopFlag.value < 2
-        let alive = kill(pid, 0) == 0
-        print("| hostile frames sent (by an unsigned caller) | \(frames) |")
+        // kill(pid, 0) succeeds on a dead child not yet reaped: ask waitpid.
+        var status: Int32 = 0
+        exited = waitpid(pid, &status, WNOHANG) == pid
+        let alive = !exited
+        print("| hostile frames to send (by an unsigned caller) | \(frames) |")
         print("| agent still running | \(alive ? "yes" : "NO") |")
         print("| well-behaved client (signed, its own group): requests / failures | \(goodOps.value) / \(failures.count) |")
         if hung { print("| well-behaved client's last request | no reply within 60 s |") }
