@@ -338,12 +338,14 @@ package final class Agent: Sendable {
             let response = pipeline.refuse(error, session: &session)
             return replying && reply(response, id: id, on: conn)
         }
-        if case .authResponse = request {
+        if case .authResponse = request, session.isGreeted {
             // An answer to an authentication that already ended (the person touched the sensor while
             // typing): nothing waits for it, and it gets no reply. Its passcode is wiped with the frame.
+            // As a first frame it is refused like any other frame that is not HELLO (lifecycle rule 1).
             return replying
         }
-        let channel = ConnectionAuthChannel(conn: conn, requestID: requestID, budget: frameBudget)
+        let channel = ConnectionAuthChannel(conn: conn, requestID: requestID, budget: frameBudget,
+                                            feedbackKinds: (session.protocolVersion ?? 0) >= WireFormat.feedbackKindVersion)
         let response = pipeline.handle(request, session: &session, channel: replying ? channel : nil)
         if channel.broken { session.close() }
         if session.wantsEvents && !conn.isSubscribed { conn.subscribe() }
@@ -401,19 +403,24 @@ final class ConnectionAuthChannel: AuthChannel {
     let conn: Connection
     let requestID: UInt32
     let budget: FrameBudget
+    /// The client's HELLO announced version 2: feedback goes out as AUTH_FEEDBACK_KIND.
+    let feedbackKinds: Bool
     /// The client sent something other than AUTH_RESPONSE mid-conversation: the connection closes
     /// after the request's reply.
     private(set) var broken = false
 
-    init(conn: Connection, requestID: UInt32, budget: FrameBudget) {
+    init(conn: Connection, requestID: UInt32, budget: FrameBudget, feedbackKinds: Bool) {
         self.conn = conn
         self.requestID = requestID
         self.budget = budget
+        self.feedbackKinds = feedbackKinds
     }
 
     func ask(_ request: AuthenticationRequest) { _ = conn.send(AgentResponse.authNeeded(request).encodeFrame(requestID: requestID)) }
 
-    func feedback(_ text: String) { _ = conn.send(AgentResponse.authFeedback(text).encodeFrame(requestID: requestID)) }
+    func feedback(_ text: String, kind: AuthFeedbackKind) {
+        _ = conn.send(AgentResponse.authFeedback(text, kind: feedbackKinds ? kind : nil).encodeFrame(requestID: requestID))
+    }
 
     func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
         while true {

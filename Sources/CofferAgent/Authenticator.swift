@@ -57,8 +57,8 @@ protocol AuthChannel {
     /// `wake` becomes readable, and at least every second) and `.gone` if the client went away or broke
     /// the conversation.
     func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent
-    /// Sends AUTH_FEEDBACK (something to show the person).
-    func feedback(_ text: String)
+    /// Sends AUTH_FEEDBACK (something to show the person; `kind` says whether an answer is due).
+    func feedback(_ text: String, kind: AuthFeedbackKind)
 }
 
 /// What ``AuthChannel/awaitAnswer(stop:deadline:)`` saw.
@@ -228,7 +228,7 @@ final class Authenticator: Sendable {
             switch event {
             case .stopped:
                 // The sensor's own messages ("try again", "finger not centred") go to the person as they come.
-                for text in evaluation?.takeFeedback() ?? [] { channel.feedback(text) }
+                for text in evaluation?.takeFeedback() ?? [] { channel.feedback(text, kind: .notice) }
                 guard let outcome = evaluation?.outcome else { continue }
                 evaluation = nil
                 switch outcome {
@@ -244,9 +244,9 @@ final class Authenticator: Sendable {
                         guard methods.contains(.passcode) && !biometryOnly else {
                             throw LAError(.biometryLockout, "too many failed matches: biometry is locked out until you authenticate with your passcode")
                         }
-                        channel.feedback("Too many failed matches: biometry is locked out. Type your passcode.")
+                        channel.feedback("Too many failed matches: biometry is locked out. Type your passcode.", kind: .passcodeOnly)
                     } else {
-                        channel.feedback("No match. Try again.")
+                        channel.feedback("No match. Try again.", kind: .noMatch)
                         evaluation = startEvaluation(prompt, session.caller, channel)
                     }
                 case .cancelled:
@@ -254,7 +254,7 @@ final class Authenticator: Sendable {
                     if !methods.contains(.passcode) || biometryOnly { throw LAError(.systemCancel, "the biometric evaluation ended") }
                 case .unavailable(let e):
                     guard methods.contains(.passcode) && !biometryOnly else { throw e }
-                    channel.feedback("Biometry is not available: type your passcode.")
+                    channel.feedback("Biometry is not available: type your passcode.", kind: .passcodeOnly)
                 }
             case .answer(.passcode(let p)):
                 guard methods.contains(.passcode) && !biometryOnly else {
@@ -267,7 +267,7 @@ final class Authenticator: Sendable {
                 }
                 wrongPasscodes += 1
                 if wrongPasscodes >= Self.passcodeAttempts { throw LAError(.authenticationFailed, "wrong passcode") }
-                channel.feedback("Wrong passcode. Try again.")
+                channel.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
                 if evaluation?.isDone ?? false, methods.contains(.biometry), biometry.usable {
                     evaluation = startEvaluation(prompt, session.caller, channel)
                 }

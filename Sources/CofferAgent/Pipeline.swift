@@ -70,20 +70,22 @@ final class Pipeline: Sendable {
         return .error(error.secError)
     }
 
-    /// The first message must be HELLO with a version range that holds ours; anything else closes.
+    /// The first message must be HELLO with a version range that holds one of ours; anything else
+    /// closes. The connection speaks the highest version in both ranges.
     private func greet(_ request: AgentRequest, _ session: inout Session) -> AgentResponse {
         guard case .hello(let minV, let maxV, let client) = request else {
             session.close()
             return .error(.param("the first message must be HELLO"))
         }
-        guard minV <= WireFormat.version, WireFormat.version <= maxV else {
+        let version = min(maxV, WireFormat.version)
+        guard minV <= maxV, version >= max(minV, WireFormat.minimumVersion) else {
             session.close()
-            // Names no number the client sent: only the version this agent speaks.
-            return .error(.param("no protocol version this agent speaks (\(WireFormat.version)) is in the HELLO's range"))
+            // Names no number the client sent: only the versions this agent speaks.
+            return .error(.param("no protocol version this agent speaks (\(WireFormat.minimumVersion) to \(WireFormat.version)) is in the HELLO's range"))
         }
-        session.greeted(version: WireFormat.version, clientName: client)
-        logger.debug("hello", metadata: ["client": "\(client)", "peer": "\(session.peer)"])
-        return .helloReply(version: WireFormat.version, agentVersion: Agent.version)
+        session.greeted(version: version, clientName: client)
+        logger.debug("hello", metadata: ["client": "\(client)", "peer": "\(session.peer)", "version": "\(version)"])
+        return .helloReply(version: version, agentVersion: Agent.version)
     }
 
     /// One short handler per request kind.

@@ -51,7 +51,8 @@ public final class AgentConnection {
             throw refusal
         }
         fd = socket
-        let hello = AgentRequest.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: clientName)
+        // Any version this library speaks: an agent of version 1 answers 1 (feedback then has no kind).
+        let hello = AgentRequest.hello(minVersion: WireFormat.minimumVersion, maxVersion: WireFormat.version, clientName: clientName)
         if pipelineHello {
             try send(hello, id: takeID())
             helloPending = true
@@ -310,7 +311,7 @@ public final class AgentConnection {
                 let (rid, r) = try readResponse()
                 switch r {
                 case .event(let e): pendingEvents.append(e)
-                case .authFeedback(let text) where rid == id: delegate.feedback(text)
+                case .authFeedback(let text, let kind) where rid == id: delegate.feedback(text, kind: kind)
                 case .authNeeded(let next) where rid == id:
                     // The next factor of an "and" rule, or a new round.
                     answered = false
@@ -407,8 +408,9 @@ public protocol AuthenticationDelegate: AnyObject {
     var inputDescriptor: Int32 { get }
     /// The input is readable: an answer to send now, or nil to keep waiting.
     func inputReady() -> AuthenticationAnswer?
-    /// Something the agent wants shown (a failed match, a wrong passcode).
-    func feedback(_ text: String)
+    /// Something the agent wants shown (a failed match, a wrong passcode); `kind` says whether the
+    /// agent now waits for another answer (nil: an agent of protocol version 1, which does not say).
+    func feedback(_ text: String, kind: AuthFeedbackKind?)
     /// The request ended (its final reply arrived): stop prompting, restore the terminal.
     func end()
 }

@@ -98,9 +98,12 @@ public final class PinentryAuthentication: AuthenticationDelegate {
         return nil
     }
 
-    public func feedback(_ text: String) {
-        // The dialog has closed with the answer: ask again, showing why.
-        guard let current, fd >= 0 else { return }
+    public func feedback(_ text: String, kind: AuthFeedbackKind?) {
+        // A wrong passcode closed the dialog with its answer: ask again, showing why. Other feedback
+        // comes while the dialog is still open (a failed match, the sensor's own message, biometry
+        // gone while the passcode can still be typed): a second request would confuse the pinentry.
+        // An agent of version 1 does not say which: it is asked again, as before.
+        guard kind == nil || kind == .wrongPasscode, let current, fd >= 0 else { return }
         _ = ask(current, error: text)
     }
 

@@ -103,7 +103,9 @@ public final class TerminalAuthentication: AuthenticationDelegate {
         return .passcode(buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<length])) })
     }
 
-    public func feedback(_ text: String) {
+    public func feedback(_ text: String, kind: AuthFeedbackKind?) {
+        // Once biometry is out for this request, only the passcode is left to ask for.
+        if kind == .passcodeOnly { current?.methods.remove(.biometry) }
         say("\(name): \(TerminalSafeText.escaped(text))\n" + question(current?.methods ?? [.passcode]))
     }
 

@@ -34,6 +34,22 @@ public struct AuthenticationRequest: Sendable, Equatable {
     }
 }
 
+/// What an AUTH_FEEDBACK means for the conversation (sent with protocol version 2 and later, as
+/// AUTH_FEEDBACK_KIND; WireProtocol.md, Authentication): whether the agent now waits for another
+/// AUTH_RESPONSE, without the client reading the text it must not parse.
+public enum AuthFeedbackKind: UInt8, Sendable, Equatable {
+    /// For the person only (the sensor's own message): nothing changed, no answer is due.
+    case notice = 0
+    /// The passcode answered was wrong: the agent waits for another AUTH_RESPONSE.
+    case wrongPasscode = 1
+    /// A finger did not match: the sensor waits for another touch; no answer is due (a passcode
+    /// prompt, if the methods offered one, stays open).
+    case noMatch = 2
+    /// Biometry is out for this request (locked out, or the sensor unavailable): only a passcode
+    /// (or a cancel) can answer now.
+    case passcodeOnly = 3
+}
+
 /// The client's answer to an ``AuthenticationRequest`` (AUTH_RESPONSE).
 public enum AuthenticationAnswer: Sendable {
     /// The person cancelled (errSecUserCanceled / LAError.userCancel).

@@ -430,7 +430,7 @@ public enum AgentRequest: Sendable {
         case .copyMatchingPage:
             let q = try QueryCodec.decode(&r)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
-        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .laResult,
+        case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
              .bioStatus, .escrowSecret, .backupSummary, .event, .error:
             throw ProtocolError("the message type is a reply, not a request")
         }
@@ -457,8 +457,9 @@ public enum AgentResponse: Sendable {
     case whoami(WhoAmIReply)
     /// AUTH_NEEDED: not a final reply; the request with this id waits for an AUTH_RESPONSE.
     case authNeeded(AuthenticationRequest)
-    /// AUTH_FEEDBACK: not a final reply; something to show the person ("no match, try again").
-    case authFeedback(String)
+    /// AUTH_FEEDBACK: not a final reply; something to show the person ("no match, try again"). With a
+    /// kind it is AUTH_FEEDBACK_KIND (protocol version 2: only to clients whose HELLO announced it).
+    case authFeedback(String, kind: AuthFeedbackKind?)
     /// LA_RESULT.
     case laResult(LAResult)
     /// BIO_STATUS.
@@ -514,9 +515,13 @@ public enum AgentResponse: Sendable {
             var f = FrameBuilder(type: .authNeeded, requestID: requestID, payloadCapacity: 5 + a.app.utf8.count + a.prompt.utf8.count)
             f.w.u8(a.methods.rawValue); f.w.shortString(a.app); f.w.shortString(a.prompt)
             return f.finish()
-        case .authFeedback(let text):
+        case .authFeedback(let text, nil):
             var f = FrameBuilder(type: .authFeedback, requestID: requestID, payloadCapacity: 2 + text.utf8.count)
             f.w.shortString(text)
+            return f.finish()
+        case .authFeedback(let text, let kind?):
+            var f = FrameBuilder(type: .authFeedbackKind, requestID: requestID, payloadCapacity: 3 + text.utf8.count)
+            f.w.u8(kind.rawValue); f.w.shortString(text)
             return f.finish()
         case .laResult(let l):
             var f = FrameBuilder(type: .laResult, requestID: requestID, payloadCapacity: 11 + l.domainState.count + l.message.utf8.count)
@@ -643,7 +648,10 @@ public enum AgentResponse: Sendable {
             guard !methods.isEmpty, methods.rawValue & ~AuthenticationMethods.all.rawValue == 0 else { throw ProtocolError("bad methods") }
             response = .authNeeded(AuthenticationRequest(methods: methods, app: try r.sstr("app"), prompt: try r.sstr("prompt")))
         case .authFeedback:
-            response = .authFeedback(try r.sstr("feedback"))
+            response = .authFeedback(try r.sstr("feedback"), kind: nil)
+        case .authFeedbackKind:
+            guard let kind = AuthFeedbackKind(rawValue: try r.u8("feedback kind")) else { throw ProtocolError("unknown feedback kind") }
+            response = .authFeedback(try r.sstr("feedback"), kind: kind)
         case .laResult:
             let code = Int32(bitPattern: try r.u32("code"))
             var error: LAErrorCode? = nil

@@ -1,10 +1,15 @@
 import CofferCrypto
 public import CofferModel
 
-/// Constants and framing of the Coffer wire protocol, version 1 (see the WireProtocol article).
+/// Constants and framing of the Coffer wire protocol, versions 1 and 2 (see the WireProtocol article).
 public enum WireFormat {
-    /// The protocol version this code speaks.
-    public static let version: UInt16 = 1
+    /// The highest protocol version this code speaks (2: AUTH_FEEDBACK_KIND).
+    public static let version: UInt16 = 2
+    /// The lowest protocol version this code still speaks: an agent answers a HELLO whose range
+    /// holds only 1 as it always did.
+    public static let minimumVersion: UInt16 = 1
+    /// The version from which the agent sends AUTH_FEEDBACK_KIND instead of AUTH_FEEDBACK.
+    public static let feedbackKindVersion: UInt16 = 2
     /// Smallest frame body: type (1) + request id (4).
     public static let minimumBodyBytes = 5
     /// Largest frame body (256 KiB, like ssh-agent's AGENT_MAX_LEN): bounds what one client can make
@@ -66,6 +71,7 @@ public enum MessageType: UInt8, Sendable {
     case authOptions = 0x0E, authResponse = 0x0F, laEvaluate = 0x10, laCanEvaluate = 0x11, bio = 0x12, passcodeSync = 0x13, removePasscode = 0x14, escrow = 0x15, backup = 0x16
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
+    case authFeedbackKind = 0x91
     case event = 0xC0, error = 0xFF
 }
 

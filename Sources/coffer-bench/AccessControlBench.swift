@@ -19,7 +19,7 @@ struct AccessControlBench {
         func begin(_ request: AuthenticationRequest) -> Bool { true }
         var inputDescriptor: Int32 { -1 }
         func inputReady() -> AuthenticationAnswer? { nil }
-        func feedback(_ text: String) {}
+        func feedback(_ text: String, kind: AuthFeedbackKind?) {}
         func end() {}
     }
 

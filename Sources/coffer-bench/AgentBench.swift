@@ -307,13 +307,16 @@ struct AgentBench {
         while Files.exists(agent.socket) { usleep(1000) }
     }
 
-    func spawn(_ path: String, _ args: [String]) -> Int32 {
+    /// Runs `path ARGS` to its end; its wait status. `quiet`: its output goes to /dev/null.
+    func spawn(_ path: String, _ args: [String], quiet: Bool = true) -> Int32 {
         var pid: pid_t = 0
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        if quiet {
+            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        }
         var cargs = ([path] + args).map { strdup($0) } + [nil]
         defer { for a in cargs { free(a) } }
         guard posix_spawn(&pid, path, &actions, nil, &cargs, environ) == 0 else { return -1 }

@@ -13,13 +13,15 @@ struct Stress {
     var socket: String { dir + "/agent.sock" }
     var state: String { dir + "/state" }
 
-    func startAgent() throws -> pid_t {
+    var binDir: String { String(cofferd[..<(cofferd.lastIndex(of: "/") ?? cofferd.startIndex)]) }
+
+    func startAgent(_ extraArguments: [String] = []) throws -> pid_t {
         var pid: pid_t = 0
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 2, dir + "/agent.log", O_WRONLY | O_CREAT | O_APPEND, 0o600)
-        let words: [String] = [cofferd, "--foreground", "--socket", socket, "--state-dir", state]
+        let words: [String] = [cofferd, "--foreground", "--socket", socket, "--state-dir", state] + extraArguments
         var args: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
         defer { for a in args { free(a) } }
         guard posix_spawn(&pid, cofferd, &actions, nil, &args, environ) == 0 else { throw SecError(.io, "spawn failed") }
@@ -97,26 +99,96 @@ struct Stress {
     }
 
     /// `frames` random and mutated frames on fresh connections while a well-behaved client keeps working.
+    ///
+    /// The claim is exact: nothing the hostile frames may legitimately do reaches the well-behaved
+    /// client's item. The frames come from another process with another identity: an unsigned copy
+    /// of this binary (group `unsigned`), while this process is signed (a temporary trusted key, as
+    /// the identity bench does) for the group `stress-good` that holds the item. A mutated frame can
+    /// still become any valid request (a one-byte change turns the COPY_MATCHING below into a DELETE
+    /// of the same query), but an unsigned caller's requests never see that group; the item is of
+    /// the Always class (`dk`), readable in every lock state. So each failure of the well-behaved
+    /// client is the agent's fault: a crash, a request that hangs (no reply within 60 s), an error,
+    /// or a wrong secret. Each one is printed (request kind, status code, message).
     func hostile(frames: Int) throws {
-        let pid = try startAgent()
-        defer { _ = stop(pid); cleanup() }
+        defer { cleanup() }
+        let tools = IdentityBench(binDir: binDir)
+        let root = try tools.canonical(dir)
+        let me = try tools.canonical("/proc/self/exe")
+        for d in ["keys", "manifests", "hostile"] { guard mkdir(root + "/" + d, 0o755) == 0 else { throw SecError(.io, "mkdir \(d)") } }
+        try tools.coffer(["manifest", "keygen", "--out", root + "/stress.key"])
+        try tools.copyFile(root + "/stress.key.pub", root + "/keys/stress.pub")
+        try tools.coffer(["manifest", "sign", "--key", root + "/stress.key", "--app-id", "org.coffer.stress", "--executable", me,
+                          "--group", Self.goodGroup, "--out", root + "/manifests/stress.manifest"])
+        // No manifest names the copy: the agent gives it the shared group `unsigned`.
+        let hostileCopy = root + "/hostile/coffer-bench"
+        try tools.copyFile(me, hostileCopy)
+        chmod(hostileCopy, 0o755)
+        try tools.tools.writeFile(root + "/cofferd.conf",
+                            "standard-trust-dirs = no\ntrusted-keys-dir = \(root)/keys\nmanifests-dir = \(root)/manifests\n")
+        let pid = try startAgent(["--config", root + "/cofferd.conf"])
+        var exited = false // reaped: never signalled again (the pid may be reused)
+        defer { if !exited { _ = stop(pid) } }
         let good = try AgentConnection(path: socket)
-        try good.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")], secret: secret("ok")))
-        let stopFlag = Counter(), goodErrors = Counter(), goodOps = Counter()
+        let who = try good.whoami()
+        guard who.kind == .signedManifest, who.accessGroups == [Self.goodGroup] else {
+            throw SecError(.internalComponent, "the agent did not identify the well-behaved client as signed for \(Self.goodGroup): \(who)")
+        }
+        try good.add(NewItem(itemClass: .genericPassword,
+                             attributes: ["svce": .string("s"), "acct": .string("a"), "pdmn": .string("dk")], secret: secret("ok")))
+        let stopFlag = Counter(), goodOps = Counter(), failures = FailureLog()
         let path = socket
         Threads.detach {
-            guard let c = try? AgentConnection(path: path) else { goodErrors.add(1); return }
+            defer { stopFlag.add(1) }
+            guard let c = try? AgentConnection(path: path) else { failures.add("connect: the agent refused a new connection"); return }
             while stopFlag.value == 0 {
-                let r = try? c.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")], returnData: true))
-                if r?.count == 1 { goodOps.add(1) } else { goodErrors.add(1) }
+                do {
+                    let r = try c.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("s"), "acct": .string("a")],
+                                                         returnData: true))
+                    let value = r.first?.data.map { d in d.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } }
+                    if r.count == 1, value == "ok" { goodOps.add(1) } else { failures.add("COPY_MATCHING: \(r.count) items, secret \(value ?? "none"), expected 1 item, secret ok") }
+                } catch {
+                    failures.add("COPY_MATCHING: \(error)")
+                }
                 usleep(500)
             }
-            stopFlag.add(1)
+        }
+        // The hostile frames, from the unsigned copy.
+        let senderStatus = tools.tools.spawn(hostileCopy, ["stress-frames", socket, "\(frames)"], quiet: false)
+        stopFlag.add(1)
+        // The well-behaved client's request in flight must come back: a hang fails the run.
+        let deadline = Threads.monotonicSeconds() + 60
+        while stopFlag.value < 2 && Threads.monotonicSeconds() < deadline { usleep(1000) }
+        let hung = stopFlag.value < 2
+        // kill(pid, 0) succeeds on a dead child not yet reaped: ask waitpid.
+        var status: Int32 = 0
+        exited = waitpid(pid, &status, WNOHANG) == pid
+        let alive = !exited
+        print("| hostile frames to send (by an unsigned caller) | \(frames) |")
+        print("| agent still running | \(alive ? "yes" : "NO") |")
+        print("| well-behaved client (signed, its own group): requests / failures | \(goodOps.value) / \(failures.count) |")
+        if hung { print("| well-behaved client's last request | no reply within 60 s |") }
+        for line in failures.lines { progress("well-behaved client failure: \(line)") }
+        if failures.count > failures.lines.count { progress("… and \(failures.count - failures.lines.count) more failures") }
+        if senderStatus != 0 { progress("the hostile sender failed (wait status \(senderStatus))") }
+        if !alive || hung || failures.count > 0 || senderStatus != 0 { throw SecError(.internalComponent, "hostile input disturbed the agent") }
+    }
+
+    static let goodGroup = "stress-good"
+
+    /// The hostile side of ``hostile(frames:)`` (`coffer-bench stress-frames SOCKET FRAMES`, run as an
+    /// unsigned copy): random, mutated and truncated frames, each on a fresh connection. Fails if the
+    /// agent stops accepting, or if this process could reach the well-behaved client's group.
+    static func sendHostileFrames(socket: String, frames: Int) throws {
+        let who = try AgentConnection(path: socket).whoami()
+        guard !who.accessGroups.contains(goodGroup) else {
+            throw SecError(.internalComponent, "the hostile sender can reach \(goodGroup): \(who)")
         }
         let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "hostile").encodeFrame(requestID: 1)
         let valid = [AgentRequest.status.encodeFrame(requestID: 2),
                      AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("h")], secret: secret("x")), []).encodeFrame(requestID: 3),
-                     AgentRequest.copyMatching(ItemQuery(attributes: ["svce": .string("s")], limit: .all)).encodeFrame(requestID: 4)]
+                     AgentRequest.copyMatching(ItemQuery(attributes: ["svce": .string("s")], limit: .all)).encodeFrame(requestID: 4),
+                     // Valid as sent, refused: the well-behaved client's group is not this caller's (-34018).
+                     AgentRequest.delete(ItemQuery(attributes: ["agrp": .string(goodGroup), "svce": .string("s")], limit: .all)).encodeFrame(requestID: 5)]
         var rng = SystemRandomNumberGenerator()
         for i in 0..<frames {
             guard let fd = try? UnixSocket.connect(path: socket) else { throw SecError(.io, "agent stopped accepting at frame \(i)") }
@@ -135,13 +207,6 @@ struct Stress {
             _ = recv(fd, &sink, sink.count, 0)
             close(fd)
         }
-        stopFlag.add(1)
-        while stopFlag.value < 2 { usleep(1000) }
-        let alive = kill(pid, 0) == 0
-        print("| hostile frames sent | \(frames) |")
-        print("| agent still running | \(alive ? "yes" : "NO") |")
-        print("| well-behaved client: requests / failures | \(goodOps.value) / \(goodErrors.value) |")
-        if !alive || goodErrors.value > 0 { throw SecError(.internalComponent, "hostile input disturbed the agent") }
     }
 
     /// `trials` × (a mixed write load, kill -9 at a random moment, then the database checked
@@ -284,6 +349,16 @@ final class WriteLog: @unchecked Sendable {
             return (m, flight)
         }
     }
+}
+
+/// What the well-behaved client got instead of its item (the first 50 lines, and the count).
+final class FailureLog: @unchecked Sendable {
+    private let lock = PThreadMutex()
+    private var kept: [String] = []
+    private var n = 0
+    func add(_ line: String) { lock.withLock { n += 1; if kept.count < 50 { kept.append(line) } } }
+    var count: Int { lock.withLock { n } }
+    var lines: [String] { lock.withLock { kept } }
 }
 
 /// Latency samples from many threads.

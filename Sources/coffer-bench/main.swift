@@ -195,6 +195,9 @@ func run(_ args: [String]) throws {
         case "crash": try s.crash(trials: n ?? 100)
         default: print("unknown stress run \(args[2])"); exit(2)
         }
+    case "stress-frames" where args.count == 3:
+        // The hostile side of `stress BIN_DIR hostile`, run by it as an unsigned copy of this binary.
+        try Stress.sendHostileFrames(socket: args[1], frames: Int(args[2]) ?? 0)
     case "fill" where args.count == 3:
         guard let n = Int(args[2]) else { print("fill: N must be a number"); exit(2) }
         try fill(stateDirectory: args[1], items: n)

@@ -150,7 +150,7 @@ final class WrappedPinentryAuthentication: AuthenticationDelegate {
         return nil
     }
 
-    func feedback(_ text: String) {
+    func feedback(_ text: String, kind: AuthFeedbackKind?) {
         // The dialog closed with the answer: ask again, showing why.
         guard let current, !outstanding else { return }
         _ = ask(current, error: text)

@@ -8,6 +8,7 @@ import Testing
 @Suite struct WireHeaderTests {
     @Test func framingConstantsMatch() {
         #expect(Int(COFFER_WIRE_VERSION) == Int(WireFormat.version))
+        #expect(Int(COFFER_WIRE_MIN_VERSION) == Int(WireFormat.minimumVersion))
         #expect(Int(COFFER_MIN_BODY_BYTES) == WireFormat.minimumBodyBytes)
         #expect(Int(COFFER_MAX_BODY_BYTES) == WireFormat.maximumBodyBytes)
         #expect(Int(COFFER_MAX_SECRET_BYTES) == WireFormat.maximumSecretBytes)
@@ -23,6 +24,7 @@ import Testing
             (COFFER_MSG_WHOAMI, .whoami), (COFFER_MSG_AUTHORIZE, .authorize), (COFFER_MSG_WHOAMI_REPLY, .whoamiReply),
             (COFFER_MSG_AUTH_OPTIONS, .authOptions), (COFFER_MSG_AUTH_RESPONSE, .authResponse), (COFFER_MSG_LA_EVALUATE, .laEvaluate),
             (COFFER_MSG_LA_CAN_EVALUATE, .laCanEvaluate), (COFFER_MSG_AUTH_NEEDED, .authNeeded), (COFFER_MSG_AUTH_FEEDBACK, .authFeedback),
+            (COFFER_MSG_AUTH_FEEDBACK_KIND, .authFeedbackKind),
             (COFFER_MSG_LA_RESULT, .laResult), (COFFER_MSG_BIO, .bio), (COFFER_MSG_PASSCODE_SYNC, .passcodeSync), (COFFER_MSG_REMOVE_PASSCODE, .removePasscode),
             (COFFER_MSG_ESCROW, .escrow), (COFFER_MSG_ESCROW_SECRET, .escrowSecret),
             (COFFER_MSG_BACKUP, .backup), (COFFER_MSG_BACKUP_SUMMARY, .backupSummary), (COFFER_MSG_BIO_STATUS, .bioStatus),

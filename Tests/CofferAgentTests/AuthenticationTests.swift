@@ -62,7 +62,7 @@ import Testing
         let sensor = rig.sensor
         Thread.detachNewThread { usleep(50_000); sensor.queue(.match) }
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
-        #expect(client.feedbacks == ["Finger not centred: try again"])
+        #expect(client.feedbacks == ["Finger not centred: try again"] && client.feedbackKinds == [.notice])
     }
 
     @Test func withoutBiometryThePasscodeIsAskedForAndCheckedByPAM() throws {
@@ -72,6 +72,7 @@ import Testing
         let client = ScriptedChannel([.answer(.passcode(secret("wrong"))), .answer(Self.passcode)])
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
         #expect(client.asked.first?.methods == [.passcode] && client.feedbacks == ["Wrong passcode. Try again."])
+        #expect(client.feedbackKinds == [.wrongPasscode], "the agent waits for another answer, and says so")
         #expect(rig.verifier.callCount == calls + 2)
         // Three wrong passcodes fail the request.
         let wrong = AuthenticationAnswer.passcode(secret("nope"))
@@ -90,6 +91,8 @@ import Testing
         #expect(Self.secretText(r) == "pin 1234", "\(r) \(client.feedbacks)")
         #expect(client.feedbacks.filter { $0 == "No match. Try again." }.count == 4)
         #expect(client.feedbacks.last?.contains("locked out") == true)
+        #expect(client.feedbackKinds == [.noMatch, .noMatch, .noMatch, .noMatch, .passcodeOnly],
+                "a miss needs no answer; after the lockout only a passcode can answer")
         #expect(rig.sensor.evaluations == 5)
         // Biometry works again.
         rig.sensor.queue(.match)

@@ -42,6 +42,18 @@ import Testing
         #expect(s.isGreeted && s.protocolVersion == WireFormat.version)
     }
 
+    /// The connection speaks the highest version in both ranges: a client of version 1 alone gets 1
+    /// (and AUTH_FEEDBACK without a kind), one that announces 2 gets 2.
+    @Test(arguments: [(UInt16(1), UInt16(1), UInt16(1)), (1, 2, 2), (2, 2, 2), (1, 9, 2), (0, 1, 1)])
+    func theHighestCommonVersionIsChosen(range: (UInt16, UInt16, UInt16)) throws {
+        let rig = try AgentRig()
+        var s = rig.newSession()
+        guard case .helloReply(let v, _) = rig.pipeline.handle(.hello(minVersion: range.0, maxVersion: range.1, clientName: "v"), session: &s) else {
+            Issue.record("refused \(range)"); return
+        }
+        #expect(v == range.2 && s.protocolVersion == range.2)
+    }
+
     @Test func aSecondHelloIsAnErrorButKeepsTheSession() throws {
         let rig = try AgentRig()
         var s = rig.greetedSession()

@@ -187,9 +187,11 @@ final class ScriptedChannel: AuthChannel {
     var steps: [Step]
     private(set) var asked: [AuthenticationRequest] = []
     private(set) var feedbacks: [String] = []
+    /// The kind of each of ``feedbacks``.
+    private(set) var feedbackKinds: [AuthFeedbackKind] = []
     init(_ steps: [Step]) { self.steps = steps }
     func ask(_ request: AuthenticationRequest) { asked.append(request) }
-    func feedback(_ text: String) { feedbacks.append(text) }
+    func feedback(_ text: String, kind: AuthFeedbackKind) { feedbacks.append(text); feedbackKinds.append(kind) }
     func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
         if stop() {
             // The evaluation finished before the agent came to wait: that is the step's stop, so the

@@ -222,7 +222,7 @@ struct AccessControlCLITests {
             return .passcode(secret(passcode))
         }
         /// "Wrong passcode. Try again.": answers again.
-        func feedback(_ text: String) {
+        func feedback(_ text: String, kind: AuthFeedbackKind?) {
             var b: UInt8 = 1
             _ = write(fds[1], &b, 1)
         }

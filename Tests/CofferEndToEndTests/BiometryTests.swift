@@ -134,6 +134,10 @@ struct BiometryTests {
         // A biometry-only item offers no passcode: Enter cancels.
         t = Self.get(agent, "any", typing: "", prompt: "Enter to cancel").wait()
         #expect(t.status == 10, "\(t)")
+        // For good: removing the new finger gives the set yet another domain state, not the old one.
+        #expect(Self.withPasscode(agent, ["bio", "remove", "bob"]).status == 0)
+        t = Self.get(agent, "vault").wait()
+        #expect(t.status == 5 && !t.prompted && !t.output.contains("secret of vault"), "\(t)")
     }
 
     @Test func aCrashingPluginFailsOnlyItsEvaluationAndTheAgentKeepsServing() throws {

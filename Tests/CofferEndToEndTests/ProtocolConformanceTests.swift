@@ -61,11 +61,13 @@ import Testing
         let helloBody = Array(Self.helloFrame[4...])
         let badFirst: [(String, [UInt8])] = [
             ("not HELLO", AgentRequest.status.encodeFrame(requestID: 5)),
+            // Used to be dropped without a reply: the HELLO behind it was answered and the ADD ran.
+            ("AUTH_RESPONSE", AgentRequest.authResponse(.cancel).encodeFrame(requestID: 5)),
             ("unknown type", Self.frame([0x42, 0, 0, 0, 5])),
             ("HELLO cut short", Self.frame(Array(helloBody.dropLast(3)))),
             ("HELLO with a trailing byte", Self.frame(helloBody + [0])),
             ("HELLO with a client name that is not UTF-8", Self.frame([1, 0, 0, 0, 5, 0, 1, 0, 1, 0, 2, 0xC3, 0x28])),
-            ("HELLO without version 1", AgentRequest.hello(minVersion: 2, maxVersion: 9, clientName: "x").encodeFrame(requestID: 5)),
+            ("HELLO without a version the agent speaks", AgentRequest.hello(minVersion: WireFormat.version + 1, maxVersion: 9, clientName: "x").encodeFrame(requestID: 5)),
             ("HELLO with min above max", AgentRequest.hello(minVersion: 2, maxVersion: 1, clientName: "x").encodeFrame(requestID: 5)),
         ]
         for (i, (what, first)) in badFirst.enumerated() {
@@ -222,5 +224,149 @@ import Testing
         Thread.sleep(forTimeInterval: 1.5)
         send(.status, 8)
         expect(["status unlocked 8"], "the cancelled lock never happens")
+    }
+
+    // MARK: Issue 23, item 6: what the spec used to leave to guessing
+
+    /// One raw connection for a conversation frame by frame.
+    final class Conversation {
+        let fd: Int32
+        init(_ path: String, version: ClosedRange<UInt16> = 1...WireFormat.version) throws {
+            fd = try UnixSocket.connect(path: path)
+            UnixSocket.setTimeouts(fd, send: 5, receive: 60)
+            send(.hello(minVersion: version.lowerBound, maxVersion: version.upperBound, clientName: "conformance"), 1)
+        }
+        deinit { close(fd) }
+        func send(_ r: AgentRequest, _ id: UInt32) { #expect(r.encodeFrame(requestID: id).withUnsafeBytes { UnixSocket.writeAll(fd, $0) }) }
+        /// The next frame: its id, type byte and decoded response (nil: closed, or not decodable).
+        func next() -> (id: UInt32, type: UInt8, response: AgentResponse?)? {
+            guard let f = ConnectionLimitTests.readFrame(fd) else { return nil }
+            let decoded = try? Array(f[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) }
+            return (decoded?.0 ?? 0, f[4], decoded?.1)
+        }
+    }
+
+    static func protectedItem(_ service: String, _ factor: AccessControl.Factor = .devicePasscode, pdmn: String? = nil) -> NewItem {
+        var attributes: Attributes = ["svce": .string(service), "acct": .string("a"),
+                                      "accc": .data(AccessControl(factors: [factor])!.encoded())]
+        if let pdmn { attributes["pdmn"] = .string(pdmn) }
+        return NewItem(itemClass: .genericPassword, attributes: attributes, secret: secret("protected \(service)"))
+    }
+
+    /// A client that announced version 2 learns from AUTH_FEEDBACK_KIND that a wrong passcode needs
+    /// another answer; a client of version 1 alone still gets plain AUTH_FEEDBACK (same text).
+    @Test func feedbackSaysWhetherAnotherAnswerIsDue() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        try AgentConnection(path: agent.socketPath).add(Self.protectedItem("fb"))
+        for (range, feedbackType) in [(UInt16(1)...2, MessageType.authFeedbackKind), (1...1, .authFeedback)] {
+            let c = try Conversation(agent.socketPath, version: range)
+            guard case .helloReply(let v, _)? = c.next()?.response else { Issue.record("no HELLO_REPLY"); return }
+            #expect(v == range.upperBound)
+            c.send(.copyMatching(password("fb", "a")), 2)
+            guard case .authNeeded(let asked)? = c.next()?.response else { Issue.record("no AUTH_NEEDED"); return }
+            #expect(asked.methods == [.passcode])
+            c.send(.authResponse(.passcode(secret("wrong"))), 2)
+            let feedback = c.next()
+            #expect(feedback?.id == 2 && feedback?.type == feedbackType.rawValue, "version \(range): \(String(describing: feedback))")
+            guard case .authFeedback(let shown, let kind)? = feedback?.response else { Issue.record("no feedback"); return }
+            #expect(shown == "Wrong passcode. Try again." && kind == (range.upperBound >= 2 ? .wrongPasscode : nil))
+            c.send(.authResponse(.passcode(secret(AgentProcess.password))), 2)
+            guard case .items(let items)? = c.next()?.response else { Issue.record("no ITEMS"); return }
+            #expect(text(items.first?.data) == "protected fb")
+        }
+    }
+
+    /// COPY_MATCHING with returnFlags 0 answers ITEMS with one bare item (class, present 0) per match,
+    /// limit as asked, and, reading nothing, needs no authentication.
+    @Test func copyMatchingWithoutReturnFlagsListsBareItems() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        try c.add(Self.protectedItem("bare"))
+        try c.add(newPassword("bare", "b", "x"))
+        for (limit, count) in [(MatchLimit.one, 1), (.all, 2), (.count(1), 1)] {
+            let r = try c.copyMatching(ItemQuery(attributes: ["svce": .string("bare")], limit: limit))
+            #expect(r.count == count && r.allSatisfy { $0.itemClass == .genericPassword && $0.data == nil && $0.attributes == nil
+                && $0.persistentRef == nil }, "\(limit): \(r)")
+        }
+    }
+
+    /// An access control needs a passcode (-25291, checked first) and then a ThisDeviceOnly class
+    /// (-50 for ak, ck, dk; the default is aku).
+    @Test func anAccessControlNeedsAPasscodeThenAThisDeviceOnlyClass() throws {
+        let agent = try AgentProcess()
+        let c = try AgentConnection(path: agent.socketPath)
+        #expect(status { try c.add(Self.protectedItem("tdo", pdmn: "ak")) } == .notAvailable)
+        agent.setPasscode()
+        for pdmn in ["ak", "ck", "dk"] { #expect(status { try c.add(Self.protectedItem("tdo-\(pdmn)", pdmn: pdmn)) } == .param, "\(pdmn)") }
+        for pdmn in ["aku", "cku", "dku", "akpu"] { #expect(status { try c.add(Self.protectedItem("tdo-\(pdmn)", pdmn: pdmn)) } == nil, "\(pdmn)") }
+        try c.add(Self.protectedItem("tdo-default"))
+        let stored = try c.copyMatching(ItemQuery(attributes: ["svce": .string("tdo-default")], returnAttributes: true))
+        #expect(stored.first?.attributes?["pdmn"] == .string("aku"))
+    }
+
+    /// LA_EVALUATE: a cancel is userCancel (-2), no user interface notInteractive (-1004); neither is
+    /// an ERROR frame. Without a passcode: passcodeNotSet (-5).
+    @Test func laEvaluateCodesOnCancelAndWithoutUI() throws {
+        let agent = try AgentProcess()
+        let c = try Conversation(agent.socketPath)
+        _ = c.next()
+        c.send(.laEvaluate(.deviceOwnerAuthentication, reason: "test"), 2)
+        guard case .laResult(let none)? = c.next()?.response else { Issue.record("no LA_RESULT"); return }
+        #expect(none.error == .passcodeNotSet)
+        agent.setPasscode()
+        c.send(.laEvaluate(.deviceOwnerAuthentication, reason: "test"), 3)
+        guard case .authNeeded? = c.next()?.response else { Issue.record("no AUTH_NEEDED"); return }
+        c.send(.authResponse(.cancel), 3)
+        guard case .laResult(let cancelled)? = c.next()?.response else { Issue.record("no LA_RESULT"); return }
+        #expect(cancelled.error == .userCancel)
+        c.send(.authOptions(AuthenticationOptions(noUserInterface: true)), 4)
+        guard case .ok? = c.next()?.response else { Issue.record("AUTH_OPTIONS"); return }
+        c.send(.laEvaluate(.deviceOwnerAuthentication, reason: "test"), 5)
+        guard case .laResult(let noUI)? = c.next()?.response else { Issue.record("no LA_RESULT"); return }
+        #expect(noUI.error == .notInteractive)
+    }
+
+    /// ESCROW unlock: subscribers get `unlocked` (as after UNLOCK); a secret that is not 32 bytes is
+    /// -25300 without a record, else -25293 and a failed attempt like a wrong passcode.
+    @Test func escrowUnlockSendsUnlockedAndCountsAWrongLengthSecret() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        #expect(status { try c.unlock(escrowSecret: secret("short")) } == .itemNotFound)
+        try c.setAuthenticationOptions(AuthenticationOptions(passcode: secret(AgentProcess.password)))
+        let escrow = try c.createEscrow()
+        #expect(escrow.count == 32)
+        try c.lock()
+        let watcher = try Conversation(agent.socketPath)
+        _ = watcher.next()
+        watcher.send(.subscribe, 2)
+        guard case .ok? = watcher.next()?.response else { Issue.record("SUBSCRIBE"); return }
+        #expect(status { try c.unlock(escrowSecret: secret("short")) } == .authFailed)
+        let attempts = (try? String(contentsOfFile: agent.stateDir + "/attempts", encoding: .utf8)) ?? ""
+        #expect(attempts.hasPrefix("coffer attempts v1 1 "), "a wrong-length secret is a failed attempt: \(attempts)")
+        #expect(try c.status().lockState == .locked)
+        try c.unlock(escrowSecret: escrow)
+        guard case .event(.unlocked)? = watcher.next()?.response else { Issue.record("no unlocked event"); return }
+    }
+
+    /// BACKUP restore: `added` counts the items written (a dry run: that would be), `duplicates` the
+    /// backup's items already present (kept as they are).
+    @Test func backupRestoreCountsAddedAndDuplicates() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        for a in ["1", "2", "3"] { try c.add(newPassword("bk", a, "v\(a)")) }
+        try c.setAuthenticationOptions(AuthenticationOptions(passcode: secret(AgentProcess.password), reuseSeconds: 300))
+        let path = agent.dir.file("keys.cfbu")
+        #expect(try c.createBackup(path: path, password: secret("pw")) == 3)
+        _ = try c.delete(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bk"), "acct": .string("2")]))
+        let dry = try c.restoreBackup(path: path, password: secret("pw"), dryRun: true)
+        #expect(dry == (1, 2, 0) as (Int, Int, Int), "\(dry)")
+        #expect(status { try c.copyMatching(password("bk", "2")) } == .itemNotFound, "a dry run wrote")
+        let real = try c.restoreBackup(path: path, password: secret("pw"), dryRun: false)
+        #expect(real == (1, 2, 0) as (Int, Int, Int), "\(real)")
+        #expect(text(try c.copyMatching(password("bk", "2")).first?.data) == "v2")
     }
 }

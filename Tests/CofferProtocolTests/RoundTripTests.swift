@@ -18,6 +18,20 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
 }
 
 @Suite struct RoundTripTests {
+    /// AUTH_FEEDBACK (no kind, version 1) and AUTH_FEEDBACK_KIND (version 2) are two message types,
+    /// so a decoder needs no version to tell them apart; an unknown kind is malformed.
+    @Test func feedbackWithAndWithoutAKind() throws {
+        for kind in [nil, AuthFeedbackKind.notice, .wrongPasscode, .noMatch, .passcodeOnly] {
+            let frame = AgentResponse.authFeedback("t", kind: kind).encodeFrame(requestID: 7)
+            #expect(frame[4] == (kind == nil ? MessageType.authFeedback : .authFeedbackKind).rawValue)
+            guard case .authFeedback("t", let back) = try roundTrip(.authFeedback("t", kind: kind), id: 7) else { Issue.record("\(String(describing: kind))"); return }
+            #expect(back == kind)
+        }
+        var unknown = AgentResponse.authFeedback("t", kind: .noMatch).encodeFrame(requestID: 7)
+        unknown[9] = 4
+        #expect(throws: ProtocolError.self) { try Array(unknown[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) } }
+    }
+
     let attrs: Attributes = ["svce": .string("s"), "port": .integer(-7), "gena": .data([0, 1, 255]),
                              "invi": .bool(true), "cdat": .date(1.5e9), "labl": .string("ünïcødé")]
 

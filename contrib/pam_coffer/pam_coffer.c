@@ -237,7 +237,7 @@ static int send_request(int fd, int64_t deadline, uint8_t type, uint32_t id, con
     if (!b.p) return -1;
     int rc = put_u32(&b, 0) || put_u8(&b, type) || put_u32(&b, id);
     if (!rc && type == MSG_HELLO) {
-        rc = put_u16(&b, COFFER_WIRE_VERSION) || put_u16(&b, COFFER_WIRE_VERSION) || put_u16(&b, 10) || buf_put(&b, "pam_coffer", 10);
+        rc = put_u16(&b, COFFER_WIRE_MIN_VERSION) || put_u16(&b, COFFER_WIRE_VERSION) || put_u16(&b, 10) || buf_put(&b, "pam_coffer", 10);
     }
     if (!rc && nblobs >= 1) rc = put_blob(&b, blob1);
     if (!rc && nblobs >= 2) rc = put_blob(&b, blob2);

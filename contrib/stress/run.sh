@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Reliability runs against a real agent, each printing a table and failing on any error:
 #   load     64 clients x 10,000 mixed operations (add/get/update/delete/status): zero errors, p99 reported
-#   hostile  10,000 random, mutated and truncated frames while a well-behaved client keeps working
+#   hostile  10,000 random, mutated and truncated frames from an unsigned caller while a well-behaved client
+#            (signed, its item in a group the hostile caller cannot reach) keeps working; each of its failures
+#            is printed
 #   crash    100 trials of kill -9 during a mixed add/update/delete load: every item exactly as its last
 #            acknowledged write left it (the one write in flight may or may not have landed), integrity_check ok
 # Usage: contrib/stress/run.sh [--short]   (--short: 64 x 300, 2,000 frames, 10 trials; what CI runs)
@@ -10,6 +12,7 @@ cd "$(dirname "$0")/../.."
 bash contrib/deps.sh
 swift build -c release --product cofferd >/dev/null
 swift build -c release --product coffer-bench >/dev/null
+swift build -c release --product coffer >/dev/null # signs the well-behaved client of the hostile run
 bin="$(swift build -c release --show-bin-path)"
 if [ "${1:-}" = "--short" ]; then
     "$bin/coffer-bench" stress "$bin" load 64 300

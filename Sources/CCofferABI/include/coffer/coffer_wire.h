@@ -1,5 +1,5 @@
 /*
- * coffer_wire.h -- the constants of Coffer's wire protocol, version 1, for C clients: pam_coffer
+ * coffer_wire.h -- the constants of Coffer's wire protocol, versions 1 and 2, for C clients: pam_coffer
  * and, later, authenticator plugins and bridges. The specification is
  * Sources/CofferProtocol/CofferProtocol.docc/WireProtocol.md; the Swift constants are in
  * CofferProtocol (WireFormat, MessageType) and CofferModel (SecStatus). A test
@@ -10,8 +10,10 @@
 #ifndef COFFER_WIRE_H
 #define COFFER_WIRE_H
 
-/* Protocol version this header describes. */
-#define COFFER_WIRE_VERSION 1
+/* Protocol versions this header describes: the highest, and the lowest an agent still speaks (a C
+ * client that needs nothing of version 2 announces COFFER_WIRE_MIN_VERSION..COFFER_WIRE_VERSION). */
+#define COFFER_WIRE_VERSION 2
+#define COFFER_WIRE_MIN_VERSION 1
 
 /* Frames: u32 big-endian body length, then body = u8 type || u32 request id || payload. */
 #define COFFER_MIN_BODY_BYTES 5
@@ -51,6 +53,7 @@
 #define COFFER_MSG_WHOAMI_REPLY 0x8A
 #define COFFER_MSG_AUTH_NEEDED 0x8B
 #define COFFER_MSG_AUTH_FEEDBACK 0x8C
+#define COFFER_MSG_AUTH_FEEDBACK_KIND 0x91 /* version 2 */
 #define COFFER_MSG_LA_RESULT 0x8D
 #define COFFER_MSG_BIO_STATUS 0x8E
 #define COFFER_MSG_ESCROW_SECRET 0x8F
