@@ -57,6 +57,9 @@ final class Pipeline: Sendable {
             return try respond(to: request, &session, channel)
         } catch {
             logger.debug("request failed", metadata: ["status": "\(error.status.name)", "peer": "\(session.peer)"])
+            if error.status == .notAvailable && keychain.keybagFilesChanged {
+                logger.error("refused a write: \(error.message)", metadata: ["peer": "\(session.peer)"])
+            }
             return .error(error)
         }
     }

@@ -33,6 +33,8 @@ public final class Keychain: Sendable {
     private let appPasswordKDF: ItemCrypto.AppPasswordKDF
     /// The directory the keychain lives in (the escrow record is kept there).
     let stateDirectory: String
+    /// The state directory's lock, when this keychain took it (``init(directory:deviceKey:applicationPasswordKDF:lockingStateDirectory:)``).
+    private let stateLock: StateDirectoryLock?
 
     /// File names inside the state directory.
     public enum FileNames {
@@ -44,8 +46,23 @@ public final class Keychain: Sendable {
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
     /// file `device.key` in the same directory).
+    ///
+    /// `lockingStateDirectory`: takes the state directory's lock (``StateDirectoryLock``) first and
+    /// holds it as long as this keychain lives, as every program but the agent must (the agent takes it
+    /// itself, before it daemonises). errSecNotAvailable, naming the holder, if an agent or another
+    /// program has it.
     public init(directory: String, deviceKey: DeviceKeySource? = nil,
-                applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20)) throws(SecError) {
+                applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
+                lockingStateDirectory: Bool = false) throws(SecError) {
+        if lockingStateDirectory {
+            do {
+                stateLock = try StateDirectoryLock.acquire(directory: directory, socket: nil)
+            } catch {
+                throw .notAvailable("\(error)")
+            }
+        } else {
+            stateLock = nil
+        }
         appPasswordKDF = ItemCrypto.AppPasswordKDF(opsLimit: applicationPasswordKDF.opsLimit, memLimit: applicationPasswordKDF.memLimit)
         stateDirectory = directory
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
@@ -153,6 +170,10 @@ public final class Keychain: Sendable {
         }
     }
 
+    /// True if the keybag files are no longer those this keychain loaded or wrote (another process
+    /// rewrote them): every write is then refused with errSecNotAvailable until the agent restarts.
+    public var keybagFilesChanged: Bool { (try? keybag.checkUnchanged()) == nil }
+
     /// Number of items (all classes, locked or not).
     public func count() throws(SecError) -> Int { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.count() } }
 
@@ -194,7 +215,7 @@ public final class Keychain: Sendable {
                          applicationPassword: applicationPassword)
             }
             // The row and its index entries commit together (one transaction) or not at all.
-            try store.transaction { () throws(SecError) in
+            try writing(store) { () throws(SecError) in
                 try checkNoDuplicate(store, otherTiers, except: nil)
                 _ = try store.insert(content)
             }
@@ -215,7 +236,7 @@ public final class Keychain: Sendable {
         }
         try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
-            try store.transaction { () throws(SecError) in
+            try writing(store) { () throws(SecError) in
                 for (item, attrs, protection) in prepared {
                     let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                         try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
@@ -241,7 +262,7 @@ public final class Keychain: Sendable {
             let store = s.store
             var added = 0, duplicates = 0
             do throws(SecError) {
-                try store.transaction { () throws(SecError) in
+                try writing(store) { () throws(SecError) in
                     for (item, attrs, protection) in prepared {
                         let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                             try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
@@ -442,10 +463,11 @@ public final class Keychain: Sendable {
         let newProtection = try Validation.protection(of: changes.attributes)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            try keybag.checkUnchanged() // before matching: rows re-sealed elsewhere would not even be found
             var matches: [(StoredRow, ItemClass, Attributes)] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
             guard !matches.isEmpty else { throw Self.notFound(complete) }
-            return try store.transaction { () throws(SecError) in
+            return try writing(store) { () throws(SecError) in
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
                     try Self.checkAuthorized(old, .update, authorization)
@@ -490,6 +512,7 @@ public final class Keychain: Sendable {
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            try keybag.checkUnchanged() // before matching, as in an update
             var ids: [Int64] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, attrs) throws(SecError) in
                 try Self.checkAuthorized(attrs, .delete, authorization)
@@ -497,7 +520,7 @@ public final class Keychain: Sendable {
                 ids.append(row.id)
             }
             guard !ids.isEmpty else { throw Self.notFound(complete) }
-            try store.transaction { () throws(SecError) in
+            try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
             }
             return ids.count
@@ -505,6 +528,13 @@ public final class Keychain: Sendable {
     }
 
     // MARK: Internals (hold the keychain mutex: `store` comes from its state)
+
+    /// A write transaction, refused first (errSecNotAvailable) if the keybag files changed under this
+    /// process: its keys in memory may have been rotated elsewhere, and what it sealed now would be lost.
+    private func writing<R>(_ store: ItemStore, _ body: () throws(SecError) -> R) throws(SecError) -> R {
+        try keybag.checkUnchanged()
+        return try store.transaction(body)
+    }
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
     /// and compared in full, so a tampered index can never return a wrong item.
