@@ -86,6 +86,25 @@ import Testing
         #expect(r.status == 1 && r.stderr.contains("pid \(agent.pid)"), "\(r)")
     }
 
+    /// A daemonising agent takes the lock before the fork and keeps it in the daemon: the parent's exit
+    /// does not release it, and the file names the daemon.
+    @Test func theDaemonHoldsTheLockAfterItsParentExits() throws {
+        let sandbox = try AgentProcess(start: false)
+        #expect(try DaemonTests.runCofferd(sandbox.agentArguments) == 0)
+        let fd = try UnixSocket.connect(path: sandbox.socketPath)
+        let daemon = try PeerIdentity.of(socket: fd)
+        close(fd)
+        defer {
+            kill(daemon.pid, SIGTERM)
+            for _ in 0..<500 where kill(daemon.pid, 0) == 0 { usleep(10_000) }
+        }
+        let holder = StateDirectoryLock.currentHolder(of: sandbox.stateDir)
+        #expect(holder?.pid == daemon.pid && holder?.socket == sandbox.socketPath, "\(String(describing: holder))")
+        let r = runCLI(["--foreground"] + Self.secondAgentArguments(sandbox, socket: sandbox.dir.file("run/other.sock")),
+                       executable: Binaries.cofferd, timeout: 60)
+        #expect(r.status == 1 && r.stderr.contains("pid \(daemon.pid)"), "\(r)")
+    }
+
     /// A keybag rewritten under a running agent (here by a process that ignored the lock and changed
     /// the passcode, rotating the keys): the agent refuses to write, with a clear error, instead of
     /// sealing under keys no keybag file holds any more.
