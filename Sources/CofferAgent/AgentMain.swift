@@ -13,10 +13,21 @@ package enum AgentMain {
             StandardStreams.printError("cofferd: cannot disable core dumps: \(error)")
             return 1
         }
+        // One agent per state directory, decided before anything in it is read (and before a daemon
+        // detaches, so a refusal reaches the terminal): a second agent on the same keychain would
+        // seal under keys the first one rotated, or overwrite what it acknowledged.
+        let stateLock: StateDirectoryLock
+        do {
+            try Files.makePrivateDirectory(cfg.stateDirectory)
+            stateLock = try StateDirectoryLock.acquire(directory: cfg.stateDirectory, socket: cfg.socketPath)
+        } catch {
+            StandardStreams.printError("cofferd: \(error)")
+            return 1
+        }
         var readiness: ThisProcess.Readiness? = nil
         if daemonize {
             do {
-                try Files.makePrivateDirectory(cfg.stateDirectory)
+                // The daemon inherits the locked descriptor (the parent's exit does not release it).
                 let role = try ThisProcess.daemonize(logFile: cfg.stateDirectory + "/cofferd.log")
                 switch consume role {
                 case .parent(let status): return status
@@ -26,6 +37,7 @@ package enum AgentMain {
                 StandardStreams.printError("cofferd: \(error)")
                 return 1
             }
+            stateLock.recordHolder(socket: cfg.socketPath)
         }
         let level = Logger.Level(rawValue: logLevel) ?? .info
         LoggingSystem.bootstrap { label in
@@ -46,6 +58,7 @@ package enum AgentMain {
             return 1
         }
         agent.start()
+        logger.info("state directory locked", metadata: ["lock": "\(stateLock.path)"])
         Systemd.notify("READY=1\nSTATUS=serving \(cfg.socketPath)\nMAINPID=\(getpid())")
         if let r = consume readiness { r.signal() }
         while true {
@@ -57,6 +70,7 @@ package enum AgentMain {
             default:
                 Systemd.notify("STOPPING=1")
                 agent.shutdown()
+                withExtendedLifetime(stateLock) {}
                 return 0
             }
         }

@@ -57,6 +57,9 @@ final class Pipeline: Sendable {
             return try respond(to: request, &session, channel)
         } catch {
             logger.debug("request failed", metadata: ["status": "\(error.status.name)", "peer": "\(session.peer)"])
+            if error.status == .notAvailable && keychain.keybagFilesChanged {
+                logger.error("refused a write: \(error.message)", metadata: ["peer": "\(session.peer)"])
+            }
             return .error(error)
         }
     }
@@ -117,6 +120,17 @@ final class Pipeline: Sendable {
                 let r = try keychain.restoreBackup(bytes, password: password, dryRun: dryRun)
                 if !dryRun { logger.notice("backup restored", metadata: ["added": "\(r.added)", "duplicates": "\(r.duplicates)"]) }
                 return .backupSummary(added: UInt32(r.added), duplicates: UInt32(r.duplicates), otherDevice: UInt32(r.otherDevice))
+            }
+        case .check(let operation):
+            // Every group's rows (references and reasons, never values): whole-keychain callers only.
+            return try audited(session.caller, "check") { () throws(SecError) -> AgentResponse in
+                try mayManageKeychain(session.caller, "check every item")
+                let report = try keychain.check(operation)
+                if operation != .verify && operation != .listQuarantine {
+                    logger.notice("check", metadata: ["operation": "\(operation == .quarantine ? "quarantine" : "restore")",
+                                                      "findings": "\(report.findings.count)"])
+                }
+                return .checkReport(report)
             }
         case .escrowCreate:
             // An escrow opens everything without the person later: making one needs the person now.
@@ -263,7 +277,11 @@ final class Pipeline: Sendable {
                     used = auth
                     return try page(query, scope: scope, after: cursor, paged: true, authorization: auth)
                 }
-                guard case .itemsPage(_, let next) = reply else { return reply }
+                let next: UInt64
+                switch reply {
+                case .itemsPage(_, let n), .itemsPageSkipping(_, let n, _): next = n
+                default: return reply
+                }
                 if cursor == 0 {
                     session.recordPagingAuthorization(used, query: query, nextCursor: next, now: clock.now(), generation: gate.lockGeneration)
                 } else {
@@ -446,7 +464,8 @@ final class Pipeline: Sendable {
     /// that does not fit.
     private func page(_ query: ItemQuery, scope: AccessScope, after cursor: UInt64, paged: Bool,
                       authorization: AuthorizationContext) throws(SecError) -> AgentResponse {
-        let header = paged ? WireFormat.itemsPageHeaderBytes : WireFormat.itemsHeaderBytes
+        let header = !paged ? WireFormat.itemsHeaderBytes
+            : query.skipUnreadable ? WireFormat.itemsPageSkippingHeaderBytes : WireFormat.itemsPageHeaderBytes
         var room = WireFormat.maximumBodyBytes - header
         let page = try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max,
                                                  authorization: authorization) { item in
@@ -464,6 +483,8 @@ final class Pipeline: Sendable {
             guard page.isComplete else { throw Self.tooLarge("the whole result; use COPY_MATCHING_PAGE (paged)") }
             return .items(page.items)
         }
-        return .itemsPage(page.items, nextCursor: page.isComplete ? 0 : UInt64(page.lastRowID))
+        let next = page.isComplete ? 0 : UInt64(page.lastRowID)
+        if query.skipUnreadable { return .itemsPageSkipping(page.items, nextCursor: next, unreadable: UInt32(clamping: page.unreadable)) }
+        return .itemsPage(page.items, nextCursor: next)
     }
 }

@@ -181,6 +181,14 @@ public final class AgentConnection {
         return l
     }
 
+    /// CHECK: verifies every item (`.verify`), also quarantines those failing authentication
+    /// (`.quarantine`), lists the quarantine, or restores one quarantined item.
+    public func check(_ operation: CheckOperation) throws(SecError) -> CheckReport {
+        let r = try roundTrip(.check(operation))
+        guard case .checkReport(let report) = r else { throw unexpected(r) }
+        return report
+    }
+
     /// Has the agent write a backup to `path` (absolute); returns how many items it holds.
     public func createBackup(path: String, password: SecureBytes) throws(SecError) -> Int {
         let r = try roundTrip(.backupCreate(path: path, password: password))
@@ -371,26 +379,55 @@ public final class AgentConnection {
     /// One COPY_MATCHING_PAGE round trip: the matches after `cursor` (0: from the start) that fit in
     /// one frame, and the cursor of the next page (0: there is none).
     public func copyMatchingPage(_ query: ItemQuery, cursor: UInt64) throws(SecError) -> (items: [ItemResult], nextCursor: UInt64) {
-        let r = try roundTrip(.copyMatchingPage(query, cursor: cursor))
-        guard case .itemsPage(let items, let next) = r else { throw unexpected(r) }
+        let (items, next, _) = try page(query, cursor: cursor)
         return (items, next)
+    }
+
+    /// One page and how many unreadable items it skipped (with ``ItemQuery/skipUnreadable``).
+    private func page(_ query: ItemQuery, cursor: UInt64) throws(SecError) -> (items: [ItemResult], nextCursor: UInt64, unreadable: Int) {
+        let r = try roundTrip(.copyMatchingPage(query, cursor: cursor))
+        switch r {
+        case .itemsPage(let items, let next) where !query.skipUnreadable: return (items, next, 0)
+        case .itemsPageSkipping(let items, let next, let n) where query.skipUnreadable: return (items, next, Int(n))
+        default: throw unexpected(r)
+        }
+    }
+
+    /// A listing that does not fail on items failing authentication (a damaged or forged row): the
+    /// items that can be read, and how many could not (`coffer check` reports and quarantines them).
+    /// Against an agent older than ITEMS_PAGE_SKIPPING (errSecParam for the flag) it lists as
+    /// ``copyMatching(_:)`` does.
+    public func copyMatchingSkippingUnreadable(_ query: ItemQuery) throws(SecError) -> (items: [ItemResult], unreadable: Int) {
+        guard query.limit != .one else { return (try copyMatching(query), 0) }
+        var q = query
+        q.skipUnreadable = true
+        var all: [ItemResult] = []
+        do {
+            let unreadable = try forEachPage(q) { page in all.append(contentsOf: page) }
+            return (all, unreadable)
+        } catch where error.status == .param && error.message.contains("undefined flag bits") {
+            return (try copyMatching(query), 0)
+        }
     }
 
     /// Runs a search page by page, handing each page to `body` in order (oldest items first) and
     /// honouring the query's limit across pages: each next page asks only for what is still missing.
-    public func forEachPage(_ query: ItemQuery, _ body: ([ItemResult]) throws(SecError) -> Void) throws(SecError) {
-        var q = query, cursor: UInt64 = 0
+    /// Returns how many unreadable items the pages skipped (always 0 without ``ItemQuery/skipUnreadable``).
+    @discardableResult
+    public func forEachPage(_ query: ItemQuery, _ body: ([ItemResult]) throws(SecError) -> Void) throws(SecError) -> Int {
+        var q = query, cursor: UInt64 = 0, unreadable = 0
         var remaining = query.limit.bound
         while true {
-            let (items, next) = try copyMatchingPage(q, cursor: cursor)
+            let (items, next, skipped) = try page(q, cursor: cursor)
+            unreadable += skipped
             if let r = remaining, items.count > r { throw SecError(.decode, "the agent returned more items than asked for") }
             try body(items)
-            guard next != 0 else { return }
+            guard next != 0 else { return unreadable }
             guard !items.isEmpty else { throw SecError(.decode, "the agent sent an empty page with a next cursor") }
             cursor = next
             if let r = remaining {
                 let left = r - items.count
-                guard left > 0 else { return }
+                guard left > 0 else { return unreadable }
                 remaining = left
                 q.limit = .count(left)
             }

@@ -103,6 +103,7 @@ package final class Keybag: Sendable {
 
     private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile, isNew: Bool) throws(SecError) {
         var state = State(paths: paths, file: file)
+        state.recordFiles()
         state.setSlot(Slot.deviceKey, deviceKey)
         try state.unwrapEntries(wrapping: .device, passcodeKey: nil)
         guarded = Protected(state)
@@ -208,6 +209,13 @@ package final class Keybag: Sendable {
             try s.rekey(newPasscode: nil, reseal: reseal)
             try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
         }
+    }
+
+    /// errSecNotAvailable if the keybag files are not those this keybag last loaded or wrote (another
+    /// process rewrote them): the keychain calls it before every write, so nothing is sealed under
+    /// keys that were rotated elsewhere. A rekey checks it itself.
+    package func checkUnchanged() throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in try s.checkFilesUnchanged() }
     }
 
     /// Locks: wipes the WhenUnlocked, WhenUnlockedThisDeviceOnly and WhenPasscodeSet keys from memory.
@@ -430,6 +438,8 @@ package final class Keybag: Sendable {
         /// The keybag file as last loaded or committed.
         var file: KeybagFile
         var lockState: LockState
+        /// The identities of `keybag.key` and `keybag` as this process last loaded or wrote them.
+        private var files: [FileIdentity?] = []
 
         init(paths: KeybagPaths, file: KeybagFile) {
             self.paths = paths
@@ -441,6 +451,20 @@ package final class Keybag: Sendable {
         var needsRekey: Bool { file.version < KeybagFile.currentVersion || file.rekeyPending }
 
         func isAvailable(_ slot: Int) -> Bool { available & Slot.bit(slot) != 0 }
+
+        // MARK: Files changed under this process
+
+        /// Notes the keybag files' identities (after loading or committing them).
+        mutating func recordFiles() { files = [FileIdentity.of(paths.key), FileIdentity.of(paths.keybag)] }
+
+        /// errSecNotAvailable if `keybag.key` or `keybag` is not what this process last loaded or
+        /// wrote: another process rewrote the keybag (a passcode change rotating the keys), and
+        /// anything sealed now under the keys in memory could become unreadable.
+        func checkFilesUnchanged() throws(SecError) {
+            guard [FileIdentity.of(paths.key), FileIdentity.of(paths.keybag)] != files else { return }
+            throw .notAvailable("the keybag files in \(Files.directoryName(paths.key)) changed under this agent (another process "
+                + "rewrote them); nothing is written with keys that may be stale: restart the agent")
+        }
 
         // MARK: Rekey
 
@@ -454,6 +478,7 @@ package final class Keybag: Sendable {
         /// (state boot), so the next unlock finishes it.
         mutating func rekey(newPasscode: (KeybagFile.Passcode, SecureBytes)?, oldPasscodeKey: SecureBytes? = nil,
                             reseal: Reseal) throws(SecError) {
+            try checkFilesUnchanged()
             let deviceKey = unsafe SecureBytes(copying: slotBytes(Slot.deviceKey))
             let dwk = deviceWrapKey()
             let opened = try openAll(passcodeKey: oldPasscodeKey)
@@ -499,6 +524,7 @@ package final class Keybag: Sendable {
                 CrashPoint.hit("rekey-start")
                 try next.save(paths, keybagKey: .random(count: Keybag.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-next-written")
                 file = next
+                recordFiles()
                 CrashPoint.hit("rekey-committed")
             }
             do throws(SecError) {
@@ -512,6 +538,7 @@ package final class Keybag: Sendable {
                 done.rekeyPending = false
                 try done.save(paths, keybagKey: .random(count: Keybag.keyBytes), deviceKey: deviceKey, crashPoint: "rekey-final-next-written")
                 file = done
+                recordFiles()
                 CrashPoint.hit("rekey-done")
             } catch {
                 for slot in Slot.rotated { wipeSlot(slot) }

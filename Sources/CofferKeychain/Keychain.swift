@@ -33,6 +33,8 @@ public final class Keychain: Sendable {
     private let appPasswordKDF: ItemCrypto.AppPasswordKDF
     /// The directory the keychain lives in (the escrow record is kept there).
     let stateDirectory: String
+    /// The state directory's lock, when this keychain took it (``init(directory:deviceKey:applicationPasswordKDF:lockingStateDirectory:)``).
+    private let stateLock: StateDirectoryLock?
 
     /// File names inside the state directory.
     public enum FileNames {
@@ -44,8 +46,23 @@ public final class Keychain: Sendable {
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
     /// file `device.key` in the same directory).
+    ///
+    /// `lockingStateDirectory`: takes the state directory's lock (``StateDirectoryLock``) first and
+    /// holds it as long as this keychain lives, as every program but the agent must (the agent takes it
+    /// itself, before it daemonises). errSecNotAvailable, naming the holder, if an agent or another
+    /// program has it.
     public init(directory: String, deviceKey: DeviceKeySource? = nil,
-                applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20)) throws(SecError) {
+                applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
+                lockingStateDirectory: Bool = false) throws(SecError) {
+        if lockingStateDirectory {
+            do {
+                stateLock = try StateDirectoryLock.acquire(directory: directory, socket: nil)
+            } catch {
+                throw .notAvailable("\(error)")
+            }
+        } else {
+            stateLock = nil
+        }
         appPasswordKDF = ItemCrypto.AppPasswordKDF(opsLimit: applicationPasswordKDF.opsLimit, memLimit: applicationPasswordKDF.memLimit)
         stateDirectory = directory
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
@@ -153,6 +170,10 @@ public final class Keychain: Sendable {
         }
     }
 
+    /// True if the keybag files are no longer those this keychain loaded or wrote (another process
+    /// rewrote them): every write is then refused with errSecNotAvailable until the agent restarts.
+    public var keybagFilesChanged: Bool { (try? keybag.checkUnchanged()) == nil }
+
     /// Number of items (all classes, locked or not).
     public func count() throws(SecError) -> Int { try guarded.withLock { (s: inout State) throws(SecError) in try s.store.count() } }
 
@@ -194,7 +215,7 @@ public final class Keychain: Sendable {
                          applicationPassword: applicationPassword)
             }
             // The row and its index entries commit together (one transaction) or not at all.
-            try store.transaction { () throws(SecError) in
+            try writing(store) { () throws(SecError) in
                 try checkNoDuplicate(store, otherTiers, except: nil)
                 _ = try store.insert(content)
             }
@@ -215,7 +236,7 @@ public final class Keychain: Sendable {
         }
         try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
-            try store.transaction { () throws(SecError) in
+            try writing(store) { () throws(SecError) in
                 for (item, attrs, protection) in prepared {
                     let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                         try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
@@ -241,7 +262,7 @@ public final class Keychain: Sendable {
             let store = s.store
             var added = 0, duplicates = 0
             do throws(SecError) {
-                try store.transaction { () throws(SecError) in
+                try writing(store) { () throws(SecError) in
                     for (item, attrs, protection) in prepared {
                         let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
                             try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
@@ -334,6 +355,8 @@ public final class Keychain: Sendable {
         public var lastRowID: Int64
         /// True when nothing is left: the matches ran out or `query.limit` items were returned.
         public var isComplete: Bool
+        /// Rows this page skipped because they fail authentication (only with `query.skipUnreadable`).
+        public var unreadable = 0
     }
 
     /// SecItemCopyMatching for a paged reply: the matches after row id `cursor` (0: from the start),
@@ -349,9 +372,20 @@ public final class Keychain: Sendable {
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var items: [ItemResult] = []
-            var lastRowID = cursor, refused = false
+            var lastRowID = cursor, refused = false, unreadable = 0
+            let skip: ((StoredRow) throws(SecError) -> Void)? = query.skipUnreadable ? { [keybag] row throws(SecError) in
+                // Counted for the caller unless its index says another group's (a row without index
+                // entries, forged or damaged, may be anyone's: counted).
+                if let groups = scope.groups, let p = ProtectionClass(rawValue: row.protectionClass) {
+                    let mine = try keybag.withIndexKey(IndexTier.of(p)) { k in Set(groups.map { Self.blindHash(k, "agrp", .string($0)) }) }
+                    let index = try store.indexHashes(item: row.id)
+                    if !index.isEmpty && mine.isDisjoint(with: index) { return }
+                }
+                unreadable += 1
+            } : nil
             let complete = try store.reading { () throws(SecError) in
-                try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused }) { (row, cls, attrs) throws(SecError) in
+                try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
+                                 unreadable: skip) { (row, cls, attrs) throws(SecError) in
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
@@ -364,8 +398,8 @@ public final class Keychain: Sendable {
                     lastRowID = row.id
                 }
             }
-            guard !items.isEmpty || refused || cursor > 0 else { throw Self.notFound(complete) }
-            return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused)
+            guard !items.isEmpty || refused || cursor > 0 || unreadable > 0 else { throw Self.notFound(complete) }
+            return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused, unreadable: unreadable)
         }
     }
 
@@ -442,10 +476,11 @@ public final class Keychain: Sendable {
         let newProtection = try Validation.protection(of: changes.attributes)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            try keybag.checkUnchanged() // before matching: rows re-sealed elsewhere would not even be found
             var matches: [(StoredRow, ItemClass, Attributes)] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
             guard !matches.isEmpty else { throw Self.notFound(complete) }
-            return try store.transaction { () throws(SecError) in
+            return try writing(store) { () throws(SecError) in
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
                     try Self.checkAuthorized(old, .update, authorization)
@@ -490,6 +525,7 @@ public final class Keychain: Sendable {
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            try keybag.checkUnchanged() // before matching, as in an update
             var ids: [Int64] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, attrs) throws(SecError) in
                 try Self.checkAuthorized(attrs, .delete, authorization)
@@ -497,14 +533,114 @@ public final class Keychain: Sendable {
                 ids.append(row.id)
             }
             guard !ids.isEmpty else { throw Self.notFound(complete) }
-            try store.transaction { () throws(SecError) in
+            try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
             }
             return ids.count
         }
     }
 
+    // MARK: Checking (coffer check)
+
+    /// Runs a CHECK: verifies every row whose keys are in memory (see ``verify(_:_:)``), moves those
+    /// that fail authentication into the quarantine table (`.quarantine`, one transaction), lists
+    /// the quarantine, or restores one row from it (errSecItemNotFound if no quarantined row has that
+    /// reference; errSecDuplicateItem if an item with its primary key was added since). Nothing is
+    /// ever deleted. Every row, every access group: the agent allows it to whole-keychain callers only.
+    public func check(_ operation: CheckOperation) throws(SecError) -> CheckReport {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            switch operation {
+            case .listQuarantine:
+                let rows = try store.reading { () throws(SecError) in try store.quarantined() }
+                return CheckReport(checked: 0, skipped: 0, findings: rows.map {
+                    CheckFinding(persistentRef: $0.persistentRef, reason: .authentication, quarantined: true, detail: $0.reason)
+                })
+            case .restore(let ref):
+                let restored = try writing(store) { () throws(SecError) in try store.restoreQuarantined(persistentRef: ref) }
+                guard restored else { throw .itemNotFound("no quarantined item has that persistent reference") }
+                return CheckReport(checked: 0, skipped: 0, findings: [
+                    CheckFinding(persistentRef: ref, reason: .authentication, quarantined: false, detail: "restored")])
+            case .verify, .quarantine:
+                var checked: UInt32 = 0, skipped: UInt32 = 0
+                var findings: [(Int64, CheckFinding)] = []
+                try store.reading { () throws(SecError) in
+                    for (id, _) in try store.rowClasses() {
+                        guard let row = try store.row(id: id) else { continue }
+                        switch try verify(store, row) {
+                        case .none: checked += 1
+                        case .some(nil): skipped += 1
+                        case .some(.some(let f)):
+                            checked += 1
+                            findings.append((id, f))
+                        }
+                    }
+                }
+                if operation == .quarantine {
+                    let failing = findings.filter { $0.1.reason == .authentication }
+                    if !failing.isEmpty {
+                        try writing(store) { () throws(SecError) in
+                            for (id, f) in failing { try store.quarantine(id: id, reason: f.detail) }
+                        }
+                        for i in findings.indices where findings[i].1.reason == .authentication { findings[i].1.quarantined = true }
+                    }
+                }
+                return CheckReport(checked: checked, skipped: skipped, findings: findings.map(\.1))
+            }
+        }
+    }
+
+    /// Verifies one row: nil if it is sound, `.some(nil)` if its keys are not in memory (not
+    /// checked), else what is wrong. Sound means: a valid class and reference; attributes and secret
+    /// that open (AEAD authentication under the current keys; a secret behind an application password
+    /// is checked up to that layer); a class and protection in the attributes matching the row; an
+    /// access group; and the primary-key hash and blind-index entries its attributes give.
+    private func verify(_ store: ItemStore, _ row: StoredRow) throws(SecError) -> CheckFinding?? {
+        func finding(_ reason: CheckFinding.Reason, _ detail: String) -> CheckFinding?? {
+            .some(CheckFinding(persistentRef: row.persistentRef, reason: reason, quarantined: false, detail: detail))
+        }
+        guard let p = ProtectionClass(rawValue: row.protectionClass), row.persistentRef.count == 16 else {
+            return finding(.itemClass, "invalid protection class or persistent reference")
+        }
+        guard keybag.isAvailable(p) else { return .some(nil) }
+        let opened: (ItemClass, Attributes)
+        do {
+            opened = try openAttributes(row)
+        } catch where error.status == .decode {
+            let plainOpens = (try? keybag.withMetadataKey(p) { k throws(SecError) in
+                try ItemCrypto.openMeta(row.meta, classKey: k, ref: row.persistentRef, protection: p)
+            }) != nil
+            return plainOpens ? finding(.itemClass, "its item class or protection does not match its row")
+                : finding(.authentication, "its attributes fail authentication (altered, forged, or sealed under a key the keybag no longer holds)")
+        }
+        let (cls, attrs) = opened
+        let secretOK = try keybag.withClassKey(p) { k -> Bool in
+            if ItemCrypto.needsApplicationPassword(row.secret) {
+                return ItemCrypto.unwraps(row.secret, classKey: k, ref: row.persistentRef, protection: p, keyRole: .secretKey)
+            }
+            guard let plain = try? ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: p) else { return false }
+            plain.wipe()
+            return true
+        }
+        guard secretOK else { return finding(.authentication, "its secret fails authentication") }
+        guard case .string(let group)? = attrs["agrp"], !group.isEmpty else { return finding(.group, "it has no access group") }
+        var full = attrs
+        full["class"] = .string(cls.rawValue)
+        let (pk, index) = try keybag.withIndexKey(IndexTier.of(p)) { k in Self.hashes(k, cls, full) }
+        guard try store.primaryKeyHash(id: row.id) == pk, Set(try store.indexHashes(item: row.id)) == Set(index) else {
+            return finding(.index, "its primary-key hash or index entries do not match its attributes (searches may miss it)")
+        }
+        return nil
+    }
+
     // MARK: Internals (hold the keychain mutex: `store` comes from its state)
+
+    /// A write transaction, refused first (errSecNotAvailable) if the keybag files changed under this
+    /// process: its keys in memory may have been rotated elsewhere, and what it sealed now would be lost.
+    private func writing<R>(_ store: ItemStore, _ body: () throws(SecError) -> R) throws(SecError) -> R {
+        try keybag.checkUnchanged()
+        return try store.transaction(body)
+    }
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
     /// and compared in full, so a tampered index can never return a wrong item.
@@ -518,6 +654,7 @@ public final class Keychain: Sendable {
     /// so listing a large keychain page by page stays linear.
     @discardableResult
     private func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
+                              unreadable: ((StoredRow) throws(SecError) -> Void)? = nil,
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
         var found = 0
         /// A candidate's attributes; nil for one whose class key is locked away and whose access
@@ -532,6 +669,10 @@ public final class Keychain: Sendable {
         func open(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes)? {
             do {
                 return try openAttributes(row)
+            } catch where error.status == .decode && unreadable != nil {
+                // A listing that tolerates damage: the row is skipped and reported (`coffer check`).
+                try unreadable?(row)
+                return nil
             } catch where error.status == .interactionNotAllowed {
                 guard let groups = scope.groups, let protection = ProtectionClass(rawValue: row.protectionClass),
                       let inScope = try scopeHashes(IndexTier.of(protection), groups) else { throw error }   // tier not searchable yet

@@ -16,6 +16,9 @@ public struct ItemQuery: Sendable, Equatable {
     public var returnPersistentRef: Bool
     /// kSecValuePersistentRef: match exactly this item.
     public var persistentRef: [UInt8]?
+    /// A listing that skips items failing authentication (counting them) instead of failing
+    /// (COPY_MATCHING_PAGE only; `coffer check` reports and quarantines them).
+    public var skipUnreadable = false
 
     /// A query; with no return flags, copyMatching only tells whether something matched.
     public init(itemClass: ItemClass? = nil, attributes: Attributes = [:], limit: MatchLimit = .one,

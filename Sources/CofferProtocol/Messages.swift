@@ -192,6 +192,8 @@ public enum AgentRequest: Sendable {
     /// authenticates first (the Authentication conversation).
     case backupCreate(path: String, password: SecureBytes)
     case backupRestore(path: String, password: SecureBytes, dryRun: Bool)
+    /// CHECK: verify every item, quarantine those failing authentication, list or restore the quarantine.
+    case check(CheckOperation)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -311,6 +313,15 @@ public enum AgentRequest: Sendable {
             var f = FrameBuilder(type: .delete, requestID: requestID, payloadCapacity: query.count)
             f.w.raw(query)
             return f.finish()
+        case .check(let op):
+            var f = FrameBuilder(type: .check, requestID: requestID, payloadCapacity: 21)
+            switch op {
+            case .verify: f.w.u8(1); f.w.blob([])
+            case .quarantine: f.w.u8(2); f.w.blob([])
+            case .listQuarantine: f.w.u8(3); f.w.blob([])
+            case .restore(let ref): f.w.u8(4); f.w.blob(ref)
+            }
+            return f.finish()
         case .copyMatchingPage(let q, let cursor):
             let query = QueryCodec.encode(q)
             var f = FrameBuilder(type: .copyMatchingPage, requestID: requestID, payloadCapacity: query.count + 8)
@@ -428,10 +439,20 @@ public enum AgentRequest: Sendable {
             try QueryCodec.checkActsOnEveryMatch(q, "DELETE")
             request = .delete(q)
         case .copyMatchingPage:
-            let q = try QueryCodec.decode(&r)
+            let q = try QueryCodec.decode(&r, allowSkipUnreadable: true)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
+        case .check:
+            let op = try r.u8("check operation")
+            let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
+            switch op {
+            case 1 where ref.isEmpty: request = .check(.verify)
+            case 2 where ref.isEmpty: request = .check(.quarantine)
+            case 3 where ref.isEmpty: request = .check(.listQuarantine)
+            case 4 where ref.count == WireFormat.persistentRefBytes: request = .check(.restore(persistentRef: ref))
+            default: throw ProtocolError("bad CHECK (operations 1-3 take an empty reference, 4 one of 16 bytes; no other operation exists)")
+            }
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
-             .bioStatus, .escrowSecret, .backupSummary, .event, .error:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -451,6 +472,11 @@ public enum AgentResponse: Sendable {
     case items([ItemResult])
     /// ITEMS_PAGE: one page of a COPY_MATCHING_PAGE search and the cursor of the next one (0: none).
     case itemsPage([ItemResult], nextCursor: UInt64)
+    /// ITEMS_PAGE_SKIPPING: ITEMS_PAGE for a query with ``ReturnFlags/skipUnreadable``, and how many
+    /// items failing authentication this page skipped.
+    case itemsPageSkipping([ItemResult], nextCursor: UInt64, unreadable: UInt32)
+    /// CHECK_REPORT.
+    case checkReport(CheckReport)
     /// COUNT: items updated or deleted.
     case count(UInt64)
     /// WHOAMI_REPLY.
@@ -478,7 +504,7 @@ public enum AgentResponse: Sendable {
     public var carriesSecret: Bool {
         switch self {
         case .escrowSecret: return true
-        case .items(let items), .itemsPage(let items, _): return items.contains { $0.data != nil }
+        case .items(let items), .itemsPage(let items, _), .itemsPageSkipping(let items, _, _): return items.contains { $0.data != nil }
         default: return false
         }
     }
@@ -500,6 +526,16 @@ public enum AgentResponse: Sendable {
             return Self.encodeItems(type: .items, requestID: requestID, items, nextCursor: nil)
         case .itemsPage(let items, let next):
             return Self.encodeItems(type: .itemsPage, requestID: requestID, items, nextCursor: next)
+        case .itemsPageSkipping(let items, let next, let unreadable):
+            return Self.encodeItems(type: .itemsPageSkipping, requestID: requestID, items, nextCursor: next, unreadable: unreadable)
+        case .checkReport(let c):
+            var f = FrameBuilder(type: .checkReport, requestID: requestID,
+                                 payloadCapacity: 12 + c.findings.reduce(0) { $0 + 8 + $1.persistentRef.count + $1.detail.utf8.count })
+            f.w.u32(c.checked); f.w.u32(c.skipped); f.w.u32(UInt32(c.findings.count))
+            for x in c.findings {
+                f.w.blob(x.persistentRef); f.w.u8(x.reason.rawValue); f.w.u8(x.quarantined ? 1 : 0); f.w.shortString(x.detail)
+            }
+            return f.finish()
         case .count(let n):
             var f = FrameBuilder(type: .count, requestID: requestID, payloadCapacity: 8)
             f.w.u64(n)
@@ -559,13 +595,15 @@ public enum AgentResponse: Sendable {
 
     /// ITEMS (`nextCursor` nil) or ITEMS_PAGE: the exact size is reserved first, so the one buffer
     /// holding secrets never reallocates.
-    private static func encodeItems(type: MessageType, requestID: UInt32, _ items: [ItemResult], nextCursor: UInt64?) -> [UInt8] {
+    private static func encodeItems(type: MessageType, requestID: UInt32, _ items: [ItemResult], nextCursor: UInt64?,
+                                    unreadable: UInt32? = nil) -> [UInt8] {
         let encodedAttrs = items.map { $0.attributes.map(AttributeCodec.encode) }
-        var size = 4 + (nextCursor == nil ? 0 : 8)
+        var size = 4 + (nextCursor == nil ? 0 : 8) + (unreadable == nil ? 0 : 4)
         for (i, it) in items.enumerated() {
             size += 2 + (it.data.map { 4 + $0.count } ?? 0) + (encodedAttrs[i]?.count ?? 0) + (it.persistentRef.map { 4 + $0.count } ?? 0)
         }
         var f = FrameBuilder(type: type, requestID: requestID, payloadCapacity: size)
+        if let unreadable { f.w.u32(unreadable) }
         if let nextCursor { f.w.u64(nextCursor) }
         f.w.u32(UInt32(items.count))
         for (i, it) in items.enumerated() {
@@ -629,6 +667,25 @@ public enum AgentResponse: Sendable {
             let items = try decodeItems(&r)
             guard next == 0 || !items.isEmpty else { throw ProtocolError("a page with a next cursor must hold an item") }
             response = .itemsPage(items, nextCursor: next)
+        case .itemsPageSkipping:
+            let unreadable = try r.u32("unreadable count")
+            let next = try r.u64("next cursor")
+            let items = try decodeItems(&r)
+            guard next == 0 || !items.isEmpty else { throw ProtocolError("a page with a next cursor must hold an item") }
+            response = .itemsPageSkipping(items, nextCursor: next, unreadable: unreadable)
+        case .checkReport:
+            let checked = try r.u32("checked"), skipped = try r.u32("skipped")
+            let n = Int(try r.u32("finding count"))
+            guard n <= r.remaining / 8 else { throw ProtocolError("finding count exceeds the frame") }
+            var findings: [CheckFinding] = []
+            for _ in 0..<n {
+                let ref = try r.blob(max: 64, "persistent reference")
+                guard let reason = CheckFinding.Reason(rawValue: try r.u8("reason")) else { throw ProtocolError("unknown check reason") }
+                let q = try r.u8("quarantined flag")
+                guard q <= 1 else { throw ProtocolError("quarantined flag must be 0 or 1") }
+                findings.append(CheckFinding(persistentRef: ref, reason: reason, quarantined: q == 1, detail: try r.sstr("detail")))
+            }
+            response = .checkReport(CheckReport(checked: checked, skipped: skipped, findings: findings))
         case .count: response = .count(try r.u64("count"))
         case .whoamiReply:
             let kindByte = try r.u8("identity kind")
@@ -725,6 +782,7 @@ enum QueryCodec {
         case .count(let n): w.u8(2); w.u32(UInt32(clamping: n))
         }
         var flags: ReturnFlags = []
+        if q.skipUnreadable && !everyMatch { flags.insert(.skipUnreadable) }
         if q.returnData && !everyMatch { flags.insert(.data) }
         if q.returnAttributes && !everyMatch { flags.insert(.attributes) }
         if q.returnPersistentRef && !everyMatch { flags.insert(.persistentRef) }
@@ -744,7 +802,7 @@ enum QueryCodec {
         }
     }
 
-    static func decode(_ r: inout BodyReader) throws(ProtocolError) -> ItemQuery {
+    static func decode(_ r: inout BodyReader, allowSkipUnreadable: Bool = false) throws(ProtocolError) -> ItemQuery {
         let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: true)
         let attrs = try r.attributes("query attributes")
         let kind = try r.u8("limit kind")
@@ -756,11 +814,16 @@ enum QueryCodec {
         case 2 where count >= 1: limit = .count(Int(count))
         default: throw ProtocolError("bad match limit (kind 0 and 1 take count 0, kind 2 a count of at least 1, no other kind exists)")
         }
-        let flags = try flags(try r.u8("return flags"))
+        var flagByte = try r.u8("return flags")
+        let skip = allowSkipUnreadable && flagByte & ReturnFlags.skipUnreadable.rawValue != 0
+        if skip { flagByte &= ~ReturnFlags.skipUnreadable.rawValue }
+        let flags = try flags(flagByte)
         let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
         guard ref.isEmpty || ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 0 or 16 bytes") }
-        return ItemQuery(itemClass: cls, attributes: attrs, limit: limit, returnData: flags.contains(.data),
-                         returnAttributes: flags.contains(.attributes), returnPersistentRef: flags.contains(.persistentRef),
-                         persistentRef: ref.isEmpty ? nil : ref)
+        var q = ItemQuery(itemClass: cls, attributes: attrs, limit: limit, returnData: flags.contains(.data),
+                          returnAttributes: flags.contains(.attributes), returnPersistentRef: flags.contains(.persistentRef),
+                          persistentRef: ref.isEmpty ? nil : ref)
+        q.skipUnreadable = skip
+        return q
     }
 }

@@ -23,6 +23,8 @@ public enum WireFormat {
     public static let itemsHeaderBytes = 9
     /// Body bytes of an ITEMS_PAGE frame before its first item: type, request id, u64 next cursor, u32 n.
     public static let itemsPageHeaderBytes = 17
+    /// ITEMS_PAGE_SKIPPING's fixed part: ITEMS_PAGE's and a u32 unreadable count.
+    public static let itemsPageSkippingHeaderBytes = 21
     /// The most item bytes one ITEMS_PAGE can carry: a single item whose encoding is larger than
     /// this can never be sent (errSecAllocate), however the search is paged.
     public static let maximumItemBytesPerPage = maximumBodyBytes - itemsPageHeaderBytes
@@ -69,9 +71,11 @@ public enum MessageType: UInt8, Sendable {
     case add = 0x06, copyMatching = 0x07, update = 0x08, delete = 0x09, subscribe = 0x0A
     case copyMatchingPage = 0x0B, whoami = 0x0C, authorize = 0x0D
     case authOptions = 0x0E, authResponse = 0x0F, laEvaluate = 0x10, laCanEvaluate = 0x11, bio = 0x12, passcodeSync = 0x13, removePasscode = 0x14, escrow = 0x15, backup = 0x16
+    case check = 0x17
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91
+    case checkReport = 0x92, itemsPageSkipping = 0x93
     case event = 0xC0, error = 0xFF
 }
 
@@ -96,8 +100,11 @@ public struct ReturnFlags: OptionSet, Sendable, Hashable {
     public static let attributes = ReturnFlags(rawValue: 2)
     /// The persistent reference.
     public static let persistentRef = ReturnFlags(rawValue: 4)
-    /// Every defined bit.
+    /// Every defined bit of an item's `present` flags, and of a query's return flags but ``skipUnreadable``.
     public static let all: ReturnFlags = [.data, .attributes, .persistentRef]
+    /// In a COPY_MATCHING_PAGE query only: skip items that fail authentication and count them
+    /// (the reply is then ITEMS_PAGE_SKIPPING).
+    public static let skipUnreadable = ReturnFlags(rawValue: 8)
 }
 
 /// Item class codes on the wire: 0 any (queries only), 1 genp, 2 inet, 3 keys, 4 cert.

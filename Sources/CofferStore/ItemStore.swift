@@ -56,7 +56,7 @@ package final class ItemStore {
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 1
+    package static let schemaVersion: Int64 = 2
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -76,6 +76,23 @@ package final class ItemStore {
         PRAGMA user_version = 1;
         """
 
+    /// Version 2: rows `coffer check --quarantine` set aside (they failed authentication), kept
+    /// whole (every column, the index entries concatenated, 16 bytes each) so they can be restored.
+    private static let schemaV2 = """
+        CREATE TABLE quarantine(
+            id INTEGER PRIMARY KEY,
+            pref BLOB NOT NULL UNIQUE CHECK(length(pref) = 16),
+            pk BLOB NOT NULL,
+            pclass INTEGER NOT NULL,
+            meta BLOB NOT NULL,
+            secret BLOB NOT NULL,
+            idx BLOB NOT NULL,
+            reason TEXT NOT NULL,
+            qtime REAL NOT NULL
+        );
+        PRAGMA user_version = 2;
+        """
+
     /// Opens (creating if needed) the database at `path`; the file is created with mode 0600.
     package init(path: String) throws(SecError) {
         self.path = path
@@ -91,7 +108,9 @@ package final class ItemStore {
             try db.exec("PRAGMA cache_size = -4096;")
             let version = try db.statement("PRAGMA user_version").scalarInt()
             if version == 0 {
-                try transaction { () throws(SecError) in try db.exec(Self.schemaV1) }
+                try transaction { () throws(SecError) in try db.exec(Self.schemaV1); try db.exec(Self.schemaV2) }
+            } else if version == 1 {
+                try transaction { () throws(SecError) in try db.exec(Self.schemaV2) }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
             }
@@ -294,6 +313,75 @@ package final class ItemStore {
     private static func row(_ s: Statement) -> StoredRow {
         StoredRow(id: s.int64(0), persistentRef: s.blob(1), protectionClass: UInt8(clamping: s.int64(2)),
                   meta: s.blob(3), secret: s.blob(4))
+    }
+
+    // MARK: Quarantine
+
+    /// A row set aside by ``quarantine(id:reason:)``.
+    package struct QuarantinedRow: Sendable {
+        /// The item's persistent reference.
+        package var persistentRef: [UInt8]
+        /// Why it was set aside.
+        package var reason: String
+    }
+
+    /// The primary-key hash of row `id`, if it exists.
+    package func primaryKeyHash(id: Int64) throws(SecError) -> [UInt8]? {
+        let s = try db.statement("SELECT pk FROM items WHERE id = ?1")
+        s.bind(1, id)
+        defer { unsafe sqlite3_reset(s.stmt) }
+        return try s.step() ? s.blob(0) : nil
+    }
+
+    /// Moves row `id` with its index entries into the quarantine table (nothing is deleted: see
+    /// ``restoreQuarantined(persistentRef:)``). Call inside ``transaction(_:)``.
+    package func quarantine(id: Int64, reason: String) throws(SecError) {
+        let idx = try indexHashes(item: id).joined()
+        let s = try db.statement("""
+            INSERT INTO quarantine(pref, pk, pclass, meta, secret, idx, reason, qtime)
+            SELECT pref, pk, pclass, meta, secret, ?2, ?3, (julianday('now') - 2440587.5) * 86400.0 FROM items WHERE id = ?1
+            """)
+        s.bind(1, id)
+        s.bind(2, Array(idx))
+        s.bind(3, Array(reason.utf8))
+        try s.run()
+        try delete(id: id)
+    }
+
+    /// The quarantined rows, oldest first.
+    package func quarantined() throws(SecError) -> [QuarantinedRow] {
+        let s = try db.statement("SELECT pref, reason FROM quarantine ORDER BY id")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [QuarantinedRow] = []
+        while try s.step() { out.append(QuarantinedRow(persistentRef: s.blob(0), reason: String(decoding: s.blob(1), as: UTF8.self))) }
+        return out
+    }
+
+    /// Puts a quarantined row back among the items (with its index entries; as a new row, so it sorts
+    /// last). False if no quarantined row has that reference; errSecDuplicateItem if an item with its
+    /// primary key exists now. Call inside ``transaction(_:)``.
+    package func restoreQuarantined(persistentRef: [UInt8]) throws(SecError) -> Bool {
+        let q = try db.statement("SELECT pk, pclass, meta, secret, idx FROM quarantine WHERE pref = ?1")
+        q.bind(1, persistentRef)
+        let found: RowContent?
+        do {
+            defer { unsafe sqlite3_reset(q.stmt) }
+            if try q.step() {
+                let idx = q.blob(4)
+                found = RowContent(primaryKeyHash: q.blob(0), persistentRef: persistentRef, protectionClass: UInt8(clamping: q.int64(1)),
+                                   meta: q.blob(2), secret: q.blob(3),
+                                   indexHashes: stride(from: 0, to: idx.count - idx.count % 16, by: 16).map { Array(idx[$0..<$0 + 16]) })
+            } else {
+                found = nil
+            }
+        }
+        guard let found else { return false }
+        if try rowID(primaryKey: found.primaryKeyHash) != nil { throw .duplicateItem("an item with the same primary key exists; delete it first") }
+        try insert(found)
+        let d = try db.statement("DELETE FROM quarantine WHERE pref = ?1")
+        d.bind(1, persistentRef)
+        try d.run()
+        return true
     }
 
     /// Runs SQLite's `PRAGMA integrity_check`; true when it answers "ok".

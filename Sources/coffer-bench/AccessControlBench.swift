@@ -38,7 +38,7 @@ struct AccessControlBench {
         // 1,000 plain items, one plain and one user-presence item of the same size, a calibrated passcode.
         try Files.makePrivateDirectory(agent.state)
         do {
-            let kc = try Keychain(directory: agent.state)
+            let kc = try Keychain(directory: agent.state, lockingStateDirectory: true)
             try kc.setPasscode(current: nil, new: secret(AgentBench.passcode))
             try kc.add(contentsOf: (0..<1000).map(item))
             for (service, rule) in [("plain", nil), ("guarded", AccessControl(parsing: "user-presence"))] {

@@ -135,7 +135,7 @@ struct AgentBench {
         let kdf: KDFParameters
         do {
             try Files.makePrivateDirectory(state)
-            let kc = try Keychain(directory: state)
+            let kc = try Keychain(directory: state, lockingStateDirectory: true)
             try kc.setPasscode(current: nil, new: secret(Self.passcode))
             kdf = kc.kdfParameters!
             let t0 = nowNanos()

@@ -260,7 +260,7 @@ struct IdentityBench {
 
     /// The keychain both agents serve: ``items`` items in the signed group and as many in `unsigned`.
     func fill(_ state: String) throws {
-        let kc = try Keychain(directory: state)
+        let kc = try Keychain(directory: state, lockingStateDirectory: true)
         for group in [Self.group, "unsigned"] {
             try kc.add(contentsOf: (0..<Self.items).map { i in
                 NewItem(itemClass: .genericPassword,

@@ -261,7 +261,7 @@ struct Stress {
             _ = stop(pid, signal: SIGKILL)
             log.waitUntilFinished()
 
-            let kc = try Keychain(directory: state)
+            let kc = try Keychain(directory: state, lockingStateDirectory: true)
             guard try kc.integrityCheck() else { throw SecError(.decode, "integrity_check failed after trial \(trial)") }
             var found: [Int: String] = [:] // account -> "secret|label"
             if let all = try? kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service)],

@@ -146,7 +146,7 @@ extension String {
 /// Fills a stopped agent's keychain through the library in transactions of 5,000 items (contrib/bench/peers.sh:
 /// an agent add is one fsync'd transaction, so 100,000 adds through the agent would take minutes).
 func fill(stateDirectory: String, items: Int) throws {
-    let kc = try Keychain(directory: stateDirectory)
+    let kc = try Keychain(directory: stateDirectory, lockingStateDirectory: true)
     if kc.status.passcodeSet {
         var line: [UInt8] = []
         var byte: UInt8 = 0

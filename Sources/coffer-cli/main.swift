@@ -66,7 +66,7 @@ struct Coffer: ParsableCommand {
             (see the README).
             """,
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
-                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self])
+                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self])
 }
 
 struct Status: ParsableCommand {
@@ -313,7 +313,7 @@ struct Find: ParsableCommand {
         let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes(),
                           limit: try parseLimit(limit), returnAttributes: true)
         try reporting { () throws(SecError) in
-            let items = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try c.copyMatching(q) }
+            let items = try authorizingIfNeeded(try connect.open(), group: item.accessGroup) { c throws(SecError) in try listingPastUnreadable(c, q) }
             if json {
                 Output.print("[" + items.map { Output.jsonObject($0.itemClass, $0.attributes ?? [:]) }.joined(separator: ",") + "]")
             } else {

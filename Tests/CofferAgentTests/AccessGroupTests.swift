@@ -108,6 +108,7 @@ import Testing
              ("backup-restore", .backupRestore(path: rig.dir.file("all.cfbu"), password: secret("backup pw"), dryRun: false)),
              ("escrow-create", .escrowCreate),
              ("escrow-revoke", .escrowRevoke(passcode: secret(AgentRig.passcode))),
+             ("check", .check(.quarantine)),
              ("bio-enroll", .bio(.enroll, name: "left-index")),
              ("remove-passcode", .removePasscode(current: secret(AgentRig.passcode)))]
         }

@@ -1,0 +1,117 @@
+import Glibc
+
+/// The exclusive lock on a state directory: one process at a time opens its keybag and database.
+///
+/// `flock(LOCK_EX | LOCK_NB)` on the file `lock` in the directory, opened `O_CLOEXEC | O_NOFOLLOW`
+/// (mode 0600) and held for the life of this object. The kernel releases it when the last descriptor
+/// of that open file goes away, so a process that dies in any way (`kill -9` included) leaves no
+/// stale lock. Helpers the holder starts (the plugin host) do not inherit it; a process that forks
+/// to become a daemon does (the child shares the open file and keeps the lock when the parent exits).
+///
+/// The file records who holds it, for the message a refused process prints (format 1, text):
+/// `coffer-lock 1\npid PID\nsocket PATH\n`. Only the holder writes it; a reader may find it empty
+/// (the holder has locked but not written yet), which the message then says.
+package final class StateDirectoryLock: Sendable {
+    /// The lock file's name inside the state directory.
+    package static let fileName = "lock"
+
+    /// The lock file.
+    package let path: String
+    /// The locked descriptor (owned; closed in `deinit`, which releases the lock).
+    private let fd: Int32
+
+    /// Who holds a lock, as its file records it (nil fields: not recorded yet, or unreadable).
+    package struct Holder: Sendable, Equatable, CustomStringConvertible {
+        /// The holder's process id.
+        package var pid: Int32?
+        /// The socket the holder serves, if it is an agent.
+        package var socket: String?
+
+        package var description: String {
+            let who = pid.map { "pid \($0)" } ?? "an unknown pid"
+            return socket.map { "\(who), socket \($0)" } ?? who
+        }
+    }
+
+    /// Why the lock was not taken.
+    package enum Failure: Error, Sendable, CustomStringConvertible {
+        /// Another process holds it.
+        case held(path: String, by: Holder)
+        /// The lock file could not be opened or locked.
+        case system(SystemError)
+
+        package var description: String {
+            switch self {
+            case .held(let path, let holder):
+                "another Coffer \(holder.socket == nil ? "program" : "agent") already uses this state directory (\(holder); lock file \(path)); "
+                    + "stop it first, or give this one another --state-dir"
+            case .system(let e): "cannot lock the state directory: \(e)"
+            }
+        }
+    }
+
+    private init(path: String, fd: Int32) {
+        self.path = path
+        self.fd = fd
+    }
+
+    deinit { _ = Glibc.close(fd) }
+
+    /// Takes the lock on `directory` (which must exist) without waiting, and records this process as
+    /// its holder with `socket`. Throws ``Failure/held(path:by:)`` naming the holder if another
+    /// process has it.
+    package static func acquire(directory: String, socket: String?) throws(Failure) -> StateDirectoryLock {
+        let path = directory + "/" + fileName
+        let fd: Int32
+        do {
+            fd = try FileDescriptor.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600).release()
+        } catch {
+            throw .system(error)
+        }
+        let (rc, e) = Syscall.result { flock(fd, LOCK_EX | LOCK_NB) }
+        if rc != 0 {
+            let holder = holder(fd, path)
+            _ = Glibc.close(fd)
+            guard e == EWOULDBLOCK else { throw .system(SystemError("flock", path, errno: e)) }
+            throw .held(path: path, by: holder)
+        }
+        let lock = StateDirectoryLock(path: path, fd: fd)
+        lock.recordHolder(socket: socket)
+        return lock
+    }
+
+    /// Who holds the lock on `directory` now (nil: nobody, or no lock file). Takes no lock.
+    package static func currentHolder(of directory: String) -> Holder? {
+        let path = directory + "/" + fileName
+        guard let fd = try? FileDescriptor.open(path, O_RDWR | O_NOFOLLOW).release() else { return nil }
+        defer { _ = Glibc.close(fd) }
+        let (rc, _) = Syscall.result { flock(fd, LOCK_EX | LOCK_NB) }
+        return rc == 0 ? nil : holder(fd, path)
+    }
+
+    /// Rewrites the holder record with this process's pid (after a fork the daemon calls it again).
+    /// Best effort: the record only improves a refusal message; the lock is what counts.
+    package func recordHolder(socket: String?) {
+        var text = "coffer-lock 1\npid \(getpid())\n"
+        if let socket { text += "socket \(socket)\n" }
+        let bytes = Array(text.utf8)
+        _ = ftruncate(fd, 0)
+        _ = unsafe bytes.withUnsafeBytes { b in unsafe pwrite(fd, b.baseAddress, b.count, 0) }
+    }
+
+    /// Parses the record (format 1); unknown or missing lines leave the fields nil.
+    private static func holder(_ fd: Int32, _ path: String) -> Holder {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = unsafe buffer.withUnsafeMutableBytes { b in
+            Syscall.result { unsafe pread(fd, b.baseAddress, b.count, 0) }.value
+        }
+        var holder = Holder()
+        let lines = String(decoding: buffer[..<max(n, 0)], as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
+        guard lines.first == "coffer-lock 1" else { return holder }
+        for line in lines.dropFirst() {
+            if line.hasPrefix("pid ") { holder.pid = Int32(line.dropFirst(4)) }
+            if line.hasPrefix("socket ") { holder.socket = String(line.dropFirst(7)) }
+        }
+        return holder
+    }
+}
