@@ -164,8 +164,12 @@ struct CLIGuidanceTests {
 
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/bin/bash"), "bash is not installed"))
     func bashCompletesValuesAndTheCallersOwnNames() throws {
-        let agent = try AgentProcess()
+        // Another app's item (group "a") is never offered to the unsigned CLI the completion runs.
+        let apps = try SignedApps()
+        let appA = try apps.app("appA", appID: "com.example.a", groups: ["a"])
+        let agent = try apps.startAgent()
         agent.setPasscode()
+        #expect(AppClient(executable: appA, agent: agent).add("gitsecret", "other-app", secret: "never-completed").status == 0)
         for (service, account) in [("github", "me"), ("gitlab", "work"), ("mail", "me")] {
             #expect(agent.cli(["add", "--service", service, "--account", account, "--secret-stdin"], stdin: "never-completed").status == 0)
         }
@@ -192,7 +196,8 @@ struct CLIGuidanceTests {
         #expect(complete(["coffer", "get", "--format", ""]) == "raw json env")
         #expect(complete(["coffer", "get", "--service", "git"]) == "github gitlab")
         #expect(complete(["coffer", "get", "--service", "gitlab", "--account", ""]) == "work")
-        #expect(!complete(["coffer", "get", "--account", ""]).contains("never-completed"))
+        #expect(complete(["coffer", "get", "--account", ""]) == "me work")
+        #expect(complete(["coffer", "find", "--service", ""]) == "github gitlab mail")
         // Locked: nothing, and nobody is asked.
         #expect(agent.cli(["lock"]).status == 0)
         #expect(complete(["coffer", "get", "--service", "git"]) == "")
