@@ -138,6 +138,13 @@ struct CLIGuidanceTests {
             coffer: hint: start the agent with: cofferd --socket /nonexistent/agent.sock
 
             """, "\(r)")
+        // The default socket: systemd's unit when it is installed and systemd runs the machine, else cofferd.
+        let config = TemporaryDirectory("coffer-units")
+        try FileManager.default.createDirectory(atPath: config.file("systemd/user"), withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: config.file("systemd/user/coffer-agent.socket"), contents: Data()))
+        let viaDefault = runCLI(["status"], environment: ["COFFER_SOCKET": "/nonexistent/agent.sock", "XDG_CONFIG_HOME": config.path])
+        let start = FileManager.default.fileExists(atPath: "/run/systemd/system") ? "systemctl --user start coffer-agent.socket" : "cofferd"
+        #expect(viaDefault.status == 9 && viaDefault.stderr.hasSuffix("\ncoffer: hint: start the agent with: \(start)\n"), "\(viaDefault)")
         // A socket left by an agent that died: refused.
         let agent = try AgentProcess()
         agent.kill9()
@@ -198,6 +205,9 @@ struct CLIGuidanceTests {
         #expect(complete(["coffer", "get", "--service", "gitlab", "--account", ""]) == "work")
         #expect(complete(["coffer", "get", "--account", ""]) == "me work")
         #expect(complete(["coffer", "find", "--service", ""]) == "github gitlab mail")
+        // Only bash is driven here: the zsh and fish scripts call the same `coffer ---completion`, but
+        // zsh's function needs its line editor and fish 3's `commandline -C` (the cursor) fails
+        // outside an interactive session.
         // Locked: nothing, and nobody is asked.
         #expect(agent.cli(["lock"]).status == 0)
         #expect(complete(["coffer", "get", "--service", "git"]) == "")
