@@ -83,15 +83,21 @@ struct TerminalTests {
                                       steps: [("Backup password: ", "backup pw")])
         #expect(restore.status == 0 && restore.output.contains("kept (already present): 1"), "\(restore)")
 
-        let escrow = TerminalRun.run(["/bin/sh", "-c", "exec '\(Binaries.coffer)' escrow create --socket '\(agent.socketPath)' --auth-passcode-fd 3 3<'\(dir.file("pc"))' > '\(dir.file("escrow"))'"],
-                                     steps: [])
-        #expect(escrow.status == 0, "\(escrow)")
+        // escrow create: the agent's own prompt asks for the passcode on the terminal (the secret goes to the file).
+        let escrow = TerminalRun.run(["/bin/sh", "-c", "exec '\(Binaries.coffer)' escrow create --socket '\(agent.socketPath)' > '\(dir.file("escrow"))'"],
+                                     steps: [("Passcode: ", AgentProcess.password)])
+        #expect(escrow.status == 0 && escrow.prompted && !escrow.output.contains(AgentProcess.password), "\(escrow)")
         let secret = try String(contentsOfFile: dir.file("escrow"), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(secret.count == 64)
         #expect(agent.cli(["lock"]).status == 0)
         let unlock = Self.onTerminal(agent, ["escrow", "unlock"], [("Escrow secret (64 hex digits): ", secret)])
         #expect(unlock.status == 0 && unlock.prompted && !unlock.output.contains(secret), "\(unlock)")
         #expect(Self.state(agent) == "state: unlocked")
+        let revoke = Self.onTerminal(agent, ["escrow", "revoke"], [("Passcode: ", AgentProcess.password)])
+        #expect(revoke.status == 0 && revoke.prompted, "\(revoke)")
+        #expect(agent.cli(["lock"]).status == 0)
+        let stale = Self.onTerminal(agent, ["escrow", "unlock"], [("Escrow secret (64 hex digits): ", secret)])
+        #expect(stale.status != 0 && Self.state(agent) == "state: locked", "\(stale)")
     }
 
     /// Ctrl-C at a prompt: the terminal gets its echo back and the command ends by SIGINT, which the
