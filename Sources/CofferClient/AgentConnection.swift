@@ -45,7 +45,8 @@ public final class AgentConnection {
             socket = try UnixSocket.connect(path: path)
         } catch {
             let (reason, hint) = Hints.unreachable(socket: path, errno: error.errno)
-            throw SecError(.io, "cannot reach the agent at \(path): \(reason)").withHint(hint)
+            let e = SecError(.io, "cannot reach the agent at \(path): \(reason)")
+            throw hint.map { e.withHint($0) } ?? e
         }
         if let refusal = Self.checkServer(of: socket, path: path) {
             close(socket)

@@ -38,12 +38,14 @@ enum Hints {
         return ((own.map { [$0 + "/systemd/user"] } ?? []) + userUnitDirectories).contains { access($0 + "/coffer-agent.socket", F_OK) == 0 }
     }
 
-    /// For a socket nobody answers on: why (`errno` of `connect`), and how to start the agent.
-    static func unreachable(socket path: String, errno e: Int32) -> (reason: String, hint: String) {
-        let reason = switch e {
-        case ENOENT: "the socket does not exist (no agent is running)"
-        case ECONNREFUSED: "connection refused (the socket is there but no agent listens on it: it stopped)"
-        default: String(cString: strerror(e))
+    /// For a socket nobody answers on: why (`errno` of `connect`), and, when no agent is there
+    /// (no socket, or one nothing listens on), how to start it.
+    static func unreachable(socket path: String, errno e: Int32) -> (reason: String, hint: String?) {
+        let reason: String
+        switch e {
+        case ENOENT: reason = "the socket does not exist (no agent is running)"
+        case ECONNREFUSED: reason = "connection refused (the socket is there but no agent listens on it: it stopped)"
+        default: return (String(cString: strerror(e)), nil)
         }
         let start = socketOption(path).isEmpty && systemdUnitsInstalled
             ? "systemctl --user start coffer-agent.socket"
