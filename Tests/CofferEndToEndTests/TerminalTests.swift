@@ -52,6 +52,22 @@ struct TerminalTests {
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
     }
 
+    @Test func passcodeSyncAndRemoveAskOnTheTerminal() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["lock"]).status == 0)
+        // The login password changed behind Coffer's back (as PasscodeSyncTests does it).
+        let user = String(try String(contentsOfFile: agent.passdb, encoding: .utf8).prefix { $0 != ":" })
+        try "\(user):new horse:\(agent.pamService)\n".write(toFile: agent.passdb, atomically: true, encoding: .utf8)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "new horse").status == 5)
+        let sync = Self.onTerminal(agent, ["passcode", "sync"], [("Previous login password: ", AgentProcess.password)])
+        #expect(sync.status == 0 && sync.prompted && !sync.output.contains(AgentProcess.password), "\(sync)\n\(agent.log)")
+        #expect(!agent.cli(["status"]).stdout.contains("out of sync"))
+        let remove = Self.onTerminal(agent, ["passcode", "remove"], [("Current passcode: ", "new horse")])
+        #expect(remove.status == 0 && remove.prompted, "\(remove)")
+        #expect(agent.cli(["status"]).stdout.contains("passcode: not set"))
+    }
+
     @Test func addWithoutASecretOptionAsksTwiceThroughTheFastBinary() throws {
         let agent = try AgentProcess()
         agent.setPasscode()
