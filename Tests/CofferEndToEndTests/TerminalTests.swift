@@ -119,10 +119,13 @@ struct TerminalTests {
     /// Ctrl-C at a prompt: the terminal gets its echo back and the command ends by SIGINT, which the
     /// shell reports as 130 (the README's and coffer(1)'s documented status).
     @Test func controlCRestoresTheTerminalAndEndsWithStatus130() throws {
-        let agent = try AgentProcess()
-        agent.setPasscode()
-        #expect(agent.cli(["lock"]).status == 0)
-        for args in [["unlock"], ["passcode", "remove"], ["add", "--service", "c", "--account", "me"]] {
+        // The agent's own prompt (an item with an access control) first, while unlocked; then the CLI's.
+        let agent = try AccessControlCLITests.agentWithProtectedItem()
+        for args in [["get", "--service", "bank", "--account", "me"], ["lock"], ["unlock"], ["passcode", "remove"], ["add", "--service", "c", "--account", "me"]] {
+            if args == ["lock"] {
+                #expect(agent.cli(args).status == 0)
+                continue
+            }
             // The shell ignores SIGINT itself (so it lives to report), coffer catches it at the prompt.
             let command = ([Binaries.coffer] + args + ["--socket", agent.socketPath]).map { "'\($0)'" }.joined(separator: " ")
             let t = TerminalRun.run(["/bin/sh", "-c", "trap '' INT; \(command); echo \"exit=$?\"; stty -a"],
