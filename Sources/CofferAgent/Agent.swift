@@ -22,7 +22,7 @@ package import Logging
 /// threads, the locks and their order are described in the ConcurrencyModel article.
 package final class Agent: Sendable {
     /// The agent's version, reported in HELLO and STATUS replies.
-    package static let version = "0.1.0"
+    package static let version = CofferVersion.current
 
     let configuration: AgentConfiguration
     let keychain: Keychain

@@ -4,7 +4,7 @@ import CofferSystem
 import Glibc
 
 /// What every Coffer command-line tool does the same way: report an error as
-/// `coffer: errSecName (code): message` with the stable exit status of the README's table, and
+/// `coffer: errSecName (code): message` (then `coffer: hint: …` when the error says what to do next) with the stable exit status of the README's table, and
 /// print a secret exactly (a newline after it only on a terminal, so `$(coffer get …)` and pipes get
 /// the secret byte for byte).
 ///
@@ -26,9 +26,11 @@ package enum CLISupport {
         }
     }
 
-    /// Prints `error` as `coffer: errSecName (code): message` on standard error.
+    /// Prints `error` as `coffer: errSecName (code): message` on standard error, and its hint, if it
+    /// has one, as `coffer: hint: …` on the next line (the first line's form stays as scripts parse it).
     package static func report(_ error: SecError) {
         StandardStreams.printError(messagePrefix + error.description)
+        if let hint = error.hint { StandardStreams.printError(messagePrefix + "hint: " + hint) }
     }
 
     /// Writes `secret` to standard output as is, then a newline only if standard output is a

@@ -44,7 +44,9 @@ public final class AgentConnection {
         do {
             socket = try UnixSocket.connect(path: path)
         } catch {
-            throw .io("cannot reach the agent at \(path): \(String(cString: strerror(error.errno)))")
+            let (reason, hint) = Hints.unreachable(socket: path, errno: error.errno)
+            let e = SecError(.io, "cannot reach the agent at \(path): \(reason)")
+            throw hint.map { e.withHint($0) } ?? e
         }
         if let refusal = Self.checkServer(of: socket, path: path) {
             close(socket)
@@ -260,6 +262,13 @@ public final class AgentConnection {
         guard case .ok = r else { throw unexpected(r) }
     }
 
+    /// The agent's refusal, with `coffer unlock` as its hint when the keychain is locked (asked on a
+    /// new connection: this one may still have pages of a listing on the way).
+    private func withHint(_ e: SecError) -> SecError {
+        guard e.status == .interactionNotAllowed, let s = try? AgentConnection(path: path).status(), s.lockState != .unlocked else { return e }
+        return e.withHint(Hints.unlock(socket: path))
+    }
+
     private func unexpected(_ r: AgentResponse) -> SecError {
         SecError(.internalComponent, "unexpected reply from the agent")
     }
@@ -293,7 +302,7 @@ public final class AgentConnection {
             let (rid, r) = try readResponse()
             if case .event(let e) = r { pendingEvents.append(e); continue }
             if case .authNeeded(let request) = r, rid == id { return try authenticate(request, id: id) }
-            if case .error(let e) = r { throw e }
+            if case .error(let e) = r { throw withHint(e) }
             guard rid == id else { throw SecError(.internalComponent, "reply for request \(rid), expected \(id)") }
             return r
         }

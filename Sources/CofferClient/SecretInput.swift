@@ -43,11 +43,32 @@ public enum SecretInput {
         return parts
     }
 
-    /// Asks for a passcode on the controlling terminal (`/dev/tty`, never stdin, which a script may
-    /// feed): writes `prompt`, reads one line with echo off into secure memory, restores the terminal
-    /// (also on SIGINT or SIGTERM).
+    /// True when standard input is a terminal: a person is there, and a command given no
+    /// `--…-stdin`/`--…-fd` option asks them (``readFromTerminal(prompt:what:)``) instead of
+    /// refusing, as `sudo`, `passwd` and `ssh-add` do.
+    public static var personAtTerminal: Bool { isatty(0) == 1 }
+
+    /// Asks twice on the terminal for a new secret (a passcode to set, a secret to store, a backup
+    /// password): typed blind, a typo would otherwise be stored unnoticed. errSecParam if the two
+    /// differ (nothing is sent anywhere); otherwise as ``readFromTerminal(prompt:what:)``.
+    public static func readNewFromTerminal(prompt: String, again: String, what: String) throws(SecError) -> SecureBytes {
+        let first = try readFromTerminal(prompt: prompt, what: what)
+        let second = try readFromTerminal(prompt: again, what: what)
+        defer { second.wipe() }
+        guard first.constantTimeEquals(second) else {
+            first.wipe()
+            throw .param("the two \(what)s you typed differ; nothing was changed")
+        }
+        return first
+    }
+
+    /// Asks for a passcode (or `what`) on the controlling terminal (`/dev/tty`, never stdin, which a
+    /// script may feed): writes `prompt`, reads one line with echo off into secure memory, restores
+    /// the terminal. Ctrl-D or an empty line cancels (errSecUserCanceled); Ctrl-C restores the
+    /// terminal and ends the process by SIGINT (status 130 in the shell), as `sudo` and `passwd` do,
+    /// so a script or loop that ran the command stops too.
     /// errSecInteractionNotAllowed if the process has no terminal: nobody is there to authenticate.
-    public static func readFromTerminal(prompt: String) throws(SecError) -> SecureBytes {
+    public static func readFromTerminal(prompt: String, what: String = "passcode") throws(SecError) -> SecureBytes {
         let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else {
             throw .interactionNotAllowed("this needs you to authenticate, and there is no terminal to ask on")
@@ -77,8 +98,7 @@ public enum SecretInput {
             byte = 0
             return false
         }
-        if failed { throw SecError(.userCanceled, "no passcode was entered") }
-        guard n > 0 else { throw SecError(.userCanceled, "no passcode was entered") }
+        guard !failed, n > 0 else { throw SecError(.userCanceled, "no \(what) was entered") }
         return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
     }
 }

@@ -132,9 +132,14 @@ public final class TerminalAuthentication: AuthenticationDelegate {
     }
 }
 
-/// SIGINT/SIGTERM while the terminal's echo is off: restore it, then die of the signal as usual.
+/// SIGINT/SIGTERM while the terminal's echo is off: restore it, end the prompt's line, then die of
+/// the signal as usual (a shell sees status 130 for Ctrl-C, and a script or loop that ran the command
+/// stops too, as with `sudo` and `passwd`). Only async-signal-safe calls.
 private func restoreAndExit(_ sig: Int32) {
-    if savedTerminalFD >= 0 { _ = tcsetattr(savedTerminalFD, TCSANOW, savedTerminal) }
+    if savedTerminalFD >= 0 {
+        _ = tcsetattr(savedTerminalFD, TCSANOW, savedTerminal)
+        _ = write(savedTerminalFD, "\n", 1)
+    }
     signal(sig, SIG_DFL)
     raise(sig)
 }

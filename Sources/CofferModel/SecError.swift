@@ -85,6 +85,16 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
     /// not satisfy (errSecInteractionNotAllowed): the agent then asks the person and tries again. Not
     /// on the wire (a client sees errSecInteractionNotAllowed).
     public private(set) var needsAuthentication = false
+    /// What the person can do next (`coffer unlock`, how to start the agent, …), printed by the CLI
+    /// on the line after the error. Not on the wire: a client adds it where it knows the answer.
+    public private(set) var hint: String? = nil
+
+    /// This error with `hint` attached.
+    public func withHint(_ hint: String) -> SecError {
+        var e = self
+        e.hint = hint
+        return e
+    }
 
     /// errSecInteractionNotAllowed because an item's access control needs authentication.
     public static func authenticationNeeded(_ m: String) -> SecError {

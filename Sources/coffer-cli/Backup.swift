@@ -7,7 +7,7 @@ import Foundation
 /// `coffer backup create|restore`: encrypted backups written and read by the agent.
 struct Backup: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Encrypted backups (asks for your passcode; the backup password comes from a descriptor).",
+        abstract: "Encrypted backups (asks for your passcode; the backup password comes from a descriptor, or is asked on a terminal).",
         discussion: """
             A backup holds every item but when-passcode-set items and items with an access control, under keys \
             protected by the backup password. ThisDeviceOnly items restore only on this machine. A restore keeps \
@@ -25,10 +25,10 @@ struct Backup: ParsableCommand {
         @OptionGroup var connect: Connect
         @OptionGroup var auth: AuthenticationArguments
         @Option(help: "The backup file to write (0600).") var out: String
-        @Option(name: .customLong("password-fd"), help: "Read the backup password from this descriptor.") var passwordFD: Int32
+        @OptionGroup var password: PasswordSource
         func run() throws {
             try reporting { () throws(SecError) in
-                let password = try SecretInput.read(fd: passwordFD, what: "backup password")
+                let password = try password.read(confirm: true)
                 let c = try connect.open()
                 try auth.apply(to: c)
                 let n = try c.createBackup(path: Backup.absolute(out), password: password)
@@ -42,11 +42,11 @@ struct Backup: ParsableCommand {
         @OptionGroup var connect: Connect
         @OptionGroup var auth: AuthenticationArguments
         @Argument(help: "The backup file.") var file: String
-        @Option(name: .customLong("password-fd"), help: "Read the backup password from this descriptor.") var passwordFD: Int32
+        @OptionGroup var password: PasswordSource
         @Flag(name: .customLong("dry-run"), help: "Only say what would change.") var dryRun = false
         func run() throws {
             try reporting { () throws(SecError) in
-                let password = try SecretInput.read(fd: passwordFD, what: "backup password")
+                let password = try password.read(confirm: false)
                 let c = try connect.open()
                 try auth.apply(to: c)
                 let r = try c.restoreBackup(path: Backup.absolute(file), password: password, dryRun: dryRun)

@@ -41,15 +41,15 @@ struct Escrow: ParsableCommand {
     }
 
     struct Unlock: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Unlock with the escrow secret (64 hex digits) from stdin or a descriptor.")
+        static let configuration = CommandConfiguration(abstract: "Unlock with the escrow secret (64 hex digits) from stdin or a descriptor (on a terminal: asks).")
         @OptionGroup var connect: Connect
         @OptionGroup var secret: SecretSource
         func validate() throws {
-            guard secret.isGiven else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N") }
+            guard secret.isAvailable else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N (or run it on a terminal to be asked)") }
         }
         func run() throws {
             try reporting { () throws(SecError) in
-                let text = try secret.read()
+                let text = try secret.read(prompt: "Escrow secret (64 hex digits): ")
                 let raw: SecureBytes? = text.withUnsafeBytes { t in
                     guard t.count == 64 else { return nil }
                     let out = SecureBytes(count: 32)

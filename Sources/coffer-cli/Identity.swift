@@ -57,15 +57,21 @@ func authorizingIfNeeded<T>(_ connection: AgentConnection, group: String?,
         return try body(connection)
     } catch where error.status == .missingEntitlement {
         let refusal = error
-        guard let group, let me = try? connection.whoami(), me.mayAuthorize, !me.accessGroups.contains(group) else { throw refusal }
+        guard let group, let me = try? connection.whoami(), !me.accessGroups.contains(group) else { throw refusal }
+        let shown = Output.escapedText(group)
+        guard me.mayAuthorize else {
+            throw refusal.withHint("'\(shown)' is another app's group, which this caller may never be authorized for; "
+                                   + "only an app whose signed manifest lists it can use it (coffer whoami, coffer manifest list)")
+        }
         let passcode: SecureBytes
         do {
             passcode = try SecretInput.readFromTerminal(
-                prompt: "coffer: access group '\(Output.escapedText(group))' belongs to another app; "
+                prompt: "coffer: access group '\(shown)' belongs to another app; "
                     + "type your passcode to use it for this command: ")
         } catch where error.status == .interactionNotAllowed {
             // No terminal: the refusal stands (a script cannot reach another app's items through the CLI).
             throw SecError(.missingEntitlement, refusal.message + "; another app's group needs your passcode, typed on a terminal, and there is none")
+                .withHint("run the same command on a terminal: coffer asks for your passcode there and authorizes '\(shown)' for that one command")
         }
         try connection.authorize(accessGroup: group, passcode: passcode)
         return try body(connection)

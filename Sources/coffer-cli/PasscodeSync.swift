@@ -23,7 +23,7 @@ struct PasscodeSync: ParsableCommand {
             guard try c.isPasscodeOutOfSync() else {
                 throw .notAvailable("the passcode is in sync with your login password (unlock with your login password first if it changed)")
             }
-            try c.syncPasscode(oldPasscode: try passcode.read())
+            try c.syncPasscode(oldPasscode: try passcode.read(prompt: "Previous login password: "))
         }
     }
 }
@@ -44,7 +44,7 @@ struct PasscodeRemove: ParsableCommand {
 
     func run() throws {
         try reporting { () throws(SecError) in
-            try connect.open().removePasscode(current: try passcode.read())
+            try connect.open().removePasscode(current: try passcode.read(prompt: "Current passcode: "))
         }
     }
 }

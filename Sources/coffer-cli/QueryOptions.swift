@@ -37,13 +37,13 @@ func parseAttribute(_ text: String) throws -> (String, AttributeValue) {
 
 /// Item selection shared by get, find, update and delete, and the attributes of add.
 struct ItemOptions: ParsableArguments {
-    @Option(name: .customLong("class"), help: "Item class: genp (generic password), inet, keys, cert.")
+    @Option(name: .customLong("class"), help: "Item class: genp (generic password), inet, keys, cert.", completion: ValueCompletion.itemClass)
     var itemClass: String?
 
-    @Option(help: "Service (svce).")
+    @Option(help: "Service (svce).", completion: ValueCompletion.names("svce"))
     var service: String?
 
-    @Option(help: "Account (acct).")
+    @Option(help: "Account (acct).", completion: ValueCompletion.names("acct"))
     var account: String?
 
     @Option(help: "Label (labl).")

@@ -65,6 +65,7 @@ struct Coffer: ParsableCommand {
             environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
             (see the README).
             """,
+        version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
                       LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self])
 }
@@ -134,7 +135,7 @@ struct Passcode: ParsableCommand {
 
         func run() throws {
             try reporting { () throws(SecError) in
-                let p = try passcode.read()
+                let p = try passcode.readNew()
                 try connect.open().setPasscode(current: nil, new: p)
             }
         }
@@ -142,14 +143,13 @@ struct Passcode: ParsableCommand {
 
     struct Change: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Change the passcode: reads the current and the new one on two lines.")
+            abstract: "Change the passcode: reads the current and the new one on two lines (on a terminal: asks, the new one twice).")
         @OptionGroup var connect: Connect
         @OptionGroup var passcode: PasscodeSource
 
         func run() throws {
             try reporting { () throws(SecError) in
-                let both = try passcode.read()
-                let (current, new) = try SecretInput.splitTwoLines(both, what: "passcode")
+                let (current, new) = try passcode.readChange()
                 try connect.open().setPasscode(current: current, new: new)
             }
         }
@@ -162,10 +162,12 @@ struct Add: ParsableCommand {
         discussion: "Example: printf %s \"$TOKEN\" | coffer add --service github --account me --secret-stdin")
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
-    @Option(help: "When the item is available: when-unlocked (default), after-first-unlock, always, …-this-device-only, when-passcode-set-this-device-only, or ak/ck/dk/aku/cku/dku/akpu.")
+    @Option(help: "When the item is available: when-unlocked (default), after-first-unlock, always, …-this-device-only, when-passcode-set-this-device-only, or ak/ck/dk/aku/cku/dku/akpu.",
+            completion: ValueCompletion.accessible)
     var accessible: String?
     @Option(name: .customLong("access-control"),
-            help: "Authentication the item needs: user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and, (e.g. biometry-any,or,device-passcode). Needs a passcode; the item stays on this device.")
+            help: "Authentication the item needs: user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and, (e.g. biometry-any,or,device-passcode). Needs a passcode; the item stays on this device.",
+            completion: ValueCompletion.accessControl)
     var accessControl: String?
     @Option(name: .customLong("access-control-ops"), help: "Which operations need it: read,update,delete (default all three).")
     var accessControlOps: String?
@@ -173,7 +175,7 @@ struct Add: ParsableCommand {
     @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {
-        guard secret.isGiven else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N") }
+        guard secret.isAvailable else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N (or run it on a terminal to be asked)") }
         if let accessible { _ = try parseAccessible(accessible) }
         _ = try rule()
         if accessControlOps != nil && accessControl == nil { throw ValidationError("--access-control-ops needs --access-control") }
@@ -203,7 +205,7 @@ struct Add: ParsableCommand {
         if let acl = try rule() { attrs[AccessControl.attributeName] = .data(acl.encoded()) }
         let cls = try item.resolvedClass(defaultIfNone: true)!
         try reporting { () throws(SecError) in
-            let s = try secret.read()
+            let s = try secret.read(confirm: true)
             let item = NewItem(itemClass: cls, attributes: attrs, secret: s)
             let c = try connect.open()
             try auth.apply(to: c)
@@ -345,7 +347,7 @@ struct Update: ParsableCommand {
     @OptionGroup var everything: AllItems
     @OptionGroup var secret: SecretSource
     @Option(name: .customLong("set-label"), help: "New label.") var setLabel: String?
-    @Option(help: "New accessibility (re-wraps the item under that class).") var accessible: String?
+    @Option(help: "New accessibility (re-wraps the item under that class).", completion: ValueCompletion.accessible) var accessible: String?
     @Option(name: .customLong("set-attr"), help: "New attribute value KEY=VALUE (repeatable).") var setAttrs: [String] = []
     @OptionGroup var auth: AuthenticationArguments
 
@@ -399,4 +401,5 @@ struct Delete: ParsableCommand {
     }
 }
 
+CommandSuggestion.check(Array(CommandLine.arguments.dropFirst()), root: Coffer.self)
 Coffer.main()

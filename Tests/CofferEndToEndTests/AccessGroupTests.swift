@@ -312,6 +312,8 @@ import Testing
         var r = runProgram("/usr/bin/setsid", ["-w", shellPath] + getA, stdin: AgentProcess.password + "\n")
         #expect(r.stdout.isEmpty && records("authorize", app: "coffer.shell", result: 0) == 0, "\(r)")
         #expect(r.status == Exit.missingEntitlement && r.stderr.contains("-34018"), "\(r)")
+        // The line after the error says which command authorizes the group.
+        #expect(r.stderr.contains("\ncoffer: hint: run the same command on a terminal: coffer asks for your passcode there and authorizes 'a' for that one command"), "\(r)")
         #expect(records("get", app: "coffer.shell", result: -34018) == 1, "\(auditRecords(agent))")
 
         // A or B cannot authorize, even on a terminal: no prompt, the refusal stands.
@@ -320,6 +322,7 @@ import Testing
                                     typing: AgentProcess.password)
             #expect(!t.prompted && !t.output.contains("secret-of-a"), "\(exe): \(t)")
             #expect(t.status == Exit.missingEntitlement, "\(exe): \(t)")
+            #expect(t.output.contains("coffer: hint: '\(other)' is another app's group, which this caller may never be authorized for"), "\(exe): \(t)")
         }
         #expect(!auditRecords(agent).contains { ($0["operation"] as? String) == "authorize" })
 

@@ -213,6 +213,13 @@ struct TerminalRun {
 
     static func run(_ command: [String], typing answer: String?, prompt: String = "type your passcode",
                     timeout: Double = 20) -> TerminalRun {
+        let r = run(command, steps: answer.map { [(prompt, $0)] } ?? [], timeout: timeout)
+        return TerminalRun(status: r.status, output: r.output, prompted: r.output.contains(prompt))
+    }
+
+    /// As ``run(_:typing:prompt:timeout:)`` with several answers: each is typed (then Enter) once its
+    /// prompt shows after the previous answer's. `prompted`: every prompt showed.
+    static func run(_ command: [String], steps: [(prompt: String, answer: String)], timeout: Double = 20) -> TerminalRun {
         let shellCommand = command.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
@@ -224,12 +231,16 @@ struct TerminalRun {
         let collected = ManifestCLITests.Collected()
         out.fileHandleForReading.readabilityHandler = { h in collected.append(h.availableData) }
         do { try p.run() } catch { return TerminalRun(status: -1, output: "\(error)", prompted: false) }
-        var typed = false
+        var typed = 0
+        var searchFrom = 0
         let deadline = Date().addingTimeInterval(timeout)
         while p.isRunning && Date() < deadline {
-            if !typed, let answer, collected.text.contains(prompt) {
-                inp.fileHandleForWriting.write(Data((answer + "\n").utf8))
-                typed = true
+            let text = Array(collected.text.utf8)
+            if typed < steps.count, text.count > searchFrom,
+               let found = String(decoding: text[searchFrom...], as: UTF8.self).range(of: steps[typed].prompt) {
+                searchFrom += String(decoding: text[searchFrom...], as: UTF8.self)[..<found.upperBound].utf8.count
+                inp.fileHandleForWriting.write(Data((steps[typed].answer + "\n").utf8))
+                typed += 1
             }
             usleep(10_000)
         }
@@ -242,6 +253,6 @@ struct TerminalRun {
         usleep(20_000)
         out.fileHandleForReading.readabilityHandler = nil
         let text = collected.text
-        return TerminalRun(status: p.terminationStatus, output: text, prompted: text.contains(prompt))
+        return TerminalRun(status: p.terminationStatus, output: text, prompted: typed == steps.count)
     }
 }
