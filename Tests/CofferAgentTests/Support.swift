@@ -74,7 +74,8 @@ final class AgentRig {
     init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
          sensor: FakeSensor = FakeSensor()) throws {
         self.sensor = sensor
-        keychain = try Keychain(directory: dir.path)
+        keychain = try Keychain(directory: dir.path, applicationPasswordKDF: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)),
+                                applicationPasswordDelays: AttemptSchedule.standard.delays, clock: clock)
         if passcodeSet { try keychain.setPasscode(current: nil, new: secret(Self.passcode), kdf: cheapKDF) }
         var logger = Logger(label: "test")
         logger.logLevel = .critical
