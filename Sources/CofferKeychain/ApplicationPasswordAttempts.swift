@@ -101,6 +101,7 @@ package final class ApplicationPasswordAttempts: Sendable {
         try counts.withLock { (c: inout [String: Count]) throws(SecError) in
             var next = c
             if let value, value.failures > 0 || next["*"] != nil { next[key] = value } else { next[key] = nil }
+            guard next != c else { return } // nothing to write (a success on an item without failures)
             if let path {
                 do { try Files.writeAtomically(path, Self.encode(next), mode: 0o600) } catch {
                     throw SecError(.io, "cannot record the application-password attempt: \(error)")
