@@ -98,7 +98,8 @@ package final class Agent: Sendable {
         } catch {
             throw AgentError("state directory: \(error)")
         }
-        keychain = try Keychain(directory: configuration.stateDirectory)
+        keychain = try Keychain(directory: configuration.stateDirectory, applicationPasswordDelays: configuration.attemptSchedule.delays,
+                                clock: SystemWallClock())
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
         self.registry = registry

@@ -233,7 +233,18 @@ final class Authenticator: Sendable {
                 evaluation = nil
                 switch outcome {
                 case .match:
-                    lockout.withLock { $0.recordMatch() }
+                    // Checked again as the match arrives, in the same critical section: an evaluation that
+                    // started before misses elsewhere locked biometry out must not get around the lockout.
+                    let accepted = lockout.withLock { l -> Bool in
+                        guard !l.isLockedOut else { return false }
+                        l.recordMatch()
+                        return true
+                    }
+                    guard accepted else {
+                        logger.notice("a biometric match arrived while biometry is locked out: refused", metadata: ["caller": "\(session.caller)"])
+                        try Self.passcodeAfterLockout(methods, biometryOnly: biometryOnly, channel)
+                        continue
+                    }
                     context.biometryVerified = true
                     context.biometryDomainState = sensor.state().domainState
                     return
@@ -241,10 +252,7 @@ final class Authenticator: Sendable {
                     let lockedNow = lockout.withLock { $0.recordFailure() }
                     logger.notice("biometric match failed", metadata: ["caller": "\(session.caller)", "lockout": "\(lockedNow)"])
                     if lockedNow || biometry.lockedOut {
-                        guard methods.contains(.passcode) && !biometryOnly else {
-                            throw LAError(.biometryLockout, "too many failed matches: biometry is locked out until you authenticate with your passcode")
-                        }
-                        channel.feedback("Too many failed matches: biometry is locked out. Type your passcode.", kind: .passcodeOnly)
+                        try Self.passcodeAfterLockout(methods, biometryOnly: biometryOnly, channel)
                     } else {
                         channel.feedback("No match. Try again.", kind: .noMatch)
                         evaluation = startEvaluation(prompt, session.caller, channel)
@@ -289,6 +297,14 @@ final class Authenticator: Sendable {
                 throw LAError(.systemCancel, "nobody authenticated in time")
             }
         }
+    }
+
+    /// Biometry is locked out: the round goes on with the passcode if it may use one, else fails.
+    private static func passcodeAfterLockout(_ methods: AuthenticationMethods, biometryOnly: Bool, _ channel: any AuthChannel) throws(LAError) {
+        guard methods.contains(.passcode) && !biometryOnly else {
+            throw LAError(.biometryLockout, "too many failed matches: biometry is locked out until you authenticate with your passcode")
+        }
+        channel.feedback("Too many failed matches: biometry is locked out. Type your passcode.", kind: .passcodeOnly)
     }
 
     /// Checks a passcode through PAM (with the unlock backoff); a success lifts a biometric lockout.

@@ -384,17 +384,39 @@ final class Pipeline: Sendable {
         let now = clock.now()
         var held = session.reusableAuthorization(now: now, generation: gate.lockGeneration) ?? .none
         if cursor > 0, let p = session.pagingAuthorization(for: query, cursor: cursor, now: now, generation: gate.lockGeneration) { held = p }
+        let caller = session.caller
         do {
-            return try body(held)
+            return try body(auditingApplicationPasswords(held, caller))
         } catch where error.needsAuthentication {
             let rules = try keychain.accessRequirements(query, scope: scope, for: operation)
             guard !rules.isEmpty else { throw error }
-            let caller = session.caller
             let context = try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) {
                 () throws(SecError) in try authenticator.authorize(rules: rules, session: &session, channel: channel, what: what)
             }
-            return try body(context)
+            return try body(auditingApplicationPasswords(context, caller))
         }
+    }
+
+    /// `context`, telling the audit log and the log of each application-password attempt the keychain
+    /// counts (`app-password-failed`) or refuses before checking (`app-password-refused`); never the password.
+    private func auditingApplicationPasswords(_ context: AuthorizationContext, _ caller: CallerIdentity) -> AuthorizationContext {
+        guard context.hasApplicationPassword else { return context }
+        var c = context
+        c.onApplicationPasswordAttempt = { [gate, logger] attempt in
+            switch attempt.outcome {
+            case .failed(let failures, let nextDelay):
+                logger.warning("failed application-password attempt", metadata: [
+                    "failures": "\(failures)", "next-attempt-delay-s": "\(nextDelay)", "pid": "\(caller.pid)"])
+                gate.record(caller, operation: "app-password-failed", group: attempt.accessGroup, itemClass: attempt.itemClass,
+                            status: .authFailed)
+            case .refused(let failures, let wait):
+                logger.notice("application-password attempt refused: too early", metadata: [
+                    "failures": "\(failures)", "wait-s": "\(Int(wait.rounded(.up)))", "pid": "\(caller.pid)"])
+                gate.record(caller, operation: "app-password-refused", group: attempt.accessGroup, itemClass: attempt.itemClass,
+                            status: .authFailed)
+            }
+        }
+        return c
     }
 
     /// The application password a new item's rule needs: given in advance (AUTH_OPTIONS) or asked for.

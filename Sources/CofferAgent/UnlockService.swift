@@ -39,7 +39,7 @@ package struct AttemptSchedule: Sendable, Equatable {
         self.eraseAfter = eraseAfter
     }
 
-    package static let standard = AttemptSchedule(delays: [0, 0, 0, 60, 300, 900, 900, 3600], eraseAfter: nil)
+    package static let standard = AttemptSchedule(delays: ApplicationPasswordAttempts.standardDelays, eraseAfter: nil)
     /// What `erase-after = on` means.
     package static let defaultEraseAfter = 10
 
@@ -77,16 +77,6 @@ struct FailedAttempts: Sendable, Equatable {
         }
         return FailedAttempts(failures: n, lastFailure: t)
     }
-}
-
-/// Wall-clock time (attempt delays must hold across restarts, which a monotonic clock does not).
-struct SystemWallClock: MonotonicClock {
-    func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-    func sleep(seconds: Double) { Threads.sleep(seconds: seconds) }
 }
 
 /// Unlock, passcode set/change and every other passcode check (AUTHORIZE, an item's authentication):
@@ -327,12 +317,7 @@ final class UnlockService: Sendable {
     }
 
     /// "45 s", "5 min", "1 h".
-    static func duration(_ seconds: Double) -> String {
-        let s = Int(seconds.rounded(.up))
-        if s < 120 { return "\(s) s" }
-        if s < 7200 { return "\((s + 59) / 60) min" }
-        return "\((s + 3599) / 3600) h"
-    }
+    static func duration(_ seconds: Double) -> String { ApplicationPasswordAttempts.duration(seconds) }
 }
 
 extension Keychain {

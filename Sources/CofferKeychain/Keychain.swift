@@ -2,7 +2,7 @@ public import CofferCrypto
 public import CofferKeybag
 public import CofferModel
 import CofferStore
-import CofferSystem
+package import CofferSystem
 import Glibc
 
 /// The keychain: SecItem semantics (add, copyMatching, update, delete) over the keybag and the
@@ -31,6 +31,8 @@ public final class Keychain: Sendable {
 
     /// Argon2id settings for new application-password items.
     private let appPasswordKDF: ItemCrypto.AppPasswordKDF
+    /// Failed application-password attempts per item, and their schedule.
+    let appPasswordAttempts: ApplicationPasswordAttempts
     /// The directory the keychain lives in (the escrow record is kept there).
     let stateDirectory: String
     /// The state directory's lock, when this keychain took it (``init(directory:deviceKey:applicationPasswordKDF:lockingStateDirectory:)``).
@@ -45,15 +47,17 @@ public final class Keychain: Sendable {
     }
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
-    /// file `device.key` in the same directory).
+    /// file `device.key` in the same directory). Application-password attempts wait
+    /// `applicationPasswordDelays` (see ``ApplicationPasswordAttempts``) on `clock`'s time (wall-clock).
     ///
     /// `lockingStateDirectory`: takes the state directory's lock (``StateDirectoryLock``) first and
     /// holds it as long as this keychain lives, as every program but the agent must (the agent takes it
     /// itself, before it daemonises). errSecNotAvailable, naming the holder, if an agent or another
     /// program has it.
-    public init(directory: String, deviceKey: DeviceKeySource? = nil,
-                applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
-                lockingStateDirectory: Bool = false) throws(SecError) {
+    package init(directory: String, deviceKey: DeviceKeySource? = nil,
+                 applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
+                 applicationPasswordDelays: [Double], clock: any MonotonicClock,
+                 lockingStateDirectory: Bool = false) throws(SecError) {
         if lockingStateDirectory {
             do {
                 stateLock = try StateDirectoryLock.acquire(directory: directory, socket: nil)
@@ -64,6 +68,8 @@ public final class Keychain: Sendable {
             stateLock = nil
         }
         appPasswordKDF = ItemCrypto.AppPasswordKDF(opsLimit: applicationPasswordKDF.opsLimit, memLimit: applicationPasswordKDF.memLimit)
+        appPasswordAttempts = ApplicationPasswordAttempts(path: directory + "/" + ApplicationPasswordAttempts.fileName,
+                                                          delays: applicationPasswordDelays, clock: clock)
         stateDirectory = directory
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
@@ -72,6 +78,17 @@ public final class Keychain: Sendable {
         // removed): it must never unlock this one.
         if keybag.isNew, hasEscrow { deleteEscrow() }
         if keybag.needsRekey { try migrateAtOpen() }
+    }
+
+    /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
+    /// file `device.key` in the same directory), with the standard application-password schedule.
+    /// `lockingStateDirectory`: as above.
+    public convenience init(directory: String, deviceKey: DeviceKeySource? = nil,
+                            applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
+                            lockingStateDirectory: Bool = false) throws(SecError) {
+        try self.init(directory: directory, deviceKey: deviceKey, applicationPasswordKDF: applicationPasswordKDF,
+                      applicationPasswordDelays: ApplicationPasswordAttempts.standardDelays, clock: SystemWallClock(),
+                      lockingStateDirectory: lockingStateDirectory)
     }
 
     /// What the migrations of this process did (one line each, no attribute values), for the agent's log.
@@ -335,7 +352,7 @@ public final class Keychain: Sendable {
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
                     if query.returnData {
                         try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row, applicationPassword: authorization.applicationPassword)
+                        r.data = try openSecret(row, cls, attrs, authorization)
                     }
                     results.append(r)
                 }
@@ -391,7 +408,7 @@ public final class Keychain: Sendable {
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
                     if query.returnData {
                         try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row, applicationPassword: authorization.applicationPassword)
+                        r.data = try openSecret(row, cls, attrs, authorization)
                     }
                     guard fits(r) else { refused = true; return }
                     items.append(r)
@@ -448,13 +465,13 @@ public final class Keychain: Sendable {
     /// and that never opens the old secret (a delete, an update replacing the secret), proves the
     /// password by opening the secret: a wrong one is errSecAuthFailed, as on a read, so a party that
     /// does not know it can neither delete the item nor replace its secret.
-    private func proveApplicationPassword(_ row: StoredRow, _ attrs: Attributes, _ operation: AccessControl.Operations,
+    private func proveApplicationPassword(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes, _ operation: AccessControl.Operations,
                                           _ authorization: AuthorizationContext) throws(SecError) {
         guard authorization.hasApplicationPassword, let acl = try Self.accessControl(attrs), acl.guards(operation) else { return }
         var without = authorization
         without.applicationPassword = nil
         guard !acl.isSatisfied(by: without) else { return }
-        try openSecret(row, applicationPassword: authorization.applicationPassword).wipe()
+        try openSecret(row, cls, attrs, authorization).wipe()
     }
 
     // MARK: SecItemUpdate
@@ -498,10 +515,10 @@ public final class Keychain: Sendable {
                     attrs["pdmn"] = .string(protection.shortCode)
                     let secret: SecureBytes
                     if let s = changes.secret {
-                        try proveApplicationPassword(row, old, .update, authorization)
+                        try proveApplicationPassword(row, cls, old, .update, authorization)
                         secret = s
                     } else {
-                        secret = try openSecret(row, applicationPassword: authorization.applicationPassword)
+                        secret = try openSecret(row, cls, old, authorization)
                     }
                     let (content, otherTiers) = try secret.withUnsafeBytes { s throws(SecError) in
                         try seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef,
@@ -527,15 +544,18 @@ public final class Keychain: Sendable {
             let store = s.store
             try keybag.checkUnchanged() // before matching, as in an update
             var ids: [Int64] = []
-            let complete = try forEachMatch(store, query, scope, limit: nil) { (row, _, attrs) throws(SecError) in
+            var refs: [[UInt8]] = []
+            let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in
                 try Self.checkAuthorized(attrs, .delete, authorization)
-                try proveApplicationPassword(row, attrs, .delete, authorization)
+                try proveApplicationPassword(row, cls, attrs, .delete, authorization)
                 ids.append(row.id)
+                refs.append(row.persistentRef)
             }
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
             }
+            appPasswordAttempts.forget(refs: refs)
             return ids.count
         }
     }
@@ -842,12 +862,24 @@ public final class Keychain: Sendable {
         return (cls, attrs)
     }
 
-    private func openSecret(_ row: StoredRow, applicationPassword: SecureBytes? = nil) throws(SecError) -> SecureBytes {
+    /// Opens a row's secret with the request's application password, if any. Opening an item that
+    /// needs one with one given is a counted attempt on that item (``ApplicationPasswordAttempts``):
+    /// refused early while its delay runs, reported to `authorization` when failed or refused.
+    private func openSecret(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes,
+                            _ authorization: AuthorizationContext) throws(SecError) -> SecureBytes {
         let protection = ProtectionClass(rawValue: row.protectionClass)!
-        return try keybag.withClassKey(protection) { k throws(SecError) in
-            try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection,
-                                      applicationPassword: applicationPassword)
+        let open = { () throws(SecError) -> SecureBytes in
+            try self.keybag.withClassKey(protection) { k throws(SecError) in
+                try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection,
+                                          applicationPassword: authorization.applicationPassword)
+            }
         }
+        guard authorization.hasApplicationPassword, ItemCrypto.needsApplicationPassword(row.secret) else { return try open() }
+        var group: String? = nil
+        if case .string(let g)? = attrs["agrp"] { group = g }
+        return try appPasswordAttempts.attempt(ref: row.persistentRef, report: { outcome in
+            authorization.onApplicationPasswordAttempt?(ApplicationPasswordAttempt(outcome: outcome, accessGroup: group, itemClass: cls))
+        }, open)
     }
 
     // MARK: Rekey and migration (hold the keychain mutex)

@@ -189,6 +189,9 @@ public struct AuthorizationContext: Sendable, Equatable {
     public var applicationPassword: SecureBytes?
     /// True if an application password came with the request.
     public var hasApplicationPassword: Bool { applicationPassword != nil }
+    /// Told of every application-password attempt the keychain counts or refuses for this request
+    /// (the agent audits them); not part of equality.
+    public var onApplicationPasswordAttempt: (@Sendable (ApplicationPasswordAttempt) -> Void)?
 
     public init(passcodeVerified: Bool = false, biometryVerified: Bool = false, biometryDomainState: [UInt8] = [],
                 applicationPassword: SecureBytes? = nil) {
@@ -200,4 +203,24 @@ public struct AuthorizationContext: Sendable, Equatable {
 
     /// Nothing authenticated: what a request gets when no item it touches has an access control.
     public static let none = AuthorizationContext()
+}
+
+/// One application-password attempt on one item, as the keychain reports it (never the password).
+public struct ApplicationPasswordAttempt: Sendable, Equatable {
+    public enum Outcome: Sendable, Equatable {
+        /// A wrong password: `failures` in a row now; the next attempt waits `nextDelay` seconds.
+        case failed(failures: Int, nextDelay: Double)
+        /// Refused before checking (not counted, no Argon2id): the schedule's delay has `wait` seconds to run.
+        case refused(failures: Int, wait: Double)
+    }
+    public let outcome: Outcome
+    /// The item's access group and class.
+    public let accessGroup: String?
+    public let itemClass: ItemClass
+
+    public init(outcome: Outcome, accessGroup: String?, itemClass: ItemClass) {
+        self.outcome = outcome
+        self.accessGroup = accessGroup
+        self.itemClass = itemClass
+    }
 }

@@ -362,8 +362,11 @@ final class Core: Sendable {
             case .feedback(let text):
                 if let sink = state.withLock({ $0.pending[decoded.id]?.feedback }) { sink(text) }
             default:
+                // A request's first reply is its answer: a later one for the same id (a plugin writing
+                // frames of its own onto the socket) cannot replace it; one for an id that is not pending
+                // (never sent, or already answered) is dropped.
                 state.withLock { s in
-                    if s.pending[decoded.id] != nil { s.pending[decoded.id]?.response = decoded.response }
+                    if let p = s.pending[decoded.id], p.response == nil, p.failure == nil { s.pending[decoded.id]?.response = decoded.response }
                 }
                 state.broadcast()
             }

@@ -3,6 +3,7 @@ import CofferAudit
 import CofferModel
 import CofferPolicy
 import CofferProtocol
+import CofferSystem
 import CofferTestSupport
 import Foundation
 import Testing
@@ -104,6 +105,41 @@ import Testing
         let after = ScriptedChannel([])
         #expect(errorStatus(rig.pipeline.handle(Self.get("vault"), session: &s, channel: after)) == .authFailed)
         #expect(after.asked.isEmpty)
+    }
+
+    /// Issue #24, finding 4: a match from an evaluation that started before biometry was locked out
+    /// (five misses on another connection while it ran) must not be accepted.
+    @Test func aMatchFromAnEvaluationStartedBeforeALockoutIsRefused() throws {
+        var (rig, s) = try Self.ready()
+        _ = rig.pipeline.handle(Self.add("biometry-any", service: "vault"), session: &s)
+        // Connection A waits for a finger on evaluation 1, which the test holds.
+        rig.sensor.hold(evaluation: 1)
+        final class Box: @unchecked Sendable {
+            var session: Session
+            var reply: AgentResponse? = nil
+            let done = Protected(false)
+            init(_ s: Session) { session = s }
+        }
+        let a = Box(rig.greetedSession(as: rig.signedCaller("com.example.bank", ["bank"])))
+        let pipeline = rig.pipeline
+        Thread.detachNewThread {
+            a.reply = pipeline.handle(Self.get("vault"), session: &a.session, channel: ScriptedChannel([.waitForStop]))
+            a.done.withLock { $0 = true }
+        }
+        for _ in 0..<30_000 where rig.sensor.evaluations < 1 { usleep(1000) }
+        #expect(rig.sensor.evaluations == 1)
+        // Connection B: five misses lock biometry out.
+        rig.sensor.queue(.noMatch, .noMatch, .noMatch, .noMatch, .noMatch)
+        let misses = ScriptedChannel([.waitForStop, .waitForStop, .waitForStop, .waitForStop, .waitForStop])
+        #expect(errorStatus(rig.pipeline.handle(Self.get("vault"), session: &s, channel: misses)) == .authFailed)
+        #expect(rig.authenticator.biometry.lockedOut)
+        // Now A's evaluation reports a match: it started before the lockout, and is refused.
+        rig.sensor.answer(evaluation: 1, .match)
+        for _ in 0..<30_000 where !a.done.withLock({ $0 }) { usleep(1000) }
+        let reply = try #require(a.done.withLock { $0 } ? a.reply : nil)
+        #expect(errorStatus(reply) == .authFailed, "\(reply)")
+        #expect(Self.secretText(reply) == nil)
+        #expect(rig.authenticator.biometry.lockedOut, "a match cannot lift a lockout")
     }
 
     @Test func aCurrentSetItemIsUnusableOnceTheEnrolledSetChanges() throws {

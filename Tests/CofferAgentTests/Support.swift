@@ -74,7 +74,8 @@ final class AgentRig {
     init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
          sensor: FakeSensor = FakeSensor()) throws {
         self.sensor = sensor
-        keychain = try Keychain(directory: dir.path)
+        keychain = try Keychain(directory: dir.path, applicationPasswordKDF: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)),
+                                applicationPasswordDelays: AttemptSchedule.standard.delays, clock: clock)
         if passcodeSet { try keychain.setPasscode(current: nil, new: secret(Self.passcode), kdf: cheapKDF) }
         var logger = Logger(label: "test")
         logger.logLevel = .critical
@@ -149,13 +150,21 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
     func say(_ messages: String...) { said.withLock { $0 += messages } }
     private let said = Protected([String]())
 
+    /// Evaluation number `n` (1: the first this sensor started) takes no queued outcome: it waits
+    /// until ``answer(evaluation:_:)`` (or a cancel), so a test decides when it ends.
+    func hold(evaluation n: Int) { held.withLock { $0[n] = .some(nil) } }
+    /// Ends held evaluation `n` with `outcome`.
+    func answer(evaluation n: Int, _ outcome: BiometricOutcome) { held.withLock { $0[n] = .some(outcome) } }
+    private let held = Protected([Int: BiometricOutcome?]())
+
     func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
                   feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
-        lock.withLock { $0.evaluations += 1 }
+        let number = lock.withLock { $0.evaluations += 1; return $0.evaluations }
         for m in said.withLock({ s in defer { s = [] }; return s }) { feedback(m) }
         for _ in 0..<30_000 {
             let next: BiometricOutcome?? = lock.withLock { s in
                 if s.cancelled.contains(id) { return .some(.cancelled) }
+                if let h = held.withLock({ $0[number] }) { return .some(h) }
                 return s.outcomes.isEmpty ? .some(nil) : .some(s.outcomes.removeFirst())
             }
             if let outcome = next ?? nil { return outcome }

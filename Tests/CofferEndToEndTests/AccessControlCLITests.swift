@@ -146,6 +146,48 @@ struct AccessControlCLITests {
         #expect(given.status == 0 && given.stdout == "pin 9876", "\(given)")
     }
 
+    /// Issue #24, finding 1: application-password guesses are counted per item in the state
+    /// directory, so neither a restart nor a kill -9 earns new tries; beyond the free ones a guess is
+    /// refused at once with the time to wait, another item is not delayed, and the audit log has them.
+    @Test func applicationPasswordGuessesAreThrottledAcrossRestartsAndKills() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let secretFile = agent.dir.file("secret-input")
+        try "pin 9876".write(toFile: secretFile, atomically: true, encoding: .utf8)
+        for service in ["vault", "other"] {
+            let add = Self.detached(agent, ["add", "--service", service, "--account", "me", "--access-control", "application-password",
+                                            "--secret-fd", "3", "--app-password-fd", "0"],
+                                    stdin: "open sesame", extraShell: "3<'\(secretFile)'")
+            #expect(add.status == 0, "\(add)")
+        }
+        func get(_ service: String, _ password: String) -> CLIResult {
+            Self.detached(agent, ["get", "--service", service, "--account", "me", "--app-password-fd", "0"], stdin: password)
+        }
+        for n in 1...4 {
+            let r = get("vault", "guess \(n)")
+            #expect(r.status == 5 && !r.stderr.contains("try again"), "\(r)")
+        }
+        let early = get("vault", "open sesame")
+        #expect(early.status == 5 && early.stderr.contains("try again in") && !early.stdout.contains("pin 9876"), "\(early)")
+        // Killed and started again: still refused, the other item still opens.
+        agent.kill9()
+        try agent.start()
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        let afterKill = get("vault", "open sesame")
+        #expect(afterKill.status == 5 && afterKill.stderr.contains("try again in"), "\(afterKill)\n\(agent.log)")
+        let other = get("other", "open sesame")
+        #expect(other.status == 0 && other.stdout == "pin 9876", "\(other)")
+        // A restart likewise.
+        try agent.restart()
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(get("vault", "open sesame").stderr.contains("try again in"))
+        let audit = (try? String(contentsOfFile: agent.stateDir + "/audit.log", encoding: .utf8)) ?? ""
+        let failed = audit.split(separator: "\n").filter { $0.contains("\"app-password-failed\"") }
+        let refused = audit.split(separator: "\n").filter { $0.contains("\"app-password-refused\"") }
+        #expect(failed.count == 4 && refused.count == 3 && !audit.contains("guess") && !audit.contains("sesame"), "\(audit)")
+        #expect(!agent.log.contains("guess") && !agent.log.contains("sesame"))
+    }
+
     /// A pinentry that answers GETPIN with `pins` in turn (or cancels when `cancel`), logging every
     /// command it gets to `log` (never the answers).
     /// A pinentry answering each GETPIN with the next of `pins` (`^^` in one starts another D line).

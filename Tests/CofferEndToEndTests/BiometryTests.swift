@@ -158,6 +158,27 @@ struct BiometryTests {
         #expect(again.status == 0 && again.output.contains("secret of bank"), "\(again)\n\(agent.log)")
     }
 
+    /// Issue #24, a hostile plugin: the test plugin writes garbage, an oversized header, an over-long
+    /// text, or a CONTROL_REPLY then a forged success onto the host's socket to the agent. Each
+    /// evaluation fails without the secret, the agent keeps serving, and a later honest match works.
+    /// (Replies for evaluations never started, and a second reply, are in HostilePluginTests.)
+    @Test func aHostilePluginGetsNothingGrantedAndTheAgentKeepsServing() throws {
+        let agent = try Self.agent(biometry: "test")
+        Self.add(agent, "bank", "biometry-any")
+        for mode in ["garbage", "oversized", "long-text", "out-of-order"] {
+            // A restarted host has forgotten the enrolment.
+            #expect(Self.withPasscode(agent, ["bio", "enroll", "finger"]).status == 0, "\(agent.log)")
+            #expect(agent.cli(["bio", "present", mode]).status == 0)
+            let t = Self.get(agent, "bank").wait()
+            #expect(t.status != 0 && !t.output.contains("secret of bank"), "\(mode): \(t)")
+            #expect(agent.cli(["status"]).status == 0, "\(mode): \(agent.log)")
+        }
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "finger"]).status == 0)
+        #expect(agent.cli(["bio", "present", "succeed"]).status == 0)
+        let again = Self.get(agent, "bank").wait()
+        #expect(again.status == 0 && again.output.contains("secret of bank"), "\(again)\n\(agent.log)")
+    }
+
     @Test func withoutABiometricAuthenticatorBioSaysSo() throws {
         let agent = try AgentProcess()
         let s = agent.cli(["bio", "status"])
