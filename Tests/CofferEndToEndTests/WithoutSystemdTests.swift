@@ -6,7 +6,8 @@ import Testing
 /// A machine whose PID 1 is not systemd (issue #23 item 4): no logind makes `/run/user/UID`, no socket
 /// unit starts the agent. pam_coffer's session line makes the runtime directory and starts `cofferd`;
 /// `install.sh` writes those lines and lists every step it takes. The runtime root is a private
-/// directory (`runtime_root=`), never the machine's `/run/user`.
+/// directory (`runtime_root=`), never the machine's `/run/user`; logins that start a real agent get a
+/// generous `budget_ms=` (a slow machine under a sanitizer must not turn into a failure).
 @Suite struct WithoutSystemdTests {
     /// The pid of the agent started with this state directory, if one runs (`[-]` keeps the pattern
     /// from matching the shell that runs pgrep).
@@ -43,7 +44,7 @@ import Testing
         // No socket=: pam_coffer resolves it from the runtime directory it makes, as on a real machine.
         let args = ["--state-dir", agent.stateDir, "--pam-confdir", agent.pamDir, "--pam-service", agent.pamService, "--kdf-ops", "1"]
         try PAMModuleTests.writeLoginService(dir: services, module: module, passdb: agent.passdb,
-                                             moduleArgs: "runtime_root=\(runtimeRoot) agent=\(Binaries.cofferd) "
+                                             moduleArgs: "runtime_root=\(runtimeRoot) budget_ms=60000 agent=\(Binaries.cofferd) "
                                                  + args.map { "agentarg=\($0)" }.joined(separator: " "))
         let runtime = runtimeRoot + "/\(getuid())"
         let socket = runtime + "/coffer/agent.sock"

@@ -6,7 +6,8 @@
  *   session  optional pam_coffer.so          unlocks the agent with it (sets the passcode on first use)
  *   password optional pam_coffer.so          follows a password change (old -> new)
  *
- * Arguments: socket=PATH  agent=/usr/local/bin/cofferd  agentarg=ARG (repeatable)  runtime_root=DIR  lock_on_close  debug
+ * Arguments: socket=PATH  agent=/usr/local/bin/cofferd  agentarg=ARG (repeatable)  runtime_root=DIR
+ *            budget_ms=N  lock_on_close  debug
  *
  * Without systemd-logind (PID 1 is not systemd: containers, WSL, minimal servers) nothing makes the
  * user's runtime directory: when the session opens, XDG_RUNTIME_DIR is not set and no socket= is
@@ -29,8 +30,9 @@
  * between the two passes of a password change.
  *
  * Every exchange with the agent has a fixed budget (EXCHANGE_BUDGET_MS, plus AGENT_START_BUDGET_MS
- * when the agent= option may have to start the agent): a hung or hostile listener delays a login by
- * at most that much, then the login goes on with the keychain locked.
+ * when the agent= option may have to start the agent; budget_ms= replaces the sum, at most
+ * MAX_BUDGET_MS): a hung or hostile listener delays a login by at most that much, then the login goes
+ * on with the keychain locked.
  */
 #define _GNU_SOURCE
 #define PAM_SM_AUTH
@@ -72,6 +74,8 @@
 #define EXCHANGE_BUDGET_MS 2000
 /* Added to the budget when the agent= option is given: the time a freshly started agent gets to listen. */
 #define AGENT_START_BUDGET_MS 3000
+/* The most budget_ms= may give (a hung listener must not hold a login for minutes). */
+#define MAX_BUDGET_MS 60000
 /* How long past the budget the parent waits before it kills the child. */
 #define KILL_GRACE_MS 250
 
@@ -98,6 +102,7 @@ struct options {
     const char *agent_args[MAX_AGENT_ARGS];
     int n_agent_args;
     const char *runtime_root;
+    int64_t budget_ms, start_ms; /* the whole exchange; the part of it an agent we start gets to listen */
     int lock_on_close;
     int debug;
 };
@@ -105,16 +110,31 @@ struct options {
 static void parse_options(pam_handle_t *pamh, int argc, const char **argv, struct options *o) {
     memset(o, 0, sizeof *o);
     o->runtime_root = RUNTIME_ROOT_DEFAULT;
+    long budget = 0;
     for (int i = 0; i < argc; i++) {
         if (strncmp(argv[i], "socket=", 7) == 0) o->socket = argv[i] + 7;
         else if (strncmp(argv[i], "agent=", 6) == 0) o->agent = argv[i] + 6;
         else if (strncmp(argv[i], "agentarg=", 9) == 0 && o->n_agent_args < MAX_AGENT_ARGS)
             o->agent_args[o->n_agent_args++] = argv[i] + 9;
         else if (strncmp(argv[i], "runtime_root=", 13) == 0 && argv[i][13] == '/') o->runtime_root = argv[i] + 13;
+        else if (strncmp(argv[i], "budget_ms=", 10) == 0) {
+            char *end = NULL;
+            errno = 0;
+            budget = strtol(argv[i] + 10, &end, 10);
+            if (errno || end == argv[i] + 10 || *end || budget < 1) {
+                pam_syslog(pamh, LOG_WARNING, "invalid option: %s", argv[i]);
+                budget = 0;
+            } else if (budget > MAX_BUDGET_MS) budget = MAX_BUDGET_MS;
+        }
         else if (strcmp(argv[i], "lock_on_close") == 0) o->lock_on_close = 1;
         else if (strcmp(argv[i], "debug") == 0) o->debug = 1;
         else pam_syslog(pamh, LOG_WARNING, "unknown option: %s", argv[i]);
     }
+    /* The whole exchange's budget; with agent=, an agent it starts may take the same share of it to
+       begin listening as by default (3000 of 5000 ms), the rest is left for the exchange. */
+    int64_t start_share = o->agent ? AGENT_START_BUDGET_MS : 0;
+    o->budget_ms = budget ? budget : EXCHANGE_BUDGET_MS + start_share;
+    o->start_ms = o->budget_ms * start_share / (EXCHANGE_BUDGET_MS + start_share);
 }
 
 /* The password remembered between authentication and session, with the uid that authenticated. */
@@ -333,12 +353,12 @@ static void start_agent(const struct options *o, const char *socket_path, const 
     _exit(127);
 }
 
-static int connect_or_start(const struct options *o, const char *path, const struct agent_env *env, int64_t deadline) {
+static int connect_or_start(const struct options *o, const char *path, const struct agent_env *env, int64_t start_deadline,
+                            int64_t deadline) {
     int fd = connect_socket(path, deadline);
     if (fd >= 0 || fd == NOT_THE_USERS_AGENT || !o->agent) return fd;
     start_agent(o, path, env);
-    /* Up to AGENT_START_BUDGET_MS, leaving the rest of the budget for the exchange. */
-    int64_t start_deadline = deadline - EXCHANGE_BUDGET_MS;
+    /* Up to start_deadline, leaving the rest of the budget for the exchange. */
     while (fd == -1 && now_ms() < start_deadline) {
         sleep_ms(50);
         fd = connect_socket(path, deadline);
@@ -357,8 +377,8 @@ static int drop_privileges(const struct passwd *pw) {
 enum op { OP_UNLOCK, OP_LOCK, OP_CHANGE };
 
 static int child_main(const struct options *o, const char *socket_path, const struct agent_env *env, enum op op,
-                      const char *old_tok, const char *new_tok, int64_t deadline) {
-    int fd = connect_or_start(o, socket_path, env, deadline);
+                      const char *old_tok, const char *new_tok, int64_t start_deadline, int64_t deadline) {
+    int fd = connect_or_start(o, socket_path, env, start_deadline, deadline);
     if (fd == NOT_THE_USERS_AGENT) return CHILD_IMPOSTOR;
     if (fd < 0) return now_ms() >= deadline ? CHILD_TIMEOUT : CHILD_NO_AGENT;
     int32_t status = 0;
@@ -427,8 +447,7 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
     const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
     if (runtime && *runtime) snprintf(env.runtime, sizeof env.runtime, "XDG_RUNTIME_DIR=%s", runtime);
 
-    int64_t budget = EXCHANGE_BUDGET_MS + (o->agent ? AGENT_START_BUDGET_MS : 0);
-    int64_t deadline = now_ms() + budget;
+    int64_t start = now_ms(), deadline = start + o->budget_ms, start_deadline = start + o->start_ms;
     pid_t pid = fork();
     if (pid < 0) { pam_syslog(pamh, LOG_ERR, "fork: %m"); return -1; }
     if (pid == 0) {
@@ -439,7 +458,7 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
         signal(SIGPIPE, SIG_IGN);
         if (drop_privileges(pw) != 0) _exit(CHILD_PRIVS);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* a uid change resets it to fs.suid_dumpable */
-        _exit(child_main(o, socket_path, &env, op, old_tok, new_tok, deadline));
+        _exit(child_main(o, socket_path, &env, op, old_tok, new_tok, start_deadline, deadline));
     }
     int status = 0;
     for (;;) {
