@@ -7,13 +7,15 @@
  *   password optional pam_coffer.so          follows a password change (old -> new)
  *
  * Arguments: socket=PATH  agent=/usr/local/bin/cofferd  agentarg=ARG (repeatable)  runtime_root=DIR
- *            budget_ms=N  lock_on_close  debug
+ *            systemd_check=PATH  budget_ms=N  lock_on_close  debug
  *
- * Without systemd-logind (PID 1 is not systemd: containers, WSL, minimal servers) nothing makes the
- * user's runtime directory: when the session opens, XDG_RUNTIME_DIR is not set and no socket= is
- * given, the session part makes RUNTIME_ROOT/UID (runtime_root=, default /run/user) as logind would
- * (owned by the user, mode 0700; through descriptors, never following a symbolic link), refuses one
- * that exists with another owner or mode, and sets XDG_RUNTIME_DIR in the session's environment.
+ * Without systemd (PID 1 is not systemd: containers, WSL, minimal servers) nothing makes the user's
+ * runtime directory: when the session opens on such a machine (no /run/systemd/system, as sd_booted
+ * tests; or whenever runtime_root= is given), XDG_RUNTIME_DIR is not set and no socket= is given, the
+ * session part makes RUNTIME_ROOT/UID (runtime_root=, default /run/user): a plain directory owned by
+ * the user, mode 0700 (not a size-limited tmpfs as logind mounts), made under a temporary name and
+ * renamed into place, through descriptors, never following a symbolic link. It refuses one that
+ * exists with another owner or mode, and sets XDG_RUNTIME_DIR in the session's environment.
  *
  * It is a small client of the agent's wire protocol (Sources/CofferProtocol/CofferProtocol.docc/
  * WireProtocol.md) with no cryptography of its own, and no dependency on the Swift runtime. It never
@@ -51,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -70,6 +73,8 @@
 #define MAX_AGENT_ARGS 8
 /* Where the user's runtime directory is made when no XDG_RUNTIME_DIR is set (logind's place). */
 #define RUNTIME_ROOT_DEFAULT "/run/user"
+/* Present when systemd is PID 1 (sd_booted's test): then logind makes the runtime directory. */
+#define SYSTEMD_CHECK_DEFAULT "/run/systemd/system"
 /* The whole exchange with the agent (connect, HELLO, request, reply) must fit in this. */
 #define EXCHANGE_BUDGET_MS 2000
 /* Added to the budget when the agent= option is given: the time a freshly started agent gets to listen. */
@@ -102,6 +107,8 @@ struct options {
     const char *agent_args[MAX_AGENT_ARGS];
     int n_agent_args;
     const char *runtime_root;
+    int runtime_root_given;
+    const char *systemd_check;
     int64_t budget_ms, start_ms; /* the whole exchange; the part of it an agent we start gets to listen */
     int lock_on_close;
     int debug;
@@ -110,13 +117,17 @@ struct options {
 static void parse_options(pam_handle_t *pamh, int argc, const char **argv, struct options *o) {
     memset(o, 0, sizeof *o);
     o->runtime_root = RUNTIME_ROOT_DEFAULT;
+    o->systemd_check = SYSTEMD_CHECK_DEFAULT;
     long budget = 0;
     for (int i = 0; i < argc; i++) {
         if (strncmp(argv[i], "socket=", 7) == 0) o->socket = argv[i] + 7;
         else if (strncmp(argv[i], "agent=", 6) == 0) o->agent = argv[i] + 6;
         else if (strncmp(argv[i], "agentarg=", 9) == 0 && o->n_agent_args < MAX_AGENT_ARGS)
             o->agent_args[o->n_agent_args++] = argv[i] + 9;
-        else if (strncmp(argv[i], "runtime_root=", 13) == 0 && argv[i][13] == '/') o->runtime_root = argv[i] + 13;
+        else if (strncmp(argv[i], "runtime_root=", 13) == 0 && argv[i][13] == '/') {
+            o->runtime_root = argv[i] + 13;
+            o->runtime_root_given = 1;
+        } else if (strncmp(argv[i], "systemd_check=", 14) == 0 && argv[i][14] == '/') o->systemd_check = argv[i] + 14;
         else if (strncmp(argv[i], "budget_ms=", 10) == 0) {
             char *end = NULL;
             errno = 0;
@@ -421,7 +432,7 @@ static void resolve_socket(pam_handle_t *pamh, const struct options *o, const st
     if (o->socket) { snprintf(out, n, "%s", o->socket); return; }
     const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
     if (runtime && *runtime) snprintf(out, n, "%s/coffer/agent.sock", runtime);
-    else snprintf(out, n, "/run/user/%u/coffer/agent.sock", (unsigned)pw->pw_uid);
+    else snprintf(out, n, "%s/%u/coffer/agent.sock", o->runtime_root, (unsigned)pw->pw_uid);
 }
 
 /* Runs `op` against the agent of the current PAM user. With `expected_uid`, only if that user is
@@ -485,12 +496,49 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
 
 /* ---- the runtime directory (what logind makes; nobody does without it) ---- */
 
-/* Makes sure the user's runtime directory ROOT/UID exists as logind makes it: a directory owned by
-   the user, mode 0700. ROOT (made 0755 if missing) must be a real directory of root or of this
-   process, writable by nobody else, so nobody can swap what is made in it. Everything after the
-   open of ROOT goes through descriptors and never follows a symbolic link. A directory that exists
-   with another owner or mode is refused, never repaired (someone else may have made it). Returns 0
-   with the path in `out`, or -1 (logged). */
+/* Makes ROOT/NAME (ROOT open as rootfd) for the user unless something has that name already: first
+   under a random temporary name, handed to the user through its descriptor, then renamed into place
+   without replacing anything. A process killed half way leaves only a temporary directory, never a
+   final one the user cannot use; a login racing this one finds the name taken and both check what
+   is there. Returns 0 (made, or the name exists) or -1 (logged). */
+static int make_user_dir(pam_handle_t *pamh, int rootfd, const char *name, const struct passwd *pw, const char *path) {
+    struct stat st;
+    if (fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) return 0;
+    char tmp[64];
+    int made = 0;
+    for (int i = 0; i < 8 && !made; i++) {
+        unsigned char r[6];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) break;
+        snprintf(tmp, sizeof tmp, ".%s.%02x%02x%02x%02x%02x%02x", name, r[0], r[1], r[2], r[3], r[4], r[5]);
+        made = mkdirat(rootfd, tmp, 0700) == 0;
+        if (!made && errno != EEXIST) break;
+    }
+    if (!made) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot make %s: %m", path);
+        return -1;
+    }
+    int fd = openat(rootfd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int ok = fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() && fchown(fd, pw->pw_uid, pw->pw_gid) == 0
+             && fchmod(fd, 0700) == 0;
+    if (fd >= 0) close(fd);
+    if (ok && renameat2(rootfd, tmp, rootfd, name, RENAME_NOREPLACE) == 0) {
+        pam_syslog(pamh, LOG_INFO, "runtime directory %s made for %s", path, pw->pw_name);
+        return 0;
+    }
+    int err = errno;
+    unlinkat(rootfd, tmp, AT_REMOVEDIR);
+    if (ok && err == EEXIST) return 0; /* another login was first */
+    errno = err;
+    pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot make %s for %s: %m", path, pw->pw_name);
+    return -1;
+}
+
+/* Makes sure the user's runtime directory ROOT/UID exists: a directory owned by the user, mode 0700.
+   ROOT (made 0755 if missing) must be a real directory of root or of this process, writable by
+   nobody else (so nobody can swap what is made in it) and traversable by everyone (the user's agent
+   must reach its directory). Everything after the open of ROOT goes through descriptors and never
+   follows a symbolic link. A directory that exists with another owner or mode is refused, never
+   repaired (someone else may have made it). Returns 0 with the path in `out`, or -1 (logged). */
 static int ensure_runtime_dir(pam_handle_t *pamh, const char *root, const struct passwd *pw, char *out, size_t n) {
     char name[24];
     snprintf(name, sizeof name, "%u", (unsigned)pw->pw_uid);
@@ -505,46 +553,42 @@ static int ensure_runtime_dir(pam_handle_t *pamh, const char *root, const struct
     /* Every user must reach their own directory in it, whatever the login process's umask. */
     if (made_root) fchmod(rootfd, 0755);
     struct stat st;
-    if (fstat(rootfd, &st) != 0 || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: it must belong to root and be writable by nobody else", root);
+    if (fstat(rootfd, &st) != 0 || (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & (S_IWGRP | S_IWOTH))
+        || !(st.st_mode & S_IXOTH)) {
+        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: it must belong to root, be writable by nobody else "
+                   "and be searchable by everyone (mode 0755 or 0711)", root);
         close(rootfd);
         return -1;
     }
-    int created = mkdirat(rootfd, name, 0700) == 0;
-    if (!created && errno != EEXIST) {
-        pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot make %s: %m", out);
-        close(rootfd);
-        return -1;
-    }
-    int fd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int ok = fd >= 0 && fstat(fd, &st) == 0;
-    if (!ok) {
-        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: not a directory (or a symbolic link)", out);
-    } else if (created) {
-        /* Made just now by this process: hand it to the user. */
-        ok = st.st_uid == geteuid() && fchown(fd, pw->pw_uid, pw->pw_gid) == 0 && fchmod(fd, 0700) == 0;
+    int fd = -1, ok = make_user_dir(pamh, rootfd, name, pw, out) == 0;
+    if (ok) {
+        fd = openat(rootfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        ok = fd >= 0 && fstat(fd, &st) == 0;
         if (!ok) {
-            pam_syslog(pamh, LOG_NOTICE, "runtime directory: cannot give %s to %s: %m", out, pw->pw_name);
-            unlinkat(rootfd, name, AT_REMOVEDIR);
-        } else {
-            pam_syslog(pamh, LOG_INFO, "runtime directory %s made for %s", out, pw->pw_name);
+            pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: not a directory (or a symbolic link)", out);
+        } else if (st.st_uid != pw->pw_uid || (st.st_mode & 07777) != 0700) {
+            pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: owned by uid %u with mode %04o, not by %s (uid %u) with mode 0700",
+                       out, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), pw->pw_name, (unsigned)pw->pw_uid);
+            ok = 0;
         }
-    } else if (st.st_uid != pw->pw_uid || (st.st_mode & 07777) != 0700) {
-        pam_syslog(pamh, LOG_NOTICE, "runtime directory: refusing %s: owned by uid %u with mode %04o, not by %s (uid %u) with mode 0700",
-                   out, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), pw->pw_name, (unsigned)pw->pw_uid);
-        ok = 0;
     }
     if (fd >= 0) close(fd);
     close(rootfd);
     return ok ? 0 : -1;
 }
 
-/* Without XDG_RUNTIME_DIR (no logind) and without socket=, makes the runtime directory and puts
-   XDG_RUNTIME_DIR into the session's environment. -1: it is unusable, talk to no agent. */
+/* Without systemd (or with runtime_root= given), without XDG_RUNTIME_DIR and without socket=, makes
+   the runtime directory and puts XDG_RUNTIME_DIR into the session's environment. Under systemd a
+   session without it (su - OTHER inside a session, a stack without pam_systemd or with it later) is
+   logind's business: nothing is made. -1: it is unusable, talk to no agent. */
 static int prepare_runtime_dir(pam_handle_t *pamh, const struct options *o) {
     if (o->socket) return 0;
     const char *runtime = pam_getenv(pamh, "XDG_RUNTIME_DIR");
     if (runtime && *runtime) return 0;
+    if (!o->runtime_root_given && access(o->systemd_check, F_OK) == 0) {
+        if (o->debug) pam_syslog(pamh, LOG_DEBUG, "systemd is running (%s): the runtime directory is logind's", o->systemd_check);
+        return 0;
+    }
     const char *user = NULL;
     struct passwd pwbuf, *pw;
     char strbuf[4096];
