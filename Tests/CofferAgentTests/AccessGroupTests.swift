@@ -430,6 +430,26 @@ extension AccessGroupTests {
         #expect(try AccessPolicy(shellAppID: "app").decide(signed, authorized: ["x"]).scope().groups == ["g1", "g2", "x"])
     }
 
+    /// Issue #24 (3): a Flatpak identity follows `unsigned-callers = deny` unless `flatpak-callers`
+    /// says otherwise (any process of the user can make one), and `flatpak-callers = deny` holds alone.
+    @Test func flatpakIdentitiesFollowDenyUnlessAllowed() throws {
+        let flatpak = CallerIdentity(pid: 1, uid: 1, establishedBy: .flatpak(appID: "org.example.App"), accessGroups: ["flatpak:org.example.App"])
+        #expect(try AccessPolicy().decide(flatpak).scope().groups == ["flatpak:org.example.App"])
+        #expect(throws: SecError.self) { try AccessPolicy(unsignedCallers: .deny).decide(flatpak).scope() }
+        #expect(try AccessPolicy(unsignedCallers: .deny, flatpakCallers: .allow).decide(flatpak).scope().groups == ["flatpak:org.example.App"])
+        #expect(throws: SecError.self) { try AccessPolicy(flatpakCallers: .deny).decide(flatpak).scope() }
+        guard case .denied(let why) = AccessPolicy(unsignedCallers: .deny).decide(flatpak) else { Issue.record("allowed"); return }
+        #expect(why.contains("flatpak-callers = allow"))
+        // Signed callers are untouched by either setting.
+        let signed = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "s"), accessGroups: ["s"])
+        #expect(try AccessPolicy(unsignedCallers: .deny, flatpakCallers: .deny).decide(signed).scope().groups == ["s"])
+        // The configuration key.
+        var config = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        try config.apply(configFile: "unsigned-callers = deny\nflatpak-callers = allow\n", name: "c")
+        #expect(config.policy.flatpakCallers == .allow && config.policy.effectiveFlatpakCallers == .allow)
+        #expect(throws: AgentError.self) { try config.apply(configFile: "flatpak-callers = maybe\n", name: "c") }
+    }
+
     @Test func unsignedCallersGetTheSharedGroupOrNothing() throws {
         #expect(try AccessPolicy().decide(unsigned).scope() == AccessScope(groups: ["unsigned"], defaultGroup: "unsigned"))
         #expect(throws: SecError.self) { try AccessPolicy(unsignedCallers: .deny).decide(unsigned).scope() }
