@@ -66,8 +66,9 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     /// One terminal session, told apart from every later session with the same id: a session id is
     /// the pid of the process that called `setsid()`, and a pid comes back, but a pid together with
     /// the start time of the process holding it does not (sudo keys its timestamps the same way). The
-    /// kernel's audit session id (`/proc/PID/sessionid`, set by `pam_loginuid` at login and never
-    /// changed by an unprivileged process) is added where it is set.
+    /// kernel's audit session id (`/proc/PID/sessionid`, a kernel counter's next value when
+    /// `pam_loginuid` sets the login uid at login; an unprivileged process cannot change it once set)
+    /// is added where it is set.
     public struct LoginSession: Sendable, Hashable, CustomStringConvertible {
         /// The session id: the leader's pid, in the agent's pid namespace.
         public let id: Int32
