@@ -66,6 +66,24 @@ enum Fixture {
     static let canRunBwrap: Bool = FileManager.default.isExecutableFile(atPath: "/usr/bin/bwrap")
         && run("/usr/bin/bwrap", ["--ro-bind", "/", "/", "/bin/true"]) == 0
     static let hasStrace = FileManager.default.isExecutableFile(atPath: "/usr/bin/strace")
+
+    /// Runs `executable` without Foundation's Process, which would wait for a daemon the program
+    /// leaves behind (bindfs's inherits a descriptor Process watches); Subprocess closes every other
+    /// descriptor. The exit status, or -1 if it could not start.
+    static func runDetached(_ executable: String, _ arguments: [String]) -> Int32 {
+        (try? Subprocess.spawn(executable: executable, arguments: arguments).wait()) ?? -1
+    }
+
+    /// True if bindfs (apt: bindfs) can mount a FUSE filesystem here (tried once, then unmounted).
+    static let canMountFUSE: Bool = {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/bindfs"), access("/dev/fuse", R_OK | W_OK) == 0 else { return false }
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        mkdir(dir + "/a", 0o755)
+        mkdir(dir + "/b", 0o755)
+        guard runDetached("/usr/bin/bindfs", [dir + "/a", dir + "/b"]) == 0 else { return false }
+        return runDetached("/usr/bin/fusermount", ["-u", dir + "/b"]) == 0
+    }()
 }
 
 /// A listening Unix socket in a private directory, and the processes connected to it.
@@ -371,23 +389,17 @@ func signedManifest(app: String = "com.example.app", executable: String, sha256:
     /// Issue #24 (FUSE): an executable served by a FUSE filesystem gets no signed identity, even with
     /// a manifest naming its path and hash: the server could hand the agent's read other bytes than
     /// the kernel's exec. The same file on the local filesystem, signed, stays signed.
-    @Test(.enabled(if: Fixture.hasClient && FileManager.default.isExecutableFile(atPath: "/usr/bin/bindfs") && access("/dev/fuse", R_OK | W_OK) == 0,
-                   "needs cc, bindfs (apt: bindfs) and /dev/fuse"))
+    @Test(.enabled(if: Fixture.hasClient && Fixture.canMountFUSE, "needs cc, and bindfs (apt: bindfs) able to mount FUSE here"))
     func anExecutableOnFUSEIsUnsignedWhateverItsHash() throws {
         let server = try Server()
         let local = server.dir + "/local", served = server.dir + "/served"
         mkdir(local, 0o755)
         mkdir(served, 0o755)
         let app = try Fixture.copyOfClient(in: local)
-        // Run without Foundation's Process, which would wait for the daemon bindfs leaves behind
-        // (it inherits a descriptor Process watches); Subprocess closes every other descriptor.
-        func run(_ executable: String, _ arguments: [String]) -> Int32 {
-            (try? Subprocess.spawn(executable: executable, arguments: arguments).wait()) ?? -1
-        }
-        try #require(run("/usr/bin/bindfs", [local, served]) == 0, "bindfs could not mount")
+        try #require(Fixture.runDetached("/usr/bin/bindfs", [local, served]) == 0, "bindfs could not mount")
         defer {
             // Unmounted before the server's directory is removed (the server is kept alive till here).
-            if run("/usr/bin/fusermount", ["-u", served]) != 0 { _ = run("/bin/umount", [served]) }
+            if Fixture.runDetached("/usr/bin/fusermount", ["-u", served]) != 0 { _ = Fixture.runDetached("/bin/umount", [served]) }
             withExtendedLifetime(server) {}
         }
         let servedApp = served + "/app"
