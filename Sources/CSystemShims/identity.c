@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -79,4 +80,10 @@ pid_t coffer_pidfd_pid(int pidfd) {
     if (pid == -2) { errno = ENOTSUP; return -1; }
     if (pid == -1) { errno = ESRCH; return -1; }
     return (pid_t)pid;
+}
+
+long coffer_filesystem_type(int fd) {
+    struct statfs s;
+    if (fstatfs(fd, &s) != 0) return -1;
+    return (long)s.f_type;
 }

@@ -1,4 +1,5 @@
 import CofferAudit
+import CofferIdentity
 import CofferKeychain
 import CofferModel
 import CofferPolicy
@@ -17,12 +18,17 @@ final class AccessGate: Sendable {
     private let audit: AuditLog?
     private let clock: any MonotonicClock
     private let logger: Logger
+    /// True while a terminal session's leader is the process that started it (``LoginSessions/isLive(_:)``;
+    /// tests give their own).
+    private let sessionIsLive: @Sendable (CallerIdentity.LoginSession) -> Bool
 
-    init(policy: AccessPolicy, audit: AuditLog?, clock: any MonotonicClock, logger: Logger) {
+    init(policy: AccessPolicy, audit: AuditLog?, clock: any MonotonicClock, logger: Logger,
+         sessionIsLive: @escaping @Sendable (CallerIdentity.LoginSession) -> Bool = LoginSessions.isLive) {
         self.policy = policy
         self.audit = audit
         self.clock = clock
         self.logger = logger
+        self.sessionIsLive = sessionIsLive
     }
 
     /// The scope of the session's next item request.
@@ -30,14 +36,15 @@ final class AccessGate: Sendable {
         var authorized = session.authorizedGroups(generation: lockGeneration)
         if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
             let now = clock.now()
-            authorized.formUnion(book.withLock { $0.groups(for: key, now: now) })
+            authorized.formUnion(book.withLock { $0.groups(for: key, now: now, sessionIsLive: sessionIsLive) })
         }
         return policy.decide(session.caller, authorized: authorized)
     }
 
     /// The user authorized `group` for this session's caller: for the rest of its connection (one
-    /// command of the shell helper) and with a reuse window for the same app in the same login
-    /// session, until the window ends or the keybag locks (or the passcode is removed).
+    /// command of the shell helper) and with a reuse window for the same app in the same terminal
+    /// session, until the window ends, the session's leader exits, or the keybag locks (or the passcode
+    /// is removed).
     func authorized(_ group: String, session: inout Session) {
         session.authorize(group, generation: lockGeneration)
         if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {

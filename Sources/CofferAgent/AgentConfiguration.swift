@@ -36,8 +36,8 @@ package struct AgentConfiguration: Sendable {
     package var kdfPolicy: KDFPolicy = .standard
     /// The user whose agent this is (for PAM).
     package var userName: String
-    /// What callers get from their identity (config keys `unsigned-callers`, `shell-app`,
-    /// `authorization-reuse`).
+    /// What callers get from their identity (config keys `unsigned-callers`, `flatpak-callers`,
+    /// `shell-app`, `authorization-reuse`).
     package var policy = AccessPolicy()
     /// Also trust signer keys in `$XDG_CONFIG_HOME/coffer/trusted-keys.d` (config key `user-trusted-keys`):
     /// off by default, since any process of the user can write there.
@@ -113,7 +113,8 @@ package struct AgentConfiguration: Sendable {
     /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, state-dir,
     /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
     /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests);
-    /// unsigned-callers (`unsigned` or `deny`), shell-app (an app id, or `none`), authorization-reuse
+    /// unsigned-callers (`unsigned` or `deny`), flatpak-callers (`allow` or `deny`; unset: `deny` when
+    /// unsigned callers are denied), shell-app (an app id, or `none`), authorization-reuse
     /// (seconds), user-trusted-keys and standard-trust-dirs (`yes`/`no`), trusted-keys-dir and
     /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes.
     package mutating func apply(configFile text: String, name: String) throws(AgentError) {
@@ -157,6 +158,11 @@ package struct AgentConfiguration: Sendable {
                     throw AgentError("\(name):\(n + 1): 'unsigned-callers' is 'unsigned' or 'deny'")
                 }
                 policy.unsignedCallers = v
+            case "flatpak-callers":
+                guard let v = AccessPolicy.FlatpakCallers(rawValue: value) else {
+                    throw AgentError("\(name):\(n + 1): 'flatpak-callers' is 'allow' or 'deny'")
+                }
+                policy.flatpakCallers = v
             case "shell-app":
                 guard !value.isEmpty else { throw AgentError("\(name):\(n + 1): 'shell-app' needs an app id or 'none'") }
                 policy.shellAppID = value == "none" ? nil : value

@@ -28,7 +28,10 @@ package import CofferModel
 /// ## Matching (as git-credential-store does)
 /// A field the request names must equal the item's; a field it leaves out matches anything — except
 /// the port: when the request names a host, the item's port must be the request's (`host` and
-/// `host:8080` are different servers, as they are to git's own helpers). A `get` never returns an
+/// `host:8080` are different servers, as they are to git's own helpers) — and the host: a request
+/// without one matches only items stored without one (git always sends a host for a URL that has
+/// one; other programs speak this protocol too, and `protocol=https` alone must not return the
+/// newest password of any server, as git-credential-store's would). A `get` never returns an
 /// expired password.
 package struct GitCredential {
     package var `protocol`: String?
@@ -205,9 +208,14 @@ package struct GitCredential {
     }
 
     /// True if a stored item (its attributes) answers this request: the fields the keychain was
-    /// asked for matched already; this checks the port, which "no port" must match exactly.
+    /// asked for matched already; this checks the port, which "no port" must match exactly, and the
+    /// host: a request without one matches only items without one (a `cert` path, say), never the
+    /// password of whatever host was stored last.
     package func matches(_ item: Attributes) -> Bool {
-        guard host != nil else { return true }
+        guard host != nil else {
+            if case .string(let server)? = item["srvr"], !server.isEmpty { return false }
+            return true
+        }
         let stored: Int64? = if case .integer(let p)? = item["port"], p != 0 { p } else { nil }
         return stored == port
     }

@@ -41,7 +41,8 @@ package struct IdentityError: Error, Equatable, Sendable, CustomStringConvertibl
 /// caller is never taken for an unsigned one outside any sandbox for want of evidence. In order:
 /// 1. a process whose root holds a valid `.flatpak-info` is `flatpak:APP_ID`;
 /// 2. a traced process (`TracerPid` ≠ 0) is unsigned;
-/// 3. a deleted or replaced executable (`(deleted)`, no links) is unsigned;
+/// 3. a deleted or replaced executable (`(deleted)`, no links) is unsigned, and so is one on a
+///    filesystem a process serves (FUSE: ``UntrustedFilesystem``);
 /// 4. a verified manifest matching the executable's path and SHA-256 gives its app id and groups;
 /// 5. anything else is unsigned (the unsigned policy is applied by the caller).
 package struct IdentityResolver: Sendable {
@@ -92,17 +93,20 @@ package struct IdentityResolver: Sendable {
         let nested = (status["NSpid"]?.split(whereSeparator: { $0 == "\t" || $0 == " " }).count ?? 1) > 1
         // The session id (the first of NSsid's per-namespace values: as the agent's namespace sees it).
         let sessionID = status["NSsid"]?.split(separator: "\t").first.flatMap { Int32($0) }
+        // ...and what makes it unique (the leader's start time, the audit session): a session id
+        // alone can be had again by any process that gets the old leader's pid and calls setsid().
+        let session = sessionID.flatMap { LoginSessions.session(id: $0, auditSessionBytes: try? process.read("sessionid", maximumBytes: 32)) }
         let pathBytes: [UInt8]
         do { pathBytes = try process.executablePath() } catch {
             if nested { throw refuse("a sandboxed process whose executable cannot be read: \(error)") }
             return CallerIdentity(pid: process.pid, uid: process.uid,
                                   establishedBy: .unsigned(executablePath: "", reason: .unreadable("\(error)")), accessGroups: [],
-                                  sessionID: sessionID)
+                                  sessionID: sessionID, session: session)
         }
         let path = String(decoding: pathBytes, as: UTF8.self)
         func unsigned(_ path: String, _ reason: CallerIdentity.UnsignedReason) -> CallerIdentity {
             CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .unsigned(executablePath: path, reason: reason),
-                           accessGroups: [], sessionID: sessionID)
+                           accessGroups: [], sessionID: sessionID, session: session)
         }
 
         // 1. Flatpak: the sandbox is the boundary, no manifest needed (and a tracer inside it changes
@@ -111,7 +115,7 @@ package struct IdentityResolver: Sendable {
             if let info = try process.readInRoot(".flatpak-info", maximumBytes: FlatpakInfo.maximumBytes) {
                 guard let app = FlatpakInfo.appID(from: info) else { throw refuse("invalid .flatpak-info") }
                 return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .flatpak(appID: app),
-                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app], executable: path, sessionID: sessionID)
+                                      accessGroups: [CallerIdentity.flatpakGroupPrefix + app], executable: path, sessionID: sessionID, session: session)
             }
         } catch let e as IdentityError {
             throw e
@@ -139,6 +143,7 @@ package struct IdentityResolver: Sendable {
         if st.st_nlink == 0 || pathBytes.reversed().starts(with: Array(" (deleted)".utf8).reversed()) {
             return unsigned(path, .executableDeleted)
         }
+        if let kind = UntrustedFilesystem.kind(ofOpenFile: exe) { return unsigned(path, .untrustedFilesystem(kind)) }
         let digest: [UInt8]
         do { digest = try hashes.sha256(fileDescriptor: exe.rawValue, status: st) } catch { return unsigned(path, .unreadable("\(error)")) }
 
@@ -146,7 +151,7 @@ package struct IdentityResolver: Sendable {
         let candidates = manifests.manifests(forExecutable: path)
         for m in candidates where m.matches(executablePath: pathBytes, sha256: digest) {
             return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .signedManifest(appID: m.app),
-                                  accessGroups: m.accessGroups, executable: path, sessionID: sessionID)
+                                  accessGroups: m.accessGroups, executable: path, sessionID: sessionID, session: session)
         }
         return unsigned(path, candidates.isEmpty ? .noMatchingManifest : .executableChanged)
     }

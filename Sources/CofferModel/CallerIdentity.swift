@@ -24,6 +24,9 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
         case traced(tracerPID: Int32)
         /// The executable was deleted or replaced since the process started (`(deleted)`).
         case executableDeleted
+        /// The executable is on a filesystem whose contents a process serves (FUSE, named here): it
+        /// can give the agent's read other bytes than the kernel's exec, so no hash vouches for it.
+        case untrustedFilesystem(String)
         /// The process or its executable could not be examined or hashed (a system error, a file
         /// changing while hashed, too large, an invalid `.flatpak-info`): what failed, never a value.
         case unreadable(String)
@@ -34,6 +37,7 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
             case .executableChanged: "the executable's SHA-256 is not the one its manifest pins (changed since signing; re-sign it)"
             case .traced(let tracer): "process is traced (tracer pid \(tracer))"
             case .executableDeleted: "executable was deleted or replaced"
+            case .untrustedFilesystem(let kind): "executable is on a \(kind) filesystem, whose contents a process serves: its hash vouches for nothing"
             case .unreadable(let why): "process could not be examined: \(why)"
             }
         }
@@ -52,11 +56,40 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     public let accessGroups: [String]
     /// The peer's executable (`/proc/PID/exe`), for logs and the audit log; nil if unknown.
     public let executable: String?
-    /// The peer's session id (`NSsid`), which keys an authorization's reuse window; nil if unknown.
+    /// The peer's session id (`NSsid`); nil if unknown. A number only: once the session's leader
+    /// has exited, any process that gets that pid can `setsid()` and have it again.
     public let sessionID: Int32?
+    /// The peer's session as something that cannot be recreated (see ``LoginSession``), which keys an
+    /// authorization's reuse window; nil if the session's leader is gone or the session is unknown.
+    public let session: LoginSession?
+
+    /// One terminal session, told apart from every later session with the same id: a session id is
+    /// the pid of the process that called `setsid()`, and a pid comes back, but a pid together with
+    /// the start time of the process holding it does not (sudo keys its timestamps the same way). The
+    /// kernel's audit session id (`/proc/PID/sessionid`, a kernel counter's next value when
+    /// `pam_loginuid` sets the login uid at login; an unprivileged process cannot change it once set)
+    /// is added where it is set.
+    public struct LoginSession: Sendable, Hashable, CustomStringConvertible {
+        /// The session id: the leader's pid, in the agent's pid namespace.
+        public let id: Int32
+        /// The leader's start time (`/proc/SID/stat` field 22: clock ticks after boot).
+        public let leaderStartTime: UInt64
+        /// The caller's audit session id; nil where none is set (4294967295) or the kernel has no audit.
+        public let auditSessionID: UInt32?
+
+        public init(id: Int32, leaderStartTime: UInt64, auditSessionID: UInt32?) {
+            self.id = id
+            self.leaderStartTime = leaderStartTime
+            self.auditSessionID = auditSessionID
+        }
+
+        public var description: String {
+            "session \(id) (leader started at tick \(leaderStartTime)\(auditSessionID.map { ", audit session \($0)" } ?? ""))"
+        }
+    }
 
     public init(pid: Int32, uid: UInt32, establishedBy: Establishment, accessGroups: [String],
-                executable: String? = nil, sessionID: Int32? = nil) {
+                executable: String? = nil, sessionID: Int32? = nil, session: LoginSession? = nil) {
         self.pid = pid
         self.uid = uid
         self.establishedBy = establishedBy
@@ -66,7 +99,8 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
         } else {
             self.executable = executable
         }
-        self.sessionID = sessionID
+        self.sessionID = sessionID ?? session?.id
+        self.session = session
     }
 
     /// The app identifier (manifest `app`, or Flatpak app id); nil for unsigned callers.

@@ -9,6 +9,10 @@ package import CofferModel
 /// - Callers without a valid manifest get ``UnsignedCallers``: the one shared group
 ///   ``unsignedGroup`` (default) or nothing (`deny`: errSecMissingEntitlement for every item
 ///   request). They never get a signed app's group.
+/// - Flatpak sandbox identities get their `flatpak:APP_ID` group unless ``flatpakCallers`` says
+///   `deny` — which it does, unless set otherwise, when unsigned callers are denied: unconfined code
+///   of the user can run itself in its own `bwrap` with a made-up `/.flatpak-info`, so under `deny`
+///   a sandbox identity would otherwise be the way around it.
 /// - The shell helper (the app ``shellAppID``) may reach another group for one request, or for a short
 ///   reuse window, after the user authenticates (AUTHORIZE): that is what keeps a script from
 ///   laundering an app's secrets by calling the CLI.
@@ -30,17 +34,29 @@ package struct AccessPolicy: Sendable, Equatable {
     /// The app id the install script signs the CLI's manifest with.
     package static let defaultShellAppID = "coffer.shell"
 
+    /// Whether Flatpak sandbox identities are honoured (config key `flatpak-callers`).
+    package enum FlatpakCallers: String, Sendable, Equatable, CaseIterable {
+        /// Every item request of a sandboxed caller is errSecMissingEntitlement.
+        case deny
+        /// A sandboxed caller gets its `flatpak:APP_ID` group.
+        case allow
+    }
+
     /// What unsigned callers get.
     package var unsignedCallers: UnsignedCallers
+    /// What Flatpak sandbox identities get when set; nil follows ``unsignedCallers`` (see
+    /// ``effectiveFlatpakCallers``).
+    package var flatpakCallers: FlatpakCallers?
     /// The app that may ask for another group after the user authenticates (nil: none may).
     package var shellAppID: String?
     /// Seconds an authorization for another group stays valid for the same app in the same login
     /// session (0: only the next item request of the connection that authorized).
     package var authorizationReuseSeconds: Double
 
-    package init(unsignedCallers: UnsignedCallers = .shared, shellAppID: String? = defaultShellAppID,
-                 authorizationReuseSeconds: Double = 0) {
+    package init(unsignedCallers: UnsignedCallers = .shared, flatpakCallers: FlatpakCallers? = nil,
+                 shellAppID: String? = defaultShellAppID, authorizationReuseSeconds: Double = 0) {
         self.unsignedCallers = unsignedCallers
+        self.flatpakCallers = flatpakCallers
         self.shellAppID = shellAppID
         self.authorizationReuseSeconds = authorizationReuseSeconds
     }
@@ -48,6 +64,11 @@ package struct AccessPolicy: Sendable, Equatable {
     /// The scope of `caller`'s item requests, with `authorized` (groups the user authorized for this
     /// caller; ignored unless the caller may ask for them) added to what its identity grants.
     package func decide(_ caller: CallerIdentity, authorized: Set<String> = []) -> AccessDecision {
+        if case .flatpak = caller.establishedBy, effectiveFlatpakCallers == .deny {
+            return .denied(flatpakCallers == nil
+                ? "Flatpak sandbox identities are denied with unsigned-callers = deny (any process of the user can make one; set flatpak-callers = allow to accept them)"
+                : "Flatpak sandbox identities are denied (flatpak-callers = deny)")
+        }
         if caller.isSigned {
             guard let first = caller.accessGroups.first else {
                 return .denied("app \(caller.appID ?? "") has no access group")
@@ -62,6 +83,14 @@ package struct AccessPolicy: Sendable, Equatable {
         case .shared:
             return .allowed(AccessScope(groups: [Self.unsignedGroup], defaultGroup: Self.unsignedGroup))
         }
+    }
+
+    /// What Flatpak sandbox identities get: ``flatpakCallers`` if set, otherwise `deny` when unsigned
+    /// callers are denied and `allow` when they share a group. A sandbox identity is not proof against
+    /// the user's own unconfined code (it can start `bwrap` with any `/.flatpak-info`), so where
+    /// unsigned code gets nothing, a sandbox identity must not be its way in unless the user says so.
+    package var effectiveFlatpakCallers: FlatpakCallers {
+        flatpakCallers ?? (unsignedCallers == .deny ? .deny : .allow)
     }
 
     /// True if `caller` may ask the user to authorize another group: only the shell helper, by its
@@ -117,18 +146,22 @@ package enum AccessDecision: Sendable, Equatable {
 }
 
 /// Groups the user authorized the shell helper to reach, for a reuse window, keyed by the app and the
-/// login session (the caller's session id, as sudo keys its timestamp by terminal session). A value:
+/// terminal session — not by its session id alone, which is a pid and comes back, but by the session's
+/// leader and its start time, and the audit session (``CallerIdentity/LoginSession``), as sudo keys its
+/// timestamp. A grant holds only while that leader lives: the agent checks it before each use
+/// (``groups(for:now:sessionIsLive:)``), so a grant ends with the terminal session that got it. A value:
 /// the agent keeps it under a lock and passes the time.
 package struct AuthorizationBook: Sendable, Equatable {
     package struct Key: Sendable, Hashable {
         package let appID: String
         package let uid: UInt32
-        /// The caller's session id (`NSsid`); callers without one never share an authorization.
-        package let sessionID: Int32
-        package init(appID: String, uid: UInt32, sessionID: Int32) {
+        /// The caller's session; callers without one (no session, or its leader gone) never share an
+        /// authorization.
+        package let session: CallerIdentity.LoginSession
+        package init(appID: String, uid: UInt32, session: CallerIdentity.LoginSession) {
             self.appID = appID
             self.uid = uid
-            self.sessionID = sessionID
+            self.session = session
         }
     }
 
@@ -136,10 +169,10 @@ package struct AuthorizationBook: Sendable, Equatable {
 
     package init() {}
 
-    /// The key of `caller`'s authorizations, nil if it has no app id or no session id.
+    /// The key of `caller`'s authorizations, nil if it has no app id or no live session.
     package static func key(for caller: CallerIdentity) -> Key? {
-        guard let app = caller.appID, let sid = caller.sessionID, sid > 0 else { return nil }
-        return Key(appID: app, uid: caller.uid, sessionID: sid)
+        guard let app = caller.appID, let session = caller.session, session.id > 0 else { return nil }
+        return Key(appID: app, uid: caller.uid, session: session)
     }
 
     /// Records that `group` is authorized for `key` until `expiry` (monotonic seconds).
@@ -147,9 +180,15 @@ package struct AuthorizationBook: Sendable, Equatable {
         grants[key, default: [:]][group] = max(expiry, grants[key]?[group] ?? expiry)
     }
 
-    /// The groups still authorized for `key` at `now`; drops expired ones.
-    package mutating func groups(for key: Key, now: Double) -> Set<String> {
+    /// The groups still authorized for `key` at `now` while its session lives (`sessionIsLive`: its
+    /// leader is still the process that started it); drops expired ones, and all of a session that
+    /// ended.
+    package mutating func groups(for key: Key, now: Double, sessionIsLive: (CallerIdentity.LoginSession) -> Bool) -> Set<String> {
         guard var g = grants[key] else { return [] }
+        guard sessionIsLive(key.session) else {
+            grants[key] = nil
+            return []
+        }
         g = g.filter { $0.value > now }
         grants[key] = g.isEmpty ? nil : g
         return Set(g.keys)

@@ -90,6 +90,11 @@ package struct FileDescriptor: ~Copyable {
         return st
     }
 
+    /// The type of the filesystem the file is on (`fstatfs`'s `f_type`, a `*_SUPER_MAGIC` of linux/magic.h).
+    package func filesystemType(path: String? = nil) throws(SystemError) -> Int {
+        Int(try Syscall.retrying("fstatfs", name(path)) { coffer_filesystem_type(rawValue) })
+    }
+
     /// `fchmod`.
     package func setMode(_ mode: mode_t, path: String? = nil) throws(SystemError) {
         _ = try Syscall.retrying("fchmod", name(path)) { fchmod(rawValue, mode) }

@@ -254,6 +254,40 @@ import Testing
         #expect(errorStatus(rig.pipeline.handle(get, session: &late)) == .missingEntitlement)
     }
 
+    /// Issue #24 (2): a grant belongs to one terminal session — its leader and that leader's start
+    /// time, not the session id, which a same-uid process gets again by forking until it holds the old
+    /// leader's pid and calling setsid() — and ends when that leader exits.
+    @Test func aGrantEndsWithItsTerminalSessionAndIsNotInheritedByAReusedSessionID() throws {
+        let rig = try AgentRig(policy: AccessPolicy(authorizationReuseSeconds: 300))
+        var a = rig.greetedSession(as: rig.signedCaller("app.a", ["a"]))
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &a)
+        guard case .items = rig.pipeline.handle(Self.item("svc"), session: &a) else { Issue.record("add"); return }
+        let get = AgentRequest.copyMatching(Self.query("svc", group: "a"))
+        func shell(_ sid: Int32?, leaderStart: UInt64) -> Session {
+            rig.greetedSession(as: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"], sessionID: sid, leaderStart: leaderStart))
+        }
+        var first = shell(500, leaderStart: 1000)
+        #expect(errorStatus(rig.pipeline.handle(.authorize(accessGroup: "a", passcode: secret(AgentRig.passcode)), session: &first)) == nil)
+        var next = shell(500, leaderStart: 1000)
+        #expect(errorStatus(rig.pipeline.handle(get, session: &next)) == nil, "the same terminal session reuses the grant")
+        // The attack: the same session id, made again by a process that got pid 500 and called setsid().
+        var forged = shell(500, leaderStart: 1001)
+        #expect(errorStatus(rig.pipeline.handle(get, session: &forged)) == .missingEntitlement)
+        // A caller whose session's leader is already gone has no session to reuse.
+        var orphan = rig.greetedSession(as: CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid,
+                                                            establishedBy: .signedManifest(appID: AccessPolicy.defaultShellAppID),
+                                                            accessGroups: ["shell"], sessionID: 500))
+        #expect(errorStatus(rig.pipeline.handle(get, session: &orphan)) == .missingEntitlement)
+        // The leader exits: the grant ends, also for a connection of that session opened before.
+        var opened = shell(500, leaderStart: 1000)
+        rig.endedSessions.withLock { _ = $0.insert(CallerIdentity.LoginSession(id: 500, leaderStartTime: 1000, auditSessionID: nil)) }
+        #expect(errorStatus(rig.pipeline.handle(get, session: &opened)) == .missingEntitlement)
+        var after = shell(500, leaderStart: 1000)
+        #expect(errorStatus(rig.pipeline.handle(get, session: &after)) == .missingEntitlement)
+        // The connection that authorized keeps its group for its own command (its connection's grant).
+        #expect(errorStatus(rig.pipeline.handle(get, session: &first)) == nil)
+    }
+
     /// Removing the passcode ends the groups a connection authorized with it, as it ends every
     /// reused authentication.
     @Test func removingThePasscodeEndsAnAuthorizedGroup() throws {
@@ -397,6 +431,26 @@ extension AccessGroupTests {
         #expect(try AccessPolicy(shellAppID: "app").decide(signed, authorized: ["x"]).scope().groups == ["g1", "g2", "x"])
     }
 
+    /// Issue #24 (3): a Flatpak identity follows `unsigned-callers = deny` unless `flatpak-callers`
+    /// says otherwise (any process of the user can make one), and `flatpak-callers = deny` holds alone.
+    @Test func flatpakIdentitiesFollowDenyUnlessAllowed() throws {
+        let flatpak = CallerIdentity(pid: 1, uid: 1, establishedBy: .flatpak(appID: "org.example.App"), accessGroups: ["flatpak:org.example.App"])
+        #expect(try AccessPolicy().decide(flatpak).scope().groups == ["flatpak:org.example.App"])
+        #expect(throws: SecError.self) { try AccessPolicy(unsignedCallers: .deny).decide(flatpak).scope() }
+        #expect(try AccessPolicy(unsignedCallers: .deny, flatpakCallers: .allow).decide(flatpak).scope().groups == ["flatpak:org.example.App"])
+        #expect(throws: SecError.self) { try AccessPolicy(flatpakCallers: .deny).decide(flatpak).scope() }
+        guard case .denied(let why) = AccessPolicy(unsignedCallers: .deny).decide(flatpak) else { Issue.record("allowed"); return }
+        #expect(why.contains("flatpak-callers = allow"))
+        // Signed callers are untouched by either setting.
+        let signed = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "s"), accessGroups: ["s"])
+        #expect(try AccessPolicy(unsignedCallers: .deny, flatpakCallers: .deny).decide(signed).scope().groups == ["s"])
+        // The configuration key.
+        var config = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        try config.apply(configFile: "unsigned-callers = deny\nflatpak-callers = allow\n", name: "c")
+        #expect(config.policy.flatpakCallers == .allow && config.policy.effectiveFlatpakCallers == .allow)
+        #expect(throws: AgentError.self) { try config.apply(configFile: "flatpak-callers = maybe\n", name: "c") }
+    }
+
     @Test func unsignedCallersGetTheSharedGroupOrNothing() throws {
         #expect(try AccessPolicy().decide(unsigned).scope() == AccessScope(groups: ["unsigned"], defaultGroup: "unsigned"))
         #expect(throws: SecError.self) { try AccessPolicy(unsignedCallers: .deny).decide(unsigned).scope() }
@@ -408,14 +462,29 @@ extension AccessGroupTests {
 
     @Test func authorizationsExpireAndAreKeyedBySession() {
         var book = AuthorizationBook()
-        let k1 = AuthorizationBook.Key(appID: "shell", uid: 1, sessionID: 10)
-        let k2 = AuthorizationBook.Key(appID: "shell", uid: 1, sessionID: 11)
+        func session(_ id: Int32, start: UInt64 = 7, audit: UInt32? = nil) -> CallerIdentity.LoginSession {
+            CallerIdentity.LoginSession(id: id, leaderStartTime: start, auditSessionID: audit)
+        }
+        let k1 = AuthorizationBook.Key(appID: "shell", uid: 1, session: session(10))
+        let k2 = AuthorizationBook.Key(appID: "shell", uid: 1, session: session(11))
+        // The same session id with another leader (its pid reused, setsid() called again), or in
+        // another audit session, is another session.
+        let reborn = AuthorizationBook.Key(appID: "shell", uid: 1, session: session(10, start: 8))
+        let otherLogin = AuthorizationBook.Key(appID: "shell", uid: 1, session: session(10, audit: 3))
+        let live: (CallerIdentity.LoginSession) -> Bool = { _ in true }
         book.grant("a", to: k1, until: 100)
-        #expect(book.groups(for: k1, now: 99) == ["a"] && book.groups(for: k2, now: 99).isEmpty)
-        #expect(book.groups(for: k1, now: 100).isEmpty && book.count == 0)
+        #expect(book.groups(for: k1, now: 99, sessionIsLive: live) == ["a"] && book.groups(for: k2, now: 99, sessionIsLive: live).isEmpty)
+        #expect(book.groups(for: reborn, now: 99, sessionIsLive: live).isEmpty && book.groups(for: otherLogin, now: 99, sessionIsLive: live).isEmpty)
+        #expect(book.groups(for: k1, now: 100, sessionIsLive: live).isEmpty && book.count == 0)
+        // A session whose leader is gone loses its grants at once.
+        book.grant("a", to: k1, until: 100)
+        #expect(book.groups(for: k1, now: 50, sessionIsLive: { $0 != k1.session }).isEmpty && book.count == 0)
+        #expect(book.groups(for: k1, now: 50, sessionIsLive: live).isEmpty, "gone for good")
         #expect(AuthorizationBook.key(for: unsigned) == nil, "no app id, no reuse")
         let noSession = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "shell"), accessGroups: ["s"])
         #expect(AuthorizationBook.key(for: noSession) == nil, "no session id, no reuse")
+        let leaderGone = CallerIdentity(pid: 1, uid: 1, establishedBy: .signedManifest(appID: "shell"), accessGroups: ["s"], sessionID: 10)
+        #expect(AuthorizationBook.key(for: leaderGone) == nil, "a session id without its leader: no reuse")
     }
 }
 

@@ -70,6 +70,8 @@ final class AgentRig {
 
     let sensor: FakeSensor
     let authenticator: Authenticator
+    /// Terminal sessions whose leader the test made exit (every other session counts as live).
+    let endedSessions = Protected(Set<CallerIdentity.LoginSession>())
 
     init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
          sensor: FakeSensor = FakeSensor()) throws {
@@ -81,7 +83,9 @@ final class AgentRig {
         logger.logLevel = .critical
         let events = self.events
         audit = AuditLog(directory: dir.path)
-        let gate = AccessGate(policy: policy, audit: audit, clock: clock, logger: logger)
+        let endedSessions = self.endedSessions
+        let gate = AccessGate(policy: policy, audit: audit, clock: clock, logger: logger,
+                              sessionIsLive: { !endedSessions.withLock { $0 }.contains($0) })
         self.gate = gate
         // As the agent wires it: every lock event goes to the gate too.
         schedule = LockSchedule(keychain: keychain, idleSeconds: idleSeconds, graceSeconds: graceSeconds, clock: clock,
@@ -107,9 +111,12 @@ final class AgentRig {
     }
 
     /// A signed caller with `groups` (default first), as a verified manifest would make it.
-    func signedCaller(_ app: String, _ groups: [String], sessionID: Int32? = nil) -> CallerIdentity {
+    /// With a session id, the caller is in that terminal session, whose leader started at tick
+    /// `leaderStart` (another start time is another session with the same id).
+    func signedCaller(_ app: String, _ groups: [String], sessionID: Int32? = nil, leaderStart: UInt64 = 4242) -> CallerIdentity {
         CallerIdentity(pid: peer.pid, uid: peer.uid, establishedBy: .signedManifest(appID: app), accessGroups: groups,
-                       executable: "/opt/\(app)/bin/app", sessionID: sessionID)
+                       executable: "/opt/\(app)/bin/app",
+                       session: sessionID.map { CallerIdentity.LoginSession(id: $0, leaderStartTime: leaderStart, auditSessionID: nil) })
     }
 
     /// A new session that has not said HELLO (an unsigned caller unless told otherwise).

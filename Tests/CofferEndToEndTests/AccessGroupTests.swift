@@ -196,6 +196,65 @@ import Testing
         #expect(reloadLog.contains("trust: refused \(apps.manifestPath("open"))") && reloadLog.contains("trust: refused \(apps.manifestPath("stranger"))"))
     }
 
+    /// Issue #24 (SIGHUP): reloads racing identifications. The app's manifest alternates between two
+    /// whole sets (app `com.example.one` with group `one`, `com.example.two` with group `two`; each file
+    /// replaced by rename, so the disk always holds one set) while SIGHUP reloads them and clients
+    /// identify all the while: every answer is one whole set's identity, never an unsigned caller (a
+    /// store caught empty or half-loaded) nor a mix.
+    @Test func reloadsRacingConnectionsJudgeEachAgainstOneWholeSet() throws {
+        let apps = try SignedApps()
+        let path = try apps.app("app", appID: "com.example.one", groups: ["one"])
+        let setOne = apps.file("set-one"), setTwo = apps.file("set-two")
+        #expect(rename(apps.manifestPath("app"), setOne) == 0)
+        try apps.sign("app", appID: "com.example.two", groups: ["two"])
+        #expect(rename(apps.manifestPath("app"), setTwo) == 0)
+        func install(_ set: String) throws {
+            let staged = apps.manifestsDir + "/app.staged"
+            try? FileManager.default.removeItem(atPath: staged)
+            try FileManager.default.copyItem(atPath: set, toPath: staged)
+            guard rename(staged, apps.manifestPath("app")) == 0 else { throw SignedApps.Failure("rename: errno \(errno)") }
+        }
+        try install(setOne)
+        let agent = try apps.startAgent()
+        let client = AppClient(executable: path, agent: agent)
+        #expect(try client.whoami().app == "com.example.one")
+
+        let answers = Protected([String]())
+        let done = Protected(false)
+        let group = DispatchGroup()
+        let socket = agent.socketPath
+        for _ in 0..<3 {
+            DispatchQueue.global().async(group: group) {
+                while !done.withLock({ $0 }) {
+                    let r = runProgram(path, ["whoami", "--json", "--socket", socket])
+                    var answer = "status \(r.status): \(r.stderr)"
+                    if r.status == 0, let o = try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any] {
+                        answer = "\(o["app"] as? String ?? "-") \((o["accessGroups"] as? [String] ?? []).joined(separator: ","))"
+                    }
+                    answers.withLock { $0.append(answer) }
+                }
+            }
+        }
+        for i in 0..<20 {
+            try install(i % 2 == 0 ? setTwo : setOne)
+            let before = agent.log.utf8.count
+            #expect(kill(agent.pid, SIGHUP) == 0)
+            #expect(waitForLog(agent, "trust roots reloaded", after: before), "\(agent.log)")
+        }
+        done.withLock { $0 = true }
+        group.wait()
+        let all = answers.withLock { $0 }
+        let wrong = all.filter { $0 != "com.example.one one" && $0 != "com.example.two two" }
+        #expect(!all.isEmpty && wrong.isEmpty, "\(wrong.count) of \(all.count) answers belong to no whole set: \(wrong.prefix(5))")
+        // And the last reload's set is the one in force.
+        try install(setTwo)
+        let before = agent.log.utf8.count
+        #expect(kill(agent.pid, SIGHUP) == 0)
+        #expect(waitForLog(agent, "trust roots reloaded", after: before))
+        let last = try client.whoami()
+        #expect(last.app == "com.example.two" && last.groups == ["two"], "\(last)")
+    }
+
     // MARK: 4. A traced client
 
     @Test(.enabled(if: hasStrace, "strace is not installed (apt: strace)"))
@@ -221,19 +280,13 @@ import Testing
 
     // MARK: 5. Flatpak under bwrap
 
-    @Test(.enabled(if: canRunBwrap, "needs a bwrap that can create namespaces here (apt: bubblewrap)"))
-    func aFlatpakClientGetsItsOwnGroup() throws {
-        let apps = try SignedApps()
-        let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])
-        let flat = try apps.install("flat")
-        let info = apps.file("flatpak-info")
-        try "[Application]\nname=org.example.App\n".write(toFile: info, atomically: true, encoding: .utf8)
-        let agent = try apps.startAgent()
-        agent.setPasscode()
-        // A runtime (the host's /usr, /etc and /opt read-only: a sanitizer build's coffer-cli is dynamic
-        // and needs its libraries, as a Flatpak app needs its runtime), the app, the socket's directory,
-        // and .flatpak-info at the sandbox's root.
+    /// `executable` run in a bwrap sandbox as `flatpak run` would make one: a runtime (the host's
+    /// /usr, /etc and /opt read-only: a sanitizer build's coffer-cli is dynamic and needs its libraries,
+    /// as a Flatpak app needs its runtime), the app's directory, the socket's directory, and `info` as
+    /// `.flatpak-info` at the sandbox's root.
+    static func sandboxed(_ executable: String, agent: AgentProcess, info: String) -> AppClient {
         let runDir = URL(fileURLWithPath: agent.socketPath).deletingLastPathComponent().path
+        let appDir = URL(fileURLWithPath: executable).deletingLastPathComponent().path
         var runtime: [String] = []
         for top in ["usr", "etc", "opt"] where FileManager.default.fileExists(atPath: "/" + top) { runtime += ["--ro-bind", "/" + top, "/" + top] }
         for link in ["bin", "lib", "lib64", "sbin"] {
@@ -243,10 +296,58 @@ import Testing
                 runtime += ["--ro-bind", "/" + link, "/" + link]
             }
         }
-        let sandboxed = AppClient(executable: flat, agent: agent,
-                                  wrapper: ["/usr/bin/bwrap"] + runtime + ["--ro-bind", apps.file("apps/flat"), apps.file("apps/flat"),
-                                            "--bind", runDir, runDir, "--ro-bind", info, "/.flatpak-info", "--proc", "/proc",
-                                            "--dev", "/dev", "--unshare-ipc"])
+        return AppClient(executable: executable, agent: agent,
+                         wrapper: ["/usr/bin/bwrap"] + runtime + ["--ro-bind", appDir, appDir, "--bind", runDir, runDir,
+                                                                 "--ro-bind", info, "/.flatpak-info", "--proc", "/proc",
+                                                                 "--dev", "/dev", "--unshare-ipc"])
+    }
+
+    /// Issue #24 (3): under `unsigned-callers = deny`, unconfined code that runs itself in its own
+    /// bwrap with a made-up `.flatpak-info` gets nothing either — unless `flatpak-callers = allow`.
+    @Test(.enabled(if: canRunBwrap, "needs a bwrap that can create namespaces here (apt: bubblewrap)"))
+    func denyAlsoDeniesAForgedSandboxUnlessFlatpakCallersAreAllowed() throws {
+        let apps = try SignedApps()
+        let info = apps.file("forged-info")
+        try "[Application]\nname=org.example.Forged\n".write(toFile: info, atomically: true, encoding: .utf8)
+        // The unsigned test CLI, copied where bwrap can bind it: what any process of the user can do.
+        let forger = try apps.install("forger")
+        let agent = try apps.startAgent(["unsigned-callers = deny"])
+        agent.setPasscode()
+        let forged = Self.sandboxed(forger, agent: agent, info: info)
+        let w = try forged.whoami()
+        #expect(w.kind == "flatpak sandbox" && w.app == "org.example.Forged" && w.groups.isEmpty && w.note.contains("flatpak-callers"), "\(w)")
+        for (what, r) in [("add", forged.add("loot", "me", secret: "x")), ("get", forged.get("loot", "me")), ("find", forged.find("loot"))] {
+            #expect(r.status == Exit.missingEntitlement && r.stderr.contains("-34018"), "forged sandbox \(what): \(r)")
+        }
+        #expect(AppClient(executable: forger, agent: agent).add("loot", "me", secret: "x").status == Exit.missingEntitlement)
+        agent.stop()
+
+        // The user may choose to accept sandbox identities under deny (knowing they can be forged).
+        let allowing = try apps.startAgent(["unsigned-callers = deny", "flatpak-callers = allow"])
+        allowing.setPasscode()
+        let sandbox = Self.sandboxed(forger, agent: allowing, info: info)
+        #expect(sandbox.add("chat", "me", secret: "s").status == 0)
+        #expect(sandbox.get("chat", "me").stdout == "s")
+        #expect(AppClient(executable: forger, agent: allowing).get("chat", "me").status == Exit.missingEntitlement, "outside: still unsigned")
+        allowing.stop()
+
+        // And under the default (unsigned callers share a group) one may deny them explicitly.
+        let denying = try apps.startAgent(["flatpak-callers = deny"])
+        denying.setPasscode()
+        #expect(Self.sandboxed(forger, agent: denying, info: info).add("chat", "me", secret: "s").status == Exit.missingEntitlement)
+        #expect(AppClient(executable: forger, agent: denying).add("plain", "me", secret: "s").status == 0)
+    }
+
+    @Test(.enabled(if: canRunBwrap, "needs a bwrap that can create namespaces here (apt: bubblewrap)"))
+    func aFlatpakClientGetsItsOwnGroup() throws {
+        let apps = try SignedApps()
+        let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])
+        let flat = try apps.install("flat")
+        let info = apps.file("flatpak-info")
+        try "[Application]\nname=org.example.App\n".write(toFile: info, atomically: true, encoding: .utf8)
+        let agent = try apps.startAgent()
+        agent.setPasscode()
+        let sandboxed = Self.sandboxed(flat, agent: agent, info: info)
         let w = try sandboxed.whoami()
         #expect(w.kind == "flatpak sandbox" && w.app == "org.example.App" && w.groups == ["flatpak:org.example.App"], "\(w)\n\(agent.log)")
         var r = sandboxed.add("chat", "me", secret: "secret-of-flatpak")
@@ -352,5 +453,64 @@ import Testing
         // The authorization lasted one command: the next one without a terminal gets nothing.
         r = runProgram("/usr/bin/setsid", ["-w", shellPath] + getA)
         #expect(r.status != 0 && r.stdout.isEmpty, "\(r)")
+    }
+
+    /// Issue #24 (2): with `authorization-reuse`, a grant covers the terminal session that got it and
+    /// ends when that session's leader exits — a process left behind in the session (or one that gets
+    /// the old session id again) reads nothing more without a prompt. The session here: util-linux
+    /// script's shell on a pseudo-terminal, which authorizes on the terminal; a member of the same
+    /// session that ignores SIGHUP runs the CLI once while the leader lives and once after it exited.
+    @Test(.enabled(if: TerminalRun.available, "util-linux script and setsid are not installed"))
+    func aReusedAuthorizationEndsWithItsTerminalSession() throws {
+        let apps = try SignedApps()
+        let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])
+        let shellPath = try apps.app("shell", appID: "coffer.shell", groups: ["shell", "unsigned"])
+        let agent = try apps.startAgent(["authorization-reuse = 300"])
+        agent.setPasscode()
+        #expect(AppClient(executable: aPath, agent: agent).add("vault", "me", secret: "secret-of-a").status == 0)
+        let getA = ["get", "--socket", agent.socketPath, "--access-group", "a", "--service", "vault", "--account", "me"]
+        let d = apps.file("session")
+        mkdir(d, 0o700)
+        // The member waits for the leader's command, runs its own, then waits until the session's
+        // leader (pid = session id, field 6 of its stat) is gone and runs it again.
+        try """
+            trap '' HUP
+            d="$1"; shift
+            sid=$(cut -d ' ' -f 6 /proc/$$/stat)
+            until [ -e "$d/go" ]; do sleep 0.05; done
+            "$@" > "$d/first" 2>&1; echo $? > "$d/first.tmp"; mv "$d/first.tmp" "$d/first.status"
+            while kill -0 "$sid" 2> /dev/null; do sleep 0.05; done
+            "$@" > "$d/second" 2>&1; echo $? > "$d/second.tmp"; mv "$d/second.tmp" "$d/second.status"
+
+            """.write(toFile: d + "/member.sh", atomically: true, encoding: .utf8)
+        try """
+            d="$1"; shift
+            /bin/sh "$d/member.sh" "$d" "$@" < /dev/null > /dev/null 2>&1 &
+            "$@"
+            touch "$d/go"
+            until [ -e "$d/first.status" ]; do sleep 0.05; done
+
+            """.write(toFile: d + "/leader.sh", atomically: true, encoding: .utf8)
+        func waitFor(_ name: String) -> String? {
+            let deadline = Date().addingTimeInterval(120)
+            while Date() < deadline {
+                if let s = try? String(contentsOfFile: d + "/" + name, encoding: .utf8) { return s }
+                usleep(50_000)
+            }
+            return nil
+        }
+
+        // The session's leader authorizes on its terminal; the member, in the same session while the
+        // leader lives, reuses the grant without a prompt. (script returns once the member is done:
+        // the member holds a descriptor Foundation waits on.)
+        let t = TerminalRun.run(["/bin/sh", d + "/leader.sh", d, shellPath] + getA, typing: AgentProcess.password, timeout: 120)
+        #expect(t.prompted && t.output.contains("secret-of-a"), "\(t)\n\(agent.log)")
+        #expect(waitFor("first.status") == "0\n", "the same session within the window: \(waitFor("first") ?? "")")
+        #expect(waitFor("first") == "secret-of-a")
+
+        // The leader exited (script reaped it): the member's next command got nothing.
+        let status = waitFor("second.status")
+        let output = waitFor("second") ?? ""
+        #expect(status == "\(Exit.missingEntitlement)\n" && !output.contains("secret-of-a"), "\(status ?? "no answer"): \(output)")
     }
 }

@@ -167,6 +167,32 @@ struct GitCredentialTests {
         #expect(r.status == 2 && r.stderr.contains("usage: git-credential-coffer"), "\(r)")
     }
 
+    /// Issue #24 (5): a request without a host (git always sends one; other programs speaking the
+    /// protocol may not) gets nothing from the items of any host, only from one stored without a host.
+    @Test func aRequestWithoutAHostMatchesOnlyCredentialsWithoutOne() throws {
+        let agent = try AgentProcess()
+        for (host, password) in [("a.example", "pw-a"), ("b.example", "pw-b")] {
+            let r = GitRun.helper(agent, "store", "protocol=https\nhost=\(host)\nusername=u\npassword=\(password)\n")
+            #expect(r.status == 0 && r.stderr.isEmpty, "\(r)")
+        }
+        var r = GitRun.helper(agent, "get", "protocol=https\n")
+        #expect(r.status == 0 && r.stdout.isEmpty, "no host: no server's password, \(r)")
+        r = GitRun.helper(agent, "get", "protocol=https\nusername=u\n")
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=b.example\n")
+        #expect(r.stdout == "username=u\npassword=pw-b\n", "\(r)")
+        // An erase without a host leaves the hosts' credentials alone too.
+        r = GitRun.helper(agent, "erase", "protocol=https\nusername=u\n")
+        #expect(r.status == 0 && agent.cli(["get", "--server", "a.example"]).stdout == "pw-a", "\(r)")
+        // A credential stored without a host (a certificate's path) is what a hostless request finds.
+        r = GitRun.helper(agent, "store", "protocol=cert\npath=/home/u/id.p12\nusername=u\npassword=pw-cert\n")
+        #expect(r.status == 0 && r.stderr.isEmpty, "\(r)")
+        r = GitRun.helper(agent, "get", "protocol=cert\npath=/home/u/id.p12\n")
+        #expect(r.stdout == "username=u\npassword=pw-cert\n", "\(r)")
+        r = GitRun.helper(agent, "get", "protocol=cert\n")
+        #expect(r.stdout == "username=u\npassword=pw-cert\n", "\(r)")
+    }
+
     /// Values the helper does not use pass unread; stored values that would break git's protocol are
     /// never written into it; a caller that keeps its end open gets its answer after the blank line.
     @Test func hostileValuesNeverBreakGitsProtocol() throws {

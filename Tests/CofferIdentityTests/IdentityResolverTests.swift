@@ -66,6 +66,24 @@ enum Fixture {
     static let canRunBwrap: Bool = FileManager.default.isExecutableFile(atPath: "/usr/bin/bwrap")
         && run("/usr/bin/bwrap", ["--ro-bind", "/", "/", "/bin/true"]) == 0
     static let hasStrace = FileManager.default.isExecutableFile(atPath: "/usr/bin/strace")
+
+    /// Runs `executable` without Foundation's Process, which would wait for a daemon the program
+    /// leaves behind (bindfs's inherits a descriptor Process watches); Subprocess closes every other
+    /// descriptor. The exit status, or -1 if it could not start.
+    static func runDetached(_ executable: String, _ arguments: [String]) -> Int32 {
+        (try? Subprocess.spawn(executable: executable, arguments: arguments).wait()) ?? -1
+    }
+
+    /// True if bindfs (apt: bindfs) can mount a FUSE filesystem here (tried once, then unmounted).
+    static let canMountFUSE: Bool = {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/bindfs"), access("/dev/fuse", R_OK | W_OK) == 0 else { return false }
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        mkdir(dir + "/a", 0o755)
+        mkdir(dir + "/b", 0o755)
+        guard runDetached("/usr/bin/bindfs", [dir + "/a", dir + "/b"]) == 0 else { return false }
+        return runDetached("/usr/bin/fusermount", ["-u", dir + "/b"]) == 0
+    }()
 }
 
 /// A listening Unix socket in a private directory, and the processes connected to it.
@@ -323,6 +341,109 @@ func signedManifest(app: String = "com.example.app", executable: String, sha256:
         try #require(reused, "no pid was reused in 20 attempts (a busy machine): the race was not exercised")
     }
 
+    /// Issue #24 (2), the attack itself: a session's leader exits, and another process gets its pid
+    /// (forced here through ns_last_pid, root only; an attacker forks until it comes) and calls
+    /// setsid(): the same session id, but not the same session — the leader's start time differs —
+    /// and the old session reads as ended.
+    @Test(.enabled(if: Fixture.hasClient && getuid() == 0 && access("/proc/sys/kernel/ns_last_pid", W_OK) == 0,
+                   "needs root (ns_last_pid) and cc"))
+    func aSessionIDMadeAgainIsAnotherSession() throws {
+        let server = try Server()
+        let app = try Fixture.copyOfClient(in: server.dir)
+        let resolver = IdentityResolver(manifests: StaticManifestSource([]))
+        var reused = false
+        for _ in 0..<20 where !reused {
+            // The client forks the session's leader, which connects: the peer is the leader.
+            let leader = try server.start(app, mode: "session")
+            let connection = try server.accept()
+            let first = try resolver.identify(socket: connection.rawValue)
+            let session = try #require(first.session, "a session leader's session is known")
+            #expect(session.id == first.pid && first.sessionID == session.id)
+            #expect(LoginSessions.isLive(session))
+            // A start time counts clock ticks (10 ms at USER_HZ 100): a leader that a person used lived
+            // longer than one, so a process that takes its pid afterwards started in a later tick.
+            // This one lives three ticks (a lower bound: a slow machine only makes it longer).
+            usleep(30_000)
+            try connection.close()
+            leader.waitUntilExit()
+            #expect(leader.terminationStatus == 0)
+            #expect(!LoginSessions.isLive(session), "its leader exited: the session ended")
+            // The impostor's client takes the pid before the old leader's, its child the leader's pid.
+            try "\(first.pid - 2)".write(toFile: "/proc/sys/kernel/ns_last_pid", atomically: false, encoding: .utf8)
+            let impostor = try server.start(app, mode: "session")
+            let impostorConnection = try server.accept()
+            let second = try resolver.identify(socket: impostorConnection.rawValue)
+            if second.pid == first.pid {
+                reused = true
+                #expect(second.sessionID == first.sessionID, "the same session id again")
+                let again = try #require(second.session)
+                #expect(again != session && again.leaderStartTime != session.leaderStartTime, "\(again) vs \(session)")
+                #expect(LoginSessions.isLive(again) && !LoginSessions.isLive(session))
+            }
+            try impostorConnection.close()
+            impostor.waitUntilExit()
+        }
+        try #require(reused, "no pid was reused in 20 attempts (a busy machine): the race was not exercised")
+    }
+
+    /// Issue #24 (FUSE): an executable served by a FUSE filesystem gets no signed identity, even with
+    /// a manifest naming its path and hash: the server could hand the agent's read other bytes than
+    /// the kernel's exec. The same file on the local filesystem, signed, stays signed.
+    @Test(.enabled(if: Fixture.hasClient && Fixture.canMountFUSE, "needs cc, and bindfs (apt: bindfs) able to mount FUSE here"))
+    func anExecutableOnFUSEIsUnsignedWhateverItsHash() throws {
+        let server = try Server()
+        let local = server.dir + "/local", served = server.dir + "/served"
+        mkdir(local, 0o755)
+        mkdir(served, 0o755)
+        let app = try Fixture.copyOfClient(in: local)
+        try #require(Fixture.runDetached("/usr/bin/bindfs", [local, served]) == 0, "bindfs could not mount")
+        defer {
+            // Unmounted before the server's directory is removed (the server is kept alive till here).
+            if Fixture.runDetached("/usr/bin/fusermount", ["-u", served]) != 0 { _ = Fixture.runDetached("/bin/umount", [served]) }
+            withExtendedLifetime(server) {}
+        }
+        let servedApp = served + "/app"
+        let sha = try ExecutableHash.sha256(path: app)
+        let manifests = StaticManifestSource([try signedManifest(app: "com.example.local", executable: app, sha256: sha),
+                                              try signedManifest(app: "com.example.served", executable: servedApp, sha256: sha)])
+        let resolver = IdentityResolver(manifests: manifests)
+
+        let onFUSE = try server.start(servedApp)
+        let c1 = try server.accept()
+        let identity = try resolver.identify(socket: c1.rawValue)
+        #expect(identity.establishedBy == .unsigned(executablePath: servedApp, reason: .untrustedFilesystem("FUSE")), "\(identity)")
+        try c1.close()
+        onFUSE.waitUntilExit()
+
+        let onDisk = try server.start(app)
+        let c2 = try server.accept()
+        #expect(try resolver.identify(socket: c2.rawValue).establishedBy == .signedManifest(appID: "com.example.local"))
+        try c2.close()
+        onDisk.waitUntilExit()
+    }
+
+    /// A caller that is not its session's leader has the session of its leader while that lives.
+    @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
+    func aCallersSessionIsItsLeadersWhileTheLeaderLives() throws {
+        let server = try Server()
+        let app = try Fixture.copyOfClient(in: server.dir)
+        let child = try server.start(app)
+        let connection = try server.accept()
+        let identity = try IdentityResolver(manifests: StaticManifestSource([])).identify(socket: connection.rawValue)
+        let sid = getsid(0)
+        #expect(identity.sessionID == sid)
+        if let start = LoginSessions.leaderStartTime(of: sid) {
+            #expect(identity.session == CallerIdentity.LoginSession(id: sid, leaderStartTime: start, auditSessionID: identity.session?.auditSessionID))
+            let audit = try? String(contentsOfFile: "/proc/self/sessionid", encoding: .utf8)
+            #expect(identity.session?.auditSessionID == audit.flatMap { UInt32($0) }.flatMap { $0 == LoginSessions.auditSessionUnset ? nil : $0 })
+        } else {
+            // This runner's session leader is outside its pid namespace or gone: no session to key by.
+            #expect(identity.session == nil)
+        }
+        try connection.close()
+        child.waitUntilExit()
+    }
+
     @Test(.enabled(if: Fixture.hasClient && Fixture.canRunBwrap, "needs cc and a bwrap that can create namespaces here (apt: bubblewrap)"))
     func aFlatpakSandboxedClientGetsItsFlatpakGroup() throws {
         let server = try Server()
@@ -418,5 +539,49 @@ func signedManifest(app: String = "com.example.app", executable: String, sha256:
         }
         #expect(FlatpakInfo.appID(from: [0xff, 0xfe] + Array("[Application]\nname=a.b.c\n".utf8)) == nil)
         #expect(FlatpakInfo.appID(from: Array("[Application]\nname=a.b.c\n".utf8) + [UInt8](repeating: 0x20, count: FlatpakInfo.maximumBytes)) == nil)
+    }
+}
+
+@Suite struct LoginSessionTests {
+    @Test func parsesTheStatLineWhateverTheCommandName() {
+        func fields(_ comm: String, state: String = "S") -> (pid: Int32, state: UInt8, session: Int32, startTime: UInt64)? {
+            let tail = (7...21).map(String.init).joined(separator: " ")
+            // Fields 3-6 (state, ppid, pgrp, session) then 7-21, then 22 (starttime) and more.
+            let line = "1234 (\(comm)) \(state) 1 1234 999 " + tail + " 555666 8192 12\n"
+            return LoginSessions.parseStat(ArraySlice(Array(line.utf8)))
+        }
+        let plain = fields("bash")
+        #expect(plain?.pid == 1234 && plain?.session == 999 && plain?.state == UInt8(ascii: "S"))
+        // fields 7..21 are 15 numbers: starttime is the one after them.
+        #expect(plain?.startTime == 555666)
+        // A command name with spaces and parentheses (a process can name itself so) changes nothing.
+        let hostile = fields("a) 1 2 3 (b")
+        #expect(hostile?.pid == 1234 && hostile?.session == 999 && hostile?.startTime == 555666)
+        #expect(LoginSessions.parseStat(ArraySlice(Array("1234 (x) S 1 2".utf8))) == nil)
+        #expect(LoginSessions.parseStat(ArraySlice(Array("garbage".utf8))) == nil)
+    }
+
+    @Test func readsTheAuditSessionID() {
+        #expect(LoginSessions.auditSessionID(from: Array("3".utf8)) == 3)
+        #expect(LoginSessions.auditSessionID(from: Array("4294967295".utf8)) == nil, "unset")
+        #expect(LoginSessions.auditSessionID(from: Array("".utf8)) == nil)
+        #expect(LoginSessions.auditSessionID(from: Array("x".utf8)) == nil)
+    }
+
+    @Test func aProcessThatIsNotItsSessionsLeaderLeadsNone() {
+        // This process is not a session leader (the test runner's parent is), so its pid names no session.
+        if getsid(0) != getpid() { #expect(LoginSessions.leaderStartTime(of: getpid()) == nil) }
+        #expect(LoginSessions.leaderStartTime(of: 0) == nil && LoginSessions.leaderStartTime(of: -1) == nil)
+    }
+}
+
+@Suite struct UntrustedFilesystemTests {
+    @Test func fuseIsUntrustedLocalFilesystemsAreNot() throws {
+        #expect(UntrustedFilesystem.kind(ofType: 0x6573_5546) == "FUSE")
+        #expect(UntrustedFilesystem.kind(ofType: 0xEF53) == nil, "ext4")
+        #expect(UntrustedFilesystem.kind(ofType: 0x0102_1994) == nil, "tmpfs")
+        // This test's own executable is on a local filesystem.
+        let exe = try FileDescriptor.open("/proc/self/exe", O_RDONLY)
+        #expect(UntrustedFilesystem.kind(ofOpenFile: exe) == nil)
     }
 }

@@ -178,6 +178,46 @@ final class TrustFixture: @unchecked Sendable {
         #expect(store.manifests(forExecutable: exe).isEmpty)
     }
 
+    /// Issue #24 (SIGHUP): lookups racing reloads that alternate between two whole manifest sets (the
+    /// file replaced by rename, so the disk always holds one) always see one whole set — never an
+    /// empty or half-loaded store, which would make a signed caller unsigned for a moment.
+    @Test func lookupsRacingReloadsSeeOneWholeSet() throws {
+        let f = try TrustFixture()
+        let exe = try f.executable("app-r")
+        let one = try f.manifest("r", app: "com.example.one", exe: exe, groups: ["one"])
+        try FileManager.default.moveItem(atPath: f.manifests + "/r.manifest", toPath: f.root + "/one")
+        let two = try f.manifest("r", app: "com.example.two", exe: exe, groups: ["two"])
+        try FileManager.default.moveItem(atPath: f.manifests + "/r.manifest", toPath: f.root + "/two")
+        func install(_ set: String) throws {
+            try FileManager.default.copyItem(atPath: f.root + "/" + set, toPath: f.manifests + "/r.staged")
+            guard rename(f.manifests + "/r.staged", f.manifests + "/r.manifest") == 0 else { throw SystemError("rename", set) }
+        }
+        try install("one")
+        let store = TrustStore(configuration: f.configuration)
+        let done = Protected(false)
+        let seen = Protected((lookups: 0, wrong: [[Manifest]]()))
+        let group = DispatchGroup()
+        for _ in 0..<4 {
+            DispatchQueue.global().async(group: group) {
+                while !done.withLock({ $0 }) {
+                    let found = store.manifests(forExecutable: exe)
+                    let whole = found == [one] || found == [two]
+                    seen.withLock { $0.lookups += 1; if !whole && $0.wrong.count < 5 { $0.wrong.append(found) } }
+                }
+            }
+        }
+        for i in 0..<200 {
+            try install(i % 2 == 0 ? "two" : "one")
+            let loaded = store.reload()
+            #expect(loaded.refused.isEmpty, "\(loaded.refused)")
+        }
+        done.withLock { $0 = true }
+        group.wait()
+        let result = seen.withLock { $0 }
+        #expect(result.lookups > 0 && result.wrong.isEmpty, "\(result.wrong.count) lookups saw no whole set: \(result.wrong)")
+        #expect(store.manifests(forExecutable: exe) == [one], "the last reload is in force")
+    }
+
     @Test func twoVersionsOfAnExecutableBothCountButADuplicatePinIsRefused() throws {
         let f = try TrustFixture()
         let exe = try f.executable("app-h", tag: "v1")

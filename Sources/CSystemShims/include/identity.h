@@ -20,4 +20,8 @@ int coffer_pidfd_alive(int pidfd);
 /// in another pid namespace, or -1 with errno set (ESRCH once it has been reaped).
 pid_t coffer_pidfd_pid(int pidfd);
 
+/// The type of the filesystem the open file `fd` is on (fstatfs f_type: FUSE_SUPER_MAGIC,
+/// EXT4_SUPER_MAGIC, …), or -1 with errno set.
+long coffer_filesystem_type(int fd);
+
 #endif

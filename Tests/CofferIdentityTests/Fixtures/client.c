@@ -1,10 +1,12 @@
 /* Test client for CofferIdentityTests: connects to the Unix socket argv[1]; with argv[2] "exit" it
    exits at once, with "hold" it stays until the server closes the connection, with "zombie" a child
-   connects and exits while this process holds the socket unreaped. Built static, so it also runs in
-   a bare bwrap root. */
+   connects and exits while this process holds the socket unreaped, with "session" a child makes a
+   new session (setsid: it is the session's leader; this process, a process group leader, could not)
+   and holds, while this process waits for it. Built static, so it also runs in a bare bwrap root. */
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int main(int argc, char **argv) {
@@ -22,6 +24,16 @@ int main(int argc, char **argv) {
         char c;
         while (read(s, &c, 1) > 0) {}
         return 0;
+    }
+    if (strcmp(argv[2], "session") == 0) {
+        pid_t child = fork();
+        if (child < 0) return 3;
+        if (child > 0) {
+            int status = 0;
+            if (waitpid(child, &status, 0) != child) return 3;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 5;
+        }
+        if (setsid() < 0) _exit(4);
     }
     if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) return 2;
     if (strcmp(argv[2], "exit") == 0) return 0;
