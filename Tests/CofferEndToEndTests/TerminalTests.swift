@@ -92,15 +92,16 @@ struct TerminalTests {
         #expect(agent.cli(["add", "--service", "kept", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
         let dir = TemporaryDirectory("coffer-terminal")
         let file = dir.file("b.cfbu")
-        let created = TerminalRun.run(["/bin/sh", "-c", "printf %s '\(AgentProcess.password)' > '\(dir.file("pc"))'; exec '\(Binaries.coffer)' backup create --out '\(file)' --auth-passcode-fd 3 --socket '\(agent.socketPath)' 3<'\(dir.file("pc"))'"],
+        let sh = TerminalRun.shellWord
+        let created = TerminalRun.run(["/bin/sh", "-c", "printf %s \(sh(AgentProcess.password)) > \(sh(dir.file("pc"))); exec \(sh(Binaries.coffer)) backup create --out \(sh(file)) --auth-passcode-fd 3 --socket \(sh(agent.socketPath)) 3<\(sh(dir.file("pc")))"],
                                       steps: [("Backup password: ", "backup pw"), ("Same backup password again: ", "backup pw")])
         #expect(created.status == 0 && created.prompted && created.output.contains("backed up 1 item"), "\(created)")
-        let restore = TerminalRun.run(["/bin/sh", "-c", "exec '\(Binaries.coffer)' backup restore '\(file)' --dry-run --socket '\(agent.socketPath)' 3<'\(dir.file("pc"))' --auth-passcode-fd 3"],
+        let restore = TerminalRun.run(["/bin/sh", "-c", "exec \(sh(Binaries.coffer)) backup restore \(sh(file)) --dry-run --socket \(sh(agent.socketPath)) 3<\(sh(dir.file("pc"))) --auth-passcode-fd 3"],
                                       steps: [("Backup password: ", "backup pw")])
         #expect(restore.status == 0 && restore.output.contains("kept (already present): 1"), "\(restore)")
 
         // escrow create: the agent's own prompt asks for the passcode on the terminal (the secret goes to the file).
-        let escrow = TerminalRun.run(["/bin/sh", "-c", "exec '\(Binaries.coffer)' escrow create --socket '\(agent.socketPath)' > '\(dir.file("escrow"))'"],
+        let escrow = TerminalRun.run(["/bin/sh", "-c", "exec \(sh(Binaries.coffer)) escrow create --socket \(sh(agent.socketPath)) > \(sh(dir.file("escrow")))"],
                                      steps: [("Passcode: ", AgentProcess.password)])
         #expect(escrow.status == 0 && escrow.prompted && !escrow.output.contains(AgentProcess.password), "\(escrow)")
         let secret = try String(contentsOfFile: dir.file("escrow"), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -127,7 +128,7 @@ struct TerminalTests {
                 continue
             }
             // The shell ignores SIGINT itself (so it lives to report), coffer catches it at the prompt.
-            let command = ([Binaries.coffer] + args + ["--socket", agent.socketPath]).map { "'\($0)'" }.joined(separator: " ")
+            let command = TerminalRun.shellCommand([Binaries.coffer] + args + ["--socket", agent.socketPath])
             let t = TerminalRun.run(["/bin/sh", "-c", "trap '' INT; \(command); echo \"exit=$?\"; stty -a"],
                                     steps: [(args[0] == "add" ? "Secret: " : "asscode: ", "\u{03}")])
             #expect(t.prompted && t.output.contains("exit=130"), "\(args): \(t)")
@@ -211,14 +212,14 @@ struct CLIGuidanceTests {
         try generated.stdout.write(toFile: script, atomically: true, encoding: .utf8)
         func complete(_ words: [String]) -> String {
             // The script runs `coffer` from PATH for the custom values, as an installed one would.
-            let quoted = words.map { "'\($0)'" }.joined(separator: " ")
+            let quoted = TerminalRun.shellCommand(words)
             let r = runShell("""
-                PATH='\(Binaries.directory)':"$PATH" bash --norc --noprofile -c '
+                PATH=\(TerminalRun.shellWord(Binaries.directory)):"$PATH" bash --norc --noprofile -c '
                 source "$0" || exit 90
                 COMP_WORDS=(\(quoted.replacingOccurrences(of: "'", with: "'\\''"))); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
                 COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
                 _coffer coffer "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"; echo "${COMPREPLY[*]}"
-                ' '\(script)'
+                ' \(TerminalRun.shellWord(script))
                 """, socket: agent.socketPath)
             return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
