@@ -157,6 +157,38 @@ struct CLIGuidanceTests {
         #expect(viaEnvironment.stderr.contains("coffer: hint: the keychain is locked; unlock it with: coffer unlock\n"), "\(viaEnvironment)")
     }
 
+    /// A client on a locked keychain makes the one connection it opened: the client library never
+    /// opens another to explain a refusal (git-credential-coffer names the error in one line), and
+    /// `coffer` asks for its `coffer unlock` hint on its own connection.
+    @Test func aLockedKeychainCostsEachClientOneConnection() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "s", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
+        let git = Binaries.directory + "/git-credential-coffer"
+        #expect(runCLI(["--socket", agent.socketPath, "store"], stdin: "protocol=https\nhost=h.example\nusername=u\npassword=p\n\n",
+                       executable: git).status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        /// Runs `body`; returns its result and how many connections the agent accepted meanwhile (it
+        /// logs each before reading from it, so all are logged once the client has its replies).
+        func counting(_ body: () -> CLIResult) -> (CLIResult, Int) {
+            let before = agent.log.utf8.count
+            let r = body()
+            let log = Array(agent.log.utf8)
+            return (r, String(decoding: log[min(before, log.count)...], as: UTF8.self).components(separatedBy: "client connected").count - 1)
+        }
+        let (helper, helperConnections) = counting {
+            runCLI(["--socket", agent.socketPath, "get"], stdin: "protocol=https\nhost=h.example\n\n", executable: git)
+        }
+        // Refused as locked (audited), which git-credential-coffer leaves to git without a word.
+        #expect(helper.status == 0 && helper.stdout.isEmpty && helper.stderr.isEmpty, "\(helper)")
+        #expect(auditRecords(agent).contains { ($0["result"] as? Int) == -25308 }, "\(auditRecords(agent))")
+        #expect(helperConnections == 1, "\(helper)\n\(agent.log)")
+        let (get, getConnections) = counting { runCLI(["get", "--service", "s", "--account", "me", "--socket", agent.socketPath]) }
+        #expect(get.status == 6 && get.stderr.hasSuffix("\ncoffer: hint: the keychain is locked; unlock it with: coffer unlock --socket \(agent.socketPath)\n"),
+                "\(get)")
+        #expect(getConnections == 1, "\(get)\n\(agent.log)")
+    }
+
     @Test func anUnreachableAgentSaysWhyAndHowToStartIt() throws {
         let r = runCLI(["get", "--service", "s", "--account", "me", "--socket", "/nonexistent/agent.sock"])
         #expect(r.status == 9 && r.stderr == """
