@@ -138,6 +138,30 @@ struct TerminalTests {
         }
         #expect(Self.state(agent) == "state: locked")
     }
+    /// The shell helper, with another app's group authorized for reuse (the passcode typed once in
+    /// this terminal's session), still completes only the names of its own groups: the reuse widens
+    /// what its commands may name, never what TAB offers. The second `get` shows the grant was live
+    /// throughout (no second prompt).
+    @Test func completionNeverOffersAGroupAuthorizedForReuse() throws {
+        let apps = try SignedApps()
+        let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])
+        let shellPath = try apps.app("shell", appID: "coffer.shell", groups: ["shell", "unsigned"])
+        let agent = try apps.startAgent(["authorization-reuse = 3600"])
+        agent.setPasscode()
+        #expect(AppClient(executable: aPath, agent: agent).add("vault-of-a", "me", secret: "secret-of-a").status == 0)
+        #expect(agent.cli(["add", "--service", "mine", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
+        let get = [shellPath, "get", "--socket", agent.socketPath, "--access-group", "a", "--service", "vault-of-a", "--account", "me"]
+        // As bash's script calls it for `coffer find --socket S --service <TAB>` (word 5, cursor 0).
+        let complete = [shellPath, "---completion", "find", "--", "--service", "5", "0", "coffer", "find", "--socket", agent.socketPath, "--service", ""]
+        let prompt = "type your passcode"
+        let t = TerminalRun.run(["/bin/sh", "-c", TerminalRun.shellCommand(get) + "; echo; echo completion:; " + TerminalRun.shellCommand(complete)
+                                    + "; echo :end; " + TerminalRun.shellCommand(get)],
+                                steps: [(prompt, AgentProcess.password), (prompt, AgentProcess.password)])
+        #expect(t.status == 0 && t.output.components(separatedBy: "secret-of-a").count == 3, "\(t)\n\(agent.log)")
+        #expect(t.output.components(separatedBy: prompt).count == 2, "the reuse window was not live for the completion: \(t)")
+        let offered = t.output.components(separatedBy: "completion:").last?.components(separatedBy: ":end").first ?? ""
+        #expect(offered.split(whereSeparator: { $0.isWhitespace }) == ["mine"], "\(t)")
+    }
 }
 
 /// Errors that say what to do next, `--version`, "did you mean", and value completion (no pty needed).
@@ -187,6 +211,21 @@ struct CLIGuidanceTests {
         #expect(get.status == 6 && get.stderr.hasSuffix("\ncoffer: hint: the keychain is locked; unlock it with: coffer unlock --socket \(agent.socketPath)\n"),
                 "\(get)")
         #expect(getConnections == 1, "\(get)\n\(agent.log)")
+    }
+
+    /// TAB never hangs the shell on an agent that accepts but does not answer (stopped here): the
+    /// completion's connection gives up after its reply timeout and offers nothing. (Killed after
+    /// 120 s otherwise, which fails the test.)
+    @Test func completionGivesUpOnAnAgentThatDoesNotAnswer() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "mine", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
+        let complete = ["---completion", "find", "--", "--service", "5", "0", "coffer", "find", "--socket", agent.socketPath, "--service", ""]
+        #expect(runCLI(complete, timeout: 120).stdout == "mine\n")
+        #expect(kill(agent.pid, SIGSTOP) == 0)
+        defer { kill(agent.pid, SIGCONT) }
+        let r = runCLI(complete, timeout: 120)
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
     }
 
     @Test func anUnreachableAgentSaysWhyAndHowToStartIt() throws {
