@@ -96,8 +96,10 @@ public final class AgentConnection {
     deinit { close(fd) }
 
     /// From now on, a request whose reply (or the next part of it) takes longer than `seconds` fails
-    /// with errSecIO, and so does a send the agent does not take in that time (0: wait as long as it
-    /// takes). The connection is not usable after such a failure.
+    /// with errSecIO, and so do a send the agent does not take in that time and a ``nextEvent()``
+    /// that waits longer (0: wait as long as it takes). The time a person takes to answer the
+    /// ``authenticationDelegate``'s prompt is not bounded. The connection is not usable after such a
+    /// failure.
     public func setReplyTimeout(_ seconds: Double) {
         UnixSocket.setTimeouts(fd, send: seconds, receive: seconds)
         replyTimeout = seconds
