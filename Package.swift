@@ -85,7 +85,7 @@ let package = Package(
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.
         // No Foundation, no ArgumentParser (`coffer` links it and must stay small and static).
-        .target(name: "CofferCLISupport", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
+        .target(name: "CofferCLISupport", dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "cofferd",
                           dependencies: ["CofferAgent", "CofferKeybag", .product(name: "ArgumentParser", package: "swift-argument-parser")],

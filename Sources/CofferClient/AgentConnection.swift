@@ -38,7 +38,12 @@ public final class AgentConnection {
     /// which is read with the first request's (one round trip fewer for a one-request client such as
     /// `coffer get`); ``version`` and ``agentVersion`` are then known only after the first request,
     /// and a refused HELLO is thrown by it.
-    public init(path: String, clientName: String = "CofferClient", pipelineHello: Bool = false) throws(SecError) {
+    ///
+    /// With a `replyTimeout` (seconds, 0: none), a reply that does not come in time fails the
+    /// request with errSecIO instead of waiting for it: for a caller that must never hang on a stuck
+    /// agent, such as shell completion.
+    public init(path: String, clientName: String = "CofferClient", pipelineHello: Bool = false,
+                replyTimeout: Double = 0) throws(SecError) {
         self.path = path
         let socket: Int32
         do {
@@ -53,6 +58,7 @@ public final class AgentConnection {
             throw refusal
         }
         fd = socket
+        if replyTimeout > 0 { setReplyTimeout(replyTimeout) }
         // Any version this library speaks: an agent of version 1 answers 1 (feedback then has no kind).
         let hello = AgentRequest.hello(minVersion: WireFormat.minimumVersion, maxVersion: WireFormat.version, clientName: clientName)
         if pipelineHello {
@@ -88,6 +94,23 @@ public final class AgentConnection {
     }
 
     deinit { close(fd) }
+
+    /// From now on, a request whose reply (or the next part of it) takes longer than `seconds` fails
+    /// with errSecIO, and so do a send the agent does not take in that time and a ``nextEvent()``
+    /// that waits longer (0: wait as long as it takes). The time a person takes to answer the
+    /// ``authenticationDelegate``'s prompt is not bounded. The connection is not usable after such a
+    /// failure.
+    public func setReplyTimeout(_ seconds: Double) {
+        UnixSocket.setTimeouts(fd, send: seconds, receive: seconds)
+        replyTimeout = seconds
+    }
+
+    private var replyTimeout = 0.0
+
+    /// The connection ended (or, with a reply timeout, the agent did not answer in time).
+    private func closed(_ how: String = "closed the connection") -> SecError {
+        .io("the agent at \(path) \(how)" + (replyTimeout > 0 ? " or did not answer within \(replyTimeout) s" : ""))
+    }
 
     // MARK: Operations
 
@@ -262,13 +285,6 @@ public final class AgentConnection {
         guard case .ok = r else { throw unexpected(r) }
     }
 
-    /// The agent's refusal, with `coffer unlock` as its hint when the keychain is locked (asked on a
-    /// new connection: this one may still have pages of a listing on the way).
-    private func withHint(_ e: SecError) -> SecError {
-        guard e.status == .interactionNotAllowed, let s = try? AgentConnection(path: path).status(), s.lockState != .unlocked else { return e }
-        return e.withHint(Hints.unlock(socket: path))
-    }
-
     private func unexpected(_ r: AgentResponse) -> SecError {
         SecError(.internalComponent, "unexpected reply from the agent")
     }
@@ -283,7 +299,7 @@ public final class AgentConnection {
         var frame = request.encodeFrame(requestID: id)
         let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
         if request.carriesSecret { secureZero(&frame) }
-        guard sent else { throw .io("the agent at \(path) closed the connection") }
+        guard sent else { throw closed() }
     }
 
     /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
@@ -302,7 +318,7 @@ public final class AgentConnection {
             let (rid, r) = try readResponse()
             if case .event(let e) = r { pendingEvents.append(e); continue }
             if case .authNeeded(let request) = r, rid == id { return try authenticate(request, id: id) }
-            if case .error(let e) = r { throw withHint(e) }
+            if case .error(let e) = r { throw e }
             guard rid == id else { throw SecError(.internalComponent, "reply for request \(rid), expected \(id)") }
             return r
         }
@@ -367,7 +383,7 @@ public final class AgentConnection {
         UnixSocket.spinUntilReadable(fd, spinMicros: Self.replySpinMicros)
         var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
-        guard ok else { throw .io("the agent at \(path) closed the connection") }
+        guard ok else { throw closed() }
         let length: Int
         switch withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0) }) {
         case .success(let n): length = n
@@ -375,7 +391,7 @@ public final class AgentConnection {
         }
         let body = SecureBytes(count: length) // replies may carry secrets
         let got = body.withUnsafeMutableBytes { UnixSocket.readExactly(fd, into: $0) }
-        guard got else { throw .io("the agent at \(path) closed the connection mid-reply") }
+        guard got else { throw closed("closed the connection mid-reply") }
         do {
             return try body.withUnsafeBytes { b throws(ProtocolError) in try AgentResponse.decodeBody(b) }
         } catch {

@@ -2,12 +2,12 @@ import CofferModel
 import CofferSystem
 import Glibc
 
-/// What a person can do next after an error (``CofferModel/SecError/hint``): the command that
-/// unlocks the keychain, or how to start the agent. Commands name `--socket` only when the socket is
-/// not the default one.
-enum Hints {
+/// What a person can do next after an error (``CofferModel/SecError/hint``): how to start the agent.
+/// Commands name `--socket` only when the socket is not the default one. (The `coffer unlock` hint
+/// for a locked keychain is the CLI's: it asks the agent, which this library never does by itself.)
+package enum Hints {
     /// ` --socket 'PATH'` when `path` is not the socket every command finds by itself.
-    static func socketOption(_ path: String) -> String {
+    package static func socketOption(_ path: String) -> String {
         path == AgentConnection.socketPath() ? "" : " --socket " + shellWord(path)
     }
 
@@ -19,11 +19,6 @@ enum Hints {
         }
         if plain { return text }
         return "'" + TerminalSafeText.escaped(text) + "'"
-    }
-
-    /// For a refusal because the keychain is locked.
-    static func unlock(socket path: String) -> String {
-        "the keychain is locked; unlock it with: coffer unlock" + socketOption(path)
     }
 
     /// Where systemd looks for user units (the install script writes /usr/lib/systemd/user).

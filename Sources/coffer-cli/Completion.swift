@@ -30,11 +30,12 @@ enum ValueCompletion {
         .custom { words, _, prefix in itemNames(key, words: words, prefix: prefix) }
     }
 
-    /// The values of `key` on the items the agent lets this caller list (its own groups only: no
-    /// group is named, so the agent's scope for the caller applies), filtered by the service or
-    /// account already on the command line. Attributes only, never a secret; nothing when there is
-    /// no agent or it is locked; never asks anybody (no prompt, no-UI), so completing never waits for
-    /// a person.
+    /// The values of `key` on the items of the caller's own access groups (WHOAMI's: never a group
+    /// the shell helper was authorized for, whose reuse window would otherwise widen the agent's
+    /// scope for it), filtered by the service or account already on the command line. Attributes
+    /// only, never a secret; nothing when there is no agent or it is locked; never asks anybody (no
+    /// prompt, no-UI) and gives up on an agent that does not answer within a few seconds, so
+    /// completing never waits for a person.
     static func itemNames(_ key: String, words: [String], prefix: String) -> [String] {
         var given: [String: String] = [:]
         var i = 0
@@ -48,14 +49,19 @@ enum ValueCompletion {
             }
             i += 1
         }
-        guard let c = try? AgentConnection(path: AgentConnection.socketPath(explicit: given["--socket"]), clientName: "coffer-completion"),
+        guard let c = try? AgentConnection(path: AgentConnection.socketPath(explicit: given["--socket"]), clientName: "coffer-completion",
+                                           replyTimeout: 5),
               let status = try? c.status(), status.lockState == .unlocked,
+              let own = try? c.whoami().accessGroups,
               (try? c.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true))) != nil else { return [] }
         var attributes: Attributes = [:]
         if key != "svce", let s = given["--service"] { attributes["svce"] = .string(s) }
         if key != "acct", let a = given["--account"] { attributes["acct"] = .string(a) }
-        let query = ItemQuery(itemClass: nil, attributes: attributes, limit: .all, returnAttributes: true)
-        guard let items = try? c.copyMatching(query) else { return [] }
+        var items: [ItemResult] = []
+        for group in own {
+            attributes["agrp"] = .string(group)
+            items += (try? c.copyMatching(ItemQuery(itemClass: nil, attributes: attributes, limit: .all, returnAttributes: true))) ?? []
+        }
         var names = Set<String>()
         for item in items {
             // A name with a control character (a newline would split it) is not offered.

@@ -13,7 +13,7 @@ struct Connect: ParsableArguments {
     var socket: String?
 
     func open() throws(SecError) -> AgentConnection {
-        let c = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer")
+        let c = CLISupport.connected(try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer"))
         // An item with an access control is unlocked by the person at this terminal (never stdin), or
         // through the pinentry COFFER_PINENTRY names when there is no terminal.
         c.authenticationDelegate = PinentryAuthentication.standard()

@@ -82,8 +82,8 @@ enum FastPath {
     }
 
     static func connect(_ options: [String: String]) throws(SecError) -> AgentConnection {
-        try AgentConnection(path: AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer",
-                            pipelineHello: true)
+        CLISupport.connected(try AgentConnection(path: AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer",
+                                                 pipelineHello: true))
     }
 }
 

@@ -212,25 +212,47 @@ struct TerminalRun {
         && FileManager.default.isExecutableFile(atPath: "/usr/bin/setsid")
 
     static func run(_ command: [String], typing answer: String?, prompt: String = "type your passcode",
-                    timeout: Double = 20) -> TerminalRun {
+                    timeout: Double = 120) -> TerminalRun {
         let r = run(command, steps: answer.map { [(prompt, $0)] } ?? [], timeout: timeout)
         return TerminalRun(status: r.status, output: r.output, prompted: r.output.contains(prompt))
     }
 
+    /// `word` as one word for /bin/sh: in single quotes, each `'` in it written `'\''`.
+    static func shellWord(_ word: String) -> String {
+        "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+
+    /// `words` as one /bin/sh command line (``shellWord(_:)`` each).
+    static func shellCommand(_ words: [String]) -> String {
+        words.map(shellWord).joined(separator: " ")
+    }
+
     /// As ``run(_:typing:prompt:timeout:)`` with several answers: each is typed (then Enter) once its
-    /// prompt shows after the previous answer's. `prompted`: every prompt showed.
-    static func run(_ command: [String], steps: [(prompt: String, answer: String)], timeout: Double = 20) -> TerminalRun {
-        let shellCommand = command.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
+    /// prompt shows after the previous answer's. `prompted`: every prompt showed. The whole output is
+    /// returned: a thread reads it until the end of the stream (every writer gone), not until the
+    /// command has exited.
+    static func run(_ command: [String], steps: [(prompt: String, answer: String)], timeout: Double = 120) -> TerminalRun {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-        p.arguments = ["-qec", shellCommand, "/dev/null"]
+        p.arguments = ["-qec", shellCommand(command), "/dev/null"]
         let out = Pipe(), inp = Pipe()
         p.standardOutput = out
         p.standardError = out
         p.standardInput = inp
-        let collected = ManifestCLITests.Collected()
-        out.fileHandleForReading.readabilityHandler = { h in collected.append(h.availableData) }
         do { try p.run() } catch { return TerminalRun(status: -1, output: "\(error)", prompted: false) }
+        // Only `script` may hold the write end, so the stream ends when it exits.
+        try? out.fileHandleForWriting.close()
+        let collected = ManifestCLITests.Collected()
+        let ended = DispatchSemaphore(value: 0)
+        let reader = out.fileHandleForReading
+        Thread.detachNewThread {
+            while true {
+                let data = reader.availableData
+                if data.isEmpty { break }
+                collected.append(data)
+            }
+            ended.signal()
+        }
         var typed = 0
         var searchFrom = 0
         let deadline = Date().addingTimeInterval(timeout)
@@ -250,9 +272,8 @@ struct TerminalRun {
         }
         p.waitUntilExit()
         try? inp.fileHandleForWriting.close()
-        usleep(20_000)
-        out.fileHandleForReading.readabilityHandler = nil
-        let text = collected.text
+        let complete = ended.wait(timeout: .now() + 120) == .success
+        let text = collected.text + (complete ? "" : "\n[TerminalRun: the output had not ended 120 s after the command]")
         return TerminalRun(status: p.terminationStatus, output: text, prompted: typed == steps.count)
     }
 }

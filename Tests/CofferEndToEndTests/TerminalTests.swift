@@ -92,15 +92,16 @@ struct TerminalTests {
         #expect(agent.cli(["add", "--service", "kept", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
         let dir = TemporaryDirectory("coffer-terminal")
         let file = dir.file("b.cfbu")
-        let created = TerminalRun.run(["/bin/sh", "-c", "printf %s '\(AgentProcess.password)' > '\(dir.file("pc"))'; exec '\(Binaries.coffer)' backup create --out '\(file)' --auth-passcode-fd 3 --socket '\(agent.socketPath)' 3<'\(dir.file("pc"))'"],
+        let sh = TerminalRun.shellWord
+        let created = TerminalRun.run(["/bin/sh", "-c", "printf %s \(sh(AgentProcess.password)) > \(sh(dir.file("pc"))); exec \(sh(Binaries.coffer)) backup create --out \(sh(file)) --auth-passcode-fd 3 --socket \(sh(agent.socketPath)) 3<\(sh(dir.file("pc")))"],
                                       steps: [("Backup password: ", "backup pw"), ("Same backup password again: ", "backup pw")])
         #expect(created.status == 0 && created.prompted && created.output.contains("backed up 1 item"), "\(created)")
-        let restore = TerminalRun.run(["/bin/sh", "-c", "exec '\(Binaries.coffer)' backup restore '\(file)' --dry-run --socket '\(agent.socketPath)' 3<'\(dir.file("pc"))' --auth-passcode-fd 3"],
+        let restore = TerminalRun.run(["/bin/sh", "-c", "exec \(sh(Binaries.coffer)) backup restore \(sh(file)) --dry-run --socket \(sh(agent.socketPath)) 3<\(sh(dir.file("pc"))) --auth-passcode-fd 3"],
                                       steps: [("Backup password: ", "backup pw")])
         #expect(restore.status == 0 && restore.output.contains("kept (already present): 1"), "\(restore)")
 
         // escrow create: the agent's own prompt asks for the passcode on the terminal (the secret goes to the file).
-        let escrow = TerminalRun.run(["/bin/sh", "-c", "exec '\(Binaries.coffer)' escrow create --socket '\(agent.socketPath)' > '\(dir.file("escrow"))'"],
+        let escrow = TerminalRun.run(["/bin/sh", "-c", "exec \(sh(Binaries.coffer)) escrow create --socket \(sh(agent.socketPath)) > \(sh(dir.file("escrow")))"],
                                      steps: [("Passcode: ", AgentProcess.password)])
         #expect(escrow.status == 0 && escrow.prompted && !escrow.output.contains(AgentProcess.password), "\(escrow)")
         let secret = try String(contentsOfFile: dir.file("escrow"), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -127,7 +128,7 @@ struct TerminalTests {
                 continue
             }
             // The shell ignores SIGINT itself (so it lives to report), coffer catches it at the prompt.
-            let command = ([Binaries.coffer] + args + ["--socket", agent.socketPath]).map { "'\($0)'" }.joined(separator: " ")
+            let command = TerminalRun.shellCommand([Binaries.coffer] + args + ["--socket", agent.socketPath])
             let t = TerminalRun.run(["/bin/sh", "-c", "trap '' INT; \(command); echo \"exit=$?\"; stty -a"],
                                     steps: [(args[0] == "add" ? "Secret: " : "asscode: ", "\u{03}")])
             #expect(t.prompted && t.output.contains("exit=130"), "\(args): \(t)")
@@ -136,6 +137,30 @@ struct TerminalTests {
             #expect(flags.contains("echo") && !flags.contains("-echo"), "\(args): echo not restored: \(t.output)")
         }
         #expect(Self.state(agent) == "state: locked")
+    }
+    /// The shell helper, with another app's group authorized for reuse (the passcode typed once in
+    /// this terminal's session), still completes only the names of its own groups: the reuse widens
+    /// what its commands may name, never what TAB offers. The second `get` shows the grant was live
+    /// throughout (no second prompt).
+    @Test func completionNeverOffersAGroupAuthorizedForReuse() throws {
+        let apps = try SignedApps()
+        let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])
+        let shellPath = try apps.app("shell", appID: "coffer.shell", groups: ["shell", "unsigned"])
+        let agent = try apps.startAgent(["authorization-reuse = 3600"])
+        agent.setPasscode()
+        #expect(AppClient(executable: aPath, agent: agent).add("vault-of-a", "me", secret: "secret-of-a").status == 0)
+        #expect(agent.cli(["add", "--service", "mine", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
+        let get = [shellPath, "get", "--socket", agent.socketPath, "--access-group", "a", "--service", "vault-of-a", "--account", "me"]
+        // As bash's script calls it for `coffer find --socket S --service <TAB>` (word 5, cursor 0).
+        let complete = [shellPath, "---completion", "find", "--", "--service", "5", "0", "coffer", "find", "--socket", agent.socketPath, "--service", ""]
+        let prompt = "type your passcode"
+        let t = TerminalRun.run(["/bin/sh", "-c", TerminalRun.shellCommand(get) + "; echo; echo completion:; " + TerminalRun.shellCommand(complete)
+                                    + "; echo :end; " + TerminalRun.shellCommand(get)],
+                                steps: [(prompt, AgentProcess.password), (prompt, AgentProcess.password)])
+        #expect(t.status == 0 && t.output.components(separatedBy: "secret-of-a").count == 3, "\(t)\n\(agent.log)")
+        #expect(t.output.components(separatedBy: prompt).count == 2, "the reuse window was not live for the completion: \(t)")
+        let offered = t.output.components(separatedBy: "completion:").last?.components(separatedBy: ":end").first ?? ""
+        #expect(offered.split(whereSeparator: { $0.isWhitespace }) == ["mine"], "\(t)")
     }
 }
 
@@ -154,6 +179,53 @@ struct CLIGuidanceTests {
         #expect(lines.count == 2 && lines[1] == "coffer: hint: the keychain is locked; unlock it with: coffer unlock --socket \(agent.socketPath)", "\(r)")
         let viaEnvironment = agent.cli(["find", "--service", "s"])
         #expect(viaEnvironment.stderr.contains("coffer: hint: the keychain is locked; unlock it with: coffer unlock\n"), "\(viaEnvironment)")
+    }
+
+    /// A client on a locked keychain makes the one connection it opened: the client library never
+    /// opens another to explain a refusal (git-credential-coffer names the error in one line), and
+    /// `coffer` asks for its `coffer unlock` hint on its own connection.
+    @Test func aLockedKeychainCostsEachClientOneConnection() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "s", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
+        let git = Binaries.directory + "/git-credential-coffer"
+        #expect(runCLI(["--socket", agent.socketPath, "store"], stdin: "protocol=https\nhost=h.example\nusername=u\npassword=p\n\n",
+                       executable: git).status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        /// Runs `body`; returns its result and how many connections the agent accepted meanwhile (it
+        /// logs each before reading from it, so all are logged once the client has its replies).
+        func counting(_ body: () -> CLIResult) -> (CLIResult, Int) {
+            let before = agent.log.utf8.count
+            let r = body()
+            let log = Array(agent.log.utf8)
+            return (r, String(decoding: log[min(before, log.count)...], as: UTF8.self).components(separatedBy: "client connected").count - 1)
+        }
+        let (helper, helperConnections) = counting {
+            runCLI(["--socket", agent.socketPath, "get"], stdin: "protocol=https\nhost=h.example\n\n", executable: git)
+        }
+        // Refused as locked (audited), which git-credential-coffer leaves to git without a word.
+        #expect(helper.status == 0 && helper.stdout.isEmpty && helper.stderr.isEmpty, "\(helper)")
+        #expect(auditRecords(agent).contains { ($0["result"] as? Int) == -25308 }, "\(auditRecords(agent))")
+        #expect(helperConnections == 1, "\(helper)\n\(agent.log)")
+        let (get, getConnections) = counting { runCLI(["get", "--service", "s", "--account", "me", "--socket", agent.socketPath]) }
+        #expect(get.status == 6 && get.stderr.hasSuffix("\ncoffer: hint: the keychain is locked; unlock it with: coffer unlock --socket \(agent.socketPath)\n"),
+                "\(get)")
+        #expect(getConnections == 1, "\(get)\n\(agent.log)")
+    }
+
+    /// TAB never hangs the shell on an agent that accepts but does not answer (stopped here): the
+    /// completion's connection gives up after its reply timeout and offers nothing. (Killed after
+    /// 120 s otherwise, which fails the test.)
+    @Test func completionGivesUpOnAnAgentThatDoesNotAnswer() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "mine", "--account", "me", "--secret-stdin"], stdin: "v").status == 0)
+        let complete = ["---completion", "find", "--", "--service", "5", "0", "coffer", "find", "--socket", agent.socketPath, "--service", ""]
+        #expect(runCLI(complete, timeout: 120).stdout == "mine\n")
+        #expect(kill(agent.pid, SIGSTOP) == 0)
+        defer { kill(agent.pid, SIGCONT) }
+        let r = runCLI(complete, timeout: 120)
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
     }
 
     @Test func anUnreachableAgentSaysWhyAndHowToStartIt() throws {
@@ -211,14 +283,14 @@ struct CLIGuidanceTests {
         try generated.stdout.write(toFile: script, atomically: true, encoding: .utf8)
         func complete(_ words: [String]) -> String {
             // The script runs `coffer` from PATH for the custom values, as an installed one would.
-            let quoted = words.map { "'\($0)'" }.joined(separator: " ")
+            let quoted = TerminalRun.shellCommand(words)
             let r = runShell("""
-                PATH='\(Binaries.directory)':"$PATH" bash --norc --noprofile -c '
+                PATH=\(TerminalRun.shellWord(Binaries.directory)):"$PATH" bash --norc --noprofile -c '
                 source "$0" || exit 90
                 COMP_WORDS=(\(quoted.replacingOccurrences(of: "'", with: "'\\''"))); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
                 COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
                 _coffer coffer "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"; echo "${COMPREPLY[*]}"
-                ' '\(script)'
+                ' \(TerminalRun.shellWord(script))
                 """, socket: agent.socketPath)
             return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
