@@ -9,6 +9,7 @@
  *   longer than the protocol allows) | stray (a successful RESULT for ids other than this evaluation's,
  *   then a failure) | out-of-order (a CONTROL_REPLY for this evaluation and a successful RESULT, then a
  *   failure) | fail-then-succeed (a failed RESULT for this evaluation and a successful one, then a failure)
+ *   | hello (a HELLO_REPLY with id 0 listing no plugin, then a failure)
  * The default is succeed. Each evaluation sends one feedback message before its result. */
 #include <coffer/coffer_plugin.h>
 
@@ -19,7 +20,8 @@
 #include <unistd.h>
 
 enum next_action { NEXT_SUCCEED, NEXT_FAIL, NEXT_CRASH, NEXT_HANG, NEXT_WEDGE, NEXT_CODE,
-                   NEXT_GARBAGE, NEXT_OVERSIZED, NEXT_LONG_TEXT, NEXT_STRAY, NEXT_OUT_OF_ORDER, NEXT_FAIL_THEN_SUCCEED };
+                   NEXT_GARBAGE, NEXT_OVERSIZED, NEXT_LONG_TEXT, NEXT_STRAY, NEXT_OUT_OF_ORDER, NEXT_FAIL_THEN_SUCCEED,
+                   NEXT_HELLO };
 
 /* The host's socket to the agent (coffer-plugin-host serves descriptor 3). */
 enum { AGENT_SOCKET = 3 };
@@ -153,6 +155,18 @@ static int test_begin(void *state, const struct coffer_evaluation_v1 *e) {
         usleep(200 * 1000);
         return COFFER_LA_AUTHENTICATION_FAILED;
     }
+    case NEXT_HELLO: {
+        /* HELLO_REPLY (0x81), id 0: version 1, no plugin, no refused file. */
+        unsigned char f[4 + 11];
+        put_u32(f, 11);
+        f[4] = 0x81;
+        put_u32(f + 5, 0);
+        f[9] = 0; f[10] = 1;
+        f[11] = 0; f[12] = 0;
+        f[13] = 0; f[14] = 0;
+        write_raw(f, sizeof f);
+        return COFFER_LA_AUTHENTICATION_FAILED;
+    }
     case NEXT_WEDGE:
         for (;;) pause();
     case NEXT_HANG: {
@@ -202,6 +216,7 @@ static int test_control(void *state, const char *command, const char *const *arg
     else if (strcmp(command, "stray") == 0 && argc == 0) s->next = NEXT_STRAY;
     else if (strcmp(command, "out-of-order") == 0 && argc == 0) s->next = NEXT_OUT_OF_ORDER;
     else if (strcmp(command, "fail-then-succeed") == 0 && argc == 0) s->next = NEXT_FAIL_THEN_SUCCEED;
+    else if (strcmp(command, "hello") == 0 && argc == 0) s->next = NEXT_HELLO;
     else if (strcmp(command, "status") == 0 && argc == 0) {
         snprintf(reply, reply_size, "evaluations: %u\nwaiting: %s", s->evaluations, s->running ? "yes" : "no");
         pthread_mutex_unlock(&s->lock);

@@ -16,7 +16,11 @@ import Glibc
 /// The file: `coffer app-password-attempts v1\n`, then one line per item with failures,
 /// `REF FAILURES LAST\n` (REF: the persistent reference in lowercase hex; LAST: wall-clock seconds of
 /// the last failure). A line whose REF is `*` holds for every item without a line of its own: what a
-/// damaged file becomes (fail closed: damaging the file must not earn attempts).
+/// damaged file becomes (fail closed: damaging the file must not earn attempts). It holds until its
+/// wait has passed, and is dropped from the file at the next write after that (with the zero lines
+/// it kept), so a damaged file heals: each item then counts from zero again.
+///
+/// ``erase()`` (the keychain erased) deletes the file and forgets every count.
 ///
 /// Callers hold the keychain's mutex, which serialises the checks; the state has its own lock too.
 package final class ApplicationPasswordAttempts: Sendable {
@@ -36,6 +40,8 @@ package final class ApplicationPasswordAttempts: Sendable {
     private let path: String?
     private let clock: any MonotonicClock
     private let counts: Protected<[String: Count]>
+    /// Set by ``erase()``: nothing is written any more.
+    private let erased = Protected(false)
 
     init(path: String?, delays: [Double], clock: any MonotonicClock) {
         self.path = path
@@ -53,7 +59,7 @@ package final class ApplicationPasswordAttempts: Sendable {
     }
 
     /// Failed attempts in a row on the item with persistent reference `ref`.
-    func failures(ref: [UInt8]) -> Int { counts.withLock { Self.count(Hex.encode(ref), in: $0).failures } }
+    func failures(ref: [UInt8]) -> Int { counts.withLock { count(Hex.encode(ref), in: $0).failures } }
 
     /// Runs `check` (the item's decryption with the password) as one counted attempt on item `ref`;
     /// `report` hears of a failure or an early refusal.
@@ -61,7 +67,7 @@ package final class ApplicationPasswordAttempts: Sendable {
                     _ check: () throws(SecError) -> T) throws(SecError) -> T {
         let key = Hex.encode(ref)
         let now = clock.now()
-        let before = counts.withLock { Self.count(key, in: $0) }
+        let before = counts.withLock { count(key, in: $0) }
         let wait = before.lastFailure + delay(afterFailures: before.failures) - now
         if wait > 0 {
             report(.refused(failures: before.failures, wait: wait))
@@ -91,8 +97,23 @@ package final class ApplicationPasswordAttempts: Sendable {
         for key in keys { try? store(key, nil) }
     }
 
-    private static func count(_ key: String, in c: [String: Count]) -> Count {
-        c[key] ?? c["*"] ?? Count(failures: 0, lastFailure: 0)
+    /// Forgets every count and deletes the file (the keychain is erased); later attempts write nothing.
+    func erase() {
+        counts.withLock { c in
+            erased.withLock { $0 = true }
+            c = [:]
+            if let path { _ = unlink(path) }
+        }
+    }
+
+    private func count(_ key: String, in c: [String: Count]) -> Count {
+        c[key] ?? live(c["*"]) ?? Count(failures: 0, lastFailure: 0)
+    }
+
+    /// The `*` line while its wait has not passed (nil after).
+    private func live(_ star: Count?) -> Count? {
+        guard let star, star.lastFailure + delay(afterFailures: star.failures) > clock.now() else { return nil }
+        return star
     }
 
     /// Sets (nil or zero: removes, unless a `*` line needs it kept at zero) one item's count and writes
@@ -100,9 +121,13 @@ package final class ApplicationPasswordAttempts: Sendable {
     private func store(_ key: String, _ value: Count?) throws(SecError) {
         try counts.withLock { (c: inout [String: Count]) throws(SecError) in
             var next = c
+            if next["*"] != nil, live(next["*"]) == nil { // its wait has passed: the damaged file heals
+                next["*"] = nil
+                next = next.filter { $0.value.failures > 0 }
+            }
             if let value, value.failures > 0 || next["*"] != nil { next[key] = value } else { next[key] = nil }
             guard next != c else { return } // nothing to write (a success on an item without failures)
-            if let path {
+            if let path, !erased.withLock({ $0 }) {
                 do { try Files.writeAtomically(path, Self.encode(next), mode: 0o600) } catch {
                     throw SecError(.io, "cannot record the application-password attempt: \(error)")
                 }

@@ -199,11 +199,13 @@ public final class Keychain: Sendable {
 
     /// Erases everything (too many failed passcode attempts, when the agent is configured to): the
     /// keybag is destroyed (keys wiped, files deleted: every item is unrecoverable), the escrow record
-    /// deleted, and every row deleted. This keychain object is unusable afterwards; open the directory again for a fresh one.
+    /// deleted, every row deleted, and the application-password attempts forgotten (their file too). This
+    /// keychain object is unusable afterwards; open the directory again for a fresh one.
     public func eraseEverything() {
         keybag.destroy()
         deleteEscrow()
         guarded.withLock { s in
+            appPasswordAttempts.erase()
             let store = s.store
             try? store.transaction { () throws(SecError) in try store.deleteAll() }
             store.checkpoint()

@@ -348,6 +348,9 @@ final class Core: Sendable {
             }
             switch decoded.response {
             case let .helloReply(version, plugins, refused):
+                // Only the answer to this host's HELLO (id 0, before it is ready) counts: a HELLO_REPLY a
+                // plugin writes onto the socket later cannot replace the plugin list (rule 9: dropped).
+                guard decoded.id == 0, !state.withLock({ $0.ready }) else { continue }
                 guard version == PluginWire.version else { return }
                 state.withLock { s in
                     s.plugins = plugins

@@ -107,4 +107,53 @@ import Testing
             #expect(error.message.contains("try again in 60 min") && !ran, "\(error)")
         }
     }
+
+    /// Review finding 20: the `*` line a damaged file becomes holds for its wait only; then each item
+    /// counts from zero again and the line leaves the file (before, every item without a line of its
+    /// own got one try an hour until its first success, for good).
+    @Test func aDamagedFileHealsOnceItsWaitHasPassed() throws {
+        let dir = TemporaryDirectory("coffer-app-attempts")
+        let path = dir.file(ApplicationPasswordAttempts.fileName)
+        let clock = FakeClock()
+        try "garbage\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let delays = AttemptSchedule.standard.delays
+        let attempts = ApplicationPasswordAttempts(path: path, delays: delays, clock: clock)
+        let a = [UInt8](repeating: 9, count: 16), b = [UInt8](repeating: 10, count: 16)
+        #expect(attempts.failures(ref: a) == delays.count)
+        clock.advance(delays.last!)
+        var reported: [ApplicationPasswordAttempt.Outcome] = []
+        for ref in [a, a, b] {
+            #expect(throws: SecError.self) {
+                try attempts.attempt(ref: ref, report: { reported.append($0) }) { () throws(SecError) in throw SecError(.authFailed, "wrong") }
+            }
+        }
+        #expect(reported == [.failed(failures: 1, nextDelay: 0), .failed(failures: 2, nextDelay: 0), .failed(failures: 1, nextDelay: 0)])
+        let file = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(!file.contains("*"), "\(file)")
+        let restarted = ApplicationPasswordAttempts(path: path, delays: delays, clock: clock)
+        #expect(restarted.failures(ref: a) == 2 && restarted.failures(ref: [UInt8](repeating: 11, count: 16)) == 0)
+    }
+
+    /// Review finding 7: erase-after erases the application-password counts too (the file is gone, and
+    /// the erased keychain writes it no more).
+    @Test func anEraseDeletesTheAttemptsFile() throws {
+        var (rig, s) = try AuthenticationTests.ready(FakeSensor(enrolled: false))
+        let (request, channel) = Self.add("a", password: "open sesame")
+        #expect(errorStatus(rig.pipeline.handle(request, session: &s, channel: channel)) == nil)
+        #expect(errorStatus(Self.guess(rig, &s, "a", "wrong")) == .authFailed)
+        let path = rig.dir.file(ApplicationPasswordAttempts.fileName)
+        #expect(FileManager.default.fileExists(atPath: path))
+        _ = rig.keychain.lock()
+        let service = UnlockService(keychain: rig.keychain, verifier: rig.verifier, userName: "tester", kdfPolicy: cheapKDF, clock: rig.clock,
+                                    logger: .init(label: "test"), schedule: AttemptSchedule(delays: [0], eraseAfter: 1),
+                                    attemptsFile: rig.dir.file("attempts")) {}
+        #expect { try service.unlock(secret("wrong")) } throws: { ($0 as? SecError)?.message.contains("erased") == true }
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(throws: SecError.self) {
+            try rig.keychain.appPasswordAttempts.attempt(ref: [UInt8](repeating: 1, count: 16), report: { _ in }) { () throws(SecError) in
+                throw SecError(.authFailed, "wrong")
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
 }
