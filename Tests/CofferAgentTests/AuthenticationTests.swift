@@ -502,9 +502,15 @@ extension AuthenticationTests {
     @Test func aWrongPasscodeWhileTheSensorWaitsKeepsTheSensor() throws {
         var (rig, s) = try Self.ready()
         #expect(errorStatus(rig.pipeline.handle(Self.add("user-presence"), session: &s)) == nil)
-        // Evaluation 1 waits until the agent cancels it; the next one matches.
-        rig.sensor.hold(evaluation: 1)
+        // Evaluation 1 ends (cancelled) only after the wrong passcode was checked, as a sensor slow
+        // to stop does; the next one matches.
+        rig.sensor.holdThroughCancel(evaluation: 1)
         rig.sensor.queue(.match)
+        let (sensor, verifier, calls) = (rig.sensor, rig.verifier, rig.verifier.callCount)
+        Thread.detachNewThread {
+            for _ in 0..<30_000 where verifier.callCount == calls { usleep(1000) }
+            sensor.answer(evaluation: 1, .cancelled)
+        }
         let client = ScriptedChannel([.answer(.passcode(secret("wrong"))), .waitForStop, .waitForStop])
         let r = rig.pipeline.handle(Self.get(), session: &s, channel: client)
         #expect(Self.secretText(r) == "pin 1234", "\(r)")
