@@ -17,7 +17,8 @@ package import Logging
 /// reads frames, hands each request to the ``Pipeline`` and writes the reply; and shuts down.
 ///
 /// Concurrency model: one thread per connection doing blocking I/O. A request that waits (PAM,
-/// Argon2id, the unlock backoff, and later a person authenticating) holds only its own
+/// Argon2id, another connection's passcode attempt, a person authenticating; the attempt schedule
+/// refuses an early attempt at once and never waits it out) holds only its own
 /// connection's thread; the keychain serialises its short critical sections internally. The
 /// threads, the locks and their order are described in the ConcurrencyModel article.
 package final class Agent: Sendable {

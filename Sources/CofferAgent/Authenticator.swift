@@ -71,7 +71,7 @@ enum ChannelEvent {
 
 /// Runs the conversation an operation on protected items (or a LocalAuthentication evaluation) needs:
 /// plans with ``AuthenticationPlanner`` (the seeds' table), asks the client, checks the passcode through
-/// PAM (``UnlockService/authorize(_:)``, with the unlock backoff), waits for the biometric sensor, counts
+/// PAM (``UnlockService/check(_:)``, under the attempt schedule), waits for the biometric sensor, counts
 /// failed matches into a lockout only the passcode lifts, and returns the ``AuthorizationContext`` the
 /// keychain then checks. Never holds a class key.
 final class Authenticator: Sendable {
@@ -202,7 +202,7 @@ final class Authenticator: Sendable {
         let methods = try usable(offered, by: session.caller)
         // A passcode given in advance (LAContext.setCredential) is tried once, without asking.
         if methods.contains(.passcode), let preset = session.takePresetPasscode() {
-            if verify(preset) {
+            if try verify(preset) {
                 context.passcodeVerified = true
                 return
             }
@@ -230,6 +230,7 @@ final class Authenticator: Sendable {
                 // The sensor's own messages ("try again", "finger not centred") go to the person as they come.
                 for text in evaluation?.takeFeedback() ?? [] { channel.feedback(text, kind: .notice) }
                 guard let outcome = evaluation?.outcome else { continue }
+                let stoppedHere = evaluation?.wasStopped ?? false
                 evaluation = nil
                 switch outcome {
                 case .match:
@@ -260,6 +261,14 @@ final class Authenticator: Sendable {
                 case .cancelled:
                     if clock.now() >= deadline { throw LAError(.systemCancel, "nobody authenticated in time") }
                     if !methods.contains(.passcode) || biometryOnly { throw LAError(.systemCancel, "the biometric evaluation ended") }
+                    if stoppedHere {
+                        // Stopped while a wrong passcode was checked (its feedback answered that event):
+                        // the sensor goes on.
+                        if methods.contains(.biometry), biometry.usable { evaluation = startEvaluation(prompt, session.caller, channel) }
+                    } else {
+                        // The sensor ended the evaluation itself: only the passcode is left, and the client is told.
+                        channel.feedback("The sensor stopped: type your passcode.", kind: .passcodeOnly)
+                    }
                 case .unavailable(let e):
                     guard methods.contains(.passcode) && !biometryOnly else { throw e }
                     channel.feedback("Biometry is not available: type your passcode.", kind: .passcodeOnly)
@@ -269,7 +278,7 @@ final class Authenticator: Sendable {
                     throw LAError(.userFallback, "a passcode was given where only biometry is accepted")
                 }
                 evaluation?.stop()
-                if verify(p) {
+                if try verify(p) {
                     context.passcodeVerified = true
                     return
                 }
@@ -307,15 +316,19 @@ final class Authenticator: Sendable {
         channel.feedback("Too many failed matches: biometry is locked out. Type your passcode.", kind: .passcodeOnly)
     }
 
-    /// Checks a passcode through PAM (with the unlock backoff); a success lifts a biometric lockout.
-    private func verify(_ passcode: SecureBytes) -> Bool {
-        do {
-            try unlocking.authorize(passcode)
-        } catch {
+    /// Checks a passcode through PAM (under the attempt schedule); a success lifts a biometric lockout.
+    /// An attempt the schedule refuses before it runs ends the request (authenticationFailed, saying
+    /// how long to wait): no answer can succeed before then, so asking again would only mislead.
+    private func verify(_ passcode: SecureBytes) throws(LAError) -> Bool {
+        switch unlocking.check(passcode) {
+        case .accepted:
+            lockout.withLock { $0.recordPasscode() }
+            return true
+        case .wrong:
             return false
+        case .tooSoon(let refusal):
+            throw LAError(.authenticationFailed, refusal.message)
         }
-        lockout.withLock { $0.recordPasscode() }
-        return true
     }
 
     private func startEvaluation(_ prompt: String, _ caller: CallerIdentity, _ channel: any AuthChannel) -> BiometricEvaluation {
@@ -395,6 +408,9 @@ final class BiometricEvaluation: Sendable {
         return feedback.withLock { f in defer { f = [] }; return f }
     }
     var outcome: BiometricOutcome? { result.withLock { $0 } }
+
+    /// True once ``stop()`` was called (the agent, not the sensor, ended it).
+    var wasStopped: Bool { stopped.withLock { $0 } }
 
     /// Cancels a running evaluation (once).
     func stop() {

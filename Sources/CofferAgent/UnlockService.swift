@@ -250,13 +250,39 @@ final class UnlockService: Sendable {
     /// AUTHORIZE: the user's passcode, checked by the verifier (PAM) alone, with the same throttle as
     /// unlock (a guess here is a guess at the login password); the keybag is not touched.
     func authorize(_ passcode: SecureBytes) throws(SecError) {
-        try attempt { () throws(SecError) in
-            do {
-                try verifier.verify(user: userName, passcode: passcode)
-            } catch {
-                logger.notice("PAM refused the passcode given to authorize another access group", metadata: ["pam": "\(error)"])
-                throw .authFailed("authentication failed")
+        try attempt { () throws(SecError) in try verifyLogin(passcode, given: "to authorize another access group") }
+    }
+
+    /// The verifier (PAM) alone; a refusal is errSecAuthFailed (logged with `given`, never the passcode).
+    private func verifyLogin(_ passcode: SecureBytes, given: String) throws(SecError) {
+        do {
+            try verifier.verify(user: userName, passcode: passcode)
+        } catch {
+            logger.notice("PAM refused the passcode given \(given)", metadata: ["pam": "\(error)"])
+            throw .authFailed("authentication failed")
+        }
+    }
+
+    /// What one passcode check of an authentication (``check(_:)``) came to.
+    enum PasscodeCheck: Equatable {
+        case accepted
+        /// Tried and refused (counted as a failed attempt).
+        case wrong
+        /// Not tried: the attempt schedule's delay has not passed (not counted); the error says how
+        /// long to wait. Asking the person again cannot help before then.
+        case tooSoon(SecError)
+    }
+
+    /// A passcode in an item's or LocalAuthentication's conversation: checked as ``authorize(_:)``
+    /// checks it, telling an attempt the schedule refused before it ran apart from a wrong passcode.
+    func check(_ passcode: SecureBytes) -> PasscodeCheck {
+        do {
+            if let early = try attemptUnlessTooSoon({ () throws(SecError) in try verifyLogin(passcode, given: "to authenticate") }) {
+                return .tooSoon(early)
             }
+            return .accepted
+        } catch {
+            return .wrong
         }
     }
 
@@ -264,13 +290,20 @@ final class UnlockService: Sendable {
     /// counted); else written down as failed first, then `body` runs; errSecAuthFailed keeps it failed
     /// (and may erase everything), success resets the count, any other error restores the count.
     private func attempt(_ body: () throws(SecError) -> Void) throws(SecError) {
+        if let early = try attemptUnlessTooSoon(body) { throw early }
+    }
+
+    /// ``attempt(_:)``, returning the refusal of an attempt made before the schedule's delay passed
+    /// (errSecAuthFailed saying when to try again) instead of throwing it.
+    private func attemptUnlessTooSoon(_ body: () throws(SecError) -> Void) throws(SecError) -> SecError? {
         var failure: SecError? = nil
+        var early: SecError? = nil
         var erase = false
         gate.withLock { a in
             let now = clock.now()
             let wait = a.lastFailure + schedule.delay(afterFailures: a.failures) - now
             if wait > 0 {
-                failure = SecError(.authFailed, "too many failed attempts (\(a.failures)): try again in \(Self.duration(wait))")
+                early = SecError(.authFailed, "too many failed attempts (\(a.failures)): try again in \(Self.duration(wait))")
                 return
             }
             let before = a
@@ -307,6 +340,7 @@ final class UnlockService: Sendable {
             throw SecError(.authFailed, "too many failed attempts: the keychain was erased")
         }
         if let failure { throw failure }
+        return early
     }
 
     private func persist(_ value: FailedAttempts) throws(SecError) {

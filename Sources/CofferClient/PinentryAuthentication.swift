@@ -19,6 +19,8 @@ public final class PinentryAuthentication: AuthenticationDelegate {
     private var pin: SecureBytes? = nil
     private var current: AuthenticationRequest? = nil
     private var error: String? = nil
+    /// True while a GETPIN or CONFIRM waits for the person (the pinentry reads no command until it ends).
+    private var dialogOpen = false
 
     /// The environment a pinentry gets (it needs the display, the terminal type and the locale).
     static let passedEnvironment = ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM", "LANG",
@@ -46,6 +48,11 @@ public final class PinentryAuthentication: AuthenticationDelegate {
     public var inputDescriptor: Int32 { fd }
 
     public func begin(_ request: AuthenticationRequest) -> Bool {
+        begin(request, error: nil)
+    }
+
+    /// Starts the pinentry if it is not running, then asks.
+    private func begin(_ request: AuthenticationRequest, error: String?) -> Bool {
         current = request
         if fd < 0 {
             let env = ThisProcess.environment(Self.passedEnvironment).map { "\($0.key)=\($0.value)" }
@@ -54,7 +61,7 @@ public final class PinentryAuthentication: AuthenticationDelegate {
             fd = dup(started.socket.rawValue)
             guard fd >= 0, let greeting = readLine(), greeting.hasPrefix("OK") else { end(); return false }
         }
-        return ask(request, error: nil)
+        return ask(request, error: error)
     }
 
     /// Describes the request and starts GETPIN (or CONFIRM for the sensor alone); the answer arrives
@@ -72,7 +79,8 @@ public final class PinentryAuthentication: AuthenticationDelegate {
         for c in commands {
             guard send(c), let reply = readLine(), reply.hasPrefix("OK") else { end(); return false }
         }
-        return send(wantsText ? "GETPIN" : "CONFIRM --one-button")
+        dialogOpen = send(wantsText ? "GETPIN" : "CONFIRM --one-button")
+        return dialogOpen
     }
 
     public func inputReady() -> AuthenticationAnswer? {
@@ -88,9 +96,11 @@ public final class PinentryAuthentication: AuthenticationDelegate {
                     return .cancel
                 }
                 pin = nil
+                dialogOpen = false
                 return methods == [.applicationPassword] ? .applicationPassword(p) : .passcode(p)
             } else if line.starts(with: Array("ERR".utf8)) {
                 pin = nil
+                dialogOpen = false
                 return .cancel
             }
             // Status lines (S …, #comments) are ignored.
@@ -98,16 +108,31 @@ public final class PinentryAuthentication: AuthenticationDelegate {
         return nil
     }
 
+    /// Shows the agent's feedback as the dialog's error line. A wrong passcode closed the dialog with
+    /// its answer: it is asked again. Other feedback comes while the dialog is still open (a failed
+    /// match, the sensor's own message, biometry out for the request): Assuan cannot change an open
+    /// dialog, so that pinentry is stopped and a new one shows the message with the same question
+    /// (without "touch the sensor" once only the passcode is left). Feedback while no dialog is open
+    /// and no answer is due (the passcode given is being checked) is not shown.
     public func feedback(_ text: String, kind: AuthFeedbackKind?) {
-        // A wrong passcode closed the dialog with its answer: ask again, showing why. Other feedback
-        // comes while the dialog is still open (a failed match, the sensor's own message, biometry
-        // gone while the passcode can still be typed): a second request would confuse the pinentry.
-        // An agent of version 1 does not say which: it is asked again, as before.
-        guard kind == nil || kind == .wrongPasscode, let current, fd >= 0 else { return }
-        _ = ask(current, error: text)
+        guard var request = current else { return }
+        if kind == .passcodeOnly { request.methods.remove(.biometry) }
+        if dialogOpen {
+            stopProgram()
+        } else if kind == .notice || kind == .noMatch || fd < 0 {
+            return
+        }
+        if !begin(request, error: text) { stopProgram() }
     }
 
     public func end() {
+        stopProgram()
+        current = nil
+    }
+
+    /// Stops the pinentry (closing its dialog) and forgets what it had sent.
+    private func stopProgram() {
+        dialogOpen = false
         if fd >= 0 {
             _ = send("BYE")
             close(fd)

@@ -45,8 +45,8 @@ public enum AuthFeedbackKind: UInt8, Sendable, Equatable {
     /// A finger did not match: the sensor waits for another touch; no answer is due (a passcode
     /// prompt, if the methods offered one, stays open).
     case noMatch = 2
-    /// Biometry is out for this request (locked out, or the sensor unavailable): only a passcode
-    /// (or a cancel) can answer now.
+    /// Biometry is out for this request (locked out, the sensor unavailable, or it ended the
+    /// evaluation itself): only a passcode (or a cancel) can answer now.
     case passcodeOnly = 3
 }
 

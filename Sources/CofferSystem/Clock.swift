@@ -1,6 +1,6 @@
 import Glibc
 
-/// Monotonic time as the agent's timers see it (idle lock, grace period, unlock backoff), injected so
+/// Monotonic time as the agent's timers see it (idle lock, grace period, attempt schedule), injected so
 /// tests can advance time without sleeping (a fake clock whose `sleep` moves `now` forward).
 ///
 /// Not named `Clock`: the standard library has a `Clock` protocol of its own.

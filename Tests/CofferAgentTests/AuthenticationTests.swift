@@ -451,3 +451,70 @@ extension AuthenticationTests {
         #expect(!l.isLockedOut)
     }
 }
+
+/// Review of issue #23 part 6: what the person is told when a passcode cannot be tried, and when the
+/// sensor gives up.
+extension AuthenticationTests {
+    /// C2: a passcode the attempt schedule refuses before trying it (too soon after failures in a
+    /// row) ends the request at once with -25293 saying how long to wait. It used to be "Wrong
+    /// passcode. Try again." (kind 1: ask again), though no answer could succeed before the wait ended.
+    @Test func aPasscodeTheAttemptScheduleRefusesEndsTheRequestWithTheWait() throws {
+        var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
+        #expect(errorStatus(rig.pipeline.handle(Self.add("device-passcode"), session: &s)) == nil)
+        // Four wrong passcodes in a row (at UNLOCK): by the standard schedule the next attempt waits 1 min.
+        for _ in 0..<4 {
+            #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret("wrong")), session: &s)) == .authFailed)
+        }
+        let calls = rig.verifier.callCount
+        let client = ScriptedChannel([.answer(Self.passcode), .answer(Self.passcode), .answer(Self.passcode)])
+        let r = rig.pipeline.handle(Self.get(), session: &s, channel: client)
+        guard case .error(let e) = r else { Issue.record("expected -25293, got \(r)"); return }
+        #expect(e.status == .authFailed && e.message.contains("try again in"), "\(e)")
+        #expect(client.feedbacks.isEmpty, "not 'Wrong passcode': \(client.feedbacks)")
+        #expect(client.steps.count == 2, "the request ended at the first answer")
+        #expect(rig.verifier.callCount == calls, "the passcode was not tried")
+        // LocalAuthentication the same: authenticationFailed with the wait, at the first answer.
+        guard case .laResult(let la) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthentication, reason: "sign in"), session: &s,
+                                                           channel: ScriptedChannel([.answer(Self.passcode), .answer(Self.passcode)])) else {
+            Issue.record("LA_RESULT"); return
+        }
+        #expect(la.error == .authenticationFailed && la.message.contains("try again in"), "\(la)")
+        // Once the wait is over the right passcode is accepted.
+        rig.clock.advance(61)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == "pin 1234")
+    }
+
+    /// C3: a sensor that ends its evaluation itself (cancelled on the sensor, its own timeout) while
+    /// the passcode is among the methods: the client is told that only the passcode is left (kind 3).
+    /// Nothing was sent before, so a client still showed "touch the sensor".
+    @Test func aSensorThatGivesUpLeavesThePasscodeAndSaysSo() throws {
+        var (rig, s) = try Self.ready()
+        #expect(errorStatus(rig.pipeline.handle(Self.add("user-presence"), session: &s)) == nil)
+        rig.sensor.queue(.cancelled)
+        let client = ScriptedChannel([.waitForStop, .answer(Self.passcode)])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
+        #expect(client.feedbacks == ["The sensor stopped: type your passcode."] && client.feedbackKinds == [.passcodeOnly])
+        #expect(rig.sensor.evaluations == 1)
+    }
+
+    /// The agent's own stop of the sensor (while it checks a wrong passcode) is not the sensor giving
+    /// up: the wrong-passcode feedback is the only frame, and the sensor goes on.
+    @Test func aWrongPasscodeWhileTheSensorWaitsKeepsTheSensor() throws {
+        var (rig, s) = try Self.ready()
+        #expect(errorStatus(rig.pipeline.handle(Self.add("user-presence"), session: &s)) == nil)
+        // Evaluation 1 ends (cancelled) only after the wrong passcode was checked, as a sensor slow
+        // to stop does; the next one matches.
+        rig.sensor.holdThroughCancel(evaluation: 1)
+        rig.sensor.queue(.match)
+        let (sensor, verifier, calls) = (rig.sensor, rig.verifier, rig.verifier.callCount)
+        Thread.detachNewThread {
+            for _ in 0..<30_000 where verifier.callCount == calls { usleep(1000) }
+            sensor.answer(evaluation: 1, .cancelled)
+        }
+        let client = ScriptedChannel([.answer(.passcode(secret("wrong"))), .waitForStop, .waitForStop])
+        let r = rig.pipeline.handle(Self.get(), session: &s, channel: client)
+        #expect(Self.secretText(r) == "pin 1234", "\(r)")
+        #expect(client.feedbacks == ["Wrong passcode. Try again."] && client.feedbackKinds == [.wrongPasscode])
+        #expect(rig.sensor.evaluations == 2)
+    }
+}

@@ -163,6 +163,10 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
     /// Ends held evaluation `n` with `outcome`.
     func answer(evaluation n: Int, _ outcome: BiometricOutcome) { held.withLock { $0[n] = .some(outcome) } }
     private let held = Protected([Int: BiometricOutcome?]())
+    /// Like ``hold(evaluation:)``, and a cancel does not end it either (a sensor slow to stop): only
+    /// ``answer(evaluation:_:)`` does.
+    func holdThroughCancel(evaluation n: Int) { hold(evaluation: n); deaf.withLock { _ = $0.insert(n) } }
+    private let deaf = Protected(Set<Int>())
 
     func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
                   feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
@@ -170,7 +174,7 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
         for m in said.withLock({ s in defer { s = [] }; return s }) { feedback(m) }
         for _ in 0..<30_000 {
             let next: BiometricOutcome?? = lock.withLock { s in
-                if s.cancelled.contains(id) { return .some(.cancelled) }
+                if s.cancelled.contains(id), !deaf.withLock({ $0.contains(number) }) { return .some(.cancelled) }
                 if let h = held.withLock({ $0[number] }) { return .some(h) }
                 return s.outcomes.isEmpty ? .some(nil) : .some(s.outcomes.removeFirst())
             }

@@ -223,3 +223,50 @@ struct BiometryTests {
         }
     }
 }
+
+extension BiometryTests {
+    /// Review of issue #23 part 6, D4: a pinentry dialog (no terminal, COFFER_PINENTRY) is told what
+    /// the sensor did. A failed match is shown, and once five misses leave only the passcode the
+    /// dialog no longer offers the sensor. The open dialog cannot be changed (Assuan), so
+    /// pinentry-coffer's client shows each as a new dialog; before, the feedback was dropped and the
+    /// dialog went on saying "You can also touch the sensor." until the request timed out.
+    @Test func aPinentryDialogShowsFailedMatchesAndThenAsksForThePasscodeOnly() throws {
+        let agent = try Self.agent()
+        #expect(Self.withPasscode(agent, ["bio", "enroll", "alice"]).status == 0)
+        Self.add(agent, "bank", "user-presence")
+        let dir = TemporaryDirectory("coffer-pinentry-bio")
+        let log = dir.file("pinentry.log"), program = dir.file("pinentry-sensor")
+        // Keeps a dialog that offers the sensor open (as a person who touches the sensor would), and
+        // answers one that asks for the passcode alone.
+        try """
+            #!/bin/sh
+            echo "OK Pleased to meet you"
+            desc=""
+            while IFS= read -r line; do
+              printf '%s\\n' "$line" >> '\(log)'
+              case "$line" in
+                SETDESC*) desc="$line"; echo OK;;
+                GETPIN|CONFIRM*)
+                  case "$desc" in *"touch the sensor"*) exec sleep 120 2>/dev/null;; esac
+                  printf 'D %s\\nOK\\n' '\(AgentProcess.password)';;
+                BYE) echo OK; exit 0;;
+                *) echo OK;;
+              esac
+            done
+
+            """.write(toFile: program, atomically: true, encoding: .utf8)
+        chmod(program, 0o755)
+        let pending = Background { AccessControlCLITests.detached(agent, ["get", "--service", "bank", "--account", "me"],
+                                                                  environment: ["COFFER_PINENTRY": program]) }
+        for i in 1...5 { #expect(Self.touch(agent, ["--unknown"]), "touch \(i)") }
+        let r = pending.wait()
+        let asked = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(r.status == 0 && r.stdout == "secret of bank", "\(r)\n\(asked)")
+        #expect(asked.contains("SETERROR No match. Try again."), "a failed match is shown: \(asked)")
+        #expect(asked.contains("SETERROR Too many failed matches"), "the lockout is shown: \(asked)")
+        let descriptions = asked.split(separator: "\n").filter { $0.hasPrefix("SETDESC") }
+        #expect(descriptions.first?.contains("touch the sensor") == true && descriptions.last?.contains("touch the sensor") == false,
+                "after the lockout the dialog asks for the passcode alone: \(descriptions)")
+        #expect(!asked.contains(AgentProcess.password))
+    }
+}

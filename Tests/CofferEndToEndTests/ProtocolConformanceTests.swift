@@ -58,7 +58,8 @@ import Testing
     @Test func aBadFirstFrameClosesBeforeAnythingPipelinedBehindItRuns() throws {
         let agent = try AgentProcess()
         let path = agent.socketPath
-        let helloBody = Array(Self.helloFrame[4...])
+        // Request id 5: neither the HELLO (1) nor the ADD (6) pipelined behind it.
+        let helloBody = Array(AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "conformance").encodeFrame(requestID: 5)[4...])
         let badFirst: [(String, [UInt8])] = [
             ("not HELLO", AgentRequest.status.encodeFrame(requestID: 5)),
             // Used to be dropped without a reply: the HELLO behind it was answered and the ADD ran.
@@ -75,6 +76,7 @@ import Testing
             let got = try Self.exchange(path, first + Self.helloFrame + add)
             #expect(got.frames.count == 1, "\(what): \(got.frames.map { $0.type })")
             #expect(Self.errorStatus(got.frames.first?.response) == .param, "\(what)")
+            #expect(got.frames.first?.id == 5, "\(what): the ERROR carries the bad frame's own request id")
             #expect(got.closed, "\(what): the agent must close")
         }
         let c = try AgentConnection(path: path)
