@@ -153,7 +153,7 @@ import Testing
         stored8443["port"] = .integer(8443)
         #expect(noPort.matches(stored) && !noPort.matches(stored8443))
         #expect(withPort.matches(stored8443) && !withPort.matches(stored))
-        #expect(try Self.parse("protocol=https\n").matches(stored8443), "no host: any port")
+        #expect(try !Self.parse("protocol=https\n").matches(stored8443), "no host: only credentials stored without one")
         #expect(noPort.isSame(stored) && !noPort.isSame(stored8443))
         var withPath = stored
         withPath["path"] = .string("repo.git")
