@@ -13,6 +13,7 @@ bash contrib/deps.sh
 swift build -c release --product cofferd >/dev/null
 swift build -c release --product coffer-bench >/dev/null
 swift build -c release --product coffer >/dev/null # signs the well-behaved client of the hostile run
+swift build -c release --product coffer-cli >/dev/null # coffer hands manifest commands to it
 bin="$(swift build -c release --show-bin-path)"
 if [ "${1:-}" = "--short" ]; then
     "$bin/coffer-bench" stress "$bin" load 64 300
