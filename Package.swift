@@ -165,7 +165,7 @@ let package = Package(
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
                     dependencies: ["CofferKeybag", "CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
-                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit",
+                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",

@@ -22,11 +22,16 @@ protocol BiometricSensor: Sendable {
     /// A control command (`enroll NAME`, `remove NAME`, `present NAME`, `status`): its status code
     /// (0 success) and reply text.
     func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String)
+    /// Requests sent to the sensor's process so far (the plugin host's round trips: STATE, EVALUATE,
+    /// CONTROL), for the tests and the benchmark.
+    var roundTrips: Int { get }
 }
 
 /// One biometric evaluation's outcome.
 enum BiometricOutcome: Sendable, Equatable {
-    case match
+    /// A match, with the enrolled set's domain state read as it was made (the plugin host's RESULT
+    /// carries it); nil if the sensor did not say (the agent then asks it).
+    case match(domainState: [UInt8]? = nil)
     case noMatch
     /// Cancelled or timed out.
     case cancelled
@@ -43,6 +48,7 @@ struct NoBiometricSensor: BiometricSensor {
     }
     func cancel(_ id: UInt64) {}
     var name: String { "" }
+    var roundTrips: Int { 0 }
     func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
         throw .notAvailable("no biometric authenticator is configured (biometry = none in the agent's configuration)")
     }
@@ -99,9 +105,13 @@ final class Authenticator: Sendable {
         self.timeoutSeconds = timeoutSeconds
     }
 
-    /// The sensor's state with the agent's lockout applied.
-    var biometry: BiometryState {
-        var s = sensor.state()
+    /// The sensor's state with the agent's lockout applied (one STATE round trip to the plugin host).
+    var biometry: BiometryState { withLockout(sensor.state()) }
+
+    /// `state` with the agent's current lockout (no round trip): what an authentication round uses
+    /// after it read the sensor once.
+    private func withLockout(_ state: BiometryState) -> BiometryState {
+        var s = state
         s.lockedOut = lockout.withLock { $0.isLockedOut }
         return s
     }
@@ -121,8 +131,13 @@ final class Authenticator: Sendable {
         // it afresh. Reusing it, or adding an application password to it, keeps its end (else one
         // touch would last as long as the app keeps asking).
         var personNow = false
+        // The sensor is read once for the whole round: the planner, the offer and the evaluation's
+        // start all use this reading (the lockout is the agent's own and is re-read for free), and a
+        // match brings its own domain state.
+        let sensed = sensor.state()
         while true {
-            switch AuthenticationPlanner.next(rules: rules, established: context, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+            switch AuthenticationPlanner.next(rules: rules, established: context, biometry: withLockout(sensed),
+                                              passcodeSet: keychain.status.passcodeSet) {
             case .satisfied:
                 if personNow || reused == nil {
                     session.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
@@ -135,7 +150,8 @@ final class Authenticator: Sendable {
             case .ask(let methods):
                 let before = context
                 do {
-                    try obtain(methods, into: &context, session: &session, channel: channel, prompt: prompt(session, what), deadline: deadline)
+                    try obtain(methods, into: &context, session: &session, channel: channel, prompt: prompt(session, what), deadline: deadline,
+                               sensed: sensed)
                 } catch {
                     throw error.secError
                 }
@@ -149,14 +165,15 @@ final class Authenticator: Sendable {
     /// LocalAuthentication's evaluatePolicy: one successful method of `policy`.
     func evaluate(_ policy: LAPolicy, reason: String, session: inout Session, channel: (any AuthChannel)?) throws(LAError) {
         let methods: AuthenticationMethods
-        switch AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+        let sensed = sensor.state()
+        switch AuthenticationPlanner.methods(for: policy, biometry: withLockout(sensed), passcodeSet: keychain.status.passcodeSet) {
         case .success(let m): methods = m
         case .failure(let e): throw e
         }
         var context = AuthorizationContext.none
         let text = "\(Self.appName(session.caller)) wants to authenticate you: \(reason)"
         try obtain(methods, into: &context, session: &session, channel: channel, prompt: text, deadline: clock.now() + timeoutSeconds,
-                   biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
+                   sensed: sensed, biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
     }
 
     /// What `canEvaluatePolicy` answers for `caller` (no person involved): the same methods
@@ -194,9 +211,12 @@ final class Authenticator: Sendable {
         return session.authOptions.operationPrompt.isEmpty ? base : base + ": " + session.authOptions.operationPrompt
     }
 
-    /// One round with the person: adds the method that succeeded to `context`.
+    /// One round with the person: adds the method that succeeded to `context`. `sensed` is the
+    /// sensor's state read once for the round.
     private func obtain(_ offered: AuthenticationMethods, into context: inout AuthorizationContext, session: inout Session,
-                        channel: (any AuthChannel)?, prompt: String, deadline: Double, biometryOnly: Bool = false) throws(LAError) {
+                        channel: (any AuthChannel)?, prompt: String, deadline: Double, sensed: BiometryState,
+                        biometryOnly: Bool = false) throws(LAError) {
+        var biometry: BiometryState { withLockout(sensed) }
         // The passcode is not offered to a sandboxed app, and one it gives in advance or in an
         // answer is not tried.
         let methods = try usable(offered, by: session.caller)
@@ -233,7 +253,7 @@ final class Authenticator: Sendable {
                 let stoppedHere = evaluation?.wasStopped ?? false
                 evaluation = nil
                 switch outcome {
-                case .match:
+                case .match(let domainState):
                     // Checked again as the match arrives, in the same critical section: an evaluation that
                     // started before misses elsewhere locked biometry out must not get around the lockout.
                     let accepted = lockout.withLock { l -> Bool in
@@ -247,7 +267,7 @@ final class Authenticator: Sendable {
                         continue
                     }
                     context.biometryVerified = true
-                    context.biometryDomainState = sensor.state().domainState
+                    context.biometryDomainState = domainState ?? sensor.state().domainState
                     return
                 case .noMatch:
                     let lockedNow = lockout.withLock { $0.recordFailure() }

@@ -29,6 +29,15 @@ public final class Keychain: Sendable {
         var reported = 0
     }
 
+    /// Match passes so far (``searchCount``).
+    private let searches = Protected(0)
+
+    /// How many passes over the items matching a query (a search, an update's or a delete's matching,
+    /// ``accessRequirements(_:scope:for:)``) this keychain has made: a protected read costs two (the
+    /// attempt, which finds what the items need, and the read once the person authenticated), which
+    /// the agent's tests and the benchmark check.
+    public var searchCount: Int { searches.withLock { $0 } }
+
     /// Argon2id settings for new application-password items.
     private let appPasswordKDF: ItemCrypto.AppPasswordKDF
     /// Failed application-password attempts per item, and their schedule.
@@ -347,18 +356,18 @@ public final class Keychain: Sendable {
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var results: [ItemResult] = []
+            var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
+                    if query.returnData { guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData {
-                        try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row, cls, attrs, authorization)
-                    }
+                    if query.returnData { r.data = try openSecret(row, cls, attrs, authorization) }
                     results.append(r)
                 }
             }
+            try needs.throwIfUnsatisfied()
             guard !results.isEmpty else { throw Self.notFound(complete) }
             return results
         }
@@ -402,21 +411,21 @@ public final class Keychain: Sendable {
                 }
                 unreadable += 1
             } : nil
+            var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
                                  unreadable: skip) { (row, cls, attrs) throws(SecError) in
+                    if query.returnData { guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData {
-                        try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row, cls, attrs, authorization)
-                    }
+                    if query.returnData { r.data = try openSecret(row, cls, attrs, authorization) }
                     guard fits(r) else { refused = true; return }
                     items.append(r)
                     lastRowID = row.id
                 }
             }
+            try needs.throwIfUnsatisfied()
             guard !items.isEmpty || refused || cursor > 0 || unreadable > 0 else { throw Self.notFound(complete) }
             return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused, unreadable: unreadable)
         }
@@ -453,6 +462,39 @@ public final class Keychain: Sendable {
             throw .decode("an item's access control is damaged")
         }
         return acl
+    }
+
+    /// One pass's access-control check: every match goes through ``admit(_:)``; the first whose rule
+    /// `authorization` does not satisfy stops the operation's work (nothing more is opened), but the
+    /// pass goes on collecting the rules of the remaining matches, so that the
+    /// ``SecError/authenticationNeeded(_:requirements:)`` it ends with carries everything the agent
+    /// must ask the person for: no second search for the requirements.
+    private struct Requirements {
+        let operation: AccessControl.Operations
+        let authorization: AuthorizationContext
+        /// The distinct rules guarding `operation` on the matches so far.
+        private(set) var rules: [AccessControl] = []
+        /// The first rule `authorization` does not satisfy.
+        private var unsatisfied: AccessControl? = nil
+
+        init(operation: AccessControl.Operations, authorization: AuthorizationContext) {
+            self.operation = operation
+            self.authorization = authorization
+        }
+
+        /// True if the operation may go on with this match (nothing unsatisfied so far, this one included).
+        mutating func admit(_ attrs: Attributes) throws(SecError) -> Bool {
+            guard let acl = try Keychain.accessControl(attrs), acl.guards(operation) else { return unsatisfied == nil }
+            if !rules.contains(acl) { rules.append(acl) }
+            if unsatisfied == nil && !acl.isSatisfied(by: authorization) { unsatisfied = acl }
+            return unsatisfied == nil
+        }
+
+        /// errSecInteractionNotAllowed (needs authentication, with the rules) if a match was not admitted.
+        func throwIfUnsatisfied() throws(SecError) {
+            guard let acl = unsatisfied else { return }
+            throw .authenticationNeeded("the item's access control (\(acl)) needs authentication for this operation", requirements: rules)
+        }
     }
 
     /// errSecInteractionNotAllowed unless `authorization` satisfies the item's access control for
@@ -499,6 +541,14 @@ public final class Keychain: Sendable {
             var matches: [(StoredRow, ItemClass, Attributes)] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
             guard !matches.isEmpty else { throw Self.notFound(complete) }
+            // Every match's rule before anything is written, so that an authentication-needed answer
+            // names them all (the agent asks once, then updates).
+            var needs = Requirements(operation: .update, authorization: authorization)
+            for (_, cls, old) in matches {
+                try Validation.check(changes.attributes, for: cls, writing: true)
+                _ = try needs.admit(old)
+            }
+            try needs.throwIfUnsatisfied()
             return try writing(store) { () throws(SecError) in
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
@@ -547,12 +597,14 @@ public final class Keychain: Sendable {
             try keybag.checkUnchanged() // before matching, as in an update
             var ids: [Int64] = []
             var refs: [[UInt8]] = []
+            var needs = Requirements(operation: .delete, authorization: authorization)
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in
-                try Self.checkAuthorized(attrs, .delete, authorization)
+                guard try needs.admit(attrs) else { return }
                 try proveApplicationPassword(row, cls, attrs, .delete, authorization)
                 ids.append(row.id)
                 refs.append(row.persistentRef)
             }
+            try needs.throwIfUnsatisfied()
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
@@ -678,6 +730,7 @@ public final class Keychain: Sendable {
     private func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
                               unreadable: ((StoredRow) throws(SecError) -> Void)? = nil,
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
+        searches.withLock { $0 += 1 }
         var found = 0
         /// A candidate's attributes; nil for one whose class key is locked away and whose access
         /// group (by its blind-index entry) is outside `scope`: a locked keychain must not tell an

@@ -68,13 +68,19 @@ final class AgentRig {
     let peer: PeerIdentity
     private let sockets: [Int32]
 
+    /// The fake sensor (a rig made with a real one still has one, unused).
     let sensor: FakeSensor
     let authenticator: Authenticator
     /// Terminal sessions whose leader the test made exit (every other session counts as live).
     let endedSessions = Protected(Set<CallerIdentity.LoginSession>())
 
+    /// A rig whose authenticator uses `realSensor` (the plugin host's), not a fake.
+    convenience init(realSensor: any BiometricSensor) throws {
+        try self.init(sensor: FakeSensor(), using: realSensor)
+    }
+
     init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
-         sensor: FakeSensor = FakeSensor()) throws {
+         sensor: FakeSensor = FakeSensor(), using realSensor: (any BiometricSensor)? = nil) throws {
         self.sensor = sensor
         keychain = try Keychain(directory: dir.path, applicationPasswordKDF: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)),
                                 applicationPasswordDelays: AttemptSchedule.standard.delays, clock: clock)
@@ -92,7 +98,7 @@ final class AgentRig {
                                 logger: logger) { gate.observe($0); events.record($0) }
         unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
                                   clock: clock, logger: logger, attemptsFile: dir.file("attempts"))
-        authenticator = Authenticator(sensor: sensor, unlocking: unlocking, keychain: keychain, gate: gate, clock: clock, logger: logger)
+        authenticator = Authenticator(sensor: realSensor ?? sensor, unlocking: unlocking, keychain: keychain, gate: gate, clock: clock, logger: logger)
         pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
                             clock: clock, logger: logger, idleLockSeconds: UInt32(idleSeconds))
         // A real peer identity (this process), read from a socket pair as the agent reads a client's.
@@ -141,13 +147,20 @@ func errorStatus(_ r: AgentResponse) -> SecStatus? {
 /// next evaluations in order; with none queued, an evaluation waits until cancelled.
 final class FakeSensor: BiometricSensor, @unchecked Sendable {
     private let lock = Protected((available: true, enrolled: true, domainState: [UInt8](repeating: 1, count: 32),
-                                  outcomes: [BiometricOutcome](), cancelled: Set<UInt64>(), evaluations: 0))
+                                  outcomes: [BiometricOutcome](), cancelled: Set<UInt64>(), evaluations: 0, stateReads: 0))
     init(available: Bool = true, enrolled: Bool = true) {
         lock.withLock { $0.available = available; $0.enrolled = enrolled }
     }
     func state() -> BiometryState {
-        lock.withLock { BiometryState(available: $0.available, enrolled: $0.enrolled, domainState: $0.domainState) }
+        lock.withLock {
+            $0.stateReads += 1
+            return BiometryState(available: $0.available, enrolled: $0.enrolled, domainState: $0.domainState)
+        }
     }
+    /// How many times the agent read ``state()`` (a STATE round trip to a real plugin host).
+    var stateReads: Int { lock.withLock { $0.stateReads } }
+    /// STATE reads and evaluations, as a plugin host counts its round trips.
+    var roundTrips: Int { lock.withLock { $0.stateReads + $0.evaluations } }
     /// Queues what the next evaluations return.
     func queue(_ outcomes: BiometricOutcome...) { lock.withLock { $0.outcomes += outcomes } }
     /// A new finger enrolled: the domain state changes.
@@ -178,6 +191,8 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
                 if let h = held.withLock({ $0[number] }) { return .some(h) }
                 return s.outcomes.isEmpty ? .some(nil) : .some(s.outcomes.removeFirst())
             }
+            // A match carries the domain state read with it, as the plugin host's RESULT does.
+            if case .match(nil)? = next ?? nil { return .match(domainState: lock.withLock { $0.domainState }) }
             if let outcome = next ?? nil { return outcome }
             usleep(1000)
         }
@@ -189,7 +204,7 @@ final class FakeSensor: BiometricSensor, @unchecked Sendable {
     func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
         switch command {
         case "enroll", "remove": enrollAnother(); return (0, "ok")
-        case "present": queue(arguments == ["--unknown"] ? .noMatch : .match); return (0, "ok")
+        case "present": queue(arguments == ["--unknown"] ? .noMatch : .match()); return (0, "ok")
         case "status": return (0, "fake")
         default: return (1, "unknown command")
         }
