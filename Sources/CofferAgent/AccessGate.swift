@@ -3,7 +3,6 @@ import CofferIdentity
 import CofferKeychain
 import CofferModel
 import CofferPolicy
-import CofferProtocol
 import CofferSystem
 import Glibc
 import Logging

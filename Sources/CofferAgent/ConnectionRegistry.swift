@@ -1,3 +1,4 @@
+import CofferModel
 import CofferProtocol
 import CofferSystem
 

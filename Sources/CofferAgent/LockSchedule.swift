@@ -1,6 +1,5 @@
 import CofferKeychain
 import CofferModel
-import CofferProtocol
 import CofferSystem
 import Logging
 
