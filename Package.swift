@@ -77,8 +77,16 @@ let package = Package(
         .target(name: "CofferPolicy", dependencies: ["CofferModel"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
+        // The protocol-free service core (issue #25): the access gate, the authenticator, unlocking, the
+        // lock schedule and every keychain operation, typed in model terms, for a caller context and
+        // an authentication channel. It imports no wire module: each front end is an adapter.
+        .target(name: "CofferService",
+                dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferPAM", "CofferSystem",
+                               "CofferIdentity", "CofferPolicy", "CofferAudit",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
         .target(name: "CofferAgent",
-                dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                dependencies: ["CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
                                "CofferPluginClient", "CofferPluginProtocol",
                                .product(name: "Logging", package: "swift-log")],
@@ -164,7 +172,7 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),

@@ -8,6 +8,7 @@ import CofferPAM
 import CofferPluginClient
 import CofferPolicy
 import CofferProtocol
+import CofferService
 import CofferSystem
 import CofferTrust
 import Glibc
@@ -455,30 +456,6 @@ final class ConnectionAuthChannel: AuthChannel {
 struct TrustedManifests: ManifestSource {
     let store: TrustStore
     func manifests(forExecutable path: String) -> [Manifest] { store.manifests(forExecutable: path) }
-}
-
-/// Rate limit for repeated log lines: at most one per key per `interval` seconds.
-final class LogThrottle: Sendable {
-    private let last = Protected<[String: (at: Double, suppressed: Int)]>([:])
-    let interval: Double
-
-    init(interval: Double) { self.interval = interval }
-
-    /// Nil when a line for `key` went out less than `interval` ago (this one is counted and left
-    /// out); otherwise how many were left out since the last line for `key`.
-    func admit(_ key: String) -> Int? {
-        let now = Threads.monotonicSeconds()
-        return last.withLock { last in
-            if var entry = last[key], now - entry.at < interval {
-                entry.suppressed += 1
-                last[key] = entry
-                return nil
-            }
-            let left = last[key]?.suppressed ?? 0
-            last[key] = (now, 0)
-            return left
-        }
-    }
 }
 
 /// Warnings about refused or dropped connections, at most one per kind per interval (``LogThrottle``).

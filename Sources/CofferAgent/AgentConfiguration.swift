@@ -1,6 +1,7 @@
 package import CofferKeybag
 import CofferModel
 package import CofferPolicy
+package import CofferService
 package import CofferTrust
 import CofferSystem
 import Glibc

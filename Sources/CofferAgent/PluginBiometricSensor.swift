@@ -3,6 +3,7 @@ import CofferModel
 import CofferPluginClient
 import CofferPluginProtocol
 import CofferPolicy
+import CofferService
 import CofferSystem
 import Logging
 

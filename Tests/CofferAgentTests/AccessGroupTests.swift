@@ -4,6 +4,7 @@ import CofferKeychain
 import CofferModel
 import CofferPolicy
 import CofferProtocol
+import CofferService
 import CofferSystem
 import CofferTestSupport
 import Foundation

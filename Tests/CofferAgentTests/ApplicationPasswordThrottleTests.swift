@@ -3,6 +3,7 @@ import CofferAudit
 @testable import CofferKeychain
 import CofferModel
 import CofferProtocol
+import CofferService
 import CofferTestSupport
 import Foundation
 import Testing

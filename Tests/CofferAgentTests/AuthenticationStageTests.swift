@@ -2,6 +2,7 @@
 import CofferModel
 import CofferPluginClient
 import CofferProtocol
+import CofferService
 import CofferSystem
 import CofferTestSupport
 import Foundation

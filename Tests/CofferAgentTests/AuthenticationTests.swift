@@ -3,6 +3,7 @@ import CofferAudit
 import CofferModel
 import CofferPolicy
 import CofferProtocol
+import CofferService
 import CofferSystem
 import CofferTestSupport
 import Foundation

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferService
 import CofferTestSupport
 import CofferModel
 import CofferProtocol

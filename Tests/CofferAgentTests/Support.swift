@@ -6,6 +6,7 @@ import CofferAudit
 import CofferModel
 import CofferPolicy
 import CofferProtocol
+import CofferService
 import CofferSystem
 import CofferTestSupport
 import Glibc

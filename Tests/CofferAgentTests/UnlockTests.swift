@@ -1,4 +1,5 @@
 @testable import CofferAgent
+@testable import CofferService
 import CofferTestSupport
 import CofferModel
 import CofferCrypto

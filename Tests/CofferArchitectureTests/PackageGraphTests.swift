@@ -104,6 +104,10 @@ import Testing
         "CofferManifest": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
                            "CofferClient"],
         "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
+        // The service core is protocol-free (issue #25): no wire module, no front end, no client; every
+        // front end is an adapter onto it.
+        "CofferService": ["CofferProtocol", "CofferPluginProtocol", "CofferPluginClient", "CofferPluginHost", "CofferAgent",
+                          "CofferClient", "CofferCLISupport"],
         // Plugins run outside the agent: the host and its client never reach keys, items or the store,
         // and the plugin protocol is bytes only (no processes or files).
         "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],
