@@ -145,6 +145,11 @@ let package = Package(
 
         .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],
                 path: "Tests/CofferTestSupport", swiftSettings: settings),
+        // The service core's test doubles and its in-process composition, shared by the service's and the agent's tests.
+        .target(name: "CofferServiceTestSupport",
+                dependencies: ["CofferService", "CofferAudit", "CofferCrypto", "CofferKeybag", "CofferKeychain", "CofferModel", "CofferPolicy",
+                               "CofferSystem", "CofferTestSupport", .product(name: "Logging", package: "swift-log")],
+                path: "Tests/CofferServiceTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem", "CofferTestSupport"], swiftSettings: settings),
         // The shell helpers' pure parts: secret references and templates, secret renderings.
         .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
@@ -172,7 +177,7 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),

@@ -105,41 +105,29 @@ package final class Agent: Sendable {
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
         self.registry = registry
-        let clock = SystemClock()
         trust = TrustStore(configuration: configuration.trustConfiguration)
         resolver = IdentityResolver(manifests: TrustedManifests(store: trust))
-        let gate = AccessGate(policy: configuration.policy,
-                              audit: configuration.auditLog
-                                  ? AuditLog(directory: configuration.stateDirectory, maximumBytes: configuration.auditMaximumBytes) : nil,
-                              clock: clock, logger: logger)
-        schedule = LockSchedule(keychain: keychain, idleSeconds: Double(configuration.idleLockSeconds),
-                                graceSeconds: configuration.lockGraceSeconds, clock: clock, logger: logger) { event in
-            gate.observe(event)
-            registry.broadcast(event, refusals: refusals)
-        }
         let host = Self.startPluginHost(configuration, logger: logger)
         pluginHost = host
         let verifier: any PasscodeVerifier = configuration.passcodeInPlugin
             ? PluginPasscodeVerifier(host: host)
             : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir)
-        let unlocking = UnlockService(keychain: keychain,
-                                      verifier: verifier,
-                                      userName: configuration.userName, kdfPolicy: configuration.kdfPolicy, clock: SystemWallClock(),
-                                      logger: logger, schedule: configuration.attemptSchedule,
-                                      attemptsFile: configuration.stateDirectory + "/attempts") { [logger] in
-            // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
-            logger.critical("the keychain was erased; stopping")
-            Threads.detach {
-                Threads.sleep(seconds: 0.5)
-                exit(75)
-            }
-        }
         let sensor = Self.biometricSensor(configuration, host: host, logger: logger)
         self.sensor = sensor
-        let authenticator = Authenticator(sensor: sensor ?? NoBiometricSensor(), unlocking: unlocking, keychain: keychain, gate: gate,
-                                          clock: clock, logger: logger, timeoutSeconds: configuration.authenticationTimeoutSeconds)
-        pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
-                            clock: clock, logger: logger, idleLockSeconds: configuration.idleLockSeconds)
+        let service = KeychainService.compose(
+            keychain: keychain, verifier: verifier, sensor: sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
+            clock: SystemClock(), wallClock: SystemWallClock(), logger: logger,
+            onEvent: { registry.broadcast($0, refusals: refusals) },
+            onErase: { [logger] in
+                // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
+                logger.critical("the keychain was erased; stopping")
+                Threads.detach {
+                    Threads.sleep(seconds: 0.5)
+                    exit(75)
+                }
+            })
+        schedule = service.schedule
+        pipeline = Pipeline(service: service)
         if let fd = Systemd.activationSocket() {
             listener = fd
             ownsSocketPath = false

@@ -4,6 +4,7 @@ import CofferAudit
 import CofferModel
 import CofferProtocol
 import CofferService
+import CofferServiceTestSupport
 import CofferTestSupport
 import Foundation
 import Testing

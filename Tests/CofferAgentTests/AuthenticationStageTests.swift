@@ -3,6 +3,7 @@ import CofferModel
 import CofferPluginClient
 import CofferProtocol
 import CofferService
+import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation

@@ -4,6 +4,7 @@ import CofferModel
 import CofferPolicy
 import CofferProtocol
 import CofferService
+import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation
