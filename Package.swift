@@ -181,6 +181,11 @@ let package = Package(
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),
+        // The service core alone: every operation with a scripted channel and a fake clock; no wire module.
+        .testTarget(name: "CofferServiceTests",
+                    dependencies: ["CofferService", "CofferServiceTestSupport", "CofferAudit", "CofferCrypto", "CofferKeychain", "CofferModel",
+                                   "CofferPolicy", "CofferTestSupport"],
+                    swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
                     swiftSettings: settings),

@@ -108,6 +108,7 @@ import Testing
         // front end is an adapter onto it.
         "CofferService": ["CofferProtocol", "CofferPluginProtocol", "CofferPluginClient", "CofferPluginHost", "CofferAgent",
                           "CofferClient", "CofferCLISupport"],
+        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferClient"],
         // Plugins run outside the agent: the host and its client never reach keys, items or the store,
         // and the plugin protocol is bytes only (no processes or files).
         "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],
