@@ -8,7 +8,7 @@ import CofferPAM
 import CofferPluginClient
 import CofferPolicy
 import CofferProtocol
-import CofferService
+package import CofferService
 import CofferSystem
 import CofferTrust
 import Glibc
@@ -93,8 +93,11 @@ package final class Agent: Sendable {
     /// Keeps repeated refusals from growing the log without bound.
     private let refusals: RefusalLog
 
-    /// Opens the keychain and the listening socket (or adopts systemd's).
-    package init(configuration: AgentConfiguration, logger: Logger) throws {
+    /// Opens the keychain and the listening socket (or adopts systemd's). The in-process tests give
+    /// their own passcode `verifier` and biometric `sensor`; `cofferd` takes the configuration's (PAM or
+    /// the passcode plugin, the biometry plugin).
+    package init(configuration: AgentConfiguration, logger: Logger, verifier given: (any PasscodeVerifier)? = nil,
+                 sensor givenSensor: (any BiometricSensor)? = nil) throws {
         self.configuration = configuration
         self.logger = logger
         let refusals = RefusalLog(logger: logger, throttle: LogThrottle(interval: configuration.logRepeatSeconds))
@@ -113,13 +116,13 @@ package final class Agent: Sendable {
         resolver = IdentityResolver(manifests: TrustedManifests(store: trust))
         let host = Self.startPluginHost(configuration, logger: logger)
         pluginHost = host
-        let verifier: any PasscodeVerifier = configuration.passcodeInPlugin
+        let verifier: any PasscodeVerifier = given ?? (configuration.passcodeInPlugin
             ? PluginPasscodeVerifier(host: host)
-            : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir)
+            : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir))
         let sensor = Self.biometricSensor(configuration, host: host, logger: logger)
         self.sensor = sensor
         let service = KeychainService.compose(
-            keychain: keychain, verifier: verifier, sensor: sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
+            keychain: keychain, verifier: verifier, sensor: givenSensor ?? sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
             clock: SystemClock(), wallClock: SystemWallClock(), logger: logger,
             onEvent: { registry.broadcast($0, refusals: refusals) },
             onErase: { [logger] in
