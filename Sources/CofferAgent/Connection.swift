@@ -17,10 +17,14 @@ import Glibc
 /// needs, for longer); time spent waiting for frame budget does not count against it. Between
 /// frames, a greeted client may stay idle as long as it likes.
 final class Connection: @unchecked Sendable {
-    // @unchecked Sendable: `fd`, `peer`, `limits` and `connectedAt` are immutable and the flags and the
+    // @unchecked Sendable: `socket`, `peer`, `limits` and `connectedAt` are immutable and the flags and the
     // event queue are owned by `state`, but `writes` is a bare mutex that guards the socket's write side
     // (no Swift state), and reads happen on the serving thread only: the compiler cannot see either.
-    let fd: Int32
+    /// The connection's socket: closed when the last reference to the connection goes (never while a
+    /// thread that still holds it, such as a lock-event broadcast, could write to the number reused).
+    private let socket: FileDescriptor
+    /// The socket's descriptor number (valid while this connection lives).
+    var fd: Int32 { socket.rawValue }
     /// Who connected (SO_PEERCRED at accept time, and /proc/PID/exe).
     let peer: PeerIdentity
     /// The time limits this connection runs under.
@@ -59,8 +63,8 @@ final class Connection: @unchecked Sendable {
         var helloSeconds: Double = 5
     }
 
-    init(fd: Int32, peer: PeerIdentity, limits: Limits = Limits(), framing: any Framing) {
-        self.fd = fd
+    init(socket: consuming FileDescriptor, peer: PeerIdentity, limits: Limits = Limits(), framing: any Framing) {
+        self.socket = socket
         self.peer = peer
         self.limits = limits
         self.framing = framing
@@ -259,9 +263,7 @@ final class Connection: @unchecked Sendable {
         if first { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
-    /// Closes the descriptor (the serving thread, once, at the end).
-    func release() {
-        close()
-        Glibc.close(fd)
-    }
+    /// Ends the connection (the serving thread, once, at the end); the descriptor itself closes with
+    /// the last reference.
+    func release() { close() }
 }

@@ -79,20 +79,19 @@ final class SocketServer: Sendable {
     }
 
     private func admit(_ fd: Int32) {
+        let socket = FileDescriptor(adopting: fd) // a refused connection closes with it
         let peer: PeerIdentity
         do {
-            peer = try PeerIdentity.of(socket: fd)
+            peer = try PeerIdentity.of(socket: socket.rawValue)
         } catch {
             refusals.log("credentials", "refused a connection whose peer credentials cannot be read (SO_PEERCRED)", peer: nil)
-            Glibc.close(fd)
             return
         }
         guard peer.uid == getuid() else {
             refusals.log("other-user", "refused a connection from another user", peer: peer)
-            Glibc.close(fd)
             return
         }
-        let conn = Connection(fd: fd, peer: peer, limits: limits, framing: framing)
+        let conn = Connection(socket: socket, peer: peer, limits: limits, framing: framing)
         switch registry.admit(conn) {
         case .admitted: break
         case .stopping:
