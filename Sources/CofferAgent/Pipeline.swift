@@ -19,21 +19,9 @@ import Logging
 final class Pipeline: Sendable {
     /// The service core every front end shares.
     let service: KeychainService
-    var keychain: Keychain { service.keychain }
-    var unlocking: UnlockService { service.unlocking }
-    var schedule: LockSchedule { service.schedule }
-    var gate: AccessGate { service.gate }
-    var authenticator: Authenticator { service.authenticator }
     var logger: Logger { service.logger }
 
     init(service: KeychainService) { self.service = service }
-
-    convenience init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
-                     clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32) {
-        self.init(service: KeychainService(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate,
-                                           authenticator: authenticator, clock: clock, logger: logger,
-                                           idleLockSeconds: idleLockSeconds, agentVersion: Agent.version))
-    }
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
     /// then sends this reply and closes, and a session already closing runs nothing more.
