@@ -20,11 +20,12 @@ final class TwoListeners {
     var native: String { dir.file("native.sock") }
     var lines: String { dir.file("lines.sock") }
 
-    init(channel: @escaping @Sendable () -> (any AuthChannel)?) throws {
+    init(channel: @escaping @Sendable () -> (any AuthChannel)?, configure: (inout AgentConfiguration) -> Void = { _ in }) throws {
         let state = dir.file("state")
         var configuration = AgentConfiguration(socketPath: dir.file("native.sock"), stateDirectory: state, userName: "tester")
         configuration.kdfPolicy = cheapKDF
         configuration.standardTrustDirectories = false
+        configure(&configuration)
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         agent = try Agent(configuration: configuration, logger: logger, verifier: StubVerifier(accepting: ServiceRig.passcode), sensor: sensor)
@@ -53,11 +54,11 @@ final class TwoListeners {
         return Array(out.dropFirst())
     }
 
-    /// One line request on the line socket and its reply line.
+    /// One line request on the line socket and its reply line ("" if the agent closed without one).
     func line(_ request: String) throws -> String {
         let fd = try UnixSocket.connect(path: lines)
         defer { close(fd) }
-        #expect(Array((request + "\n").utf8).withUnsafeBytes { UnixSocket.writeAll(fd, $0) })
+        _ = Array((request + "\n").utf8).withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
         var reply: [UInt8] = []
         var byte: UInt8 = 0
         while withUnsafeMutableBytes(of: &byte, { UnixSocket.readExactly(fd, into: $0) }), byte != UInt8(ascii: "\n") { reply.append(byte) }
@@ -90,6 +91,40 @@ final class TwoListeners {
         #expect(records.contains { $0.operation == "get" && $0.result == SecStatus.missingEntitlement.rawValue })
         guard case .ok? = try agent.native([.lock]).first else { Issue.record("lock"); return }
         #expect(try agent.line("GET mail me").hasPrefix("ERR \(SecStatus.interactionNotAllowed.rawValue) "))
+    }
+
+    /// The listeners share one connection registry: the per-process cap counts both sockets, and the
+    /// first-frame timeout closes a silent line connection as it closes a native one that sends no HELLO.
+    @Test func theLimitsHoldAcrossListeners() throws {
+        let agent = try TwoListeners(channel: { nil }) { c in
+            c.maxConnectionsPerProcess = 1
+            c.helloTimeoutSeconds = 0.2
+        }
+        // A native connection held open (past HELLO, so its own first-frame timeout is met).
+        let held = try UnixSocket.connect(path: agent.dir.file("native.sock"))
+        let hello = AgentRequest.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "held").encodeFrame(requestID: 1)
+        #expect(hello.withUnsafeBytes { UnixSocket.writeAll(held, $0) })
+        var header = [UInt8](repeating: 0, count: 4)
+        #expect(header.withUnsafeMutableBytes { UnixSocket.readExactly(held, into: $0) })
+        var body = [UInt8](repeating: 0, count: header.reduce(0) { $0 << 8 | Int($1) })
+        #expect(body.withUnsafeMutableBytes { UnixSocket.readExactly(held, into: $0) })
+        // This process has its one connection: the line socket refuses the next (closed, no reply).
+        #expect(try agent.line("GET mail me") == "")
+        close(held)
+        // Once the native connection is gone, the line socket serves again (polled: its thread ends soon after).
+        var reply = ""
+        for _ in 0..<300 {
+            reply = try agent.line("GET mail me")
+            if !reply.isEmpty { break }
+            usleep(100_000)
+        }
+        #expect(reply.hasPrefix("ERR "), "\(reply)")
+        // A line connection that sends nothing is closed after the first-frame timeout.
+        let silent = try UnixSocket.connect(path: agent.dir.file("lines.sock"))
+        defer { close(silent) }
+        var byte: UInt8 = 0
+        #expect(UnixSocket.waitReadable(silent, timeoutMillis: 30_000), "closed within 30 s")
+        #expect(!withUnsafeMutableBytes(of: &byte) { UnixSocket.readExactly(silent, into: $0) }, "end of file, no reply")
     }
 
     @Test func aProtectedItemIsAnsweredThroughTheAgentsOwnChannel() throws {
