@@ -93,13 +93,9 @@ final class TwoListeners {
         #expect(try agent.line("GET mail me").hasPrefix("ERR \(SecStatus.interactionNotAllowed.rawValue) "))
     }
 
-    /// The listeners share one connection registry: the per-process cap counts both sockets, and the
-    /// first-frame timeout closes a silent line connection as it closes a native one that sends no HELLO.
-    @Test func theLimitsHoldAcrossListeners() throws {
-        let agent = try TwoListeners(channel: { nil }) { c in
-            c.maxConnectionsPerProcess = 1
-            c.helloTimeoutSeconds = 0.2
-        }
+    /// The listeners share one connection registry: the per-process cap counts both sockets.
+    @Test func theConnectionCapHoldsAcrossListeners() throws {
+        let agent = try TwoListeners(channel: { nil }) { $0.maxConnectionsPerProcess = 1 }
         // A native connection held open (past HELLO, so its own first-frame timeout is met).
         let held = try UnixSocket.connect(path: agent.dir.file("native.sock"))
         let hello = AgentRequest.hello(minVersion: WireFormat.version, maxVersion: WireFormat.version, clientName: "held").encodeFrame(requestID: 1)
@@ -119,7 +115,11 @@ final class TwoListeners {
             usleep(100_000)
         }
         #expect(reply.hasPrefix("ERR "), "\(reply)")
-        // A line connection that sends nothing is closed after the first-frame timeout.
+    }
+
+    /// The first-frame timeout closes a silent line connection as it closes a native one that sends no HELLO.
+    @Test func aSilentLineConnectionIsClosedAtTheFirstFrameTimeout() throws {
+        let agent = try TwoListeners(channel: { nil }) { $0.helloTimeoutSeconds = 0.2 }
         let silent = try UnixSocket.connect(path: agent.dir.file("lines.sock"))
         defer { close(silent) }
         var byte: UInt8 = 0
