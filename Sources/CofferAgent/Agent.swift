@@ -137,7 +137,7 @@ package final class Agent: Sendable {
         pipeline = Pipeline(service: service)
         if let fd = Systemd.activationSocket() {
             self.host("native", listener: FileDescriptor(adopting: fd), socketPath: nil, framing: NativeFraming(),
-                 handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
+                      handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
             logger.info("using the socket passed by systemd")
         } else {
             try listen("native", path: configuration.socketPath, framing: NativeFraming(), handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
