@@ -108,7 +108,7 @@ package final class Agent: Sendable {
             throw AgentError("state directory: \(error)")
         }
         keychain = try Keychain(directory: configuration.stateDirectory, applicationPasswordDelays: configuration.attemptSchedule.delays,
-                                clock: SystemWallClock())
+                                clock: SystemWallClock(), lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
         self.registry = registry

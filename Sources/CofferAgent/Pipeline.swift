@@ -90,7 +90,12 @@ final class Pipeline: Sendable {
             let r = try service.restoreBackup(path: path, password: password, dryRun: dryRun, &session.context, channel)
             return .backupSummary(added: UInt32(r.added), duplicates: UInt32(r.duplicates), otherDevice: UInt32(r.otherDevice))
         case .check(let operation):
-            return .checkReport(try service.check(operation, session.context))
+            // Unpaged (the first form): a report that does not fit fails before anything is moved.
+            return .checkReport(try service.check(operation, wholeOrNothing: true, session.context,
+                                                  fits: Self.findingsFit(header: WireFormat.checkReportPageHeaderBytes - 8)))
+        case .checkPage(let operation, let cursor):
+            return .checkReportPage(try service.check(operation, after: cursor, session.context,
+                                                      fits: Self.findingsFit(header: WireFormat.checkReportPageHeaderBytes)))
         case .escrowCreate:
             return .escrowSecret(try service.createEscrow(&session.context, channel))
         case .escrowUnlock(let secret):
@@ -163,6 +168,17 @@ final class Pipeline: Sendable {
     }
 
     /// errSecAllocate for a reply that cannot fit in one frame (names no value).
+    /// A budget of findings for one CHECK_REPORT(_PAGE) frame after `header` bytes.
+    static func findingsFit(header: Int) -> (CheckFinding) -> Bool {
+        var room = WireFormat.maximumBodyBytes - header
+        return { finding in
+            let size = WireFormat.encodedSize(of: finding)
+            guard size <= room else { return false }
+            room -= size
+            return true
+        }
+    }
+
     static func tooLarge(_ what: String) -> SecError {
         SecError(.allocate, "\(what) does not fit in one reply (\(WireFormat.maximumBodyBytes) bytes)")
     }

@@ -62,6 +62,8 @@ public enum AgentRequest: Sendable {
     case backupRestore(path: String, password: SecureBytes, dryRun: Bool)
     /// CHECK: verify every item, quarantine those failing authentication, list or restore the quarantine.
     case check(CheckOperation)
+    /// CHECK_PAGE: one page of a verify, quarantine or quarantine listing, starting after `cursor`.
+    case checkPage(CheckOperation, cursor: UInt64)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -189,6 +191,16 @@ public enum AgentRequest: Sendable {
             case .listQuarantine: f.w.u8(3); f.w.blob([])
             case .restore(let ref): f.w.u8(4); f.w.blob(ref)
             }
+            return f.finish()
+        case .checkPage(let op, let cursor):
+            var f = FrameBuilder(type: .checkPage, requestID: requestID, payloadCapacity: 9)
+            switch op {
+            case .verify: f.w.u8(1)
+            case .quarantine: f.w.u8(2)
+            case .listQuarantine: f.w.u8(3)
+            case .restore: f.w.u8(4)   // malformed: the agent answers -50 (restore is not paged)
+            }
+            f.w.u64(cursor)
             return f.finish()
         case .copyMatchingPage(let q, let cursor):
             let query = QueryCodec.encode(q)
@@ -319,8 +331,17 @@ public enum AgentRequest: Sendable {
             case 4 where ref.count == WireFormat.persistentRefBytes: request = .check(.restore(persistentRef: ref))
             default: throw ProtocolError("bad CHECK (operations 1-3 take an empty reference, 4 one of 16 bytes; no other operation exists)")
             }
+        case .checkPage:
+            let op = try r.u8("check operation")
+            let cursor = try r.u64("cursor")
+            switch op {
+            case 1: request = .checkPage(.verify, cursor: cursor)
+            case 2: request = .checkPage(.quarantine, cursor: cursor)
+            case 3: request = .checkPage(.listQuarantine, cursor: cursor)
+            default: throw ProtocolError("bad CHECK_PAGE (operations 1-3 only; restore is CHECK 4)")
+            }
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
-             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -345,6 +366,8 @@ public enum AgentResponse: Sendable {
     case itemsPageSkipping([ItemResult], nextCursor: UInt64, unreadable: UInt32)
     /// CHECK_REPORT.
     case checkReport(CheckReport)
+    /// CHECK_REPORT_PAGE: a CHECK_REPORT with the cursor of the next page (0: none).
+    case checkReportPage(CheckReport)
     /// COUNT: items updated or deleted.
     case count(UInt64)
     /// WHOAMI_REPLY.
@@ -399,10 +422,14 @@ public enum AgentResponse: Sendable {
         case .checkReport(let c):
             var f = FrameBuilder(type: .checkReport, requestID: requestID,
                                  payloadCapacity: 12 + c.findings.reduce(0) { $0 + 8 + $1.persistentRef.count + $1.detail.utf8.count })
-            f.w.u32(c.checked); f.w.u32(c.skipped); f.w.u32(UInt32(c.findings.count))
-            for x in c.findings {
-                f.w.blob(x.persistentRef); f.w.u8(x.reason.rawValue); f.w.u8(x.quarantined ? 1 : 0); f.w.shortString(x.detail)
-            }
+            f.w.u32(c.checked); f.w.u32(c.skipped)
+            Self.encodeFindings(c.findings, into: &f.w)
+            return f.finish()
+        case .checkReportPage(let c):
+            var f = FrameBuilder(type: .checkReportPage, requestID: requestID,
+                                 payloadCapacity: 20 + c.findings.reduce(0) { $0 + WireFormat.encodedSize(of: $1) })
+            f.w.u32(c.checked); f.w.u32(c.skipped); f.w.u64(c.nextCursor)
+            Self.encodeFindings(c.findings, into: &f.w)
             return f.finish()
         case .count(let n):
             var f = FrameBuilder(type: .count, requestID: requestID, payloadCapacity: 8)
@@ -487,6 +514,28 @@ public enum AgentResponse: Sendable {
         return f.finish()
     }
 
+    /// The findings of a CHECK_REPORT or CHECK_REPORT_PAGE: a count, then each finding.
+    private static func encodeFindings(_ findings: [CheckFinding], into w: inout ByteWriter) {
+        w.u32(UInt32(findings.count))
+        for x in findings {
+            w.blob(x.persistentRef); w.u8(x.reason.rawValue); w.u8(x.quarantined ? 1 : 0); w.shortString(x.detail)
+        }
+    }
+
+    private static func decodeFindings(_ r: inout BodyReader) throws(ProtocolError) -> [CheckFinding] {
+        let n = Int(try r.u32("finding count"))
+        guard n <= r.remaining / 8 else { throw ProtocolError("finding count exceeds the frame") }
+        var findings: [CheckFinding] = []
+        for _ in 0..<n {
+            let ref = try r.blob(max: 64, "persistent reference")
+            guard let reason = CheckFinding.Reason(rawValue: try r.u8("reason")) else { throw ProtocolError("unknown check reason") }
+            let q = try r.u8("quarantined flag")
+            guard q <= 1 else { throw ProtocolError("quarantined flag must be 0 or 1") }
+            findings.append(CheckFinding(persistentRef: ref, reason: reason, quarantined: q == 1, detail: try r.sstr("detail")))
+        }
+        return findings
+    }
+
     /// The items of an ITEMS or ITEMS_PAGE payload.
     private static func decodeItems(_ r: inout BodyReader) throws(ProtocolError) -> [ItemResult] {
         let n = Int(try r.u32("item count"))
@@ -543,17 +592,12 @@ public enum AgentResponse: Sendable {
             response = .itemsPageSkipping(items, nextCursor: next, unreadable: unreadable)
         case .checkReport:
             let checked = try r.u32("checked"), skipped = try r.u32("skipped")
-            let n = Int(try r.u32("finding count"))
-            guard n <= r.remaining / 8 else { throw ProtocolError("finding count exceeds the frame") }
-            var findings: [CheckFinding] = []
-            for _ in 0..<n {
-                let ref = try r.blob(max: 64, "persistent reference")
-                guard let reason = CheckFinding.Reason(rawValue: try r.u8("reason")) else { throw ProtocolError("unknown check reason") }
-                let q = try r.u8("quarantined flag")
-                guard q <= 1 else { throw ProtocolError("quarantined flag must be 0 or 1") }
-                findings.append(CheckFinding(persistentRef: ref, reason: reason, quarantined: q == 1, detail: try r.sstr("detail")))
-            }
-            response = .checkReport(CheckReport(checked: checked, skipped: skipped, findings: findings))
+            response = .checkReport(CheckReport(checked: checked, skipped: skipped, findings: try Self.decodeFindings(&r)))
+        case .checkReportPage:
+            let checked = try r.u32("checked"), skipped = try r.u32("skipped"), next = try r.u64("next cursor")
+            let findings = try Self.decodeFindings(&r)
+            guard next == 0 || !findings.isEmpty else { throw ProtocolError("a check page with a next cursor must hold a finding") }
+            response = .checkReportPage(CheckReport(checked: checked, skipped: skipped, findings: findings, nextCursor: next))
         case .count: response = .count(try r.u64("count"))
         case .whoamiReply:
             let kindByte = try r.u8("identity kind")

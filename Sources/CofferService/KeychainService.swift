@@ -174,10 +174,12 @@ package final class KeychainService: Sendable {
     }
 
     /// Checks every group's items (references and reasons, never values): whole-keychain callers only.
-    package func check(_ operation: CheckOperation, _ context: CallerContext) throws(SecError) -> CheckReport {
+    /// Paged as ``Keychain/check(_:after:wholeOrNothing:fits:)`` is (`fits`: the front end's reply size).
+    package func check(_ operation: CheckOperation, after cursor: UInt64 = 0, wholeOrNothing: Bool = false, _ context: CallerContext,
+                       fits: (CheckFinding) -> Bool = { _ in true }) throws(SecError) -> CheckReport {
         try audited(context.caller, "check") { () throws(SecError) -> CheckReport in
             try mayManageKeychain(context.caller, "check every item")
-            let report = try keychain.check(operation)
+            let report = try keychain.check(operation, after: Int64(clamping: cursor), wholeOrNothing: wholeOrNothing, fits: fits)
             if operation != .verify && operation != .listQuarantine {
                 logger.notice("check", metadata: ["operation": "\(operation == .quarantine ? "quarantine" : "restore")",
                                                   "findings": "\(report.findings.count)"])

@@ -43,7 +43,7 @@ package final class ServiceRig {
         self.sensor = sensor
         self.process = process ?? (getpid(), getuid(), ThisProcess.executablePath())
         keychain = try Keychain(directory: dir.path, applicationPasswordKDF: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)),
-                                applicationPasswordDelays: AttemptSchedule.standard.delays, clock: clock)
+                                applicationPasswordDelays: AttemptSchedule.standard.delays, clock: clock, lockingStateDirectory: false)
         if passcodeSet { try keychain.setPasscode(current: nil, new: secret(Self.passcode), kdf: cheapKDF) }
         var logger = Logger(label: "test")
         logger.logLevel = .critical
