@@ -18,17 +18,25 @@ import Testing
 
     static func link(_ path: String) -> String { (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "?" }
 
+    /// Starts a daemonising `cofferd` for `sandbox` and returns the daemon (the peer of its socket,
+    /// which accepts the moment the command returned: ready means ready).
+    static func startDaemon(_ sandbox: AgentProcess) throws -> PeerIdentity {
+        #expect(try runCofferd(sandbox.agentArguments) == 0)
+        let fd = try UnixSocket.connect(path: sandbox.socketPath)
+        defer { close(fd) }
+        return try PeerIdentity.of(socket: fd)
+    }
+
+    /// SIGTERM to a daemon, then waits for it to be gone (up to 60 s: a loaded machine).
+    static func stopDaemon(_ daemon: PeerIdentity) {
+        kill(daemon.pid, SIGTERM)
+        for _ in 0..<6000 where kill(daemon.pid, 0) == 0 { usleep(10_000) }
+    }
+
     @Test func theParentReturnsOnceTheDaemonServes() throws {
         let sandbox = try AgentProcess(start: false)
-        #expect(try Self.runCofferd(sandbox.agentArguments) == 0)
-        // Ready means ready: the socket accepts the moment the command returned.
-        let fd = try UnixSocket.connect(path: sandbox.socketPath)
-        let daemon = try PeerIdentity.of(socket: fd)
-        close(fd)
-        defer {
-            kill(daemon.pid, SIGTERM)
-            for _ in 0..<500 where kill(daemon.pid, 0) == 0 { usleep(10_000) }
-        }
+        let daemon = try Self.startDaemon(sandbox)
+        defer { Self.stopDaemon(daemon) }
         #expect(getsid(daemon.pid) == daemon.pid, "the daemon leads its own session (setsid)")
         #expect(Self.link("/proc/\(daemon.pid)/fd/0") == "/dev/null")
         #expect(Self.link("/proc/\(daemon.pid)/fd/1") == "/dev/null")

@@ -90,14 +90,8 @@ import Testing
     /// does not release it, and the file names the daemon.
     @Test func theDaemonHoldsTheLockAfterItsParentExits() throws {
         let sandbox = try AgentProcess(start: false)
-        #expect(try DaemonTests.runCofferd(sandbox.agentArguments) == 0)
-        let fd = try UnixSocket.connect(path: sandbox.socketPath)
-        let daemon = try PeerIdentity.of(socket: fd)
-        close(fd)
-        defer {
-            kill(daemon.pid, SIGTERM)
-            for _ in 0..<6000 where kill(daemon.pid, 0) == 0 { usleep(10_000) }   // up to 60 s (a loaded machine)
-        }
+        let daemon = try DaemonTests.startDaemon(sandbox)
+        defer { DaemonTests.stopDaemon(daemon) }
         let holder = StateDirectoryLock.currentHolder(of: sandbox.stateDir)
         #expect(holder?.pid == daemon.pid && holder?.socket == sandbox.socketPath, "\(String(describing: holder))")
         let r = runCLI(["--foreground"] + Self.secondAgentArguments(sandbox, socket: sandbox.dir.file("run/other.sock")),
