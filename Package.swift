@@ -75,12 +75,15 @@ let package = Package(
         .target(name: "CofferIdentity", dependencies: ["CofferManifest", "CofferModel", "CofferSystem"], swiftSettings: settings),
         // Who may use which access groups: a caller identity → the AccessScope the keychain gets. Pure (Model only).
         .target(name: "CofferPolicy", dependencies: ["CofferModel"], swiftSettings: settings),
-        .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
+        // Asking the person through a pinentry (GnuPG's Assuan protocol): the client library's pinentry
+        // delegate and the agent's own prompter (for front ends whose clients cannot prompt).
+        .target(name: "CofferPrompt", dependencies: ["CofferModel", "CofferCrypto", "CofferSystem"], swiftSettings: settings),
+        .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem", "CofferPrompt"],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
                 dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
-                               "CofferPluginClient", "CofferPluginProtocol",
+                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.
@@ -110,7 +113,8 @@ let package = Package(
 
         // Shell helpers (issue #17): GnuPG's pinentry with a keychain, started once per passphrase by
         // gpg-agent, so small and static like `coffer`.
-        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
+        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem",
+                                                                "CofferPrompt"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         // git's credential helper, started by git for every fetch and push that needs a password.
         .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
@@ -165,8 +169,11 @@ let package = Package(
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
                     dependencies: ["CofferKeybag", "CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
-                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit",
+                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPAM", "CofferPrompt",
                                    .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: settings),
+        // The pinentry conversation against real (scripted) pinentry processes: answers, cancels, hangs, crashes, garbage.
+        .testTarget(name: "CofferPromptTests", dependencies: ["CofferPrompt", "CofferCrypto", "CofferModel", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],

@@ -104,6 +104,9 @@ import Testing
         "CofferManifest": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
                            "CofferClient"],
         "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
+        // The pinentry conversation serves both sides: it knows no wire, keys, items, PAM, client or agent.
+        "CofferPrompt": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
+                         "CofferClient", "CofferIdentity", "CofferPolicy", "Foundation"],
         // Plugins run outside the agent: the host and its client never reach keys, items or the store,
         // and the plugin protocol is bytes only (no processes or files).
         "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],
