@@ -73,8 +73,9 @@ final class AgentRig {
     /// Terminal sessions whose leader the test made exit (every other session counts as live).
     let endedSessions = Protected(Set<CallerIdentity.LoginSession>())
 
+    /// `passcodeVerifier`: what checks passcodes for `userName` (default: ``verifier``, the stub).
     init(passcodeSet: Bool = true, idleSeconds: Double = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
-         sensor: FakeSensor = FakeSensor()) throws {
+         sensor: FakeSensor = FakeSensor(), passcodeVerifier: (any PasscodeVerifier)? = nil, userName: String = "tester") throws {
         self.sensor = sensor
         keychain = try Keychain(directory: dir.path, applicationPasswordKDF: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)),
                                 applicationPasswordDelays: AttemptSchedule.standard.delays, clock: clock)
@@ -90,7 +91,7 @@ final class AgentRig {
         // As the agent wires it: every lock event goes to the gate too.
         schedule = LockSchedule(keychain: keychain, idleSeconds: idleSeconds, graceSeconds: graceSeconds, clock: clock,
                                 logger: logger) { gate.observe($0); events.record($0) }
-        unlocking = UnlockService(keychain: keychain, verifier: verifier, userName: "tester", kdfPolicy: cheapKDF,
+        unlocking = UnlockService(keychain: keychain, verifier: passcodeVerifier ?? verifier, userName: userName, kdfPolicy: cheapKDF,
                                   clock: clock, logger: logger, attemptsFile: dir.file("attempts"))
         authenticator = Authenticator(sensor: sensor, unlocking: unlocking, keychain: keychain, gate: gate, clock: clock, logger: logger)
         pipeline = Pipeline(keychain: keychain, unlocking: unlocking, schedule: schedule, gate: gate, authenticator: authenticator,
