@@ -180,4 +180,46 @@ import Testing
         #expect(env == ["DISPLAY=:1", "HOME=/home/u", "LANG=C", "WAYLAND_DISPLAY=wayland-0", "XAUTHORITY=/run/user/1/xauth"])
         #expect(PinentryEnvironment.merge(own: ["DISPLAY": ":0"], manager: nil) == ["DISPLAY=:0"])
     }
+
+    /// A script at `dir/name` with `body`.
+    static func script(_ dir: TemporaryDirectory, _ name: String, _ body: String) throws -> String {
+        let path = dir.file(name)
+        try ("#!/bin/sh\n" + body + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o755)
+        return path
+    }
+
+    @Test func thePinentryGetsOnlyItsEnvironmentAndNoArguments() throws {
+        let dir = TemporaryDirectory("coffer-prompt")
+        let program = try Self.script(dir, "pinentry-env", """
+            { echo "args:$#"; env; } > '\(dir.file("seen"))'
+            echo OK; while IFS= read -r line; do case "$line" in GETPIN) echo 'D typed secret'; echo OK;; *) echo OK;; esac; done
+            """)
+        let p = PinentryPrompter(program: program, environment: ["DISPLAY=:7", "LANG=C"])
+        #expect(p.ask(Self.request))
+        #expect(Self.passcode(p.await(stop: { false })) == "typed secret")
+        p.end()
+        let seen = try String(contentsOfFile: dir.file("seen"), encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(seen.contains("args:0") && seen.contains("DISPLAY=:7") && seen.contains("LANG=C"), "\(seen)")
+        // What the shell adds itself (PWD, SHLVL, _) aside, nothing else came through.
+        #expect(seen.filter { !$0.hasPrefix("PWD=") && !$0.hasPrefix("SHLVL=") && !$0.hasPrefix("_=") }.count == 3, "\(seen)")
+    }
+
+    @Test func theUserManagersEnvironmentIsReadAndALateManagerIsKilled() throws {
+        let dir = TemporaryDirectory("coffer-prompt")
+        let manager = try Self.script(dir, "systemctl", """
+            [ "$1 $2" = "--user show-environment" ] || exit 2
+            printf 'DISPLAY=:3\\nWAYLAND_DISPLAY=wayland-1\\nODD=$\\047a\\\\nb\\047\\nLANG=C.UTF-8\\n'
+            """)
+        let env = try #require(PinentryEnvironment.userManager(systemctl: manager))
+        #expect(env["DISPLAY"] == ":3" && env["WAYLAND_DISPLAY"] == "wayland-1" && env["LANG"] == "C.UTF-8", "\(env)")
+        #expect(env["ODD"] == nil, "a value systemctl quotes is left out: \(env)")
+        let failing = try Self.script(dir, "systemctl-fails", "echo DISPLAY=:9; exit 1")
+        #expect(PinentryEnvironment.userManager(systemctl: failing) == nil)
+        let late = try Self.script(dir, "systemctl-hangs", "echo DISPLAY=:9; exec sleep 3600")
+        let started = Date()
+        #expect(PinentryEnvironment.userManager(systemctl: late, timeoutSeconds: 1) == nil)
+        #expect(Date().timeIntervalSince(started) < 60)
+        #expect(PinentryEnvironment.userManager(systemctl: dir.file("missing")) == nil)
+    }
 }
