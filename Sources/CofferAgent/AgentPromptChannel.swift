@@ -49,6 +49,11 @@ final class AgentPromptChannel: AuthChannel {
 
     func feedback(_ text: String, kind: AuthFeedbackKind) { prompter.feedback(text, kind: kind) }
 
+    /// Tells the person why the request failed (`error`'s message: how long the attempt schedule
+    /// makes them wait, too many wrong passcodes), as the request ends: the person who typed into the
+    /// agent's dialog has no client that could show it. Bounded like every wait; the pinentry goes.
+    func tell(_ error: LAError, app: String) { prompter.tell(error.message, app: app) }
+
     /// The request ended: the pinentry goes.
     func end() { prompter.end() }
 }

@@ -86,20 +86,48 @@ public final class Pinentry {
     /// Starts the pinentry if it is not running, then asks.
     private func begin(_ request: AuthenticationRequest, error: String?) -> Bool {
         current = request
-        if fd < 0 {
-            guard let started = try? Subprocess.spawn(executable: program, environment: environment, socketAt: [0, 1]) else {
-                failure = .couldNotStart
-                return false
-            }
-            child = started.pid
-            fd = dup(started.socket.rawValue)
-            guard fd >= 0, let greeting = readLine(), greeting.hasPrefix("OK") else {
-                if failure == nil || failure == .exited || failure == .protocolError { failure = .couldNotStart }
+        return start() && ask(request, error: error)
+    }
+
+    /// Starts the pinentry if it is not running and waits for its greeting.
+    private func start() -> Bool {
+        guard fd < 0 else { return true }
+        guard let started = try? Subprocess.spawn(executable: program, environment: environment, socketAt: [0, 1]) else {
+            failure = .couldNotStart
+            return false
+        }
+        child = started.pid
+        fd = dup(started.socket.rawValue)
+        guard fd >= 0, let greeting = readLine(), greeting.hasPrefix("OK") else {
+            if failure == nil || failure == .exited || failure == .protocolError { failure = .couldNotStart }
+            stopProgram()
+            return false
+        }
+        return true
+    }
+
+    /// Shows `text` in a one-button message dialog (Assuan MESSAGE) about `app`'s request (why it
+    /// ended: the attempt schedule's wait, too many wrong passcodes) and waits until the person
+    /// closes it, never past ``deadline`` (nor longer than `seconds`). An open question is closed
+    /// first. False if it could not be shown.
+    @discardableResult
+    public func message(_ text: String, app: String, seconds: Double) -> Bool {
+        if dialogOpen { stopProgram() }
+        failure = nil
+        guard start() else { return false }
+        let title = identifiesApp ? "Coffer: \(app)" : "Coffer"
+        let body = identifiesApp ? "Requested by: \(app)\n\n" + text : text
+        for c in ["SETTITLE " + Assuan.escape(title), "SETDESC " + Assuan.escape(body)] {
+            guard send(c), let reply = readLine(), reply.hasPrefix("OK") else {
                 stopProgram()
                 return false
             }
         }
-        return ask(request, error: error)
+        guard send("MESSAGE") else { stopProgram(); return false }
+        // The person closes it (OK), or the time is up: either way the pinentry goes.
+        let closed = readLine(timeout: seconds).map { $0.hasPrefix("OK") || $0.hasPrefix("ERR") } ?? false
+        stopProgram()
+        return closed
     }
 
     /// Describes the request and starts GETPIN (or CONFIRM for the sensor alone); the answer arrives
@@ -249,10 +277,10 @@ public final class Pinentry {
         return line
     }
 
-    /// A whole line, waiting for it (the greeting and command replies), at most ``replyTimeout`` and
-    /// never past ``deadline``; nil (with ``failure`` set) if none came.
-    private func readLine() -> String? {
-        let deadline = min(Threads.monotonicSeconds() + replyTimeout, self.deadline ?? .infinity)
+    /// A whole line, waiting for it (the greeting and command replies), at most `timeout` (default
+    /// ``replyTimeout``) and never past ``deadline``; nil (with ``failure`` set) if none came.
+    private func readLine(timeout: Double? = nil) -> String? {
+        let deadline = min(Threads.monotonicSeconds() + (timeout ?? replyTimeout), self.deadline ?? .infinity)
         while true {
             if let l = takeLine() { return String(decoding: l, as: UTF8.self) }
             let left = Int32(max(0, (deadline - Threads.monotonicSeconds()) * 1000))

@@ -98,6 +98,16 @@ public final class PinentryPrompter {
         if !pinentry.isRunning, let why = pinentry.failure { failure = why }
     }
 
+    /// Tells the person why the request ended without success (the attempt schedule's wait, too many
+    /// wrong passcodes) in a one-button message dialog, and waits until it is closed: at most
+    /// `seconds`, never past the hard deadline. The pinentry is stopped afterwards.
+    @discardableResult
+    public func tell(_ text: String, app: String, seconds: Double = 30) -> Bool {
+        if hardDeadline == nil { hardDeadline = Threads.monotonicSeconds() + timeoutSeconds }
+        pinentry.deadline = hardDeadline
+        return pinentry.message(text, app: app, seconds: seconds)
+    }
+
     /// The request ended: the dialog closes and the pinentry is stopped.
     public func end() { pinentry.end() }
 }

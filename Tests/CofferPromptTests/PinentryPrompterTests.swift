@@ -48,6 +48,13 @@ import Testing
         PinentryPrompter(program: pinentry.program, environment: ["LANG=C"], timeoutSeconds: timeout, replyTimeout: reply)
     }
 
+    /// `p.ask(request)`, recording why it could not ask.
+    static func ask(_ p: PinentryPrompter, _ request: AuthenticationRequest) -> Bool {
+        if p.ask(request) { return true }
+        Issue.record("could not ask: \(p.await(stop: { false }))")
+        return false
+    }
+
     static func passcode(_ e: PromptEvent) -> String? {
         if case .answer(.passcode(let p)) = e { return text(p) }
         return nil
@@ -63,7 +70,7 @@ import Testing
         let dir = TemporaryDirectory("coffer-prompt")
         let pinentry = try ScriptedPinentry(in: dir, pins: ["nope", "right one"])
         let p = Self.prompter(pinentry)
-        #expect(p.ask(Self.request))
+        #expect(Self.ask(p, Self.request))
         #expect(Self.passcode(p.await(stop: { false })) == "nope")
         p.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
         #expect(Self.passcode(p.await(stop: { false })) == "right one")
@@ -82,16 +89,54 @@ import Testing
         let long = String(repeating: "a%25", count: 400)
         let pinentry = try ScriptedPinentry(in: dir, pins: [long + "^^" + "tail"])
         let p = Self.prompter(pinentry)
-        #expect(p.ask(AuthenticationRequest(methods: [.applicationPassword], app: "app", prompt: "app wants it")))
+        #expect(Self.ask(p, AuthenticationRequest(methods: [.applicationPassword], app: "app", prompt: "app wants it")))
         guard case .answer(.applicationPassword(let pw)) = p.await(stop: { false }) else { Issue.record("no application password"); return }
         #expect(text(pw) == String(repeating: "a%", count: 400) + "tail")
         #expect(pinentry.commands.contains("SETPROMPT Application password:"))
     }
 
+    @Test func feedbackWhileTheDialogIsOpenShowsItInANewDialog() throws {
+        let dir = TemporaryDirectory("coffer-prompt")
+        let pinentry = try ScriptedPinentry(in: dir, pins: ["typed"])
+        let p = Self.prompter(pinentry)
+        #expect(Self.ask(p, AuthenticationRequest(methods: [.biometry, .passcode], app: "app", prompt: "app wants it")))
+        // A failed match while the passcode dialog is open: Assuan cannot change an open dialog, so
+        // a new one shows the message, and after biometry is out, without "touch the sensor".
+        p.feedback("No match. Try again.", kind: .noMatch)
+        p.feedback("Biometry is not available: type your passcode.", kind: .passcodeOnly)
+        #expect(Self.passcode(p.await(stop: { false })) == "typed")
+        let commands = pinentry.commands
+        #expect(commands.contains("SETERROR No match. Try again.") && commands.contains("SETERROR Biometry is not available: type your passcode."),
+                "\(commands)")
+        let descriptions = commands.filter { $0.hasPrefix("SETDESC ") }
+        #expect(descriptions.count == 3 && descriptions[1].contains("touch the sensor") && !descriptions[2].contains("touch the sensor"),
+                "\(descriptions)")
+    }
+
+    @Test func whyTheRequestEndedIsShownInAMessageTheDeadlineBounds() throws {
+        let dir = TemporaryDirectory("coffer-prompt")
+        let pinentry = try ScriptedPinentry(in: dir, pins: ["wrong"])
+        let p = Self.prompter(pinentry)
+        #expect(Self.ask(p, Self.request))
+        #expect(Self.passcode(p.await(stop: { false })) == "wrong")
+        #expect(p.tell("Too many failed attempts: try again in 1 minute.", app: "com.example.mail"))
+        let commands = pinentry.commands
+        #expect(commands.filter { $0 != "BYE" }.suffix(3) == ["SETTITLE Coffer: com.example.mail",
+                                       "SETDESC Requested by: com.example.mail%0A%0AToo many failed attempts: try again in 1 minute.",
+                                       "MESSAGE"], "\(commands)")
+        #expect(Self.gone(pinentry))
+        // A message nobody closes ends at its time limit, and its pinentry is killed.
+        let hangDir = TemporaryDirectory("coffer-prompt")
+        let hanging = try ScriptedPinentry(in: hangDir, .hangAtMessage)
+        let q = Self.prompter(hanging)
+        #expect(!q.tell("Wait.", app: "app", seconds: 1))
+        #expect(!hanging.isRunning)
+    }
+
     @Test func aCancelInTheDialogIsACancel() throws {
         let dir = TemporaryDirectory("coffer-prompt")
         let p = Self.prompter(try ScriptedPinentry(in: dir, .cancel))
-        #expect(p.ask(Self.request))
+        #expect(Self.ask(p, Self.request))
         guard case .answer(.cancel) = p.await(stop: { false }) else { Issue.record("not a cancel"); return }
     }
 
@@ -100,7 +145,7 @@ import Testing
             let dir = TemporaryDirectory("coffer-prompt")
             let pinentry = try ScriptedPinentry(in: dir, behaviour)
             let p = Self.prompter(pinentry)
-            #expect(p.ask(Self.request))
+            #expect(Self.ask(p, Self.request))
             let started = Date()
             guard case .timedOut = p.await(stop: { false }, within: 1) else { Issue.record("\(behaviour): no timeout"); continue }
             #expect(Date().timeIntervalSince(started) < 60, "\(behaviour)")
@@ -135,7 +180,7 @@ import Testing
         let dir = TemporaryDirectory("coffer-prompt")
         let pinentry = try ScriptedPinentry(in: dir, .crashAtGetpin)
         let p = Self.prompter(pinentry)
-        #expect(p.ask(Self.request))
+        #expect(Self.ask(p, Self.request))
         guard case .failed(.exited) = p.await(stop: { false }) else { Issue.record("crash not seen"); return }
         #expect(!pinentry.isRunning)
     }
@@ -145,8 +190,9 @@ import Testing
             let dir = TemporaryDirectory("coffer-prompt")
             let pinentry = try ScriptedPinentry(in: dir, behaviour)
             let p = Self.prompter(pinentry)
-            #expect(p.ask(Self.request))
-            guard case .failed(.protocolError) = p.await(stop: { false }) else { Issue.record("\(behaviour): garbage accepted"); continue }
+            #expect(Self.ask(p, Self.request))
+            let event = p.await(stop: { false })
+            guard case .failed(.protocolError) = event else { Issue.record("\(behaviour): \(event)"); continue }
             #expect(Self.gone(pinentry), "\(behaviour)")
         }
     }
@@ -154,7 +200,7 @@ import Testing
     @Test func theCallerCanStopTheWait() throws {
         let dir = TemporaryDirectory("coffer-prompt")
         let p = Self.prompter(try ScriptedPinentry(in: dir, .hangAtGetpin))
-        #expect(p.ask(Self.request))
+        #expect(Self.ask(p, Self.request))
         var fds: [Int32] = [-1, -1]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
@@ -168,7 +214,7 @@ import Testing
         let dir = TemporaryDirectory("coffer-prompt")
         let pinentry = try ScriptedPinentry(in: dir)
         let p = Self.prompter(pinentry)
-        #expect(p.ask(AuthenticationRequest(methods: [.biometry], app: "app", prompt: "app wants it")))
+        #expect(Self.ask(p, AuthenticationRequest(methods: [.biometry], app: "app", prompt: "app wants it")))
         guard case .answer(.cancel) = p.await(stop: { false }) else { Issue.record("not a cancel"); return }
         #expect(pinentry.commands.contains("CONFIRM --one-button") && pinentry.commands.contains("SETOK Cancel"))
     }
@@ -184,8 +230,8 @@ import Testing
     /// A script at `dir/name` with `body`.
     static func script(_ dir: TemporaryDirectory, _ name: String, _ body: String) throws -> String {
         let path = dir.file(name)
-        try ("#!/bin/sh\n" + body + "\n").write(toFile: path, atomically: true, encoding: .utf8)
-        chmod(path, 0o755)
+        try ("#!/bin/sh\n" + body + "\n").write(toFile: path + ".src", atomically: true, encoding: .utf8)
+        try ScriptedPinentry.install(path + ".src", at: path)
         return path
     }
 
@@ -196,7 +242,7 @@ import Testing
             echo OK; while IFS= read -r line; do case "$line" in GETPIN) echo 'D typed secret'; echo OK;; *) echo OK;; esac; done
             """)
         let p = PinentryPrompter(program: program, environment: ["DISPLAY=:7", "LANG=C"])
-        #expect(p.ask(Self.request))
+        #expect(Self.ask(p, Self.request))
         #expect(Self.passcode(p.await(stop: { false })) == "typed secret")
         p.end()
         let seen = try String(contentsOfFile: dir.file("seen"), encoding: .utf8).split(separator: "\n").map(String.init)

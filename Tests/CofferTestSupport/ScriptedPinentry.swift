@@ -25,6 +25,8 @@ public struct ScriptedPinentry: Sendable {
         case garbageLines
         /// Answers GETPIN with 16 KiB without a line end.
         case endlessLine
+        /// Hangs at the first MESSAGE (a message dialog nobody closes).
+        case hangAtMessage
     }
 
     /// The executable.
@@ -49,7 +51,7 @@ public struct ScriptedPinentry: Sendable {
         case .crashAtGetpin: getpin = "kill -SEGV $$"
         case .garbageLines: getpin = "echo 'HELLO THERE'; echo 'D not'; echo OK"
         case .endlessLine: getpin = "head -c 16384 /dev/zero | tr '\\000' x"
-        case .hangAtGreeting, .exitAtOnce: getpin = "echo OK"
+        case .hangAtGreeting, .exitAtOnce, .hangAtMessage: getpin = "echo OK"
         }
         let start: String
         switch behaviour {
@@ -67,13 +69,28 @@ public struct ScriptedPinentry: Sendable {
               case "$line" in
                 GETPIN) \(getpin);;
                 CONFIRM*) echo OK;;
+                MESSAGE) \(behaviour == .hangAtMessage ? "exec sleep 3600" : "echo OK");;
                 BYE) echo OK; exit 0;;
                 *) echo OK;;
               esac
             done
 
-            """.write(toFile: program, atomically: true, encoding: .utf8)
-        chmod(program, 0o755)
+            """.write(toFile: program + ".src", atomically: true, encoding: .utf8)
+        try Self.install(program + ".src", at: program)
+    }
+
+    /// Copies `source` to `path` through `cp` and makes it executable. The file to run is never open
+    /// for writing in this process: a `fork` by another test's thread would inherit that descriptor,
+    /// and while the child holds it, running the file fails with ETXTBSY.
+    public static func install(_ source: String, at path: String) throws {
+        let cp = Process()
+        cp.executableURL = URL(fileURLWithPath: "/bin/cp")
+        cp.arguments = [source, path]
+        try cp.run()
+        cp.waitUntilExit()
+        guard cp.terminationStatus == 0, chmod(path, 0o755) == 0 else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
     }
 
     /// The commands received so far.
