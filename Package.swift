@@ -80,8 +80,16 @@ let package = Package(
         .target(name: "CofferPrompt", dependencies: ["CofferModel", "CofferCrypto", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem", "CofferPrompt"],
                 swiftSettings: settings),
+        // The protocol-free service core (issue #25): the access gate, the authenticator, unlocking, the
+        // lock schedule and every keychain operation, typed in model terms, for a caller context and
+        // an authentication channel. It imports no wire module: each front end is an adapter.
+        .target(name: "CofferService",
+                dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferPAM", "CofferSystem",
+                               "CofferIdentity", "CofferPolicy", "CofferAudit",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
         .target(name: "CofferAgent",
-                dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                dependencies: ["CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
                                "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt",
                                .product(name: "Logging", package: "swift-log")],
@@ -141,6 +149,11 @@ let package = Package(
 
         .target(name: "CofferTestSupport", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag"],
                 path: "Tests/CofferTestSupport", swiftSettings: settings),
+        // The service core's test doubles and its in-process composition, shared by the service's and the agent's tests.
+        .target(name: "CofferServiceTestSupport",
+                dependencies: ["CofferService", "CofferAudit", "CofferCrypto", "CofferKeybag", "CofferKeychain", "CofferModel", "CofferPolicy",
+                               "CofferSystem", "CofferTestSupport", .product(name: "Logging", package: "swift-log")],
+                path: "Tests/CofferServiceTestSupport", swiftSettings: settings),
         .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem", "CofferTestSupport"], swiftSettings: settings),
         // The shell helpers' pure parts: secret references and templates, secret renderings.
         .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
@@ -168,12 +181,17 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
-                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPAM", "CofferPrompt",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),
         // The pinentry conversation against real (scripted) pinentry processes: answers, cancels, hangs, crashes, garbage.
         .testTarget(name: "CofferPromptTests", dependencies: ["CofferPrompt", "CofferCrypto", "CofferModel", "CofferSystem", "CofferTestSupport"],
+                    swiftSettings: settings),
+        // The service core alone: every operation with a scripted channel and a fake clock; no wire module.
+        .testTarget(name: "CofferServiceTests",
+                    dependencies: ["CofferService", "CofferServiceTestSupport", "CofferAudit", "CofferCrypto", "CofferKeychain", "CofferModel",
+                                   "CofferPolicy", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],

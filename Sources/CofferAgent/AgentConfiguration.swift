@@ -1,6 +1,8 @@
+import CofferAudit
 package import CofferKeybag
 import CofferModel
 package import CofferPolicy
+package import CofferService
 package import CofferTrust
 import CofferSystem
 import Glibc
@@ -233,5 +235,21 @@ extension String {
         while let f = s.first, f == " " || f == "\t" || f == "\r" { s.removeFirst() }
         while let l = s.last, l == " " || l == "\t" || l == "\r" { s.removeLast() }
         return String(s)
+    }
+}
+
+extension AgentConfiguration {
+    /// What the service core is made with (``KeychainService/compose(keychain:verifier:sensor:settings:clock:wallClock:logger:sessionIsLive:onEvent:onErase:)``).
+    var serviceSettings: ServiceSettings {
+        var s = ServiceSettings(policy: policy,
+                                audit: auditLog ? AuditLog(directory: stateDirectory, maximumBytes: auditMaximumBytes) : nil,
+                                userName: userName, kdfPolicy: kdfPolicy)
+        s.attemptSchedule = attemptSchedule
+        s.attemptsFile = stateDirectory + "/attempts"
+        s.idleLockSeconds = idleLockSeconds
+        s.lockGraceSeconds = lockGraceSeconds
+        s.authenticationTimeoutSeconds = authenticationTimeoutSeconds
+        s.agentVersion = Agent.version
+        return s
     }
 }

@@ -5,6 +5,10 @@ import Logging
 
 /// Process-level start-up of `cofferd`: hardening, daemonising, signals, and the serve loop.
 package enum AgentMain {
+    /// The exit status of an agent refused because another process holds its state directory (a
+    /// service manager must not restart it: `RestartPreventExitStatus=` in the systemd unit).
+    package static let stateDirectoryHeldStatus: Int32 = 69
+
     /// Runs the agent until SIGTERM/SIGINT; returns the process exit status.
     package static func run(configuration cfg: AgentConfiguration, daemonize: Bool, logLevel: String) -> Int32 {
         do {
@@ -20,10 +24,16 @@ package enum AgentMain {
         do {
             try Files.makePrivateDirectory(cfg.stateDirectory)
             stateLock = try StateDirectoryLock.acquire(directory: cfg.stateDirectory, socket: cfg.socketPath)
+        } catch let failure as StateDirectoryLock.Failure {
+            StandardStreams.printError("cofferd: \(failure)")
+            if case .held = failure { return stateDirectoryHeldStatus }
+            return 1
         } catch {
             StandardStreams.printError("cofferd: \(error)")
             return 1
         }
+        // Released only by the process's exit, never by a deinit while other threads still run.
+        stateLock.keepUntilExit()
         var readiness: ThisProcess.Readiness? = nil
         if daemonize {
             do {
@@ -70,7 +80,6 @@ package enum AgentMain {
             default:
                 Systemd.notify("STOPPING=1")
                 agent.shutdown()
-                withExtendedLifetime(stateLock) {}
                 return 0
             }
         }

@@ -1,4 +1,5 @@
 import CofferModel
+import CofferService
 import CofferPrompt
 import CofferSystem
 

@@ -1,28 +1,36 @@
 import CofferCrypto
-import CofferProtocol
+import CofferModel
 import CofferSystem
 import Glibc
 
-/// One client connection: its socket, its caller's identity, and frame I/O.
+/// One client connection of a ``SocketServer``: its socket, its peer, and frame I/O in its front
+/// end's ``Framing``.
 ///
 /// Frame bodies are read into guarded memory (they may carry passcodes and secrets) and wiped when
 /// released; replies that carried a secret are wiped after sending.
 ///
-/// Time limits (``Limits``): a connection must send the first byte of its HELLO within
+/// Time limits (``Limits``): a connection must send the first byte of its first frame (the native
+/// protocol's HELLO) within
 /// ``Limits/helloSeconds`` of connecting; once a frame's first byte arrived, the whole frame must
 /// arrive within ``Limits/frameSeconds`` (an absolute deadline, not a per-read timeout, so a client
 /// dripping a byte every few seconds cannot hold the connection, or the locked memory its frame
 /// needs, for longer); time spent waiting for frame budget does not count against it. Between
 /// frames, a greeted client may stay idle as long as it likes.
 final class Connection: @unchecked Sendable {
-    // @unchecked Sendable: `fd`, `peer`, `limits` and `connectedAt` are immutable and the flags and the
+    // @unchecked Sendable: `socket`, `peer`, `limits` and `connectedAt` are immutable and the flags and the
     // event queue are owned by `state`, but `writes` is a bare mutex that guards the socket's write side
     // (no Swift state), and reads happen on the serving thread only: the compiler cannot see either.
-    let fd: Int32
+    /// The connection's socket: closed when the last reference to the connection goes (never while a
+    /// thread that still holds it, such as a lock-event broadcast, could write to the number reused).
+    private let socket: FileDescriptor
+    /// The socket's descriptor number (valid while this connection lives).
+    var fd: Int32 { socket.rawValue }
     /// Who connected (SO_PEERCRED at accept time, and /proc/PID/exe).
     let peer: PeerIdentity
     /// The time limits this connection runs under.
     let limits: Limits
+    /// How its front end cuts the byte stream into frames.
+    let framing: any Framing
     /// When the connection was accepted (monotonic seconds).
     let connectedAt = Threads.monotonicSeconds()
     /// Held while writing to the socket (a reply, or queued events).
@@ -30,7 +38,8 @@ final class Connection: @unchecked Sendable {
     private let state = Protected(IOState())
 
     private struct IOState {
-        var subscribed = false
+        /// How lock events are encoded for this connection's front end (nil: not subscribed).
+        var eventEncoding: (@Sendable (LockEvent) -> [UInt8])? = nil
         var closed = false
         /// Event frames waiting for the write lock (see ``sendEvent(_:)``).
         var pendingEvents: [[UInt8]] = []
@@ -50,29 +59,35 @@ final class Connection: @unchecked Sendable {
     struct Limits: Sendable {
         /// The whole frame must arrive within this many seconds of its first byte.
         var frameSeconds: Double = 10
-        /// The first byte of HELLO must arrive within this many seconds of the connection.
+        /// The first byte of the first frame (HELLO) must arrive within this many seconds of the connection.
         var helloSeconds: Double = 5
     }
 
-    init(fd: Int32, peer: PeerIdentity, limits: Limits = Limits()) {
-        self.fd = fd
+    init(socket: consuming FileDescriptor, peer: PeerIdentity, limits: Limits = Limits(), framing: any Framing) {
+        self.socket = socket
         self.peer = peer
         self.limits = limits
+        self.framing = framing
         // Reads wait with poll() against the deadlines below; only sends use a socket timeout.
         UnixSocket.setTimeouts(fd, send: Self.ioTimeout, receive: 0)
     }
 
     /// True once the client subscribed to lock events.
-    var isSubscribed: Bool { state.withLock { $0.subscribed && !$0.closed } }
+    var isSubscribed: Bool { state.withLock { $0.eventEncoding != nil && !$0.closed } }
 
-    /// Marks the connection subscribed.
-    func subscribe() { state.withLock { $0.subscribed = true } }
+    /// Marks the connection subscribed: lock events go out encoded by `encoding`.
+    func subscribe(encoding: @escaping @Sendable (LockEvent) -> [UInt8]) { state.withLock { $0.eventEncoding = encoding } }
 
-    /// Why ``readFrame(spinMicros:budget:)`` returned no frame.
+    /// `event` as this connection's front end sends it; nil if it is not subscribed (or closed).
+    func eventFrame(_ event: LockEvent) -> [UInt8]? {
+        state.withLock { $0.closed ? nil : $0.eventEncoding }.map { $0(event) }
+    }
+
+    /// Why ``readFrame(greeted:spinMicros:budget:bufferedOnly:)`` returned no frame.
     enum ReadEnd: Error {
         /// The peer closed (or the connection was closed), or a socket error.
         case closed
-        /// No HELLO began within ``Limits/helloSeconds``.
+        /// No first frame (HELLO) began within ``Limits/helloSeconds``.
         case helloTimeout
         /// A frame did not arrive in full within ``Limits/frameSeconds`` of its first byte.
         case frameDeadline
@@ -93,16 +108,52 @@ final class Connection: @unchecked Sendable {
     /// wholly there is reported as ``ReadEnd/closed``.
     func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
         if spinMicros > 0, !bufferedOnly { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
-        var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
+        return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
+    }
+
+    /// A frame of a length-prefixed framing: a header of `headerBytes` bytes that `bodyLength` turns
+    /// into the body's length (nil: outside the protocol's bounds), then the body, into secure memory,
+    /// under ``FrameBudget`` and the deadlines above.
+    func readLengthPrefixedFrame(headerBytes: Int, bodyLength: (UnsafeRawBufferPointer) -> Int?, greeted: Bool, budget: FrameBudget,
+                                 bufferedOnly: Bool) -> Result<Frame, ReadEnd> {
         var deadline: Double? = nil
         let idleUntil: Double? = greeted ? nil : connectedAt + limits.helloSeconds
-        let gotHeader = withUnsafeMutableBytes(of: &header) {
-            receive($0, deadline: &deadline, idleUntil: idleUntil, bufferedOnly: bufferedOnly)
+        // The header on the stack: no allocation per frame.
+        let length = withUnsafeTemporaryAllocation(byteCount: headerBytes, alignment: 1) { header -> Result<Int, ReadEnd> in
+            if let end = receive(header, deadline: &deadline, idleUntil: idleUntil, bufferedOnly: bufferedOnly) { return .failure(end) }
+            guard let length = bodyLength(UnsafeRawBufferPointer(header)) else { return .failure(.badLength) }
+            return .success(length)
         }
-        if let end = gotHeader { return .failure(end) }
-        guard case .success(let length) = withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0) }) else {
-            return .failure(.badLength)
+        switch length {
+        case .failure(let end): return .failure(end)
+        case .success(let n): return readBody(length: n, deadline: &deadline, budget: budget, bufferedOnly: bufferedOnly)
         }
+    }
+
+    /// A frame of a line framing: bytes up to a newline (not included), at most `maximumBytes`
+    /// (longer is ``ReadEnd/badLength``), read one byte at a time into secure memory (a line may
+    /// carry a secret) under the deadlines above.
+    func readLine(maximumBytes: Int, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Frame, ReadEnd> {
+        let line = SecureBytes(count: maximumBytes)
+        var deadline: Double? = nil
+        var count = 0
+        while true {
+            var byte: UInt8 = 0
+            let end = withUnsafeMutableBytes(of: &byte) {
+                receive($0, deadline: &deadline, idleUntil: greeted || count > 0 ? nil : connectedAt + limits.helloSeconds,
+                        bufferedOnly: bufferedOnly)
+            }
+            if let end { return .failure(end) }
+            if byte == UInt8(ascii: "\n") { break }
+            guard count < maximumBytes else { return .failure(.badLength) }
+            line.withUnsafeMutableBytes { $0[count] = byte }
+            count += 1
+        }
+        defer { line.wipe() }
+        return .success(Frame(body: line.slice(0..<count), grant: .none))
+    }
+
+    private func readBody(length: Int, deadline: inout Double?, budget: FrameBudget, bufferedOnly: Bool) -> Result<Frame, ReadEnd> {
         let cost = FrameBudget.cost(ofBody: length)
         let waitStarted = Threads.monotonicSeconds()
         guard let grant = budget.acquire(cost, owner: peer.pid, timeout: Self.ioTimeout) else { return .failure(.noBudget) }
@@ -212,9 +263,7 @@ final class Connection: @unchecked Sendable {
         if first { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
-    /// Closes the descriptor (the serving thread, once, at the end).
-    func release() {
-        close()
-        Glibc.close(fd)
-    }
+    /// Ends the connection (the serving thread, once, at the end); the descriptor itself closes with
+    /// the last reference.
+    func release() { close() }
 }

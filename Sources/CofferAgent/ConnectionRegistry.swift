@@ -1,8 +1,8 @@
-import CofferProtocol
+import CofferModel
 import CofferSystem
 
-/// The open connections and what shutdown needs: per-process counts (the admission limits), the
-/// requests in flight, and the stopping flag, all owned by one mutex. Shutdown waits on its condition
+/// The open connections of every listener and what shutdown needs: per-process counts (the admission
+/// limits, across all listeners), the requests in flight, and the stopping flag, all owned by one mutex. Shutdown waits on its condition
 /// variable for the requests in flight to finish.
 final class ConnectionRegistry: Sendable {
     private struct State {
@@ -84,12 +84,12 @@ final class ConnectionRegistry: Sendable {
         state.withLock(waitingUntil: { $0.inFlight == 0 }, timeout: timeout) { _ in true } ?? false
     }
 
-    /// Sends `event` to every subscriber without waiting; a subscriber that stopped reading is dropped.
+    /// Sends `event` to every subscriber, whatever its listener, in its front end's encoding, without
+    /// waiting; a subscriber that stopped reading is dropped.
     func broadcast(_ event: LockEvent, refusals: RefusalLog) {
         let subscribers = state.withLock { $0.connections.values.filter { $0.isSubscribed } }
-        guard !subscribers.isEmpty else { return }
-        let frame = AgentResponse.event(event).encodeFrame(requestID: 0)
-        for c in subscribers where !c.sendEvent(frame) {
+        for c in subscribers {
+            guard let frame = c.eventFrame(event), !c.sendEvent(frame) else { continue }
             refusals.log("subscriber", "dropping a subscriber that stopped reading", peer: c.peer)
             c.close()
         }

@@ -3,6 +3,7 @@ import CofferModel
 import CofferPluginClient
 import CofferPluginProtocol
 import CofferPolicy
+import CofferService
 import CofferSystem
 import Logging
 
@@ -53,7 +54,7 @@ final class PluginBiometricSensor: BiometricSensor {
             return .unavailable(LAError(.systemCancel, "the biometric authenticator failed (\(error))"))
         }
         switch result.code {
-        case .success: return .match
+        case .success: return .match(domainState: result.domainState)
         case .authenticationFailed: return .noMatch
         case .userCancel, .systemCancel, .userFallback: return .cancelled
         case .biometryNotEnrolled: return .unavailable(LAError(.biometryNotEnrolled, "no finger is enrolled"))
@@ -72,6 +73,9 @@ final class PluginBiometricSensor: BiometricSensor {
     }
 
     var name: String { plugin }
+
+    /// The host's round trips (every plugin's: the passcode plugin's too).
+    var roundTrips: Int { host.roundTrips }
 
     /// `coffer bio …`: a control command of the plugin (its status code and reply text).
     func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {

@@ -214,6 +214,27 @@ public final class AgentConnection {
         return report
     }
 
+    /// CHECK_PAGE, page after page until the agent says the end is reached: the whole report however
+    /// many findings it holds (`checked` and `skipped` summed). `page` sees each page as it arrives
+    /// (a quarantine commits page by page). Restore is not paged: use ``check(_:)``.
+    public func checkAll(_ operation: CheckOperation, page: (CheckReport) -> Void = { _ in }) throws(SecError) -> CheckReport {
+        var total = CheckReport(checked: 0, skipped: 0, findings: [])
+        var cursor: UInt64 = 0
+        repeat {
+            let r = try roundTrip(.checkPage(operation, cursor: cursor))
+            guard case .checkReportPage(let report) = r else { throw unexpected(r) }
+            page(report)
+            total.checked &+= report.checked
+            total.skipped &+= report.skipped
+            total.findings += report.findings
+            guard report.nextCursor == 0 || report.nextCursor > cursor else {
+                throw SecError.decode("the agent's check pages do not advance")
+            }
+            cursor = report.nextCursor
+        } while cursor != 0
+        return total
+    }
+
     /// Has the agent write a backup to `path` (absolute); returns how many items it holds.
     public func createBackup(path: String, password: SecureBytes) throws(SecError) -> Int {
         let r = try roundTrip(.backupCreate(path: path, password: password))

@@ -440,6 +440,8 @@ package final class Keybag: Sendable {
         var lockState: LockState
         /// The identities of `keybag.key` and `keybag` as this process last loaded or wrote them.
         private var files: [FileIdentity?] = []
+        /// SHA-256 of their contents then (nil: the file was missing or unreadable).
+        private var digests: [[UInt8]?] = []
 
         init(paths: KeybagPaths, file: KeybagFile) {
             self.paths = paths
@@ -455,13 +457,32 @@ package final class Keybag: Sendable {
         // MARK: Files changed under this process
 
         /// Notes the keybag files' identities (after loading or committing them).
-        mutating func recordFiles() { files = [FileIdentity.of(paths.key), FileIdentity.of(paths.keybag)] }
+        mutating func recordFiles() {
+            files = [FileIdentity.of(paths.key), FileIdentity.of(paths.keybag)]
+            digests = [Self.digest(paths.key), Self.digest(paths.keybag)]
+        }
+
+        /// SHA-256 of a file's bytes (the buffer wiped after), nil if it cannot be read.
+        private static func digest(_ path: String) -> [UInt8]? {
+            guard var bytes = try? Files.read(path, maxBytes: 1 << 20) else { return nil }
+            defer { for i in bytes.indices { bytes[i] = 0 } }
+            return SHA256.hash(bytes)
+        }
 
         /// errSecNotAvailable if `keybag.key` or `keybag` is not what this process last loaded or
         /// wrote: another process rewrote the keybag (a passcode change rotating the keys), and
         /// anything sealed now under the keys in memory could become unreadable.
-        func checkFilesUnchanged() throws(SecError) {
-            guard [FileIdentity.of(paths.key), FileIdentity.of(paths.keybag)] != files else { return }
+        ///
+        /// The status is compared first (cheap); when it differs, the contents decide: a `chmod`, a
+        /// `chown`, a hard link or a backup tool restoring times changes the status but no byte, and
+        /// must not stop every write until a restart. The new status is then recorded.
+        mutating func checkFilesUnchanged() throws(SecError) {
+            let now = [FileIdentity.of(paths.key), FileIdentity.of(paths.keybag)]
+            guard now != files else { return }
+            if [Self.digest(paths.key), Self.digest(paths.keybag)] == digests && !digests.contains(where: { $0 == nil }) {
+                files = now
+                return
+            }
             throw .notAvailable("the keybag files in \(Files.directoryName(paths.key)) changed under this agent (another process "
                 + "rewrote them); nothing is written with keys that may be stale: restart the agent")
         }

@@ -30,6 +30,8 @@ extension Keychain {
     /// Writes a new escrow record (replacing one that exists) and returns its secret, once.
     /// errSecInteractionNotAllowed unless unlocked; errSecNotAvailable without a passcode.
     public func createEscrow() throws(SecError) -> SecureBytes {
+        // A record of keys rotated elsewhere would open nothing later: refuse as every write does.
+        try keybag.checkUnchanged()
         let (generation, keys) = try keybag.escrowKeys()
         let secret = SecureBytes.random(count: Self.escrowSecretBytes)
         let salt = Random.bytes(16)

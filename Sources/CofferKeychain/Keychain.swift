@@ -29,6 +29,15 @@ public final class Keychain: Sendable {
         var reported = 0
     }
 
+    /// Match passes so far (``searchCount``).
+    private let searches = Protected(0)
+
+    /// How many passes over the items matching a query (a search, an update's or a delete's matching,
+    /// ``accessRequirements(_:scope:for:)``) this keychain has made: a protected read costs two (the
+    /// attempt, which finds what the items need, and the read once the person authenticated), which
+    /// the agent's tests and the benchmark check.
+    public var searchCount: Int { searches.withLock { $0 } }
+
     /// Argon2id settings for new application-password items.
     private let appPasswordKDF: ItemCrypto.AppPasswordKDF
     /// Failed application-password attempts per item, and their schedule.
@@ -57,7 +66,7 @@ public final class Keychain: Sendable {
     package init(directory: String, deviceKey: DeviceKeySource? = nil,
                  applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
                  applicationPasswordDelays: [Double], clock: any MonotonicClock,
-                 lockingStateDirectory: Bool = false) throws(SecError) {
+                 lockingStateDirectory: Bool) throws(SecError) {
         if lockingStateDirectory {
             do {
                 stateLock = try StateDirectoryLock.acquire(directory: directory, socket: nil)
@@ -82,10 +91,12 @@ public final class Keychain: Sendable {
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
     /// file `device.key` in the same directory), with the standard application-password schedule.
-    /// `lockingStateDirectory`: as above.
+    /// `lockingStateDirectory`: as above; on by default, so a library caller cannot open a running
+    /// agent's state by accident (only a process that holds the lock itself, as the agent does, passes
+    /// false).
     public convenience init(directory: String, deviceKey: DeviceKeySource? = nil,
                             applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
-                            lockingStateDirectory: Bool = false) throws(SecError) {
+                            lockingStateDirectory: Bool = true) throws(SecError) {
         try self.init(directory: directory, deviceKey: deviceKey, applicationPasswordKDF: applicationPasswordKDF,
                       applicationPasswordDelays: ApplicationPasswordAttempts.standardDelays, clock: SystemWallClock(),
                       lockingStateDirectory: lockingStateDirectory)
@@ -347,18 +358,18 @@ public final class Keychain: Sendable {
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var results: [ItemResult] = []
+            var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
+                    if query.returnData { guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData {
-                        try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row, cls, attrs, authorization)
-                    }
+                    if query.returnData { r.data = try openSecret(row, cls, attrs, authorization) }
                     results.append(r)
                 }
             }
+            try needs.throwIfUnsatisfied()
             guard !results.isEmpty else { throw Self.notFound(complete) }
             return results
         }
@@ -391,7 +402,7 @@ public final class Keychain: Sendable {
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var items: [ItemResult] = []
-            var lastRowID = cursor, refused = false, unreadable = 0
+            var lastRowID = cursor, refused = false, skippedIDs: [Int64] = []
             let skip: ((StoredRow) throws(SecError) -> Void)? = query.skipUnreadable ? { [keybag] row throws(SecError) in
                 // Counted for the caller unless its index says another group's (a row without index
                 // entries, forged or damaged, may be anyone's: counted).
@@ -400,23 +411,26 @@ public final class Keychain: Sendable {
                     let index = try store.indexHashes(item: row.id)
                     if !index.isEmpty && mine.isDisjoint(with: index) { return }
                 }
-                unreadable += 1
+                skippedIDs.append(row.id)
             } : nil
+            var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
                                  unreadable: skip) { (row, cls, attrs) throws(SecError) in
+                    if query.returnData { guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData {
-                        try Self.checkAuthorized(attrs, .useSecret, authorization)
-                        r.data = try openSecret(row, cls, attrs, authorization)
-                    }
+                    if query.returnData { r.data = try openSecret(row, cls, attrs, authorization) }
                     guard fits(r) else { refused = true; return }
                     items.append(r)
                     lastRowID = row.id
                 }
             }
+            try needs.throwIfUnsatisfied()
+            // A page cut short by `fits` is resumed after its last item: rows skipped beyond it are met
+            // (and counted) again by the next page, so this one does not count them.
+            let unreadable = refused ? skippedIDs.count(where: { $0 < lastRowID }) : skippedIDs.count
             guard !items.isEmpty || refused || cursor > 0 || unreadable > 0 else { throw Self.notFound(complete) }
             return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused, unreadable: unreadable)
         }
@@ -453,6 +467,39 @@ public final class Keychain: Sendable {
             throw .decode("an item's access control is damaged")
         }
         return acl
+    }
+
+    /// One pass's access-control check: every match goes through ``admit(_:)``; the first whose rule
+    /// `authorization` does not satisfy stops the operation's work (nothing more is opened), but the
+    /// pass goes on collecting the rules of the remaining matches, so that the
+    /// ``SecError/authenticationNeeded(_:requirements:)`` it ends with carries everything the agent
+    /// must ask the person for: no second search for the requirements.
+    private struct Requirements {
+        let operation: AccessControl.Operations
+        let authorization: AuthorizationContext
+        /// The distinct rules guarding `operation` on the matches so far.
+        private(set) var rules: [AccessControl] = []
+        /// The first rule `authorization` does not satisfy.
+        private var unsatisfied: AccessControl? = nil
+
+        init(operation: AccessControl.Operations, authorization: AuthorizationContext) {
+            self.operation = operation
+            self.authorization = authorization
+        }
+
+        /// True if the operation may go on with this match (nothing unsatisfied so far, this one included).
+        mutating func admit(_ attrs: Attributes) throws(SecError) -> Bool {
+            guard let acl = try Keychain.accessControl(attrs), acl.guards(operation) else { return unsatisfied == nil }
+            if !rules.contains(acl) { rules.append(acl) }
+            if unsatisfied == nil && !acl.isSatisfied(by: authorization) { unsatisfied = acl }
+            return unsatisfied == nil
+        }
+
+        /// errSecInteractionNotAllowed (needs authentication, with the rules) if a match was not admitted.
+        func throwIfUnsatisfied() throws(SecError) {
+            guard let acl = unsatisfied else { return }
+            throw .authenticationNeeded("the item's access control (\(acl)) needs authentication for this operation", requirements: rules)
+        }
     }
 
     /// errSecInteractionNotAllowed unless `authorization` satisfies the item's access control for
@@ -499,6 +546,14 @@ public final class Keychain: Sendable {
             var matches: [(StoredRow, ItemClass, Attributes)] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
             guard !matches.isEmpty else { throw Self.notFound(complete) }
+            // Every match's rule before anything is written, so that an authentication-needed answer
+            // names them all (the agent asks once, then updates).
+            var needs = Requirements(operation: .update, authorization: authorization)
+            for (_, cls, old) in matches {
+                try Validation.check(changes.attributes, for: cls, writing: true)
+                _ = try needs.admit(old)
+            }
+            try needs.throwIfUnsatisfied()
             return try writing(store) { () throws(SecError) in
                 for (row, cls, old) in matches {
                     try Validation.check(changes.attributes, for: cls, writing: true)
@@ -547,12 +602,14 @@ public final class Keychain: Sendable {
             try keybag.checkUnchanged() // before matching, as in an update
             var ids: [Int64] = []
             var refs: [[UInt8]] = []
+            var needs = Requirements(operation: .delete, authorization: authorization)
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in
-                try Self.checkAuthorized(attrs, .delete, authorization)
+                guard try needs.admit(attrs) else { return }
                 try proveApplicationPassword(row, cls, attrs, .delete, authorization)
                 ids.append(row.id)
                 refs.append(row.persistentRef)
             }
+            try needs.throwIfUnsatisfied()
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
@@ -565,49 +622,90 @@ public final class Keychain: Sendable {
     // MARK: Checking (coffer check)
 
     /// Runs a CHECK: verifies every row whose keys are in memory (see ``verify(_:_:)``), moves those
-    /// that fail authentication into the quarantine table (`.quarantine`, one transaction), lists
-    /// the quarantine, or restores one row from it (errSecItemNotFound if no quarantined row has that
-    /// reference; errSecDuplicateItem if an item with its primary key was added since). Nothing is
-    /// ever deleted. Every row, every access group: the agent allows it to whole-keychain callers only.
-    public func check(_ operation: CheckOperation) throws(SecError) -> CheckReport {
+    /// that cannot be opened (they fail authentication, or their class or protection does not match
+    /// their row) into the quarantine table (`.quarantine`), lists the quarantine, or restores one row
+    /// from it (errSecItemNotFound if no quarantined row has that reference; errSecDuplicateItem if an
+    /// item with its primary key was added since). Nothing is ever deleted. Every row, every access
+    /// group: the agent allows it to whole-keychain callers only.
+    ///
+    /// Paged: only rows after `cursor` (a row id for verify and quarantine, a quarantine id for the
+    /// list; 0 from the start), and each finding is offered to `fits` (a front end's reply size); the
+    /// first it refuses ends the page, whose `nextCursor` then says where the next page starts (0: the
+    /// end was reached). A quarantine page moves its own rows in one transaction, after its findings
+    /// are known. With `wholeOrNothing` a refused finding instead fails the whole request with
+    /// errSecAllocate before anything is moved (a front end that cannot page).
+    public func check(_ operation: CheckOperation, after cursor: Int64 = 0, wholeOrNothing: Bool = false,
+                      fits: (CheckFinding) -> Bool = { _ in true }) throws(SecError) -> CheckReport {
         try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            func full() -> SecError { SecError(.allocate, "the check report does not fit in one reply; use the paged check") }
             switch operation {
             case .listQuarantine:
-                let rows = try store.reading { () throws(SecError) in try store.quarantined() }
-                return CheckReport(checked: 0, skipped: 0, findings: rows.map {
-                    CheckFinding(persistentRef: $0.persistentRef, reason: .authentication, quarantined: true, detail: $0.reason)
-                })
+                var findings: [CheckFinding] = [], next: UInt64 = 0
+                try store.reading { () throws(SecError) in
+                    var last = cursor
+                    for row in try store.quarantined(after: cursor) {
+                        let f = CheckFinding(persistentRef: row.persistentRef, reason: CheckFinding.Reason(rawValue: row.code) ?? .authentication,
+                                             quarantined: true, detail: row.reason)
+                        guard fits(f) else {
+                            if wholeOrNothing || findings.isEmpty { throw full() }
+                            next = UInt64(last)
+                            return
+                        }
+                        findings.append(f)
+                        last = row.quarantineID
+                    }
+                }
+                return CheckReport(checked: 0, skipped: 0, findings: findings, nextCursor: next)
             case .restore(let ref):
                 let restored = try writing(store) { () throws(SecError) in try store.restoreQuarantined(persistentRef: ref) }
                 guard restored else { throw .itemNotFound("no quarantined item has that persistent reference") }
                 return CheckReport(checked: 0, skipped: 0, findings: [
                     CheckFinding(persistentRef: ref, reason: .authentication, quarantined: false, detail: "restored")])
             case .verify, .quarantine:
-                var checked: UInt32 = 0, skipped: UInt32 = 0
+                var checked: UInt32 = 0, skipped: UInt32 = 0, next: UInt64 = 0
                 var findings: [(Int64, CheckFinding)] = []
                 try store.reading { () throws(SecError) in
-                    for (id, _) in try store.rowClasses() {
+                    var last = cursor
+                    for (id, _) in try store.rowClasses() where id > cursor {
                         guard let row = try store.row(id: id) else { continue }
                         switch try verify(store, row) {
                         case .none: checked += 1
                         case .some(nil): skipped += 1
                         case .some(.some(let f)):
+                            guard fits(f) else {
+                                if wholeOrNothing || findings.isEmpty { throw full() }
+                                next = UInt64(last)
+                                return
+                            }
                             checked += 1
                             findings.append((id, f))
                         }
+                        last = id
                     }
                 }
                 if operation == .quarantine {
-                    let failing = findings.filter { $0.1.reason == .authentication }
+                    let unopenable: Set<CheckFinding.Reason> = [.authentication, .itemClass]
+                    let failing = findings.indices.filter { unopenable.contains(findings[$0].1.reason) }
                     if !failing.isEmpty {
-                        try writing(store) { () throws(SecError) in
-                            for (id, f) in failing { try store.quarantine(id: id, reason: f.detail) }
+                        let moved = try writing(store) { () throws(SecError) -> [Bool] in
+                            var moved: [Bool] = []
+                            for i in failing {
+                                moved.append(try store.quarantine(id: findings[i].0, reason: findings[i].1.detail,
+                                                                  code: findings[i].1.reason.rawValue))
+                            }
+                            return moved
                         }
-                        for i in findings.indices where findings[i].1.reason == .authentication { findings[i].1.quarantined = true }
+                        for (i, ok) in zip(failing, moved) {
+                            if ok {
+                                findings[i].1.quarantined = true
+                            } else {
+                                findings[i].1.detail = "not quarantined: its persistent reference is invalid or already in the quarantine (a forged copy?)"
+                            }
+                        }
                     }
                 }
-                return CheckReport(checked: checked, skipped: skipped, findings: findings.map(\.1))
+                return CheckReport(checked: checked, skipped: skipped, findings: findings.map(\.1), nextCursor: next)
             }
         }
     }
@@ -678,6 +776,7 @@ public final class Keychain: Sendable {
     private func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
                               unreadable: ((StoredRow) throws(SecError) -> Void)? = nil,
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
+        searches.withLock { $0 += 1 }
         var found = 0
         /// A candidate's attributes; nil for one whose class key is locked away and whose access
         /// group (by its blind-index entry) is outside `scope`: a locked keychain must not tell an

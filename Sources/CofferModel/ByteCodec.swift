@@ -24,7 +24,12 @@ public struct ByteWriter: Sendable {
     /// A u32 length followed by the bytes.
     public mutating func blob<C: Collection>(_ b: C) where C.Element == UInt8 { u32(UInt32(b.count)); bytes.append(contentsOf: b) }
     /// A u16 length followed by UTF-8.
-    public mutating func shortString(_ s: String) { let u = Array(s.utf8); u16(UInt16(u.count)); bytes.append(contentsOf: u) }
+    /// A u16 length followed by UTF-8; a longer string is cut at the last whole character within
+    /// 65,535 bytes (the encoder never traps on text it did not make).
+    public mutating func shortString(_ s: String) {
+        let u = Array(s.utf8).clampedToUTF8(UInt16.max)
+        u16(UInt16(u.count)); bytes.append(contentsOf: u)
+    }
     /// A u32 length followed by UTF-8.
     public mutating func string(_ s: String) { blob(Array(s.utf8)) }
 
@@ -185,5 +190,25 @@ public enum AttributeCodec {
             out[name] = try decodeValue(from: &r)
         }
         return out
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// At most `limit` bytes of this UTF-8 text, cut before a continuation byte so no character is
+    /// split.
+    public func clampedToUTF8(_ limit: some BinaryInteger) -> ArraySlice<UInt8> {
+        let n = Int(limit)
+        guard count > n else { return self[...] }
+        var end = n
+        while end > 0 && self[end] & 0xC0 == 0x80 { end -= 1 }
+        return self[..<end]
+    }
+}
+
+extension String {
+    /// This string cut to at most `limit` UTF-8 bytes at a character boundary (for text stored or sent
+    /// with a length bound, such as a check finding's reason).
+    public func clampedToUTF8(_ limit: Int) -> String {
+        String(decoding: Array(utf8).clampedToUTF8(limit), as: UTF8.self)
     }
 }

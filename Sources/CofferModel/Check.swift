@@ -2,7 +2,8 @@
 public enum CheckOperation: Sendable, Equatable {
     /// Verify every row whose keys are in memory; change nothing.
     case verify
-    /// Verify, and move every row that fails authentication into the quarantine table.
+    /// Verify, and move every row that cannot be opened (it fails authentication, or its class or
+    /// protection does not match its row) into the quarantine table.
     case quarantine
     /// List the quarantined rows.
     case listQuarantine
@@ -62,10 +63,14 @@ public struct CheckReport: Sendable, Equatable {
     /// The rows found wrong (verify, quarantine), the quarantined rows (list), the restored row (restore).
     public var findings: [CheckFinding]
 
+    /// Where the next page starts (a paged check); 0 when this report reaches the end.
+    public var nextCursor: UInt64
+
     /// A report.
-    public init(checked: UInt32, skipped: UInt32, findings: [CheckFinding]) {
+    public init(checked: UInt32, skipped: UInt32, findings: [CheckFinding], nextCursor: UInt64 = 0) {
         self.checked = checked
         self.skipped = skipped
         self.findings = findings
+        self.nextCursor = nextCursor
     }
 }

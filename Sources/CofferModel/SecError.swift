@@ -85,6 +85,10 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
     /// not satisfy (errSecInteractionNotAllowed): the agent then asks the person and tries again. Not
     /// on the wire (a client sees errSecInteractionNotAllowed).
     public private(set) var needsAuthentication = false
+    /// With ``needsAuthentication``: the access controls that guard the operation on every item the
+    /// request matched (distinct, in match order), found in the same pass that met the unsatisfied
+    /// one, so the agent plans the person's authentication without searching again. Not on the wire.
+    public private(set) var accessRequirements: [AccessControl] = []
     /// What the person can do next (`coffer unlock`, how to start the agent, …), printed by the CLI
     /// on the line after the error. Not on the wire: a client adds it where it knows the answer.
     public private(set) var hint: String? = nil
@@ -96,10 +100,12 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
         return e
     }
 
-    /// errSecInteractionNotAllowed because an item's access control needs authentication.
-    public static func authenticationNeeded(_ m: String) -> SecError {
+    /// errSecInteractionNotAllowed because an item's access control needs authentication;
+    /// `requirements` are the rules the request's matches need (``accessRequirements``).
+    public static func authenticationNeeded(_ m: String, requirements: [AccessControl] = []) -> SecError {
         var e = SecError(.interactionNotAllowed, m)
         e.needsAuthentication = true
+        e.accessRequirements = requirements
         return e
     }
 

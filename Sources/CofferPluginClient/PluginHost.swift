@@ -123,6 +123,9 @@ package final class PluginHost: Sendable {
     package var refused: [RefusedPlugin] { core.state.withLock { $0.refused } }
     /// How many times the host was started (1 until the first restart).
     package var starts: Int { core.state.withLock { $0.starts } }
+    /// How many requests (HELLO aside: STATE, EVALUATE, CONTROL) went to the host and waited for its
+    /// answer: the agent's tests and the benchmark count the round trips a protected read costs.
+    package var roundTrips: Int { core.state.withLock { $0.roundTrips } }
     /// The running host's pid (nil between an exit and the restart).
     package var pid: Int32? { core.state.withLock { $0.socket >= 0 ? $0.pid : nil } }
 
@@ -202,6 +205,7 @@ final class Core: Sendable {
         var stopped = false
         var starts = 0
         var lastError: String? = nil
+        var roundTrips = 0
     }
 
     let configuration: PluginHost.Configuration
@@ -234,6 +238,7 @@ final class Core: Sendable {
         let id = given ?? allocateID()
         let (fd, generation) = state.withLock { s -> (Int32, Int) in
             s.reserved.remove(id)
+            s.roundTrips += 1
             s.pending[id] = Pending(generation: s.generation, feedback: feedback)
             return (s.socket, s.generation)
         }

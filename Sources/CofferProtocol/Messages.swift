@@ -1,138 +1,6 @@
 public import CofferCrypto
 public import CofferModel
 
-/// Lock-state events the agent pushes to subscribed clients (EVENT, request id 0).
-public enum LockEvent: Sendable, Equatable {
-    /// Protected data will become unavailable in `graceMillis`.
-    case willLock(graceMillis: UInt32)
-    /// WhenUnlocked keys were wiped.
-    case locked
-    /// The keybag was unlocked.
-    case unlocked
-}
-
-/// STATUS_REPLY contents.
-public struct StatusReply: Sendable, Equatable {
-    /// The keybag's state (on the wire one byte: 0 boot, before the first unlock; 1 locked; 2 unlocked).
-    public var lockState: LockState
-    /// True once a passcode protects the keybag.
-    public var passcodeSet: Bool
-    /// Number of items.
-    public var itemCount: UInt64
-    /// The agent's version.
-    public var agentVersion: String
-    /// Bytes of memory the agent has locked (VmLck).
-    public var lockedMemoryBytes: UInt64
-    /// Idle lock timeout in seconds (0: never).
-    public var idleLockSeconds: UInt32
-
-    /// Makes a status reply.
-    public init(lockState: LockState, passcodeSet: Bool, itemCount: UInt64, agentVersion: String,
-                lockedMemoryBytes: UInt64, idleLockSeconds: UInt32) {
-        self.lockState = lockState
-        self.passcodeSet = passcodeSet
-        self.itemCount = itemCount
-        self.agentVersion = agentVersion
-        self.lockedMemoryBytes = lockedMemoryBytes
-        self.idleLockSeconds = idleLockSeconds
-    }
-}
-
-/// WHOAMI_REPLY contents: the identity the agent gives the calling process and the access groups its
-/// item requests run with (what `coffer whoami` prints).
-public struct WhoAmIReply: Sendable, Equatable {
-    /// How the identity was established (on the wire one byte).
-    public enum Kind: UInt8, Sendable, Equatable {
-        /// No manifest or sandbox vouches for the caller.
-        case unsigned = 0
-        /// A trusted, verified manifest names the caller's executable and its SHA-256.
-        case signedManifest = 1
-        /// A Flatpak sandbox (`.flatpak-info`).
-        case flatpak = 2
-    }
-    /// How the identity was established.
-    public var kind: Kind
-    /// The app id (empty when unsigned).
-    public var appID: String
-    /// The caller's pid as the agent sees it.
-    public var pid: UInt32
-    /// The caller's executable (`/proc/PID/exe`; empty if unknown).
-    public var executable: String
-    /// Why the caller is unsigned, or why it is denied (empty when neither).
-    public var note: String
-    /// The groups the caller's item requests may use, default first (empty: every item request is
-    /// refused with errSecMissingEntitlement).
-    public var accessGroups: [String]
-    /// True if the caller may ask the user to authorize another group (AUTHORIZE): the shell helper.
-    public var mayAuthorize: Bool
-
-    /// Makes a reply.
-    public init(kind: Kind, appID: String, pid: UInt32, executable: String, note: String, accessGroups: [String], mayAuthorize: Bool) {
-        self.kind = kind
-        self.appID = appID
-        self.pid = pid
-        self.executable = executable
-        self.note = note
-        self.accessGroups = accessGroups
-        self.mayAuthorize = mayAuthorize
-    }
-}
-
-/// LA_RESULT contents: the outcome of LA_CAN_EVALUATE or LA_EVALUATE.
-public struct LAResult: Sendable, Equatable {
-    /// nil: success (the policy can be / was evaluated).
-    public var error: LAErrorCode?
-    /// The biometry the agent offers: 0 none, 1 fingerprint (LABiometryType).
-    public var biometryType: UInt8
-    /// The enrolled set's domain state (evaluatedPolicyDomainState; empty without biometry).
-    public var domainState: [UInt8]
-    /// Why it failed (for people; empty on success).
-    public var message: String
-
-    public init(error: LAErrorCode?, biometryType: UInt8, domainState: [UInt8], message: String) {
-        self.error = error
-        self.biometryType = biometryType
-        self.domainState = domainState
-        self.message = message
-    }
-}
-
-/// What `coffer bio` asks of the biometric authenticator (BIO).
-public enum BioOperation: UInt8, Sendable, Equatable {
-    /// Enroll a finger by name (needs the passcode).
-    case enroll = 1
-    /// Remove an enrolled finger (needs the passcode).
-    case remove = 2
-    /// A finger touches the sensor (the biometric emulator only).
-    case present = 3
-    /// An unknown finger touches the sensor (the emulator only).
-    case presentUnknown = 4
-    /// Report the authenticator's state (BIO_STATUS).
-    case status = 5
-}
-
-/// BIO_STATUS: the biometric authenticator as the agent sees it.
-public struct BioStatus: Sendable, Equatable {
-    /// The plugin serving biometry (empty: none configured).
-    public var authenticator: String
-    public var available: Bool
-    public var enrolledCount: UInt32
-    /// Five failed matches: only the passcode is accepted until it succeeds.
-    public var lockedOut: Bool
-    public var domainState: [UInt8]
-    /// The plugin's own status line (escaped text).
-    public var detail: String
-
-    public init(authenticator: String, available: Bool, enrolledCount: UInt32, lockedOut: Bool, domainState: [UInt8], detail: String) {
-        self.authenticator = authenticator
-        self.available = available
-        self.enrolledCount = enrolledCount
-        self.lockedOut = lockedOut
-        self.domainState = domainState
-        self.detail = detail
-    }
-}
-
 /// A client → agent message.
 public enum AgentRequest: Sendable {
     /// HELLO: the first message; the agent picks a version in min...max.
@@ -194,6 +62,8 @@ public enum AgentRequest: Sendable {
     case backupRestore(path: String, password: SecureBytes, dryRun: Bool)
     /// CHECK: verify every item, quarantine those failing authentication, list or restore the quarantine.
     case check(CheckOperation)
+    /// CHECK_PAGE: one page of a verify, quarantine or quarantine listing, starting after `cursor`.
+    case checkPage(CheckOperation, cursor: UInt64)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -321,6 +191,16 @@ public enum AgentRequest: Sendable {
             case .listQuarantine: f.w.u8(3); f.w.blob([])
             case .restore(let ref): f.w.u8(4); f.w.blob(ref)
             }
+            return f.finish()
+        case .checkPage(let op, let cursor):
+            var f = FrameBuilder(type: .checkPage, requestID: requestID, payloadCapacity: 9)
+            switch op {
+            case .verify: f.w.u8(1)
+            case .quarantine: f.w.u8(2)
+            case .listQuarantine: f.w.u8(3)
+            case .restore: f.w.u8(4)   // malformed: the agent answers -50 (restore is not paged)
+            }
+            f.w.u64(cursor)
             return f.finish()
         case .copyMatchingPage(let q, let cursor):
             let query = QueryCodec.encode(q)
@@ -451,8 +331,17 @@ public enum AgentRequest: Sendable {
             case 4 where ref.count == WireFormat.persistentRefBytes: request = .check(.restore(persistentRef: ref))
             default: throw ProtocolError("bad CHECK (operations 1-3 take an empty reference, 4 one of 16 bytes; no other operation exists)")
             }
+        case .checkPage:
+            let op = try r.u8("check operation")
+            let cursor = try r.u64("cursor")
+            switch op {
+            case 1: request = .checkPage(.verify, cursor: cursor)
+            case 2: request = .checkPage(.quarantine, cursor: cursor)
+            case 3: request = .checkPage(.listQuarantine, cursor: cursor)
+            default: throw ProtocolError("bad CHECK_PAGE (operations 1-3 only; restore is CHECK 4)")
+            }
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
-             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -477,6 +366,8 @@ public enum AgentResponse: Sendable {
     case itemsPageSkipping([ItemResult], nextCursor: UInt64, unreadable: UInt32)
     /// CHECK_REPORT.
     case checkReport(CheckReport)
+    /// CHECK_REPORT_PAGE: a CHECK_REPORT with the cursor of the next page (0: none).
+    case checkReportPage(CheckReport)
     /// COUNT: items updated or deleted.
     case count(UInt64)
     /// WHOAMI_REPLY.
@@ -531,10 +422,14 @@ public enum AgentResponse: Sendable {
         case .checkReport(let c):
             var f = FrameBuilder(type: .checkReport, requestID: requestID,
                                  payloadCapacity: 12 + c.findings.reduce(0) { $0 + 8 + $1.persistentRef.count + $1.detail.utf8.count })
-            f.w.u32(c.checked); f.w.u32(c.skipped); f.w.u32(UInt32(c.findings.count))
-            for x in c.findings {
-                f.w.blob(x.persistentRef); f.w.u8(x.reason.rawValue); f.w.u8(x.quarantined ? 1 : 0); f.w.shortString(x.detail)
-            }
+            f.w.u32(c.checked); f.w.u32(c.skipped)
+            Self.encodeFindings(c.findings, into: &f.w)
+            return f.finish()
+        case .checkReportPage(let c):
+            var f = FrameBuilder(type: .checkReportPage, requestID: requestID,
+                                 payloadCapacity: 20 + c.findings.reduce(0) { $0 + WireFormat.encodedSize(of: $1) })
+            f.w.u32(c.checked); f.w.u32(c.skipped); f.w.u64(c.nextCursor)
+            Self.encodeFindings(c.findings, into: &f.w)
             return f.finish()
         case .count(let n):
             var f = FrameBuilder(type: .count, requestID: requestID, payloadCapacity: 8)
@@ -619,6 +514,28 @@ public enum AgentResponse: Sendable {
         return f.finish()
     }
 
+    /// The findings of a CHECK_REPORT or CHECK_REPORT_PAGE: a count, then each finding.
+    private static func encodeFindings(_ findings: [CheckFinding], into w: inout ByteWriter) {
+        w.u32(UInt32(findings.count))
+        for x in findings {
+            w.blob(x.persistentRef); w.u8(x.reason.rawValue); w.u8(x.quarantined ? 1 : 0); w.shortString(x.detail)
+        }
+    }
+
+    private static func decodeFindings(_ r: inout BodyReader) throws(ProtocolError) -> [CheckFinding] {
+        let n = Int(try r.u32("finding count"))
+        guard n <= r.remaining / 8 else { throw ProtocolError("finding count exceeds the frame") }
+        var findings: [CheckFinding] = []
+        for _ in 0..<n {
+            let ref = try r.blob(max: 64, "persistent reference")
+            guard let reason = CheckFinding.Reason(rawValue: try r.u8("reason")) else { throw ProtocolError("unknown check reason") }
+            let q = try r.u8("quarantined flag")
+            guard q <= 1 else { throw ProtocolError("quarantined flag must be 0 or 1") }
+            findings.append(CheckFinding(persistentRef: ref, reason: reason, quarantined: q == 1, detail: try r.sstr("detail")))
+        }
+        return findings
+    }
+
     /// The items of an ITEMS or ITEMS_PAGE payload.
     private static func decodeItems(_ r: inout BodyReader) throws(ProtocolError) -> [ItemResult] {
         let n = Int(try r.u32("item count"))
@@ -675,17 +592,12 @@ public enum AgentResponse: Sendable {
             response = .itemsPageSkipping(items, nextCursor: next, unreadable: unreadable)
         case .checkReport:
             let checked = try r.u32("checked"), skipped = try r.u32("skipped")
-            let n = Int(try r.u32("finding count"))
-            guard n <= r.remaining / 8 else { throw ProtocolError("finding count exceeds the frame") }
-            var findings: [CheckFinding] = []
-            for _ in 0..<n {
-                let ref = try r.blob(max: 64, "persistent reference")
-                guard let reason = CheckFinding.Reason(rawValue: try r.u8("reason")) else { throw ProtocolError("unknown check reason") }
-                let q = try r.u8("quarantined flag")
-                guard q <= 1 else { throw ProtocolError("quarantined flag must be 0 or 1") }
-                findings.append(CheckFinding(persistentRef: ref, reason: reason, quarantined: q == 1, detail: try r.sstr("detail")))
-            }
-            response = .checkReport(CheckReport(checked: checked, skipped: skipped, findings: findings))
+            response = .checkReport(CheckReport(checked: checked, skipped: skipped, findings: try Self.decodeFindings(&r)))
+        case .checkReportPage:
+            let checked = try r.u32("checked"), skipped = try r.u32("skipped"), next = try r.u64("next cursor")
+            let findings = try Self.decodeFindings(&r)
+            guard next == 0 || !findings.isEmpty else { throw ProtocolError("a check page with a next cursor must hold a finding") }
+            response = .checkReportPage(CheckReport(checked: checked, skipped: skipped, findings: findings, nextCursor: next))
         case .count: response = .count(try r.u64("count"))
         case .whoamiReply:
             let kindByte = try r.u8("identity kind")

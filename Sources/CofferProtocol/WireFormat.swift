@@ -25,6 +25,12 @@ public enum WireFormat {
     public static let itemsPageHeaderBytes = 17
     /// ITEMS_PAGE_SKIPPING's fixed part: ITEMS_PAGE's and a u32 unreadable count.
     public static let itemsPageSkippingHeaderBytes = 21
+    /// Bytes of a CHECK_REPORT_PAGE body before its first finding (type, request id, checked, skipped, cursor, count).
+    public static let checkReportPageHeaderBytes = 29
+    /// Encoded size of one check finding (reference blob, reason, flag, detail as a short string).
+    public static func encodedSize(of finding: CheckFinding) -> Int {
+        4 + finding.persistentRef.count + 2 + 2 + min(finding.detail.utf8.count, Int(UInt16.max))
+    }
     /// The most item bytes one ITEMS_PAGE can carry: a single item whose encoding is larger than
     /// this can never be sent (errSecAllocate), however the search is paged.
     public static let maximumItemBytesPerPage = maximumBodyBytes - itemsPageHeaderBytes
@@ -71,11 +77,11 @@ public enum MessageType: UInt8, Sendable {
     case add = 0x06, copyMatching = 0x07, update = 0x08, delete = 0x09, subscribe = 0x0A
     case copyMatchingPage = 0x0B, whoami = 0x0C, authorize = 0x0D
     case authOptions = 0x0E, authResponse = 0x0F, laEvaluate = 0x10, laCanEvaluate = 0x11, bio = 0x12, passcodeSync = 0x13, removePasscode = 0x14, escrow = 0x15, backup = 0x16
-    case check = 0x17
+    case check = 0x17, checkPage = 0x18
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91
-    case checkReport = 0x92, itemsPageSkipping = 0x93
+    case checkReport = 0x92, itemsPageSkipping = 0x93, checkReportPage = 0x94
     case event = 0xC0, error = 0xFF
 }
 

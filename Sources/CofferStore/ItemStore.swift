@@ -56,7 +56,7 @@ package final class ItemStore {
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 2
+    package static let schemaVersion: Int64 = 3
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -93,6 +93,16 @@ package final class ItemStore {
         PRAGMA user_version = 2;
         """
 
+    /// Version 3: a quarantined row keeps why it was set aside as a ``CheckFinding/Reason`` code
+    /// (rows quarantined by version 2 all failed authentication: code 1).
+    private static let schemaV3 = """
+        ALTER TABLE quarantine ADD COLUMN rcode INTEGER NOT NULL DEFAULT 1;
+        PRAGMA user_version = 3;
+        """
+
+    /// The longest reason a quarantined row keeps (bytes of UTF-8, cut at a character boundary).
+    package static let maximumReasonBytes = 512
+
     /// Opens (creating if needed) the database at `path`; the file is created with mode 0600.
     package init(path: String) throws(SecError) {
         self.path = path
@@ -107,10 +117,11 @@ package final class ItemStore {
             // for 12 MiB more RSS. (A memory map was tried: no gain, and it counts the file in RSS.)
             try db.exec("PRAGMA cache_size = -4096;")
             let version = try db.statement("PRAGMA user_version").scalarInt()
-            if version == 0 {
-                try transaction { () throws(SecError) in try db.exec(Self.schemaV1); try db.exec(Self.schemaV2) }
-            } else if version == 1 {
-                try transaction { () throws(SecError) in try db.exec(Self.schemaV2) }
+            if version < Self.schemaVersion && version >= 0 {
+                // Each migration in one transaction with the version it sets: a crash leaves the old
+                // version or the new one, never a half-migrated file.
+                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3]
+                try transaction { () throws(SecError) in for step in steps.dropFirst(Int(version)) { try db.exec(step) } }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
             }
@@ -199,6 +210,7 @@ package final class ItemStore {
     package func deleteAll() throws(SecError) {
         try db.statement("DELETE FROM attr_index").run()
         try db.statement("DELETE FROM items").run()
+        try db.statement("DELETE FROM quarantine").run()   // an erase leaves nothing of the old keychain
         cachedCount = 0
     }
 
@@ -317,12 +329,16 @@ package final class ItemStore {
 
     // MARK: Quarantine
 
-    /// A row set aside by ``quarantine(id:reason:)``.
+    /// A row set aside by ``quarantine(id:reason:code:)``.
     package struct QuarantinedRow: Sendable {
+        /// Its place in the quarantine (the cursor of a paged listing).
+        package var quarantineID: Int64
         /// The item's persistent reference.
         package var persistentRef: [UInt8]
         /// Why it was set aside.
         package var reason: String
+        /// The ``CheckFinding/Reason`` code it was set aside for.
+        package var code: UInt8
     }
 
     /// The primary-key hash of row `id`, if it exists.
@@ -334,26 +350,53 @@ package final class ItemStore {
     }
 
     /// Moves row `id` with its index entries into the quarantine table (nothing is deleted: see
-    /// ``restoreQuarantined(persistentRef:)``). Call inside ``transaction(_:)``.
-    package func quarantine(id: Int64, reason: String) throws(SecError) {
-        let idx = try indexHashes(item: id).joined()
+    /// ``restoreQuarantined(persistentRef:)``), keeping `reason` (cut to ``maximumReasonBytes``) and
+    /// its `code`. False, and nothing moved, if the row's reference is not 16 bytes long or a
+    /// quarantined row already has it (a forged row reusing it): the row stays where it is, so one such
+    /// row never rolls back the rest of a quarantine. Index entries that are not 16 bytes long (no blind
+    /// hash is) are not kept. Call inside ``transaction(_:)``.
+    package func quarantine(id: Int64, reason: String, code: UInt8) throws(SecError) -> Bool {
+        let probe = try db.statement("""
+            SELECT 1 FROM items WHERE id = ?1 AND length(pref) = 16 AND pref NOT IN (SELECT pref FROM quarantine)
+            """)
+        probe.bind(1, id)
+        let movable: Bool
+        do {
+            defer { unsafe sqlite3_reset(probe.stmt) }
+            movable = try probe.step()
+        }
+        guard movable else { return false }
+        let idx = try indexHashes(item: id).filter { $0.count == Self.indexEntryBytes }.joined()
         let s = try db.statement("""
-            INSERT INTO quarantine(pref, pk, pclass, meta, secret, idx, reason, qtime)
-            SELECT pref, pk, pclass, meta, secret, ?2, ?3, (julianday('now') - 2440587.5) * 86400.0 FROM items WHERE id = ?1
+            INSERT INTO quarantine(pref, pk, pclass, meta, secret, idx, reason, qtime, rcode)
+            SELECT pref, pk, pclass, meta, secret, ?2, ?3, (julianday('now') - 2440587.5) * 86400.0, ?4 FROM items WHERE id = ?1
             """)
         s.bind(1, id)
         s.bind(2, Array(idx))
-        s.bind(3, Array(reason.utf8))
+        s.bind(3, Array(reason.clampedToUTF8(Self.maximumReasonBytes).utf8))
+        s.bind(4, Int64(code))
         try s.run()
         try delete(id: id)
+        return true
     }
 
-    /// The quarantined rows, oldest first.
-    package func quarantined() throws(SecError) -> [QuarantinedRow] {
-        let s = try db.statement("SELECT pref, reason FROM quarantine ORDER BY id")
+    /// Bytes of one blind-index entry.
+    private static let indexEntryBytes = 16
+
+    /// The quarantined rows after quarantine id `cursor` (0: from the first), oldest first, at most
+    /// `limit`. Reasons are cut to ``maximumReasonBytes`` whatever the file holds.
+    package func quarantined(after cursor: Int64 = 0, limit: Int = Int.max) throws(SecError) -> [QuarantinedRow] {
+        let s = try db.statement("SELECT id, pref, substr(reason, 1, ?2), rcode FROM quarantine WHERE id > ?1 ORDER BY id LIMIT ?3")
+        s.bind(1, cursor)
+        s.bind(2, Int64(Self.maximumReasonBytes))
+        s.bind(3, Int64(clamping: limit))
         defer { unsafe sqlite3_reset(s.stmt) }
         var out: [QuarantinedRow] = []
-        while try s.step() { out.append(QuarantinedRow(persistentRef: s.blob(0), reason: String(decoding: s.blob(1), as: UTF8.self))) }
+        while try s.step() {
+            out.append(QuarantinedRow(quarantineID: s.int64(0), persistentRef: s.blob(1),
+                                      reason: String(decoding: s.blob(2), as: UTF8.self).clampedToUTF8(Self.maximumReasonBytes),
+                                      code: UInt8(clamping: s.int64(3))))
+        }
         return out
     }
 
@@ -368,6 +411,7 @@ package final class ItemStore {
             defer { unsafe sqlite3_reset(q.stmt) }
             if try q.step() {
                 let idx = q.blob(4)
+                guard idx.count % Self.indexEntryBytes == 0 else { throw .decode("the quarantined item's index entries are damaged") }
                 found = RowContent(primaryKeyHash: q.blob(0), persistentRef: persistentRef, protectionClass: UInt8(clamping: q.int64(1)),
                                    meta: q.blob(2), secret: q.blob(3),
                                    indexHashes: stride(from: 0, to: idx.count - idx.count % 16, by: 16).map { Array(idx[$0..<$0 + 16]) })

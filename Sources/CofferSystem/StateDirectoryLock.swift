@@ -57,6 +57,16 @@ package final class StateDirectoryLock: Sendable {
 
     deinit { _ = Glibc.close(fd) }
 
+    /// Locks kept until the process exits (``keepUntilExit()``).
+    private static let kept = Protected<[StateDirectoryLock]>([])
+
+    /// Keeps this lock until the process exits: the descriptor is never closed by a deinit while other
+    /// threads (a draining agent, the plugin host's reaper) may still touch the directory; only the
+    /// process's exit releases it.
+    package func keepUntilExit() {
+        Self.kept.withLock { $0.append(self) }
+    }
+
     /// Takes the lock on `directory` (which must exist) without waiting, and records this process as
     /// its holder with `socket`. Throws ``Failure/held(path:by:)`` naming the holder if another
     /// process has it.
@@ -80,13 +90,46 @@ package final class StateDirectoryLock: Sendable {
         return lock
     }
 
-    /// Who holds the lock on `directory` now (nil: nobody, or no lock file). Takes no lock.
+    /// Who holds the lock on `directory` now (nil: nobody, or no lock file). Takes no lock that could
+    /// refuse anyone: it asks the kernel's lock table (`F_OFD_GETLK` answers for `flock` locks too, on
+    /// Linux) with a write-lock probe, which never blocks nor holds anything.
     package static func currentHolder(of directory: String) -> Holder? {
         let path = directory + "/" + fileName
-        guard let fd = try? FileDescriptor.open(path, O_RDWR | O_NOFOLLOW).release() else { return nil }
+        guard let fd = try? FileDescriptor.open(path, O_RDONLY | O_NOFOLLOW).release() else { return nil }
         defer { _ = Glibc.close(fd) }
-        let (rc, _) = Syscall.result { flock(fd, LOCK_EX | LOCK_NB) }
-        return rc == 0 ? nil : holder(fd, path)
+        return isLocked(fd) ? holder(fd, path) : nil
+    }
+
+    /// True if some open file holds a lock on the file `fd` refers to: read from /proc/locks (the
+    /// kernel's table of every lock), matched by device and inode. Reading it takes no lock.
+    private static func isLocked(_ fd: Int32) -> Bool {
+        var st = stat()
+        guard unsafe fstat(fd, &st) == 0, let table = procLocks() else { return false }
+        let dev = UInt64(st.st_dev)   // glibc's encoding (gnu_dev_major / gnu_dev_minor)
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000), minor = (dev & 0xff) | ((dev >> 12) & 0xffff_ff00)
+        let hex = String(major, radix: 16, uppercase: false).leftPadded(2) + ":" + String(minor, radix: 16).leftPadded(2)
+        let key = hex + ":" + String(st.st_ino)
+        // Lines: "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; the device is printed as two hex
+        // bytes each (at least), the inode in decimal.
+        for line in String(decoding: table, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 6, fields[1] == "FLOCK" else { continue }
+            if fields[5] == key { return true }
+        }
+        return false
+    }
+
+    /// The text of /proc/locks (a file whose size stat reports as 0: read to its end), nil if unreadable.
+    private static func procLocks() -> [UInt8]? {
+        guard let fd = try? FileDescriptor.open("/proc/locks", O_RDONLY) else { return nil }
+        var table: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while table.count < 16 << 20 {
+            let n = unsafe chunk.withUnsafeMutableBytes { b in Syscall.result { unsafe read(fd.rawValue, b.baseAddress, b.count) }.value }
+            guard n > 0 else { return n == 0 ? table : nil }
+            table += chunk[..<n]
+        }
+        return table
     }
 
     /// Rewrites the holder record with this process's pid (after a fork the daemon calls it again).
@@ -114,4 +157,8 @@ package final class StateDirectoryLock: Sendable {
         }
         return holder
     }
+}
+
+private extension String {
+    func leftPadded(_ width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }

@@ -32,7 +32,17 @@ struct Check: ParsableCommand {
         let operation: CheckOperation = quarantine ? .quarantine : listQuarantine ? .listQuarantine
             : restore.flatMap(Hex.decode).map { .restore(persistentRef: $0) } ?? .verify
         try reporting { () throws(SecError) in
-            let report = try connect.open().check(operation)
+            let agent = try connect.open()
+            let report: CheckReport
+            if case .restore = operation {
+                report = try agent.check(operation)
+            } else {
+                do throws(SecError) {
+                    report = try agent.checkAll(operation)   // paged: any number of findings
+                } catch where error.status == .param {
+                    report = try agent.check(operation)      // an agent from before CHECK_PAGE
+                }
+            }
             if json {
                 let findings = report.findings.map {
                     "{\"persistentRef\":\"\(Hex.encode($0.persistentRef))\",\"reason\":\"\($0.reason.name)\",\"quarantined\":\($0.quarantined),"
@@ -48,8 +58,8 @@ struct Check: ParsableCommand {
                 case .verify, .quarantine:
                     Output.printError("coffer: \(report.checked) item\(report.checked == 1 ? "" : "s") checked, \(report.findings.count) damaged"
                         + (report.skipped > 0 ? ", \(report.skipped) not checked (locked: run 'coffer unlock' first)" : ""))
-                    if operation == .verify && report.findings.contains(where: { $0.reason == .authentication }) {
-                        Output.printError("coffer: hint: 'coffer check --quarantine' moves the items failing authentication aside (restorable)")
+                    if operation == .verify && report.findings.contains(where: { $0.reason == .authentication || $0.reason == .itemClass }) {
+                        Output.printError("coffer: hint: 'coffer check --quarantine' moves the items that cannot be opened aside (restorable)")
                     }
                 case .listQuarantine:
                     Output.printError("coffer: \(report.findings.count) quarantined item\(report.findings.count == 1 ? "" : "s")")

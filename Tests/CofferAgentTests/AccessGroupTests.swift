@@ -4,6 +4,8 @@ import CofferKeychain
 import CofferModel
 import CofferPolicy
 import CofferProtocol
+import CofferService
+import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation

@@ -4,6 +4,9 @@ import CofferModel
 import CofferPAM
 import CofferPrompt
 import CofferProtocol
+import CofferService
+import CofferServiceTestSupport
+import CofferSystem
 import CofferTestSupport
 import Foundation
 import Testing
@@ -99,6 +102,34 @@ struct AgentPromptChannelTests {
         let channel = AgentPromptChannel(program: pinentry.program, environment: [], clock: f.rig.clock, timeoutSeconds: 5)
         #expect(errorStatus(f.read(channel)) == .userCanceled)
         #expect(!pinentry.isRunning)
+    }
+
+    @Test func aProtectedItemIsReadOnASecondListenerOfARunningAgentThroughItsPinentry() throws {
+        let pam = try PAMSandbox(password: AgentRig.passcode) { dir in
+            "auth required \(PAMWrapper.matrix) passdb=\(dir)/passdb\naccount required \(PAMWrapper.matrix) passdb=\(dir)/passdb\n"
+        }
+        let dir = TemporaryDirectory("coffer-prompt-agent")
+        let pinentry = try ScriptedPinentry(in: dir, pins: ["not it", AgentRig.passcode])
+        let program = pinentry.program
+        // The line protocol's clients cannot prompt: each request gets the agent's own pinentry.
+        let agent = try TwoListeners(channel: { AgentPromptChannel(program: program, environment: [], clock: SystemClock(), timeoutSeconds: 120) },
+                                     configure: { $0.userName = currentUser }, verifier: PAMAuthenticator(service: "coffer", confdir: pam.dir))
+        let set = try agent.native([.setPasscode(current: secret(""), new: secret(AgentRig.passcode)),
+                                    TwoListeners.add("bank", "pin 1234", rule: "device-passcode")])
+        #expect(set.allSatisfy { errorStatus($0) == nil }, "\(set)")
+        #expect(try agent.line("GET bank me") == "OK pin 1234")
+        let commands = pinentry.commands
+        // The app as the agent identified this (unsigned) process: its executable's name.
+        let app = String(ThisProcess.executablePath()?.split(separator: "/").last ?? "")
+        #expect(!app.isEmpty && commands.contains("SETTITLE Coffer: \(app)"), "\(commands)")
+        #expect(commands.contains("SETERROR Wrong passcode. Try again.") && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
+        #expect(Self.gone(pinentry), "the pinentry is stopped with the request")
+    }
+
+    /// Waits (generously) until `pinentry` has been reaped.
+    static func gone(_ pinentry: ScriptedPinentry) -> Bool {
+        for _ in 0..<600 where pinentry.isRunning { usleep(50_000) }
+        return !pinentry.isRunning
     }
 
     @Test func thePinentryComesFromTheAgentsConfiguration() throws {

@@ -3,6 +3,8 @@ import CofferAudit
 @testable import CofferKeychain
 import CofferModel
 import CofferProtocol
+import CofferService
+import CofferServiceTestSupport
 import CofferTestSupport
 import Foundation
 import Testing

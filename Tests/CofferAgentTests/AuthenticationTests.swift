@@ -3,6 +3,8 @@ import CofferAudit
 import CofferModel
 import CofferPolicy
 import CofferProtocol
+import CofferService
+import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation
@@ -38,7 +40,7 @@ import Testing
     @Test func aUserPresenceItemWaitsForAFingerThenReturnsTheSecret() throws {
         var (rig, s) = try Self.ready()
         #expect(errorStatus(rig.pipeline.handle(Self.add("user-presence"), session: &s)) == nil)
-        rig.sensor.queue(.match)
+        rig.sensor.queue(.match())
         let client = ScriptedChannel([.waitForStop])
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
         let asked = try #require(client.asked.first)
@@ -61,7 +63,7 @@ import Testing
         let client = ScriptedChannel([.waitForStop, .waitForStop])
         // The message first (the evaluation goes on), then the match.
         let sensor = rig.sensor
-        Thread.detachNewThread { usleep(50_000); sensor.queue(.match) }
+        Thread.detachNewThread { usleep(50_000); sensor.queue(.match()) }
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
         #expect(client.feedbacks == ["Finger not centred: try again"] && client.feedbackKinds == [.notice])
     }
@@ -96,7 +98,7 @@ import Testing
                 "a miss needs no answer; after the lockout only a passcode can answer")
         #expect(rig.sensor.evaluations == 5)
         // Biometry works again.
-        rig.sensor.queue(.match)
+        rig.sensor.queue(.match())
         #expect(Self.secretText(rig.pipeline.handle(Self.get("vault"), session: &s, channel: ScriptedChannel([.waitForStop]))) == "pin 1234")
         // Locked out again, a biometry-only item fails at once (lockout), without asking.
         rig.sensor.queue(.noMatch, .noMatch, .noMatch, .noMatch, .noMatch)
@@ -134,7 +136,7 @@ import Testing
         #expect(errorStatus(rig.pipeline.handle(Self.get("vault"), session: &s, channel: misses)) == .authFailed)
         #expect(rig.authenticator.biometry.lockedOut)
         // Now A's evaluation reports a match: it started before the lockout, and is refused.
-        rig.sensor.answer(evaluation: 1, .match)
+        rig.sensor.answer(evaluation: 1, .match())
         for _ in 0..<30_000 where !a.done.withLock({ $0 }) { usleep(1000) }
         let reply = try #require(a.done.withLock { $0 } ? a.reply : nil)
         #expect(errorStatus(reply) == .authFailed, "\(reply)")
@@ -145,7 +147,7 @@ import Testing
     @Test func aCurrentSetItemIsUnusableOnceTheEnrolledSetChanges() throws {
         var (rig, s) = try Self.ready()
         #expect(errorStatus(rig.pipeline.handle(Self.add("biometry-current-set"), session: &s)) == nil)
-        rig.sensor.queue(.match)
+        rig.sensor.queue(.match())
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.waitForStop]))) == "pin 1234")
         rig.sensor.enrollAnother()
         let client = ScriptedChannel([.waitForStop])
@@ -315,7 +317,7 @@ import Testing
         #expect(rig.verifier.callCount == calls, "PAM was never asked")
         // With a finger enrolled, user presence is offered as biometry alone, and a touch opens it.
         rig.sensor.enrollAnother()
-        rig.sensor.queue(.match)
+        rig.sensor.queue(.match())
         let touch = ScriptedChannel([.waitForStop])
         #expect(Self.secretText(rig.pipeline.handle(Self.get("either"), session: &s, channel: touch)) == "pin 1234")
         #expect(touch.asked.map(\.methods) == [[.biometry]])
@@ -349,7 +351,7 @@ import Testing
         guard case .laResult(let fb) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthenticationWithBiometrics, reason: "sign in"), session: &s,
                                                            channel: ScriptedChannel([.answer(.fallback)])) else { return }
         #expect(fb.error == .userFallback, "biometrics-only has no passcode fallback: the app gets userFallback")
-        rig.sensor.queue(.match)
+        rig.sensor.queue(.match())
         guard case .laResult(let bio) = rig.pipeline.handle(.laEvaluate(.deviceOwnerAuthenticationWithBiometrics, reason: "sign in"),
                                                             session: &s, channel: ScriptedChannel([.waitForStop])) else { return }
         #expect(bio.error == nil && bio.domainState.count == 32)
@@ -505,7 +507,7 @@ extension AuthenticationTests {
         // Evaluation 1 ends (cancelled) only after the wrong passcode was checked, as a sensor slow
         // to stop does; the next one matches.
         rig.sensor.holdThroughCancel(evaluation: 1)
-        rig.sensor.queue(.match)
+        rig.sensor.queue(.match())
         let (sensor, verifier, calls) = (rig.sensor, rig.verifier, rig.verifier.callCount)
         Thread.detachNewThread {
             for _ in 0..<30_000 where verifier.callCount == calls { usleep(1000) }

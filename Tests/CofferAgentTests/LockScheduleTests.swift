@@ -1,4 +1,6 @@
 @testable import CofferAgent
+import CofferService
+import CofferServiceTestSupport
 import CofferTestSupport
 import CofferModel
 import CofferProtocol

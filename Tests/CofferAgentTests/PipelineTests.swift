@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferServiceTestSupport
 import CofferTestSupport
 import CofferModel
 import CofferProtocol

@@ -1,4 +1,6 @@
 @testable import CofferAgent
+@testable import CofferService
+import CofferServiceTestSupport
 import CofferTestSupport
 import CofferModel
 import CofferCrypto

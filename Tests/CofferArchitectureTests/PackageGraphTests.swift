@@ -105,8 +105,13 @@ import Testing
                            "CofferClient"],
         "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
         // The pinentry conversation serves both sides: it knows no wire, keys, items, PAM, client or agent.
-        "CofferPrompt": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
+        "CofferPrompt": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferService",
                          "CofferClient", "CofferIdentity", "CofferPolicy", "Foundation"],
+        // The service core is protocol-free (issue #25): no wire module, no front end, no client; every
+        // front end is an adapter onto it.
+        "CofferService": ["CofferProtocol", "CofferPluginProtocol", "CofferPluginClient", "CofferPluginHost", "CofferAgent",
+                          "CofferClient", "CofferCLISupport"],
+        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferClient"],
         // Plugins run outside the agent: the host and its client never reach keys, items or the store,
         // and the plugin protocol is bytes only (no processes or files).
         "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],

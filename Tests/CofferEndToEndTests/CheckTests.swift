@@ -1,3 +1,5 @@
+import CofferModel
+import CofferProtocol
 import CofferTestSupport
 import Foundation
 import Glibc
@@ -111,5 +113,54 @@ import Testing
         #expect(listed >= 1 && listed < 6, "whole transactions lost from the end only: \(listed) of 6")
         #expect(agent.cli(["status"]).stdout.contains("items: \(listed)"))
         #expect(r.stderr.contains("\(listed) item"), "\(r)")
+    }
+
+    /// Thousands of damaged rows (a keychain sealed under a retired key at scale): the report no longer
+    /// fits one frame, so `coffer check` pages it. Every row is reported, quarantined and listed; the
+    /// unpaged CHECK refuses with -108 before moving anything. Before paging: -108 after the
+    /// quarantine had committed, and a quarantine that could never be listed again.
+    @Test(.enabled(if: sqlite3 != nil, "needs the sqlite3 shell to damage a database"))
+    func aReportOfThousandsOfFindingsIsPaged() throws {
+        let agent = try AgentProcess()
+        #expect(agent.cli(["add", "--service", "mail", "--account", "alice", "--secret-stdin"], stdin: "one").status == 0)
+        let bad = 2_300
+        Self.sql(agent, """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(bad))
+            INSERT INTO items(pref, pk, pclass, meta, secret) SELECT randomblob(16), randomblob(32), 3, randomblob(120), randomblob(120) FROM n
+            """)
+        var r = agent.cli(["check", "--json"])
+        #expect(r.status == 8, "\(r.stderr)")
+        #expect(r.stdout.components(separatedBy: "\"reason\":\"authentication\"").count - 1 == bad)
+        #expect(r.stdout.hasPrefix("{\"checked\":\(bad + 1),\"skipped\":0,"), "\(r.stdout.prefix(80))")
+
+        // The first, unpaged form (an older client) is refused whole, and moves nothing.
+        let unpaged = AgentRequest.check(.quarantine).encodeFrame(requestID: 2)
+        let reply = try ProtocolConformanceTests.exchange(agent.socketPath, ProtocolConformanceTests.helloFrame + unpaged, wanted: 2, quiet: 60)
+        #expect(reply.frames.count == 2 && ProtocolConformanceTests.errorStatus(reply.frames.last?.response) == .allocate, "\(reply.frames.map(\.type))")
+        #expect(Self.sql(agent, "SELECT count(*) FROM quarantine") == "0")
+
+        r = agent.cli(["check", "--quarantine"])
+        #expect(r.status == 0 && r.stderr.contains("\(bad + 1) items checked, \(bad) damaged"), "\(r.stderr)")
+        #expect(r.stdout.components(separatedBy: "(quarantined)").count - 1 == bad)
+        #expect(Self.sql(agent, "SELECT count(*) FROM quarantine") == "\(bad)")
+        r = agent.cli(["check", "--list-quarantine"])
+        #expect(r.status == 0 && r.stderr.contains("\(bad) quarantined items"), "\(r.stderr)")
+        #expect(r.stdout.split(separator: "\n").count == bad)
+        #expect(agent.cli(["get", "--service", "mail", "--account", "alice"]).stdout == "one")
+    }
+
+    /// A reason longer than a short string can carry (a damaged or hostile quarantine table): the agent
+    /// cuts it and goes on serving. Before: the CHECK_REPORT encoder trapped and the agent died.
+    @Test(.enabled(if: sqlite3 != nil, "needs the sqlite3 shell to damage a database"))
+    func aHugeQuarantineReasonNeitherCrashesTheAgentNorReachesTheReport() throws {
+        let agent = try AgentProcess()
+        #expect(agent.cli(["add", "--service", "mail", "--account", "alice", "--secret-stdin"], stdin: "one").status == 0)
+        Self.sql(agent, "INSERT INTO items(pref, pk, pclass, meta, secret) VALUES (X'\(Self.forgedRef)', randomblob(32), 3, randomblob(120), randomblob(120))")
+        #expect(agent.cli(["check", "--quarantine"]).status == 0)
+        Self.sql(agent, "UPDATE quarantine SET reason = printf('%.*c', 70000, 'x')")
+        let r = agent.cli(["check", "--list-quarantine"])
+        #expect(r.status == 0 && r.stdout.hasPrefix(Self.forgedRef), "\(r.stderr)")
+        #expect(r.stdout.count < 1_000, "the reason is cut (\(r.stdout.count) bytes)")
+        #expect(agent.cli(["get", "--service", "mail", "--account", "alice"]).stdout == "one", "the agent still serves")
     }
 }

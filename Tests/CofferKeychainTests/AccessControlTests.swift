@@ -206,7 +206,7 @@ import Testing
             writeFileBytes(thief.file(name), fileBytes(f.dir.file(name)))
             chmod(thief.file(name), 0o600)
         }
-        let stolen = try Keychain(directory: thief.path)
+        let stolen = try Keychain(directory: thief.path, lockingStateDirectory: false)
         try stolen.unlock(passcode: secret("pw"))
         for guess in ["", "pw", "open sesam", "Open sesame"] where !guess.isEmpty {
             #expect(status { try stolen.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret(guess))) }
@@ -269,7 +269,7 @@ import Testing
         }
         writeFileBytes(other.file("device.key"), Array(repeating: 7, count: 32))
         chmod(other.file("device.key"), 0o600)
-        if let elsewhere = try? Keychain(directory: other.path) {
+        if let elsewhere = try? Keychain(directory: other.path, lockingStateDirectory: false) {
             #expect(status { try elsewhere.unlock(escrowSecret: secretBytes) } != nil)
         }
         // A passcode change rotates the keys: the record is stale.
@@ -330,7 +330,7 @@ import Testing
         var seen = Set<UInt64>()
         for _ in 0..<4 {
             let d = TemporaryDirectory("coffer-generation")
-            _ = try Keychain(directory: d.path)
+            _ = try Keychain(directory: d.path, lockingStateDirectory: false)
             let key = fileBytes(d.file("keybag.key"))
             seen.insert(key[5..<13].reduce(0) { $0 << 8 | UInt64($1) })
         }
@@ -364,7 +364,7 @@ import Testing
         let same = TemporaryDirectory("coffer-restore-same")
         writeFileBytes(same.file("device.key"), fileBytes(f.dir.file("device.key")))
         chmod(same.file("device.key"), 0o600)
-        let kc = try Keychain(directory: same.path)
+        let kc = try Keychain(directory: same.path, lockingStateDirectory: false)
         r = try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: true)
         let afterDryRun = try kc.count()
         #expect(r == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0) && afterDryRun == 0, "a dry run changed something")
@@ -376,7 +376,7 @@ import Testing
         }
         // Another device (another device key): the ThisDeviceOnly item stays behind.
         let other = TemporaryDirectory("coffer-restore-other")
-        let kc2 = try Keychain(directory: other.path)
+        let kc2 = try Keychain(directory: other.path, lockingStateDirectory: false)
         r = try kc2.restoreBackup(bytes, password: secret("backup pw"), dryRun: false)
         #expect(r == Keychain.RestoreSummary(added: 2, duplicates: 0, otherDevice: 1))
     }
@@ -392,7 +392,7 @@ import Testing
         let same = TemporaryDirectory("coffer-restore-sizes")
         writeFileBytes(same.file("device.key"), fileBytes(f.dir.file("device.key")))
         chmod(same.file("device.key"), 0o600)
-        let kc = try Keychain(directory: same.path)
+        let kc = try Keychain(directory: same.path, lockingStateDirectory: false)
         #expect(try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: false) == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
         for (svc, s) in [("empty", ""), ("empty-here", ""), ("large", large)] {
             let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true))
@@ -404,7 +404,7 @@ import Testing
         let f = try Self.filled()
         let (bytes, _) = try f.keychain.backup(password: secret("backup pw"), kdf: Self.kdf)
         let target = TemporaryDirectory("coffer-restore-bad")
-        let kc = try Keychain(directory: target.path)
+        let kc = try Keychain(directory: target.path, lockingStateDirectory: false)
         try kc.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mine")], secret: secret("x")))
         kc.checkpoint()
         let before = ["keychain.db", "keychain.db-wal"].map { fileBytes(target.file($0)) }

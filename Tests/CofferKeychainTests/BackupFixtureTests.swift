@@ -21,7 +21,7 @@ import Testing
         let same = TemporaryDirectory("coffer-backup-fixture")
         writeFileBytes(same.file("device.key"), fileBytes(Self.dir + "/device.key"))
         chmod(same.file("device.key"), 0o600)
-        let kc = try Keychain(directory: same.path)
+        let kc = try Keychain(directory: same.path, lockingStateDirectory: false)
         let r = try kc.restoreBackup(bytes, password: secret(Self.password), dryRun: false)
         #expect(r == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
         for (svc, s) in Self.expected {
@@ -30,7 +30,7 @@ import Testing
             #expect(got.first?.attributes?["acct"] == .string("fixture"))
         }
         let otherDir = TemporaryDirectory("coffer-backup-fixture-2")
-        let elsewhere = try Keychain(directory: otherDir.path)
+        let elsewhere = try Keychain(directory: otherDir.path, lockingStateDirectory: false)
         #expect(try elsewhere.restoreBackup(bytes, password: secret(Self.password), dryRun: true)
                 == Keychain.RestoreSummary(added: 2, duplicates: 0, otherDevice: 1))
     }
@@ -40,7 +40,7 @@ import Testing
     @Test(.enabled(if: ProcessInfo.processInfo.environment["COFFER_WRITE_BACKUP_FIXTURE"] != nil, "writes the fixture only when asked"))
     func writeFixture() throws {
         let tmp = TemporaryDirectory("coffer-backup-fixture-writer")
-        let kc = try Keychain(directory: tmp.path)
+        let kc = try Keychain(directory: tmp.path, lockingStateDirectory: false)
         for (svc, s) in Self.expected {
             var attrs: Attributes = ["svce": .string(svc), "acct": .string("fixture")]
             if svc == "vpn" { attrs["pdmn"] = .string("cku") }

@@ -61,7 +61,7 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
 
     @Test func withoutPasscodeEverythingMigratesAtOpen() throws {
         let dir = try Fixtures.copy("v1-nopasscode")
-        let kc = try Keychain(directory: dir.path)
+        let kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
         #expect(kc.keybag.state == .unlocked && !kc.keybag.needsRekey && kc.keybag.formatVersion == 2)
         #expect(keybagVersion(dir) == 2)
         #expect(!kc.migrationReport.isEmpty)
@@ -69,7 +69,7 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
         #expect(sqlRows(dir.file("keychain.db"), "SELECT secret FROM items").allSatisfy { $0.first == 2 })
         // A second open is a no-op.
         let before = fileBytes(dir.file("keybag"))
-        let again = try Keychain(directory: dir.path)
+        let again = try Keychain(directory: dir.path, lockingStateDirectory: false)
         #expect(again.migrationReport.isEmpty)
         #expect(fileBytes(dir.file("keybag")) == before)
         try expectFixtureIntact(again, withPasscode: false, manifest: try manifest("v1-nopasscode"))
@@ -80,7 +80,7 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
 
     @Test func withPasscodeTheFirstUnlockMigrates() throws {
         let dir = try Fixtures.copy("v1-passcode")
-        let kc = try Keychain(directory: dir.path)
+        let kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
         #expect(kc.keybag.state == .boot && kc.keybag.needsRekey)
         // Before the unlock: Always items read (already re-padded), the rest waits for the passcode.
         let always = sqlRows(dir.file("keychain.db"), "SELECT secret FROM items WHERE pclass IN (3, 6)")
@@ -94,24 +94,24 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
         try expectFixtureIntact(kc, withPasscode: true, manifest: try manifest("v1-passcode"))
         #expect(sqlRows(dir.file("keychain.db"), "SELECT secret FROM items").allSatisfy { $0.first == 2 })
         // Reopen: nothing left to migrate; the passcode still unlocks and every item reads.
-        let again = try Keychain(directory: dir.path)
+        let again = try Keychain(directory: dir.path, lockingStateDirectory: false)
         #expect(!again.keybag.needsRekey)
         try again.unlock(passcode: secret(V1Fixture.passcode))
         #expect(again.migrationReport.isEmpty)
         try expectFixtureIntact(again, withPasscode: true, manifest: try manifest("v1-passcode"))
         // And a passcode change afterwards works as on a new keychain.
         try again.setPasscode(current: secret(V1Fixture.passcode), new: secret("next"), kdf: testKDF)
-        let third = try Keychain(directory: dir.path)
+        let third = try Keychain(directory: dir.path, lockingStateDirectory: false)
         try third.unlock(passcode: secret("next"))
         try expectFixtureIntact(third, withPasscode: true, manifest: try manifest("v1-passcode"))
     }
 
     @Test func aPasscodeChangeBeforeTheFirstUnlockAlsoMigrates() throws {
         let dir = try Fixtures.copy("v1-passcode")
-        let kc = try Keychain(directory: dir.path)
+        let kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
         try kc.setPasscode(current: secret(V1Fixture.passcode), new: secret("changed"), kdf: testKDF)
         #expect(keybagVersion(dir) == 2)
-        let again = try Keychain(directory: dir.path)
+        let again = try Keychain(directory: dir.path, lockingStateDirectory: false)
         try again.unlock(passcode: secret("changed"))
         try expectFixtureIntact(again, withPasscode: true, manifest: try manifest("v1-passcode"))
     }

@@ -62,7 +62,7 @@ func copyState(_ names: [String], from: String, to: String) throws {
             #expect(old != now, "\(c) class key was not rotated")
         }
         // ...so the old keychain view finds and opens none of the items added after the change.
-        let oldView = try Keychain(directory: attacker.path)
+        let oldView = try Keychain(directory: attacker.path, lockingStateDirectory: false)
         try? oldView.unlock(passcode: secret("old"))
         for c in ProtectionClass.allCases where c.availability != .always {
             let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("after"), "acct": .string(c.shortCode)], returnData: true)

@@ -11,12 +11,12 @@ final class Fixture {
     var keychain: Keychain
 
     init(passcode: String? = nil) throws {
-        keychain = try Keychain(directory: dir.path)
+        keychain = try Keychain(directory: dir.path, lockingStateDirectory: false)
         if let passcode { try keychain.setPasscode(current: nil, new: secret(passcode), kdf: testKDF) }
     }
 
     /// Simulates a restart: a new Keychain over the same files.
-    func reboot() throws { keychain = try Keychain(directory: dir.path) }
+    func reboot() throws { keychain = try Keychain(directory: dir.path, lockingStateDirectory: false) }
 
     @discardableResult
     func addPassword(service: String, account: String, secret s: String, _ extra: Attributes = [:]) throws -> ItemResult {

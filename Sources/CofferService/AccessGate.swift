@@ -1,19 +1,18 @@
-import CofferAudit
+package import CofferAudit
 import CofferIdentity
 import CofferKeychain
-import CofferModel
-import CofferPolicy
-import CofferProtocol
-import CofferSystem
+package import CofferModel
+package import CofferPolicy
+package import CofferSystem
 import Glibc
-import Logging
+package import Logging
 
 /// The policy stage of the request path (request → identity → **policy** → keychain): turns the
 /// session's caller into the ``AccessScope`` of each item request (``AccessPolicy``), keeps the groups
 /// the user authorized for the shell helper (``AuthorizationBook``), and writes the audit log. The
 /// keychain only ever sees the scope.
-final class AccessGate: Sendable {
-    let policy: AccessPolicy
+package final class AccessGate: Sendable {
+    package let policy: AccessPolicy
     private let book = Protected(AuthorizationBook())
     private let audit: AuditLog?
     private let clock: any MonotonicClock
@@ -22,7 +21,7 @@ final class AccessGate: Sendable {
     /// tests give their own).
     private let sessionIsLive: @Sendable (CallerIdentity.LoginSession) -> Bool
 
-    init(policy: AccessPolicy, audit: AuditLog?, clock: any MonotonicClock, logger: Logger,
+    package init(policy: AccessPolicy, audit: AuditLog?, clock: any MonotonicClock, logger: Logger,
          sessionIsLive: @escaping @Sendable (CallerIdentity.LoginSession) -> Bool = LoginSessions.isLive) {
         self.policy = policy
         self.audit = audit
@@ -31,49 +30,49 @@ final class AccessGate: Sendable {
         self.sessionIsLive = sessionIsLive
     }
 
-    /// The scope of the session's next item request.
-    func scope(for session: Session) -> AccessDecision {
-        var authorized = session.authorizedGroups(generation: lockGeneration)
-        if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
+    /// The scope of the caller's next item request.
+    package func scope(for context: CallerContext) -> AccessDecision {
+        var authorized = context.authorizedGroups(generation: lockGeneration)
+        if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: context.caller) {
             let now = clock.now()
             authorized.formUnion(book.withLock { $0.groups(for: key, now: now, sessionIsLive: sessionIsLive) })
         }
-        return policy.decide(session.caller, authorized: authorized)
+        return policy.decide(context.caller, authorized: authorized)
     }
 
-    /// The user authorized `group` for this session's caller: for the rest of its connection (one
+    /// The user authorized `group` for this context's caller: for the rest of its conversation (one
     /// command of the shell helper) and with a reuse window for the same app in the same terminal
     /// session, until the window ends, the session's leader exits, or the keybag locks (or the passcode
     /// is removed).
-    func authorized(_ group: String, session: inout Session) {
-        session.authorize(group, generation: lockGeneration)
-        if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: session.caller) {
+    package func authorized(_ group: String, context: inout CallerContext) {
+        context.authorize(group, generation: lockGeneration)
+        if policy.authorizationReuseSeconds > 0, let key = AuthorizationBook.key(for: context.caller) {
             let until = clock.now() + policy.authorizationReuseSeconds
             book.withLock { $0.grant(group, to: key, until: until) }
         }
     }
 
     /// Forgets every reusable authorization (the keybag locked).
-    func forgetAuthorizations() { book.withLock { $0.removeAll() } }
+    package func forgetAuthorizations() { book.withLock { $0.removeAll() } }
 
     /// The lock schedule's events: a lock ends every reuse window (the agent routes every event here).
-    func observe(_ event: LockEvent) {
+    package func observe(_ event: LockEvent) {
         if event == .locked { endAuthentications() }
     }
 
     /// Ends every authentication kept for reuse and every authorized group: after a lock, and after
     /// the passcode is removed (access-controlled items then cannot be opened until one is set again).
-    func endAuthentications() {
+    package func endAuthentications() {
         forgetAuthorizations()
         generation.withLock { $0 += 1 }
     }
 
     /// How many locks there have been: an authentication kept for reuse belongs to one generation.
-    var lockGeneration: Int { generation.withLock { $0 } }
+    package var lockGeneration: Int { generation.withLock { $0 } }
     private let generation = Protected(0)
 
     /// What `coffer whoami` shows: the caller's identity and the groups its item requests run with.
-    func whoami(_ caller: CallerIdentity) -> WhoAmIReply {
+    package func whoami(_ caller: CallerIdentity) -> WhoAmIReply {
         let kind: WhoAmIReply.Kind
         var note = ""
         switch caller.establishedBy {
@@ -98,7 +97,7 @@ final class AccessGate: Sendable {
 
     /// Writes one audit record (never a secret or an attribute value). A failing log is reported,
     /// at most once a minute, and does not fail the request.
-    func record(_ caller: CallerIdentity, operation: String, group: String?, itemClass: ItemClass?, status: SecStatus) {
+    package func record(_ caller: CallerIdentity, operation: String, group: String?, itemClass: ItemClass?, status: SecStatus) {
         guard let audit else { return }
         let record = AuditRecord(time: Self.wallClock(), pid: caller.pid, app: caller.appID, executable: caller.executable,
                                  operation: operation, accessGroup: group, itemClass: itemClass, result: status.rawValue)

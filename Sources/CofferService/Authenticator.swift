@@ -1,14 +1,14 @@
 import CofferCrypto
-import CofferKeychain
-import CofferModel
-import CofferPolicy
-import CofferSystem
+package import CofferKeychain
+package import CofferModel
+package import CofferPolicy
+package import CofferSystem
 import Glibc
-import Logging
+package import Logging
 
 /// The biometric sensor as the agent sees it: the plugin host's biometric plugin in the agent, a
 /// fake in tests. Lockout counting is the agent's (``Authenticator``), not the sensor's.
-protocol BiometricSensor: Sendable {
+package protocol BiometricSensor: Sendable {
     /// Whether a sensor answers, whether a finger is enrolled, and the enrolled set's domain state.
     func state() -> BiometryState
     /// Waits for a finger until `timeoutSeconds` (or ``cancel(_:)`` with the same `id`): a match, a
@@ -22,11 +22,16 @@ protocol BiometricSensor: Sendable {
     /// A control command (`enroll NAME`, `remove NAME`, `present NAME`, `status`): its status code
     /// (0 success) and reply text.
     func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String)
+    /// Requests sent to the sensor's process so far (the plugin host's round trips: STATE, EVALUATE,
+    /// CONTROL), for the tests and the benchmark.
+    var roundTrips: Int { get }
 }
 
 /// One biometric evaluation's outcome.
-enum BiometricOutcome: Sendable, Equatable {
-    case match
+package enum BiometricOutcome: Sendable, Equatable {
+    /// A match, with the enrolled set's domain state read as it was made (the plugin host's RESULT
+    /// carries it); nil if the sensor did not say (the agent then asks it).
+    case match(domainState: [UInt8]? = nil)
     case noMatch
     /// Cancelled or timed out.
     case cancelled
@@ -35,22 +40,25 @@ enum BiometricOutcome: Sendable, Equatable {
 }
 
 /// No biometric sensor configured.
-struct NoBiometricSensor: BiometricSensor {
-    func state() -> BiometryState { .unavailable }
-    func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
+package struct NoBiometricSensor: BiometricSensor {
+    package init() {}
+    package func state() -> BiometryState { .unavailable }
+    package func evaluate(id: UInt64, reason: String, app: String, timeoutSeconds: Double,
                   feedback: @escaping @Sendable (String) -> Void) -> BiometricOutcome {
         .unavailable(LAError(.biometryNotAvailable, "no biometric authenticator is configured"))
     }
-    func cancel(_ id: UInt64) {}
-    var name: String { "" }
-    func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
+    package func cancel(_ id: UInt64) {}
+    package var name: String { "" }
+    package var roundTrips: Int { 0 }
+    package func control(_ command: String, _ arguments: [String]) throws(SecError) -> (code: Int32, text: String) {
         throw .notAvailable("no biometric authenticator is configured (biometry = none in the agent's configuration)")
     }
 }
 
-/// How the agent reaches the person behind a request: AUTH_NEEDED to the client, its AUTH_RESPONSE
-/// back (the connection in the agent, a script in tests).
-protocol AuthChannel {
+/// How the agent reaches the person behind a request: the native protocol's AUTH_NEEDED to the
+/// client and its AUTH_RESPONSE back (`ConnectionAuthChannel` in CofferAgent), an agent-side prompter
+/// for front ends whose clients cannot prompt, a script in tests.
+package protocol AuthChannel {
     /// Sends `request` (AUTH_NEEDED) to the client.
     func ask(_ request: AuthenticationRequest)
     /// Waits for the client's answer, returning `.stopped` as soon as `stop()` is true (checked whenever
@@ -62,7 +70,7 @@ protocol AuthChannel {
 }
 
 /// What ``AuthChannel/awaitAnswer(stop:deadline:)`` saw.
-enum ChannelEvent {
+package enum ChannelEvent {
     case answer(AuthenticationAnswer)
     case stopped
     case timedOut
@@ -74,8 +82,8 @@ enum ChannelEvent {
 /// PAM (``UnlockService/check(_:)``, under the attempt schedule), waits for the biometric sensor, counts
 /// failed matches into a lockout only the passcode lifts, and returns the ``AuthorizationContext`` the
 /// keychain then checks. Never holds a class key.
-final class Authenticator: Sendable {
-    let sensor: any BiometricSensor
+package final class Authenticator: Sendable {
+    package let sensor: any BiometricSensor
     private let unlocking: UnlockService
     private let keychain: Keychain
     private let clock: any MonotonicClock
@@ -84,11 +92,11 @@ final class Authenticator: Sendable {
     /// Counts locks: reused authentications of an earlier generation are void.
     private let gate: AccessGate
     /// How long a person has to authenticate before the request fails (systemCancel).
-    let timeoutSeconds: Double
+    package let timeoutSeconds: Double
     /// Most wrong passcodes one request accepts before errSecAuthFailed.
-    static let passcodeAttempts = 3
+    package static let passcodeAttempts = 3
 
-    init(sensor: any BiometricSensor, unlocking: UnlockService, keychain: Keychain, gate: AccessGate, clock: any MonotonicClock,
+    package init(sensor: any BiometricSensor, unlocking: UnlockService, keychain: Keychain, gate: AccessGate, clock: any MonotonicClock,
          logger: Logger, timeoutSeconds: Double = 120) {
         self.sensor = sensor
         self.gate = gate
@@ -99,35 +107,44 @@ final class Authenticator: Sendable {
         self.timeoutSeconds = timeoutSeconds
     }
 
-    /// The sensor's state with the agent's lockout applied.
-    var biometry: BiometryState {
-        var s = sensor.state()
+    /// The sensor's state with the agent's lockout applied (one STATE round trip to the plugin host).
+    package var biometry: BiometryState { withLockout(sensor.state()) }
+
+    /// `state` with the agent's current lockout (no round trip): what an authentication round uses
+    /// after it read the sensor once.
+    private func withLockout(_ state: BiometryState) -> BiometryState {
+        var s = state
         s.lockedOut = lockout.withLock { $0.isLockedOut }
         return s
     }
 
     /// The current lock generation (reuse is void across a lock).
-    var lockGeneration: Int { gate.lockGeneration }
+    package var lockGeneration: Int { gate.lockGeneration }
 
     /// The authorization for an operation on items whose access controls are `rules`: reused if the
     /// session holds a live one that satisfies them, else obtained from the person. Throws the SecItem
     /// form of the LocalAuthentication failure (cancel -128, failure -25293, no UI -25308, …).
-    func authorize(rules: [AccessControl], session: inout Session, channel: (any AuthChannel)?, what: String) throws(SecError) -> AuthorizationContext {
+    package func authorize(rules: [AccessControl], context caller: inout CallerContext, channel: (any AuthChannel)?, what: String) throws(SecError) -> AuthorizationContext {
         let now = clock.now()
-        let reused = session.reusableAuthorization(now: now, generation: lockGeneration)
+        let reused = caller.reusableAuthorization(now: now, generation: lockGeneration)
         var context = reused ?? .none
         let deadline = now + timeoutSeconds
         // The reuse window runs from the person's authentication: only a new passcode or finger starts
         // it afresh. Reusing it, or adding an application password to it, keeps its end (else one
         // touch would last as long as the app keeps asking).
         var personNow = false
+        // The sensor is read once for the whole round: the planner, the offer and the evaluation's
+        // start all use this reading (the lockout is the agent's own and is re-read for free), and a
+        // match brings its own domain state.
+        let sensed = sensor.state()
         while true {
-            switch AuthenticationPlanner.next(rules: rules, established: context, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+            switch AuthenticationPlanner.next(rules: rules, established: context, biometry: withLockout(sensed),
+                                              passcodeSet: keychain.status.passcodeSet) {
             case .satisfied:
                 if personNow || reused == nil {
-                    session.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
+                    caller.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
                 } else if context != reused {
-                    session.updateReusedAuthorization(context)
+                    caller.updateReusedAuthorization(context)
                 }
                 return context
             case .fail(let e):
@@ -135,7 +152,8 @@ final class Authenticator: Sendable {
             case .ask(let methods):
                 let before = context
                 do {
-                    try obtain(methods, into: &context, session: &session, channel: channel, prompt: prompt(session, what), deadline: deadline)
+                    try obtain(methods, into: &context, context: &caller, channel: channel, prompt: prompt(caller, what), deadline: deadline,
+                               sensed: sensed)
                 } catch {
                     throw error.secError
                 }
@@ -147,21 +165,22 @@ final class Authenticator: Sendable {
     }
 
     /// LocalAuthentication's evaluatePolicy: one successful method of `policy`.
-    func evaluate(_ policy: LAPolicy, reason: String, session: inout Session, channel: (any AuthChannel)?) throws(LAError) {
+    package func evaluate(_ policy: LAPolicy, reason: String, context caller: inout CallerContext, channel: (any AuthChannel)?) throws(LAError) {
         let methods: AuthenticationMethods
-        switch AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
+        let sensed = sensor.state()
+        switch AuthenticationPlanner.methods(for: policy, biometry: withLockout(sensed), passcodeSet: keychain.status.passcodeSet) {
         case .success(let m): methods = m
         case .failure(let e): throw e
         }
         var context = AuthorizationContext.none
-        let text = "\(Self.appName(session.caller)) wants to authenticate you: \(reason)"
-        try obtain(methods, into: &context, session: &session, channel: channel, prompt: text, deadline: clock.now() + timeoutSeconds,
-                   biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
+        let text = "\(Self.appName(caller.caller)) wants to authenticate you: \(reason)"
+        try obtain(methods, into: &context, context: &caller, channel: channel, prompt: text, deadline: clock.now() + timeoutSeconds,
+                   sensed: sensed, biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
     }
 
     /// What `canEvaluatePolicy` answers for `caller` (no person involved): the same methods
     /// `evaluatePolicy` would offer it, so a sandboxed app is not told the passcode is available.
-    func canEvaluate(_ policy: LAPolicy, caller: CallerIdentity) -> LAError? {
+    package func canEvaluate(_ policy: LAPolicy, caller: CallerIdentity) -> LAError? {
         switch AuthenticationPlanner.methods(for: policy, biometry: biometry, passcodeSet: keychain.status.passcodeSet) {
         case .failure(let e): return e
         case .success(let methods):
@@ -185,23 +204,26 @@ final class Authenticator: Sendable {
     }
 
     /// The name a prompt shows for `caller`.
-    static func appName(_ caller: CallerIdentity) -> String {
+    package static func appName(_ caller: CallerIdentity) -> String {
         caller.appID ?? caller.executable.map { String($0.split(separator: "/").last ?? Substring($0)) } ?? "pid \(caller.pid)"
     }
 
-    private func prompt(_ session: Session, _ what: String) -> String {
-        let base = "\(Self.appName(session.caller)) wants to \(what)"
-        return session.authOptions.operationPrompt.isEmpty ? base : base + ": " + session.authOptions.operationPrompt
+    private func prompt(_ caller: CallerContext, _ what: String) -> String {
+        let base = "\(Self.appName(caller.caller)) wants to \(what)"
+        return caller.authOptions.operationPrompt.isEmpty ? base : base + ": " + caller.authOptions.operationPrompt
     }
 
-    /// One round with the person: adds the method that succeeded to `context`.
-    private func obtain(_ offered: AuthenticationMethods, into context: inout AuthorizationContext, session: inout Session,
-                        channel: (any AuthChannel)?, prompt: String, deadline: Double, biometryOnly: Bool = false) throws(LAError) {
+    /// One round with the person: adds the method that succeeded to `context`. `sensed` is the
+    /// sensor's state read once for the round.
+    private func obtain(_ offered: AuthenticationMethods, into context: inout AuthorizationContext, context caller: inout CallerContext,
+                        channel: (any AuthChannel)?, prompt: String, deadline: Double, sensed: BiometryState,
+                        biometryOnly: Bool = false) throws(LAError) {
+        var biometry: BiometryState { withLockout(sensed) }
         // The passcode is not offered to a sandboxed app, and one it gives in advance or in an
         // answer is not tried.
-        let methods = try usable(offered, by: session.caller)
+        let methods = try usable(offered, by: caller.caller)
         // A passcode given in advance (LAContext.setCredential) is tried once, without asking.
-        if methods.contains(.passcode), let preset = session.takePresetPasscode() {
+        if methods.contains(.passcode), let preset = caller.takePresetPasscode() {
             if try verify(preset) {
                 context.passcodeVerified = true
                 return
@@ -210,16 +232,16 @@ final class Authenticator: Sendable {
         }
         // The application password: given in advance, or asked for. Only the item's cryptography can
         // tell whether it is right (the keychain then fails with errSecAuthFailed).
-        if methods.contains(.applicationPassword), let preset = session.authOptions.applicationPassword {
+        if methods.contains(.applicationPassword), let preset = caller.authOptions.applicationPassword {
             context.applicationPassword = preset
             return
         }
-        guard !session.authOptions.noUserInterface, let channel else {
+        guard !caller.authOptions.noUserInterface, let channel else {
             throw LAError(.notInteractive, "authentication is needed and the client asked for no user interface")
         }
-        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(session.caller), prompt: prompt))
+        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt))
         var evaluation: BiometricEvaluation? = methods.contains(.biometry) && biometry.usable
-            ? startEvaluation(prompt, session.caller, channel) : nil
+            ? startEvaluation(prompt, caller.caller, channel) : nil
         defer { evaluation?.stop() }
         var wrongPasscodes = 0
         while true {
@@ -233,7 +255,7 @@ final class Authenticator: Sendable {
                 let stoppedHere = evaluation?.wasStopped ?? false
                 evaluation = nil
                 switch outcome {
-                case .match:
+                case .match(let domainState):
                     // Checked again as the match arrives, in the same critical section: an evaluation that
                     // started before misses elsewhere locked biometry out must not get around the lockout.
                     let accepted = lockout.withLock { l -> Bool in
@@ -242,21 +264,21 @@ final class Authenticator: Sendable {
                         return true
                     }
                     guard accepted else {
-                        logger.notice("a biometric match arrived while biometry is locked out: refused", metadata: ["caller": "\(session.caller)"])
+                        logger.notice("a biometric match arrived while biometry is locked out: refused", metadata: ["caller": "\(caller.caller)"])
                         try Self.passcodeAfterLockout(methods, biometryOnly: biometryOnly, channel)
                         continue
                     }
                     context.biometryVerified = true
-                    context.biometryDomainState = sensor.state().domainState
+                    context.biometryDomainState = domainState ?? sensor.state().domainState
                     return
                 case .noMatch:
                     let lockedNow = lockout.withLock { $0.recordFailure() }
-                    logger.notice("biometric match failed", metadata: ["caller": "\(session.caller)", "lockout": "\(lockedNow)"])
+                    logger.notice("biometric match failed", metadata: ["caller": "\(caller.caller)", "lockout": "\(lockedNow)"])
                     if lockedNow || biometry.lockedOut {
                         try Self.passcodeAfterLockout(methods, biometryOnly: biometryOnly, channel)
                     } else {
                         channel.feedback("No match. Try again.", kind: .noMatch)
-                        evaluation = startEvaluation(prompt, session.caller, channel)
+                        evaluation = startEvaluation(prompt, caller.caller, channel)
                     }
                 case .cancelled:
                     if clock.now() >= deadline { throw LAError(.systemCancel, "nobody authenticated in time") }
@@ -264,7 +286,7 @@ final class Authenticator: Sendable {
                     if stoppedHere {
                         // Stopped while a wrong passcode was checked (its feedback answered that event):
                         // the sensor goes on.
-                        if methods.contains(.biometry), biometry.usable { evaluation = startEvaluation(prompt, session.caller, channel) }
+                        if methods.contains(.biometry), biometry.usable { evaluation = startEvaluation(prompt, caller.caller, channel) }
                     } else {
                         // The sensor ended the evaluation itself: only the passcode is left, and the client is told.
                         channel.feedback("The sensor stopped: type your passcode.", kind: .passcodeOnly)
@@ -286,7 +308,7 @@ final class Authenticator: Sendable {
                 if wrongPasscodes >= Self.passcodeAttempts { throw LAError(.authenticationFailed, "wrong passcode") }
                 channel.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
                 if evaluation?.isDone ?? false, methods.contains(.biometry), biometry.usable {
-                    evaluation = startEvaluation(prompt, session.caller, channel)
+                    evaluation = startEvaluation(prompt, caller.caller, channel)
                 }
             case .answer(.applicationPassword(let p)):
                 guard methods.contains(.applicationPassword) else {
@@ -342,19 +364,19 @@ final class Authenticator: Sendable {
 
 /// One biometric evaluation running on its own thread, so the connection thread can wait for the
 /// client at the same time.
-final class BiometricEvaluation: Sendable {
+package final class BiometricEvaluation: Sendable {
     private let sensor: any BiometricSensor
     private let result = Protected<BiometricOutcome?>(nil)
     private let stopped = Protected(false)
     /// This evaluation's id (for ``BiometricSensor/cancel(_:)``).
-    let id: UInt64
+    package let id: UInt64
     private static let ids = Protected<UInt64>(0)
 
     /// Readable once the outcome is in (a pipe the evaluation thread writes to), so the connection
     /// thread waiting for the client wakes at once.
     private let wake: (read: Int32, write: Int32)
 
-    init(sensor: any BiometricSensor) {
+    package init(sensor: any BiometricSensor) {
         self.sensor = sensor
         id = Self.ids.withLock { $0 += 1; return $0 }
         var fds: [Int32] = [-1, -1]
@@ -376,12 +398,12 @@ final class BiometricEvaluation: Sendable {
     }
 
     /// See ``wake``.
-    var wakeDescriptor: Int32 { wake.read }
+    package var wakeDescriptor: Int32 { wake.read }
 
     /// The sensor's messages not yet shown (bounded: a chatty plugin cannot fill the agent's memory).
     private let feedback = Protected([String]())
 
-    func start(reason: String, app: String, timeoutSeconds: Double) {
+    package func start(reason: String, app: String, timeoutSeconds: Double) {
         let id = self.id
         let started = Threads.detach { [self] in
             let outcome = sensor.evaluate(id: id, reason: reason, app: app, timeoutSeconds: timeoutSeconds) { [self] text in
@@ -398,22 +420,22 @@ final class BiometricEvaluation: Sendable {
         if !started { result.withLock { $0 = .unavailable(LAError(.biometryNotAvailable, "cannot start an evaluation")) } }
     }
 
-    var isDone: Bool { result.withLock { $0 != nil } }
+    package var isDone: Bool { result.withLock { $0 != nil } }
     /// True if the sensor said something not yet shown.
-    var hasFeedback: Bool { feedback.withLock { !$0.isEmpty } }
+    package var hasFeedback: Bool { feedback.withLock { !$0.isEmpty } }
     /// The sensor's messages so far (and drains the wake pipe).
-    func takeFeedback() -> [String] {
+    package func takeFeedback() -> [String] {
         var b = [UInt8](repeating: 0, count: 64)
         while wake.read >= 0, read(wake.read, &b, b.count) > 0 {}
         return feedback.withLock { f in defer { f = [] }; return f }
     }
-    var outcome: BiometricOutcome? { result.withLock { $0 } }
+    package var outcome: BiometricOutcome? { result.withLock { $0 } }
 
     /// True once ``stop()`` was called (the agent, not the sensor, ended it).
-    var wasStopped: Bool { stopped.withLock { $0 } }
+    package var wasStopped: Bool { stopped.withLock { $0 } }
 
     /// Cancels a running evaluation (once).
-    func stop() {
+    package func stop() {
         let first = stopped.withLock { s in defer { s = true }; return !s }
         if first && !isDone { sensor.cancel(id) }
     }

@@ -1,12 +1,11 @@
-import CofferKeychain
-import CofferModel
-import CofferProtocol
-import CofferSystem
-import Logging
+package import CofferKeychain
+package import CofferModel
+package import CofferSystem
+package import Logging
 
 /// When the keybag locks: on request, after idle time, and on a session lock (SIGUSR1) after a grace
 /// period announced to subscribers. Time comes from an injected clock, so tests advance it.
-final class LockSchedule: Sendable {
+package final class LockSchedule: Sendable {
     private let keychain: Keychain
     private let idleSeconds: Double
     private let graceSeconds: Double
@@ -23,7 +22,7 @@ final class LockSchedule: Sendable {
         var lockDeadline: Double? = nil
     }
 
-    init(keychain: Keychain, idleSeconds: Double, graceSeconds: Double, clock: any MonotonicClock, logger: Logger,
+    package init(keychain: Keychain, idleSeconds: Double, graceSeconds: Double, clock: any MonotonicClock, logger: Logger,
          broadcast: @escaping @Sendable (LockEvent) -> Void) {
         self.keychain = keychain
         self.idleSeconds = idleSeconds
@@ -35,7 +34,7 @@ final class LockSchedule: Sendable {
     }
 
     /// Notes client activity (resets the idle timer).
-    func touch() {
+    package func touch() {
         let now = clock.now()
         timers.withLock { $0.lastActivity = now }
     }
@@ -43,7 +42,7 @@ final class LockSchedule: Sendable {
     /// Starts a graceful lock: subscribers get `willLock`, keys are wiped after the grace period.
     /// Nothing happens when no passcode is set (nothing would protect the keys), when not unlocked, or
     /// when a lock is already pending.
-    func requestLock(reason: String) {
+    package func requestLock(reason: String) {
         let status = keychain.status
         guard status.passcodeSet, status.lockState == .unlocked else { return }
         let deadline = clock.now() + graceSeconds
@@ -60,7 +59,7 @@ final class LockSchedule: Sendable {
 
     /// Locks immediately (an explicit `coffer lock`, or the end of a grace period). Subscribers hear
     /// `locked` only if this call locked the keybag (of two concurrent calls, one).
-    func lockNow(reason: String) {
+    package func lockNow(reason: String) {
         timers.withLock { $0.lockDeadline = nil }
         guard keychain.lock() else { return }
         logger.info("locked", metadata: ["reason": "\(reason)"])
@@ -69,7 +68,7 @@ final class LockSchedule: Sendable {
 
     /// After a successful unlock or passcode set/change: cancels a pending lock, restarts the idle
     /// timer, tells subscribers.
-    func didUnlock() {
+    package func didUnlock() {
         let now = clock.now()
         timers.withLock { t in
             t.lockDeadline = nil
@@ -79,10 +78,10 @@ final class LockSchedule: Sendable {
     }
 
     /// True while an announced lock is pending.
-    var isLockPending: Bool { timers.withLock { $0.lockDeadline != nil } }
+    package var isLockPending: Bool { timers.withLock { $0.lockDeadline != nil } }
 
     /// Called periodically (the agent's timer thread, every 0.25 s): ends grace periods and starts idle locks.
-    func tick() {
+    package func tick() {
         let now = clock.now()
         let (due, idle): (Bool, Bool) = timers.withLock { t in
             let due = t.lockDeadline.map { now >= $0 } ?? false

@@ -1,25 +1,26 @@
-import CofferCrypto
-import CofferKeybag
-import CofferKeychain
-import CofferModel
-import CofferPAM
-import CofferSystem
+package import CofferCrypto
+package import CofferKeybag
+package import CofferKeychain
+package import CofferModel
+package import CofferPAM
+package import CofferSystem
 import Glibc
-import Logging
+package import Logging
 
 /// Checks a passcode against the user's login password: PAM in the agent, a stub in tests.
-protocol PasscodeVerifier: Sendable {
+package protocol PasscodeVerifier: Sendable {
     /// Returns if `passcode` is `user`'s password; throws (with a reason for the log, never the passcode) if not.
     func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected)
 }
 
 /// Why a passcode verifier refused (for the log; names no passcode).
-struct PasscodeRejected: Error, CustomStringConvertible {
-    let description: String
+package struct PasscodeRejected: Error, CustomStringConvertible {
+    package let description: String
+    package init(description: String) { self.description = description }
 }
 
 extension PAMAuthenticator: PasscodeVerifier {
-    func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
+    package func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
         do { try authenticate(user: user, passcode: passcode) } catch { throw PasscodeRejected(description: "\(error)") }
     }
 }
@@ -53,19 +54,19 @@ package struct AttemptSchedule: Sendable, Equatable {
 /// Failed passcode attempts in a row, as persisted in the state directory (`attempts`): survives a
 /// restart and a kill, because each attempt is written down, and fsynced, as failed *before* the
 /// passcode is checked (a success then resets it).
-struct FailedAttempts: Sendable, Equatable {
-    var failures: Int
+package struct FailedAttempts: Sendable, Equatable {
+    package var failures: Int
     /// Wall-clock seconds of the last failure (0: none).
-    var lastFailure: Double
+    package var lastFailure: Double
 
-    static let none = FailedAttempts(failures: 0, lastFailure: 0)
+    package static let none = FailedAttempts(failures: 0, lastFailure: 0)
 
     /// The file's text: `coffer attempts v1 FAILURES LAST\n`.
-    var encoded: [UInt8] { Array("coffer attempts v1 \(failures) \(lastFailure)\n".utf8) }
+    package var encoded: [UInt8] { Array("coffer attempts v1 \(failures) \(lastFailure)\n".utf8) }
 
     /// Reads the file: none if it is missing; a damaged file counts as many failures as the schedule
     /// knows, just now (fail closed: damaging the file must not earn attempts).
-    static func read(_ path: String, schedule: AttemptSchedule, now: Double) -> FailedAttempts {
+    package static func read(_ path: String, schedule: AttemptSchedule, now: Double) -> FailedAttempts {
         let bytes: [UInt8]
         do { bytes = try Files.read(path, maxBytes: 256) } catch {
             return error.errno == ENOENT ? .none : FailedAttempts(failures: max(schedule.delays.count, 1), lastFailure: now)
@@ -89,7 +90,7 @@ struct FailedAttempts: Sendable, Equatable {
 /// The gate is a mutex held for a whole attempt (PAM, Argon2id): attempts are serialised, so the
 /// schedule bounds the guessing rate across connections and restarts. Lock order: the gate, then the
 /// keychain, then the keybag. Nothing else in the agent takes the gate.
-final class UnlockService: Sendable {
+package final class UnlockService: Sendable {
     private let keychain: Keychain
     private let verifier: any PasscodeVerifier
     private let userName: String
@@ -105,7 +106,7 @@ final class UnlockService: Sendable {
     /// The failed attempts; held for a whole attempt.
     private let gate: Protected<FailedAttempts>
 
-    init(keychain: Keychain, verifier: any PasscodeVerifier, userName: String, kdfPolicy: KDFPolicy,
+    package init(keychain: Keychain, verifier: any PasscodeVerifier, userName: String, kdfPolicy: KDFPolicy,
          clock: any MonotonicClock, logger: Logger, schedule: AttemptSchedule = .standard, attemptsFile: String? = nil,
          onErase: @escaping @Sendable () -> Void = {}) {
         self.keychain = keychain
@@ -121,11 +122,11 @@ final class UnlockService: Sendable {
     }
 
     /// Failed attempts in a row.
-    var failures: Int { gate.withLock { $0.failures } }
+    package var failures: Int { gate.withLock { $0.failures } }
 
     /// Argon2id settings for backup passwords: the agent's own setting if fixed (tests), else
     /// libsodium's moderate settings.
-    var backupKDF: KDFParameters {
+    package var backupKDF: KDFParameters {
         if case .fixed(let p) = kdfPolicy { return p }
         return KDFParameters(opsLimit: 3, memLimit: 256 << 20)
     }
@@ -136,16 +137,16 @@ final class UnlockService: Sendable {
     private let pendingSync = Protected<SecureBytes?>(nil)
 
     /// True while the keybag passcode and the login password differ (see ``sync(oldPasscode:)``).
-    var isOutOfSync: Bool { pendingSync.withLock { $0 != nil } }
+    package var isOutOfSync: Bool { pendingSync.withLock { $0 != nil } }
 
     /// Seconds until the next attempt may start (0: now).
-    var retryAfter: Double {
+    package var retryAfter: Double {
         let now = clock.now()
         return gate.withLock { a in max(0, a.lastFailure + schedule.delay(afterFailures: a.failures) - now) }
     }
 
     /// Unlocks: the verifier, then the keybag; a wrong passcode at either is the same errSecAuthFailed.
-    func unlock(_ passcode: SecureBytes) throws(SecError) {
+    package func unlock(_ passcode: SecureBytes) throws(SecError) {
         guard keychain.status.passcodeSet else {
             throw .notAvailable("no passcode is set; set one with 'coffer passcode set'")
         }
@@ -184,7 +185,7 @@ final class UnlockService: Sendable {
 
     /// `coffer passcode remove`: the current passcode passes PAM and opens the keybag; then
     /// WhenPasscodeSetThisDeviceOnly items are deleted and everything else is re-sealed under the device key.
-    func removePasscode(current: SecureBytes) throws(SecError) {
+    package func removePasscode(current: SecureBytes) throws(SecError) {
         guard keychain.status.passcodeSet else { throw .notAvailable("no passcode is set") }
         guard current.count > 0 else { throw .authFailed("the current passcode is required") }
         try attempt { () throws(SecError) in
@@ -202,14 +203,14 @@ final class UnlockService: Sendable {
 
     /// `coffer escrow unlock`: the escrow secret opens the keybag (counted like a passcode: a wrong
     /// secret is a failed attempt, though guessing 256 bits is hopeless anyway).
-    func unlock(escrowSecret: SecureBytes) throws(SecError) {
+    package func unlock(escrowSecret: SecureBytes) throws(SecError) {
         try attempt { () throws(SecError) in try keychain.unlock(escrowSecret: escrowSecret) }
         logger.notice("unlocked with the escrow record")
     }
 
     /// `coffer escrow revoke`: the record is deleted and the keys rotated (a passcode change to the same
     /// passcode, checked by PAM), so a copy of the record opens nothing.
-    func revokeEscrow(passcode: SecureBytes) throws(SecError) {
+    package func revokeEscrow(passcode: SecureBytes) throws(SecError) {
         guard keychain.status.passcodeSet else { throw .notAvailable("no passcode is set") }
         try setPasscode(current: passcode, new: passcode)
         keychain.deleteEscrow()
@@ -218,7 +219,7 @@ final class UnlockService: Sendable {
 
     /// `coffer passcode sync`: re-wraps the keybag (a passcode change, with its key rotation) from
     /// `oldPasscode` to the login password PAM accepted at the unlock that found them out of sync.
-    func sync(oldPasscode: SecureBytes) throws(SecError) {
+    package func sync(oldPasscode: SecureBytes) throws(SecError) {
         guard let new = pendingSync.withLock({ $0 }) else {
             throw .notAvailable("the passcode is in sync with the login password (nothing to do)")
         }
@@ -229,7 +230,7 @@ final class UnlockService: Sendable {
 
     /// First set: the new passcode must pass the verifier. Change: the current one must open the
     /// keybag and the new one must pass the verifier (the keybag passcode follows the login password).
-    func setPasscode(current: SecureBytes, new: SecureBytes) throws(SecError) {
+    package func setPasscode(current: SecureBytes, new: SecureBytes) throws(SecError) {
         guard new.count > 0 else { throw .param("the new passcode is empty") }
         let isSet = keychain.status.passcodeSet
         if isSet && current.count == 0 { throw .authFailed("the current passcode is required") }
@@ -249,7 +250,7 @@ final class UnlockService: Sendable {
 
     /// AUTHORIZE: the user's passcode, checked by the verifier (PAM) alone, with the same throttle as
     /// unlock (a guess here is a guess at the login password); the keybag is not touched.
-    func authorize(_ passcode: SecureBytes) throws(SecError) {
+    package func authorize(_ passcode: SecureBytes) throws(SecError) {
         try attempt { () throws(SecError) in try verifyLogin(passcode, given: "to authorize another access group") }
     }
 
@@ -264,7 +265,7 @@ final class UnlockService: Sendable {
     }
 
     /// What one passcode check of an authentication (``check(_:)``) came to.
-    enum PasscodeCheck: Equatable {
+    package enum PasscodeCheck: Equatable {
         case accepted
         /// Tried and refused (counted as a failed attempt).
         case wrong
@@ -275,7 +276,7 @@ final class UnlockService: Sendable {
 
     /// A passcode in an item's or LocalAuthentication's conversation: checked as ``authorize(_:)``
     /// checks it, telling an attempt the schedule refused before it ran apart from a wrong passcode.
-    func check(_ passcode: SecureBytes) -> PasscodeCheck {
+    package func check(_ passcode: SecureBytes) -> PasscodeCheck {
         do {
             if let early = try attemptUnlessTooSoon({ () throws(SecError) in try verifyLogin(passcode, given: "to authenticate") }) {
                 return .tooSoon(early)
@@ -351,12 +352,12 @@ final class UnlockService: Sendable {
     }
 
     /// "45 s", "5 min", "1 h".
-    static func duration(_ seconds: Double) -> String { ApplicationPasswordAttempts.duration(seconds) }
+    package static func duration(_ seconds: Double) -> String { ApplicationPasswordAttempts.duration(seconds) }
 }
 
 extension Keychain {
     /// Logs what the keychain migrated since the last call (counts only, never values).
-    func logMigrations(to logger: Logger) {
+    package func logMigrations(to logger: Logger) {
         for line in takeMigrationReport() { logger.notice("migrated", metadata: ["what": "\(line)"]) }
     }
 }

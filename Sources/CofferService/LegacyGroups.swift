@@ -1,7 +1,7 @@
-import CofferKeychain
+package import CofferKeychain
 import CofferModel
 import CofferPolicy
-import Logging
+package import Logging
 
 /// Items stored before access groups were enforced are in `coffer.default`, a group every process of
 /// the user could read. They move to the shared group `unsigned`, which keeps exactly that visibility
@@ -12,8 +12,8 @@ import Logging
 /// One keychain update per class, each a single transaction (a crash leaves a class wholly moved or
 /// not at all). Classes whose keys are not available yet are moved at a later unlock; the run is
 /// idempotent and costs one index lookup per class once nothing is left to move.
-enum LegacyGroups {
-    static func migrate(_ keychain: Keychain, logger: Logger) {
+package enum LegacyGroups {
+    package static func migrate(_ keychain: Keychain, logger: Logger) {
         var moved = 0
         let changes = ItemChanges(attributes: ["agrp": .string(AccessPolicy.unsignedGroup)])
         for cls in ItemClass.allCases {

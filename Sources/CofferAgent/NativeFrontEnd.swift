@@ -1,0 +1,143 @@
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+import CofferService
+import CofferSystem
+import Glibc
+import Logging
+
+/// The native protocol's framing: a 4-byte big-endian length, then the body (WireProtocol.md).
+struct NativeFraming: Framing {
+    func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd> {
+        conn.readLengthPrefixedFrame(headerBytes: 4, bodyLength: { header in
+            guard case .success(let n) = WireFormat.bodyLength(header: header) else { return nil }
+            return n
+        }, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
+    }
+}
+
+/// The native protocol as a front end of a ``SocketServer``: reads frames, decodes them, runs each
+/// through the ``Pipeline`` (the adapter onto the service core) with the connection's ``Session``,
+/// writes the reply; AUTH_NEEDED / AUTH_RESPONSE go over the connection itself
+/// (``ConnectionAuthChannel``), and a subscribed connection gets lock events as EVENT frames.
+struct NativeFrontEnd: ConnectionHandler {
+    let pipeline: Pipeline
+    let logger: Logger
+
+    /// Reads frames until the peer closes, breaks framing or misses a deadline, or the pipeline
+    /// closes the session. The session is this thread's alone.
+    ///
+    /// A complete request runs even if its client is gone: once a reply cannot be sent (the client
+    /// closed, or stopped reading for ``Connection/ioTimeout``), the frames already in the socket
+    /// still run, without replies, and the connection ends at the first one not wholly there. So
+    /// HELLO + ADD written at once and followed by a close adds the item (WireProtocol, lifecycle).
+    func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
+        var session = Session(peer: conn.peer, caller: caller)
+        var replying = true
+        while true {
+            let frame: Connection.Frame
+            switch server.readFrame(conn, greeted: session.isGreeted, replying: replying) {
+            case .success(let f): frame = f
+            case .failure(let end):
+                server.reportEnd(end, of: conn, firstFrame: "HELLO")
+                return
+            }
+            defer { server.release(frame) }
+            guard let sent = server.request({ handle(frame: frame.body, session: &session, on: conn, budget: server.budget, replying: replying) })
+            else { return }
+            if session.mustClose { return }
+            if !sent { replying = false }
+        }
+    }
+
+    /// Decodes one frame body, runs it through the pipeline, sends the reply. False if the reply could not be sent.
+    /// `replying` false: run the request but send nothing (an earlier reply could not be sent).
+    private func handle(frame body: SecureBytes, session: inout Session, on conn: Connection, budget: FrameBudget, replying: Bool) -> Bool {
+        let requestID: UInt32
+        let request: AgentRequest
+        do {
+            (requestID, request) = try body.withUnsafeBytes { b throws(ProtocolError) in try AgentRequest.decodeBody(b) }
+        } catch {
+            let id = body.withUnsafeBytes { WireFormat.requestID(ofBody: $0) } ?? 0
+            let response = pipeline.refuse(error, session: &session)
+            return replying && reply(response, id: id, on: conn)
+        }
+        if case .authResponse = request, session.isGreeted {
+            // An answer to an authentication that already ended (the person touched the sensor while
+            // typing): nothing waits for it, and it gets no reply. Its passcode is wiped with the frame.
+            // As a first frame it is refused like any other frame that is not HELLO (lifecycle rule 1).
+            return replying
+        }
+        let channel = ConnectionAuthChannel(conn: conn, requestID: requestID, budget: budget,
+                                            feedbackKinds: (session.protocolVersion ?? 0) >= WireFormat.feedbackKindVersion)
+        let response = pipeline.handle(request, session: &session, channel: replying ? channel : nil)
+        if channel.broken { session.close() }
+        if session.wantsEvents && !conn.isSubscribed { conn.subscribe { AgentResponse.event($0).encodeFrame(requestID: 0) } }
+        guard replying else { return false } // never encoded: a secret in it stays in secure memory
+        return reply(response, id: requestID, on: conn)
+    }
+
+    private func reply(_ response: AgentResponse, id: UInt32, on conn: Connection) -> Bool {
+        var frame = response.encodeFrame(requestID: id)
+        defer { if response.carriesSecret { secureZero(&frame) } }
+        guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
+            // Never reached by design (each reply is sized before it is built); a last guard, so the
+            // agent never sends a frame the client must refuse.
+            logger.error("a reply exceeded the frame limit", metadata: ["bytes": "\(frame.count - 4)", "peer": "\(conn.peer)"])
+            return conn.send(AgentResponse.error(Pipeline.tooLarge("the reply")).encodeFrame(requestID: id))
+        }
+        return conn.send(frame)
+    }
+}
+
+/// The person behind a connection, reached through AUTH_NEEDED / AUTH_RESPONSE on the connection
+/// itself while the request waits (WireProtocol.md, Authentication).
+final class ConnectionAuthChannel: AuthChannel {
+    let conn: Connection
+    let requestID: UInt32
+    let budget: FrameBudget
+    /// The client's HELLO announced version 2: feedback goes out as AUTH_FEEDBACK_KIND.
+    let feedbackKinds: Bool
+    /// The client sent something other than AUTH_RESPONSE mid-conversation: the connection closes
+    /// after the request's reply.
+    private(set) var broken = false
+
+    init(conn: Connection, requestID: UInt32, budget: FrameBudget, feedbackKinds: Bool) {
+        self.conn = conn
+        self.requestID = requestID
+        self.budget = budget
+        self.feedbackKinds = feedbackKinds
+    }
+
+    func ask(_ request: AuthenticationRequest) { _ = conn.send(AgentResponse.authNeeded(request).encodeFrame(requestID: requestID)) }
+
+    func feedback(_ text: String, kind: AuthFeedbackKind) {
+        _ = conn.send(AgentResponse.authFeedback(text, kind: feedbackKinds ? kind : nil).encodeFrame(requestID: requestID))
+    }
+
+    func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
+        while true {
+            if stop() { return .stopped }
+            if Threads.monotonicSeconds() >= deadline { return .timedOut }
+            var fds = [pollfd(fd: conn.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            let n = fds.withUnsafeMutableBufferPointer { Glibc.poll($0.baseAddress, wake >= 0 ? 2 : 1, 1000) }
+            guard n > 0, fds[0].revents != 0 else { continue }
+            let frame: Connection.Frame
+            switch conn.readFrame(greeted: true, budget: budget) {
+            case .success(let f): frame = f
+            case .failure: return .gone
+            }
+            defer { budget.release(frame.grant) }
+            let decoded = frame.body.withUnsafeBytes { b in Result { () throws(ProtocolError) in try AgentRequest.decodeBody(b) } }
+            switch decoded {
+            case .success((let id, .authResponse(let answer))) where id == requestID:
+                return .answer(answer)
+            case .success((_, .authResponse)):
+                continue // a late answer to an earlier request
+            default:
+                broken = true
+                return .gone
+            }
+        }
+    }
+}

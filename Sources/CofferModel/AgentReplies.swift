@@ -1,0 +1,135 @@
+/// The agent's answers as values of the model, with no wire in them: lock events, the status, the
+/// caller's identity, LocalAuthentication's result, the biometric authenticator's state. The native
+/// protocol (CofferProtocol) encodes them; any other front end may present them its own way.
+
+/// Lock-state events the agent pushes to subscribed clients (EVENT, request id 0).
+public enum LockEvent: Sendable, Equatable {
+    /// Protected data will become unavailable in `graceMillis`.
+    case willLock(graceMillis: UInt32)
+    /// WhenUnlocked keys were wiped.
+    case locked
+    /// The keybag was unlocked.
+    case unlocked
+}
+
+/// STATUS_REPLY contents.
+public struct StatusReply: Sendable, Equatable {
+    /// The keybag's state (on the wire one byte: 0 boot, before the first unlock; 1 locked; 2 unlocked).
+    public var lockState: LockState
+    /// True once a passcode protects the keybag.
+    public var passcodeSet: Bool
+    /// Number of items.
+    public var itemCount: UInt64
+    /// The agent's version.
+    public var agentVersion: String
+    /// Bytes of memory the agent has locked (VmLck).
+    public var lockedMemoryBytes: UInt64
+    /// Idle lock timeout in seconds (0: never).
+    public var idleLockSeconds: UInt32
+
+    /// Makes a status reply.
+    public init(lockState: LockState, passcodeSet: Bool, itemCount: UInt64, agentVersion: String,
+                lockedMemoryBytes: UInt64, idleLockSeconds: UInt32) {
+        self.lockState = lockState
+        self.passcodeSet = passcodeSet
+        self.itemCount = itemCount
+        self.agentVersion = agentVersion
+        self.lockedMemoryBytes = lockedMemoryBytes
+        self.idleLockSeconds = idleLockSeconds
+    }
+}
+
+/// WHOAMI_REPLY contents: the identity the agent gives the calling process and the access groups its
+/// item requests run with (what `coffer whoami` prints).
+public struct WhoAmIReply: Sendable, Equatable {
+    /// How the identity was established (on the wire one byte).
+    public enum Kind: UInt8, Sendable, Equatable {
+        /// No manifest or sandbox vouches for the caller.
+        case unsigned = 0
+        /// A trusted, verified manifest names the caller's executable and its SHA-256.
+        case signedManifest = 1
+        /// A Flatpak sandbox (`.flatpak-info`).
+        case flatpak = 2
+    }
+    /// How the identity was established.
+    public var kind: Kind
+    /// The app id (empty when unsigned).
+    public var appID: String
+    /// The caller's pid as the agent sees it.
+    public var pid: UInt32
+    /// The caller's executable (`/proc/PID/exe`; empty if unknown).
+    public var executable: String
+    /// Why the caller is unsigned, or why it is denied (empty when neither).
+    public var note: String
+    /// The groups the caller's item requests may use, default first (empty: every item request is
+    /// refused with errSecMissingEntitlement).
+    public var accessGroups: [String]
+    /// True if the caller may ask the user to authorize another group (AUTHORIZE): the shell helper.
+    public var mayAuthorize: Bool
+
+    /// Makes a reply.
+    public init(kind: Kind, appID: String, pid: UInt32, executable: String, note: String, accessGroups: [String], mayAuthorize: Bool) {
+        self.kind = kind
+        self.appID = appID
+        self.pid = pid
+        self.executable = executable
+        self.note = note
+        self.accessGroups = accessGroups
+        self.mayAuthorize = mayAuthorize
+    }
+}
+
+/// LA_RESULT contents: the outcome of LA_CAN_EVALUATE or LA_EVALUATE.
+public struct LAResult: Sendable, Equatable {
+    /// nil: success (the policy can be / was evaluated).
+    public var error: LAErrorCode?
+    /// The biometry the agent offers: 0 none, 1 fingerprint (LABiometryType).
+    public var biometryType: UInt8
+    /// The enrolled set's domain state (evaluatedPolicyDomainState; empty without biometry).
+    public var domainState: [UInt8]
+    /// Why it failed (for people; empty on success).
+    public var message: String
+
+    public init(error: LAErrorCode?, biometryType: UInt8, domainState: [UInt8], message: String) {
+        self.error = error
+        self.biometryType = biometryType
+        self.domainState = domainState
+        self.message = message
+    }
+}
+
+/// What `coffer bio` asks of the biometric authenticator (BIO).
+public enum BioOperation: UInt8, Sendable, Equatable {
+    /// Enroll a finger by name (needs the passcode).
+    case enroll = 1
+    /// Remove an enrolled finger (needs the passcode).
+    case remove = 2
+    /// A finger touches the sensor (the biometric emulator only).
+    case present = 3
+    /// An unknown finger touches the sensor (the emulator only).
+    case presentUnknown = 4
+    /// Report the authenticator's state (BIO_STATUS).
+    case status = 5
+}
+
+/// BIO_STATUS: the biometric authenticator as the agent sees it.
+public struct BioStatus: Sendable, Equatable {
+    /// The plugin serving biometry (empty: none configured).
+    public var authenticator: String
+    public var available: Bool
+    public var enrolledCount: UInt32
+    /// Five failed matches: only the passcode is accepted until it succeeds.
+    public var lockedOut: Bool
+    public var domainState: [UInt8]
+    /// The plugin's own status line (escaped text).
+    public var detail: String
+
+    public init(authenticator: String, available: Bool, enrolledCount: UInt32, lockedOut: Bool, domainState: [UInt8], detail: String) {
+        self.authenticator = authenticator
+        self.available = available
+        self.enrolledCount = enrolledCount
+        self.lockedOut = lockedOut
+        self.domainState = domainState
+        self.detail = detail
+    }
+}

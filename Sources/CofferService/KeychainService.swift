@@ -1,0 +1,506 @@
+package import CofferCrypto
+package import CofferKeybag
+package import CofferKeychain
+package import CofferModel
+import CofferPolicy
+package import CofferSystem
+package import Logging
+
+/// The agent's operations without a protocol: each takes the caller's ``CallerContext`` (identity and
+/// authorization state) and, where a person may have to authenticate, an ``AuthChannel``; each
+/// answers in model values (items, counts, ``StatusReply``, ``LAResult``, …) or a ``SecError``. A
+/// front end (the native protocol's `Pipeline`, a line protocol in the tests) decodes its requests,
+/// calls these, and encodes the answers; none of this knows a frame, a request id or a wire type.
+///
+/// Stages: the policy (``AccessGate``: the caller's ``AccessScope`` for each item operation, and an
+/// audit record of every item operation, allowed or denied), the authentication (``Authenticator``,
+/// asked only when the keychain answers that a match's access control needs more), then the keychain,
+/// which gets the scope, never the caller.
+package final class KeychainService: Sendable {
+    package let keychain: Keychain
+    package let unlocking: UnlockService
+    package let schedule: LockSchedule
+    package let logger: Logger
+    /// Reported in ``status()``.
+    package let idleLockSeconds: UInt32
+    /// The agent's version, reported in ``status()``.
+    package let agentVersion: String
+    /// The policy stage: scopes, authorizations, the audit log.
+    package let gate: AccessGate
+    /// Authentication for items with access controls and LocalAuthentication.
+    package let authenticator: Authenticator
+    /// Argon2id settings for backup passwords.
+    package var backupKDF: KDFParameters { unlocking.backupKDF }
+    private let clock: any MonotonicClock
+
+    package init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
+                 clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32, agentVersion: String) {
+        self.keychain = keychain
+        self.unlocking = unlocking
+        self.schedule = schedule
+        self.gate = gate
+        self.authenticator = authenticator
+        self.clock = clock
+        self.logger = logger
+        self.idleLockSeconds = idleLockSeconds
+        self.agentVersion = agentVersion
+    }
+
+    /// A request that uses the keychain (not a status poll, a subscription, whoami or canEvaluate):
+    /// activity for the idle lock.
+    package func noteActivity() { schedule.touch() }
+
+    /// Logs a failed operation (a refused write after the keybag files changed is an error).
+    package func logFailure(_ error: SecError, peer: String) {
+        logger.debug("request failed", metadata: ["status": "\(error.status.name)", "peer": "\(peer)"])
+        if error.status == .notAvailable && keychain.keybagFilesChanged {
+            logger.error("refused a write: \(error.message)", metadata: ["peer": "\(peer)"])
+        }
+    }
+
+    // MARK: The conversation
+
+    /// How the caller's later requests may authenticate (an `LAContext`'s settings).
+    package func setAuthOptions(_ options: AuthenticationOptions, _ context: inout CallerContext) {
+        context.setAuthOptions(options)
+    }
+
+    /// The keychain's state.
+    package func status() throws(SecError) -> StatusReply {
+        let status = keychain.status
+        return StatusReply(lockState: status.lockState, passcodeSet: status.passcodeSet,
+                           itemCount: UInt64(try keychain.count()), agentVersion: agentVersion,
+                           lockedMemoryBytes: UInt64(SecureMemory.lockedBytes() ?? 0), idleLockSeconds: idleLockSeconds)
+    }
+
+    /// What `coffer whoami` shows for the caller.
+    package func whoami(_ context: CallerContext) -> WhoAmIReply { gate.whoami(context.caller) }
+
+    // MARK: Unlocking and the passcode
+
+    /// Unlocks the keybag with the passcode.
+    package func unlock(_ passcode: SecureBytes, _ context: CallerContext) throws(SecError) {
+        try audited(context.caller, "unlock") { () throws(SecError) in
+            try mayTryPasscode(context.caller, "unlock the keychain")
+            try unlocking.unlock(passcode)
+        }
+        schedule.didUnlock()
+        LegacyGroups.migrate(keychain, logger: logger)
+    }
+
+    /// Locks the keybag now (`who` names the requester in the log).
+    package func lock(requestedBy who: String) throws(SecError) {
+        guard keychain.status.passcodeSet else {
+            throw .notAvailable("no passcode is set, so nothing protects the keys; set one with 'coffer passcode set'")
+        }
+        schedule.lockNow(reason: "requested by \(who)")
+    }
+
+    /// Sets or changes the passcode.
+    package func setPasscode(current: SecureBytes, new: SecureBytes, _ context: CallerContext) throws(SecError) {
+        try audited(context.caller, "set-passcode") { () throws(SecError) in
+            try mayTryPasscode(context.caller, "set or change the passcode")
+            try unlocking.setPasscode(current: current, new: new)
+        }
+        schedule.didUnlock()
+        LegacyGroups.migrate(keychain, logger: logger)
+    }
+
+    /// Removes the passcode (every reused authentication ends).
+    package func removePasscode(current: SecureBytes, _ context: CallerContext) throws(SecError) {
+        try audited(context.caller, "remove-passcode") { () throws(SecError) in
+            try mayManageKeychain(context.caller, "remove the passcode")
+            try unlocking.removePasscode(current: current)
+        }
+        gate.endAuthentications()
+        schedule.didUnlock()
+    }
+
+    /// True if the login password changed and the keybag still has the old one.
+    package var passcodeOutOfSync: Bool { unlocking.isOutOfSync }
+
+    /// Re-wraps the keybag under the login password, given the old one.
+    package func syncPasscode(old: SecureBytes, _ context: CallerContext) throws(SecError) {
+        guard old.count > 0 else { throw .param("the old passcode is empty") }
+        try audited(context.caller, "passcode-sync") { () throws(SecError) in
+            try mayTryPasscode(context.caller, "sync the passcode")
+            try unlocking.sync(oldPasscode: old)
+        }
+        schedule.didUnlock()
+        LegacyGroups.migrate(keychain, logger: logger)
+    }
+
+    /// The shell helper asks the user to let it use `group` (the passcode proves the user).
+    package func authorizeGroup(_ group: String, passcode: SecureBytes, _ context: inout CallerContext) throws(SecError) {
+        let caller = context.caller
+        try audited(caller, "authorize", group: group) { () throws(SecError) in
+            guard gate.policy.mayRequestAuthorization(caller) else {
+                throw SecError(.missingEntitlement, "only the shell helper (app \(gate.policy.shellAppID ?? "none")) may ask to use another access group")
+            }
+            try unlocking.authorize(passcode)
+        }
+        gate.authorized(group, context: &context)
+        logger.notice("the user authorized another access group", metadata: ["group": "\(group)", "caller": "\(caller)"])
+    }
+
+    // MARK: Backups, checks, escrow
+
+    /// Writes a backup of every item to `path`; the number of items.
+    package func createBackup(path: String, password: SecureBytes, _ context: inout CallerContext,
+                              _ channel: (any AuthChannel)?) throws(SecError) -> Int {
+        try audited(context.caller, "backup-create") { () throws(SecError) -> Int in
+            try mayManageKeychain(context.caller, "write a backup")
+            try withPasscode(&context, channel, what: "write a backup of every item to \u{201C}\(TerminalSafeText.escaped(path))\u{201D}")
+            let (bytes, count) = try keychain.backup(password: password, kdf: backupKDF)
+            do { try Files.writeAtomically(path, bytes, mode: 0o600, temporary: .unique) } catch { throw SecError(.io, "cannot write the backup: \(error)") }
+            logger.notice("backup written", metadata: ["items": "\(count)", "caller": "\(context.caller)"])
+            return count
+        }
+    }
+
+    /// Restores the backup at `path` (or, `dryRun`, only reads it).
+    package func restoreBackup(path: String, password: SecureBytes, dryRun: Bool, _ context: inout CallerContext,
+                               _ channel: (any AuthChannel)?) throws(SecError) -> Keychain.RestoreSummary {
+        try audited(context.caller, dryRun ? "backup-check" : "backup-restore") { () throws(SecError) -> Keychain.RestoreSummary in
+            try mayManageKeychain(context.caller, dryRun ? "read a backup" : "restore a backup")
+            try withPasscode(&context, channel, what: dryRun ? "read the backup \u{201C}\(TerminalSafeText.escaped(path))\u{201D}"
+                                                        : "restore the backup \u{201C}\(TerminalSafeText.escaped(path))\u{201D} into this keychain")
+            let bytes: [UInt8]
+            do { bytes = try Files.read(path, maxBytes: 1 << 30) } catch { throw SecError(.io, "cannot read the backup: \(error)") }
+            let r = try keychain.restoreBackup(bytes, password: password, dryRun: dryRun)
+            if !dryRun { logger.notice("backup restored", metadata: ["added": "\(r.added)", "duplicates": "\(r.duplicates)"]) }
+            return r
+        }
+    }
+
+    /// Checks every group's items (references and reasons, never values): whole-keychain callers only.
+    /// Paged as ``Keychain/check(_:after:wholeOrNothing:fits:)`` is (`fits`: the front end's reply size).
+    package func check(_ operation: CheckOperation, after cursor: UInt64 = 0, wholeOrNothing: Bool = false, _ context: CallerContext,
+                       fits: (CheckFinding) -> Bool = { _ in true }) throws(SecError) -> CheckReport {
+        try audited(context.caller, "check") { () throws(SecError) -> CheckReport in
+            try mayManageKeychain(context.caller, "check every item")
+            let report = try keychain.check(operation, after: Int64(clamping: cursor), wholeOrNothing: wholeOrNothing, fits: fits)
+            if operation != .verify && operation != .listQuarantine {
+                logger.notice("check", metadata: ["operation": "\(operation == .quarantine ? "quarantine" : "restore")",
+                                                  "findings": "\(report.findings.count)"])
+            }
+            return report
+        }
+    }
+
+    /// Makes an escrow record; its secret. It opens everything without the person later: making one
+    /// needs the person now.
+    package func createEscrow(_ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> SecureBytes {
+        try audited(context.caller, "escrow-create") { () throws(SecError) -> SecureBytes in
+            try mayManageKeychain(context.caller, "create an escrow record")
+            try withPasscode(&context, channel, what: "create an escrow record (it unlocks this keychain without you)")
+            let secret = try keychain.createEscrow()
+            logger.notice("escrow record created", metadata: ["caller": "\(context.caller)"])
+            return secret
+        }
+    }
+
+    /// Unlocks with an escrow record's secret.
+    package func unlock(escrowSecret secret: SecureBytes, _ context: CallerContext) throws(SecError) {
+        try audited(context.caller, "escrow-unlock") { () throws(SecError) in
+            try mayTryPasscode(context.caller, "unlock the keychain")
+            try unlocking.unlock(escrowSecret: secret)
+        }
+        schedule.didUnlock()
+    }
+
+    /// Revokes the escrow record.
+    package func revokeEscrow(passcode: SecureBytes, _ context: CallerContext) throws(SecError) {
+        try audited(context.caller, "escrow-revoke") { () throws(SecError) in
+            try mayManageKeychain(context.caller, "revoke the escrow record")
+            try unlocking.revokeEscrow(passcode: passcode)
+        }
+        schedule.didUnlock()
+    }
+
+    // MARK: LocalAuthentication
+
+    /// LAContext.canEvaluatePolicy for the caller (no person involved).
+    package func canEvaluate(_ policy: LAPolicy, _ context: CallerContext) -> LAResult {
+        let error = authenticator.canEvaluate(policy, caller: context.caller)
+        let b = authenticator.biometry
+        return LAResult(error: error?.code, biometryType: b.available ? 1 : 0, domainState: b.enrolled ? b.domainState : [],
+                        message: error?.message ?? "")
+    }
+
+    /// LAContext.evaluatePolicy: one round with the person.
+    package func evaluate(_ policy: LAPolicy, reason: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?) -> LAResult {
+        let caller = context.caller
+        do throws(LAError) {
+            try authenticator.evaluate(policy, reason: reason, context: &context, channel: channel)
+        } catch {
+            gate.record(caller, operation: "la-evaluate", group: nil, itemClass: nil, status: error.code.secStatus)
+            let b = authenticator.biometry
+            return LAResult(error: error.code, biometryType: b.available ? 1 : 0, domainState: [], message: error.message)
+        }
+        gate.record(caller, operation: "la-evaluate", group: nil, itemClass: nil, status: .success)
+        let b = authenticator.biometry
+        return LAResult(error: nil, biometryType: b.available ? 1 : 0, domainState: b.enrolled ? b.domainState : [], message: "")
+    }
+
+    // MARK: Biometry
+
+    /// The biometric authenticator as the agent sees it.
+    package func biometryStatus() -> BioStatus {
+        let sensor = authenticator.sensor
+        let b = authenticator.biometry
+        let detail = (try? sensor.control("status", []))?.text ?? ""
+        return BioStatus(authenticator: sensor.name, available: b.available, enrolledCount: b.enrolledCount,
+                         lockedOut: b.lockedOut, domainState: b.enrolled ? b.domainState : [],
+                         detail: String(detail.prefix(1024)).split(separator: "\n", omittingEmptySubsequences: false)
+                             .map { TerminalSafeText.escaped(String($0)) }.joined(separator: "\n"))
+    }
+
+    /// Enrolls (`enroll`) or removes a finger: it changes who can open biometric items, so it needs
+    /// the passcode (as on iOS).
+    package func changeEnrollment(enroll: Bool, name: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) {
+        let sensor = authenticator.sensor
+        let caller = context.caller
+        let verb = enroll ? "enroll" : "remove"
+        try audited(caller, "bio-\(verb)") { () throws(SecError) in
+            try mayManageKeychain(caller, "\(verb) a finger")
+            _ = try sensor.control("status", []) // no authenticator: say so before asking for the passcode
+            try withPasscode(&context, channel, what: "\(verb) the finger \u{201C}\(TerminalSafeText.escaped(name))\u{201D}")
+            let (code, text) = try sensor.control(verb, [name])
+            guard code == 0 else { throw .param("the biometric authenticator refused: \(TerminalSafeText.escaped(String(text.prefix(256))))") }
+            logger.notice("biometry: a finger was \(enroll ? "enrolled" : "removed")", metadata: ["caller": "\(caller)"])
+        }
+    }
+
+    /// A touch of the sensor (the biometric emulator): `name`'s finger, or nil for an unknown one.
+    package func presentFinger(_ name: String?) throws(SecError) {
+        let (code, text) = try authenticator.sensor.control("present", name.map { [$0] } ?? ["--unknown"])
+        guard code == 0 else { throw .notAvailable("the sensor did not take the touch: \(TerminalSafeText.escaped(String(text.prefix(256))))") }
+    }
+
+    // MARK: Items
+
+    /// What an added item's answer holds.
+    package struct Returning: Sendable, Equatable {
+        package var data = false
+        package var attributes = false
+        package var persistentRef = false
+        package init(data: Bool = false, attributes: Bool = false, persistentRef: Bool = false) {
+            self.data = data
+            self.attributes = attributes
+            self.persistentRef = persistentRef
+        }
+        package var isEmpty: Bool { !data && !attributes && !persistentRef }
+    }
+
+    /// SecItemAdd in the caller's scope. `admit` sees the scope before anything is written (a front end
+    /// refuses there an item whose answer it could not send); an application-password rule asks for
+    /// the password (given in advance or through `channel`).
+    package func add(_ item: NewItem, returning: Returning, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
+                     admit: (AccessScope) throws(SecError) -> Void = { _ in }) throws(SecError) -> ItemResult {
+        let named = Self.group(item.attributes)
+        var item = item
+        try recordDomainState(&item)
+        return try itemOperation(&context, "add", group: named, itemClass: item.itemClass) { (scope, context) throws(SecError) in
+            try admit(scope)
+            let password = try applicationPasswordForNewItem(item, &context, channel)
+            return try keychain.add(item, scope: scope, returnData: returning.data, returnAttributes: returning.attributes,
+                                    returnPersistentRef: returning.persistentRef, applicationPassword: password)
+        }
+    }
+
+    /// SecItemCopyMatching in the caller's scope: the matches after `cursor` (0: from the start), each
+    /// offered to `fits` (a front end's reply size); `reply` turns the page into the front end's
+    /// answer inside the audited operation (so a page that cannot be sent is audited as failing).
+    /// A `paged` search keeps its first page's authorization for its later pages.
+    package func search<R>(_ query: ItemQuery, after cursor: UInt64 = 0, paged: Bool = false, _ context: inout CallerContext,
+                           _ channel: (any AuthChannel)?, fits: (ItemResult) -> Bool = { _ in true },
+                           reply: (Keychain.MatchPage) throws(SecError) -> R) throws(SecError) -> R {
+        try itemOperation(&context, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
+            (scope, context) throws(SecError) in
+            var used = AuthorizationContext.none
+            let what = Self.describe(paged ? "read the secrets of" : "read the secret of", query)
+            let page = try authorized(query, scope, &context, channel, what: what, continuing: paged ? cursor : 0) { (auth) throws(SecError) in
+                used = auth
+                return try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max,
+                                                     authorization: auth, fits: fits)
+            }
+            let r = try reply(page)
+            guard paged else { return r }
+            let next = page.isComplete ? 0 : UInt64(page.lastRowID)
+            if cursor == 0 {
+                context.recordPagingAuthorization(used, query: query, nextCursor: next, now: clock.now(), generation: gate.lockGeneration)
+            } else {
+                context.advancePaging(query, from: cursor, to: next)
+            }
+            return r
+        }
+    }
+
+    /// SecItemUpdate in the caller's scope; how many items changed.
+    package func update(_ query: ItemQuery, _ changes: ItemChanges, _ context: inout CallerContext,
+                        _ channel: (any AuthChannel)?) throws(SecError) -> Int {
+        try itemOperation(&context, "update", group: Self.group(query.attributes), itemClass: query.itemClass) { (scope, context) throws(SecError) in
+            try authorized(query, scope, &context, channel, what: Self.describe("change", query)) { (auth) throws(SecError) in
+                try keychain.update(query, changes, scope: scope, authorization: auth)
+            }
+        }
+    }
+
+    /// SecItemDelete in the caller's scope; how many items went.
+    package func delete(_ query: ItemQuery, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> Int {
+        try itemOperation(&context, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) { (scope, context) throws(SecError) in
+            try authorized(query, scope, &context, channel, what: Self.describe("delete", query)) { (auth) throws(SecError) in
+                try keychain.delete(query, scope: scope, authorization: auth)
+            }
+        }
+    }
+
+    // MARK: Stages
+
+    /// Operations on the whole keychain (every group's items, or who may open them) are for the shell
+    /// helper and, when unsigned callers share a group, for the user's unsigned processes: never for a
+    /// confined or other signed app, even one that knows the passcode
+    /// (``AccessPolicy/mayManageKeychain(_:)``). Checked before the person is asked for anything.
+    /// Passcode tries (unlock, escrow unlock, set, change, sync) are not for sandboxed apps
+    /// (``AccessPolicy/mayTryPasscode(_:)``): checked before the try counts.
+    private func mayTryPasscode(_ caller: CallerIdentity, _ what: String) throws(SecError) {
+        guard !gate.policy.mayTryPasscode(caller) else { return }
+        throw SecError(.missingEntitlement, "a sandboxed app may not \(what): its tries would count toward the throttle and erase-after")
+    }
+
+    private func mayManageKeychain(_ caller: CallerIdentity, _ what: String) throws(SecError) {
+        guard !gate.policy.mayManageKeychain(caller) else { return }
+        let shell = gate.policy.shellAppID.map { "the shell helper (app \($0))" } ?? "no app (shell-app = none)"
+        let unsigned = gate.policy.unsignedCallers == .shared ? " or a process without a signed identity" : ""
+        throw SecError(.missingEntitlement, "only \(shell)\(unsigned) may \(what): it reaches every access group")
+    }
+
+    /// The person proves themselves with the passcode before a whole-keychain operation.
+    private func withPasscode(_ context: inout CallerContext, _ channel: (any AuthChannel)?, what: String) throws(SecError) {
+        _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], context: &context, channel: channel, what: what)
+    }
+
+    /// Runs an item operation with the scope the policy gives the caller, and audits it (allowed or
+    /// denied, with its result). An add without `agrp` is recorded with the group it went to.
+    private func itemOperation<T>(_ context: inout CallerContext, _ operation: String, group: String?, itemClass: ItemClass?,
+                                  _ body: (AccessScope, inout CallerContext) throws(SecError) -> T) throws(SecError) -> T {
+        let decision = gate.scope(for: context)
+        var recorded = group
+        if recorded == nil, operation == "add", case .allowed(let scope) = decision { recorded = scope.defaultGroup }
+        return try audited(context.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
+            try body(try decision.scope(), &context)
+        }
+    }
+
+    /// Runs `operation` on `query`'s matches with what the caller already holds (a live reuse, or a
+    /// paged search's first-page authorization), and only if the keychain says an item's access control
+    /// needs more (``SecError/needsAuthentication``, carrying the rules of every match) lets the person
+    /// authenticate (``Authenticator``) and runs it again: a request touching no protected item costs
+    /// nothing extra, one inside its reuse window does not search twice, and one that needs the
+    /// person searches twice (the attempt and the operation).
+    private func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ context: inout CallerContext,
+                               _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0,
+                               _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
+        let now = clock.now()
+        var held = context.reusableAuthorization(now: now, generation: gate.lockGeneration) ?? .none
+        if cursor > 0, let p = context.pagingAuthorization(for: query, cursor: cursor, now: now, generation: gate.lockGeneration) { held = p }
+        let caller = context.caller
+        do {
+            return try body(auditingApplicationPasswords(held, caller))
+        } catch where error.needsAuthentication {
+            // The attempt's answer names what the matches need: no second search for it.
+            let rules = error.accessRequirements
+            guard !rules.isEmpty else { throw error }
+            let (searches, trips) = (keychain.searchCount, authenticator.sensor.roundTrips)
+            let authorization = try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) {
+                () throws(SecError) in try authenticator.authorize(rules: rules, context: &context, channel: channel, what: what)
+            }
+            let result = try body(auditingApplicationPasswords(authorization, caller))
+            // What the authentication stage cost (the benchmark reads it from a debug log): searches
+            // including the attempt, and round trips to the plugin host.
+            logger.debug("authenticated operation", metadata: ["searches": "\(1 + keychain.searchCount - searches)",
+                                                               "host-round-trips": "\(authenticator.sensor.roundTrips - trips)"])
+            return result
+        }
+    }
+
+    /// `context`, telling the audit log and the log of each application-password attempt the keychain
+    /// counts (`app-password-failed`) or refuses before checking (`app-password-refused`); never the password.
+    private func auditingApplicationPasswords(_ context: AuthorizationContext, _ caller: CallerIdentity) -> AuthorizationContext {
+        guard context.hasApplicationPassword else { return context }
+        var c = context
+        c.onApplicationPasswordAttempt = { [gate, logger] attempt in
+            switch attempt.outcome {
+            case .failed(let failures, let nextDelay):
+                logger.warning("failed application-password attempt", metadata: [
+                    "failures": "\(failures)", "next-attempt-delay-s": "\(nextDelay)", "pid": "\(caller.pid)"])
+                gate.record(caller, operation: "app-password-failed", group: attempt.accessGroup, itemClass: attempt.itemClass,
+                            status: .authFailed)
+            case .refused(let failures, let wait):
+                logger.notice("application-password attempt refused: too early", metadata: [
+                    "failures": "\(failures)", "wait-s": "\(Int(wait.rounded(.up)))", "pid": "\(caller.pid)"])
+                gate.record(caller, operation: "app-password-refused", group: attempt.accessGroup, itemClass: attempt.itemClass,
+                            status: .authFailed)
+            }
+        }
+        return c
+    }
+
+    /// The application password a new item's rule needs: given in advance (the options) or asked for.
+    private func applicationPasswordForNewItem(_ item: NewItem, _ context: inout CallerContext,
+                                               _ channel: (any AuthChannel)?) throws(SecError) -> SecureBytes? {
+        guard case .data(let bytes)? = item.attributes[AccessControl.attributeName], let acl = AccessControl(encoded: bytes),
+              acl.factors.contains(.applicationPassword) else { return nil }
+        let rule = AccessControl(factors: [.applicationPassword])!
+        // Audited like every authentication.
+        let authorization = try audited(context.caller, "authenticate", group: Self.group(item.attributes), itemClass: item.itemClass) {
+            () throws(SecError) in
+            try authenticator.authorize(rules: [rule], context: &context, channel: channel,
+                                        what: Self.describe("protect with an application password", ItemQuery(attributes: item.attributes)))
+        }
+        return authorization.applicationPassword
+    }
+
+    /// A biometryCurrentSet rule records the enrolled set's domain state when its item is added.
+    private func recordDomainState(_ item: inout NewItem) throws(SecError) {
+        guard case .data(let bytes)? = item.attributes[AccessControl.attributeName], let acl = AccessControl(encoded: bytes),
+              acl.factors.contains(.biometryCurrentSet), acl.domainState.isEmpty else { return }
+        let b = authenticator.biometry
+        guard b.available, b.enrolled, !b.domainState.isEmpty else {
+            throw .notAvailable("biometry-current-set needs enrolled biometry (enroll a finger first)")
+        }
+        item.attributes[AccessControl.attributeName] = .data(acl.with(domainState: b.domainState).encoded())
+    }
+
+    /// The operation as a prompt shows it: `read the secret of "SERVICE"`, naming the service or
+    /// server the query gives (what the person recognises), else just the item class.
+    package static func describe(_ verb: String, _ query: ItemQuery) -> String {
+        for key in ["svce", "srvr", "labl"] {
+            if case .string(let v)? = query.attributes[key] { return "\(verb) \"\(TerminalSafeText.escaped(v))\"" }
+        }
+        return "\(verb) a \(query.itemClass?.rawValue ?? "keychain") item"
+    }
+
+    /// Runs `body` and writes its audit record with the status it ended with.
+    private func audited<T>(_ caller: CallerIdentity, _ operation: String, group: String? = nil, itemClass: ItemClass? = nil,
+                            _ body: () throws(SecError) -> T) throws(SecError) -> T {
+        do {
+            let r = try body()
+            gate.record(caller, operation: operation, group: group, itemClass: itemClass, status: .success)
+            return r
+        } catch {
+            gate.record(caller, operation: operation, group: group, itemClass: itemClass, status: error.status)
+            throw error
+        }
+    }
+
+    /// The audit name of a search: `get` when it returns secrets, `find` when it does not.
+    package static func operation(_ query: ItemQuery) -> String { query.returnData ? "get" : "find" }
+
+    /// The access group an item or query names (nil: none).
+    package static func group(_ attributes: Attributes) -> String? {
+        if case .string(let g)? = attributes["agrp"] { return g }
+        return nil
+    }
+}

@@ -1,0 +1,198 @@
+import CofferAudit
+import CofferCrypto
+import CofferKeychain
+import CofferModel
+import CofferPolicy
+import CofferService
+import CofferServiceTestSupport
+import CofferTestSupport
+import Testing
+
+/// Every operation of the protocol-free service core, called directly: a caller context, a scripted
+/// authentication channel, a fake clock, a real keychain (``ServiceRig``, composed as `cofferd`
+/// composes the service). No frame, request id or wire type appears here: the target imports no wire module.
+@Suite struct ServiceTests {
+    static let passcode = AuthenticationAnswer.passcode(secret(ServiceRig.passcode))
+
+    /// A rig unlocked by `context`'s caller (unsigned unless given).
+    static func ready(_ caller: ((ServiceRig) -> CallerIdentity)? = nil) throws -> (ServiceRig, CallerContext) {
+        let rig = try ServiceRig()
+        let context = CallerContext(caller: caller?(rig) ?? rig.unsignedCaller)
+        try rig.service.unlock(secret(ServiceRig.passcode), context)
+        return (rig, context)
+    }
+
+    static func item(_ service: String, rule: String? = nil, secret value: String = "s3cret") -> NewItem {
+        var attributes: Attributes = ["svce": .string(service), "acct": .string("me")]
+        if let rule { attributes[AccessControl.attributeName] = .data(AccessControl(parsing: rule)!.encoded()) }
+        return NewItem(itemClass: .genericPassword, attributes: attributes, secret: secret(value))
+    }
+
+    static func query(_ service: String, data: Bool = true) -> ItemQuery {
+        ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service)], returnData: data)
+    }
+
+    /// The secret the service reads for `service` (nil: none).
+    static func read(_ rig: ServiceRig, _ service: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> String? {
+        try rig.service.search(query(service), &context, channel) { page in text(page.items.first?.data) }
+    }
+
+    /// The status `body` failed with (nil: it did not fail).
+    static func status(_ body: () throws(SecError) -> Void) -> SecStatus? {
+        do { try body(); return nil } catch { return error.status }
+    }
+
+    @Test func itemsAreAddedReadUpdatedAndDeletedInTheCallersScope() throws {
+        var (rig, context) = try Self.ready { $0.signedCaller("com.example.mail", ["mail"]) }
+        let added = try rig.service.add(Self.item("imap"), returning: .init(attributes: true), &context, nil)
+        #expect(added.attributes?["agrp"] == .string("mail"), "the caller's default group")
+        #expect(try Self.read(rig, "imap", &context, nil) == "s3cret")
+        #expect(try rig.service.update(Self.query("imap", data: false), ItemChanges(secret: secret("new")), &context, nil) == 1)
+        #expect(try Self.read(rig, "imap", &context, nil) == "new")
+        // Another app does not see it.
+        var other = CallerContext(caller: rig.signedCaller("com.example.chat", ["chat"]))
+        #expect(throws: SecError.self) { try Self.read(rig, "imap", &other, nil) }
+        #expect(try rig.service.delete(Self.query("imap", data: false), &context, nil) == 1)
+        // The gate audits every item operation.
+        let operations = AuditReader.read(directory: rig.dir.path).records.map(\.operation)
+        #expect(["add", "get", "update", "get", "get", "delete"].allSatisfy(operations.contains))
+    }
+
+    @Test func anAddRefusedByTheFrontEndWritesNothing() throws {
+        var (rig, context) = try Self.ready()
+        #expect(throws: SecError.self) {
+            _ = try rig.service.add(Self.item("big"), returning: .init(data: true), &context, nil) { _ throws(SecError) in
+                throw SecError(.allocate, "the front end cannot send it")
+            }
+        }
+        #expect(try rig.keychain.count() == 0)
+    }
+
+    @Test func aPagedSearchKeepsItsFirstPagesAuthorizationForItsLaterPages() throws {
+        var (rig, context) = try Self.ready()
+        for n in 0..<3 { _ = try rig.service.add(Self.item("s\(n)", rule: "user-presence"), returning: .init(), &context, nil) }
+        let all = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("me")], limit: .all, returnData: true)
+        let channel = ScriptedChannel([.answer(Self.passcode)])
+        rig.sensor.queue(.cancelled)
+        var fitted = 0
+        let first = try rig.service.search(all, paged: true, &context, channel, fits: { _ in fitted += 1; return fitted <= 2 }) { $0 }
+        #expect(first.items.count == 2 && !first.isComplete)
+        // The next page needs no person: the scripted channel has nothing left to answer.
+        let second = try rig.service.search(all, after: UInt64(first.lastRowID), paged: true, &context, nil) { $0 }
+        #expect(second.items.count == 1 && second.isComplete)
+        #expect(channel.asked.count == 1)
+    }
+
+    @Test func aProtectedItemIsReadThroughTheChannelAndTheOptionsApply() throws {
+        var (rig, context) = try Self.ready()
+        _ = try rig.service.add(Self.item("bank", rule: "biometry-any"), returning: .init(), &context, nil)
+        rig.sensor.queue(.match())
+        let channel = ScriptedChannel([.waitForStop])
+        #expect(try Self.read(rig, "bank", &context, channel) == "s3cret")
+        #expect(channel.asked.first?.methods.contains(.biometry) == true)
+        // No user interface: refused without asking.
+        rig.service.setAuthOptions(AuthenticationOptions(noUserInterface: true), &context)
+        #expect(throws: SecError.self) { try Self.read(rig, "bank", &context, ScriptedChannel([])) }
+        // A reuse window: one touch covers the next read (the fake clock has not moved).
+        rig.service.setAuthOptions(AuthenticationOptions(reuseSeconds: 60), &context)
+        rig.sensor.queue(.match())
+        #expect(try Self.read(rig, "bank", &context, ScriptedChannel([.waitForStop])) == "s3cret")
+        #expect(try Self.read(rig, "bank", &context, nil) == "s3cret")
+        rig.clock.advance(61)
+        #expect(throws: SecError.self) { try Self.read(rig, "bank", &context, nil) }
+    }
+
+    @Test func statusWhoamiLockAndUnlock() throws {
+        let (rig, context) = try Self.ready { $0.signedCaller("com.example.mail", ["mail", "shared"]) }
+        var status = try rig.service.status()
+        #expect(status.lockState == .unlocked && status.passcodeSet && status.itemCount == 0 && status.agentVersion == CofferVersion.current)
+        let me = rig.service.whoami(context)
+        #expect(me.kind == .signedManifest && me.appID == "com.example.mail" && me.accessGroups == ["mail", "shared"])
+        try rig.service.lock(requestedBy: "a test")
+        status = try rig.service.status()
+        #expect(status.lockState != .unlocked)
+        #expect(rig.events.all.contains(.locked))
+        #expect(throws: SecError.self) { try rig.service.unlock(secret("wrong"), context) }
+        try rig.service.unlock(secret(ServiceRig.passcode), context)
+        #expect(rig.keychain.status.lockState == .unlocked && rig.events.all.last == .unlocked)
+    }
+
+    @Test func theIdleLockFollowsActivityOnTheFakeClock() throws {
+        let rig = try ServiceRig(idleSeconds: 60, graceSeconds: 0)
+        try rig.service.unlock(secret(ServiceRig.passcode), CallerContext(caller: rig.unsignedCaller))
+        rig.clock.advance(50)
+        rig.service.noteActivity()
+        rig.clock.advance(50)
+        rig.schedule.tick()
+        #expect(rig.keychain.status.lockState == .unlocked, "activity 50 s ago")
+        rig.clock.advance(11)
+        rig.schedule.tick()
+        #expect(rig.keychain.status.lockState != .unlocked)
+    }
+
+    @Test func thePasscodeIsChangedSyncedAndRemoved() throws {
+        let (rig, context) = try Self.ready()
+        try rig.service.setPasscode(current: secret(ServiceRig.passcode), new: secret(ServiceRig.passcode), context)
+        // The login password changed outside Coffer: out of sync until synced with the old one.
+        _ = rig.keychain.lock()
+        rig.verifier.accepted = "new login"
+        #expect(throws: SecError.self) { try rig.service.unlock(secret("new login"), context) }
+        #expect(rig.service.passcodeOutOfSync)
+        try rig.service.syncPasscode(old: secret(ServiceRig.passcode), context)
+        #expect(!rig.service.passcodeOutOfSync && rig.keychain.status.lockState == .unlocked)
+        try rig.service.removePasscode(current: secret("new login"), context)
+        #expect(try !rig.service.status().passcodeSet)
+    }
+
+    @Test func backupsChecksAndEscrowNeedThePersonAndAWholeKeychainCaller() throws {
+        var (rig, context) = try Self.ready()
+        _ = try rig.service.add(Self.item("kept"), returning: .init(), &context, nil)
+        let path = rig.dir.file("all.cfbu")
+        #expect(try rig.service.createBackup(path: path, password: secret("backup pw"), &context, ScriptedChannel([.answer(Self.passcode)])) == 1)
+        let dry = try rig.service.restoreBackup(path: path, password: secret("backup pw"), dryRun: true, &context,
+                                                ScriptedChannel([.answer(Self.passcode)]))
+        #expect(dry.duplicates == 1 && dry.added == 0)
+        #expect(try rig.service.check(.verify, context).findings.isEmpty)
+        let escrow = try rig.service.createEscrow(&context, ScriptedChannel([.answer(Self.passcode)]))
+        _ = rig.keychain.lock()
+        try rig.service.unlock(escrowSecret: escrow, context)
+        #expect(rig.keychain.status.lockState == .unlocked)
+        try rig.service.revokeEscrow(passcode: secret(ServiceRig.passcode), context)
+        // A signed app reaches only its groups: none of this is for it.
+        var app = CallerContext(caller: rig.signedCaller("com.example.mail", ["mail"]))
+        #expect(Self.status { () throws(SecError) in _ = try rig.service.check(.verify, app) } == .missingEntitlement)
+        let channel = ScriptedChannel([.answer(Self.passcode)])
+        #expect(Self.status { () throws(SecError) in _ = try rig.service.createEscrow(&app, channel) } == .missingEntitlement)
+        #expect(channel.asked.isEmpty, "refused before the person is asked")
+    }
+
+    @Test func theShellHelperIsAuthorizedForAnotherGroup() throws {
+        let (rig, _) = try Self.ready()
+        var shell = CallerContext(caller: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"]))
+        var mail = CallerContext(caller: rig.signedCaller("com.example.mail", ["mail"]))
+        _ = try rig.service.add(Self.item("imap"), returning: .init(), &mail, nil)
+        #expect(throws: SecError.self) { try Self.read(rig, "imap", &shell, nil) }
+        try rig.service.authorizeGroup("mail", passcode: secret(ServiceRig.passcode), &shell)
+        var q = Self.query("imap")
+        q.attributes["agrp"] = .string("mail")
+        #expect(try rig.service.search(q, &shell, nil) { text($0.items.first?.data) } == "s3cret")
+        // Not for an app.
+        #expect(throws: SecError.self) { try rig.service.authorizeGroup("chat", passcode: secret(ServiceRig.passcode), &mail) }
+    }
+
+    @Test func localAuthenticationAndBiometry() throws {
+        var (rig, context) = try Self.ready()
+        #expect(rig.service.canEvaluate(.deviceOwnerAuthenticationWithBiometrics, context).error == nil)
+        rig.sensor.queue(.match())
+        #expect(rig.service.evaluate(.deviceOwnerAuthentication, reason: "test", &context, ScriptedChannel([.waitForStop])).error == nil)
+        #expect(rig.service.evaluate(.deviceOwnerAuthentication, reason: "test", &context, ScriptedChannel([.answer(.cancel)])).error == .userCancel)
+        let before = rig.service.biometryStatus()
+        #expect(before.authenticator == "fake-sensor" && before.available && !before.lockedOut)
+        try rig.service.changeEnrollment(enroll: true, name: "thumb", &context, ScriptedChannel([.answer(Self.passcode)]))
+        #expect(rig.service.biometryStatus().domainState != before.domainState, "a new finger changes the domain state")
+        // A touch (the emulator's control command) answers the next evaluation.
+        try rig.service.presentFinger("thumb")
+        #expect(rig.service.evaluate(.deviceOwnerAuthenticationWithBiometrics, reason: "test", &context,
+                                     ScriptedChannel([.waitForStop])).error == nil)
+    }
+}
