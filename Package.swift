@@ -75,7 +75,10 @@ let package = Package(
         .target(name: "CofferIdentity", dependencies: ["CofferManifest", "CofferModel", "CofferSystem"], swiftSettings: settings),
         // Who may use which access groups: a caller identity → the AccessScope the keychain gets. Pure (Model only).
         .target(name: "CofferPolicy", dependencies: ["CofferModel"], swiftSettings: settings),
-        .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem"],
+        // Asking the person through a pinentry (GnuPG's Assuan protocol): the client library's pinentry
+        // delegate and the agent's own prompter (for front ends whose clients cannot prompt).
+        .target(name: "CofferPrompt", dependencies: ["CofferModel", "CofferCrypto", "CofferSystem"], swiftSettings: settings),
+        .target(name: "CofferClient", dependencies: ["CofferProtocol", "CofferModel", "CofferCrypto", "CofferSystem", "CofferPrompt"],
                 swiftSettings: settings),
         // The protocol-free service core (issue #25): the access gate, the authenticator, unlocking, the
         // lock schedule and every keychain operation, typed in model terms, for a caller context and
@@ -88,7 +91,7 @@ let package = Package(
         .target(name: "CofferAgent",
                 dependencies: ["CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
-                               "CofferPluginClient", "CofferPluginProtocol",
+                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.
@@ -118,7 +121,8 @@ let package = Package(
 
         // Shell helpers (issue #17): GnuPG's pinentry with a keychain, started once per passphrase by
         // gpg-agent, so small and static like `coffer`.
-        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
+        .executableTarget(name: "pinentry-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem",
+                                                                "CofferPrompt"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         // git's credential helper, started by git for every fetch and push that needs a password.
         .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
@@ -178,8 +182,11 @@ let package = Package(
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
                     dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
-                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient",
+                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt",
                                    .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: settings),
+        // The pinentry conversation against real (scripted) pinentry processes: answers, cancels, hangs, crashes, garbage.
+        .testTarget(name: "CofferPromptTests", dependencies: ["CofferPrompt", "CofferCrypto", "CofferModel", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         // The service core alone: every operation with a scripted channel and a fake clock; no wire module.
         .testTarget(name: "CofferServiceTests",

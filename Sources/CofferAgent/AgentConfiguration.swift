@@ -71,6 +71,10 @@ package struct AgentConfiguration: Sendable {
     package var biometryPlugin: String? = nil
     /// The plugin host executable (config key `plugin-host`; default: `coffer-plugin-host` beside cofferd).
     package var pluginHost: String? = nil
+    /// The pinentry the agent's own prompter runs for callers that cannot prompt themselves (config
+    /// key `pinentry`, an absolute path; nil, the default: no agent-side prompts, such a request fails
+    /// with errSecInteractionNotAllowed). See ``AgentPromptChannel``.
+    package var pinentryProgram: String? = nil
     /// Where passcodes are checked (config key `passcode-verifier`): `agent` (PAM in the agent, the
     /// default) or `plugin` (the `passcode` plugin runs PAM in the plugin host, so no PAM module is
     /// ever loaded into the agent).
@@ -204,6 +208,9 @@ package struct AgentConfiguration: Sendable {
             case "plugin-host":
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-host' needs an absolute path") }
                 pluginHost = value
+            case "pinentry":
+                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'pinentry' needs an absolute path") }
+                pinentryProgram = value
             case "audit-max-bytes":
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }

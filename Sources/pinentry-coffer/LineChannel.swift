@@ -1,5 +1,6 @@
 import CofferClient
 import CofferCrypto
+import CofferPrompt
 import CofferSystem
 import Glibc
 
@@ -93,7 +94,7 @@ final class LineChannel {
         return ok && send("")
     }
 
-    /// Writes ready-made bytes (``CofferClient/Assuan/dataLines(_:)``: they end in LF).
+    /// Writes ready-made bytes (``CofferPrompt/Assuan/dataLines(_:)``: they end in LF).
     @discardableResult
     func sendRaw(_ bytes: SecureBytes) -> Bool {
         bytes.withUnsafeBytes { StandardStreams.write(output, $0) }

@@ -1,5 +1,6 @@
 import CofferClient
 import CofferCrypto
+import CofferPrompt
 import CofferModel
 import CofferSystem
 import Glibc

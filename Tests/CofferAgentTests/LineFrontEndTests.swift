@@ -20,7 +20,8 @@ final class TwoListeners {
     var native: String { dir.file("native.sock") }
     var lines: String { dir.file("lines.sock") }
 
-    init(channel: @escaping @Sendable () -> (any AuthChannel)?, configure: (inout AgentConfiguration) -> Void = { _ in }) throws {
+    init(channel: @escaping @Sendable () -> (any AuthChannel)?, configure: (inout AgentConfiguration) -> Void = { _ in },
+         verifier: (any PasscodeVerifier)? = nil) throws {
         let state = dir.file("state")
         var configuration = AgentConfiguration(socketPath: dir.file("native.sock"), stateDirectory: state, userName: "tester")
         configuration.kdfPolicy = cheapKDF
@@ -28,7 +29,7 @@ final class TwoListeners {
         configure(&configuration)
         var logger = Logger(label: "test")
         logger.logLevel = .critical
-        agent = try Agent(configuration: configuration, logger: logger, verifier: StubVerifier(accepting: ServiceRig.passcode), sensor: sensor)
+        agent = try Agent(configuration: configuration, logger: logger, verifier: verifier ?? StubVerifier(accepting: ServiceRig.passcode), sensor: sensor)
         try agent.listen("lines", path: dir.file("lines.sock"), framing: LineFraming(),
                          handler: LineFrontEnd(service: agent.pipeline.service, channel: channel))
         agent.start()

@@ -40,8 +40,10 @@ final class AgentRig {
         try self.init(sensor: FakeSensor(), using: realSensor)
     }
 
+    /// `passcodeVerifier`: what checks passcodes for `userName` (default: ``verifier``, the stub).
     init(passcodeSet: Bool = true, idleSeconds: UInt32 = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
-         sensor: FakeSensor = FakeSensor(), using realSensor: (any BiometricSensor)? = nil) throws {
+         sensor: FakeSensor = FakeSensor(), using realSensor: (any BiometricSensor)? = nil,
+         passcodeVerifier: (any PasscodeVerifier)? = nil, userName: String = "tester") throws {
         // A real peer identity (this process), read from a socket pair as the agent reads a client's.
         var fds: [Int32] = [0, 0]
         precondition(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
@@ -49,7 +51,8 @@ final class AgentRig {
         let peer = try PeerIdentity.of(socket: fds[0])
         self.peer = peer
         base = try ServiceRig(passcodeSet: passcodeSet, idleSeconds: idleSeconds, graceSeconds: graceSeconds, policy: policy,
-                              sensor: sensor, using: realSensor, process: (peer.pid, peer.uid, peer.executable))
+                              sensor: sensor, using: realSensor, process: (peer.pid, peer.uid, peer.executable),
+                              passcodeVerifier: passcodeVerifier, userName: userName)
         pipeline = Pipeline(service: base.service)
     }
 

@@ -104,6 +104,9 @@ import Testing
         "CofferManifest": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
                            "CofferClient"],
         "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
+        // The pinentry conversation serves both sides: it knows no wire, keys, items, PAM, client or agent.
+        "CofferPrompt": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferService",
+                         "CofferClient", "CofferIdentity", "CofferPolicy", "Foundation"],
         // The service core is protocol-free (issue #25): no wire module, no front end, no client; every
         // front end is an adapter onto it.
         "CofferService": ["CofferProtocol", "CofferPluginProtocol", "CofferPluginClient", "CofferPluginHost", "CofferAgent",

@@ -193,28 +193,11 @@ struct AccessControlCLITests {
         #expect(!agent.log.contains("guess") && !agent.log.contains("sesame"))
     }
 
-    /// A pinentry that answers GETPIN with `pins` in turn (or cancels when `cancel`), logging every
-    /// command it gets to `log` (never the answers).
-    /// A pinentry answering each GETPIN with the next of `pins` (`^^` in one starts another D line).
+    /// A pinentry answering each GETPIN with the next of `pins` (or cancelling when `cancel`), logging
+    /// every command it gets to `log` (never the answers): CofferTestSupport's ``ScriptedPinentry``.
     static func scriptedPinentry(in dir: TemporaryDirectory, pins: [String], cancel: Bool = false) throws -> (program: String, log: String) {
-        let log = dir.file("pinentry.log"), program = dir.file("pinentry-scripted")
-        let answers = pins.map { "'\($0)'" }.joined(separator: " ")
-        try """
-            #!/bin/sh
-            set -- \(answers)
-            echo "OK Pleased to meet you"
-            while IFS= read -r line; do
-              printf '%s\\n' "$line" >> '\(log)'
-              case "$line" in
-                GETPIN) \(cancel ? "echo 'ERR 83886179 Operation cancelled'" : "printf '%s\\n' \"$1\" | sed 's/\\^\\^/\\nD /g; s/^/D /'; echo OK; shift");;
-                BYE) echo OK; exit 0;;
-                *) echo OK;;
-              esac
-            done
-
-            """.write(toFile: program, atomically: true, encoding: .utf8)
-        chmod(program, 0o755)
-        return (program, log)
+        let p = try ScriptedPinentry(in: dir, pins: pins, cancel ? .cancel : .answer)
+        return (p.program, p.log)
     }
 
     @Test func withoutATerminalAPinentryAsks() throws {

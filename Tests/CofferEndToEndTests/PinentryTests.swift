@@ -4,37 +4,6 @@ import CofferTestSupport
 import Foundation
 import Testing
 
-/// Assuan's escaping (CofferClient's `Assuan`, used by pinentry-coffer and the pinentry delegate).
-@Suite struct PinentryAssuanTests {
-    @Test func escapingAndDecodingRoundTrip() {
-        #expect(Assuan.escape("50% off\r\nnext") == "50%25 off%0D%0Anext")
-        #expect(Assuan.unescape("50%25 off%0D%0Anext%0a") == "50% off\r\nnext\n")
-        // A malformed escape stays as it is.
-        #expect(Assuan.unescape("100%") == "100%" && Assuan.unescape("%zz%4") == "%zz%4")
-        let decoded = Assuan.unescape(Array("D a%25b%0Ac%0dd".utf8), from: 2)
-        #expect(decoded.withUnsafeBytes { Array($0) } == Array("a%b\nc\rd".utf8))
-    }
-
-    @Test func dataLinesEscapeAndStayWithinTheLineLimit() {
-        var short = Array("p%ss\nw\r".utf8)
-        let lines = Assuan.dataLines(SecureBytes(consuming: &short))
-        #expect(lines.withUnsafeBytes { String(decoding: $0, as: UTF8.self) } == "D p%25ss%0Aw%0D\n")
-        #expect(Assuan.dataLines(SecureBytes(count: 0)).count == 0)
-
-        // 2000 bytes, a third of them escaped: several D lines, each within Assuan's 1000 bytes, that decode back.
-        var long = (0..<2000).map { i -> UInt8 in i % 3 == 0 ? UInt8(ascii: "%") : UInt8(ascii: "a") + UInt8(i % 26) }
-        let original = long
-        let many = Assuan.dataLines(SecureBytes(consuming: &long))
-        let text = many.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
-        let split = text.split(separator: "\n")
-        #expect(split.count >= 3 && text.hasSuffix("\n"))
-        #expect(split.allSatisfy { $0.hasPrefix("D ") && $0.utf8.count + 1 <= Assuan.maximumLineBytes })
-        var back: [UInt8] = []
-        for line in split { back += Assuan.unescape(Array(line.utf8), from: 2).withUnsafeBytes { Array($0) } }
-        #expect(back == original)
-    }
-}
-
 /// pinentry-coffer driven directly over pipes, as gpg-agent drives it, against a real agent.
 @Suite(.enabled(if: PinentryHarness.built, "pinentry-coffer is not built"))
 struct PinentryProtocolTests {

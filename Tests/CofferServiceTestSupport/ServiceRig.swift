@@ -39,7 +39,8 @@ package final class ServiceRig {
 
     package init(passcodeSet: Bool = true, idleSeconds: UInt32 = 0, graceSeconds: Double = 10, policy: AccessPolicy = AccessPolicy(),
                  sensor: FakeSensor = FakeSensor(), using realSensor: (any BiometricSensor)? = nil,
-                 process: (pid: Int32, uid: UInt32, executable: String?)? = nil) throws {
+                 process: (pid: Int32, uid: UInt32, executable: String?)? = nil,
+                 passcodeVerifier: (any PasscodeVerifier)? = nil, userName: String = "tester") throws {
         self.sensor = sensor
         self.process = process ?? (getpid(), getuid(), ThisProcess.executablePath())
         keychain = try Keychain(directory: dir.path, applicationPasswordKDF: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)),
@@ -48,12 +49,12 @@ package final class ServiceRig {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         audit = AuditLog(directory: dir.path)
-        var settings = ServiceSettings(policy: policy, audit: audit, userName: "tester", kdfPolicy: cheapKDF)
+        var settings = ServiceSettings(policy: policy, audit: audit, userName: userName, kdfPolicy: cheapKDF)
         settings.attemptsFile = dir.file("attempts")
         settings.idleLockSeconds = idleSeconds
         settings.lockGraceSeconds = graceSeconds
         let (events, endedSessions) = (self.events, self.endedSessions)
-        service = KeychainService.compose(keychain: keychain, verifier: verifier, sensor: realSensor ?? sensor, settings: settings,
+        service = KeychainService.compose(keychain: keychain, verifier: passcodeVerifier ?? verifier, sensor: realSensor ?? sensor, settings: settings,
                                           clock: clock, wallClock: clock, logger: logger,
                                           sessionIsLive: { !endedSessions.withLock { $0 }.contains($0) },
                                           onEvent: { events.record($0) })

@@ -1,0 +1,60 @@
+import CofferModel
+import CofferService
+import CofferPrompt
+import CofferSystem
+
+/// The person reached by the agent itself, through the user's pinentry: the ``AuthChannel`` for
+/// front ends whose clients cannot prompt (the Secret Service bridge, the ssh-agent socket). The
+/// dialog names the calling app as the agent identified it (``AuthenticationRequest/app``), never
+/// as the client describes itself. One channel serves one request: the pinentry closes when the
+/// channel goes (or at ``end()``).
+///
+/// It never hangs the request: the prompter's hard deadline (``AgentConfiguration/authenticationTimeoutSeconds``)
+/// and the request's own deadline both end the wait, a pinentry that does not answer is killed, and
+/// one that cannot start, exits, crashes or writes garbage ends the request at once as if the
+/// client went away (userCancel). The answer (a passcode, an application password) arrives in
+/// secure memory; nothing secret goes into the pinentry's arguments or environment.
+final class AgentPromptChannel: AuthChannel {
+    private let prompter: PinentryPrompter
+    private let clock: any MonotonicClock
+    /// Why the last wait ended without a person's answer (for the log; nil: it did not).
+    private(set) var failure: PinentryFailure? = nil
+
+    /// `program`: the pinentry; `environment`: its environment (``PinentryEnvironment``); `clock`:
+    /// the clock the request's deadlines are on; `timeoutSeconds`: the prompter's hard deadline.
+    init(program: String, environment: [String], clock: any MonotonicClock, timeoutSeconds: Double, replyTimeout: Double = 10) {
+        prompter = PinentryPrompter(program: program, environment: environment, timeoutSeconds: timeoutSeconds, replyTimeout: replyTimeout)
+        self.clock = clock
+    }
+
+    /// The channel `configuration` asks for (`pinentry = PATH`), with the display environment of the
+    /// agent or its systemd user manager; nil without a configured pinentry (nobody can be asked).
+    convenience init?(configuration: AgentConfiguration, clock: any MonotonicClock) {
+        guard let program = configuration.pinentryProgram else { return nil }
+        self.init(program: program, environment: PinentryEnvironment.current(), clock: clock,
+                  timeoutSeconds: configuration.authenticationTimeoutSeconds)
+    }
+
+    func ask(_ request: AuthenticationRequest) { prompter.ask(request) }
+
+    func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
+        switch prompter.await(stop: stop, wake: wake, within: deadline - clock.now()) {
+        case .answer(let answer): return .answer(answer)
+        case .stopped: return .stopped
+        case .timedOut: return .timedOut
+        case .failed(let why):
+            failure = why
+            return .gone
+        }
+    }
+
+    func feedback(_ text: String, kind: AuthFeedbackKind) { prompter.feedback(text, kind: kind) }
+
+    /// Tells the person why the request failed (`error`'s message: how long the attempt schedule
+    /// makes them wait, too many wrong passcodes), as the request ends: the person who typed into the
+    /// agent's dialog has no client that could show it. Bounded like every wait; the pinentry goes.
+    func tell(_ error: LAError, app: String) { prompter.tell(error.message, app: app) }
+
+    /// The request ended: the pinentry goes.
+    func end() { prompter.end() }
+}

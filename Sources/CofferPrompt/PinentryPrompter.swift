@@ -1,0 +1,172 @@
+public import CofferModel
+import CofferSystem
+import Glibc
+
+/// What ``PinentryPrompter/await(stop:wake:within:)`` saw.
+public enum PromptEvent: Sendable {
+    /// The person answered (a passcode, an application password) or cancelled in the dialog.
+    case answer(AuthenticationAnswer)
+    /// `stop()` became true (the caller has something to do: the sensor answered).
+    case stopped
+    /// The deadline passed: the pinentry was stopped (killed if it had to be).
+    case timedOut
+    /// The pinentry could not be asked or broke off the conversation; it is stopped.
+    case failed(PinentryFailure)
+}
+
+/// Asks the person through the user's pinentry on behalf of a caller that cannot prompt itself
+/// (the agent's own prompter: for front ends such as the Secret Service bridge and the ssh-agent
+/// socket). One prompter serves one authentication request: ``ask(_:)`` starts the dialog,
+/// ``await(stop:wake:within:)`` waits for the answer, ``feedback(_:kind:)`` shows "wrong
+/// passcode" (and asks again) between tries, ``end()`` closes it.
+///
+/// It never hangs: everything it waits for is bounded by a hard deadline that starts with the
+/// first ``ask(_:)`` (``timeoutSeconds``), each command reply by ``Pinentry/replyTimeout``, and a
+/// pinentry that does not go when told is killed. A pinentry that cannot start, exits, crashes or
+/// writes something that is not the pinentry protocol ends the request at once
+/// (``PromptEvent/failed(_:)``). Answers go straight into secure memory; nothing secret is ever in
+/// the pinentry's arguments or environment, and no log line here carries one.
+public final class PinentryPrompter {
+    private let pinentry: Pinentry
+    /// Longest the whole request may take with the person, in seconds.
+    public let timeoutSeconds: Double
+    private var hardDeadline: Double? = nil
+    private var failure: PinentryFailure? = nil
+
+    /// `program`: the pinentry's absolute path; `environment`: its environment (see
+    /// ``PinentryEnvironment``); `timeoutSeconds`: the request's hard deadline; `replyTimeout`: the
+    /// longest wait for the pinentry's greeting and each reply.
+    public init(program: String, environment: [String], timeoutSeconds: Double = 120, replyTimeout: Double = 10) {
+        pinentry = Pinentry(program: program, environment: environment, identifiesApp: true)
+        pinentry.replyTimeout = replyTimeout
+        self.timeoutSeconds = timeoutSeconds
+    }
+
+    deinit { pinentry.end() }
+
+    /// Starts the dialog for `request` (the first call starts the deadline). False if the pinentry
+    /// could not be asked; ``await(stop:wake:within:)`` then reports why at once.
+    @discardableResult
+    public func ask(_ request: AuthenticationRequest) -> Bool {
+        let deadline = hardDeadline ?? Threads.monotonicSeconds() + timeoutSeconds
+        hardDeadline = deadline
+        pinentry.deadline = deadline
+        failure = nil
+        guard pinentry.begin(request) else {
+            failure = pinentry.failure ?? .couldNotStart
+            return false
+        }
+        return true
+    }
+
+    /// Waits for the person's answer, at most `within` seconds and never past the hard deadline;
+    /// returns `.stopped` as soon as `stop()` is true (checked whenever `wake` becomes readable, and
+    /// at least every second).
+    public func await(stop: () -> Bool, wake: Int32 = -1, within: Double = .infinity) -> PromptEvent {
+        let deadline = min(hardDeadline ?? Threads.monotonicSeconds() + timeoutSeconds, Threads.monotonicSeconds() + within)
+        while true {
+            if let failure { return .failed(failure) }
+            if stop() { return .stopped }
+            let now = Threads.monotonicSeconds()
+            if now >= deadline {
+                pinentry.end()
+                return .timedOut
+            }
+            let input = pinentry.inputDescriptor
+            guard input >= 0 else {
+                // A feedback could not show its new dialog: the pinentry is gone.
+                failure = pinentry.failure ?? .exited
+                continue
+            }
+            var fds = [pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            let millis = Int32(max(1, min(1000, (deadline - now) * 1000)))
+            let n = fds.withUnsafeMutableBufferPointer { Glibc.poll($0.baseAddress, wake >= 0 ? 2 : 1, millis) }
+            guard n > 0, fds[0].revents != 0 else { continue }
+            guard let answer = pinentry.inputReady() else { continue }
+            if case .cancel = answer, let why = pinentry.failure {
+                failure = why
+                continue
+            }
+            return .answer(answer)
+        }
+    }
+
+    /// Shows `text` between tries (a wrong passcode: the question is asked again with it; biometry
+    /// out: the dialog is shown again without "touch the sensor"). Bounded by the deadline like every wait.
+    public func feedback(_ text: String, kind: AuthFeedbackKind) {
+        pinentry.feedback(text, kind: kind)
+        if !pinentry.isRunning, let why = pinentry.failure { failure = why }
+    }
+
+    /// Tells the person why the request ended without success (the attempt schedule's wait, too many
+    /// wrong passcodes) in a one-button message dialog, and waits until it is closed: at most
+    /// `seconds`, never past the hard deadline. The pinentry is stopped afterwards.
+    @discardableResult
+    public func tell(_ text: String, app: String, seconds: Double = 30) -> Bool {
+        if hardDeadline == nil { hardDeadline = Threads.monotonicSeconds() + timeoutSeconds }
+        pinentry.deadline = hardDeadline
+        return pinentry.message(text, app: app, seconds: seconds)
+    }
+
+    /// The request ended: the dialog closes and the pinentry is stopped.
+    public func end() { pinentry.end() }
+}
+
+/// The environment the agent's pinentry gets: the display variables of ``Pinentry/passedEnvironment``
+/// from the agent's own environment, and where the agent has no display (started before the
+/// graphical session, by systemd), those the session exported to the systemd user manager
+/// (`systemctl --user show-environment`, as `dbus-update-activation-environment --systemd` and
+/// GNOME set them). Only the names of ``Pinentry/passedEnvironment`` are ever passed.
+public enum PinentryEnvironment {
+    /// Display variables: without one of these the manager is consulted.
+    static let displayNames = ["DISPLAY", "WAYLAND_DISPLAY"]
+
+    /// `own` completed from `manager` (only names `own` lacks), as `KEY=VALUE` lines.
+    public static func merge(own: [String: String], manager: [String: String]?) -> [String] {
+        var env: [String: String] = [:]
+        for name in Pinentry.passedEnvironment {
+            if let v = own[name] { env[name] = v } else if let v = manager?[name] { env[name] = v }
+        }
+        return env.keys.sorted().map { "\($0)=\(env[$0]!)" }
+    }
+
+    /// The agent's pinentry environment now: its own, and the user manager's where it has no display.
+    public static func current(systemctl: String = "/usr/bin/systemctl") -> [String] {
+        let own = ThisProcess.environment(Pinentry.passedEnvironment)
+        let hasDisplay = displayNames.contains { !(own[$0] ?? "").isEmpty }
+        return merge(own: own, manager: hasDisplay ? nil : userManager(systemctl: systemctl))
+    }
+
+    /// The systemd user manager's environment (`systemctl --user show-environment`), nil if it
+    /// cannot be read within `timeoutSeconds` (the program is killed then). Values systemctl quotes
+    /// (`$'…'`, for control characters) are left out.
+    public static func userManager(systemctl: String = "/usr/bin/systemctl", timeoutSeconds: Double = 3) -> [String: String]? {
+        let passed = ThisProcess.environment(["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "HOME", "PATH"]).map { "\($0.key)=\($0.value)" }
+        guard let child = try? Subprocess.spawn(executable: systemctl, arguments: ["--user", "show-environment"],
+                                                environment: passed, socketAt: [1]) else { return nil }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let deadline = Threads.monotonicSeconds() + timeoutSeconds
+        var complete = false
+        while out.count < 1 << 20 {
+            let left = Int32((deadline - Threads.monotonicSeconds()) * 1000)
+            guard left > 0 else { break }
+            guard UnixSocket.waitReadable(child.socket.rawValue, timeoutMillis: left) else { continue }
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(child.socket.rawValue, $0.baseAddress!, $0.count) }
+            if n == 0 { complete = true; break }
+            if n < 0 { if errno == EINTR { continue }; break }
+            out += chunk[0..<n]
+        }
+        if !complete { kill(child.pid, SIGKILL) }
+        let status = (try? child.wait()) ?? -1
+        guard complete, status == 0 else { return nil }
+        var env: [String: String] = [:]
+        for line in String(decoding: out, as: UTF8.self).split(separator: "\n") {
+            guard let eq = line.firstIndex(of: "=") else { continue }
+            let value = line[line.index(after: eq)...]
+            if value.hasPrefix("$'") { continue }
+            env[String(line[..<eq])] = String(value)
+        }
+        return env
+    }
+}
