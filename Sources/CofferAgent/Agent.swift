@@ -296,7 +296,7 @@ package final class Agent: Sendable {
         let caller: CallerIdentity
         do {
             caller = configuration.identifyCallers
-                ? try resolver.identify(socket: conn.fd)
+                ? try resolver.identify(socket: conn.fd, peer: conn.peer)
                 : CallerIdentity(pid: conn.peer.pid, uid: conn.peer.uid,
                                  establishedBy: .unsigned(executablePath: conn.peer.executable ?? "", reason: .noMatchingManifest),
                                  accessGroups: [])
