@@ -121,7 +121,7 @@ let package = Package(
         .target(name: "CCofferPlugin", path: "Sources/CCofferPlugin"),
         .target(name: "CofferPluginProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferPluginHost",
-                dependencies: ["CCofferPlugin", "CofferPluginProtocol", "CofferCrypto", "CofferSystem", "CofferTrust"],
+                dependencies: ["CCofferPlugin", "CofferPluginProtocol", "CofferCrypto", "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-plugin-host", dependencies: ["CofferPluginHost", "CofferSystem"], swiftSettings: settings),
         .target(name: "CofferPluginClient", dependencies: ["CofferPluginProtocol", "CofferCrypto", "CofferSystem"],

@@ -1,7 +1,6 @@
 import CCofferPlugin
 package import CofferPluginProtocol
 import CofferSystem
-import CofferTrust
 import Glibc
 
 /// Writes one line to stderr (the host's log): `coffer-plugin-host: …`, control characters escaped.

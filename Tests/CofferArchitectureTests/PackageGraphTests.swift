@@ -106,7 +106,7 @@ import Testing
         "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
         // Plugins run outside the agent: the host and its client never reach keys, items or the store,
         // and the plugin protocol is bytes only (no processes or files).
-        "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],
+        "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient", "CofferTrust"],
         "CofferPluginClient": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPluginHost"],
         "CofferPluginProtocol": ["CofferSystem", "CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent",
                                  "CofferPluginHost", "CofferPluginClient"],
