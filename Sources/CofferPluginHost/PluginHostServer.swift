@@ -211,30 +211,11 @@ package final class PluginHostServer: @unchecked Sendable {
     /// Writes one frame whole (several threads send).
     func send(_ response: HostResponse, _ id: UInt32) {
         let frame = response.encodeFrame(id: id)
-        writeLock.withLock {
-            frame.withUnsafeBytes { raw in
-                var off = 0
-                while off < raw.count {
-                    let n = Glibc.send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
-                    if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { return }
-                    off += n
-                }
-            }
-        }
+        // A failed send leaves the agent without its answer: it sees the broken socket and gives up.
+        _ = writeLock.withLock { UnixSocket.writeAll(fd, frame) }
     }
 
-    func readExactly(_ n: Int) -> [UInt8]? {
-        var buf = [UInt8](repeating: 0, count: n)
-        var off = 0
-        while off < n {
-            let r = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress! + off, n - off) }
-            if r < 0 && errno == EINTR { continue }
-            if r <= 0 { return nil }
-            off += r
-        }
-        return buf
-    }
+    func readExactly(_ n: Int) -> [UInt8]? { UnixSocket.readExactly(fd, count: n) }
 }
 
 /// The context of an evaluation's feedback callback.
@@ -262,10 +243,9 @@ package enum PluginHostMain {
             if arguments[i] == "--system-dir", i + 1 < arguments.count { dirs.append((arguments[i + 1], true)); i += 2; continue }
             if arguments[i] == "--log-file", i + 1 < arguments.count {
                 // The log (every refusal, every plugin log line) appended to FILE instead of stderr.
-                let fd = open(arguments[i + 1], O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { hostLog("cannot open the log file"); return 1 }
-                dup2(fd, 2)
-                close(fd)
+                guard let log = try? FileDescriptor.open(arguments[i + 1], O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, mode: 0o600),
+                      (try? Syscall.retrying("dup2", "the log file") { dup2(log.rawValue, 2) }) != nil
+                else { hostLog("cannot open the log file"); return 1 }
                 i += 2
                 continue
             }
@@ -278,7 +258,7 @@ package enum PluginHostMain {
             return 1
         }
         var st = stat()
-        guard fstat(3, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK else {
+        guard (try? Syscall.retrying("fstat", "fd 3") { unsafe fstat(3, &st) }) != nil, st.st_mode & S_IFMT == S_IFSOCK else {
             hostLog("descriptor 3 is not the agent's socket")
             return 2
         }

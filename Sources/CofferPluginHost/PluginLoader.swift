@@ -81,22 +81,26 @@ package enum PluginLoader {
             result.refused.append(RefusedPlugin(file: String(file.prefix(4096)), reason: String(reason.prefix(1000))))
         }
         for (dir, requireRoot) in directories {
-            let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard dfd >= 0 else {
-                let e = errno
-                refuse(dir, e == ELOOP || e == ENOTDIR ? "plugin directory is a symbolic link or not a directory"
-                       : "plugin directory cannot be opened (\(String(cString: strerror(e))))")
+            let directory: FileDescriptor
+            do throws(SystemError) {
+                directory = try FileDescriptor.open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            } catch {
+                refuse(dir, error.errno == ELOOP || error.errno == ENOTDIR ? "plugin directory is a symbolic link or not a directory"
+                       : "plugin directory cannot be opened (\(String(cString: strerror(error.errno))))")
                 continue
             }
-            defer { close(dfd) }
-            var dst = stat()
-            fstat(dfd, &dst)
+            let dfd = directory.rawValue
+            let dst: stat
+            do throws(SystemError) { dst = try directory.status(path: dir) } catch {
+                refuse(dir, "plugin directory cannot be examined (\(String(cString: strerror(error.errno))))")
+                continue
+            }
             if let p = StrictModes.problem(dst, what: "plugin directory", requireRoot: requireRoot)
                 ?? (dir.hasPrefix("/") ? StrictModes.ancestorProblem(of: dir, requireRoot: requireRoot) : "plugin directory path is not absolute") {
                 refuse(dir, p)
                 continue
             }
-            for entry in names(in: dfd) where entry.hasSuffix(".so") && !entry.hasPrefix(".") {
+            for entry in directory.directoryEntries() where entry.hasSuffix(".so") && !entry.hasPrefix(".") {
                 let file = dir + "/" + entry
                 switch loadOne(dirFD: dfd, entry: entry, file: file, stateRoot: stateRoot, requireRoot: requireRoot,
                                loaded: result.plugins.map(\.name), keepOpen: &keepOpen) {
@@ -113,31 +117,24 @@ package enum PluginLoader {
 
     struct Refusal: Error { let text: String; init(_ t: String) { text = t } }
 
-    static func names(in dfd: Int32) -> [String] {
-        let copy = dup(dfd)
-        guard copy >= 0, let d = fdopendir(copy) else { return [] }
-        defer { closedir(d) }
-        var out: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { out.append(name) }
-        }
-        return out.sorted()
-    }
-
     static func loadOne(dirFD: Int32, entry: String, file: String, stateRoot: String, requireRoot: Bool, loaded: [String],
                         keepOpen: inout [Int32]) -> Result<LoadedPlugin, Refusal> {
         var lst = stat()
-        guard fstatat(dirFD, entry, &lst, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Refusal("cannot be examined")) }
+        guard (try? Syscall.retrying("fstatat", file) { unsafe fstatat(dirFD, entry, &lst, AT_SYMLINK_NOFOLLOW) }) != nil else {
+            return .failure(Refusal("cannot be examined"))
+        }
         if lst.st_mode & S_IFMT == S_IFLNK { return .failure(Refusal("is a symbolic link")) }
-        let fd = openat(dirFD, entry, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(Refusal("cannot be opened (\(String(cString: strerror(errno))))")) }
+        let opened: FileDescriptor
+        do throws(SystemError) { opened = try FileDescriptor.open(at: dirFD, entry, O_RDONLY | O_NOFOLLOW, path: file) } catch {
+            return .failure(Refusal("cannot be opened (\(String(cString: strerror(error.errno))))"))
+        }
+        let st: stat
+        do throws(SystemError) { st = try opened.status(path: file) } catch {
+            return .failure(Refusal("cannot be examined (\(String(cString: strerror(error.errno))))"))
+        }
         // Kept open until loading ends: `/proc/self/fd/N` names stay distinct for glibc's loaded-library list.
+        let fd = opened.release()
         keepOpen.append(fd)
-        var st = stat()
-        fstat(fd, &st)
         guard st.st_mode & S_IFMT == S_IFREG else { return .failure(Refusal("is not a regular file")) }
         if let p = StrictModes.problem(st, what: "file", requireRoot: requireRoot) { return .failure(Refusal(p)) }
         _ = dlerror()

@@ -123,6 +123,19 @@ package enum UnixSocket {
         return true
     }
 
+    /// Reads exactly `count` bytes into a new array; nil on EOF, error or timeout before that.
+    package static func readExactly(_ fd: Int32, count: Int) -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: count)
+        let ok = unsafe buffer.withUnsafeMutableBytes { unsafe readExactly(fd, into: $0) }
+        return ok ? buffer : nil
+    }
+
+    /// Writes every byte of `bytes` (see ``writeAll(_:_:dontWait:)``).
+    @discardableResult
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        unsafe bytes.withUnsafeBytes { unsafe writeAll(fd, $0) }
+    }
+
     /// What one ``receive(_:into:dontWait:)`` got.
     package enum Received: Equatable, Sendable {
         /// This many bytes (at least one).
