@@ -121,7 +121,7 @@ package final class AuditLog: Sendable {
     /// The log's files, oldest first (those that exist): `audit.log.KEEP` … `audit.log.1`, `audit.log`.
     package static func files(in directory: String, keep: Int = 3) -> [String] {
         let base = directory + "/" + fileName
-        return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { access($0, F_OK) == 0 }
+        return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { Files.exists($0) }
     }
 
     private func openLog() throws(SystemError) -> Int32 {

@@ -146,26 +146,26 @@ package final class PluginHostServer: @unchecked Sendable {
         }
         if let cancelled { return cancelled.code.rawValue }
         let left = UInt32(max(1, Double(timeoutMillis) - (Threads.monotonicSeconds() - start) * 1000))
-        let sink = Unmanaged.passRetained(FeedbackSink(server: self, id: id)).toOpaque()
-        defer { Unmanaged<FeedbackSink>.fromOpaque(sink).release() }
-        let code: Int32 = reason.withCString { reasonC in
-            app.withCString { appC in
+        let sink = unsafe Unmanaged.passRetained(FeedbackSink(server: self, id: id)).toOpaque()
+        defer { unsafe Unmanaged<FeedbackSink>.fromOpaque(sink).release() }
+        let code: Int32 = unsafe reason.withCString { reasonC in
+            unsafe app.withCString { appC in
                 func run(_ bytes: UnsafeRawBufferPointer) -> Int32 {
-                    var e = coffer_evaluation_v1(
+                    var e = unsafe coffer_evaluation_v1(
                         struct_size: UInt32(MemoryLayout<coffer_evaluation_v1>.size), timeout_ms: left, id: UInt64(id),
                         reason: reasonC, app_name: appC,
                         credential: bytes.count == 0 ? nil : bytes.baseAddress?.assumingMemoryBound(to: UInt8.self),
                         credential_len: bytes.count,
                         feedback: { ctx, text in
-                            guard let ctx, let text else { return }
-                            let s = Unmanaged<FeedbackSink>.fromOpaque(ctx).takeUnretainedValue()
-                            s.server.send(.feedback(sanitizedText(String(cString: text), max: 512)), s.id)
+                            guard let ctx = unsafe ctx, let text = unsafe text else { return }
+                            let s = unsafe Unmanaged<FeedbackSink>.fromOpaque(ctx).takeUnretainedValue()
+                            unsafe s.server.send(.feedback(sanitizedText(String(cString: text), max: 512)), s.id)
                         },
-                        feedback_context: sink)
-                    return plugin.table.pointee.begin_evaluation(plugin.state, &e)
+                        feedback_context: unsafe sink)
+                    return unsafe plugin.table.pointee.begin_evaluation(plugin.state, &e)
                 }
-                if let credential { return credential.withUnsafeBytes { run($0) } }
-                return run(UnsafeRawBufferPointer(start: nil, count: 0))
+                if let credential { return unsafe credential.withUnsafeBytes { unsafe run($0) } }
+                return unsafe run(UnsafeRawBufferPointer(start: nil, count: 0))
             }
         }
         guard LACode(rawValue: code) != nil else {
@@ -183,28 +183,28 @@ package final class PluginHostServer: @unchecked Sendable {
             r[id]?.cancelled = reason
             return r[id]?.plugin
         }
-        guard let plugin, let cancelFn = plugin.table.pointee.cancel else { return }
+        guard let plugin, let cancelFn = unsafe plugin.table.pointee.cancel else { return }
         Threads.detach { [self] in
             while running.withLock({ $0[id] != nil }) {
-                if running.withLock({ $0[id]?.started == true }) { cancelFn(plugin.state, UInt64(id), reason.code.rawValue) }
+                if running.withLock({ $0[id]?.started == true }) { unsafe cancelFn(plugin.state, UInt64(id), reason.code.rawValue) }
                 Threads.sleep(seconds: 0.05)
             }
         }
     }
 
     func control(_ plugin: LoadedPlugin, command: String, arguments: [String]) -> (Int32, String) {
-        guard let f = plugin.table.pointee.control else { return (Int32(COFFER_STATUS_UNKNOWN_COMMAND.rawValue), "no control commands") }
+        guard let f = unsafe plugin.table.pointee.control else { return (Int32(COFFER_STATUS_UNKNOWN_COMMAND.rawValue), "no control commands") }
         let size = Int(COFFER_CONTROL_REPLY_BYTES)
         var reply = [CChar](repeating: 0, count: size)
-        let cargs = arguments.map { strdup($0) }
-        defer { cargs.forEach { free($0) } }
-        let rc = command.withCString { c in
-            cargs.map { UnsafePointer($0) }.withUnsafeBufferPointer { argv in
-                reply.withUnsafeMutableBufferPointer { f(plugin.state, c, argv.baseAddress, argv.count, $0.baseAddress, size) }
+        let cargs = unsafe arguments.map { unsafe strdup($0) }
+        defer { unsafe cargs.forEach { unsafe free($0) } }
+        let rc = unsafe command.withCString { c in
+            unsafe cargs.map { unsafe UnsafePointer($0) }.withUnsafeBufferPointer { argv in
+                unsafe reply.withUnsafeMutableBufferPointer { unsafe f(plugin.state, c, argv.baseAddress, argv.count, $0.baseAddress, size) }
             }
         }
         reply[size - 1] = 0
-        let text = reply.withUnsafeBufferPointer { String(decoding: UnsafeRawBufferPointer($0).prefix { $0 != 0 }, as: UTF8.self) }
+        let text = unsafe reply.withUnsafeBufferPointer { unsafe String(decoding: UnsafeRawBufferPointer($0).prefix { $0 != 0 }, as: UTF8.self) }
         return (rc, sanitizedText(text, max: 1000))
     }
 

@@ -14,7 +14,11 @@ import Testing
     static let platform: Set<String> = ["Glibc", "Foundation", "FoundationEssentials", "Testing", "XCTest", "Dispatch",
                                         "Synchronization", "_Concurrency"]
 
-    struct Target { let name: String; let path: String; let dependencies: Set<String> }
+    struct Target {
+        let name: String; let path: String; let dependencies: Set<String>
+        /// Built with `.strictMemorySafety()`: every unsafe construct is spelled `unsafe`.
+        var strictMemorySafety = false
+    }
 
     /// The package's targets as SwiftPM sees them (`swift package dump-package`).
     static func targets() throws -> [Target] {
@@ -43,7 +47,8 @@ import Testing
                     if let v = d[key] as? [Any], let first = v.first as? String { deps.insert(first) }
                 }
             }
-            return Target(name: name, path: path, dependencies: deps)
+            let strict = ((t["settings"] as? [[String: Any]]) ?? []).contains { ($0["kind"] as? [String: Any])?["strictMemorySafety"] != nil }
+            return Target(name: name, path: path, dependencies: deps, strictMemorySafety: strict)
         }
     }
 
@@ -194,6 +199,18 @@ import Testing
         #expect(check("CofferIdentityTests", path: "Tests/CofferIdentityTests", uses: ["CofferIdentity", "CofferKeybag"]).isEmpty)
         #expect(check("CofferManifest", uses: ["CofferModel", "CofferSystem"]).isEmpty)
         #expect(Self.ranks["CofferPrompt"] != nil && Self.ranks["CofferService"] != nil, "rows ahead of their modules are allowed")
+    }
+
+    /// The modules that touch raw memory — secrets, system calls, SQLite, PAM and plugin buffers —
+    /// build with strict memory safety (issue #25 added the keychain and the plugin host).
+    @Test func rawMemoryModulesAreStrictlyMemorySafe() throws {
+        let strict: Set<String> = ["CofferSystem", "CofferCrypto", "CofferKeybag", "CofferStore", "CofferPAM", "CofferKeychain",
+                                   "CofferPluginHost"]
+        let targets = try Self.targets()
+        #expect(targets.count > 20, "could not read the package (swift package dump-package)")
+        for t in targets where strict.contains(t.name) && !t.strictMemorySafety {
+            Issue.record("\(t.name) does not build with strict memory safety (swiftSettings: rawMemorySettings)")
+        }
     }
 
     /// A C wall is imported by the one Swift module it serves (and by tests of that module's kind).
