@@ -15,6 +15,10 @@ import Glibc
 /// `SO_PEERCRED` pid, confirmed afterwards to be live and of the peer's uid, as polkit's
 /// CVE-2019-6133 fix and xdg-desktop-portal do; that fallback cannot tell a peer that exited and
 /// whose pid was reused by another process of the same uid *before* `pidfd_open`.
+///
+/// A process that has no socket of its own to the agent (a bus sender) is pinned from a pidfd
+/// handed over (``open(pidfd:)``) or from its pid (``open(pid:)``); for a pid, the caller re-checks
+/// through the handle what it knew of the process (its uid, its start time).
 package struct ProcessHandle: ~Copyable {
     /// How the pidfd was obtained.
     package enum Source: Sendable, Equatable {
