@@ -103,51 +103,51 @@ package final class AuditLog: Sendable {
         try state.withLock { (fd: inout Int32) throws(SystemError) in
             if fd < 0 { fd = try openLog() }
             var st = stat()
-            guard fstat(fd, &st) == 0 else { throw SystemError("fstat", path) }
+            let raw = fd
+            _ = try Syscall.retrying("fstat", path) { fstat(raw, &st) }
             if st.st_size > 0 && Int(st.st_size) + line.count > maximumBytes {
                 close(fd)
                 fd = -1
                 try rotate()
                 fd = try openLog()
             }
-            let n = line.withUnsafeBytes { b in Glibc.write(fd, b.baseAddress!, b.count) }
-            guard n == line.count else { throw SystemError("write", path, errno: n < 0 ? errno : EIO) }
+            // One write (O_APPEND): a record is never interleaved with another writer's.
+            let out = fd
+            let n = try Syscall.retrying("write", path) { line.withUnsafeBytes { b in Glibc.write(out, b.baseAddress!, b.count) } }
+            guard n == line.count else { throw SystemError("write", path, errno: EIO) }
         }
     }
 
     /// The log's files, oldest first (those that exist): `audit.log.KEEP` … `audit.log.1`, `audit.log`.
     package static func files(in directory: String, keep: Int = 3) -> [String] {
         let base = directory + "/" + fileName
-        return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { access($0, F_OK) == 0 }
+        return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { Files.exists($0) }
     }
 
     private func openLog() throws(SystemError) -> Int32 {
-        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw SystemError("open", path) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { close(fd); throw SystemError(refusing: path, "is not a regular file", errno: EINVAL) }
-        if st.st_mode & 0o077 != 0 { _ = fchmod(fd, 0o600) }
+        let fd = try FileDescriptor.open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, mode: 0o600)
+        let st = try fd.status(path: path)
+        guard st.st_mode & S_IFMT == S_IFREG else { throw SystemError(refusing: path, "is not a regular file", errno: EINVAL) }
+        if st.st_mode & 0o077 != 0 { try? fd.setMode(0o600, path: path) }
         // A record torn by a crash has no LF: end it, so that the next record starts a line of its own.
-        if st.st_size > 0 {
-            var last: UInt8 = 0
+        if st.st_size > 0, let reader = try? FileDescriptor.open(path, O_RDONLY | O_NOFOLLOW) {
             // The write descriptor cannot read: look at the last byte through a read-only one.
-            let rfd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-            if rfd >= 0 {
-                if pread(rfd, &last, 1, off_t(st.st_size - 1)) == 1, last != 0x0A { _ = write(fd, "\n", 1) }
-                close(rfd)
-            }
+            var last: [UInt8] = [0]
+            let got = try? last.withUnsafeMutableBytes { b throws(SystemError) in try reader.read(into: b, at: Int(st.st_size) - 1, path: path) }
+            let out = fd.rawValue
+            if got == 1, last[0] != 0x0A { _ = try? Syscall.retrying("write", path) { Glibc.write(out, "\n", 1) } }
         }
-        return fd
+        return fd.release()
     }
 
     private func rotate() throws(SystemError) {
         let base = path
         if keep == 0 { unlink(base); return }
         unlink("\(base).\(keep)")
-        for i in stride(from: keep - 1, through: 1, by: -1) where access("\(base).\(i)", F_OK) == 0 {
-            guard rename("\(base).\(i)", "\(base).\(i + 1)") == 0 else { throw SystemError("rename", "\(base).\(i)") }
+        for i in stride(from: keep - 1, through: 1, by: -1) where Files.exists("\(base).\(i)") {
+            _ = try Syscall.retrying("rename", "\(base).\(i)") { rename("\(base).\(i)", "\(base).\(i + 1)") }
         }
-        guard rename(base, "\(base).1") == 0 else { throw SystemError("rename", base) }
+        _ = try Syscall.retrying("rename", base) { rename(base, "\(base).1") }
     }
 }
 

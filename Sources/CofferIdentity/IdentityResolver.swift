@@ -30,7 +30,7 @@ package struct IdentityError: Error, Equatable, Sendable, CustomStringConvertibl
     package var secError: SecError { SecError(.missingEntitlement, description) }
 }
 
-/// Turns a connection into a ``CallerIdentity``: request → identity → policy → keychain.
+/// Turns a connection, a pidfd or a pid into a ``CallerIdentity``: request → identity → policy → keychain.
 ///
 /// The peer is pinned by a pidfd (``ProcessHandle``) and everything is read through its
 /// `/proc/PID` directory: the executable is opened through `/proc/PID/exe` and that open file is
@@ -58,12 +58,53 @@ package struct IdentityResolver: Sendable {
     }
 
     /// The identity of the peer of the connected Unix socket `fd`. Throws if the peer cannot be
-    /// pinned (already reaped) or exits before identification ends.
+    /// pinned (already reaped) or exits before identification ends. Reads the peer's credentials: a
+    /// server that read them when it accepted the connection calls ``identify(socket:peer:)``.
     package func identify(socket fd: Int32) throws(IdentityError) -> CallerIdentity {
+        let peer: PeerIdentity
+        do { peer = try PeerIdentity.of(socket: fd) } catch { throw IdentityError(error) }
+        return try identify(socket: fd, peer: peer)
+    }
+
+    /// The identity of the peer of the connected Unix socket `fd`, whose credentials `peer` were
+    /// read when the connection was accepted (`SO_PEERCRED` is not read again).
+    package func identify(socket fd: Int32, peer: PeerIdentity) throws(IdentityError) -> CallerIdentity {
         let process: ProcessHandle
-        do { process = try ProcessHandle.peer(ofSocket: fd, usePeerPIDFD: usePeerPIDFD) } catch { throw IdentityError(error) }
+        do { process = try ProcessHandle.peer(ofSocket: fd, credentials: peer, usePeerPIDFD: usePeerPIDFD) } catch { throw IdentityError(error) }
         return try identify(process)
     }
+
+    /// The identity of the process behind `pidfd` (a bus daemon's `ProcessFD`: no socket of its own
+    /// connects the caller to the agent). Throws if that process has been reaped or exits before
+    /// identification ends.
+    package func identify(pidfd: consuming FileDescriptor) throws(IdentityError) -> CallerIdentity {
+        let process: ProcessHandle
+        do { process = try ProcessHandle.open(pidfd: pidfd) } catch { throw IdentityError(error) }
+        return try identify(process)
+    }
+
+    /// The identity of the process that had `pid`, with effective uid `uid`, when the caller learned
+    /// of it (a bus sender's credentials), and that started at `startTime` (clock ticks after boot,
+    /// field 22 of `/proc/PID/stat`, as ``startTime(ofPID:)`` reads it when the caller learns the pid).
+    /// The pid is pinned by a pidfd, and the uid and start time are read again through it: a process
+    /// that is gone, or another one that has the pid now, is refused, never identified.
+    /// Without `startTime` it is read just before pinning, so only a process that changes between
+    /// that read and the pidfd is caught: a caller that can record the start time earlier should.
+    package func identify(pid: Int32, uid: UInt32, startTime: UInt64?) throws(IdentityError) -> CallerIdentity {
+        func changed(_ why: String) -> IdentityError { IdentityError(SystemError(refusing: "pid \(pid)", why, errno: ESRCH)) }
+        guard let expected = startTime ?? Self.startTime(ofPID: pid) else { throw changed("is not a live process") }
+        let process: ProcessHandle
+        do { process = try ProcessHandle.open(pid: pid) } catch { throw IdentityError(error) }
+        let stat: [UInt8]
+        do { stat = try process.read("stat", maximumBytes: 4096) } catch { throw IdentityError(error) }
+        guard let fields = LoginSessions.parseStat(stat[...]), fields.pid == pid else { throw changed("has an unreadable stat line") }
+        guard fields.startTime == expected else { throw changed("is another process than the one that had it (another start time)") }
+        guard process.uid == uid else { throw changed("is not of uid \(uid)") }
+        return try identify(process)
+    }
+
+    /// The start time of the live process `pid` (clock ticks after boot), for ``identify(pid:uid:startTime:)``.
+    package static func startTime(ofPID pid: Int32) -> UInt64? { LoginSessions.stat(ofPID: pid)?.startTime }
 
     /// The identity of a pinned process (see ``identify(socket:)``).
     package func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {

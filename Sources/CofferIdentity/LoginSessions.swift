@@ -30,16 +30,23 @@ package enum LoginSessions {
 
     /// The start time of process `sid` if it is alive (not a zombie) and leads session `sid`.
     package static func leaderStartTime(of sid: Int32) -> UInt64? {
-        guard sid > 0 else { return nil }
-        let path = "/proc/\(sid)/stat"
+        guard let stat = stat(ofPID: sid), stat.session == sid else { return nil }
+        return stat.startTime
+    }
+
+    /// The `/proc/PID/stat` fields of process `pid` (see ``parseStat(_:)``) if it is alive and not a
+    /// zombie; nil otherwise.
+    package static func stat(ofPID pid: Int32) -> (pid: Int32, state: UInt8, session: Int32, startTime: UInt64)? {
+        guard pid > 0 else { return nil }
+        let path = "/proc/\(pid)/stat"
         guard let fd = try? FileDescriptor.open(path, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC) else { return nil }
         // procfs makes the whole line in one read (well under 1 KiB), from one process.
         var buffer = [UInt8](repeating: 0, count: 2048)
         let raw = fd.rawValue
         let (n, _) = unsafe buffer.withUnsafeMutableBytes { b in Syscall.result { unsafe Glibc.read(raw, b.baseAddress!, b.count) } }
-        guard n > 0, let stat = parseStat(buffer[0..<n]), stat.pid == sid, stat.session == sid,
+        guard n > 0, let stat = parseStat(buffer[0..<n]), stat.pid == pid,
               stat.state != UInt8(ascii: "Z"), stat.state != UInt8(ascii: "X") else { return nil }
-        return stat.startTime
+        return stat
     }
 
     /// The fields of a `/proc/PID/stat` line identity needs: pid (1), state (3), session (6) and

@@ -102,7 +102,7 @@ package final class ApplicationPasswordAttempts: Sendable {
         counts.withLock { c in
             erased.withLock { $0 = true }
             c = [:]
-            if let path { _ = unlink(path) }
+            if let path { _ = unsafe unlink(path) }
         }
     }
 

@@ -45,8 +45,8 @@ extension Keychain {
         // Which items: listed with their attributes first, then each eligible one's secret.
         let listed = try copyMatching(ItemQuery(limit: .all, returnAttributes: true, returnPersistentRef: true), scope: .unrestricted)
         let salt = Random.bytes(16)
-        let deviceKey = try keybag.withDeviceKey { dk throws(SecError) in
-            Self.deviceLabel.withUnsafeBytes { l in salt.withUnsafeBytes { s in KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
+        let deviceKey = try unsafe keybag.withDeviceKey { dk throws(SecError) in
+            unsafe Self.deviceLabel.withUnsafeBytes { l in unsafe salt.withUnsafeBytes { s in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
         }
         var classKeys: [ProtectionClass: SecureBytes] = [:]
         var entries: [(ProtectionClass, [UInt8])] = []
@@ -65,7 +65,7 @@ extension Keychain {
             let sealedSecret: [UInt8]?
             if p.isThisDeviceOnly {
                 w.u8(1)
-                sealedSecret = secret.withUnsafeBytes { s in deviceKey.withUnsafeBytes { AEAD.seal(s, key: $0, ad: Self.deviceLabel) } }
+                sealedSecret = unsafe secret.withUnsafeBytes { s in unsafe deviceKey.withUnsafeBytes { unsafe AEAD.seal(s, key: $0, ad: Self.deviceLabel) } }
             } else {
                 w.u8(0)
                 sealedSecret = nil
@@ -73,44 +73,44 @@ extension Keychain {
             // The entry holds the secret in the clear until it is sealed: build it in secure memory.
             let secretBytes = sealedSecret?.count ?? secret.count
             let plain = SecureBytes(count: w.bytes.count + 4 + secretBytes)
-            plain.withUnsafeMutableBytes { o in
+            unsafe plain.withUnsafeMutableBytes { o in
                 var i = 0
-                for b in w.bytes { o[i] = b; i += 1 }
+                for b in w.bytes { unsafe o[i] = b; i += 1 }
                 let n = UInt32(secretBytes)
-                for k in 0..<4 { o[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * k)); i += 1 }
+                for k in 0..<4 { unsafe o[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * k)); i += 1 }
                 guard secretBytes > 0 else { return }
                 if let sealedSecret {
-                    sealedSecret.withUnsafeBytes { (o.baseAddress! + i).copyMemory(from: $0.baseAddress!, byteCount: secretBytes) }
+                    unsafe sealedSecret.withUnsafeBytes { unsafe (o.baseAddress! + i).copyMemory(from: $0.baseAddress!, byteCount: secretBytes) }
                 } else {
-                    secret.withUnsafeBytes { (o.baseAddress! + i).copyMemory(from: $0.baseAddress!, byteCount: secretBytes) }
+                    unsafe secret.withUnsafeBytes { unsafe (o.baseAddress! + i).copyMemory(from: $0.baseAddress!, byteCount: secretBytes) }
                 }
             }
             let key = classKeys[p] ?? { let k = SecureBytes.random(count: 32); classKeys[p] = k; return k }()
-            let sealed = plain.withUnsafeBytes { pl in key.withUnsafeBytes { AEAD.seal(pl, key: $0, ad: Self.itemAD + [p.rawValue]) } }
+            let sealed = unsafe plain.withUnsafeBytes { pl in unsafe key.withUnsafeBytes { unsafe AEAD.seal(pl, key: $0, ad: Self.itemAD + [p.rawValue]) } }
             entries.append((p, sealed))
         }
         var body = ByteWriter(capacity: 64 + entries.reduce(0) { $0 + $1.1.count + 5 })
         body.u32(UInt32(entries.count))
         for (p, sealed) in entries { body.u8(p.rawValue); body.blob(sealed) }
         let keysPart = SecureBytes(count: 1 + classKeys.count * 33)
-        keysPart.withUnsafeMutableBytes { o in
-            o[0] = UInt8(classKeys.count)
+        unsafe keysPart.withUnsafeMutableBytes { o in
+            unsafe o[0] = UInt8(classKeys.count)
             var i = 1
             for (p, k) in classKeys.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-                o[i] = p.rawValue
-                k.withUnsafeBytes { kb in (o.baseAddress! + i + 1).copyMemory(from: kb.baseAddress!, byteCount: 32) }
+                unsafe o[i] = p.rawValue
+                unsafe k.withUnsafeBytes { kb in unsafe (o.baseAddress! + i + 1).copyMemory(from: kb.baseAddress!, byteCount: 32) }
                 i += 33
             }
         }
         let payload = SecureBytes(count: keysPart.count + body.bytes.count)
-        payload.withUnsafeMutableBytes { o in
-            keysPart.withUnsafeBytes { (o.baseAddress!).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
-            body.bytes.withUnsafeBytes { (o.baseAddress! + keysPart.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        unsafe payload.withUnsafeMutableBytes { o in
+            unsafe keysPart.withUnsafeBytes { unsafe (o.baseAddress!).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            unsafe body.bytes.withUnsafeBytes { unsafe (o.baseAddress! + keysPart.count).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
         }
         var header = ByteWriter(capacity: 37)
         header.raw(Self.backupMagic); header.u8(1); header.raw(salt); header.u64(kdf.opsLimit); header.u64(kdf.memLimit)
         let passwordKey = try Self.backupKey(password, salt: salt, kdf: kdf)
-        let sealed = payload.withUnsafeBytes { pl in passwordKey.withUnsafeBytes { AEAD.seal(pl, key: $0, ad: header.bytes) } }
+        let sealed = unsafe payload.withUnsafeBytes { pl in unsafe passwordKey.withUnsafeBytes { unsafe AEAD.seal(pl, key: $0, ad: header.bytes) } }
         var file = ByteWriter(capacity: 41 + sealed.count)
         file.raw(header.bytes); file.blob(sealed)
         return (file.bytes, entries.count)
@@ -137,18 +137,18 @@ extension Keychain {
         let passwordKey = try Self.backupKey(password, salt: salt, kdf: kdf)
         let payload: SecureBytes
         do {
-            payload = try passwordKey.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(sealed, key: k, ad: Array(bytes[0..<37])) }
+            payload = try unsafe passwordKey.withUnsafeBytes { k throws(CryptoError) in try unsafe AEAD.open(sealed, key: k, ad: Array(bytes[0..<37])) }
         } catch {
             throw .authFailed("wrong backup password, or the file was altered")
         }
-        let deviceKey = try keybag.withDeviceKey { dk throws(SecError) in
-            Self.deviceLabel.withUnsafeBytes { l in salt.withUnsafeBytes { s in KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
+        let deviceKey = try unsafe keybag.withDeviceKey { dk throws(SecError) in
+            unsafe Self.deviceLabel.withUnsafeBytes { l in unsafe salt.withUnsafeBytes { s in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
         }
         var items: [NewItem] = []
         var otherDevice = 0
         // Plaintext copies are wiped once parsed (each parse runs in a function of its own, so that its
         // reader is gone and the wipe reaches the one buffer).
-        var plain = payload.withUnsafeBytes { Array($0) }
+        var plain = unsafe payload.withUnsafeBytes { unsafe Array($0) }
         defer { secureZero(&plain) }
         do throws(DecodeError) {
             let (classKeys, sealedEntries) = try Self.parsePayload(plain)
@@ -156,11 +156,11 @@ extension Keychain {
                 guard let key = classKeys[c], ProtectionClass(rawValue: c) != nil else { throw DecodeError("an entry of an unknown class") }
                 let entry: SecureBytes
                 do {
-                    entry = try key.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(blob, key: k, ad: Self.itemAD + [c]) }
+                    entry = try unsafe key.withUnsafeBytes { k throws(CryptoError) in try unsafe AEAD.open(blob, key: k, ad: Self.itemAD + [c]) }
                 } catch {
                     throw DecodeError("an entry failed authentication")
                 }
-                var entryBytes = entry.withUnsafeBytes { Array($0) }
+                var entryBytes = unsafe entry.withUnsafeBytes { unsafe Array($0) }
                 defer { secureZero(&entryBytes) }
                 var parsed = try Self.parseEntry(entryBytes)
                 defer { secureZero(&parsed.3) }
@@ -169,13 +169,13 @@ extension Keychain {
                 let secret: SecureBytes
                 if bound {
                     do {
-                        secret = try deviceKey.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(parsed.3[...], key: k, ad: Self.deviceLabel) }
+                        secret = try unsafe deviceKey.withUnsafeBytes { k throws(CryptoError) in try unsafe AEAD.open(parsed.3[...], key: k, ad: Self.deviceLabel) }
                     } catch {
                         otherDevice += 1
                         continue
                     }
                 } else {
-                    secret = parsed.3.withUnsafeBytes { SecureBytes(copying: $0) }
+                    secret = unsafe parsed.3.withUnsafeBytes { unsafe SecureBytes(copying: $0) }
                 }
                 attrs["cdat"] = nil
                 attrs["mdat"] = nil
@@ -194,7 +194,7 @@ extension Keychain {
         var keys: [UInt8: SecureBytes] = [:]
         for _ in 0..<Int(try r.u8("key count")) {
             let c = try r.u8("class")
-            keys[c] = try r.raw(32, "class key").withUnsafeBytes { SecureBytes(copying: $0) }
+            keys[c] = try unsafe r.raw(32, "class key").withUnsafeBytes { unsafe SecureBytes(copying: $0) }
         }
         var entries: [(UInt8, ArraySlice<UInt8>)] = []
         for _ in 0..<Int(try r.u32("count")) {
@@ -222,8 +222,8 @@ extension Keychain {
     static func backupKey(_ password: SecureBytes, salt: [UInt8], kdf: KDFParameters) throws(SecError) -> SecureBytes {
         guard password.count > 0 else { throw .param("the backup password is empty") }
         do {
-            return try password.withUnsafeBytes { pw throws(CryptoError) in
-                try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: kdf.opsLimit, memLimit: Int(kdf.memLimit))
+            return try unsafe password.withUnsafeBytes { pw throws(CryptoError) in
+                try unsafe Argon2id.deriveKey(password: pw, salt: salt, opsLimit: kdf.opsLimit, memLimit: Int(kdf.memLimit))
             }
         } catch {
             throw SecError(.allocate, "backup key derivation failed")

@@ -38,17 +38,17 @@ extension Keychain {
         var header = ByteWriter(capacity: 29)
         header.raw(Array("CFES".utf8)); header.u8(1); header.u64(generation); header.raw(salt)
         let payload = SecureBytes(count: 1 + keys.count * (1 + 32))
-        payload.withUnsafeMutableBytes { p in
-            p[0] = UInt8(keys.count)
+        unsafe payload.withUnsafeMutableBytes { p in
+            unsafe p[0] = UInt8(keys.count)
             var o = 1
             for (slot, key) in keys {
-                p[o] = UInt8(slot)
-                key.withUnsafeBytes { k in (p.baseAddress! + o + 1).copyMemory(from: k.baseAddress!, byteCount: 32) }
+                unsafe p[o] = UInt8(slot)
+                unsafe key.withUnsafeBytes { k in unsafe (p.baseAddress! + o + 1).copyMemory(from: k.baseAddress!, byteCount: 32) }
                 o += 33
             }
         }
         let key = try escrowKey(secret: secret, salt: salt)
-        let sealed = payload.withUnsafeBytes { pl in key.withUnsafeBytes { AEAD.seal(pl, key: $0, ad: header.bytes) } }
+        let sealed = unsafe payload.withUnsafeBytes { pl in unsafe key.withUnsafeBytes { unsafe AEAD.seal(pl, key: $0, ad: header.bytes) } }
         var file = ByteWriter(capacity: 29 + 4 + sealed.count)
         file.raw(header.bytes); file.blob(sealed)
         do { try Files.writeAtomically(escrowPath, file.bytes, mode: 0o600) } catch { throw .io("cannot write the escrow record: \(error)") }
@@ -79,16 +79,16 @@ extension Keychain {
         let key = try escrowKey(secret: secret, salt: salt)
         let payload: SecureBytes
         do {
-            payload = try key.withUnsafeBytes { k throws(CryptoError) in try AEAD.open(sealed, key: k, ad: Array(bytes[0..<29])) }
+            payload = try unsafe key.withUnsafeBytes { k throws(CryptoError) in try unsafe AEAD.open(sealed, key: k, ad: Array(bytes[0..<29])) }
         } catch {
             throw .authFailed("wrong escrow secret, or a record of another device")
         }
         var keys: [(slot: Int, key: SecureBytes)] = []
-        let ok: Bool = payload.withUnsafeBytes { p in
-            guard p.count >= 1, p.count == 1 + Int(p[0]) * 33 else { return false }
-            for i in 0..<Int(p[0]) {
+        let ok: Bool = unsafe payload.withUnsafeBytes { p in
+            guard p.count >= 1, unsafe p.count == 1 + Int(p[0]) * 33 else { return false }
+            for i in unsafe 0..<Int(p[0]) {
                 let o = 1 + i * 33
-                keys.append((Int(p[o]), SecureBytes(copying: UnsafeRawBufferPointer(rebasing: p[(o + 1)..<(o + 33)]))))
+                unsafe keys.append((Int(p[o]), SecureBytes(copying: UnsafeRawBufferPointer(rebasing: p[(o + 1)..<(o + 33)]))))
             }
             return true
         }
@@ -99,15 +99,15 @@ extension Keychain {
 
     /// Deletes the escrow record (the agent then rotates the keys, so a copy of it opens nothing).
     public func deleteEscrow() {
-        unlink(escrowPath)
+        unsafe unlink(escrowPath)
         try? Files.syncDirectory(of: escrowPath)
     }
 
     private func escrowKey(secret: SecureBytes, salt: [UInt8]) throws(SecError) -> SecureBytes {
         let label = Array("coffer escrow v1".utf8)
-        return try keybag.withDeviceKey { dk throws(SecError) in
-            label.withUnsafeBytes { l in salt.withUnsafeBytes { sa in secret.withUnsafeBytes { se in
-                KeyedHash.deriveKey(key: dk, rawParts: [l, sa, se])
+        return try unsafe keybag.withDeviceKey { dk throws(SecError) in
+            unsafe label.withUnsafeBytes { l in unsafe salt.withUnsafeBytes { sa in unsafe secret.withUnsafeBytes { se in
+                unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, sa, se])
             } } }
         }
     }

@@ -72,20 +72,20 @@ enum ItemCrypto {
     /// Seals attributes (version 1 format) under a fresh per-item key wrapped by `classKey`.
     static func sealMeta(_ plaintext: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
                          protection: ProtectionClass) -> [UInt8] {
-        seal(plaintext, classKey: classKey, ref: ref, protection: protection, keyRole: .metaKey, dataRole: .meta, version: metaVersion)
+        unsafe seal(plaintext, classKey: classKey, ref: ref, protection: protection, keyRole: .metaKey, dataRole: .meta, version: metaVersion)
     }
 
     /// Seals a secret (version 2: padded) under a fresh per-item key wrapped by `classKey`.
     static func sealSecret(_ secret: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
                            protection: ProtectionClass) -> [UInt8] {
         let padded = SecureBytes(count: paddedSize(secret.count)) // zero-filled
-        padded.withUnsafeMutableBytes { p in
+        unsafe padded.withUnsafeMutableBytes { p in
             let n = UInt32(secret.count)
-            for i in 0..<4 { p[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * i)) }
-            if secret.count > 0 { (p.baseAddress! + 4).copyMemory(from: secret.baseAddress!, byteCount: secret.count) }
+            for i in 0..<4 { unsafe p[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * i)) }
+            if secret.count > 0 { unsafe (p.baseAddress! + 4).copyMemory(from: secret.baseAddress!, byteCount: secret.count) }
         }
-        return padded.withUnsafeBytes {
-            seal($0, classKey: classKey, ref: ref, protection: protection, keyRole: .secretKey, dataRole: .secret, version: secretVersion)
+        return unsafe padded.withUnsafeBytes {
+            unsafe seal($0, classKey: classKey, ref: ref, protection: protection, keyRole: .secretKey, dataRole: .secret, version: secretVersion)
         }
     }
 
@@ -93,10 +93,10 @@ enum ItemCrypto {
     static func sealSecret(_ secret: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass,
                            applicationPassword: SecureBytes, kdf: AppPasswordKDF) throws(SecError) -> [UInt8] {
         let padded = SecureBytes(count: paddedSize(secret.count))
-        padded.withUnsafeMutableBytes { p in
+        unsafe padded.withUnsafeMutableBytes { p in
             let n = UInt32(secret.count)
-            for i in 0..<4 { p[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * i)) }
-            if secret.count > 0 { (p.baseAddress! + 4).copyMemory(from: secret.baseAddress!, byteCount: secret.count) }
+            for i in 0..<4 { unsafe p[i] = UInt8(truncatingIfNeeded: n >> UInt32(24 - 8 * i)) }
+            if secret.count > 0 { unsafe (p.baseAddress! + 4).copyMemory(from: secret.baseAddress!, byteCount: secret.count) }
         }
         let v = appPasswordSecretVersion
         let salt = Random.bytes(Argon2id.saltBytes)
@@ -104,9 +104,9 @@ enum ItemCrypto {
         let itemKey = SecureBytes.random(count: AEAD.keyBytes)
         var inner = ByteWriter(capacity: 128)
         inner.u8(1); inner.raw(salt); inner.u64(kdf.opsLimit); inner.u64(kdf.memLimit)
-        inner.blob(itemKey.withUnsafeBytes { k in appKey.withUnsafeBytes { AEAD.seal(k, key: $0, ad: ad(.appKey, ref: ref, protection: protection, version: v)) } })
-        let wrapped = inner.bytes.withUnsafeBytes { AEAD.seal($0, key: classKey, ad: ad(.secretKey, ref: ref, protection: protection, version: v)) }
-        let sealed = itemKey.withUnsafeBytes { k in padded.withUnsafeBytes { AEAD.seal($0, key: k, ad: ad(.secret, ref: ref, protection: protection, version: v)) } }
+        unsafe inner.blob(itemKey.withUnsafeBytes { k in unsafe appKey.withUnsafeBytes { unsafe AEAD.seal(k, key: $0, ad: ad(.appKey, ref: ref, protection: protection, version: v)) } })
+        let wrapped = unsafe inner.bytes.withUnsafeBytes { unsafe AEAD.seal($0, key: classKey, ad: ad(.secretKey, ref: ref, protection: protection, version: v)) }
+        let sealed = unsafe itemKey.withUnsafeBytes { k in unsafe padded.withUnsafeBytes { unsafe AEAD.seal($0, key: k, ad: ad(.secret, ref: ref, protection: protection, version: v)) } }
         return assemble(v, wrapped, sealed)
     }
 
@@ -114,8 +114,8 @@ enum ItemCrypto {
         guard password.count > 0 else { throw .authFailed("the application password is empty") }
         guard kdf.memLimit <= 1 << 30, kdf.opsLimit >= 1, kdf.opsLimit <= 64 else { throw .decode("an item's application-password settings are out of range") }
         do {
-            return try password.withUnsafeBytes { pw throws(CryptoError) in
-                try Argon2id.deriveKey(password: pw, salt: salt, opsLimit: kdf.opsLimit, memLimit: Int(kdf.memLimit))
+            return try unsafe password.withUnsafeBytes { pw throws(CryptoError) in
+                try unsafe Argon2id.deriveKey(password: pw, salt: salt, opsLimit: kdf.opsLimit, memLimit: Int(kdf.memLimit))
             }
         } catch {
             throw SecError(.allocate, "application password key derivation failed")
@@ -128,8 +128,8 @@ enum ItemCrypto {
     private static func seal(_ plaintext: UnsafeRawBufferPointer, classKey: UnsafeRawBufferPointer, ref: [UInt8],
                              protection: ProtectionClass, keyRole: Role, dataRole: Role, version: UInt8) -> [UInt8] {
         let itemKey = SecureBytes.random(count: AEAD.keyBytes)
-        let wrapped = itemKey.withUnsafeBytes { AEAD.seal($0, key: classKey, ad: ad(keyRole, ref: ref, protection: protection, version: version)) }
-        let sealed = itemKey.withUnsafeBytes { AEAD.seal(plaintext, key: $0, ad: ad(dataRole, ref: ref, protection: protection, version: version)) }
+        let wrapped = unsafe itemKey.withUnsafeBytes { unsafe AEAD.seal($0, key: classKey, ad: ad(keyRole, ref: ref, protection: protection, version: version)) }
+        let sealed = unsafe itemKey.withUnsafeBytes { unsafe AEAD.seal(plaintext, key: $0, ad: ad(dataRole, ref: ref, protection: protection, version: version)) }
         return assemble(version, wrapped, sealed)
     }
 
@@ -166,7 +166,7 @@ enum ItemCrypto {
 
     private static func unwrapItemKey(_ p: Parts, classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass,
                                       keyRole: Role) throws -> SecureBytes {
-        let itemKey = try AEAD.open(p.wrapped, key: classKey, ad: ad(keyRole, ref: ref, protection: protection, version: p.version))
+        let itemKey = try unsafe AEAD.open(p.wrapped, key: classKey, ad: ad(keyRole, ref: ref, protection: protection, version: p.version))
         // Version 3: the class key unwraps the application-password layer, not the key itself.
         guard itemKey.count == AEAD.keyBytes || (p.version == appPasswordSecretVersion && keyRole == .secretKey) else {
             throw SecError.decode("item key has the wrong size")
@@ -178,7 +178,7 @@ enum ItemCrypto {
     /// wrong password.
     private static func unwrapApplicationLayer(_ inner: SecureBytes, applicationPassword: SecureBytes?, ref: [UInt8],
                                                protection: ProtectionClass) throws(SecError) -> SecureBytes {
-        let bytes = inner.withUnsafeBytes { Array($0) }
+        let bytes = unsafe inner.withUnsafeBytes { unsafe Array($0) }
         var r = ByteReader(bytes)
         let salt: [UInt8], kdf: AppPasswordKDF, wrapped: ArraySlice<UInt8>
         do throws(DecodeError) {
@@ -193,8 +193,8 @@ enum ItemCrypto {
         guard let applicationPassword else { throw .authFailed("this item needs its application password") }
         let appKey = try appPasswordKey(applicationPassword, salt: salt, kdf: kdf)
         do {
-            let key = try appKey.withUnsafeBytes { k throws(CryptoError) in
-                try AEAD.open(wrapped, key: k, ad: ad(.appKey, ref: ref, protection: protection, version: appPasswordSecretVersion))
+            let key = try unsafe appKey.withUnsafeBytes { k throws(CryptoError) in
+                try unsafe AEAD.open(wrapped, key: k, ad: ad(.appKey, ref: ref, protection: protection, version: appPasswordSecretVersion))
             }
             guard key.count == AEAD.keyBytes else { throw SecError.decode("item key has the wrong size") }
             return key
@@ -213,9 +213,9 @@ enum ItemCrypto {
     static func openMeta(_ blob: [UInt8], classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass) throws(SecError) -> SecureBytes {
         do {
             let p = try parse(blob, allowed: metaVersion...metaVersion)
-            let itemKey = try unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: .metaKey)
-            return try itemKey.withUnsafeBytes { k throws(CryptoError) in
-                try AEAD.open(p.sealed, key: k, ad: ad(.meta, ref: ref, protection: protection, version: p.version))
+            let itemKey = try unsafe unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: .metaKey)
+            return try unsafe itemKey.withUnsafeBytes { k throws(CryptoError) in
+                try unsafe AEAD.open(p.sealed, key: k, ad: ad(.meta, ref: ref, protection: protection, version: p.version))
             }
         } catch {
             throw failure(error)
@@ -228,19 +228,19 @@ enum ItemCrypto {
                            applicationPassword: SecureBytes? = nil) throws(SecError) -> SecureBytes {
         do {
             let p = try parse(blob, allowed: 1...appPasswordSecretVersion)
-            var itemKey = try unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: .secretKey)
+            var itemKey = try unsafe unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: .secretKey)
             if p.version == appPasswordSecretVersion {
                 itemKey = try unwrapApplicationLayer(itemKey, applicationPassword: applicationPassword, ref: ref, protection: protection)
             }
-            let plain = try itemKey.withUnsafeBytes { k throws(CryptoError) in
-                try AEAD.open(p.sealed, key: k, ad: ad(.secret, ref: ref, protection: protection, version: p.version))
+            let plain = try unsafe itemKey.withUnsafeBytes { k throws(CryptoError) in
+                try unsafe AEAD.open(p.sealed, key: k, ad: ad(.secret, ref: ref, protection: protection, version: p.version))
             }
             guard p.version >= 2 else { return plain }
-            return try plain.withUnsafeBytes { b throws(SecError) in
+            return try unsafe plain.withUnsafeBytes { b throws(SecError) in
                 guard b.count >= 4 else { throw SecError.decode("a padded secret is too short") }
-                let n = Int(b[0]) << 24 | Int(b[1]) << 16 | Int(b[2]) << 8 | Int(b[3])
+                let n = unsafe Int(b[0]) << 24 | Int(b[1]) << 16 | Int(b[2]) << 8 | Int(b[3])
                 guard n <= b.count - 4, b.count == paddedSize(n) else { throw SecError.decode("a padded secret has a bad length") }
-                return SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[4 ..< 4 + n]))
+                return unsafe SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[4 ..< 4 + n]))
             }
         } catch {
             throw failure(error)
@@ -251,7 +251,7 @@ enum ItemCrypto {
     static func unwraps(_ blob: [UInt8], classKey: UnsafeRawBufferPointer, ref: [UInt8], protection: ProtectionClass,
                         keyRole: Role) -> Bool {
         guard let p = try? parse(blob, allowed: 1...appPasswordSecretVersion) else { return false }
-        return (try? unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: keyRole)) != nil
+        return unsafe (try? unwrapItemKey(p, classKey: classKey, ref: ref, protection: protection, keyRole: keyRole)) != nil
     }
 
     /// Re-wraps the item key of `blob` from `oldKey` to `newKey`, leaving the sealed payload (and its
@@ -260,8 +260,8 @@ enum ItemCrypto {
                        protection: ProtectionClass, keyRole: Role) throws(SecError) -> [UInt8] {
         do {
             let p = try parse(blob, allowed: 1...appPasswordSecretVersion)
-            let itemKey = try unwrapItemKey(p, classKey: oldKey, ref: ref, protection: protection, keyRole: keyRole)
-            let wrapped = itemKey.withUnsafeBytes { AEAD.seal($0, key: newKey, ad: ad(keyRole, ref: ref, protection: protection, version: p.version)) }
+            let itemKey = try unsafe unwrapItemKey(p, classKey: oldKey, ref: ref, protection: protection, keyRole: keyRole)
+            let wrapped = unsafe itemKey.withUnsafeBytes { unsafe AEAD.seal($0, key: newKey, ad: ad(keyRole, ref: ref, protection: protection, version: p.version)) }
             return assemble(p.version, wrapped, p.sealed)
         } catch {
             throw failure(error)

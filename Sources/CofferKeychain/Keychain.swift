@@ -240,8 +240,8 @@ public final class Keychain: Sendable {
         let ref = Random.bytes(16)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
-            let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
-                try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref,
+            let (content, otherTiers) = try unsafe item.secret.withUnsafeBytes { s throws(SecError) in
+                try unsafe seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: ref,
                          applicationPassword: applicationPassword)
             }
             // The row and its index entries commit together (one transaction) or not at all.
@@ -249,9 +249,9 @@ public final class Keychain: Sendable {
                 try checkNoDuplicate(store, otherTiers, except: nil)
                 _ = try store.insert(content)
             }
-            return ItemResult(itemClass: item.itemClass,
+            return unsafe ItemResult(itemClass: item.itemClass,
                               attributes: returnAttributes ? attrs : nil,
-                              data: returnData ? SecureBytes(copying: item.secret.withUnsafeBytes { $0 }) : nil,
+                              data: returnData ? SecureBytes(copying: item.secret.withUnsafeBytes { unsafe $0 }) : nil,
                               persistentRef: returnPersistentRef ? ref : nil)
         }
     }
@@ -268,8 +268,8 @@ public final class Keychain: Sendable {
             let store = s.store
             try writing(store) { () throws(SecError) in
                 for (item, attrs, protection) in prepared {
-                    let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
-                        try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
+                    let (content, otherTiers) = try unsafe item.secret.withUnsafeBytes { s throws(SecError) in
+                        try unsafe seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
                     }
                     try checkNoDuplicate(store, otherTiers, except: nil)
                     try store.insert(content)
@@ -294,8 +294,8 @@ public final class Keychain: Sendable {
             do throws(SecError) {
                 try writing(store) { () throws(SecError) in
                     for (item, attrs, protection) in prepared {
-                        let (content, otherTiers) = try item.secret.withUnsafeBytes { s throws(SecError) in
-                            try seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
+                        let (content, otherTiers) = try unsafe item.secret.withUnsafeBytes { s throws(SecError) in
+                            try unsafe seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
                         }
                         if try store.rowID(primaryKey: content.primaryKeyHash) != nil {
                             duplicates += 1
@@ -407,7 +407,7 @@ public final class Keychain: Sendable {
                 // Counted for the caller unless its index says another group's (a row without index
                 // entries, forged or damaged, may be anyone's: counted).
                 if let groups = scope.groups, let p = ProtectionClass(rawValue: row.protectionClass) {
-                    let mine = try keybag.withIndexKey(IndexTier.of(p)) { k in Set(groups.map { Self.blindHash(k, "agrp", .string($0)) }) }
+                    let mine = try unsafe keybag.withIndexKey(IndexTier.of(p)) { k in Set(groups.map { unsafe Self.blindHash(k, "agrp", .string($0)) }) }
                     let index = try store.indexHashes(item: row.id)
                     if !index.isEmpty && mine.isDisjoint(with: index) { return }
                 }
@@ -577,8 +577,8 @@ public final class Keychain: Sendable {
                     } else {
                         secret = try openSecret(row, cls, old, authorization)
                     }
-                    let (content, otherTiers) = try secret.withUnsafeBytes { s throws(SecError) in
-                        try seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef,
+                    let (content, otherTiers) = try unsafe secret.withUnsafeBytes { s throws(SecError) in
+                        try unsafe seal(itemClass: cls, attributes: attrs, secret: s, protection: protection, ref: row.persistentRef,
                                  applicationPassword: authorization.applicationPassword)
                     }
                     try store.replace(id: row.id, with: content)
@@ -727,18 +727,18 @@ public final class Keychain: Sendable {
         do {
             opened = try openAttributes(row)
         } catch where error.status == .decode {
-            let plainOpens = (try? keybag.withMetadataKey(p) { k throws(SecError) in
-                try ItemCrypto.openMeta(row.meta, classKey: k, ref: row.persistentRef, protection: p)
+            let plainOpens = unsafe (try? keybag.withMetadataKey(p) { k throws(SecError) in
+                try unsafe ItemCrypto.openMeta(row.meta, classKey: k, ref: row.persistentRef, protection: p)
             }) != nil
             return plainOpens ? finding(.itemClass, "its item class or protection does not match its row")
                 : finding(.authentication, "its attributes fail authentication (altered, forged, or sealed under a key the keybag no longer holds)")
         }
         let (cls, attrs) = opened
-        let secretOK = try keybag.withClassKey(p) { k -> Bool in
+        let secretOK = try unsafe keybag.withClassKey(p) { k -> Bool in
             if ItemCrypto.needsApplicationPassword(row.secret) {
-                return ItemCrypto.unwraps(row.secret, classKey: k, ref: row.persistentRef, protection: p, keyRole: .secretKey)
+                return unsafe ItemCrypto.unwraps(row.secret, classKey: k, ref: row.persistentRef, protection: p, keyRole: .secretKey)
             }
-            guard let plain = try? ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: p) else { return false }
+            guard let plain = try? unsafe ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: p) else { return false }
             plain.wipe()
             return true
         }
@@ -746,7 +746,7 @@ public final class Keychain: Sendable {
         guard case .string(let group)? = attrs["agrp"], !group.isEmpty else { return finding(.group, "it has no access group") }
         var full = attrs
         full["class"] = .string(cls.rawValue)
-        let (pk, index) = try keybag.withIndexKey(IndexTier.of(p)) { k in Self.hashes(k, cls, full) }
+        let (pk, index) = try unsafe keybag.withIndexKey(IndexTier.of(p)) { k in unsafe Self.hashes(k, cls, full) }
         guard try store.primaryKeyHash(id: row.id) == pk, Set(try store.indexHashes(item: row.id)) == Set(index) else {
             return finding(.index, "its primary-key hash or index entries do not match its attributes (searches may miss it)")
         }
@@ -807,9 +807,9 @@ public final class Keychain: Sendable {
         var tierHashes: [IndexTier: Set<[UInt8]>?] = [:]
         func scopeHashes(_ tier: IndexTier, _ groups: Set<String>) throws(SecError) -> Set<[UInt8]>? {
             if let known = tierHashes[tier] { return known }
-            let hashes = try keybag.withIndexKeys { keys throws(SecError) -> Set<[UInt8]>? in
-                guard let k = keys.first(where: { $0.0 == tier })?.1 else { return nil }
-                return Set(groups.map { Self.blindHash(k, "agrp", .string($0)) })
+            let hashes = try unsafe keybag.withIndexKeys { keys throws(SecError) -> Set<[UInt8]>? in
+                guard let k = unsafe keys.first(where: { unsafe $0.0 == tier })?.1 else { return nil }
+                return Set(groups.map { unsafe Self.blindHash(k, "agrp", .string($0)) })
             }
             tierHashes[tier] = .some(hashes)
             return hashes
@@ -830,12 +830,12 @@ public final class Keychain: Sendable {
         if let c = q.itemClass { probe["class"] = .string(c.rawValue) }
         // The tiers that can hold a match: the one of the query's protection class, or both.
         let wanted = try Validation.protection(of: q.attributes).map { [IndexTier.of($0)] } ?? IndexTier.allCases
-        let tiers = try keybag.withIndexKeys { keys throws(SecError) -> [[[UInt8]]] in
-            keys.filter { wanted.contains($0.0) }.map { _, k in
+        let tiers = try unsafe keybag.withIndexKeys { keys throws(SecError) -> [[[UInt8]]] in
+            unsafe keys.filter { unsafe wanted.contains($0.0) }.map { _, k in
                 // The common lookup (service + account, server + account) has its own entry: one seek, a
                 // handful of candidates at most, each compared in full after decryption anyway.
-                if let compound = Self.compoundHashes(k, q.attributes).first { return [compound] }
-                return probe.map { Self.blindHash(k, $0.key, $0.value) }
+                if let compound = unsafe Self.compoundHashes(k, q.attributes).first { return [compound] }
+                return probe.map { unsafe Self.blindHash(k, $0.key, $0.value) }
             }
         }
         let complete = tiers.count == wanted.count
@@ -909,21 +909,21 @@ public final class Keychain: Sendable {
         full["class"] = .string(itemClass.rawValue)
         var encoded = AttributeCodec.encode(full)
         defer { secureZero(&encoded) }
-        let meta = try keybag.withMetadataKey(protection) { k in
-            encoded.withUnsafeBytes { ItemCrypto.sealMeta($0, classKey: k, ref: ref, protection: protection) }
+        let meta = try unsafe keybag.withMetadataKey(protection) { k in
+            unsafe encoded.withUnsafeBytes { unsafe ItemCrypto.sealMeta($0, classKey: k, ref: ref, protection: protection) }
         }
         let kdf = appPasswordKDF
-        let sealedSecret = try keybag.withClassKey(protection) { k throws(SecError) in
+        let sealedSecret = try unsafe keybag.withClassKey(protection) { k throws(SecError) in
             if appPassword, let applicationPassword {
-                return try ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection,
+                return try unsafe ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection,
                                                  applicationPassword: applicationPassword, kdf: kdf)
             }
-            return ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection)
+            return unsafe ItemCrypto.sealSecret(secret, classKey: k, ref: ref, protection: protection)
         }
         let tier = IndexTier.of(protection)
-        let (pk, index) = try keybag.withIndexKey(tier) { k throws(SecError) in Self.hashes(k, itemClass, full) }
-        let others = try keybag.withIndexKeys { keys throws(SecError) in
-            keys.filter { $0.0 != tier }.map { Self.primaryKeyHash($0.1, itemClass, full) }
+        let (pk, index) = try unsafe keybag.withIndexKey(tier) { k throws(SecError) in unsafe Self.hashes(k, itemClass, full) }
+        let others = try unsafe keybag.withIndexKeys { keys throws(SecError) in
+            unsafe keys.filter { unsafe $0.0 != tier }.map { unsafe Self.primaryKeyHash($0.1, itemClass, full) }
         }
         return (RowContent(primaryKeyHash: pk, persistentRef: ref, protectionClass: protection.rawValue,
                            meta: meta, secret: sealedSecret, indexHashes: index), others)
@@ -931,16 +931,16 @@ public final class Keychain: Sendable {
 
     /// A row's primary-key hash and blind-index entries under index key `k` (`full` includes `class`).
     private static func hashes(_ k: UnsafeRawBufferPointer, _ itemClass: ItemClass, _ full: Attributes) -> ([UInt8], [[UInt8]]) {
-        (primaryKeyHash(k, itemClass, full),
-         full.filter { AttributeCatalog.indexed.contains($0.key) }.map { blindHash(k, $0.key, $0.value) } + compoundHashes(k, full))
+        unsafe (primaryKeyHash(k, itemClass, full),
+         full.filter { AttributeCatalog.indexed.contains($0.key) }.map { unsafe blindHash(k, $0.key, $0.value) } + compoundHashes(k, full))
     }
 
     private func openAttributes(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes) {
         guard let protection = ProtectionClass(rawValue: row.protectionClass), row.persistentRef.count == 16 else {
             throw .decode("an item row has an invalid protection class or reference")
         }
-        let plain = try keybag.withMetadataKey(protection) { k throws(SecError) in
-            try ItemCrypto.openMeta(row.meta, classKey: k, ref: row.persistentRef, protection: protection)
+        let plain = try unsafe keybag.withMetadataKey(protection) { k throws(SecError) in
+            try unsafe ItemCrypto.openMeta(row.meta, classKey: k, ref: row.persistentRef, protection: protection)
         }
         return try Self.decodeAttributes(plain, protection)
     }
@@ -948,7 +948,7 @@ public final class Keychain: Sendable {
     private static func decodeAttributes(_ plain: SecureBytes, _ protection: ProtectionClass) throws(SecError) -> (ItemClass, Attributes) {
         var attrs: Attributes
         do {
-            var bytes = plain.withUnsafeBytes { Array($0) }
+            var bytes = unsafe plain.withUnsafeBytes { unsafe Array($0) }
             defer { secureZero(&bytes) }
             var r = ByteReader(bytes)
             attrs = try AttributeCodec.decodeAttributes(from: &r)
@@ -970,8 +970,8 @@ public final class Keychain: Sendable {
                             _ authorization: AuthorizationContext) throws(SecError) -> SecureBytes {
         let protection = ProtectionClass(rawValue: row.protectionClass)!
         let open = { () throws(SecError) -> SecureBytes in
-            try self.keybag.withClassKey(protection) { k throws(SecError) in
-                try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection,
+            try unsafe self.keybag.withClassKey(protection) { k throws(SecError) in
+                try unsafe ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: protection,
                                           applicationPassword: authorization.applicationPassword)
             }
         }
@@ -1019,31 +1019,31 @@ public final class Keychain: Sendable {
             throw .decode("an item row has an invalid protection class or reference")
         }
         let ref = row.persistentRef
-        if newMK.withUnsafeBytes({ ItemCrypto.unwraps(row.meta, classKey: $0, ref: ref, protection: p, keyRole: .metaKey) }) {
+        if unsafe newMK.withUnsafeBytes({ unsafe ItemCrypto.unwraps(row.meta, classKey: $0, ref: ref, protection: p, keyRole: .metaKey) }) {
             return false // re-sealed by an earlier run of this rekey
         }
         guard let oldMK = keys.metadataKey(p, previous: true), let oldCK = keys.classKey(p, previous: true) else {
             throw .decode("an item is sealed under neither the new nor the previous keys of its class")
         }
-        let plain = try oldMK.withUnsafeBytes { k throws(SecError) in try ItemCrypto.openMeta(row.meta, classKey: k, ref: ref, protection: p) }
+        let plain = try unsafe oldMK.withUnsafeBytes { k throws(SecError) in try unsafe ItemCrypto.openMeta(row.meta, classKey: k, ref: ref, protection: p) }
         let (cls, attrs) = try Self.decodeAttributes(plain, p)
-        let meta = try oldMK.withUnsafeBytes { o throws(SecError) in
-            try newMK.withUnsafeBytes { n throws(SecError) in
-                try ItemCrypto.rewrap(row.meta, from: o, to: n, ref: ref, protection: p, keyRole: .metaKey)
+        let meta = try unsafe oldMK.withUnsafeBytes { o throws(SecError) in
+            try unsafe newMK.withUnsafeBytes { n throws(SecError) in
+                try unsafe ItemCrypto.rewrap(row.meta, from: o, to: n, ref: ref, protection: p, keyRole: .metaKey)
             }
         }
-        let secret = try oldCK.withUnsafeBytes { o throws(SecError) -> [UInt8] in
-            try newCK.withUnsafeBytes { n throws(SecError) -> [UInt8] in
+        let secret = try unsafe oldCK.withUnsafeBytes { o throws(SecError) -> [UInt8] in
+            try unsafe newCK.withUnsafeBytes { n throws(SecError) -> [UInt8] in
                 if (ItemCrypto.version(of: row.secret) ?? 0) >= ItemCrypto.secretVersion {
-                    return try ItemCrypto.rewrap(row.secret, from: o, to: n, ref: ref, protection: p, keyRole: .secretKey)
+                    return try unsafe ItemCrypto.rewrap(row.secret, from: o, to: n, ref: ref, protection: p, keyRole: .secretKey)
                 }
-                let s = try ItemCrypto.openSecret(row.secret, classKey: o, ref: ref, protection: p)
-                return s.withUnsafeBytes { ItemCrypto.sealSecret($0, classKey: n, ref: ref, protection: p) }
+                let s = try unsafe ItemCrypto.openSecret(row.secret, classKey: o, ref: ref, protection: p)
+                return unsafe s.withUnsafeBytes { unsafe ItemCrypto.sealSecret($0, classKey: n, ref: ref, protection: p) }
             }
         }
         var full = attrs
         full["class"] = .string(cls.rawValue)
-        let (pk, index) = keys.passcodeIndexKey.withUnsafeBytes { Self.hashes($0, cls, full) }
+        let (pk, index) = unsafe keys.passcodeIndexKey.withUnsafeBytes { unsafe Self.hashes($0, cls, full) }
         try store.replace(id: row.id, with: RowContent(primaryKeyHash: pk, persistentRef: ref, protectionClass: p.rawValue,
                                                       meta: meta, secret: secret, indexHashes: index))
         return true
@@ -1056,9 +1056,9 @@ public final class Keychain: Sendable {
         for (id, pclass) in try store.rowClasses() {
             guard let p = ProtectionClass(rawValue: pclass), p.availability == .always,
                   let row = try store.row(id: id), ItemCrypto.version(of: row.secret) == 1 else { continue }
-            let sealed = try keybag.withClassKey(p) { k throws(SecError) in
-                let s = try ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: p)
-                return s.withUnsafeBytes { ItemCrypto.sealSecret($0, classKey: k, ref: row.persistentRef, protection: p) }
+            let sealed = try unsafe keybag.withClassKey(p) { k throws(SecError) in
+                let s = try unsafe ItemCrypto.openSecret(row.secret, classKey: k, ref: row.persistentRef, protection: p)
+                return unsafe s.withUnsafeBytes { unsafe ItemCrypto.sealSecret($0, classKey: k, ref: row.persistentRef, protection: p) }
             }
             try store.replaceSecret(id: id, with: sealed)
             n += 1
@@ -1076,7 +1076,7 @@ public final class Keychain: Sendable {
             var w = ByteWriter()
             AttributeCodec.encode(va, into: &w)
             AttributeCodec.encode(vb, into: &w)
-            return KeyedHash.hash(key: key, parts: [Array("coffer index v1".utf8), Array("\(a)+\(b)".utf8), [0], w.bytes], outputBytes: 16)
+            return unsafe KeyedHash.hash(key: key, parts: [Array("coffer index v1".utf8), Array("\(a)+\(b)".utf8), [0], w.bytes], outputBytes: 16)
         }
     }
 
@@ -1084,19 +1084,19 @@ public final class Keychain: Sendable {
     static func blindHash(_ key: UnsafeRawBufferPointer, _ name: String, _ value: AttributeValue) -> [UInt8] {
         var w = ByteWriter()
         AttributeCodec.encode(value, into: &w)
-        return KeyedHash.hash(key: key, parts: [Array("coffer index v1".utf8), Array(name.utf8), [0], w.bytes], outputBytes: 16)
+        return unsafe KeyedHash.hash(key: key, parts: [Array("coffer index v1".utf8), Array(name.utf8), [0], w.bytes], outputBytes: 16)
     }
 
     /// Uniqueness key: BLAKE2b(indexKey, "coffer pk v1" ‖ canonical encoding of the class's primary-key attributes).
     static func primaryKeyHash(_ key: UnsafeRawBufferPointer, _ cls: ItemClass, _ attrs: Attributes) -> [UInt8] {
         var pk: Attributes = ["class": .string(cls.rawValue)]
         for name in cls.primaryKey { if let v = attrs[name] { pk[name] = v } }
-        return KeyedHash.hash(key: key, parts: [Array("coffer pk v1".utf8), AttributeCodec.encode(pk)])
+        return unsafe KeyedHash.hash(key: key, parts: [Array("coffer pk v1".utf8), AttributeCodec.encode(pk)])
     }
 
     static func now() -> Double {
         var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
+        unsafe clock_gettime(CLOCK_REALTIME, &ts)
         return (Double(ts.tv_sec) + Double(ts.tv_nsec / 1000) / 1_000_000)
     }
 }

@@ -271,17 +271,8 @@ final class Core: Sendable {
 
     func write(_ frame: [UInt8], to fd: Int32) {
         guard fd >= 0 else { return }
-        writeLock.withLock {
-            frame.withUnsafeBytes { raw in
-                var off = 0
-                while off < raw.count {
-                    let n = Glibc.send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
-                    if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { return } // the supervisor sees the broken socket and fails the request
-                    off += n
-                }
-            }
-        }
+        // A failed write: the supervisor sees the broken socket and fails the request.
+        _ = writeLock.withLock { UnixSocket.writeAll(fd, frame) }
     }
 
     func shutdown() {
@@ -335,7 +326,7 @@ final class Core: Sendable {
             kill(pid, SIGKILL)
             close(fd)
             var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            _ = try? Syscall.retrying("waitpid", "the plugin host") { waitpid(pid, &status, 0) }
             quickExits = Threads.monotonicSeconds() - startedAt < 1 ? quickExits + 1 : 0
             if quickExits > 1 { Threads.sleep(seconds: min(0.1 * Double(quickExits), 2)) }
         }
@@ -381,15 +372,5 @@ final class Core: Sendable {
         }
     }
 
-    func readExactly(_ fd: Int32, _ n: Int) -> [UInt8]? {
-        var buf = [UInt8](repeating: 0, count: n)
-        var off = 0
-        while off < n {
-            let r = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + off, n - off) }
-            if r < 0 && errno == EINTR { continue }
-            if r <= 0 { return nil }
-            off += r
-        }
-        return buf
-    }
+    func readExactly(_ fd: Int32, _ n: Int) -> [UInt8]? { UnixSocket.readExactly(fd, count: n) }
 }

@@ -146,26 +146,26 @@ package final class PluginHostServer: @unchecked Sendable {
         }
         if let cancelled { return cancelled.code.rawValue }
         let left = UInt32(max(1, Double(timeoutMillis) - (Threads.monotonicSeconds() - start) * 1000))
-        let sink = Unmanaged.passRetained(FeedbackSink(server: self, id: id)).toOpaque()
-        defer { Unmanaged<FeedbackSink>.fromOpaque(sink).release() }
-        let code: Int32 = reason.withCString { reasonC in
-            app.withCString { appC in
+        let sink = unsafe Unmanaged.passRetained(FeedbackSink(server: self, id: id)).toOpaque()
+        defer { unsafe Unmanaged<FeedbackSink>.fromOpaque(sink).release() }
+        let code: Int32 = unsafe reason.withCString { reasonC in
+            unsafe app.withCString { appC in
                 func run(_ bytes: UnsafeRawBufferPointer) -> Int32 {
-                    var e = coffer_evaluation_v1(
+                    var e = unsafe coffer_evaluation_v1(
                         struct_size: UInt32(MemoryLayout<coffer_evaluation_v1>.size), timeout_ms: left, id: UInt64(id),
                         reason: reasonC, app_name: appC,
                         credential: bytes.count == 0 ? nil : bytes.baseAddress?.assumingMemoryBound(to: UInt8.self),
                         credential_len: bytes.count,
                         feedback: { ctx, text in
-                            guard let ctx, let text else { return }
-                            let s = Unmanaged<FeedbackSink>.fromOpaque(ctx).takeUnretainedValue()
-                            s.server.send(.feedback(sanitizedText(String(cString: text), max: 512)), s.id)
+                            guard let ctx = unsafe ctx, let text = unsafe text else { return }
+                            let s = unsafe Unmanaged<FeedbackSink>.fromOpaque(ctx).takeUnretainedValue()
+                            unsafe s.server.send(.feedback(sanitizedText(String(cString: text), max: 512)), s.id)
                         },
-                        feedback_context: sink)
-                    return plugin.table.pointee.begin_evaluation(plugin.state, &e)
+                        feedback_context: unsafe sink)
+                    return unsafe plugin.table.pointee.begin_evaluation(plugin.state, &e)
                 }
-                if let credential { return credential.withUnsafeBytes { run($0) } }
-                return run(UnsafeRawBufferPointer(start: nil, count: 0))
+                if let credential { return unsafe credential.withUnsafeBytes { unsafe run($0) } }
+                return unsafe run(UnsafeRawBufferPointer(start: nil, count: 0))
             }
         }
         guard LACode(rawValue: code) != nil else {
@@ -183,58 +183,39 @@ package final class PluginHostServer: @unchecked Sendable {
             r[id]?.cancelled = reason
             return r[id]?.plugin
         }
-        guard let plugin, let cancelFn = plugin.table.pointee.cancel else { return }
+        guard let plugin, let cancelFn = unsafe plugin.table.pointee.cancel else { return }
         Threads.detach { [self] in
             while running.withLock({ $0[id] != nil }) {
-                if running.withLock({ $0[id]?.started == true }) { cancelFn(plugin.state, UInt64(id), reason.code.rawValue) }
+                if running.withLock({ $0[id]?.started == true }) { unsafe cancelFn(plugin.state, UInt64(id), reason.code.rawValue) }
                 Threads.sleep(seconds: 0.05)
             }
         }
     }
 
     func control(_ plugin: LoadedPlugin, command: String, arguments: [String]) -> (Int32, String) {
-        guard let f = plugin.table.pointee.control else { return (Int32(COFFER_STATUS_UNKNOWN_COMMAND.rawValue), "no control commands") }
+        guard let f = unsafe plugin.table.pointee.control else { return (Int32(COFFER_STATUS_UNKNOWN_COMMAND.rawValue), "no control commands") }
         let size = Int(COFFER_CONTROL_REPLY_BYTES)
         var reply = [CChar](repeating: 0, count: size)
-        let cargs = arguments.map { strdup($0) }
-        defer { cargs.forEach { free($0) } }
-        let rc = command.withCString { c in
-            cargs.map { UnsafePointer($0) }.withUnsafeBufferPointer { argv in
-                reply.withUnsafeMutableBufferPointer { f(plugin.state, c, argv.baseAddress, argv.count, $0.baseAddress, size) }
+        let cargs = unsafe arguments.map { unsafe strdup($0) }
+        defer { unsafe cargs.forEach { unsafe free($0) } }
+        let rc = unsafe command.withCString { c in
+            unsafe cargs.map { unsafe UnsafePointer($0) }.withUnsafeBufferPointer { argv in
+                unsafe reply.withUnsafeMutableBufferPointer { unsafe f(plugin.state, c, argv.baseAddress, argv.count, $0.baseAddress, size) }
             }
         }
         reply[size - 1] = 0
-        let text = reply.withUnsafeBufferPointer { String(decoding: UnsafeRawBufferPointer($0).prefix { $0 != 0 }, as: UTF8.self) }
+        let text = unsafe reply.withUnsafeBufferPointer { unsafe String(decoding: UnsafeRawBufferPointer($0).prefix { $0 != 0 }, as: UTF8.self) }
         return (rc, sanitizedText(text, max: 1000))
     }
 
     /// Writes one frame whole (several threads send).
     func send(_ response: HostResponse, _ id: UInt32) {
         let frame = response.encodeFrame(id: id)
-        writeLock.withLock {
-            frame.withUnsafeBytes { raw in
-                var off = 0
-                while off < raw.count {
-                    let n = Glibc.send(fd, raw.baseAddress! + off, raw.count - off, Int32(MSG_NOSIGNAL))
-                    if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { return }
-                    off += n
-                }
-            }
-        }
+        // A failed send leaves the agent without its answer: it sees the broken socket and gives up.
+        _ = writeLock.withLock { UnixSocket.writeAll(fd, frame) }
     }
 
-    func readExactly(_ n: Int) -> [UInt8]? {
-        var buf = [UInt8](repeating: 0, count: n)
-        var off = 0
-        while off < n {
-            let r = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress! + off, n - off) }
-            if r < 0 && errno == EINTR { continue }
-            if r <= 0 { return nil }
-            off += r
-        }
-        return buf
-    }
+    func readExactly(_ n: Int) -> [UInt8]? { UnixSocket.readExactly(fd, count: n) }
 }
 
 /// The context of an evaluation's feedback callback.
@@ -262,10 +243,9 @@ package enum PluginHostMain {
             if arguments[i] == "--system-dir", i + 1 < arguments.count { dirs.append((arguments[i + 1], true)); i += 2; continue }
             if arguments[i] == "--log-file", i + 1 < arguments.count {
                 // The log (every refusal, every plugin log line) appended to FILE instead of stderr.
-                let fd = open(arguments[i + 1], O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { hostLog("cannot open the log file"); return 1 }
-                dup2(fd, 2)
-                close(fd)
+                guard let log = try? FileDescriptor.open(arguments[i + 1], O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, mode: 0o600),
+                      (try? Syscall.retrying("dup2", "the log file") { dup2(log.rawValue, 2) }) != nil
+                else { hostLog("cannot open the log file"); return 1 }
                 i += 2
                 continue
             }
@@ -278,7 +258,7 @@ package enum PluginHostMain {
             return 1
         }
         var st = stat()
-        guard fstat(3, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK else {
+        guard (try? Syscall.retrying("fstat", "fd 3") { unsafe fstat(3, &st) }) != nil, st.st_mode & S_IFMT == S_IFSOCK else {
             hostLog("descriptor 3 is not the agent's socket")
             return 2
         }

@@ -1,7 +1,6 @@
 import CCofferPlugin
 package import CofferPluginProtocol
 import CofferSystem
-import CofferTrust
 import Glibc
 
 /// Writes one line to stderr (the host's log): `coffer-plugin-host: …`, control characters escaped.
@@ -20,10 +19,12 @@ final class LogContext {
 }
 
 /// One plugin loaded into this process: its table, its state, and the lock that runs one evaluation at a time.
-package final class LoadedPlugin: @unchecked Sendable {
+@safe package final class LoadedPlugin: @unchecked Sendable {
     // @unchecked Sendable: the table is immutable static plugin memory; `state` is the plugin's
     // own, documented as usable from several threads (ABI: calls come from any thread); `busy`
     // serializes begin_evaluation.
+    // @safe: the pointers are the plugin's table, state and host table, which live as long as the
+    // plugin stays loaded (it is never unloaded); every use of them is marked `unsafe`.
     package let name: String
     package let file: String
     let table: UnsafePointer<coffer_plugin_v1>
@@ -33,22 +34,22 @@ package final class LoadedPlugin: @unchecked Sendable {
 
     init(name: String, file: String, table: UnsafePointer<coffer_plugin_v1>, state: UnsafeMutableRawPointer?,
          host: UnsafeMutablePointer<coffer_host_v1>) {
-        self.name = name; self.file = file; self.table = table; self.state = state; self.host = host
+        self.name = name; self.file = file; unsafe self.table = unsafe table; unsafe self.state = unsafe state; unsafe self.host = unsafe host
     }
 
     /// The enrolled count and domain state; nil domain state when the plugin has none.
     package func enrollment() -> (code: Int32, count: UInt32, domainState: [UInt8]?) {
-        guard let f = table.pointee.enrollment_state else { return (Int32(COFFER_STATUS_UNSUPPORTED.rawValue), 0, nil) }
+        guard let f = unsafe table.pointee.enrollment_state else { return (Int32(COFFER_STATUS_UNSUPPORTED.rawValue), 0, nil) }
         var count: UInt32 = 0
         var domain = [UInt8](repeating: 0, count: PluginWire.domainStateBytes)
-        let rc = domain.withUnsafeMutableBufferPointer { f(state, &count, $0.baseAddress) }
+        let rc = unsafe domain.withUnsafeMutableBufferPointer { unsafe f(state, &count, $0.baseAddress) }
         return rc == 0 ? (0, count, domain) : (rc, 0, nil)
     }
 
     /// What HELLO_REPLY says about this plugin.
     package var info: PluginInfo {
         let e = enrollment()
-        return PluginInfo(name: name, kind: UInt8(truncatingIfNeeded: table.pointee.kind), capabilities: table.pointee.capabilities,
+        return unsafe PluginInfo(name: name, kind: UInt8(truncatingIfNeeded: table.pointee.kind), capabilities: table.pointee.capabilities,
                           enrolledCount: e.count, domainState: e.domainState)
     }
 }
@@ -82,22 +83,26 @@ package enum PluginLoader {
             result.refused.append(RefusedPlugin(file: String(file.prefix(4096)), reason: String(reason.prefix(1000))))
         }
         for (dir, requireRoot) in directories {
-            let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard dfd >= 0 else {
-                let e = errno
-                refuse(dir, e == ELOOP || e == ENOTDIR ? "plugin directory is a symbolic link or not a directory"
-                       : "plugin directory cannot be opened (\(String(cString: strerror(e))))")
+            let directory: FileDescriptor
+            do throws(SystemError) {
+                directory = try FileDescriptor.open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            } catch {
+                refuse(dir, error.errno == ELOOP || error.errno == ENOTDIR ? "plugin directory is a symbolic link or not a directory"
+                       : unsafe "plugin directory cannot be opened (\(String(cString: strerror(error.errno))))")
                 continue
             }
-            defer { close(dfd) }
-            var dst = stat()
-            fstat(dfd, &dst)
+            let dfd = directory.rawValue
+            let dst: stat
+            do throws(SystemError) { dst = try directory.status(path: dir) } catch {
+                refuse(dir, unsafe "plugin directory cannot be examined (\(String(cString: strerror(error.errno))))")
+                continue
+            }
             if let p = StrictModes.problem(dst, what: "plugin directory", requireRoot: requireRoot)
                 ?? (dir.hasPrefix("/") ? StrictModes.ancestorProblem(of: dir, requireRoot: requireRoot) : "plugin directory path is not absolute") {
                 refuse(dir, p)
                 continue
             }
-            for entry in names(in: dfd) where entry.hasSuffix(".so") && !entry.hasPrefix(".") {
+            for entry in directory.directoryEntries() where entry.hasSuffix(".so") && !entry.hasPrefix(".") {
                 let file = dir + "/" + entry
                 switch loadOne(dirFD: dfd, entry: entry, file: file, stateRoot: stateRoot, requireRoot: requireRoot,
                                loaded: result.plugins.map(\.name), keepOpen: &keepOpen) {
@@ -114,64 +119,57 @@ package enum PluginLoader {
 
     struct Refusal: Error { let text: String; init(_ t: String) { text = t } }
 
-    static func names(in dfd: Int32) -> [String] {
-        let copy = dup(dfd)
-        guard copy >= 0, let d = fdopendir(copy) else { return [] }
-        defer { closedir(d) }
-        var out: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { out.append(name) }
-        }
-        return out.sorted()
-    }
-
     static func loadOne(dirFD: Int32, entry: String, file: String, stateRoot: String, requireRoot: Bool, loaded: [String],
                         keepOpen: inout [Int32]) -> Result<LoadedPlugin, Refusal> {
         var lst = stat()
-        guard fstatat(dirFD, entry, &lst, AT_SYMLINK_NOFOLLOW) == 0 else { return .failure(Refusal("cannot be examined")) }
+        guard (try? Syscall.retrying("fstatat", file) { unsafe fstatat(dirFD, entry, &lst, AT_SYMLINK_NOFOLLOW) }) != nil else {
+            return .failure(Refusal("cannot be examined"))
+        }
         if lst.st_mode & S_IFMT == S_IFLNK { return .failure(Refusal("is a symbolic link")) }
-        let fd = openat(dirFD, entry, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(Refusal("cannot be opened (\(String(cString: strerror(errno))))")) }
+        let opened: FileDescriptor
+        do throws(SystemError) { opened = try FileDescriptor.open(at: dirFD, entry, O_RDONLY | O_NOFOLLOW, path: file) } catch {
+            return .failure(Refusal(unsafe "cannot be opened (\(String(cString: strerror(error.errno))))"))
+        }
+        let st: stat
+        do throws(SystemError) { st = try opened.status(path: file) } catch {
+            return .failure(Refusal(unsafe "cannot be examined (\(String(cString: strerror(error.errno))))"))
+        }
         // Kept open until loading ends: `/proc/self/fd/N` names stay distinct for glibc's loaded-library list.
+        let fd = opened.release()
         keepOpen.append(fd)
-        var st = stat()
-        fstat(fd, &st)
         guard st.st_mode & S_IFMT == S_IFREG else { return .failure(Refusal("is not a regular file")) }
         if let p = StrictModes.problem(st, what: "file", requireRoot: requireRoot) { return .failure(Refusal(p)) }
-        _ = dlerror()
-        guard let handle = dlopen("/proc/self/fd/\(fd)", RTLD_NOW | RTLD_LOCAL) else {
-            let why = dlerror().map { String(cString: $0) } ?? "unknown error"
+        _ = unsafe dlerror()
+        guard let handle = unsafe dlopen("/proc/self/fd/\(fd)", RTLD_NOW | RTLD_LOCAL) else {
+            let why = unsafe dlerror().map { unsafe String(cString: $0) } ?? "unknown error"
             // dlerror names the /proc path; say only why.
             let short = why.split(separator: ":").last.map { $0.trimmingCharacters() } ?? why
             return .failure(Refusal("dlopen failed: \(short)"))
         }
         var keep = false
-        defer { if !keep { dlclose(handle) } }
-        guard let sym = dlsym(handle, COFFER_PLUGIN_ENTRY_SYMBOL) else {
+        defer { if !keep { unsafe dlclose(handle) } }
+        guard let sym = unsafe dlsym(handle, COFFER_PLUGIN_ENTRY_SYMBOL) else {
             return .failure(Refusal("no \(COFFER_PLUGIN_ENTRY_SYMBOL) symbol (not a Coffer plugin)"))
         }
-        let entryFn = unsafeBitCast(sym, to: coffer_plugin_entry_fn.self)
-        guard let raw = entryFn() else { return .failure(Refusal("\(COFFER_PLUGIN_ENTRY_SYMBOL) returned NULL")) }
+        let entryFn = unsafe unsafeBitCast(sym, to: coffer_plugin_entry_fn.self)
+        guard let raw = unsafe entryFn() else { return .failure(Refusal("\(COFFER_PLUGIN_ENTRY_SYMBOL) returned NULL")) }
         // Read the version and size before anything else: a table of another version may be shorter.
-        let header = UnsafeRawPointer(raw)
-        let abi = header.loadUnaligned(as: UInt32.self), size = header.loadUnaligned(fromByteOffset: 4, as: UInt32.self)
+        let header = unsafe UnsafeRawPointer(raw)
+        let abi = unsafe header.loadUnaligned(as: UInt32.self), size = unsafe header.loadUnaligned(fromByteOffset: 4, as: UInt32.self)
         guard abi == UInt32(COFFER_PLUGIN_ABI_VERSION) else {
             return .failure(Refusal("ABI version \(abi), this host speaks \(COFFER_PLUGIN_ABI_VERSION)"))
         }
-        guard Int(size) >= MemoryLayout<coffer_plugin_v1>.size else {
-            return .failure(Refusal("table size \(size) is smaller than coffer_plugin_v1 (\(MemoryLayout<coffer_plugin_v1>.size))"))
+        guard unsafe Int(size) >= MemoryLayout<coffer_plugin_v1>.size else {
+            return .failure(Refusal(unsafe "table size \(size) is smaller than coffer_plugin_v1 (\(MemoryLayout<coffer_plugin_v1>.size))"))
         }
-        let t = raw.pointee
-        guard let cname = t.name, let name = String(validatingCString: cname), validName(name) else {
+        let t = unsafe raw.pointee
+        guard let cname = unsafe t.name, let name = unsafe String(validatingCString: cname), validName(name) else {
             return .failure(Refusal("the plugin name is missing or not [A-Za-z0-9._-]{1,64}"))
         }
         guard !loaded.contains(name) else { return .failure(Refusal("a plugin named \(name) is already loaded")) }
-        guard (1...4).contains(t.kind) else { return .failure(Refusal("unknown kind \(t.kind)")) }
-        guard t.capabilities & ~UInt32(COFFER_CAP_ALL) == 0 else { return .failure(Refusal("undefined capability bits")) }
-        guard t.begin_evaluation != nil, let initFn = t.`init` else {
+        guard unsafe (1...4).contains(t.kind) else { return .failure(Refusal(unsafe "unknown kind \(t.kind)")) }
+        guard unsafe t.capabilities & ~UInt32(COFFER_CAP_ALL) == 0 else { return .failure(Refusal("undefined capability bits")) }
+        guard unsafe t.begin_evaluation != nil, let initFn = unsafe t.`init` else {
             return .failure(Refusal("init or begin_evaluation is NULL"))
         }
         let dir = stateRoot + "/" + name
@@ -179,27 +177,27 @@ package enum PluginLoader {
             return .failure(Refusal("its state directory cannot be made (\(error))"))
         }
         let host = UnsafeMutablePointer<coffer_host_v1>.allocate(capacity: 1)
-        let context = Unmanaged.passRetained(LogContext(name: name)).toOpaque()
-        host.initialize(to: coffer_host_v1(
+        let context = unsafe Unmanaged.passRetained(LogContext(name: name)).toOpaque()
+        unsafe host.initialize(to: coffer_host_v1(
             abi_version: UInt32(COFFER_PLUGIN_ABI_VERSION), struct_size: UInt32(MemoryLayout<coffer_host_v1>.size),
             log: { ctx, level, message in
-                guard let ctx, let message else { return }
-                let name = Unmanaged<LogContext>.fromOpaque(ctx).takeUnretainedValue().name
+                guard let ctx = unsafe ctx, let message = unsafe message else { return }
+                let name = unsafe Unmanaged<LogContext>.fromOpaque(ctx).takeUnretainedValue().name
                 let levels = ["error", "warning", "info", "debug"]
-                hostLog("plugin \(name) [\(levels.indices.contains(Int(level)) ? levels[Int(level)] : "info")]: \(String(cString: message))")
+                hostLog(unsafe "plugin \(name) [\(levels.indices.contains(Int(level)) ? levels[Int(level)] : "info")]: \(String(cString: message))")
             },
-            host_context: context, state_dir: strdup(dir)))
+            host_context: unsafe context, state_dir: unsafe strdup(dir)))
         var state: UnsafeMutableRawPointer? = nil
-        let rc = initFn(host, &state)
+        let rc = unsafe initFn(host, &state)
         guard rc == 0 else {
-            free(UnsafeMutableRawPointer(mutating: host.pointee.state_dir))
-            host.deallocate()
-            Unmanaged<LogContext>.fromOpaque(context).release()
+            unsafe free(UnsafeMutableRawPointer(mutating: host.pointee.state_dir))
+            unsafe host.deallocate()
+            unsafe Unmanaged<LogContext>.fromOpaque(context).release()
             return .failure(Refusal("init failed (status \(rc))"))
         }
         keep = true
         keepOpen.removeLast() // the loaded library's descriptor stays open for the life of the process
-        return .success(LoadedPlugin(name: name, file: file, table: raw, state: state, host: host))
+        return unsafe .success(LoadedPlugin(name: name, file: file, table: raw, state: state, host: host))
     }
 
     static func validName(_ s: String) -> Bool {

@@ -23,6 +23,13 @@ package struct FileDescriptor: ~Copyable {
         return FileDescriptor(adopting: fd)
     }
 
+    /// Opens `name` relative to the directory open on `directory` (`openat`, EINTR retried).
+    /// `O_CLOEXEC` is always added; `path` names the file in errors and in ``SyscallFaults``.
+    package static func open(at directory: Int32, _ name: String, _ flags: Int32, mode: mode_t = 0, path: String) throws(SystemError) -> FileDescriptor {
+        let fd = try Syscall.retrying("openat", path) { unsafe openat(directory, name, flags | O_CLOEXEC, mode) }
+        return FileDescriptor(adopting: fd)
+    }
+
     deinit { _ = Glibc.close(rawValue) }
 
     /// Closes the descriptor. It is gone afterwards even if this throws (Linux releases the number
@@ -81,6 +88,23 @@ package struct FileDescriptor: ~Copyable {
     /// `fsync`: the file's data and metadata reach the disk.
     package func sync(path: String? = nil) throws(SystemError) {
         _ = try Syscall.retrying("fsync", name(path)) { fsync(rawValue) }
+    }
+
+    /// The names in this directory (without `.` and `..`), sorted, read through a duplicate of the
+    /// descriptor so that it stays usable. Empty if the directory cannot be read.
+    package func directoryEntries() -> [String] {
+        let copy = dup(rawValue)
+        guard copy >= 0 else { return [] }
+        guard let d = unsafe fdopendir(copy) else { _ = Glibc.close(copy); return [] }
+        defer { unsafe closedir(d) }
+        var names: [String] = []
+        while let e = unsafe readdir(d) {
+            let name = unsafe withUnsafeBytes(of: e.pointee.d_name) { raw in
+                unsafe String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
     }
 
     /// `fstat`.

@@ -67,6 +67,7 @@ package enum Syscall {
 /// each other. Compiled only in debug builds: release builds contain no trace of it.
 package enum SyscallFaults {
     private struct Fault { var remaining: Int; let errno: Int32 }
+    private struct Count { var calls: Int }
     @safe private final class Table: @unchecked Sendable {
         // @unchecked Sendable: `faults` is only touched with `mutex` held.
         let mutex: UnsafeMutablePointer<pthread_mutex_t> = {
@@ -76,6 +77,7 @@ package enum SyscallFaults {
             return unsafe m
         }()
         var faults: [String: Fault] = [:]
+        var counts: [String: Count] = [:]
     }
     private static let table = Table()
 
@@ -101,11 +103,29 @@ package enum SyscallFaults {
         withTable { $0.faults[key(operation, path)] != nil }
     }
 
-    /// The errno to fail this call with, if a fault fires now.
+    /// Starts counting the calls of `operation` on `path` (from zero), for tests that prove a call
+    /// is made only so often (one `SO_PEERCRED` read per connection). Every call counts, including
+    /// a retry after EINTR.
+    package static func startCounting(_ operation: String, path: String) {
+        withTable { $0.counts[key(operation, path)] = Count(calls: 0) }
+    }
+
+    /// How many calls of `operation` on `path` were made since ``startCounting(_:path:)``; stops
+    /// counting them. Nil if they were not being counted.
+    package static func stopCounting(_ operation: String, path: String) -> Int? {
+        withTable { t in
+            let k = key(operation, path)
+            defer { t.counts[k] = nil }
+            return t.counts[k]?.calls
+        }
+    }
+
+    /// The errno to fail this call with, if a fault fires now (and counts the call if asked to).
     static func take(_ operation: String, _ path: String) -> Int32? {
         withTable { t in
-            if t.faults.isEmpty { return nil }
+            if t.faults.isEmpty && t.counts.isEmpty { return nil }
             let k = key(operation, path)
+            t.counts[k]?.calls += 1
             guard var f = t.faults[k] else { return nil }
             f.remaining -= 1
             if f.remaining > 0 { t.faults[k] = f; return nil }

@@ -1,7 +1,9 @@
 import CSystemShims
 import Glibc
 
-/// Who is at the other end of a Unix socket (SO_PEERCRED), plus the executable it runs.
+/// Who is at the other end of a Unix socket (SO_PEERCRED), plus the executable it runs: read once
+/// when a connection is accepted, and carried from there into the identity resolver
+/// (`ProcessHandle.peer(ofSocket:credentials:)`), which does not read the credentials again.
 package struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
     /// Peer process id at connect time.
     package let pid: Int32
@@ -12,12 +14,16 @@ package struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
     /// `/proc/PID/exe` as resolved at connect time (nil if it could not be read).
     package let executable: String?
 
-    /// Reads the peer of a connected socket.
+    /// Reads the peer of a connected socket. The read is the call ``Syscall`` names
+    /// `getsockopt` on ``credentialsKey(socket:)`` (tests count it with ``SyscallFaults``).
     package static func of(socket fd: Int32) throws(SystemError) -> PeerIdentity {
         var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
-        guard unsafe coffer_peer_credentials(fd, &pid, &uid, &gid) == 0 else { throw SystemError("getsockopt", "SO_PEERCRED") }
+        _ = try Syscall.retrying("getsockopt", credentialsKey(socket: fd)) { unsafe coffer_peer_credentials(fd, &pid, &uid, &gid) }
         return PeerIdentity(pid: pid, uid: uid, gid: gid, executable: executablePath(pid: pid))
     }
+
+    /// What an `SO_PEERCRED` read of socket `fd` is called in ``SyscallFaults`` and errors.
+    package static func credentialsKey(socket fd: Int32) -> String { "SO_PEERCRED of socket \(fd)" }
 
     /// The target of `/proc/PID/exe`.
     package static func executablePath(pid: Int32) -> String? { ThisProcess.executablePath(pid: pid) }
@@ -115,6 +121,19 @@ package enum UnixSocket {
             off += n
         }
         return true
+    }
+
+    /// Reads exactly `count` bytes into a new array; nil on EOF, error or timeout before that.
+    package static func readExactly(_ fd: Int32, count: Int) -> [UInt8]? {
+        var buffer = [UInt8](repeating: 0, count: count)
+        let ok = unsafe buffer.withUnsafeMutableBytes { unsafe readExactly(fd, into: $0) }
+        return ok ? buffer : nil
+    }
+
+    /// Writes every byte of `bytes` (see ``writeAll(_:_:dontWait:)``).
+    @discardableResult
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        unsafe bytes.withUnsafeBytes { unsafe writeAll(fd, $0) }
     }
 
     /// What one ``receive(_:into:dontWait:)`` got.

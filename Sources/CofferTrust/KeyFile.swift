@@ -84,18 +84,19 @@ package enum KeyFile {
     /// (errSecParam) if it is not exactly the format, not a regular file, a symbolic link, or
     /// readable or writable by group or others (like ssh's "UNPROTECTED PRIVATE KEY FILE").
     package static func readSecretKey(_ path: String) throws(SecError) -> SecureBytes {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { throw .io("cannot open the secret key \(path) (errno \(errno))") }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw .param("\(path) is not a regular file") }
+        let fd: FileDescriptor
+        do throws(SystemError) { fd = try FileDescriptor.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY) } catch {
+            throw .io("cannot open the secret key \(path) (errno \(error.errno))")
+        }
+        guard let st = try? fd.status(path: path), st.st_mode & S_IFMT == S_IFREG else { throw .param("\(path) is not a regular file") }
         guard st.st_mode & 0o077 == 0 else {
             throw .param("the secret key \(path) has mode \(Files.octal(st.st_mode & 0o7777)): group or others may use it; 'chmod 600' it")
         }
         guard st.st_size == secretFileBytes else { throw .param("\(path) is not a Coffer manifest secret key (wrong size)") }
         let text = SecureBytes(count: secretFileBytes)
         defer { text.wipe() }
-        let got = text.withUnsafeMutableBytes { b in Glibc.read(fd, b.baseAddress!, b.count) }
+        let raw = fd.rawValue
+        let got = try? text.withUnsafeMutableBytes { b throws(SystemError) in try Files.readAll(fd: raw, into: b, path: path) }
         guard got == secretFileBytes else { throw .io("cannot read the secret key \(path)") }
         let seed = SecureBytes(count: Ed25519.seedBytes)
         defer { seed.wipe() }

@@ -187,29 +187,33 @@ enum TrustFiles {
     /// or for which `body` returns a reason.
     static func forEachFile(in dir: TrustDirectory, suffix: String, maximumBytes: Int, refused: inout [RefusedFile],
                             _ body: (String, [UInt8]) -> String?) {
-        let dfd = open(dir.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if dfd < 0 {
-            let e = errno
+        let directory: FileDescriptor
+        do throws(SystemError) {
+            directory = try FileDescriptor.open(dir.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        } catch {
+            let e = error.errno
             if e == ENOENT { return }
             let reason = e == ELOOP || e == ENOTDIR ? "directory is a symbolic link or not a directory" : "directory cannot be opened (errno \(e))"
             refused.append(RefusedFile(path: dir.path, reason: reason))
             return
         }
-        defer { close(dfd) }
-        var st = stat()
-        guard fstat(dfd, &st) == 0 else { refused.append(RefusedFile(path: dir.path, reason: "directory cannot be examined")); return }
+        let st: stat
+        do throws(SystemError) { st = try directory.status(path: dir.path) } catch {
+            refused.append(RefusedFile(path: dir.path, reason: "directory cannot be examined"))
+            return
+        }
         if let p = StrictModes.problem(st, what: "directory", requireRoot: dir.requireRootOwner)
             ?? StrictModes.ancestorProblem(of: dir.path, requireRoot: dir.requireRootOwner) {
             refused.append(RefusedFile(path: dir.path, reason: p + "; nothing in it is trusted"))
             return
         }
-        for name in entries(dfd).sorted() where !name.hasPrefix(".") {
+        for name in directory.directoryEntries() where !name.hasPrefix(".") {
             let path = dir.path + "/" + name
             guard name.hasSuffix(suffix) else {
                 refused.append(RefusedFile(path: path, reason: "not a *\(suffix) file; ignored"))
                 continue
             }
-            switch read(dfd, name, requireRoot: dir.requireRootOwner, maximumBytes: maximumBytes) {
+            switch read(directory.rawValue, name, path: path, requireRoot: dir.requireRootOwner, maximumBytes: maximumBytes) {
             case .success(let bytes):
                 if let reason = body(path, bytes) { refused.append(RefusedFile(path: path, reason: reason)) }
             case .failure(let reason): refused.append(RefusedFile(path: path, reason: reason.text))
@@ -221,45 +225,28 @@ enum TrustFiles {
 
     /// The file `name` in the directory open on `dfd`: opened with `O_NOFOLLOW` (a symbolic link is
     /// refused), checked with ``StrictModes`` through its descriptor, read up to `maximumBytes`.
-    static func read(_ dfd: Int32, _ name: String, requireRoot: Bool, maximumBytes: Int) -> Result<[UInt8], Reason> {
-        let fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        if fd < 0 {
-            let e = errno
-            return .failure(Reason(text: e == ELOOP ? "file is a symbolic link" : "file cannot be opened (errno \(e))"))
+    /// `path` names the file in errors and in ``SyscallFaults``.
+    static func read(_ dfd: Int32, _ name: String, path: String, requireRoot: Bool, maximumBytes: Int) -> Result<[UInt8], Reason> {
+        let fd: FileDescriptor
+        do throws(SystemError) { fd = try FileDescriptor.open(at: dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, path: path) } catch {
+            return .failure(Reason(text: error.errno == ELOOP ? "file is a symbolic link" : "file cannot be opened (errno \(error.errno))"))
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return .failure(Reason(text: "file cannot be examined (errno \(errno))")) }
+        let st: stat
+        do throws(SystemError) { st = try fd.status(path: path) } catch {
+            return .failure(Reason(text: "file cannot be examined (errno \(error.errno))"))
+        }
         guard st.st_mode & S_IFMT == S_IFREG else { return .failure(Reason(text: "not a regular file")) }
         if let p = StrictModes.problem(st, what: "file", requireRoot: requireRoot) { return .failure(Reason(text: p)) }
         // One byte more than allowed, to see a file that is too large without trusting st_size.
         var buffer = [UInt8](repeating: 0, count: maximumBytes + 1)
-        var total = 0
-        while total < buffer.count {
-            let n = buffer.withUnsafeMutableBytes { b in Glibc.read(fd, b.baseAddress! + total, b.count - total) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(Reason(text: "file cannot be read (errno \(errno))"))
-            }
-            if n == 0 { break }
-            total += n
+        let raw = fd.rawValue
+        let read = buffer.withUnsafeMutableBytes { b in Result { () throws(SystemError) in try Files.readAll(fd: raw, into: b, path: path) } }
+        let total: Int
+        switch read {
+        case .success(let n): total = n
+        case .failure(let error): return .failure(Reason(text: "file cannot be read (errno \(error.errno))"))
         }
         guard total <= maximumBytes else { return .failure(Reason(text: "file larger than \(maximumBytes) bytes")) }
         return .success(Array(buffer[0..<total]))
-    }
-
-    /// The names in the directory open on `dfd` (through a duplicate, so `dfd` stays usable).
-    static func entries(_ dfd: Int32) -> [String] {
-        let copy = dup(dfd)
-        guard copy >= 0, let d = fdopendir(copy) else { if copy >= 0 { close(copy) }; return [] }
-        defer { closedir(d) }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
     }
 }

@@ -4,7 +4,8 @@ import Testing
 /// The architecture, checked against the sources: every module a file imports is declared in
 /// Package.swift (SwiftPM's `--explicit-target-dependency-import-check` misses imports reachable
 /// through another dependency), and data flows one way — request → identity → policy → keychain →
-/// store — so a lower layer never imports a higher one.
+/// store — so a lower layer never imports a higher one: every module has a rank (``ranks``) and may
+/// depend only on lower ranks.
 @Suite struct PackageGraphTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
@@ -13,7 +14,11 @@ import Testing
     static let platform: Set<String> = ["Glibc", "Foundation", "FoundationEssentials", "Testing", "XCTest", "Dispatch",
                                         "Synchronization", "_Concurrency"]
 
-    struct Target { let name: String; let path: String; let dependencies: Set<String> }
+    struct Target {
+        let name: String; let path: String; let dependencies: Set<String>
+        /// Built with `.strictMemorySafety()`: every unsafe construct is spelled `unsafe`.
+        var strictMemorySafety = false
+    }
 
     /// The package's targets as SwiftPM sees them (`swift package dump-package`).
     static func targets() throws -> [Target] {
@@ -42,7 +47,8 @@ import Testing
                     if let v = d[key] as? [Any], let first = v.first as? String { deps.insert(first) }
                 }
             }
-            return Target(name: name, path: path, dependencies: deps)
+            let strict = ((t["settings"] as? [[String: Any]]) ?? []).contains { ($0["kind"] as? [String: Any])?["strictMemorySafety"] != nil }
+            return Target(name: name, path: path, dependencies: deps, strictMemorySafety: strict)
         }
     }
 
@@ -74,64 +80,138 @@ import Testing
         }
     }
 
-    /// Which modules each layer may never depend on (directly): the one-way flow of the architecture.
+    /// Every module's rank, from the C walls up to the executables: a module may depend on (declare or
+    /// import) only modules of a lower rank, so modules of one rank never reach each other and data
+    /// flows one way — request → identity → policy → keychain → store. A module without a row fails
+    /// ``dataFlowsOneWay()``: a new module gets a row here, placed on purpose. Rows for modules that
+    /// do not exist (yet) are allowed. Test targets sit above every rank.
+    static let ranks: [String: Int] = [
+        // C walls and outside packages.
+        "CSystemShims": 0, "CSodium": 0, "CSQLite": 0, "CPAM": 0, "CCofferABI": 0, "CCofferPlugin": 0,
+        "Logging": 0, "ArgumentParser": 0,
+        // The POSIX layer; the plain-C plugins (they see only the plugin ABI).
+        "CofferSystem": 1,
+        "CofferPluginTest": 1, "CofferPluginPasscode": 1, "CofferPluginBiometricEmulator": 1, "CofferPluginFprintd": 1,
+        "CofferCrypto": 2,
+        "CofferModel": 3,
+        // What the keychain is made of.
+        "CofferStore": 4, "CofferKeybag": 4,
+        // The keychain and its siblings: wire formats, PAM, manifests, policy, audit, the pinentry prompter.
+        "CofferKeychain": 5, "CofferProtocol": 5, "CofferPluginProtocol": 5, "CofferPAM": 5, "CofferManifest": 5,
+        "CofferPolicy": 5, "CofferAudit": 5, "CofferPrompt": 5,
+        // Built on one of those: trust roots and identity on manifests, the plugin host and its client on
+        // the plugin protocol, the client library on the wire (and the prompter).
+        "CofferTrust": 6, "CofferIdentity": 6, "CofferPluginClient": 6, "CofferPluginHost": 6, "CofferClient": 6,
+        "CofferTestSupport": 6,
+        // The protocol-free service core (issue #25), over keychain, policy, identity, audit and plugins.
+        "CofferService": 7, "CofferCLISupport": 7, "coffer-plugin-host": 7,
+        // Front ends: the agent (native protocol adapter) and the command-line tools.
+        "CofferAgent": 8, "CofferServiceTestSupport": 8,
+        "coffer": 8, "coffer-cli": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
+        "cofferd": 9, "coffer-bench": 9,
+    ]
+
+    /// Modules only a few others may use (test targets aside): what holds keys and items, and PAM.
+    static let confined: [String: Set<String>] = {
+        let keyHolders: Set<String> = ["CofferKeychain", "CofferService", "CofferAgent", "CofferServiceTestSupport", "CofferTestSupport",
+                                       "cofferd", "coffer-bench"]
+        return [
+            "CofferStore": ["CofferKeychain"],
+            "CofferKeybag": keyHolders,
+            "CofferKeychain": keyHolders,
+            "CofferPAM": ["CofferService", "CofferAgent"],
+        ]
+    }()
+
+    /// Edges the ranks would allow and the architecture does not: purity rules within and across ranks.
     static let forbidden: [String: Set<String>] = [
-        "CofferSystem": ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol",
-                         "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest"],
-        "CofferCrypto": ["CofferModel", "CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM",
-                         "CofferAgent", "CofferClient", "CofferManifest"],
-        "CofferModel": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
-                        "CofferClient", "CofferManifest", "CofferSystem"],
-        "CofferStore": ["CofferKeybag", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient",
-                        "CofferCrypto"],
-        "CofferKeybag": ["CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient"],
-        // The keychain receives a scope and a decision; it knows no processes, wire, PAM or agent.
-        "CofferKeychain": ["CofferProtocol", "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest", "CofferIdentity",
-                           "CofferTrust", "CofferAudit", "CofferPolicy"],
-        // Policy decides from a caller identity alone: pure, no processes, files, keys, wire or PAM.
-        "CofferPolicy": ["CofferSystem", "CofferCrypto", "CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol",
-                         "CofferPAM", "CofferAgent", "CofferClient", "CofferManifest", "CofferIdentity", "CofferTrust",
-                         "CofferAudit", "Foundation"],
-        // Identity turns a connection into a caller; it knows no keys, items, wire or PAM.
-        "CofferIdentity": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
-                           "CofferClient", "CofferPolicy"],
-        "CofferTrust": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
-                        "CofferClient"],
-        "CofferAudit": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
-                        "CofferClient", "CofferCrypto"],
-        "CofferProtocol": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent", "CofferClient",
-                           "CofferSystem"],
-        "CofferManifest": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent",
-                           "CofferClient"],
-        "CofferClient": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent"],
-        // The pinentry conversation serves both sides: it knows no wire, keys, items, PAM, client or agent.
-        "CofferPrompt": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferAgent", "CofferService",
-                         "CofferClient", "CofferIdentity", "CofferPolicy", "Foundation"],
+        "CofferModel": ["CofferSystem"],
+        "CofferStore": ["CofferCrypto"],
+        // Policy decides from a caller identity alone: pure, no processes, files, keys or Foundation.
+        "CofferPolicy": ["CofferSystem", "CofferCrypto", "Foundation"],
+        // Identity turns a connection into a caller; it knows no wire and decides nothing.
+        "CofferIdentity": ["CofferProtocol", "CofferPolicy"],
+        "CofferTrust": ["CofferProtocol"],
+        "CofferAudit": ["CofferCrypto"],
+        // The wire formats are bytes only (no processes or files).
+        "CofferProtocol": ["CofferSystem"],
+        "CofferPluginProtocol": ["CofferSystem"],
+        // The pinentry conversation serves the client and the agent alike: no wire, no Foundation.
+        "CofferPrompt": ["CofferProtocol", "Foundation"],
         // The service core is protocol-free (issue #25): no wire module, no front end, no client; every
         // front end is an adapter onto it.
-        "CofferService": ["CofferProtocol", "CofferPluginProtocol", "CofferPluginClient", "CofferPluginHost", "CofferAgent",
-                          "CofferClient", "CofferCLISupport"],
+        "CofferService": ["CofferProtocol", "CofferPluginProtocol", "CofferPluginClient", "CofferPluginHost", "CofferClient"],
         "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferClient"],
-        // Plugins run outside the agent: the host and its client never reach keys, items or the store,
-        // and the plugin protocol is bytes only (no processes or files).
-        "CofferPluginHost": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPAM", "CofferPluginClient"],
-        "CofferPluginClient": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent", "CofferPluginHost"],
-        "CofferPluginProtocol": ["CofferSystem", "CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent",
-                                 "CofferPluginHost", "CofferPluginClient"],
-        "coffer-plugin-host": ["CofferKeychain", "CofferKeybag", "CofferStore", "CofferAgent"],
-        "CofferCLISupport": ["CofferKeybag", "CofferStore", "CofferKeychain", "CofferPAM", "CofferAgent", "Foundation",
-                             "ArgumentParser"],
-        // The fast CLI stays small and static: no Foundation, no argument parser.
-        "coffer": ["Foundation", "ArgumentParser", "CofferKeybag", "CofferStore", "CofferKeychain", "CofferAgent"],
+        // The fast CLI and what it links stay small and static: no Foundation, no argument parser.
+        "CofferCLISupport": ["Foundation", "ArgumentParser"],
+        "coffer": ["Foundation", "ArgumentParser"],
     ]
+
+    /// What is wrong with the layering of `targets`, whose modules use `uses` (declared and imported,
+    /// platform modules left out): one message per broken rule.
+    static func layeringViolations(_ targets: [Target], uses: (Target) -> Set<String>) -> [String] {
+        var found: [String] = []
+        for t in targets {
+            let isTest = t.path.hasPrefix("Tests") && ranks[t.name] == nil
+            let rank = ranks[t.name]
+            if rank == nil && !isTest {
+                found.append("\(t.name) has no rank: add a row for it to PackageGraphTests.ranks (it may depend only on lower ranks)")
+            }
+            for m in uses(t).subtracting([t.name]).sorted() {
+                guard let r = ranks[m] else {
+                    found.append("\(t.name) depends on \(m), which has no rank: add a row for \(m) to PackageGraphTests.ranks")
+                    continue
+                }
+                if let rank, r >= rank {
+                    found.append("\(t.name) (rank \(rank)) depends on \(m) (rank \(r)): a module may depend only on lower ranks")
+                }
+                if !isTest, let allowed = confined[m], !allowed.contains(t.name) {
+                    found.append("\(t.name) depends on \(m), which only \(allowed.sorted().joined(separator: ", ")) may use")
+                }
+            }
+            for m in uses(t).intersection(forbidden[t.name] ?? []).sorted() {
+                found.append("\(t.name) depends on \(m), against the layering")
+            }
+        }
+        return found
+    }
 
     @Test func dataFlowsOneWay() throws {
         let targets = try Self.targets()
-        let byName = Dictionary(uniqueKeysWithValues: targets.map { ($0.name, $0) })
-        for (name, banned) in Self.forbidden {
-            let t = try #require(byName[name], "no target \(name)")
-            let used = t.dependencies.union(Self.imports(of: t).keys)
-            for m in used.intersection(banned).sorted() { Issue.record("\(name) depends on \(m), against the layering") }
+        #expect(targets.count > 20, "could not read the package (swift package dump-package)")
+        for v in Self.layeringViolations(targets, uses: { t in t.dependencies.union(Self.imports(of: t).keys).subtracting(Self.platform) }) {
+            Issue.record(Comment(rawValue: v))
+        }
+    }
+
+    /// The rules themselves: a module without a row, an upward or sideways edge, a confined module used
+    /// from outside are each reported, with what to do; a row for a module that does not exist is not.
+    @Test func theRanksCatchNewModulesAndWrongEdges() {
+        func check(_ name: String, path: String = "Sources/X", uses: Set<String>) -> [String] {
+            Self.layeringViolations([Target(name: name, path: path, dependencies: [])], uses: { _ in uses })
+        }
+        #expect(check("CofferNew", uses: ["CofferModel"])
+            == ["CofferNew has no rank: add a row for it to PackageGraphTests.ranks (it may depend only on lower ranks)"])
+        #expect(check("CofferIdentity", uses: ["CofferNew"])
+            == ["CofferIdentity depends on CofferNew, which has no rank: add a row for CofferNew to PackageGraphTests.ranks"])
+        #expect(check("CofferModel", uses: ["CofferKeychain"]).first?.contains("may depend only on lower ranks") == true)
+        #expect(check("CofferTrust", uses: ["CofferIdentity"]).first?.contains("may depend only on lower ranks") == true)
+        #expect(check("CofferPluginHost", uses: ["CofferTrust"]).first?.contains("may depend only on lower ranks") == true)
+        #expect(check("CofferClient", uses: ["CofferKeybag"]).first?.contains("which only") == true)
+        #expect(check("CofferIdentityTests", path: "Tests/CofferIdentityTests", uses: ["CofferIdentity", "CofferKeybag"]).isEmpty)
+        #expect(check("CofferManifest", uses: ["CofferModel", "CofferSystem"]).isEmpty)
+        #expect(Self.ranks["CofferPrompt"] != nil && Self.ranks["CofferService"] != nil, "rows ahead of their modules are allowed")
+    }
+
+    /// The modules that touch raw memory — secrets, system calls, SQLite, PAM and plugin buffers —
+    /// build with strict memory safety (issue #25 added the keychain and the plugin host).
+    @Test func rawMemoryModulesAreStrictlyMemorySafe() throws {
+        let strict: Set<String> = ["CofferSystem", "CofferCrypto", "CofferKeybag", "CofferStore", "CofferPAM", "CofferKeychain",
+                                   "CofferPluginHost"]
+        let targets = try Self.targets()
+        #expect(targets.count > 20, "could not read the package (swift package dump-package)")
+        for t in targets where strict.contains(t.name) && !t.strictMemorySafety {
+            Issue.record("\(t.name) does not build with strict memory safety (swiftSettings: rawMemorySettings)")
         }
     }
 

@@ -1,10 +1,11 @@
-import CofferSystem
 package import Glibc
 
 /// The ownership and permission rules for trust roots, as OpenSSH's `StrictModes` applies them to
 /// `authorized_keys`: a key or manifest file, and the directory holding it, must be owned by root or
-/// by the user the agent runs as (by root alone where ``TrustDirectory/requireRootOwner`` says so) and
-/// must not be writable by group or others. Whoever could write there could add a key or a manifest.
+/// by the user the agent runs as (by root alone where the trust module's `TrustDirectory.requireRootOwner`
+/// says so) and must not be writable by group or others. Whoever could write there could add a key or
+/// a manifest. The plugin host applies the same rules to plugin directories and plugins, which is why
+/// they live here, below both.
 ///
 /// Every check is on a descriptor (`fstat` of what was opened with `O_NOFOLLOW`), never a path checked
 /// and then opened. The directory's ancestors are checked by path (`stat`), as sshd does; a
@@ -42,7 +43,7 @@ package enum StrictModes {
         for p in parts { prefix += "/" + p; chain.append(prefix) }
         for dir in chain {
             var st = stat()
-            guard stat(dir, &st) == 0 else { return "ancestor directory \(dir) cannot be examined (errno \(errno))" }
+            guard unsafe stat(dir, &st) == 0 else { return "ancestor directory \(dir) cannot be examined (errno \(errno))" }
             let bits = st.st_mode & 0o7777
             if st.st_uid == 0 && bits & 0o1000 != 0 { continue }
             if let p = problem(st, what: "ancestor directory \(dir)", requireRoot: requireRoot, me: me) { return p }
