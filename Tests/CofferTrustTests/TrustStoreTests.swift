@@ -206,10 +206,18 @@ final class TrustFixture: @unchecked Sendable {
                 }
             }
         }
-        for i in 0..<200 {
-            try install(i % 2 == 0 ? "two" : "one")
-            let loaded = store.reload()
-            #expect(loaded.refused.isEmpty, "\(loaded.refused)")
+        // The workers may start late on a loaded machine: the reloads begin once they look, and go on
+        // (in pairs, so the last one installs "one") until they have raced at least 200 lookups.
+        let deadline = Date().addingTimeInterval(120)
+        while seen.withLock({ $0.lookups }) == 0 && Date() < deadline { usleep(1_000) }
+        var i = 0
+        while i < 200 || (seen.withLock({ $0.lookups }) < 200 && Date() < deadline) {
+            for set in ["two", "one"] {
+                try install(set)
+                let loaded = store.reload()
+                #expect(loaded.refused.isEmpty, "\(loaded.refused)")
+            }
+            i += 2
         }
         done.withLock { $0 = true }
         group.wait()
