@@ -211,12 +211,14 @@ func run(_ args: [String]) throws {
         try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
     case "identity" where args.count == 2:
         try IdentityBench(binDir: args[1]).run()
+    case "connection" where args.count == 2:
+        try ConnectionBench(binDir: args[1]).run()
     case "access-control" where args.count == 2:
         try AccessControlBench(binDir: args[1]).run()
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | access-control BIN_DIR | backup [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | backup [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }
