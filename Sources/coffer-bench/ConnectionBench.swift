@@ -118,7 +118,7 @@ struct ConnectionBench {
             Swift.print("| GET, new connection / persistent (`identify-callers = no`) | \(tools.us(m(firstGetPlain))) / \(tools.us(m(warmGetPlain))) | |")
             Swift.print("| floors: echo persistent / new connection inline / new connection on a thread | \(tools.us(m(echoPersistent))) / \(tools.us(m(echoInline))) / \(tools.us(m(echoThreaded))) | |")
             Swift.print()
-            Swift.print("(\(echoPersistent.count) samples of each; medians of differences between alternating blocks.)")
+            Swift.print("(\(echoPersistent.count) samples of each, taken in alternating blocks; each stage is a difference of medians.)")
         }
 
         func signed(_ x: Double, _ tools: AgentBench) -> String { (x >= 0 ? "+" : "−") + tools.us(abs(x)) }
