@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CSystemShims.h"
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -101,4 +102,8 @@ pid_t coffer_spawn(const char *path, char *const argv[], char *const envp[], int
         return -1;
     }
     return pid;
+}
+
+int coffer_release_free_heap(void) {
+    return malloc_trim(0);
 }

@@ -112,10 +112,12 @@ package final class ItemStore {
         do {
             try db.exec("PRAGMA foreign_keys = ON; PRAGMA secure_delete = ON;")
             try db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
-            // A 4 MiB page cache: a lookup touches a few B-tree pages, and pages beyond the cache come
+            // A 2 MiB page cache: a lookup touches a few B-tree pages, and pages beyond the cache come
             // from the OS page cache. Measured at 100,000 items: 16 MiB gave the same 23 µs round trip
-            // for 12 MiB more RSS. (A memory map was tried: no gain, and it counts the file in RSS.)
-            try db.exec("PRAGMA cache_size = -4096;")
+            // as 4 MiB for 12 MiB more RSS; 4 MiB left the agent at 16.2–16.5 MiB after the peers
+            // workload at 10,000 items, 2 MiB at 15.5–15.9 (issue #25's budget: 16). (A memory map was
+            // tried: no gain, and it counts the file in RSS.)
+            try db.exec("PRAGMA cache_size = -2048;")
             let version = try db.statement("PRAGMA user_version").scalarInt()
             if version < Self.schemaVersion && version >= 0 {
                 // Each migration in one transaction with the version it sets: a crash leaves the old

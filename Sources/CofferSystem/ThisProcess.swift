@@ -1,3 +1,4 @@
+import CSystemShims
 import Glibc
 
 /// The running process: where its executable is, and daemonising.
@@ -29,6 +30,10 @@ package enum ThisProcess {
         }
         return out
     }
+
+    /// Hands the free pages of every malloc arena back to the kernel (`malloc_trim(0)`): after a
+    /// one-off job that allocated and freed megabytes, which glibc otherwise keeps for good.
+    package static func releaseFreeHeap() { _ = coffer_release_free_heap() }
 
     private static func readLink(_ path: String) -> String? {
         var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)

@@ -12,45 +12,76 @@ import Glibc
 /// parser in `coffer-cli`, which gives the same result and the usual messages. A test checks that
 /// both paths agree.
 enum FastPath {
-    /// Options that take a value, and flags, for each fast command.
-    static let valueOptions: [String: Set<String>] = [
-        "get": ["--service", "--account", "--server", "--socket"],
-        "add": ["--service", "--account", "--label", "--socket", "--secret-fd"],
-    ]
-    static let flags: [String: Set<String>] = ["get": [], "add": ["--secret-stdin"]]
+    /// The options of a fast command line, each given at most once.
+    ///
+    /// Plain stored properties and a `switch` on the option's spelling, not dictionaries and sets
+    /// of strings: in a static binary the first use of a generic collection type instantiates its
+    /// metadata and looks up its conformances by scanning the whole binary, and for these few
+    /// options that start-up work cost more than the parsing itself (measured with perf on
+    /// `coffer get`, README, Performance).
+    struct Options {
+        var service: String?
+        var account: String?
+        var server: String?
+        var socket: String?
+        var label: String?
+        var secretFD: String?
+        var secretStdin = false
+
+        /// Stores `value` for `key` of `command`; false if `key` is not one of its options or was
+        /// already given. `value` nil: `key` is a flag.
+        mutating func set(_ command: String, _ key: String, _ value: String?) -> Bool {
+            func once(_ slot: inout String?) -> Bool {
+                guard slot == nil, let value else { return false }
+                slot = value
+                return true
+            }
+            switch (command, key) {
+            case (_, "--service"): return once(&service)
+            case (_, "--account"): return once(&account)
+            case (_, "--socket"): return once(&socket)
+            case ("get", "--server"): return once(&server)
+            case ("add", "--label"): return once(&label)
+            case ("add", "--secret-fd"): return once(&secretFD)
+            case ("add", "--secret-stdin"):
+                guard value == nil, !secretStdin else { return false }
+                secretStdin = true
+                return true
+            default: return false
+            }
+        }
+
+        /// Whether `key` is a flag (an option without a value) of `command`.
+        static func isFlag(_ command: String, _ key: String) -> Bool { command == "add" && key == "--secret-stdin" }
+    }
 
     /// Runs the fast path if the arguments fit it; returns the exit status, or nil to hand over.
     static func run(_ args: [String]) -> Int32? {
-        guard let command = args.first, let takesValue = valueOptions[command], let isFlag = flags[command] else { return nil }
-        var options: [String: String] = [:]
+        guard let command = args.first, command == "get" || command == "add" else { return nil }
+        var options = Options()
         var i = 1
         while i < args.count {
             let key = args[i]
-            guard options[key] == nil else { return nil }
-            if isFlag.contains(key) {
-                options[key] = ""
+            if Options.isFlag(command, key) {
+                guard options.set(command, key, nil) else { return nil }
                 i += 1
-            } else if takesValue.contains(key), i + 1 < args.count, !args[i + 1].hasPrefix("-") {
-                options[key] = args[i + 1]
+            } else if i + 1 < args.count, !args[i + 1].hasPrefix("-"), options.set(command, key, args[i + 1]) {
                 i += 2
             } else {
                 return nil
             }
         }
-        switch command {
-        case "get": return get(options)
-        default: return add(options)
-        }
+        return command == "get" ? get(options) : add(options)
     }
 
     /// `get --service S --account A [--server H] [--socket P]`: prints the secret only.
-    static func get(_ options: [String: String]) -> Int32? {
+    static func get(_ options: Options) -> Int32? {
         var attrs: Attributes = [:]
-        if let s = options["--service"] { attrs["svce"] = .string(s) }
-        if let a = options["--account"] { attrs["acct"] = .string(a) }
-        if let h = options["--server"] { attrs["srvr"] = .string(h) }
+        if let s = options.service { attrs["svce"] = .string(s) }
+        if let a = options.account { attrs["acct"] = .string(a) }
+        if let h = options.server { attrs["srvr"] = .string(h) }
         guard !attrs.isEmpty else { return nil }
-        let query = ItemQuery(itemClass: options["--server"] == nil ? .genericPassword : .internetPassword,
+        let query = ItemQuery(itemClass: options.server == nil ? .genericPassword : .internetPassword,
                               attributes: attrs, limit: .one, returnData: true)
         return CLISupport.reporting { () throws(SecError) in
             let c = try connect(options)
@@ -63,26 +94,26 @@ enum FastPath {
 
     /// `add --service S --account A [--label L] (--secret-stdin | --secret-fd N) [--socket P]`:
     /// a generic password with the default accessibility, exactly as the full parser builds it.
-    static func add(_ options: [String: String]) -> Int32? {
-        guard let service = options["--service"], let account = options["--account"] else { return nil }
+    static func add(_ options: Options) -> Int32? {
+        guard let service = options.service, let account = options.account else { return nil }
         let fd: Int32
-        switch (options["--secret-stdin"], options["--secret-fd"]) {
-        case (.some, nil): fd = 0
-        case (nil, .some(let text)):
+        switch (options.secretStdin, options.secretFD) {
+        case (true, nil): fd = 0
+        case (false, .some(let text)):
             guard let n = Int32(text) else { return nil }
             fd = n
         default: return nil
         }
         var attrs: Attributes = ["svce": .string(service), "acct": .string(account)]
-        if let label = options["--label"] { attrs["labl"] = .string(label) }
+        if let label = options.label { attrs["labl"] = .string(label) }
         return CLISupport.reporting { () throws(SecError) in
             let secret = try SecretInput.read(fd: fd, what: "secret")
             _ = try connect(options).add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret))
         }
     }
 
-    static func connect(_ options: [String: String]) throws(SecError) -> AgentConnection {
-        CLISupport.connected(try AgentConnection(path: AgentConnection.socketPath(explicit: options["--socket"]), clientName: "coffer",
+    static func connect(_ options: Options) throws(SecError) -> AgentConnection {
+        CLISupport.connected(try AgentConnection(path: AgentConnection.socketPath(explicit: options.socket), clientName: "coffer",
                                                  pipelineHello: true))
     }
 }

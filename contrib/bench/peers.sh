@@ -17,16 +17,23 @@
 # by writing its keyring file in its own format (gnome-keyring-fill.py; the daemon then loads,
 # unlocks and serves it), pass's with one `gpg --multifile --encrypt`, the kernel's by add_key(2).
 # Only the timed operations go through each tool's own command.
+#
+# The fetch is timed a second way, without a shell: `hyperfine -N` starts `coffer get` and `keyctl
+# pipe` itself (fork + exec, no bash in between), and beside them two floors built in the same run:
+# a static C program that only exits (what exec + exit cost here) and a static Swift program that
+# only exits (what the Swift runtime's start-up adds, linked as `coffer` is). `coffer get` minus that
+# Swift floor is everything Coffer does for a fetch: parse, connect, HELLO, the agent's identity and
+# lookup, print.
 set -eu
 cd "$(dirname "$0")/../.."
 root="$PWD"
 bash contrib/deps.sh
 need=""
-for c in secret-tool gnome-keyring-daemon dbus-run-session pass gpg keyctl; do command -v "$c" >/dev/null || need=1; done
+for c in secret-tool gnome-keyring-daemon dbus-run-session pass gpg keyctl hyperfine; do command -v "$c" >/dev/null || need=1; done
 /usr/bin/python3 -c 'import cryptography' 2>/dev/null || need=1
 if [ -n "$need" ]; then
-    [ "$(id -u)" = 0 ] || { echo "peers.sh: needs gnome-keyring libsecret-tools dbus pass gnupg keyutils python3-cryptography (run as root to install)" >&2; exit 1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnome-keyring libsecret-tools dbus pass gnupg keyutils python3-cryptography >/dev/null
+    [ "$(id -u)" = 0 ] || { echo "peers.sh: needs gnome-keyring libsecret-tools dbus pass gnupg keyutils hyperfine python3-cryptography (run as root to install)" >&2; exit 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnome-keyring libsecret-tools dbus pass gnupg keyutils hyperfine python3-cryptography >/dev/null
 fi
 for p in cofferd coffer coffer-cli coffer-bench; do swift build -c release --product "$p" >/dev/null; done
 sizes="${*:-1000 10000 100000}"
@@ -47,6 +54,10 @@ printf '%s\n' "$PASSWORD" > "$work/password"
 printf '%s' "$PASSWORD" > "$work/password-raw"
 cc -O2 -o "$work/gk-unlock" contrib/bench/gk-unlock.c
 printf 'x' > "$work/new-secret"; printf 'x\n' > "$work/new-secret-line"
+# The floors under any fetch command: a static C program and a static Swift program that only exit.
+printf 'int main(void) { return 0; }\n' > "$work/noop.c"; cc -O2 -static -o "$bin/noop-c" "$work/noop.c"
+printf 'if CommandLine.argc > 99 { print(CommandLine.arguments) }\n' > "$work/noop.swift"
+swiftc -O -static-executable -Xlinker -s -o "$bin/noop-swift" "$work/noop.swift" 2>/dev/null
 
 # time_us CMD...: runs CMD (stdin from $IN, default /dev/null; output discarded), prints its µs;
 # fails if CMD fails, so an error is never timed as an answer.
@@ -58,6 +69,13 @@ time_us() {
     [ "$rc" = 0 ] || { echo "peers.sh: failed ($rc): $*" >&2; return 1; }
     echo $(( ${t1/./} - ${t0/./} ))
 }
+# hf NAME CMD: CMD (one string, split on spaces, no shell) timed by `hyperfine -N`; NAME's median in µs
+# goes to $results/NAME.hf.
+hf() {
+    hyperfine -N --style none --warmup 20 --runs "$REPS_HF" --export-csv "$results/$1.hf.csv" "$2" >/dev/null 2>&1 ||
+        { echo "peers.sh: hyperfine failed: $2" >&2; return 1; }
+    awk -F, 'NR == 2 { printf "%d\n", $4 * 1000000 }' "$results/$1.hf.csv" > "$results/$1.hf"
+}
 # expect WANT CMD...: CMD must print exactly WANT (a fetch is checked before it is timed).
 expect() {
     local want="$1" got; shift
@@ -68,9 +86,9 @@ rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 # key i: the item each peer stores as service svc(i % 97), account acct(i), secret secret-i.
 pick() { echo $(( ($1 * 7919) % $2 + 1 )); }
 reps_store() { if [ "$1" -ge 100000 ]; then echo 5; else echo 20; fi; }
-REPS_FETCH=101 REPS_SEARCH=21 REPS_UNLOCK=9 WARMUP=10
-export -f time_us expect rss_kib pick reps_store
-export work results bin root REPS_FETCH REPS_SEARCH REPS_UNLOCK WARMUP
+REPS_FETCH=101 REPS_SEARCH=21 REPS_UNLOCK=9 WARMUP=10 REPS_HF=500
+export -f time_us expect rss_kib pick reps_store hf
+export work results bin root REPS_FETCH REPS_SEARCH REPS_UNLOCK WARMUP REPS_HF
 
 coffer_run() { # N
     local n=$1 out="$results/$1.coffer"
@@ -84,7 +102,8 @@ coffer_run() { # N
         local agent=("$bin/cofferd" --socket "$COFFER_SOCKET" --state-dir "$state" --pam-confdir "$HOME/pam")
         "${agent[@]}"
         "$bin/coffer" passcode set --passcode-stdin < "$work/password"
-        pkill -TERM -f -- "--state-dir $state"; while [ -e "$COFFER_SOCKET" ]; do sleep 0.01; done
+        # (The socket goes before the agent lets go of the state directory's lock: wait for the process.)
+        pkill -TERM -f -- "--state-dir $state"; while pgrep -f -- "--state-dir $state" >/dev/null; do sleep 0.01; done
         "$bin/coffer-bench" fill "$state" "$n" < "$work/password"
         sync # (after every fill: a flush of the fill's dirty pages must not land in the timings)
         "${agent[@]}"
@@ -92,6 +111,7 @@ coffer_run() { # N
         local k; k=$(pick 1 "$n"); expect "secret-$k" "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k"
         for r in $(seq $WARMUP); do k=$(pick "$r" "$n"); "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k" >/dev/null; done
         for r in $(seq $REPS_FETCH); do k=$(pick "$r" "$n"); time_us "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k"; done > "$out.fetch"
+        k=$(pick 5 "$n"); hf "$n.coffer" "$bin/coffer get --service svc$((k % 97)) --account acct$k"
         for r in $(seq "$(reps_store "$n")"); do IN="$work/new-secret" time_us "$bin/coffer" add --service new --account "a$r" --secret-stdin; done > "$out.store"
         for r in $(seq $REPS_SEARCH); do time_us "$bin/coffer" find --service "svc$r" --limit all; done > "$out.search"
         for r in $(seq $REPS_UNLOCK); do "$bin/coffer" lock; IN="$work/password" time_us "$bin/coffer" unlock --passcode-stdin; done > "$out.unlock"
@@ -189,6 +209,7 @@ for i in range(1, int(sys.argv[1]) + 1):
         k=$(pick 1 "$n"); expect "secret-$k" keyctl pipe "%user:svc$((k % 97)):acct$k"
         for r in $(seq $WARMUP); do k=$(pick "$r" "$n"); keyctl pipe "%user:svc$((k % 97)):acct$k" >/dev/null; done
         for r in $(seq $REPS_FETCH); do k=$(pick "$r" "$n"); time_us keyctl pipe "%user:svc$((k % 97)):acct$k"; done > "$out.fetch"
+        k=$(pick 5 "$n"); hf "$n.keyctl" "keyctl pipe %user:svc$((k % 97)):acct$k"
         for r in $(seq "$(reps_store "$n")"); do IN="$work/new-secret" time_us keyctl padd user "new:a$r" @s; done > "$out.store"
     ' >/dev/null || echo "keyctl run failed at N=$n (a non-root user may hold only 200 keys: /proc/sys/kernel/keys/maxkeys)" >&2
 }
@@ -202,6 +223,9 @@ figure() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f×", b/a; else printf "–" }'; }
 mib() { [ -s "$results/$1.$2.rss" ] && awk '{printf "%.1f", $1/1024}' "$results/$1.$2.rss" || echo -; }
 
+hf noop-c "$bin/noop-c"; hf noop-swift "$bin/noop-swift"
+div() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f", a/b; else printf "-" }'; }
+sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a-b; else printf "-" }'; }
 for n in $sizes; do
     echo "peers.sh: N = $n" >&2
     coffer_run "$n"; gnome_keyring_run "$n"; pass_run "$n"; keyctl_run "$n"
@@ -220,18 +244,30 @@ for n in $sizes; do
     echo "| daemon RSS (MiB) | $(mib "$n" coffer) | $(mib "$n" gk) | $(mib "$n" pass) (gpg-agent) | – (in the kernel) | | | |"
 done
 
+hfms() { [ -s "$results/$1.hf" ] && awk '{printf "%.2f", $1/1000}' "$results/$1.hf" || echo -; }
+echo
+echo "### The fetch without a shell (\`hyperfine -N\`, $REPS_HF runs after 20, medians in ms)"
+echo
+echo "| N | \`coffer get\` | \`keyctl pipe\` | ratio | static C no-op | static Swift no-op | Swift start-up (Swift − C) | \`coffer get\` − Swift no-op | \`keyctl pipe\` − C no-op |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for n in $sizes; do
+    c=$(hfms "$n.coffer") k=$(hfms "$n.keyctl") nc=$(hfms noop-c) ns=$(hfms noop-swift)
+    echo "| $n | $c | $k | $(awk -v a="$c" -v b="$k" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f×", a/b; else printf "–" }') | $nc | $ns | $(sub "$ns" "$nc") | $(sub "$c" "$ns") | $(sub "$k" "$nc") |"
+done
 echo
 echo "### Targets (ratios from this run)"
 echo
 echo "| target | figure | met |"
 echo "|---|---:|:---:|"
+div2() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a/b; else printf "-" }'; }
 check() { # label value op threshold
     local ok; ok=$(awk -v v="$2" -v t="$4" -v op="$3" 'BEGIN { if (v == "" || v == "-") { print "–"; exit } if ((op == ">=" && v+0 >= t+0) || (op == "<=" && v+0 <= t+0)) print "yes"; else print "**no**" }')
     echo "| $1 | $2 | $ok |"
 }
-div() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f", a/b; else printf "-" }'; }
-sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1f", a-b; else printf "-" }'; }
 for n in $sizes; do
+    check "\`coffer get\` within 1.2× of \`keyctl pipe\`, N = $n (bash-timed)" "$(div2 "$(figure "$n" coffer fetch)" "$(figure "$n" keyctl fetch)")" "<=" 1.2
+    check "\`coffer get\` within 1.2× of \`keyctl pipe\`, N = $n (\`hyperfine -N\`)" "$(div2 "$(hfms "$n.coffer")" "$(hfms "$n.keyctl")")" "<=" 1.2
+    [ "$n" = 10000 ] && check "agent RSS after the workload, N = 10,000 (MiB)" "$(mib 10000 coffer)" "<=" 16
     check "\`coffer get\` ≥ 5× faster than \`secret-tool lookup\`, N = $n" "$(div "$(figure "$n" gk fetch)" "$(figure "$n" coffer fetch)")" ">=" 5
     check "\`coffer get\` ≥ 10× faster than \`pass show\`, N = $n" "$(div "$(figure "$n" pass fetch)" "$(figure "$n" coffer fetch)")" ">=" 10
 done

@@ -8,7 +8,8 @@
 #                                   passcode change with key rotation), and a real
 #                                   agent at 1k/100k/1M items (round trip, throughput at 1/4/16/64
 #                                   clients, unlock vs Argon2id, cold start, CLI process, RSS, VmLck),
-#                                   and what identifying callers costs (below)
+#                                   where a new connection's time goes (accept, thread, HELLO,
+#                                   identity, first GET), and what identifying callers costs (below)
 #   contrib/bench/run.sh access-control  Only what access control costs (a protected read in its reuse
 #                                   window vs a plain one; an evaluation through the plugin host)
 #   contrib/bench/run.sh identity   Only what identifying callers costs (also part of `coffer`): a signed
@@ -57,6 +58,12 @@ if [ "$what" != peers ]; then
         echo
         # shellcheck disable=SC2086
         "$bin/coffer-bench" agent "$bin" ${COFFER_BENCH_SIZES:-1000 100000 1000000}
+        echo
+    fi
+    if [ "$what" != identity ] && [ "$what" != access-control ]; then
+        echo "## Where a new connection's time goes"
+        echo
+        "$bin/coffer-bench" connection "$bin"
         echo
     fi
     if [ "$what" != access-control ]; then

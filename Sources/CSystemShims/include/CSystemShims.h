@@ -35,6 +35,10 @@ int coffer_pipe_cloexec(int fds[2]);
 pid_t coffer_spawn(const char *path, char *const argv[], char *const envp[], int child_fd,
                    const int *targets, int ntargets);
 
+/// malloc_trim(0): returns the free pages of every malloc arena to the kernel. Returns 1 if any
+/// memory was released, 0 if none.
+int coffer_release_free_heap(void);
+
 #include "identity.h"
 
 #endif
