@@ -9,6 +9,7 @@ import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// Issue #13's enforcement rules through `Pipeline.handle`: callers with synthetic identities (what the

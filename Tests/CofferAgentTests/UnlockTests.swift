@@ -8,6 +8,7 @@ import CofferKeychain
 import CofferProtocol
 import CofferSystem
 import Foundation
+import Logging
 import Testing
 
 @Suite struct AttemptScheduleTests {

@@ -1,5 +1,6 @@
 import CSQLite
 import CofferCrypto
+import CofferKeybag
 @testable import CofferKeychain
 import CofferModel
 import CofferTestSupport
