@@ -1,10 +1,13 @@
 // swift-tools-version:6.2
 import PackageDescription
 
-/// Settings every Coffer module shares: Swift 6 language mode (strict concurrency).
+/// Settings every Coffer module shares: Swift 6 language mode (strict concurrency), and members visible
+/// only through modules a file imports itself (MemberImportVisibility, SE-0444): a file's imports
+/// list every module it uses, so the architecture tests that read them see every edge.
 /// Under CI (`COFFER_CI`, which contrib/test.sh sets when CI=true) every warning is an error, as in
 /// swift-system's SYSTEM_CI: a warning is fixed when it appears, not after it has company.
-let settings: [SwiftSetting] = [.swiftLanguageMode(.v6), .enableUpcomingFeature("InternalImportsByDefault")]
+let settings: [SwiftSetting] = [.swiftLanguageMode(.v6), .enableUpcomingFeature("InternalImportsByDefault"),
+                                .enableUpcomingFeature("MemberImportVisibility")]
     + (Context.environment["COFFER_CI"] != nil ? [.treatAllWarnings(as: .error)] : [])
 
 /// The modules that touch raw memory (secrets, syscalls, SQLite and PAM buffers) also build with

@@ -6,6 +6,7 @@ import CofferManifest
 import CofferModel
 import CofferPAM
 import CofferPluginClient
+import CofferPluginProtocol
 import CofferPolicy
 import CofferProtocol
 package import CofferService

@@ -1,5 +1,6 @@
 import CofferModel
 import CofferSystem
+import Logging
 
 /// The open connections of every listener and what shutdown needs: per-process counts (the admission
 /// limits, across all listeners), the requests in flight, and the stopping flag, all owned by one mutex. Shutdown waits on its condition

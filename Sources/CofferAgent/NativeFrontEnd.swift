@@ -119,9 +119,7 @@ final class ConnectionAuthChannel: AuthChannel {
         while true {
             if stop() { return .stopped }
             if Threads.monotonicSeconds() >= deadline { return .timedOut }
-            var fds = [pollfd(fd: conn.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
-            let n = fds.withUnsafeMutableBufferPointer { Glibc.poll($0.baseAddress, wake >= 0 ? 2 : 1, 1000) }
-            guard n > 0, fds[0].revents != 0 else { continue }
+            guard let ready = try? Poll.readable([conn.fd, wake], timeoutMillis: 1000), ready[0] else { continue }
             let frame: Connection.Frame
             switch conn.readFrame(greeted: true, budget: budget) {
             case .success(let f): frame = f

@@ -358,10 +358,11 @@ public final class AgentConnection {
         var answered = false
         while true {
             let input = answered ? -1 : delegate.inputDescriptor
-            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: input, events: Int16(POLLIN), revents: 0)]
-            let n = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, input >= 0 ? 2 : 1, 1000) }
-            if n < 0 && errno != EINTR { throw .io("poll failed while authenticating") }
-            if fds[0].revents != 0 {
+            let ready: [Bool]
+            do throws(SystemError) { ready = try Poll.readable([fd, input], timeoutMillis: 1000) } catch {
+                throw .io("poll failed while authenticating")
+            }
+            if ready[0] {
                 let (rid, r) = try readResponse()
                 switch r {
                 case .event(let e): pendingEvents.append(e)
@@ -380,7 +381,7 @@ public final class AgentConnection {
                 }
                 continue
             }
-            if input >= 0, fds[1].revents != 0, let answer = delegate.inputReady() {
+            if input >= 0, ready[1], let answer = delegate.inputReady() {
                 try send(.authResponse(answer), id: id)
                 if case .cancel = answer { answered = true } // nothing more to read; the final reply follows
             }

@@ -69,27 +69,25 @@ public enum SecretInput {
     /// so a script or loop that ran the command stops too.
     /// errSecInteractionNotAllowed if the process has no terminal: nobody is there to authenticate.
     public static func readFromTerminal(prompt: String, what: String = "passcode") throws(SecError) -> SecureBytes {
-        let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else {
+        guard let tty = try? FileDescriptor.open("/dev/tty", O_RDWR | O_NOCTTY) else {
             throw .interactionNotAllowed("this needs you to authenticate, and there is no terminal to ask on")
         }
-        defer { close(fd) }
+        let fd = tty.rawValue
         // Echo off, and back on even if Ctrl-C ends the process at the prompt.
         let saved = silenceEcho(fd)
         defer {
             if let saved {
                 restoreEcho(fd, saved)
-                _ = write(fd, "\n", 1)
+                show("\n", on: tty)
             }
         }
-        _ = prompt.withCString { write(fd, $0, strlen($0)) }
+        show(prompt, on: tty)
         let buffer = SecureBytes(count: maxBytes)
         var n = 0
         let failed: Bool = buffer.withUnsafeMutableBytes { b in
             var byte: UInt8 = 0
             while n < b.count {
-                let r = Glibc.read(fd, &byte, 1)
-                if r < 0 && errno == EINTR { continue }
+                let r = (try? withUnsafeMutableBytes(of: &byte) { try tty.read(into: $0) }) ?? -1
                 if r <= 0 { return n == 0 }
                 if byte == 0x0A || byte == 0x0D { break }
                 b[n] = byte
@@ -100,5 +98,11 @@ public enum SecretInput {
         }
         guard !failed, n > 0 else { throw SecError(.userCanceled, "no \(what) was entered") }
         return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+    }
+
+    /// Writes `text` to the terminal (best effort: a prompt that cannot be shown does not stop the read).
+    private static func show(_ text: String, on tty: borrowing FileDescriptor) {
+        var text = text
+        _ = text.withUTF8 { try? tty.writeAll(UnsafeRawBufferPointer($0)) }
     }
 }

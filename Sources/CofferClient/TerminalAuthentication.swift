@@ -1,5 +1,6 @@
 import CofferCrypto
 public import CofferModel
+import CofferSystem
 import Glibc
 
 /// The saved terminal settings, restored by the SIGINT/SIGTERM handler while echo is off (a C signal
@@ -57,16 +58,13 @@ public final class TerminalAuthentication: AuthenticationDelegate {
 
     /// True if this process has a controlling terminal to ask on.
     public static var isAvailable: Bool {
-        let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        close(fd)
-        return true
+        (try? FileDescriptor.open("/dev/tty", O_RDWR | O_NOCTTY)) != nil
     }
 
     public func begin(_ request: AuthenticationRequest) -> Bool {
         if fd < 0 {
-            fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
-            guard fd >= 0 else { return false }
+            guard let tty = try? FileDescriptor.open("/dev/tty", O_RDWR | O_NOCTTY) else { return false }
+            fd = tty.release()
             saved = silenceEcho(fd)
         }
         current = request
@@ -78,8 +76,15 @@ public final class TerminalAuthentication: AuthenticationDelegate {
 
     public func inputReady() -> AuthenticationAnswer? {
         let buffer = SecureBytes(count: 4096)
-        let n = buffer.withUnsafeMutableBytes { b in Glibc.read(fd, b.baseAddress!, b.count) }
-        if n < 0 { return errno == EINTR || errno == EAGAIN ? nil : .cancel }
+        let read = buffer.withUnsafeMutableBytes { b in
+            Result { () throws(SystemError) in try Syscall.interruptible("read", "/dev/tty") { Glibc.read(fd, b.baseAddress!, b.count) } }
+        }
+        let n: Int
+        switch read {
+        case .success(let count?): n = count
+        case .success(nil): return nil // interrupted: wait again
+        case .failure(let error): return error.errno == EAGAIN ? nil : .cancel
+        }
         if n == 0 { return .cancel } // Ctrl-D
         let length = buffer.withUnsafeBytes { b -> Int in
             var m = n
@@ -128,7 +133,8 @@ public final class TerminalAuthentication: AuthenticationDelegate {
     }
 
     private func say(_ text: String) {
-        _ = text.withCString { write(fd, $0, strlen($0)) }
+        var text = text
+        _ = text.withUTF8 { StandardStreams.write(fd, UnsafeRawBufferPointer($0)) }
     }
 }
 

@@ -1,4 +1,5 @@
 public import CofferCrypto
+import CofferKeybag
 public import CofferModel
 import CofferSystem
 import Glibc

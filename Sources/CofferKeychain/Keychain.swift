@@ -233,7 +233,7 @@ public final class Keychain: Sendable {
     /// outside `scope`, errSecInteractionNotAllowed if its class key is locked, errSecNotAvailable for
     /// WhenPasscodeSetThisDeviceOnly with no passcode, errSecParam for bad attributes.
     @discardableResult
-    public func add(_ item: NewItem, scope: AccessScope = .unrestricted, returnData: Bool = false, returnAttributes: Bool = false,
+    public func add(_ item: NewItem, scope: AccessScope, returnData: Bool = false, returnAttributes: Bool = false,
                     returnPersistentRef: Bool = false, applicationPassword: SecureBytes? = nil) throws(SecError) -> ItemResult {
         try Validation.check(item.attributes, for: item.itemClass, writing: true)
         let (attrs, protection) = try completed(item.attributes, scope)
@@ -257,7 +257,7 @@ public final class Keychain: Sendable {
     }
 
     /// Adds many items in one transaction: all of them or none (imports, restores).
-    public func add(contentsOf items: [NewItem], scope: AccessScope = .unrestricted) throws(SecError) {
+    public func add(contentsOf items: [NewItem], scope: AccessScope) throws(SecError) {
         var prepared: [(NewItem, Attributes, ProtectionClass)] = []
         for item in items {
             try Validation.check(item.attributes, for: item.itemClass, writing: true)
@@ -351,7 +351,7 @@ public final class Keychain: Sendable {
     /// Finds items (SecItemCopyMatching): the first match unless `limit` says otherwise.
     /// errSecItemNotFound when nothing matches; errSecInteractionNotAllowed when a candidate's
     /// class key is locked (its attributes cannot even be compared). Items outside `scope` are invisible.
-    public func copyMatching(_ query: ItemQuery, scope: AccessScope = .unrestricted,
+    public func copyMatching(_ query: ItemQuery, scope: AccessScope,
                              authorization: AuthorizationContext = .none) throws(SecError) -> [ItemResult] {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
@@ -394,7 +394,7 @@ public final class Keychain: Sendable {
     /// refuses ends the page (incomplete; that result is dropped). errSecItemNotFound only when
     /// nothing matches from the start (`cursor` 0); a later page may be empty and complete. Items
     /// outside `scope` are invisible.
-    public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope = .unrestricted, after cursor: Int64,
+    public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope, after cursor: Int64,
                                  authorization: AuthorizationContext = .none,
                                  fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
         try Validation.check(query)
@@ -442,7 +442,7 @@ public final class Keychain: Sendable {
     /// in match order): what the agent's policy must satisfy before running the operation. For a
     /// search, only one returning data (`.useSecret`) can need any. Empty if nothing matches or no
     /// match is protected. The same errors as a search (a locked class key, a bad query).
-    public func accessRequirements(_ query: ItemQuery, scope: AccessScope = .unrestricted,
+    public func accessRequirements(_ query: ItemQuery, scope: AccessScope,
                                    for operation: AccessControl.Operations) throws(SecError) -> [AccessControl] {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
@@ -529,7 +529,7 @@ public final class Keychain: Sendable {
     /// under that class; otherwise its protection is kept. All changes commit together or none do.
     /// Items outside `scope` are invisible; moving items to a group outside it is errSecMissingEntitlement.
     @discardableResult
-    public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope = .unrestricted,
+    public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope,
                        authorization: AuthorizationContext = .none) throws(SecError) -> Int {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
@@ -593,7 +593,7 @@ public final class Keychain: Sendable {
 
     /// Deletes every matching item (SecItemDelete); returns how many. Items outside `scope` are invisible.
     @discardableResult
-    public func delete(_ query: ItemQuery, scope: AccessScope = .unrestricted,
+    public func delete(_ query: ItemQuery, scope: AccessScope,
                        authorization: AuthorizationContext = .none) throws(SecError) -> Int {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)

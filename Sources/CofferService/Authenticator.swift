@@ -379,17 +379,16 @@ package final class BiometricEvaluation: Sendable {
     package init(sensor: any BiometricSensor) {
         self.sensor = sensor
         id = Self.ids.withLock { $0 += 1; return $0 }
-        var fds: [Int32] = [-1, -1]
-        if pipe(&fds) == 0 {
-            // Spawned children close every descriptor but their own anyway (close_range in the shim).
-            for fd in fds {
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            }
+        // Close-on-exec (spawned children close every descriptor but their own anyway: close_range in
+        // the shim), and non-blocking: a full pipe is readable already, an empty one is drained.
+        if let pipe = try? DescriptorPair.pipe("the biometric wake pipe") {
+            try? pipe.first.setNonBlocking(true)
+            try? pipe.second.setNonBlocking(true)
+            let (read, write) = pipe.release()
+            wake = (read, write)
         } else {
-            fds = [-1, -1]
+            wake = (-1, -1)
         }
-        wake = (fds[0], fds[1])
     }
 
     deinit {
@@ -412,12 +411,18 @@ package final class BiometricEvaluation: Sendable {
                     f.append(String(text.prefix(200)))
                     return true
                 }
-                if added, wake.write >= 0 { var b: UInt8 = 1; _ = write(wake.write, &b, 1) }
+                if added { wakeUp() }
             }
             result.withLock { $0 = outcome }
-            if wake.write >= 0 { var b: UInt8 = 1; _ = write(wake.write, &b, 1) }
+            wakeUp()
         }
         if !started { result.withLock { $0 = .unavailable(LAError(.biometryNotAvailable, "cannot start an evaluation")) } }
+    }
+
+    /// Makes ``wakeDescriptor`` readable (one byte; a full pipe is readable already).
+    private func wakeUp() {
+        guard wake.write >= 0 else { return }
+        _ = Syscall.result { var b: UInt8 = 1; return write(wake.write, &b, 1) }
     }
 
     package var isDone: Bool { result.withLock { $0 != nil } }
@@ -426,7 +431,7 @@ package final class BiometricEvaluation: Sendable {
     /// The sensor's messages so far (and drains the wake pipe).
     package func takeFeedback() -> [String] {
         var b = [UInt8](repeating: 0, count: 64)
-        while wake.read >= 0, read(wake.read, &b, b.count) > 0 {}
+        while wake.read >= 0, Syscall.result({ read(wake.read, &b, b.count) }).value > 0 {}
         return feedback.withLock { f in defer { f = [] }; return f }
     }
     package var outcome: BiometricOutcome? { result.withLock { $0 } }

@@ -124,6 +124,12 @@ package struct FileDescriptor: ~Copyable {
         _ = try Syscall.retrying("fchmod", name(path)) { fchmod(rawValue, mode) }
     }
 
+    /// Sets or clears `O_NONBLOCK` (a read or write that would wait fails with EAGAIN instead).
+    package func setNonBlocking(_ on: Bool, path: String? = nil) throws(SystemError) {
+        let flags = try Syscall.retrying("fcntl", name(path)) { fcntl(rawValue, F_GETFL) }
+        _ = try Syscall.retrying("fcntl", name(path)) { fcntl(rawValue, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK) }
+    }
+
     /// Sets or clears close-on-exec.
     package func setCloseOnExec(_ on: Bool) throws(SystemError) {
         let flags = try Syscall.retrying("fcntl", name(nil)) { fcntl(rawValue, F_GETFD) }
@@ -137,6 +143,9 @@ package struct DescriptorPair: ~Copyable {
     package let first: FileDescriptor
     /// The write end of a pipe (for a socket pair: the child's end).
     package let second: FileDescriptor
+
+    /// Gives up ownership of both ends without closing them; the caller now owns the numbers.
+    package consuming func release() -> (first: Int32, second: Int32) { (first.release(), second.release()) }
 
     /// A pipe, `O_CLOEXEC` on both ends: `first` reads, `second` writes.
     package static func pipe(_ what: String = "pipe") throws(SystemError) -> DescriptorPair {

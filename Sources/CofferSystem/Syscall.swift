@@ -30,6 +30,26 @@ package enum Syscall {
         }
     }
 
+    /// Like ``retrying(_:_:_:)`` but not retried: an interrupted call (EINTR) returns nil, for
+    /// waits and reads whose caller re-checks its deadline or stop flag before calling again (a
+    /// retried `poll` would restart its whole timeout). Any other failure throws.
+    @inline(__always)
+    package static func interruptible<T: FixedWidthInteger & SignedInteger>(
+        _ operation: String, _ path: String, _ call: () -> T
+    ) throws(SystemError) -> T? {
+        #if DEBUG
+        if let injected = SyscallFaults.take(operation, path) {
+            if injected == EINTR { return nil } // as if the call had been interrupted
+            throw SystemError(operation, path, errno: injected)
+        }
+        #endif
+        let result = call()
+        if result != -1 { return result }
+        let e = errno
+        if e == EINTR { return nil }
+        throw SystemError(operation, path, errno: e)
+    }
+
     /// For calls that return an error number instead of setting `errno` (`pthread_*`, `sigwait`,
     /// `posix_*`): retries EINTR, throws any other non-zero result.
     @inline(__always)
@@ -85,7 +105,8 @@ package enum SyscallFaults {
 
     /// Makes the `call`-th (1: the next) `operation` on `path` fail with `errno`. Operation names are
     /// the ones ``SystemError/operation`` shows: `open`, `write`, `fsync`, `rename`, `close`, ….
-    /// EINTR behaves like a real interruption: ``Syscall/retrying(_:_:_:)`` retries the call.
+    /// EINTR behaves like a real interruption: ``Syscall/retrying(_:_:_:)`` retries the call,
+    /// ``Syscall/interruptible(_:_:_:)`` returns nil.
     package static func inject(_ operation: String, path: String, errno: Int32, onCall call: Int = 1) {
         precondition(call >= 1)
         withTable { $0.faults[key(operation, path)] = Fault(remaining: call, errno: errno) }

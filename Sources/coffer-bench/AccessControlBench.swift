@@ -40,11 +40,11 @@ struct AccessControlBench {
         do {
             let kc = try Keychain(directory: agent.state, lockingStateDirectory: true)
             try kc.setPasscode(current: nil, new: secret(AgentBench.passcode))
-            try kc.add(contentsOf: (0..<1000).map(item))
+            try kc.add(contentsOf: (0..<1000).map(item), scope: .unrestricted)
             for (service, rule) in [("plain", nil), ("guarded", AccessControl(parsing: "user-presence"))] {
                 var attrs: Attributes = ["svce": .string(service), "acct": .string("bench"), "pdmn": .string("aku"), "agrp": .string("unsigned")]
                 if let rule { attrs[AccessControl.attributeName] = .data(rule.encoded()) }
-                try kc.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret("s3cret-of-the-same-size")))
+                try kc.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret("s3cret-of-the-same-size")), scope: .unrestricted)
             }
             kc.checkpoint()
         }

@@ -141,7 +141,7 @@ struct AgentBench {
             let t0 = nowNanos()
             var i = 0
             while i < items {
-                try kc.add(contentsOf: (i..<min(items, i + 5000)).map(item))
+                try kc.add(contentsOf: (i..<min(items, i + 5000)).map(item), scope: .unrestricted)
                 i += 5000
             }
             col.values["fill"] = grouped(Int(Double(items) / (Double(nowNanos() - t0) / 1e9)))

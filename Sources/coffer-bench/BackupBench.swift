@@ -18,7 +18,7 @@ func benchBackup(sizes: [Int]) throws {
         let kc = try Keychain(directory: dir)
         var i = 0
         while i < n {
-            try kc.add(contentsOf: (i..<min(n, i + 5000)).map(item))
+            try kc.add(contentsOf: (i..<min(n, i + 5000)).map(item), scope: .unrestricted)
             i += 5000
         }
         let password = secret("benchmark backup password")

@@ -267,7 +267,7 @@ struct IdentityBench {
                         attributes: ["svce": .string("service-\(i % 97)"), "acct": .string("account-\(i)"), "labl": .string("item \(i)"),
                                      "agrp": .string(group)],
                         secret: secret("password-\(i)"))
-            })
+            }, scope: .unrestricted)
         }
         kc.checkpoint()
     }

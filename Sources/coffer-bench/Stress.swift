@@ -265,7 +265,7 @@ struct Stress {
             guard try kc.integrityCheck() else { throw SecError(.decode, "integrity_check failed after trial \(trial)") }
             var found: [Int: String] = [:] // account -> "secret|label"
             if let all = try? kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service)],
-                                                        limit: .all, returnData: true, returnAttributes: true)) {
+                                                        limit: .all, returnData: true, returnAttributes: true), scope: .unrestricted) {
                 for r in all {
                     guard case .string(let acct)? = r.attributes?["acct"], let k = Int(acct),
                           case .string(let label)? = r.attributes?["labl"], let data = r.data else { wrongTotal += 1; continue }

@@ -61,7 +61,7 @@ func benchKeychain(sizes: [Int]) throws {
         var i = 0
         while i < n {
             let batch = (i..<min(n, i + 5000)).map(item)
-            try kc.add(contentsOf: batch)
+            try kc.add(contentsOf: batch, scope: .unrestricted)
             i += batch.count
         }
         let samples = 1000
@@ -69,7 +69,7 @@ func benchKeychain(sizes: [Int]) throws {
         for s in 0..<samples {
             let it = item(n + s)
             let t0 = nowNanos()
-            try kc.add(it)
+            try kc.add(it, scope: .unrestricted)
             adds.append(nowNanos() - t0)
         }
         var rng = SystemRandomNumberGenerator()
@@ -78,7 +78,7 @@ func benchKeychain(sizes: [Int]) throws {
             let q = ItemQuery(itemClass: .genericPassword,
                               attributes: ["svce": .string("service-\(k % 97)"), "acct": .string("account-\(k)")], returnData: true)
             let t0 = nowNanos()
-            let r = try kc.copyMatching(q)
+            let r = try kc.copyMatching(q, scope: .unrestricted)
             gets.append(nowNanos() - t0)
             precondition(r.count == 1)
         }
@@ -109,7 +109,7 @@ func benchRekey(sizes: [Int]) throws {
                                      "pdmn": .string(classes[k % classes.count])],
                         secret: secret("password-\(k)"))
             }
-            try kc.add(contentsOf: batch)
+            try kc.add(contentsOf: batch, scope: .unrestricted)
             i += batch.count
         }
         kc.checkpoint()
@@ -127,7 +127,7 @@ func benchRekey(sizes: [Int]) throws {
         let unlock = Double(nowNanos() - u0) / 1e6
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("service-\((n - 1) % 97)"), "acct": .string("account-\(n - 1)")],
                           returnData: true)
-        let found = try reopened.copyMatching(q).count
+        let found = try reopened.copyMatching(q, scope: .unrestricted).count
         precondition(found == 1)
         let resealed = n - n / 10
         func f(_ x: Double) -> String { String(Int(x.rounded())) }
@@ -164,7 +164,7 @@ func fill(stateDirectory: String, items: Int) throws {
                                                                "agrp": .string("unsigned")],
                     secret: secret("secret-\(k)"))
         }
-        try kc.add(contentsOf: batch)
+        try kc.add(contentsOf: batch, scope: .unrestricted)
         i += batch.count
     }
     kc.checkpoint()

@@ -1,6 +1,7 @@
 // `coffer manifest …`: signing keys, signed app manifests, and what the agent's trust roots hold.
 import ArgumentParser
 import CofferCLISupport
+import CofferCrypto
 import CofferManifest
 import CofferModel
 import CofferSystem

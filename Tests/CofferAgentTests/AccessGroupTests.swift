@@ -9,6 +9,7 @@ import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// Issue #13's enforcement rules through `Pipeline.handle`: callers with synthetic identities (what the
@@ -411,7 +412,7 @@ extension AccessGroupTests {
                                                   AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())],
                                      secret: secret("b")), scope: old)
         LegacyGroups.migrate(rig.keychain, logger: .init(label: "test"))
-        let all = try rig.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true))
+        let all = try rig.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true), scope: .unrestricted)
         let groups = Dictionary(uniqueKeysWithValues: all.compactMap { r -> (String, AttributeValue)? in
             guard case .string(let s)? = r.attributes?["svce"], let g = r.attributes?["agrp"] else { return nil }
             return (s, g)

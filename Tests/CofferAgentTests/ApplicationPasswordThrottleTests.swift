@@ -7,6 +7,7 @@ import CofferService
 import CofferServiceTestSupport
 import CofferTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// Issue #24, finding 1: an item's application password is guessed no faster than the passcode.

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferKeychain
 import CofferModel
 import CofferPluginClient
 import CofferProtocol
@@ -7,6 +8,7 @@ import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// Issue #25 part 4: authentication is one stage. The keychain answers "authentication needed" with

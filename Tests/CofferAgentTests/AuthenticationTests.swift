@@ -1,5 +1,6 @@
 @testable import CofferAgent
 import CofferAudit
+import CofferKeychain
 import CofferModel
 import CofferPolicy
 import CofferProtocol

@@ -1,5 +1,6 @@
 @testable import CofferAgent
 import CofferCrypto
+import CofferKeychain
 import CofferModel
 import CofferService
 

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferKeychain
 import CofferService
 import CofferServiceTestSupport
 import CofferTestSupport

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferKeychain
 import CofferServiceTestSupport
 import CofferTestSupport
 import CofferModel

@@ -8,6 +8,7 @@ import CofferKeychain
 import CofferProtocol
 import CofferSystem
 import Foundation
+import Logging
 import Testing
 
 @Suite struct AttemptScheduleTests {
@@ -84,7 +85,7 @@ import Testing
     /// The login password changed behind Coffer's back: PAM takes the new one, the keybag does not.
     @Test func aLoginPasswordChangedOutsideCofferIsKeptAndSyncedWithThePreviousOne() throws {
         let rig = try AgentRig()
-        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mail")], secret: secret("kept")))
+        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mail")], secret: secret("kept")), scope: .unrestricted)
         _ = rig.keychain.lock()
         var s = rig.greetedSession()
         rig.verifier.accepted = "new login password"
@@ -103,13 +104,13 @@ import Testing
         #expect(rig.keychain.status.lockState == .unlocked)
         _ = rig.keychain.lock()
         guard case .ok = rig.pipeline.handle(.unlock(passcode: secret("new login password")), session: &s) else { Issue.record("new password"); return }
-        #expect(text(try rig.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("mail")], returnData: true)).first?.data) == "kept")
+        #expect(text(try rig.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("mail")], returnData: true), scope: .unrestricted).first?.data) == "kept")
         #expect(errorStatus(rig.pipeline.handle(.passcodeSync(oldPasscode: secret(AgentRig.passcode)), session: &s)) == .notAvailable)
     }
 
     @Test func eraseAfterDestroysTheKeybagAndEveryItem() throws {
         let rig = try AgentRig()
-        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x")], secret: secret("s")))
+        try rig.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x")], secret: secret("s")), scope: .unrestricted)
         _ = rig.keychain.lock()
         let erased = Protected(false)
         let service = UnlockService(keychain: rig.keychain, verifier: rig.verifier, userName: "tester", kdfPolicy: cheapKDF, clock: rig.clock,

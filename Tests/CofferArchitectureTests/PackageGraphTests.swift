@@ -18,6 +18,8 @@ import Testing
         let name: String; let path: String; let dependencies: Set<String>
         /// Built with `.strictMemorySafety()`: every unsafe construct is spelled `unsafe`.
         var strictMemorySafety = false
+        /// The Swift upcoming features it builds with (`enableUpcomingFeature`).
+        var upcomingFeatures: Set<String> = []
     }
 
     /// The package's targets as SwiftPM sees them (`swift package dump-package`).
@@ -48,7 +50,11 @@ import Testing
                 }
             }
             let strict = ((t["settings"] as? [[String: Any]]) ?? []).contains { ($0["kind"] as? [String: Any])?["strictMemorySafety"] != nil }
-            return Target(name: name, path: path, dependencies: deps, strictMemorySafety: strict)
+            let features = ((t["settings"] as? [[String: Any]]) ?? []).compactMap { setting -> String? in
+                let feature = (setting["kind"] as? [String: Any])?["enableUpcomingFeature"] as? [String: Any]
+                return feature?["_0"] as? String
+            }
+            return Target(name: name, path: path, dependencies: deps, strictMemorySafety: strict, upcomingFeatures: Set(features))
         }
     }
 
@@ -212,6 +218,16 @@ import Testing
         #expect(targets.count > 20, "could not read the package (swift package dump-package)")
         for t in targets where strict.contains(t.name) && !t.strictMemorySafety {
             Issue.record("\(t.name) does not build with strict memory safety (swiftSettings: rawMemorySettings)")
+        }
+    }
+
+    /// Every Swift target builds with MemberImportVisibility (SE-0444): a member is visible only
+    /// through a module the file imports itself, so the imports the tests above read are every edge.
+    @Test func everySwiftTargetSeesOnlyWhatItImports() throws {
+        let targets = try Self.targets()
+        #expect(targets.count > 20, "could not read the package (swift package dump-package)")
+        for t in targets where !Self.imports(of: t).isEmpty && !t.upcomingFeatures.contains("MemberImportVisibility") {
+            Issue.record("\(t.name) does not build with MemberImportVisibility (swiftSettings: settings)")
         }
     }
 

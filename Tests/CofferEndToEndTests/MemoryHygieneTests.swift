@@ -3,6 +3,7 @@ import CofferCrypto
 import CofferKeybag
 import CofferModel
 import CofferSystem
+import CofferTestSupport
 import Foundation
 import Testing
 

@@ -1,4 +1,5 @@
 import CofferClient
+import CofferModel
 import CofferSystem
 import Foundation
 import CofferTestSupport

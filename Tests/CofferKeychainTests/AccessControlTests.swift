@@ -70,129 +70,129 @@ import Testing
 
     @Test func anItemWithAnAccessControlNeedsAPasscodeAndStaysOnTheDevice() throws {
         let none = try Fixture()
-        #expect(status { try none.keychain.add(Self.item(Self.presence)) } == .notAvailable)
+        #expect(status { try none.keychain.add(Self.item(Self.presence), scope: .unrestricted) } == .notAvailable)
         let f = try Fixture(passcode: "pw")
-        #expect(status { try f.keychain.add(Self.item(Self.presence, ["pdmn": .string("ak")])) } == .param)
-        let r = try f.keychain.add(Self.item(Self.presence), returnAttributes: true)
+        #expect(status { try f.keychain.add(Self.item(Self.presence, ["pdmn": .string("ak")]), scope: .unrestricted) } == .param)
+        let r = try f.keychain.add(Self.item(Self.presence), scope: .unrestricted, returnAttributes: true)
         #expect(r.attributes?["pdmn"] == .string("aku"), "defaults to WhenUnlockedThisDeviceOnly")
         #expect(r.attributes?[AccessControl.attributeName] == .data(Self.presence.encoded()))
         // It cannot be moved off the device or have its rule changed.
         let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
         let passcode = AuthorizationContext(passcodeVerified: true)
-        #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("ck")]), authorization: passcode) } == .param)
+        #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("ck")]), scope: .unrestricted, authorization: passcode) } == .param)
         // Nor moved to another ThisDeviceOnly class: AlwaysThisDeviceOnly would let the device key alone
         // open it offline, around its read rule. Naming the class it has is no change.
         for other in ["dku", "cku", "akpu"] {
-            #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string(other)]), authorization: passcode) } == .param, "\(other)")
+            #expect(status { try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string(other)]), scope: .unrestricted, authorization: passcode) } == .param, "\(other)")
         }
-        #expect(try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("aku"), "labl": .string("renamed")]), authorization: passcode) == 1)
+        #expect(try f.keychain.update(match, ItemChanges(attributes: ["pdmn": .string("aku"), "labl": .string("renamed")]), scope: .unrestricted, authorization: passcode) == 1)
         let kept = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all,
-                                                         returnAttributes: true), authorization: passcode)
+                                                         returnAttributes: true), scope: .unrestricted, authorization: passcode)
         #expect(kept.first?.attributes?["pdmn"] == .string("aku") && kept.first?.attributes?["labl"] == .string("renamed"))
-        #expect(status { try f.keychain.update(match, ItemChanges(attributes: [AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())]),
+        #expect(status { try f.keychain.update(match, ItemChanges(attributes: [AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded())]), scope: .unrestricted,
                                                authorization: passcode) } == .param)
         // Malformed rules, a current-set rule without the domain state the agent records, a search on the rule.
-        #expect(status { try f.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x"), "accc": .data([1, 2])], secret: secret("s"))) } == .param)
-        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-current-set")!, service: "y")) } == .param)
-        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!, service: "z")) } == .authFailed,
+        #expect(status { try f.keychain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("x"), "accc": .data([1, 2])], secret: secret("s")), scope: .unrestricted) } == .param)
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-current-set")!, service: "y"), scope: .unrestricted) } == .param)
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!, service: "z"), scope: .unrestricted) } == .authFailed,
                 "an application-password item needs its password when it is made")
-        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-any,or,application-password")!, service: "z"),
+        #expect(status { try f.keychain.add(Self.item(AccessControl(parsing: "biometry-any,or,application-password")!, service: "z"), scope: .unrestricted,
                                             applicationPassword: secret("apw")) } == .param)
         var searchOnRule = match
         searchOnRule.attributes[AccessControl.attributeName] = .data(Self.presence.encoded())
-        #expect(status { try f.keychain.copyMatching(searchOnRule) } == .param)
+        #expect(status { try f.keychain.copyMatching(searchOnRule, scope: .unrestricted) } == .param)
     }
 
     @Test func theSecretNeedsTheAuthenticationButTheAttributesDoNot() throws {
         let f = try Fixture(passcode: "pw")
-        try f.keychain.add(Self.item(Self.presence))
-        try f.keychain.add(Self.item(nil, service: "plain"))
-        #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
-        #expect(status { try f.keychain.copyMatchingPage(Self.query, after: 0) { _ in true } } == .interactionNotAllowed)
+        try f.keychain.add(Self.item(Self.presence), scope: .unrestricted)
+        try f.keychain.add(Self.item(nil, service: "plain"), scope: .unrestricted)
+        #expect(status { try f.keychain.copyMatching(Self.query, scope: .unrestricted) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatchingPage(Self.query, scope: .unrestricted, after: 0) { _ in true } } == .interactionNotAllowed)
         var attributesOnly = Self.query
         attributesOnly.returnData = false
         attributesOnly.returnAttributes = true
-        #expect(try f.keychain.copyMatching(attributesOnly).count == 1)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
+        #expect(try f.keychain.copyMatching(attributesOnly, scope: .unrestricted).count == 1)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
         // An unprotected item needs nothing.
         #expect(try f.password(service: "plain", account: "me") == "pin 1234")
         // What the policy must satisfy: the rule, for reading the secret; nothing for the plain item.
-        #expect(try f.keychain.accessRequirements(Self.query, for: .useSecret) == [Self.presence])
+        #expect(try f.keychain.accessRequirements(Self.query, scope: .unrestricted, for: .useSecret) == [Self.presence])
         let plain = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("plain")], limit: .all, returnData: true)
-        #expect(try f.keychain.accessRequirements(plain, for: .useSecret).isEmpty)
+        #expect(try f.keychain.accessRequirements(plain, scope: .unrestricted, for: .useSecret).isEmpty)
     }
 
     @Test func updateAndDeleteAreGuardedUnlessTheRuleLeavesThemOut() throws {
         let f = try Fixture(passcode: "pw")
-        try f.keychain.add(Self.item(Self.presence))
+        try f.keychain.add(Self.item(Self.presence), scope: .unrestricted)
         let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
-        #expect(status { try f.keychain.update(match, ItemChanges(secret: secret("new"))) } == .interactionNotAllowed)
-        #expect(status { try f.keychain.delete(match) } == .interactionNotAllowed)
-        #expect(try f.keychain.accessRequirements(match, for: .delete) == [Self.presence])
+        #expect(status { try f.keychain.update(match, ItemChanges(secret: secret("new")), scope: .unrestricted) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.delete(match, scope: .unrestricted) } == .interactionNotAllowed)
+        #expect(try f.keychain.accessRequirements(match, scope: .unrestricted, for: .delete) == [Self.presence])
         #expect(try f.keychain.count() == 1, "a refused delete deleted something")
         let finger = AuthorizationContext(biometryVerified: true, biometryDomainState: [1])
-        #expect(try f.keychain.update(match, ItemChanges(secret: secret("new")), authorization: finger) == 1)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: finger).first?.data) == "new")
+        #expect(try f.keychain.update(match, ItemChanges(secret: secret("new")), scope: .unrestricted, authorization: finger) == 1)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: finger).first?.data) == "new")
         // A rule for the secret only: delete and update need nothing.
         let readOnly = AccessControl(factors: [.devicePasscode], operations: [.useSecret])!
-        try f.keychain.add(Self.item(readOnly, service: "reader"))
+        try f.keychain.add(Self.item(readOnly, service: "reader"), scope: .unrestricted)
         let reader = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("reader")], limit: .all)
-        #expect(try f.keychain.update(reader, ItemChanges(attributes: ["labl": .string("x")])) == 1)
-        #expect(try f.keychain.delete(reader) == 1)
-        #expect(try f.keychain.delete(match, authorization: AuthorizationContext(passcodeVerified: true)) == 1)
+        #expect(try f.keychain.update(reader, ItemChanges(attributes: ["labl": .string("x")]), scope: .unrestricted) == 1)
+        #expect(try f.keychain.delete(reader, scope: .unrestricted) == 1)
+        #expect(try f.keychain.delete(match, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true)) == 1)
     }
 
     @Test func theRuleSurvivesAPasscodeChangeAndARestart() throws {
         let f = try Fixture(passcode: "pw")
-        try f.keychain.add(Self.item(Self.presence))
+        try f.keychain.add(Self.item(Self.presence), scope: .unrestricted)
         try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
         try f.reboot()
         try f.keychain.unlock(passcode: secret("pw2"))
-        #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
+        #expect(status { try f.keychain.copyMatching(Self.query, scope: .unrestricted) } == .interactionNotAllowed)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
     }
 
     @Test func anApplicationPasswordItemOpensOnlyWithItsPassword() throws {
         let f = try Fixture(passcode: "pw")
         let rule = AccessControl(parsing: "application-password")!
-        try f.keychain.add(Self.item(rule), applicationPassword: secret("open sesame"))
-        try f.keychain.add(Self.item(AccessControl(parsing: "device-passcode,and,application-password")!, service: "both"),
+        try f.keychain.add(Self.item(rule), scope: .unrestricted, applicationPassword: secret("open sesame"))
+        try f.keychain.add(Self.item(AccessControl(parsing: "device-passcode,and,application-password")!, service: "both"), scope: .unrestricted,
                            applicationPassword: secret("both pw"))
         // No password: the rule is not satisfied. A wrong one: the cryptography refuses.
-        #expect(status { try f.keychain.copyMatching(Self.query) } == .interactionNotAllowed)
-        #expect(status { try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("guess"))) }
+        #expect(status { try f.keychain.copyMatching(Self.query, scope: .unrestricted) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(applicationPassword: secret("guess"))) }
                 == .authFailed)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
                 == "pin 1234")
         // "and": the passcode and the password.
         let both = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("both")], limit: .all, returnData: true)
-        #expect(status { try f.keychain.copyMatching(both, authorization: AuthorizationContext(applicationPassword: secret("both pw"))) }
+        #expect(status { try f.keychain.copyMatching(both, scope: .unrestricted, authorization: AuthorizationContext(applicationPassword: secret("both pw"))) }
                 == .interactionNotAllowed)
-        #expect(text(try f.keychain.copyMatching(both, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("both pw"))).first?.data)
+        #expect(text(try f.keychain.copyMatching(both, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("both pw"))).first?.data)
                 == "pin 1234")
         // An update that keeps the secret re-seals it under the same password; a passcode change keeps it readable.
         let match = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all)
-        #expect(try f.keychain.update(match, ItemChanges(attributes: ["labl": .string("renamed")]),
+        #expect(try f.keychain.update(match, ItemChanges(attributes: ["labl": .string("renamed")]), scope: .unrestricted,
                                       authorization: AuthorizationContext(applicationPassword: secret("open sesame"))) == 1)
         try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
                 == "pin 1234")
         // Neither deleting nor replacing the secret opens it, yet a wrong password does not do either:
         // it is proven first (errSecAuthFailed), and the item is as it was.
         let guess = AuthorizationContext(applicationPassword: secret("guess"))
-        #expect(status { try f.keychain.update(match, ItemChanges(secret: secret("attacker's")), authorization: guess) } == .authFailed)
-        #expect(status { try f.keychain.delete(match, authorization: guess) } == .authFailed)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+        #expect(status { try f.keychain.update(match, ItemChanges(secret: secret("attacker's")), scope: .unrestricted, authorization: guess) } == .authFailed)
+        #expect(status { try f.keychain.delete(match, scope: .unrestricted, authorization: guess) } == .authFailed)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
                 == "pin 1234")
         // "and" with the passcode: the password is proven too; the right one does both.
         let bothMatch = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("both")], limit: .all)
-        #expect(status { try f.keychain.delete(bothMatch, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("guess"))) }
+        #expect(status { try f.keychain.delete(bothMatch, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("guess"))) }
                 == .authFailed)
         let right = AuthorizationContext(applicationPassword: secret("open sesame"))
-        #expect(try f.keychain.update(match, ItemChanges(secret: secret("new pin")), authorization: right) == 1)
-        #expect(text(try f.keychain.copyMatching(Self.query, authorization: right).first?.data) == "new pin")
-        #expect(try f.keychain.delete(match, authorization: right) == 1)
-        #expect(try f.keychain.delete(bothMatch, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("both pw"))) == 1)
+        #expect(try f.keychain.update(match, ItemChanges(secret: secret("new pin")), scope: .unrestricted, authorization: right) == 1)
+        #expect(text(try f.keychain.copyMatching(Self.query, scope: .unrestricted, authorization: right).first?.data) == "new pin")
+        #expect(try f.keychain.delete(match, scope: .unrestricted, authorization: right) == 1)
+        #expect(try f.keychain.delete(bothMatch, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret("both pw"))) == 1)
     }
 
     /// A stolen copy of the whole state directory, with the device key and the passcode (so every
@@ -200,7 +200,7 @@ import Testing
     /// the password was given (bypassing the rule check) meets the cryptography.
     @Test func aStolenCopyWithTheDeviceKeyAndThePasscodeCannotReadIt() throws {
         let f = try Fixture(passcode: "pw")
-        try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!), applicationPassword: secret("open sesame"))
+        try f.keychain.add(Self.item(AccessControl(parsing: "application-password")!), scope: .unrestricted, applicationPassword: secret("open sesame"))
         let thief = TemporaryDirectory("coffer-thief")
         for name in ["device.key", "keybag", "keybag.key", "keychain.db", "keychain.db-wal", "keychain.db-shm"] where Files.exists(f.dir.file(name)) {
             writeFileBytes(thief.file(name), fileBytes(f.dir.file(name)))
@@ -209,10 +209,10 @@ import Testing
         let stolen = try Keychain(directory: thief.path, lockingStateDirectory: false)
         try stolen.unlock(passcode: secret("pw"))
         for guess in ["", "pw", "open sesam", "Open sesame"] where !guess.isEmpty {
-            #expect(status { try stolen.copyMatching(Self.query, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret(guess))) }
+            #expect(status { try stolen.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(passcodeVerified: true, applicationPassword: secret(guess))) }
                     == .authFailed, "\(guess)")
         }
-        #expect(text(try stolen.copyMatching(Self.query, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
+        #expect(text(try stolen.copyMatching(Self.query, scope: .unrestricted, authorization: AuthorizationContext(applicationPassword: secret("open sesame"))).first?.data)
                 == "pin 1234", "only the password opens it")
     }
 
@@ -225,7 +225,7 @@ import Testing
         try f.addPassword(service: "wu", account: "me", secret: "kept1")
         try f.addPassword(service: "afu", account: "me", secret: "kept2", ["pdmn": .string("ck")])
         try f.addPassword(service: "always", account: "me", secret: "kept3", ["pdmn": .string("dk")])
-        try f.keychain.add(Self.item(Self.presence, service: "guarded"))
+        try f.keychain.add(Self.item(Self.presence, service: "guarded"), scope: .unrestricted)
         #expect(status { try f.keychain.removePasscode(current: secret("wrong")) } == .authFailed)
         #expect(try f.password(service: "wpc", account: "me") == "gone", "a refused removal changed something")
         try f.keychain.removePasscode(current: secret("pw"))
@@ -237,11 +237,11 @@ import Testing
         #expect(try f.password(service: "wu", account: "me") == "kept1")
         #expect(try f.password(service: "afu", account: "me") == "kept2")
         #expect(try f.password(service: "always", account: "me") == "kept3")
-        #expect(status { try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("guarded")], returnData: true)) }
+        #expect(status { try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("guarded")], returnData: true), scope: .unrestricted) }
                 == .interactionNotAllowed)
         // A passcode can be set again; the guarded item then opens with it.
         try f.keychain.setPasscode(current: nil, new: secret("pw2"), kdf: testKDF)
-        #expect(text(try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("guarded")], returnData: true),
+        #expect(text(try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("guarded")], returnData: true), scope: .unrestricted,
                                                   authorization: AuthorizationContext(passcodeVerified: true)).first?.data) == "pin 1234")
     }
 }
@@ -348,7 +348,7 @@ import Testing
         try f.addPassword(service: "vpn", account: "me", secret: "v1", ["pdmn": .string("cku")])   // this device only
         try f.addPassword(service: "boot", account: "me", secret: "b1", ["pdmn": .string("dk")])
         try f.addPassword(service: "pin", account: "me", secret: "p1", ["pdmn": .string("akpu")])  // never backed up
-        try f.keychain.add(AccessControlKeychainTests.item(AccessControlKeychainTests.presence, service: "guarded")) // never backed up
+        try f.keychain.add(AccessControlKeychainTests.item(AccessControlKeychainTests.presence, service: "guarded"), scope: .unrestricted) // never backed up
         return f
     }
 
@@ -371,7 +371,7 @@ import Testing
         r = try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: false)
         #expect(r == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
         for (svc, s) in [("mail", "m1"), ("vpn", "v1"), ("boot", "b1")] {
-            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true))
+            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true), scope: .unrestricted)
             #expect(text(got.first?.data) == s, "\(svc)")
         }
         // Another device (another device key): the ThisDeviceOnly item stays behind.
@@ -395,7 +395,7 @@ import Testing
         let kc = try Keychain(directory: same.path, lockingStateDirectory: false)
         #expect(try kc.restoreBackup(bytes, password: secret("backup pw"), dryRun: false) == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
         for (svc, s) in [("empty", ""), ("empty-here", ""), ("large", large)] {
-            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true))
+            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true), scope: .unrestricted)
             #expect(got.count == 1 && (text(got.first?.data) ?? "") == s, "\(svc)")
         }
     }
@@ -405,7 +405,7 @@ import Testing
         let (bytes, _) = try f.keychain.backup(password: secret("backup pw"), kdf: Self.kdf)
         let target = TemporaryDirectory("coffer-restore-bad")
         let kc = try Keychain(directory: target.path, lockingStateDirectory: false)
-        try kc.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mine")], secret: secret("x")))
+        try kc.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("mine")], secret: secret("x")), scope: .unrestricted)
         kc.checkpoint()
         let before = ["keychain.db", "keychain.db-wal"].map { fileBytes(target.file($0)) }
         #expect(status { try kc.restoreBackup(bytes, password: secret("wrong"), dryRun: false) } == .authFailed)

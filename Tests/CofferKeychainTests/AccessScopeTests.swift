@@ -22,9 +22,9 @@ import Testing
 
     @Test func theUnrestrictedScopeAddsToTheDefaultGroupAndSeesEveryGroup() throws {
         let f = try Fixture()
-        try f.keychain.add(item())
+        try f.keychain.add(item(), scope: .unrestricted)
         try f.keychain.add(item("m"), scope: mail)
-        let all = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true))
+        let all = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true), scope: .unrestricted)
         #expect(Set(all.compactMap { $0.attributes?["agrp"] }) == [.string("coffer.default"), .string("mail")])
     }
 
@@ -72,7 +72,7 @@ import Testing
         #expect(status { try f.keychain.copyMatching(byRef, scope: chat) } == .itemNotFound)
         #expect(status { try f.keychain.copyMatching(byRef, scope: mail) } == .interactionNotAllowed)
         // The unrestricted scope (the keychain library's own use) still says why it cannot answer.
-        #expect(status { try f.keychain.copyMatching(attributesOnly) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatching(attributesOnly, scope: .unrestricted) } == .interactionNotAllowed)
         try f.keychain.unlock(passcode: secret("1234"))
         #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail")
     }

@@ -25,7 +25,7 @@ import Testing
         let r = try kc.restoreBackup(bytes, password: secret(Self.password), dryRun: false)
         #expect(r == Keychain.RestoreSummary(added: 3, duplicates: 0, otherDevice: 0))
         for (svc, s) in Self.expected {
-            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true, returnAttributes: true))
+            let got = try kc.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(svc)], returnData: true, returnAttributes: true), scope: .unrestricted)
             #expect(text(got.first?.data) == s, "\(svc)")
             #expect(got.first?.attributes?["acct"] == .string("fixture"))
         }
@@ -45,7 +45,7 @@ import Testing
             var attrs: Attributes = ["svce": .string(svc), "acct": .string("fixture")]
             if svc == "vpn" { attrs["pdmn"] = .string("cku") }
             if svc == "boot" { attrs["pdmn"] = .string("dk") }
-            try kc.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(s)))
+            try kc.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(s)), scope: .unrestricted)
         }
         let (bytes, _) = try kc.backup(password: secret(Self.password), kdf: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)))
         try FileManager.default.createDirectory(atPath: Self.dir, withIntermediateDirectories: true)

@@ -119,7 +119,7 @@ import Testing
         }
         Self.damage(path, "UPDATE items SET meta = X'\(Hex.encode(meta))' WHERE pref = X'\(Hex.encode(r1))'")
         do {
-            _ = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true))
+            _ = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true), scope: .unrestricted)
             Issue.record("a search read the forged row")
         } catch {
             #expect(error.status == .decode)
@@ -127,7 +127,7 @@ import Testing
         var report = try f.keychain.check(.quarantine)
         #expect(report.findings.map(\.reason) == [.itemClass] && report.findings.map(\.quarantined) == [true], "\(report)")
         #expect(try f.keychain.check(.listQuarantine).findings.map(\.reason) == [.itemClass])
-        #expect(try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true)).count == 1,
+        #expect(try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true), scope: .unrestricted).count == 1,
                 "searches work again")
 
         // A forged row reusing r1 beside a new forged row r2: r2 is quarantined, r1's copy stays, reported.
@@ -202,13 +202,13 @@ import Testing
         Self.damage(f.dir.file("keychain.db"), "UPDATE items SET meta = randomblob(length(meta)) WHERE id = 1")
         var q = ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true)
         do {
-            _ = try f.keychain.copyMatchingPage(q, after: 0) { _ in true }
+            _ = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: 0) { _ in true }
             Issue.record("a plain listing read a damaged row")
         } catch {
             #expect(error.status == .decode)
         }
         q.skipUnreadable = true
-        let page = try f.keychain.copyMatchingPage(q, after: 0) { _ in true }
+        let page = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: 0) { _ in true }
         #expect(page.items.count == 1 && page.unreadable == 1 && page.isComplete)
     }
 
@@ -227,7 +227,7 @@ import Testing
         var cursor: Int64 = 0, unreadable = 0, items = 0, pages = 0
         while pages < 10 {
             var first = true
-            let page = try f.keychain.copyMatchingPage(q, after: cursor) { _ in defer { first = false }; return first }
+            let page = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: cursor) { _ in defer { first = false }; return first }
             unreadable += page.unreadable
             items += page.items.count
             pages += 1

@@ -33,7 +33,7 @@ func expectFixtureIntact(_ kc: Keychain, withPasscode: Bool, manifest: String) t
     for item in items {
         let keys = item.attributes.filter { ["svce", "srvr", "acct"].contains($0.key) }
         let q = ItemQuery(itemClass: item.itemClass, attributes: keys, limit: .all, returnData: true, returnAttributes: true)
-        let got = try kc.copyMatching(q)
+        let got = try kc.copyMatching(q, scope: .unrestricted)
         #expect(got.count == 1, "item \(item.n)")
         guard let r = got.first, let attrs = r.attributes else { continue }
         #expect(r.data?.withUnsafeBytes { Array($0) } == item.secret, "item \(item.n) secret")
@@ -74,8 +74,8 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
         #expect(fileBytes(dir.file("keybag")) == before)
         try expectFixtureIntact(again, withPasscode: false, manifest: try manifest("v1-nopasscode"))
         // New items work alongside.
-        try again.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("new"), "acct": .string("x")], secret: secret("n")))
-        #expect(text(try again.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("new")], returnData: true))[0].data) == "n")
+        try again.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("new"), "acct": .string("x")], secret: secret("n")), scope: .unrestricted)
+        #expect(text(try again.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("new")], returnData: true), scope: .unrestricted)[0].data) == "n")
     }
 
     @Test func withPasscodeTheFirstUnlockMigrates() throws {
@@ -86,7 +86,7 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
         let always = sqlRows(dir.file("keychain.db"), "SELECT secret FROM items WHERE pclass IN (3, 6)")
         #expect(!always.isEmpty && always.allSatisfy { $0.first == 2 })
         let dk = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc.dk"), "acct": .string("alice")], returnData: true)
-        #expect(try kc.copyMatching(dk).first?.data?.withUnsafeBytes { Array($0) } == V1Fixture.items(withPasscode: true)[2].secret)
+        #expect(try kc.copyMatching(dk, scope: .unrestricted).first?.data?.withUnsafeBytes { Array($0) } == V1Fixture.items(withPasscode: true)[2].secret)
         #expect(status { try kc.unlock(passcode: secret("wrong")) } == .authFailed)
         #expect(keybagVersion(dir) == 1) // a wrong passcode changes nothing
         try kc.unlock(passcode: secret(V1Fixture.passcode))

@@ -20,7 +20,7 @@ import Testing
         var pages = 0
         while true {
             var room = 7
-            let page = try f.keychain.copyMatchingPage(q, after: cursor) { _ in room -= 1; return room >= 0 }
+            let page = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: cursor) { _ in room -= 1; return room >= 0 }
             seen += page.items.compactMap { if case .string(let a)? = $0.attributes?["acct"] { a } else { nil } }
             pages += 1
             if page.isComplete { break }
@@ -30,6 +30,6 @@ import Testing
         #expect(pages == (n + 6) / 7)
         // A limit across the tiers stops exactly there.
         let limited = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("shared")], limit: .count(100))
-        #expect(try f.keychain.copyMatching(limited).count == 100)
+        #expect(try f.keychain.copyMatching(limited, scope: .unrestricted).count == 100)
     }
 }

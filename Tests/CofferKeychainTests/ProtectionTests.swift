@@ -1,5 +1,6 @@
 import CSQLite
 import CofferCrypto
+import CofferKeybag
 @testable import CofferKeychain
 import CofferModel
 import CofferTestSupport
@@ -67,17 +68,17 @@ import Testing
         let f = try Fixture(passcode: "pw")
         try f.addPassword(service: "svc", account: "a", secret: "A") // WhenUnlocked by default
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("a")], returnAttributes: true)
-        try f.keychain.update(q, ItemChanges(attributes: ["labl": .string("x")]))
-        #expect(try f.keychain.copyMatching(q)[0].attributes?["pdmn"] == .string("ak"))
+        try f.keychain.update(q, ItemChanges(attributes: ["labl": .string("x")]), scope: .unrestricted)
+        #expect(try f.keychain.copyMatching(q, scope: .unrestricted)[0].attributes?["pdmn"] == .string("ak"))
         f.keychain.lock()
         #expect(status { try f.password(service: "svc", account: "a") } == .interactionNotAllowed)
         try f.keychain.unlock(passcode: secret("pw"))
         // Re-wrap under Always: readable while locked and after a reboot.
-        try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("always")]))
+        try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("always")]), scope: .unrestricted)
         try f.reboot()
         #expect(try f.password(service: "svc", account: "a") == "A")
         // Moving to a locked class while locked is refused.
-        #expect(status { try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("ak")])) } == .interactionNotAllowed)
+        #expect(status { try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("ak")]), scope: .unrestricted) } == .interactionNotAllowed)
         #expect(try f.password(service: "svc", account: "a") == "A")
     }
 }
@@ -89,7 +90,7 @@ import Testing
         let account = "account-name-alice@example.org"
         let service = "service-name-payroll"
         try f.addPassword(service: service, account: account, secret: secretValue, ["labl": .string("label-text-xyz")])
-        try f.keychain.add(NewItem(itemClass: .key, attributes: ["atag": .data(Array("key-tag-abc".utf8))], secret: secret("PRIVATE-KEY-BYTES-987")))
+        try f.keychain.add(NewItem(itemClass: .key, attributes: ["atag": .data(Array("key-tag-abc".utf8))], secret: secret("PRIVATE-KEY-BYTES-987")), scope: .unrestricted)
         var keys: [[UInt8]] = []
         for c in ProtectionClass.allCases {
             try f.keychain.keybag.withClassKey(c) { keys.append(Array($0)) }
@@ -148,7 +149,7 @@ import Testing
             sqlite3_exec(db, "INSERT OR IGNORE INTO attr_index(h, item) SELECT h, 2 FROM attr_index WHERE item = 1", nil, nil, nil)
         }
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("a")], limit: .all, returnData: true)
-        #expect(try f.keychain.copyMatching(q).map { text($0.data) } == ["AAAA"])
+        #expect(try f.keychain.copyMatching(q, scope: .unrestricted).map { text($0.data) } == ["AAAA"])
     }
 
     @Test func corruptDatabaseFileIsACleanError() throws {

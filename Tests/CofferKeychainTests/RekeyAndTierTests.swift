@@ -66,7 +66,7 @@ func copyState(_ names: [String], from: String, to: String) throws {
         try? oldView.unlock(passcode: secret("old"))
         for c in ProtectionClass.allCases where c.availability != .always {
             let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("after"), "acct": .string(c.shortCode)], returnData: true)
-            let r = status { try oldView.copyMatching(q) }
+            let r = status { try oldView.copyMatching(q, scope: .unrestricted) }
             #expect(r == .itemNotFound || r == .decode, "\(c): \(String(describing: r))")
         }
 
@@ -131,23 +131,23 @@ func copyState(_ names: [String], from: String, to: String) throws {
         try f.addPassword(service: "svc", account: "ak", secret: "A", ["pdmn": .string("ak"), "labl": .string("L")])
         let all = ItemQuery(itemClass: .genericPassword, attributes: ["labl": .string("L")], limit: .all, returnData: true)
         // Unlocked: the union of both tiers, oldest first.
-        #expect(try f.keychain.copyMatching(all).map { text($0.data) } == ["D", "C", "A"])
+        #expect(try f.keychain.copyMatching(all, scope: .unrestricted).map { text($0.data) } == ["D", "C", "A"])
         var one = all
         one.limit = .one
-        #expect(try f.keychain.copyMatching(one).map { text($0.data) } == ["D"])
+        #expect(try f.keychain.copyMatching(one, scope: .unrestricted).map { text($0.data) } == ["D"])
         // Duplicates across tiers: the same primary key in another class is a duplicate (Apple's rule).
         #expect(status { try f.addPassword(service: "svc", account: "dk", secret: "x", ["pdmn": .string("ak")]) } == .duplicateItem)
         #expect(status { try f.addPassword(service: "svc", account: "ak", secret: "x", ["pdmn": .string("always")]) } == .duplicateItem)
         #expect(status { try f.addPassword(service: "svc", account: "ck", secret: "x", ["pdmn": .string("aku")]) } == .duplicateItem)
         // An update into another item's primary key, across tiers, is a duplicate and changes nothing.
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("ak")])
-        #expect(status { try f.keychain.update(q, ItemChanges(attributes: ["acct": .string("dk")])) } == .duplicateItem)
-        #expect(status { try f.keychain.update(q, ItemChanges(attributes: ["acct": .string("dk"), "pdmn": .string("dku")])) } == .duplicateItem)
+        #expect(status { try f.keychain.update(q, ItemChanges(attributes: ["acct": .string("dk")]), scope: .unrestricted) } == .duplicateItem)
+        #expect(status { try f.keychain.update(q, ItemChanges(attributes: ["acct": .string("dk"), "pdmn": .string("dku")]), scope: .unrestricted) } == .duplicateItem)
         #expect(try f.password(service: "svc", account: "ak") == "A")
         // A move between tiers keeps the item findable.
-        try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("dku")]))
+        try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("dku")]), scope: .unrestricted)
         #expect(try f.password(service: "svc", account: "ak") == "A")
-        try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("ak")]))
+        try f.keychain.update(q, ItemChanges(attributes: ["pdmn": .string("ak")]), scope: .unrestricted)
 
         // Locked: AfterFirstUnlock items stay searchable (tier P stays in memory).
         f.keychain.lock()
@@ -160,9 +160,9 @@ func copyState(_ names: [String], from: String, to: String) throws {
         #expect(try f.password(service: "svc", account: "dk") == "D")
         #expect(status { try f.password(service: "svc", account: "ck") } == .interactionNotAllowed)
         let alwaysOnly = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("none"), "pdmn": .string("dk")])
-        #expect(status { try f.keychain.copyMatching(alwaysOnly) } == .itemNotFound)
+        #expect(status { try f.keychain.copyMatching(alwaysOnly, scope: .unrestricted) } == .itemNotFound)
         try f.keychain.unlock(passcode: secret("pw"))
-        #expect(try f.keychain.copyMatching(all).map { text($0.data) } == ["D", "C", "A"])
+        #expect(try f.keychain.copyMatching(all, scope: .unrestricted).map { text($0.data) } == ["D", "C", "A"])
     }
 
     @Test func searchIsAConstantNumberOfIndexSeeks() throws {
@@ -178,7 +178,7 @@ func copyState(_ names: [String], from: String, to: String) throws {
         try f.keychain.add(contentsOf: (20..<2000).map { i in
             NewItem(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("acct\(i)"),
                                                               "pdmn": .string(i % 2 == 0 ? "dk" : "ck")], secret: secret("s"))
-        })
+        }, scope: .unrestricted)
         let large = try timeLookups()
         #expect(large < small * 4 + 20, "lookups went from \(small) ms to \(large) ms")
     }

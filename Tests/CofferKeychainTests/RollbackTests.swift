@@ -74,7 +74,7 @@ import Testing
         f.keychain.checkpoint()
         let before = snapshot(f)
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("a")])
-        try f.keychain.update(q, ItemChanges(secret: secret("new secret")))
+        try f.keychain.update(q, ItemChanges(secret: secret("new secret")), scope: .unrestricted)
         #expect(try f.password(service: "svc", account: "a") == "new secret")
         f.keychain.checkpoint()
         // Offline: the row's earlier sealed version is written back. It still authenticates.
@@ -90,7 +90,7 @@ import Testing
         f.keychain.checkpoint()
         let before = snapshot(f)
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("gone")])
-        try f.keychain.delete(q)
+        try f.keychain.delete(q, scope: .unrestricted)
         #expect(status { try f.password(service: "svc", account: "gone") } == .itemNotFound)
         try f.reboot()
         restore(f, before, id: before.rows.keys.first!)

@@ -52,15 +52,15 @@ import Testing
         expectRefused("add") { try f.addPassword(service: "s", account: "lost", secret: "two") }
         expectRefused("update") {
             try f.keychain.update(ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("kept")]),
-                                  ItemChanges(attributes: ["labl": .string("x")]))
+                                  ItemChanges(attributes: ["labl": .string("x")]), scope: .unrestricted)
         }
         expectRefused("delete") {
-            try f.keychain.delete(ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("kept")]))
+            try f.keychain.delete(ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("kept")]), scope: .unrestricted)
         }
         expectRefused("passcode change") { try f.keychain.setPasscode(current: secret("old"), new: secret("x"), kdf: testKDF) }
         // Nothing was lost: the other keychain (the current keys) still reads the item, alone.
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("s")], limit: .all, returnAttributes: true)
-        #expect(try other.copyMatching(q).count == 1)
+        #expect(try other.copyMatching(q, scope: .unrestricted).count == 1)
     }
 
     /// A library caller opening the state directory takes its lock without asking (the default): it

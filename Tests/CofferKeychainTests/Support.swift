@@ -22,12 +22,12 @@ final class Fixture {
     func addPassword(service: String, account: String, secret s: String, _ extra: Attributes = [:]) throws -> ItemResult {
         var attrs: Attributes = ["svce": .string(service), "acct": .string(account)]
         attrs.merge(extra) { $1 }
-        return try keychain.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(s)), returnPersistentRef: true)
+        return try keychain.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(s)), scope: .unrestricted, returnPersistentRef: true)
     }
 
     func password(service: String, account: String) throws -> String? {
         let q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string(service), "acct": .string(account)], returnData: true)
-        return text(try keychain.copyMatching(q).first?.data)
+        return text(try keychain.copyMatching(q, scope: .unrestricted).first?.data)
     }
 }
 

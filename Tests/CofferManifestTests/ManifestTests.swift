@@ -1,5 +1,6 @@
 import CofferCrypto
 @testable import CofferManifest
+import CofferModel
 import Testing
 
 /// A manifest signed with the trusted test key.

@@ -1,5 +1,6 @@
 @testable import CofferPluginClient
 import CofferPluginProtocol
+import CofferSystem
 import Foundation
 import Glibc
 import Testing

@@ -1,4 +1,5 @@
 import CofferPluginHost
+import CofferPluginProtocol
 import CofferSystem
 import Foundation
 import Glibc
