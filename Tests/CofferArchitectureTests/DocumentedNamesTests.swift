@@ -10,7 +10,6 @@ import Testing
     /// Names in code format that are not Coffer's and need not exist in the sources, each with why.
     static let foreignNames: [String: String] = [
         "LAContext": "Apple's LocalAuthentication class, which Coffer's LocalAuthentication follows",
-        "ProcessFD": "a key of the D-Bus daemon's GetConnectionCredentials reply (a pidfd)",
         "SecAccessControl": "Apple's Security type, which Coffer's access controls follow",
         "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
         "TracerPid": "a field of /proc/PID/status",

@@ -94,24 +94,34 @@ import Testing
     }
 
     /// Asking who holds the lock takes none: an agent starting at that moment is never refused. Before,
-    /// `currentHolder` took LOCK_EX for an instant, and a starting agent could lose that race.
-    @Test func askingWhoHoldsTheLockNeverRefusesATaker() throws {
+    /// `currentHolder` took LOCK_EX for an instant, and a starting agent could lose that race. The
+    /// takers are `flock -n` processes (another process, as an agent would be; in this process a
+    /// concurrent test's fork could hold a copy of a released lock for a moment).
+    @Test(.enabled(if: access("/usr/bin/flock", X_OK) == 0, "needs util-linux's flock(1)"))
+    func askingWhoHoldsTheLockNeverRefusesATaker() throws {
         let dir = TemporaryDirectory("coffer-lockprobe")
-        let stop = Protected(false)
-        let prober = Thread { while !stop.withLock({ $0 }) { _ = StateDirectoryLock.currentHolder(of: dir.path) } }
-        prober.start()
-        defer { stop.withLock { $0 = true } }
-        var refused = 0
-        for _ in 0..<2_000 {
-            do {
-                let lock = try StateDirectoryLock.acquire(directory: dir.path, socket: nil)
-                #expect(StateDirectoryLock.currentHolder(of: dir.path)?.pid == getpid())
-                withExtendedLifetime(lock) {}
-            } catch {
-                refused += 1
+        _ = try StateDirectoryLock.acquire(directory: dir.path, socket: nil)   // creates the file; released at once
+        let stop = Protected(false), probes = Protected(0)
+        let prober = Thread {
+            while !stop.withLock({ $0 }) {
+                _ = StateDirectoryLock.currentHolder(of: dir.path)
+                probes.withLock { $0 += 1 }
             }
         }
-        #expect(refused == 0)
+        prober.start()
+        defer { stop.withLock { $0 = true } }
+        let takers = Process()
+        takers.executableURL = URL(fileURLWithPath: "/bin/sh")
+        takers.arguments = ["-c", "i=0; n=0; while [ $i -lt 1000 ]; do /usr/bin/flock -n -x \"$1\" true || n=$((n+1)); i=$((i+1)); done; echo $n",
+                            "sh", dir.path + "/" + StateDirectoryLock.fileName]
+        let out = Pipe()
+        takers.standardOutput = out
+        try takers.run()
+        let refused = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        takers.waitUntilExit()
+        #expect(takers.terminationStatus == 0)
+        #expect(refused.trimmingCharacters(in: .whitespacesAndNewlines) == "0", "takers refused while only probes ran")
+        #expect(probes.withLock { $0 } > 0)
         #expect(StateDirectoryLock.currentHolder(of: dir.path) == nil)
     }
 }
