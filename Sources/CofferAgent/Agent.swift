@@ -180,7 +180,7 @@ package final class Agent: Sendable {
         let server = SocketServer(name: name, listener: listener, framing: framing, handler: handler, registry: registry, budget: frameBudget,
                                   limits: Connection.Limits(frameSeconds: configuration.frameDeadlineSeconds,
                                                             helloSeconds: configuration.helloTimeoutSeconds),
-                                  refusals: refusals, logger: logger) { [self] conn in identify(conn) }
+                                  refusals: refusals, logger: logger) { [weak self] conn in self?.identify(conn) }   // weak: the agent owns its servers
         if let socketPath { ownedSocketPaths.withLock { $0.append(socketPath) } }
         servers.withLock { $0.append(server) }
         if started.withLock({ $0 }) { server.start() }
@@ -192,7 +192,7 @@ package final class Agent: Sendable {
         let caller: CallerIdentity
         do {
             caller = configuration.identifyCallers
-                ? try resolver.identify(socket: conn.fd)
+                ? try resolver.identify(socket: conn.fd, peer: conn.peer)   // the credentials read at accept: one SO_PEERCRED read
                 : CallerIdentity(pid: conn.peer.pid, uid: conn.peer.uid,
                                  establishedBy: .unsigned(executablePath: conn.peer.executable ?? "", reason: .noMatchingManifest),
                                  accessGroups: [])

@@ -23,7 +23,9 @@ import Testing
     /// A raw connection that said HELLO and got its reply.
     static func greeted(_ path: String) throws -> Int32 {
         let fd = try UnixSocket.connect(path: path)
-        UnixSocket.setTimeouts(fd, send: 5, receive: 5)
+        // Generous: the agent identifies this process first, hashing the test binary (hundreds of MiB
+        // under a sanitizer, on a loaded machine) before the HELLO reply.
+        UnixSocket.setTimeouts(fd, send: 60, receive: 60)
         let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "limits").encodeFrame(requestID: 1)
         guard hello.withUnsafeBytes({ UnixSocket.writeAll(fd, $0) }), readFrame(fd) != nil else {
             close(fd)
