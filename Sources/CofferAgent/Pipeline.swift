@@ -92,7 +92,7 @@ final class Pipeline: Sendable {
         case .check(let operation):
             // Unpaged (the first form): a report that does not fit fails before anything is moved.
             return .checkReport(try service.check(operation, wholeOrNothing: true, session.context,
-                                                  fits: Self.findingsFit(header: WireFormat.checkReportPageHeaderBytes - 8)))
+                                                  fits: Self.findingsFit(header: WireFormat.checkReportHeaderBytes)))
         case .checkPage(let operation, let cursor):
             return .checkReportPage(try service.check(operation, after: cursor, session.context,
                                                       fits: Self.findingsFit(header: WireFormat.checkReportPageHeaderBytes)))
@@ -167,7 +167,6 @@ final class Pipeline: Sendable {
         }
     }
 
-    /// errSecAllocate for a reply that cannot fit in one frame (names no value).
     /// A budget of findings for one CHECK_REPORT(_PAGE) frame after `header` bytes.
     static func findingsFit(header: Int) -> (CheckFinding) -> Bool {
         var room = WireFormat.maximumBodyBytes - header
@@ -179,6 +178,7 @@ final class Pipeline: Sendable {
         }
     }
 
+    /// errSecAllocate for a reply that cannot fit in one frame (names no value).
     static func tooLarge(_ what: String) -> SecError {
         SecError(.allocate, "\(what) does not fit in one reply (\(WireFormat.maximumBodyBytes) bytes)")
     }

@@ -25,8 +25,10 @@ public enum WireFormat {
     public static let itemsPageHeaderBytes = 17
     /// ITEMS_PAGE_SKIPPING's fixed part: ITEMS_PAGE's and a u32 unreadable count.
     public static let itemsPageSkippingHeaderBytes = 21
-    /// Bytes of a CHECK_REPORT_PAGE body before its first finding (type, request id, checked, skipped, cursor, count).
-    public static let checkReportPageHeaderBytes = 29
+    /// Bytes of a CHECK_REPORT body before its first finding (type, request id, checked, skipped, count).
+    public static let checkReportHeaderBytes = 17
+    /// Bytes of a CHECK_REPORT_PAGE body before its first finding (CHECK_REPORT's and the cursor).
+    public static let checkReportPageHeaderBytes = 25
     /// Encoded size of one check finding (reference blob, reason, flag, detail as a short string).
     public static func encodedSize(of finding: CheckFinding) -> Int {
         4 + finding.persistentRef.count + 2 + 2 + min(finding.detail.utf8.count, Int(UInt16.max))

@@ -44,4 +44,20 @@ import Testing
             #expect(AgentResponse.itemsPage(items, nextCursor: 7).encodeFrame(requestID: 1).count - 4 == WireFormat.itemsPageHeaderBytes + sum)
         }
     }
+
+    /// The same for check findings: the header constants and `encodedSize(of:)` are exactly what a
+    /// CHECK_REPORT or CHECK_REPORT_PAGE frame holds, so the agent's budget never passes the limit.
+    @Test func checkReportSizesAreExact() {
+        let variants = [CheckFinding(persistentRef: [], reason: .group, quarantined: false, detail: ""),
+                        CheckFinding(persistentRef: [UInt8](repeating: 3, count: 16), reason: .authentication, quarantined: true, detail: "ünï forged"),
+                        CheckFinding(persistentRef: [UInt8](repeating: 4, count: 16), reason: .itemClass, quarantined: false,
+                                     detail: String(repeating: "x", count: 512))]
+        for n in 0...variants.count {
+            let findings = Array(variants.prefix(n))
+            let sum = findings.map(WireFormat.encodedSize(of:)).reduce(0, +)
+            let report = CheckReport(checked: 1, skipped: 2, findings: findings, nextCursor: n == 0 ? 0 : 9)
+            #expect(AgentResponse.checkReport(report).encodeFrame(requestID: 1).count - 4 == WireFormat.checkReportHeaderBytes + sum)
+            #expect(AgentResponse.checkReportPage(report).encodeFrame(requestID: 1).count - 4 == WireFormat.checkReportPageHeaderBytes + sum)
+        }
+    }
 }
