@@ -95,7 +95,8 @@ public struct SSHPrivateKey: Sendable {
     /// p·q = n, e·d ≡ 1, iqmp = q⁻¹ mod p) with a modulus of at least 2048 bits.
     ///
     /// Numbers may come with leading zero bytes (as SSH mpints decode); they are normalised: ECDSA's d
-    /// to the field size, RSA's numbers to no leading zeros.
+    /// to the field size, RSA's numbers to no leading zeros. The key keeps its own copies of the
+    /// secrets: the caller's buffers stay the caller's to wipe.
     public init(components: SSHPrivateKeyComponents) throws(SSHKeyError) {
         switch components {
         case .ed25519(let seed, let publicKey):
@@ -104,7 +105,7 @@ public struct SSHPrivateKey: Sendable {
                 throw .malformedComponent("Ed25519 public key (\(publicKey.count) bytes, not 32)")
             }
             guard Ed25519.keyPair(seed: seed).publicKey == publicKey else { throw .inconsistentKey(.ed25519) }
-            self.init(checked: components)
+            self.init(checked: .ed25519(seed: seed.slice(0..<seed.count), publicKey: publicKey))
         case .ecdsa(let curve, let q, let rawD):
             guard q.count == curve.pointBytes, q.first == 0x04 else {
                 throw .malformedComponent("\(curve.algorithm) point Q (\(q.count) bytes; an uncompressed point has \(curve.pointBytes))")
@@ -192,10 +193,11 @@ public struct SSHPrivateKey: Sendable {
     /// `bytes` without its leading zero bytes.
     static func minimal(_ bytes: [UInt8]) -> [UInt8] { Array(bytes.drop { $0 == 0 }) }
 
-    /// `secret` without its leading zero bytes, in a new secure buffer (the original is left to its owner).
+    /// `secret` without its leading zero bytes, always in a new secure buffer: the key owns its copy,
+    /// and the original stays its owner's to wipe.
     static func minimal(_ secret: SecureBytes) -> SecureBytes {
         let zeros = unsafe secret.withUnsafeBytes { raw in unsafe raw.prefix { $0 == 0 }.count }
-        return zeros == 0 ? secret : secret.slice(zeros..<secret.count)
+        return secret.slice(zeros..<secret.count)
     }
 
     /// `secret` left-padded with zeros to `width` bytes (after dropping leading zeros), or nil if longer.

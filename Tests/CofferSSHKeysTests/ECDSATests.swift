@@ -30,6 +30,12 @@ import Testing
         #expect(qa != qb && !da.constantTimeEquals(db))
         #expect(try SSHPrivateKey(components: a.components).publicComponents == a.publicComponents)
         #expect(thrown { try a.publicComponents.validate() } == nil)
+
+        // An imported key owns its secrets: the caller wiping its buffer changes nothing.
+        let callersD = secure(bytes(da))
+        let imported = try SSHPrivateKey(components: .ecdsa(curve: curve, q: qa, d: callersD))
+        callersD.wipe()
+        #expect(a.verify(try imported.sign(data: [7]), data: [7]))
     }
 
     @Test(.enabled(if: OpenSSLTool.available, "no openssl command-line tool"), arguments: curves)

@@ -27,6 +27,12 @@ import Testing
         #expect(key.verify(signature, data: hex(v.message)))
         #expect(!key.verify(signature, data: hex(v.message) + [0]))
         #expect(!key.publicComponents.verify(.ecdsa(r: [1], s: [1]), data: hex(v.message)), "a signature of another kind never verifies")
+
+        // The key owns its seed: the caller wiping its buffer leaves the stored components whole.
+        let callersSeed = secure(hex(v.seed))
+        let owned = try SSHPrivateKey(components: .ed25519(seed: callersSeed, publicKey: hex(v.publicKey)))
+        callersSeed.wipe()
+        #expect(try SSHPrivateKey(components: owned.components).sign(data: hex(v.message)) == .ed25519(hex(v.signature)))
     }
 
     @Test func generatedKeysAreFreshAndSign() throws {
