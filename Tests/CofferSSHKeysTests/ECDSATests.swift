@@ -36,6 +36,9 @@ import Testing
         let imported = try SSHPrivateKey(components: .ecdsa(curve: curve, q: qa, d: callersD))
         callersD.wipe()
         #expect(a.verify(try imported.sign(data: [7]), data: [7]))
+        // Empty data signs and verifies too (the C wall gets a zero-length buffer).
+        #expect(a.verify(try a.sign(data: []), data: []))
+        #expect(!a.verify(try a.sign(data: []), data: [0]))
     }
 
     @Test(.enabled(if: OpenSSLTool.available, "no openssl command-line tool"), arguments: curves)

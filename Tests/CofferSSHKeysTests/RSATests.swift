@@ -139,5 +139,6 @@ import Testing
         let signature = try key.sign(data: [1, 2, 3], hash: .sha256)
         #expect(Self.signatureBytes(signature).count == 384)
         #expect(key.verify(signature, data: [1, 2, 3]))
+        #expect(key.verify(try key.sign(data: [], hash: .sha512), data: []))
     }
 }
