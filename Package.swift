@@ -54,10 +54,15 @@ let package = Package(
         .target(name: "CSystemShims", path: "Sources/CSystemShims"),
         // The wire protocol's constants for C (pam_coffer, plugins): headers only, checked against Swift by CofferABITests.
         .target(name: "CCofferABI", path: "Sources/CCofferABI"),
+        // OpenSSL 3 libcrypto for the SSH key types libsodium lacks (ECDSA P-256/384/521, RSA): plain C, raw components.
+        .target(name: "CSSHCrypto", path: "Sources/CSSHCrypto", linkerSettings: [.linkedLibrary("crypto")]),
 
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
+        // SSH key crypto (issue #27): generation, import checks, signatures for ssh-ed25519 (libsodium), ECDSA and RSA
+        // (OpenSSL), in raw components; the SSH wire encoding is not here.
+        .target(name: "CofferSSHKeys", dependencies: ["CSSHCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: rawMemorySettings),
@@ -161,6 +166,7 @@ let package = Package(
         // The shell helpers' pure parts: secret references and templates, secret renderings.
         .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
+        .testTarget(name: "CofferSSHKeysTests", dependencies: ["CofferSSHKeys", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferStoreTests", dependencies: ["CofferModel", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),

@@ -2,7 +2,8 @@
 # Installs the Debian packages Coffer builds and tests with (Debian 12). Run as root; a no-op
 # when everything is already installed.
 set -eu
-packages="libsodium-dev libpam0g-dev libsqlite3-dev libpam-wrapper pamtester gcc pkg-config xxd procps bubblewrap bindfs strace libsystemd-dev fprintd libfprint-2-2 python3-dbusmock dbus-daemon libglib2.0-bin git gnupg gpg-agent pinentry-curses man-db groff-base zsh fish xz-utils"
+# libssl-dev: OpenSSL libcrypto (ECDSA and RSA SSH keys, CSSHCrypto); openssl: the tool the SSH key tests check against.
+packages="libsodium-dev libpam0g-dev libsqlite3-dev libssl-dev openssl libpam-wrapper pamtester gcc pkg-config xxd procps bubblewrap bindfs strace libsystemd-dev fprintd libfprint-2-2 python3-dbusmock dbus-daemon libglib2.0-bin git gnupg gpg-agent pinentry-curses man-db groff-base zsh fish xz-utils"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
