@@ -170,7 +170,7 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
-        .testTarget(name: "CofferSSHAgentProtocolTests", dependencies: ["CofferSSHAgentProtocol", "CofferCrypto"],
+        .testTarget(name: "CofferSSHAgentProtocolTests", dependencies: ["CofferSSHAgentProtocol", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         // The package graph checked against the sources: every import declared, layers one way, one owner per C wall.
         .testTarget(name: "CofferArchitectureTests", swiftSettings: settings),
