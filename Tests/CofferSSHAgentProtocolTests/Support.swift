@@ -1,5 +1,6 @@
 import CofferCrypto
 import CofferSSHAgentProtocol
+import CofferTestSupport
 import Foundation
 import Testing
 
@@ -12,39 +13,14 @@ struct SSHVector: CustomTestStringConvertible, Sendable {
 }
 
 /// The vectors of the spec article, in order, so the document and the code cannot drift apart.
-let sshVectors: [SSHVector] = {
-    let doc = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Sources/CofferSSHAgentProtocol/CofferSSHAgentProtocol.docc/SSHAgentProtocol.md")
-    let text = (try? String(contentsOf: doc, encoding: .utf8)) ?? ""
-    var out: [SSHVector] = []
-    var current: SSHVector? = nil
-    for line in text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
-        if line == "```vector" { current = SSHVector(); continue }
-        guard var v = current else { continue }
-        if line == "```" { out.append(v); current = nil; continue }
-        let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-        guard parts.count == 2 else { continue }
-        switch parts[0] {
-        case "name": v.name = parts[1]
-        case "direction": v.direction = parts[1]
-        case "outcome": v.outcome = parts[1]
-        case "frame": v.frame = hex(parts[1])
-        default: v.fields[parts[0]] = parts[1]
-        }
-        current = v
-    }
-    return out
-}()
-
-func hex(_ s: String) -> [UInt8] {
-    var out: [UInt8] = []
-    var i = s.startIndex
-    while i < s.endIndex, let j = s.index(i, offsetBy: 2, limitedBy: s.endIndex) {
-        out.append(UInt8(s[i..<j], radix: 16)!)
-        i = j
-    }
-    return out
+let sshVectors: [SSHVector] = specVectorBlocks("Sources/CofferSSHAgentProtocol/CofferSSHAgentProtocol.docc/SSHAgentProtocol.md").map { block in
+    var v = SSHVector(name: block["name"] ?? "", direction: block["direction"] ?? "", outcome: block["outcome"] ?? "")
+    v.frame = hexDecode(block["frame"] ?? "") ?? []
+    v.fields = block
+    return v
 }
+
+func hex(_ s: String) -> [UInt8] { hexDecode(s)! }
 
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
 
