@@ -6,8 +6,8 @@ public import CofferCrypto
 /// - ECDSA: `string "ecdsa-sha2-<curve>", string <curve>, string Q, mpint d`
 /// - RSA: `string "ssh-rsa", mpint n, mpint e, mpint d, mpint iqmp, mpint p, mpint q`
 ///
-/// Public parts are raw as in ``SSHPublicKey``; secret mpints are big-endian magnitudes without
-/// leading zeros. The same encoding behind a version byte is the stored form (``encodeStored()``).
+/// Public parts are raw as in ``SSHPublicKey``; secret mpints are big-endian magnitudes (decoding
+/// yields them without leading zeros; pad d to ``SSHECDSACurve/scalarBytes`` where a fixed width is needed). The same encoding behind a version byte is the stored form (``encodeStored()``).
 public enum SSHPrivateKey: Sendable {
     /// `secret` is the 64-byte libsodium secret key: the 32-byte seed, then the public key.
     case ed25519(publicKey: [UInt8], secret: SecureBytes)
@@ -24,13 +24,14 @@ public enum SSHPrivateKey: Sendable {
         switch self {
         case .ed25519(let pk, _): .ed25519(pk)
         case .ecdsa(let c, let q, _): .ecdsa(c, q: q)
-        case .rsa(let n, let e, _, _, _, _): .rsa(e: e, n: n)
+        case .rsa(let n, let e, _, _, _, _): .rsa(exponent: e, modulus: n)
         }
     }
 
     /// Checks sizes and consistency: an ed25519 key of 32 + 64 bytes whose secret ends with its
-    /// public key; an ECDSA Q of the curve's size and a d of 1…scalarBytes bytes. RSA parts are
-    /// not judged here (key size and consistency are the crypto layer's).
+    /// public key; an ECDSA Q of the curve's size and a non-zero d of at most scalarBytes bytes
+    /// (leading zeros allowed here: a fixed-width d from the crypto layer is fine; decoding yields
+    /// it without them). RSA parts are not judged here (key size and consistency are the crypto layer's).
     public func validate() throws(SSHAgentWireError) {
         switch self {
         case .ed25519(let pk, let sk):
@@ -39,8 +40,8 @@ public enum SSHPrivateKey: Sendable {
             guard tail == pk else { throw .inconsistentKey }
         case .ecdsa(let c, let q, let d):
             try SSHECDSACurve.checkPoint(q, c)
-            let leading = unsafe d.withUnsafeBytes { unsafe $0.first }
-            guard d.count >= 1, d.count <= c.scalarBytes, leading != 0 else { throw .badLength }
+            let nonZero = unsafe d.withUnsafeBytes { unsafe $0.contains { $0 != 0 } }
+            guard d.count <= c.scalarBytes, nonZero else { throw .badLength }
         case .rsa(let n, let e, _, _, _, _):
             guard !n.isEmpty, !e.isEmpty else { throw .badLength }
         }

@@ -128,7 +128,12 @@ import Testing
         let ec = SSHPrivateKey.ecdsa(.nistp256, q: q256, d: SecureBytes(consuming: &dBytes))
         let ecBack = try SSHPrivateKey.decodeStored(ec.encodeStored())
         #expect(plain(ecBack.encodeWire()) == plain(ec.encodeWire()))
-        var zero = [UInt8](repeating: 0, count: 1)
+        // A fixed-width d with leading zeros is accepted and comes back minimal.
+        var padded = [UInt8](repeating: 0, count: 31) + [7]
+        guard case .ecdsa(_, _, let d) = try SSHPrivateKey.decodeStored(SSHPrivateKey.ecdsa(.nistp256, q: q256, d: SecureBytes(consuming: &padded)).encodeStored())
+        else { Issue.record("type"); return }
+        #expect(plain(d) == [7])
+        var zero = [UInt8](repeating: 0, count: 32)
         #expect(throws: SSHAgentWireError.badLength) { try SSHPrivateKey.ecdsa(.nistp256, q: q256, d: SecureBytes(consuming: &zero)).validate() }
         var big = [UInt8](repeating: 1, count: 33)
         #expect(throws: SSHAgentWireError.badLength) { try SSHPrivateKey.ecdsa(.nistp256, q: q256, d: SecureBytes(consuming: &big)).validate() }
@@ -141,5 +146,7 @@ import Testing
         let wire = plain(rsa.encodeWire())
         #expect(wire.indices.contains { Array(wire[$0...].prefix(7)) == [0, 0, 0, 3, 0, 0x80, 0x70] })
         #expect(rsa.publicKey == .rsa(e: [1, 0, 1], n: [0xc1, 2, 3]))
+        let padded3 = SSHPrivateKey.rsa(n: [0, 0xc1, 2, 3], e: [0, 1, 0, 1], d: secure("d"), iqmp: secure("i"), p: secure("p"), q: secure("q"))
+        #expect(padded3.publicKey == rsa.publicKey)
     }
 }
