@@ -38,7 +38,7 @@ let package = Package(
         .library(name: "CofferPluginPasscode", type: .dynamic, targets: ["CofferPluginPasscode"]),
         .library(name: "CofferPluginBiometricEmulator", type: .dynamic, targets: ["CofferPluginBiometricEmulator"]),
         .library(name: "CofferPluginFprintd", type: .dynamic, targets: ["CofferPluginFprintd"]),
-        .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest"]),
+        .library(name: "CofferProtocolFuzzing", targets: ["CofferProtocol", "CofferCrypto", "CofferManifest", "CofferSSHAgentProtocol"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -72,6 +72,8 @@ let package = Package(
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: rawMemorySettings),
+        // The SSH agent protocol (issue #27): OpenSSH's agent messages, key and signature blobs, pure bytes.
+        .target(name: "CofferSSHAgentProtocol", dependencies: ["CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferManifest", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"], swiftSettings: settings),
         // Trust roots and manifest directories: which signer keys and signed manifests the agent believes,
         // with a reason for every refused file (StrictModes-style ownership and permission checks).
@@ -173,6 +175,8 @@ let package = Package(
         .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"], exclude: ["Fixtures"],
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferTestSupport"],
+                    exclude: ["FuzzRegressions"], swiftSettings: settings),
+        .testTarget(name: "CofferSSHAgentProtocolTests", dependencies: ["CofferSSHAgentProtocol", "CofferCrypto", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
         // The package graph checked against the sources: every import declared, layers one way, one owner per C wall.
         .testTarget(name: "CofferArchitectureTests", swiftSettings: settings),

@@ -105,7 +105,7 @@ import Testing
         "CofferStore": 4, "CofferKeybag": 4,
         // The keychain and its siblings: wire formats, PAM, manifests, policy, audit, the pinentry prompter.
         "CofferKeychain": 5, "CofferProtocol": 5, "CofferPluginProtocol": 5, "CofferPAM": 5, "CofferManifest": 5,
-        "CofferPolicy": 5, "CofferAudit": 5, "CofferPrompt": 5,
+        "CofferPolicy": 5, "CofferAudit": 5, "CofferPrompt": 5, "CofferSSHAgentProtocol": 5,
         // Built on one of those: trust roots and identity on manifests, the plugin host and its client on
         // the plugin protocol, the client library on the wire (and the prompter).
         "CofferTrust": 6, "CofferIdentity": 6, "CofferPluginClient": 6, "CofferPluginHost": 6, "CofferClient": 6,
@@ -143,6 +143,7 @@ import Testing
         // The wire formats are bytes only (no processes or files).
         "CofferProtocol": ["CofferSystem"],
         "CofferPluginProtocol": ["CofferSystem"],
+        "CofferSSHAgentProtocol": ["CofferSystem", "Foundation"],
         // The pinentry conversation serves the client and the agent alike: no wire, no Foundation.
         "CofferPrompt": ["CofferProtocol", "Foundation"],
         // The service core is protocol-free (issue #25): no wire module, no front end, no client; every
