@@ -101,7 +101,7 @@ let package = Package(
         .target(name: "CofferAgent",
                 dependencies: ["CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
-                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt",
+                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol", "CofferSSHKeys",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.

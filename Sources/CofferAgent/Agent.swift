@@ -45,6 +45,8 @@ package final class Agent: Sendable {
     let sensor: PluginBiometricSensor?
     /// The plugin host, when biometry or the passcode is served by a plugin.
     let pluginHost: PluginHost?
+    /// Keys added with `ssh-add`, in memory only (every ssh-agent connection shares them).
+    let sshKeys = SSHAgentKeyStore()
 
     /// Starts the plugin host with the configured plugin directories, if biometry or the passcode is
     /// served by a plugin. A host that cannot start is logged (biometry is then unavailable; a
@@ -143,11 +145,15 @@ package final class Agent: Sendable {
         } else {
             try listen("native", path: configuration.socketPath, framing: NativeFraming(), handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
         }
+        if let path = configuration.sshAgentSocketPath {
+            // Under socket activation too, for now: systemd passes only the native socket.
+            try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
+        }
         keychain.logMigrations(to: logger)
         LegacyGroups.migrate(keychain, logger: logger)
         Self.report(trust.snapshot, logger: logger, reloaded: false)
         logger.info("agent ready", metadata: [
-            "socket": "\(configuration.socketPath)", "state": "\(configuration.stateDirectory)",
+            "socket": "\(configuration.socketPath)", "ssh-agent-socket": "\(configuration.sshAgentSocketPath ?? "none")", "state": "\(configuration.stateDirectory)",
             "keybag": "\(keychain.status.lockState)", "pam-service": "\(configuration.pamService)",
         ])
         logger.info("locked memory", metadata: [
@@ -216,6 +222,9 @@ package final class Agent: Sendable {
             while !registry.isStopping {
                 Threads.sleep(seconds: 0.25)
                 schedule.tick()
+                for key in sshKeys.expire() {
+                    logger.info("ssh-agent: a key's lifetime ended; removed it", metadata: ["key": "\(key.fingerprint)"])
+                }
                 let now = SecureMemory.unlockedAllocations
                 if now > unlocked {
                     logger.warning("secure buffers served from unlocked memory (locked-memory budget spent)",
@@ -253,6 +262,7 @@ package final class Agent: Sendable {
         for c in open { c.close() }
         pluginHost?.shutdown()
         keychain.lock()
+        sshKeys.clear()
         keychain.checkpoint()
         logger.info("stopped; keys wiped")
     }

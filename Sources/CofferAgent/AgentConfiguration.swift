@@ -11,6 +11,8 @@ import Glibc
 package struct AgentConfiguration: Sendable {
     /// The listening socket's path (created unless systemd passes one).
     package var socketPath: String
+    /// The ssh-agent socket (config key `ssh-agent-socket`, flag `--ssh-agent-socket`; `none` turns it off).
+    package var sshAgentSocket: SSHAgentSocket = .besideNativeSocket
     /// Where the keybag, device key and database live (mode 0700).
     package var stateDirectory: String
     /// The PAM service that verifies passcodes.
@@ -116,7 +118,7 @@ package struct AgentConfiguration: Sendable {
         try apply(configFile: String(decoding: bytes, as: UTF8.self), name: path)
     }
 
-    /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, state-dir,
+    /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, ssh-agent-socket, state-dir,
     /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
     /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests);
     /// unsigned-callers (`unsigned` or `deny`), flatpak-callers (`allow` or `deny`; unset: `deny` when
@@ -149,6 +151,7 @@ package struct AgentConfiguration: Sendable {
             }
             switch key {
             case "socket": socketPath = value
+            case "ssh-agent-socket": sshAgentSocket = try SSHAgentSocket(value, where: "\(name):\(n + 1)")
             case "state-dir": stateDirectory = value
             case "pam-service": pamService = value
             case "pam-confdir": pamConfdir = value
@@ -217,6 +220,36 @@ package struct AgentConfiguration: Sendable {
                 auditMaximumBytes = v
             default: throw AgentError("\(name):\(n + 1): unknown key '\(key)'")
             }
+        }
+    }
+}
+
+/// Where the ssh-agent front end listens (issue #27).
+package enum SSHAgentSocket: Sendable, Equatable {
+    /// `ssh-agent.sock` in the native socket's directory (the default).
+    case besideNativeSocket
+    case path(String)
+    /// `none`: no ssh-agent socket.
+    case disabled
+
+    /// The file name of the default socket.
+    package static let defaultName = "ssh-agent.sock"
+
+    /// Parses a setting: `none` or a path (`where` names it in the error).
+    package init(_ value: String, where place: String) throws(AgentError) {
+        if value == "none" { self = .disabled; return }
+        guard !value.isEmpty else { throw AgentError("\(place): 'ssh-agent-socket' needs a path or 'none'") }
+        self = .path(value)
+    }
+}
+
+extension AgentConfiguration {
+    /// The ssh-agent socket's path; nil when it is turned off.
+    package var sshAgentSocketPath: String? {
+        switch sshAgentSocket {
+        case .besideNativeSocket: Files.directoryName(socketPath) + "/" + SSHAgentSocket.defaultName
+        case .path(let p): p
+        case .disabled: nil
         }
     }
 }

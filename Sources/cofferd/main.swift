@@ -20,6 +20,10 @@ struct Cofferd: ParsableCommand {
     @Option(help: "Listening socket path.")
     var socket: String?
 
+    @Option(name: .customLong("ssh-agent-socket"),
+            help: "ssh-agent socket path, or 'none' (default: ssh-agent.sock beside the socket).")
+    var sshAgentSocket: String?
+
     @Option(name: .customLong("state-dir"), help: "State directory (default $XDG_DATA_HOME/coffer).")
     var stateDir: String?
 
@@ -53,6 +57,11 @@ struct Cofferd: ParsableCommand {
             throw ValidationError(error.description)
         }
         if let socket { cfg.socketPath = socket }
+        if let sshAgentSocket {
+            do { cfg.sshAgentSocket = try SSHAgentSocket(sshAgentSocket, where: "--ssh-agent-socket") } catch {
+                throw ValidationError(error.description)
+            }
+        }
         if let stateDir { cfg.stateDirectory = stateDir }
         if let pamService { cfg.pamService = pamService }
         if let pamConfdir { cfg.pamConfdir = pamConfdir }

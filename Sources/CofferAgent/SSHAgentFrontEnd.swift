@@ -1,0 +1,204 @@
+import CofferCrypto
+import CofferModel
+import CofferSSHAgentProtocol
+import CofferSSHKeys
+import CofferSystem
+import Logging
+
+/// The ssh-agent protocol's framing (draft-miller-ssh-agent §3): a 4-byte big-endian length, then a
+/// body of 1 to ``CofferSSHAgentProtocol/SSHAgentFraming/maximumBodyBytes`` bytes. Any other length
+/// closes the connection (``Connection/ReadEnd/badLength``).
+struct SSHAgentFraming: Framing {
+    func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd> {
+        conn.readLengthPrefixedFrame(headerBytes: 4, bodyLength: { header in
+            try? CofferSSHAgentProtocol.SSHAgentFraming.bodyLength(prefix: Array(header))
+        }, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
+    }
+}
+
+/// The ssh-agent protocol as a front end of a ``SocketServer`` (issue #27): OpenSSH ssh-agent's
+/// semantics for keys added with `ssh-add`, kept in memory in the agent's ``SSHAgentKeyStore``.
+///
+/// Every well-framed message gets an answer: a malformed one, an unknown type, a smartcard request, a
+/// constraint this agent cannot enforce get SSH_AGENT_FAILURE (a constraint is never ignored: that
+/// would silently weaken what the person asked for). Refused constraints today: confirm (`ssh-add -c`),
+/// max-signatures, restrict-destination (`ssh-add -h`), sk-provider and associated certificates;
+/// lifetime (`ssh-add -t`) is honoured. A frame-level violation closes the connection.
+/// `session-bind@openssh.com` is verified and recorded per connection, not yet enforced (no key has
+/// destination constraints). Each add, removal and signature is logged at info with the key's
+/// fingerprint and the caller's pid, never a secret.
+struct SSHAgentFrontEnd: ConnectionHandler {
+    let keys: SSHAgentKeyStore
+    let logger: Logger
+
+    /// The extensions `query` reports.
+    static let supportedExtensions = ["query", "session-bind@openssh.com"]
+    /// Most session-binds one connection records (OpenSSH's AGENT_MAX_SESSION_IDS).
+    static let maximumSessionBinds = 16
+
+    /// What one connection has told the agent.
+    struct ConnectionState {
+        let caller: CallerIdentity
+        /// The `session-bind@openssh.com` bindings received (verified), oldest first.
+        var sessionBinds: [SSHSessionBind] = []
+    }
+
+    func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
+        var state = ConnectionState(caller: caller)
+        var greeted = false
+        while true {
+            let frame: Connection.Frame
+            switch server.readFrame(conn, greeted: greeted) {
+            case .success(let f): frame = f
+            case .failure(let end):
+                server.reportEnd(end, of: conn, firstFrame: "request")
+                return
+            }
+            greeted = true
+            defer { server.release(frame) }
+            guard let sent = server.request({ () -> Bool in
+                let reply = handle(body: frame.body, state: &state)
+                return send(reply, on: conn)
+            }), sent else { return }
+        }
+    }
+
+    /// Decodes one body and answers it. The plain copy of the body (it may hold a private key or a
+    /// passphrase) is wiped before this returns.
+    func handle(body secureBody: SecureBytes, state: inout ConnectionState) -> SSHAgentReply {
+        var body = secureBody.withUnsafeBytes { Array($0) }
+        defer { secureZero(&body) }
+        let request: SSHAgentRequest
+        do {
+            request = try SSHAgentRequest.decode(body: body)
+        } catch {
+            logger.debug("ssh-agent: malformed request", metadata: ["error": "\(error)", "pid": "\(state.caller.pid)"])
+            return .failure
+        }
+        return answer(request, state: &state)
+    }
+
+    private func answer(_ request: SSHAgentRequest, state: inout ConnectionState) -> SSHAgentReply {
+        let pid = "\(state.caller.pid)"
+        switch request {
+        case .requestIdentities:
+            return .identities(keys.identities().map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) })
+
+        case .signRequest(let blob, let data, let flags):
+            guard let key = keys.key(blob: blob) else {
+                logger.info("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
+                return .failure
+            }
+            // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.
+            let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
+            let signature: CofferSSHAgentProtocol.SSHSignature
+            do {
+                guard let s = CofferSSHAgentProtocol.SSHSignature(try key.key.sign(data: data, hash: hash, allowSHA1: true), by: key.publicKey)
+                else { return .failure }
+                signature = s
+            } catch {
+                logger.error("ssh-agent: signing failed", metadata: ["key": "\(key.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
+                return .failure
+            }
+            logger.info("ssh-agent: signed", metadata: ["key": "\(key.fingerprint)", "algorithm": "\(signature.algorithm)", "pid": "\(pid)"])
+            return .signResponse(signatureBlob: signature.blob)
+
+        case .addIdentity(let wireKey, let comment, let constraints):
+            var lifetime: UInt32? = nil
+            for c in constraints {
+                guard case .lifetime(let seconds) = c else {
+                    logger.info("ssh-agent: refused a key with a constraint this agent cannot enforce",
+                                metadata: ["key": "\(wireKey.publicKey.fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
+                    return .failure
+                }
+                lifetime = seconds
+            }
+            let crypto: CofferSSHKeys.SSHPrivateKey
+            do {
+                crypto = try wireKey.cryptoKey()
+            } catch {
+                logger.info("ssh-agent: refused a key", metadata: ["key": "\(wireKey.publicKey.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
+                return .failure
+            }
+            let publicKey = wireKey.publicKey
+            let key = SSHAgentKeyStore.Key(key: crypto, blob: publicKey.blob, publicKey: publicKey, comment: comment,
+                                           expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) })
+            switch keys.add(key) {
+            case .locked:
+                logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
+                return .failure
+            case .added, .replaced:
+                logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(publicKey.keyType)",
+                                                               "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "pid": "\(pid)"])
+                return .success
+            }
+
+        case .removeIdentity(let blob):
+            guard let key = keys.remove(blob: blob) else { return .failure }
+            logger.info("ssh-agent: removed a key", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
+            return .success
+
+        case .removeAllIdentities:
+            guard let count = keys.removeAll() else { return .failure }
+            logger.info("ssh-agent: removed all keys", metadata: ["count": "\(count)", "pid": "\(pid)"])
+            return .success
+
+        case .lock(let passphrase):
+            guard keys.lock(passphrase: passphrase) else { return .failure }
+            logger.info("ssh-agent: locked", metadata: ["pid": "\(pid)"])
+            return .success
+
+        case .unlock(let passphrase):
+            guard keys.unlock(passphrase: passphrase) else {
+                logger.info("ssh-agent: unlock refused", metadata: ["pid": "\(pid)"])
+                return .failure
+            }
+            logger.info("ssh-agent: unlocked", metadata: ["pid": "\(pid)"])
+            return .success
+
+        case .addSmartcardKey, .removeSmartcardKey:
+            return .failure
+
+        case .extension(let ext):
+            // Locked, OpenSSH answers only REQUEST_IDENTITIES (empty) and UNLOCK; so does this agent.
+            guard !keys.isLocked else { return .failure }
+            switch ext {
+            case .query: return .queryResponse(Self.supportedExtensions)
+            case .sessionBind(let bind):
+                guard state.sessionBinds.count < Self.maximumSessionBinds, Self.verify(bind) else { return .failure }
+                state.sessionBinds.append(bind)
+                return .success
+            case .other:
+                return .failure
+            }
+
+        case .unknown:
+            return .failure
+        }
+    }
+
+    /// True if the session-bind's host key signed its session identifier.
+    static func verify(_ bind: SSHSessionBind) -> Bool {
+        guard let hostKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: bind.hostKey),
+              let signature = try? CofferSSHAgentProtocol.SSHSignature(blob: bind.signature) else { return false }
+        return hostKey.cryptoKey.verify(signature.cryptoSignature, data: bind.sessionIdentifier)
+    }
+
+    /// A constraint's name in logs (never its contents).
+    static func name(of constraint: SSHKeyConstraint) -> String {
+        switch constraint {
+        case .lifetime: "lifetime"
+        case .confirm: "confirm"
+        case .maxSignatures: "max-signatures"
+        case .restrictDestination: "restrict-destination-v00@openssh.com"
+        case .skProvider: "sk-provider@openssh.com"
+        case .associatedCerts: "associated-certs-v00@openssh.com"
+        }
+    }
+
+    /// Sends `reply`; a reply too large to frame (an identity list past 256 KiB) goes as FAILURE.
+    private func send(_ reply: SSHAgentReply, on conn: Connection) -> Bool {
+        let frame = (try? reply.encodeFrame()) ?? ((try? SSHAgentReply.failure.encodeFrame()) ?? [])
+        return conn.send(frame)
+    }
+}

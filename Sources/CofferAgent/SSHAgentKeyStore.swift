@@ -1,0 +1,134 @@
+import CofferCrypto
+import CofferSSHAgentProtocol
+import CofferSSHKeys
+import CofferSystem
+
+/// The keys added with `ssh-add`, shared by every ssh-agent connection of the agent, with OpenSSH
+/// ssh-agent's semantics: in memory only (they vanish at `ssh-add -D` and when the agent exits), an
+/// optional lifetime, and LOCK / UNLOCK with a passphrase.
+///
+/// Secret key parts live in ``SecureBytes`` inside ``CofferSSHKeys/SSHPrivateKey`` (wiped when a key
+/// goes). The lock passphrase is never kept: only its keyed BLAKE2b hash under a random key made at
+/// LOCK, compared in constant time (`sodium_memcmp`) at UNLOCK.
+final class SSHAgentKeyStore: Sendable {
+    /// One key added with ADD_IDENTITY / ADD_ID_CONSTRAINED.
+    struct Key: Sendable {
+        let key: CofferSSHKeys.SSHPrivateKey
+        /// The public key blob (how clients name the key).
+        let blob: [UInt8]
+        let publicKey: CofferSSHAgentProtocol.SSHPublicKey
+        let comment: String
+        /// Monotonic seconds at which the key goes (nil: kept until removed or the agent exits).
+        let expiresAt: Double?
+        var fingerprint: String { publicKey.fingerprint }
+    }
+
+    /// A lock's passphrase, as a keyed hash: `hash = BLAKE2b(key: salt, passphrase)`.
+    private struct PassphraseHash: Sendable {
+        let salt: SecureBytes
+        let hash: SecureBytes
+
+        init(_ passphrase: SecureBytes) {
+            salt = SecureBytes.random(count: 32)
+            hash = Self.hash(passphrase, salt: salt)
+        }
+
+        func matches(_ passphrase: SecureBytes) -> Bool { Self.hash(passphrase, salt: salt).constantTimeEquals(hash) }
+
+        private static func hash(_ passphrase: SecureBytes, salt: SecureBytes) -> SecureBytes {
+            salt.withUnsafeBytes { s in passphrase.withUnsafeBytes { p in KeyedHash.deriveKey(key: s, rawParts: [p]) } }
+        }
+    }
+
+    private struct State: Sendable {
+        var keys: [Key] = []
+        var lock: PassphraseHash? = nil
+    }
+
+    private let state = Protected(State())
+
+    /// Why an add was refused.
+    enum AddOutcome: Equatable {
+        case added
+        /// A key with this blob was there: its comment and lifetime were replaced (as OpenSSH does).
+        case replaced
+        case locked
+    }
+
+    /// Adds `key` (or replaces the one with the same public key).
+    func add(_ key: Key) -> AddOutcome {
+        state.withLock { s in
+            guard s.lock == nil else { return .locked }
+            if let i = s.keys.firstIndex(where: { $0.blob == key.blob }) {
+                s.keys[i] = key
+                return .replaced
+            }
+            s.keys.append(key)
+            return .added
+        }
+    }
+
+    /// The keys, for IDENTITIES_ANSWER: none while locked.
+    func identities(now: Double = Threads.monotonicSeconds()) -> [Key] {
+        state.withLock { s in s.lock == nil ? s.keys.filter { !$0.expired(now) } : [] }
+    }
+
+    /// The key with `blob`, unless the store is locked or it expired.
+    func key(blob: [UInt8], now: Double = Threads.monotonicSeconds()) -> Key? {
+        state.withLock { s in s.lock == nil ? s.keys.first { $0.blob == blob && !$0.expired(now) } : nil }
+    }
+
+    /// Removes the key with `blob`; nil if locked or there is none.
+    func remove(blob: [UInt8]) -> Key? {
+        state.withLock { s in
+            guard s.lock == nil, let i = s.keys.firstIndex(where: { $0.blob == blob }) else { return nil }
+            return s.keys.remove(at: i)
+        }
+    }
+
+    /// Removes every key; the number removed, nil if locked.
+    func removeAll() -> Int? {
+        state.withLock { s in
+            guard s.lock == nil else { return nil }
+            defer { s.keys.removeAll() }
+            return s.keys.count
+        }
+    }
+
+    /// Locks with `passphrase`; false if already locked.
+    func lock(passphrase: SecureBytes) -> Bool {
+        state.withLock { s in
+            guard s.lock == nil else { return false }
+            s.lock = PassphraseHash(passphrase)
+            return true
+        }
+    }
+
+    /// Unlocks if `passphrase` is the lock's; false if it is not, or the store is not locked.
+    func unlock(passphrase: SecureBytes) -> Bool {
+        state.withLock { s in
+            guard let lock = s.lock, lock.matches(passphrase) else { return false }
+            s.lock = nil
+            return true
+        }
+    }
+
+    /// Forgets every key and the lock, locked or not (at shutdown).
+    func clear() { state.withLock { $0 = State() } }
+
+    var isLocked: Bool { state.withLock { $0.lock != nil } }
+
+    /// Drops the keys whose lifetime is over (their secrets are wiped as they are freed); returns them.
+    @discardableResult
+    func expire(now: Double = Threads.monotonicSeconds()) -> [Key] {
+        state.withLock { s in
+            let gone = s.keys.filter { $0.expired(now) }
+            if !gone.isEmpty { s.keys.removeAll { $0.expired(now) } }
+            return gone
+        }
+    }
+}
+
+extension SSHAgentKeyStore.Key {
+    func expired(_ now: Double) -> Bool { expiresAt.map { now >= $0 } ?? false }
+}
