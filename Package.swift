@@ -207,7 +207,8 @@ let package = Package(
                                    "CofferPolicy", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
-                    dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferTestSupport"],
+                    dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferSSHAgentProtocol",
+                                   "CofferTestSupport"],
                     swiftSettings: settings),
 
         // The plugin host and its client against real plugins loaded by dlopen (and the protocol's vectors).

@@ -1,0 +1,286 @@
+import CofferCrypto
+import CofferSSHAgentProtocol
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// OpenSSH's own client tools against cofferd's ssh-agent socket (issue #27): keys added with
+/// `ssh-add` live in the agent's memory with ssh-agent's semantics.
+@Suite(.enabled(if: SSHTools.available, "needs OpenSSH's ssh-add and ssh-keygen in /usr/bin (apt: openssh-client)"))
+struct SSHAgentTests {
+    /// A running agent, a private directory for keys and the environment that points OpenSSH at the agent.
+    final class Fixture: @unchecked Sendable {
+        let agent: AgentProcess
+        let dir = TemporaryDirectory("coffer-ssh")
+        var sshSocket: String { agent.dir.file("run/coffer/ssh-agent.sock") }
+
+        init(extraArguments: [String] = []) throws {
+            agent = try AgentProcess(extraArguments: extraArguments)
+        }
+
+        /// Runs `/usr/bin/<tool>` with SSH_AUTH_SOCK at the agent (and an askpass answering `passphrase`).
+        func run(_ tool: String, _ args: [String], passphrase: String? = nil) -> CLIResult {
+            var env = ["SSH_AUTH_SOCK": sshSocket]
+            if let passphrase {
+                // The askpass program prints the file's contents: the passphrase never goes in argv or the environment.
+                let file = dir.file("passphrase"), script = dir.file("askpass")
+                _ = FileManager.default.createFile(atPath: file, contents: Data((passphrase + "\n").utf8), attributes: [.posixPermissions: 0o600])
+                _ = FileManager.default.createFile(atPath: script, contents: Data("#!/bin/sh\nexec cat '\(file)'\n".utf8),
+                                               attributes: [.posixPermissions: 0o700])
+                env.merge(["SSH_ASKPASS": script, "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"]) { $1 }
+            }
+            return runCLI(args, environment: env, executable: "/usr/bin/" + tool, unset: ["SSH_AGENT_PID"], timeout: 120)
+        }
+
+        /// Makes a key pair without a passphrase; returns the private key's path.
+        func generate(_ type: String, name: String) -> String {
+            let path = dir.file(name)
+            let r = run("ssh-keygen", ["-q", "-t", type] + (type == "rsa" ? ["-b", "2048"] : []) + ["-N", "", "-C", "\(name)@test", "-f", path])
+            #expect(r.status == 0, "ssh-keygen -t \(type): \(r)")
+            return path
+        }
+
+        /// The SHA-256 fingerprint `ssh-keygen -lf` gives for a key file.
+        func fingerprint(_ publicKey: String) -> String {
+            let r = run("ssh-keygen", ["-lf", publicKey])
+            return r.stdout.split(separator: " ").dropFirst().first.map(String.init) ?? "(none: \(r))"
+        }
+
+        /// The fingerprints `ssh-add -l` lists (empty when the agent has none).
+        func listed() -> [String] {
+            let r = run("ssh-add", ["-l"])
+            guard r.status == 0 else { return [] }
+            return r.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").dropFirst().first.map(String.init) }
+        }
+
+        /// Signs `file` with the agent's key for `publicKey` (ssh-keygen -Y sign), then verifies the
+        /// signature with an allowed_signers file naming that key; the verification's result.
+        func signAndVerify(publicKey: String, file: String) -> (signed: CLIResult, verified: CLIResult?) {
+            try? FileManager.default.removeItem(atPath: file + ".sig")
+            let signed = run("ssh-keygen", ["-Y", "sign", "-f", publicKey, "-n", "file", file])
+            guard signed.status == 0 else { return (signed, nil) }
+            let allowed = dir.file("allowed_signers")
+            let key = (try? String(contentsOfFile: publicKey, encoding: .utf8)) ?? ""
+            try? "signer@test \(key)".write(toFile: allowed, atomically: true, encoding: .utf8)
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/ssh-keygen")
+            p.arguments = ["-Y", "verify", "-f", allowed, "-I", "signer@test", "-n", "file", "-s", file + ".sig"]
+            p.standardInput = FileHandle(forReadingAtPath: file)
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            guard (try? p.run()) != nil else { return (signed, CLIResult(status: -1, stdout: "", stderr: "could not run ssh-keygen")) }
+            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (signed, CLIResult(status: p.terminationStatus, stdout: text, stderr: ""))
+        }
+    }
+
+    @Test func keysAddedWithSSHAddAreListedSignAndGo() throws {
+        let f = try Fixture()
+        let empty = f.run("ssh-add", ["-l"])
+        #expect(empty.status == 1 && empty.stdout.contains("no identities"), "\(empty)")
+
+        let keys = ["ed25519", "ecdsa", "rsa"].map { ($0, f.generate($0, name: "id_\($0)")) }
+        let added = f.run("ssh-add", keys.map(\.1))
+        #expect(added.status == 0, "\(added)")
+        let expected = keys.map { f.fingerprint($0.1 + ".pub") }
+        #expect(f.listed() == expected)
+        let full = f.run("ssh-add", ["-L"])
+        #expect(full.status == 0)
+        for (_, path) in keys {
+            let line = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(full.stdout.split(separator: "\n").contains(Substring(line)), "ssh-add -L lacks \(line):\n\(full.stdout)")
+        }
+
+        // Only the agent can sign now.
+        for (_, path) in keys { try FileManager.default.removeItem(atPath: path) }
+        let document = f.dir.file("document")
+        try "what was signed\n".write(toFile: document, atomically: true, encoding: .utf8)
+        for (type, path) in keys {
+            let (signed, verified) = f.signAndVerify(publicKey: path + ".pub", file: document)
+            #expect(signed.status == 0, "\(type): \(signed)")
+            #expect(verified?.status == 0 && verified?.stdout.contains("Good \"file\" signature") == true, "\(type): \(verified.map { "\($0)" } ?? "")")
+        }
+        // ssh-keygen asks for rsa-sha2-512, and the agent signs with it (never SHA-1 here).
+        #expect(f.agent.log.contains("algorithm=rsa-sha2-512"), "\(f.agent.log)")
+        #expect(!f.agent.log.contains("PRIVATE KEY"))
+
+        // ssh-add -d removes one key (named by its public key), ssh-add -D the rest.
+        let removed = f.run("ssh-add", ["-d", keys[0].1 + ".pub"])
+        #expect(removed.status == 0, "\(removed)")
+        #expect(f.listed() == Array(expected.dropFirst()))
+        #expect(f.signAndVerify(publicKey: keys[0].1 + ".pub", file: document).signed.status != 0, "a removed key still signs")
+        let all = f.run("ssh-add", ["-D"])
+        #expect(all.status == 0, "\(all)")
+        #expect(f.run("ssh-add", ["-l"]).status == 1)
+        #expect(f.signAndVerify(publicKey: keys[2].1 + ".pub", file: document).signed.status != 0, "a removed key still signs")
+        #expect(f.agent.log.contains("ssh-agent: removed all keys"))
+    }
+
+    @Test func lockHidesKeysUntilTheRightPassphrase() throws {
+        let f = try Fixture()
+        let key = f.generate("ed25519", name: "id_lock")
+        let other = f.generate("ecdsa", name: "id_other")
+        #expect(f.run("ssh-add", [key]).status == 0)
+        let fingerprint = f.fingerprint(key + ".pub")
+        try FileManager.default.removeItem(atPath: key)   // only the agent can sign
+
+        let locked = f.run("ssh-add", ["-x"], passphrase: "lock me")
+        #expect(locked.status == 0, "\(locked)")
+        #expect(f.run("ssh-add", ["-l"]).status == 1, "a locked agent lists no keys")
+        #expect(f.run("ssh-add", [other]).status != 0, "a locked agent takes no keys")
+        let document = f.dir.file("document")
+        try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0, "a locked agent signed")
+        #expect(f.run("ssh-add", ["-x"], passphrase: "again").status != 0, "locked twice")
+
+        let wrong = f.run("ssh-add", ["-X"], passphrase: "not it")
+        #expect(wrong.status != 0, "\(wrong)")
+        #expect(f.run("ssh-add", ["-l"]).status == 1, "a wrong passphrase unlocked")
+        let unlocked = f.run("ssh-add", ["-X"], passphrase: "lock me")
+        #expect(unlocked.status == 0, "\(unlocked)")
+        #expect(f.listed() == [fingerprint])
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).verified?.status == 0)
+        #expect(!f.agent.log.contains("lock me") && !f.agent.log.contains("not it"), "a passphrase reached the log")
+    }
+
+    @Test func aKeyWithALifetimeGoesAndConfirmIsRefused() throws {
+        let f = try Fixture()
+        let key = f.generate("ed25519", name: "id_short")
+        let added = f.run("ssh-add", ["-t", "2", key])
+        #expect(added.status == 0, "\(added)")
+        #expect(f.listed() == [f.fingerprint(key + ".pub")])
+        let deadline = Date().addingTimeInterval(30)
+        var gone = false
+        while Date() < deadline {
+            // Gone from the list, and from memory (the agent's timer drops it and says so).
+            if f.run("ssh-add", ["-l"]).status == 1 && f.agent.log.contains("lifetime ended") { gone = true; break }
+            usleep(200_000)
+        }
+        #expect(gone, "the key outlived its lifetime")
+
+        // Confirmation cannot be asked yet: the key is refused, not added without it.
+        let confirm = f.run("ssh-add", ["-c", key])
+        #expect(confirm.status != 0, "\(confirm)")
+        #expect(f.run("ssh-add", ["-l"]).status == 1, "a key meant to need confirmation was added without it")
+        #expect(f.agent.log.contains("constraint=confirm"))
+    }
+
+    @Test func socketSettings() throws {
+        let f = try Fixture()
+        var st = stat()
+        #expect(stat(f.sshSocket, &st) == 0 && st.st_mode & 0o777 == 0o600, "the ssh-agent socket is not 0600")
+
+        let off = try AgentProcess(extraArguments: ["--ssh-agent-socket", "none"])
+        #expect(!FileManager.default.fileExists(atPath: off.dir.file("run/coffer/ssh-agent.sock")))
+        #expect(off.log.contains("ssh-agent-socket=none"))
+
+        let conf = TemporaryDirectory("coffer-ssh-conf")
+        let elsewhere = conf.file("elsewhere/ssh.sock")
+        try "ssh-agent-socket = \(elsewhere)\n".write(toFile: conf.file("cofferd.conf"), atomically: true, encoding: .utf8)
+        let moved = try AgentProcess(extraArguments: ["--config", conf.file("cofferd.conf")])
+        #expect(FileManager.default.fileExists(atPath: elsewhere))
+        #expect(!FileManager.default.fileExists(atPath: moved.dir.file("run/coffer/ssh-agent.sock")))
+        let r = runCLI(["-l"], environment: ["SSH_AUTH_SOCK": elsewhere], executable: "/usr/bin/ssh-add")
+        #expect(r.status == 1 && r.stdout.contains("no identities"), "\(r)")
+        moved.stop()
+        #expect(!FileManager.default.fileExists(atPath: elsewhere), "the socket outlived the agent")
+    }
+
+    // MARK: Raw frames
+
+    /// A connection to the ssh-agent socket with generous timeouts (the agent identifies this process first).
+    static func connect(_ f: Fixture) throws -> Int32 {
+        let fd = try UnixSocket.connect(path: f.sshSocket)
+        UnixSocket.setTimeouts(fd, send: 60, receive: 60)
+        return fd
+    }
+
+    /// Sends `request` and decodes the reply (nil: the connection closed or the reply is malformed).
+    static func exchange(_ fd: Int32, _ frame: [UInt8]) -> SSHAgentReply? {
+        guard UnixSocket.writeAll(fd, frame), let reply = ConnectionLimitTests.readFrame(fd) else { return nil }
+        return try? SSHAgentReply.decode(frame: reply)
+    }
+
+    static func frame(_ body: [UInt8]) -> [UInt8] {
+        let n = UInt32(body.count)
+        return [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] + body
+    }
+
+    @Test func malformedMessagesGetFailureAndBadFramesCloseTheConnection() throws {
+        let f = try Fixture()
+        let fd = try Self.connect(f)
+        defer { close(fd) }
+        // Well framed, malformed or unsupported: FAILURE, and the connection goes on.
+        let failing: [[UInt8]] = [
+            [SSHAgentMessageType.signRequest, 0, 0, 0, 9, 1],                 // truncated SIGN_REQUEST
+            [SSHAgentMessageType.addIdentity, 0, 0, 0, 11] + Array("ssh-ed25519".utf8),  // a key cut short
+            [SSHAgentMessageType.requestIdentities, 0],                       // a trailing byte
+            [200, 1, 2, 3],                                                    // unknown type
+            SSHAgentRequest.addSmartcardKey(provider: "/usr/lib/opensc-pkcs11.so", pin: .init(count: 4), constraints: []).encodeBody(),
+            SSHAgentRequest.extension(.other(name: "unknown@example.com", contents: [1, 2])).encodeBody(),
+            SSHAgentRequest.unlock(passphrase: .init(count: 3)).encodeBody(),  // not locked
+        ]
+        for body in failing {
+            #expect(Self.exchange(fd, Self.frame(body)) == .failure, "\(body.prefix(8))")
+        }
+        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.query).encodeFrame())
+                == .queryResponse(["query", "session-bind@openssh.com"]))
+        // Random bodies: every one is answered with a well-formed reply.
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            let body = (0..<Int.random(in: 1...64, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            // A lone REMOVE_ALL or REQUEST_IDENTITIES is a valid request; anything else fails.
+            #expect(Self.exchange(fd, Self.frame(body)) != nil, "no reply to \(body)")
+        }
+        #expect(Self.exchange(fd, Self.frame([SSHAgentMessageType.requestIdentities])) == .identities([]))
+
+        // Frame-level violations close the connection: a length past 256 KiB, a zero length.
+        for header: [UInt8] in [[0xff, 0xff, 0xff, 0xff], [0, 4, 0, 1], [0, 0, 0, 0]] {
+            let c = try Self.connect(f)
+            defer { close(c) }
+            #expect(UnixSocket.writeAll(c, header))
+            #expect(ConnectionLimitTests.closedByAgent(c, within: 30), "\(header) did not close the connection")
+        }
+        // A truncated frame, then the client goes; and a stream of random bytes.
+        do {
+            let c = try Self.connect(f)
+            #expect(UnixSocket.writeAll(c, [0, 0, 0, 100, SSHAgentMessageType.signRequest, 0, 0]))
+            close(c)
+            let d = try Self.connect(f)
+            _ = UnixSocket.writeAll(d, (0..<4096).map { _ in UInt8.random(in: 0...255) })
+            close(d)
+        }
+        // The agent still serves.
+        let r = f.run("ssh-add", ["-l"])
+        #expect(r.status == 1 && r.stdout.contains("no identities"), "\(r)")
+        #expect(f.agent.process?.isRunning == true)
+    }
+
+    @Test func sessionBindIsVerifiedAndRecorded() throws {
+        let f = try Fixture()
+        let key = f.generate("ed25519", name: "id_host")
+        #expect(f.run("ssh-add", [key]).status == 0)
+        let fd = try Self.connect(f)
+        defer { close(fd) }
+        guard case .identities(let ids)? = Self.exchange(fd, try SSHAgentRequest.requestIdentities.encodeFrame()), let host = ids.first else {
+            Issue.record("no identity listed"); return
+        }
+        // The agent's own key plays the host key: it signs the session identifier.
+        let session = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        guard case .signResponse(let signature)? = Self.exchange(fd, try SSHAgentRequest.signRequest(keyBlob: host.keyBlob, data: session, flags: 0)
+            .encodeFrame()) else { Issue.record("no signature"); return }
+        let bind = SSHSessionBind(hostKey: host.keyBlob, sessionIdentifier: session, signature: signature, isForwarding: false)
+        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success)
+        var forged = bind
+        forged.sessionIdentifier[0] ^= 1
+        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(forged)).encodeFrame()) == .failure, "a bad signature was accepted")
+    }
+}
+
+enum SSHTools {
+    static let available = ["/usr/bin/ssh-add", "/usr/bin/ssh-keygen"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+}
