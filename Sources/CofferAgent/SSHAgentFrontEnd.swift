@@ -149,12 +149,16 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             return .success
 
         case .unlock(let passphrase):
-            guard keys.unlock(passphrase: passphrase) else {
-                logger.info("ssh-agent: unlock refused", metadata: ["pid": "\(pid)"])
+            switch keys.unlock(passphrase: passphrase) {
+            case .unlocked:
+                logger.info("ssh-agent: unlocked", metadata: ["pid": "\(pid)"])
+                return .success
+            case .notLocked:
+                return .failure
+            case .wrongPassphrase(let failures):
+                logger.info("ssh-agent: unlock refused: wrong passphrase", metadata: ["failures": "\(failures)", "pid": "\(pid)"])
                 return .failure
             }
-            logger.info("ssh-agent: unlocked", metadata: ["pid": "\(pid)"])
-            return .success
 
         case .addSmartcardKey, .removeSmartcardKey:
             return .failure

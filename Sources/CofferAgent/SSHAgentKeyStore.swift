@@ -104,12 +104,38 @@ final class SSHAgentKeyStore: Sendable {
         }
     }
 
-    /// Unlocks if `passphrase` is the lock's; false if it is not, or the store is not locked.
-    func unlock(passphrase: SecureBytes) -> Bool {
-        state.withLock { s in
-            guard let lock = s.lock, lock.matches(passphrase) else { return false }
-            s.lock = nil
-            return true
+    /// What an UNLOCK did.
+    enum UnlockOutcome: Equatable {
+        case unlocked
+        case notLocked
+        /// A wrong passphrase: the `failures`-th in a row, answered after `failures` × ``unlockDelayStep``.
+        case wrongPassphrase(failures: Int)
+    }
+
+    /// Each wrong passphrase in a row delays its answer by this much more (OpenSSH: 0.1 s steps up to 10 s).
+    static let unlockDelayStep = 0.1
+    static let maximumCountedUnlockFailures = 100
+    /// Wrong passphrases in a row. Held across the delay, so that unlock attempts run one at a time:
+    /// guessing over many connections at once is no faster than over one.
+    private let unlockFailures = Protected(0)
+
+    /// Unlocks if `passphrase` is the lock's. A wrong one waits before it answers, longer with each
+    /// failure in a row, as OpenSSH's ssh-agent does.
+    func unlock(passphrase: SecureBytes) -> UnlockOutcome {
+        unlockFailures.withLock { failures in
+            let outcome: UnlockOutcome? = state.withLock { s in
+                guard let lock = s.lock else { return .notLocked }
+                guard lock.matches(passphrase) else { return nil }
+                s.lock = nil
+                return .unlocked
+            }
+            if let outcome {
+                if outcome == .unlocked { failures = 0 }
+                return outcome
+            }
+            failures = min(failures + 1, Self.maximumCountedUnlockFailures)
+            Threads.sleep(seconds: Double(failures) * Self.unlockDelayStep)
+            return .wrongPassphrase(failures: failures)
         }
     }
 

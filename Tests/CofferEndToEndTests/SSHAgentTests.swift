@@ -140,6 +140,14 @@ struct SSHAgentTests {
         let wrong = f.run("ssh-add", ["-X"], passphrase: "not it")
         #expect(wrong.status != 0, "\(wrong)")
         #expect(f.run("ssh-add", ["-l"]).status == 1, "a wrong passphrase unlocked")
+        // Each wrong passphrase in a row waits longer (0.1 s more each), as OpenSSH's agent does.
+        let fd = try Self.connect(f)
+        defer { close(fd) }
+        #expect(Self.exchange(fd, try SSHAgentRequest.requestIdentities.encodeFrame()) == .identities([]))  // identified, served
+        let started = Date()
+        #expect(Self.exchange(fd, try SSHAgentRequest.unlock(passphrase: SecureBytes(count: 5)).encodeFrame()) == .failure)
+        #expect(Date().timeIntervalSince(started) >= 0.2, "the second wrong passphrase in a row was answered without a delay")
+        #expect(f.agent.log.contains("failures=2 pid=\(getpid())"), "\(f.agent.log)")
         let unlocked = f.run("ssh-add", ["-X"], passphrase: "lock me")
         #expect(unlocked.status == 0, "\(unlocked)")
         #expect(f.listed() == [fingerprint])
