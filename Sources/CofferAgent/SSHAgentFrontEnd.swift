@@ -86,7 +86,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
 
         case .signRequest(let blob, let data, let flags):
             guard let key = keys.key(blob: blob) else {
-                logger.info("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
+                // debug, not info: a client asking again and again must not grow the log.
+                logger.debug("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
                 return .failure
             }
             // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.

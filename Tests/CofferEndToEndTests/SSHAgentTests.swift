@@ -18,6 +18,7 @@ struct SSHAgentTests {
 
         init(extraArguments: [String] = []) throws {
             agent = try AgentProcess(extraArguments: extraArguments)
+            #expect(SSHAgentTests.ready(agent), "the agent did not get ready: \(agent.log)")
         }
 
         /// Runs `/usr/bin/<tool>` with SSH_AUTH_SOCK at the agent (and an askpass answering `passphrase`).
@@ -183,6 +184,7 @@ struct SSHAgentTests {
         #expect(stat(f.sshSocket, &st) == 0 && st.st_mode & 0o777 == 0o600, "the ssh-agent socket is not 0600")
 
         let off = try AgentProcess(extraArguments: ["--ssh-agent-socket", "none"])
+        #expect(Self.ready(off))
         #expect(!FileManager.default.fileExists(atPath: off.dir.file("run/coffer/ssh-agent.sock")))
         #expect(off.log.contains("ssh-agent-socket=none"))
 
@@ -190,12 +192,24 @@ struct SSHAgentTests {
         let elsewhere = conf.file("elsewhere/ssh.sock")
         try "ssh-agent-socket = \(elsewhere)\n".write(toFile: conf.file("cofferd.conf"), atomically: true, encoding: .utf8)
         let moved = try AgentProcess(extraArguments: ["--config", conf.file("cofferd.conf")])
+        #expect(Self.ready(moved))
         #expect(FileManager.default.fileExists(atPath: elsewhere))
         #expect(!FileManager.default.fileExists(atPath: moved.dir.file("run/coffer/ssh-agent.sock")))
         let r = runCLI(["-l"], environment: ["SSH_AUTH_SOCK": elsewhere], executable: "/usr/bin/ssh-add")
         #expect(r.status == 1 && r.stdout.contains("no identities"), "\(r)")
         moved.stop()
         #expect(!FileManager.default.fileExists(atPath: elsewhere), "the socket outlived the agent")
+    }
+
+    /// Waits (up to 30 s) for the agent's "agent ready" line: the harness waits only for the native
+    /// socket, which opens before the ssh-agent one.
+    static func ready(_ agent: AgentProcess) -> Bool {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if agent.log.contains("agent ready") { return true }
+            usleep(20_000)
+        }
+        return false
     }
 
     // MARK: Raw frames
@@ -286,6 +300,14 @@ struct SSHAgentTests {
         var forged = bind
         forged.sessionIdentifier[0] ^= 1
         #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(forged)).encodeFrame()) == .failure, "a bad signature was accepted")
+        // A connection records at most 16 (OpenSSH's limit); a new connection starts afresh.
+        for n in 2...16 {
+            #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success, "bind \(n)")
+        }
+        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .failure, "a 17th bind")
+        let fresh = try Self.connect(f)
+        defer { close(fresh) }
+        #expect(Self.exchange(fresh, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success)
     }
 }
 
