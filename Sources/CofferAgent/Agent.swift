@@ -138,22 +138,26 @@ package final class Agent: Sendable {
             })
         schedule = service.schedule
         pipeline = Pipeline(service: service)
+        var nativeSocket = configuration.socketPath
         if let fd = Systemd.activationSocket() {
+            nativeSocket = Self.boundPath(of: fd) ?? nativeSocket
             self.host("native", listener: FileDescriptor(adopting: fd), socketPath: nil, framing: NativeFraming(),
                       handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
             logger.info("using the socket passed by systemd")
         } else {
             try listen("native", path: configuration.socketPath, framing: NativeFraming(), handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
         }
-        if let path = configuration.sshAgentSocketPath {
-            // Under socket activation too, for now: systemd passes only the native socket.
+        let sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
+        if let path = sshAgentSocket {
+            // Under socket activation too, for now (beside the socket systemd passed): systemd passes
+            // only the native socket.
             try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
         }
         keychain.logMigrations(to: logger)
         LegacyGroups.migrate(keychain, logger: logger)
         Self.report(trust.snapshot, logger: logger, reloaded: false)
         logger.info("agent ready", metadata: [
-            "socket": "\(configuration.socketPath)", "ssh-agent-socket": "\(configuration.sshAgentSocketPath ?? "none")", "state": "\(configuration.stateDirectory)",
+            "socket": "\(configuration.socketPath)", "ssh-agent-socket": "\(sshAgentSocket ?? "none")", "state": "\(configuration.stateDirectory)",
             "keybag": "\(keychain.status.lockState)", "pam-service": "\(configuration.pamService)",
         ])
         logger.info("locked memory", metadata: [
@@ -162,6 +166,18 @@ package final class Agent: Sendable {
         if SecureMemory.unlockedAllocations > 0 {
             logger.warning("some key memory could not be locked into RAM (RLIMIT_MEMLOCK \(SecureMemory.lockLimit().map(String.init) ?? "unlimited") bytes): it may be swapped")
         }
+    }
+
+    /// The path a listening Unix socket is bound to; nil for an unnamed or abstract one.
+    static func boundPath(of fd: Int32) -> String? {
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let rc = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard rc == 0, address.sun_family == sa_family_t(AF_UNIX) else { return nil }
+        let path = withUnsafeBytes(of: &address.sun_path) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        return path.hasPrefix("/") ? path : nil
     }
 
     /// Opens a listening socket at `path` (its directory made private) and serves it with `handler`.

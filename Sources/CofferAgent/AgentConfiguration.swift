@@ -245,9 +245,13 @@ package enum SSHAgentSocket: Sendable, Equatable {
 
 extension AgentConfiguration {
     /// The ssh-agent socket's path; nil when it is turned off.
-    package var sshAgentSocketPath: String? {
+    package var sshAgentSocketPath: String? { sshAgentSocketPath(beside: socketPath) }
+
+    /// The ssh-agent socket's path when the native socket is at `nativeSocket` (under socket
+    /// activation: where systemd bound it); nil when it is turned off.
+    package func sshAgentSocketPath(beside nativeSocket: String) -> String? {
         switch sshAgentSocket {
-        case .besideNativeSocket: Files.directoryName(socketPath) + "/" + SSHAgentSocket.defaultName
+        case .besideNativeSocket: Files.directoryName(nativeSocket) + "/" + SSHAgentSocket.defaultName
         case .path(let p): p
         case .disabled: nil
         }

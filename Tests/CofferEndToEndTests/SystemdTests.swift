@@ -62,6 +62,8 @@ import Testing
         // The agent serves on the socket it was handed (it did not create one).
         let c = try AgentConnection(path: agent.socketPath)
         #expect(try c.status().lockState == .unlocked)
+        // Its ssh-agent socket is beside the socket it was handed (not in the default runtime directory).
+        #expect(FileManager.default.fileExists(atPath: Files.directoryName(agent.socketPath) + "/ssh-agent.sock"))
         p.terminate()
         p.waitUntilExit()
         #expect(p.terminationStatus == 0)
