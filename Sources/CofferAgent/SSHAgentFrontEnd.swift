@@ -128,6 +128,10 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             case .locked:
                 logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
                 return .failure
+            case .full:
+                logger.warning("ssh-agent: refused a key: the agent holds \(SSHAgentKeyStore.maximumKeys) already",
+                               metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
+                return .failure
             case .added, .replaced:
                 logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(publicKey.keyType)",
                                                                "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "pid": "\(pid)"])

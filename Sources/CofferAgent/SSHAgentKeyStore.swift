@@ -53,7 +53,12 @@ final class SSHAgentKeyStore: Sendable {
         /// A key with this blob was there: its comment and lifetime were replaced (as OpenSSH does).
         case replaced
         case locked
+        /// The store holds ``maximumKeys`` already.
+        case full
     }
+
+    /// Most keys the store holds: each one's secret takes locked memory the keychain needs too.
+    static let maximumKeys = 256
 
     /// Adds `key` (or replaces the one with the same public key).
     func add(_ key: Key) -> AddOutcome {
@@ -63,6 +68,7 @@ final class SSHAgentKeyStore: Sendable {
                 s.keys[i] = key
                 return .replaced
             }
+            guard s.keys.count < Self.maximumKeys else { return .full }
             s.keys.append(key)
             return .added
         }

@@ -282,6 +282,27 @@ struct SSHAgentTests {
         #expect(f.agent.process?.isRunning == true)
     }
 
+    @Test func theAgentHoldsAtMost256Keys() throws {
+        let f = try Fixture()
+        let fd = try Self.connect(f)
+        defer { close(fd) }
+        func add(_ comment: String) throws -> SSHAgentReply? {
+            let seed = SecureBytes.random(count: Ed25519.seedBytes)
+            let pair = Ed25519.keyPair(seed: seed)
+            let key = SSHPrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
+            return Self.exchange(fd, try SSHAgentRequest.addIdentity(key, comment: comment, constraints: []).encodeFrame())
+        }
+        for n in 1...256 { #expect(try add("key \(n)") == .success, "key \(n)") }
+        #expect(try add("one too many") == .failure)
+        guard case .identities(let ids)? = Self.exchange(fd, try SSHAgentRequest.requestIdentities.encodeFrame()) else {
+            Issue.record("no identities"); return
+        }
+        #expect(ids.count == 256 && !ids.contains { $0.comment == "one too many" })
+        // ssh-add -D makes room again.
+        #expect(f.run("ssh-add", ["-D"]).status == 0)
+        #expect(try add("after -D") == .success)
+    }
+
     @Test func sessionBindIsVerifiedAndRecorded() throws {
         let f = try Fixture()
         let key = f.generate("ed25519", name: "id_host")
