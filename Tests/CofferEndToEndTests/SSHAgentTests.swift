@@ -303,6 +303,36 @@ struct SSHAgentTests {
         #expect(try add("after -D") == .success)
     }
 
+    @Test(.enabled(if: getuid() == 0, "reading another process's memory needs root"))
+    func removedKeysLeaveNoSecretInTheAgentsMemory() throws {
+        let f = try Fixture()
+        let fd = try Self.connect(f)
+        defer { close(fd) }
+        let seeds = (0..<2).map { _ in SecureBytes.random(count: Ed25519.seedBytes) }
+        var blobs: [[UInt8]] = []
+        for seed in seeds {
+            let pair = Ed25519.keyPair(seed: seed)
+            let key = SSHPrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
+            #expect(Self.exchange(fd, try SSHAgentRequest.addIdentity(key, comment: "memory", constraints: []).encodeFrame()) == .success)
+            blobs.append(key.publicKey.blob)
+            guard case .signResponse? = Self.exchange(fd, try SSHAgentRequest.signRequest(keyBlob: key.publicKey.blob, data: [1, 2, 3], flags: 0)
+                .encodeFrame()) else { Issue.record("no signature"); return }
+        }
+        let plain = seeds.map { $0.withUnsafeBytes { Array($0) } }
+        // Sanity: the scan reaches the keys while the agent holds them.
+        let before = MemoryHygieneTests.memory(of: f.agent.pid)
+        #expect(!before.isEmpty, "could not read the agent's memory")
+        #expect(plain.allSatisfy { seed in before.contains { containsSubsequenceFast($0, seed) } }, "the scan does not reach the keys")
+
+        // One removed by REMOVE_IDENTITY, the other by REMOVE_ALL_IDENTITIES (ssh-add -d, ssh-add -D).
+        #expect(Self.exchange(fd, SSHAgentRequest.removeIdentity(keyBlob: blobs[0]).encodeBody().framed) == .success)
+        #expect(f.run("ssh-add", ["-D"]).status == 0)
+        let after = MemoryHygieneTests.memory(of: f.agent.pid)
+        for (n, seed) in plain.enumerated() {
+            #expect(!after.contains { containsSubsequenceFast($0, seed) }, "key \(n)'s seed is still in the agent's memory after removal")
+        }
+    }
+
     @Test func sessionBindIsVerifiedAndRecorded() throws {
         let f = try Fixture()
         let key = f.generate("ed25519", name: "id_host")
@@ -330,6 +360,11 @@ struct SSHAgentTests {
         defer { close(fresh) }
         #expect(Self.exchange(fresh, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success)
     }
+}
+
+extension Array where Element == UInt8 {
+    /// This message body behind its length prefix.
+    var framed: [UInt8] { SSHAgentTests.frame(self) }
 }
 
 enum SSHTools {
