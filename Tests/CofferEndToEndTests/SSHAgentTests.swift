@@ -304,7 +304,7 @@ struct SSHAgentTests {
     }
 
     @Test(.enabled(if: getuid() == 0, "reading another process's memory needs root"))
-    func removedKeysLeaveNoSecretInTheAgentsMemory() throws {
+    func removedKeysAndTheLockPassphraseLeaveNoSecretInTheAgentsMemory() throws {
         let f = try Fixture()
         let fd = try Self.connect(f)
         defer { close(fd) }
@@ -331,6 +331,14 @@ struct SSHAgentTests {
         for (n, seed) in plain.enumerated() {
             #expect(!after.contains { containsSubsequenceFast($0, seed) }, "key \(n)'s seed is still in the agent's memory after removal")
         }
+
+        // A locked agent keeps a hash of its passphrase, not the passphrase.
+        let marker = Array("LOCK-PASSPHRASE-\(UUID().uuidString)".utf8)
+        let passphrase = marker.withUnsafeBytes { SecureBytes(copying: $0) }
+        #expect(Self.exchange(fd, SSHAgentRequest.lock(passphrase: passphrase).encodeBody().framed) == .success)
+        #expect(!MemoryHygieneTests.memory(of: f.agent.pid).contains { containsSubsequenceFast($0, marker) },
+                "the lock passphrase is in the agent's memory")
+        #expect(Self.exchange(fd, SSHAgentRequest.unlock(passphrase: passphrase).encodeBody().framed) == .success)
     }
 
     @Test func sessionBindIsVerifiedAndRecorded() throws {
