@@ -47,7 +47,7 @@ final class SSHAgentKeyStore: Sendable {
 
     private let state = Protected(State())
 
-    /// Why an add was refused.
+    /// What an add did, or why it was refused.
     enum AddOutcome: Equatable {
         case added
         /// A key with this blob was there: its comment and lifetime were replaced (as OpenSSH does).
