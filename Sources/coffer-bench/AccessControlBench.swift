@@ -131,8 +131,9 @@ struct AccessControlBench {
     private func countStages(tools: AgentBench, agent: AgentBench.AgentDirectory, config: String, guarded: ItemQuery,
                              reads: Int) throws -> (reads: Int, searches: Double, roundTrips: Double) {
         tools.stopAgent(agent)
-        // The state directory's lock goes with the old agent's exit, after its socket.
-        while system("pgrep -f -- '--state-dir \(agent.state)' >/dev/null") == 0 { usleep(10_000) }
+        // The state directory's lock goes with the old agent's exit, after its socket ([-]: the pattern
+        // must not match the shell that runs pgrep).
+        while system("pgrep -f -- '[-]-state-dir \(agent.state)' >/dev/null") == 0 { usleep(10_000) }
         let log = agent.state + "/cofferd.log"
         unlink(log)
         guard tools.spawn(binDir + "/cofferd", agent.arguments + ["--config", config, "--log-level", "debug"]) == 0 else {
@@ -141,11 +142,16 @@ struct AccessControlBench {
         let c = try AgentConnection(path: agent.socket)
         c.authenticationDelegate = Nobody()
         try c.unlock(passcode: secret(AgentBench.passcode))
+        // The Test plugin keeps its enrolment in memory: enrol again in the new plugin host, then
+        // read without a passcode at hand and without reuse (each read authenticates by the sensor).
+        try c.setAuthenticationOptions(AuthenticationOptions(passcode: secret(AgentBench.passcode)))
+        try c.bio(.enroll, name: "bench")
+        try c.setAuthenticationOptions(AuthenticationOptions())
         for _ in 0..<reads {
             guard try c.copyMatching(guarded).first?.data != nil else { throw SecError(.internalComponent, "the guarded item did not open") }
         }
         tools.stopAgent(agent)
-        while system("pgrep -f -- '--state-dir \(agent.state)' >/dev/null") == 0 { usleep(10_000) }
+        while system("pgrep -f -- '[-]-state-dir \(agent.state)' >/dev/null") == 0 { usleep(10_000) }
         var searches = 0, trips = 0, lines = 0
         for line in String(decoding: (try? Files.read(log)) ?? [], as: UTF8.self).split(separator: "\n") where line.contains("authenticated operation") {
             lines += 1
