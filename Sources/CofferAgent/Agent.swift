@@ -138,20 +138,29 @@ package final class Agent: Sendable {
             })
         schedule = service.schedule
         pipeline = Pipeline(service: service)
-        var nativeSocket = configuration.socketPath
-        if let fd = Systemd.activationSocket() {
-            nativeSocket = Self.boundPath(of: fd) ?? nativeSocket
+        let activation = Systemd.activationSocket()
+        let nativeSocket = activation.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
+        // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
+        // for the native one). Under socket activation too, for now (beside the socket systemd passed):
+        // systemd passes only the native socket.
+        var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
+        if let path = sshAgentSocket {
+            do {
+                try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
+            } catch where configuration.sshAgentSocket == .besideNativeSocket {
+                // The default place is taken (another agent with its native socket in the same
+                // directory serves it): this agent runs without one rather than not at all. A path
+                // given in the configuration must work.
+                logger.warning("no ssh-agent socket: \(error)", metadata: ["ssh-agent-socket": "\(path)"])
+                sshAgentSocket = nil
+            }
+        }
+        if let fd = activation {
             self.host("native", listener: FileDescriptor(adopting: fd), socketPath: nil, framing: NativeFraming(),
                       handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
             logger.info("using the socket passed by systemd")
         } else {
             try listen("native", path: configuration.socketPath, framing: NativeFraming(), handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
-        }
-        let sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
-        if let path = sshAgentSocket {
-            // Under socket activation too, for now (beside the socket systemd passed): systemd passes
-            // only the native socket.
-            try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
         }
         keychain.logMigrations(to: logger)
         LegacyGroups.migrate(keychain, logger: logger)

@@ -178,6 +178,28 @@ struct SSHAgentTests {
         #expect(f.agent.log.contains("constraint=confirm"))
     }
 
+    /// The default place taken by another agent (one whose native socket is in the same directory):
+    /// this agent starts without an ssh-agent socket and says so; a path named in the configuration
+    /// that is taken stops the agent instead.
+    @Test func aTakenSSHSocketIsSkippedAtTheDefaultPlaceAndFatalWhenConfigured() throws {
+        let agent = try AgentProcess(start: false)
+        let runDir = agent.dir.file("run/coffer")
+        try FileManager.default.createDirectory(atPath: runDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // "Another agent": a live listener of this user where the new agent's default would go.
+        let taken = try UnixSocket.listen(path: runDir + "/ssh-agent.sock")
+        defer { close(taken) }
+        try agent.start()
+        #expect(Self.ready(agent), "\(agent.log)")
+        #expect(agent.log.contains("no ssh-agent socket"), "\(agent.log)")
+        #expect(agent.cli(["status"]).status == 0, "the native socket serves")
+        _ = agent.stop()
+        #expect(FileManager.default.fileExists(atPath: runDir + "/ssh-agent.sock"), "the agent removed a socket it did not make")
+
+        let configured = try AgentProcess(extraArguments: ["--ssh-agent-socket", runDir + "/ssh-agent.sock"], start: false)
+        #expect(throws: (any Error).self) { try configured.start() }
+        #expect(configured.log.contains("another agent is listening"), "\(configured.log)")
+    }
+
     @Test func socketSettings() throws {
         let f = try Fixture()
         var st = stat()
@@ -201,8 +223,8 @@ struct SSHAgentTests {
         #expect(!FileManager.default.fileExists(atPath: elsewhere), "the socket outlived the agent")
     }
 
-    /// Waits (up to 30 s) for the agent's "agent ready" line: the harness waits only for the native
-    /// socket, which opens before the ssh-agent one.
+    /// Waits (up to 30 s) for the agent's "agent ready" line (the ssh-agent socket opens before the
+    /// native one the harness waits for; this also waits for the rest of the start-up).
     static func ready(_ agent: AgentProcess) -> Bool {
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
