@@ -45,22 +45,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
 
     func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
         var state = ConnectionState(caller: caller)
-        var greeted = false
-        while true {
-            let frame: Connection.Frame
-            switch server.readFrame(conn, greeted: greeted) {
-            case .success(let f): frame = f
-            case .failure(let end):
-                server.reportEnd(end, of: conn, firstFrame: "request")
-                return
-            }
-            greeted = true
-            defer { server.release(frame) }
-            guard let sent = server.request({ () -> Bool in
-                let reply = handle(body: frame.body, state: &state)
-                return send(reply, on: conn)
-            }), sent else { return }
-        }
+        server.serveRequests(conn, firstFrame: "request") { body in send(handle(body: body, state: &state), on: conn) }
     }
 
     /// Decodes one body and answers it. The plain copy of the body (it may hold a private key or a

@@ -128,6 +128,27 @@ final class SocketServer: Sendable {
     /// Gives a frame's budget back.
     func release(_ frame: Connection.Frame) { budget.release(frame.grant) }
 
+    /// Serves a conversation in which every frame is one request (the ssh-agent protocol, a line
+    /// protocol): reads frames (the first within the first-frame limit) until the peer closes, breaks
+    /// framing or misses a deadline (reported as not sending `firstFrame`), runs each body through
+    /// `handle` as a request in flight, and ends when `handle` returns false (its reply could not be
+    /// sent) or the server stops. Each frame's budget is given back after its request.
+    func serveRequests(_ conn: Connection, firstFrame: String, _ handle: (SecureBytes) -> Bool) {
+        var greeted = false
+        while true {
+            let frame: Connection.Frame
+            switch readFrame(conn, greeted: greeted) {
+            case .success(let f): frame = f
+            case .failure(let end):
+                reportEnd(end, of: conn, firstFrame: firstFrame)
+                return
+            }
+            greeted = true
+            defer { release(frame) }
+            guard request({ handle(frame.body) }) == true else { return }
+        }
+    }
+
     /// Runs one request as in flight (shutdown waits for it); nil if the server is stopping.
     func request<T>(_ body: () -> T) -> T? {
         guard registry.beginRequest() else { return nil }

@@ -26,21 +26,11 @@ struct LineFrontEnd: ConnectionHandler {
 
     func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
         var context = CallerContext(caller: caller)
-        var greeted = false
-        while true {
-            let frame: Connection.Frame
-            switch server.readFrame(conn, greeted: greeted) {
-            case .success(let f): frame = f
-            case .failure(let end):
-                server.reportEnd(end, of: conn, firstFrame: "request")
-                return
-            }
-            defer { server.release(frame) }
-            greeted = true
-            let words = frame.body.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }.split(separator: " ").map(String.init)
-            guard var reply = server.request({ answer(words, &context) }) else { return }
+        server.serveRequests(conn, firstFrame: "request") { body in
+            let words = body.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }.split(separator: " ").map(String.init)
+            var reply = answer(words, &context)
             defer { secureZero(&reply) }
-            guard conn.send(reply) else { return }
+            return conn.send(reply)
         }
     }
 
