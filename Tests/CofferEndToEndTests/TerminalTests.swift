@@ -193,12 +193,16 @@ struct CLIGuidanceTests {
                        executable: git).status == 0)
         #expect(agent.cli(["lock"]).status == 0)
         /// Runs `body`; returns its result and how many connections the agent accepted meanwhile (it
-        /// logs each before reading from it, so all are logged once the client has its replies).
+        /// logs each before reading from it, so all are logged once the client has its replies). The
+        /// test process's own are not counted: the harness's readiness probe at start may be logged
+        /// late, after a slow machine (a sanitizer build) spent seconds hashing the large test executable.
+        let ownExecutable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "/proc/self/exe"
         func counting(_ body: () -> CLIResult) -> (CLIResult, Int) {
             let before = agent.log.utf8.count
             let r = body()
             let log = Array(agent.log.utf8)
-            return (r, String(decoding: log[min(before, log.count)...], as: UTF8.self).components(separatedBy: "client connected").count - 1)
+            let lines = String(decoding: log[min(before, log.count)...], as: UTF8.self).split(separator: "\n")
+            return (r, lines.filter { $0.contains("client connected") && !$0.contains(" \(ownExecutable) ") }.count)
         }
         let (helper, helperConnections) = counting {
             runCLI(["--socket", agent.socketPath, "get"], stdin: "protocol=https\nhost=h.example\n\n", executable: git)
