@@ -146,7 +146,9 @@ package final class Agent: Sendable {
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
         if let path = sshAgentSocket {
             do {
-                try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
+                try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
+                    AgentPromptChannel(configuration: configuration, clock: SystemClock())
+                }, logger: logger))
             } catch where configuration.sshAgentSocket == .besideNativeSocket {
                 // The default place is taken (another agent with its native socket in the same
                 // directory serves it): this agent runs without one rather than not at all. A path

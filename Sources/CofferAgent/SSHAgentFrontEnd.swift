@@ -2,6 +2,7 @@ import CofferCrypto
 import CofferModel
 import CofferSSHAgentProtocol
 import CofferSSHKeys
+import CofferService
 import CofferSystem
 import Logging
 
@@ -29,6 +30,11 @@ struct SSHAgentFraming: Framing {
 /// fingerprint and the caller's pid, never a secret.
 struct SSHAgentFrontEnd: ConnectionHandler {
     let keys: SSHAgentKeyStore
+    /// The protocol-free service core: the keychain, its lock and the authentication every front end shares.
+    let service: KeychainService
+    /// Opens the channel through which the agent itself asks a person (its pinentry), one per
+    /// request that needs one; nil when nobody can be asked (no pinentry configured).
+    let promptChannel: @Sendable () -> AgentPromptChannel?
     let logger: Logger
 
     /// The extensions `query` reports.
@@ -38,13 +44,15 @@ struct SSHAgentFrontEnd: ConnectionHandler {
 
     /// What one connection has told the agent.
     struct ConnectionState {
-        let caller: CallerIdentity
+        /// The caller and what this connection has been authorized for (reuse windows), for the service core.
+        var context: CallerContext
+        var caller: CallerIdentity { context.caller }
         /// The `session-bind@openssh.com` bindings received (verified), oldest first.
         var sessionBinds: [SSHSessionBind] = []
     }
 
     func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
-        var state = ConnectionState(caller: caller)
+        var state = ConnectionState(context: CallerContext(caller: caller))
         server.serveRequests(conn, firstFrame: "request") { body in send(handle(body: body, state: &state), on: conn) }
     }
 
