@@ -123,7 +123,7 @@ let package = Package(
                           swiftSettings: settings, linkerSettings: staticCLI([])),
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
-                                         "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol",
+                                         "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol", "CofferSSHAgentProtocol",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.

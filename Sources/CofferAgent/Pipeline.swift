@@ -153,6 +153,19 @@ final class Pipeline: Sendable {
                 guard bound <= WireFormat.maximumBodyBytes else { throw Self.tooLarge("the new item (with the parts asked for)") }
             }
             return .items(flags.isEmpty ? [] : [r])
+        case .keyCreate(let creation, let attributes, let flags):
+            // The key is made (or checked) here in the agent; the reply never holds its private half.
+            let item: NewItem
+            if let key = creation.key {
+                item = try SSHKeyItems.imported(wire: key, attributes: attributes)
+            } else {
+                item = try SSHKeyItems.generated(attributes)
+            }
+            defer { item.secret.wipe() }
+            let r = try service.addKey(item, returning: KeychainService.Returning(attributes: flags.contains(.attributes),
+                                                                                  persistentRef: flags.contains(.persistentRef)),
+                                       &session.context, channel)
+            return .items(flags.isEmpty ? [] : [r])
         case .copyMatching(let query):
             return try page(query, after: 0, paged: false, &session.context, channel)
         case .copyMatchingPage(let query, let cursor):

@@ -75,9 +75,16 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         let pid = "\(state.caller.pid)"
         switch request {
         case .requestIdentities:
-            return .identities(keys.identities().map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) })
+            // ssh-add's keys first (as OpenSSH lists them), then the keychain's the caller may see.
+            let inMemory = keys.identities().map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) }
+            guard !keys.isLocked else { return .identities(inMemory) }
+            let known = Set(inMemory.map(\.keyBlob))
+            return .identities(inMemory + itemIdentities(&state).filter { !known.contains($0.keyBlob) })
 
         case .signRequest(let blob, let data, let flags):
+            if keys.key(blob: blob) == nil, !keys.isLocked, let reply = signWithItem(blob: blob, data: data, flags: flags, &state) {
+                return reply
+            }
             guard let key = keys.key(blob: blob) else {
                 // debug, not info: a client asking again and again must not grow the log.
                 logger.debug("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])

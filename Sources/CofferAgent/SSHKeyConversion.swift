@@ -92,3 +92,31 @@ extension SSHRSASignatureAlgorithm {
         }
     }
 }
+
+extension SSHCurve {
+    /// The wire codec's curve.
+    var wireCurve: SSHECDSACurve {
+        switch self {
+        case .p256: .nistp256
+        case .p384: .nistp384
+        case .p521: .nistp521
+        }
+    }
+}
+
+extension CofferSSHKeys.SSHPrivateKey {
+    /// The key in the wire codec's form (to store it as a keychain item). Secret parts move from
+    /// secure memory to secure memory.
+    var wireKey: CofferSSHAgentProtocol.SSHPrivateKey {
+        switch components {
+        case .ed25519(let seed, let publicKey):
+            // The wire secret is seed ‖ public key (libsodium's secret key).
+            let secret = SecureBytes(concatenating: [seed, publicKey.withUnsafeBytes { SecureBytes(copying: $0) }])
+            return .ed25519(publicKey: publicKey, secret: secret)
+        case .ecdsa(let curve, let q, let d):
+            return .ecdsa(curve.wireCurve, q: q, d: d)
+        case .rsa(let n, let e, let d, let p, let q, let iqmp):
+            return .rsa(n: n, e: e, d: d, iqmp: iqmp, p: p, q: q)
+        }
+    }
+}

@@ -140,6 +140,16 @@ public final class AgentConnection {
         return items.first
     }
 
+    /// SecKeyCreateRandomKey with a permanent key (KEY_CREATE): the agent makes the key (`creation`
+    /// `.generate`, its algorithm in `attributes`' `type` and `bsiz`) or stores the one given, as a
+    /// non-extractable key item; returns the parts named in `returning` (never the private half).
+    @discardableResult
+    public func createKey(_ creation: KeyCreation, attributes: Attributes, returning flags: ReturnFlags = []) throws(SecError) -> ItemResult? {
+        let r = try roundTrip(.keyCreate(creation, attributes: attributes, flags))
+        guard case .items(let items) = r else { throw unexpected(r) }
+        return items.first
+    }
+
     /// SecItemCopyMatching. A search for one item is one COPY_MATCHING round trip; any other
     /// limit is fetched page by page (``forEachPage(_:_:)``), so a result of any size arrives.
     public func copyMatching(_ query: ItemQuery) throws(SecError) -> [ItemResult] {

@@ -361,7 +361,7 @@ public final class Keychain: Sendable {
             var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
-                    if query.returnData { guard try needs.admit(attrs) else { return } }
+                    if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
@@ -417,7 +417,7 @@ public final class Keychain: Sendable {
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
                                  unreadable: skip) { (row, cls, attrs) throws(SecError) in
-                    if query.returnData { guard try needs.admit(attrs) else { return } }
+                    if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
@@ -551,6 +551,7 @@ public final class Keychain: Sendable {
             var needs = Requirements(operation: .update, authorization: authorization)
             for (_, cls, old) in matches {
                 try Validation.check(changes.attributes, for: cls, writing: true)
+                if cls == .key, KeyItem.isNonExtractable(old) { try Self.checkKeyChanges(changes, newProtection) }
                 _ = try needs.admit(old)
             }
             try needs.throwIfUnsatisfied()
@@ -586,6 +587,19 @@ public final class Keychain: Sendable {
                 }
                 return matches.count
             }
+        }
+    }
+
+    /// What an UPDATE may not do to a non-extractable key: replace its private half, change what the
+    /// agent set when it made the key (its type, size, public half, `extr`), or move it to a class that
+    /// goes into backups (it would leave the device that way).
+    private static func checkKeyChanges(_ changes: ItemChanges, _ newProtection: ProtectionClass?) throws(SecError) {
+        if changes.secret != nil { throw .param("a non-extractable key's private half cannot be replaced; create another key") }
+        if let name = changes.attributes.keys.sorted().first(where: { KeyItem.agentSet.contains($0) }) {
+            throw .param("attribute '\(name)' of a non-extractable key is set by the agent and cannot be changed")
+        }
+        if let p = newProtection, !p.isThisDeviceOnly {
+            throw .param("a non-extractable key stays in a ThisDeviceOnly class (it never goes into a backup)")
         }
     }
 
@@ -795,6 +809,7 @@ public final class Keychain: Sendable {
                 try unreadable?(row)
                 return nil
             } catch where error.status == .interactionNotAllowed {
+                if q.skipsLockedItems { return nil }
                 guard let groups = scope.groups, let protection = ProtectionClass(rawValue: row.protectionClass),
                       let inScope = try scopeHashes(IndexTier.of(protection), groups) else { throw error }   // tier not searchable yet
                 if !inScope.isDisjoint(with: try store.indexHashes(item: row.id)) { throw error }
@@ -966,6 +981,13 @@ public final class Keychain: Sendable {
     /// Opens a row's secret with the request's application password, if any. Opening an item that
     /// needs one with one given is a counted attempt on that item (``ApplicationPasswordAttempts``):
     /// refused early while its delay runs, reported to `authorization` when failed or refused.
+    /// A non-extractable key's private half never leaves the agent: a search returning data that meets
+    /// one fails (before anyone is asked to authenticate), unless the agent itself uses the key in place.
+    private static func checkExtractable(_ query: ItemQuery, _ cls: ItemClass, _ attrs: Attributes) throws(SecError) {
+        guard cls == .key, KeyItem.isNonExtractable(attrs), !query.usesKeyInPlace else { return }
+        throw .notAvailable("a non-extractable key's private half is never returned: the agent uses it in place (e.g. coffer ssh)")
+    }
+
     private func openSecret(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes,
                             _ authorization: AuthorizationContext) throws(SecError) -> SecureBytes {
         let protection = ProtectionClass(rawValue: row.protectionClass)!

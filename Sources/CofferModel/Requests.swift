@@ -19,6 +19,13 @@ public struct ItemQuery: Sendable, Equatable {
     /// A listing that skips items failing authentication (counting them) instead of failing
     /// (COPY_MATCHING_PAGE only; `coffer check` reports and quarantines them).
     public var skipUnreadable = false
+    /// A search by the agent itself for a key it uses in place (to sign), never one a request asked
+    /// for: only such a search may open the secret of a non-extractable key (``KeyItem``). No wire
+    /// decoder sets it.
+    public var usesKeyInPlace = false
+    /// A listing by the agent itself that leaves out the items whose class key is locked away (what
+    /// `ssh-add -l` shows of a locked keybag), never a request's: no wire decoder sets it.
+    public var skipsLockedItems = false
 
     /// A query; with no return flags, copyMatching only tells whether something matched.
     public init(itemClass: ItemClass? = nil, attributes: Attributes = [:], limit: MatchLimit = .one,

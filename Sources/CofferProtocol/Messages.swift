@@ -64,6 +64,10 @@ public enum AgentRequest: Sendable {
     case check(CheckOperation)
     /// CHECK_PAGE: one page of a verify, quarantine or quarantine listing, starting after `cursor`.
     case checkPage(CheckOperation, cursor: UInt64)
+    /// KEY_CREATE: a key item made in the agent (SecKeyCreateRandomKey: `key` empty, its algorithm in
+    /// `attributes`' `type` and `bsiz`) or imported through it (`key`: the private key in the ssh-agent
+    /// wire form). The key is non-extractable: the reply never carries its private half.
+    case keyCreate(KeyCreation, attributes: Attributes, ReturnFlags)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -74,6 +78,7 @@ public enum AgentRequest: Sendable {
         case .removePasscode, .escrowUnlock, .escrowRevoke, .backupCreate, .backupRestore: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
+        case .keyCreate(let k, _, _): k.key != nil
         default: false
         }
     }
@@ -201,6 +206,11 @@ public enum AgentRequest: Sendable {
             case .restore: f.w.u8(4)   // malformed: the agent answers -50 (restore is not paged)
             }
             f.w.u64(cursor)
+            return f.finish()
+        case .keyCreate(let k, let attributes, let flags):
+            let attrs = AttributeCodec.encode(attributes)
+            var f = FrameBuilder(type: .keyCreate, requestID: requestID, payloadCapacity: 6 + attrs.count + (k.key?.count ?? 0))
+            f.w.u8(k.key == nil ? 1 : 2); f.w.raw(attrs); f.secret(k.key ?? SecureBytes(count: 0)); f.w.u8(flags.rawValue)
             return f.finish()
         case .copyMatchingPage(let q, let cursor):
             let query = QueryCodec.encode(q)
@@ -340,12 +350,33 @@ public enum AgentRequest: Sendable {
             case 3: request = .checkPage(.listQuarantine, cursor: cursor)
             default: throw ProtocolError("bad CHECK_PAGE (operations 1-3 only; restore is CHECK 4)")
             }
+        case .keyCreate:
+            let op = try r.u8("operation")
+            guard op == 1 || op == 2 else { throw ProtocolError("unknown KEY_CREATE operation (1 generate, 2 import)") }
+            let attrs = try r.attributes("attributes")
+            let key = try r.secret("key")
+            guard (op == 1) == (key.count == 0) else { throw ProtocolError("KEY_CREATE: generate takes no key, import takes one") }
+            let flags = try QueryCodec.flags(try r.u8("return flags"))
+            guard !flags.contains(.data) else { throw ProtocolError("KEY_CREATE never returns the private key (return flag data)") }
+            request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
              .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
         return (id, request)
+    }
+}
+
+/// What a KEY_CREATE makes: a new key, or an item of a key given in the ssh-agent wire form.
+public enum KeyCreation: Sendable {
+    case generate
+    case importing(SecureBytes)
+
+    /// The key given (nil: generate one).
+    public var key: SecureBytes? {
+        if case .importing(let k) = self { return k }
+        return nil
     }
 }
 

@@ -383,7 +383,7 @@ package final class KeychainService: Sendable {
 
     /// Runs an item operation with the scope the policy gives the caller, and audits it (allowed or
     /// denied, with its result). An add without `agrp` is recorded with the group it went to.
-    private func itemOperation<T>(_ context: inout CallerContext, _ operation: String, group: String?, itemClass: ItemClass?,
+    func itemOperation<T>(_ context: inout CallerContext, _ operation: String, group: String?, itemClass: ItemClass?,
                                   _ body: (AccessScope, inout CallerContext) throws(SecError) -> T) throws(SecError) -> T {
         let decision = gate.scope(for: context)
         var recorded = group
@@ -399,7 +399,7 @@ package final class KeychainService: Sendable {
     /// authenticate (``Authenticator``) and runs it again: a request touching no protected item costs
     /// nothing extra, one inside its reuse window does not search twice, and one that needs the
     /// person searches twice (the attempt and the operation).
-    private func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ context: inout CallerContext,
+    func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ context: inout CallerContext,
                                _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0,
                                _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
         let now = clock.now()

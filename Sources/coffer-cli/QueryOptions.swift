@@ -108,3 +108,46 @@ func parseAccessible(_ text: String) throws -> ProtectionClass {
     return c
 }
 
+
+/// When an item is available and what authentication it needs (`add`, `ssh keygen`, `ssh import`).
+struct ProtectionOptions: ParsableArguments {
+    @Option(help: "When the item is available: when-unlocked (default), after-first-unlock, always, …-this-device-only, when-passcode-set-this-device-only, or ak/ck/dk/aku/cku/dku/akpu.",
+            completion: ValueCompletion.accessible)
+    var accessible: String?
+    @Option(name: .customLong("access-control"),
+            help: "Authentication the item needs: user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and, (e.g. biometry-any,or,device-passcode). Needs a passcode; the item stays on this device.",
+            completion: ValueCompletion.accessControl)
+    var accessControl: String?
+    @Option(name: .customLong("access-control-ops"), help: "Which operations need it: read,update,delete (default all three; read is also signing with a key).")
+    var accessControlOps: String?
+
+    func validate() throws {
+        if let accessible { _ = try parseAccessible(accessible) }
+        _ = try rule()
+        if accessControlOps != nil && accessControl == nil { throw ValidationError("--access-control-ops needs --access-control") }
+    }
+
+    /// The parsed --access-control / --access-control-ops.
+    func rule() throws -> AccessControl? {
+        guard let accessControl else { return nil }
+        var ops: AccessControl.Operations = []
+        for word in (accessControlOps ?? "read,update,delete").split(separator: ",") {
+            switch word {
+            case "read": ops.insert(.useSecret)
+            case "update": ops.insert(.update)
+            case "delete": ops.insert(.delete)
+            default: throw ValidationError("--access-control-ops takes read, update and delete, joined with commas")
+            }
+        }
+        guard let a = AccessControl(parsing: accessControl, operations: ops) else {
+            throw ValidationError("--access-control: factors are user-presence, biometry-any, biometry-current-set, device-passcode, application-password, joined with ,or, or ,and, (one kind of joiner)")
+        }
+        return a
+    }
+
+    /// Puts `pdmn` and `accc` into `attrs` as given.
+    func apply(to attrs: inout Attributes) throws {
+        if let accessible { attrs["pdmn"] = .string(try parseAccessible(accessible).shortCode) }
+        if let acl = try rule() { attrs[AccessControl.attributeName] = .data(acl.encoded()) }
+    }
+}

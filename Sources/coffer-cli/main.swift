@@ -67,7 +67,7 @@ struct Coffer: ParsableCommand {
             """,
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
-                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self])
+                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self])
 }
 
 struct Status: ParsableCommand {
@@ -162,47 +162,17 @@ struct Add: ParsableCommand {
         discussion: "Example: printf %s \"$TOKEN\" | coffer add --service github --account me --secret-stdin")
     @OptionGroup var connect: Connect
     @OptionGroup var item: ItemOptions
-    @Option(help: "When the item is available: when-unlocked (default), after-first-unlock, always, …-this-device-only, when-passcode-set-this-device-only, or ak/ck/dk/aku/cku/dku/akpu.",
-            completion: ValueCompletion.accessible)
-    var accessible: String?
-    @Option(name: .customLong("access-control"),
-            help: "Authentication the item needs: user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and, (e.g. biometry-any,or,device-passcode). Needs a passcode; the item stays on this device.",
-            completion: ValueCompletion.accessControl)
-    var accessControl: String?
-    @Option(name: .customLong("access-control-ops"), help: "Which operations need it: read,update,delete (default all three).")
-    var accessControlOps: String?
+    @OptionGroup var protection: ProtectionOptions
     @OptionGroup var secret: SecretSource
     @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {
         guard secret.isAvailable else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N (or run it on a terminal to be asked)") }
-        if let accessible { _ = try parseAccessible(accessible) }
-        _ = try rule()
-        if accessControlOps != nil && accessControl == nil { throw ValidationError("--access-control-ops needs --access-control") }
-    }
-
-    /// The parsed --access-control / --access-control-ops.
-    func rule() throws -> AccessControl? {
-        guard let accessControl else { return nil }
-        var ops: AccessControl.Operations = []
-        for word in (accessControlOps ?? "read,update,delete").split(separator: ",") {
-            switch word {
-            case "read": ops.insert(.useSecret)
-            case "update": ops.insert(.update)
-            case "delete": ops.insert(.delete)
-            default: throw ValidationError("--access-control-ops takes read, update and delete, joined with commas")
-            }
-        }
-        guard let a = AccessControl(parsing: accessControl, operations: ops) else {
-            throw ValidationError("--access-control: factors are user-presence, biometry-any, biometry-current-set, device-passcode, application-password, joined with ,or, or ,and, (one kind of joiner)")
-        }
-        return a
     }
 
     func run() throws {
         var attrs = try item.attributes()
-        if let accessible { attrs["pdmn"] = .string(try parseAccessible(accessible).shortCode) }
-        if let acl = try rule() { attrs[AccessControl.attributeName] = .data(acl.encoded()) }
+        try protection.apply(to: &attrs)
         let cls = try item.resolvedClass(defaultIfNone: true)!
         try reporting { () throws(SecError) in
             let s = try secret.read(confirm: true)

@@ -21,6 +21,12 @@ struct SSHAgentTests {
             #expect(SSHAgentTests.ready(agent), "the agent did not get ready: \(agent.log)")
         }
 
+        /// A fixture around an agent started elsewhere (e.g. with signed apps' trust roots).
+        init(agent: AgentProcess) {
+            self.agent = agent
+            #expect(SSHAgentTests.ready(agent), "the agent did not get ready: \(agent.log)")
+        }
+
         /// Runs `/usr/bin/<tool>` with SSH_AUTH_SOCK at the agent (and an askpass answering `passphrase`).
         func run(_ tool: String, _ args: [String], passphrase: String? = nil) -> CLIResult {
             var env = ["SSH_AUTH_SOCK": sshSocket]

@@ -38,12 +38,13 @@ final class SignedApps: @unchecked Sendable {
     /// The path of app `name`'s executable (`apps/NAME/coffer-cli`).
     func executable(_ name: String) -> String { file("apps/\(name)/coffer-cli") }
 
-    /// Writes a copy of the built `coffer-cli` with `tag` appended at `executable(name)` (replacing
-    /// the file by rename if it exists, as a package update does).
+    /// Writes a copy of the built `coffer-cli` (or of the program `source`, e.g. OpenSSH's ssh-add:
+    /// the copy is still named coffer-cli) with `tag` appended at `executable(name)` (replacing the file
+    /// by rename if it exists, as a package update does).
     @discardableResult
-    func install(_ name: String, tag: String? = nil) throws -> String {
+    func install(_ name: String, tag: String? = nil, source: String = Binaries.directory + "/coffer-cli") throws -> String {
         mkdir(file("apps/\(name)"), 0o755)
-        var bytes = try Data(contentsOf: URL(fileURLWithPath: Binaries.directory + "/coffer-cli"))
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: source))
         bytes.append(Data("\ncoffer-test-app \(tag ?? name)\n".utf8))
         let path = executable(name)
         let temporary = path + ".new"
@@ -67,8 +68,9 @@ final class SignedApps: @unchecked Sendable {
 
     /// Installs and signs app `name`; returns its executable.
     @discardableResult
-    func app(_ name: String, appID: String, groups: [String], key: String = "admin") throws -> String {
-        try install(name)
+    func app(_ name: String, appID: String, groups: [String], key: String = "admin",
+             source: String = Binaries.directory + "/coffer-cli") throws -> String {
+        try install(name, source: source)
         try sign(name, appID: appID, groups: groups, key: key)
         return executable(name)
     }

@@ -1,0 +1,78 @@
+import CofferCrypto
+import CofferModel
+import CofferService
+import CofferSSHAgentProtocol
+import CofferSSHKeys
+import Logging
+
+/// The ssh-agent front end's keys that are keychain items (``SSHKeyItems``): listed to a caller as its
+/// access groups allow, and used to sign through the service core, which checks the caller's scope,
+/// the keybag's lock and the key's access control (asking the person through the agent's own prompter
+/// or the sensor, with the connection's reuse window) before it lends the private half for the one
+/// signature. The private half never leaves the agent.
+extension SSHAgentFrontEnd {
+    /// The key items the caller may see, oldest first, as identities (their label as the comment). A
+    /// locked keybag leaves out the WhenUnlocked ones.
+    func itemIdentities(_ state: inout ConnectionState) -> [SSHAgentIdentity] {
+        let query = ItemQuery(itemClass: .key, attributes: ["kcls": .integer(KeyItem.KeyClass.private.rawValue)])
+        let items: [ItemResult]
+        do {
+            items = try service.keys(matching: query, &state.context)
+        } catch {
+            logger.debug("ssh-agent: listing the keychain's keys failed", metadata: ["error": "\(error)", "pid": "\(state.caller.pid)"])
+            return []
+        }
+        return items.compactMap { item in
+            guard let attributes = item.attributes, let key = SSHKeyItems.publicKey(attributes) else { return nil }
+            var label = ""
+            if case .string(let l)? = attributes["labl"] { label = l }
+            return SSHAgentIdentity(keyBlob: key.blob, comment: label)
+        }
+    }
+
+    /// Signs `data` with the key item whose public key is `blob`: nil if the caller sees no such item
+    /// (the request is then not for a keychain key), else the reply (FAILURE when the keybag is locked,
+    /// the person did not authenticate, nobody could be asked, or the key is unusable).
+    func signWithItem(blob: [UInt8], data: [UInt8], flags: UInt32, _ state: inout ConnectionState) -> SSHAgentReply? {
+        guard let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) else { return nil }
+        let channel = promptChannel()
+        defer { channel?.end() }
+        let pid = "\(state.caller.pid)"
+        do {
+            let signature = try service.useKey(matching: SSHKeyItems.query(blob: blob), what: Self.describeUse(publicKey, state),
+                                               &state.context, channel) { (secret, attributes) throws(SecError) in
+                let key = try SSHKeyItems.signingKey(stored: secret, attributes: attributes)
+                let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
+                do {
+                    guard let s = CofferSSHAgentProtocol.SSHSignature(try key.sign(data: data, hash: hash, allowSHA1: true), by: publicKey) else {
+                        throw SecError(.internalComponent, "the signature does not match the key")
+                    }
+                    return s
+                } catch let e as SecError {
+                    throw e
+                } catch {
+                    throw SecError(.internalComponent, "signing failed: \(error)")
+                }
+            }
+            logger.info("ssh-agent: signed with a keychain key", metadata: ["key": "\(publicKey.fingerprint)", "algorithm": "\(signature.algorithm)",
+                                                                        "pid": "\(pid)"])
+            return .signResponse(signatureBlob: signature.blob)
+        } catch where error.status == .itemNotFound {
+            return nil
+        } catch {
+            logger.info("ssh-agent: refused to sign with a keychain key", metadata: ["key": "\(publicKey.fingerprint)", "status": "\(error.status)",
+                                                                                 "reason": "\(error.message)", "pid": "\(pid)"])
+            return .failure
+        }
+    }
+
+    /// What the person authorizes, as the prompt shows it: the key, and the server when the connection
+    /// was bound to one (`session-bind@openssh.com`: its host key's fingerprint).
+    static func describeUse(_ key: CofferSSHAgentProtocol.SSHPublicKey, _ state: ConnectionState) -> String {
+        var what = "sign with the SSH key \(key.fingerprint)"
+        if let bind = state.sessionBinds.last, let host = try? CofferSSHAgentProtocol.SSHPublicKey(blob: bind.hostKey) {
+            what += " for the server with host key \(host.fingerprint)"
+        }
+        return what
+    }
+}

@@ -1,0 +1,207 @@
+import CofferClient
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+import CofferTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// SSH keys as keychain items (issue #27, part 3): `coffer ssh keygen/list/public/delete/import`, the
+/// keys listed and used by cofferd's ssh-agent socket through OpenSSH's own ssh-add and ssh-keygen,
+/// non-extractable, under the keybag's lock, access groups and access controls.
+@Suite(.enabled(if: SSHTools.available, "needs OpenSSH's ssh-add and ssh-keygen in /usr/bin (apt: openssh-client)"))
+struct SSHKeyItemTests {
+    typealias Fixture = SSHAgentTests.Fixture
+
+    /// `coffer ssh keygen`'s line saved as a .pub file (what ssh-keygen -Y sign takes to name the agent's key).
+    static func savePublic(_ line: String, _ f: Fixture, _ name: String) -> String {
+        let path = f.dir.file(name + ".pub")
+        try? (line.trimmingCharacters(in: .whitespacesAndNewlines) + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    /// The authorized_keys lines `ssh-add -L` prints (type and base64 only).
+    static func listedKeys(_ f: Fixture) -> [String] {
+        let r = f.run("ssh-add", ["-L"])
+        guard r.status == 0 else { return [] }
+        return r.stdout.split(separator: "\n").map { $0.split(separator: " ").prefix(2).joined(separator: " ") }
+    }
+
+    static func head(_ line: String) -> String { line.split(separator: " ").prefix(2).joined(separator: " ") }
+
+    @Test(arguments: ["ed25519", "ecdsa-p256", "rsa-2048"])
+    func aKeyGeneratedInTheAgentSignsForOpenSSH(type: String) throws {
+        let f = try Fixture()
+        f.agent.setPasscode()
+        let made = f.agent.cli(["ssh", "keygen", "--type", type, "--label", "laptop \(type)"])
+        #expect(made.status == 0 && made.stdout.hasSuffix(" laptop \(type)\n"), "\(made)\n\(f.agent.log)")
+        let line = made.stdout.trimmingCharacters(in: .newlines)
+        #expect(Self.listedKeys(f) == [Self.head(line)], "ssh-add -L: \(f.run("ssh-add", ["-L"]))")
+        #expect(f.agent.cli(["ssh", "public", "laptop \(type)"]).stdout == made.stdout)
+        let pub = Self.savePublic(line, f, "laptop")
+        #expect(f.listed() == [f.fingerprint(pub)])
+        let data = f.dir.file("data")
+        try "signed by a key that never left the agent\n".write(toFile: data, atomically: true, encoding: .utf8)
+        let (signed, verified) = f.signAndVerify(publicKey: pub, file: data)
+        #expect(signed.status == 0, "\(signed)\n\(f.agent.log)")
+        #expect(verified?.status == 0, "\(String(describing: verified))")
+        let list = f.agent.cli(["ssh", "list", "--json"])
+        let parsed = try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]]
+        #expect(parsed?.count == 1 && parsed?.first?["fingerprint"] as? String == f.fingerprint(pub)
+                && parsed?.first?["accessible"] as? String == "when-unlocked-this-device-only", "\(list)")
+        // Deleted: gone from the keychain and from ssh-add's listing.
+        #expect(f.agent.cli(["ssh", "delete", f.fingerprint(pub)]).status == 0)
+        #expect(Self.listedKeys(f).isEmpty && f.agent.cli(["ssh", "list"]).stdout.isEmpty)
+        #expect(f.agent.cli(["ssh", "delete", f.fingerprint(pub)]).status == 3)
+    }
+
+    /// No request returns a generated key's private half, none can make it extractable, replace it,
+    /// or move it to a class that goes into backups, and a key is created only ThisDeviceOnly.
+    @Test func aKeyNeverLeavesTheAgent() throws {
+        let f = try Fixture()
+        f.agent.setPasscode()
+        let made = f.agent.cli(["ssh", "keygen", "--label", "k"])
+        #expect(made.status == 0, "\(made)")
+        let get = f.agent.cli(["get", "--class", "keys", "--label", "k"])
+        #expect(get.status == 7 && get.stdout.isEmpty && get.stderr.contains("errSecNotAvailable (-25291)"), "\(get)")
+        let json = f.agent.cli(["get", "--class", "keys", "--label", "k", "--format", "json"])
+        #expect(json.status == 7 && json.stdout.isEmpty, "\(json)")
+        // Its attributes (the public half among them) are listed as any item's.
+        let find = f.agent.cli(["find", "--class", "keys", "--json"])
+        #expect(find.status == 0 && find.stdout.contains("\"extr\":false") && find.stdout.contains("\"pubk\""), "\(find)")
+        for change in [["--set-attr", "extr=true"], ["--set-attr", "pubk=hex:00"], ["--accessible", "when-unlocked"]] {
+            let r = f.agent.cli(["update", "--class", "keys", "--label", "k"] + change)
+            #expect(r.status == 2, "\(change): \(r)")
+        }
+        let replaced = f.agent.cli(["update", "--class", "keys", "--label", "k", "--secret-stdin"], stdin: "not a key")
+        #expect(replaced.status == 2, "\(replaced)")
+        #expect(f.agent.cli(["ssh", "keygen", "--label", "k2", "--accessible", "when-unlocked"]).status == 64)
+        // Through the protocol: a class that goes into backups, or an agent-set attribute, is refused.
+        let c = try AgentConnection(path: f.agent.socketPath)
+        let ed25519: Attributes = ["type": .integer(KeyItem.KeyType.ed25519.rawValue)]
+        for (extra, status) in [(["pdmn": AttributeValue.string("ak")], SecStatus.param), (["pubk": .data([1, 2])], .param),
+                                (["extr": .bool(true)], .param), (["type": .integer(1)], .param), (["bsiz": .integer(1024)], .param)] {
+            do {
+                _ = try c.createKey(.generate, attributes: ed25519.merging(extra) { $1 }, returning: .attributes)
+                Issue.record("KEY_CREATE with \(extra) was accepted")
+            } catch {
+                #expect(error.status == status, "\(extra): \(error)")
+            }
+        }
+        #expect(try c.copyMatching(ItemQuery(itemClass: .key, limit: .all, returnAttributes: true)).count == 1)
+    }
+
+    /// A locked keybag: the WhenUnlocked key is neither listed nor used; the AfterFirstUnlock one is
+    /// both; after the unlock both are back.
+    @Test func aLockedKeybagKeepsOnlyTheKeysItsClassesOpen() throws {
+        let f = try Fixture()
+        f.agent.setPasscode()
+        let whenUnlocked = Self.savePublic(f.agent.cli(["ssh", "keygen", "--label", "wu"]).stdout, f, "wu")
+        let afterFirst = Self.savePublic(f.agent.cli(["ssh", "keygen", "--label", "afu", "--accessible", "after-first-unlock-this-device-only"]).stdout,
+                                         f, "afu")
+        let data = f.dir.file("data")
+        try "x\n".write(toFile: data, atomically: true, encoding: .utf8)
+        #expect(Set(f.listed()) == [f.fingerprint(whenUnlocked), f.fingerprint(afterFirst)])
+        #expect(f.agent.cli(["lock"]).status == 0)
+        #expect(f.listed() == [f.fingerprint(afterFirst)], "\(f.agent.log)")
+        #expect(f.signAndVerify(publicKey: afterFirst, file: data).verified?.status == 0)
+        #expect(f.signAndVerify(publicKey: whenUnlocked, file: data).signed.status != 0)
+        #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(f.signAndVerify(publicKey: whenUnlocked, file: data).verified?.status == 0)
+    }
+
+    /// `coffer ssh import`: ssh-add reads the encrypted file (its passphrase through SSH_ASKPASS) and
+    /// the key becomes an item: it outlives `ssh-add -D` and a restart of the agent, and signs as the
+    /// file's key. A small RSA key and a file that is not a key are refused with nothing stored.
+    @Test func anImportedKeyIsAnItemThatOutlivesSshAddAndARestart() throws {
+        let f = try Fixture()
+        f.agent.setPasscode()
+        let path = f.dir.file("id_ed25519")
+        #expect(f.run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "file passphrase", "-C", "me@laptop", "-f", path]).status == 0)
+        let askpass = f.dir.file("askpass"), answer = f.dir.file("answer")
+        try "file passphrase\n".write(toFile: answer, atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nexec cat '\(answer)'\n".write(toFile: askpass, atomically: true, encoding: .utf8)
+        chmod(askpass, 0o700)
+        let env = ["SSH_ASKPASS": askpass, "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"]
+        let imported = f.agent.cli(["ssh", "import", path], environment: env)
+        let filePublic = try String(contentsOfFile: path + ".pub", encoding: .utf8)
+        #expect(imported.status == 0 && Self.head(imported.stdout) == Self.head(filePublic) && imported.stdout.hasSuffix(" me@laptop\n"),
+                "\(imported)\n\(f.agent.log)")
+        #expect(f.run("ssh-add", ["-D"]).status == 0)
+        #expect(f.listed() == [f.fingerprint(path + ".pub")])
+        try f.agent.restart()
+        #expect(SSHAgentTests.ready(f.agent))
+        #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        let data = f.dir.file("data")
+        try "y\n".write(toFile: data, atomically: true, encoding: .utf8)
+        #expect(f.signAndVerify(publicKey: path + ".pub", file: data).verified?.status == 0, "\(f.agent.log)")
+        // The person gives up at the passphrase prompt (an empty answer; ssh-add asks again after a
+        // wrong one): ssh-add hands over nothing, nothing is stored.
+        try "\n".write(toFile: answer, atomically: true, encoding: .utf8)
+        let other = f.dir.file("id_other")
+        #expect(f.run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "other passphrase", "-f", other]).status == 0)
+        let wrong = f.agent.cli(["ssh", "import", other], environment: env)
+        #expect(wrong.status == 2 && wrong.stderr.contains("ssh-add handed over no key"), "\(wrong)")
+        // RSA below 2048 bits: refused by the agent.
+        let small = f.dir.file("id_small")
+        #expect(f.run("ssh-keygen", ["-q", "-t", "rsa", "-b", "1024", "-N", "", "-f", small]).status == 0)
+        let refused = f.agent.cli(["ssh", "import", small])
+        #expect(refused.status == 2 && refused.stderr.contains("errSecParam"), "\(refused)")
+        #expect(f.agent.cli(["ssh", "import", f.dir.file("missing")]).status == 2)
+        #expect(f.listed() == [f.fingerprint(path + ".pub")])
+    }
+
+    /// A key whose access control asks for the passcode: each signature asks the agent's own pinentry
+    /// (the person's answer opens it; a cancel refuses); without a pinentry the signature is refused
+    /// at once, never waited for.
+    @Test func aProtectedKeyAsksThePersonForEachSignature() throws {
+        let pin = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: pin, pin: AgentProcess.password, passcode: AgentProcess.password)
+        let config = pin.file("cofferd.conf")
+        try "pinentry = \(fake.path)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let f = try Fixture(extraArguments: ["--config", config])
+        f.agent.setPasscode()
+        let made = f.agent.cli(["ssh", "keygen", "--label", "guarded", "--access-control", "device-passcode"])
+        #expect(made.status == 0, "\(made)")
+        let pub = Self.savePublic(made.stdout, f, "guarded")
+        #expect(f.listed() == [f.fingerprint(pub)], "listing needs no person")
+        #expect(((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").isEmpty)
+        let data = f.dir.file("data")
+        try "z\n".write(toFile: data, atomically: true, encoding: .utf8)
+        #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0, "\(f.agent.log)")
+        #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0)
+        let asked = ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }
+        #expect(asked.count == 2, "one question per signature: \(asked)")
+        try fake.set(pin: "cancel", passcode: "cancel")
+        #expect(f.signAndVerify(publicKey: pub, file: data).signed.status != 0)
+
+        let bare = try Fixture()
+        bare.agent.setPasscode()
+        let pub2 = Self.savePublic(bare.agent.cli(["ssh", "keygen", "--label", "g", "--access-control", "device-passcode"]).stdout, bare, "g")
+        let started = Date()
+        #expect(bare.signAndVerify(publicKey: pub2, file: data).signed.status != 0)
+        #expect(Date().timeIntervalSince(started) < 60, "a signature nobody can authorize is refused at once")
+    }
+
+    /// `ssh-add -l` lists the keys of the caller's access groups only: two signed copies of ssh-add
+    /// (apps with groups a and b) each see their own app's key, an unsigned ssh-add sees neither.
+    @Test func twoAppsSeeTheKeysOfTheirOwnGroups() throws {
+        let apps = try SignedApps()
+        let cliA = try apps.app("cli-a", appID: "app.a", groups: ["a"]), cliB = try apps.app("cli-b", appID: "app.b", groups: ["b"])
+        let sshA = try apps.app("ssh-a", appID: "app.a.ssh", groups: ["a"], source: "/usr/bin/ssh-add")
+        let sshB = try apps.app("ssh-b", appID: "app.b.ssh", groups: ["b"], source: "/usr/bin/ssh-add")
+        let f = Fixture(agent: try apps.startAgent())
+        f.agent.setPasscode()
+        let keyA = AppClient(executable: cliA, agent: f.agent).run(["ssh", "keygen", "--label", "key of a"])
+        let keyB = AppClient(executable: cliB, agent: f.agent).run(["ssh", "keygen", "--label", "key of b"])
+        #expect(keyA.status == 0 && keyB.status == 0, "\(keyA)\n\(keyB)\n\(f.agent.log)")
+        func listed(_ sshAdd: String) -> [String] {
+            let r = runCLI(["-L"], environment: ["SSH_AUTH_SOCK": f.sshSocket], executable: sshAdd, timeout: 60)
+            return r.status == 0 ? r.stdout.split(separator: "\n").map { Self.head(String($0)) } : []
+        }
+        #expect(listed(sshA) == [Self.head(keyA.stdout)], "\(f.agent.log)")
+        #expect(listed(sshB) == [Self.head(keyB.stdout)])
+        #expect(listed("/usr/bin/ssh-add").isEmpty)
+    }
+}
