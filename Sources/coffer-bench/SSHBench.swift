@@ -191,7 +191,8 @@ struct SSHBench {
 
             """)
         let check = try Self.launch(sshd, ["-t", "-f", config], output: dir + "/sshd-check.log")
-        guard Self.wait(check) == 0 else { return .skipped("sshd -t: \(Self.firstLine(dir + "/sshd-check.log"))") }
+        let checked = Self.wait(check)
+        guard checked == 0 else { return .skipped("sshd -t -f CONFIG failed (status \(checked)): \(Self.firstLine(dir + "/sshd-check.log"))") }
         let log = dir + "/sshd.log"
         let pid = try Self.launch(sshd, ["-D", "-e", "-f", config], output: log)
         children.pids.append(pid)
