@@ -218,7 +218,7 @@ let package = Package(
                     swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
-                                                                     "CofferIdentity"],
+                                                                     "CofferIdentity", "CofferSSHAgentProtocol"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )

@@ -14,6 +14,9 @@
 //                                                    `identify-callers = no` (get on a persistent connection, new
 //                                                    connection), SHA-256 of a 50 MiB executable cold and cached
 //                                                    (BIN_DIR holds cofferd and coffer)
+//   coffer-bench ssh BIN_DIR                         cofferd's ssh-agent socket beside OpenSSH's ssh-agent on the same
+//                                                    100 Ed25519 keys (issue #27): SIGN_REQUEST round trip, `ssh-add -l`,
+//                                                    `ssh -T` to an sshd it starts on 127.0.0.1 (BIN_DIR holds cofferd)
 //   coffer-bench fill STATE_DIR N                    adds items svc{i%97}/acct{i}/secret-{i}, i = 1…N, to the
 //                                                    stopped agent's keychain (passcode on stdin, if one is set)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
@@ -215,10 +218,12 @@ func run(_ args: [String]) throws {
         try ConnectionBench(binDir: args[1]).run()
     case "access-control" where args.count == 2:
         try AccessControlBench(binDir: args[1]).run()
+    case "ssh" where args.count == 2:
+        try SSHBench(binDir: args[1]).run()
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | backup [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

@@ -12,6 +12,10 @@
 #                                   identity, first GET), and what identifying callers costs (below)
 #   contrib/bench/run.sh access-control  Only what access control costs (a protected read in its reuse
 #                                   window vs a plain one; an evaluation through the plugin host)
+#   contrib/bench/run.sh ssh        Only cofferd's ssh-agent socket beside OpenSSH's ssh-agent on the same 100
+#                                   keys (also part of `all`): SIGN_REQUEST round trip, `ssh-add -l`, `ssh -T`
+#                                   to an sshd started on 127.0.0.1 (needs openssh-client; the `ssh -T` row is
+#                                   skipped, with the reason, without sshd from openssh-server)
 #   contrib/bench/run.sh identity   Only what identifying callers costs (also part of `coffer`): a signed
 #                                   caller vs `identify-callers = no`, SHA-256 of a 50 MiB executable (~1 min)
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
@@ -23,8 +27,8 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|peers|git) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | peers [N ...] | git [N]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|ssh|peers|git) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N]]" >&2; exit 2 ;;
 esac
 if [ "$what" = git ]; then
     shift
@@ -41,7 +45,7 @@ if [ "$what" != peers ]; then
     for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host libCofferPluginTest.so; do
         install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"
     done
-    if [ "$what" != identity ] && [ "$what" != access-control ]; then
+    if [ "$what" != identity ] && [ "$what" != access-control ] && [ "$what" != ssh ]; then
         echo "## The keychain library (no agent, no IPC)"
         echo
         "$bin/coffer-bench" keychain 1000 100000
@@ -60,13 +64,13 @@ if [ "$what" != peers ]; then
         "$bin/coffer-bench" agent "$bin" ${COFFER_BENCH_SIZES:-1000 100000 1000000}
         echo
     fi
-    if [ "$what" != identity ] && [ "$what" != access-control ]; then
+    if [ "$what" != identity ] && [ "$what" != access-control ] && [ "$what" != ssh ]; then
         echo "## Where a new connection's time goes"
         echo
         "$bin/coffer-bench" connection "$bin"
         echo
     fi
-    if [ "$what" != access-control ]; then
+    if [ "$what" != access-control ] && [ "$what" != ssh ]; then
         echo "## What identifying callers costs (access groups)"
         echo
         echo "Two agents serve the same keychain (1,000 items per group) with the same configuration but one"
@@ -77,7 +81,7 @@ if [ "$what" != peers ]; then
         "$bin/coffer-bench" identity "$bin"
         echo
     fi
-    if [ "$what" != identity ]; then
+    if [ "$what" != identity ] && [ "$what" != ssh ]; then
         echo "## What access control costs (item ACLs, the plugin host)"
         echo
         echo "One agent with its plugin host (the Test plugin as the biometric sensor, answering at once):"
@@ -86,8 +90,25 @@ if [ "$what" != peers ]; then
         echo
         "$bin/coffer-bench" access-control "$bin"
     fi
+    if [ "$what" = all ] || [ "$what" = ssh ]; then
+        # OpenSSH's agent and client programs are needed (installed as root when missing; no service
+        # comes with them). sshd is not installed here: installing openssh-server starts a system sshd.
+        # When it is there, the benchmark starts its own on 127.0.0.1; sshd needs its privilege
+        # separation directory, which the ssh service would otherwise create at start.
+        if ! command -v ssh-agent >/dev/null && [ "$(id -u)" = 0 ]; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
+        fi
+        if [ -x /usr/sbin/sshd ] && [ ! -d /run/sshd ] && [ "$(id -u)" = 0 ]; then install -d -m 0755 /run/sshd; fi
+        echo
+        echo "## Beside OpenSSH's ssh-agent (the ssh-agent socket)"
+        echo
+        echo "cofferd's ssh-agent socket and an OpenSSH \`ssh-agent -D\` started for the run, holding the same 100"
+        echo "Ed25519 keys (added with ADD_IDENTITY, as ssh-add does); measures alternate between the agents."
+        echo
+        "$bin/coffer-bench" ssh "$bin"
+    fi
 fi
-if [ "$what" != coffer ] && [ "$what" != identity ] && [ "$what" != access-control ]; then
+if [ "$what" != coffer ] && [ "$what" != identity ] && [ "$what" != access-control ] && [ "$what" != ssh ]; then
     if [ $# -gt 0 ]; then shift; fi
     echo
     echo "## Beside gnome-keyring, pass and the kernel keyring"
