@@ -47,6 +47,8 @@ package final class Agent: Sendable {
     let pluginHost: PluginHost?
     /// Keys added with `ssh-add`, in memory only (every ssh-agent connection shares them).
     let sshKeys = SSHAgentKeyStore()
+    /// Reusable authentications of protected keychain keys used through the ssh-agent socket.
+    let sshReuse = SSHSignatureReuse()
 
     /// Starts the plugin host with the configured plugin directories, if biometry or the passcode is
     /// served by a plugin. A host that cannot start is logged (biometry is then unavailable; a
@@ -148,7 +150,7 @@ package final class Agent: Sendable {
             do {
                 try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
                     AgentPromptChannel(configuration: configuration, clock: SystemClock())
-                }, logger: logger))
+                }, reuse: sshReuse, logger: logger))
             } catch where configuration.sshAgentSocket == .besideNativeSocket {
                 // The default place is taken (another agent with its native socket in the same
                 // directory serves it): this agent runs without one rather than not at all. A path
@@ -290,6 +292,7 @@ package final class Agent: Sendable {
         pluginHost?.shutdown()
         keychain.lock()
         sshKeys.clear()
+        sshReuse.clear()
         keychain.checkpoint()
         logger.info("stopped; keys wiped")
     }

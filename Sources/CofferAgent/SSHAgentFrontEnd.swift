@@ -35,6 +35,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     /// Opens the channel through which the agent itself asks a person (its pinentry), one per
     /// request that needs one; nil when nobody can be asked (no pinentry configured).
     let promptChannel: @Sendable () -> AgentPromptChannel?
+    /// Reusable authentications for protected keychain keys, per caller and key (``SSHSignatureReuse``).
+    let reuse: SSHSignatureReuse
     let logger: Logger
 
     /// The extensions `query` reports.

@@ -18,6 +18,8 @@ enum Validation {
                 throw .param("attribute '\(name)' does not apply to \(cls.rawValue) items")
             }
             switch value {
+            case .integer(let n) where name == KeyItem.reuseAttribute && !(0...Int64(AuthenticationOptions.maximumReuseSeconds)).contains(n):
+                throw .param("attribute '\(name)' is a number of seconds from 0 to \(AuthenticationOptions.maximumReuseSeconds)")
             case .string(let s) where s.utf8.count > maxStringBytes: throw .param("attribute '\(name)' is too long")
             case .data(let d) where d.count > AttributeCodec.maxValueBytes: throw .param("attribute '\(name)' is too long")
             default: break

@@ -35,7 +35,7 @@ public enum AttributeCatalog {
     public static let kinds: [String: AttributeValue.Kind] = {
         var k: [String: AttributeValue.Kind] = [:]
         for s in ["agrp", "pdmn", "labl", "desc", "icmt", "acct", "svce", "sdmn", "srvr", "ptcl", "atyp", "path"] { k[s] = .string }
-        for i in ["crtr", "type", "port", "ctyp", "cenc", "kcls", "bsiz", "esiz"] { k[i] = .integer }
+        for i in ["crtr", "type", "port", "ctyp", "cenc", "kcls", "bsiz", "esiz", "reus"] { k[i] = .integer }
         for d in ["gena", "issr", "slnr", "subj", "skid", "pkhh", "klbl", "atag", "alis", "accc", "pubk"] { k[d] = .data }
         for b in ["sync", "invi", "nega", "scrp", "perm", "priv", "modi", "sens", "asen", "extr", "next", "encr",
                   "decr", "drve", "sign", "vrfy", "snrc", "vyrc", "wrap", "unwp"] { k[b] = .bool }

@@ -109,5 +109,5 @@ public enum ItemClass: String, Sendable, CaseIterable, Hashable {
     private static let certificateAllowed = common.union(["ctyp", "cenc", "issr", "slnr", "subj", "skid", "pkhh", "alis"])
     private static let keyAllowed = common.union(["kcls", "klbl", "atag", "type", "crtr", "bsiz", "esiz", "sdat", "edat", "perm",
                                                   "priv", "modi", "sens", "asen", "extr", "next", "encr", "decr", "drve", "sign",
-                                                  "vrfy", "snrc", "vyrc", "wrap", "unwp", "alis", "pubk"])
+                                                  "vrfy", "snrc", "vyrc", "wrap", "unwp", "alis", "pubk", "reus"])
 }

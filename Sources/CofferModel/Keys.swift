@@ -16,6 +16,10 @@ public enum KeyItem {
     /// RFC 5656 §3.1, RFC 8709 §4). Apple keeps a key pair's public half as a second item; Coffer keeps
     /// it on the private key's item, so a key is one write and listing it needs no secret.
     public static let publicKeyAttribute = "pubk"
+    /// Coffer's own attribute: how many seconds (0 to 300) a person's authentication for this key
+    /// (its access control) serves the same caller's later uses of it, as LocalAuthentication's reuse
+    /// duration does for an app; 0 or absent: each use asks.
+    public static let reuseAttribute = "reus"
     /// The agent's `extr` (kSecAttrIsExtractable) on the keys it creates: false, always.
     public static let extractableAttribute = "extr"
     /// The attributes only the agent sets on a key it creates (a KEY_CREATE that gives one is refused).

@@ -68,6 +68,26 @@ package struct CallerContext: Sendable {
         reuse = (context, r.until, r.generation)
     }
 
+    /// A reusable authentication carried from one conversation to another of the same caller (the
+    /// ssh-agent front end keeps one per caller and key across its connections: each `ssh` opens its
+    /// own). It stays bound to its end and its lock generation.
+    package struct CarriedAuthorization: Sendable {
+        fileprivate let context: AuthorizationContext
+        fileprivate let until: Double
+        fileprivate let generation: Int
+    }
+
+    /// This conversation's live reuse, to carry into another; nil when there is none.
+    package func carriedAuthorization(now: Double) -> CarriedAuthorization? {
+        guard let r = reuse, r.until > now else { return nil }
+        return CarriedAuthorization(context: r.context, until: r.until, generation: r.generation)
+    }
+
+    /// Takes over a reuse carried from another conversation (it ends when it would have there).
+    package mutating func adopt(_ carried: CarriedAuthorization) {
+        reuse = (carried.context, carried.until, carried.generation)
+    }
+
     /// Keeps `context` for reuse if the options ask for it.
     package mutating func recordAuthorization(_ context: AuthorizationContext, now: Double, generation: Int) {
         guard authOptions.reuseSeconds > 0, context != .none else { return }

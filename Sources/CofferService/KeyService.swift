@@ -1,5 +1,6 @@
 package import CofferCrypto
 import CofferKeychain
+import CofferSystem
 package import CofferModel
 
 /// Keys as keychain items (class `keys`): the service core's side of SecKeyCreateRandomKey and
@@ -48,8 +49,23 @@ extension KeychainService {
     /// (through `channel`: the agent's own prompter or sensor; with the conversation's reuse window).
     /// `what` is what a prompt says the person authorizes. Audited as `use-key`. The secret is wiped
     /// when `body` returns.
+    ///
+    /// `reuse`: the authentication this caller may still reuse for this key (from an earlier
+    /// conversation), in and out: a key whose `reus` attribute allows N seconds (at most 300) lets the
+    /// person's authentication serve the same caller's signatures with it for that long, as
+    /// LocalAuthentication's reuse duration does; a lock ends it.
     package func useKey<T>(matching query: ItemQuery, what: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
+                           reuse: inout CallerContext.CarriedAuthorization?,
                            _ body: (SecureBytes, Attributes) throws(SecError) -> T) throws(SecError) -> T {
+        let seconds = try keys(matching: query, &context).first.flatMap { item -> UInt32? in
+            guard case .integer(let n)? = item.attributes?[KeyItem.reuseAttribute], n > 0 else { return nil }
+            return UInt32(min(n, Int64(AuthenticationOptions.maximumReuseSeconds)))
+        } ?? 0
+        if seconds > 0 {
+            context.setAuthOptions(AuthenticationOptions(reuseSeconds: seconds))
+            if let reuse { context.adopt(reuse) }
+        }
+        defer { if seconds > 0 { reuse = context.carriedAuthorization(now: clock.now()) } }
         var q = query
         q.itemClass = .key
         q.limit = .one

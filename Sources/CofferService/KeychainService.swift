@@ -31,7 +31,7 @@ package final class KeychainService: Sendable {
     package let authenticator: Authenticator
     /// Argon2id settings for backup passwords.
     package var backupKDF: KDFParameters { unlocking.backupKDF }
-    private let clock: any MonotonicClock
+    let clock: any MonotonicClock
 
     package init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
                  clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32, agentVersion: String) {

@@ -54,9 +54,11 @@ struct SSHCommand: ParsableCommand {
         @Option(name: .customLong("access-group"), help: "Access group (agrp).")
         var accessGroup: String?
         @OptionGroup var protection: ProtectionOptions
+        @OptionGroup var reuse: ReuseOption
         @OptionGroup var auth: AuthenticationArguments
 
         func validate() throws {
+            try reuse.check(protection)
             try SSHCommand.checkLabel(label)
             if let a = protection.accessible, !(try parseAccessible(a)).isThisDeviceOnly {
                 throw ValidationError("a key made in the agent stays on this device: --accessible takes a …-this-device-only class (or akpu)")
@@ -66,6 +68,7 @@ struct SSHCommand: ParsableCommand {
         func run() throws {
             var attrs = type.attributes
             try protection.apply(to: &attrs)
+            reuse.apply(to: &attrs)
             attrs["labl"] = .string(label)
             if let accessGroup { attrs["agrp"] = .string(accessGroup) }
             try reporting { () throws(SecError) in
@@ -159,9 +162,11 @@ struct SSHCommand: ParsableCommand {
         @Option(name: .customLong("access-group"), help: "Access group (agrp).")
         var accessGroup: String?
         @OptionGroup var protection: ProtectionOptions
+        @OptionGroup var reuse: ReuseOption
         @OptionGroup var auth: AuthenticationArguments
 
         func validate() throws {
+            try reuse.check(protection)
             if let label { try SSHCommand.checkLabel(label) }
             if let a = protection.accessible, !(try parseAccessible(a)).isThisDeviceOnly {
                 throw ValidationError("a key in the agent stays on this device: --accessible takes a …-this-device-only class (or akpu)")
@@ -171,6 +176,7 @@ struct SSHCommand: ParsableCommand {
         func run() throws {
             var attrs: Attributes = [:]
             try protection.apply(to: &attrs)
+            reuse.apply(to: &attrs)
             if let accessGroup { attrs["agrp"] = .string(accessGroup) }
             let fileName = String(file.split(separator: "/").last ?? Substring(file))
             try reporting { () throws(SecError) in
@@ -221,6 +227,25 @@ struct SSHCommand: ParsableCommand {
     }
 
     // MARK: Shared
+
+    /// `--reuse-seconds`: how long one authentication serves the same program's signatures with the key.
+    struct ReuseOption: ParsableArguments {
+        @Option(name: .customLong("reuse-seconds"),
+                help: "With --access-control: after the person authorizes a signature, the same program may sign with the key again for this many seconds (0 to 300) without asking; a lock ends it.")
+        var seconds: Int64?
+
+        func check(_ protection: ProtectionOptions) throws {
+            guard let seconds else { return }
+            guard protection.accessControl != nil else { throw ValidationError("--reuse-seconds needs --access-control") }
+            guard (0...Int64(AuthenticationOptions.maximumReuseSeconds)).contains(seconds) else {
+                throw ValidationError("--reuse-seconds takes 0 to \(AuthenticationOptions.maximumReuseSeconds)")
+            }
+        }
+
+        func apply(to attrs: inout Attributes) {
+            if let seconds, seconds > 0 { attrs[KeyItem.reuseAttribute] = .integer(seconds) }
+        }
+    }
 
     /// One SSH key item as listed.
     struct ListedKey {

@@ -184,6 +184,33 @@ struct SSHKeyItemTests {
         #expect(Date().timeIntervalSince(started) < 60, "a signature nobody can authorize is refused at once")
     }
 
+    /// A key with a reuse duration: the person's authentication serves the same program's next
+    /// signatures (each ssh-keygen is its own connection) within the window; a lock ends it; a key
+    /// without one asks each time.
+    @Test func aReuseWindowServesTheSameProgramUntilALock() throws {
+        let pin = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: pin, pin: AgentProcess.password, passcode: AgentProcess.password)
+        let config = pin.file("cofferd.conf")
+        try "pinentry = \(fake.path)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let f = try Fixture(extraArguments: ["--config", config])
+        f.agent.setPasscode()
+        #expect(f.agent.cli(["ssh", "keygen", "--label", "r", "--reuse-seconds", "1"]).status == 64, "needs --access-control")
+        let made = f.agent.cli(["ssh", "keygen", "--label", "reused", "--access-control", "device-passcode", "--reuse-seconds", "300"])
+        #expect(made.status == 0, "\(made)")
+        let pub = Self.savePublic(made.stdout, f, "reused")
+        let data = f.dir.file("data")
+        try "w\n".write(toFile: data, atomically: true, encoding: .utf8)
+        func asked() -> Int {
+            ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }.count
+        }
+        for _ in 0..<3 { #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0, "\(f.agent.log)") }
+        #expect(asked() == 1, "one question for three signatures in the window")
+        #expect(f.agent.cli(["lock"]).status == 0)
+        #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0)
+        #expect(asked() == 2, "a lock ends the window")
+    }
+
     /// `ssh-add -l` lists the keys of the caller's access groups only: two signed copies of ssh-add
     /// (apps with groups a and b) each see their own app's key, an unsigned ssh-add sees neither.
     @Test func twoAppsSeeTheKeysOfTheirOwnGroups() throws {
