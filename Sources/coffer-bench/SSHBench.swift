@@ -1,5 +1,7 @@
+import CofferClient
 import CofferCrypto
 import CofferModel
+import CofferProtocol
 import CofferSSHAgentProtocol
 import CofferSystem
 import Glibc
@@ -16,8 +18,9 @@ import Glibc
 /// - the real `ssh -T … true` to an `sshd` this benchmark starts on 127.0.0.1 (a free port, its own
 ///   host key, config and authorized_keys in a temporary directory), with `SSH_AUTH_SOCK` at each
 ///   agent; when sshd cannot start, the row says why;
-/// - a protected key inside its reuse window against an unprotected one: not measurable until keys
-///   can be keychain items with access controls; the row says so.
+/// - a protected keychain key inside its reuse window against a plain keychain key (cofferd only: the
+///   keys are made in the agent with KEY_CREATE; OpenSSH's agent has no such keys), and a keychain key
+///   against a key added with ssh-add.
 ///
 /// Every process it starts (cofferd, ssh-agent, sshd) is stopped before it returns, by its pid.
 struct SSHBench {
@@ -66,7 +69,23 @@ struct SSHBench {
         }
         guard mkdir(coffer.path, 0o700) == 0 else { throw SecError(.io, "mkdir \(coffer.path)") }
         try tools.writePAMStack(coffer.pam, passdb: coffer.path + "/passdb")
-        try tools.startAgent(coffer)
+        // The agent's own prompter: a pinentry answering the passcode, for the protected key's first signature.
+        let pinentry = root + "/pinentry", config = root + "/cofferd.conf"
+        try tools.writeFile(pinentry, """
+            #!/bin/sh
+            echo "OK bench pinentry"
+            while IFS= read -r line; do
+              case "$line" in
+                GETPIN*) echo "D \(AgentBench.passcode)"; echo "OK";;
+                BYE*) echo "OK"; exit 0;;
+                *) echo "OK";;
+              esac
+            done
+
+            """)
+        chmod(pinentry, 0o700)
+        try tools.writeFile(config, "pinentry = \(pinentry)\n")
+        guard tools.spawn(binDir + "/cofferd", coffer.arguments + ["--config", config]) == 0 else { throw SecError(.io, "cofferd did not start") }
         cofferStarted = true
         let cofferSocket = coffer.path + "/ssh-agent.sock"
         guard Files.exists(cofferSocket) else { throw SecError(.io, "cofferd serves no ssh-agent socket at \(cofferSocket)") }
@@ -147,12 +166,51 @@ struct SSHBench {
             }
         }
 
+        progress("ssh bench: a protected keychain key inside its reuse window")
+        let itemKeys = try protectedKeyTimings(nativeSocket: coffer.socket, sshSocket: cofferSocket)
+
         progress("ssh bench: ssh -T to a local sshd")
         let logins = try sshLogins(openssh: openssh, root: root, children: children, keys: keys.map { $0.publicKey }, agents: agents.map { $0.socket })
         unsetenv("SSH_AUTH_SOCK")
         children.stopAll()
 
-        printTable(persistent: persistent, fresh: fresh, listings: listings, trues: trues, logins: logins)
+        printTable(persistent: persistent, fresh: fresh, listings: listings, trues: trues, logins: logins, itemKeys: itemKeys)
+    }
+
+    /// Two Ed25519 keychain keys made in the agent (KEY_CREATE): one plain, one whose access control
+    /// asks for the passcode with a 300 s reuse window. The protected key's first signature asks (the
+    /// bench's pinentry answers); then SIGN_REQUEST round trips on one connection, alternating in
+    /// blocks: [protected, plain].
+    func protectedKeyTimings(nativeSocket: String, sshSocket: String) throws -> [[UInt64]] {
+        let c = try AgentConnection(path: nativeSocket)
+        try c.setPasscode(current: nil, new: secret(AgentBench.passcode))
+        func make(_ label: String, _ extra: Attributes) throws -> [UInt8] {
+            let made = try c.createKey(.generate, attributes: ["type": .integer(KeyItem.KeyType.ed25519.rawValue), "labl": .string(label)]
+                                         .merging(extra) { $1 }, returning: .attributes)
+            guard case .data(let blob)? = made?.attributes?[KeyItem.publicKeyAttribute] else {
+                throw SecError(.internalComponent, "KEY_CREATE returned no public key")
+            }
+            return blob
+        }
+        let rule = AccessControl(factors: [.devicePasscode])!
+        let protected = try make("bench protected", [AccessControl.attributeName: .data(rule.encoded()), KeyItem.reuseAttribute: .integer(300)])
+        let plain = try make("bench plain", [:])
+        var data = [UInt8](repeating: 0, count: 160)
+        for i in data.indices { data[i] = UInt8(truncatingIfNeeded: i &* 31 &+ 7) }
+        let frames = try [protected, plain].map { try SSHAgentRequest.signRequest(keyBlob: $0, data: data, flags: 0).encodeFrame() }
+        let client = try Client(path: sshSocket)
+        for f in frames { _ = try client.sign(f) }   // the protected key's one question
+        var times: [[UInt64]] = [[], []]
+        for block in 0..<22 {
+            for (i, f) in frames.enumerated() {
+                for _ in 0..<100 {
+                    let t0 = nowNanos()
+                    _ = try client.sign(f)
+                    if block >= 2 { times[i].append(nowNanos() - t0) }
+                }
+            }
+        }
+        return times
     }
 
     /// `ssh -T … true` timings with each agent (alternating), or why there are none.
@@ -220,7 +278,7 @@ struct SSHBench {
         return .measured(samples)
     }
 
-    func printTable(persistent: [[UInt64]], fresh: [[UInt64]], listings: [[UInt64]], trues: [UInt64], logins: Logins) {
+    func printTable(persistent: [[UInt64]], fresh: [[UInt64]], listings: [[UInt64]], trues: [UInt64], logins: Logins, itemKeys: [[UInt64]]) {
         func m(_ xs: [UInt64]) -> Double { percentile(xs, 0.5) }
         func ratio(_ a: Double, _ b: Double) -> String { fixed(a / b, 2) + "×" }
         func target(_ bound: Double, _ a: Double, _ b: Double) -> String { "≤ \(fixed(bound, 1))×: " + (a <= bound * b ? "met" : "not met") }
@@ -246,8 +304,12 @@ struct SSHBench {
         case .skipped(let why):
             print("| `ssh -T` to a local sshd | – | – | – | ≤ 1.1×: skipped: \(why) |")
         }
-        print("| a protected key inside its reuse window vs an unprotected key: SIGN_REQUEST median | – | – | – "
-              + "| ≤ 1.2×: not measurable yet: keys as items not landed (no key can carry an access control) |")
+        print("| keychain keys (cofferd only): a protected key inside its reuse window vs a plain one, SIGN_REQUEST median / p90 "
+              + "(\(grouped(itemKeys[0].count)) each) | \(us(m(itemKeys[0]))) / \(us(percentile(itemKeys[0], 0.9))) "
+              + "| plain: \(us(m(itemKeys[1]))) / \(us(percentile(itemKeys[1], 0.9))) | \(ratio(m(itemKeys[0]), m(itemKeys[1]))) "
+              + "| \(target(1.2, m(itemKeys[0]), m(itemKeys[1]))) |")
+        print("| ↳ a keychain key vs a key added with ssh-add (cofferd): median | \(us(m(itemKeys[1]))) | ssh-add key: \(us(m(p[0]))) "
+              + "| \(ratio(m(itemKeys[1]), m(p[0]))) | measured |")
     }
 
     /// A connection to an ssh-agent socket speaking the agent protocol through the codec.
