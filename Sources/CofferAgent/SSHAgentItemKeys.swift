@@ -36,8 +36,10 @@ extension SSHAgentFrontEnd {
     /// the person did not authenticate, nobody could be asked, or the key is unusable).
     func signWithItem(blob: [UInt8], data: [UInt8], flags: UInt32, _ state: inout ConnectionState) -> SSHAgentReply? {
         guard let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) else { return nil }
-        let channel = promptChannel()
-        defer { channel?.end() }
+        // Opened only if the key's access control needs the person: finding the display environment
+        // the pinentry gets may itself start a program (systemctl), which a plain key must not pay for.
+        let channel = LazyPromptChannel(promptChannel)
+        defer { channel.end() }
         let pid = "\(state.caller.pid)"
         do {
             let reuseKey = SSHSignatureReuse.Key(caller: state.caller, keyBlob: blob)
@@ -79,6 +81,34 @@ extension SSHAgentFrontEnd {
         }
         return what
     }
+}
+
+/// The agent's prompter, opened at the first question (``AgentPromptChannel``): a signature whose key
+/// needs nobody (no access control, or one inside its reuse window) costs nothing for it. Without a
+/// configured pinentry the question ends at once as if the person had gone (nobody can be asked).
+final class LazyPromptChannel: AuthChannel {
+    private let open: () -> AgentPromptChannel?
+    private var channel: AgentPromptChannel? = nil
+    private var opened = false
+
+    init(_ open: @escaping () -> AgentPromptChannel?) { self.open = open }
+
+    func ask(_ request: AuthenticationRequest) {
+        if !opened {
+            opened = true
+            channel = open()
+        }
+        channel?.ask(request)
+    }
+
+    func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
+        guard let channel else { return .gone }
+        return channel.awaitAnswer(stop: stop, wake: wake, deadline: deadline)
+    }
+
+    func feedback(_ text: String, kind: AuthFeedbackKind) { channel?.feedback(text, kind: kind) }
+
+    func end() { channel?.end() }
 }
 
 /// The authentications a key's reuse duration (`reus`) lets a caller reuse, per caller and key, across

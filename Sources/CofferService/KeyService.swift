@@ -57,22 +57,24 @@ extension KeychainService {
     package func useKey<T>(matching query: ItemQuery, what: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
                            reuse: inout CallerContext.CarriedAuthorization?,
                            _ body: (SecureBytes, Attributes) throws(SecError) -> T) throws(SecError) -> T {
-        let seconds = try keys(matching: query, &context).first.flatMap { item -> UInt32? in
-            guard case .integer(let n)? = item.attributes?[KeyItem.reuseAttribute], n > 0 else { return nil }
-            return UInt32(min(n, Int64(AuthenticationOptions.maximumReuseSeconds)))
-        } ?? 0
-        if seconds > 0 {
-            context.setAuthOptions(AuthenticationOptions(reuseSeconds: seconds))
-            if let reuse { context.adopt(reuse) }
-        }
-        defer { if seconds > 0 { reuse = context.carriedAuthorization(now: clock.now()) } }
         var q = query
         q.itemClass = .key
         q.limit = .one
         q.returnData = true
         q.returnAttributes = true
         q.usesKeyInPlace = true
+        var seconds: UInt32 = 0
+        defer { if seconds > 0 { reuse = context.carriedAuthorization(now: clock.now()) } }
         return try itemOperation(&context, "use-key", group: Self.group(q.attributes), itemClass: .key) { (scope, context) throws(SecError) in
+            // The key's reuse duration, from its attributes (no secret opened), before anyone is asked.
+            var look = q
+            look.returnData = false
+            look.usesKeyInPlace = false
+            if case .integer(let n)? = try keychain.copyMatching(look, scope: scope).first?.attributes?[KeyItem.reuseAttribute], n > 0 {
+                seconds = UInt32(min(n, Int64(AuthenticationOptions.maximumReuseSeconds)))
+                context.setAuthOptions(AuthenticationOptions(reuseSeconds: seconds))
+                if let reuse { context.adopt(reuse) }
+            }
             let page = try authorized(q, scope, &context, channel, what: what) { (auth) throws(SecError) in
                 try keychain.copyMatchingPage(q, scope: scope, after: 0, authorization: auth, fits: { _ in true })
             }
