@@ -85,7 +85,9 @@ extension SSHAgentFrontEnd {
 
 /// The agent's prompter, opened at the first question (``AgentPromptChannel``): a signature whose key
 /// needs nobody (no access control, or one inside its reuse window) costs nothing for it. Without a
-/// configured pinentry the question ends at once as if the person had gone (nobody can be asked).
+/// configured pinentry only the biometric sensor can answer: the wait lasts while its evaluation runs
+/// (until the deadline), and a question the sensor cannot answer (the passcode) ends at once as if the
+/// person had gone.
 final class LazyPromptChannel: AuthChannel {
     private let open: () -> AgentPromptChannel?
     private var channel: AgentPromptChannel? = nil
@@ -102,8 +104,16 @@ final class LazyPromptChannel: AuthChannel {
     }
 
     func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
-        guard let channel else { return .gone }
-        return channel.awaitAnswer(stop: stop, wake: wake, deadline: deadline)
+        if let channel { return channel.awaitAnswer(stop: stop, wake: wake, deadline: deadline) }
+        // No pinentry: only the sensor can answer (a fingerprint reader on a machine without a
+        // display). With no evaluation running there is nobody to wait for.
+        guard wake >= 0 else { return .gone }
+        while true {
+            if stop() { return .stopped }
+            let left = deadline - Threads.monotonicSeconds()
+            guard left > 0 else { return .timedOut }
+            _ = UnixSocket.waitReadable(wake, timeoutMillis: Int32(min(left, 1) * 1000) + 1)
+        }
     }
 
     func feedback(_ text: String, kind: AuthFeedbackKind) { channel?.feedback(text, kind: kind) }

@@ -41,6 +41,9 @@ struct SSHKeyItemTests {
         #expect(f.agent.cli(["ssh", "public", "laptop \(type)"]).stdout == made.stdout)
         let pub = Self.savePublic(line, f, "laptop")
         #expect(f.listed() == [f.fingerprint(pub)])
+        // ssh-add -T: the agent signs with it and ssh-add verifies the signature.
+        let tested = f.run("ssh-add", ["-T", pub])
+        #expect(tested.status == 0, "\(tested)")
         let data = f.dir.file("data")
         try "signed by a key that never left the agent\n".write(toFile: data, atomically: true, encoding: .utf8)
         let (signed, verified) = f.signAndVerify(publicKey: pub, file: data)
@@ -182,6 +185,28 @@ struct SSHKeyItemTests {
         let started = Date()
         #expect(bare.signAndVerify(publicKey: pub2, file: data).signed.status != 0)
         #expect(Date().timeIntervalSince(started) < 60, "a signature nobody can authorize is refused at once")
+    }
+
+    /// A key whose access control asks for a finger, on an agent with the biometric emulator and no
+    /// pinentry (a reader without a display): the signature waits for the touch and is made; an
+    /// unknown finger makes none.
+    @Test(.enabled(if: biometryPluginsBuilt, "needs the built plugins"))
+    func aBiometryKeySignsAtATouchOfTheSensor() throws {
+        let f = Fixture(agent: try BiometryTests.agent())
+        #expect(BiometryTests.withPasscode(f.agent, ["bio", "enroll", "alice"]).status == 0)
+        let made = f.agent.cli(["ssh", "keygen", "--label", "touch", "--access-control", "biometry-any"])
+        #expect(made.status == 0, "\(made)")
+        let pub = Self.savePublic(made.stdout, f, "touch")
+        let data = f.dir.file("data")
+        try "v\n".write(toFile: data, atomically: true, encoding: .utf8)
+        var signing = BiometryTests.Background { f.signAndVerify(publicKey: pub, file: data) }
+        #expect(BiometryTests.touch(f.agent, ["alice"], within: 20), "no evaluation waited for a finger: \(f.agent.log)")
+        #expect(signing.wait().verified?.status == 0, "\(f.agent.log)")
+        signing = BiometryTests.Background { f.signAndVerify(publicKey: pub, file: data) }
+        #expect(BiometryTests.touch(f.agent, ["--unknown"], within: 20))
+        // Unknown fingers until the lockout: the signature is refused, never made.
+        for _ in 0..<4 { BiometryTests.touch(f.agent, ["--unknown"], within: 5) }
+        #expect(signing.wait().signed.status != 0)
     }
 
     /// A key with a reuse duration: the person's authentication serves the same program's next
