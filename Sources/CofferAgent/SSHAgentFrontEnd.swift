@@ -81,7 +81,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             let inMemory = keys.identities().map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) }
             guard !keys.isLocked else { return .identities(inMemory) }
             let known = Set(inMemory.map(\.keyBlob))
-            return .identities(inMemory + itemIdentities(&state).filter { !known.contains($0.keyBlob) })
+            return .identities(Self.fitting(inMemory + itemIdentities(&state).filter { !known.contains($0.keyBlob) }, logger: logger))
 
         case .signRequest(let blob, let data, let flags):
             if keys.key(blob: blob) == nil, !keys.isLocked, let reply = signWithItem(blob: blob, data: data, flags: flags, &state) {
@@ -193,6 +193,23 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         guard let hostKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: bind.hostKey),
               let signature = try? CofferSSHAgentProtocol.SSHSignature(blob: bind.signature) else { return false }
         return hostKey.cryptoKey.verify(signature.cryptoSignature, data: bind.sessionIdentifier)
+    }
+
+    /// The identities, in order, that fit in one reply (256 KiB: thousands of Ed25519 keys, about 450
+    /// RSA-4096 ones); the rest are left out and logged, rather than the whole listing failing.
+    static func fitting(_ identities: [SSHAgentIdentity], logger: Logger) -> [SSHAgentIdentity] {
+        var size = 1 + 4, kept = 0
+        for id in identities {
+            let next = size + 8 + id.keyBlob.count + id.comment.utf8.count
+            guard next <= CofferSSHAgentProtocol.SSHAgentFraming.maximumBodyBytes else { break }
+            size = next
+            kept += 1
+        }
+        if kept < identities.count {
+            logger.warning("ssh-agent: the key listing holds only the keys that fit in one reply",
+                           metadata: ["listed": "\(kept)", "left-out": "\(identities.count - kept)"])
+        }
+        return Array(identities.prefix(kept))
     }
 
     /// A constraint's name in logs (never its contents).

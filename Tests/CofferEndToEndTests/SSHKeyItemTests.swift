@@ -209,6 +209,32 @@ struct SSHKeyItemTests {
         #expect(signing.wait().signed.status != 0)
     }
 
+    /// A thousand keychain keys: ssh-add lists them all and signs with the last. Keys whose listing
+    /// would not fit in one reply (256 KiB; here long labels) are left out of it, the rest listed,
+    /// instead of the listing failing.
+    @Test func aThousandKeysAndAListingBiggerThanOneReply() throws {
+        let f = try Fixture()
+        let c = try AgentConnection(path: f.agent.socketPath)
+        let ed25519: Attributes = ["type": .integer(KeyItem.KeyType.ed25519.rawValue)]
+        var last: [UInt8] = []
+        for i in 0..<1000 {
+            let made = try c.createKey(.generate, attributes: ed25519.merging(["labl": .string("k\(i)")]) { $1 }, returning: .attributes)
+            if case .data(let blob)? = made?.attributes?[KeyItem.publicKeyAttribute] { last = blob }
+        }
+        #expect(f.listed().count == 1000)
+        let line = "ssh-ed25519 " + Data(last).base64EncodedString() + " k999"
+        let pub = Self.savePublic(line, f, "last")
+        #expect(f.run("ssh-add", ["-T", pub]).status == 0)
+        // 70 more, each with a 4000-byte label: about 4 KiB per identity, so the reply fills up.
+        let long = String(repeating: "x", count: 3990)
+        for i in 0..<70 {
+            _ = try c.createKey(.generate, attributes: ed25519.merging(["labl": .string("\(long)\(i)")]) { $1 })
+        }
+        let listed = f.listed().count
+        #expect(listed > 1000 && listed < 1070, "\(listed) listed")
+        #expect(f.agent.log.contains("the key listing holds only the keys that fit in one reply"))
+    }
+
     /// A key with a reuse duration: the person's authentication serves the same program's next
     /// signatures (each ssh-keygen is its own connection) within the window; a lock ends it; a key
     /// without one asks each time.
