@@ -18,6 +18,8 @@ set -eu
 [ $# -eq 1 ] || { echo "usage: $0 HELPER-WORD" >&2; exit 2; }
 helper="$1"
 cannot() { echo "git-t0303.sh: cannot run git's t0303 here: $*" >&2; exit 77; }
+# shellcheck source=contrib/debian-source.sh
+. "$(dirname "$0")/debian-source.sh"
 
 git_bin="$(command -v git)" || cannot "git is not installed"
 version="$(git --version | awk '{print $3}')"
@@ -29,23 +31,7 @@ prepare() {
         || cannot "$tree is not prepared and $cache is not writable by $(id -un) (set COFFER_GIT_T_CACHE, or run once as its owner)"
     work="$(mktemp -d "$cache/.prepare-XXXXXX")"
     trap 'rm -rf "$work"' EXIT
-    local sources=/etc/apt/sources.list.d/debian.sources
-    [ -r "$sources" ] || cannot "no $sources to take Debian's archive from"
-    # The same archive entries, as deb-src.
-    sed 's/^Types:.*/Types: deb-src/' "$sources" > "$work/src.sources"
-    mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/download"
-    # The system's update hooks are for its own lists (Debian's docker-clean deletes the system's
-    # downloaded .debs; PackageKit and AppStream refresh): none of them runs for ours.
-    printf '#clear APT::Update::Pre-Invoke;\n#clear APT::Update::Post-Invoke;\n#clear APT::Update::Post-Invoke-Success;\n' > "$work/apt.conf"
-    local apt=(apt-get -q -c "$work/apt.conf" -o Dir::Etc::sourcelist="$work/src.sources" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$work/lists"
-               -o Dir::Cache::Archives="$work/archives" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
-               -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
-    "${apt[@]}" update > "$work/update.log" 2>&1 || cannot "apt-get update of the source archive failed: $(tail -1 "$work/update.log")"
-    ls "$work"/lists/*Sources* > /dev/null 2>&1 \
-        || cannot "no source index could be fetched from Debian's archive (no network?): $(grep -m1 -E '^(W|E|Err)' "$work/update.log" || true)"
-    (cd "$work/download" && "${apt[@]}" source --download-only "git=1:$version-*" > "$work/source.log" 2>&1) \
-        || (cd "$work/download" && "${apt[@]}" source --download-only git > "$work/source.log" 2>&1) \
-        || cannot "apt-get source git failed: $(tail -1 "$work/source.log")"
+    debian_source_download "$work" "git=1:$version-*" git
     local orig; orig="$(ls "$work"/download/git_"$version".orig.tar.* 2>/dev/null | head -1)"
     [ -n "$orig" ] || cannot "the source archive has no git $version (found: $(ls "$work/download" | tr '\n' ' '))"
     mkdir -p "$work/git"
