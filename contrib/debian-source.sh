@@ -30,3 +30,36 @@ debian_source_download() {
     done
     cannot "apt-get source $1 failed: $(tail -1 "$work/source.log")"
 }
+
+# debian_source_tree VARIABLE TREE MARKER PACKAGE VERSION FILL SPEC...
+#
+# Unless TREE/MARKER exists already: downloads the source package (debian_source_download with the
+# SPECs) into a work directory beside TREE, finds the upstream tarball PACKAGE_VERSION.orig.tar.*,
+# runs the caller's function `FILL ORIG DIR` to unpack what it needs into DIR, and moves DIR to TREE
+# atomically: an interrupted run never leaves a half tree behind, a concurrent run that got there
+# first keeps its tree (it may be running in it), and a half tree from an older script is moved
+# aside. VARIABLE names the environment variable that moves the cache (for the error message).
+debian_source_tree() {
+    local variable="$1" tree="$2" marker="$3" package="$4" version="$5" fill="$6"
+    shift 6
+    [ -f "$tree/$marker" ] && return 0
+    local cache; cache="$(dirname "$tree")"
+    mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] \
+        || cannot "$tree is not prepared and $cache is not writable by $(id -un) (set $variable, or run once as its owner)"
+    debian_source_work="$(mktemp -d "$cache/.prepare-XXXXXX")"
+    trap 'rm -rf "$debian_source_work"' EXIT
+    local work="$debian_source_work"
+    debian_source_download "$work" "$@"
+    local orig; orig="$(ls "$work"/download/"$package"_"$version".orig.tar.* 2>/dev/null | head -1)"
+    [ -n "$orig" ] || cannot "the source archive has no $package $version (found: $(ls "$work/download" | tr '\n' ' '))"
+    mkdir -p "$work/tree"
+    "$fill" "$orig" "$work/tree"
+    [ -f "$work/tree/$marker" ] || cannot "$orig has no $marker"
+    if [ ! -f "$tree/$marker" ]; then
+        rm -rf "$tree.old"
+        [ ! -e "$tree" ] || mv -T "$tree" "$tree.old"
+        mv -T "$work/tree" "$tree" 2>/dev/null || [ -f "$tree/$marker" ] || cannot "cannot move the prepared tree to $tree"
+    fi
+    rm -rf "$tree.old" "$work"
+    trap - EXIT
+}

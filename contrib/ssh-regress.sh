@@ -40,31 +40,13 @@ done
 # "OpenSSH_9.2p1 Debian-2+deb12u6, OpenSSL …" → 9.2p1
 version="$(/usr/bin/ssh -V 2>&1 | sed -n 's/^OpenSSH_\([0-9.p]*\).*/\1/p')"
 [ -n "$version" ] || cannot "cannot tell the installed OpenSSH's version from ssh -V"
-cache="${COFFER_SSH_REGRESS_CACHE:-/var/tmp/coffer-openssh-regress}"
-tree="$cache/$version"
+tree="${COFFER_SSH_REGRESS_CACHE:-/var/tmp/coffer-openssh-regress}/$version"
 
-prepare() {
-    mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] \
-        || cannot "$tree is not prepared and $cache is not writable by $(id -un) (set COFFER_SSH_REGRESS_CACHE, or run once as its owner)"
-    work="$(mktemp -d "$cache/.prepare-XXXXXX")"
-    trap 'rm -rf "$work"' EXIT
-    debian_source_download "$work" "openssh=1:$version-*" openssh
-    local orig; orig="$(ls "$work"/download/openssh_"$version".orig.tar.* 2>/dev/null | head -1)"
-    [ -n "$orig" ] || cannot "the source archive has no OpenSSH $version (found: $(ls "$work/download" | tr '\n' ' '))"
-    mkdir -p "$work/openssh"
-    tar -xf "$orig" -C "$work/openssh" --strip-components=1 --wildcards '*/regress' || cannot "cannot extract regress/ from $orig"
-    [ -f "$work/openssh/regress/test-exec.sh" ] || cannot "$orig has no regress/test-exec.sh"
-    # Atomically: an interrupted run never leaves a half tree behind; a concurrent run that got
-    # there first keeps its tree.
-    if [ ! -f "$tree/regress/test-exec.sh" ]; then
-        rm -rf "$tree.old"
-        [ ! -e "$tree" ] || mv -T "$tree" "$tree.old"
-        mv -T "$work/openssh" "$tree" 2>/dev/null || [ -f "$tree/regress/test-exec.sh" ] || cannot "cannot move the prepared tree to $tree"
-    fi
-    rm -rf "$tree.old" "$work"
-    trap - EXIT
+# Unpacks regress/ from OpenSSH's upstream tarball $1 into $2.
+fill() {
+    tar -xf "$1" -C "$2" --strip-components=1 --wildcards '*/regress' || cannot "cannot extract regress/ from $1"
 }
-[ -f "$tree/regress/test-exec.sh" ] || prepare
+debian_source_tree COFFER_SSH_REGRESS_CACHE "$tree" regress/test-exec.sh openssh "$version" fill "openssh=1:$version-*" openssh
 
 # sshd refuses to start as root without its privilege separation directory (the package makes it
 # at boot through systemd-tmpfiles, which a container may never run).
