@@ -37,7 +37,9 @@ alive() { [ -r "/proc/$1/stat" ] && ! awk '{ exit ($3 == "Z") ? 0 : 1 }' "/proc/
 if [ "$mode" = kill ]; then
     pid="${SSH_AGENT_PID:-}"
     [ -n "$pid" ] || { echo "$me: SSH_AGENT_PID not set, cannot kill agent" >&2; exit 1; }
-    grep -q "^$pid " "$run/agents" 2>/dev/null || { echo "$me: $pid is not an agent this harness started" >&2; exit 1; }
+    # Only an agent started here, still running with its directory under this run (not a reused pid).
+    grep -q "^$pid " "$run/agents" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$run/" \
+        || { echo "$me: $pid is not a running agent this harness started" >&2; exit 1; }
     kill -TERM "$pid" 2>/dev/null || { echo "$me: kill $pid failed" >&2; exit 1; }
     for _ in $(seq 300); do alive "$pid" || break; sleep 0.1; done
     if alive "$pid"; then echo "$me: agent $pid did not stop within 30 s" >&2; exit 1; fi

@@ -56,15 +56,17 @@ fi
 
 run="$(mktemp -d /tmp/coffer-ssh-regress-XXXXXX)"
 # Stops every agent a script left running (a script that stops at `fatal` never runs ssh-agent -k),
-# and only those: the agents file lists what ssh-regress-agent.sh started.
+# and only those: the agents file lists what ssh-regress-agent.sh started, and a pid counts only
+# while its command line still names this run's directory (a pid reused by another process does not).
+ours() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF "$run/"; }
 cleanup() {
     if [ -f "$run/agents" ]; then
         while read -r pid _; do
-            kill -TERM "$pid" 2>/dev/null || true
+            if ours "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
         done < "$run/agents"
         sleep 1
         while read -r pid _; do
-            kill -KILL "$pid" 2>/dev/null || true
+            if ours "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
         done < "$run/agents"
     fi
     [ -n "${COFFER_SSH_REGRESS_KEEP:-}" ] && echo "kept $run" >&2 || rm -rf "$run"
