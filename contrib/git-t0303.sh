@@ -18,43 +18,22 @@ set -eu
 [ $# -eq 1 ] || { echo "usage: $0 HELPER-WORD" >&2; exit 2; }
 helper="$1"
 cannot() { echo "git-t0303.sh: cannot run git's t0303 here: $*" >&2; exit 77; }
+# shellcheck source=contrib/debian-source.sh
+. "$(dirname "$0")/debian-source.sh"
 
 git_bin="$(command -v git)" || cannot "git is not installed"
 version="$(git --version | awk '{print $3}')"
 cache="${COFFER_GIT_T_CACHE:-/var/tmp/coffer-git-t}"
 tree="$cache/$version"
 
-prepare() {
-    mkdir -p "$cache" 2>/dev/null && [ -w "$cache" ] \
-        || cannot "$tree is not prepared and $cache is not writable by $(id -un) (set COFFER_GIT_T_CACHE, or run once as its owner)"
-    work="$(mktemp -d "$cache/.prepare-XXXXXX")"
-    trap 'rm -rf "$work"' EXIT
-    local sources=/etc/apt/sources.list.d/debian.sources
-    [ -r "$sources" ] || cannot "no $sources to take Debian's archive from"
-    # The same archive entries, as deb-src.
-    sed 's/^Types:.*/Types: deb-src/' "$sources" > "$work/src.sources"
-    mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/download"
-    # The system's update hooks are for its own lists (Debian's docker-clean deletes the system's
-    # downloaded .debs; PackageKit and AppStream refresh): none of them runs for ours.
-    printf '#clear APT::Update::Pre-Invoke;\n#clear APT::Update::Post-Invoke;\n#clear APT::Update::Post-Invoke-Success;\n' > "$work/apt.conf"
-    local apt=(apt-get -q -c "$work/apt.conf" -o Dir::Etc::sourcelist="$work/src.sources" -o Dir::Etc::sourceparts=- -o Dir::State::Lists="$work/lists"
-               -o Dir::Cache::Archives="$work/archives" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
-               -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
-    "${apt[@]}" update > "$work/update.log" 2>&1 || cannot "apt-get update of the source archive failed: $(tail -1 "$work/update.log")"
-    ls "$work"/lists/*Sources* > /dev/null 2>&1 \
-        || cannot "no source index could be fetched from Debian's archive (no network?): $(grep -m1 -E '^(W|E|Err)' "$work/update.log" || true)"
-    (cd "$work/download" && "${apt[@]}" source --download-only "git=1:$version-*" > "$work/source.log" 2>&1) \
-        || (cd "$work/download" && "${apt[@]}" source --download-only git > "$work/source.log" 2>&1) \
-        || cannot "apt-get source git failed: $(tail -1 "$work/source.log")"
-    local orig; orig="$(ls "$work"/download/git_"$version".orig.tar.* 2>/dev/null | head -1)"
-    [ -n "$orig" ] || cannot "the source archive has no git $version (found: $(ls "$work/download" | tr '\n' ' '))"
-    mkdir -p "$work/git"
+# Unpacks t/ from git's upstream tarball $1 into $2, with what test-lib.sh insists on beside t/.
+fill() {
     # Only the top-level t/ (not contrib/*/t).
-    tar -xf "$orig" -C "$work/git" --strip-components=1 --wildcards --no-wildcards-match-slash '*/t' \
-        || cannot "cannot extract t/ from $orig"
-    [ -f "$work/git/t/t0303-credential-external.sh" ] || cannot "$orig has no t/t0303-credential-external.sh"
+    tar -xf "$1" -C "$2" --strip-components=1 --wildcards --no-wildcards-match-slash '*/t' \
+        || cannot "cannot extract t/ from $1"
+    [ -f "$2/t/t0303-credential-external.sh" ] || cannot "$1 has no t/t0303-credential-external.sh"
     # What test-lib.sh insists on beside t/, even with GIT_TEST_INSTALLED.
-    cat > "$work/git/GIT-BUILD-OPTIONS" <<OPTIONS
+    cat > "$2/GIT-BUILD-OPTIONS" <<OPTIONS
 SHELL_PATH='/bin/sh'
 TEST_SHELL_PATH='/bin/sh'
 PERL_PATH='/usr/bin/perl'
@@ -72,26 +51,14 @@ NO_GETTEXT=''
 NO_REGEX=''
 X=''
 OPTIONS
-    mkdir -p "$work/git/templates"
-    cp -r /usr/share/git-core/templates "$work/git/templates/blt"
-    mkdir -p "$work/git/t/helper"
-    printf '#!/bin/sh\necho "test-tool stub: $*" >&2\nexit 1\n' > "$work/git/t/helper/test-tool"
-    chmod 0755 "$work/git/t/helper/test-tool"
-    mkdir -p "$work/git/bin-wrappers"
-    # Atomically: an interrupted run never leaves a half tree behind.
-    # A concurrent run that got there first keeps its tree (it may be running in it); a half tree
-    # from an older script is moved aside.
-    if [ ! -f "$tree/t/t0303-credential-external.sh" ]; then
-        rm -rf "$tree.old"
-        [ ! -e "$tree" ] || mv -T "$tree" "$tree.old"
-        mv -T "$work/git" "$tree" 2>/dev/null || [ -f "$tree/t/t0303-credential-external.sh" ] \
-            || cannot "cannot move the prepared tree to $tree"
-    fi
-    rm -rf "$tree.old" "$work"
-    trap - EXIT
+    mkdir -p "$2/templates"
+    cp -r /usr/share/git-core/templates "$2/templates/blt"
+    mkdir -p "$2/t/helper"
+    printf '#!/bin/sh\necho "test-tool stub: $*" >&2\nexit 1\n' > "$2/t/helper/test-tool"
+    chmod 0755 "$2/t/helper/test-tool"
+    mkdir -p "$2/bin-wrappers"
 }
-
-[ -f "$tree/t/t0303-credential-external.sh" ] || prepare
+debian_source_tree COFFER_GIT_T_CACHE "$tree" t/t0303-credential-external.sh git "$version" fill "git=1:$version-*" git
 
 run="$(mktemp -d /tmp/coffer-t0303-XXXXXX)"
 trap 'rm -rf "$run"' EXIT
