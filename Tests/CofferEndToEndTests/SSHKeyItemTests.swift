@@ -235,6 +235,31 @@ struct SSHKeyItemTests {
         #expect(f.agent.log.contains("the key listing holds only the keys that fit in one reply"))
     }
 
+    /// `ssh` logs in to a private sshd with a key made in the agent, and a protected one asks the
+    /// person (the agent's pinentry) for the login's signature: a cancel refuses the login.
+    @Test(.enabled(if: SSHDaemon.available, "needs /usr/sbin/sshd (apt: openssh-server)"))
+    func sshLogsInWithKeychainKeys() throws {
+        let pin = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: pin, pin: AgentProcess.password, passcode: AgentProcess.password)
+        let config = pin.file("cofferd.conf")
+        try "pinentry = \(fake.path)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let f = try Fixture(extraArguments: ["--config", config])
+        f.agent.setPasscode()
+        let plain = f.agent.cli(["ssh", "keygen", "--label", "plain"]).stdout
+        let guarded = f.agent.cli(["ssh", "keygen", "--type", "ecdsa-p256", "--label", "guarded", "--access-control", "device-passcode"]).stdout
+        #expect(!plain.isEmpty && !guarded.isEmpty)
+        let sshd = try SSHDaemon(authorizedKeys: [guarded])
+        let login = f.run("ssh", sshd.clientArguments(in: f.dir) + ["true"])
+        #expect(login.status == 0, "\(login)\nsshd: \(sshd.log.suffix(2000))\n\(f.agent.log.suffix(3000))")
+        let asked = ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }
+        #expect(asked.count == 1, "the login's signature asked once: \(asked)")
+        try fake.set(pin: "cancel", passcode: "cancel")
+        let refused = f.run("ssh", sshd.clientArguments(in: f.dir) + ["true"])
+        #expect(refused.status == 255, "\(refused)")
+        let other = try SSHDaemon(authorizedKeys: [plain])
+        #expect(f.run("ssh", other.clientArguments(in: f.dir) + ["true"]).status == 0)
+    }
+
     /// A key with a reuse duration: the person's authentication serves the same program's next
     /// signatures (each ssh-keygen is its own connection) within the window; a lock ends it; a key
     /// without one asks each time.
