@@ -49,10 +49,16 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         var caller: CallerIdentity { context.caller }
         /// The `session-bind@openssh.com` bindings received (verified), oldest first.
         var sessionBinds: [SSHSessionBind] = []
+        /// A session-bind came on this connection (recorded or not): if none was recorded, it is not
+        /// local use, and destination-constrained keys are not listed (OpenSSH's `session_bind_attempted`).
+        var bindAttempted = false
+        /// The client's socket, watched for a hang-up while the person is asked (-1: none).
+        var clientDescriptor: Int32 = -1
     }
 
     func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
         var state = ConnectionState(context: CallerContext(caller: caller))
+        state.clientDescriptor = conn.fd
         server.serveRequests(conn, firstFrame: "request") { body in send(handle(body: body, state: &state), on: conn) }
     }
 
@@ -75,14 +81,23 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         let pid = "\(state.caller.pid)"
         switch request {
         case .requestIdentities:
-            return .identities(keys.identities().map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) })
+            // A destination-constrained key is listed only where it could be used (OpenSSH's identity_permitted).
+            return .identities(keys.identities().filter {
+                SSHDestinationPolicy.permitted($0.destinations, binds: state.sessionBinds, bindAttempted: state.bindAttempted, user: nil) != nil
+            }.map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) })
 
         case .signRequest(let blob, let data, let flags):
             guard let key = keys.key(blob: blob) else {
                 // debug, not info: a client asking again and again must not grow the log.
                 logger.debug("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
+                if keys.isLocked, let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) {
+                    service.auditSignature(state.context, key: publicKey.fingerprint, destination: Self.boundDestination(state),
+                                           status: .interactionNotAllowed, reason: "locked")
+                }
                 return .failure
             }
+            // The person (ssh-add -c), the destination (ssh-add -h), and the audit record.
+            guard case .allowed = authorizeSignature(key.signing, data: data, state: state) else { return .failure }
             // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.
             let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
             let signature: CofferSSHAgentProtocol.SSHSignature
@@ -99,13 +114,18 @@ struct SSHAgentFrontEnd: ConnectionHandler {
 
         case .addIdentity(let wireKey, let comment, let constraints):
             var lifetime: UInt32? = nil
+            var confirm = false
+            var destinations: [SSHDestinationConstraint] = []
             for c in constraints {
-                guard case .lifetime(let seconds) = c else {
+                switch c {
+                case .lifetime(let seconds): lifetime = seconds
+                case .confirm: confirm = true
+                case .restrictDestination(let list) where SSHDestinationPolicy.acceptable(list): destinations = list
+                default:
                     logger.info("ssh-agent: refused a key with a constraint this agent cannot enforce",
                                 metadata: ["key": "\(wireKey.publicKey.fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
                     return .failure
                 }
-                lifetime = seconds
             }
             let crypto: CofferSSHKeys.SSHPrivateKey
             do {
@@ -116,7 +136,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             }
             let publicKey = wireKey.publicKey
             let key = SSHAgentKeyStore.Key(key: crypto, blob: publicKey.blob, publicKey: publicKey, comment: comment,
-                                           expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) })
+                                           expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) },
+                                           confirm: confirm, destinations: destinations)
             switch keys.add(key) {
             case .locked:
                 logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
@@ -127,7 +148,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
                 return .failure
             case .added, .replaced:
                 logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(publicKey.keyType)",
-                                                               "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "pid": "\(pid)"])
+                                                               "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "confirm": "\(confirm)",
+                                                               "destinations": "\(destinations.count)", "pid": "\(pid)"])
                 return .success
             }
 
@@ -167,9 +189,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             switch ext {
             case .query: return .queryResponse(Self.supportedExtensions)
             case .sessionBind(let bind):
-                guard state.sessionBinds.count < Self.maximumSessionBinds, Self.verify(bind) else { return .failure }
-                state.sessionBinds.append(bind)
-                return .success
+                return Self.record(bind, in: &state) ? .success : .failure
             case .other:
                 return .failure
             }
@@ -177,6 +197,28 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         case .unknown:
             return .failure
         }
+    }
+
+    /// Most bytes of a session identifier (OpenSSH's AGENT_MAX_SID_LEN).
+    static let maximumSessionIdentifierBytes = 128
+
+    /// Records a `session-bind@openssh.com` as OpenSSH's `process_ext_session_bind` does: refused if
+    /// its signature does not verify, if the session id is too long, if an earlier bind on the
+    /// connection was for authentication (only forwardings are followed by more binds), if the session
+    /// id was bound to another host key, or past ``maximumSessionBinds``; the same bind again is
+    /// accepted once. Every attempt marks the connection (``ConnectionState/bindAttempted``).
+    static func record(_ bind: SSHSessionBind, in state: inout ConnectionState) -> Bool {
+        state.bindAttempted = true
+        guard bind.sessionIdentifier.count <= maximumSessionIdentifierBytes, verify(bind) else { return false }
+        for earlier in state.sessionBinds {
+            guard earlier.isForwarding else { return false }
+            if SSHDestinationPolicy.constantTimeEqual(earlier.sessionIdentifier, bind.sessionIdentifier) {
+                return earlier.hostKey == bind.hostKey
+            }
+        }
+        guard state.sessionBinds.count < maximumSessionBinds else { return false }
+        state.sessionBinds.append(bind)
+        return true
     }
 
     /// True if the session-bind's host key signed its session identifier.

@@ -1,0 +1,294 @@
+import CofferCrypto
+import CofferSSHAgentProtocol
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// What the ssh-agent socket asks before a signature (issue #27): `ssh-add -c` keys through the
+/// agent's own prompter (a scripted pinentry here), `ssh-add -h` keys only on the hops OpenSSH's
+/// ssh-agent would allow, and every signature in the audit log.
+@Suite(.enabled(if: SSHTools.available, "needs OpenSSH's ssh-add and ssh-keygen in /usr/bin (apt: openssh-client)"))
+struct SSHAgentPolicyTests {
+    /// An agent whose pinentry is the scripted one (or `pinentry`), with `timeout` as its authentication timeout.
+    final class Prompted: @unchecked Sendable {
+        let dir = PinentryHarness.ShortDirectory()
+        let fake: PinentryHarness.FakePinentry
+        let f: SSHAgentTests.Fixture
+
+        init(confirm: String = "ok", timeout: Int = 120, pinentry: String? = nil) throws {
+            fake = try PinentryHarness.FakePinentry(in: dir, confirm: confirm)
+            let config = dir.file("cofferd.conf")
+            var lines = ["authentication-timeout = \(timeout)"]
+            if pinentry != "none" { lines.append("pinentry = \(pinentry ?? fake.path)") }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: config, atomically: true, encoding: .utf8)
+            f = try SSHAgentTests.Fixture(extraArguments: ["--config", config])
+        }
+
+        /// The descriptions of the CONFIRM dialogs shown so far (Assuan-escaped: `%0A` is a line break).
+        var confirmations: [String] {
+            ((try? String(contentsOfFile: dir.file("confirm-desc.log"), encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+    }
+
+    /// The agent's `ssh-sign` audit records.
+    static func signatures(_ agent: AgentProcess) -> [[String: Any]] { auditRecords(agent).filter { $0["operation"] as? String == "ssh-sign" } }
+
+    /// The public key blob of a `.pub` file.
+    static func blob(_ publicKeyFile: String) throws -> [UInt8] {
+        let line = try String(contentsOfFile: publicKeyFile, encoding: .utf8)
+        let fields = line.split(separator: " ")
+        guard fields.count >= 2, let data = Data(base64Encoded: String(fields[1])) else { throw CocoaError(.fileReadCorruptFile) }
+        return Array(data)
+    }
+
+    @Test func aConfirmKeyAsksThePersonForEachSignatureNamingKeyAndCaller() throws {
+        let p = try Prompted(confirm: "ok")
+        let f = p.f
+        let key = f.generate("ed25519", name: "id_confirm")
+        let added = f.run("ssh-add", ["-c", key])
+        #expect(added.status == 0, "ssh-add -c is accepted: \(added)")
+        let fingerprint = f.fingerprint(key + ".pub")
+        #expect(f.listed() == [fingerprint])
+        try FileManager.default.removeItem(atPath: key)
+        let document = f.dir.file("document")
+        try "signed only with consent\n".write(toFile: document, atomically: true, encoding: .utf8)
+
+        // OK: signed, and the dialog named the key (fingerprint, comment) and the program as identified.
+        let (signed, verified) = f.signAndVerify(publicKey: key + ".pub", file: document)
+        #expect(signed.status == 0, "\(signed)")
+        #expect(verified?.status == 0, "\(verified.map { "\($0)" } ?? "")")
+        let asked = p.confirmations
+        #expect(asked.count == 1, "\(asked)")
+        #expect(asked.first.map { $0.contains(fingerprint) && $0.contains("id_confirm@test") && $0.contains("Requested by: ssh-keygen") } == true,
+                "\(asked)")
+
+        // Cancel: refused; each signature asks again.
+        try p.fake.set(confirm: "cancel")
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0, "signed without consent")
+        #expect(p.confirmations.count == 2)
+
+        // Both in the audit log: the key, the caller as the agent identified it, allowed or refused and why.
+        let records = Self.signatures(f.agent)
+        #expect(records.count == 2, "\(records)")
+        #expect(records.allSatisfy { $0["key"] as? String == fingerprint && ($0["executable"] as? String)?.hasSuffix("/ssh-keygen") == true },
+                "\(records)")
+        #expect(records.map { $0["result"] as? Int } == [0, -128], "\(records)")
+        #expect(records.map { $0["reason"] as? String } == ["confirmed", "cancelled"], "\(records)")
+    }
+
+    @Test func aSignatureNobodyCanConfirmIsRefusedAtOnce() throws {
+        for (pinentry, reason) in [("none", "nobody-to-ask"), ("/nonexistent/pinentry", "pinentry-failed"), ("/bin/false", "pinentry-failed")] {
+            let p = try Prompted(pinentry: pinentry)
+            let f = p.f
+            let key = f.generate("ecdsa", name: "id_nobody")
+            #expect(f.run("ssh-add", ["-c", key]).status == 0)
+            try FileManager.default.removeItem(atPath: key)
+            let document = f.dir.file("document")
+            try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+            let started = Date()
+            #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0, "\(pinentry): signed with nobody asked")
+            // At once: well inside the 120 s deadline even on a loaded machine.
+            #expect(Date().timeIntervalSince(started) < 60, "\(pinentry)")
+            let records = Self.signatures(f.agent)
+            #expect(records.map { $0["reason"] as? String } == [reason], "\(pinentry): \(records)")
+            // Unconstrained keys still sign.
+            let plain = f.generate("ed25519", name: "id_plain")
+            #expect(f.run("ssh-add", [plain]).status == 0)
+            #expect(f.signAndVerify(publicKey: plain + ".pub", file: document).signed.status == 0, "\(pinentry)")
+            #expect(Self.signatures(f.agent).last?["reason"] as? String == "no-confirmation-needed")
+        }
+    }
+
+    @Test func aPromptNobodyAnswersEndsAtTheDeadline() throws {
+        let p = try Prompted(confirm: "hang", timeout: 3)
+        let f = p.f
+        let key = f.generate("ed25519", name: "id_deadline")
+        #expect(f.run("ssh-add", ["-c", key]).status == 0)
+        try FileManager.default.removeItem(atPath: key)
+        let document = f.dir.file("document")
+        try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0)
+        #expect(Self.signatures(f.agent).map { $0["reason"] as? String } == ["timed-out"])
+        let pid = Int32((try? String(contentsOfFile: p.dir.file("hung.pid"), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0
+        #expect(pid > 0 && kill(pid, 0) != 0, "the pinentry outlived its request")
+    }
+
+    /// The client hangs up while the person is asked: the dialog ends (the pinentry is stopped), the
+    /// refusal is audited, and meanwhile the agent serves other connections and other signatures.
+    @Test func aClientThatHangsUpEndsThePromptAndOthersAreServedMeanwhile() throws {
+        let p = try Prompted(confirm: "hang")
+        let f = p.f
+        let key = f.generate("ed25519", name: "id_hangup")
+        let plain = f.generate("ecdsa", name: "id_other")
+        #expect(f.run("ssh-add", ["-c", key]).status == 0)
+        #expect(f.run("ssh-add", [plain]).status == 0)
+        let fd = try SSHAgentTests.connect(f)
+        #expect(UnixSocket.writeAll(fd, try SSHAgentRequest.signRequest(keyBlob: try Self.blob(key + ".pub"), data: [1, 2, 3], flags: 0).encodeFrame()))
+        var pid: Int32 = 0
+        let deadline = Date().addingTimeInterval(60)
+        while pid == 0, Date() < deadline {
+            pid = Int32((try? String(contentsOfFile: p.dir.file("hung.pid"), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0
+            usleep(50_000)
+        }
+        #expect(pid > 0, "the person was not asked: \(f.agent.log)")
+
+        // While the dialog is open: listing and another key's signature are served.
+        #expect(f.listed().count == 2)
+        let document = f.dir.file("document")
+        try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+        #expect(f.signAndVerify(publicKey: plain + ".pub", file: document).signed.status == 0)
+
+        close(fd)
+        var gone = false
+        let end = Date().addingTimeInterval(60)
+        while !gone, Date() < end {
+            gone = kill(pid, 0) != 0
+            if !gone { usleep(50_000) }
+        }
+        #expect(gone, "the dialog outlived the client")
+        var reasons: [String] = []
+        while Date() < end {
+            reasons = Self.signatures(f.agent).compactMap { $0["reason"] as? String }
+            if reasons.contains("client-gone") { break }
+            usleep(50_000)
+        }
+        #expect(reasons.contains("client-gone"), "\(reasons)")
+    }
+
+    @Test func concurrentConfirmationsDoNotBlockEachOther() throws {
+        let p = try Prompted(confirm: "ok")
+        let f = p.f
+        let key = f.generate("ed25519", name: "id_many")
+        #expect(f.run("ssh-add", ["-c", key]).status == 0)
+        let results = Protected([Int32]())
+        DispatchQueue.concurrentPerform(iterations: 4) { i in
+            let document = f.dir.file("document-\(i)")
+            try? "document \(i)\n".write(toFile: document, atomically: true, encoding: .utf8)
+            let r = f.run("ssh-keygen", ["-Y", "sign", "-f", key + ".pub", "-n", "file", document])
+            results.withLock { $0.append(r.status) }
+        }
+        #expect(results.withLock { $0 } == [0, 0, 0, 0])
+        #expect(p.confirmations.count == 4)
+        #expect(Self.signatures(f.agent).map { $0["reason"] as? String } == Array(repeating: "confirmed", count: 4))
+    }
+
+    // MARK: restrict-destination (ssh-add -h)
+
+    /// A userauth request as ssh has the agent sign it (RFC 4252 §7; publickey-hostbound when `hostKey` is given).
+    static func userauth(session: [UInt8], user: String, algorithm: String, key: [UInt8], hostKey: [UInt8]?) -> [UInt8] {
+        var w = SSHWireWriter()
+        w.writeString(session)
+        w.writeByte(50)
+        w.writeText(user)
+        w.writeText("ssh-connection")
+        w.writeText(hostKey == nil ? "publickey" : "publickey-hostbound-v00@openssh.com")
+        w.writeByte(1)
+        w.writeText(algorithm)
+        w.writeString(key)
+        if let hostKey { w.writeString(hostKey) }
+        return w.bytes
+    }
+
+    /// A session-bind for `session` signed by the agent's own (unconstrained) key `hostKey`, which
+    /// plays the server's host key.
+    static func bind(_ fd: Int32, hostKey: [UInt8], session: [UInt8], forwarding: Bool) throws -> SSHSessionBind {
+        guard case .signResponse(let signature)? = SSHAgentTests.exchange(fd, try SSHAgentRequest.signRequest(keyBlob: hostKey, data: session, flags: 0)
+            .encodeFrame()) else { throw CocoaError(.featureUnsupported) }
+        return SSHSessionBind(hostKey: hostKey, sessionIdentifier: session, signature: signature, isForwarding: forwarding)
+    }
+
+    static func listed(_ fd: Int32) -> [[UInt8]]? {
+        guard case .identities(let ids)? = SSHAgentTests.exchange(fd, try! SSHAgentRequest.requestIdentities.encodeFrame()) else { return nil }
+        return ids.map(\.keyBlob)
+    }
+
+    static func signs(_ fd: Int32, _ key: [UInt8], _ data: [UInt8]) -> Bool {
+        guard case .signResponse? = SSHAgentTests.exchange(fd, try! SSHAgentRequest.signRequest(keyBlob: key, data: data, flags: 0).encodeFrame()) else {
+            return false
+        }
+        return true
+    }
+
+    /// `ssh-add -h alice@server.example` (the host's key from a known_hosts file): the key signs only
+    /// alice's userauth request on a connection bound to that host, with that session id and host key,
+    /// and is listed only where it could be used, as OpenSSH's ssh-agent decides.
+    @Test func aDestinationConstrainedKeySignsOnlyForItsHops() throws {
+        let f = try SSHAgentTests.Fixture()
+        let host = f.generate("ed25519", name: "host_key"), other = f.generate("ed25519", name: "other_host_key")
+        let user = f.generate("ed25519", name: "id_restricted")
+        let knownHosts = f.dir.file("known_hosts")
+        try "server.example \(try String(contentsOfFile: host + ".pub", encoding: .utf8))".write(toFile: knownHosts, atomically: true, encoding: .utf8)
+        // The host keys live in the agent unconstrained, to sign the session-binds.
+        #expect(f.run("ssh-add", [host, other]).status == 0)
+        let added = f.run("ssh-add", ["-H", knownHosts, "-h", "alice@server.example", user])
+        #expect(added.status == 0, "ssh-add -h is accepted: \(added)")
+        let (h, g, k) = (try Self.blob(host + ".pub"), try Self.blob(other + ".pub"), try Self.blob(user + ".pub"))
+        let document = f.dir.file("document")
+        try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+        try FileManager.default.removeItem(atPath: user)
+
+        // Local use (no bind): listed, but it signs nothing (not even ssh-keygen -Y sign).
+        let fd = try SSHAgentTests.connect(f)
+        defer { close(fd) }
+        #expect(Self.listed(fd)?.contains(k) == true)
+        #expect(!Self.signs(fd, k, [1, 2, 3]), "signed on an unbound connection")
+        #expect(f.signAndVerify(publicKey: user + ".pub", file: document).signed.status != 0, "ssh-keygen -Y sign signed with a restricted key")
+
+        // Bound to server.example for authentication: alice's userauth request only.
+        let session = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        #expect(SSHAgentTests.exchange(fd, try SSHAgentRequest.extension(.sessionBind(try Self.bind(fd, hostKey: h, session: session, forwarding: false)))
+            .encodeFrame()) == .success)
+        #expect(Self.listed(fd)?.contains(k) == true)
+        #expect(Self.signs(fd, k, Self.userauth(session: session, user: "alice", algorithm: "ssh-ed25519", key: k, hostKey: h)))
+        #expect(Self.signs(fd, k, Self.userauth(session: session, user: "alice", algorithm: "ssh-ed25519", key: k, hostKey: nil)),
+                "plain publickey on the first hop")
+        #expect(!Self.signs(fd, k, Self.userauth(session: session, user: "bob", algorithm: "ssh-ed25519", key: k, hostKey: h)), "another user")
+        var otherSession = session
+        otherSession[0] ^= 1
+        #expect(!Self.signs(fd, k, Self.userauth(session: otherSession, user: "alice", algorithm: "ssh-ed25519", key: k, hostKey: h)),
+                "another session")
+        #expect(!Self.signs(fd, k, Self.userauth(session: session, user: "alice", algorithm: "ssh-ed25519", key: k, hostKey: g)),
+                "another host key in the request")
+        #expect(!Self.signs(fd, k, Self.userauth(session: session, user: "alice", algorithm: "ssh-ed25519", key: h, hostKey: h)),
+                "a request for another key")
+        #expect(!Self.signs(fd, k, Array("SSHSIG".utf8) + session), "something other than a userauth request")
+
+        // Bound to another host: hidden and refused.
+        let elsewhere = try SSHAgentTests.connect(f)
+        defer { close(elsewhere) }
+        let session2 = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        #expect(SSHAgentTests.exchange(elsewhere, try SSHAgentRequest.extension(.sessionBind(try Self.bind(elsewhere, hostKey: g, session: session2,
+                                                                                                            forwarding: false))).encodeFrame()) == .success)
+        #expect(Self.listed(elsewhere).map { !$0.contains(k) && $0.contains(h) } == true, "listed on a connection to another host")
+        #expect(!Self.signs(elsewhere, k, Self.userauth(session: session2, user: "alice", algorithm: "ssh-ed25519", key: k, hostKey: g)))
+
+        // Forwarded to server.example: no hop beyond it is allowed, so hidden there, and no signature on a forwarding hop.
+        let forwarded = try SSHAgentTests.connect(f)
+        defer { close(forwarded) }
+        let session3 = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        #expect(SSHAgentTests.exchange(forwarded, try SSHAgentRequest.extension(.sessionBind(try Self.bind(forwarded, hostKey: h, session: session3,
+                                                                                                            forwarding: true))).encodeFrame()) == .success)
+        #expect(Self.listed(forwarded).map { !$0.contains(k) } == true, "listed beyond its last hop")
+        #expect(!Self.signs(forwarded, k, Self.userauth(session: session3, user: "alice", algorithm: "ssh-ed25519", key: k, hostKey: h)))
+
+        // A bind that failed: not local use any more, so hidden.
+        let failed = try SSHAgentTests.connect(f)
+        defer { close(failed) }
+        var forged = try Self.bind(failed, hostKey: h, session: session3, forwarding: false)
+        forged.sessionIdentifier[1] ^= 1
+        #expect(SSHAgentTests.exchange(failed, try SSHAgentRequest.extension(.sessionBind(forged)).encodeFrame()) == .failure)
+        #expect(Self.listed(failed).map { !$0.contains(k) } == true, "listed after a failed bind")
+
+        // Every signature by the restricted key is audited with its reason; the allowed ones name the destination.
+        let records = Self.signatures(f.agent).filter { $0["key"] as? String == f.fingerprint(user + ".pub") }
+        let reasons = records.compactMap { $0["reason"] as? String }
+        #expect(reasons == ["destination-unbound-connection", "destination-unbound-connection", "no-confirmation-needed",
+                            "no-confirmation-needed", "destination-not-permitted", "destination-session-mismatch",
+                            "destination-hostkey-mismatch", "destination-not-userauth", "destination-not-userauth",
+                            "destination-not-permitted", "destination-not-permitted"], "\(records)")
+        #expect(records.filter { $0["result"] as? Int == 0 }.allSatisfy { ($0["destination"] as? String)?.contains("server.example") == true },
+                "\(records)")
+    }
+}
