@@ -22,11 +22,12 @@ struct SSHAgentFraming: Framing {
 ///
 /// Every well-framed message gets an answer: a malformed one, an unknown type, a smartcard request, a
 /// constraint this agent cannot enforce get SSH_AGENT_FAILURE (a constraint is never ignored: that
-/// would silently weaken what the person asked for). Refused constraints today: confirm (`ssh-add -c`),
-/// max-signatures, restrict-destination (`ssh-add -h`), sk-provider and associated certificates;
-/// lifetime (`ssh-add -t`) is honoured. A frame-level violation closes the connection.
-/// `session-bind@openssh.com` is verified and recorded per connection, not yet enforced (no key has
-/// destination constraints). Each add, removal and signature is logged at info with the key's
+/// would silently weaken what the person asked for). Refused constraints: max-signatures, sk-provider
+/// and associated certificates. Honoured: lifetime (`ssh-add -t`), confirm (`ssh-add -c`: the person
+/// allows each signature in the agent's own pinentry) and restrict-destination (`ssh-add -h`, as
+/// OpenSSH 9.x enforces it against the connection's `session-bind@openssh.com` records): both decided
+/// by ``authorizeSignature(_:data:state:)``, which also audits every signature. A frame-level
+/// violation closes the connection. Each add, removal and signature is logged at info with the key's
 /// fingerprint and the caller's pid, never a secret.
 struct SSHAgentFrontEnd: ConnectionHandler {
     let keys: SSHAgentKeyStore
