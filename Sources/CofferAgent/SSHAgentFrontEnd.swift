@@ -1,4 +1,5 @@
 import CofferCrypto
+import CofferKeychain
 import CofferModel
 import CofferSSHAgentProtocol
 import CofferSSHKeys
@@ -29,6 +30,11 @@ struct SSHAgentFraming: Framing {
 /// by ``authorizeSignature(_:data:state:)``, which also audits every signature. A frame-level
 /// violation closes the connection. Each add, removal and signature is logged at info with the key's
 /// fingerprint and the caller's pid, never a secret.
+///
+/// With a keychain passcode set, LOCK and UNLOCK are the keychain's lock (``KeychainService/lock(requestedBy:)``,
+/// and ``KeychainService/unlock(_:_:)`` with the passcode, under the attempt schedule), and while the keybag
+/// is locked (``keybagLocked``) the agent answers as OpenSSH's locked agent: an empty list, UNLOCK, FAILURE
+/// for the rest. Without one, LOCK and UNLOCK lock the ``SSHAgentKeyStore`` alone with a passphrase.
 struct SSHAgentFrontEnd: ConnectionHandler {
     let keys: SSHAgentKeyStore
     /// The protocol-free service core: the keychain, its lock and the authentication every front end shares.
@@ -78,8 +84,31 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         return answer(request, state: &state)
     }
 
+    /// True while a passcode is set and the keychain's keybag is locked (`coffer lock`, `ssh-add -x`,
+    /// the idle or session lock, before the first unlock): the agent is locked as `ssh-add -x` locks it.
+    var keybagLocked: Bool {
+        let status = service.keychain.status
+        return status.passcodeSet && status.lockState != .unlocked
+    }
+
     private func answer(_ request: SSHAgentRequest, state: inout ConnectionState) -> SSHAgentReply {
         let pid = "\(state.caller.pid)"
+        let keybagLocked = self.keybagLocked
+        if keybagLocked {
+            // Locked, OpenSSH answers only REQUEST_IDENTITIES (empty) and UNLOCK; so does this agent
+            // while the keychain is locked.
+            switch request {
+            case .requestIdentities: return .identities([])
+            case .unlock: break
+            case .signRequest(let blob, _, _):
+                if let key = keys.key(blob: blob) {
+                    auditSignature(key.signing, destination: Self.boundDestination(state),
+                                   .refused(reason: "keychain-locked", status: .interactionNotAllowed), state: state)
+                }
+                return .failure
+            default: return .failure
+            }
+        }
         switch request {
         case .requestIdentities:
             // A destination-constrained key is listed only where it could be used (OpenSSH's identity_permitted).
@@ -165,8 +194,31 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             return .success
 
         case .lock(let passphrase):
+            guard !keys.isLocked else { return .failure }
+            if service.keychain.status.passcodeSet {
+                // ssh-add -x locks the keychain itself (the passphrase is not kept: UNLOCK needs the passcode).
+                do {
+                    try service.lock(requestedBy: "ssh-add -x (pid \(pid))")
+                } catch {
+                    return .failure
+                }
+                logger.info("ssh-agent: locked the keychain", metadata: ["pid": "\(pid)"])
+                return .success
+            }
             guard keys.lock(passphrase: passphrase) else { return .failure }
             logger.info("ssh-agent: locked", metadata: ["pid": "\(pid)"])
+            return .success
+
+        case .unlock(let passphrase) where keybagLocked && !keys.isLocked:
+            // ssh-add -X unlocks the keychain with the passcode: PAM, the attempt schedule and the
+            // audit record of the native unlock.
+            do {
+                try service.unlock(passphrase, state.context)
+            } catch {
+                logger.info("ssh-agent: keychain unlock refused", metadata: ["status": "\(error.status.name)", "pid": "\(pid)"])
+                return .failure
+            }
+            logger.info("ssh-agent: unlocked the keychain", metadata: ["pid": "\(pid)"])
             return .success
 
         case .unlock(let passphrase):

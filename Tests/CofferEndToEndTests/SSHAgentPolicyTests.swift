@@ -291,4 +291,64 @@ struct SSHAgentPolicyTests {
         #expect(records.filter { $0["result"] as? Int == 0 }.allSatisfy { ($0["destination"] as? String)?.contains("server.example") == true },
                 "\(records)")
     }
+
+    // MARK: The keychain's lock
+
+    /// With a passcode set, `ssh-add -x` locks the keychain itself and `ssh-add -X` unlocks it with
+    /// the passcode, under the native unlock's attempt schedule (shared with `coffer unlock`); while
+    /// the keychain is locked (`ssh-add -x` or `coffer lock`), ssh-add keys are not listed and do not sign.
+    @Test func sshAddLockIsTheKeychainsLockAndUnlockNeedsThePasscode() throws {
+        let conf = TemporaryDirectory("coffer-sshlock")
+        // No wait after the first failure in a row, 10 minutes after the second.
+        try "unlock-delays = 0,600\n".write(toFile: conf.file("cofferd.conf"), atomically: true, encoding: .utf8)
+        let f = try SSHAgentTests.Fixture(extraArguments: ["--config", conf.file("cofferd.conf")])
+        f.agent.setPasscode()
+        let key = f.generate("ed25519", name: "id_keychain_lock"), other = f.generate("ecdsa", name: "id_other")
+        #expect(f.run("ssh-add", [key]).status == 0)
+        let fingerprint = f.fingerprint(key + ".pub")
+        try FileManager.default.removeItem(atPath: key)
+        let document = f.dir.file("document")
+        try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+        func locked() -> Bool { f.agent.cli(["status"]).stdout.contains("state: locked") }
+
+        // ssh-add -x: the keychain locks; the agent behaves as OpenSSH's locked agent.
+        let lock = f.run("ssh-add", ["-x"], passphrase: "some lock words")
+        #expect(lock.status == 0, "\(lock)")
+        #expect(locked(), "ssh-add -x did not lock the keychain")
+        #expect(f.run("ssh-add", ["-l"]).status == 1, "a locked keychain's agent listed keys")
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0, "signed while the keychain is locked")
+        // ssh-keygen asks for nothing it does not see listed: a client that asks anyway is refused, and audited.
+        let fd = try SSHAgentTests.connect(f)
+        defer { close(fd) }
+        #expect(!Self.signs(fd, try Self.blob(key + ".pub"), [1, 2, 3]), "signed while the keychain is locked")
+        #expect(Self.signatures(f.agent).last.map { $0["reason"] as? String == "keychain-locked" && $0["key"] as? String == fingerprint } == true)
+        #expect(f.run("ssh-add", [other]).status != 0, "a locked agent took a key")
+
+        // ssh-add -X: the passcode (checked by PAM), not the lock's words.
+        #expect(f.run("ssh-add", ["-X"], passphrase: "some lock words").status != 0, "unlocked without the passcode")
+        #expect(locked())
+        let unlock = f.run("ssh-add", ["-X"], passphrase: AgentProcess.password)
+        #expect(unlock.status == 0, "\(unlock)\n\(f.agent.log)")
+        #expect(!locked())
+        #expect(f.listed() == [fingerprint])
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status == 0)
+        let unlocks = auditRecords(f.agent).filter { $0["operation"] as? String == "unlock" }.map { $0["result"] as? Int }
+        #expect(unlocks == [-25293, 0], "the native unlock's audit records: \(unlocks)")
+
+        // coffer lock: the same for ssh-add keys; coffer unlock gives them back.
+        #expect(f.agent.cli(["lock"]).status == 0)
+        #expect(f.run("ssh-add", ["-l"]).status == 1)
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0, "signed after coffer lock")
+        #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(f.listed() == [fingerprint])
+
+        // The attempt schedule is the native one: after two wrong passcodes in a row, the right one waits
+        // its 10 minutes whichever socket it comes through.
+        #expect(f.run("ssh-add", ["-x"], passphrase: "x").status == 0)
+        #expect(f.run("ssh-add", ["-X"], passphrase: "wrong 1").status != 0)
+        #expect(f.run("ssh-add", ["-X"], passphrase: "wrong 2").status != 0)
+        #expect(f.run("ssh-add", ["-X"], passphrase: AgentProcess.password).status != 0, "the attempt schedule was skipped")
+        #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status != 0)
+        #expect(locked())
+    }
 }
