@@ -351,4 +351,153 @@ struct SSHAgentPolicyTests {
         #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status != 0)
         #expect(locked())
     }
+
+    // MARK: A real ssh and sshd
+
+    /// OpenSSH's sshd, started by the test on the loopback interface with a private configuration and
+    /// host key, for this user only; stopped when this goes.
+    final class LoopbackSSHD: @unchecked Sendable {
+        static var available: Bool {
+            ["/usr/sbin/sshd", "/usr/bin/ssh"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+                && (getuid() != 0 || FileManager.default.fileExists(atPath: "/run/sshd"))
+        }
+
+        /// sshd's pid (started through a shell that exits at once, so that no Foundation `Process` tracks it).
+        private(set) var pid: Int32 = 0
+        let port: UInt16
+        let log: String
+
+        /// `hostKey`: its private host key; `authorizedKeys`: the file of keys it accepts.
+        init(dir: TemporaryDirectory, hostKey: String, authorizedKeys: String) throws {
+            port = try Self.freePort()
+            log = dir.file("sshd.log")
+            let config = dir.file("sshd_config")
+            try """
+                Port \(port)
+                ListenAddress 127.0.0.1
+                HostKey \(hostKey)
+                PidFile none
+                AuthorizedKeysFile \(authorizedKeys)
+                StrictModes no
+                UsePAM no
+                PasswordAuthentication no
+                KbdInteractiveAuthentication no
+                PubkeyAuthentication yes
+                PermitRootLogin prohibit-password
+                AllowUsers \(currentUser)
+
+                """.write(toFile: config, atomically: true, encoding: .utf8)
+            let started = runCLI(["-c", "/usr/sbin/sshd -D -e -f '\(config)' </dev/null >/dev/null 2>'\(log)' & echo $!"], executable: "/bin/sh", timeout: 60)
+            pid = Int32(started.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            guard pid > 0 else { throw CocoaError(.featureUnsupported, userInfo: ["start": "\(started)"]) }
+            // Ready when it accepts (generous: a loaded machine).
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline, kill(pid, 0) == 0 {
+                if Self.accepts(port) { return }
+                usleep(50_000)
+            }
+            throw CocoaError(.featureUnsupported, userInfo: ["log": (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""])
+        }
+
+        deinit {
+            if pid > 0 { kill(pid, SIGTERM) }
+        }
+
+        static func freePort() throws -> UInt16 {
+            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(s) }
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            guard s >= 0, bound == 0 else { throw POSIXError(.EADDRNOTAVAIL) }
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &length) } }
+            return UInt16(bigEndian: addr.sin_port)
+        }
+
+        static func accepts(_ port: UInt16) -> Bool {
+            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(s) }
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            addr.sin_port = port.bigEndian
+            return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+        }
+    }
+
+    /// `ssh` to a local sshd with keys in cofferd: an `ssh-add -h` key logs in to the host it names
+    /// (ssh's own session-bind and hostbound userauth), not as another user than it allows, and is
+    /// not offered at all to a host it does not name; an `ssh-add -c` key logs in only when allowed.
+    @Test(.enabled(if: LoopbackSSHD.available, "needs OpenSSH's sshd and ssh (apt: openssh-server, openssh-client)"))
+    func realSSHHonoursDestinationAndConfirmConstraints() throws {
+        let p = try Prompted(confirm: "ok")
+        let f = p.f
+        let host = f.generate("ed25519", name: "ssh_host_ed25519_key")
+        let user = f.generate("ed25519", name: "id_login")
+        try FileManager.default.copyItem(atPath: user + ".pub", toPath: f.dir.file("authorized_keys"))
+        let hostLine = try String(contentsOfFile: host + ".pub", encoding: .utf8)
+        // known_hosts: the server under two names; only "testserver" has its real key, "elsewhere" another one.
+        let elsewhereKey = f.generate("ed25519", name: "elsewhere_host_key")
+        let fingerprint = f.fingerprint(user + ".pub"), hostFingerprint = f.fingerprint(host + ".pub")
+        let sshd = try LoopbackSSHD(dir: f.dir, hostKey: host, authorizedKeys: f.dir.file("authorized_keys"))
+        try ("testserver " + hostLine + "elsewhere " + (try String(contentsOfFile: elsewhereKey + ".pub", encoding: .utf8)))
+            .write(toFile: f.dir.file("known_hosts"), atomically: true, encoding: .utf8)
+        try """
+            Host testserver
+              HostName 127.0.0.1
+              Port \(sshd.port)
+              HostKeyAlias testserver
+              User \(currentUser)
+              UserKnownHostsFile \(f.dir.file("known_hosts"))
+              GlobalKnownHostsFile /dev/null
+              StrictHostKeyChecking yes
+              BatchMode yes
+              IdentityFile none
+              IdentitiesOnly no
+              ConnectTimeout 30
+
+            """.write(toFile: f.dir.file("ssh_config"), atomically: true, encoding: .utf8)
+        // The private key stays in the test's directory, which ssh is never pointed at: only the agent signs.
+        let config = f.dir.file("ssh_config"), known = f.dir.file("known_hosts")
+        func login() -> CLIResult { f.run("ssh", ["-F", config, "testserver", "echo", "logged-in"]) }
+        func records() -> [[String: Any]] { Self.signatures(f.agent).filter { $0["key"] as? String == fingerprint } }
+        func readd(_ args: [String]) {
+            _ = f.run("ssh-add", ["-D"])
+            let r = f.run("ssh-add", args + [user])
+            #expect(r.status == 0, "ssh-add \(args): \(r)")
+        }
+
+        // Restricted to this host: ssh logs in; the audit record names the host and the user.
+        readd(["-H", known, "-h", "testserver"])
+        var r = login()
+        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)\n\(f.agent.log)\n\((try? String(contentsOfFile: sshd.log, encoding: .utf8)) ?? "")")
+        #expect(records().last.map { $0["result"] as? Int == 0 && ($0["destination"] as? String)?.contains("testserver") == true
+            && ($0["destination"] as? String)?.contains(currentUser) == true } == true, "\(records())")
+
+        // Restricted to another user at this host: offered, but the signature for this user is refused.
+        readd(["-H", known, "-h", "someone-else@testserver"])
+        r = login()
+        #expect(r.status != 0 && !r.stdout.contains("logged-in"), "logged in as a user the key does not allow: \(r)")
+        #expect(records().last?["reason"] as? String == "destination-not-permitted", "\(records())")
+
+        // Restricted to another host: not even offered here.
+        readd(["-H", known, "-h", "elsewhere"])
+        let before = records().count
+        r = login()
+        #expect(r.status != 0 && !r.stdout.contains("logged-in"), "logged in to a host the key does not name: \(r)")
+        #expect(records().count == before, "a key hidden from this host was asked to sign: \(records())")
+
+        // ssh-add -c: the person allows the login, or refuses it.
+        readd(["-c"])
+        r = login()
+        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)")
+        try p.fake.set(confirm: "cancel")
+        r = login()
+        #expect(r.status != 0 && !r.stdout.contains("logged-in"), "logged in though the person refused: \(r)")
+        #expect(records().suffix(2).map { $0["reason"] as? String } == ["confirmed", "cancelled"], "\(records())")
+        // ssh bound the session, so the dialog named the server by its host key.
+        #expect(p.confirmations.last?.contains(hostFingerprint) == true, "\(p.confirmations)")
+    }
 }
