@@ -102,7 +102,7 @@ struct SSHAgentPolicyTests {
     }
 
     @Test func aPromptNobodyAnswersEndsAtTheDeadline() throws {
-        let p = try Prompted(confirm: "hang", timeout: 3)
+        let p = try Prompted(confirm: "hang", timeout: 10)
         let f = p.f
         let key = f.generate("ed25519", name: "id_deadline")
         #expect(f.run("ssh-add", ["-c", key]).status == 0)
