@@ -163,12 +163,18 @@ struct SSHAgentPolicyTests {
         let key = f.generate("ed25519", name: "id_many")
         #expect(f.run("ssh-add", ["-c", key]).status == 0)
         let results = Protected([Int32]())
-        DispatchQueue.concurrentPerform(iterations: 4) { i in
-            let document = f.dir.file("document-\(i)")
-            try? "document \(i)\n".write(toFile: document, atomically: true, encoding: .utf8)
-            let r = f.run("ssh-keygen", ["-Y", "sign", "-f", key + ".pub", "-n", "file", document])
-            results.withLock { $0.append(r.status) }
+        let done = DispatchSemaphore(value: 0)
+        // Threads of their own (not the dispatch pool, which runCLI itself needs): four clients at once.
+        for i in 0..<4 {
+            Thread {
+                let document = f.dir.file("document-\(i)")
+                try? "document \(i)\n".write(toFile: document, atomically: true, encoding: .utf8)
+                let r = f.run("ssh-keygen", ["-Y", "sign", "-f", key + ".pub", "-n", "file", document])
+                results.withLock { $0.append(r.status) }
+                done.signal()
+            }.start()
         }
+        for _ in 0..<4 { #expect(done.wait(timeout: .now() + 300) == .success, "a signature never came back") }
         #expect(results.withLock { $0 } == [0, 0, 0, 0])
         #expect(p.confirmations.count == 4)
         #expect(Self.signatures(f.agent).map { $0["reason"] as? String } == Array(repeating: "confirmed", count: 4))
