@@ -55,6 +55,13 @@ final class AgentPromptChannel: AuthChannel {
     /// agent's dialog has no client that could show it. Bounded like every wait; the pinentry goes.
     func tell(_ error: LAError, app: String) { prompter.tell(error.message, app: app) }
 
+    /// Asks the person to allow an operation (a CONFIRM dialog saying `description`, titled with
+    /// `app` as the agent identified it), within the prompter's deadline; the dialog ends at once if
+    /// the client's socket `client` is hung up. The pinentry goes before this returns.
+    func confirm(_ description: String, app: String, client: Int32) -> PinentryPrompter.ConfirmationEvent {
+        prompter.confirm(description, app: app, hangup: client)
+    }
+
     /// The request ended: the pinentry goes.
     func end() { prompter.end() }
 }

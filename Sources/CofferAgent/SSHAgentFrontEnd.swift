@@ -1,4 +1,5 @@
 import CofferCrypto
+import CofferKeychain
 import CofferModel
 import CofferSSHAgentProtocol
 import CofferSSHKeys
@@ -22,12 +23,23 @@ struct SSHAgentFraming: Framing {
 ///
 /// Every well-framed message gets an answer: a malformed one, an unknown type, a smartcard request, a
 /// constraint this agent cannot enforce get SSH_AGENT_FAILURE (a constraint is never ignored: that
-/// would silently weaken what the person asked for). Refused constraints today: confirm (`ssh-add -c`),
-/// max-signatures, restrict-destination (`ssh-add -h`), sk-provider and associated certificates;
-/// lifetime (`ssh-add -t`) is honoured. A frame-level violation closes the connection.
-/// `session-bind@openssh.com` is verified and recorded per connection, not yet enforced (no key has
-/// destination constraints). Each add, removal and signature is logged at info with the key's
+/// would silently weaken what the person asked for). Refused constraints: max-signatures, sk-provider
+/// and associated certificates. Honoured: lifetime (`ssh-add -t`), confirm (`ssh-add -c`: the person
+/// allows each signature in the agent's own pinentry) and restrict-destination (`ssh-add -h`, as
+/// OpenSSH 9.x enforces it against the connection's `session-bind@openssh.com` records): both decided
+/// by ``authorizeSignature(_:data:state:)``, which also audits every signature. A frame-level
+/// violation closes the connection. Each add, removal and signature is logged at info with the key's
 /// fingerprint and the caller's pid, never a secret.
+///
+/// With a keychain passcode set, LOCK and UNLOCK are the keychain's lock (``KeychainService/lock(requestedBy:)``,
+/// and ``KeychainService/unlock(_:_:)`` with the passcode, under the attempt schedule), and while the keybag
+/// is locked (``keybagLocked``) the keys added with ssh-add are unusable and unlisted, as in OpenSSH's locked
+/// agent, while the keychain's keys whose class a locked keybag still opens (AfterFirstUnlock, Always) are
+/// listed and sign (the others fail cleanly); UNLOCK is served, the rest is FAILURE. Without one, LOCK and
+/// UNLOCK lock the ``SSHAgentKeyStore`` alone with a passphrase.
+///
+/// Keys that are keychain items (``SSHKeyItems``) come after the ssh-add keys in a listing, as the
+/// caller's access groups see them, and sign through the service core (``signWithItem(blob:data:flags:_:)``).
 struct SSHAgentFrontEnd: ConnectionHandler {
     let keys: SSHAgentKeyStore
     /// The protocol-free service core: the keychain, its lock and the authentication every front end shares.
@@ -51,10 +63,16 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         var caller: CallerIdentity { context.caller }
         /// The `session-bind@openssh.com` bindings received (verified), oldest first.
         var sessionBinds: [SSHSessionBind] = []
+        /// A session-bind came on this connection (recorded or not): if none was recorded, it is not
+        /// local use, and destination-constrained keys are not listed (OpenSSH's `session_bind_attempted`).
+        var bindAttempted = false
+        /// The client's socket, watched for a hang-up while the person is asked (-1: none).
+        var clientDescriptor: Int32 = -1
     }
 
     func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
         var state = ConnectionState(context: CallerContext(caller: caller))
+        state.clientDescriptor = conn.fd
         server.serveRequests(conn, firstFrame: "request") { body in send(handle(body: body, state: &state), on: conn) }
     }
 
@@ -73,14 +91,42 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         return answer(request, state: &state)
     }
 
+    /// True while a passcode is set and the keychain's keybag is locked (`coffer lock`, `ssh-add -x`,
+    /// the idle or session lock, before the first unlock): the agent is locked as `ssh-add -x` locks it.
+    var keybagLocked: Bool {
+        let status = service.keychain.status
+        return status.passcodeSet && status.lockState != .unlocked
+    }
+
     private func answer(_ request: SSHAgentRequest, state: inout ConnectionState) -> SSHAgentReply {
         let pid = "\(state.caller.pid)"
+        let keybagLocked = self.keybagLocked
+        if keybagLocked {
+            // Locked, the keys added with ssh-add are unusable and unlisted (OpenSSH's locked agent);
+            // the keychain's keys whose class a locked keybag still opens (AfterFirstUnlock, Always)
+            // are listed and sign, the others fail cleanly. UNLOCK is served; the rest is FAILURE.
+            switch request {
+            case .requestIdentities: return .identities(Self.fitting(itemIdentities(&state), logger: logger))
+            case .unlock: break
+            case .signRequest(let blob, let data, let flags):
+                if let key = keys.key(blob: blob) {
+                    auditSignature(key.signing, destination: Self.boundDestination(state),
+                                   .refused(reason: "keychain-locked", status: .interactionNotAllowed), state: state)
+                    return .failure
+                }
+                return signWithItem(blob: blob, data: data, flags: flags, &state) ?? .failure
+            default: return .failure
+            }
+        }
         switch request {
         case .requestIdentities:
+            // A destination-constrained key is listed only where it could be used (OpenSSH's identity_permitted).
             // ssh-add's keys first (as OpenSSH lists them), then the keychain's the caller may see.
-            let inMemory = keys.identities().map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) }
+            let inMemory = keys.identities().filter {
+                SSHDestinationPolicy.permitted($0.destinations, binds: state.sessionBinds, bindAttempted: state.bindAttempted, user: nil) != nil
+            }.map { SSHAgentIdentity(keyBlob: $0.blob, comment: $0.comment) }
             guard !keys.isLocked else { return .identities(inMemory) }
-            let known = Set(inMemory.map(\.keyBlob))
+            let known = Set(keys.identities().map(\.blob))
             return .identities(Self.fitting(inMemory + itemIdentities(&state).filter { !known.contains($0.keyBlob) }, logger: logger))
 
         case .signRequest(let blob, let data, let flags):
@@ -90,8 +136,14 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             guard let key = keys.key(blob: blob) else {
                 // debug, not info: a client asking again and again must not grow the log.
                 logger.debug("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
+                if keys.isLocked, let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) {
+                    service.auditSignature(state.context, key: publicKey.fingerprint, destination: Self.boundDestination(state),
+                                           status: .interactionNotAllowed, reason: "locked")
+                }
                 return .failure
             }
+            // The person (ssh-add -c), the destination (ssh-add -h), and the audit record.
+            guard case .allowed = authorizeSignature(key.signing, data: data, state: state) else { return .failure }
             // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.
             let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
             let signature: CofferSSHAgentProtocol.SSHSignature
@@ -108,13 +160,18 @@ struct SSHAgentFrontEnd: ConnectionHandler {
 
         case .addIdentity(let wireKey, let comment, let constraints):
             var lifetime: UInt32? = nil
+            var confirm = false
+            var destinations: [SSHDestinationConstraint] = []
             for c in constraints {
-                guard case .lifetime(let seconds) = c else {
+                switch c {
+                case .lifetime(let seconds): lifetime = seconds
+                case .confirm: confirm = true
+                case .restrictDestination(let list) where SSHDestinationPolicy.acceptable(list): destinations = list
+                default:
                     logger.info("ssh-agent: refused a key with a constraint this agent cannot enforce",
                                 metadata: ["key": "\(wireKey.publicKey.fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
                     return .failure
                 }
-                lifetime = seconds
             }
             let crypto: CofferSSHKeys.SSHPrivateKey
             do {
@@ -125,7 +182,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             }
             let publicKey = wireKey.publicKey
             let key = SSHAgentKeyStore.Key(key: crypto, blob: publicKey.blob, publicKey: publicKey, comment: comment,
-                                           expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) })
+                                           expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) },
+                                           confirm: confirm, destinations: destinations)
             switch keys.add(key) {
             case .locked:
                 logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
@@ -136,7 +194,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
                 return .failure
             case .added, .replaced:
                 logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(publicKey.keyType)",
-                                                               "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "pid": "\(pid)"])
+                                                               "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "confirm": "\(confirm)",
+                                                               "destinations": "\(destinations.count)", "pid": "\(pid)"])
                 return .success
             }
 
@@ -151,8 +210,31 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             return .success
 
         case .lock(let passphrase):
+            guard !keys.isLocked else { return .failure }
+            if service.keychain.status.passcodeSet {
+                // ssh-add -x locks the keychain itself (the passphrase is not kept: UNLOCK needs the passcode).
+                do {
+                    try service.lock(requestedBy: "ssh-add -x (pid \(pid))")
+                } catch {
+                    return .failure
+                }
+                logger.info("ssh-agent: locked the keychain", metadata: ["pid": "\(pid)"])
+                return .success
+            }
             guard keys.lock(passphrase: passphrase) else { return .failure }
             logger.info("ssh-agent: locked", metadata: ["pid": "\(pid)"])
+            return .success
+
+        case .unlock(let passphrase) where keybagLocked && !keys.isLocked:
+            // ssh-add -X unlocks the keychain with the passcode: PAM, the attempt schedule and the
+            // audit record of the native unlock.
+            do {
+                try service.unlock(passphrase, state.context)
+            } catch {
+                logger.info("ssh-agent: keychain unlock refused", metadata: ["status": "\(error.status.name)", "pid": "\(pid)"])
+                return .failure
+            }
+            logger.info("ssh-agent: unlocked the keychain", metadata: ["pid": "\(pid)"])
             return .success
 
         case .unlock(let passphrase):
@@ -176,9 +258,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             switch ext {
             case .query: return .queryResponse(Self.supportedExtensions)
             case .sessionBind(let bind):
-                guard state.sessionBinds.count < Self.maximumSessionBinds, Self.verify(bind) else { return .failure }
-                state.sessionBinds.append(bind)
-                return .success
+                return Self.record(bind, in: &state) ? .success : .failure
             case .other:
                 return .failure
             }
@@ -186,6 +266,28 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         case .unknown:
             return .failure
         }
+    }
+
+    /// Most bytes of a session identifier (OpenSSH's AGENT_MAX_SID_LEN).
+    static let maximumSessionIdentifierBytes = 128
+
+    /// Records a `session-bind@openssh.com` as OpenSSH's `process_ext_session_bind` does: refused if
+    /// its signature does not verify, if the session id is too long, if an earlier bind on the
+    /// connection was for authentication (only forwardings are followed by more binds), if the session
+    /// id was bound to another host key, or past ``maximumSessionBinds``; the same bind again is
+    /// accepted once. Every attempt marks the connection (``ConnectionState/bindAttempted``).
+    static func record(_ bind: SSHSessionBind, in state: inout ConnectionState) -> Bool {
+        state.bindAttempted = true
+        guard bind.sessionIdentifier.count <= maximumSessionIdentifierBytes, verify(bind) else { return false }
+        for earlier in state.sessionBinds {
+            guard earlier.isForwarding else { return false }
+            if SSHDestinationPolicy.constantTimeEqual(earlier.sessionIdentifier, bind.sessionIdentifier) {
+                return earlier.hostKey == bind.hostKey
+            }
+        }
+        guard state.sessionBinds.count < maximumSessionBinds else { return false }
+        state.sessionBinds.append(bind)
+        return true
     }
 
     /// True if the session-bind's host key signed its session identifier.

@@ -4,6 +4,7 @@ import CofferService
 import CofferSSHAgentProtocol
 import CofferSSHKeys
 import CofferSystem
+import Glibc
 import Logging
 
 /// The ssh-agent front end's keys that are keychain items (``SSHKeyItems``): listed to a caller as its
@@ -38,9 +39,10 @@ extension SSHAgentFrontEnd {
         guard let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) else { return nil }
         // Opened only if the key's access control needs the person: finding the display environment
         // the pinentry gets may itself start a program (systemctl), which a plain key must not pay for.
-        let channel = LazyPromptChannel(promptChannel)
+        let channel = LazyPromptChannel(promptChannel, client: state.clientDescriptor)
         defer { channel.end() }
         let pid = "\(state.caller.pid)"
+        let destination = Self.boundDestination(state)
         do {
             let reuseKey = SSHSignatureReuse.Key(caller: state.caller, keyBlob: blob)
             var carried = reuse.take(reuseKey)
@@ -62,24 +64,29 @@ extension SSHAgentFrontEnd {
             }
             logger.info("ssh-agent: signed with a keychain key", metadata: ["key": "\(publicKey.fingerprint)", "algorithm": "\(signature.algorithm)",
                                                                         "pid": "\(pid)"])
+            service.auditSignature(state.context, key: publicKey.fingerprint, destination: destination, status: .success, reason: "keychain-key")
             return .signResponse(signatureBlob: signature.blob)
         } catch where error.status == .itemNotFound {
             return nil
         } catch {
+            let reason: String = switch error.status {
+            case _ where channel.clientHungUp: "client-gone"
+            case .userCanceled: "cancelled"
+            case .authFailed: "authentication-failed"
+            case .interactionNotAllowed: keybagLocked ? "keychain-locked" : "not-authorized"
+            default: "refused"
+            }
             logger.info("ssh-agent: refused to sign with a keychain key", metadata: ["key": "\(publicKey.fingerprint)", "status": "\(error.status)",
                                                                                  "reason": "\(error.message)", "pid": "\(pid)"])
+            service.auditSignature(state.context, key: publicKey.fingerprint, destination: destination, status: error.status, reason: reason)
             return .failure
         }
     }
 
     /// What the person authorizes, as the prompt shows it: the key, and the server when the connection
-    /// was bound to one (`session-bind@openssh.com`: its host key's fingerprint).
+    /// was bound to one (``boundDestination(_:)``: `session-bind@openssh.com`'s host key).
     static func describeUse(_ key: CofferSSHAgentProtocol.SSHPublicKey, _ state: ConnectionState) -> String {
-        var what = "sign with the SSH key \(key.fingerprint)"
-        if let bind = state.sessionBinds.last, let host = try? CofferSSHAgentProtocol.SSHPublicKey(blob: bind.hostKey) {
-            what += " for the server with host key \(host.fingerprint)"
-        }
-        return what
+        "sign with the SSH key \(key.fingerprint)" + (boundDestination(state).map { " for \($0)" } ?? "")
     }
 }
 
@@ -92,8 +99,23 @@ final class LazyPromptChannel: AuthChannel {
     private let open: () -> AgentPromptChannel?
     private var channel: AgentPromptChannel? = nil
     private var opened = false
+    /// The client's socket (-1: none): a client that hangs up while the person is asked ends the wait.
+    private let client: Int32
+    /// True once a wait ended because the client hung up.
+    private(set) var clientHungUp = false
 
-    init(_ open: @escaping () -> AgentPromptChannel?) { self.open = open }
+    init(_ open: @escaping () -> AgentPromptChannel?, client: Int32 = -1) {
+        self.open = open
+        self.client = client
+    }
+
+    /// True if the client closed its end (POLLRDHUP / POLLHUP / POLLERR); unread requests do not count.
+    private func hungUp() -> Bool {
+        guard client >= 0 else { return false }
+        var p = pollfd(fd: client, events: Int16(0x2000 /* POLLRDHUP */), revents: 0)
+        guard poll(&p, 1, 0) > 0 else { return false }
+        return p.revents & Int16(0x2000 | POLLHUP | POLLERR | POLLNVAL) != 0
+    }
 
     func ask(_ request: AuthenticationRequest) {
         if !opened {
@@ -104,12 +126,24 @@ final class LazyPromptChannel: AuthChannel {
     }
 
     func awaitAnswer(stop: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
-        if let channel { return channel.awaitAnswer(stop: stop, wake: wake, deadline: deadline) }
+        // `stop` is checked whenever `wake` is readable and at least every second: a hang-up ends the
+        // wait within a second.
+        withoutActuallyEscaping(stop) { stop in awaitAnswer(stopOrGone: { () -> Bool in
+            if self.hungUp() { self.clientHungUp = true }
+            return self.clientHungUp || stop()
+        }, wake: wake, deadline: deadline) }
+    }
+
+    private func awaitAnswer(stopOrGone: () -> Bool, wake: Int32, deadline: Double) -> ChannelEvent {
+        if let channel {
+            let event = channel.awaitAnswer(stop: stopOrGone, wake: wake, deadline: deadline)
+            return clientHungUp ? .gone : event
+        }
         // No pinentry: only the sensor can answer (a fingerprint reader on a machine without a
         // display). With no evaluation running there is nobody to wait for.
         guard wake >= 0 else { return .gone }
         while true {
-            if stop() { return .stopped }
+            if stopOrGone() { return clientHungUp ? .gone : .stopped }
             let left = deadline - Threads.monotonicSeconds()
             guard left > 0 else { return .timedOut }
             _ = UnixSocket.waitReadable(wake, timeoutMillis: Int32(min(left, 1) * 1000) + 1)

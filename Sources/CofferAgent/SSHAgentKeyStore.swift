@@ -20,7 +20,17 @@ final class SSHAgentKeyStore: Sendable {
         let comment: String
         /// Monotonic seconds at which the key goes (nil: kept until removed or the agent exits).
         let expiresAt: Double?
+        /// `ssh-add -c`: each signature asks the person.
+        var confirm = false
+        /// `ssh-add -h`: the hops the key may be used on (empty: anywhere).
+        var destinations: [SSHDestinationConstraint] = []
         var fingerprint: String { publicKey.fingerprint }
+
+        /// The key as the signature policy sees it.
+        var signing: SSHSigningKey {
+            SSHSigningKey(blob: blob, fingerprint: fingerprint, keyType: publicKey.keyType, comment: comment, confirm: confirm,
+                          destinations: destinations)
+        }
     }
 
     /// A lock's passphrase, as a keyed hash: `hash = BLAKE2b(key: salt, passphrase)`.

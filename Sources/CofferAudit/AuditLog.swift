@@ -4,7 +4,9 @@ import Glibc
 
 /// One allowed or denied access, as the audit log keeps it. The type has no field that could hold a
 /// secret or an attribute value: who (app id or executable, pid), what (operation, access group,
-/// item class), when, and the result code. ``fieldNames`` is the whole schema.
+/// item class), when, and the result code; for an ssh-agent signature also the key's fingerprint, the
+/// destination host and the reason of the decision (public names, never a secret). ``fieldNames`` is the
+/// whole schema.
 package struct AuditRecord: Sendable, Equatable {
     /// Seconds since the Unix epoch (millisecond precision in the file).
     package let time: Double
@@ -22,12 +24,22 @@ package struct AuditRecord: Sendable, Equatable {
     package let itemClass: ItemClass?
     /// The result (OSStatus: 0 for success, e.g. -34018 errSecMissingEntitlement).
     package let result: Int32
+    /// A signature's key (`SHA256:…` fingerprint of the public key; nil: not a signature).
+    package let key: String?
+    /// Where a signature goes: the host the ssh-agent's `session-bind@openssh.com` named (nil: unknown).
+    package let destination: String?
+    /// Why the decision was taken, a fixed word (`confirmed`, `cancelled`, `locked`, …; nil: not given).
+    package let reason: String?
 
-    /// Every key a record's JSON object has, in file order: the complete schema.
-    package static let fieldNames = ["time", "pid", "app", "executable", "operation", "accessGroup", "class", "result"]
+    /// Every key a record's JSON object may have, in file order: the complete schema. The last three
+    /// (``optionalFieldNames``) are written only when set; a line without them is a record too.
+    package static let fieldNames = ["time", "pid", "app", "executable", "operation", "accessGroup", "class", "result"] + optionalFieldNames
+    /// The keys written only when the record has them (ssh-agent signatures).
+    package static let optionalFieldNames = ["key", "destination", "reason"]
 
     package init(time: Double, pid: Int32, app: String?, executable: String?, operation: String,
-                accessGroup: String?, itemClass: ItemClass?, result: Int32) {
+                accessGroup: String?, itemClass: ItemClass?, result: Int32, key: String? = nil, destination: String? = nil,
+                reason: String? = nil) {
         self.time = (time * 1000).rounded() / 1000
         self.pid = pid
         self.app = app
@@ -36,6 +48,9 @@ package struct AuditRecord: Sendable, Equatable {
         self.accessGroup = accessGroup
         self.itemClass = itemClass
         self.result = result
+        self.key = key
+        self.destination = destination
+        self.reason = reason
     }
 
     /// The record's JSON line (with its LF): one flat object, keys in ``fieldNames`` order, strings
@@ -46,7 +61,14 @@ package struct AuditRecord: Sendable, Equatable {
         let t = "\(millis / 1000).\(String(repeating: "0", count: 3 - String(abs(millis % 1000)).count))\(abs(millis % 1000))"
         return "{\"time\":\(t),\"pid\":\(pid),\"app\":\(str(app)),\"executable\":\(str(executable)),"
             + "\"operation\":\(str(operation)),\"accessGroup\":\(str(accessGroup)),\"class\":\(str(itemClass?.rawValue)),"
-            + "\"result\":\(result)}\n"
+            + "\"result\":\(result)" + optionalFields + "}\n"
+    }
+
+    /// `,"key":…,"destination":…,"reason":…` for those that are set.
+    private var optionalFields: String {
+        zip(Self.optionalFieldNames, [key, destination, reason]).compactMap { name, value in
+            value.map { ",\"\(name)\":\(AuditJSON.quote($0))" }
+        }.joined()
     }
 
     /// The record a JSON line holds, or nil if the line is not one (a torn or foreign line).
@@ -63,14 +85,15 @@ package struct AuditRecord: Sendable, Equatable {
             }
         }
         guard let app = optional("app"), let exe = optional("executable"), let group = optional("accessGroup"),
-              let cls = optional("class") else { return nil }
+              let cls = optional("class"), let key = optional("key"), let destination = optional("destination"),
+              let reason = optional("reason") else { return nil }
         var itemClass: ItemClass? = nil
         if let c = cls {
             guard let k = ItemClass(rawValue: c) else { return nil }
             itemClass = k
         }
         self.init(time: time, pid: p, app: app, executable: exe, operation: op, accessGroup: group,
-                  itemClass: itemClass, result: r)
+                  itemClass: itemClass, result: r, key: key, destination: destination, reason: reason)
     }
 }
 

@@ -130,6 +130,52 @@ public final class Pinentry {
         return closed
     }
 
+    /// Asks the person to allow or refuse something (Assuan CONFIRM with two buttons, `ok` and
+    /// `cancel`): `description` says what; the title (and the description's first line) names `app`
+    /// as the agent identified it. The answer arrives later on ``inputDescriptor``: read it with
+    /// ``confirmationReady()``. False if the dialog could not be shown (``failure`` says why).
+    public func beginConfirmation(_ description: String, app: String, ok: String, cancel: String) -> Bool {
+        failure = nil
+        current = nil
+        guard start() else { return false }
+        let title = identifiesApp ? "Coffer: \(app)" : "Coffer"
+        let body = identifiesApp ? "Requested by: \(app)\n\n" + description : description
+        for c in ["SETTITLE " + Assuan.escape(title), "SETDESC " + Assuan.escape(body), "SETOK " + Assuan.escape(ok),
+                  "SETCANCEL " + Assuan.escape(cancel)] {
+            guard send(c), let reply = readLine(), reply.hasPrefix("OK") else {
+                if failure == nil { failure = .protocolError }
+                stopProgram()
+                return false
+            }
+        }
+        dialogOpen = send("CONFIRM")
+        if !dialogOpen { failure = .exited; stopProgram() }
+        return dialogOpen
+    }
+
+    /// The input is readable while a confirmation is open: true if the person allowed, false if they
+    /// refused (or the pinentry broke off: ``failure`` is set and it is stopped), nil to keep waiting.
+    public func confirmationReady() -> Bool? {
+        guard fill() else {
+            _ = broken(filled >= buffer.count ? .protocolError : .exited)
+            return false
+        }
+        while var line = takeLine() {
+            defer { secureZero(&line) }
+            if line.starts(with: Array("OK".utf8)) {
+                dialogOpen = false
+                return true
+            } else if line.starts(with: Array("ERR".utf8)) {
+                dialogOpen = false
+                return false
+            } else if !(line.first == UInt8(ascii: "S") || line.first == UInt8(ascii: "#") || line.isEmpty) {
+                _ = broken(.protocolError)
+                return false
+            }
+        }
+        return nil
+    }
+
     /// Describes the request and starts GETPIN (or CONFIRM for the sensor alone); the answer arrives
     /// later on ``inputDescriptor``.
     private func ask(_ request: AuthenticationRequest, error: String?) -> Bool {

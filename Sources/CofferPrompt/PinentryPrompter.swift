@@ -91,6 +91,53 @@ public final class PinentryPrompter {
         }
     }
 
+    /// What ``confirm(_:app:ok:cancel:hangup:)`` saw.
+    public enum ConfirmationEvent: Sendable, Equatable {
+        /// The person chose `ok`.
+        case allowed
+        /// The person chose `cancel` (or closed the dialog).
+        case refused
+        /// The descriptor watched for a hang-up was hung up (the client went away): the dialog closed.
+        case hungUp
+        /// The deadline passed: the pinentry was stopped.
+        case timedOut
+        /// The pinentry could not be asked or broke off the conversation; it is stopped.
+        case failed(PinentryFailure)
+    }
+
+    /// Asks the person to allow something (a two-button CONFIRM dialog naming `app`) and waits for the
+    /// answer, never past the hard deadline; ends the dialog at once when `hangup` (a connected socket,
+    /// or -1) is hung up by its peer. The pinentry is stopped before this returns.
+    public func confirm(_ description: String, app: String, ok: String = "Allow", cancel: String = "Refuse",
+                        hangup: Int32 = -1) -> ConfirmationEvent {
+        let deadline = hardDeadline ?? Threads.monotonicSeconds() + timeoutSeconds
+        hardDeadline = deadline
+        pinentry.deadline = deadline
+        defer { pinentry.end() }
+        guard pinentry.beginConfirmation(description, app: app, ok: ok, cancel: cancel) else {
+            return .failed(pinentry.failure ?? .couldNotStart)
+        }
+        while true {
+            let now = Threads.monotonicSeconds()
+            if now >= deadline { return .timedOut }
+            let input = pinentry.inputDescriptor
+            guard input >= 0 else { return .failed(pinentry.failure ?? .exited) }
+            // The peer's hang-up only (POLLRDHUP; POLLHUP and POLLERR come unasked): a client that
+            // sends more meanwhile does not wake this loop.
+            var fds = [pollfd(fd: input, events: Int16(POLLIN), revents: 0), pollfd(fd: hangup, events: Self.pollRDHUP, revents: 0)]
+            let millis = Int32(max(1, min(1000, (deadline - now) * 1000)))
+            let n = fds.withUnsafeMutableBufferPointer { Glibc.poll($0.baseAddress, hangup >= 0 ? 2 : 1, millis) }
+            guard n > 0 else { continue }
+            if hangup >= 0, fds[1].revents != 0 { return .hungUp }
+            guard fds[0].revents != 0, let allowed = pinentry.confirmationReady() else { continue }
+            if let why = pinentry.failure { return .failed(why) }
+            return allowed ? .allowed : .refused
+        }
+    }
+
+    /// Linux's POLLRDHUP (the peer shut its end down), which Glibc's module does not export.
+    static let pollRDHUP: Int16 = 0x2000
+
     /// Shows `text` between tries (a wrong passcode: the question is asked again with it; biometry
     /// out: the dialog is shown again without "touch the sensor"). Bounded by the deadline like every wait.
     public func feedback(_ text: String, kind: AuthFeedbackKind) {

@@ -97,10 +97,14 @@ package final class AccessGate: Sendable {
 
     /// Writes one audit record (never a secret or an attribute value). A failing log is reported,
     /// at most once a minute, and does not fail the request.
-    package func record(_ caller: CallerIdentity, operation: String, group: String?, itemClass: ItemClass?, status: SecStatus) {
+    /// `key`, `destination`, `reason`: an ssh-agent signature's key fingerprint, destination host and
+    /// why it was allowed or refused.
+    package func record(_ caller: CallerIdentity, operation: String, group: String?, itemClass: ItemClass?, status: SecStatus,
+                        key: String? = nil, destination: String? = nil, reason: String? = nil) {
         guard let audit else { return }
         let record = AuditRecord(time: Self.wallClock(), pid: caller.pid, app: caller.appID, executable: caller.executable,
-                                 operation: operation, accessGroup: group, itemClass: itemClass, result: status.rawValue)
+                                 operation: operation, accessGroup: group, itemClass: itemClass, result: status.rawValue,
+                                 key: key, destination: destination, reason: reason)
         do {
             try audit.append(record)
         } catch {

@@ -90,6 +90,10 @@ struct AuditCommand: ParsableCommand {
         parts.append("pid=\(r.pid)")
         parts.append("group=" + (r.accessGroup.map(Output.escapedText) ?? "-"))
         parts.append("class=" + (r.itemClass?.rawValue ?? "-"))
+        // An ssh-agent signature's key, destination and reason, when the record has them.
+        for (name, value) in [("key", r.key), ("destination", r.destination), ("reason", r.reason)] {
+            if let value { parts.append(name + "=" + Output.escapedText(value)) }
+        }
         return parts.joined(separator: "  ")
     }
 

@@ -41,7 +41,10 @@ enum PinentryHarness {
     /// (`ok` or anything else: cancel); `cancel` in a file answers with GnuPG's cancel error; `^^` in
     /// an answer starts another D line, as a pinentry splits a long one. Each
     /// GETPIN and CONFIRM is logged to `asked.log` (`GETPIN`, ` error` if a SETERROR came first,
-    /// ` title=…`), so a test can count how often the person was asked.
+    /// ` title=…`), so a test can count how often the person was asked. A CONFIRM's description
+    /// (Assuan-escaped) also goes to `confirm-desc.log`; `hang` in `confirm` leaves the CONFIRM
+    /// unanswered (its pid in `hung.pid`) until the pinentry is stopped, as `hang` in `pin` or
+    /// `passcode` does a GETPIN.
     final class FakePinentry: @unchecked Sendable {
         let dir: ShortDirectory
         var path: String { dir.file("fake-pinentry") }
@@ -59,6 +62,7 @@ enum PinentryHarness {
                   case "$line" in
                     SETERROR\\ ?*) err=" error";;
                     SETTITLE\\ *) title="${line#SETTITLE }";;
+                    SETDESC\\ *) desc="${line#SETDESC }";;
                     RESET*) err=""; title="";;
                   esac
                   case "$line" in
@@ -68,6 +72,7 @@ enum PinentryHarness {
                       err=""
                       case "$answer" in
                         cancel) echo "ERR 83886179 Operation cancelled <Pinentry>";;
+                        hang) echo $$ > "$D/hung.pid"; exec sleep 600;;
                         inquire:*)
                           # Ask gpg-agent (through pinentry-coffer) for the quality of what was typed, log its answer.
                           echo "INQUIRE QUALITY ${answer#inquire:}"
@@ -80,7 +85,9 @@ enum PinentryHarness {
                       esac;;
                     CONFIRM*)
                       echo "CONFIRM title=$title" >> "$D/asked.log"
+                      echo "$desc" >> "$D/confirm-desc.log"
                       err=""
+                      if [ "$(cat "$D/confirm")" = "hang" ]; then echo $$ > "$D/hung.pid"; exec sleep 600; fi
                       if [ "$(cat "$D/confirm")" = "ok" ]; then echo "OK"; else echo "ERR 83886179 Operation cancelled <Pinentry>"; fi;;
                     GETINFO\\ flavor) echo "D fake"; echo "OK";;
                     BYE*) echo "OK closing connection"; exit 0;;

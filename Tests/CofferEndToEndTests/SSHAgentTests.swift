@@ -162,7 +162,7 @@ struct SSHAgentTests {
         #expect(!f.agent.log.contains("lock me") && !f.agent.log.contains("not it"), "a passphrase reached the log")
     }
 
-    @Test func aKeyWithALifetimeGoesAndConfirmIsRefused() throws {
+    @Test func aKeyWithALifetimeGoesAndAnUnenforceableConstraintIsRefused() throws {
         let f = try Fixture()
         let key = f.generate("ed25519", name: "id_short")
         // A lifetime a loaded machine (ASan, TSan on 2 cores) cannot run out between the add and the
@@ -179,11 +179,15 @@ struct SSHAgentTests {
         }
         #expect(gone, "the key outlived its lifetime")
 
-        // Confirmation cannot be asked yet: the key is refused, not added without it.
-        let confirm = f.run("ssh-add", ["-c", key])
-        #expect(confirm.status != 0, "\(confirm)")
-        #expect(f.run("ssh-add", ["-l"]).status == 1, "a key meant to need confirmation was added without it")
-        #expect(f.agent.log.contains("constraint=confirm"))
+        // A constraint this agent cannot enforce (max-signatures): the key is refused, not added without it.
+        let fd = try Self.connect(f)
+        defer { close(fd) }
+        let pair = Ed25519.keyPair(seed: SecureBytes.random(count: Ed25519.seedBytes))
+        let limited = SSHPrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
+        #expect(Self.exchange(fd, try SSHAgentRequest.addIdentity(limited, comment: "limited", constraints: [.maxSignatures(5)]).encodeFrame())
+                == .failure)
+        #expect(f.run("ssh-add", ["-l"]).status == 1, "a key meant to sign at most 5 times was added without the limit")
+        #expect(f.agent.log.contains("constraint=max-signatures"))
     }
 
     /// The default place taken by another agent (one whose native socket is in the same directory):
@@ -384,19 +388,30 @@ struct SSHAgentTests {
         let session = (0..<32).map { _ in UInt8.random(in: 0...255) }
         guard case .signResponse(let signature)? = Self.exchange(fd, try SSHAgentRequest.signRequest(keyBlob: host.keyBlob, data: session, flags: 0)
             .encodeFrame()) else { Issue.record("no signature"); return }
-        let bind = SSHSessionBind(hostKey: host.keyBlob, sessionIdentifier: session, signature: signature, isForwarding: false)
+        let bind = SSHSessionBind(hostKey: host.keyBlob, sessionIdentifier: session, signature: signature, isForwarding: true)
         #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success)
         var forged = bind
         forged.sessionIdentifier[0] ^= 1
         #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(forged)).encodeFrame()) == .failure, "a bad signature was accepted")
-        // A connection records at most 16 (OpenSSH's limit); a new connection starts afresh.
-        for n in 2...16 {
-            #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success, "bind \(n)")
+        // The same bind again is accepted (and recorded once).
+        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success)
+        // A connection records at most 16 forwarding hops (OpenSSH's limit); a new connection starts afresh.
+        func signedBind(_ n: UInt8, forwarding: Bool = true) throws -> SSHSessionBind {
+            let sid = [n] + [UInt8](repeating: 0xA5, count: 31)  // distinct from each other and (but for 2^-256) from `session`
+            guard case .signResponse(let sig)? = Self.exchange(fd, try SSHAgentRequest.signRequest(keyBlob: host.keyBlob, data: Array(sid), flags: 0)
+                .encodeFrame()) else { throw CocoaError(.featureUnsupported) }
+            return SSHSessionBind(hostKey: host.keyBlob, sessionIdentifier: Array(sid), signature: sig, isForwarding: forwarding)
         }
-        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .failure, "a 17th bind")
+        for n in 2...16 {
+            #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(try signedBind(UInt8(n)))).encodeFrame()) == .success, "bind \(n)")
+        }
+        #expect(Self.exchange(fd, try SSHAgentRequest.extension(.sessionBind(try signedBind(17))).encodeFrame()) == .failure, "a 17th bind")
         let fresh = try Self.connect(f)
         defer { close(fresh) }
-        #expect(Self.exchange(fresh, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .success)
+        // A bind for authentication (not a forwarding) is the last: OpenSSH refuses any bind after it.
+        let authentication = try signedBind(18, forwarding: false)
+        #expect(Self.exchange(fresh, try SSHAgentRequest.extension(.sessionBind(authentication)).encodeFrame()) == .success)
+        #expect(Self.exchange(fresh, try SSHAgentRequest.extension(.sessionBind(bind)).encodeFrame()) == .failure, "a bind after authentication")
     }
 }
 

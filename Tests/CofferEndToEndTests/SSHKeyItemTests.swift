@@ -260,6 +260,49 @@ struct SSHKeyItemTests {
         #expect(f.run("ssh", other.clientArguments(in: f.dir) + ["true"]).status == 0)
     }
 
+    /// A client that goes away while the person is asked for a protected key ends the question: the
+    /// agent stops its pinentry within seconds, audits the refusal as client-gone, and serves other
+    /// clients meanwhile.
+    @Test func aClientThatHangsUpEndsTheQuestion() throws {
+        let pin = PinentryHarness.ShortDirectory()
+        let fake = try PinentryHarness.FakePinentry(in: pin, pin: "hang", passcode: "hang")
+        let config = pin.file("cofferd.conf")
+        try "pinentry = \(fake.path)\nauthentication-timeout = 120\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let f = try Fixture(extraArguments: ["--config", config])
+        f.agent.setPasscode()
+        let pub = Self.savePublic(f.agent.cli(["ssh", "keygen", "--label", "g", "--access-control", "device-passcode"]).stdout, f, "g")
+        let data = f.dir.file("data")
+        try "u\n".write(toFile: data, atomically: true, encoding: .utf8)
+        let signer = Process()
+        signer.executableURL = URL(fileURLWithPath: "/usr/bin/ssh-keygen")
+        signer.arguments = ["-Y", "sign", "-f", pub, "-n", "file", data]
+        signer.environment = ["SSH_AUTH_SOCK": f.sshSocket]
+        signer.standardOutput = FileHandle.nullDevice
+        signer.standardError = FileHandle.nullDevice
+        try signer.run()
+        let hungPid = pin.file("hung.pid")
+        var waited = 0
+        while !FileManager.default.fileExists(atPath: hungPid) && waited < 600 { usleep(50_000); waited += 1 }
+        let pinentryPid = Int32(((try? String(contentsOfFile: hungPid, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        #expect(pinentryPid > 0, "the pinentry was never asked: \(f.agent.log)")
+        #expect(f.listed() == [f.fingerprint(pub)], "another client is served while the person is asked")
+        kill(signer.processIdentifier, SIGKILL)
+        signer.waitUntilExit()
+        // The agent notices the hang-up (within a second or so) and stops the pinentry.
+        var gone = false
+        for _ in 0..<600 where !gone {
+            gone = kill(pinentryPid, 0) != 0 || (try? String(contentsOfFile: "/proc/\(pinentryPid)/stat", encoding: .utf8))?.contains(") Z ") == true
+            if !gone { usleep(50_000) }
+        }
+        #expect(gone, "the pinentry still runs after the client went away: \(f.agent.log)")
+        var audited = false
+        for _ in 0..<100 where !audited {
+            audited = auditRecords(f.agent).contains { ($0["operation"] as? String) == "ssh-sign" && ($0["reason"] as? String) == "client-gone" }
+            if !audited { usleep(50_000) }
+        }
+        #expect(audited, "\(auditRecords(f.agent))")
+    }
+
     /// A key with a reuse duration: the person's authentication serves the same program's next
     /// signatures (each ssh-keygen is its own connection) within the window; a lock ends it; a key
     /// without one asks each time.

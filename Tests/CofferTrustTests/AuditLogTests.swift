@@ -31,10 +31,18 @@ import Testing
     @Test func theSchemaHasNoPlaceForASecretOrAttributeValue() throws {
         let r = Self.record(1)
         let labels = Mirror(reflecting: r).children.compactMap(\.label)
-        #expect(labels == ["time", "pid", "app", "executable", "operation", "accessGroup", "itemClass", "result"])
+        #expect(labels == ["time", "pid", "app", "executable", "operation", "accessGroup", "itemClass", "result", "key", "destination", "reason"])
         let line = r.jsonLine()
         let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-        #expect(Set(object.keys) == Set(AuditRecord.fieldNames))
+        #expect(Set(object.keys) == Set(AuditRecord.fieldNames).subtracting(AuditRecord.optionalFieldNames), "written only when set")
+        let signature = AuditRecord(time: 1, pid: 1, app: nil, executable: "/usr/bin/ssh", operation: "ssh-sign", accessGroup: nil,
+                                    itemClass: nil, result: -128, key: "SHA256:abc", destination: "host\n\u{1b}", reason: "cancelled")
+        let full = try #require(try JSONSerialization.jsonObject(with: Data(signature.jsonLine().utf8)) as? [String: Any])
+        #expect(Set(full.keys) == Set(AuditRecord.fieldNames))
+        #expect(!signature.jsonLine().dropLast().contains("\n") && !signature.jsonLine().contains("\u{1b}"), "a value ended the line")
+        let plain = AuditRecord(time: 1, pid: 1, app: nil, executable: "/usr/bin/ssh", operation: "ssh-sign", accessGroup: nil,
+                                itemClass: nil, result: 0, key: "SHA256:abc", destination: "server.example", reason: "confirmed")
+        #expect(AuditRecord(jsonLine: String(plain.jsonLine().dropLast())) == plain, "read back (the reader splits at the LF)")
         #expect(AuditRecord.fieldNames.count == labels.count)
         // What a caller might be tempted to log: a secret and attribute values. No argument takes them,
         // so they are nowhere in the file after a full append.
