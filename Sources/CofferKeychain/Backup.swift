@@ -6,7 +6,8 @@ import CofferSystem
 /// Backups (the seed's backup keybag): `backup(password:kdf:)` writes every item a backup may hold
 /// under fresh backup class keys protected by the backup password (Argon2id); ThisDeviceOnly items are
 /// additionally sealed under a key from the device key, so they restore only on this device;
-/// WhenPasscodeSetThisDeviceOnly items and items with an access control are never included.
+/// WhenPasscodeSetThisDeviceOnly items, items with an access control and non-extractable keys (`extr`
+/// false: the keys the agent makes) are never included.
 /// `restoreBackup(_:password:dryRun:)` merges a backup in one transaction: an item already present
 /// (same primary key) is kept and the backup's copy counted as a duplicate; a wrong password, a
 /// truncated or altered file is an error and changes nothing.
@@ -53,7 +54,10 @@ extension Keychain {
         for item in listed {
             guard let attrs = item.attributes, let ref = item.persistentRef,
                   case .string(let code)? = attrs["pdmn"], let p = ProtectionClass(parsing: code) else { continue }
-            if p.requiresPasscode || attrs[AccessControl.attributeName] != nil { continue } // never in a backup
+            // Never in a backup: WhenPasscodeSet items, items with an access control, and non-extractable
+            // keys (made in the agent, they never leave this device, as Secure Enclave keys do not).
+            if p.requiresPasscode || attrs[AccessControl.attributeName] != nil { continue }
+            if item.itemClass == .key && KeyItem.isNonExtractable(attrs) { continue }
             guard let secret = try copyMatching(ItemQuery(limit: .one, returnData: true, persistentRef: ref), scope: .unrestricted).first?.data else {
                 continue
             }

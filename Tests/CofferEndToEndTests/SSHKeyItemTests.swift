@@ -95,6 +95,22 @@ struct SSHKeyItemTests {
         #expect(try c.copyMatching(ItemQuery(itemClass: .key, limit: .all, returnAttributes: true)).count == 1)
     }
 
+    /// Keys made in the agent never go into a backup, not even sealed to this device (a backup of a
+    /// keychain holding them is made, without them).
+    @Test func keysMadeInTheAgentStayOutOfBackups() throws {
+        let f = try Fixture()
+        f.agent.setPasscode()
+        #expect(f.agent.cli(["ssh", "keygen", "--label", "k"]).status == 0)
+        #expect(f.agent.cli(["ssh", "keygen", "--label", "k2", "--accessible", "after-first-unlock-this-device-only"]).status == 0)
+        #expect(f.agent.cli(["add", "--service", "mail", "--account", "me", "--secret-stdin"], stdin: "m1").status == 0)
+        let files = TemporaryDirectory("coffer-ssh-backup")
+        try "backup pw".write(toFile: files.file("pw"), atomically: true, encoding: .utf8)
+        try AgentProcess.password.write(toFile: files.file("pc"), atomically: true, encoding: .utf8)
+        let r = runShell("'\(Binaries.coffer)' backup create --out '\(files.file("b.cfbu"))' --password-fd 3 --auth-passcode-fd 4 "
+                         + "3<'\(files.file("pw"))' 4<'\(files.file("pc"))'", socket: f.agent.socketPath)
+        #expect(r.status == 0 && r.stderr.contains("backed up 1 item\n"), "\(r)\n\(f.agent.log)")
+    }
+
     /// A locked keybag: the WhenUnlocked key is neither listed nor used; the AfterFirstUnlock one is
     /// both; after the unlock both are back.
     @Test func aLockedKeybagKeepsOnlyTheKeysItsClassesOpen() throws {
