@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs Coffer system-wide (as root): binaries, pam_coffer.so, the PAM service, systemd user units,
+# Installs Coffer system-wide (as root): binaries, pam_coffer.so, the PAM service, systemd user units
+# (and SSH_AUTH_SOCK for them: environment.d),
 # the GnuPG helper (pinentry-coffer), the git credential helper (git-credential-coffer), man pages and shell completions.
 #
 #   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--systemd|--no-systemd] [--bin-dir DIR]
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
         --systemd) systemd=1 ;;
         --no-systemd) systemd=0 ;;
         --bin-dir) bin_dir="$2"; shift ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -50,7 +51,7 @@ for b in $binaries; do
 done
 
 run install -d "$D/usr/local/bin" "$D$security_dir" "$D/etc/pam.d" "$D/usr/lib/systemd/user" "$D/usr/local/share/coffer" \
-    "$D/usr/local/include/coffer"
+    "$D/usr/local/include/coffer" "$D/usr/lib/environment.d"
 # shellcheck disable=SC2086
 run install -m 0755 $(for b in $binaries; do printf '%s ' "$bin_dir/$b"; done) "$D/usr/local/bin/"
 # Authenticator plugins (when built): the host beside cofferd, the passcode and fprintd plugins in the
@@ -80,7 +81,10 @@ completion fish "$D/usr/local/share/fish/vendor_completions.d/coffer.fish"
 run_quiet bash "$here/pam_coffer/build.sh" "$D$security_dir/pam_coffer.so"
 run chmod 0644 "$D$security_dir/pam_coffer.so"
 run install -m 0644 "$here/pam.d/coffer" "$D/etc/pam.d/coffer"
-run install -m 0644 "$here/systemd/coffer-agent.socket" "$here/systemd/coffer-agent.service" "$D/usr/lib/systemd/user/"
+run install -m 0644 "$here/systemd/coffer-agent.socket" "$here/systemd/coffer-agent.service" "$here/systemd/coffer-ssh-agent.socket" \
+    "$D/usr/lib/systemd/user/"
+# SSH_AUTH_SOCK at cofferd's ssh-agent socket for every user's systemd user manager (environment.d).
+run install -m 0644 "$here/systemd/60-coffer-ssh-agent.conf" "$D/usr/lib/environment.d/"
 run install -m 0755 "$here/systemd/coffer-lock-on-screensaver.sh" "$D/usr/local/share/coffer/"
 # The wire protocol's constants for C clients and plugins.
 run install -m 0644 "$here/../Sources/CCofferABI/include/coffer/coffer_wire.h" "$D/usr/local/include/coffer/"
@@ -143,7 +147,8 @@ Installed. To unlock Coffer at login and follow password changes, add (or rerun 
 MSG
 fi
 if [ "$systemd" = 1 ]; then
-    echo "Each user then runs: systemctl --user enable --now coffer-agent.socket"
+    echo "Each user then runs: systemctl --user enable --now coffer-agent.socket coffer-ssh-agent.socket"
+    echo "(SSH_AUTH_SOCK points at the ssh-agent socket from the next login: /usr/lib/environment.d/60-coffer-ssh-agent.conf.)"
 else
     cat <<MSG
 No systemd here: pam_coffer starts cofferd when a session opens, and makes /run/user/UID (owned by the

@@ -140,13 +140,23 @@ package final class Agent: Sendable {
             })
         schedule = service.schedule
         pipeline = Pipeline(service: service)
-        let activation = Systemd.activationSocket()
-        let nativeSocket = activation.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
+        let activation = Systemd.activationSockets()
+        let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
-        // for the native one). Under socket activation too, for now (beside the socket systemd passed):
-        // systemd passes only the native socket.
+        // for the native one). Under socket activation, the one systemd passed (coffer-ssh-agent.socket,
+        // FileDescriptorName=ssh-agent); when it passed none, one of our own beside the native socket.
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
-        if let path = sshAgentSocket {
+        if let fd = activation?.sshAgent {
+            if sshAgentSocket == nil {
+                close(fd)
+                logger.warning("closed the ssh-agent socket passed by systemd: ssh-agent-socket = none (disable coffer-ssh-agent.socket too)")
+            } else {
+                sshAgentSocket = Self.boundPath(of: fd) ?? "(passed by systemd)"
+                self.host("ssh-agent", listener: FileDescriptor(adopting: fd), socketPath: nil, framing: SSHAgentFraming(),
+                          handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
+                logger.info("using the ssh-agent socket passed by systemd")
+            }
+        } else if let path = sshAgentSocket {
             do {
                 try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
                     AgentPromptChannel(configuration: configuration, clock: SystemClock())
@@ -159,7 +169,7 @@ package final class Agent: Sendable {
                 sshAgentSocket = nil
             }
         }
-        if let fd = activation {
+        if let fd = activation?.native {
             self.host("native", listener: FileDescriptor(adopting: fd), socketPath: nil, framing: NativeFraming(),
                       handler: NativeFrontEnd(pipeline: pipeline, logger: logger))
             logger.info("using the socket passed by systemd")

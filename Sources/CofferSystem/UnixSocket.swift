@@ -198,16 +198,57 @@ package enum UnixSocket {
 
 /// systemd integration without libsystemd: socket activation and readiness notification.
 package enum Systemd {
-    /// The listening socket passed by systemd socket activation (fd 3), if this process was given one.
-    /// Clears LISTEN_PID/LISTEN_FDS so children do not inherit them.
-    package static func activationSocket() -> Int32? {
+    /// The listening sockets systemd passed, by role.
+    package struct ActivationSockets: Sendable, Equatable {
+        /// The native socket: the fd named ``nativeSocketName``, else the first one not taken as another
+        /// role's (so a single unnamed fd, as older units pass, is the native socket).
+        package var native: Int32?
+        /// The ssh-agent socket: the fd named ``sshAgentSocketName`` (or, without a
+        /// `FileDescriptorName=`, systemd's default name for it, the unit's name).
+        package var sshAgent: Int32?
+        /// Passed fds with no role here (closed by ``activationSockets()``).
+        package var unused: [Int32] = []
+
+        package init(native: Int32? = nil, sshAgent: Int32? = nil, unused: [Int32] = []) {
+            self.native = native
+            self.sshAgent = sshAgent
+            self.unused = unused
+        }
+    }
+
+    /// `FileDescriptorName=` of coffer-agent.socket and coffer-ssh-agent.socket.
+    package static let nativeSocketName = "agent", sshAgentSocketName = "ssh-agent"
+    /// The name systemd gives the ssh-agent socket's fd when its unit sets no `FileDescriptorName=`.
+    static let sshAgentSocketUnitName = "coffer-ssh-agent.socket"
+
+    /// The listening sockets passed by systemd socket activation (LISTEN_FDS fds from 3, named by
+    /// LISTEN_FDNAMES), if this process was given any; fds it has no use for are closed. Clears
+    /// LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES so children do not inherit them.
+    package static func activationSockets() -> ActivationSockets? {
         defer { unsafe unsetenv("LISTEN_PID"); unsafe unsetenv("LISTEN_FDS"); unsafe unsetenv("LISTEN_FDNAMES") }
         guard let pidText = unsafe getenv("LISTEN_PID").map({ unsafe String(cString: $0) }), Int32(pidText) == getpid(),
               let fdsText = unsafe getenv("LISTEN_FDS").map({ unsafe String(cString: $0) }), let n = Int(fdsText), n >= 1 else { return nil }
-        let fd: Int32 = 3
-        let flags = fcntl(fd, F_GETFD)
-        if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
-        return fd
+        let names = unsafe getenv("LISTEN_FDNAMES").map { unsafe String(cString: $0).split(separator: ":", omittingEmptySubsequences: false).map(String.init) }
+        let sockets = assign(count: n, names: names, firstFD: 3)
+        for fd in [sockets.native, sockets.sshAgent].compactMap({ $0 }) {
+            let flags = fcntl(fd, F_GETFD)
+            if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
+        }
+        for fd in sockets.unused { close(fd) }
+        return sockets
+    }
+
+    /// The roles of `count` passed fds numbered from `firstFD`, by their `names` (LISTEN_FDNAMES; nil or
+    /// a list of another length: all unnamed).
+    package static func assign(count: Int, names: [String]?, firstFD: Int32) -> ActivationSockets {
+        let names = names.flatMap { $0.count == count ? $0 : nil } ?? Array(repeating: "", count: count)
+        let fds = (0..<count).map { firstFD + Int32($0) }
+        var sockets = ActivationSockets()
+        sockets.sshAgent = fds.indices.first { names[$0] == sshAgentSocketName || names[$0] == sshAgentSocketUnitName }.map { fds[$0] }
+        sockets.native = fds.indices.first { names[$0] == nativeSocketName }.map { fds[$0] }
+            ?? fds.first { $0 != sockets.sshAgent }
+        sockets.unused = fds.filter { $0 != sockets.native && $0 != sockets.sshAgent }
+        return sockets
     }
 
     /// Sends `state` (e.g. "READY=1") to $NOTIFY_SOCKET; false if not under systemd.

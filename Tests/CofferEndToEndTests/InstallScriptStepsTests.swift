@@ -67,4 +67,48 @@ import Testing
         #expect(r.status == 0, "\(r)")
         #expect((try? String(contentsOfFile: fresh.file("etc/pam.d/common-session"), encoding: .utf8)) == "session optional pam_coffer.so agent=/usr/local/bin/cofferd\n")
     }
+
+    /// The ssh-agent socket unit and the environment.d file that points SSH_AUTH_SOCK at it, installed
+    /// beside the agent's units.
+    @Test func installsTheSSHAgentSocketUnitAndSSHAuthSock() throws {
+        let root = TemporaryDirectory("coffer-install")
+        let r = Self.install(root.path, "--systemd")
+        try #require(r.status == 0, "\(r)")
+        #expect(r.stdout.contains("systemctl --user enable --now coffer-agent.socket coffer-ssh-agent.socket"), "\(r.stdout)")
+        let units = root.file("usr/lib/systemd/user"), environment = root.file("usr/lib/environment.d/60-coffer-ssh-agent.conf")
+        for f in [units + "/coffer-ssh-agent.socket", environment] { #expect(Files.mode(f) == 0o644, "\(f)") }
+        let socket = (try? String(contentsOfFile: units + "/coffer-ssh-agent.socket", encoding: .utf8)) ?? ""
+        for line in ["ListenStream=%t/coffer/ssh-agent.sock", "SocketMode=0600", "DirectoryMode=0700", "FileDescriptorName=ssh-agent",
+                     "Service=coffer-agent.service"] {
+            #expect(socket.split(separator: "\n").contains(Substring(line)), "coffer-ssh-agent.socket lacks \(line)")
+        }
+        let native = (try? String(contentsOfFile: units + "/coffer-agent.socket", encoding: .utf8)) ?? ""
+        #expect(native.split(separator: "\n").contains("FileDescriptorName=agent"))
+    }
+
+    /// systemd's unit checker accepts the user units (ExecStart at the built cofferd).
+    @Test(.enabled(if: SystemdTools.has(SystemdTools.analyze), "needs systemd-analyze (apt: systemd)"))
+    func systemdAcceptsTheUnits() {
+        let check = TemporaryDirectory("coffer-units")
+        let verify = runShell("""
+            cp '\(Binaries.packageRoot)/contrib/systemd/'coffer-*.socket '\(Binaries.packageRoot)/contrib/systemd/coffer-agent.service' '\(check.path)/' && cd '\(check.path)' \
+            && sed -i 's|^ExecStart=/usr/local/bin/cofferd|ExecStart=\(Binaries.cofferd)|' coffer-agent.service \
+            && \(SystemdTools.analyze) verify --man=no coffer-ssh-agent.socket coffer-agent.socket coffer-agent.service
+            """, socket: "")
+        #expect(verify.status == 0 && verify.stderr.isEmpty && verify.stdout.isEmpty, "\(verify)")
+    }
+
+    /// systemd's environment.d generator, as the user manager runs it at login, expands the file
+    /// (here from a user's ~/.config/environment.d) to the ssh-agent socket's path.
+    @Test(.enabled(if: SystemdTools.has(SystemdTools.environmentGenerator), "needs systemd's environment.d generator (apt: systemd)"))
+    func theEnvironmentFileSetsSSHAuthSockAtLogin() throws {
+        let home = TemporaryDirectory("coffer-home")
+        try FileManager.default.createDirectory(atPath: home.file("config/environment.d"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: Binaries.packageRoot + "/contrib/systemd/60-coffer-ssh-agent.conf",
+                                         toPath: home.file("config/environment.d/60-coffer-ssh-agent.conf"))
+        let expanded = runShell("env -i HOME='\(home.path)' XDG_CONFIG_HOME='\(home.file("config"))' XDG_RUNTIME_DIR=/run/user/4321 \(SystemdTools.environmentGenerator)",
+                                socket: "")
+        #expect(expanded.status == 0 && expanded.stdout.split(separator: "\n").contains("SSH_AUTH_SOCK=/run/user/4321/coffer/ssh-agent.sock"),
+                "\(expanded)")
+    }
 }
