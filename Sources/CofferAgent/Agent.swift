@@ -146,6 +146,9 @@ package final class Agent: Sendable {
         // for the native one). Under socket activation, the one systemd passed (coffer-ssh-agent.socket,
         // FileDescriptorName=ssh-agent); when it passed none, one of our own beside the native socket.
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
+        let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
+            AgentPromptChannel(configuration: configuration, clock: SystemClock())
+        }, reuse: sshReuse, logger: logger)
         if let fd = activation?.sshAgent {
             if sshAgentSocket == nil {
                 close(fd)
@@ -153,14 +156,12 @@ package final class Agent: Sendable {
             } else {
                 sshAgentSocket = Self.boundPath(of: fd) ?? "(passed by systemd)"
                 self.host("ssh-agent", listener: FileDescriptor(adopting: fd), socketPath: nil, framing: SSHAgentFraming(),
-                          handler: SSHAgentFrontEnd(keys: sshKeys, logger: logger))
+                          handler: sshFrontEnd)
                 logger.info("using the ssh-agent socket passed by systemd")
             }
         } else if let path = sshAgentSocket {
             do {
-                try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
-                    AgentPromptChannel(configuration: configuration, clock: SystemClock())
-                }, reuse: sshReuse, logger: logger))
+                try listen("ssh-agent", path: path, framing: SSHAgentFraming(), handler: sshFrontEnd)
             } catch where configuration.sshAgentSocket == .besideNativeSocket {
                 // The default place is taken (another agent with its native socket in the same
                 // directory serves it): this agent runs without one rather than not at all. A path
