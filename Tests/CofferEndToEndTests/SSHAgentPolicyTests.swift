@@ -407,6 +407,26 @@ struct SSHAgentPolicyTests {
             throw CocoaError(.featureUnsupported, userInfo: ["log": (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""])
         }
 
+        /// An ssh_config naming this sshd `testserver` (checked against `knownHosts`, batch mode, keys
+        /// from the agent only).
+        func writeClientConfig(_ path: String, knownHosts: String) throws {
+            try """
+                Host testserver
+                  HostName 127.0.0.1
+                  Port \(port)
+                  HostKeyAlias testserver
+                  User \(currentUser)
+                  UserKnownHostsFile \(knownHosts)
+                  GlobalKnownHostsFile /dev/null
+                  StrictHostKeyChecking yes
+                  BatchMode yes
+                  IdentityFile none
+                  IdentitiesOnly no
+                  ConnectTimeout 30
+
+                """.write(toFile: path, atomically: true, encoding: .utf8)
+        }
+
         deinit {
             if pid > 0 { kill(pid, SIGTERM) }
         }
@@ -452,21 +472,7 @@ struct SSHAgentPolicyTests {
         let sshd = try LoopbackSSHD(dir: f.dir, hostKey: host, authorizedKeys: f.dir.file("authorized_keys"))
         try ("testserver " + hostLine + "elsewhere " + (try String(contentsOfFile: elsewhereKey + ".pub", encoding: .utf8)))
             .write(toFile: f.dir.file("known_hosts"), atomically: true, encoding: .utf8)
-        try """
-            Host testserver
-              HostName 127.0.0.1
-              Port \(sshd.port)
-              HostKeyAlias testserver
-              User \(currentUser)
-              UserKnownHostsFile \(f.dir.file("known_hosts"))
-              GlobalKnownHostsFile /dev/null
-              StrictHostKeyChecking yes
-              BatchMode yes
-              IdentityFile none
-              IdentitiesOnly no
-              ConnectTimeout 30
-
-            """.write(toFile: f.dir.file("ssh_config"), atomically: true, encoding: .utf8)
+        try sshd.writeClientConfig(f.dir.file("ssh_config"), knownHosts: f.dir.file("known_hosts"))
         // The private key stays in the test's directory, which ssh is never pointed at: only the agent signs.
         let config = f.dir.file("ssh_config"), known = f.dir.file("known_hosts")
         func login() -> CLIResult { f.run("ssh", ["-F", config, "testserver", "echo", "logged-in"]) }
@@ -526,22 +532,7 @@ struct SSHAgentPolicyTests {
         let known = f.dir.file("known_hosts")
         try "@cert-authority testserver,elsewhere \(caLine)".write(toFile: known, atomically: true, encoding: .utf8)
         let fingerprint = f.fingerprint(user + ".pub")
-        let config = """
-            Host testserver
-              HostName 127.0.0.1
-              Port \(sshd.port)
-              HostKeyAlias testserver
-              User \(currentUser)
-              UserKnownHostsFile \(known)
-              GlobalKnownHostsFile /dev/null
-              StrictHostKeyChecking yes
-              BatchMode yes
-              IdentityFile none
-              IdentitiesOnly no
-              ConnectTimeout 30
-
-            """
-        try config.write(toFile: f.dir.file("ssh_config"), atomically: true, encoding: .utf8)
+        try sshd.writeClientConfig(f.dir.file("ssh_config"), knownHosts: known)
         func login(_ alias: String) -> CLIResult { f.run("ssh", ["-F", f.dir.file("ssh_config"), alias, "echo", "logged-in"]) }
         func records() -> [[String: Any]] { Self.signatures(f.agent).filter { $0["key"] as? String == fingerprint } }
         func readd(_ destination: String) {
