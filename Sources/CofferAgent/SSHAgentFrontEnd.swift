@@ -290,9 +290,9 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         return true
     }
 
-    /// True if the session-bind's host key signed its session identifier.
+    /// True if the session-bind's host key (a certificate's certified key) signed its session identifier.
     static func verify(_ bind: SSHSessionBind) -> Bool {
-        guard let hostKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: bind.hostKey),
+        guard let hostKey = SSHDestinationPolicy.signingKey(ofHostKey: bind.hostKey),
               let signature = try? CofferSSHAgentProtocol.SSHSignature(blob: bind.signature) else { return false }
         return hostKey.cryptoKey.verify(signature.cryptoSignature, data: bind.sessionIdentifier)
     }

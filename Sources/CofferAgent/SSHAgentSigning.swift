@@ -1,7 +1,9 @@
 import CofferModel
 import CofferPrompt
 import CofferSSHAgentProtocol
+import CofferSSHKeys
 import CofferService
+import Glibc
 import Logging
 
 /// A key as the signature policy sees it: what names it to the person and what it was constrained to.
@@ -229,11 +231,56 @@ enum SSHDestinationPolicy {
         return nil
     }
 
-    /// A host key matches a hop that lists it as a plain key. A certificate authority entry never
-    /// matches here (checking host certificates is not implemented: such a hop refuses, never allows).
-    static func hopHolds(_ hop: SSHDestinationHop, _ hostKey: [UInt8]) -> Bool {
-        hop.keys.contains { !$0.isCA && $0.blob == hostKey }
+    /// OpenSSH's `match_key_hop`: a host key matches a hop that lists it as a plain key, or that lists
+    /// as a certificate authority the key that signed it, a host certificate valid at `now` for the
+    /// hop's host name (``hostCertificateHolds(_:for:now:)``).
+    static func hopHolds(_ hop: SSHDestinationHop, _ hostKey: [UInt8], now: UInt64 = currentTime()) -> Bool {
+        var certificate: SSHCertificate?? = nil  // decoded on the first CA entry
+        for key in hop.keys {
+            guard key.isCA else {
+                if key.blob == hostKey { return true }
+                continue
+            }
+            if certificate == nil { certificate = .some(try? SSHCertificate(blob: hostKey)) }
+            guard let cert = certificate ?? nil, let ca = try? CofferSSHAgentProtocol.SSHPublicKey(blob: key.blob),
+                  cert.signatureKey == ca else { continue }
+            if hostCertificateHolds(cert, for: hop.hostname.isEmpty ? "(ORIGIN)" : hop.hostname, now: now) { return true }
+        }
+        return false
     }
+
+    /// OpenSSH's `sshkey_cert_check_host` (with `cert_parse`'s signature check): the CA's signature
+    /// over the signed part verifies, with an algorithm OpenSSH takes from a CA (SSH_ALLOWED_CA_SIGALGS:
+    /// not SHA-1 `ssh-rsa`); it is a host certificate; `now` is in [valid after, valid before); and
+    /// its principal list is empty or holds one matching `hostPattern` (`*`/`?`).
+    static func hostCertificateHolds(_ cert: SSHCertificate, for hostPattern: String, now: UInt64) -> Bool {
+        guard certificateSignatureVerifies(cert), cert.type == .host else { return false }
+        guard now >= cert.validAfter, now < cert.validBefore else { return false }
+        return cert.principals.isEmpty || cert.principals.contains { globMatches($0, hostPattern) }
+    }
+
+    /// The CA's signature over the certificate verifies, by an algorithm of the CA key's type that
+    /// OpenSSH accepts for certificates.
+    static func certificateSignatureVerifies(_ cert: SSHCertificate) -> Bool {
+        let algorithm = cert.signature.algorithm
+        let allowed = ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "rsa-sha2-256", "rsa-sha2-512"]
+        guard allowed.contains(algorithm), SSHUserauthRequest.keyType(ofAlgorithm: algorithm) == cert.signatureKey.keyType else {
+            return false
+        }
+        return cert.signatureKey.cryptoKey.verify(cert.signature.cryptoSignature, data: cert.signedBytes)
+    }
+
+    /// The key that signs for a session-bind's host key: the key itself, or a certificate's certified
+    /// key when its CA's signature verifies (OpenSSH's agent parses a certificate host key with
+    /// `sshkey_froms`, which checks that signature). Nil if the blob is neither.
+    static func signingKey(ofHostKey blob: [UInt8]) -> CofferSSHAgentProtocol.SSHPublicKey? {
+        if let key = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) { return key }
+        guard let cert = try? SSHCertificate(blob: blob), certificateSignatureVerifies(cert) else { return nil }
+        return cert.publicKey
+    }
+
+    /// Seconds since the epoch.
+    static func currentTime() -> UInt64 { UInt64(max(0, time(nil))) }
 
     /// OpenSSH's `match_pattern`: `*` any run, `?` any one character, everything else itself.
     static func globMatches(_ text: String, _ pattern: String) -> Bool {

@@ -39,6 +39,9 @@ public enum SSHAgentWireError: Error, Equatable, Sendable {
     case unknownReply(UInt8)
     /// A stored key whose format version is not 1 (the version read).
     case unsupportedStoredVersion(UInt8)
+    /// An OpenSSH certificate whose type is neither user (1) nor host (2), with more than 256
+    /// principals, a principal or key id holding a NUL, or a malformed options section.
+    case badCertificate
 }
 
 /// Reads SSH wire primitives (RFC 4251 §5) from a byte array, bounds-checked: every read throws
@@ -84,6 +87,12 @@ public struct SSHWireReader: Sendable {
         guard count >= 0, remaining >= count else { throw .truncated }
         defer { offset += count }
         return Array(bytes[offset..<offset + count])
+    }
+
+    /// A big-endian `uint64`.
+    public mutating func readUInt64() throws(SSHAgentWireError) -> UInt64 {
+        let high = try readUInt32()
+        return UInt64(high) << 32 | UInt64(try readUInt32())
     }
 
     /// The length of a `string` and the offset of its bytes, checked against what is left.

@@ -373,8 +373,9 @@ struct SSHAgentPolicyTests {
         let port: UInt16
         let log: String
 
-        /// `hostKey`: its private host key; `authorizedKeys`: the file of keys it accepts.
-        init(dir: TemporaryDirectory, hostKey: String, authorizedKeys: String) throws {
+        /// `hostKey`: its private host key; `authorizedKeys`: the file of keys it accepts;
+        /// `hostCertificate`: a certificate of the host key it presents instead of the plain key.
+        init(dir: TemporaryDirectory, hostKey: String, authorizedKeys: String, hostCertificate: String? = nil) throws {
             port = try Self.freePort()
             log = dir.file("sshd.log")
             let config = dir.file("sshd_config")
@@ -391,6 +392,7 @@ struct SSHAgentPolicyTests {
                 PubkeyAuthentication yes
                 PermitRootLogin prohibit-password
                 AllowUsers \(currentUser)
+                \(hostCertificate.map { "HostCertificate \($0)" } ?? "")
 
                 """.write(toFile: config, atomically: true, encoding: .utf8)
             let started = runCLI(["-c", "/usr/sbin/sshd -D -e -f '\(config)' </dev/null >/dev/null 2>'\(log)' & echo $!"], executable: "/bin/sh", timeout: 60)
@@ -403,6 +405,26 @@ struct SSHAgentPolicyTests {
                 usleep(50_000)
             }
             throw CocoaError(.featureUnsupported, userInfo: ["log": (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""])
+        }
+
+        /// An ssh_config naming this sshd `testserver` (checked against `knownHosts`, batch mode, keys
+        /// from the agent only).
+        func writeClientConfig(_ path: String, knownHosts: String) throws {
+            try """
+                Host testserver
+                  HostName 127.0.0.1
+                  Port \(port)
+                  HostKeyAlias testserver
+                  User \(currentUser)
+                  UserKnownHostsFile \(knownHosts)
+                  GlobalKnownHostsFile /dev/null
+                  StrictHostKeyChecking yes
+                  BatchMode yes
+                  IdentityFile none
+                  IdentitiesOnly no
+                  ConnectTimeout 30
+
+                """.write(toFile: path, atomically: true, encoding: .utf8)
         }
 
         deinit {
@@ -450,21 +472,7 @@ struct SSHAgentPolicyTests {
         let sshd = try LoopbackSSHD(dir: f.dir, hostKey: host, authorizedKeys: f.dir.file("authorized_keys"))
         try ("testserver " + hostLine + "elsewhere " + (try String(contentsOfFile: elsewhereKey + ".pub", encoding: .utf8)))
             .write(toFile: f.dir.file("known_hosts"), atomically: true, encoding: .utf8)
-        try """
-            Host testserver
-              HostName 127.0.0.1
-              Port \(sshd.port)
-              HostKeyAlias testserver
-              User \(currentUser)
-              UserKnownHostsFile \(f.dir.file("known_hosts"))
-              GlobalKnownHostsFile /dev/null
-              StrictHostKeyChecking yes
-              BatchMode yes
-              IdentityFile none
-              IdentitiesOnly no
-              ConnectTimeout 30
-
-            """.write(toFile: f.dir.file("ssh_config"), atomically: true, encoding: .utf8)
+        try sshd.writeClientConfig(f.dir.file("ssh_config"), knownHosts: f.dir.file("known_hosts"))
         // The private key stays in the test's directory, which ssh is never pointed at: only the agent signs.
         let config = f.dir.file("ssh_config"), known = f.dir.file("known_hosts")
         func login() -> CLIResult { f.run("ssh", ["-F", config, "testserver", "echo", "logged-in"]) }
@@ -505,5 +513,47 @@ struct SSHAgentPolicyTests {
         #expect(records().suffix(2).map { $0["reason"] as? String } == ["confirmed", "cancelled"], "\(records())")
         // ssh bound the session, so the dialog named the server by its host key.
         #expect(p.confirmations.last?.contains(hostFingerprint) == true, "\(p.confirmations)")
+    }
+
+    /// `ssh-add -H known_hosts -h host` where known_hosts names the host only by a `@cert-authority`
+    /// line and sshd presents a host certificate by that CA (OpenSSH's match_key_hop): the key logs in
+    /// to the host the certificate names, and is not offered there when restricted to another name
+    /// the same CA vouches for.
+    @Test(.enabled(if: LoopbackSSHD.available, "needs OpenSSH's sshd and ssh (apt: openssh-server, openssh-client)"))
+    func realSSHHonoursHostCertificateDestinations() throws {
+        let f = try SSHAgentTests.Fixture()
+        let host = f.generate("ed25519", name: "ssh_host_ed25519_key"), ca = f.generate("ed25519", name: "host_ca")
+        let user = f.generate("ed25519", name: "id_login")
+        let signed = f.run("ssh-keygen", ["-q", "-s", ca, "-I", "testserver", "-n", "testserver", "-h", host + ".pub"])
+        #expect(signed.status == 0, "ssh-keygen -s: \(signed)")
+        try FileManager.default.copyItem(atPath: user + ".pub", toPath: f.dir.file("authorized_keys"))
+        let sshd = try LoopbackSSHD(dir: f.dir, hostKey: host, authorizedKeys: f.dir.file("authorized_keys"), hostCertificate: host + "-cert.pub")
+        let caLine = try String(contentsOfFile: ca + ".pub", encoding: .utf8)
+        let known = f.dir.file("known_hosts")
+        try "@cert-authority testserver,elsewhere \(caLine)".write(toFile: known, atomically: true, encoding: .utf8)
+        let fingerprint = f.fingerprint(user + ".pub")
+        try sshd.writeClientConfig(f.dir.file("ssh_config"), knownHosts: known)
+        func login(_ alias: String) -> CLIResult { f.run("ssh", ["-F", f.dir.file("ssh_config"), alias, "echo", "logged-in"]) }
+        func records() -> [[String: Any]] { Self.signatures(f.agent).filter { $0["key"] as? String == fingerprint } }
+        func readd(_ destination: String) {
+            _ = f.run("ssh-add", ["-D"])
+            let r = f.run("ssh-add", ["-H", known, "-h", destination, user])
+            #expect(r.status == 0, "ssh-add -h \(destination): \(r)")
+        }
+
+        // The certificate names testserver: the key bound to testserver's CA logs in.
+        readd("testserver")
+        var r = login("testserver")
+        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)\n\(f.agent.log)\n\((try? String(contentsOfFile: sshd.log, encoding: .utf8)) ?? "")")
+        #expect(records().last.map { $0["result"] as? Int == 0 && ($0["destination"] as? String)?.contains("testserver") == true } == true,
+                "\(records())")
+
+        // Restricted to "elsewhere", which the same CA vouches for: testserver's certificate does not
+        // name it, so the key is not offered to testserver.
+        readd("elsewhere")
+        let before = records().count
+        r = login("testserver")
+        #expect(r.status != 0 && !r.stdout.contains("logged-in"), "logged in with a key restricted to elsewhere: \(r)")
+        #expect(records().count == before, "a key hidden from this host was asked to sign: \(records())")
     }
 }

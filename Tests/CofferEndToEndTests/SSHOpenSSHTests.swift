@@ -148,9 +148,6 @@ struct SSHOpenSSHTests {
         + "(off by default since 7.0, gone in 10.0), and its scripts still loop over every type `ssh -Q key-plain` lists"
     static let noCertificates = "cofferd holds no certificates (ssh-*-cert-v01@openssh.com): ssh-add adds the plain key, the certificate "
         + "is refused (FAILURE), so the script finds it missing and cannot remove it"
-    static let noDestinationConstraints = "ssh-add -h (restrict-destination-v00@openssh.com) is refused until cofferd enforces destination "
-        + "constraints (issue #27, in progress): the script stops (fatal) at its first restricted add, after its unrestricted "
-        + "logins, forwarded-agent logins and key listings passed"
 
     static let regressOutcomes: [String: RegressOutcome] = [
         "agent": .knownFailures([
@@ -167,7 +164,8 @@ struct SSHOpenSSHTests {
             "[add keys with timeout] ssh-add did succeed exit code 0": noDSA,
             "[agent has 5 keys] ssh-add -l did not return 6 keys: 5": noDSA,
         ]),
-        "agent-restrict": .knownFailures(["[reset keys] add key e basic restrict": noDestinationConstraints]),
+        // Every step passes, host_d's and host_e's host certificates under an @cert-authority hop included.
+        "agent-restrict": .pass,
         "agent-ptrace": .notApplicable("it runs only as a non-root user with sudo (it makes the setgid ssh-agent binary its "
             + "own, then attaches gdb); as root any process may be traced. MemoryHygieneTests.agentIsNotDumpableAndHasNoCoreDumps "
             + "checks cofferd's PR_SET_DUMPABLE 0 as its own user"),

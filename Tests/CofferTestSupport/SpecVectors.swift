@@ -1,14 +1,15 @@
 import Foundation
 
-/// The ```vector blocks of a spec article (DocC Markdown under `Sources/`), each as its `key: value`
-/// lines in a dictionary, in document order; lines that are not `key: value` are skipped. For test
-/// suites that check a spec's vectors, so the document and the code cannot drift apart.
-public func specVectorBlocks(_ articlePath: String) -> [[String: String]] {
+/// The ```vector blocks (or the blocks fenced ```\(fence)) of a spec article (DocC Markdown under
+/// `Sources/`), each as its `key: value` lines in a dictionary, in document order; lines that are not
+/// `key: value` are skipped. For test suites that check a spec's vectors, so the document and the
+/// code cannot drift apart.
+public func specVectorBlocks(_ articlePath: String, fence: String = "vector") -> [[String: String]] {
     let text = (try? String(contentsOfFile: packageRootPath() + "/" + articlePath, encoding: .utf8)) ?? ""
     var out: [[String: String]] = []
     var current: [String: String]? = nil
     for line in text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
-        if line == "```vector" { current = [:]; continue }
+        if line == "```" + fence { current = [:]; continue }
         guard current != nil else { continue }
         if line == "```" { out.append(current!); current = nil; continue }
         let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }

@@ -25,6 +25,10 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     if let sig = try? SSHSignature(blob: input) {
         precondition((try? SSHSignature(blob: sig.blob)) == sig, "signature blob encoding is not stable")
     }
+    if let cert = try? SSHCertificate(blob: input) {
+        precondition(cert.blob == input && input.starts(with: cert.signedBytes), "certificate does not keep its bytes")
+        precondition((try? SSHCertificate(blob: cert.blob)) == cert, "certificate decoding is not stable")
+    }
     let stored = SecureBytes(copying: UnsafeRawBufferPointer(start: data, count: size))
     if let key = try? SSHPrivateKey.decodeStored(stored) {
         precondition((try? SSHPrivateKey.decodeStored(key.encodeStored()))?.encodeStored().withUnsafeBytes({ Array($0) })
