@@ -13,7 +13,8 @@ struct SSHOpenSSHTests {
     /// `ssh-add -D` the same login is refused. ssh binds the agent to the session
     /// (`session-bind@openssh.com`): the agent verified the host's signature and said SUCCESS, which
     /// ssh reports as "bound agent to hostkey".
-    @Test(.enabled(if: SSHDaemon.available, "needs /usr/sbin/sshd (apt: openssh-server)"))
+    @Test(.enabled(if: SSHDaemon.available, "needs /usr/sbin/sshd (apt: openssh-server)"),
+          .enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: OpenSSH's programs do most of the work, and CI's 30 minutes are short"))
     func sshLogsInWithTheAgentsKeyAndBindsTheSession() throws {
         let f = try SSHAgentTests.Fixture()
         let keys = ["ed25519", "ecdsa", "rsa"].map { ($0, f.generate($0, name: "id_\($0)")) }
@@ -43,7 +44,7 @@ struct SSHOpenSSHTests {
     /// key), `git verify-commit` accepts it with an allowed-signers file naming that key, and refuses
     /// it when the file names another key or the commit was altered; with the key gone from the
     /// agent, `git commit -S` fails.
-    @Test(.enabled(if: GitRun.available, "needs /usr/bin/git"))
+    @Test(.enabled(if: GitRun.available, "needs /usr/bin/git"), .enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: OpenSSH's programs do most of the work, and CI's 30 minutes are short"))
     func gitSignsCommitsThroughTheAgent() throws {
         let f = try SSHAgentTests.Fixture()
         let key = f.generate("ed25519", name: "id_git")
