@@ -51,34 +51,16 @@ struct SSHCommand: ParsableCommand {
         var type: KeyType = .ed25519
         @Option(help: "The key's label (labl), also the comment of its authorized_keys line.")
         var label: String
-        @Option(name: .customLong("access-group"), help: "Access group (agrp).")
-        var accessGroup: String?
-        @OptionGroup var protection: ProtectionOptions
-        @OptionGroup var reuse: ReuseOption
-        @OptionGroup var auth: AuthenticationArguments
+        @OptionGroup var options: KeyOptions
 
         func validate() throws {
-            try reuse.check(protection)
             try SSHCommand.checkLabel(label)
-            if let a = protection.accessible, !(try parseAccessible(a)).isThisDeviceOnly {
-                throw ValidationError("a key made in the agent stays on this device: --accessible takes a …-this-device-only class (or akpu)")
-            }
         }
 
         func run() throws {
-            var attrs = type.attributes
-            try protection.apply(to: &attrs)
-            reuse.apply(to: &attrs)
+            var attrs = try options.attributes(type.attributes)
             attrs["labl"] = .string(label)
-            if let accessGroup { attrs["agrp"] = .string(accessGroup) }
-            try reporting { () throws(SecError) in
-                let c = try connect.open()
-                try auth.apply(to: c)
-                let made = try authorizingIfNeeded(c, group: accessGroup) { c throws(SecError) in
-                    try c.createKey(.generate, attributes: attrs, returning: .attributes)
-                }
-                Output.print(try SSHCommand.key(made?.attributes ?? [:]).authorizedKeysLine(comment: label))
-            }
+            try reporting { () throws(SecError) in try options.create(.generate, attributes: attrs, label: label, connect: connect) }
         }
     }
 
@@ -159,37 +141,21 @@ struct SSHCommand: ParsableCommand {
         @Argument(help: "The private key file.") var file: String
         @Option(help: "The key's label (default: the key's comment, else the file name).")
         var label: String?
-        @Option(name: .customLong("access-group"), help: "Access group (agrp).")
-        var accessGroup: String?
-        @OptionGroup var protection: ProtectionOptions
-        @OptionGroup var reuse: ReuseOption
-        @OptionGroup var auth: AuthenticationArguments
+        @OptionGroup var options: KeyOptions
 
         func validate() throws {
-            try reuse.check(protection)
             if let label { try SSHCommand.checkLabel(label) }
-            if let a = protection.accessible, !(try parseAccessible(a)).isThisDeviceOnly {
-                throw ValidationError("a key in the agent stays on this device: --accessible takes a …-this-device-only class (or akpu)")
-            }
         }
 
         func run() throws {
-            var attrs: Attributes = [:]
-            try protection.apply(to: &attrs)
-            reuse.apply(to: &attrs)
-            if let accessGroup { attrs["agrp"] = .string(accessGroup) }
+            var attrs = try options.attributes([:])
             let fileName = String(file.split(separator: "/").last ?? Substring(file))
             try reporting { () throws(SecError) in
                 let (key, comment) = try SSHAddHandOver.key(fromFile: file)
                 defer { key.wipe() }
                 let name = label ?? (comment.isEmpty ? fileName : comment)
                 attrs["labl"] = .string(name)
-                let c = try connect.open()
-                try auth.apply(to: c)
-                let made = try authorizingIfNeeded(c, group: accessGroup) { c throws(SecError) in
-                    try c.createKey(.importing(key), attributes: attrs, returning: .attributes)
-                }
-                Output.print(try SSHCommand.key(made?.attributes ?? [:]).authorizedKeysLine(comment: name))
+                try options.create(.importing(key), attributes: attrs, label: name, connect: connect)
             }
         }
     }
@@ -227,6 +193,43 @@ struct SSHCommand: ParsableCommand {
     }
 
     // MARK: Shared
+
+    /// What `keygen` and `import` share: the key's access group, protection and reuse window, how the
+    /// command authenticates, and making the key item (KEY_CREATE) and printing its authorized_keys line.
+    struct KeyOptions: ParsableArguments {
+        @Option(name: .customLong("access-group"), help: "Access group (agrp).")
+        var accessGroup: String?
+        @OptionGroup var protection: ProtectionOptions
+        @OptionGroup var reuse: ReuseOption
+        @OptionGroup var auth: AuthenticationArguments
+
+        func validate() throws {
+            try reuse.check(protection)
+            if let a = protection.accessible, !(try parseAccessible(a)).isThisDeviceOnly {
+                throw ValidationError("a key in the agent stays on this device: --accessible takes a …-this-device-only class (or akpu)")
+            }
+        }
+
+        /// `attributes` plus these options' (class, access control, reuse window, access group).
+        func attributes(_ attributes: Attributes) throws -> Attributes {
+            var attrs = attributes
+            try protection.apply(to: &attrs)
+            reuse.apply(to: &attrs)
+            if let accessGroup { attrs["agrp"] = .string(accessGroup) }
+            return attrs
+        }
+
+        /// Sends KEY_CREATE with `attrs` (authorizing the access group if needed) and prints the new
+        /// key's authorized_keys line with `label` as its comment.
+        func create(_ creation: KeyCreation, attributes attrs: Attributes, label: String, connect: Connect) throws(SecError) {
+            let c = try connect.open()
+            try auth.apply(to: c)
+            let made = try authorizingIfNeeded(c, group: accessGroup) { c throws(SecError) in
+                try c.createKey(creation, attributes: attrs, returning: .attributes)
+            }
+            Output.print(try SSHCommand.key(made?.attributes ?? [:]).authorizedKeysLine(comment: label))
+        }
+    }
 
     /// `--reuse-seconds`: how long one authentication serves the same program's signatures with the key.
     struct ReuseOption: ParsableArguments {
