@@ -139,7 +139,7 @@ struct SSHCommand: ParsableCommand {
                 """)
         @OptionGroup var connect: Connect
         @Argument(help: "The private key file.") var file: String
-        @Option(help: "The key's label (default: the key's comment, else the file name).")
+        @Option(help: "The key's label (default: the key's comment if it is one line of printable text, else the file name).")
         var label: String?
         @OptionGroup var options: KeyOptions
 
@@ -153,7 +153,9 @@ struct SSHCommand: ParsableCommand {
             try reporting { () throws(SecError) in
                 let (key, comment) = try SSHAddHandOver.key(fromFile: file)
                 defer { key.wipe() }
-                let name = label ?? (comment.isEmpty ? fileName : comment)
+                // The file's comment becomes the label and the authorized_keys comment only if it is one
+                // line of printable text (a line break in it would start another authorized_keys line).
+                let name = label ?? ((try? SSHCommand.checkLabel(comment)) != nil ? comment : fileName)
                 attrs["labl"] = .string(name)
                 try options.create(.importing(key), attributes: attrs, label: name, connect: connect)
             }

@@ -171,7 +171,13 @@ struct SSHKeyItemTests {
         let refused = f.agent.cli(["ssh", "import", small])
         #expect(refused.status == 2 && refused.stderr.contains("errSecParam"), "\(refused)")
         #expect(f.agent.cli(["ssh", "import", f.dir.file("missing")]).status == 2)
-        #expect(f.listed() == [f.fingerprint(path + ".pub")])
+        // A comment with a line break in it would add a line to authorized_keys: the file name is used.
+        let odd = f.dir.file("id_odd")
+        #expect(f.run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "evil\nssh-ed25519 AAAA attacker", "-f", odd]).status == 0)
+        let oddImport = f.agent.cli(["ssh", "import", odd])
+        #expect(oddImport.status == 0 && oddImport.stdout.split(separator: "\n").count == 1 && oddImport.stdout.hasSuffix(" id_odd\n"),
+                "\(oddImport)")
+        #expect(f.listed() == [f.fingerprint(path + ".pub"), f.fingerprint(odd + ".pub")])
     }
 
     /// A key whose access control asks for the passcode: each signature asks the agent's own pinentry
