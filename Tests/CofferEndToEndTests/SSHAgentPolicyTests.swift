@@ -11,14 +11,16 @@ import Testing
 /// ssh-agent would allow, and every signature in the audit log.
 @Suite(.enabled(if: SSHTools.available, "needs OpenSSH's ssh-add and ssh-keygen in /usr/bin (apt: openssh-client)"))
 struct SSHAgentPolicyTests {
-    /// An agent whose pinentry is the scripted one (or `pinentry`), with `timeout` as its authentication timeout.
+    /// An agent whose pinentry is the scripted one (or `pinentry`), with `timeout` as its authentication timeout
+    /// (also used by SSHKeyItemTests).
     final class Prompted: @unchecked Sendable {
         let dir = PinentryHarness.ShortDirectory()
         let fake: PinentryHarness.FakePinentry
         let f: SSHAgentTests.Fixture
 
-        init(confirm: String = "ok", timeout: Int = 120, pinentry: String? = nil) throws {
-            fake = try PinentryHarness.FakePinentry(in: dir, confirm: confirm)
+        /// `pin` and `passcode`: what the scripted pinentry answers a GETPIN (``PinentryHarness/FakePinentry``).
+        init(confirm: String = "ok", timeout: Int = 120, pinentry: String? = nil, pin: String = "cancel", passcode: String = "cancel") throws {
+            fake = try PinentryHarness.FakePinentry(in: dir, pin: pin, passcode: passcode, confirm: confirm)
             let config = dir.file("cofferd.conf")
             var lines = ["authentication-timeout = \(timeout)"]
             if pinentry != "none" { lines.append("pinentry = \(pinentry ?? fake.path)") }

@@ -184,11 +184,8 @@ struct SSHKeyItemTests {
     /// (the person's answer opens it; a cancel refuses); without a pinentry the signature is refused
     /// at once, never waited for.
     @Test func aProtectedKeyAsksThePersonForEachSignature() throws {
-        let pin = PinentryHarness.ShortDirectory()
-        let fake = try PinentryHarness.FakePinentry(in: pin, pin: AgentProcess.password, passcode: AgentProcess.password)
-        let config = pin.file("cofferd.conf")
-        try "pinentry = \(fake.path)\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let f = try Fixture(extraArguments: ["--config", config])
+        let prompted = try SSHAgentPolicyTests.Prompted(pin: AgentProcess.password, passcode: AgentProcess.password)
+        let (f, fake) = (prompted.f, prompted.fake)
         f.agent.setPasscode()
         let made = f.agent.cli(["ssh", "keygen", "--label", "guarded", "--access-control", "device-passcode"])
         #expect(made.status == 0, "\(made)")
@@ -265,11 +262,8 @@ struct SSHKeyItemTests {
     /// person (the agent's pinentry) for the login's signature: a cancel refuses the login.
     @Test(.enabled(if: SSHDaemon.available, "needs /usr/sbin/sshd (apt: openssh-server)"))
     func sshLogsInWithKeychainKeys() throws {
-        let pin = PinentryHarness.ShortDirectory()
-        let fake = try PinentryHarness.FakePinentry(in: pin, pin: AgentProcess.password, passcode: AgentProcess.password)
-        let config = pin.file("cofferd.conf")
-        try "pinentry = \(fake.path)\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let f = try Fixture(extraArguments: ["--config", config])
+        let prompted = try SSHAgentPolicyTests.Prompted(pin: AgentProcess.password, passcode: AgentProcess.password)
+        let (f, fake) = (prompted.f, prompted.fake)
         f.agent.setPasscode()
         let plain = f.agent.cli(["ssh", "keygen", "--label", "plain"]).stdout
         let guarded = f.agent.cli(["ssh", "keygen", "--type", "ecdsa-p256", "--label", "guarded", "--access-control", "device-passcode"]).stdout
@@ -290,11 +284,8 @@ struct SSHKeyItemTests {
     /// agent stops its pinentry within seconds, audits the refusal as client-gone, and serves other
     /// clients meanwhile.
     @Test func aClientThatHangsUpEndsTheQuestion() throws {
-        let pin = PinentryHarness.ShortDirectory()
-        let fake = try PinentryHarness.FakePinentry(in: pin, pin: "hang", passcode: "hang")
-        let config = pin.file("cofferd.conf")
-        try "pinentry = \(fake.path)\nauthentication-timeout = 120\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let f = try Fixture(extraArguments: ["--config", config])
+        let prompted = try SSHAgentPolicyTests.Prompted(timeout: 120, pin: "hang", passcode: "hang")
+        let (f, pin) = (prompted.f, prompted.dir)
         f.agent.setPasscode()
         let pub = Self.savePublic(f.agent.cli(["ssh", "keygen", "--label", "g", "--access-control", "device-passcode"]).stdout, f, "g")
         let data = f.dir.file("data")
@@ -333,11 +324,8 @@ struct SSHKeyItemTests {
     /// signatures (each ssh-keygen is its own connection) within the window; a lock ends it; a key
     /// without one asks each time.
     @Test func aReuseWindowServesTheSameProgramUntilALock() throws {
-        let pin = PinentryHarness.ShortDirectory()
-        let fake = try PinentryHarness.FakePinentry(in: pin, pin: AgentProcess.password, passcode: AgentProcess.password)
-        let config = pin.file("cofferd.conf")
-        try "pinentry = \(fake.path)\n".write(toFile: config, atomically: true, encoding: .utf8)
-        let f = try Fixture(extraArguments: ["--config", config])
+        let prompted = try SSHAgentPolicyTests.Prompted(pin: AgentProcess.password, passcode: AgentProcess.password)
+        let (f, fake) = (prompted.f, prompted.fake)
         f.agent.setPasscode()
         #expect(f.agent.cli(["ssh", "keygen", "--label", "r", "--reuse-seconds", "1"]).status == 64, "needs --access-control")
         let made = f.agent.cli(["ssh", "keygen", "--label", "reused", "--access-control", "device-passcode", "--reuse-seconds", "300"])
