@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite under AddressSanitizer, then ThreadSanitizer, each in its own build
-# directory (they cannot share one). The end-to-end tests start the agent and CLI of the same
+# Runs the whole test suite under AddressSanitizer, then ThreadSanitizer (all but most end-to-end
+# suites, see below), each in its own build directory (they cannot share one). The end-to-end tests start the agent and CLI of the same
 # sanitized build, so the agent runs under the sanitizer too. Every report, from the test runner
 # or from any agent it started, is written to a log directory; any report fails the run.
 # Usage: contrib/sanitizers.sh [address|thread ...]
@@ -12,12 +12,21 @@ trap 'rm -rf "$reports"' EXIT
 status=0
 for san in ${@:-address thread}; do
     echo "== swift test --sanitize=$san"
+    skip=()
+    if [ "$san" = thread ]; then
+        # ThreadSanitizer runs every target but the end-to-end one, whose agent is a separate program
+        # started per test: the agent's code runs in-process under TSan in CofferAgentTests, and the
+        # end-to-end AgentTests (many concurrent clients, concurrent locks) still run here. ASan runs
+        # everything. CI's 30 minutes on two cores do not hold three full passes.
+        echo "(ThreadSanitizer: the end-to-end suites other than AgentTests are skipped; AddressSanitizer runs them)"
+        skip=(--skip 'CofferEndToEndTests\.(?!AgentTests\b)')
+    fi
     # `coffer` links dynamically here: sanitizer runtimes cannot go into a static executable.
     # COFFER_SANITIZED: tests too slow to repeat under a sanitizer (OpenSSH's regression scripts) skip with a message.
     COFFER_DYNAMIC_CLI=1 COFFER_SANITIZED="$san" SWIFT_BACKTRACE=enable=no \
         LSAN_OPTIONS="suppressions=$PWD/contrib/lsan.supp:print_suppressions=0" \
         ASAN_OPTIONS="log_path=$reports/asan" TSAN_OPTIONS="log_path=$reports/tsan" \
-        swift test --sanitize="$san" --scratch-path ".build-$san" || status=1
+        swift test --sanitize="$san" --scratch-path ".build-$san" ${skip[@]+"${skip[@]}"} || status=1
 done
 for r in "$reports"/*; do
     [ -e "$r" ] || continue
