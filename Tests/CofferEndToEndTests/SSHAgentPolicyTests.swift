@@ -362,116 +362,20 @@ struct SSHAgentPolicyTests {
 
     // MARK: A real ssh and sshd
 
-    /// OpenSSH's sshd, started by the test on the loopback interface with a private configuration and
-    /// host key, for this user only; stopped when this goes.
-    final class LoopbackSSHD: @unchecked Sendable {
-        static var available: Bool {
-            ["/usr/sbin/sshd", "/usr/bin/ssh"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
-                && (getuid() != 0 || FileManager.default.fileExists(atPath: "/run/sshd"))
-        }
-
-        /// sshd's pid (started through a shell that exits at once, so that no Foundation `Process` tracks it).
-        private(set) var pid: Int32 = 0
-        let port: UInt16
-        let log: String
-
-        /// `hostKey`: its private host key; `authorizedKeys`: the file of keys it accepts;
-        /// `hostCertificate`: a certificate of the host key it presents instead of the plain key.
-        init(dir: TemporaryDirectory, hostKey: String, authorizedKeys: String, hostCertificate: String? = nil) throws {
-            port = try Self.freePort()
-            log = dir.file("sshd.log")
-            let config = dir.file("sshd_config")
-            try """
-                Port \(port)
-                ListenAddress 127.0.0.1
-                HostKey \(hostKey)
-                PidFile none
-                AuthorizedKeysFile \(authorizedKeys)
-                StrictModes no
-                UsePAM no
-                PasswordAuthentication no
-                KbdInteractiveAuthentication no
-                PubkeyAuthentication yes
-                PermitRootLogin prohibit-password
-                AllowUsers \(currentUser)
-                \(hostCertificate.map { "HostCertificate \($0)" } ?? "")
-
-                """.write(toFile: config, atomically: true, encoding: .utf8)
-            let started = runCLI(["-c", "/usr/sbin/sshd -D -e -f '\(config)' </dev/null >/dev/null 2>'\(log)' & echo $!"], executable: "/bin/sh", timeout: 60)
-            pid = Int32(started.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-            guard pid > 0 else { throw CocoaError(.featureUnsupported, userInfo: ["start": "\(started)"]) }
-            // Ready when it accepts (generous: a loaded machine).
-            let deadline = Date().addingTimeInterval(30)
-            while Date() < deadline, kill(pid, 0) == 0 {
-                if Self.accepts(port) { return }
-                usleep(50_000)
-            }
-            throw CocoaError(.featureUnsupported, userInfo: ["log": (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""])
-        }
-
-        /// An ssh_config naming this sshd `testserver` (checked against `knownHosts`, batch mode, keys
-        /// from the agent only).
-        func writeClientConfig(_ path: String, knownHosts: String) throws {
-            try """
-                Host testserver
-                  HostName 127.0.0.1
-                  Port \(port)
-                  HostKeyAlias testserver
-                  User \(currentUser)
-                  UserKnownHostsFile \(knownHosts)
-                  GlobalKnownHostsFile /dev/null
-                  StrictHostKeyChecking yes
-                  BatchMode yes
-                  IdentityFile none
-                  IdentitiesOnly no
-                  ConnectTimeout 30
-
-                """.write(toFile: path, atomically: true, encoding: .utf8)
-        }
-
-        deinit {
-            if pid > 0 { kill(pid, SIGTERM) }
-        }
-
-        static func freePort() throws -> UInt16 {
-            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(s) }
-            var addr = sockaddr_in()
-            addr.sin_family = sa_family_t(AF_INET)
-            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            guard s >= 0, bound == 0 else { throw POSIXError(.EADDRNOTAVAIL) }
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &length) } }
-            return UInt16(bigEndian: addr.sin_port)
-        }
-
-        static func accepts(_ port: UInt16) -> Bool {
-            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(s) }
-            var addr = sockaddr_in()
-            addr.sin_family = sa_family_t(AF_INET)
-            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-            addr.sin_port = port.bigEndian
-            return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
-        }
-    }
-
     /// `ssh` to a local sshd with keys in cofferd: an `ssh-add -h` key logs in to the host it names
     /// (ssh's own session-bind and hostbound userauth), not as another user than it allows, and is
     /// not offered at all to a host it does not name; an `ssh-add -c` key logs in only when allowed.
-    @Test(.enabled(if: LoopbackSSHD.available, "needs OpenSSH's sshd and ssh (apt: openssh-server, openssh-client)"))
+    @Test(.enabled(if: SSHDaemon.available && FileManager.default.isExecutableFile(atPath: "/usr/bin/ssh"), "needs OpenSSH's sshd and ssh (apt: openssh-server, openssh-client)"))
     func realSSHHonoursDestinationAndConfirmConstraints() throws {
         let p = try Prompted(confirm: "ok")
         let f = p.f
         let host = f.generate("ed25519", name: "ssh_host_ed25519_key")
         let user = f.generate("ed25519", name: "id_login")
-        try FileManager.default.copyItem(atPath: user + ".pub", toPath: f.dir.file("authorized_keys"))
         let hostLine = try String(contentsOfFile: host + ".pub", encoding: .utf8)
         // known_hosts: the server under two names; only "testserver" has its real key, "elsewhere" another one.
         let elsewhereKey = f.generate("ed25519", name: "elsewhere_host_key")
         let fingerprint = f.fingerprint(user + ".pub"), hostFingerprint = f.fingerprint(host + ".pub")
-        let sshd = try LoopbackSSHD(dir: f.dir, hostKey: host, authorizedKeys: f.dir.file("authorized_keys"))
+        let sshd = try SSHDaemon(authorizedKeys: [try String(contentsOfFile: user + ".pub", encoding: .utf8)], hostKey: host)
         try ("testserver " + hostLine + "elsewhere " + (try String(contentsOfFile: elsewhereKey + ".pub", encoding: .utf8)))
             .write(toFile: f.dir.file("known_hosts"), atomically: true, encoding: .utf8)
         try sshd.writeClientConfig(f.dir.file("ssh_config"), knownHosts: f.dir.file("known_hosts"))
@@ -488,7 +392,7 @@ struct SSHAgentPolicyTests {
         // Restricted to this host: ssh logs in; the audit record names the host and the user.
         readd(["-H", known, "-h", "testserver"])
         var r = login()
-        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)\n\(f.agent.log)\n\((try? String(contentsOfFile: sshd.log, encoding: .utf8)) ?? "")")
+        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)\n\(f.agent.log)\n\(sshd.log)")
         #expect(records().last.map { $0["result"] as? Int == 0 && ($0["destination"] as? String)?.contains("testserver") == true
             && ($0["destination"] as? String)?.contains(currentUser) == true } == true, "\(records())")
 
@@ -521,15 +425,15 @@ struct SSHAgentPolicyTests {
     /// line and sshd presents a host certificate by that CA (OpenSSH's match_key_hop): the key logs in
     /// to the host the certificate names, and is not offered there when restricted to another name
     /// the same CA vouches for.
-    @Test(.enabled(if: LoopbackSSHD.available, "needs OpenSSH's sshd and ssh (apt: openssh-server, openssh-client)"))
+    @Test(.enabled(if: SSHDaemon.available && FileManager.default.isExecutableFile(atPath: "/usr/bin/ssh"), "needs OpenSSH's sshd and ssh (apt: openssh-server, openssh-client)"))
     func realSSHHonoursHostCertificateDestinations() throws {
         let f = try SSHAgentTests.Fixture()
         let host = f.generate("ed25519", name: "ssh_host_ed25519_key"), ca = f.generate("ed25519", name: "host_ca")
         let user = f.generate("ed25519", name: "id_login")
         let signed = f.run("ssh-keygen", ["-q", "-s", ca, "-I", "testserver", "-n", "testserver", "-h", host + ".pub"])
         #expect(signed.status == 0, "ssh-keygen -s: \(signed)")
-        try FileManager.default.copyItem(atPath: user + ".pub", toPath: f.dir.file("authorized_keys"))
-        let sshd = try LoopbackSSHD(dir: f.dir, hostKey: host, authorizedKeys: f.dir.file("authorized_keys"), hostCertificate: host + "-cert.pub")
+        let sshd = try SSHDaemon(authorizedKeys: [try String(contentsOfFile: user + ".pub", encoding: .utf8)], hostKey: host,
+                                 hostCertificate: host + "-cert.pub")
         let caLine = try String(contentsOfFile: ca + ".pub", encoding: .utf8)
         let known = f.dir.file("known_hosts")
         try "@cert-authority testserver,elsewhere \(caLine)".write(toFile: known, atomically: true, encoding: .utf8)
@@ -546,7 +450,7 @@ struct SSHAgentPolicyTests {
         // The certificate names testserver: the key bound to testserver's CA logs in.
         readd("testserver")
         var r = login("testserver")
-        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)\n\(f.agent.log)\n\((try? String(contentsOfFile: sshd.log, encoding: .utf8)) ?? "")")
+        #expect(r.status == 0 && r.stdout.contains("logged-in"), "\(r)\n\(f.agent.log)\n\(sshd.log)")
         #expect(records().last.map { $0["result"] as? Int == 0 && ($0["destination"] as? String)?.contains("testserver") == true } == true,
                 "\(records())")
 

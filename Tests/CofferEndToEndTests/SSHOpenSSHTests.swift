@@ -254,19 +254,26 @@ final class SSHDaemon: @unchecked Sendable {
     private var logPath: String { dir.file("sshd.log") }
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
+    private let hostCertificate: String?
+
     struct StartError: Error, CustomStringConvertible {
         let description: String
     }
 
-    init(authorizedKeys: [String]) throws {
+    /// `authorizedKeys`: the lines of its authorized_keys file; `hostKey`: its private host key (one
+    /// made for it when nil); `hostCertificate`: a certificate of the host key it presents instead.
+    init(authorizedKeys: [String], hostKey: String? = nil, hostCertificate: String? = nil) throws {
         // sshd started by root needs its privilege separation directory (made at boot by
         // systemd-tmpfiles, which a container may never run).
         if getuid() == 0 && !FileManager.default.fileExists(atPath: "/run/sshd") {
             try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
         }
-        let hostKey = dir.file("host_ed25519")
-        let keygen = runCLI(["-q", "-t", "ed25519", "-N", "", "-C", "coffer-test-host", "-f", hostKey], executable: "/usr/bin/ssh-keygen")
-        guard keygen.status == 0 else { throw StartError(description: "ssh-keygen for the host key: \(keygen)") }
+        self.hostCertificate = hostCertificate
+        let hostKey = hostKey ?? dir.file("host_ed25519")
+        if !FileManager.default.fileExists(atPath: hostKey) {
+            let keygen = runCLI(["-q", "-t", "ed25519", "-N", "", "-C", "coffer-test-host", "-f", hostKey], executable: "/usr/bin/ssh-keygen")
+            guard keygen.status == 0 else { throw StartError(description: "ssh-keygen for the host key: \(keygen)") }
+        }
         try authorizedKeys.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) + "\n" }.joined()
             .write(toFile: dir.file("authorized_keys"), atomically: true, encoding: .utf8)
         // A port picked free may be taken before sshd binds it: then another one.
@@ -300,7 +307,9 @@ final class SSHDaemon: @unchecked Sendable {
             PasswordAuthentication no
             KbdInteractiveAuthentication no
             PermitRootLogin prohibit-password
+            AllowUsers \(Self.user)
             LogLevel VERBOSE
+            \(hostCertificate.map { "HostCertificate \($0)" } ?? "")
 
             """.write(toFile: config, atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
@@ -334,6 +343,26 @@ final class SSHDaemon: @unchecked Sendable {
          "-o", "IdentityFile=\(dir.file("no-such-identity"))", "-o", "PasswordAuthentication=no",
          "-o", "KbdInteractiveAuthentication=no", "-o", "ConnectTimeout=60",
          "\(Self.user)@127.0.0.1"]
+    }
+
+    /// An ssh_config naming this server `testserver` (checked against `knownHosts`, batch mode, keys
+    /// from the agent only).
+    func writeClientConfig(_ path: String, knownHosts: String) throws {
+        try """
+            Host testserver
+              HostName 127.0.0.1
+              Port \(port)
+              HostKeyAlias testserver
+              User \(Self.user)
+              UserKnownHostsFile \(knownHosts)
+              GlobalKnownHostsFile /dev/null
+              StrictHostKeyChecking yes
+              BatchMode yes
+              IdentityFile none
+              IdentitiesOnly no
+              ConnectTimeout 60
+
+            """.write(toFile: path, atomically: true, encoding: .utf8)
     }
 
     /// A TCP port on 127.0.0.1 free at the time of asking (the kernel picks it; the socket is closed).
