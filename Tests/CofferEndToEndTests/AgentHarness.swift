@@ -141,50 +141,10 @@ final class AgentProcess: @unchecked Sendable {
     }
 }
 
-struct CLIResult: CustomStringConvertible {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-    var description: String { "status \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
-}
-
-/// Runs `executable` (default `coffer`) with `args`, feeding `stdin`, in the test runner's environment
-/// without `COFFER_SOCKET` and the names in `unset`, plus `environment`. Both output pipes are read at
-/// once (a full stderr pipe must not stall a child while stdout is read); after `timeout` seconds the
-/// child is killed (SIGKILL: the runner's blocked SIGTERM is inherited by children).
+/// Runs `executable` (default `coffer`) with `args` (``runProcess(_:_:stdin:environment:unset:directory:timeout:)``).
 func runCLI(_ args: [String], stdin: String? = nil, environment: [String: String] = [:], executable: String = Binaries.coffer,
             unset: [String] = [], timeout: Double = 300) -> CLIResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = args
-    var env = ProcessInfo.processInfo.environment
-    for k in ["COFFER_SOCKET"] + unset { env.removeValue(forKey: k) }
-    env.merge(environment) { $1 }
-    p.environment = env
-    let out = Pipe(), err = Pipe(), inp = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = inp
-    do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
-    // The watchdog holds the process weakly: a cancelled work item stays queued until its deadline,
-    // and holding `p` (with its pipes) that long kept three descriptors open per run for five minutes
-    // (over a thousand by the end of the suite).
-    let watchdog = DispatchWorkItem { [weak p] in if let p, p.isRunning { kill(p.processIdentifier, SIGKILL) } }
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
-    defer {
-        try? out.fileHandleForReading.close()
-        try? err.fileHandleForReading.close()
-    }
-    nonisolated(unsafe) var errData = Data()
-    let group = DispatchGroup()
-    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
-    if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try? inp.fileHandleForWriting.close()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
-    p.waitUntilExit()
-    watchdog.cancel()
-    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+    runProcess(executable, args, stdin: stdin, environment: environment, unset: unset, timeout: timeout)
 }
 
 /// A fresh directory under /tmp that every user can traverse (0755), removed when released: the place

@@ -43,20 +43,8 @@ import Testing
         return env
     }
 
-    static func run(_ executable: String, _ args: [String]) throws -> CLIResult {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = args
-        p.environment = bareEnvironment
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    static func run(_ executable: String, _ args: [String]) -> CLIResult {
+        runProcess(executable, args, unset: ["XDG_RUNTIME_DIR"])
     }
 
     @Test(.enabled(if: usable, "\(socket) exists (a real agent may be serving it) or \(runtimeDirectory) cannot be created"))
@@ -98,10 +86,10 @@ import Testing
         try #require(listening, "cofferd did not listen at \(Self.socket):\n\(agentLog)")
 
         // The full parser (coffer → coffer-cli) and the fast path (coffer get) both find it.
-        let status = try Self.run(Binaries.coffer, ["status"])
+        let status = Self.run(Binaries.coffer, ["status"])
         #expect(status.status == 0, "\(status.stderr)")
         #expect(status.stdout.contains("state:"))
-        let get = try Self.run(Binaries.coffer, ["get", "--service", "cron-job", "--account", "nobody"])
+        let get = Self.run(Binaries.coffer, ["get", "--service", "cron-job", "--account", "nobody"])
         #expect(get.status == SecStatus.itemNotFound.exitCode || get.status == SecStatus.interactionNotAllowed.exitCode,
                 "the fast path did not reach the agent: \(get.stderr)")
         #expect(!get.stderr.contains("no agent socket"))

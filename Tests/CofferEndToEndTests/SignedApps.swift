@@ -90,23 +90,7 @@ final class SignedApps: @unchecked Sendable {
 
 /// Runs `executable ARGS` (stdin piped, never a terminal), feeding `stdin`.
 func runProgram(_ executable: String, _ args: [String], stdin: String? = nil) -> CLIResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = args
-    var env = ProcessInfo.processInfo.environment
-    env.removeValue(forKey: "COFFER_SOCKET")
-    p.environment = env
-    let out = Pipe(), err = Pipe(), inp = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = inp
-    do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
-    if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try? inp.fileHandleForWriting.close()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    runProcess(executable, args, stdin: stdin)
 }
 
 /// An app (a `coffer-cli` copy) talking to one agent: item commands with `--socket`.

@@ -1,5 +1,6 @@
 import CofferCrypto
 import CofferSSHKeys
+import CofferTestSupport
 import Foundation
 import Testing
 
@@ -14,23 +15,12 @@ enum OpenSSLTool {
     @discardableResult
     static func run(_ arguments: [String], in directory: URL, expectFailure: Bool = false,
                     sourceLocation: SourceLocation = #_sourceLocation) throws -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: try #require(path))
-        p.arguments = arguments
-        p.currentDirectoryURL = directory
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        if !expectFailure && p.terminationStatus != 0 {
-            let message = "openssl \(arguments.joined(separator: " ")) failed (\(p.terminationStatus)): " + String(decoding: errData, as: UTF8.self)
+        let r = runProcess(try #require(path), arguments, directory: directory, timeout: 120)
+        if !expectFailure && r.status != 0 {
+            let message = "openssl \(arguments.joined(separator: " ")) failed (\(r.status)): " + r.stderr
             Issue.record(Comment(rawValue: message), sourceLocation: sourceLocation)
         }
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        return (r.status, r.stdout)
     }
 
     /// The key components `openssl pkey -text -noout` prints, by label (`priv`, `pub`, `modulus`,

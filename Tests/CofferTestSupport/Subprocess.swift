@@ -1,0 +1,56 @@
+public import Foundation
+
+/// What a program run by ``runProcess(_:_:stdin:environment:unset:directory:timeout:)`` left: its exit
+/// status and both outputs.
+public struct CLIResult: CustomStringConvertible, Sendable {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+    public init(status: Int32, stdout: String, stderr: String) {
+        self.status = status
+        self.stdout = stdout
+        self.stderr = stderr
+    }
+    public var description: String { "status \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+}
+
+/// Runs `executable ARGS` (stdin a pipe, never a terminal) and feeds it `stdin`, in the test
+/// runner's environment without `COFFER_SOCKET` and the names in `unset`, plus `environment`, in
+/// `directory` if given. Both output pipes are read at once (a full stderr pipe must not stall a
+/// child while stdout is read); after `timeout` seconds the child is killed (SIGKILL: the runner's
+/// blocked SIGTERM is inherited by children). A program that cannot start is status -1.
+public func runProcess(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:],
+                       unset: [String] = [], directory: URL? = nil, timeout: Double = 300) -> CLIResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = args
+    var env = ProcessInfo.processInfo.environment
+    for k in ["COFFER_SOCKET"] + unset { env.removeValue(forKey: k) }
+    env.merge(environment) { $1 }
+    p.environment = env
+    if let directory { p.currentDirectoryURL = directory }
+    let out = Pipe(), err = Pipe(), inp = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    p.standardInput = inp
+    do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
+    // The watchdog holds the process weakly: a cancelled work item stays queued until its deadline,
+    // and holding `p` (with its pipes) that long kept three descriptors open per run for five minutes
+    // (over a thousand by the end of the suite).
+    let watchdog = DispatchWorkItem { [weak p] in if let p, p.isRunning { kill(p.processIdentifier, SIGKILL) } }
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
+    defer {
+        try? out.fileHandleForReading.close()
+        try? err.fileHandleForReading.close()
+    }
+    nonisolated(unsafe) var errData = Data()
+    let group = DispatchGroup()
+    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
+    if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try? inp.fileHandleForWriting.close()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
+    p.waitUntilExit()
+    watchdog.cancel()
+    return CLIResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+}
