@@ -91,12 +91,9 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         return answer(request, state: &state)
     }
 
-    /// True while a passcode is set and the keychain's keybag is locked (`coffer lock`, `ssh-add -x`,
-    /// the idle or session lock, before the first unlock): the agent is locked as `ssh-add -x` locks it.
-    var keybagLocked: Bool {
-        let status = service.keychain.status
-        return status.passcodeSet && status.lockState != .unlocked
-    }
+    /// The keychain is locked (``KeychainService/isLocked``, `ssh-add -x` among the ways): the agent
+    /// is locked as `ssh-add -x` locks it.
+    var keybagLocked: Bool { service.isLocked }
 
     private func answer(_ request: SSHAgentRequest, state: inout ConnectionState) -> SSHAgentReply {
         let pid = "\(state.caller.pid)"

@@ -31,6 +31,12 @@ package final class KeychainService: Sendable {
     package let authenticator: Authenticator
     /// Argon2id settings for backup passwords.
     package var backupKDF: KDFParameters { unlocking.backupKDF }
+    /// True while a passcode is set and the keybag is locked (`coffer lock`, the idle or session
+    /// lock, before the first unlock): what every front end reports as a locked keychain.
+    package var isLocked: Bool {
+        let status = keychain.status
+        return status.passcodeSet && status.lockState != .unlocked
+    }
     let clock: any MonotonicClock
 
     package init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
