@@ -133,7 +133,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             guard let key = keys.key(blob: blob) else {
                 // debug, not info: a client asking again and again must not grow the log.
                 logger.debug("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
-                if keys.isLocked, let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) {
+                if keys.isLocked, let publicKey = try? SSHWirePublicKey(blob: blob) {
                     service.auditSignature(state.context, key: publicKey.fingerprint, destination: Self.boundDestination(state),
                                            status: .interactionNotAllowed, reason: "locked")
                 }
@@ -143,9 +143,9 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             guard case .allowed = authorizeSignature(key.signing, data: data, state: state) else { return .failure }
             // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.
             let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
-            let signature: CofferSSHAgentProtocol.SSHSignature
+            let signature: SSHWireSignature
             do {
-                guard let s = CofferSSHAgentProtocol.SSHSignature(try key.key.sign(data: data, hash: hash, allowSHA1: true), by: key.publicKey)
+                guard let s = SSHWireSignature(try key.key.sign(data: data, hash: hash, allowSHA1: true), by: key.publicKey)
                 else { return .failure }
                 signature = s
             } catch {
@@ -170,7 +170,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
                     return .failure
                 }
             }
-            let crypto: CofferSSHKeys.SSHPrivateKey
+            let crypto: SSHPrivateKey
             do {
                 crypto = try wireKey.cryptoKey()
             } catch {
@@ -290,7 +290,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     /// True if the session-bind's host key (a certificate's certified key) signed its session identifier.
     static func verify(_ bind: SSHSessionBind) -> Bool {
         guard let hostKey = SSHDestinationPolicy.signingKey(ofHostKey: bind.hostKey),
-              let signature = try? CofferSSHAgentProtocol.SSHSignature(blob: bind.signature) else { return false }
+              let signature = try? SSHWireSignature(blob: bind.signature) else { return false }
         return hostKey.cryptoKey.verify(signature.cryptoSignature, data: bind.sessionIdentifier)
     }
 

@@ -36,7 +36,7 @@ extension SSHAgentFrontEnd {
     /// (the request is then not for a keychain key), else the reply (FAILURE when the keybag is locked,
     /// the person did not authenticate, nobody could be asked, or the key is unusable).
     func signWithItem(blob: [UInt8], data: [UInt8], flags: UInt32, _ state: inout ConnectionState) -> SSHAgentReply? {
-        guard let publicKey = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) else { return nil }
+        guard let publicKey = try? SSHWirePublicKey(blob: blob) else { return nil }
         // Opened only if the key's access control needs the person: finding the display environment
         // the pinentry gets may itself start a program (systemctl), which a plain key must not pay for.
         let channel = LazyPromptChannel(promptChannel, client: state.clientDescriptor)
@@ -52,7 +52,7 @@ extension SSHAgentFrontEnd {
                 let key = try SSHKeyItems.signingKey(stored: secret, attributes: attributes)
                 let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
                 do {
-                    guard let s = CofferSSHAgentProtocol.SSHSignature(try key.sign(data: data, hash: hash, allowSHA1: true), by: publicKey) else {
+                    guard let s = SSHWireSignature(try key.sign(data: data, hash: hash, allowSHA1: true), by: publicKey) else {
                         throw SecError(.internalComponent, "the signature does not match the key")
                     }
                     return s
@@ -85,7 +85,7 @@ extension SSHAgentFrontEnd {
 
     /// What the person authorizes, as the prompt shows it: the key, and the server when the connection
     /// was bound to one (``boundDestination(_:)``: `session-bind@openssh.com`'s host key).
-    static func describeUse(_ key: CofferSSHAgentProtocol.SSHPublicKey, _ state: ConnectionState) -> String {
+    static func describeUse(_ key: SSHWirePublicKey, _ state: ConnectionState) -> String {
         "sign with the SSH key \(key.fingerprint)" + (boundDestination(state).map { " for \($0)" } ?? "")
     }
 }

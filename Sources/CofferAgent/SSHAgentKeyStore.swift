@@ -13,10 +13,10 @@ import CofferSystem
 final class SSHAgentKeyStore: Sendable {
     /// One key added with ADD_IDENTITY / ADD_ID_CONSTRAINED.
     struct Key: Sendable {
-        let key: CofferSSHKeys.SSHPrivateKey
+        let key: SSHPrivateKey
         /// The public key blob (how clients name the key).
         let blob: [UInt8]
-        let publicKey: CofferSSHAgentProtocol.SSHPublicKey
+        let publicKey: SSHWirePublicKey
         let comment: String
         /// Monotonic seconds at which the key goes (nil: kept until removed or the agent exits).
         let expiresAt: Double?

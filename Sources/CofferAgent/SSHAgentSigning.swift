@@ -99,7 +99,7 @@ extension SSHAgentFrontEnd {
     /// the last bound host key's fingerprint (nil: none bound, the agent is used locally).
     static func boundDestination(_ state: ConnectionState) -> String? {
         guard let last = state.sessionBinds.last else { return nil }
-        let fingerprint = (try? CofferSSHAgentProtocol.SSHPublicKey(blob: last.hostKey))?.fingerprint ?? "an unknown host key"
+        let fingerprint = (try? SSHWirePublicKey(blob: last.hostKey))?.fingerprint ?? "an unknown host key"
         return "the host with key \(fingerprint)" + (state.sessionBinds.count > 1 ? " (through \(state.sessionBinds.count - 1) forwarding hops)" : "")
     }
 
@@ -242,7 +242,7 @@ enum SSHDestinationPolicy {
                 continue
             }
             if certificate == nil { certificate = .some(try? SSHCertificate(blob: hostKey)) }
-            guard let cert = certificate ?? nil, let ca = try? CofferSSHAgentProtocol.SSHPublicKey(blob: key.blob),
+            guard let cert = certificate ?? nil, let ca = try? SSHWirePublicKey(blob: key.blob),
                   cert.signatureKey == ca else { continue }
             if hostCertificateHolds(cert, for: hop.hostname.isEmpty ? "(ORIGIN)" : hop.hostname, now: now) { return true }
         }
@@ -273,8 +273,8 @@ enum SSHDestinationPolicy {
     /// The key that signs for a session-bind's host key: the key itself, or a certificate's certified
     /// key when its CA's signature verifies (OpenSSH's agent parses a certificate host key with
     /// `sshkey_froms`, which checks that signature). Nil if the blob is neither.
-    static func signingKey(ofHostKey blob: [UInt8]) -> CofferSSHAgentProtocol.SSHPublicKey? {
-        if let key = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) { return key }
+    static func signingKey(ofHostKey blob: [UInt8]) -> SSHWirePublicKey? {
+        if let key = try? SSHWirePublicKey(blob: blob) { return key }
         guard let cert = try? SSHCertificate(blob: blob), certificateSignatureVerifies(cert) else { return nil }
         return cert.publicKey
     }

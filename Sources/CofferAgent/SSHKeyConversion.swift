@@ -17,25 +17,25 @@ extension SSHECDSACurve {
     }
 }
 
-extension CofferSSHAgentProtocol.SSHPrivateKey {
+extension SSHWirePrivateKey {
     /// The key as the crypto layer holds it, checked to form a key (``CofferSSHKeys/SSHPrivateKey/init(components:)``).
     /// Secret parts move from secure memory to secure memory.
-    func cryptoKey() throws(SSHKeyError) -> CofferSSHKeys.SSHPrivateKey {
+    func cryptoKey() throws(SSHKeyError) -> SSHPrivateKey {
         switch self {
         case .ed25519(let publicKey, let secret):
             // The wire secret is seed ‖ public key; the crypto layer takes the seed.
-            return try CofferSSHKeys.SSHPrivateKey(components: .ed25519(seed: secret.slice(0..<Ed25519.seedBytes), publicKey: publicKey))
+            return try SSHPrivateKey(components: .ed25519(seed: secret.slice(0..<Ed25519.seedBytes), publicKey: publicKey))
         case .ecdsa(let curve, let q, let d):
-            return try CofferSSHKeys.SSHPrivateKey(components: .ecdsa(curve: curve.cryptoCurve, q: q, d: d))
+            return try SSHPrivateKey(components: .ecdsa(curve: curve.cryptoCurve, q: q, d: d))
         case .rsa(let n, let e, let d, let iqmp, let p, let q):
-            return try CofferSSHKeys.SSHPrivateKey(components: .rsa(n: n, e: e, d: d, p: p, q: q, iqmp: iqmp))
+            return try SSHPrivateKey(components: .rsa(n: n, e: e, d: d, p: p, q: q, iqmp: iqmp))
         }
     }
 }
 
-extension CofferSSHAgentProtocol.SSHPublicKey {
+extension SSHWirePublicKey {
     /// The key as the crypto layer verifies with it.
-    var cryptoKey: CofferSSHKeys.SSHPublicKey {
+    var cryptoKey: SSHPublicKey {
         switch self {
         case .ed25519(let pk): .ed25519(pk)
         case .ecdsa(let curve, let q): .ecdsa(curve: curve.cryptoCurve, q: q)
@@ -50,10 +50,10 @@ extension CofferSSHAgentProtocol.SSHPublicKey {
     }
 }
 
-extension CofferSSHAgentProtocol.SSHSignature {
+extension SSHWireSignature {
     /// A signature the crypto layer made with a key whose public half is `key`, as the wire carries
     /// it; nil if the two disagree (never for a signature this key made).
-    init?(_ signature: CofferSSHKeys.SSHSignature, by key: CofferSSHAgentProtocol.SSHPublicKey) {
+    init?(_ signature: SSHSignature, by key: SSHWirePublicKey) {
         switch signature {
         case .ed25519(let s):
             guard let wire = try? Self.ed25519(validating: s) else { return nil }
@@ -73,7 +73,7 @@ extension CofferSSHAgentProtocol.SSHSignature {
     }
 
     /// The signature as the crypto layer verifies it.
-    var cryptoSignature: CofferSSHKeys.SSHSignature {
+    var cryptoSignature: SSHSignature {
         switch self {
         case .ed25519(let s): .ed25519(s)
         case .ecdsa(_, let r, let s): .ecdsa(r: r, s: s)
@@ -104,10 +104,10 @@ extension SSHCurve {
     }
 }
 
-extension CofferSSHKeys.SSHPrivateKey {
+extension SSHPrivateKey {
     /// The key in the wire codec's form (to store it as a keychain item). Secret parts move from
     /// secure memory to secure memory.
-    var wireKey: CofferSSHAgentProtocol.SSHPrivateKey {
+    var wireKey: SSHWirePrivateKey {
         switch components {
         case .ed25519(let seed, let publicKey):
             // The wire secret is seed ‖ public key (libsodium's secret key).

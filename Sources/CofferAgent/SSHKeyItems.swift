@@ -36,9 +36,9 @@ enum SSHKeyItems {
     /// A new key of the algorithm `attributes` name, as the item to add. Generated here, in the agent.
     static func generated(_ attributes: Attributes) throws(SecError) -> NewItem {
         let algorithm = try algorithm(attributes)
-        let key: CofferSSHKeys.SSHPrivateKey
+        let key: SSHPrivateKey
         do {
-            key = try CofferSSHKeys.SSHPrivateKey.generate(algorithm)
+            key = try SSHPrivateKey.generate(algorithm)
         } catch {
             throw SecError(.internalComponent, "generating the \(algorithm) key failed: \(error)")
         }
@@ -51,9 +51,9 @@ enum SSHKeyItems {
     /// The item for a key given in the ssh-agent wire form (an import), checked to form a key of a
     /// supported type (an RSA key below 2048 bits is refused).
     static func imported(wire: SecureBytes, attributes: Attributes) throws(SecError) -> NewItem {
-        let key: CofferSSHAgentProtocol.SSHPrivateKey
+        let key: SSHWirePrivateKey
         do {
-            key = try CofferSSHAgentProtocol.SSHPrivateKey(wire: wire)
+            key = try SSHWirePrivateKey(wire: wire)
             try key.validate()
             _ = try key.cryptoKey()
         } catch {
@@ -64,7 +64,7 @@ enum SSHKeyItems {
 
     /// The item holding `key`, with the caller's `attributes` (label, tag, group, class, access
     /// control) and the agent's own.
-    private static func item(_ key: CofferSSHAgentProtocol.SSHPrivateKey, attributes: Attributes) throws(SecError) -> NewItem {
+    private static func item(_ key: SSHWirePrivateKey, attributes: Attributes) throws(SecError) -> NewItem {
         if let name = attributes.keys.sorted().first(where: { KeyItem.agentSet.contains($0) }) {
             throw .param("attribute '\(name)' of a key is set by the agent")
         }
@@ -94,10 +94,10 @@ enum SSHKeyItems {
     }
 
     /// The public key an item's attributes carry (nil: not an SSH key this agent made).
-    static func publicKey(_ attributes: Attributes) -> CofferSSHAgentProtocol.SSHPublicKey? {
+    static func publicKey(_ attributes: Attributes) -> SSHWirePublicKey? {
         guard attributes["kcls"] == .integer(KeyItem.KeyClass.private.rawValue),
               case .data(let blob)? = attributes[KeyItem.publicKeyAttribute] else { return nil }
-        return try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob)
+        return try? SSHWirePublicKey(blob: blob)
     }
 
     /// The query that finds the key item with public key `blob`.
@@ -107,9 +107,9 @@ enum SSHKeyItems {
 
     /// The signing key in a key item's secret, checked to be the key its attributes name (a row whose
     /// public half was altered signs nothing).
-    static func signingKey(stored: SecureBytes, attributes: Attributes) throws(SecError) -> CofferSSHKeys.SSHPrivateKey {
+    static func signingKey(stored: SecureBytes, attributes: Attributes) throws(SecError) -> SSHPrivateKey {
         do {
-            let key = try CofferSSHAgentProtocol.SSHPrivateKey.decodeStored(stored)
+            let key = try SSHWirePrivateKey.decodeStored(stored)
             guard attributes[KeyItem.publicKeyAttribute] == .data(key.publicKey.blob) else {
                 throw SecError.decode("the key item's public half does not match its private half")
             }

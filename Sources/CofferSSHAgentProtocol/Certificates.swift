@@ -23,7 +23,7 @@ public struct SSHCertificate: Hashable, Sendable {
     public let certificateType: String
     public let nonce: [UInt8]
     /// The certified key.
-    public let publicKey: SSHPublicKey
+    public let publicKey: SSHWirePublicKey
     public let serial: UInt64
     public let type: SSHCertificateType
     public let keyID: String
@@ -35,8 +35,8 @@ public struct SSHCertificate: Hashable, Sendable {
     public let criticalOptions: [SSHCertificateOption]
     public let extensions: [SSHCertificateOption]
     /// The certificate authority's key, which signed the certificate.
-    public let signatureKey: SSHPublicKey
-    public let signature: SSHSignature
+    public let signatureKey: SSHWirePublicKey
+    public let signature: SSHWireSignature
     /// The signed part: every byte of the blob before the signature field.
     public let signedBytes: [UInt8]
 
@@ -59,7 +59,7 @@ public struct SSHCertificate: Hashable, Sendable {
             throw .unknownKeyType(typeName)
         }
         nonce = try r.readString()
-        publicKey = try SSHPublicKey.readBody(type: Array(plain.utf8), from: &r)
+        publicKey = try SSHWirePublicKey.readBody(type: Array(plain.utf8), from: &r)
         serial = try r.readUInt64()
         let rawType = try r.readUInt32()
         keyID = try Self.readName(from: &r)
@@ -81,8 +81,8 @@ public struct SSHCertificate: Hashable, Sendable {
         }
         self.type = type
         self.principals = principals
-        signatureKey = try SSHPublicKey(blob: caBlob)
-        signature = try SSHSignature(blob: signatureBlob)
+        signatureKey = try SSHWirePublicKey(blob: caBlob)
+        signature = try SSHWireSignature(blob: signatureBlob)
         signedBytes = Array(blob.prefix(signedCount))
         certificateType = typeName
         self.blob = blob

@@ -212,7 +212,7 @@ public enum SSHKeyConstraint: Hashable, Sendable {
 /// `session-bind@openssh.com` (OpenSSH PROTOCOL.agent): the host key and session of the connection
 /// a forwarded or local agent is serving, signed by that host key.
 public struct SSHSessionBind: Hashable, Sendable {
-    /// The server's host key blob (kept raw; parse with ``SSHPublicKey/init(blob:)``).
+    /// The server's host key blob (kept raw; parse with ``SSHWirePublicKey/init(blob:)``).
     public var hostKey: [UInt8]
     public var sessionIdentifier: [UInt8]
     /// The host key's signature blob over the session identifier.
@@ -241,7 +241,7 @@ public enum SSHAgentRequest: Sendable {
     /// The key blob is kept raw (the agent looks it up; an unknown one gets FAILURE).
     case signRequest(keyBlob: [UInt8], data: [UInt8], flags: UInt32)
     /// ADD_IDENTITY (17) when `constraints` is empty, else ADD_ID_CONSTRAINED (25).
-    case addIdentity(SSHPrivateKey, comment: String, constraints: [SSHKeyConstraint])
+    case addIdentity(SSHWirePrivateKey, comment: String, constraints: [SSHKeyConstraint])
     case removeIdentity(keyBlob: [UInt8])
     case removeAllIdentities
     case lock(passphrase: SecureBytes)
@@ -263,7 +263,7 @@ public enum SSHAgentRequest: Sendable {
         case SSHAgentMessageType.signRequest:
             request = .signRequest(keyBlob: try r.readString(), data: try r.readString(), flags: try r.readUInt32())
         case SSHAgentMessageType.addIdentity, SSHAgentMessageType.addIDConstrained:
-            let key = try SSHPrivateKey.read(from: &r)
+            let key = try SSHWirePrivateKey.read(from: &r)
             let comment = try r.readText()
             let constraints = type == SSHAgentMessageType.addIDConstrained ? try SSHKeyConstraint.readAll(from: &r) : []
             request = .addIdentity(key, comment: comment, constraints: constraints)
@@ -365,7 +365,7 @@ public enum SSHAgentReply: Hashable, Sendable {
     case failure
     case success
     case identities([SSHAgentIdentity])
-    /// SIGN_RESPONSE: a signature blob (build it with ``SSHSignature/blob``).
+    /// SIGN_RESPONSE: a signature blob (build it with ``SSHWireSignature/blob``).
     case signResponse(signatureBlob: [UInt8])
     case extensionFailure
     /// The `query` extension's answer: EXTENSION_RESPONSE (29), `string "query"`, then one string per

@@ -6,9 +6,9 @@ public import CofferCrypto
 /// - ECDSA: `string "ecdsa-sha2-<curve>", string <curve>, string Q, mpint d`
 /// - RSA: `string "ssh-rsa", mpint n, mpint e, mpint d, mpint iqmp, mpint p, mpint q`
 ///
-/// Public parts are raw as in ``SSHPublicKey``; secret mpints are big-endian magnitudes (decoding
+/// Public parts are raw as in ``SSHWirePublicKey``; secret mpints are big-endian magnitudes (decoding
 /// yields them without leading zeros; pad d to ``SSHECDSACurve/scalarBytes`` where a fixed width is needed). The same encoding behind a version byte is the stored form (``encodeStored()``).
-public enum SSHPrivateKey: Sendable {
+public enum SSHWirePrivateKey: Sendable {
     /// `secret` is the 64-byte libsodium secret key: the 32-byte seed, then the public key.
     case ed25519(publicKey: [UInt8], secret: SecureBytes)
     case ecdsa(SSHECDSACurve, q: [UInt8], d: SecureBytes)
@@ -20,7 +20,7 @@ public enum SSHPrivateKey: Sendable {
     public static let storedVersion: UInt8 = 1
 
     /// The public half.
-    public var publicKey: SSHPublicKey {
+    public var publicKey: SSHWirePublicKey {
         switch self {
         case .ed25519(let pk, _): .ed25519(pk)
         case .ecdsa(let c, let q, _): .ecdsa(c, q: q)
@@ -35,7 +35,7 @@ public enum SSHPrivateKey: Sendable {
     public func validate() throws(SSHAgentWireError) {
         switch self {
         case .ed25519(let pk, let sk):
-            guard pk.count == SSHPublicKey.ed25519Bytes, sk.count == Self.ed25519SecretBytes else { throw .badLength }
+            guard pk.count == SSHWirePublicKey.ed25519Bytes, sk.count == Self.ed25519SecretBytes else { throw .badLength }
             let tail = unsafe sk.withUnsafeBytes { unsafe Array($0[32..<64]) }
             guard tail == pk else { throw .inconsistentKey }
         case .ecdsa(let c, let q, let d):
@@ -48,10 +48,10 @@ public enum SSHPrivateKey: Sendable {
     }
 
     /// Reads the key's fields from `r` and validates them.
-    static func read(from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHPrivateKey {
+    static func read(from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHWirePrivateKey {
         let type = try r.readString()
         let name = String(decoding: type, as: UTF8.self)
-        let key: SSHPrivateKey
+        let key: SSHWirePrivateKey
         switch name {
         case "ssh-ed25519":
             key = .ed25519(publicKey: try r.readString(), secret: try r.readSecretString())
@@ -60,7 +60,7 @@ public enum SSHPrivateKey: Sendable {
             let d = try r.readSecretMPInt(), iqmp = try r.readSecretMPInt(), p = try r.readSecretMPInt(), q = try r.readSecretMPInt()
             key = .rsa(n: n, e: e, d: d, iqmp: iqmp, p: p, q: q)
         default:
-            guard case .ecdsa(let c, let q) = try SSHPublicKey.readBody(type: type, from: &r) else { throw .unknownKeyType(name) }
+            guard case .ecdsa(let c, let q) = try SSHWirePublicKey.readBody(type: type, from: &r) else { throw .unknownKeyType(name) }
             key = .ecdsa(c, q: q, d: try r.readSecretMPInt())
         }
         try key.validate()
@@ -116,26 +116,26 @@ public enum SSHPrivateKey: Sendable {
     }
 
     /// Decodes a stored form; throws ``SSHAgentWireError/unsupportedStoredVersion(_:)`` for a version other than 1.
-    public static func decodeStored(_ stored: SecureBytes) throws(SSHAgentWireError) -> SSHPrivateKey {
+    public static func decodeStored(_ stored: SecureBytes) throws(SSHAgentWireError) -> SSHWirePrivateKey {
         try decodeCopy(of: stored, stored: true)
     }
 
     /// Decodes from a temporary copy of `secure`, wiped once no reader holds it (a reader alive at
     /// the wipe would make it copy-on-write a fresh, unwiped buffer).
-    private static func decodeCopy(of secure: SecureBytes, stored: Bool) throws(SSHAgentWireError) -> SSHPrivateKey {
+    private static func decodeCopy(of secure: SecureBytes, stored: Bool) throws(SSHAgentWireError) -> SSHWirePrivateKey {
         var bytes = unsafe secure.withUnsafeBytes { unsafe Array($0) }
-        let result = Result { () throws(SSHAgentWireError) -> SSHPrivateKey in try decodeAll(bytes, stored: stored) }
+        let result = Result { () throws(SSHAgentWireError) -> SSHWirePrivateKey in try decodeAll(bytes, stored: stored) }
         secureZero(&bytes)
         return try result.get()
     }
 
-    private static func decodeAll(_ bytes: [UInt8], stored: Bool) throws(SSHAgentWireError) -> SSHPrivateKey {
+    private static func decodeAll(_ bytes: [UInt8], stored: Bool) throws(SSHAgentWireError) -> SSHWirePrivateKey {
         var r = SSHWireReader(bytes)
         if stored {
             let version = try r.readByte()
             guard version == storedVersion else { throw .unsupportedStoredVersion(version) }
         }
-        let key = try SSHPrivateKey.read(from: &r)
+        let key = try SSHWirePrivateKey.read(from: &r)
         try r.finish()
         return key
     }

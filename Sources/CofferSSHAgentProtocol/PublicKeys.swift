@@ -28,7 +28,7 @@ public enum SSHECDSACurve: String, Sendable, CaseIterable {
 /// A public key as the agent protocol carries it (a key blob, RFC 4253 §6.6 / RFC 5656 §3.1), in raw
 /// components: ed25519's 32 bytes, ECDSA's curve and uncompressed Q, RSA's e and n as big-endian
 /// magnitudes without leading zeros.
-public enum SSHPublicKey: Hashable, Sendable {
+public enum SSHWirePublicKey: Hashable, Sendable {
     case ed25519([UInt8])
     case ecdsa(SSHECDSACurve, q: [UInt8])
     case rsa(e: [UInt8], n: [UInt8])
@@ -46,35 +46,35 @@ public enum SSHPublicKey: Hashable, Sendable {
     }
 
     /// An ed25519 key; throws ``SSHAgentWireError/badLength`` unless it is 32 bytes.
-    public static func ed25519(validating key: [UInt8]) throws(SSHAgentWireError) -> SSHPublicKey {
+    public static func ed25519(validating key: [UInt8]) throws(SSHAgentWireError) -> SSHWirePublicKey {
         guard key.count == ed25519Bytes else { throw .badLength }
         return .ed25519(key)
     }
 
     /// An ECDSA key; Q must be uncompressed (0x04) and of the curve's size (65/97/133 bytes).
-    public static func ecdsa(validating curve: SSHECDSACurve, q: [UInt8]) throws(SSHAgentWireError) -> SSHPublicKey {
+    public static func ecdsa(validating curve: SSHECDSACurve, q: [UInt8]) throws(SSHAgentWireError) -> SSHWirePublicKey {
         try SSHECDSACurve.checkPoint(q, curve)
         return .ecdsa(curve, q: q)
     }
 
     /// An RSA key from big-endian e and n of any width (leading zeros dropped, as decoding yields them).
-    public static func rsa(exponent e: [UInt8], modulus n: [UInt8]) -> SSHPublicKey { .rsa(e: minimalMagnitude(e), n: minimalMagnitude(n)) }
+    public static func rsa(exponent e: [UInt8], modulus n: [UInt8]) -> SSHWirePublicKey { .rsa(e: minimalMagnitude(e), n: minimalMagnitude(n)) }
 
     /// Decodes a whole key blob (no trailing bytes).
     public init(blob: [UInt8]) throws(SSHAgentWireError) {
         var r = SSHWireReader(blob)
-        self = try SSHPublicKey.read(from: &r)
+        self = try SSHWirePublicKey.read(from: &r)
         try r.finish()
     }
 
     /// Reads the blob's fields (not length-prefixed) from `r`.
-    static func read(from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHPublicKey {
+    static func read(from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHWirePublicKey {
         let type = try r.readString()
         return try readBody(type: type, from: &r)
     }
 
     /// Reads the fields after the type name (shared with private keys, which start the same way).
-    static func readBody(type: [UInt8], from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHPublicKey {
+    static func readBody(type: [UInt8], from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHWirePublicKey {
         let name = String(decoding: type, as: UTF8.self)
         switch name {
         case "ssh-ed25519":

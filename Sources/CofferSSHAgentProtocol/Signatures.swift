@@ -16,7 +16,7 @@ public enum SSHRSASignatureAlgorithm: String, Sendable, CaseIterable {
 /// A signature blob (`string algorithm, string signature`) in raw components: ed25519's 64 bytes;
 /// ECDSA's r and s as big-endian magnitudes without leading zeros (RFC 5656 §3.1.2 puts them in
 /// the inner string as two mpints); RSA's PKCS#1 v1.5 signature bytes.
-public enum SSHSignature: Hashable, Sendable {
+public enum SSHWireSignature: Hashable, Sendable {
     case ed25519([UInt8])
     case ecdsa(SSHECDSACurve, r: [UInt8], s: [UInt8])
     case rsa(SSHRSASignatureAlgorithm, [UInt8])
@@ -25,21 +25,21 @@ public enum SSHSignature: Hashable, Sendable {
     public static let ed25519Bytes = 64
 
     /// An ed25519 signature; it must be 64 bytes.
-    public static func ed25519(validating sig: [UInt8]) throws(SSHAgentWireError) -> SSHSignature {
+    public static func ed25519(validating sig: [UInt8]) throws(SSHAgentWireError) -> SSHWireSignature {
         guard sig.count == ed25519Bytes else { throw .badLength }
         return .ed25519(sig)
     }
 
     /// An ECDSA signature from big-endian r and s of any width (leading zeros dropped); each must be
     /// non-zero and fit the curve's scalar size.
-    public static func ecdsa(validating curve: SSHECDSACurve, r: [UInt8], s: [UInt8]) throws(SSHAgentWireError) -> SSHSignature {
+    public static func ecdsa(validating curve: SSHECDSACurve, r: [UInt8], s: [UInt8]) throws(SSHAgentWireError) -> SSHWireSignature {
         let r = minimalMagnitude(r), s = minimalMagnitude(s)
         guard !r.isEmpty, !s.isEmpty, r.count <= curve.scalarBytes, s.count <= curve.scalarBytes else { throw .badLength }
         return .ecdsa(curve, r: r, s: s)
     }
 
     /// An RSA signature; it must not be empty.
-    public static func rsa(validating algorithm: SSHRSASignatureAlgorithm, _ sig: [UInt8]) throws(SSHAgentWireError) -> SSHSignature {
+    public static func rsa(validating algorithm: SSHRSASignatureAlgorithm, _ sig: [UInt8]) throws(SSHAgentWireError) -> SSHWireSignature {
         guard !sig.isEmpty else { throw .badLength }
         return .rsa(algorithm, sig)
     }

@@ -113,13 +113,13 @@ struct SSHBench {
 
         // SIGN_REQUEST with the last key, as ssh signs a userauth request (its size: ~150 bytes).
         let last = keys[keys.count - 1]
-        let blob = SSHPublicKey.ed25519(last.publicKey).blob
+        let blob = SSHWirePublicKey.ed25519(last.publicKey).blob
         var data = [UInt8](repeating: 0, count: 160)
         for i in data.indices { data[i] = UInt8(truncatingIfNeeded: i &* 37 &+ 11) }
         let signFrame = try SSHAgentRequest.signRequest(keyBlob: blob, data: data, flags: 0).encodeFrame()
         let clients = try agents.map { try Client(path: $0.socket) }
         let signatures = try clients.map { try $0.sign(signFrame) }
-        guard signatures[0] == signatures[1], case .ed25519(let sig) = try SSHSignature(blob: signatures[0]),
+        guard signatures[0] == signatures[1], case .ed25519(let sig) = try SSHWireSignature(blob: signatures[0]),
               Ed25519.verify(signature: sig, message: data, publicKey: last.publicKey) else {
             throw SecError(.internalComponent, "the agents' signatures differ or do not verify")
         }
@@ -230,7 +230,7 @@ struct SSHBench {
                                      output: dir + "/keygen.log")
         guard Self.wait(keygen) == 0 else { return .skipped("ssh-keygen could not make a host key: \(Self.firstLine(dir + "/keygen.log"))") }
         try tools.writeFile(dir + "/authorized_keys",
-                            keys.map { SSHPublicKey.ed25519($0).authorizedKeysLine(comment: "bench") + "\n" }.joined())
+                            keys.map { SSHWirePublicKey.ed25519($0).authorizedKeysLine(comment: "bench") + "\n" }.joined())
         let port = try Self.freeLoopbackPort()
         let config = dir + "/sshd_config"
         try tools.writeFile(config, """

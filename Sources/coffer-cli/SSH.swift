@@ -254,7 +254,7 @@ struct SSHCommand: ParsableCommand {
 
     /// One SSH key item as listed.
     struct ListedKey {
-        let key: CofferSSHAgentProtocol.SSHPublicKey
+        let key: SSHWirePublicKey
         let label: String
         let group: String
         let accessible: String
@@ -269,9 +269,9 @@ struct SSHCommand: ParsableCommand {
     }
 
     /// The public key an item's attributes carry.
-    static func key(_ attributes: Attributes) throws(SecError) -> CofferSSHAgentProtocol.SSHPublicKey {
+    static func key(_ attributes: Attributes) throws(SecError) -> SSHWirePublicKey {
         guard case .data(let blob)? = attributes[KeyItem.publicKeyAttribute],
-              let key = try? CofferSSHAgentProtocol.SSHPublicKey(blob: blob) else {
+              let key = try? SSHWirePublicKey(blob: blob) else {
             throw .decode("the agent's answer has no SSH public key")
         }
         return key

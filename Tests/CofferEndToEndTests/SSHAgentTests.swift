@@ -183,7 +183,7 @@ struct SSHAgentTests {
         let fd = try Self.connect(f)
         defer { close(fd) }
         let pair = Ed25519.keyPair(seed: SecureBytes.random(count: Ed25519.seedBytes))
-        let limited = SSHPrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
+        let limited = SSHWirePrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
         #expect(Self.exchange(fd, try SSHAgentRequest.addIdentity(limited, comment: "limited", constraints: [.maxSignatures(5)]).encodeFrame())
                 == .failure)
         #expect(f.run("ssh-add", ["-l"]).status == 1, "a key meant to sign at most 5 times was added without the limit")
@@ -323,7 +323,7 @@ struct SSHAgentTests {
         func add(_ comment: String) throws -> SSHAgentReply? {
             let seed = SecureBytes.random(count: Ed25519.seedBytes)
             let pair = Ed25519.keyPair(seed: seed)
-            let key = SSHPrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
+            let key = SSHWirePrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
             return Self.exchange(fd, try SSHAgentRequest.addIdentity(key, comment: comment, constraints: []).encodeFrame())
         }
         for n in 1...256 { #expect(try add("key \(n)") == .success, "key \(n)") }
@@ -346,7 +346,7 @@ struct SSHAgentTests {
         var blobs: [[UInt8]] = []
         for seed in seeds {
             let pair = Ed25519.keyPair(seed: seed)
-            let key = SSHPrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
+            let key = SSHWirePrivateKey.ed25519(publicKey: pair.publicKey, secret: pair.secretKey)
             #expect(Self.exchange(fd, try SSHAgentRequest.addIdentity(key, comment: "memory", constraints: []).encodeFrame()) == .success)
             blobs.append(key.publicKey.blob)
             guard case .signResponse? = Self.exchange(fd, try SSHAgentRequest.signRequest(keyBlob: key.publicKey.blob, data: [1, 2, 3], flags: 0)

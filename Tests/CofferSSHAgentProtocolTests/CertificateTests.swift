@@ -39,7 +39,7 @@ import Testing
         #expect(cert.signature.algorithm == v["signature"])
         // The signed part ends where the signature field starts: the field is the rest of the blob.
         var tail = SSHWireReader(Array(bytes[cert.signedBytes.count...]))
-        #expect(try SSHSignature(blob: tail.readString()) == cert.signature)
+        #expect(try SSHWireSignature(blob: tail.readString()) == cert.signature)
         #expect(tail.remaining == 0)
     }
 

@@ -18,7 +18,7 @@ import Testing
 
     @Test func everyRequestRoundTrips() throws {
         let (pk, sk) = Ed25519.generateKeyPair()
-        let key = SSHPrivateKey.ed25519(publicKey: pk, secret: sk)
+        let key = SSHWirePrivateKey.ed25519(publicKey: pk, secret: sk)
         let hop = SSHDestinationHop(user: "", hostname: "", keys: [])
         let to = SSHDestinationHop(user: "bob", hostname: "h.example", keys: [.init(blob: [1, 2], isCA: true), .init(blob: [3], isCA: false)])
         let requests: [SSHAgentRequest] = [
@@ -71,8 +71,8 @@ import Testing
         #expect(hops.count == 2)
         #expect(hops[0].from.hostname == "" && hops[0].from.keys.isEmpty && hops[0].to.hostname == "host1.example" && hops[0].to.user == "")
         #expect(hops[1].from.hostname == "host1.example" && hops[1].to.user == "alice" && hops[1].to.hostname == "host2.example")
-        #expect(try SSHPublicKey(blob: hops[0].to.keys[0].blob).keyType == "ecdsa-sha2-nistp256")
-        #expect(try SSHPublicKey(blob: hops[1].to.keys[0].blob).keyType == "ssh-ed25519")
+        #expect(try SSHWirePublicKey(blob: hops[0].to.keys[0].blob).keyType == "ecdsa-sha2-nistp256")
+        #expect(try SSHWirePublicKey(blob: hops[1].to.keys[0].blob).keyType == "ssh-ed25519")
         #expect(hops.allSatisfy { $0.to.keys.allSatisfy { !$0.isCA } })
         guard case .unknown(type: 9) = try SSHAgentRequest.decode(frame: vector("SSH1 REMOVE_ALL").frame) else { Issue.record("type 9"); return }
         guard case .addSmartcardKey(let provider, let pin, let sc) = try SSHAgentRequest.decode(frame: vector("ADD_SMARTCARD_KEY /").frame)
@@ -81,7 +81,7 @@ import Testing
         guard case .extension(.sessionBind(let bind)) = try SSHAgentRequest.decode(frame: vector("EXTENSION session-bind").frame)
         else { Issue.record("bind"); return }
         #expect(bind.sessionIdentifier.count == 32 && !bind.isForwarding)
-        guard case .ed25519(let hostKey) = try SSHPublicKey(blob: bind.hostKey), case .ed25519(let sig) = try SSHSignature(blob: bind.signature)
+        guard case .ed25519(let hostKey) = try SSHWirePublicKey(blob: bind.hostKey), case .ed25519(let sig) = try SSHWireSignature(blob: bind.signature)
         else { Issue.record("bind key"); return }
         #expect(Ed25519.verify(signature: sig, message: bind.sessionIdentifier, publicKey: hostKey))
         guard case .signRequest(_, _, let flags) = try SSHAgentRequest.decode(frame: vector("SIGN_REQUEST rsa").frame) else { Issue.record("sign"); return }

@@ -18,7 +18,7 @@ import Testing
         // A signature vector per algorithm, a private key vector per key type, frames captured from OpenSSH.
         let algorithms = Set(sshVectors.compactMap { v -> String? in
             guard v.outcome == "ok", case .signResponse(let blob)? = try? SSHAgentReply.decode(frame: v.frame) else { return nil }
-            return (try? SSHSignature(blob: blob))?.algorithm
+            return (try? SSHWireSignature(blob: blob))?.algorithm
         })
         #expect(algorithms == ["ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
                                "ssh-rsa", "rsa-sha2-256", "rsa-sha2-512"])
@@ -80,14 +80,14 @@ import Testing
             guard let fp = v.fields["fingerprint"] else { continue }
             if v.direction == "reply" {
                 guard case .identities(let ids) = try SSHAgentReply.decode(frame: v.frame) else { Issue.record("\(v.name)"); continue }
-                let key = try SSHPublicKey(blob: ids[0].keyBlob)
+                let key = try SSHWirePublicKey(blob: ids[0].keyBlob)
                 #expect(key.fingerprint == fp, "\(v.name)")
                 #expect(key.authorizedKeysLine(comment: ids[0].comment) == v.fields["authorized"], "\(v.name)")
             } else {
                 guard case .addIdentity(let key, _, _) = try SSHAgentRequest.decode(frame: v.frame) else { Issue.record("\(v.name)"); continue }
                 #expect(key.publicKey.fingerprint == fp, "\(v.name)")
                 // The stored form carries the same key.
-                let stored = try SSHPrivateKey.decodeStored(key.encodeStored())
+                let stored = try SSHWirePrivateKey.decodeStored(key.encodeStored())
                 #expect(plain(stored.encodeWire()) == plain(key.encodeWire()))
             }
             checked += 1
@@ -98,16 +98,16 @@ import Testing
     /// Signature vectors name the key that made them: the algorithm fits that key's type, and the
     /// ed25519 answer to ssh-add -T verifies over the data of the request before it (libsodium).
     @Test func signaturesFitTheirKeysAndVerify() throws {
-        let keys = Dictionary(sshVectors.compactMap { v -> (String, SSHPublicKey)? in
+        let keys = Dictionary(sshVectors.compactMap { v -> (String, SSHWirePublicKey)? in
             guard let fp = v.fields["fingerprint"], case .identities(let ids)? = try? SSHAgentReply.decode(frame: v.frame),
-                  let k = try? SSHPublicKey(blob: ids[0].keyBlob) else { return nil }
+                  let k = try? SSHWirePublicKey(blob: ids[0].keyBlob) else { return nil }
             return (fp, k)
         }, uniquingKeysWith: { a, _ in a })
         var verified = 0
         for (i, v) in sshVectors.enumerated() where v.outcome == "ok" {
             guard let fp = v.fields["key"], case .signResponse(let blob) = try SSHAgentReply.decode(frame: v.frame) else { continue }
             let key = try #require(keys[fp], "no key \(fp)")
-            let sig = try SSHSignature(blob: blob)
+            let sig = try SSHWireSignature(blob: blob)
             switch (key, sig) {
             case (.ed25519, .ed25519), (.rsa, .rsa): break
             case (.ecdsa(let c, _), .ecdsa(let sc, _, _)): #expect(c == sc)

@@ -18,20 +18,20 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         let once = reply.encodeBody()
         precondition((try? SSHAgentReply.decode(body: once))?.encodeBody() == once, "reply encoding is not stable")
     }
-    if let key = try? SSHPublicKey(blob: input) {
-        precondition((try? SSHPublicKey(blob: key.blob)) == key, "key blob encoding is not stable")
+    if let key = try? SSHWirePublicKey(blob: input) {
+        precondition((try? SSHWirePublicKey(blob: key.blob)) == key, "key blob encoding is not stable")
         _ = key.fingerprint
     }
-    if let sig = try? SSHSignature(blob: input) {
-        precondition((try? SSHSignature(blob: sig.blob)) == sig, "signature blob encoding is not stable")
+    if let sig = try? SSHWireSignature(blob: input) {
+        precondition((try? SSHWireSignature(blob: sig.blob)) == sig, "signature blob encoding is not stable")
     }
     if let cert = try? SSHCertificate(blob: input) {
         precondition(cert.blob == input && input.starts(with: cert.signedBytes), "certificate does not keep its bytes")
         precondition((try? SSHCertificate(blob: cert.blob)) == cert, "certificate decoding is not stable")
     }
     let stored = SecureBytes(copying: UnsafeRawBufferPointer(start: data, count: size))
-    if let key = try? SSHPrivateKey.decodeStored(stored) {
-        precondition((try? SSHPrivateKey.decodeStored(key.encodeStored()))?.encodeStored().withUnsafeBytes({ Array($0) })
+    if let key = try? SSHWirePrivateKey.decodeStored(stored) {
+        precondition((try? SSHWirePrivateKey.decodeStored(key.encodeStored()))?.encodeStored().withUnsafeBytes({ Array($0) })
                      == key.encodeStored().withUnsafeBytes({ Array($0) }), "stored key encoding is not stable")
     }
     secureZero(&input)
