@@ -92,6 +92,10 @@ for _ in range(rounds):
     @Test(.enabled(if: python != nil, "no python3 with secretstorage and cryptography (apt-get install python3-secretstorage; contrib/deps.sh)"))
     func secretstorageIsTheClientOfOurSessions() throws {
         let peer = try Peer(python: try #require(Self.python))
+        defer { // a failed expectation leaves no python process behind
+            if peer.process.isRunning { peer.process.terminate() }
+            peer.process.waitUntilExit()
+        }
         // Secret sizes across the padding's edges; 24 sessions make a 127-byte client value likely
         // (1 in 256 each is rarer; the spec's vectors pin that case).
         let sizes = [0, 1, 15, 16, 17, 31, 32, 33, 64, 100, 255, 256, 0, 5, 16, 48, 7, 1, 2, 3, 4096, 9, 10, 11]
