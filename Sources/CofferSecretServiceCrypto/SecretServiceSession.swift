@@ -31,6 +31,7 @@ public final class SecretServiceSession: Sendable {
         case .dhIETF1024SHA256AES128CBCPKCS7:
             try DHKeyPair.checkPublic(input) // before spending a key generation on it
             let pair = try DHKeyPair.generate()
+            defer { pair.privateValue.wipe() } // now, not whenever the buffer is released
             return (pair.publicValue, try SecretServiceSession(privateValue: pair.privateValue, peer: input))
         }
     }
