@@ -56,6 +56,8 @@ let package = Package(
         .target(name: "CCofferABI", path: "Sources/CCofferABI"),
         // OpenSSL 3 libcrypto for the SSH key types libsodium lacks (ECDSA P-256/384/521, RSA): plain C, raw components.
         .target(name: "CSSHCrypto", path: "Sources/CSSHCrypto", linkerSettings: [.linkedLibrary("crypto")]),
+        // OpenSSL 3 libcrypto for the Secret Service's transport encryption (issue #26): the RFC 2409 DH group, HKDF-SHA256, AES-128-CBC.
+        .target(name: "CSecretServiceCrypto", path: "Sources/CSecretServiceCrypto", linkerSettings: [.linkedLibrary("crypto")]),
 
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
@@ -63,6 +65,9 @@ let package = Package(
         // SSH key crypto (issue #27): generation, import checks, signatures for ssh-ed25519 (libsodium), ECDSA and RSA
         // (OpenSSL), in raw components; the SSH wire encoding is not here.
         .target(name: "CofferSSHKeys", dependencies: ["CSSHCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
+        // The Secret Service's session algorithms (issue #26): `plain` and dh-ietf1024-sha256-aes128-cbc-pkcs7,
+        // in model terms (bytes in, bytes out); no D-Bus.
+        .target(name: "CofferSecretServiceCrypto", dependencies: ["CSecretServiceCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: rawMemorySettings),
@@ -169,6 +174,7 @@ let package = Package(
         .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferSSHKeysTests", dependencies: ["CofferSSHKeys", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
+        .testTarget(name: "CofferSecretServiceCryptoTests", dependencies: ["CofferSecretServiceCrypto", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferStoreTests", dependencies: ["CofferModel", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),

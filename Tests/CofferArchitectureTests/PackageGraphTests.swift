@@ -94,13 +94,14 @@ import Testing
     static let ranks: [String: Int] = [
         // C walls and outside packages.
         "CSystemShims": 0, "CSodium": 0, "CSQLite": 0, "CPAM": 0, "CCofferABI": 0, "CCofferPlugin": 0, "CSSHCrypto": 0,
+        "CSecretServiceCrypto": 0,
         "Logging": 0, "ArgumentParser": 0,
         // The POSIX layer; the plain-C plugins (they see only the plugin ABI).
         "CofferSystem": 1,
         "CofferPluginTest": 1, "CofferPluginPasscode": 1, "CofferPluginBiometricEmulator": 1, "CofferPluginFprintd": 1,
         "CofferCrypto": 2,
-        // SSH key crypto (a leaf beside the model: the agent's SSH keys use it).
-        "CofferModel": 3, "CofferSSHKeys": 3,
+        // SSH key crypto and the Secret Service's session crypto (leaves beside the model).
+        "CofferModel": 3, "CofferSSHKeys": 3, "CofferSecretServiceCrypto": 3,
         // What the keychain is made of.
         "CofferStore": 4, "CofferKeybag": 4,
         // The keychain and its siblings: wire formats, PAM, manifests, policy, audit, the pinentry prompter.
@@ -236,7 +237,7 @@ import Testing
     /// A C wall is imported by the one Swift module it serves (and by tests of that module's kind).
     @Test func eachCWallHasOneOwner() throws {
         let owners = ["CSodium": "CofferCrypto", "CSQLite": "CofferStore", "CPAM": "CofferPAM", "CSystemShims": "CofferSystem",
-                      "CSSHCrypto": "CofferSSHKeys"]
+                      "CSSHCrypto": "CofferSSHKeys", "CSecretServiceCrypto": "CofferSecretServiceCrypto"]
         for t in try Self.targets() where !t.path.hasPrefix("Tests") {
             for (wall, owner) in owners where t.name != owner && (t.dependencies.contains(wall) || Self.imports(of: t)[wall] != nil) {
                 Issue.record("\(t.name) reaches through the \(wall) wall (only \(owner) may)")
