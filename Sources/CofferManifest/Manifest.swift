@@ -4,7 +4,7 @@ public import CofferModel
 /// A signed app manifest, format version 1 or 2 (see the ManifestFormat article): which executable an
 /// app is, which keychain access groups it may use, and (version 2) which entitlements it has.
 ///
-/// A `Manifest` only comes from ``parse(_:)-([UInt8])`` or ``sign(app:executable:executableSHA256:accessGroups:secretKey:)``,
+/// A `Manifest` only comes from ``parse(_:)-([UInt8])`` or ``sign(app:executable:executableSHA256:accessGroups:entitlements:secretKey:)``,
 /// so every value is valid and has exactly one encoding: `try Manifest.parse(x).encoded() == x`.
 /// Parsing does not check the signature: call ``verify(trusting:)`` before believing anything in it.
 public struct Manifest: Equatable, Sendable {
