@@ -204,13 +204,16 @@ package enum UnixSocket {
     package static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, dontWait: Bool,
                                 passed: PassedDescriptors) -> Received {
         guard buffer.count > 0 else { return .bytes(0) }
-        var fds = [Int32](repeating: -1, count: PassedDescriptors.maximum)
-        var count: Int32 = 0, truncated: Int32 = 0
-        let (n, e) = Syscall.result {
-            unsafe Int(coffer_recv_with_fds(fd, buffer.baseAddress!, UInt(buffer.count), dontWait ? Int32(MSG_DONTWAIT) : 0,
-                                            &fds, Int32(fds.count), &count, &truncated))
+        // The descriptors land on the stack: a frame without any costs no allocation.
+        let (n, e) = unsafe withUnsafeTemporaryAllocation(of: Int32.self, capacity: PassedDescriptors.maximum) { fds in
+            var count: Int32 = 0, truncated: Int32 = 0
+            let r = Syscall.result {
+                unsafe Int(coffer_recv_with_fds(fd, buffer.baseAddress!, UInt(buffer.count), dontWait ? Int32(MSG_DONTWAIT) : 0,
+                                                fds.baseAddress!, Int32(fds.count), &count, &truncated))
+            }
+            if count > 0 || truncated != 0 { unsafe passed.adopt(Array(fds[0..<Int(max(0, count))]), truncated: truncated != 0) }
+            return r
         }
-        passed.adopt(Array(fds[0..<Int(max(0, count))]), truncated: truncated != 0)
         if n > 0 { return .bytes(n) }
         if n == 0 { return .closed }
         return e == EAGAIN || e == EWOULDBLOCK ? .wouldBlock : .failed(e)
