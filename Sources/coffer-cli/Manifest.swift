@@ -181,6 +181,7 @@ struct ManifestCommand: ParsableCommand {
                         + "\"executable\":\(Output.json(a.manifest.executable)),"
                         + "\"executableSHA256\":\(Output.json(Hex.encode(a.manifest.executableSHA256))),"
                         + "\"accessGroups\":[\(a.manifest.accessGroups.map(Output.json).joined(separator: ","))],"
+                        + "\"entitlements\":[\(a.manifest.entitlements.map { Output.json($0.rawValue) }.joined(separator: ","))],"
                         + "\"signedBy\":\(Output.json(a.manifest.signer.description)),\"keyFile\":\(Output.json(a.keyPath))}"
                 }
                 let refused = s.refused.map { "{\"file\":\(Output.json($0.path)),\"reason\":\(Output.json($0.reason))}" }
@@ -191,7 +192,9 @@ struct ManifestCommand: ParsableCommand {
             for k in s.keys { Output.print("trusted key \(k.key) from \(Output.escapedText(k.path))") }
             for a in s.manifests {
                 Output.print("manifest \(Output.escapedText(a.path)): app \(a.manifest.app) for \(Output.escapedText(a.manifest.executable)), "
-                    + "groups \(a.manifest.accessGroups.joined(separator: ", ")); signed by \(Output.escapedText(a.keyPath))")
+                    + "groups \(a.manifest.accessGroups.joined(separator: ", "))"
+                    + (a.manifest.entitlements.isEmpty ? "" : ", entitlements \(a.manifest.entitlements.map(\.rawValue).joined(separator: ", "))")
+                    + "; signed by \(Output.escapedText(a.keyPath))")
             }
             for r in s.refused { Output.print("refused \(Output.escapedText(r.path)): \(Output.escapedText(r.reason))") }
             if s.keys.isEmpty && s.manifests.isEmpty && s.refused.isEmpty { Output.print("no trusted keys and no manifests") }

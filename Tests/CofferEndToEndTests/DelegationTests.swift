@@ -242,6 +242,27 @@ import Testing
         live.stop()
     }
 
+    /// `coffer manifest verify` and `list` show the entitlement (a version-2 manifest); a manifest
+    /// without one is version 1 as before.
+    @Test func theCLIShowsTheEntitlement() throws {
+        let apps = try SignedApps()
+        try apps.sign("frontend", appID: "com.example.frontend", groups: ["fe"], path: Self.selfExecutable, entitlements: ["delegate-identity"])
+        try apps.install("appA", source: Self.sleepPath)
+        try apps.sign("appA", appID: "com.example.a", groups: ["a"])
+        #expect(try String(contentsOfFile: apps.manifestPath("frontend"), encoding: .utf8).hasPrefix("coffer-manifest 2\n"))
+        #expect(try String(contentsOfFile: apps.manifestPath("appA"), encoding: .utf8).hasPrefix("coffer-manifest 1\n"))
+        var r = runCLI(["manifest", "verify", apps.manifestPath("frontend"), "--trusted-keys", apps.keysDir])
+        #expect(r.status == 0 && r.stdout.contains("access-group: fe\nentitlement: delegate-identity\n"), "\(r)")
+        r = runCLI(["manifest", "list", "--no-default-dirs", "--key-dir", apps.keysDir, "--manifest-dir", apps.manifestsDir, "--json"])
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any], "\(r)")
+        let byApp = Dictionary(uniqueKeysWithValues: try #require(json["manifests"] as? [[String: Any]]).map { ($0["app"] as? String ?? "", $0) })
+        #expect(byApp["com.example.frontend"]?["entitlements"] as? [String] == ["delegate-identity"], "\(json)")
+        #expect(byApp["com.example.a"]?["entitlements"] as? [String] == [], "\(json)")
+        r = runCLI(["manifest", "sign", "--key", apps.file("secret/admin"), "--app-id", "x", "--executable", Self.sleepPath, "--group", "x",
+                    "--entitlement", "delegate-everything"])
+        #expect(r.status != 0 && r.stderr.contains("unknown --entitlement"), "\(r)")
+    }
+
     @Test func aFrontEndWithoutTheEntitlementIsRefused() throws {
         let (apps, agent) = try Self.setUp(entitled: false)
         let app = try Sleeper(apps.executable("appA"))
