@@ -206,18 +206,6 @@ import Testing
             #expect(e.status == .param && e.description.contains("malformed message"), "\(what): \(e)")
             #expect(x.closed, "\(what): the connection closes")
         }
-        // A process of another uid.
-        if getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") {
-            let stranger = try Sleeper(Self.sleepPath, launcher: ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
-            let strangerFD = try ProcessHandle.pidfd(of: stranger.pid).release()
-        defer { close(strangerFD) }
-            r = try Self.delegate(agent, descriptors: [strangerFD], pid: stranger.pid, startTime: stranger.startTime)
-            #expect(r.0 == .missingEntitlement && r.closed, "another uid: \(r)")
-            stranger.stop()
-        } else {
-            print("DelegationTests: skipping the other-uid case (needs root to run a process as another uid, and setpriv)")
-        }
-
         // Nothing refused leaked a descriptor, descriptors passed with any other message are closed,
         // and the agent serves on.
         let raw = try UnixSocket.connect(path: agent.socketPath)
@@ -240,6 +228,22 @@ import Testing
             #expect(refusals.contains(reason), "audited: \(reason) in \(refusals)")
         }
         live.stop()
+    }
+
+    static let canRunAsAnotherUser = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+
+    /// A pidfd of another user's process (uid 65534, started through setpriv: only root can).
+    @Test(.enabled(if: canRunAsAnotherUser, "needs root (and setpriv) to start a process of another uid"))
+    func aProcessOfAnotherUserIsRefused() throws {
+        let (_, agent) = try Self.setUp()
+        let stranger = try Sleeper(Self.sleepPath, launcher: ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        let strangerFD = try ProcessHandle.pidfd(of: stranger.pid).release()
+        defer { close(strangerFD) }
+        let r = try Self.delegate(agent, descriptors: [strangerFD], pid: stranger.pid, startTime: stranger.startTime)
+        #expect(r.0 == .missingEntitlement && r.closed, "another uid: \(r)")
+        #expect(auditRecords(agent).contains { ($0["reason"] as? String) == "another-user" && ($0["result"] as? Int) == -34018 })
+        #expect(try Self.connect(agent).whoami().appID == "com.example.frontend", "the agent serves on")
+        stranger.stop()
     }
 
     /// `coffer manifest verify` and `list` show the entitlement (a version-2 manifest); a manifest
