@@ -82,6 +82,67 @@ pid_t coffer_pidfd_pid(int pidfd) {
     return (pid_t)pid;
 }
 
+int coffer_is_pidfd(int fd) {
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0) return -1;
+    target[n] = 0;
+    return strcmp(target, "anon_inode:[pidfd]") == 0 ? 1 : 0;
+}
+
+#define COFFER_MAX_PASSED_FDS 8
+
+long coffer_recv_with_fds(int socket_fd, void *buffer, unsigned long length, int flags,
+                          int *fds, int max_fds, int *fd_count, int *truncated) {
+    union {
+        struct cmsghdr align;
+        char bytes[CMSG_SPACE(sizeof(int) * COFFER_MAX_PASSED_FDS)];
+    } control;
+    struct iovec iov = { .iov_base = buffer, .iov_len = length };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes) };
+    ssize_t n = recvmsg(socket_fd, &msg, flags | MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    if (msg.msg_flags & MSG_CTRUNC) *truncated = 1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        const unsigned char *data = CMSG_DATA(c);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, data + i * sizeof(int), sizeof(int));
+            if (*fd_count < max_fds) {
+                fds[(*fd_count)++] = fd;
+            } else {
+                close(fd);
+                *truncated = 1;
+            }
+        }
+    }
+    return n;
+}
+
+long coffer_send_with_fds(int socket_fd, const void *buffer, unsigned long length, const int *fds, int fd_count) {
+    if (fd_count < 0 || fd_count > COFFER_MAX_PASSED_FDS) { errno = EINVAL; return -1; }
+    union {
+        struct cmsghdr align;
+        char bytes[CMSG_SPACE(sizeof(int) * COFFER_MAX_PASSED_FDS)];
+    } control;
+    memset(&control, 0, sizeof(control));
+    struct iovec iov = { .iov_base = (void *)buffer, .iov_len = length };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (fd_count > 0) {
+        msg.msg_control = control.bytes;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * fd_count);
+    }
+    return sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+}
+
 long coffer_filesystem_type(int fd) {
     struct statfs s;
     if (fstatfs(fd, &s) != 0) return -1;

@@ -139,7 +139,7 @@ package final class Agent: Sendable {
                 }
             })
         schedule = service.schedule
-        pipeline = Pipeline(service: service)
+        pipeline = Pipeline(service: service, resolver: resolver)
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait

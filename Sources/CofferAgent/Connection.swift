@@ -118,15 +118,16 @@ final class Connection: @unchecked Sendable {
                                  bufferedOnly: Bool) -> Result<Frame, ReadEnd> {
         var deadline: Double? = nil
         let idleUntil: Double? = greeted ? nil : connectedAt + limits.helloSeconds
+        let passed = PassedDescriptors()
         // The header on the stack: no allocation per frame.
         let length = withUnsafeTemporaryAllocation(byteCount: headerBytes, alignment: 1) { header -> Result<Int, ReadEnd> in
-            if let end = receive(header, deadline: &deadline, idleUntil: idleUntil, bufferedOnly: bufferedOnly) { return .failure(end) }
+            if let end = receive(header, deadline: &deadline, idleUntil: idleUntil, bufferedOnly: bufferedOnly, passed: passed) { return .failure(end) }
             guard let length = bodyLength(UnsafeRawBufferPointer(header)) else { return .failure(.badLength) }
             return .success(length)
         }
         switch length {
         case .failure(let end): return .failure(end)
-        case .success(let n): return readBody(length: n, deadline: &deadline, budget: budget, bufferedOnly: bufferedOnly)
+        case .success(let n): return readBody(length: n, deadline: &deadline, budget: budget, bufferedOnly: bufferedOnly, passed: passed)
         }
     }
 
@@ -137,11 +138,12 @@ final class Connection: @unchecked Sendable {
         let line = SecureBytes(count: maximumBytes)
         var deadline: Double? = nil
         var count = 0
+        let passed = PassedDescriptors()
         while true {
             var byte: UInt8 = 0
             let end = withUnsafeMutableBytes(of: &byte) {
                 receive($0, deadline: &deadline, idleUntil: greeted || count > 0 ? nil : connectedAt + limits.helloSeconds,
-                        bufferedOnly: bufferedOnly)
+                        bufferedOnly: bufferedOnly, passed: passed)
             }
             if let end { return .failure(end) }
             if byte == UInt8(ascii: "\n") { break }
@@ -150,27 +152,31 @@ final class Connection: @unchecked Sendable {
             count += 1
         }
         defer { line.wipe() }
-        return .success(Frame(body: line.slice(0..<count), grant: .none))
+        return .success(Frame(body: line.slice(0..<count), grant: .none, descriptors: passed))
     }
 
-    private func readBody(length: Int, deadline: inout Double?, budget: FrameBudget, bufferedOnly: Bool) -> Result<Frame, ReadEnd> {
+    private func readBody(length: Int, deadline: inout Double?, budget: FrameBudget, bufferedOnly: Bool,
+                          passed: PassedDescriptors) -> Result<Frame, ReadEnd> {
         let cost = FrameBudget.cost(ofBody: length)
         let waitStarted = Threads.monotonicSeconds()
         guard let grant = budget.acquire(cost, owner: peer.pid, timeout: Self.ioTimeout) else { return .failure(.noBudget) }
         // Waiting for others to free the budget is not this client's delay.
         deadline = deadline.map { $0 + (Threads.monotonicSeconds() - waitStarted) }
         let body = SecureBytes(count: length)
-        if let end = body.withUnsafeMutableBytes({ receive($0, deadline: &deadline, idleUntil: nil, bufferedOnly: bufferedOnly) }) {
+        if let end = body.withUnsafeMutableBytes({ receive($0, deadline: &deadline, idleUntil: nil, bufferedOnly: bufferedOnly, passed: passed) }) {
             budget.release(grant)
             return .failure(end)
         }
-        return .success(Frame(body: body, grant: grant))
+        return .success(Frame(body: body, grant: grant, descriptors: passed))
     }
 
-    /// A frame body read from the client and the frame budget it holds.
+    /// A frame body read from the client, the frame budget it holds, and the descriptors the client
+    /// passed (`SCM_RIGHTS`) while it was read: only a native DELEGATE takes one; every other frame's
+    /// are closed with it (``PassedDescriptors`` closes what nobody took).
     struct Frame {
         let body: SecureBytes
         let grant: FrameBudget.Grant
+        let descriptors: PassedDescriptors
     }
 
     /// Reads exactly `buffer.count` bytes; nil on success, else why not. Until a frame's first byte
@@ -182,11 +188,11 @@ final class Connection: @unchecked Sendable {
     /// data is there does the thread wait in `poll` (a frame already in the socket costs no extra
     /// system call).
     private func receive(_ buffer: UnsafeMutableRawBufferPointer, deadline: inout Double?, idleUntil: Double?,
-                         bufferedOnly: Bool = false) -> ReadEnd? {
+                         bufferedOnly: Bool = false, passed: PassedDescriptors) -> ReadEnd? {
         var off = 0
         while off < buffer.count {
             let dontWait = deadline != nil || idleUntil != nil || bufferedOnly
-            switch UnixSocket.receive(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[off...]), dontWait: dontWait) {
+            switch UnixSocket.receive(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[off...]), dontWait: dontWait, passed: passed) {
             case .bytes(let n):
                 off += n
                 if deadline == nil { deadline = Threads.monotonicSeconds() + limits.frameSeconds }

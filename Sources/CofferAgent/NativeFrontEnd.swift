@@ -43,7 +43,7 @@ struct NativeFrontEnd: ConnectionHandler {
                 return
             }
             defer { server.release(frame) }
-            guard let sent = server.request({ handle(frame: frame.body, session: &session, on: conn, budget: server.budget, replying: replying) })
+            guard let sent = server.request({ handle(frame: frame, session: &session, on: conn, budget: server.budget, replying: replying) })
             else { return }
             if session.mustClose { return }
             if !sent { replying = false }
@@ -52,16 +52,32 @@ struct NativeFrontEnd: ConnectionHandler {
 
     /// Decodes one frame body, runs it through the pipeline, sends the reply. False if the reply could not be sent.
     /// `replying` false: run the request but send nothing (an earlier reply could not be sent).
-    private func handle(frame body: SecureBytes, session: inout Session, on conn: Connection, budget: FrameBudget, replying: Bool) -> Bool {
+    /// Descriptors passed with the frame (`SCM_RIGHTS`) go to a DELEGATE only; any other frame's are
+    /// closed before its reply is sent.
+    private func handle(frame: Connection.Frame, session: inout Session, on conn: Connection, budget: FrameBudget, replying: Bool) -> Bool {
+        let body = frame.body
+        let firstAfterHello = session.isGreeted && !session.hasRequestAfterHello
+        if session.isGreeted { session.noteRequestAfterHello() }
         let requestID: UInt32
         let request: AgentRequest
         do {
             (requestID, request) = try body.withUnsafeBytes { b throws(ProtocolError) in try AgentRequest.decodeBody(b) }
         } catch {
+            frame.descriptors.closeAll()
             let id = body.withUnsafeBytes { WireFormat.requestID(ofBody: $0) } ?? 0
             let response = pipeline.refuse(error, session: &session)
+            // A DELEGATE that does not decode closes like every refused DELEGATE: the front end must
+            // not go on under its own identity.
+            if body.withUnsafeBytes({ $0.first }) == MessageType.delegate.rawValue { session.close() }
             return replying && reply(response, id: id, on: conn)
         }
+        if case .delegate(let pid, let startTime) = request, session.isGreeted {
+            let response = pipeline.delegate(pid: pid, startTime: startTime, descriptors: frame.descriptors,
+                                             firstAfterHello: firstAfterHello, session: &session)
+            return replying && reply(response, id: requestID, on: conn)
+        }
+        // Closed before the reply goes out: once a client has its reply, the agent holds nothing it passed.
+        frame.descriptors.closeAll()
         if case .authResponse = request, session.isGreeted {
             // An answer to an authentication that already ended (the person touched the sensor while
             // typing): nothing waits for it, and it gets no reply. Its passcode is wiped with the frame.

@@ -1,4 +1,5 @@
 import CofferCrypto
+import CofferIdentity
 import CofferKeybag
 import CofferKeychain
 import CofferModel
@@ -6,6 +7,7 @@ import CofferPolicy
 import CofferProtocol
 import CofferService
 import CofferSystem
+import Glibc
 import Logging
 
 /// The native protocol's adapter onto the service core, without a socket: one decoded request and its
@@ -19,9 +21,15 @@ import Logging
 final class Pipeline: Sendable {
     /// The service core every front end shares.
     let service: KeychainService
+    /// Identifies the process a DELEGATE hands over (nil: DELEGATE is refused, as by an agent that
+    /// identifies no caller).
+    let resolver: IdentityResolver?
     var logger: Logger { service.logger }
 
-    init(service: KeychainService) { self.service = service }
+    init(service: KeychainService, resolver: IdentityResolver? = nil) {
+        self.service = service
+        self.resolver = resolver
+    }
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
     /// then sends this reply and closes, and a session already closing runs nothing more.
@@ -122,6 +130,9 @@ final class Pipeline: Sendable {
             return .laResult(service.evaluate(policy, reason: reason, &session.context, channel))
         case .hello:
             throw .param("HELLO was already received")
+        case .delegate:
+            // Reached only without the frame's descriptors (the server sends DELEGATE to ``delegate``).
+            throw .param("DELEGATE must carry the process's pidfd")
         case .status:
             return .status(try service.status())
         case .unlock(let passcode):
@@ -178,6 +189,57 @@ final class Pipeline: Sendable {
             session.wantsEvents = true
             return .ok
         }
+    }
+
+    /// DELEGATE (WireProtocol.md, Delegated identity): a front end whose manifest grants
+    /// `delegate-identity` hands over, as its first request after HELLO, the process it serves as a
+    /// pidfd (`descriptors`: what arrived with the frame); the agent identifies that process itself
+    /// and from then on the connection is that process's. The checks, in order, and their statuses:
+    /// not the first request after HELLO, -50; the front end not entitled, -34018; no descriptor or
+    /// several, -50; not a pidfd, -50; a process of another uid, -34018; a process that is gone, is
+    /// not `pid`, or has another start time (or cannot be identified), -25291. Every refusal closes
+    /// the connection after its reply (a front end never goes on under its own identity by mistake);
+    /// every outcome is audited (operation `delegate`, the front end as the caller).
+    func delegate(pid: Int32, startTime: UInt64, descriptors: PassedDescriptors, firstAfterHello: Bool,
+                  session: inout Session) -> AgentResponse {
+        guard !session.mustClose else { return .error(.param("the connection is closing")) }
+        let frontEnd = session.caller
+        func refuse(_ error: SecError, _ why: String) -> AgentResponse {
+            descriptors.closeAll()
+            session.close()
+            service.auditDelegation(by: frontEnd, for: nil, status: error.status, refusal: why)
+            logger.notice("refused a DELEGATE", metadata: ["peer": "\(session.peer)", "caller": "\(frontEnd)", "why": "\(error)"])
+            return .error(error)
+        }
+        guard firstAfterHello else {
+            return refuse(.param(session.delegatedBy != nil ? "DELEGATE was already received on this connection"
+                                    : "DELEGATE must be the first request after HELLO"), "not-first")
+        }
+        guard frontEnd.mayDelegate, let resolver else {
+            return refuse(SecError(.missingEntitlement, "the caller's manifest does not grant the delegate-identity entitlement"), "not-entitled")
+        }
+        let count = descriptors.count, overflowed = descriptors.overflowed
+        guard let pidfd = descriptors.takeOnly() else {
+            return count == 0 && !overflowed
+                ? refuse(.param("DELEGATE carries no descriptor (pass the process's pidfd with SCM_RIGHTS)"), "no-descriptor")
+                : refuse(.param("DELEGATE carries several descriptors (pass exactly one: the process's pidfd)"), "several-descriptors")
+        }
+        let delegated: CallerIdentity
+        do {
+            delegated = try resolver.identify(pidfd: pidfd, pid: pid, uid: getuid(), startTime: startTime)
+        } catch {
+            switch error.underlying.errno {
+            case EBADF: return refuse(.param("the descriptor DELEGATE carries is not a pidfd"), "not-a-pidfd")
+            case EACCES: return refuse(SecError(.missingEntitlement, "the process DELEGATE names is another user's"), "another-user")
+            default:
+                return refuse(SecError(.notAvailable, "the process DELEGATE names is gone, or is not the one its pid and start time describe"),
+                              "gone")
+            }
+        }
+        session.delegate(to: delegated)
+        service.auditDelegation(by: frontEnd, for: delegated, status: .success)
+        logger.info("delegated identity", metadata: ["peer": "\(session.peer)", "front end": "\(frontEnd)", "caller": "\(delegated)"])
+        return .ok
     }
 
     /// A budget of findings for one CHECK_REPORT(_PAGE) frame after `header` bytes.

@@ -11,8 +11,15 @@ struct Session: Sendable {
     let peer: PeerIdentity
     /// The caller and what this connection has been authorized to do (the core's state).
     var context: CallerContext
-    /// The caller's identity, established once when the connection was accepted (CofferIdentity).
+    /// The caller's identity, established once when the connection was accepted (CofferIdentity), or
+    /// the delegated process's once a DELEGATE was accepted.
     var caller: CallerIdentity { context.caller }
+    /// The front end that delegated this connection (the identity the connection was accepted
+    /// with), once a DELEGATE was accepted; nil otherwise.
+    private(set) var delegatedBy: CallerIdentity? = nil
+    /// True once a request after HELLO was read (DELEGATE or any other, a malformed one included):
+    /// DELEGATE is allowed only before that.
+    private(set) var hasRequestAfterHello = false
     /// The protocol version agreed in HELLO; nil until HELLO was accepted.
     private(set) var protocolVersion: UInt16? = nil
     /// The client's self-description from HELLO (for logs; never trusted).
@@ -35,6 +42,16 @@ struct Session: Sendable {
     mutating func greeted(version: UInt16, clientName: String) {
         protocolVersion = version
         self.clientName = clientName
+    }
+
+    /// Notes a request read after HELLO (call before handling it; HELLO itself is not one).
+    mutating func noteRequestAfterHello() { hasRequestAfterHello = true }
+
+    /// From now on the connection's caller is `delegate` (its access groups, never the front end's),
+    /// with a fresh authorization state. The front end's identity is kept in ``delegatedBy``.
+    mutating func delegate(to delegate: CallerIdentity) {
+        delegatedBy = context.caller
+        context = CallerContext(caller: delegate)
     }
 
     /// Ends the conversation after the current reply.

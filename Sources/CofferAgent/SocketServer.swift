@@ -125,8 +125,11 @@ final class SocketServer: Sendable {
         conn.readFrame(greeted: greeted, spinMicros: replying ? spinBudget() : 0, budget: budget, bufferedOnly: !replying)
     }
 
-    /// Gives a frame's budget back.
-    func release(_ frame: Connection.Frame) { budget.release(frame.grant) }
+    /// Gives a frame's budget back and closes the descriptors passed with it that nobody took.
+    func release(_ frame: Connection.Frame) {
+        budget.release(frame.grant)
+        frame.descriptors.closeAll()
+    }
 
     /// Serves a conversation in which every frame is one request (the ssh-agent protocol, a line
     /// protocol): reads frames (the first within the first-frame limit) until the peer closes, breaks

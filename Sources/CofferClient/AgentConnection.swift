@@ -311,6 +311,23 @@ public final class AgentConnection {
 
     // MARK: Framing
 
+    /// DELEGATE, for a front end whose manifest grants `delegate-identity` (WireProtocol.md,
+    /// Delegated identity): must be the first request on this connection. Hands the agent the
+    /// process behind `pidfd` (a pidfd the caller keeps, and closes when it likes), which the caller
+    /// says is `pid` with start time `startTime` (field 22 of `/proc/PID/stat`, read when the caller
+    /// learned the pid, before it opened the pidfd); from then on this connection acts as that process, with
+    /// its access groups. A refusal closes the connection (-34018 not entitled or another user's
+    /// process, -25291 a process that is gone or not the one described, -50 otherwise).
+    public func delegate(pidfd: Int32, pid: Int32, startTime: UInt64) throws(SecError) {
+        try delegate(descriptors: [pidfd], pid: pid, startTime: startTime)
+    }
+
+    /// DELEGATE with any number of descriptors beside it (tests of the agent's refusals).
+    package func delegate(descriptors: [Int32], pid: Int32, startTime: UInt64) throws(SecError) {
+        let r = try roundTrip(.delegate(pid: pid, startTime: startTime), passing: descriptors)
+        guard case .ok = r else { throw unexpected(r) }
+    }
+
     private func expectOK(_ request: AgentRequest) throws(SecError) {
         let r = try roundTrip(request)
         guard case .ok = r else { throw unexpected(r) }
@@ -326,17 +343,17 @@ public final class AgentConnection {
         return id
     }
 
-    private func send(_ request: AgentRequest, id: UInt32) throws(SecError) {
+    private func send(_ request: AgentRequest, id: UInt32, passing descriptors: [Int32] = []) throws(SecError) {
         var frame = request.encodeFrame(requestID: id)
-        let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
+        let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0, passing: descriptors) }
         if request.carriesSecret { secureZero(&frame) }
         guard sent else { throw closed() }
     }
 
     /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
-    private func roundTrip(_ request: AgentRequest) throws(SecError) -> AgentResponse {
+    private func roundTrip(_ request: AgentRequest, passing descriptors: [Int32] = []) throws(SecError) -> AgentResponse {
         let id = takeID()
-        try send(request, id: id)
+        try send(request, id: id, passing: descriptors)
         if helloPending {
             // The agent answers in order: HELLO's reply first. If it refused HELLO it has closed,
             // without running the request.

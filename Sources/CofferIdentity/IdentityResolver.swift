@@ -91,16 +91,41 @@ package struct IdentityResolver: Sendable {
     /// Without `startTime` it is read just before pinning, so only a process that changes between
     /// that read and the pidfd is caught: a caller that can record the start time earlier should.
     package func identify(pid: Int32, uid: UInt32, startTime: UInt64?) throws(IdentityError) -> CallerIdentity {
-        func changed(_ why: String) -> IdentityError { IdentityError(SystemError(refusing: "pid \(pid)", why, errno: ESRCH)) }
-        guard let expected = startTime ?? Self.startTime(ofPID: pid) else { throw changed("is not a live process") }
+        guard let expected = startTime ?? Self.startTime(ofPID: pid) else {
+            throw IdentityError(SystemError(refusing: "pid \(pid)", "is not a live process", errno: ESRCH))
+        }
         let process: ProcessHandle
         do { process = try ProcessHandle.open(pid: pid) } catch { throw IdentityError(error) }
+        try Self.recheck(process, pid: pid, uid: uid, startTime: expected)
+        return try identify(process)
+    }
+
+    /// The identity of the process behind `pidfd`, handed over by a front end (DELEGATE) that says it
+    /// is `pid` with start time `startTime` (read when the front end learned of it), checked again
+    /// through the pidfd with the uid, which must be `uid` (the agent's user), as in
+    /// ``identify(pid:uid:startTime:)``. The errors' errno tells the refusals apart: EBADF for a
+    /// descriptor that is not a pidfd, EACCES for a process of another uid, ESRCH or another for a
+    /// process that is gone or is not the one described.
+    package func identify(pidfd: consuming FileDescriptor, pid: Int32, uid: UInt32, startTime: UInt64) throws(IdentityError) -> CallerIdentity {
+        guard ProcessHandle.isPIDFD(pidfd) else {
+            throw IdentityError(SystemError(refusing: "the descriptor passed", "is not a pidfd", errno: EBADF))
+        }
+        let process: ProcessHandle
+        do { process = try ProcessHandle.open(pidfd: pidfd) } catch { throw IdentityError(error) }
+        try Self.recheck(process, pid: pid, uid: uid, startTime: startTime)
+        return try identify(process)
+    }
+
+    /// Checks through the pinned `process` what the caller knew of it: its pid, its effective uid
+    /// (EACCES when it is another's) and its start time (`/proc/PID/stat` field 22).
+    private static func recheck(_ process: borrowing ProcessHandle, pid: Int32, uid: UInt32, startTime expected: UInt64) throws(IdentityError) {
+        func changed(_ why: String, errno: Int32 = ESRCH) -> IdentityError { IdentityError(SystemError(refusing: "pid \(pid)", why, errno: errno)) }
+        guard process.pid == pid else { throw changed("is not the process behind the pidfd") }
+        guard process.uid == uid else { throw changed("is not of uid \(uid)", errno: EACCES) }
         let stat: [UInt8]
         do { stat = try process.read("stat", maximumBytes: 4096) } catch { throw IdentityError(error) }
         guard let fields = LoginSessions.parseStat(stat[...]), fields.pid == pid else { throw changed("has an unreadable stat line") }
         guard fields.startTime == expected else { throw changed("is another process than the one that had it (another start time)") }
-        guard process.uid == uid else { throw changed("is not of uid \(uid)") }
-        return try identify(process)
     }
 
     /// The start time of the live process `pid` (clock ticks after boot), for ``identify(pid:uid:startTime:)``.
@@ -192,7 +217,8 @@ package struct IdentityResolver: Sendable {
         let candidates = manifests.manifests(forExecutable: path)
         for m in candidates where m.matches(executablePath: pathBytes, sha256: digest) {
             return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .signedManifest(appID: m.app),
-                                  accessGroups: m.accessGroups, executable: path, sessionID: sessionID, session: session)
+                                  accessGroups: m.accessGroups, executable: path, sessionID: sessionID, session: session,
+                                  mayDelegate: m.entitlements.contains(.delegateIdentity))
         }
         return unsigned(path, candidates.isEmpty ? .noMatchingManifest : .executableChanged)
     }

@@ -1,10 +1,10 @@
 import CofferCrypto
 public import CofferModel
 
-/// A signed app manifest, format version 1 (see the ManifestFormat article): which executable an app
-/// is, and which keychain access groups it may use.
+/// A signed app manifest, format version 1 or 2 (see the ManifestFormat article): which executable an
+/// app is, which keychain access groups it may use, and (version 2) which entitlements it has.
 ///
-/// A `Manifest` only comes from ``parse(_:)-([UInt8])`` or ``sign(app:executable:executableSHA256:accessGroups:secretKey:)``,
+/// A `Manifest` only comes from ``parse(_:)-([UInt8])`` or ``sign(app:executable:executableSHA256:accessGroups:entitlements:secretKey:)``,
 /// so every value is valid and has exactly one encoding: `try Manifest.parse(x).encoded() == x`.
 /// Parsing does not check the signature: call ``verify(trusting:)`` before believing anything in it.
 public struct Manifest: Equatable, Sendable {
@@ -19,6 +19,14 @@ public struct Manifest: Equatable, Sendable {
     public static let maximumPathBytes = 4096
     /// The first line of every version-1 manifest.
     public static let header = "coffer-manifest 1"
+    /// The first line of every version-2 manifest (version 1 plus `entitlement` lines).
+    public static let header2 = "coffer-manifest 2"
+
+    /// The format version: 1, or 2 (which carries ``entitlements``): 2 exactly when there are entitlements.
+    public let version: Int
+    /// The entitlements the manifest grants, in manifest order, no duplicates: empty in version 1, at
+    /// least one in version 2.
+    public let entitlements: [ManifestEntitlement]
 
     /// The app identifier (reverse DNS by convention, e.g. `com.example.mail`).
     public let app: String
@@ -46,20 +54,21 @@ public struct Manifest: Equatable, Sendable {
 
     /// The canonical encoding: the only byte sequence that parses to this manifest.
     public func encoded() -> [UInt8] {
-        var out = Manifest.unsignedText(app: app, executable: executable, executableSHA256: executableSHA256,
-                                        accessGroups: accessGroups, signer: signer.bytes)
+        var out = Manifest.unsignedText(version: version, app: app, executable: executable, executableSHA256: executableSHA256,
+                                        accessGroups: accessGroups, entitlements: entitlements, signer: signer.bytes)
         out += Array("\(ManifestField.signature.rawValue): \(Hex.encode(signature))\n".utf8)
         return out
     }
 
     /// Lines 1 to `signed-by`, each with its LF: the bytes a signer signs.
-    static func unsignedText(app: String, executable: String, executableSHA256: [UInt8],
-                             accessGroups: [String], signer: [UInt8]) -> [UInt8] {
-        var text = "\(header)\n"
+    static func unsignedText(version: Int, app: String, executable: String, executableSHA256: [UInt8],
+                             accessGroups: [String], entitlements: [ManifestEntitlement], signer: [UInt8]) -> [UInt8] {
+        var text = "\(version == 2 ? header2 : header)\n"
         text += "\(ManifestField.app.rawValue): \(app)\n"
         text += "\(ManifestField.executable.rawValue): \(executable)\n"
         text += "\(ManifestField.executableSHA256.rawValue): \(Hex.encode(executableSHA256))\n"
         for g in accessGroups { text += "\(ManifestField.accessGroup.rawValue): \(g)\n" }
+        for e in entitlements { text += "\(ManifestField.entitlement.rawValue): \(e.rawValue)\n" }
         text += "\(ManifestField.signedBy.rawValue): \(Hex.encode(signer))\n"
         return Array(text.utf8)
     }
@@ -92,8 +101,18 @@ public enum ManifestField: String, Sendable, CaseIterable {
     case executable
     case executableSHA256 = "executable-sha256"
     case accessGroup = "access-group"
+    /// Version 2 only: zero or more, after the access groups.
+    case entitlement
     case signedBy = "signed-by"
     case signature
+}
+
+/// An entitlement a version-2 manifest can grant (the value of an `entitlement` line).
+public enum ManifestEntitlement: String, Sendable, CaseIterable {
+    /// The app may send DELEGATE (WireProtocol.md, Delegated identity): hand the agent another live
+    /// process of the same user, whose identity its connection then takes. For front ends that
+    /// serve other processes (the Secret Service bridge), never for an ordinary app.
+    case delegateIdentity = "delegate-identity"
 }
 
 /// Why a manifest was refused. Stable: the agent and tools match on these cases, and the spec's
@@ -146,7 +165,7 @@ public enum ManifestError: Error, Equatable, Sendable, CustomStringConvertible {
 public enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
     /// Line 1 is not `coffer-manifest 1` (and not another version number either).
     case badHeader
-    /// Line 1 is `coffer-manifest N` for a version other than 1.
+    /// Line 1 is `coffer-manifest N` for a version other than 1 and 2.
     case unsupportedVersion
     /// The line (the last one) does not end with LF.
     case missingNewline
@@ -172,6 +191,8 @@ public enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
     case duplicateAccessGroup
     /// A 65th `access-group` line.
     case tooManyAccessGroups
+    /// An entitlement is listed twice.
+    case duplicateEntitlement
     /// Something follows the signature line.
     case trailingData
 
@@ -192,6 +213,7 @@ public enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
         case .badValue(let f): "bad-value \(f.rawValue)"
         case .duplicateAccessGroup: "duplicate-access-group"
         case .tooManyAccessGroups: "too-many-access-groups"
+        case .duplicateEntitlement: "duplicate-entitlement"
         case .trailingData: "trailing-data"
         }
     }
@@ -200,14 +222,14 @@ public enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .badHeader: "the first line must be exactly \"\(Manifest.header)\""
-        case .unsupportedVersion: "unsupported manifest version (this parser reads version 1)"
+        case .unsupportedVersion: "unsupported manifest version (this parser reads versions 1 and 2)"
         case .missingNewline: "the last line does not end with a newline (LF)"
         case .emptyLine: "empty line"
         case .carriageReturn: "carriage return in the line (lines end with LF only)"
         case .controlCharacter: "control or bidirectional formatting character in the line"
         case .notUTF8: "the line is not valid UTF-8"
         case .trailingSpace: "the line ends with a space"
-        case .expectedField(.signedBy): "expected access-group or signed-by"
+        case .expectedField(.signedBy): "expected access-group, entitlement (version 2) or signed-by"
         case .expectedField(let f): "expected \(f.rawValue)"
         case .missingField(let f): "the manifest ends where \(f.rawValue) must come"
         case .badSeparator(let f): "\(f.rawValue) must be followed by a colon, one space and the value"
@@ -219,9 +241,11 @@ public enum ManifestProblem: Equatable, Sendable, CustomStringConvertible {
                 "executable must be an absolute path of at most \(Manifest.maximumPathBytes) bytes with no empty, \".\" or \"..\" components"
             case .executableSHA256, .signedBy: "\(f.rawValue) must be 64 lowercase hex digits"
             case .signature: "signature must be 128 lowercase hex digits"
+            case .entitlement: "entitlement must be one of: \(ManifestEntitlement.allCases.map(\.rawValue).joined(separator: ", "))"
             }
         case .duplicateAccessGroup: "access-group listed twice"
         case .tooManyAccessGroups: "more than \(Manifest.maximumAccessGroups) access-group lines"
+        case .duplicateEntitlement: "entitlement listed twice"
         case .trailingData: "data after the signature line"
         }
     }
@@ -237,7 +261,14 @@ extension Manifest {
 
         guard !lines.atEnd else { throw .malformed(line: 1, .badHeader) }
         let first = try lines.next()
-        guard first.elementsEqual(header.utf8) else { throw .malformed(line: 1, headerProblem(first)) }
+        let version: Int
+        if first.elementsEqual(header.utf8) {
+            version = 1
+        } else if first.elementsEqual(header2.utf8) {
+            version = 2
+        } else {
+            throw .malformed(line: 1, headerProblem(first))
+        }
 
         let app = try lines.value(of: .app)
         guard Syntax.isName(app) else { throw lines.problem(.badValue(.app)) }
@@ -254,10 +285,20 @@ extension Manifest {
         guard Syntax.isAccessGroup(firstGroup) else { throw lines.problem(.badValue(.accessGroup)) }
         groups.append(String(decoding: firstGroup, as: UTF8.self))
         seen.insert(groups[0])
+        var entitlements: [ManifestEntitlement] = []
         let signerHex: ArraySlice<UInt8>
         while true {
             let line = try lines.next(expecting: .signedBy)
-            if LineReader.key(of: line, is: .accessGroup) {
+            if version == 2, LineReader.key(of: line, is: .entitlement) {
+                let v = try lines.value(in: line, of: .entitlement)
+                guard let e = ManifestEntitlement(rawValue: String(decoding: v, as: UTF8.self)) else {
+                    throw lines.problem(.badValue(.entitlement))
+                }
+                guard !entitlements.contains(e) else { throw lines.problem(.duplicateEntitlement) }
+                entitlements.append(e)
+                continue
+            }
+            if entitlements.isEmpty, LineReader.key(of: line, is: .accessGroup) {
                 guard groups.count < maximumAccessGroups else { throw lines.problem(.tooManyAccessGroups) }
                 let v = try lines.value(in: line, of: .accessGroup)
                 guard Syntax.isAccessGroup(v) else { throw lines.problem(.badValue(.accessGroup)) }
@@ -266,6 +307,9 @@ extension Manifest {
                 groups.append(g)
                 continue
             }
+            // Version 2 exists for its entitlements: one without any would mean what version 1 says
+            // (two encodings of one manifest), so it has at least one.
+            if version == 2, entitlements.isEmpty { throw lines.problem(.expectedField(.entitlement)) }
             guard LineReader.key(of: line, is: .signedBy) else { throw lines.problem(.expectedField(.signedBy)) }
             signerHex = try lines.value(in: line, of: .signedBy)
             break
@@ -280,7 +324,7 @@ extension Manifest {
         }
         guard lines.atEnd else { throw .malformed(line: lines.number + 1, .trailingData) }
 
-        return Manifest(app: String(decoding: app, as: UTF8.self),
+        return Manifest(version: version, entitlements: entitlements, app: String(decoding: app, as: UTF8.self),
                         executable: String(decoding: executable, as: UTF8.self),
                         executableSHA256: digest, accessGroups: groups,
                         signer: SignerKey(signer)!, signature: signature,
@@ -293,7 +337,7 @@ extension Manifest {
         return try parse(Array(input))
     }
 
-    /// `coffer-manifest` followed by a version number other than 1 is a version this code does not read.
+    /// `coffer-manifest` followed by a version number other than 1 and 2 is a version this code does not read.
     private static func headerProblem(_ line: ArraySlice<UInt8>) -> ManifestProblem {
         let prefix = Array("coffer-manifest ".utf8)
         guard line.count > prefix.count, line.starts(with: prefix),
@@ -313,6 +357,7 @@ extension Manifest {
         case .executable: return Syntax.isPath(v) ? nil : .badValue(field)
         case .executableSHA256, .signedBy: return Hex.decodeLowercase(v, byteCount: 32) != nil ? nil : .badValue(field)
         case .signature: return Hex.decodeLowercase(v, byteCount: 64) != nil ? nil : .badValue(field)
+        case .entitlement: return ManifestEntitlement(rawValue: String(decoding: v, as: UTF8.self)) != nil ? nil : .badValue(field)
         }
     }
 }

@@ -62,6 +62,10 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     /// The peer's session as something that cannot be recreated (see ``LoginSession``), which keys an
     /// authorization's reuse window; nil if the session's leader is gone or the session is unknown.
     public let session: LoginSession?
+    /// True if the caller's verified manifest grants the `delegate-identity` entitlement: it may
+    /// hand the agent another process of its user (DELEGATE), whose identity its connection then
+    /// takes. Only a signed manifest grants it (a Flatpak app or an unsigned caller never has it).
+    public let mayDelegate: Bool
 
     /// One terminal session, told apart from every later session with the same id: a session id is
     /// the pid of the process that called `setsid()`, and a pid comes back, but a pid together with
@@ -89,7 +93,8 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     }
 
     public init(pid: Int32, uid: UInt32, establishedBy: Establishment, accessGroups: [String],
-                executable: String? = nil, sessionID: Int32? = nil, session: LoginSession? = nil) {
+                executable: String? = nil, sessionID: Int32? = nil, session: LoginSession? = nil, mayDelegate: Bool = false) {
+        self.mayDelegate = mayDelegate
         self.pid = pid
         self.uid = uid
         self.establishedBy = establishedBy

@@ -68,6 +68,12 @@ public enum AgentRequest: Sendable {
     /// `attributes`' `type` and `bsiz`) or imported through it (`key`: the private key in the ssh-agent
     /// wire form). The key is non-extractable: the reply never carries its private half.
     case keyCreate(KeyCreation, attributes: Attributes, ReturnFlags)
+    /// DELEGATE: a front end (a caller whose manifest grants `delegate-identity`) hands the agent,
+    /// as the first request after HELLO, the process it serves: a pidfd passed with `SCM_RIGHTS`
+    /// beside this frame, and the pid and start time (field 22 of `/proc/PID/stat`, clock ticks after
+    /// boot) the front end read for it, which the agent checks again through the pidfd. From then on
+    /// the connection's caller is that process (WireProtocol.md, Delegated identity).
+    case delegate(pid: Int32, startTime: UInt64)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -94,6 +100,10 @@ public enum AgentRequest: Sendable {
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
         case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
+        case .delegate(let pid, let startTime):
+            var f = FrameBuilder(type: .delegate, requestID: requestID, payloadCapacity: 12)
+            f.w.u32(UInt32(bitPattern: pid)); f.w.u64(startTime)
+            return f.finish()
         case .authOptions(let o):
             var f = FrameBuilder(type: .authOptions, requestID: requestID,
                                  payloadCapacity: 17 + o.operationPrompt.utf8.count + (o.passcode?.count ?? 0) + (o.applicationPassword?.count ?? 0))
@@ -237,6 +247,10 @@ public enum AgentRequest: Sendable {
         case .lock: request = .lock
         case .subscribe: request = .subscribe
         case .whoami: request = .whoami
+        case .delegate:
+            let pid = try r.u32("pid")
+            guard pid > 0, pid <= UInt32(Int32.max) else { throw ProtocolError("DELEGATE: the pid must be from 1 to 2147483647") }
+            request = .delegate(pid: Int32(pid), startTime: try r.u64("start time"))
         case .authorize:
             let group = try r.sstr("access group")
             guard !group.isEmpty else { throw ProtocolError("empty access group") }

@@ -121,6 +121,10 @@ package struct ProcessHandle: ~Copyable {
         return handle
     }
 
+    /// True if `fd` is a pidfd (checked before any pidfd call on a descriptor another process handed
+    /// over: a pidfd ioctl on an arbitrary device is not something to try).
+    package static func isPIDFD(_ fd: borrowing FileDescriptor) -> Bool { coffer_is_pidfd(fd.rawValue) == 1 }
+
     /// True while the process has not been reaped (a zombie counts: it still holds its pid).
     /// Checked after reading anything about the process: true means every read was of this process.
     package func isAlive() -> Bool { coffer_pidfd_alive(pidfd.rawValue) == 1 }

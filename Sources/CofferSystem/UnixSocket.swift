@@ -31,6 +31,45 @@ package struct PeerIdentity: Sendable, Equatable, CustomStringConvertible {
     package var description: String { "pid \(pid) uid \(uid) \(executable ?? "?")" }
 }
 
+/// Descriptors a peer passed with `SCM_RIGHTS` while one frame was read: owned here until taken,
+/// closed when this goes (so a descriptor nobody asked for never stays open in the agent).
+/// Used by the reading thread only.
+package final class PassedDescriptors: @unchecked Sendable {
+    // @unchecked Sendable: one frame's reader owns it (a frame is read and handled on one thread).
+    /// Most descriptors one receive takes; more in one message are closed and mark it ``overflowed``.
+    package static let maximum = 8
+    private var fds: [Int32] = []
+    /// True if the peer passed more descriptors than could be taken (they were closed on arrival).
+    package private(set) var overflowed = false
+
+    package init() {}
+
+    /// How many descriptors arrived (not counting those closed on arrival).
+    package var count: Int { fds.count }
+
+    /// Takes ownership of `received`.
+    func adopt(_ received: [Int32], truncated: Bool) {
+        fds += received
+        if truncated { overflowed = true }
+    }
+
+    /// Hands over the one descriptor that arrived; nil (the rest closed) if none did, or several
+    /// (or more than could be taken) did.
+    package func takeOnly() -> FileDescriptor? {
+        guard fds.count == 1, !overflowed else { closeAll(); return nil }
+        let fd = fds.removeFirst()
+        return FileDescriptor(adopting: fd)
+    }
+
+    /// Closes every descriptor still held.
+    package func closeAll() {
+        for fd in fds { _ = Glibc.close(fd) }
+        fds = []
+    }
+
+    deinit { closeAll() }
+}
+
 /// Unix stream sockets: the only Swift code making raw socket calls.
 package enum UnixSocket {
     /// Longest socket path (sun_path minus the terminator).
@@ -156,6 +195,39 @@ package enum UnixSocket {
         if n > 0 { return .bytes(n) }
         if n == 0 { return .closed }
         return e == EAGAIN || e == EWOULDBLOCK ? .wouldBlock : .failed(e)
+    }
+
+    /// One `recvmsg` into `buffer`, as ``receive(_:into:dontWait:)``, that also takes the descriptors
+    /// passed with these bytes (`SCM_RIGHTS`) into `passed`, which owns them from then on (the kernel
+    /// installs them in this process whether or not anyone wants them: whoever reads a socket a peer
+    /// may pass descriptors on must take them, or close them, or they leak).
+    package static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, dontWait: Bool,
+                                passed: PassedDescriptors) -> Received {
+        guard buffer.count > 0 else { return .bytes(0) }
+        // The descriptors land on the stack: a frame without any costs no allocation.
+        let (n, e) = unsafe withUnsafeTemporaryAllocation(of: Int32.self, capacity: PassedDescriptors.maximum) { fds in
+            var count: Int32 = 0, truncated: Int32 = 0
+            let r = Syscall.result {
+                unsafe Int(coffer_recv_with_fds(fd, buffer.baseAddress!, UInt(buffer.count), dontWait ? Int32(MSG_DONTWAIT) : 0,
+                                                fds.baseAddress!, Int32(fds.count), &count, &truncated))
+            }
+            if count > 0 || truncated != 0 { unsafe passed.adopt(Array(fds[0..<Int(max(0, count))]), truncated: truncated != 0) }
+            return r
+        }
+        if n > 0 { return .bytes(n) }
+        if n == 0 { return .closed }
+        return e == EAGAIN || e == EWOULDBLOCK ? .wouldBlock : .failed(e)
+    }
+
+    /// Writes every byte of `bytes`, the first `sendmsg` carrying `descriptors` (at most
+    /// ``PassedDescriptors/maximum``) as `SCM_RIGHTS`: the receiver gets them with the first bytes.
+    /// The descriptors stay open here. False if the peer is gone or the send failed.
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, passing descriptors: [Int32]) -> Bool {
+        guard !descriptors.isEmpty else { return unsafe writeAll(fd, bytes) }
+        guard descriptors.count <= PassedDescriptors.maximum, bytes.count > 0 else { return false }
+        let (n, _) = Syscall.result { unsafe Int(coffer_send_with_fds(fd, bytes.baseAddress!, UInt(bytes.count), descriptors, Int32(descriptors.count))) }
+        guard n > 0 else { return false }
+        return unsafe n == bytes.count || writeAll(fd, UnsafeRawBufferPointer(rebasing: bytes[n...]))
     }
 
     /// Waits up to `timeoutMillis` for `fd` to become readable (or closed); true if it did. An

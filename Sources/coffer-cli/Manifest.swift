@@ -48,6 +48,9 @@ struct ManifestCommand: ParsableCommand {
         @Option(name: .customLong("app-id"), help: "The app identifier, e.g. com.example.mail.") var appID: String
         @Option(help: "The executable the manifest is for.") var executable: String
         @Option(name: .customLong("group"), help: "An access group (repeat; the first is the default group).") var groups: [String] = []
+        @Option(name: .customLong("entitlement"),
+                help: "An entitlement to grant (repeat): delegate-identity (a front end that serves other processes; version-2 manifest).")
+        var entitlements: [String] = []
         @Option(help: "Write the manifest here (default: standard output).") var out: String?
         @Option(name: .customLong("installed-as"),
                 help: "The absolute, resolved path the executable will run from, when it is signed elsewhere (a staging tree).")
@@ -56,6 +59,9 @@ struct ManifestCommand: ParsableCommand {
 
         func validate() throws {
             guard !groups.isEmpty else { throw ValidationError("give at least one --group") }
+            for e in entitlements where ManifestEntitlement(rawValue: e) == nil {
+                throw ValidationError("unknown --entitlement (known: \(ManifestEntitlement.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
             if let installedAs, !installedAs.hasPrefix("/") || installedAs.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) {
                 throw ValidationError("--installed-as needs an absolute path without . or .. components")
             }
@@ -84,7 +90,8 @@ struct ManifestCommand: ParsableCommand {
                 let manifest: Manifest
                 do throws(ManifestError) {
                     manifest = try Manifest.sign(app: appID, executable: named, executableSHA256: digest,
-                                                 accessGroups: groups, secretKey: secret)
+                                                 accessGroups: groups, entitlements: entitlements.compactMap(ManifestEntitlement.init(rawValue:)),
+                                                 secretKey: secret)
                 } catch {
                     throw SecError(.param, error.description)
                 }
@@ -146,6 +153,7 @@ struct ManifestCommand: ParsableCommand {
                 Output.print("executable: \(Output.escapedText(manifest.executable))")
                 Output.print("executable-sha256: \(Hex.encode(manifest.executableSHA256))\(checkExecutable ? " (matches the file)" : "")")
                 for g in manifest.accessGroups { Output.print("access-group: \(g)") }
+                for e in manifest.entitlements { Output.print("entitlement: \(e.rawValue)") }
                 Output.print("signed-by: \(manifest.signer) (trusted: \(Output.escapedText(keyFile)))")
             }
         }
@@ -173,6 +181,7 @@ struct ManifestCommand: ParsableCommand {
                         + "\"executable\":\(Output.json(a.manifest.executable)),"
                         + "\"executableSHA256\":\(Output.json(Hex.encode(a.manifest.executableSHA256))),"
                         + "\"accessGroups\":[\(a.manifest.accessGroups.map(Output.json).joined(separator: ","))],"
+                        + "\"entitlements\":[\(a.manifest.entitlements.map { Output.json($0.rawValue) }.joined(separator: ","))],"
                         + "\"signedBy\":\(Output.json(a.manifest.signer.description)),\"keyFile\":\(Output.json(a.keyPath))}"
                 }
                 let refused = s.refused.map { "{\"file\":\(Output.json($0.path)),\"reason\":\(Output.json($0.reason))}" }
@@ -183,7 +192,9 @@ struct ManifestCommand: ParsableCommand {
             for k in s.keys { Output.print("trusted key \(k.key) from \(Output.escapedText(k.path))") }
             for a in s.manifests {
                 Output.print("manifest \(Output.escapedText(a.path)): app \(a.manifest.app) for \(Output.escapedText(a.manifest.executable)), "
-                    + "groups \(a.manifest.accessGroups.joined(separator: ", ")); signed by \(Output.escapedText(a.keyPath))")
+                    + "groups \(a.manifest.accessGroups.joined(separator: ", "))"
+                    + (a.manifest.entitlements.isEmpty ? "" : ", entitlements \(a.manifest.entitlements.map(\.rawValue).joined(separator: ", "))")
+                    + "; signed by \(Output.escapedText(a.keyPath))")
             }
             for r in s.refused { Output.print("refused \(Output.escapedText(r.path)): \(Output.escapedText(r.reason))") }
             if s.keys.isEmpty && s.manifests.isEmpty && s.refused.isEmpty { Output.print("no trusted keys and no manifests") }

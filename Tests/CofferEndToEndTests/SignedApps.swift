@@ -54,13 +54,15 @@ final class SignedApps: @unchecked Sendable {
         return path
     }
 
-    /// Signs app `name`'s executable as `appID` with `groups` (manifest `manifests/NAME.manifest`,
-    /// replaced if it exists), by the trusted key unless `key` says otherwise.
-    func sign(_ name: String, appID: String, groups: [String], key: String = "admin") throws {
+    /// Signs app `name`'s executable (or the file at `path`) as `appID` with `groups` and `entitlements`
+    /// (manifest `manifests/NAME.manifest`, replaced if it exists), by the trusted key unless `key`
+    /// says otherwise.
+    func sign(_ name: String, appID: String, groups: [String], key: String = "admin", path: String? = nil,
+              entitlements: [String] = []) throws {
         let manifest = manifestPath(name)
         try? FileManager.default.removeItem(atPath: manifest)
-        let r = runCLI(["manifest", "sign", "--key", file("secret/" + key), "--app-id", appID, "--executable", executable(name)]
-                       + groups.flatMap { ["--group", $0] } + ["--out", manifest])
+        let r = runCLI(["manifest", "sign", "--key", file("secret/" + key), "--app-id", appID, "--executable", path ?? executable(name)]
+                       + groups.flatMap { ["--group", $0] } + entitlements.flatMap { ["--entitlement", $0] } + ["--out", manifest])
         guard r.status == 0 else { throw Failure("sign \(name): \(r)") }
     }
 

@@ -120,10 +120,10 @@ final class Server {
 }
 
 func signedManifest(app: String = "com.example.app", executable: String, sha256: [UInt8],
-                    groups: [String] = ["a", "shared"]) throws -> Manifest {
+                    groups: [String] = ["a", "shared"], entitlements: [ManifestEntitlement] = []) throws -> Manifest {
     let key = Ed25519.generateKeyPair()
     let manifest = try Manifest.sign(app: app, executable: executable, executableSHA256: sha256, accessGroups: groups,
-                                     secretKey: key.secretKey)
+                                     entitlements: entitlements, secretKey: key.secretKey)
     try manifest.verify(trusting: [try #require(SignerKey(key.publicKey))])
     return manifest
 }

@@ -86,6 +86,46 @@ import Testing
         try child.end()
     }
 
+    /// A pidfd a front end hands over (DELEGATE) with the pid and start time it read: identified when
+    /// all agree, and each refusal tells its kind by errno (EBADF not a pidfd, EACCES another uid,
+    /// ESRCH gone or not the process described).
+    @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
+    func aDelegatedPidfdIsCheckedAgainstWhatTheFrontEndSays() throws {
+        let child = try Child()
+        let pid = child.pid
+        let start = try #require(IdentityResolver.startTime(ofPID: pid))
+        func errno(_ body: () throws(IdentityError) -> CallerIdentity) -> Int32? {
+            do { _ = try body(); return nil } catch { return error.underlying.errno }
+        }
+        let identity = try child.resolver.identify(pidfd: try ProcessHandle.pidfd(of: pid), pid: pid, uid: getuid(), startTime: start)
+        #expect(identity.pid == pid && identity.establishedBy == .signedManifest(appID: "com.example.app") && !identity.mayDelegate)
+        #expect(errno { () throws(IdentityError) in try child.resolver.identify(pidfd: try! FileDescriptor.open("/dev/null", O_RDONLY),
+                                                                                 pid: pid, uid: getuid(), startTime: start) } == EBADF)
+        #expect(errno { () throws(IdentityError) in try child.resolver.identify(pidfd: try! ProcessHandle.pidfd(of: pid), pid: pid,
+                                                                                 uid: getuid() &+ 1, startTime: start) } == EACCES)
+        #expect(errno { () throws(IdentityError) in try child.resolver.identify(pidfd: try! ProcessHandle.pidfd(of: pid), pid: pid,
+                                                                                 uid: getuid(), startTime: start + 1) } == ESRCH)
+        #expect(errno { () throws(IdentityError) in try child.resolver.identify(pidfd: try! ProcessHandle.pidfd(of: pid), pid: getpid(),
+                                                                                 uid: getuid(), startTime: start) } == ESRCH)
+        let pidfd = try ProcessHandle.pidfd(of: pid)
+        try child.end()
+        var gone: Int32? = nil
+        do { _ = try child.resolver.identify(pidfd: pidfd, pid: pid, uid: getuid(), startTime: start) } catch { gone = error.underlying.errno }
+        #expect(gone == ESRCH, "a pidfd whose process was reaped")
+    }
+
+    /// Only a manifest that grants `delegate-identity` makes a caller that may delegate.
+    @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
+    func theDelegationEntitlementComesFromTheManifest() throws {
+        let child = try Child()
+        let entitled = IdentityResolver(manifests: StaticManifestSource([
+            try signedManifest(executable: child.app, sha256: try ExecutableHash.sha256(path: child.app), entitlements: [.delegateIdentity]),
+        ]))
+        #expect(try entitled.identify(pidfd: try ProcessHandle.pidfd(of: child.pid)).mayDelegate)
+        #expect(try !child.resolver.identify(pidfd: try ProcessHandle.pidfd(of: child.pid)).mayDelegate)
+        try child.end()
+    }
+
     /// The real race: the process exits, is reaped, and a new one takes its very pid (set through
     /// ns_last_pid, root only) — the same signed binary, the same uid. The pid names another process
     /// now, and its start time tells: refused, never identified as the one the caller knew.

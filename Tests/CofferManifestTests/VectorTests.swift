@@ -21,7 +21,7 @@ import Testing
         #expect(named == ["bad-header", "unsupported-version", "missing-newline", "empty-line", "carriage-return",
                           "control-character", "not-utf8", "trailing-space", "expected-field", "missing-field",
                           "bad-separator", "bad-value", "duplicate-access-group", "too-many-access-groups",
-                          "trailing-data"])
+                          "trailing-data", "duplicate-entitlement"])
         let fields = Set(manifestVectors.compactMap { v -> String? in
             let parts = v.outcome.split(separator: " ")
             guard parts.count == 4, parts[2] == "bad-value" else { return nil }
@@ -80,7 +80,7 @@ import Testing
     func signingReproducesOkVectors(_ v: ManifestVector) throws {
         let m = try Manifest.parse(v.bytes)
         let again = try Manifest.sign(app: m.app, executable: m.executable, executableSHA256: m.executableSHA256,
-                                      accessGroups: m.accessGroups, secretKey: Keys.trusted.secretKey)
+                                      accessGroups: m.accessGroups, entitlements: m.entitlements, secretKey: Keys.trusted.secretKey)
         #expect(again.encoded() == v.bytes)
         #expect(m.executableSHA256 == abcDigest)
     }

@@ -47,6 +47,7 @@
 #define COFFER_MSG_CHECK 0x17
 #define COFFER_MSG_CHECK_PAGE 0x18
 #define COFFER_MSG_KEY_CREATE 0x19
+#define COFFER_MSG_DELEGATE 0x1A /* a front end's first request: the pidfd it passes (SCM_RIGHTS) is the caller */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
