@@ -184,7 +184,7 @@ public enum AttributeCodec {
         var last: String? = nil
         for _ in 0..<n {
             let name = try r.shortString("attribute name")
-            guard name.utf8.count <= 32, !name.isEmpty else { throw DecodeError("bad attribute name length") }
+            guard name.utf8.count <= 32, !name.isEmpty else { throw DecodeError("bad attribute name length (names are 1 to 32 bytes; a general attribute's 1 to 31 after the @)") }
             if let l = last, !(l < name) { throw DecodeError("attribute names not sorted or repeated") }
             last = name
             out[name] = try decodeValue(from: &r)
