@@ -531,13 +531,16 @@ public final class Keychain: Sendable {
     @discardableResult
     public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope,
                        authorization: AuthorizationContext = .none) throws(SecError) -> Int {
+        var changes = changes
+        let clearsGeneral = changes.attributes[GeneralAttributes.noneKey] == .string("")
+        if clearsGeneral { changes.attributes.removeValue(forKey: GeneralAttributes.noneKey) }
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         try Validation.check(changes.attributes, for: nil, writing: true)
         if changes.attributes[AccessControl.attributeName] != nil {
             throw .param("an item's access control (accc) cannot be changed; delete the item and add it again")
         }
-        guard !changes.attributes.isEmpty || changes.secret != nil else { throw .param("nothing to update") }
+        guard !changes.attributes.isEmpty || changes.secret != nil || clearsGeneral else { throw .param("nothing to update") }
         try Validation.checkEntitled(changes.attributes, in: scope)
         let newProtection = try Validation.protection(of: changes.attributes)
         return try guarded.withLock { (s: inout State) throws(SecError) in
@@ -569,7 +572,8 @@ public final class Keychain: Sendable {
                     }
                     // General attributes are replaced as a set (as the Secret Service's Attributes
                     // property is): an update naming any of them leaves the item exactly those.
-                    let base = changes.attributes.keys.contains(where: GeneralAttributes.isGeneral) ? old.withoutGeneralAttributes : old
+                    let replacesGeneral = clearsGeneral || changes.attributes.keys.contains(where: GeneralAttributes.isGeneral)
+                    let base = replacesGeneral ? old.withoutGeneralAttributes : old
                     var attrs = base.merging(changes.attributes) { $1 }
                     attrs["mdat"] = .date(Self.now())
                     let protection = newProtection ?? oldProtection

@@ -73,6 +73,11 @@ public enum GeneralAttributes {
     /// Most bytes of names and values (without prefixes) one item's general attributes hold together.
     public static let maxTotalBytes = 16 * 1024
 
+    /// In an update's changes, this key (`@` alone) with the empty string as its value names the empty
+    /// set: the item is left no general attributes (an update naming general attributes replaces the
+    /// item's set with those; this one replaces it with none). Anywhere else it is refused (an empty name).
+    public static let noneKey = prefix
+
     /// The dictionary key of general attribute `name` (`@name`).
     public static func key(_ name: String) -> String { prefix + name }
 

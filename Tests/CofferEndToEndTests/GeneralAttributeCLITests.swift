@@ -42,6 +42,11 @@ import Testing
         r = agent.cli(["find", "--attr", "env=staging", "--attr", "team=ops"])
         #expect(r.status == 0 && r.stdout.contains("acct: bob") && !r.stdout.contains("@xdg:schema"), "\(r)")
         #expect(agent.cli(["find", "--attr", "env=test"]).status == 3)
+        // --set-attr @= leaves it none.
+        r = agent.cli(["update", "--attr", "team=ops", "--set-attr", "@="])
+        #expect(r.status == 0 && r.stderr.contains("updated 1 item"), "\(r)")
+        r = agent.cli(["find", "--account", "bob"])
+        #expect(r.status == 0 && r.stdout.contains("acct: bob") && !r.stdout.contains("@"), "\(r)")
 
         // Limits: errSecParam (exit 2), naming the limit and not the caller's name; nothing added.
         let longName = String(repeating: "n", count: 32)

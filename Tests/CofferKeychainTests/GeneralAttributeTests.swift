@@ -81,6 +81,12 @@ import Testing
         #expect(try f.keychain.delete(ItemQuery(attributes: Self.general(["env": "prod"]), limit: .all), scope: .unrestricted) == 2)
         #expect(try Self.accounts(f.keychain, ["xdg:schema": schema]).isEmpty)   // b's update removed it
         #expect(try Self.accounts(f.keychain, ["team": "ops"]) == ["b"])
+        // `@` alone with the empty value leaves it none (the Secret Service's Attributes = {}).
+        #expect(try f.keychain.update(ItemQuery(attributes: Self.general(["team": "ops"]), limit: .all),
+                                      ItemChanges(attributes: [GeneralAttributes.noneKey: .string("")]), scope: .unrestricted) == 1)
+        #expect(try Self.accounts(f.keychain, ["team": "ops"]).isEmpty)
+        let b = try f.keychain.copyMatching(ItemQuery(attributes: ["acct": .string("b")], returnAttributes: true), scope: .unrestricted)
+        #expect(b.first?.attributes?.generalAttributes == [:] && b.first?.attributes?["svce"] == .string("s"))
     }
 
     @Test func noNameOrValueIsInTheFileAndEveryOneIsIndexed() throws {
@@ -115,6 +121,7 @@ import Testing
         #expect(!refused(Self.general([longName: "v", "e": ""])))
         #expect(refused(Self.general([longName + "n": "v"])))                                     // name too long
         #expect(refused([GeneralAttributes.key(""): .string("v")]))                             // empty name
+        #expect(refused([GeneralAttributes.noneKey: .string("")]))                              // only an update's
         #expect(refused(Self.general(["a\nb": "v"])))                                          // control character
         #expect(refused([GeneralAttributes.key("n"): .integer(1)]))                            // not a string
         #expect(!refused(Self.general(["v": String(repeating: "v", count: GeneralAttributes.maxValueBytes)])))
@@ -206,6 +213,16 @@ import Testing
         #expect(try Self.accounts(again, ["application": "coffer-test"]) == ["dave", "erin"])
         #expect(try again.delete(ItemQuery(attributes: ["svce": .string("new")], limit: .all), scope: .unrestricted) == 1)
         try expectIntact(again)
+    }
+
+    /// A backup keeps them: restored elsewhere, the item is found by them.
+    @Test func aBackupCarriesThem() throws {
+        let f = try Fixture(), other = try Fixture()
+        try f.addPassword(service: "s", account: "a", secret: "1", Self.general(["xdg:schema": "org.example", "env": "prod"]))
+        let (bytes, n) = try f.keychain.backup(password: secret("backup pw"), kdf: KDFParameters(opsLimit: 1, memLimit: UInt64(Argon2id.minimumMemory)))
+        #expect(n == 1)
+        _ = try other.keychain.restoreBackup(bytes, password: secret("backup pw"), dryRun: false)
+        #expect(try Self.accounts(other.keychain, ["env": "prod", "xdg:schema": "org.example"]) == ["a"])
     }
 
     /// A database newer than this Coffer is refused, not opened (the guard schema 4 relies on).
