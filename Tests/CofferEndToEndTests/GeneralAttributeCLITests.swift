@@ -68,4 +68,34 @@ import Testing
             #expect(!bytes.indices.contains { bytes[$0...].starts(with: n) }, "'\(needle)' is in the database file")
         }
     }
+
+    /// Two signed apps and an unsigned caller, each with an item of the same general attributes,
+    /// each find (by one and by both) and delete only their own.
+    @Test func accessGroupsStillIsolate() throws {
+        let apps = try SignedApps()
+        let aPath = try apps.app("appA", appID: "com.example.a", groups: ["a"])
+        let bPath = try apps.app("appB", appID: "com.example.b", groups: ["b"])
+        let agent = try apps.startAgent()
+        let clients = [AppClient(executable: aPath, agent: agent), AppClient(executable: bPath, agent: agent),
+                       AppClient(executable: Binaries.directory + "/coffer-cli", agent: agent)]
+        let same = ["--attr", "xdg:schema=org.example.Password", "--attr", "user=alice"]
+        for (i, c) in clients.enumerated() {
+            let r = c.run(["add", "--service", "svc\(i)", "--account", "me"] + same + ["--secret-stdin"], stdin: "secret-\(i)")
+            #expect(r.status == 0, "\(i): \(r)\n\(agent.log)")
+        }
+        for (i, c) in clients.enumerated() {
+            for query in [["--attr", "user=alice"], same] {
+                let r = c.run(["find", "--json"] + query)
+                #expect(r.status == 0 && r.stdout.contains("\"svce\":\"svc\(i)\"") && r.stdout.components(separatedBy: "\"svce\"").count == 2, "\(i): \(r)")
+            }
+            let r = c.run(["get"] + same)
+            #expect(r.status == 0 && r.stdout == "secret-\(i)", "\(i): \(r)")
+        }
+        var r = clients[0].run(["delete"] + same)
+        #expect(r.status == 0 && r.stderr.contains("deleted 1 item"), "\(r)")
+        r = clients[0].run(["find"] + same)
+        #expect(r.status == 3, "\(r)")
+        r = clients[1].run(["find"] + same)
+        #expect(r.status == 0 && r.stdout.contains("svce: svc1"), "\(r)")
+    }
 }

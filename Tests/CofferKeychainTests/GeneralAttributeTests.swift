@@ -215,6 +215,19 @@ import Testing
         try expectIntact(again)
     }
 
+    /// A passcode set (a rekey: rows re-sealed and re-indexed under the passcode tier's key) keeps
+    /// them searchable, as a passcode change does.
+    @Test func aRekeyReindexesThem() throws {
+        let f = try Fixture()
+        try f.addPassword(service: "s", account: "a", secret: "1", Self.general(["env": "prod"]))
+        try f.addPassword(service: "s", account: "d", secret: "2", Self.general(["env": "prod", "pdmn": "x"]).merging(["pdmn": .string("dk")]) { $1 })
+        try f.keychain.setPasscode(current: nil, new: secret("pc"), kdf: testKDF)
+        #expect(try Self.accounts(f.keychain, ["env": "prod"]) == ["a", "d"])
+        try f.keychain.setPasscode(current: secret("pc"), new: secret("pc2"), kdf: testKDF)
+        #expect(try Self.accounts(f.keychain, ["env": "prod", "pdmn": "x"]) == ["d"])
+        #expect(try Self.accounts(f.keychain, ["env": "prod"]) == ["a", "d"])
+    }
+
     /// A backup keeps them: restored elsewhere, the item is found by them.
     @Test func aBackupCarriesThem() throws {
         let f = try Fixture(), other = try Fixture()
