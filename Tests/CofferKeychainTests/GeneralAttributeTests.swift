@@ -215,6 +215,36 @@ import Testing
         try expectIntact(again)
     }
 
+    /// Names are in the order of their bytes, as the wire spec says (Swift's `<` on strings orders a
+    /// decomposed é after z), and two spellings of one name are refused, in the codec and in an item.
+    @Test func namesAreOrderedByTheirBytes() throws {
+        let decomposed = GeneralAttributes.key("e\u{301}"), z = GeneralAttributes.key("z")
+        let bytes = AttributeCodec.encode([decomposed: .string("1"), z: .string("2")])
+        let expected: [UInt8] = [0, 2, 0, 4] + Array(decomposed.utf8) + [1, 0, 0, 0, 1] + Array("1".utf8)
+            + [0, 2] + Array(z.utf8) + [1, 0, 0, 0, 1] + Array("2".utf8)
+        #expect(bytes == expected)
+        var r = ByteReader(bytes)
+        #expect(try AttributeCodec.decodeAttributes(from: &r).generalAttributes == ["e\u{301}": "1", "z": "2"])
+        let swapped: [UInt8] = [0, 2, 0, 2] + Array(z.utf8) + [1, 0, 0, 0, 1] + Array("2".utf8)
+            + [0, 4] + Array(decomposed.utf8) + [1, 0, 0, 0, 1] + Array("1".utf8)
+        let twice: [UInt8] = [0, 2, 0, 4] + Array(decomposed.utf8) + [1, 0, 0, 0, 0]
+            + [0, 3] + Array(GeneralAttributes.key("\u{E9}").utf8) + [1, 0, 0, 0, 0]
+        for (bad, why) in [(swapped, "not sorted"), (twice, "two spellings")] {
+            var reader = ByteReader(bad)
+            do {
+                _ = try AttributeCodec.decodeAttributes(from: &reader)
+                Issue.record("decoded names \(why)")
+            } catch {
+                #expect("\(error)".contains(why == "not sorted" ? "not sorted" : "two spellings"), "\(error)")
+            }
+        }
+        // Through a keychain: both come back, each found by its own bytes.
+        let f = try Fixture()
+        try f.addPassword(service: "s", account: "a", secret: "1", [decomposed: .string("1"), z: .string("2")])
+        #expect(try Self.accounts(f.keychain, ["e\u{301}": "1", "z": "2"]) == ["a"])
+        #expect(try Self.accounts(f.keychain, ["\u{E9}": "1"]).isEmpty)
+    }
+
     /// A passcode set (a rekey: rows re-sealed and re-indexed under the passcode tier's key) keeps
     /// them searchable, as a passcode change does.
     @Test func aRekeyReindexesThem() throws {
