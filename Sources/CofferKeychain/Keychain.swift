@@ -531,13 +531,16 @@ public final class Keychain: Sendable {
     @discardableResult
     public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope,
                        authorization: AuthorizationContext = .none) throws(SecError) -> Int {
+        var changes = changes
+        let clearsGeneral = changes.attributes[GeneralAttributes.noneKey] == .string("")
+        if clearsGeneral { changes.attributes.removeValue(forKey: GeneralAttributes.noneKey) }
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         try Validation.check(changes.attributes, for: nil, writing: true)
         if changes.attributes[AccessControl.attributeName] != nil {
             throw .param("an item's access control (accc) cannot be changed; delete the item and add it again")
         }
-        guard !changes.attributes.isEmpty || changes.secret != nil else { throw .param("nothing to update") }
+        guard !changes.attributes.isEmpty || changes.secret != nil || clearsGeneral else { throw .param("nothing to update") }
         try Validation.checkEntitled(changes.attributes, in: scope)
         let newProtection = try Validation.protection(of: changes.attributes)
         return try guarded.withLock { (s: inout State) throws(SecError) in
@@ -567,7 +570,11 @@ public final class Keychain: Sendable {
                     if old[AccessControl.attributeName] != nil, let p = newProtection, p != oldProtection {
                         throw .param("the protection class (pdmn) of an item with an access control cannot be changed; delete the item and add it again")
                     }
-                    var attrs = old.merging(changes.attributes) { $1 }
+                    // General attributes are replaced as a set (as the Secret Service's Attributes
+                    // property is): an update naming any of them leaves the item exactly those.
+                    let replacesGeneral = clearsGeneral || changes.attributes.keys.contains(where: GeneralAttributes.isGeneral)
+                    let base = replacesGeneral ? old.withoutGeneralAttributes : old
+                    var attrs = base.merging(changes.attributes) { $1 }
                     attrs["mdat"] = .date(Self.now())
                     let protection = newProtection ?? oldProtection
                     attrs["pdmn"] = .string(protection.shortCode)
@@ -841,7 +848,7 @@ public final class Keychain: Sendable {
             }
             return true
         }
-        var probe = q.attributes.filter { AttributeCatalog.indexed.contains($0.key) }
+        var probe = q.attributes.filter { AttributeCatalog.isIndexed($0.key) }
         if let c = q.itemClass { probe["class"] = .string(c.rawValue) }
         // The tiers that can hold a match: the one of the query's protection class, or both.
         let wanted = try Validation.protection(of: q.attributes).map { [IndexTier.of($0)] } ?? IndexTier.allCases
@@ -910,8 +917,23 @@ public final class Keychain: Sendable {
     private static func matches(_ q: ItemQuery, _ scope: AccessScope, _ cls: ItemClass, _ attrs: Attributes) -> Bool {
         if let c = q.itemClass, c != cls { return false }
         guard scope.admits(attrs) else { return false }
-        for (k, v) in q.attributes where attrs[k] != v { return false }
+        for (k, v) in q.attributes {
+            if GeneralAttributes.isGeneral(k) {
+                guard Self.sameBytes(attrs, k, v) else { return false }
+            } else if attrs[k] != v {
+                return false
+            }
+        }
         return true
+    }
+
+    /// True if `attrs` has attribute `name` with string value `value`, both byte for byte (Swift's
+    /// `String` equality is canonical equivalence: a general attribute matches exactly, as its
+    /// blind-index entry does, whichever way a search reaches the item).
+    private static func sameBytes(_ attrs: Attributes, _ name: String, _ value: AttributeValue) -> Bool {
+        guard let i = attrs.index(forKey: name), attrs[i].key.utf8.elementsEqual(name.utf8),
+              case .string(let have) = attrs[i].value, case .string(let want) = value else { return false }
+        return have.utf8.elementsEqual(want.utf8)
     }
 
     /// Seals an item for its row; also returns its primary-key hash under the other index tiers in
@@ -947,7 +969,7 @@ public final class Keychain: Sendable {
     /// A row's primary-key hash and blind-index entries under index key `k` (`full` includes `class`).
     private static func hashes(_ k: UnsafeRawBufferPointer, _ itemClass: ItemClass, _ full: Attributes) -> ([UInt8], [[UInt8]]) {
         unsafe (primaryKeyHash(k, itemClass, full),
-         full.filter { AttributeCatalog.indexed.contains($0.key) }.map { unsafe blindHash(k, $0.key, $0.value) } + compoundHashes(k, full))
+         full.filter { AttributeCatalog.isIndexed($0.key) }.map { unsafe blindHash(k, $0.key, $0.value) } + compoundHashes(k, full))
     }
 
     private func openAttributes(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes) {

@@ -10,8 +10,9 @@ enum Validation {
         guard attrs.count <= AttributeCodec.maxCount else { throw .param("too many attributes") }
         // Messages name attributes only by their catalog names (constants of this program, never bytes
         // from the caller): an unknown name is not quoted, nor its length, nor any value.
-        for (name, value) in attrs {
-            guard let kind = AttributeCatalog.kinds[name] else { throw .param("unknown attribute name (not in the attribute catalog)") }
+        try checkGeneral(attrs)
+        for (name, value) in attrs where !GeneralAttributes.isGeneral(name) {
+            guard let kind = AttributeCatalog.kinds[name] else { throw .param("unknown attribute name (not in the attribute catalog, and not a general attribute: those start with @)") }
             guard value.kind == kind else { throw .param("attribute '\(name)' must be a \(kind.rawValue), not a \(value.kind.rawValue)") }
             if writing, AttributeCatalog.readOnly.contains(name) { throw .param("attribute '\(name)' is set by the keychain") }
             if let cls, !cls.allowedAttributes.contains(name) {
@@ -29,6 +30,30 @@ enum Validation {
             throw .param("synchronizable items are not supported: Coffer has no cloud sync")
         }
         _ = try protection(of: attrs)
+    }
+
+    /// The limits of general attributes (``GeneralAttributes``), in an item or a query: each a string
+    /// with a valid name and a value of at most ``GeneralAttributes/maxValueBytes``, at most
+    /// ``GeneralAttributes/maxCount`` of them holding at most ``GeneralAttributes/maxTotalBytes``
+    /// together. errSecParam naming the limit, never the caller's name or value.
+    static func checkGeneral(_ attrs: Attributes) throws(SecError) {
+        var count = 0, total = 0
+        for (key, value) in attrs {
+            guard let name = GeneralAttributes.name(ofKey: key) else { continue }
+            guard GeneralAttributes.isValidName(name) else {
+                throw .param("a general attribute's name must be 1 to \(GeneralAttributes.maxNameBytes) bytes of UTF-8 after the @, without control characters")
+            }
+            guard case .string(let s) = value else { throw .param("a general attribute's value must be a string") }
+            guard s.utf8.count <= GeneralAttributes.maxValueBytes else {
+                throw .param("a general attribute's value is too long (the limit is \(GeneralAttributes.maxValueBytes) bytes)")
+            }
+            count += 1
+            total += name.utf8.count + s.utf8.count
+        }
+        guard count <= GeneralAttributes.maxCount else { throw .param("too many general attributes (the limit is \(GeneralAttributes.maxCount))") }
+        guard total <= GeneralAttributes.maxTotalBytes else {
+            throw .param("the general attributes are too large together (the limit is \(GeneralAttributes.maxTotalBytes) bytes of names and values)")
+        }
     }
 
     /// Checks a query's attributes and options.

@@ -160,10 +160,11 @@ public enum AttributeCodec {
         }
     }
 
-    /// Encodes a dictionary canonically (sorted by name).
+    /// Encodes a dictionary canonically (sorted by the bytes of the names, as the wire spec says:
+    /// Swift's `<` on strings compares their normalised forms, which differs for a name that is not NFC).
     public static func encode(_ attrs: Attributes, into w: inout ByteWriter) {
         w.u16(UInt16(attrs.count))
-        for name in attrs.keys.sorted() {
+        for name in attrs.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
             w.shortString(name)
             encode(attrs[name]!, into: &w)
         }
@@ -184,8 +185,10 @@ public enum AttributeCodec {
         var last: String? = nil
         for _ in 0..<n {
             let name = try r.shortString("attribute name")
-            guard name.utf8.count <= 32, !name.isEmpty else { throw DecodeError("bad attribute name length") }
-            if let l = last, !(l < name) { throw DecodeError("attribute names not sorted or repeated") }
+            guard name.utf8.count <= 32, !name.isEmpty else { throw DecodeError("bad attribute name length (names are 1 to 32 bytes; a general attribute's 1 to 31 after the @)") }
+            if let l = last, !l.utf8.lexicographicallyPrecedes(name.utf8) { throw DecodeError("attribute names not sorted or repeated") }
+            // Two spellings of one name (canonically equivalent, other bytes) are one dictionary key.
+            guard out[name] == nil else { throw DecodeError("attribute names repeated (two spellings of one name)") }
             last = name
             out[name] = try decodeValue(from: &r)
         }

@@ -56,7 +56,7 @@ package final class ItemStore {
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 3
+    package static let schemaVersion: Int64 = 4
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -100,6 +100,15 @@ package final class ItemStore {
         PRAGMA user_version = 3;
         """
 
+    /// Version 4: items may carry general attributes (`@NAME`, ``CofferModel/GeneralAttributes``), each
+    /// with a blind-index entry in `attr_index` that only this version writes. Nothing of a version-3
+    /// file changes (none of its items has one: version 3 refused their names); the version is what
+    /// keeps an older Coffer from opening the file, whose updates would drop those entries and with
+    /// them the items from every search by a general attribute.
+    private static let schemaV4 = """
+        PRAGMA user_version = 4;
+        """
+
     /// The longest reason a quarantined row keeps (bytes of UTF-8, cut at a character boundary).
     package static let maximumReasonBytes = 512
 
@@ -122,7 +131,7 @@ package final class ItemStore {
             if version < Self.schemaVersion && version >= 0 {
                 // Each migration in one transaction with the version it sets: a crash leaves the old
                 // version or the new one, never a half-migrated file.
-                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3]
+                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4]
                 try transaction { () throws(SecError) in for step in steps.dropFirst(Int(version)) { try db.exec(step) } }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")

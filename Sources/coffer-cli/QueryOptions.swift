@@ -2,15 +2,18 @@ import ArgumentParser
 import CofferCLISupport
 import CofferModel
 
-/// Parses `KEY=VALUE` into a typed attribute using Apple's short names and their kinds.
+/// Parses `KEY=VALUE` into a typed attribute using Apple's short names and their kinds; any other
+/// name (or one starting with `@`, for a name Apple's catalog also has) is a general attribute, whose
+/// value is the text as it is (``GeneralAttributes``; the agent checks its limits).
 ///
 /// Integers and dates (seconds since 1970) are decimal; bools are true/false/yes/no/1/0; data is
 /// `hex:…` or, otherwise, the UTF-8 bytes of the text.
 func parseAttribute(_ text: String) throws -> (String, AttributeValue) {
-    guard let eq = text.firstIndex(of: "=") else { throw ValidationError("--attr needs KEY=VALUE, got '\(text)'") }
+    guard let eq = text.firstIndex(of: "=") else { throw ValidationError("--attr needs KEY=VALUE, got '\(Output.escapedText(text))'") }
     let key = String(text[..<eq]), raw = String(text[text.index(after: eq)...])
     guard let kind = AttributeCatalog.kinds[key] else {
-        throw ValidationError("unknown attribute '\(key)' (use Apple's short names: svce, acct, labl, desc, icmt, gena, …)")
+        guard !key.isEmpty else { throw ValidationError("--attr needs a name before the =") }
+        return (GeneralAttributes.isGeneral(key) ? key : GeneralAttributes.key(key), .string(raw))
     }
     switch kind {
     case .string: return (key, .string(raw))
@@ -64,7 +67,7 @@ struct ItemOptions: ParsableArguments {
     @Option(help: "Path (path).")
     var path: String?
 
-    @Option(name: .customLong("attr"), help: "Any other attribute by its Apple short name: KEY=VALUE (repeatable).")
+    @Option(name: .customLong("attr"), help: "Another attribute NAME=VALUE (repeatable; a search needs all): Apple's short name (desc, icmt, gena, …) or any other name, a general attribute (@NAME when Apple's catalog has the name).")
     var attrs: [String] = []
 
     /// The item class: explicit, else internet password if --server is given, else generic password.

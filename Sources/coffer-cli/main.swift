@@ -318,7 +318,7 @@ struct Update: ParsableCommand {
     @OptionGroup var secret: SecretSource
     @Option(name: .customLong("set-label"), help: "New label.") var setLabel: String?
     @Option(help: "New accessibility (re-wraps the item under that class).", completion: ValueCompletion.accessible) var accessible: String?
-    @Option(name: .customLong("set-attr"), help: "New attribute value KEY=VALUE (repeatable).") var setAttrs: [String] = []
+    @Option(name: .customLong("set-attr"), help: "New attribute value KEY=VALUE (repeatable). General attributes (names outside Apple's catalog, or @NAME) are set as a whole: the item keeps exactly those given.") var setAttrs: [String] = []
     @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {

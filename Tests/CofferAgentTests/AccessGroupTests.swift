@@ -503,3 +503,35 @@ struct SplitMix {
         return z ^ (z >> 31)
     }
 }
+
+/// General attributes do not reach across access groups: two signed apps and an unsigned caller with
+/// items of the same general attributes each find only their own, by any subset (issue #26 part 4).
+@Suite struct GeneralAttributeGroupTests {
+    @Test func anotherGroupsItemWithTheSameGeneralAttributesIsNotFound() throws {
+        let rig = try AgentRig(passcodeSet: false)
+        let general: Attributes = ["@xdg:schema": .string("org.example.Password"), "@user": .string("alice")]
+        var sessions = [rig.greetedSession(as: rig.signedCaller("app.a", ["a"])), rig.greetedSession(as: rig.signedCaller("app.b", ["b"])),
+                        rig.greetedSession()]
+        for i in sessions.indices {
+            let add = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: general.merging(["svce": .string("s\(i)")]) { $1 },
+                                               secret: secret("secret \(i)")), [])
+            guard case .items = rig.pipeline.handle(add, session: &sessions[i]) else { Issue.record("add \(i)"); return }
+        }
+        for i in sessions.indices {
+            for probe in [general, ["@user": .string("alice")]] {
+                let q = ItemQuery(attributes: probe, limit: .all, returnData: true, returnAttributes: true)
+                guard case .items(let found) = rig.pipeline.handle(.copyMatching(q), session: &sessions[i]) else { Issue.record("search \(i)"); return }
+                #expect(found.count == 1 && text(found.first?.data) == "secret \(i)" && found.first?.attributes?["svce"] == .string("s\(i)"))
+            }
+        }
+        // Deleting by them deletes only one's own.
+        guard case .count(let deleted) = rig.pipeline.handle(.delete(ItemQuery(attributes: general, limit: .all)), session: &sessions[0]) else {
+            Issue.record("a's delete"); return
+        }
+        #expect(deleted == 1)
+        let q = ItemQuery(attributes: general, limit: .all)
+        #expect(errorStatus(rig.pipeline.handle(.copyMatching(q), session: &sessions[0])) == .itemNotFound)
+        guard case .items(let left) = rig.pipeline.handle(.copyMatching(q), session: &sessions[1]) else { Issue.record("b's search"); return }
+        #expect(left.count == 1)
+    }
+}
