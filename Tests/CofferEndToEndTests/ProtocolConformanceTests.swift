@@ -18,8 +18,10 @@ import Testing
     }
 
     /// Writes `bytes` on a new connection and reads frames until the agent closes, `wanted` frames
-    /// arrived, or nothing comes for `quiet` seconds.
-    static func exchange(_ path: String, _ bytes: [UInt8], wanted: Int = .max, quiet: Double = 1.5) throws -> Exchange {
+    /// arrived, or nothing comes for `quiet` seconds. Every caller ends on a close or on `wanted`, so
+    /// `quiet` only bounds a broken agent: generous, as a loaded machine answers slowly (1.5 s once
+    /// cut off a reply that was on its way, and the test counted one frame short).
+    static func exchange(_ path: String, _ bytes: [UInt8], wanted: Int = .max, quiet: Double = 30) throws -> Exchange {
         let fd = try UnixSocket.connect(path: path)
         defer { close(fd) }
         UnixSocket.setTimeouts(fd, send: 5, receive: quiet)
