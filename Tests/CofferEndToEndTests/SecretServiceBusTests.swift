@@ -18,8 +18,10 @@ final class PrivateSessionBus: @unchecked Sendable {
          "/usr/lib/python3/dist-packages/jeepney"].allSatisfy { FileManager.default.fileExists(atPath: $0) }
     }
 
-    init() throws {
+    /// With `serviceDirectory`, the bus activates the services whose files are there.
+    init(serviceDirectory: String? = nil) throws {
         let config = dir.file("bus.conf")
+        let services = serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? ""
         try """
             <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
              "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -27,6 +29,7 @@ final class PrivateSessionBus: @unchecked Sendable {
               <type>session</type>
               <listen>unix:path=\(dir.file("bus"))</listen>
               <auth>EXTERNAL</auth>
+              \(services)
               <policy context="default">
                 <allow send_destination="*" eavesdrop="true"/>
                 <allow eavesdrop="true"/>
@@ -118,6 +121,26 @@ final class PrivateSessionBus: @unchecked Sendable {
 @Suite(.enabled(if: PrivateSessionBus.available, "needs dbus-daemon, gdbus and Debian's python3 with python3-secretstorage (contrib/deps.sh)"))
 struct SecretServiceBusTests {
     static let frontEndApp = "org.example.secret-service"
+
+    /// contrib/dbus's activation file, Exec= pointed at the built front end (and the test agent's
+    /// socket): a client's first call starts the front end, and it serves that call.
+    @Test func theActivationFileStartsTheFrontEnd() throws {
+        let apps = try SignedApps()
+        let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
+        try apps.sign("secret-service", appID: Self.frontEndApp, groups: ["secret-service"], path: executable, entitlements: ["delegate-identity"])
+        let agent = try apps.startAgent()
+        let services = TemporaryDirectory("coffer-ssbus-services")
+        let file = try String(contentsOfFile: Binaries.packageRoot + "/contrib/dbus/org.freedesktop.secrets.service", encoding: .utf8)
+        #expect(file.contains("\nExec=/usr/local/bin/coffer-secret-service\n"))
+        try file.replacingOccurrences(of: "\nExec=/usr/local/bin/coffer-secret-service\n",
+                                      with: "\nExec=\(executable) --socket \(agent.socketPath)\n")
+            .write(toFile: services.file("org.freedesktop.secrets.service"), atomically: true, encoding: .utf8)
+        let bus = try PrivateSessionBus(serviceDirectory: services.path)
+        #expect(bus.nameOwner() == nil, "nothing owns the name before a client asks")
+        let r = try bus.python(Self.prelude + "assert open_plain(a)[0] == 'ok', open_plain(a)\nprint('done')\n")
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("dbus-daemon.log"))")
+        #expect(bus.nameOwner() != nil)
+    }
 
     /// A private bus, an agent trusting the built front end signed (with `delegate-identity` when
     /// `entitled`), and the front end serving.
