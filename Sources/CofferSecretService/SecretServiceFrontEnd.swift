@@ -124,9 +124,9 @@ public final class SecretServiceFrontEnd {
 
     // MARK: Delegated identity
 
-    /// The sender's peer, made on its first call: its pid from the bus (GetConnectionCredentials; its
-    /// ProcessFD where the bus offers one, else pidfd_open of the pid and its start time read right
-    /// away), a new agent connection, and DELEGATE before anything else on it.
+    /// The sender's peer, made on its first call: its pid from the bus (GetConnectionCredentials), its
+    /// start time read right away, its pidfd (the bus's ProcessFD where it offers one, else
+    /// pidfd_open of the pid), a new agent connection, and DELEGATE before anything else on it.
     private func peer(for sender: String) throws(BusError) -> Peer {
         if let p = peers[sender] { return p }
         var pid: UInt32 = 0
@@ -135,6 +135,12 @@ public final class SecretServiceFrontEnd {
         guard r >= 0, pid > 0, pid <= UInt32(Int32.max) else {
             if busPIDFD >= 0 { close(busPIDFD) }
             throw BusError(name: BusError.accessDenied, message: "the bus does not say which process \(sender) is")
+        }
+        // The start time first, then pidfd_open (the threat model's order): the agent re-reads the
+        // start time through the pidfd, so a pid reused in between is refused, not served.
+        guard let startTime = IdentityResolver.startTime(ofPID: Int32(pid)) else {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
         }
         let pidfd: Int32
         if busPIDFD >= 0 {
@@ -145,9 +151,6 @@ public final class SecretServiceFrontEnd {
             }
         }
         defer { close(pidfd) }
-        guard let startTime = IdentityResolver.startTime(ofPID: Int32(pid)) else {
-            throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
-        }
         let agent: AgentConnection
         do { agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service") } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")

@@ -158,8 +158,7 @@ struct SecretServiceBusTests {
     /// What every script starts with: two connections of their own (two bus senders) and helpers
     /// that answer ('ok', body) or ('error', D-Bus error name).
     static let prelude = #"""
-        import os, subprocess, sys, time
-        import secretstorage
+        os, subprocess, sys, time, secretstorage = (__import__(m) for m in ('os', 'subprocess', 'sys', 'time', 'secretstorage'))
         from secretstorage.util import open_session
         from secretstorage.dhcrypto import DH_PRIME_1024
         from jeepney import DBusAddress, MessageType, new_method_call
@@ -186,6 +185,8 @@ struct SecretServiceBusTests {
 
     @Test func sessionsOpenForEachSenderUnderItsOwnDelegatedIdentity() throws {
         let (_, agent, bus, frontEnd, _) = try Self.setUp()
+        let descriptors = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(frontEnd.processIdentifier)/fd").count) ?? -1 }
+        let before = descriptors()
         let r = try bus.python(Self.prelude + #"""
             # Introspection shows the Service interface with OpenSession, and nothing it does not serve.
             service = introspect(PATH)
@@ -244,6 +245,8 @@ struct SecretServiceBusTests {
             """#)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
         #expect(frontEnd.isRunning, "\(bus.read("front-end.log"))")
+        // Both senders have left the bus (the script has ended): their agent connections are closed.
+        #expect(PrivateSessionBus.wait(until: { descriptors() == before }), "\(descriptors()) descriptors open, \(before) before the clients came")
 
         // Each sender's agent connection was delegated to the sender's process (the Python
         // interpreter, unsigned), by the front end (the caller of DELEGATE).
