@@ -20,6 +20,8 @@ public final class SecretServiceFrontEnd {
     public static let sessionPathPrefix = "/org/freedesktop/secrets/session/"
     /// How many sessions one sender may hold at once.
     public static let sessionsPerSender = 16
+    /// How long (seconds) the front end waits for the agent's answer to HELLO and DELEGATE.
+    static let agentReplyTimeout = 10.0
 
     /// One bus sender: its delegated agent connection and its sessions (by object path).
     final class Peer {
@@ -151,8 +153,12 @@ public final class SecretServiceFrontEnd {
             }
         }
         defer { close(pidfd) }
+        // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
+        // instead of stopping the front end.
         let agent: AgentConnection
-        do { agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service") } catch {
+        do {
+            agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service", replyTimeout: Self.agentReplyTimeout)
+        } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")
         }
         do { try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime) } catch {
