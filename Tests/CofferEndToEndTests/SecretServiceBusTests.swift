@@ -95,14 +95,8 @@ final class PrivateSessionBus: @unchecked Sendable {
         return p
     }
 
-    static func wait(_ seconds: Double = 10, until condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(30_000)
-        }
-        return false
-    }
+    /// Polls `condition` for up to `seconds` (FprintdBus's poll).
+    static func wait(_ seconds: Double = 10, until condition: () -> Bool) -> Bool { FprintdBus.wait(seconds, until: condition) }
 
     deinit {
         // Front ends first, the bus last; SIGKILL: the test runner's blocked SIGTERM is inherited by its children.
