@@ -16,9 +16,9 @@ import Testing
 
     @Test func dryRunListsEveryStepTheInstallTakesAndChangesNothing() throws {
         let real = TemporaryDirectory("coffer-install"), dry = TemporaryDirectory("coffer-install")
-        let done = Self.install(real.path, "--verbose --no-systemd --enable-pam-login")
+        let done = Self.install(real.path, "--verbose --no-systemd --enable-pam-login --enable-secret-service")
         try #require(done.status == 0, "\(done)")
-        let listed = Self.install(dry.path, "--dry-run --no-systemd --enable-pam-login")
+        let listed = Self.install(dry.path, "--dry-run --no-systemd --enable-pam-login --enable-secret-service")
         #expect(listed.status == 0, "\(listed)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: dry.path).isEmpty, "--dry-run changed the staging root")
 
