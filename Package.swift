@@ -29,6 +29,7 @@ let package = Package(
         .executable(name: "coffer-cli", targets: ["coffer-cli"]),
         .executable(name: "pinentry-coffer", targets: ["pinentry-coffer"]),
         .executable(name: "git-credential-coffer", targets: ["git-credential-coffer"]),
+        .executable(name: "coffer-secret-service", targets: ["coffer-secret-service"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
@@ -58,6 +59,9 @@ let package = Package(
         .target(name: "CSSHCrypto", path: "Sources/CSSHCrypto", linkerSettings: [.linkedLibrary("crypto")]),
         // OpenSSL 3 libcrypto for the Secret Service's transport encryption (issue #26): the RFC 2409 DH group, HKDF-SHA256, AES-128-CBC.
         .target(name: "CSecretServiceCrypto", path: "Sources/CSecretServiceCrypto", linkerSettings: [.linkedLibrary("crypto")]),
+        // sd-bus from libsystemd for the Secret Service front end (issue #26): one fixed signature per
+        // function, because Swift cannot call sd-bus's varargs readers and writers. No marshalling of its own.
+        .target(name: "CSecretServiceBus", path: "Sources/CSecretServiceBus", linkerSettings: [.linkedLibrary("systemd")]),
 
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
@@ -142,6 +146,14 @@ let package = Package(
         // git's credential helper, started by git for every fetch and push that needs a password.
         .executableTarget(name: "git-credential-coffer", dependencies: ["CofferClient", "CofferCLISupport", "CofferCrypto", "CofferModel", "CofferSystem"],
                           swiftSettings: settings, linkerSettings: staticCLI([])),
+
+        // The Secret Service front end (issue #26): a process of its own on the session bus, so that D-Bus
+        // parsing never happens in cofferd; it reaches the agent through CofferClient only, one
+        // connection per bus sender, delegated to the sender's process (DELEGATE).
+        .target(name: "CofferSecretService",
+                dependencies: ["CSecretServiceBus", "CofferClient", "CofferIdentity", "CofferModel", "CofferSecretServiceCrypto", "CofferSystem"],
+                swiftSettings: settings),
+        .executableTarget(name: "coffer-secret-service", dependencies: ["CofferSecretService"], swiftSettings: settings),
 
         // Authenticator plugins (issue #14): the C ABI, the agent ↔ host protocol, the host (its own,
         // non-dumpable process that dlopens plugins) and the agent's client of it.

@@ -94,7 +94,7 @@ import Testing
     static let ranks: [String: Int] = [
         // C walls and outside packages.
         "CSystemShims": 0, "CSodium": 0, "CSQLite": 0, "CPAM": 0, "CCofferABI": 0, "CCofferPlugin": 0, "CSSHCrypto": 0,
-        "CSecretServiceCrypto": 0,
+        "CSecretServiceCrypto": 0, "CSecretServiceBus": 0,
         "Logging": 0, "ArgumentParser": 0,
         // The POSIX layer; the plain-C plugins (they see only the plugin ABI).
         "CofferSystem": 1,
@@ -113,9 +113,11 @@ import Testing
         "CofferTestSupport": 6,
         // The protocol-free service core (issue #25), over keychain, policy, identity, audit and plugins.
         "CofferService": 7, "CofferCLISupport": 7, "coffer-plugin-host": 7,
+        // The Secret Service front end (issue #26): the bus on one side, the agent through CofferClient on the other.
+        "CofferSecretService": 7,
         // Front ends: the agent (native protocol adapter) and the command-line tools.
         "CofferAgent": 8, "CofferServiceTestSupport": 8,
-        "coffer": 8, "coffer-cli": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
+        "coffer": 8, "coffer-cli": 8, "coffer-secret-service": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
         "cofferd": 9, "coffer-bench": 9,
     ]
 
@@ -154,6 +156,8 @@ import Testing
         // The fast CLI and what it links stay small and static: no Foundation, no argument parser.
         "CofferCLISupport": ["Foundation", "ArgumentParser"],
         "coffer": ["Foundation", "ArgumentParser"],
+        // The Secret Service front end reaches the agent through CofferClient only, never its wire module.
+        "CofferSecretService": ["CofferProtocol"],
     ]
 
     /// What is wrong with the layering of `targets`, whose modules use `uses` (declared and imported,
@@ -237,7 +241,8 @@ import Testing
     /// A C wall is imported by the one Swift module it serves (and by tests of that module's kind).
     @Test func eachCWallHasOneOwner() throws {
         let owners = ["CSodium": "CofferCrypto", "CSQLite": "CofferStore", "CPAM": "CofferPAM", "CSystemShims": "CofferSystem",
-                      "CSSHCrypto": "CofferSSHKeys", "CSecretServiceCrypto": "CofferSecretServiceCrypto"]
+                      "CSSHCrypto": "CofferSSHKeys", "CSecretServiceCrypto": "CofferSecretServiceCrypto",
+                      "CSecretServiceBus": "CofferSecretService"]
         for t in try Self.targets() where !t.path.hasPrefix("Tests") {
             for (wall, owner) in owners where t.name != owner && (t.dependencies.contains(wall) || Self.imports(of: t)[wall] != nil) {
                 Issue.record("\(t.name) reaches through the \(wall) wall (only \(owner) may)")

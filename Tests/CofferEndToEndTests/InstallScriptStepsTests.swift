@@ -16,9 +16,9 @@ import Testing
 
     @Test func dryRunListsEveryStepTheInstallTakesAndChangesNothing() throws {
         let real = TemporaryDirectory("coffer-install"), dry = TemporaryDirectory("coffer-install")
-        let done = Self.install(real.path, "--verbose --no-systemd --enable-pam-login")
+        let done = Self.install(real.path, "--verbose --no-systemd --enable-pam-login --enable-secret-service")
         try #require(done.status == 0, "\(done)")
-        let listed = Self.install(dry.path, "--dry-run --no-systemd --enable-pam-login")
+        let listed = Self.install(dry.path, "--dry-run --no-systemd --enable-pam-login --enable-secret-service")
         #expect(listed.status == 0, "\(listed)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: dry.path).isEmpty, "--dry-run changed the staging root")
 
@@ -86,14 +86,44 @@ import Testing
         #expect(native.split(separator: "\n").contains("FileDescriptorName=agent"))
     }
 
+    /// The Secret Service front end: installed, signed with the delegation entitlement, its user unit
+    /// beside the agent's; its D-Bus activation file only with --enable-secret-service (it is in progress).
+    @Test func installsTheSecretServiceFrontEndAndItsActivationFileOnlyWhenAsked() throws {
+        let root = TemporaryDirectory("coffer-install")
+        var r = Self.install(root.path, "--systemd")
+        try #require(r.status == 0, "\(r)")
+        let activation = root.file("usr/local/share/dbus-1/services/org.freedesktop.secrets.service")
+        #expect(!FileManager.default.fileExists(atPath: activation), "the activation file without --enable-secret-service")
+        let unit = root.file("usr/lib/systemd/user/coffer-secret-service.service")
+        #expect(Files.mode(unit) == 0o644 && Files.mode(root.file("usr/local/bin/coffer-secret-service")) == 0o755)
+        let unitText = (try? String(contentsOfFile: unit, encoding: .utf8)) ?? ""
+        for line in ["Type=dbus", "BusName=org.freedesktop.secrets", "ExecStart=/usr/local/bin/coffer-secret-service", "RestartPreventExitStatus=69"] {
+            #expect(unitText.split(separator: "\n").contains(Substring(line)), "coffer-secret-service.service lacks \(line)")
+        }
+        r = runCLI(["manifest", "verify", root.file("etc/coffer/manifests.d/coffer-secret-service.manifest"),
+                    "--trusted-keys", root.file("etc/coffer/trusted-keys.d")])
+        #expect(r.status == 0 && r.stdout.contains("app: coffer.secret-service") && r.stdout.contains("entitlement: delegate-identity\n"), "\(r)")
+
+        r = Self.install(root.path, "--systemd --enable-secret-service")
+        try #require(r.status == 0, "\(r)")
+        #expect(Files.mode(activation) == 0o644)
+        let text = (try? String(contentsOfFile: activation, encoding: .utf8)) ?? ""
+        for line in ["[D-BUS Service]", "Name=org.freedesktop.secrets", "Exec=/usr/local/bin/coffer-secret-service",
+                     "SystemdService=coffer-secret-service.service"] {
+            #expect(text.split(separator: "\n").contains(Substring(line)), "org.freedesktop.secrets.service lacks \(line)")
+        }
+    }
+
     /// systemd's unit checker accepts the user units (ExecStart at the built cofferd).
     @Test(.enabled(if: SystemdTools.has(SystemdTools.analyze), "needs systemd-analyze (apt: systemd)"))
     func systemdAcceptsTheUnits() {
         let check = TemporaryDirectory("coffer-units")
         let verify = runShell("""
-            cp '\(Binaries.packageRoot)/contrib/systemd/'coffer-*.socket '\(Binaries.packageRoot)/contrib/systemd/coffer-agent.service' '\(check.path)/' && cd '\(check.path)' \
+            cp '\(Binaries.packageRoot)/contrib/systemd/'coffer-*.socket '\(Binaries.packageRoot)/contrib/systemd/'coffer-*.service '\(check.path)/' \
+            && cd '\(check.path)' \
             && sed -i 's|^ExecStart=/usr/local/bin/cofferd|ExecStart=\(Binaries.cofferd)|' coffer-agent.service \
-            && \(SystemdTools.analyze) verify --man=no coffer-ssh-agent.socket coffer-agent.socket coffer-agent.service
+            && sed -i 's|^ExecStart=/usr/local/bin/coffer-secret-service|ExecStart=\(Binaries.directory)/coffer-secret-service|' coffer-secret-service.service \
+            && \(SystemdTools.analyze) verify --man=no coffer-ssh-agent.socket coffer-agent.socket coffer-agent.service coffer-secret-service.service
             """, socket: "")
         #expect(verify.status == 0 && verify.stderr.isEmpty && verify.stdout.isEmpty, "\(verify)")
     }

@@ -1,0 +1,244 @@
+import CSecretServiceBus
+import CofferClient
+import CofferIdentity
+import CofferModel
+import CofferSecretServiceCrypto
+import CofferSystem
+import Glibc
+
+/// The Secret Service front end (issue #26) on one bus connection: the `org.freedesktop.Secret.Service`
+/// object with `OpenSession`, one `org.freedesktop.Secret.Session` object per open session, and for
+/// each sender its own connection to cofferd delegated to the sender's process (DELEGATE) before
+/// anything else is done for it. Single-threaded: everything runs in ``run()``'s loop.
+///
+/// What is served so far is only that: the item, collection, search, secret and prompt methods are
+/// not registered (a client calling them gets the bus's UnknownMethod).
+public final class SecretServiceFrontEnd {
+    /// The bus name, the service object and where session objects live.
+    public static let busName = "org.freedesktop.secrets"
+    public static let servicePath = "/org/freedesktop/secrets"
+    public static let sessionPathPrefix = "/org/freedesktop/secrets/session/"
+    /// How many sessions one sender may hold at once.
+    public static let sessionsPerSender = 16
+    /// How long (seconds) the front end waits for the agent's answer to HELLO and DELEGATE.
+    static let agentReplyTimeout = 10.0
+
+    /// One bus sender: its delegated agent connection and its sessions (by object path).
+    final class Peer {
+        let agent: AgentConnection
+        var sessions: [String: OpenSession] = [:]
+        init(agent: AgentConnection) { self.agent = agent }
+    }
+
+    struct OpenSession {
+        let session: SecretServiceSession
+        let slot: OpaquePointer
+    }
+
+    private let bus: OpaquePointer
+    private let socketPath: String
+    private let handlers: UnsafeMutablePointer<ssb_handlers>
+    private var peers: [String: Peer] = [:]
+    /// Which sender each session object belongs to.
+    private var owners: [String: String] = [:]
+    private var nextSession: UInt64 = 1
+
+    /// Why the front end cannot serve; ``exitStatus`` is the process's (documented in coffer-secret-service(1)).
+    public enum StartError: Error, CustomStringConvertible {
+        /// The session bus cannot be reached (exit 1).
+        case bus(String)
+        /// `org.freedesktop.secrets` has another owner: another front end, gnome-keyring, KeePassXC (exit 69).
+        case nameTaken
+
+        public var exitStatus: Int32 {
+            switch self {
+            case .bus: 1
+            case .nameTaken: 69
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .bus(let why): why
+            case .nameTaken:
+                "\(SecretServiceFrontEnd.busName) is already owned on this session bus (another coffer-secret-service, "
+                    + "gnome-keyring or KeePassXC); not replacing it"
+            }
+        }
+    }
+
+    /// Connects to the session bus (DBUS_SESSION_BUS_ADDRESS), serves the Service object and owns
+    /// `org.freedesktop.secrets`, neither replacing another owner nor queueing behind it.
+    /// `socketPath`: the agent's native socket, as the CLI finds it.
+    public init(socketPath: String) throws(StartError) {
+        var bus: OpaquePointer?
+        let r = ssb_bus_open_session(&bus)
+        guard r >= 0, let bus else { throw .bus("cannot connect to the session bus: \(String(cString: strerror(-r)))") }
+        self.bus = bus
+        self.socketPath = socketPath
+        handlers = .allocate(capacity: 1)
+        handlers.initialize(to: ssb_handlers(
+            open_session: { m, userdata in SecretServiceFrontEnd.from(userdata).openSession(m) },
+            close_session: { m, userdata in SecretServiceFrontEnd.from(userdata).closeSession(m) },
+            name_owner_changed: { name, _, newOwner, userdata in
+                guard let name, let newOwner else { return }
+                SecretServiceFrontEnd.from(userdata).nameOwnerChanged(String(cString: name), newOwner: String(cString: newOwner))
+            },
+            userdata: nil))
+        handlers.pointee.userdata = Unmanaged.passUnretained(self).toOpaque()
+        // Served before the name is owned, so that no call to the name finds nothing.
+        let served = ssb_bus_serve_service(bus, Self.servicePath, handlers)
+        guard served >= 0 else { throw .bus("cannot serve \(Self.servicePath): \(String(cString: strerror(-served)))") }
+        switch ssb_request_name(bus, Self.busName) {
+        case SSB_NAME_OWNED: break
+        case SSB_NAME_TAKEN: throw .nameTaken
+        case let e: throw .bus("cannot own \(Self.busName): \(String(cString: strerror(-e)))")
+        }
+    }
+
+    deinit {
+        for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
+        ssb_bus_close(bus)
+        handlers.deallocate()
+    }
+
+    /// Serves until the bus connection ends (0) or fails (a negative errno).
+    public func run() -> Int32 { ssb_bus_run(bus) }
+
+    private static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
+        Unmanaged<SecretServiceFrontEnd>.fromOpaque(userdata!).takeUnretainedValue()
+    }
+
+    // MARK: Errors on the bus
+
+    /// A D-Bus error answer: its name and a message for people (never a secret).
+    struct BusError: Error {
+        let name: String
+        let message: String
+        static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+        static let failed = "org.freedesktop.DBus.Error.Failed"
+        static let invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
+        static let limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
+        static let noSession = "org.freedesktop.Secret.Error.NoSession"
+    }
+
+    private func reply(_ m: OpaquePointer?, _ e: BusError) -> Int32 { ssb_reply_error(m, e.name, e.message) }
+
+    // MARK: Delegated identity
+
+    /// The sender's peer, made on its first call: its pid from the bus (GetConnectionCredentials), its
+    /// start time read right away, its pidfd (the bus's ProcessFD where it offers one, else
+    /// pidfd_open of the pid), a new agent connection, and DELEGATE before anything else on it.
+    private func peer(for sender: String) throws(BusError) -> Peer {
+        if let p = peers[sender] { return p }
+        var pid: UInt32 = 0
+        var busPIDFD: Int32 = -1
+        let r = ssb_connection_credentials(bus, sender, &pid, &busPIDFD)
+        guard r >= 0, pid > 0, pid <= UInt32(Int32.max) else {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.accessDenied, message: "the bus does not say which process \(sender) is")
+        }
+        // The start time first, then pidfd_open (the threat model's order): the agent re-reads the
+        // start time through the pidfd, so a pid reused in between is refused, not served.
+        guard let startTime = IdentityResolver.startTime(ofPID: Int32(pid)) else {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
+        }
+        let pidfd: Int32
+        if busPIDFD >= 0 {
+            pidfd = busPIDFD
+        } else {
+            do { pidfd = try ProcessHandle.pidfd(of: Int32(pid)).release() } catch {
+                throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
+            }
+        }
+        defer { close(pidfd) }
+        // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
+        // instead of stopping the front end.
+        let agent: AgentConnection
+        do {
+            agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service", replyTimeout: Self.agentReplyTimeout)
+        } catch {
+            throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")
+        }
+        do { try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime) } catch {
+            throw BusError(name: BusError.accessDenied, message: "the Coffer agent refused to act for \(sender): \(error.message)")
+        }
+        let p = Peer(agent: agent)
+        peers[sender] = p
+        return p
+    }
+
+    /// A sender left the bus: its agent connection closes and its sessions go.
+    private func nameOwnerChanged(_ name: String, newOwner: String) {
+        guard name.hasPrefix(":"), newOwner.isEmpty, let p = peers.removeValue(forKey: name) else { return }
+        for (path, s) in p.sessions {
+            ssb_slot_release(s.slot)
+            owners[path] = nil
+        }
+    }
+
+    // MARK: Service.OpenSession and Session.Close
+
+    private func openSession(_ m: OpaquePointer?) -> Int32 {
+        guard let senderC = ssb_message_sender(m) else { return reply(m, BusError(name: BusError.failed, message: "no sender")) }
+        let sender = String(cString: senderC)
+        var algorithmC: UnsafePointer<CChar>?
+        var kind: Int32 = 0
+        var input: UnsafeRawPointer?
+        var size = 0
+        guard ssb_read_open_session(m, &algorithmC, &kind, &input, &size) >= 0, let algorithmC else {
+            return reply(m, BusError(name: BusError.invalidArgs, message: "OpenSession takes (s algorithm, v input)"))
+        }
+        let algorithm = String(cString: algorithmC)
+        let inputBytes = kind == SSB_INPUT_BYTES && size > 0 ? [UInt8](UnsafeRawBufferPointer(start: input, count: size)) : []
+        do throws(BusError) {
+            let peer = try peer(for: sender)
+            guard peer.sessions.count < Self.sessionsPerSender else {
+                throw BusError(name: BusError.limitsExceeded,
+                               message: "\(sender) already holds \(Self.sessionsPerSender) sessions: close one first")
+            }
+            let opened: (output: [UInt8], session: SecretServiceSession)
+            do {
+                if case .dhIETF1024SHA256AES128CBCPKCS7 = try SecretServiceAlgorithm.named(algorithm), kind != SSB_INPUT_BYTES {
+                    throw BusError(name: BusError.invalidArgs, message: "the \(algorithm) session's input is a byte array (ay)")
+                }
+                opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes)
+            } catch let e as SecretServiceSessionError {
+                throw BusError(name: e.dbusErrorName, message: e.description)
+            } catch let e as BusError {
+                throw e
+            } catch {
+                throw BusError(name: BusError.failed, message: "\(error)")
+            }
+            let path = Self.sessionPathPrefix + String(nextSession)
+            nextSession += 1
+            var slot: OpaquePointer?
+            let added = ssb_add_session(bus, path, handlers, &slot)
+            guard added >= 0, let slot else {
+                throw BusError(name: BusError.failed, message: "cannot serve \(path): \(String(cString: strerror(-added)))")
+            }
+            peer.sessions[path] = OpenSession(session: opened.session, slot: slot)
+            owners[path] = sender
+            let asBytes: Int32 = opened.session.algorithm == .plain ? 0 : 1
+            return opened.output.withUnsafeBytes { ssb_reply_open_session(m, asBytes, $0.baseAddress, $0.count, path) }
+        } catch {
+            return reply(m, error)
+        }
+    }
+
+    private func closeSession(_ m: OpaquePointer?) -> Int32 {
+        guard let senderC = ssb_message_sender(m), let pathC = ssb_message_path(m) else {
+            return reply(m, BusError(name: BusError.failed, message: "no sender"))
+        }
+        let sender = String(cString: senderC), path = String(cString: pathC)
+        guard owners[path] == sender, let peer = peers[sender], let s = peer.sessions.removeValue(forKey: path) else {
+            return reply(m, BusError(name: BusError.noSession, message: "\(path) is not a session of \(sender)"))
+        }
+        owners[path] = nil
+        let r = ssb_reply_empty(m)
+        // The object goes after the reply; sd-bus holds the slot until this call returns.
+        ssb_slot_release(s.slot)
+        return r
+    }
+}

@@ -1,0 +1,44 @@
+import CofferClient
+import Glibc
+
+/// `coffer-secret-service [--socket PATH]`: the Secret Service front end's command line. Exit
+/// statuses (coffer-secret-service(1)): 0 the bus connection ended, 1 the bus cannot be reached or
+/// failed, 64 a usage error, 69 `org.freedesktop.secrets` has another owner.
+public enum SecretServiceMain {
+    public static let usage = """
+        usage: coffer-secret-service [--socket PATH]
+        Serves the freedesktop Secret Service API (org.freedesktop.secrets) on the session bus
+        (DBUS_SESSION_BUS_ADDRESS) for the Coffer agent at PATH (default: $COFFER_SOCKET, else
+        $XDG_RUNTIME_DIR/coffer/agent.sock). Only OpenSession and Session.Close are served so far.
+        """
+
+    public static func run(_ arguments: [String]) -> Int32 {
+        var socket: String?
+        var rest = arguments[...]
+        while let a = rest.popFirst() {
+            switch a {
+            case "--socket":
+                guard let p = rest.popFirst(), !p.isEmpty else { return fail("--socket needs a path", status: 64) }
+                socket = p
+            case "-h", "--help":
+                print(usage)
+                return 0
+            default:
+                return fail("unknown argument \(a)\n\(usage)", status: 64)
+            }
+        }
+        let frontEnd: SecretServiceFrontEnd
+        do { frontEnd = try SecretServiceFrontEnd(socketPath: AgentConnection.socketPath(explicit: socket)) } catch {
+            return fail(error.description, status: error.exitStatus)
+        }
+        let r = frontEnd.run()
+        guard r >= 0 else { return fail("the session bus failed: \(String(cString: strerror(-r)))", status: 1) }
+        return 0
+    }
+
+    private static func fail(_ message: String, status: Int32) -> Int32 {
+        let line = "coffer-secret-service: \(message)\n"
+        _ = line.withCString { write(2, $0, strlen($0)) }
+        return status
+    }
+}

@@ -1,0 +1,277 @@
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// A private session bus for the Secret Service front end: `dbus-daemon --session`-style with a
+/// config in a temporary directory (listening on a socket there), started as FprintdBus starts its
+/// daemon (output to a log file, never a pipe), and the front ends started on it.
+final class PrivateSessionBus: @unchecked Sendable {
+    let dir = TemporaryDirectory("coffer-ssbus")
+    var address: String { "unix:path=" + dir.file("bus") }
+    private var processes: [Process] = []
+
+    static let python = "/usr/bin/python3"
+    /// dbus-daemon, gdbus and Debian's python3 with secretstorage (and the jeepney it is built on).
+    static var available: Bool {
+        ["/usr/bin/dbus-daemon", "/usr/bin/gdbus", python, "/usr/lib/python3/dist-packages/secretstorage",
+         "/usr/lib/python3/dist-packages/jeepney"].allSatisfy { FileManager.default.fileExists(atPath: $0) }
+    }
+
+    /// With `serviceDirectory`, the bus activates the services whose files are there.
+    init(serviceDirectory: String? = nil) throws {
+        let config = dir.file("bus.conf")
+        let services = serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? ""
+        try """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:path=\(dir.file("bus"))</listen>
+              <auth>EXTERNAL</auth>
+              \(services)
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        _ = try spawn("/usr/bin/dbus-daemon", ["--config-file=" + config, "--nofork", "--nopidfile"], log: "dbus-daemon.log")
+        guard Self.wait(until: { FileManager.default.fileExists(atPath: self.dir.file("bus")) }) else {
+            throw SignedApps.Failure("dbus-daemon did not start:\n" + read("dbus-daemon.log"))
+        }
+    }
+
+    /// Starts `coffer-secret-service` (the signed path `executable`) for `agent`; with `waitForName`,
+    /// waits until it owns org.freedesktop.secrets.
+    func startFrontEnd(_ executable: String, agent: AgentProcess, log: String = "front-end.log", waitForName: Bool = true) throws -> Process {
+        let p = try spawn(executable, [], log: log, environment: ["COFFER_SOCKET": agent.socketPath])
+        if waitForName {
+            guard Self.wait(until: { self.nameOwner() != nil || !p.isRunning }), p.isRunning else {
+                throw SignedApps.Failure("coffer-secret-service did not own the name:\n" + read(log))
+            }
+        }
+        return p
+    }
+
+    /// The unique name owning org.freedesktop.secrets, if any.
+    func nameOwner() -> String? {
+        let r = run("/usr/bin/gdbus", ["call", "--session", "-d", "org.freedesktop.DBus", "-o", "/org/freedesktop/DBus",
+                                       "-m", "org.freedesktop.DBus.GetNameOwner", "org.freedesktop.secrets"])
+        return r.status == 0 ? r.stdout : nil
+    }
+
+    /// Runs a program on this bus.
+    func run(_ executable: String, _ args: [String], stdin: String? = nil) -> CLIResult {
+        runProcess(executable, args, stdin: stdin, environment: ["DBUS_SESSION_BUS_ADDRESS": address], timeout: 60)
+    }
+
+    /// Runs a Python script (python3-secretstorage and jeepney) on this bus.
+    func python(_ script: String) throws -> CLIResult {
+        let path = dir.file("script-\(UUID().uuidString).py")
+        try script.write(toFile: path, atomically: true, encoding: .utf8)
+        return run(Self.python, [path])
+    }
+
+    func read(_ log: String) -> String { (try? String(contentsOfFile: dir.file(log), encoding: .utf8)) ?? "" }
+
+    private func spawn(_ executable: String, _ arguments: [String], log: String, environment: [String: String] = [:]) throws -> Process {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "COFFER_SOCKET")
+        p.environment = env.merging(environment.merging(["DBUS_SESSION_BUS_ADDRESS": address]) { $1 }) { $1 }
+        let path = dir.file(log)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        let handle = FileHandle(forWritingAtPath: path)
+        p.standardOutput = handle
+        p.standardError = handle
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        processes.append(p)
+        return p
+    }
+
+    /// Polls `condition` for up to `seconds` (FprintdBus's poll).
+    static func wait(_ seconds: Double = 10, until condition: () -> Bool) -> Bool { FprintdBus.wait(seconds, until: condition) }
+
+    deinit {
+        // Front ends first, the bus last; SIGKILL: the test runner's blocked SIGTERM is inherited by its children.
+        for p in processes.reversed() where p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+    }
+}
+
+/// The Secret Service front end `coffer-secret-service` (issue #26, its bus plumbing) on a private
+/// session bus with the real agent, driven by python3-secretstorage (and the jeepney it is built on)
+/// and gdbus: OpenSession with both algorithms, Session.Close, sessions owned by their sender and
+/// removed when it leaves the bus, the per-sender limit, the bus name never taken from another
+/// owner, and each sender's agent connection delegated to the sender's own process.
+@Suite(.enabled(if: PrivateSessionBus.available, "needs dbus-daemon, gdbus and Debian's python3 with python3-secretstorage (contrib/deps.sh)"))
+struct SecretServiceBusTests {
+    static let frontEndApp = "org.example.secret-service"
+
+    /// contrib/dbus's activation file, Exec= pointed at the built front end (and the test agent's
+    /// socket): a client's first call starts the front end, and it serves that call.
+    @Test func theActivationFileStartsTheFrontEnd() throws {
+        let apps = try SignedApps()
+        let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
+        try apps.sign("secret-service", appID: Self.frontEndApp, groups: ["secret-service"], path: executable, entitlements: ["delegate-identity"])
+        let agent = try apps.startAgent()
+        let services = TemporaryDirectory("coffer-ssbus-services")
+        let file = try String(contentsOfFile: Binaries.packageRoot + "/contrib/dbus/org.freedesktop.secrets.service", encoding: .utf8)
+        #expect(file.contains("\nExec=/usr/local/bin/coffer-secret-service\n"))
+        try file.replacingOccurrences(of: "\nExec=/usr/local/bin/coffer-secret-service\n",
+                                      with: "\nExec=\(executable) --socket \(agent.socketPath)\n")
+            .write(toFile: services.file("org.freedesktop.secrets.service"), atomically: true, encoding: .utf8)
+        let bus = try PrivateSessionBus(serviceDirectory: services.path)
+        #expect(bus.nameOwner() == nil, "nothing owns the name before a client asks")
+        let r = try bus.python(Self.prelude + "assert open_plain(a)[0] == 'ok', open_plain(a)\nprint('done')\n")
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("dbus-daemon.log"))")
+        #expect(bus.nameOwner() != nil)
+    }
+
+    /// A private bus, an agent trusting the built front end signed (with `delegate-identity` when
+    /// `entitled`), and the front end serving.
+    static func setUp(entitled: Bool = true) throws -> (SignedApps, AgentProcess, PrivateSessionBus, Process, executable: String) {
+        let apps = try SignedApps()
+        let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
+        try apps.sign("secret-service", appID: frontEndApp, groups: ["secret-service"], path: executable,
+                      entitlements: entitled ? ["delegate-identity"] : [])
+        let agent = try apps.startAgent()
+        let bus = try PrivateSessionBus()
+        let frontEnd = try bus.startFrontEnd(executable, agent: agent)
+        return (apps, agent, bus, frontEnd, executable)
+    }
+
+    /// What every script starts with: two connections of their own (two bus senders) and helpers
+    /// that answer ('ok', body) or ('error', D-Bus error name).
+    static let prelude = #"""
+        os, subprocess, sys, time, secretstorage = (__import__(m) for m in ('os', 'subprocess', 'sys', 'time', 'secretstorage'))
+        from secretstorage.util import open_session
+        from secretstorage.dhcrypto import DH_PRIME_1024
+        from jeepney import DBusAddress, MessageType, new_method_call
+        from jeepney.low_level import HeaderFields
+
+        SERVICE, PATH = 'org.freedesktop.secrets', '/org/freedesktop/secrets'
+        def call(conn, path, iface, method, sig='', *body):
+            reply = conn.send_and_get_reply(new_method_call(DBusAddress(path, bus_name=SERVICE, interface=iface), method, sig, body))
+            if reply.header.message_type == MessageType.error:
+                return ('error', reply.header.fields[HeaderFields.error_name])
+            return ('ok', reply.body)
+        def open_plain(conn):
+            return call(conn, PATH, 'org.freedesktop.Secret.Service', 'OpenSession', 'sv', 'plain', ('s', ''))
+        def close(conn, path):
+            return call(conn, path, 'org.freedesktop.Secret.Session', 'Close')
+        def introspect(path):
+            r = subprocess.run(['gdbus', 'introspect', '--session', '-d', SERVICE, '-o', path], capture_output=True, text=True)
+            return r.stdout + r.stderr
+        a = secretstorage.dbus_init()
+        b = secretstorage.dbus_init()
+        print('exe=' + os.path.realpath(sys.executable))
+
+        """#
+
+    @Test func sessionsOpenForEachSenderUnderItsOwnDelegatedIdentity() throws {
+        let (_, agent, bus, frontEnd, _) = try Self.setUp()
+        let descriptors = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(frontEnd.processIdentifier)/fd").count) ?? -1 }
+        let before = descriptors()
+        let r = try bus.python(Self.prelude + #"""
+            # Introspection shows the Service interface with OpenSession, and nothing it does not serve.
+            service = introspect(PATH)
+            assert 'interface org.freedesktop.Secret.Service' in service and 'OpenSession(' in service, service
+            assert 'SearchItems' not in service and 'Collections' not in service, service
+
+            # secretstorage's own DH session: the server key is one of the group's prime-order subgroup,
+            # and secretstorage derives its AES key from it.
+            s = open_session(a)
+            assert s.encrypted and s.aes_key is not None and len(s.aes_key) == 16, 'not a DH session'
+            p, q = DH_PRIME_1024, (DH_PRIME_1024 - 1) // 2
+            reply = call(a, PATH, 'org.freedesktop.Secret.Service', 'OpenSession', 'sv', 'dh-ietf1024-sha256-aes128-cbc-pkcs7',
+                         ('ay', s.my_public_key.to_bytes(128, 'big')))
+            assert reply[0] == 'ok' and reply[1][0][0] == 'ay' and len(reply[1][0][1]) == 128, reply
+            y = int.from_bytes(reply[1][0][1], 'big')
+            assert 1 < y < p - 1 and pow(y, q, p) == 1, 'server key outside the group'
+            print('dh ok', s.object_path)
+
+            # A plain session: output the empty string.
+            plain = open_plain(a)
+            assert plain[0] == 'ok' and plain[1][0] == ('s', ''), plain
+            session = introspect(plain[1][1])
+            assert 'interface org.freedesktop.Secret.Session' in session and 'Close()' in session, session
+
+            # An unsupported algorithm; a DH input that is not a byte array; a key outside the group.
+            assert call(a, PATH, 'org.freedesktop.Secret.Service', 'OpenSession', 'sv', 'rot13', ('s', '')) \
+                == ('error', 'org.freedesktop.DBus.Error.NotSupported')
+            assert call(a, PATH, 'org.freedesktop.Secret.Service', 'OpenSession', 'sv', 'dh-ietf1024-sha256-aes128-cbc-pkcs7', ('s', '')) \
+                == ('error', 'org.freedesktop.DBus.Error.InvalidArgs')
+            assert call(a, PATH, 'org.freedesktop.Secret.Service', 'OpenSession', 'sv', 'dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', b'\x01')) \
+                == ('error', 'org.freedesktop.DBus.Error.InvalidArgs')
+
+            # A session is its sender's: another sender cannot close it; its owner can, and it is gone.
+            assert close(b, plain[1][1]) == ('error', 'org.freedesktop.Secret.Error.NoSession')
+            assert close(a, plain[1][1]) == ('ok', ())
+            assert 'org.freedesktop.Secret.Session' not in introspect(plain[1][1])
+            assert close(a, plain[1][1])[0] == 'error'
+
+            # At most 16 sessions per sender (the DH one above counts): the 17th is refused, other senders are served.
+            paths = [s.object_path] + [open_plain(a)[1][1] for _ in range(15)]
+            assert open_plain(a) == ('error', 'org.freedesktop.DBus.Error.LimitsExceeded')
+            other = open_plain(b)
+            assert other[0] == 'ok', other
+            print('limit ok')
+
+            # The sender leaves the bus: its sessions go (objects removed, nobody can close them).
+            a.close()
+            deadline = time.time() + 10
+            while time.time() < deadline and any('org.freedesktop.Secret.Session' in introspect(x) for x in (paths[0], paths[-1])):
+                time.sleep(0.05)
+            assert all('org.freedesktop.Secret.Session' not in introspect(x) for x in (paths[0], paths[-1])), 'sessions left behind'
+            assert close(b, paths[0])[0] == 'error'
+            assert 'org.freedesktop.Secret.Session' in introspect(other[1][1]), 'the other sender lost its session'
+            assert close(b, other[1][1]) == ('ok', ())
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning, "\(bus.read("front-end.log"))")
+        // Both senders have left the bus (the script has ended): their agent connections are closed.
+        #expect(PrivateSessionBus.wait(until: { descriptors() == before }), "\(descriptors()) descriptors open, \(before) before the clients came")
+
+        // Each sender's agent connection was delegated to the sender's process (the Python
+        // interpreter, unsigned), by the front end (the caller of DELEGATE).
+        let exe = r.stdout.split(separator: "\n").first { $0.hasPrefix("exe=") }.map { String($0.dropFirst(4)) } ?? "?"
+        let delegations = auditRecords(agent).filter { ($0["operation"] as? String) == "delegate" }
+        #expect(delegations.count == 2 && delegations.allSatisfy {
+            ($0["result"] as? Int) == 0 && ($0["app"] as? String) == Self.frontEndApp && ($0["reason"] as? String ?? "").contains("unsigned \(exe)")
+        }, "\(delegations)")
+    }
+
+    @Test func aSecondFrontEndIsRefusedTheNameAndTheFirstServesOn() throws {
+        let (_, agent, bus, first, executable) = try Self.setUp()
+        let owner = bus.nameOwner()
+        let second = try bus.startFrontEnd(executable, agent: agent, log: "second.log", waitForName: false)
+        second.waitUntilExit()
+        #expect(second.terminationStatus == 69, "\(second.terminationStatus)")
+        #expect(bus.read("second.log").contains("org.freedesktop.secrets is already owned"), "\(bus.read("second.log"))")
+        #expect(first.isRunning && bus.nameOwner() == owner)
+        let r = try bus.python(Self.prelude + "assert open_plain(a)[0] == 'ok'\nprint('done')\n")
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)")
+    }
+
+    @Test func withoutTheDelegationEntitlementEverySenderIsDenied() throws {
+        let (_, agent, bus, frontEnd, _) = try Self.setUp(entitled: false)
+        let r = try bus.python(Self.prelude + """
+            assert open_plain(a) == ('error', 'org.freedesktop.DBus.Error.AccessDenied'), open_plain(a)
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
+        #expect(auditRecords(agent).contains { ($0["operation"] as? String) == "delegate" && ($0["result"] as? Int) != 0 })
+    }
+}
