@@ -14,6 +14,15 @@ import Testing
         "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
         "TracerPid": "a field of /proc/PID/status",
         "VmLck": "a field of /proc/PID/status",
+        // The Secret Service front end's docs name D-Bus members, errors and credentials.
+        "AccessDenied": "a D-Bus error name (org.freedesktop.DBus.Error.AccessDenied)",
+        "GetConnectionCredentials": "a D-Bus method of the bus daemon",
+        "InvalidArgs": "a D-Bus error name (org.freedesktop.DBus.Error.InvalidArgs)",
+        "LimitsExceeded": "a D-Bus error name (org.freedesktop.DBus.Error.LimitsExceeded)",
+        "NameOwnerChanged": "a D-Bus signal of the bus daemon",
+        "NoSession": "a Secret Service error name (org.freedesktop.Secret.Error.NoSession)",
+        "ProcessFD": "a key of GetConnectionCredentials' answer",
+        "UnknownMethod": "a D-Bus error name (org.freedesktop.DBus.Error.UnknownMethod)",
     ]
 
     /// `x = y` spans that are not config lines, each with why.
