@@ -58,6 +58,10 @@ let package = Package(
         .target(name: "CSSHCrypto", path: "Sources/CSSHCrypto", linkerSettings: [.linkedLibrary("crypto")]),
         // OpenSSL 3 libcrypto for the Secret Service's transport encryption (issue #26): the RFC 2409 DH group, HKDF-SHA256, AES-128-CBC.
         .target(name: "CSecretServiceCrypto", path: "Sources/CSecretServiceCrypto", linkerSettings: [.linkedLibrary("crypto")]),
+        // tpm2-tss's ESAPI for the TPM 2.0 device key (issue #28): one TPM command per function, the TCTI chosen by a
+        // configuration string; links what `pkg-config --libs tss2-esys tss2-tctildr tss2-mu tss2-rc` says (libtss2-dev).
+        .target(name: "CTPM", path: "Sources/CTPM",
+                linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr"), .linkedLibrary("tss2-mu"), .linkedLibrary("tss2-rc")]),
 
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
@@ -69,6 +73,9 @@ let package = Package(
         // in model terms (bytes in, bytes out); no D-Bus.
         .target(name: "CofferSecretServiceCrypto", dependencies: ["CSecretServiceCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: rawMemorySettings),
+        // The TPM 2.0 in model terms (issue #28): an HMAC key only this TPM can load, authorized from the passcode and
+        // counted by the TPM's dictionary-attack lockout; the lockout state; an NV monotonic counter. No keybag here.
+        .target(name: "CofferTPM", dependencies: ["CTPM", "CofferCrypto", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),
@@ -174,6 +181,8 @@ let package = Package(
         .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferSSHKeysTests", dependencies: ["CofferSSHKeys", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
+        // The TPM module against real swtpm instances the tests start (skipped with a message without swtpm).
+        .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "CofferModel", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferSecretServiceCryptoTests", dependencies: ["CofferSecretServiceCrypto", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
