@@ -51,6 +51,12 @@ final class SoftwareTPM: @unchecked Sendable {
             }
             self.port = p
             self.pid = pid
+            // swtpm may daemonise before it listens: wait (generously) until its server port accepts.
+            let deadline = Date().addingTimeInterval(30)
+            while !Self.accepts(p) {
+                guard Date() < deadline, Self.running(pid) else { throw SoftwareTPMError(message: "swtpm \(pid) never listened on port \(p)") }
+                usleep(10_000)
+            }
             return
         }
         throw SoftwareTPMError(message: "swtpm did not start: \(lastError)")
@@ -98,6 +104,20 @@ final class SoftwareTPM: @unchecked Sendable {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
               let close = stat.lastIndex(of: ")") else { return false }
         return !stat[stat.index(after: close)...].hasPrefix(" Z")
+    }
+
+    /// True if something accepts a TCP connection on 127.0.0.1:`port`.
+    private static func accepts(_ port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &addr) { a in
+            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
     }
 
     /// A port P with P and P + 1 both free on 127.0.0.1 right now.
