@@ -92,7 +92,7 @@ uint32_t ctpm_create(ctpm_context *ctx, uint32_t parent, const uint8_t *template
     if (rc != TSS2_RC_SUCCESS) return rc;
     TPM2B_SENSITIVE_CREATE in_sensitive = {0};
     if (auth_len > sizeof in_sensitive.sensitive.userAuth.buffer) return CTPM_RC_BAD_VALUE;
-    memcpy(in_sensitive.sensitive.userAuth.buffer, auth, auth_len);
+    if (auth_len > 0) memcpy(in_sensitive.sensitive.userAuth.buffer, auth, auth_len);
     in_sensitive.sensitive.userAuth.size = (UINT16)auth_len;
     TPM2B_DATA outside = {0};
     TPML_PCR_SELECTION pcrs = {0};
@@ -142,12 +142,12 @@ uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, const uint8_t *auth, size_t 
     if (auth_len > sizeof a.buffer) return CTPM_RC_BAD_VALUE;
     TPM2B_MAX_BUFFER buffer = {0};
     if (input_len > sizeof buffer.buffer) return CTPM_RC_BAD_VALUE;
-    memcpy(a.buffer, auth, auth_len);
+    if (auth_len > 0) memcpy(a.buffer, auth, auth_len);
     a.size = (UINT16)auth_len;
     TSS2_RC rc = Esys_TR_SetAuth(ctx->esys, key, &a);
     explicit_bzero(&a, sizeof a);
     if (rc != TSS2_RC_SUCCESS) return rc;
-    memcpy(buffer.buffer, input, input_len);
+    if (input_len > 0) memcpy(buffer.buffer, input, input_len);
     buffer.size = (UINT16)input_len;
     TPM2B_DIGEST *digest = NULL;
     rc = Esys_HMAC(ctx->esys, key, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &buffer, hash_alg, &digest);

@@ -26,6 +26,8 @@ import Testing
             #expect(first.count == 32)
             #expect(bytes(try key.hmac(input, authorization: auth, on: tpm)) == first, "the same key and input give the same HMAC")
             #expect(bytes(try key.hmac(input + [0], authorization: auth, on: tpm)) != first)
+            #expect(try key.hmac([], authorization: auth, on: tpm).count == 32, "an empty input is an input")
+            #expect(throws: TPMError.self) { try key.hmac([UInt8](repeating: 1, count: TPMHMACKey.maxInputBytes + 1), authorization: auth, on: tpm) }
             let other = try TPMHMACKey.create(authorization: auth, on: tpm)
             #expect(other.blob != key.blob)
             #expect(bytes(try other.hmac(input, authorization: auth, on: tpm)) != first, "another key gives another HMAC")
