@@ -84,6 +84,26 @@ uint32_t ctpm_create_primary(ctpm_context *ctx, uint32_t hierarchy, const uint8_
     return TSS2_RC_SUCCESS;
 }
 
+/*
+ * Starts an HMAC session (SHA-256) salted to the loaded key `salt_key`, with AES-128-CFB parameter
+ * encryption in the directions `attributes` names (TPMA_SESSION_DECRYPT: the command's first
+ * parameter; TPMA_SESSION_ENCRYPT: the response's) and continueSession clear, so the command that
+ * uses it ends it. A session that could not be set up is flushed.
+ */
+static TSS2_RC salted_session(ctpm_context *ctx, ESYS_TR salt_key, TPMA_SESSION attributes, ESYS_TR *session) {
+    TPMT_SYM_DEF symmetric = {.algorithm = TPM2_ALG_AES, .keyBits = {.aes = 128}, .mode = {.aes = TPM2_ALG_CFB}};
+    *session = ESYS_TR_NONE;
+    TSS2_RC rc = Esys_StartAuthSession(ctx->esys, salt_key, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, NULL,
+                                       TPM2_SE_HMAC, &symmetric, TPM2_ALG_SHA256, session);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    rc = Esys_TRSess_SetAttributes(ctx->esys, *session, attributes, 0xFF);
+    if (rc != TSS2_RC_SUCCESS) {
+        (void)Esys_FlushContext(ctx->esys, *session);
+        *session = ESYS_TR_NONE;
+    }
+    return rc;
+}
+
 uint32_t ctpm_create(ctpm_context *ctx, uint32_t parent, const uint8_t *template_pub, size_t template_len,
                      const uint8_t *auth, size_t auth_len,
                      uint8_t *pub, size_t *pub_len, uint8_t *priv, size_t *priv_len) {
@@ -98,8 +118,14 @@ uint32_t ctpm_create(ctpm_context *ctx, uint32_t parent, const uint8_t *template
     TPML_PCR_SELECTION pcrs = {0};
     TPM2B_PRIVATE *out_private = NULL;
     TPM2B_PUBLIC *out_public = NULL;
-    rc = Esys_Create(ctx->esys, parent, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &in_sensitive, &in_public, &outside,
-                     &pcrs, &out_private, &out_public, NULL, NULL, NULL);
+    /* The sensitive part (the new key's auth) is the first parameter: encrypted in a session salted to the parent. */
+    ESYS_TR session = ESYS_TR_NONE;
+    rc = salted_session(ctx, parent, TPMA_SESSION_DECRYPT, &session);
+    if (rc == TSS2_RC_SUCCESS) {
+        rc = Esys_Create(ctx->esys, parent, session, ESYS_TR_NONE, ESYS_TR_NONE, &in_sensitive, &in_public, &outside,
+                         &pcrs, &out_private, &out_public, NULL, NULL, NULL);
+        if (rc != TSS2_RC_SUCCESS) (void)Esys_FlushContext(ctx->esys, session);
+    }
     explicit_bzero(&in_sensitive, sizeof in_sensitive);
     if (rc == TSS2_RC_SUCCESS) {
         size_t off = 0;
@@ -136,7 +162,7 @@ uint32_t ctpm_load(ctpm_context *ctx, uint32_t parent, const uint8_t *pub, size_
 
 uint32_t ctpm_flush(ctpm_context *ctx, uint32_t handle) { return Esys_FlushContext(ctx->esys, handle); }
 
-uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, const uint8_t *auth, size_t auth_len, uint16_t hash_alg,
+uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, uint32_t salt_key, const uint8_t *auth, size_t auth_len, uint16_t hash_alg,
                    const uint8_t *input, size_t input_len, uint8_t *out, size_t *out_len) {
     TPM2B_AUTH a = {0};
     if (auth_len > sizeof a.buffer) return CTPM_RC_BAD_VALUE;
@@ -149,8 +175,12 @@ uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, const uint8_t *auth, size_t 
     if (rc != TSS2_RC_SUCCESS) return rc;
     if (input_len > 0) memcpy(buffer.buffer, input, input_len);
     buffer.size = (UINT16)input_len;
+    ESYS_TR session = ESYS_TR_NONE;
+    rc = salted_session(ctx, salt_key, TPMA_SESSION_ENCRYPT, &session);
     TPM2B_DIGEST *digest = NULL;
-    rc = Esys_HMAC(ctx->esys, key, ESYS_TR_PASSWORD, ESYS_TR_NONE, ESYS_TR_NONE, &buffer, hash_alg, &digest);
+    if (rc == TSS2_RC_SUCCESS) rc = Esys_HMAC(ctx->esys, key, session, ESYS_TR_NONE, ESYS_TR_NONE, &buffer, hash_alg, &digest);
+    /* A session the command did not end (a failure, or the start failed half-way) is flushed here. */
+    if (rc != TSS2_RC_SUCCESS && session != ESYS_TR_NONE) (void)Esys_FlushContext(ctx->esys, session);
     explicit_bzero(&buffer, sizeof buffer);
     TPM2B_AUTH empty = {0};
     (void)Esys_TR_SetAuth(ctx->esys, key, &empty);

@@ -73,7 +73,8 @@ public struct TPMHMACKey: Equatable, Sendable {
     }
 
     /// HMAC-SHA256 of `input` (at most ``maxInputBytes``) under this key in `tpm`, authorized by
-    /// `authorization` (TPM2_Load, TPM2_HMAC with a password session, TPM2_FlushContext). A wrong
+    /// `authorization` (TPM2_Load, TPM2_StartAuthSession of an HMAC session salted to the storage
+    /// primary, TPM2_HMAC in it with the response encrypted, TPM2_FlushContext). A wrong
     /// authorization throws ``TPMError/wrongAuthorization`` and is counted by the TPM; in lockout
     /// every call throws ``TPMError/lockout``.
     public func hmac(_ input: [UInt8], authorization: SecureBytes, on tpm: TPM) throws(TPMError) -> SecureBytes {
@@ -84,12 +85,13 @@ public struct TPMHMACKey: Equatable, Sendable {
         return try unsafe tpm.withContext { ctx throws(TPMError) -> SecureBytes in
             let handle = try unsafe loaded(ctx, tpm)
             defer { _ = unsafe ctpm_flush(ctx, handle) }
+            let salt = try unsafe tpm.primaryKey(ctx).handle
             let out = SecureBytes(count: Self.hmacBytes)
             var outLength = out.count
             let rc = unsafe auth.withUnsafeBytes { a in
                 unsafe out.withUnsafeMutableBytes { o in
                     unsafe input.withUnsafeBufferPointer { i in
-                        unsafe ctpm_hmac(ctx, handle, a.baseAddress!.assumingMemoryBound(to: UInt8.self), a.count, TPMAlgorithm.sha256,
+                        unsafe ctpm_hmac(ctx, handle, salt, a.baseAddress!.assumingMemoryBound(to: UInt8.self), a.count, TPMAlgorithm.sha256,
                                          i.baseAddress, i.count, o.baseAddress!.assumingMemoryBound(to: UInt8.self), &outLength)
                     }
                 }

@@ -127,6 +127,11 @@ import Testing
         #expect(throws: TPMError.lockout) { try key.hmac(input, authorization: auth, on: tpm) }
         #expect(TPMError.lockout.description.contains("locked out"))
         #expect(try tpm.lockoutState().failedTries == before.maxTries, "an attempt in lockout is not counted again")
+        if SoftwareTPM.tools != nil {
+            // The HMAC sessions of failed commands were flushed (swtpm holds three).
+            let sessions = sw.tool("tpm2_getcap", ["handles-loaded-session"])
+            #expect(sessions.status == 0 && !sessions.stdout.contains("0x2"), "sessions left loaded: \(sessions)")
+        }
     }
 
     @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))

@@ -58,9 +58,9 @@ uint32_t ctpm_create_primary(ctpm_context *ctx, uint32_t hierarchy, const uint8_
                              uint32_t *handle, uint8_t *name, size_t *name_len);
 
 /**
- * TPM2_Create under `parent` (its auth empty, a password session) from `template_pub` (a marshalled
- * TPM2B_PUBLIC) with the sensitive part's userAuth `auth` (at most 64 bytes; no data: the TPM makes
- * the key). The new object's TPM2B_PUBLIC and TPM2B_PRIVATE, marshalled by tss2-mu, into `pub` and
+ * TPM2_Create under `parent` (its auth empty) from `template_pub` (a marshalled TPM2B_PUBLIC) with
+ * the sensitive part's userAuth `auth` (at most 64 bytes; no data: the TPM makes the key), in an
+ * HMAC session salted to `parent` that encrypts the sensitive part on its way to the TPM. The new object's TPM2B_PUBLIC and TPM2B_PRIVATE, marshalled by tss2-mu, into `pub` and
  * `priv` (`*pub_len`, `*priv_len` in: capacity, out: length).
  */
 uint32_t ctpm_create(ctpm_context *ctx, uint32_t parent, const uint8_t *template_pub, size_t template_len,
@@ -79,10 +79,13 @@ uint32_t ctpm_flush(ctpm_context *ctx, uint32_t handle);
 
 /**
  * TPM2_HMAC with the loaded key `key` and hash algorithm `hash_alg` (a TPM_ALG_ID) over `input`
- * (at most 1024 bytes), authorized by a password session carrying `auth` (at most 64 bytes). The
- * HMAC into `out` (`*out_len` in: capacity, out: length). The key's auth is reset to empty before return.
+ * (at most 1024 bytes), authorized with `auth` (at most 64 bytes) in an HMAC session
+ * (TPM2_StartAuthSession, SHA-256) salted to the loaded key `salt_key`, with AES-128-CFB encryption
+ * of the response and continueSession clear: the auth value never crosses the bus, the HMAC crosses
+ * it encrypted. The session ends with the command (flushed here if the command failed). The HMAC
+ * into `out` (`*out_len` in: capacity, out: length). The key's auth is reset to empty before return.
  */
-uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, const uint8_t *auth, size_t auth_len, uint16_t hash_alg,
+uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, uint32_t salt_key, const uint8_t *auth, size_t auth_len, uint16_t hash_alg,
                    const uint8_t *input, size_t input_len, uint8_t *out, size_t *out_len);
 
 /**
