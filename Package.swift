@@ -62,6 +62,10 @@ let package = Package(
         // sd-bus from libsystemd for the Secret Service front end (issue #26): one fixed signature per
         // function, because Swift cannot call sd-bus's varargs readers and writers. No marshalling of its own.
         .target(name: "CSecretServiceBus", path: "Sources/CSecretServiceBus", linkerSettings: [.linkedLibrary("systemd")]),
+        // tpm2-tss's ESAPI for the TPM 2.0 device key (issue #28): one TPM command per function, the TCTI chosen by a
+        // configuration string; links what `pkg-config --libs tss2-esys tss2-tctildr tss2-mu tss2-rc` says (libtss2-dev).
+        .target(name: "CTPM", path: "Sources/CTPM",
+                linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr"), .linkedLibrary("tss2-mu"), .linkedLibrary("tss2-rc")]),
 
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
@@ -73,6 +77,9 @@ let package = Package(
         // in model terms (bytes in, bytes out); no D-Bus.
         .target(name: "CofferSecretServiceCrypto", dependencies: ["CSecretServiceCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: rawMemorySettings),
+        // The TPM 2.0 in model terms (issue #28): an HMAC key only this TPM can load, authorized from the passcode and
+        // counted by the TPM's dictionary-attack lockout; the lockout state; an NV monotonic counter. No keybag here.
+        .target(name: "CofferTPM", dependencies: ["CTPM", "CofferCrypto", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),
@@ -186,6 +193,8 @@ let package = Package(
         .testTarget(name: "CofferCLISupportTests", dependencies: ["CofferCLISupport", "CofferCrypto", "CofferModel"], swiftSettings: settings),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferSSHKeysTests", dependencies: ["CofferSSHKeys", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
+        // The TPM module against real swtpm instances the tests start (skipped with a message without swtpm).
+        .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "CofferModel", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferSecretServiceCryptoTests", dependencies: ["CofferSecretServiceCrypto", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),

@@ -1,0 +1,76 @@
+import CTPM
+
+/// A TPM NV monotonic counter (TPM_NT_COUNTER) in the owner hierarchy: a 64-bit value that only
+/// grows, survives reboots and TPM restarts, and cannot be set back (only undefining the index and
+/// defining it again resets it, which needs the owner's authorization). Part 3 of issue #28 binds
+/// the keybag's version to one.
+///
+/// Attributes `ownerwrite|ownerread|nt=counter` (`tpm2_nvdefine -a "ownerread|ownerwrite|nt=counter"`),
+/// 8 bytes, SHA-256 name, an empty index auth and no policy; authorized by the owner hierarchy with
+/// its auth empty, as a TPM that was never provisioned (and swtpm) has it.
+public struct TPMNVCounter: Equatable, Sendable {
+    /// The NV index (a handle 0x01xxxxxx).
+    public let index: UInt32
+
+    /// The index Coffer uses unless configured otherwise: in the owner range 0x01000000–0x013FFFFF the
+    /// TCG's handle registry leaves to owners.
+    public static let defaultIndex: UInt32 = 0x0100_C0FF
+    /// TPMA_NV_OWNERWRITE | TPM_NT_COUNTER << 4 | TPMA_NV_OWNERREAD.
+    static let attributes: UInt32 = 1 << 1 | 1 << 4 | 1 << 17
+    /// TPMA_NV_WRITTEN: set by the TPM at the first increment; not part of the definition.
+    static let writtenBit: UInt32 = 1 << 29
+    /// A counter's size.
+    static let dataSize: UInt16 = 8
+
+    /// Opens the counter at `index`, defining it (TPM2_NV_DefineSpace) and incrementing it once
+    /// (so it can be read) if it is not there. An index already defined with other attributes, size or
+    /// name algorithm is refused (``TPMError/nvIndexConflict(index:reason:)``) and left alone.
+    public static func define(index: UInt32 = defaultIndex, on tpm: TPM) throws(TPMError) -> TPMNVCounter {
+        guard index >> 24 == 0x01 else { throw .invalidArgument("\(hex(index)) is not an NV index (0x01000000–0x01FFFFFF)") }
+        let counter = TPMNVCounter(index: index)
+        try unsafe tpm.withContext { ctx throws(TPMError) in
+            var attributes: UInt32 = 0, size: UInt16 = 0, nameAlg: UInt16 = 0
+            let rc = unsafe ctpm_nv_read_public(ctx, index, &attributes, &size, &nameAlg)
+            if rc == 0 {
+                guard attributes & ~writtenBit == Self.attributes, size == dataSize, nameAlg == TPMAlgorithm.sha256 else {
+                    throw .nvIndexConflict(index: index, reason: "attributes 0x\(String(attributes, radix: 16)), \(size) bytes, "
+                        + "name algorithm 0x\(String(nameAlg, radix: 16)); a Coffer counter has attributes 0x\(String(Self.attributes, radix: 16)) "
+                        + "(ownerwrite|nt=counter|ownerread), 8 bytes, SHA-256")
+                }
+                if attributes & writtenBit != 0 { return }
+            } else if TPMResponse(rc).tpmCode == TPMResponse.handle {
+                try tpm.check(unsafe ctpm_nv_define(ctx, index, Self.attributes, dataSize, TPMAlgorithm.sha256), "TPM2_NV_DefineSpace")
+            } else {
+                try tpm.check(rc, "TPM2_NV_ReadPublic")
+            }
+            try tpm.check(unsafe ctpm_nv_increment(ctx, index), "TPM2_NV_Increment")
+        }
+        return counter
+    }
+
+    /// The counter's value (TPM2_NV_Read, 8 bytes big-endian).
+    public func read(on tpm: TPM) throws(TPMError) -> UInt64 {
+        try unsafe tpm.withContext { ctx throws(TPMError) -> UInt64 in
+            var bytes = [UInt8](repeating: 0, count: Int(Self.dataSize))
+            try tpm.check(unsafe ctpm_nv_read(ctx, index, &bytes, Self.dataSize), "TPM2_NV_Read")
+            return bytes.reduce(0) { $0 << 8 | UInt64($1) }
+        }
+    }
+
+    /// Adds one to the counter (TPM2_NV_Increment, one NV write) and returns the new value.
+    @discardableResult
+    public func increment(on tpm: TPM) throws(TPMError) -> UInt64 {
+        try unsafe tpm.withContext { ctx throws(TPMError) in try tpm.check(unsafe ctpm_nv_increment(ctx, index), "TPM2_NV_Increment") }
+        return try read(on: tpm)
+    }
+
+    /// Removes the index (TPM2_NV_UndefineSpace by the owner): for tests and administrators' tools.
+    public func undefine(on tpm: TPM) throws(TPMError) {
+        try unsafe tpm.withContext { ctx throws(TPMError) in try tpm.check(unsafe ctpm_nv_undefine(ctx, index), "TPM2_NV_UndefineSpace") }
+    }
+
+    static func hex(_ v: UInt32) -> String {
+        let digits = String(v, radix: 16)
+        return "0x" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits
+    }
+}

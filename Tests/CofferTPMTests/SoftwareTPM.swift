@@ -1,0 +1,152 @@
+import CofferTestSupport
+import Foundation
+import Glibc
+
+/// A swtpm (TPM 2.0 simulator) this test started: its own state directory, TCP ports picked free for
+/// it, `--daemon --pid file=`, stopped (SIGTERM, then SIGKILL) when released. A fresh state directory
+/// is a fresh TPM (its own seeds), made in milliseconds without swtpm_setup (no EK certificates needed).
+final class SoftwareTPM: @unchecked Sendable {
+    /// swtpm's path, or nil when it is not installed.
+    static let executable: String? = ["/usr/bin/swtpm", "/usr/local/bin/swtpm"].first { access($0, X_OK) == 0 }
+    /// True if swtpm and tpm2-tss's swtpm TCTI are both installed.
+    static let available: Bool = executable != nil && dlopen("libtss2-tcti-swtpm.so.0", RTLD_LAZY) != nil
+    static let unavailableReason = "no swtpm or no tpm2-tss swtpm TCTI (apt-get install swtpm libtss2-dev; contrib/deps.sh)"
+    /// tpm2-tools' directory, or nil when it is not installed.
+    static let tools: String? = access("/usr/bin/tpm2_hmac", X_OK) == 0 ? "/usr/bin" : nil
+
+    let state: TemporaryDirectory
+    private(set) var port: UInt16 = 0
+    private(set) var pid: pid_t = 0
+
+    /// The TCTI configuration string reaching it.
+    var tcti: String { "swtpm:host=127.0.0.1,port=\(port)" }
+
+    /// Starts a swtpm on `state` (a new directory: a new TPM).
+    init(state: TemporaryDirectory = TemporaryDirectory("coffer-swtpm")) throws {
+        self.state = state
+        try start()
+    }
+
+    deinit { stop() }
+
+    /// Starts swtpm on two fresh ports (server P, control P + 1), retrying when another process took them first.
+    func start() throws {
+        var lastError = ""
+        for _ in 0..<8 {
+            guard let p = Self.freePortPair() else { continue }
+            let pidFile = state.file("swtpm.pid")
+            unlink(pidFile)
+            // Not runProcess (nor Process): the daemon inherits output pipes and holds them open; posix_spawn with
+            // /dev/null for all three and waitpid for the parent, which exits once the daemon listens.
+            let args = [Self.executable!, "socket", "--tpm2", "--tpmstate", "dir=\(state.path)",
+                        "--server", "type=tcp,port=\(p),bindaddr=127.0.0.1", "--ctrl", "type=tcp,port=\(p + 1),bindaddr=127.0.0.1",
+                        "--flags", "not-need-init,startup-clear", "--daemon", "--pid", "file=\(pidFile)",
+                        "--log", "file=\(state.file("swtpm.log"))"]
+            let status = Self.spawnAndWait(args)
+            guard status == 0, let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+                  let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            else {
+                lastError = "exit status \(status); " + ((try? String(contentsOfFile: state.file("swtpm.log"), encoding: .utf8)) ?? "")
+                continue
+            }
+            self.port = p
+            self.pid = pid
+            // swtpm may daemonise before it listens: wait (generously) until its server port accepts.
+            let deadline = Date().addingTimeInterval(30)
+            while !Self.accepts(p) {
+                guard Date() < deadline, Self.running(pid) else { throw SoftwareTPMError(message: "swtpm \(pid) never listened on port \(p)") }
+                usleep(10_000)
+            }
+            return
+        }
+        throw SoftwareTPMError(message: "swtpm did not start: \(lastError)")
+    }
+
+    /// Stops swtpm and waits until it is gone: SIGKILL, a power loss (the test runner blocks SIGTERM and
+    /// its children inherit that; swtpm writes its NV state to its directory as each command changes it).
+    func stop() {
+        guard pid > 0 else { return }
+        kill(pid, SIGKILL)
+        while Self.running(pid) { usleep(10_000) }
+        pid = 0
+    }
+
+    /// Runs `args` with /dev/null as its standard streams and returns its exit status (-1 if it could not start).
+    private static func spawnAndWait(_ args: [String]) -> Int32 {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for fd: Int32 in 0...2 { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
+        var argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
+        defer { for a in argv { free(a) } }
+        var child: pid_t = 0
+        guard posix_spawn(&child, args[0], &actions, nil, &argv, environ) == 0 else { return -1 }
+        var status: Int32 = 0
+        while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
+    }
+
+    /// Stops and starts it again on the same state (new ports): the TPM after a power cycle.
+    func restart() throws {
+        stop()
+        try start()
+    }
+
+    /// Runs a tpm2-tools command against this TPM (no resource manager: the caller flushes).
+    func tool(_ name: String, _ args: [String]) -> CLIResult {
+        runProcess(Self.tools! + "/" + name, args, environment: ["TPM2TOOLS_TCTI": tcti], directory: URL(fileURLWithPath: state.path),
+                   timeout: 60)
+    }
+
+    /// Alive and not a zombie (a daemon whose parent exited may be reaped late).
+    private static func running(_ pid: pid_t) -> Bool {
+        guard kill(pid, 0) == 0 else { return false }
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return false }
+        return !stat[stat.index(after: close)...].hasPrefix(" Z")
+    }
+
+    /// True if something accepts a TCP connection on 127.0.0.1:`port`.
+    private static func accepts(_ port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &addr) { a in
+            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+
+    /// A port P with P and P + 1 both free on 127.0.0.1 right now.
+    private static func freePortPair() -> UInt16? {
+        for _ in 0..<32 {
+            guard let p = bindable(0), p < UInt16.max, bindable(p + 1) != nil else { continue }
+            return p
+        }
+        return nil
+    }
+
+    /// Binds a TCP socket to 127.0.0.1:`port` (0: any) and closes it; the port it got, nil if taken.
+    private static func bindable(_ port: UInt16) -> UInt16? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = port.bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) { a in
+            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { s in bind(fd, s, len) == 0 && getsockname(fd, s, &len) == 0 }
+        }
+        return ok ? UInt16(bigEndian: addr.sin_port) : nil
+    }
+}
+
+struct SoftwareTPMError: Error, CustomStringConvertible {
+    let message: String
+    var description: String { message }
+}
