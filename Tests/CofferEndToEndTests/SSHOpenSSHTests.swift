@@ -279,7 +279,7 @@ final class SSHDaemon: @unchecked Sendable {
         // A port picked free may be taken before sshd binds it: then another one.
         var lastLog = ""
         for _ in 0..<5 {
-            let candidate = try Self.freePort()
+            guard let candidate = Loopback.freePort() else { throw POSIXError(.EADDRNOTAVAIL) }
             if try start(port: candidate, hostKey: hostKey) {
                 port = candidate
                 let hostPublic = try String(contentsOfFile: hostKey + ".pub", encoding: .utf8)
@@ -365,23 +365,6 @@ final class SSHDaemon: @unchecked Sendable {
             """.write(toFile: path, atomically: true, encoding: .utf8)
     }
 
-    /// A TCP port on 127.0.0.1 free at the time of asking (the kernel picks it; the socket is closed).
-    static func freePort() throws -> UInt16 {
-        let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard s >= 0 else { throw POSIXError(.EMFILE) }
-        defer { close(s) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        guard bound == 0,
-              withUnsafeMutablePointer(to: &addr, { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &length) } }) == 0
-        else { throw POSIXError(.EADDRNOTAVAIL) }
-        return UInt16(bigEndian: addr.sin_port)
-    }
-
     /// SIGTERM to the daemon, then SIGKILL if it is still there after 10 s; waits until it is gone
     /// (a zombie counts as gone: the daemon is not this process's child).
     func stop() {
@@ -389,14 +372,8 @@ final class SSHDaemon: @unchecked Sendable {
         defer { pid = 0 }
         kill(pid, SIGTERM)
         let deadline = Date().addingTimeInterval(10)
-        while Self.alive(pid) && Date() < deadline { usleep(20_000) }
-        if Self.alive(pid) { kill(pid, SIGKILL) }
-    }
-
-    static func alive(_ pid: Int32) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        return !stat[close...].hasPrefix(") Z")
+        while Loopback.running(pid) && Date() < deadline { usleep(20_000) }
+        if Loopback.running(pid) { kill(pid, SIGKILL) }
     }
 
     deinit { stop() }

@@ -53,8 +53,8 @@ final class SoftwareTPM: @unchecked Sendable {
             self.pid = pid
             // swtpm may daemonise before it listens: wait (generously) until its server port accepts.
             let deadline = Date().addingTimeInterval(30)
-            while !Self.accepts(p) {
-                guard Date() < deadline, Self.running(pid) else { throw SoftwareTPMError(message: "swtpm \(pid) never listened on port \(p)") }
+            while !Loopback.accepts(p) {
+                guard Date() < deadline, Loopback.running(pid) else { throw SoftwareTPMError(message: "swtpm \(pid) never listened on port \(p)") }
                 usleep(10_000)
             }
             return
@@ -67,7 +67,7 @@ final class SoftwareTPM: @unchecked Sendable {
     func stop() {
         guard pid > 0 else { return }
         kill(pid, SIGKILL)
-        while Self.running(pid) { usleep(10_000) }
+        while Loopback.running(pid) { usleep(10_000) }
         pid = 0
     }
 
@@ -98,51 +98,13 @@ final class SoftwareTPM: @unchecked Sendable {
                    timeout: 60)
     }
 
-    /// Alive and not a zombie (a daemon whose parent exited may be reaped late).
-    private static func running(_ pid: pid_t) -> Bool {
-        guard kill(pid, 0) == 0 else { return false }
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        return !stat[stat.index(after: close)...].hasPrefix(" Z")
-    }
-
-    /// True if something accepts a TCP connection on 127.0.0.1:`port`.
-    private static func accepts(_ port: UInt16) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &addr) { a in
-            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-    }
-
     /// A port P with P and P + 1 both free on 127.0.0.1 right now.
     private static func freePortPair() -> UInt16? {
         for _ in 0..<32 {
-            guard let p = bindable(0), p < UInt16.max, bindable(p + 1) != nil else { continue }
+            guard let p = Loopback.freePort(), p < UInt16.max, Loopback.freePort(p + 1) != nil else { continue }
             return p
         }
         return nil
-    }
-
-    /// Binds a TCP socket to 127.0.0.1:`port` (0: any) and closes it; the port it got, nil if taken.
-    private static func bindable(_ port: UInt16) -> UInt16? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &addr) { a in
-            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { s in bind(fd, s, len) == 0 && getsockname(fd, s, &len) == 0 }
-        }
-        return ok ? UInt16(bigEndian: addr.sin_port) : nil
     }
 }
 
