@@ -87,6 +87,9 @@ let package = Package(
                 dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore", "CofferSystem"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
+        // Sync across a person's machines (issue #29): the circle of devices, sealed records, merging by hybrid logical
+        // clock, and the git transport through the installed `git`. Knows nothing of the keychain: the agent applies.
+        .target(name: "CofferSync", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferPAM", dependencies: ["CPAM", "CofferCrypto"], swiftSettings: rawMemorySettings),
         // The SSH agent protocol (issue #27): OpenSSH's agent messages, key and signature blobs, pure bytes.
         .target(name: "CofferSSHAgentProtocol", dependencies: ["CofferCrypto"], swiftSettings: rawMemorySettings),
@@ -194,6 +197,8 @@ let package = Package(
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferSSHKeysTests", dependencies: ["CofferSSHKeys", "CofferCrypto", "CofferTestSupport"], swiftSettings: settings),
         // The TPM module against real swtpm instances the tests start (skipped with a message without swtpm).
+        .testTarget(name: "CofferSyncTests", dependencies: ["CofferSync", "CofferCrypto", "CofferModel", "CofferTestSupport"],
+                    swiftSettings: settings),
         .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "CofferModel", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferSecretServiceCryptoTests", dependencies: ["CofferSecretServiceCrypto", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],

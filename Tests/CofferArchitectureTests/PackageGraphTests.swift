@@ -108,6 +108,8 @@ import Testing
         // The keychain and its siblings: wire formats, PAM, manifests, policy, audit, the pinentry prompter.
         "CofferKeychain": 5, "CofferProtocol": 5, "CofferPluginProtocol": 5, "CofferPAM": 5, "CofferManifest": 5,
         "CofferPolicy": 5, "CofferAudit": 5, "CofferPrompt": 5, "CofferSSHAgentProtocol": 5,
+        // Sync's circle, records and merging (issue #29), beside the keychain it never touches.
+        "CofferSync": 5,
         // Built on one of those: trust roots and identity on manifests, the plugin host and its client on
         // the plugin protocol, the client library on the wire (and the prompter).
         "CofferTrust": 6, "CofferIdentity": 6, "CofferPluginClient": 6, "CofferPluginHost": 6, "CofferClient": 6,
@@ -221,7 +223,7 @@ import Testing
     /// build with strict memory safety (issue #25 added the keychain and the plugin host).
     @Test func rawMemoryModulesAreStrictlyMemorySafe() throws {
         let strict: Set<String> = ["CofferSystem", "CofferCrypto", "CofferKeybag", "CofferStore", "CofferPAM", "CofferKeychain",
-                                   "CofferPluginHost", "CofferSSHKeys", "CofferTPM"]
+                                   "CofferPluginHost", "CofferSSHKeys", "CofferTPM", "CofferSync"]
         let targets = try Self.targets()
         #expect(targets.count > 20, "could not read the package (swift package dump-package)")
         for t in targets where strict.contains(t.name) && !t.strictMemorySafety {

@@ -1,0 +1,120 @@
+import CofferSystem
+import Glibc
+
+/// Moves a sync directory to and from a git remote through the installed `git` program
+/// (SyncFormat.md, "Over git"): any remote git can reach (a bare repository on a disk, an SSH
+/// server, a git host). Every device adds files only under paths no other device writes, so
+/// rebasing this device's commits onto the remote's never conflicts. The branch is `coffer-sync`.
+public struct GitTransport: Sendable {
+    public static let branch = "coffer-sync"
+    /// The working tree (the sync directory).
+    public let directory: String
+    let git: String
+    let environment: [String]
+
+    /// `git`: the program's absolute path (found in `PATH` when nil). `environment`: what git runs
+    /// with; by default `PATH`, `HOME` and `SSH_AUTH_SOCK` of this process (for SSH remotes),
+    /// `GIT_TERMINAL_PROMPT=0` (git never asks on a terminal) and `LC_ALL=C`.
+    public init(directory: String, git: String? = nil, environment: [String]? = nil) throws(SyncError) {
+        self.directory = directory
+        let env = environment ?? Self.defaultEnvironment()
+        let path = env.first { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? "/usr/bin:/bin"
+        guard let g = git ?? Subprocess.find("git", searchPath: path) else { throw .transport("git is not installed (no git in PATH)") }
+        self.git = g
+        self.environment = env
+    }
+
+    static func defaultEnvironment() -> [String] {
+        var env = ["GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1"]
+        for name in ["PATH", "HOME", "SSH_AUTH_SOCK"] {
+            if let v = unsafe getenv(name) {
+                let value = unsafe String(cString: v)
+                env.append(name + "=" + value)
+            }
+        }
+        return env
+    }
+
+    /// Runs git in the directory; its output on success, `.transport` with its output otherwise.
+    @discardableResult
+    func run(_ arguments: [String], allowFailure: Bool = false) throws(SyncError) -> (ok: Bool, output: String) {
+        let fixed = ["-C", directory, "-c", "user.name=coffer-sync", "-c", "user.email=coffer-sync@localhost",
+                     "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null"]
+        let out: Subprocess.Output
+        do { out = try Subprocess.run(executable: git, arguments: fixed + arguments, environment: environment) } catch {
+            throw .transport("cannot run git: \(error)")
+        }
+        if out.status != 0 && !allowFailure {
+            throw .transport("git \(arguments.first ?? "") failed (\(out.status)): \(out.text.trimmingSpace())")
+        }
+        return (out.status == 0, out.text)
+    }
+
+    /// Makes the directory a clone of `remote` (which may be empty: a new circle's first push fills it).
+    public static func clone(remote: String, into directory: String, git: String? = nil, environment: [String]? = nil) throws(SyncError) -> GitTransport {
+        do { try Files.makePrivateDirectory(directory, mode: 0o700) } catch { throw .transport("cannot make \(directory): \(error)") }
+        let t = try GitTransport(directory: directory, git: git, environment: environment)
+        try t.run(["init", "-q"])
+        try t.run(["symbolic-ref", "HEAD", "refs/heads/" + branch])
+        try t.run(["remote", "add", "origin", remote])
+        return t
+    }
+
+    /// The remote branch's commit after a fetch (nil while the remote has none).
+    func remoteCommit() throws(SyncError) -> String? {
+        let r = try run(["rev-parse", "-q", "--verify", "refs/remotes/origin/" + Self.branch + "^{commit}"], allowFailure: true)
+        return r.ok ? r.output.trimmingSpace() : nil
+    }
+
+    /// Fetches the remote and puts this device's unpushed commits on top of it. `lastSeen`: the remote
+    /// commit this device saw last (``SyncState/remoteHead``); a remote whose branch no longer contains
+    /// it was rolled back or rewritten, and is refused (nothing local changes). Returns the new remote commit.
+    public func pull(lastSeen: String) throws(SyncError) -> String {
+        try run(["fetch", "-q", "origin"])
+        guard let remote = try remoteCommit() else {
+            if !lastSeen.isEmpty { throw .rolledBack("the remote's \(Self.branch) branch is gone (this device saw \(lastSeen))") }
+            return ""
+        }
+        if !lastSeen.isEmpty {
+            let r = try run(["merge-base", "--is-ancestor", lastSeen, remote], allowFailure: true)
+            guard r.ok else {
+                throw .rolledBack("the remote went back or was rewritten: its \(Self.branch) no longer contains \(lastSeen), which this device saw")
+            }
+        }
+        let hasLocal = try run(["rev-parse", "-q", "--verify", "HEAD^{commit}"], allowFailure: true).ok
+        if hasLocal {
+            try run(["rebase", "-q", remote])
+        } else {
+            try run(["reset", "-q", "--hard", remote])
+        }
+        return remote
+    }
+
+    /// Commits what this device wrote (its records, its device file, circle epochs it signed) and
+    /// pushes; when another device pushed first, fetches, rebases and tries again (up to `attempts`
+    /// times). Returns the remote commit now holding this device's changes.
+    public func push(lastSeen: String, message: String, attempts: Int = 5) throws(SyncError) -> String {
+        try run(["add", "-A", "--", "."])
+        let staged = try run(["diff", "--cached", "--quiet"], allowFailure: true)
+        if !staged.ok { try run(["commit", "-q", "-m", message]) }
+        guard try run(["rev-parse", "-q", "--verify", "HEAD^{commit}"], allowFailure: true).ok else { return lastSeen }
+        var seen = lastSeen
+        for _ in 0..<attempts {
+            if try run(["push", "-q", "origin", "HEAD:refs/heads/" + Self.branch], allowFailure: true).ok {
+                try run(["fetch", "-q", "origin"])
+                return try remoteCommit() ?? seen
+            }
+            seen = try pull(lastSeen: seen)
+        }
+        throw .transport("the remote kept changing while pushing (\(attempts) attempts); try again")
+    }
+}
+
+extension String {
+    func trimmingSpace() -> String {
+        var s = Substring(self)
+        while let c = s.first, c.isWhitespace { s.removeFirst() }
+        while let c = s.last, c.isWhitespace { s.removeLast() }
+        return String(s)
+    }
+}

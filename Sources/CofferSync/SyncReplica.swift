@@ -1,0 +1,265 @@
+public import CofferCrypto
+import CofferModel
+import CofferSystem
+import Glibc
+
+/// One device's view of a sync directory (a git working tree, or a folder a file-sync engine
+/// replicates): it writes this device's records and device file there, reads everyone's, and
+/// decides which version of each item wins (SyncFormat.md, "Merging"). It never touches the
+/// keychain: ``pull()`` says what to apply, and the caller applies that and ``commit(_:)``s the new
+/// state together, so a crash leaves both as they were or both as they became.
+public final class SyncReplica {
+    public let directory: String
+    public let keys: SyncDeviceKeys
+    public private(set) var state: SyncState
+
+    /// What a pull found.
+    public struct Pull: Sendable {
+        /// The changes to apply to the keychain, in order: each the new winning version of its item.
+        public var apply: [SyncChange] = []
+        /// Conflicts found by this pull (also in ``state``'s list once committed).
+        public var conflicts: [SyncState.Conflict] = []
+        /// Records refused (forged, malformed, from outside the circle), with why; nothing of theirs is applied.
+        public var refused: [(path: String, error: SyncError)] = []
+        /// Devices whose next record is missing while later ones are present (applied once it arrives).
+        public var waiting: [SyncDeviceID: UInt64] = [:]
+        /// The state to commit with the changes.
+        public var state: SyncState
+    }
+
+    public init(directory: String, keys: SyncDeviceKeys, state: SyncState) {
+        self.directory = directory
+        self.keys = keys
+        self.state = state
+    }
+
+    // MARK: Files
+
+    private func path(_ relative: String) -> String { directory + "/" + relative }
+
+    private func entries(_ relative: String) -> [String] {
+        guard let fd = try? FileDescriptor.open(path(relative), O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
+        return fd.directoryEntries()
+    }
+
+    private func read(_ relative: String, max: Int = SyncChange.maxPayloadBytes + 4096) throws(SyncError) -> [UInt8] {
+        do { return try Files.read(path(relative), maxBytes: max) } catch { throw .transport("cannot read \(relative): \(error)") }
+    }
+
+    private func write(_ relative: String, _ bytes: [UInt8]) throws(SyncError) {
+        let full = path(relative)
+        do {
+            try Files.makePrivateDirectory(Files.directoryName(full), mode: 0o755)
+            try Files.writeAtomically(full, bytes, mode: 0o644)
+        } catch {
+            throw .transport("cannot write \(relative): \(error)")
+        }
+    }
+
+    /// Every device file that verifies, by id (invalid ones are left out and reported by ``pull()``).
+    func loadDevices() -> (devices: [SyncDeviceID: SyncDevice], rejected: [(String, SyncError)]) {
+        var out: [SyncDeviceID: SyncDevice] = [:], rejected: [(String, SyncError)] = []
+        for name in entries("devices") where name.hasSuffix(".device") {
+            let rel = "devices/" + name
+            do throws(SyncError) {
+                guard let id = SyncDeviceID(hex: String(name.dropLast(7))) else { throw .malformed("\(rel) is not named by a device id") }
+                out[id] = try SyncDevice.decode(try read(rel, max: 4096), expected: id)
+            } catch {
+                rejected.append((rel, error))
+            }
+        }
+        return (out, rejected)
+    }
+
+    /// The circle as the directory holds it, checked against the epoch this device trusts.
+    public func circle() throws(SyncError) -> SyncCircle {
+        let devices = loadDevices().devices
+        var files: [String: [UInt8]] = [:]
+        for name in entries("circle") where name.hasSuffix(".circle") {
+            files["circle/" + name] = try read("circle/" + name, max: 1 << 20)
+        }
+        return try SyncCircle.resolve(epochFiles: files, devices: devices, pinned: state.pinned).circle
+    }
+
+    /// Makes the state the caller has durably stored with the changes it applied the current one.
+    public func commit(_ newState: SyncState) { state = newState }
+
+    // MARK: The circle
+
+    /// Founds a circle in an empty directory: this device's file and epoch 1 with only it.
+    public static func found(directory: String, keys: SyncDeviceKeys, name: String, now: UInt64) throws(SyncError) -> SyncReplica {
+        let r = SyncReplica(directory: directory, keys: keys, state: SyncState())
+        guard r.entries("circle").isEmpty else { throw .param("\(directory) already holds a circle: join it instead") }
+        let device = SyncDevice(keys: keys, name: name, createdMillis: now)
+        try r.write(device.path, device.encoded(signedWith: keys))
+        let first = try SyncCircle.found(by: keys, device: device)
+        try r.write(first.path, first.encoded)
+        r.state.pinnedEpoch = 1
+        r.state.pinnedHash = first.hash
+        return r
+    }
+
+    /// Asks to join the circle in `directory`: writes this device's file and returns its pairing
+    /// code, which a member passes to ``approve(code:)``. The circle this device will trust is the
+    /// one it sees now (its first epoch pinned by hash).
+    public static func requestJoin(directory: String, keys: SyncDeviceKeys, name: String, now: UInt64) throws(SyncError) -> (replica: SyncReplica, code: String) {
+        let r = SyncReplica(directory: directory, keys: keys, state: SyncState())
+        let c = try r.circle()
+        r.state.pinnedEpoch = 1
+        r.state.pinnedHash = c.epochs[0].hash
+        let device = SyncDevice(keys: keys, name: name, createdMillis: now)
+        try r.write(device.path, device.encoded(signedWith: keys))
+        return (r, device.pairingCode)
+    }
+
+    /// True once a member has approved this device (the circle's current epoch lists it).
+    public func isMember() throws(SyncError) -> Bool { try circle().current.isMember(keys.id) }
+
+    /// Adds the device whose pairing code is `code` (a member only): writes the next epoch with the
+    /// circle key sealed to it. Returns the device, whose name and code the member should compare.
+    @discardableResult
+    public func approve(code: String) throws(SyncError) -> SyncDevice {
+        guard let wanted = SyncDevice.normalizedPairingCode(code) else { throw .param("\(code) is not a pairing code (ABCD-EFGH)") }
+        let c = try circle()
+        let candidates = c.devices.values.filter { $0.pairingCode == wanted && !c.current.isMember($0.id) && c.current.removed[$0.id] == nil }
+        guard candidates.count == 1, let device = candidates.first else {
+            throw .param(candidates.isEmpty ? "no device waiting to join has the code \(wanted)"
+                                            : "\(candidates.count) waiting devices have the code \(wanted); ask each to join again")
+        }
+        let e = try c.next(signedBy: keys, adding: [device])
+        try write(e.path, e.encoded)
+        state.pinnedEpoch = e.epoch
+        state.pinnedHash = e.hash
+        return device
+    }
+
+    /// Removes `device` from the circle (a member only) and rotates the circle key: records it
+    /// writes afterwards are refused and it cannot open anything written afterwards. Its records up
+    /// to the last one this device applied still count.
+    public func remove(device: SyncDeviceID) throws(SyncError) {
+        guard device != keys.id else { throw .param("a device leaves by being removed from another member") }
+        let c = try circle()
+        let e = try c.next(signedBy: keys, removing: [device: state.applied[device] ?? 0])
+        try write(e.path, e.encoded)
+        state.pinnedEpoch = e.epoch
+        state.pinnedHash = e.hash
+    }
+
+    // MARK: Changes
+
+    private static func keyHex(_ k: [UInt8]) -> String { Hex.encode(k) }
+
+    /// Writes this device's record of a local change to `itemKey` (a new version, or a deletion with
+    /// `payload` nil) at wall-clock time `now` (milliseconds), and makes it the item's winning version.
+    @discardableResult
+    public func record(itemKey: [UInt8], payload: SecureBytes?, now: UInt64) throws(SyncError) -> SyncRecordName {
+        let c = try circle()
+        let all = try c.keys(for: keys)
+        let epoch = c.current.epoch
+        var clock = HybridLogicalClock(device: keys.id, wallMillis: state.clockWall, counter: state.clockCounter)
+        let time = clock.tick(now: now)
+        let k = Self.keyHex(itemKey)
+        let basis = state.versions[k]?.time
+        let change = SyncChange(kind: payload == nil ? .delete : .put, time: time, basis: basis, itemKey: itemKey,
+                                payload: payload ?? SecureBytes(count: 0))
+        let sealed = try SyncRecord.seal(change, seq: state.nextSeq, epoch: epoch, key: all[epoch]!, keys: keys)
+        try write(sealed.name.path, sealed.bytes)
+        state.nextSeq += 1
+        state.clockWall = clock.wallMillis
+        state.clockCounter = clock.counter
+        state.applied[keys.id] = sealed.name.seq
+        if let basis { state.bases[k, default: []].insert(basis) }
+        state.versions[k] = SyncState.Version(time: time, record: sealed.name, deleted: payload == nil)
+        return sealed.name
+    }
+
+    /// Reads every record not yet applied and decides (SyncFormat.md, "Merging"): returns the
+    /// changes to apply and the state to commit with them. Changes nothing itself. Throws
+    /// `rolledBack` if a record this device already applied is gone (the directory went back).
+    public func pull() throws(SyncError) -> Pull {
+        let c = try circle()
+        let keysByEpoch = try c.keys(for: keys)
+        var result = Pull(state: state)
+        result.refused = loadDevices().rejected.map { ($0.0, $0.1) }
+        var incoming: [(SyncRecordName, SyncChange)] = []
+        for dirName in entries("records") {
+            guard let device = SyncDeviceID(hex: dirName) else { continue }
+            var seqs: [UInt64] = []
+            for f in entries("records/" + dirName) { if let s = SyncRecordName.seq(fileName: f) { seqs.append(s) } }
+            seqs.sort()
+            let done = state.applied[device] ?? 0
+            // Every record already applied must still be there: 1...done.
+            if done > 0 && (seqs.count < done || seqs[Int(done) - 1] != done) {
+                throw .rolledBack("records of device \(device.hex) up to \(done) were applied here but are no longer all in the sync directory")
+            }
+            var next = done + 1
+            for s in seqs where s > done {
+                guard s == next else { result.waiting[device] = next; break }
+                let name = SyncRecordName(device: device, seq: s)
+                do throws(SyncError) {
+                    let bytes = try read(name.path)
+                    let epoch = try SyncRecord.epoch(of: bytes)
+                    guard let writer = c.devices[device], c.admits(device: device, seq: s, epoch: epoch) else {
+                        throw .forged("record \(name.path) is from a device that was not in the circle at epoch \(epoch)")
+                    }
+                    guard let key = keysByEpoch[epoch] else { throw .forged("record \(name.path) names epoch \(epoch), which this device has no key for") }
+                    incoming.append((name, try SyncRecord.open(bytes, name: name, writer: writer, key: key)))
+                } catch {
+                    // A refused record stops its device's stream: later ones wait until a good copy appears.
+                    result.refused.append((name.path, error))
+                    result.waiting[device] = s
+                    break
+                }
+                next += 1
+            }
+        }
+        // Apply in clock order, so a version and the one written on top of it arrive in that order.
+        incoming.sort { $0.1.time < $1.1.time }
+        var s = result.state
+        var clock = HybridLogicalClock(device: keys.id, wallMillis: s.clockWall, counter: s.clockCounter)
+        for (name, change) in incoming {
+            clock.observe(change.time)
+            s.applied[name.device] = max(s.applied[name.device] ?? 0, name.seq)
+            let k = Self.keyHex(change.itemKey)
+            if let b = change.basis { s.bases[k, default: []].insert(b) }
+            let known = s.bases[k] ?? []
+            let incomingVersion = SyncState.Version(time: change.time, record: name, deleted: change.kind == .delete)
+            guard let current = s.versions[k] else {
+                s.versions[k] = incomingVersion
+                result.apply.append(change)
+                continue
+            }
+            if change.time > current.time {
+                if !known.contains(current.time) {
+                    let lost = SyncState.Conflict(itemKey: change.itemKey, winner: change.time, loser: current.record,
+                                                  loserTime: current.time, loserDeleted: current.deleted)
+                    result.conflicts.append(lost)
+                }
+                s.versions[k] = incomingVersion
+                result.apply.append(change)
+            } else if change.time < current.time, !known.contains(change.time) {
+                result.conflicts.append(SyncState.Conflict(itemKey: change.itemKey, winner: current.time, loser: name,
+                                                           loserTime: change.time, loserDeleted: change.kind == .delete))
+            }
+        }
+        s.clockWall = clock.wallMillis
+        s.clockCounter = clock.counter
+        s.conflicts += result.conflicts
+        s.pinnedEpoch = c.current.epoch
+        s.pinnedHash = c.current.hash
+        result.state = s
+        return result
+    }
+
+    /// Reopens a record this device applied or kept as a conflict's loser (to restore a lost version).
+    public func open(_ name: SyncRecordName) throws(SyncError) -> SyncChange {
+        let c = try circle()
+        let bytes = try read(name.path)
+        let epoch = try SyncRecord.epoch(of: bytes)
+        guard let writer = c.devices[name.device], c.admits(device: name.device, seq: name.seq, epoch: epoch),
+              let key = try c.keys(for: keys)[epoch] else {
+            throw .forged("record \(name.path) is not from the circle")
+        }
+        return try SyncRecord.open(bytes, name: name, writer: writer, key: key)
+    }
+}
