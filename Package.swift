@@ -249,7 +249,7 @@ let package = Package(
                                    "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
 
-        .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
+        .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferSync", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
                                                                      "CofferIdentity", "CofferSSHAgentProtocol"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]

@@ -107,3 +107,5 @@ pid_t coffer_spawn(const char *path, char *const argv[], char *const envp[], int
 int coffer_release_free_heap(void) {
     return malloc_trim(0);
 }
+
+int coffer_syncfs(int fd) { return syncfs(fd); }

@@ -29,8 +29,10 @@ public struct SyncChange: Sendable {
     }
 }
 
-/// Where a record sits and who wrote it: `records/DEVICE/SEQUENCE.record`, the sequence number 16
-/// lowercase hex digits. Only DEVICE writes in its directory, so no two devices ever write one path.
+/// Where a record sits and who wrote it: `records/DEVICE/SHARD/SEQUENCE.record`, the sequence number
+/// 16 lowercase hex digits and SHARD its first 14 (256 records a directory, so that a push rewrites
+/// small git trees, not one listing every record the device ever wrote). Only DEVICE writes in its
+/// directory, so no two devices ever write one path.
 public struct SyncRecordName: Hashable, Comparable, Sendable {
     public let device: SyncDeviceID
     public let seq: UInt64
@@ -40,7 +42,21 @@ public struct SyncRecordName: Hashable, Comparable, Sendable {
         self.seq = seq
     }
 
-    public var path: String { "records/\(device.hex)/\(Self.fileName(seq))" }
+    public var path: String { "records/\(device.hex)/\(Self.shard(seq))/\(Self.fileName(seq))" }
+
+    /// The shard directory's name for `seq`: its 16 hex digits but the last two.
+    static func shard(_ seq: UInt64) -> String {
+        let h = String(seq >> 8, radix: 16)
+        return String(repeating: "0", count: 14 - h.count) + h
+    }
+
+    /// The shard a directory name stands for; nil if the name is not one.
+    static func shard(directoryName: String) -> UInt64? {
+        guard directoryName.utf8.count == 14, directoryName.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
+            return nil
+        }
+        return UInt64(directoryName, radix: 16)
+    }
 
     static func fileName(_ seq: UInt64) -> String {
         let h = String(seq, radix: 16)

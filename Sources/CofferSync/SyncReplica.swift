@@ -73,12 +73,32 @@ public final class SyncReplica {
 
     /// The circle as the directory holds it, checked against the epoch this device trusts.
     public func circle() throws(SyncError) -> SyncCircle {
+        // Device and epoch files are never rewritten, only added: the names (and the epoch this device
+        // trusts) say whether the chain must be followed again.
+        let key = entries("devices") + ["/"] + entries("circle") + ["/\(state.pinnedEpoch)", Hex.encode(state.pinnedHash)]
+        if let cached = cachedCircle, cached.key == key { return cached.circle }
         let devices = loadDevices().devices
         var files: [String: [UInt8]] = [:]
         for name in entries("circle") where name.hasSuffix(".circle") {
             files["circle/" + name] = try read("circle/" + name, max: 1 << 20)
         }
-        return try SyncCircle.resolve(epochFiles: files, devices: devices, pinned: state.pinned).circle
+        let c = try SyncCircle.resolve(epochFiles: files, devices: devices, pinned: state.pinned).circle
+        cachedCircle = (key, c)
+        return c
+    }
+
+    private var cachedCircle: (key: [String], circle: SyncCircle)? = nil
+
+    /// The sequence numbers of `device`'s records in the directory, ascending.
+    private func sequenceNumbers(of device: SyncDeviceID) -> [UInt64] {
+        var seqs: [UInt64] = []
+        for shardName in entries("records/" + device.hex) {
+            guard let shard = SyncRecordName.shard(directoryName: shardName) else { continue }
+            for f in entries("records/\(device.hex)/\(shardName)") {
+                if let s = SyncRecordName.seq(fileName: f), s >> 8 == shard { seqs.append(s) }
+            }
+        }
+        return seqs.sorted()
     }
 
     /// Makes the state the caller has durably stored with the changes it applied the current one.
@@ -153,24 +173,57 @@ public final class SyncReplica {
     /// `payload` nil) at wall-clock time `now` (milliseconds), and makes it the item's winning version.
     @discardableResult
     public func record(itemKey: [UInt8], payload: SecureBytes?, now: UInt64) throws(SyncError) -> SyncRecordName {
+        try record([(itemKey, payload)], now: now)[0]
+    }
+
+    /// Writes the records of several local changes at once (the first sync of a keychain's items):
+    /// each file written and renamed into place, then one `syncfs` makes them all durable before this
+    /// returns, so the caller may then commit the state that counts them.
+    @discardableResult
+    public func record(_ changes: [(itemKey: [UInt8], payload: SecureBytes?)], now: UInt64) throws(SyncError) -> [SyncRecordName] {
         let c = try circle()
         let all = try c.keys(for: keys)
         let epoch = c.current.epoch
-        var clock = HybridLogicalClock(device: keys.id, wallMillis: state.clockWall, counter: state.clockCounter)
-        let time = clock.tick(now: now)
-        let k = Self.keyHex(itemKey)
-        let basis = state.versions[k]?.time
-        let change = SyncChange(kind: payload == nil ? .delete : .put, time: time, basis: basis, itemKey: itemKey,
-                                payload: payload ?? SecureBytes(count: 0))
-        let sealed = try SyncRecord.seal(change, seq: state.nextSeq, epoch: epoch, key: all[epoch]!, keys: keys)
-        try write(sealed.name.path, sealed.bytes)
-        state.nextSeq += 1
-        state.clockWall = clock.wallMillis
-        state.clockCounter = clock.counter
-        state.applied[keys.id] = sealed.name.seq
-        if let basis { state.bases[k, default: []].insert(basis) }
-        state.versions[k] = SyncState.Version(time: time, record: sealed.name, deleted: payload == nil)
-        return sealed.name
+        var s = state
+        var clock = HybridLogicalClock(device: keys.id, wallMillis: s.clockWall, counter: s.clockCounter)
+        var names: [SyncRecordName] = []
+        for (itemKey, payload) in changes {
+            let time = clock.tick(now: now)
+            let k = Self.keyHex(itemKey)
+            let basis = s.versions[k]?.time
+            let change = SyncChange(kind: payload == nil ? .delete : .put, time: time, basis: basis, itemKey: itemKey,
+                                    payload: payload ?? SecureBytes(count: 0))
+            let sealed = try SyncRecord.seal(change, seq: s.nextSeq, epoch: epoch, key: all[epoch]!, keys: keys)
+            try writeUnsynced(sealed.name.path, sealed.bytes)
+            s.nextSeq += 1
+            s.applied[keys.id] = sealed.name.seq
+            if let basis { s.bases[k, default: []].insert(basis) }
+            s.versions[k] = SyncState.Version(time: time, record: sealed.name, deleted: payload == nil)
+            names.append(sealed.name)
+        }
+        s.clockWall = clock.wallMillis
+        s.clockCounter = clock.counter
+        do { try Files.syncFilesystem(of: directory) } catch {
+            throw .transport("cannot make the records durable: \(error)")
+        }
+        state = s
+        return names
+    }
+
+    /// Writes a new file under a temporary name and renames it into place (a reader or file-sync
+    /// engine never sees half a record); durability comes from the caller's `syncfs`.
+    private func writeUnsynced(_ relative: String, _ bytes: [UInt8]) throws(SyncError) {
+        let full = path(relative), tmp = full + ".tmp"
+        do {
+            try Files.makePrivateDirectory(Files.directoryName(full), mode: 0o755)
+            unsafe unlink(tmp)
+            let fd = try FileDescriptor.open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode: 0o644)
+            unsafe try bytes.withUnsafeBytes { b in Result { () throws(SystemError) in unsafe try fd.writeAll(b, path: tmp) } }.get()
+            try fd.close(path: tmp)
+            _ = try Syscall.retrying("rename", full) { unsafe rename(tmp, full) }
+        } catch {
+            throw .transport("cannot write \(relative): \(error)")
+        }
     }
 
     /// Reads every record not yet applied and decides (SyncFormat.md, "Merging"): returns the
@@ -184,9 +237,7 @@ public final class SyncReplica {
         var incoming: [(SyncRecordName, SyncChange)] = []
         for dirName in entries("records") {
             guard let device = SyncDeviceID(hex: dirName) else { continue }
-            var seqs: [UInt64] = []
-            for f in entries("records/" + dirName) { if let s = SyncRecordName.seq(fileName: f) { seqs.append(s) } }
-            seqs.sort()
+            let seqs = sequenceNumbers(of: device)
             let done = state.applied[device] ?? 0
             // Every record already applied must still be there: 1...done.
             if done > 0 && (seqs.count < done || seqs[Int(done) - 1] != done) {

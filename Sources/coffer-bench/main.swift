@@ -220,10 +220,12 @@ func run(_ args: [String]) throws {
         try AccessControlBench(binDir: args[1]).run()
     case "ssh" where args.count == 2:
         try SSHBench(binDir: args[1]).run()
+    case "sync":
+        try SyncBench(items: args.count > 1 ? Int(args[1]) ?? 10_000 : 10_000).run()
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

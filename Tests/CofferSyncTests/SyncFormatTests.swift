@@ -44,7 +44,7 @@ import Testing
         let change = SyncChange(kind: .put, time: HLCTimestamp(wallMillis: 7, counter: 1, device: keys.id), basis: nil,
                                 itemKey: Array("genp/g/svc/acct".utf8), payload: secure(Array("s3cret".utf8)))
         let sealed = try SyncRecord.seal(change, seq: 3, epoch: 1, key: key, keys: keys)
-        #expect(sealed.name.path == "records/\(keys.id.hex)/0000000000000003.record")
+        #expect(sealed.name.path == "records/\(keys.id.hex)/00000000000000/0000000000000003.record")
         #expect(!containsSubsequence(sealed.bytes, Array("s3cret".utf8)) && !containsSubsequence(sealed.bytes, Array("genp/g".utf8)),
                 "neither the content nor the item key is readable in the file")
         let opened = try SyncRecord.open(sealed.bytes, name: sealed.name, writer: writer, key: key)

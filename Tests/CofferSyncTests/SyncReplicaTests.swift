@@ -171,10 +171,10 @@ final class Machine {
         let (a, b) = try circleOfTwo(remote: remote)
         try a.write("k1", "one", now: 2_000)
         try a.write("k2", "two", now: 2_001)
-        let dir = b.replica.directory + "/records/" + a.replica.keys.id.hex
+        let dir = b.replica.directory + "/records/" + a.replica.keys.id.hex + "/00000000000000"
         // Copy what A wrote without git, then tamper: record 2 has one byte flipped, and record 1's
         // file is replayed as record 3.
-        let adir = a.replica.directory + "/records/" + a.replica.keys.id.hex
+        let adir = a.replica.directory + "/records/" + a.replica.keys.id.hex + "/00000000000000"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         writeFileBytes(dir + "/0000000000000001.record", fileBytes(adir + "/0000000000000001.record"))
         var two = fileBytes(adir + "/0000000000000002.record")
@@ -186,7 +186,7 @@ final class Machine {
         b.replica.commit(p.state)
         writeFileBytes(dir + "/0000000000000002.record", fileBytes(adir + "/0000000000000002.record"))
         let q = try b.replica.pull()
-        #expect(q.apply.count == 1 && q.refused.map(\.path) == ["records/\(a.replica.keys.id.hex)/0000000000000003.record"],
+        #expect(q.apply.count == 1 && q.refused.map(\.path) == ["records/\(a.replica.keys.id.hex)/00000000000000/0000000000000003.record"],
                 "the good copy of record 2 is applied; the replayed record 3 is refused")
     }
 
@@ -259,7 +259,7 @@ final class Machine {
         for m in [a, b, c] { _ = try m.pull() }
         #expect(b.items == ["k": "from a", "j": "from c"] && a.items == b.items && c.items == b.items)
         // A directory that went back (a record B applied is gone) is refused, and B's state stays.
-        try FileManager.default.removeItem(atPath: dirs[1] + "/records/\(ka.id.hex)/0000000000000001.record")
+        try FileManager.default.removeItem(atPath: dirs[1] + "/records/\(ka.id.hex)/00000000000000/0000000000000001.record")
         let before = b.replica.state
         do {
             _ = try b.replica.pull()

@@ -21,19 +21,31 @@
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
 #   contrib/bench/run.sh git [N]    git's credential helpers: coffer, store, libsecret on gnome-keyring
 #                                   (also part of `all` and `peers`; N runs each, default 200)
+#   contrib/bench/run.sh sync [N]   Only the sync engine (issue #29; also part of `all`): N item changes
+#                                   recorded and pushed to a local bare git remote, a second machine's first
+#                                   sync, one change's way across, the remote's size; beside git alone
+#                                   moving the same bytes (default N 10000)
 #
 # Sizes for the Coffer-alone part: COFFER_BENCH_SIZES (default "1000 100000 1000000").
 set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|ssh|peers|git) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|ssh|peers|git|sync) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N] | sync [N]]" >&2; exit 2 ;;
 esac
 if [ "$what" = git ]; then
     shift
     echo "## git credential helpers"
     bash contrib/bench/git-credential.sh "$@"
+    exit 0
+fi
+if [ "$what" = sync ]; then
+    bash contrib/deps.sh
+    swift build -c release --product coffer-bench >/dev/null
+    echo "## The sync engine over git"
+    echo
+    "$(swift build -c release --show-bin-path)/coffer-bench" sync "${2:-10000}"
     exit 0
 fi
 if [ "$what" != peers ]; then
@@ -106,6 +118,12 @@ if [ "$what" != peers ]; then
         echo "Ed25519 keys (added with ADD_IDENTITY, as ssh-add does); measures alternate between the agents."
         echo
         "$bin/coffer-bench" ssh "$bin"
+    fi
+    if [ "$what" = all ]; then
+        echo
+        echo "## The sync engine over git"
+        echo
+        "$bin/coffer-bench" sync 10000
     fi
 fi
 if [ "$what" != coffer ] && [ "$what" != identity ] && [ "$what" != access-control ] && [ "$what" != ssh ]; then

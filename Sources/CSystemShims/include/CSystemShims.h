@@ -39,6 +39,10 @@ pid_t coffer_spawn(const char *path, char *const argv[], char *const envp[], int
 /// memory was released, 0 if none.
 int coffer_release_free_heap(void);
 
+/// syncfs(2): writes out every dirty page of the filesystem holding `fd` (one call for a batch of new
+/// files, instead of an fsync each). 0, or -1 with errno.
+int coffer_syncfs(int fd);
+
 #include "identity.h"
 
 #endif
