@@ -124,6 +124,11 @@ let package = Package(
         // No Foundation, no ArgumentParser (`coffer` links it and must stay small and static).
         .target(name: "CofferCLISupport", dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
+        // Moving in (issue #26): `coffer import pass` (a password-store through the user's gpg) and `coffer import
+        // secret-service` (the provider on the session bus, as a client), into items over the agent's client library.
+        .target(name: "CofferImport",
+                dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
+                swiftSettings: settings),
         .executableTarget(name: "cofferd",
                           dependencies: ["CofferAgent", "CofferKeybag", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings),
@@ -140,6 +145,7 @@ let package = Package(
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
                                          "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol", "CofferSSHAgentProtocol",
+                                         "CofferImport",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.

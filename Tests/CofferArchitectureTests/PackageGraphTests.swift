@@ -116,6 +116,8 @@ import Testing
         "CofferService": 7, "CofferCLISupport": 7, "coffer-plugin-host": 7,
         // The Secret Service front end (issue #26): the bus on one side, the agent through CofferClient on the other.
         "CofferSecretService": 7,
+        // Moving in (issue #26): importers over the client library (and, for the Secret Service, the bus as a client).
+        "CofferImport": 7,
         // Front ends: the agent (native protocol adapter) and the command-line tools.
         "CofferAgent": 8, "CofferServiceTestSupport": 8,
         "coffer": 8, "coffer-cli": 8, "coffer-secret-service": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
