@@ -5,6 +5,8 @@ import CofferCLISupport
 import CofferClient
 import CofferImport
 import CofferModel
+import CofferSystem
+import Glibc
 
 struct ImportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -16,7 +18,7 @@ struct ImportCommand: ParsableCommand {
             output (imported, duplicate, failed with the reason), then the totals. Exit 0 when no entry \
             failed, \(ImportSummary.someFailedExitStatus) when some did (the others are imported).
             """,
-        subcommands: [Pass.self])
+        subcommands: [Pass.self, SecretService.self])
 
     struct Pass: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -43,6 +45,44 @@ struct ImportCommand: ParsableCommand {
                 status = summary.exitStatus
             }
             if status != 0 { throw ExitCode(status) }
+        }
+    }
+}
+
+extension ImportCommand {
+    struct SecretService: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "secret-service",
+            abstract: "Import every item of the Secret Service provider on the session bus (gnome-keyring, KeePassXC, KWallet).",
+            discussion: """
+                Reads the provider that owns org.freedesktop.secrets now, as a client (a DH-encrypted session; a                 locked collection is unlocked through the provider's own prompt, or reported). Each item becomes                 the Secret Service item Coffer's front end serves: its label, its attributes (as general                 attributes, so coffer find --attr NAME=VALUE finds it), its content type and its collection.                 An item with the same collection, label and attributes is a duplicate. Refused when the provider                 is coffer-secret-service itself. Items go to the importer's own group, `unsigned` (the one                 libsecret apps see), unless --group says otherwise.
+                """)
+        @OptionGroup var connect: Connect
+        @Option(help: "Only this collection of the provider (its name, as in its object path, or its label).") var collection: String?
+        @Option(help: "The access group the items go to (default: unsigned, the group libsecret apps see).") var group: String?
+        @Flag(name: .customLong("dry-run"), help: "Read and report, store nothing.") var dryRun = false
+
+        /// The importer executable, beside this one or in ../libexec/coffer/ (as coffer finds coffer-cli).
+        static let helper = "coffer-secret-service-import"
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                guard let exe = ThisProcess.executablePath(), let slash = exe.lastIndex(of: "/") else {
+                    throw SecError(.internalComponent, "cannot find this program's directory")
+                }
+                let dir = String(exe[..<slash])
+                let candidates: [String] = [dir + "/" + Self.helper, dir + "/../libexec/coffer/" + Self.helper]
+                guard let path = candidates.first(where: { access($0, X_OK) == 0 }) else {
+                    throw SecError(.internalComponent, "\(Self.helper) is not installed beside coffer-cli")
+                }
+                var args: [String] = []
+                if let socket = connect.socket { args += ["--socket", socket] }
+                if let collection { args += ["--collection", collection] }
+                if let group { args += ["--group", group] }
+                if dryRun { args.append("--dry-run") }
+                let failure = ThisProcess.exec(path, arguments: [Self.helper] + args)
+                throw SecError(.internalComponent, "cannot run \(path): \(failure)")
+            }
         }
     }
 }
