@@ -140,7 +140,7 @@ let package = Package(
                                "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-secret-service-import",
-                          dependencies: ["CofferSecretServiceImport", "CofferImport", "CofferClient", "CofferCLISupport", "CofferModel"],
+                          dependencies: ["CofferSecretServiceImport", "CofferImport", "CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
                           swiftSettings: settings),
         .executableTarget(name: "cofferd",
                           dependencies: ["CofferAgent", "CofferKeybag", .product(name: "ArgumentParser", package: "swift-argument-parser")],

@@ -88,7 +88,7 @@ public enum SecretServiceImport {
             summary.record("collection \(name)", .failed("cannot list its items: \(error.message)"))
             return
         }
-        if (try? provider.bool(path, "org.freedesktop.Secret.Collection", "Locked")) ?? false, let reason = provider.unlock(path) {
+        if (try? provider.bool(path, "org.freedesktop.Secret.Collection", "Locked")) ?? false, let reason = provider.unlock([path]) {
             if items.isEmpty { summary.record("collection \(name)", .failed(reason)) }
             for item in items { summary.record("\(name)/\(Provider.itemID(item))", .failed(reason)) }
             if !provider.isPresent { throw ProviderGone() }
@@ -99,8 +99,16 @@ public enum SecretServiceImport {
             let batch = Array(items[start..<min(start + batchSize, items.count)])
             let rest = items[start...]
             start += batchSize
-            let secrets: [String: Result<(SecureBytes, String), SecError>]
-            do { secrets = try provider.secrets(batch, session: session) } catch {
+            var secrets: [String: Result<(SecureBytes, String), SecError>]
+            do {
+                secrets = try provider.secrets(batch, session: session)
+                // Items locked on their own (KeePassXC's per-entry confirmation): unlocked through the
+                // provider's prompt, then asked for again; a refusal leaves them reported as locked.
+                let locked = batch.filter { secrets[$0] == nil }
+                if !locked.isEmpty, provider.unlock(locked) == nil {
+                    for (item, secret) in try provider.secrets(locked, session: session) { secrets[item] = secret }
+                }
+            } catch {
                 if !provider.isPresent {
                     for item in rest { summary.record("\(name)/\(Provider.itemID(item))", .failed("not read: the provider left the bus")) }
                     throw ProviderGone()
@@ -298,26 +306,26 @@ final class Provider {
         return out
     }
 
-    /// Unlocks `object` through Service.Unlock and, if the provider asks, its prompt. Nil when it is
-    /// unlocked; else why not.
-    func unlock(_ object: String) -> String? {
+    /// Unlocks `objects` (a collection, or items) through Service.Unlock and, if the provider asks,
+    /// its prompt. Nil when they are unlocked; else why not.
+    func unlock(_ objects: [String]) -> String? {
         var unlocked: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         var prompt: UnsafeMutablePointer<CChar>?
-        let r = [object].withCStrings { objects in ssc_unlock(bus, owner, objects, 1, &unlocked, &prompt) }
+        let r = objects.withCStrings { paths in ssc_unlock(bus, owner, paths, objects.count, &unlocked, &prompt) }
         guard r >= 0 else { return "locked, and Unlock failed: \(lastError)" }
-        let done = Self.strings(unlocked)
+        let done = Set(Self.strings(unlocked))
         let promptPath = prompt.map { String(cString: $0) } ?? "/"
         free(prompt)
-        if done.contains(object) { return nil }
+        if objects.allSatisfy(done.contains) { return nil }
         guard promptPath != "/" else { return "locked, and the provider would not unlock it" }
         var dismissed: Int32 = 1
         var result: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         guard ssc_prompt(bus, owner, promptPath, SecretServiceImport.promptTimeoutSeconds * 1_000_000, &dismissed, &result) >= 0 else {
             return "locked, and its unlock prompt failed: \(lastError)"
         }
-        let list = Self.strings(result)
+        let after = done.union(Self.strings(result))
         if dismissed != 0 { return "locked, and its unlock prompt was dismissed (no way to ask, or cancelled); unlock it in its own application and import again" }
-        return list.contains(object) || ((try? bool(object, "org.freedesktop.Secret.Collection", "Locked")) == false) ? nil : "locked, still after its unlock prompt"
+        return objects.allSatisfy(after.contains) ? nil : "locked, still after its unlock prompt"
     }
 
     /// GetSecrets of `items`: each returned item's secret, decrypted into secure memory, and its content type.

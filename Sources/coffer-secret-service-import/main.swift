@@ -9,6 +9,7 @@ import CofferClient
 import CofferImport
 import CofferModel
 import CofferSecretServiceImport
+import CofferSystem
 import Glibc
 
 var socket: String?, collection: String?, group: String?, dryRun = false
@@ -29,7 +30,7 @@ var status: Int32 = 0
 let reported = CLISupport.reporting { () throws(SecError) in
     let c = CLISupport.connected(try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "coffer import"))
     let summary = try SecretServiceImport.run(collection: collection, group: group, dryRun: dryRun, on: c)
-    print(summary.totals)
+    StandardStreams.print(summary.totals)
     status = summary.exitStatus
 }
 exit(reported != 0 ? reported : status)

@@ -94,52 +94,117 @@ struct ImportSecretServiceTests {
     /// A provider that leaves the bus in the middle of GetSecrets (a scripted one in python3-dbus,
     /// serving one collection of two items and exiting when asked for their secrets): the import
     /// reports both as failed, stores nothing, and ends with exit 15.
-    @Test(.enabled(if: FileManager.default.fileExists(atPath: "/usr/lib/python3/dist-packages/dbus"), "needs python3-dbus"))
+    @Test(.enabled(if: ScriptedProvider.available, "needs python3-dbus and python3-gi"))
     func aProviderThatLeavesMidImport() throws {
-        let bus = try PrivateSessionBus()
-        let script = bus.dir.file("provider.py")
-        try #"""
-            dbus, os = __import__('dbus'), __import__('os')
-            __import__('dbus.service'), __import__('dbus.mainloop.glib')
-            from gi.repository import GLib
-            dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
-            b = dbus.SessionBus()
-            P = 'org.freedesktop.DBus.Properties'
-            class Obj(dbus.service.Object):
-                def __init__(self, path, iface, props):
-                    super().__init__(b, path); self.iface, self.props = iface, props
-                @dbus.service.method(P, in_signature='ss', out_signature='v')
-                def Get(self, iface, name): return self.props[name]
-                @dbus.service.method(P, in_signature='s', out_signature='a{sv}')
-                def GetAll(self, iface): return self.props
-            class Service(Obj):
-                @dbus.service.method('org.freedesktop.Secret.Service', in_signature='sv', out_signature='vo')
-                def OpenSession(self, alg, inp):
-                    if alg != 'plain': raise dbus.exceptions.DBusException('no', name='org.freedesktop.DBus.Error.NotSupported')
-                    return (dbus.String('', variant_level=1), dbus.ObjectPath('/org/freedesktop/secrets/session/1'))
-                @dbus.service.method('org.freedesktop.Secret.Service', in_signature='aoo', out_signature='a{o(oayays)}')
-                def GetSecrets(self, items, session): os._exit(0)
-            C = '/org/freedesktop/secrets/collection/login'
-            items = [dbus.ObjectPath(C + '/1'), dbus.ObjectPath(C + '/2')]
-            Service('/org/freedesktop/secrets', '', {'Collections': dbus.Array([dbus.ObjectPath(C)], signature='o')})
-            Obj(C, '', {'Items': dbus.Array(items, signature='o'), 'Label': 'Login', 'Locked': False})
-            for i in items: Obj(i, '', {'Label': 'item', 'Attributes': dbus.Dictionary({'k': 'v'}, signature='ss'), 'Locked': False})
-            b.request_name('org.freedesktop.secrets')
-            GLib.MainLoop().run()
-            """#.write(toFile: script, atomically: true, encoding: .utf8)
-        let provider = Process()
-        provider.executableURL = URL(fileURLWithPath: PrivateSessionBus.python)
-        provider.arguments = [script]
-        provider.environment = ProcessInfo.processInfo.environment.merging(["DBUS_SESSION_BUS_ADDRESS": bus.address]) { $1 }
-        try provider.run()
-        defer { if provider.isRunning { kill(provider.processIdentifier, SIGKILL); provider.waitUntilExit() } }
-        #expect(PrivateSessionBus.wait(30) { bus.nameOwner() != nil }, "the scripted provider did not start")
+        let provider = try ScriptedProvider(mode: "leave")
         let agent = try AgentProcess()
-        let r = agent.cli(["import", "secret-service"], environment: ["DBUS_SESSION_BUS_ADDRESS": bus.address])
+        let r = agent.cli(["import", "secret-service"], environment: ["DBUS_SESSION_BUS_ADDRESS": provider.bus.address])
         #expect(r.status == 15 && r.stdout.contains("failed login/1: not read: the provider left the bus")
                 && r.stdout.contains("failed login/2: not read: the provider left the bus")
                 && r.stdout.hasSuffix("0 imported, 0 skipped as duplicates, 2 failed\n"), "\(r)")
         #expect(agent.cli(["status", "--json"]).stdout.contains("\"items\":0"))
+    }
+
+    /// A locked collection whose provider answers Unlock with a prompt that completes (what a person
+    /// typing the keyring's password amounts to; scripted, as gnome-keyring's needs a display): the
+    /// importer calls Prompt, waits for Completed, and imports the items it then gets.
+    @Test(.enabled(if: ScriptedProvider.available, "needs python3-dbus and python3-gi"))
+    func aLockedCollectionIsUnlockedThroughTheProvidersPrompt() throws {
+        let provider = try ScriptedProvider(mode: "prompt")
+        let agent = try AgentProcess()
+        var r = agent.cli(["import", "secret-service"], environment: ["DBUS_SESSION_BUS_ADDRESS": provider.bus.address])
+        #expect(r.status == 0 && r.stdout.contains("imported login/item 1") && r.stdout.contains("imported login/item 2"), "\(r)")
+        #expect(provider.log.contains("Unlock") && provider.log.contains("Prompt"), "\(provider.log)")
+        r = agent.cli(["get", "--attr", "k=v2"])
+        #expect(r.status == 0 && r.stdout == "secret-2", "\(r)")
+    }
+}
+
+/// A Secret Service provider scripted in python3-dbus on a private session bus: one collection
+/// `login` of two items (`item 1`, `item 2`, attributes `k=v1`, `k=v2`), a `plain` session only.
+/// Mode `leave`: it exits when asked for secrets. Mode `prompt`: the collection is locked; Unlock
+/// answers with a prompt whose Prompt call completes at once, not dismissed, and unlocks it. It
+/// logs the methods called.
+final class ScriptedProvider: @unchecked Sendable {
+    let bus: PrivateSessionBus
+    private let process = Process()
+    static var available: Bool {
+        PrivateSessionBus.available && ["dbus", "gi"].allSatisfy { FileManager.default.fileExists(atPath: "/usr/lib/python3/dist-packages/" + $0) }
+    }
+    var log: String { bus.read("provider.log") }
+
+    init(mode: String) throws {
+        bus = try PrivateSessionBus()
+        let script = bus.dir.file("provider.py")
+        try #"""
+            dbus, os, sys = __import__('dbus'), __import__('os'), __import__('sys')
+            __import__('dbus.service'), __import__('dbus.mainloop.glib')
+            from gi.repository import GLib
+            dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
+            b, mode = dbus.SessionBus(), sys.argv[1]
+            P, S = 'org.freedesktop.DBus.Properties', 'org.freedesktop.Secret.Service'
+            C = '/org/freedesktop/secrets/collection/login'
+            items = [dbus.ObjectPath(C + '/1'), dbus.ObjectPath(C + '/2')]
+            def log(m): print(m, flush=True)
+            class Obj(dbus.service.Object):
+                def __init__(self, path, props):
+                    super().__init__(b, path); self.props = props
+                @dbus.service.method(P, in_signature='ss', out_signature='v')
+                def Get(self, iface, name): return self.props[name]
+                @dbus.service.method(P, in_signature='s', out_signature='a{sv}')
+                def GetAll(self, iface): return self.props
+            collection = Obj(C, {'Items': dbus.Array(items, signature='o'), 'Label': 'Login', 'Locked': mode == 'prompt'})
+            class Prompt(dbus.service.Object):
+                @dbus.service.method('org.freedesktop.Secret.Prompt', in_signature='s')
+                def Prompt(self, window):
+                    log('Prompt'); collection.props['Locked'] = False
+                    GLib.idle_add(lambda: self.Completed(False, dbus.Array([dbus.ObjectPath(C)], signature='o', variant_level=1)))
+                @dbus.service.signal('org.freedesktop.Secret.Prompt', signature='bv')
+                def Completed(self, dismissed, result): pass
+            Prompt(b, '/org/freedesktop/secrets/prompt/1')
+            class Service(Obj):
+                @dbus.service.method(S, in_signature='sv', out_signature='vo')
+                def OpenSession(self, alg, inp):
+                    if alg != 'plain': raise dbus.exceptions.DBusException('no', name='org.freedesktop.DBus.Error.NotSupported')
+                    return (dbus.String('', variant_level=1), dbus.ObjectPath('/org/freedesktop/secrets/session/1'))
+                @dbus.service.method(S, in_signature='ao', out_signature='aoo')
+                def Unlock(self, objects):
+                    log('Unlock')
+                    return (dbus.Array([], signature='o'), dbus.ObjectPath('/org/freedesktop/secrets/prompt/1'))
+                @dbus.service.method(S, in_signature='aoo', out_signature='a{o(oayays)}')
+                def GetSecrets(self, wanted, session):
+                    if mode == 'leave': os._exit(0)
+                    log('GetSecrets')
+                    if collection.props['Locked']: return dbus.Dictionary({}, signature='o(oayays)')
+                    return dbus.Dictionary({i: (session, dbus.ByteArray(b''), dbus.ByteArray(b'secret-' + i[-1:].encode()), 'text/plain')
+                                            for i in wanted}, signature='o(oayays)')
+                @dbus.service.method('org.freedesktop.Secret.Session', in_signature='')
+                def Close(self): pass
+            Service('/org/freedesktop/secrets', {'Collections': dbus.Array([dbus.ObjectPath(C)], signature='o')})
+            class Session(dbus.service.Object):
+                @dbus.service.method('org.freedesktop.Secret.Session', in_signature='')
+                def Close(self): pass
+            Session(b, '/org/freedesktop/secrets/session/1')
+            for n, i in enumerate(items, 1):
+                Obj(i, {'Label': 'item %d' % n, 'Attributes': dbus.Dictionary({'k': 'v%d' % n}, signature='ss'), 'Locked': False})
+            b.request_name('org.freedesktop.secrets')
+            GLib.MainLoop().run()
+            """#.write(toFile: script, atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: PrivateSessionBus.python)
+        process.arguments = [script, mode]
+        process.environment = ProcessInfo.processInfo.environment.merging(["DBUS_SESSION_BUS_ADDRESS": bus.address]) { $1 }
+        let log = bus.dir.file("provider.log")
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process.standardOutput = FileHandle(forWritingAtPath: log)
+        process.standardError = FileHandle(forWritingAtPath: log)
+        try process.run()
+        guard PrivateSessionBus.wait(30, until: { self.bus.nameOwner() != nil }) else {
+            throw PinentryHarness.Failure("the scripted provider did not start:\n" + self.log)
+        }
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
     }
 }
 
