@@ -1,4 +1,5 @@
-import CofferModel
+public import CofferClient
+public import CofferModel
 import CofferSystem
 
 /// What an import did, entry by entry: `coffer import pass` and `coffer import secret-service` print
@@ -57,4 +58,16 @@ public struct ImportSummary: Sendable {
     /// Exit status of an import in which at least one entry failed (the others were imported or
     /// skipped; each failure is listed). Not an OSStatus: the entries' reasons differ.
     public static let someFailedExitStatus: Int32 = 15
+}
+
+/// What both importers check before reading anything from their source.
+public enum ImportTarget {
+    /// Throws errSecInteractionNotAllowed unless the keybag is unlocked: imported items are
+    /// *WhenUnlocked*, and a locked keychain would only turn every entry into a failure after its
+    /// source had been read (gpg's passphrase asked for nothing, a provider's prompt shown for nothing).
+    public static func requireUnlocked(_ connection: AgentConnection) throws(SecError) {
+        guard try connection.status().lockState == .unlocked else {
+            throw .interactionNotAllowed("the keychain is locked: nothing was imported")
+        }
+    }
 }

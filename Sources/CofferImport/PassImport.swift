@@ -70,6 +70,7 @@ public enum PassImport {
         guard let gpg = Programs.find("gpg") else { throw .notAvailable("gpg is not installed; coffer import pass decrypts the store with it") }
         let names = try entries(in: root)
         guard !names.isEmpty else { throw .itemNotFound("the password store at \(TerminalSafeText.escaped(root)) has no entries (no .gpg files)") }
+        try ImportTarget.requireUnlocked(connection)
         var summary = ImportSummary(dryRun: dryRun)
         for name in names {
             var attributes: Attributes = ["svce": .string(service), "acct": .string(name)]

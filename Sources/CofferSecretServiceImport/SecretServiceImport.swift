@@ -39,6 +39,7 @@ public enum SecretServiceImport {
     /// default). Throws when there is no provider, the provider is coffer-secret-service itself,
     /// the session cannot be opened, `collection` does not exist, or the agent is gone.
     public static func run(collection only: String?, group: String?, dryRun: Bool, on connection: AgentConnection) throws(SecError) -> ImportSummary {
+        try ImportTarget.requireUnlocked(connection)
         let provider = try Provider.connect()
         defer { provider.close() }
         let session = try provider.openSession()

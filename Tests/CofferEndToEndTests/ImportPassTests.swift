@@ -72,6 +72,23 @@ struct ImportPassTests {
         r = agent.cli(["status", "--json"])
         #expect(r.stdout.contains("\"items\":0"), "\(r)")
     }
+
+    /// A locked keychain: nothing is decrypted (gpg is not even asked), exit 6 with the unlock hint.
+    @Test func aLockedKeychainStopsBeforeAnyEntryIsRead() throws {
+        let store = try PassStore()
+        try store.insert("site", "pw-site")
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        var r = agent.cli(["lock"])
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        #expect(r.status == 6 && r.stderr.contains("the keychain is locked: nothing was imported")
+                && r.stderr.contains("coffer: hint: the keychain is locked; unlock it with: coffer unlock") && !r.stdout.contains("site"), "\(r)")
+        r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        #expect(r.status == 0 && r.stdout.contains("imported site"), "\(r)")
+    }
 }
 
 /// A password-store made by the real `pass` in a temporary directory, encrypted to a fresh gpg key
