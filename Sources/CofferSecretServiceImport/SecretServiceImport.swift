@@ -118,13 +118,17 @@ public enum SecretServiceImport {
                 continue
             }
             defer { for case .success(let s) in secrets.values { s.0.wipe() } }
-            for item in batch {
-                guard let label = try? provider.string(item, "org.freedesktop.Secret.Item", "Label"),
-                      let attributes = try? provider.attributes(item) else {
-                    let present = provider.isPresent
-                    summary.record("\(name)/\(Provider.itemID(item))",
-                                   .failed(present ? "cannot read its label or attributes: \(provider.lastError)" : "not read: the provider left the bus"))
-                    if !present { throw ProviderGone() }
+            for (position, item) in batch.enumerated() {
+                let label: String, attributes: [String: String]
+                do {
+                    label = try provider.string(item, "org.freedesktop.Secret.Item", "Label")
+                    attributes = try provider.attributes(item)
+                } catch {
+                    guard provider.isPresent else {
+                        for unread in rest.dropFirst(position) { summary.record("\(name)/\(Provider.itemID(unread))", .failed("not read: the provider left the bus")) }
+                        throw ProviderGone()
+                    }
+                    summary.record("\(name)/\(Provider.itemID(item))", .failed("cannot read its label or attributes: \(error.message)"))
                     continue
                 }
                 let entry = "\(name)/\(label)"

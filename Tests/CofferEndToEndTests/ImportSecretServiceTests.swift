@@ -115,13 +115,16 @@ struct ImportSecretServiceTests {
         var r = agent.cli(["import", "secret-service"], environment: ["DBUS_SESSION_BUS_ADDRESS": provider.bus.address])
         #expect(r.status == 0 && r.stdout.contains("imported login/item 1") && r.stdout.contains("imported login/item 2"), "\(r)")
         #expect(provider.log.contains("Unlock") && provider.log.contains("Prompt"), "\(provider.log)")
+        // The DH session first; `plain` only because this provider refuses it.
+        #expect(provider.log.contains("OpenSession dh-ietf1024-sha256-aes128-cbc-pkcs7\nOpenSession plain\n"), "\(provider.log)")
         r = agent.cli(["get", "--attr", "k=v2"])
         #expect(r.status == 0 && r.stdout == "secret-2", "\(r)")
     }
 }
 
 /// A Secret Service provider scripted in python3-dbus on a private session bus: one collection
-/// `login` of two items (`item 1`, `item 2`, attributes `k=v1`, `k=v2`), a `plain` session only.
+/// `login` of two items (`item 1`, `item 2`, attributes `k=v1`, `k=v2`), a `plain` session only
+/// (the DH one refused with NotSupported).
 /// Mode `leave`: it exits when asked for secrets. Mode `prompt`: the collection is locked; Unlock
 /// answers with a prompt whose Prompt call completes at once, not dismissed, and unlocks it. It
 /// logs the methods called.
@@ -165,6 +168,7 @@ final class ScriptedProvider: @unchecked Sendable {
             class Service(Obj):
                 @dbus.service.method(S, in_signature='sv', out_signature='vo')
                 def OpenSession(self, alg, inp):
+                    log('OpenSession ' + alg)
                     if alg != 'plain': raise dbus.exceptions.DBusException('no', name='org.freedesktop.DBus.Error.NotSupported')
                     return (dbus.String('', variant_level=1), dbus.ObjectPath('/org/freedesktop/secrets/session/1'))
                 @dbus.service.method(S, in_signature='ao', out_signature='aoo')
