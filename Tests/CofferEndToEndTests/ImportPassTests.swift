@@ -73,6 +73,26 @@ struct ImportPassTests {
         #expect(r.stdout.contains("\"items\":0"), "\(r)")
     }
 
+    /// A key with a passphrase: gpg-agent asks its pinentry (a scripted one) for each entry, as `pass
+    /// show` would; a cancelled question fails that entry and the import goes on.
+    @Test func gpgAgentsPinentryAsksForTheKeysPassphrase() throws {
+        let store = try PassStore(passphrase: "key pass 1")
+        try store.insert("a", "pw-a")
+        try store.insert("b", "pw-b\nnote b")
+        let agent = try AgentProcess()
+        let pinentry = try #require(store.pinentry)
+        try pinentry.set(pin: "cancel")
+        var r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        #expect(r.status == 15 && r.stdout.contains("failed a: gpg could not decrypt it")
+                && r.stdout.contains("0 imported, 0 skipped as duplicates, 2 failed"), "\(r)")
+        #expect(pinentry.takeQuestions().contains { $0.hasPrefix("GETPIN") }, "gpg-agent asked its pinentry")
+        try pinentry.set(pin: "key pass 1")
+        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        #expect(r.status == 0 && r.stdout.contains("2 imported, 0 skipped as duplicates, 0 failed"), "\(r)")
+        r = agent.cli(["get", "--service", "pass", "--account", "b"])
+        #expect(r.status == 0 && r.stdout == "pw-b", "\(r)")
+    }
+
     /// A locked keychain: nothing is decrypted (gpg is not even asked), exit 6 with the unlock hint.
     @Test func aLockedKeychainStopsBeforeAnyEntryIsRead() throws {
         let store = try PassStore()
@@ -92,25 +112,35 @@ struct ImportPassTests {
 }
 
 /// A password-store made by the real `pass` in a temporary directory, encrypted to a fresh gpg key
-/// without a passphrase in its own GNUPGHOME (short path: gpg-agent's socket lives there); the
+/// (without a passphrase unless asked) in its own GNUPGHOME (short path: gpg-agent's socket lives there); the
 /// gpg-agent it starts is ended with it.
 final class PassStore: @unchecked Sendable {
     let dir = PinentryHarness.ShortDirectory()
     var home: String { dir.file("g") }
     var root: String { dir.file("store") }
     var environment: [String: String] { ["GNUPGHOME": home, "PASSWORD_STORE_DIR": root] }
+    /// With a passphrase: the scripted pinentry gpg-agent runs (no passphrase cache).
+    private(set) var pinentry: PinentryHarness.FakePinentry?
     static var available: Bool { ["/usr/bin/gpg", "/usr/bin/pass", "/usr/bin/gpgconf"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) } }
 
-    init() throws {
+    /// A store encrypted to a new key, protected by `passphrase` when one is given (gpg-agent then
+    /// asks ``pinentry`` for it).
+    init(passphrase: String? = nil) throws {
         mkdir(home, 0o700)
-        let fingerprint = try generateKey("Pass Import <pass@example.org>")
+        if passphrase != nil {
+            let fake = try PinentryHarness.FakePinentry(in: dir)
+            pinentry = fake
+            try "pinentry-program \(fake.path)\ndefault-cache-ttl 0\nmax-cache-ttl 0\n".write(toFile: home + "/gpg-agent.conf", atomically: true, encoding: .utf8)
+        }
+        let fingerprint = try generateKey("Pass Import <pass@example.org>", passphrase: passphrase ?? "")
         let r = run("/usr/bin/pass", ["init", fingerprint])
         guard r.status == 0 else { throw PinentryHarness.Failure("pass init: \(r)") }
     }
 
-    /// A new key pair (ed25519 + cv25519, no passphrase); its fingerprint.
-    func generateKey(_ userID: String) throws -> String {
-        var r = gpg(["--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", userID, "future-default", "default", "never"])
+    /// A new key pair (ed25519 + cv25519, with `passphrase`, none by default); its fingerprint.
+    func generateKey(_ userID: String, passphrase: String = "") throws -> String {
+        var r = gpg(["--batch", "--pinentry-mode", "loopback", "--passphrase-fd", "0", "--quick-gen-key", userID, "future-default", "default", "never"],
+                    stdin: passphrase + "\n")
         guard r.status == 0 else { throw PinentryHarness.Failure("gpg --quick-gen-key: \(r)") }
         r = gpg(["--batch", "--with-colons", "--list-keys", userID])
         guard let line = r.stdout.split(separator: "\n").first(where: { $0.hasPrefix("fpr:") }) else { throw PinentryHarness.Failure("no fingerprint: \(r)") }
