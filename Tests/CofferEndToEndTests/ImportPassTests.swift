@@ -18,7 +18,7 @@ struct ImportPassTests {
         var r = agent.cli(["add", "--service", "pass", "--account", "bank", "--secret-stdin"], stdin: "mine")
         #expect(r.status == 0, "\(r)")
 
-        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        r = store.imported(into: agent)
         #expect(r.status == 15, "some entry failed: \(r)")
         let lines = r.stdout.split(separator: "\n").map(String.init)
         #expect(lines.contains("imported email/work") && lines.contains("imported deep/a/b"), "\(r)")
@@ -51,12 +51,12 @@ struct ImportPassTests {
         let store = try PassStore()
         try store.insert("site", "pw-site\nuser: bob")
         let agent = try AgentProcess()
-        var r = agent.cli(["import", "pass", "--store", store.root, "--dry-run"], environment: store.environment)
+        var r = store.imported(into: agent, ["--dry-run"])
         #expect(r.status == 0 && r.stdout.contains("would import site") && r.stdout.contains("1 would be imported, 0 skipped"), "\(r)")
         r = agent.cli(["find", "--service", "pass"])
         #expect(r.status == 3, "a dry run stores nothing: \(r)")
         let group = try #require(agent.cli(["whoami", "--json"]).stdout.firstMatch(of: /"accessGroups":\["([^"]+)"/)?.1)
-        r = agent.cli(["import", "pass", "--store", store.root, "--group", String(group)], environment: store.environment)
+        r = store.imported(into: agent, ["--group", String(group)])
         #expect(r.status == 0 && r.stdout.contains("1 imported, 0 skipped as duplicates, 0 failed"), "\(r)")
         r = agent.cli(["find", "--service", "pass", "--account", "site", "--access-group", String(group)])
         #expect(r.status == 0 && r.stdout.contains("icmt: user: bob"), "\(r)")
@@ -65,7 +65,7 @@ struct ImportPassTests {
     @Test func anEmptyOrMissingStoreIsAClearError() throws {
         let store = try PassStore()
         let agent = try AgentProcess()
-        var r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        var r = store.imported(into: agent)
         #expect(r.status == 3 && r.stderr.contains("errSecItemNotFound") && r.stderr.contains("has no entries"), "\(r)")
         r = agent.cli(["import", "pass", "--store", store.root + "/nowhere"], environment: store.environment)
         #expect(r.status == 2 && r.stderr.contains("no password store at"), "\(r)")
@@ -82,12 +82,12 @@ struct ImportPassTests {
         let agent = try AgentProcess()
         let pinentry = try #require(store.pinentry)
         try pinentry.set(pin: "cancel")
-        var r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        var r = store.imported(into: agent)
         #expect(r.status == 15 && r.stdout.contains("failed a: gpg could not decrypt it")
                 && r.stdout.contains("0 imported, 0 skipped as duplicates, 2 failed"), "\(r)")
         #expect(pinentry.takeQuestions().contains { $0.hasPrefix("GETPIN") }, "gpg-agent asked its pinentry")
         try pinentry.set(pin: "key pass 1")
-        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        r = store.imported(into: agent)
         #expect(r.status == 0 && r.stdout.contains("2 imported, 0 skipped as duplicates, 0 failed"), "\(r)")
         r = agent.cli(["get", "--service", "pass", "--account", "b"])
         #expect(r.status == 0 && r.stdout == "pw-b", "\(r)")
@@ -101,12 +101,12 @@ struct ImportPassTests {
         agent.setPasscode()
         var r = agent.cli(["lock"])
         #expect(r.status == 0, "\(r)")
-        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        r = store.imported(into: agent)
         #expect(r.status == 6 && r.stderr.contains("the keychain is locked: nothing was imported")
                 && r.stderr.contains("coffer: hint: the keychain is locked; unlock it with: coffer unlock") && !r.stdout.contains("site"), "\(r)")
         r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
         #expect(r.status == 0, "\(r)")
-        r = agent.cli(["import", "pass", "--store", store.root], environment: store.environment)
+        r = store.imported(into: agent)
         #expect(r.status == 0 && r.stdout.contains("imported site"), "\(r)")
     }
 }
@@ -161,6 +161,11 @@ final class PassStore: @unchecked Sendable {
         guard r.status == 0 else { throw PinentryHarness.Failure("gpg --encrypt: \(r)") }
         r = gpg(["--batch", "--yes", "--delete-secret-keys", other])
         guard r.status == 0 else { throw PinentryHarness.Failure("gpg --delete-secret-keys: \(r)") }
+    }
+
+    /// `coffer import pass --store ROOT EXTRA…` against `agent`, with this store's GNUPGHOME.
+    func imported(into agent: AgentProcess, _ extra: [String] = []) -> CLIResult {
+        agent.cli(["import", "pass", "--store", root] + extra, environment: environment)
     }
 
     func gpg(_ args: [String], stdin: String = "") -> CLIResult { run("/usr/bin/gpg", args, stdin: stdin) }
