@@ -30,6 +30,7 @@ let package = Package(
         .executable(name: "pinentry-coffer", targets: ["pinentry-coffer"]),
         .executable(name: "git-credential-coffer", targets: ["git-credential-coffer"]),
         .executable(name: "coffer-secret-service", targets: ["coffer-secret-service"]),
+        .executable(name: "coffer-secret-service-import", targets: ["coffer-secret-service-import"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
@@ -62,6 +63,9 @@ let package = Package(
         // sd-bus from libsystemd for the Secret Service front end (issue #26): one fixed signature per
         // function, because Swift cannot call sd-bus's varargs readers and writers. No marshalling of its own.
         .target(name: "CSecretServiceBus", path: "Sources/CSecretServiceBus", linkerSettings: [.linkedLibrary("systemd")]),
+        // sd-bus as a Secret Service *client* (issue #26's importer): another provider's collections, items and secrets,
+        // one fixed signature per function like CSecretServiceBus; only CofferImport imports it.
+        .target(name: "CSecretServiceClient", path: "Sources/CSecretServiceClient", linkerSettings: [.linkedLibrary("systemd")]),
         // tpm2-tss's ESAPI for the TPM 2.0 device key (issue #28): one TPM command per function, the TCTI chosen by a
         // configuration string; links what `pkg-config --libs tss2-esys tss2-tctildr tss2-mu tss2-rc` says (libtss2-dev).
         .target(name: "CTPM", path: "Sources/CTPM",
@@ -127,6 +131,20 @@ let package = Package(
         // No Foundation, no ArgumentParser (`coffer` links it and must stay small and static).
         .target(name: "CofferCLISupport", dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
+        // Moving in (issue #26): `coffer import pass` (a password-store through the user's gpg) and `coffer import
+        // secret-service` (the provider on the session bus, as a client), into items over the agent's client library.
+        // The password-store importer (and what every importer reports) is linked into coffer-cli; the Secret Service
+        // importer needs libsystemd, which has no static archive, so it is an executable of its own that coffer-cli
+        // runs, unsigned like the libsecret apps whose `unsigned` group its items belong in.
+        .target(name: "CofferImport", dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
+                swiftSettings: settings),
+        .target(name: "CofferSecretServiceImport",
+                dependencies: ["CSecretServiceClient", "CofferImport", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto",
+                               "CofferSystem"],
+                swiftSettings: settings),
+        .executableTarget(name: "coffer-secret-service-import",
+                          dependencies: ["CofferSecretServiceImport", "CofferImport", "CofferClient", "CofferCLISupport", "CofferModel", "CofferSystem"],
+                          swiftSettings: settings),
         .executableTarget(name: "cofferd",
                           dependencies: ["CofferAgent", "CofferKeybag", .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings),
@@ -143,6 +161,7 @@ let package = Package(
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
                                          "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol", "CofferSSHAgentProtocol",
+                                         "CofferImport",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.

@@ -6,7 +6,8 @@
 #   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--enable-secret-service] [--systemd|--no-systemd] [--bin-dir DIR]
 #
 # Binaries come from .build/release (build them first: swift build -c release --product cofferd,
-# and the same for coffer, coffer-cli, pinentry-coffer, git-credential-coffer and coffer-secret-service; coffer-plugin-host
+# and the same for coffer, coffer-cli, pinentry-coffer, git-credential-coffer, coffer-secret-service and
+# coffer-secret-service-import (what `coffer import secret-service` runs); coffer-plugin-host
 # and the plugins are installed when built), or --bin-dir.
 # DESTDIR=/some/root installs into a staging tree. Idempotent. Does not edit common-* PAM files
 # unless --enable-pam-login is given (then it adds one line to each, once). --dry-run prints every
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
         --no-systemd) systemd=0 ;;
         --bin-dir) bin_dir="$2"; shift ;;
         --enable-secret-service) secret_service=1 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -47,7 +48,7 @@ for d in /lib/x86_64-linux-gnu/security /usr/lib/x86_64-linux-gnu/security /lib/
 done
 [ -n "$security_dir" ] || { echo "install.sh: cannot find the PAM module directory (pam_unix.so)" >&2; exit 1; }
 
-binaries="cofferd coffer coffer-cli pinentry-coffer git-credential-coffer coffer-secret-service"
+binaries="cofferd coffer coffer-cli pinentry-coffer git-credential-coffer coffer-secret-service coffer-secret-service-import"
 for b in $binaries; do
     [ -x "$bin_dir/$b" ] || [ "$dry" = 1 ] || { echo "install.sh: $bin_dir/$b not built" >&2; exit 1; }
 done

@@ -96,6 +96,7 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: activation), "the activation file without --enable-secret-service")
         let unit = root.file("usr/lib/systemd/user/coffer-secret-service.service")
         #expect(Files.mode(unit) == 0o644 && Files.mode(root.file("usr/local/bin/coffer-secret-service")) == 0o755)
+        #expect(Files.mode(root.file("usr/local/bin/coffer-secret-service-import")) == 0o755, "what coffer import secret-service runs")
         let unitText = (try? String(contentsOfFile: unit, encoding: .utf8)) ?? ""
         for line in ["Type=dbus", "BusName=org.freedesktop.secrets", "ExecStart=/usr/local/bin/coffer-secret-service", "RestartPreventExitStatus=69"] {
             #expect(unitText.split(separator: "\n").contains(Substring(line)), "coffer-secret-service.service lacks \(line)")
