@@ -67,7 +67,7 @@ public enum PassImport {
     /// entries are decrypted (so failures show) but nothing is stored. Throws only when the store
     /// cannot be read, holds no entry, gpg is missing, or the agent is gone.
     public static func run(store root: String, group: String?, dryRun: Bool, on connection: AgentConnection) throws(SecError) -> ImportSummary {
-        guard let gpg = Programs.find("gpg") else { throw .notAvailable("gpg is not installed; coffer import pass decrypts the store with it") }
+        guard let gpg = Subprocess.find("gpg") else { throw .notAvailable("gpg is not installed; coffer import pass decrypts the store with it") }
         let names = try entries(in: root)
         guard !names.isEmpty else { throw .itemNotFound("the password store at \(TerminalSafeText.escaped(root)) has no entries (no .gpg files)") }
         try ImportTarget.requireUnlocked(connection)
@@ -151,18 +151,5 @@ public enum PassImport {
         guard total <= maximumEntryBytes else { throw .param("the decrypted entry is larger than \(maximumEntryBytes) bytes") }
         guard status == 0 else { throw .decode("gpg could not decrypt it (exit status \(status); its message is above)") }
         return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<total])) }
-    }
-}
-
-/// Finding a program the way a shell would.
-package enum Programs {
-    /// `name` in the directories of PATH (absolute ones only), else in /usr/bin.
-    package static func find(_ name: String) -> String? {
-        let path = ThisProcess.environment(["PATH"])["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        for dir in path.split(separator: ":") where dir.hasPrefix("/") {
-            let candidate = "\(dir)/\(name)"
-            if access(candidate, X_OK) == 0 { return candidate }
-        }
-        return access("/usr/bin/\(name)", X_OK) == 0 ? "/usr/bin/\(name)" : nil
     }
 }

@@ -34,6 +34,13 @@ extension Subprocess {
         return Output(status: code, text: String(decoding: kept, as: UTF8.self))
     }
 
+    /// The absolute path of `name` the way a shell finds it: in this process's `PATH` (its absolute
+    /// directories; `/usr/local/bin:/usr/bin:/bin` without one), else in `/usr/bin`.
+    package static func find(_ name: String) -> String? {
+        let path = ThisProcess.environment(["PATH"])["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        return find(name, searchPath: path) ?? find(name, searchPath: "/usr/bin")
+    }
+
     /// The absolute path of `name` in the colon-separated `searchPath` (an executable regular file), or nil.
     package static func find(_ name: String, searchPath: String) -> String? {
         for dir in searchPath.split(separator: ":") where dir.hasPrefix("/") {

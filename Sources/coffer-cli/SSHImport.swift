@@ -19,7 +19,7 @@ enum SSHAddHandOver {
 
     /// The key in `file` in the ssh-agent wire form (secure memory) and its comment.
     static func key(fromFile file: String) throws(SecError) -> (SecureBytes, String) {
-        guard let sshAdd = findProgram("ssh-add") else {
+        guard let sshAdd = Subprocess.find("ssh-add") else {
             throw .notAvailable("ssh-add (OpenSSH's client) is not installed; coffer ssh import uses it to read the key file")
         }
         guard Files.exists(file) else { throw .param("no such key file") }
@@ -107,15 +107,5 @@ enum SSHAddHandOver {
             done += n
         }
         return true
-    }
-
-    /// `name` in the directories of PATH (or the usual ones).
-    static func findProgram(_ name: String) -> String? {
-        let path = ThisProcess.environment(["PATH"])["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        for dir in path.split(separator: ":") where dir.hasPrefix("/") {
-            let candidate = "\(dir)/\(name)"
-            if access(candidate, X_OK) == 0 { return candidate }
-        }
-        return access("/usr/bin/\(name)", X_OK) == 0 ? "/usr/bin/\(name)" : nil
     }
 }
