@@ -112,7 +112,8 @@ package final class Agent: Sendable {
         } catch {
             throw AgentError("state directory: \(error)")
         }
-        keychain = try Keychain(directory: configuration.stateDirectory, applicationPasswordDelays: configuration.attemptSchedule.delays,
+        keychain = try Keychain(directory: configuration.stateDirectory, deviceKey: configuration.deviceKeySource,
+                                applicationPasswordDelays: configuration.attemptSchedule.delays,
                                 clock: SystemWallClock(), lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
