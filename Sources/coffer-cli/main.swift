@@ -67,7 +67,8 @@ struct Coffer: ParsableCommand {
             """,
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
-                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self])
+                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self,
+                      DeviceKeyCommand.self])
 }
 
 struct Status: ParsableCommand {

@@ -49,6 +49,9 @@ struct Cofferd: ParsableCommand {
             help: "Move the keychain's device key (agent stopped; passcode on stdin): 'tpm' (what 'coffer device-key migrate --to tpm' runs).")
     var migrateDeviceKey: String?
 
+    @Option(name: .customLong("tpm-tcti"), help: "The TPM's TCTI string (config key tpm-tcti; default device:/dev/tpmrm0).")
+    var tpmTCTI: String?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -71,6 +74,7 @@ struct Cofferd: ParsableCommand {
         if let pamConfdir { cfg.pamConfdir = pamConfdir }
         if let idleLock { cfg.idleLockSeconds = idleLock }
         if let lockGrace { cfg.lockGraceSeconds = lockGrace }
+        if let tpmTCTI { cfg.tpmTCTI = tpmTCTI }
         if let kdfOps { cfg.kdfPolicy = .fixed(KDFParameters(opsLimit: kdfOps, memLimit: KDFParameters.floorMemory)) }
         if let migrateDeviceKey {
             guard migrateDeviceKey == "tpm" else { throw ValidationError("--migrate-device-key: only 'tpm' (a TPM keychain does not move back to a file key)") }

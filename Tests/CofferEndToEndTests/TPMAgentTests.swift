@@ -89,11 +89,11 @@ import Testing
     /// Points before the format-3 keybag is committed: the file key still opens everything.
     static let beforeCommit: Set<String> = ["migrate-tpm-key-written", "rekey-start", "rekey-next-written"]
 
-    /// Runs `cofferd --migrate-device-key tpm` on the agent's state directory (the passcode on stdin),
-    /// with `COFFER_TEST_CRASH_POINT` set to `point` (empty: none).
+    /// Runs `coffer device-key migrate --to tpm` (which runs `cofferd --migrate-device-key tpm`) on the
+    /// agent's state directory, the passcode on stdin, with `COFFER_TEST_CRASH_POINT` set to `point` (empty: none).
     static func migrate(_ agent: AgentProcess, config: String, at point: String) -> CLIResult {
-        runCLI(["--migrate-device-key", "tpm", "--config", config, "--state-dir", agent.stateDir], stdin: AgentProcess.password,
-               environment: ["COFFER_TEST_CRASH_POINT": point], executable: Binaries.cofferd)
+        runCLI(["device-key", "migrate", "--to", "tpm", "--config", config, "--state-dir", agent.stateDir, "--passcode-stdin"],
+               stdin: AgentProcess.password, environment: ["COFFER_TEST_CRASH_POINT": point])
     }
 
     /// A file keychain with a passcode and items of every class, moved to the TPM by a migration
