@@ -56,6 +56,29 @@ import Testing
         }
     }
 
+    /// `coffer status` says truthfully where the device key is and who counts wrong passcodes.
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func statusReportsTheProtectionsInForce() throws {
+        func lines(_ agent: AgentProcess) -> [String] {
+            let r = agent.cli(["status"])
+            #expect(r.status == 0, "\(r)")
+            return r.stdout.split(separator: "\n").map(String.init).filter {
+                $0.hasPrefix("device key:") || $0.hasPrefix("attempt counting:") || $0.hasPrefix("rollback detection:")
+            }
+        }
+        let fileAgent = try AgentProcess()
+        fileAgent.setPasscode()
+        #expect(lines(fileAgent) == ["device key: file", "attempt counting: file", "rollback detection: off"])
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-agent")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti)])
+        #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: file", "rollback detection: off"], "no passcode: nothing for the TPM to count")
+        agent.setPasscode()
+        #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: TPM", "rollback detection: off"])
+        let json = agent.cli(["status", "--json"])
+        #expect(json.stdout.contains("\"deviceKey\":\"TPM 2.0\"") && json.stdout.contains("\"attemptCounting\":\"TPM\""), "\(json)")
+    }
+
     @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
     func theAgentRefusesToStartWithoutItsTPMOrWithTheFileKeyAndLosesNothing() throws {
         let sw = try SoftwareTPM()
