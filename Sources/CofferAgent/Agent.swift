@@ -306,6 +306,8 @@ package final class Agent: Sendable {
         sshKeys.clear()
         sshReuse.clear()
         keychain.checkpoint()
+        // A TPM without a resource manager (swtpm) keeps what a process leaves loaded.
+        keychain.releaseDeviceKey()
         logger.info("stopped; keys wiped")
     }
 

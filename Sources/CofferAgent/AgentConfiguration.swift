@@ -238,7 +238,7 @@ package struct AgentConfiguration: Sendable {
 extension AgentConfiguration {
     /// The device key source the configuration chooses (nil: the keychain's default, the file key).
     package var deviceKeySource: DeviceKeySource? {
-        deviceKey == .tpm ? TPMDeviceKey(path: stateDirectory + "/" + TPMDeviceKey.fileName, tcti: tpmTCTI) : nil
+        deviceKey == .tpm ? TPMDeviceKey(path: stateDirectory + "/" + TPMDeviceKey.fileName, tcti: tpmTCTI, keepsConnection: true) : nil
     }
 }
 

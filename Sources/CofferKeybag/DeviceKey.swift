@@ -21,6 +21,8 @@ public protocol DeviceKeySource: Sendable {
     func createPasscodeKey(authorization: SecureBytes) throws(SecError) -> [UInt8]
     /// The counted key's HMAC of `input`; a wrong `authorization` is errSecAuthFailed (and counted).
     func passcodeHMAC(blob: [UInt8], input: [UInt8], authorization: SecureBytes) throws(SecError) -> SecureBytes
+    /// Releases what the source keeps open (a TPM connection), e.g. at shutdown.
+    func release()
 }
 
 /// Where a device key lives.
@@ -34,6 +36,7 @@ public enum DeviceKeyKind: String, Sendable {
 extension DeviceKeySource {
     public var kind: DeviceKeyKind { .file }
     public var bindsPasscode: Bool { false }
+    public func release() {}
     public func createPasscodeKey(authorization: SecureBytes) throws(SecError) -> [UInt8] {
         throw SecError(.unimplemented, "the \(kind.rawValue) device key does not bind a passcode")
     }

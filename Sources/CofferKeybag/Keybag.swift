@@ -138,6 +138,9 @@ package final class Keybag: Sendable {
         return try Keybag(paths: paths, deviceKey: deviceKey, file: fresh.file, isNew: true, source: source)
     }
 
+    /// Releases what the device key source holds (``DeviceKeySource/release()``).
+    package func releaseDeviceKey() { guarded.withLock { $0.source }.release() }
+
     /// Where the device key lives (the source this keybag was opened with, or migrated to).
     package var deviceKeyKind: DeviceKeyKind { guarded.withLock { $0.source.kind } }
 

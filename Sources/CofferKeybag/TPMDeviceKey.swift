@@ -15,7 +15,8 @@ import Glibc
 /// The passcode key (``bindsPasscode``) is also tangled with a second, counted HMAC key whose
 /// authorization derives from the passcode (kind 1, its blob in the keybag): every guess needs this
 /// TPM and a wrong one is counted by its dictionary-attack lockout.
-public final class TPMDeviceKey: DeviceKeySource, Sendable {
+public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
+    // @unchecked Sendable: `connection` is reached only inside `lock`.
     /// The file's path.
     public let path: String
     /// The TCTI configuration string (``TPM/defaultTCTI`` by default).
@@ -23,6 +24,12 @@ public final class TPMDeviceKey: DeviceKeySource, Sendable {
     /// The device key to seal when the file is created (a migration from ``FileDeviceKey`` keeps its
     /// key); nil: a fresh random one.
     private let adopting: SecureBytes?
+    /// Keep one connection (and its storage primary) between calls: an unlock then costs no
+    /// TPM2_CreatePrimary. For the agent (one source, a resource manager in front of a real TPM);
+    /// off by default, so that many sources in one process do not fill a TPM without one (swtpm).
+    private let keepsConnection: Bool
+    private let lock = PThreadMutex()
+    private var connection: TPM?
 
     /// The kernel's resource manager (``TPM/defaultTCTI``).
     public static let defaultTCTI = TPM.defaultTCTI
@@ -33,10 +40,11 @@ public final class TPMDeviceKey: DeviceKeySource, Sendable {
 
     /// A source reading (or creating) `path` through the TPM at `tcti`. `adopting`: the key a new file
     /// seals (a migration); without it a new file seals a fresh random key.
-    public init(path: String, tcti: String = TPMDeviceKey.defaultTCTI, adopting: SecureBytes? = nil) {
+    public init(path: String, tcti: String = TPMDeviceKey.defaultTCTI, adopting: SecureBytes? = nil, keepsConnection: Bool = false) {
         self.path = path
         self.tcti = tcti
         self.adopting = adopting
+        self.keepsConnection = keepsConnection
     }
 
     public var description: String { "TPM 2.0 at \(tcti) (\(path))" }
@@ -106,6 +114,9 @@ public final class TPMDeviceKey: DeviceKeySource, Sendable {
 
     public var bindsPasscode: Bool { true }
 
+    /// Closes the kept connection (flushing its storage primary); the next call opens a new one.
+    public func release() { lock.withLock { connection = nil } }
+
     /// A new counted HMAC key authorized by `authorization` (derived from the passcode); its blob.
     public func createPasscodeKey(authorization: SecureBytes) throws(SecError) -> [UInt8] {
         try withTPM { (tpm) throws(TPMError) -> [UInt8] in try TPMHMACKey.create(authorization: authorization, on: tpm).blob.encoded() }
@@ -119,15 +130,25 @@ public final class TPMDeviceKey: DeviceKeySource, Sendable {
         return try withTPM { (tpm) throws(TPMError) -> SecureBytes in try TPMHMACKey(blob: parsed).hmac(input, authorization: authorization, on: tpm) }
     }
 
-    /// Runs `body` on a connection to this source's TPM, opened for the call and released after it
-    /// (every transient object flushed: a TPM without a resource manager, like swtpm, has three
-    /// slots, and a TPM that restarted is reached again), turning a ``TPMError`` into a ``SecError``.
+    /// Runs `body` on a connection to this source's TPM, turning a ``TPMError`` into a ``SecError``:
+    /// opened for the call and released after it (every transient object flushed: a TPM without a
+    /// resource manager, like swtpm, has three slots), or kept (``keepsConnection``) until a failure
+    /// other than a wrong authorization drops it, so that a TPM that restarted is reached again.
     private func withTPM<R>(_ body: (TPM) throws(TPMError) -> R) throws(SecError) -> R {
-        do throws(TPMError) {
-            let tpm = try TPM(tcti: tcti)
-            return try body(tpm)
-        } catch {
-            throw Self.error(error, tcti: tcti)
+        let result: Result<R, TPMError> = lock.withLock {
+            do throws(TPMError) {
+                let tpm: TPM
+                if let connection { tpm = connection } else { tpm = try TPM(tcti: tcti) }
+                if keepsConnection { connection = tpm }
+                return .success(try body(tpm))
+            } catch {
+                if case .wrongAuthorization = error {} else { connection = nil }
+                return .failure(error)
+            }
+        }
+        switch result {
+        case .success(let r): return r
+        case .failure(let e): throw Self.error(e, tcti: tcti)
         }
     }
 

@@ -137,6 +137,10 @@ public final class Keychain: Sendable {
     /// Where the device key lives.
     public var deviceKeyKind: DeviceKeyKind { keybag.deviceKeyKind }
 
+    /// Releases what the device key source holds (a kept TPM connection and its storage primary),
+    /// at the agent's shutdown; the next use opens it again.
+    public func releaseDeviceKey() { keybag.releaseDeviceKey() }
+
     /// True if wrong passcodes are counted by the TPM (a TPM device key with a passcode set).
     public var attemptsCountedByTPM: Bool { keybag.attemptsCountedByTPM }
 

@@ -148,8 +148,10 @@ public struct TPMHMACKey: Equatable, Sendable {
         }
         if rc != 0 {
             let response = TPMResponse(rc)
-            // The parent matches, so a refusal of the key's own parts means they were altered.
-            if response.tpmCode != nil || response.layer == 9 {
+            // The parent matches, so a refusal of the key's own parts (a format-one code: a parameter,
+            // handle or session error) means they were altered; a warning (the TPM's object memory
+            // full, TPM_RC_OBJECT_MEMORY) is not the blob's fault.
+            if response.tpmCode.map({ $0 & 0x80 != 0 }) == true || response.layer == 9 {
                 throw .corruptBlob("TPM2_Load refused it (\(response.text))")
             }
             try tpm.check(rc, "TPM2_Load")
