@@ -62,7 +62,7 @@ package enum CrashPoint {
 /// protection class, plus two blind-index keys (tier D for Always rows, tier P for the others).
 ///
 /// On disk (see the Keybag article in the DocC catalog):
-/// - `device.key`: the device key (``DeviceKeySource``).
+/// - `device.key`: the device key (``DeviceKeySource``); with ``TPMDeviceKey``, `device-key.tpm` instead.
 /// - `keybag.key`: the disposable keybag key, replaced on every passcode change.
 /// - `keybag`: the wrapped class keys, sealed under a key derived from the keybag key and the device key.
 ///
@@ -116,7 +116,7 @@ package final class Keybag: Sendable {
     /// ``needsRekey`` true; the keychain finishes the rekey at open (no passcode) or at the first unlock.
     ///
     /// The keybag's format must match the source: format 3 (a TPM-bound passcode) only with a TPM
-    /// device key, and a TPM device key only with format 3, unless `migratingFrom` is true (a
+    /// device key, and a TPM device key only with format 3, unless `migrating` is true (a
     /// ``migrateDeviceKey(passcode:reseal:)`` that a crash interrupted is being finished).
     package static func openOrCreate(directory: String, deviceKey source: DeviceKeySource,
                                      migrating: Bool = false) throws(SecError) -> Keybag {

@@ -226,7 +226,7 @@ public final class Keychain: Sendable {
                 throw error
             }
             if let line { s.migrations.append(line) }
-            if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → 2)") }
+            if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → \(keybag.formatVersion))") }
         }
     }
 
