@@ -189,6 +189,7 @@ import Testing
         // A keychain with a passcode: a wrong one changes nothing; the right one moves it.
         let f = try Fixture(passcode: Self.passcode)
         for p in ["ak", "dk", "akpu"] { try f.addPassword(service: "s", account: p, secret: "secret " + p, ["pdmn": .string(p)]) }
+        let migratingKeyBytes = fileBytes(f.dir.file("device.key"))
         let migrating = TPMDeviceKey(path: f.dir.file(TPMDeviceKey.fileName), tcti: sw.tcti,
                                      adopting: try FileDeviceKey(path: f.dir.file("device.key")).loadDeviceKey())
         let kc = try Keychain(directory: f.dir.path, deviceKey: migrating, lockingStateDirectory: false, migratingDeviceKey: true)
@@ -201,6 +202,25 @@ import Testing
         #expect(f.keychain.attemptsCountedByTPM)
         try f.keychain.unlock(passcode: secret(Self.passcode))
         for p in ["ak", "dk", "akpu"] { #expect(try f.password(service: "s", account: p) == "secret " + p) }
+        // The whole state directory and the device key itself (a device.key kept from before the
+        // migration), on a machine with another TPM: the file key is refused (format 3), and a TPM
+        // source made there to seal that very key opens the keybag but cannot check one passcode,
+        // not even the right one: the passcode's TPM key loads only in the first TPM.
+        do {
+            let copy = TemporaryDirectory("coffer-tpm-stolen")
+            try copyState(["keybag", "keybag.key", "keychain.db"], from: f.dir.path, to: copy.path)
+            let other = try SoftwareTPM()
+            writeFileBytes(copy.file("device.key"), migratingKeyBytes)
+            chmod(copy.file("device.key"), 0o600)
+            #expect(status { try Keychain(directory: copy.path, lockingStateDirectory: false) } == .notAvailable)
+            unlink(copy.file("device.key"))
+            let forged = TPMDeviceKey(path: copy.file(TPMDeviceKey.fileName), tcti: other.tcti,
+                                      adopting: migratingKeyBytes.withUnsafeBytes { SecureBytes(copying: $0) })
+            // (An attacker's own code skips every check of the directory's files: `migratingDeviceKey`.)
+            let kc = try Keychain(directory: copy.path, deviceKey: forged, lockingStateDirectory: false, migratingDeviceKey: true)
+            let error = try #require(throws: SecError.self) { try kc.unlock(passcode: secret(Self.passcode)) }
+            #expect(error.status == .decode && error.message.contains("another storage key"), "\(error)")
+        }
         // A passcode change keeps the passcode bound to the TPM (a new counted key).
         try f.keychain.setPasscode(current: secret(Self.passcode), new: secret("new one"), kdf: testKDF)
         try f.reboot()
