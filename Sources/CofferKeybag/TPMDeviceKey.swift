@@ -77,16 +77,18 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
         if let adopting { deviceKey = unsafe adopting.withUnsafeBytes { unsafe SecureBytes(copying: $0) } } else {
             deviceKey = .random(count: FileDeviceKey.keyBytes)
         }
-        let file: [UInt8] = try withTPM { (tpm) throws(TPMError) -> [UInt8] in
+        var file: [UInt8] = try withTPM { (tpm) throws(TPMError) -> [UInt8] in
             let key = try TPMHMACKey.create(authorization: seed, countingWrongAuthorizations: false, on: tpm)
             let wrap = try key.hmac(Self.sealLabel, authorization: seed, on: tpm)
             var w = ByteWriter(capacity: 512)
             w.raw(Self.magic)
-            unsafe seed.withUnsafeBytes { unsafe w.blob(Array($0)) } // the seed opens nothing without this TPM
+            w.u32(UInt32(seed.count))
+            unsafe seed.withUnsafeBytes { unsafe w.raw($0) } // by pointer; the seed opens nothing without this TPM
             w.blob(key.blob.encoded())
             w.blob(AEAD.seal(deviceKey, key: wrap, ad: Self.magic))
             return w.bytes
         }
+        defer { secureZero(&file) }
         do { try Files.writeAtomically(path, file, mode: 0o600) } catch {
             throw .io("cannot write the TPM device key \(path): \(error)")
         }
@@ -97,7 +99,8 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
         var r = ByteReader(bytes)
         do {
             guard Array(try r.raw(magic.count, "magic")) == magic else { throw DecodeError("not a Coffer TPM device key (magic or version)") }
-            let seed = Array(try r.blob(max: 64, "seed"))
+            var seed = Array(try r.blob(max: 64, "seed"))
+            defer { secureZero(&seed) }
             guard seed.count == 32 else { throw DecodeError("a seed of \(seed.count) bytes") }
             let blob = Array(try r.blob(max: TPMKeyBlob.maxBytes, "key blob"))
             let sealed = Array(try r.blob(max: 256, "sealed key"))
