@@ -84,7 +84,7 @@ let package = Package(
         // The TPM 2.0 in model terms (issue #28): an HMAC key only this TPM can load, authorized from the passcode and
         // counted by the TPM's dictionary-attack lockout; the lockout state; an NV monotonic counter. No keybag here.
         .target(name: "CofferTPM", dependencies: ["CTPM", "CofferCrypto", "CofferSystem"], swiftSettings: rawMemorySettings),
-        .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem"],
+        .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem", "CofferTPM"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeychain",
@@ -223,7 +223,7 @@ let package = Package(
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferStoreTests", dependencies: ["CofferModel", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
-        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite"], exclude: ["Fixtures"],
+        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite", "CofferTPM"], exclude: ["Fixtures"],
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),
@@ -259,7 +259,7 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferSSHAgentProtocol",
-                                   "CofferTestSupport"],
+                                   "CofferTestSupport", "CofferTPM"],
                     swiftSettings: settings),
 
         // The plugin host and its client against real plugins loaded by dlopen (and the protocol's vectors).

@@ -112,7 +112,8 @@ package final class Agent: Sendable {
         } catch {
             throw AgentError("state directory: \(error)")
         }
-        keychain = try Keychain(directory: configuration.stateDirectory, applicationPasswordDelays: configuration.attemptSchedule.delays,
+        keychain = try Keychain(directory: configuration.stateDirectory, deviceKey: configuration.deviceKeySource,
+                                applicationPasswordDelays: configuration.attemptSchedule.delays,
                                 clock: SystemWallClock(), lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
@@ -305,6 +306,8 @@ package final class Agent: Sendable {
         sshKeys.clear()
         sshReuse.clear()
         keychain.checkpoint()
+        // A TPM without a resource manager (swtpm) keeps what a process leaves loaded.
+        keychain.releaseDeviceKey()
         logger.info("stopped; keys wiped")
     }
 

@@ -36,6 +36,11 @@ package struct AgentConfiguration: Sendable {
     /// At most one log line per kind of refused or dropped connection per this many seconds; the
     /// next line says how many were left out (config key `log-repeat-interval`).
     package var logRepeatSeconds: Double = 10
+    /// Where the device key lives (config key `device-key`: `file`, the default, or `tpm`).
+    package var deviceKey: DeviceKeyKind = .file
+    /// The TPM's TCTI configuration string (config key `tpm-tcti`; default `device:/dev/tpmrm0`, the
+    /// kernel's resource manager; `swtpm:host=127.0.0.1,port=2321` for a software TPM).
+    package var tpmTCTI: String = TPMDeviceKey.defaultTCTI
     /// Argon2id policy for passcode set (calibrated by default).
     package var kdfPolicy: KDFPolicy = .standard
     /// The user whose agent this is (for PAM).
@@ -124,7 +129,7 @@ package struct AgentConfiguration: Sendable {
     /// unsigned-callers (`unsigned` or `deny`), flatpak-callers (`allow` or `deny`; unset: `deny` when
     /// unsigned callers are denied), shell-app (an app id, or `none`), authorization-reuse
     /// (seconds), user-trusted-keys and standard-trust-dirs (`yes`/`no`), trusted-keys-dir and
-    /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes.
+    /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes, device-key (`file` or `tpm`), tpm-tcti.
     package mutating func apply(configFile text: String, name: String) throws(AgentError) {
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -214,6 +219,12 @@ package struct AgentConfiguration: Sendable {
             case "pinentry":
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'pinentry' needs an absolute path") }
                 pinentryProgram = value
+            case "device-key":
+                guard let v = DeviceKeyKind(rawValue: value) else { throw AgentError("\(name):\(n + 1): 'device-key' is 'file' or 'tpm'") }
+                deviceKey = v
+            case "tpm-tcti":
+                guard !value.isEmpty, value.utf8.count <= 256 else { throw AgentError("\(name):\(n + 1): 'tpm-tcti' needs a TCTI string (e.g. device:/dev/tpmrm0)") }
+                tpmTCTI = value
             case "audit-max-bytes":
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }
@@ -221,6 +232,13 @@ package struct AgentConfiguration: Sendable {
             default: throw AgentError("\(name):\(n + 1): unknown key '\(key)'")
             }
         }
+    }
+}
+
+extension AgentConfiguration {
+    /// The device key source the configuration chooses (nil: the keychain's default, the file key).
+    package var deviceKeySource: DeviceKeySource? {
+        deviceKey == .tpm ? TPMDeviceKey(path: stateDirectory + "/" + TPMDeviceKey.fileName, tcti: tpmTCTI, keepsConnection: true) : nil
     }
 }
 

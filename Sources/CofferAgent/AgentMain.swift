@@ -1,4 +1,8 @@
+import CofferCrypto
+import CofferKeybag
 import CofferKeychain
+import CofferModel
+import CofferService
 import CofferSystem
 import Glibc
 import Logging
@@ -83,5 +87,61 @@ package enum AgentMain {
                 return 0
             }
         }
+    }
+}
+
+extension AgentMain {
+    /// `cofferd --migrate-device-key tpm` (what `coffer device-key migrate --to tpm` runs): moves the
+    /// keychain in the state directory from `device.key` to the TPM at `tpm-tcti`, with the agent
+    /// stopped (the state directory's lock is taken like the agent's). The passcode, when one is set,
+    /// is read from descriptor `passcodeFD` (standard input), never from argv or the environment.
+    /// Crash-safe (see ``CofferKeychain/Keychain/migrateDeviceKey(passcode:)``): run it again after
+    /// an interruption. Returns the exit status (the error's, see the README's exit table).
+    package static func migrateDeviceKey(configuration cfg: AgentConfiguration, passcodeFD: Int32 = 0) -> Int32 {
+        let dir = cfg.stateDirectory
+        let filePath = dir + "/" + Keychain.FileNames.deviceKey
+        let tpmPath = dir + "/" + Keychain.FileNames.tpmDeviceKey
+        guard Files.exists(filePath) else {
+            if Files.exists(tpmPath) {
+                StandardStreams.print("the keychain in \(dir) already keeps its device key in the TPM (\(Keychain.FileNames.tpmDeviceKey))")
+                return 0
+            }
+            StandardStreams.printError("cofferd: no keychain with a file device key in \(dir)")
+            return SecStatus.notAvailable.exitCode
+        }
+        do throws(SecError) {
+            let fileKey = try FileDeviceKey(path: filePath).loadDeviceKey()
+            let source = TPMDeviceKey(path: tpmPath, tcti: cfg.tpmTCTI, adopting: fileKey)
+            // Creates the TPM's file (sealing the file key) or, after an interrupted run, reads it back:
+            // it must seal the same key, or it is not this keychain's.
+            guard try source.loadDeviceKey().constantTimeEquals(fileKey) else {
+                throw .decode("\(tpmPath) seals another device key than \(filePath): move it aside and run the migration again")
+            }
+            CrashPoint.hit("migrate-tpm-key-written")
+            let kc = try Keychain(directory: dir, deviceKey: source, applicationPasswordDelays: cfg.attemptSchedule.delays,
+                                  clock: SystemWallClock(), lockingStateDirectory: true, migratingDeviceKey: true)
+            var passcode: SecureBytes? = nil
+            if kc.status.passcodeSet { passcode = try readPasscode(fd: passcodeFD) }
+            try kc.migrateDeviceKey(passcode: passcode)
+            StandardStreams.print("the keychain in \(dir) now keeps its device key in the TPM at \(cfg.tpmTCTI); \(Keychain.FileNames.deviceKey) "
+                + "is gone. Set 'device-key = tpm' (and 'tpm-tcti') in cofferd.conf before starting cofferd")
+            return 0
+        } catch {
+            StandardStreams.printError("cofferd: \(error.status.name) (\(error.status.rawValue)): \(error.message)")
+            return error.status.exitCode
+        }
+    }
+
+    /// The passcode from `fd`, into secure memory (one trailing newline dropped).
+    private static func readPasscode(fd: Int32) throws(SecError) -> SecureBytes {
+        let buffer = SecureBytes(count: 4096)
+        let n: Int
+        do { n = unsafe try buffer.withUnsafeMutableBytes { b throws(SystemError) in unsafe try Files.readAll(fd: fd, into: b) } } catch {
+            throw .io("cannot read the passcode from standard input: \(error)")
+        }
+        var length = n
+        if length > 0, unsafe buffer.withUnsafeBytes({ $0[length - 1] }) == 0x0A { length -= 1 }
+        guard length > 0 else { throw .authFailed("the keychain has a passcode: give it on standard input") }
+        return unsafe buffer.withUnsafeBytes { unsafe SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[..<length])) }
     }
 }

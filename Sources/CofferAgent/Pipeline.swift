@@ -39,7 +39,7 @@ final class Pipeline: Sendable {
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
         // (a status poller or a lock-screen watcher must not keep the keys unlocked).
         switch request {
-        case .status, .subscribe, .whoami, .laCanEvaluate: break
+        case .status, .protections, .subscribe, .whoami, .laCanEvaluate: break
         default: service.noteActivity()
         }
         do {
@@ -135,6 +135,8 @@ final class Pipeline: Sendable {
             throw .param("DELEGATE must carry the process's pidfd")
         case .status:
             return .status(try service.status())
+        case .protections:
+            return .protections(service.protections())
         case .unlock(let passcode):
             try service.unlock(passcode, session.context)
             return .ok

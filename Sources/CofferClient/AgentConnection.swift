@@ -124,6 +124,14 @@ public final class AgentConnection {
     /// UNLOCK with the passcode (checked by PAM, then the keybag).
     public func unlock(passcode: SecureBytes) throws(SecError) { try expectOK(.unlock(passcode: passcode)) }
 
+    /// PROTECTIONS: the device key's place, who counts wrong passcodes, rollback detection. An agent
+    /// from before issue #28 answers errSecParam (unknown message type).
+    public func protections() throws(SecError) -> ProtectionsReply {
+        let r = try roundTrip(.protections)
+        guard case .protections(let p) = r else { throw unexpected(r) }
+        return p
+    }
+
     /// LOCK now.
     public func lock() throws(SecError) { try expectOK(.lock) }
 

@@ -5,13 +5,44 @@ import Glibc
 
 /// Where the 32-byte device key comes from: the Linux stand-in for the Secure Enclave's UID key.
 ///
-/// The embedded default is ``FileDeviceKey``. A TPM2-sealed key or a privileged helper that never
-/// reveals the key can replace it behind this protocol.
+/// The embedded default is ``FileDeviceKey``; ``TPMDeviceKey`` seals the key in the machine's TPM 2.0
+/// and binds the passcode to the TPM (``bindsPasscode``).
 public protocol DeviceKeySource: Sendable {
     /// Loads the device key into secure memory, creating it on first use if this source can.
     func loadDeviceKey() throws(SecError) -> SecureBytes
     /// A short description for status output and logs (no key material).
     var description: String { get }
+    /// Where the key lives (for status output and the keybag's format check).
+    var kind: DeviceKeyKind { get }
+    /// True if the passcode key is also tangled with a counted key in this source (the TPM): new
+    /// passcodes get one (``createPasscodeKey(authorization:)``), each unlock uses it (``passcodeHMAC(blob:input:authorization:)``).
+    var bindsPasscode: Bool { get }
+    /// A new counted key authorized by `authorization`; its blob (kept in the keybag).
+    func createPasscodeKey(authorization: SecureBytes) throws(SecError) -> [UInt8]
+    /// The counted key's HMAC of `input`; a wrong `authorization` is errSecAuthFailed (and counted).
+    func passcodeHMAC(blob: [UInt8], input: [UInt8], authorization: SecureBytes) throws(SecError) -> SecureBytes
+    /// Releases what the source keeps open (a TPM connection), e.g. at shutdown.
+    func release()
+}
+
+/// Where a device key lives.
+public enum DeviceKeyKind: String, Sendable {
+    /// A file in the state directory (``FileDeviceKey``).
+    case file
+    /// Sealed by the TPM 2.0 (``TPMDeviceKey``).
+    case tpm
+}
+
+extension DeviceKeySource {
+    public var kind: DeviceKeyKind { .file }
+    public var bindsPasscode: Bool { false }
+    public func release() {}
+    public func createPasscodeKey(authorization: SecureBytes) throws(SecError) -> [UInt8] {
+        throw SecError(.unimplemented, "the \(kind.rawValue) device key does not bind a passcode")
+    }
+    public func passcodeHMAC(blob: [UInt8], input: [UInt8], authorization: SecureBytes) throws(SecError) -> SecureBytes {
+        throw SecError(.unimplemented, "the \(kind.rawValue) device key does not bind a passcode")
+    }
 }
 
 /// A device key in a file of exactly 32 random bytes, created once with mode 0600.

@@ -62,7 +62,7 @@ package enum CrashPoint {
 /// protection class, plus two blind-index keys (tier D for Always rows, tier P for the others).
 ///
 /// On disk (see the Keybag article in the DocC catalog):
-/// - `device.key`: the device key (``DeviceKeySource``).
+/// - `device.key`: the device key (``DeviceKeySource``); with ``TPMDeviceKey``, `device-key.tpm` instead.
 /// - `keybag.key`: the disposable keybag key, replaced on every passcode change.
 /// - `keybag`: the wrapped class keys, sealed under a key derived from the keybag key and the device key.
 ///
@@ -101,8 +101,8 @@ package final class Keybag: Sendable {
     /// records made for an earlier keybag in the directory (an escrow) belong to nothing now.
     package let isNew: Bool
 
-    private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile, isNew: Bool) throws(SecError) {
-        var state = State(paths: paths, file: file)
+    private init(paths: KeybagPaths, deviceKey: SecureBytes, file: KeybagFile, isNew: Bool, source: DeviceKeySource) throws(SecError) {
+        var state = State(paths: paths, file: file, source: source)
         state.recordFiles()
         state.setSlot(Slot.deviceKey, deviceKey)
         try state.unwrapEntries(wrapping: .device, passcodeKey: nil)
@@ -114,16 +114,38 @@ package final class Keybag: Sendable {
     ///
     /// A keybag written by an older Coffer (format 1) or left by an interrupted rekey opens with
     /// ``needsRekey`` true; the keychain finishes the rekey at open (no passcode) or at the first unlock.
-    package static func openOrCreate(directory: String, deviceKey source: DeviceKeySource) throws(SecError) -> Keybag {
+    ///
+    /// The keybag's format must match the source: format 3 (a TPM-bound passcode) only with a TPM
+    /// device key, and a TPM device key only with format 3, unless `migrating` is true (a
+    /// ``migrateDeviceKey(passcode:reseal:)`` that a crash interrupted is being finished).
+    package static func openOrCreate(directory: String, deviceKey source: DeviceKeySource,
+                                     migrating: Bool = false) throws(SecError) -> Keybag {
         let paths = KeybagPaths(directory: directory)
         let deviceKey = try source.loadDeviceKey()
         if let file = try KeybagFile.load(paths, deviceKey: deviceKey) {
-            return try Keybag(paths: paths, deviceKey: deviceKey, file: file, isNew: false)
+            if file.tpmDeviceKey && source.kind != .tpm {
+                throw .notAvailable("the keybag in \(directory) is bound to the TPM (keybag format 3) and the agent is configured for the "
+                    + "\(source.kind.rawValue) device key: set 'device-key = tpm' in cofferd.conf")
+            }
+            if !file.tpmDeviceKey && source.kind == .tpm && !migrating {
+                throw .notAvailable("the keybag in \(directory) still uses the file device key (keybag format \(file.version)) and the "
+                    + "agent is configured for the TPM: run 'coffer device-key migrate --to tpm' with the agent stopped, or set 'device-key = file'")
+            }
+            return try Keybag(paths: paths, deviceKey: deviceKey, file: file, isNew: false, source: source)
         }
-        let fresh = KeybagFile.generate(deviceKey: deviceKey)
+        let fresh = KeybagFile.generate(deviceKey: deviceKey, kind: source.kind)
         try fresh.file.save(paths, keybagKey: fresh.keybagKey, deviceKey: deviceKey)
-        return try Keybag(paths: paths, deviceKey: deviceKey, file: fresh.file, isNew: true)
+        return try Keybag(paths: paths, deviceKey: deviceKey, file: fresh.file, isNew: true, source: source)
     }
+
+    /// Releases what the device key source holds (``DeviceKeySource/release()``).
+    package func releaseDeviceKey() { guarded.withLock { $0.source }.release() }
+
+    /// Where the device key lives (the source this keybag was opened with, or migrated to).
+    package var deviceKeyKind: DeviceKeyKind { guarded.withLock { $0.source.kind } }
+
+    /// True if wrong passcodes are counted by the TPM (a passcode bound to it is set).
+    package var attemptsCountedByTPM: Bool { guarded.withLock { $0.file.passcode?.tpmKey != nil } }
 
     // MARK: State
 
@@ -167,12 +189,32 @@ package final class Keybag: Sendable {
 
     /// The slow half of an unlock (Argon2id), run without holding any lock; nil with no passcode set.
     package func derivePasscodeKey(_ passcode: SecureBytes?) throws(SecError) -> DerivedPasscodeKey? {
-        let job: (salt: [UInt8], params: KDFParameters)? = guarded.withLock { $0.file.passcode.map { ($0.salt, $0.parameters) } }
+        let job: (passcode: KeybagFile.Passcode, source: DeviceKeySource)? = guarded.withLock { s in s.file.passcode.map { ($0, s.source) } }
         guard let job else { return nil }
         guard let passcode, passcode.count > 0 else { throw .authFailed("a passcode is required to unlock") }
-        let pk = try PasscodeKDF.derive(passcode: passcode, salt: job.salt, parameters: job.params,
-                                        deviceKey: deviceKeyCopy())
-        return DerivedPasscodeKey(key: pk, salt: job.salt)
+        let pk = try Self.passcodeKey(passcode, job.passcode, job.source, deviceKeyCopy())
+        return DerivedPasscodeKey(key: pk, salt: job.passcode.salt)
+    }
+
+    /// The passcode key of `passcode` for the keybag's passcode record `p` (bound to `source`'s TPM key
+    /// when the record holds one).
+    private static func passcodeKey(_ passcode: SecureBytes, _ p: KeybagFile.Passcode, _ source: DeviceKeySource,
+                                    _ deviceKey: SecureBytes) throws(SecError) -> SecureBytes {
+        guard let blob = p.tpmKey else {
+            return try PasscodeKDF.derive(passcode: passcode, salt: p.salt, parameters: p.parameters, deviceKey: deviceKey)
+        }
+        guard source.bindsPasscode else { throw .notAvailable("the passcode is bound to a TPM and the device key is not the TPM's") }
+        return try PasscodeKDF.derive(passcode: passcode, salt: p.salt, parameters: p.parameters, deviceKey: deviceKey,
+                                      binding: (source, blob)).key
+    }
+
+    /// A new passcode record and its key (a new TPM key for it when `source` binds passcodes).
+    private static func newPasscode(_ passcode: SecureBytes, _ params: KDFParameters, _ source: DeviceKeySource,
+                                    _ deviceKey: SecureBytes) throws(SecError) -> (KeybagFile.Passcode, SecureBytes) {
+        let salt = Random.bytes(Argon2id.saltBytes)
+        let derived = try PasscodeKDF.derive(passcode: passcode, salt: salt, parameters: params, deviceKey: deviceKey,
+                                             binding: source.bindsPasscode ? (source, nil) : nil)
+        return (KeybagFile.Passcode(salt: salt, parameters: params, tpmKey: derived.tpmKey), derived.key)
     }
 
     /// The fast half of an unlock. If a rekey is pending (or the keybag is in format 1), `reseal` runs it
@@ -296,10 +338,10 @@ package final class Keybag: Sendable {
     /// (without a passcode it always is).
     package func removePasscode(current: SecureBytes, reseal: Reseal? = nil) throws(SecError) {
         let deviceKey = deviceKeyCopy()
-        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode) }
+        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode, source: $0.source) }
         guard let old = snapshot.passcode else { throw .notAvailable("no passcode is set") }
         guard current.count > 0 else { throw .authFailed("the current passcode is required") }
-        let oldKey = try PasscodeKDF.derive(passcode: current, salt: old.salt, parameters: old.parameters, deviceKey: deviceKey)
+        let oldKey = try Self.passcodeKey(current, old, snapshot.source, deviceKey)
         try guarded.withLock { (s: inout State) throws(SecError) in
             guard s.file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
             do throws(SecError) {
@@ -333,15 +375,15 @@ package final class Keybag: Sendable {
         guard params.memLimit >= UInt64(Argon2id.minimumMemory), params.opsLimit >= 1 else {
             throw .param("Argon2id parameters below libsodium's minimum")
         }
-        let salt = Random.bytes(Argon2id.saltBytes)
         let deviceKey = deviceKeyCopy()
-        let newKey = try PasscodeKDF.derive(passcode: new, salt: salt, parameters: params, deviceKey: deviceKey)
-        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode) }
+        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode, source: $0.source) }
         var oldKey: SecureBytes? = nil
         if let old = snapshot.passcode {
             guard let current, current.count > 0 else { throw .authFailed("the current passcode is required") }
-            oldKey = try PasscodeKDF.derive(passcode: current, salt: old.salt, parameters: old.parameters, deviceKey: deviceKey)
+            // The current passcode first: with a TPM, a wrong one is refused (and counted) before a new TPM key is made.
+            oldKey = try Self.passcodeKey(current, old, snapshot.source, deviceKey)
         }
+        let (record, newKey) = try Self.newPasscode(new, params, snapshot.source, deviceKey)
         try guarded.withLock { (s: inout State) throws(SecError) in
             guard s.file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
             do throws(SecError) {
@@ -355,12 +397,56 @@ package final class Keybag: Sendable {
                 // An earlier rekey never finished: finish it under the current passcode first.
                 try s.rekey(newPasscode: s.file.passcode.map { ($0, oldKey!) }, oldPasscodeKey: oldKey, reseal: resealItems)
             }
-            try s.rekey(newPasscode: (.init(salt: salt, parameters: params), newKey), oldPasscodeKey: oldKey, reseal: resealItems)
+            try s.rekey(newPasscode: (record, newKey), oldPasscodeKey: oldKey, reseal: resealItems)
             try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
             try s.unwrapEntries(wrapping: .passcode, passcodeKey: newKey)
             s.lockState = .unlocked
         }
     }
+
+    /// Finishes a device-key migration (``openOrCreate(directory:deviceKey:migrating:)`` with the TPM
+    /// source and `migrating`): a rekey that writes keybag format 3, with the passcode (`passcode`,
+    /// which must be right) bound to a new counted TPM key. The device key itself is the same (the
+    /// TPM source sealed the file key's), so the Always classes and escrow records keep their keys.
+    /// Crash-safe like a passcode change: before the commit the format-2 keybag and `device.key` still
+    /// open everything; after it only the TPM does, and a crash before the items are re-sealed leaves
+    /// the rekey pending (finished at the next unlock, or at open without a passcode). Nothing to do
+    /// for a keybag that is in format 3 already.
+    package func migrateDeviceKey(passcode: SecureBytes?, reseal: Reseal? = nil) throws(SecError) {
+        let deviceKey = deviceKeyCopy()
+        let snapshot = guarded.withLock { (generation: $0.file.generation, passcode: $0.file.passcode, source: $0.source,
+                                           tpm: $0.file.tpmDeviceKey, pending: $0.file.rekeyPending) }
+        guard snapshot.source.kind == .tpm else { throw .param("open the keybag with the TPM device key to migrate it") }
+        if snapshot.tpm { return }
+        guard !snapshot.pending else {
+            throw .notAvailable("an earlier passcode change was interrupted: unlock the keychain once with the file device key "
+                + "(device-key = file) so it finishes, then migrate")
+        }
+        var oldKey: SecureBytes? = nil
+        var next: (KeybagFile.Passcode, SecureBytes)? = nil
+        if let old = snapshot.passcode {
+            guard let passcode, passcode.count > 0 else { throw .authFailed("the passcode is required to move it to the TPM") }
+            oldKey = try Self.passcodeKey(passcode, old, snapshot.source, deviceKey)
+            next = try Self.newPasscode(passcode, old.parameters, snapshot.source, deviceKey)
+        }
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard s.file.generation == snapshot.generation else { throw .authFailed("the keybag changed meanwhile; try again") }
+            do throws(SecError) {
+                _ = try s.openAll(passcodeKey: oldKey)
+            } catch {
+                throw error.status == .authFailed ? .authFailed("wrong passcode") : error
+            }
+            var resealItems: Reseal = Self.noItems
+            if let reseal { resealItems = reseal }
+            try s.rekey(newPasscode: next, oldPasscodeKey: oldKey, reseal: resealItems)
+            try s.unwrapEntries(wrapping: .device, passcodeKey: nil)
+            if let next { try s.unwrapEntries(wrapping: .passcode, passcodeKey: next.1) }
+            s.lockState = .unlocked
+        }
+    }
+
+    /// True if the keybag on disk is in format 3 (bound to the TPM).
+    package var isTPMBound: Bool { guarded.withLock { $0.file.tpmDeviceKey } }
 
     // MARK: Key access
 
@@ -443,9 +529,13 @@ package final class Keybag: Sendable {
         /// SHA-256 of their contents then (nil: the file was missing or unreadable).
         private var digests: [[UInt8]?] = []
 
-        init(paths: KeybagPaths, file: KeybagFile) {
+        /// Where the device key comes from (changed only by a device-key migration).
+        var source: DeviceKeySource
+
+        init(paths: KeybagPaths, file: KeybagFile, source: DeviceKeySource) {
             self.paths = paths
             self.file = file
+            self.source = source
             self.lockState = file.passcodeSet ? .boot : .unlocked
         }
 
@@ -528,7 +618,8 @@ package final class Keybag: Sendable {
                     }
                 }
             }
-            if !(file.rekeyPending && file.version == KeybagFile.currentVersion && file.passcode == passcode) {
+            let version = KeybagFile.version(for: source.kind)
+            if !(file.rekeyPending && file.version == version && file.passcode == passcode) {
                 // Step 1: rotate. The previous keys are those the items are sealed under now.
                 previous = [:]
                 for slot in Slot.rotated where current[slot] != nil { previous[slot] = current[slot] }
@@ -536,7 +627,7 @@ package final class Keybag: Sendable {
                     current[slot] = .random(count: Keybag.keyBytes)
                 }
                 var next = file
-                next.version = KeybagFile.currentVersion
+                next.version = version
                 next.generation += 1
                 next.passcode = passcode
                 next.entries = seal(current, previousFlag: 0)

@@ -59,8 +59,12 @@ struct KeybagPaths {
 ///   ‖ u8 n ‖ n × (u8 slot ‖ u8 wrapping ‖ blob sealed), where a slot with bit 7 set is a *previous*
 ///   key (rotated out by a rekey that has not finished re-sealing the items; only with the pending flag).
 ///
+/// - version 3 body (a keybag of a TPM device key, issue #28) = version 2's, the passcode part followed by
+///   blob tpmPasscodeKey (the counted TPM key's blob, see ``TPMDeviceKey``).
+///
 /// Version 2 adds slot 17 (the passcode-tier index key) and the rekey state; every slot's wrapping is
 /// fixed by the passcode state (``Slot/expectedWrapping(_:passcodeSet:)``) and checked on load.
+/// Version 3 is written exactly when the device key is the TPM's; a file device key keeps writing 2.
 ///
 /// `keybag.key`: "CFKK" ‖ u8 version (1) ‖ u64 generation ‖ 32-byte keybag key.
 ///
@@ -71,6 +75,8 @@ struct KeybagFile {
     struct Passcode: Equatable {
         var salt: [UInt8]
         var parameters: KDFParameters
+        /// The blob of the TPM key the passcode authorizes (format 3 only).
+        var tpmKey: [UInt8]? = nil
     }
 
     /// The format this keybag was read in (1: written by Coffer before the rekey mechanism; needs migrating).
@@ -85,7 +91,15 @@ struct KeybagFile {
 
     var passcodeSet: Bool { passcode != nil }
 
+    /// True for a keybag of a TPM device key (format 3).
+    var tpmDeviceKey: Bool { version == Self.tpmVersion }
+
+    /// The format a file device key's keybag is written in.
     static let currentVersion: UInt8 = 2
+    /// The format a TPM device key's keybag is written in.
+    static let tpmVersion: UInt8 = 3
+    /// The format written for a device key of `kind`.
+    static func version(for kind: DeviceKeyKind) -> UInt8 { kind == .tpm ? tpmVersion : currentVersion }
     static func magic(_ version: UInt8) -> [UInt8] { Array("CFKB".utf8) + [version] }
     static let keyMagic = Array("CFKK".utf8) + [1]
     static let keyFileBytes = keyMagic.count + 8 + Keybag.keyBytes
@@ -93,7 +107,7 @@ struct KeybagFile {
     static let previousFlag = 0x80
 
     /// A new keybag with fresh random keys, no passcode, everything under the device key.
-    static func generate(deviceKey: SecureBytes) -> (file: KeybagFile, keybagKey: SecureBytes) {
+    static func generate(deviceKey: SecureBytes, kind: DeviceKeyKind) -> (file: KeybagFile, keybagKey: SecureBytes) {
         let dwk = unsafe deviceKey.withUnsafeBytes { unsafe Slot.deviceWrapKey($0) }
         var entries: [Int: WrappedEntry] = [:]
         for slot in Slot.required(passcodeSet: false) {
@@ -101,13 +115,15 @@ struct KeybagFile {
         }
         // A random first generation (not 1): records bound to a generation (an escrow) of an erased
         // keybag never match a new one's by coincidence of counting.
-        return (KeybagFile(generation: UInt64.random(in: 1...(1 << 62)), passcode: nil, entries: entries), .random(count: Keybag.keyBytes))
+        return (KeybagFile(version: version(for: kind), generation: UInt64.random(in: 1...(1 << 62)), passcode: nil, entries: entries),
+                .random(count: Keybag.keyBytes))
     }
 
     // MARK: Encoding
 
-    /// The version-2 body (this code never writes version 1).
+    /// The version-2 or version-3 body (``version``; this code never writes version 1).
     func encodeBody() -> [UInt8] {
+        precondition(version >= Self.currentVersion && (passcode?.tpmKey != nil) == (tpmDeviceKey && passcode != nil))
         var w = ByteWriter(capacity: 2048)
         w.u64(generation)
         w.u8((passcode == nil ? 0 : 1) | (rekeyPending ? 2 : 0))
@@ -115,6 +131,7 @@ struct KeybagFile {
             w.raw(p.salt)
             w.u64(p.parameters.opsLimit)
             w.u64(p.parameters.memLimit)
+            if let blob = p.tpmKey { w.blob(blob) }
         }
         w.u8(UInt8(entries.count + previous.count))
         for slot in entries.keys.sorted() {
@@ -145,7 +162,8 @@ struct KeybagFile {
             guard ops >= 1, ops <= 1 << 20, mem >= KDFParameters.floorMemory, mem <= 1 << 40 else {
                 throw DecodeError("Argon2id parameters out of range")
             }
-            passcode = Passcode(salt: salt, parameters: KDFParameters(opsLimit: ops, memLimit: mem))
+            let tpmKey = version == tpmVersion ? Array(try r.blob(max: 4096, "TPM passcode key")) : nil
+            passcode = Passcode(salt: salt, parameters: KDFParameters(opsLimit: ops, memLimit: mem), tpmKey: tpmKey)
         }
         let pending = flags & 2 != 0
         let n = Int(try r.u8("entry count"))
@@ -195,7 +213,7 @@ struct KeybagFile {
     func save(_ paths: KeybagPaths, keybagKey: SecureBytes, deviceKey: SecureBytes, crashPoint: String = "") throws(SecError) {
         let fk = unsafe keybagKey.withUnsafeBytes { unsafe Self.fileKey(deviceKey: deviceKey, keybagKey: $0) }
         var body = encodeBody()
-        let magic = Self.magic(Self.currentVersion)
+        let magic = Self.magic(version)
         let sealed = unsafe body.withUnsafeBytes { b in unsafe fk.withUnsafeBytes { k in unsafe AEAD.seal(b, key: k, ad: magic) } }
         secureZero(&body)
         let keyFile = SecureBytes(count: Self.keyFileBytes)
@@ -258,7 +276,7 @@ struct KeybagFile {
         let bytes = try Files.read(path, maxBytes: 64 * 1024)
         guard bytes.count > 5, Array(bytes.prefix(4)) == Array("CFKB".utf8) else { throw DecodeError("bad magic") }
         let version = bytes[4]
-        guard version == 1 || version == currentVersion else { throw DecodeError("unknown keybag version \(version)") }
+        guard version >= 1 && version <= tpmVersion else { throw DecodeError("unknown keybag version \(version)") }
         let body = try AEAD.open(bytes[5...], key: fileKey, ad: magic(version))
         return try decodeBody(body, version: version)
     }

@@ -38,6 +38,46 @@ enum PasscodeKDF {
 
     static func derive(passcode: SecureBytes, salt: [UInt8], parameters p: KDFParameters,
                        deviceKey: SecureBytes) throws(SecError) -> SecureBytes {
+        try derive(passcode: passcode, salt: salt, parameters: p, deviceKey: deviceKey, binding: nil).key
+    }
+
+    static let tpmAuthLabel = Array("coffer tpm passcode auth v1".utf8)
+    static let tpmInputLabel = Array("coffer tpm passcode v1".utf8)
+    static let tpmLabel = Array("coffer passcode key v2 tpm".utf8)
+
+    /// The passcode key, bound to a source's counted key when `binding` is given (a TPM device key):
+    /// A = Argon2id(passcode, salt); auth seed = BLAKE2b(key: device key, "coffer tpm passcode auth v1" ‖ A);
+    /// H = the counted key's HMAC of "coffer tpm passcode v1" ‖ salt under that authorization (a wrong
+    /// passcode is refused and counted by the TPM); key = BLAKE2b(key: device key, "coffer passcode key v2 tpm" ‖ A ‖ H).
+    /// `binding.blob` nil: a new passcode, for which a new counted key is created (its blob returned).
+    /// Without `binding`: BLAKE2b(key: device key, "coffer passcode key v1" ‖ A), as before issue #28.
+    static func derive(passcode: SecureBytes, salt: [UInt8], parameters p: KDFParameters, deviceKey: SecureBytes,
+                       binding: (source: DeviceKeySource, blob: [UInt8]?)?) throws(SecError) -> (key: SecureBytes, tpmKey: [UInt8]?) {
+        let stretched = try stretch(passcode: passcode, salt: salt, parameters: p)
+        guard let binding else {
+            return (unsafe deviceKey.withUnsafeBytes { dk in
+                unsafe stretched.withUnsafeBytes { s in
+                    // By pointer: the Argon2id output never leaves secure memory (it is wiped when `stretched` goes).
+                    unsafe Self.label.withUnsafeBytes { l in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s]) }
+                }
+            }, nil)
+        }
+        let auth = unsafe deviceKey.withUnsafeBytes { dk in
+            unsafe stretched.withUnsafeBytes { s in unsafe Self.tpmAuthLabel.withUnsafeBytes { l in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s]) } }
+        }
+        var blob: [UInt8]
+        if let given = binding.blob { blob = given } else { blob = try binding.source.createPasscodeKey(authorization: auth) }
+        let h = try binding.source.passcodeHMAC(blob: blob, input: Self.tpmInputLabel + salt, authorization: auth)
+        let key = unsafe deviceKey.withUnsafeBytes { dk in
+            unsafe stretched.withUnsafeBytes { s in
+                unsafe h.withUnsafeBytes { hb in unsafe Self.tpmLabel.withUnsafeBytes { l in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s, hb]) } }
+            }
+        }
+        return (key, blob)
+    }
+
+    /// Argon2id(passcode, salt) in secure memory.
+    private static func stretch(passcode: SecureBytes, salt: [UInt8], parameters p: KDFParameters) throws(SecError) -> SecureBytes {
         guard passcode.count > 0 else { throw .param("the passcode is empty") }
         let stretched: SecureBytes
         do {
@@ -47,12 +87,7 @@ enum PasscodeKDF {
         } catch {
             throw SecError(.allocate, "passcode key derivation failed (Argon2id could not get \(p.memLimit >> 20) MiB)")
         }
-        return unsafe deviceKey.withUnsafeBytes { dk in
-            unsafe stretched.withUnsafeBytes { s in
-                // By pointer: the Argon2id output never leaves secure memory (it is wiped when `stretched` goes).
-                unsafe Self.label.withUnsafeBytes { l in unsafe KeyedHash.deriveKey(key: dk, rawParts: [l, s]) }
-            }
-        }
+        return stretched
     }
 
     /// Resolves a policy to parameters, timing real derivations on this machine when calibrating.

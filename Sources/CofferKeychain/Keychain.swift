@@ -53,6 +53,8 @@ public final class Keychain: Sendable {
         public static let database = "keychain.db"
         /// The embedded default device key.
         public static let deviceKey = "device.key"
+        /// The device key sealed by the TPM (``TPMDeviceKey``).
+        public static let tpmDeviceKey = TPMDeviceKey.fileName
     }
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
@@ -66,7 +68,7 @@ public final class Keychain: Sendable {
     package init(directory: String, deviceKey: DeviceKeySource? = nil,
                  applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
                  applicationPasswordDelays: [Double], clock: any MonotonicClock,
-                 lockingStateDirectory: Bool) throws(SecError) {
+                 lockingStateDirectory: Bool, migratingDeviceKey: Bool = false) throws(SecError) {
         if lockingStateDirectory {
             do {
                 stateLock = try StateDirectoryLock.acquire(directory: directory, socket: nil)
@@ -81,7 +83,12 @@ public final class Keychain: Sendable {
                                                           delays: applicationPasswordDelays, clock: clock)
         stateDirectory = directory
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
-        keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
+        try Self.checkDeviceKeyFiles(directory, source, migrating: migratingDeviceKey)
+        keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source, migrating: migratingDeviceKey)
+        if source.kind == .tpm && keybag.isTPMBound && Files.exists(directory + "/" + FileNames.deviceKey) {
+            // A migration that a crash stopped after its commit: the file key opens nothing any more.
+            try Self.removeFileDeviceKey(directory)
+        }
         guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))
         // An escrow record beside a new keybag was made for one that is gone (erased, or its files
         // removed): it must never unlock this one.
@@ -93,13 +100,80 @@ public final class Keychain: Sendable {
     /// file `device.key` in the same directory), with the standard application-password schedule.
     /// `lockingStateDirectory`: as above; on by default, so a library caller cannot open a running
     /// agent's state by accident (only a process that holds the lock itself, as the agent does, passes
-    /// false).
+    /// false). `migratingDeviceKey`: a ``TPMDeviceKey`` that sealed the file key may open a format-2
+    /// keybag (see ``migrateDeviceKey(passcode:)``).
     public convenience init(directory: String, deviceKey: DeviceKeySource? = nil,
                             applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
-                            lockingStateDirectory: Bool = true) throws(SecError) {
+                            lockingStateDirectory: Bool = true, migratingDeviceKey: Bool = false) throws(SecError) {
         try self.init(directory: directory, deviceKey: deviceKey, applicationPasswordKDF: applicationPasswordKDF,
                       applicationPasswordDelays: ApplicationPasswordAttempts.standardDelays, clock: SystemWallClock(),
-                      lockingStateDirectory: lockingStateDirectory)
+                      lockingStateDirectory: lockingStateDirectory, migratingDeviceKey: migratingDeviceKey)
+    }
+
+    /// Refuses a device key that does not match the state directory's files, before anything is
+    /// created: a TPM keychain never falls back to a file key (nor a file keychain to a new TPM key).
+    private static func checkDeviceKeyFiles(_ directory: String, _ source: DeviceKeySource, migrating: Bool) throws(SecError) {
+        let hasFileKey = Files.exists(directory + "/" + FileNames.deviceKey)
+        let hasTPMKey = Files.exists(directory + "/" + FileNames.tpmDeviceKey)
+        let hasKeybag = Files.exists(directory + "/keybag.key") || Files.exists(directory + "/keybag")
+        switch source.kind {
+        case .file where hasTPMKey && !hasFileKey:
+            throw .notAvailable("the keychain in \(directory) keeps its device key in the TPM (\(FileNames.tpmDeviceKey)); the agent is "
+                + "configured for the file device key: set 'device-key = tpm' (and 'tpm-tcti' if the TPM is not at /dev/tpmrm0) in cofferd.conf")
+        case .tpm where hasKeybag && !hasTPMKey && !migrating:
+            throw .notAvailable("the keychain in \(directory) uses the file device key (\(FileNames.deviceKey)): move it to the TPM with "
+                + "'coffer device-key migrate --to tpm' (agent stopped), or set 'device-key = file'")
+        default: break
+        }
+    }
+
+    /// Removes `device.key` durably (unlink, fsync of the directory).
+    private static func removeFileDeviceKey(_ directory: String) throws(SecError) {
+        let path = directory + "/" + FileNames.deviceKey
+        guard unsafe unlink(path) == 0 || errno == ENOENT else { throw .io("cannot remove \(path): errno \(errno)") }
+        do { try Files.syncDirectory(of: path) } catch { throw .io("cannot sync \(directory): \(error)") }
+    }
+
+    /// Where the device key lives.
+    public var deviceKeyKind: DeviceKeyKind { keybag.deviceKeyKind }
+
+    /// Releases what the device key source holds (a kept TPM connection and its storage primary),
+    /// at the agent's shutdown; the next use opens it again.
+    public func releaseDeviceKey() { keybag.releaseDeviceKey() }
+
+    /// True if wrong passcodes are counted by the TPM (a TPM device key with a passcode set).
+    public var attemptsCountedByTPM: Bool { keybag.attemptsCountedByTPM }
+
+    /// Derives the passcode key of `passcode` without unlocking anything: with a TPM-bound passcode the
+    /// TPM checks it (and counts it if wrong). For the agent, which also sends every passcode PAM
+    /// refuses through the TPM, so deleting the `attempts` file earns no guesses.
+    public func checkPasscode(_ passcode: SecureBytes) throws(SecError) {
+        _ = try keybag.derivePasscodeKey(passcode)
+    }
+
+    /// Moves this keychain (opened with a ``TPMDeviceKey`` that sealed the file key, `migratingDeviceKey`)
+    /// to the TPM: the keybag rekey of ``Keybag/migrateDeviceKey(passcode:reseal:)`` (every non-Always
+    /// item re-sealed under fresh keys, as at a passcode change), then `device.key` removed, only once
+    /// the format-3 keybag is durable. A keybag already in format 3 (an earlier run a crash stopped)
+    /// is finished: its pending rekey at this unlock, then the file key removed.
+    public func migrateDeviceKey(passcode: SecureBytes?) throws(SecError) {
+        guard keybag.deviceKeyKind == .tpm else { throw .param("open the keychain with the TPM device key to migrate it") }
+        if keybag.isTPMBound {
+            if keybag.needsRekey, keybag.isPasscodeSet { try unlock(passcode: passcode) }
+        } else {
+            try guarded.withLock { (s: inout State) throws(SecError) in
+                let version = keybag.formatVersion
+                let store = s.store
+                var line: String? = nil
+                defer { if let line { s.migrations.append(line) } }
+                try keybag.migrateDeviceKey(passcode: passcode) { keys throws(SecError) in
+                    line = try self.resealRows(store, keys, from: version)
+                }
+            }
+        }
+        CrashPoint.hit("migrate-committed")
+        try Self.removeFileDeviceKey(stateDirectory)
+        CrashPoint.hit("migrate-done")
     }
 
     /// What the migrations of this process did (one line each, no attribute values), for the agent's log.
@@ -152,7 +226,7 @@ public final class Keychain: Sendable {
                 throw error
             }
             if let line { s.migrations.append(line) }
-            if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → 2)") }
+            if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → \(keybag.formatVersion))") }
         }
     }
 

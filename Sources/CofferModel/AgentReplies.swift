@@ -39,6 +39,23 @@ public struct StatusReply: Sendable, Equatable {
     }
 }
 
+/// PROTECTIONS_REPLY contents: which protections of issue #28 are active (what `coffer status` shows).
+public struct ProtectionsReply: Sendable, Equatable {
+    /// The device key is sealed by the TPM 2.0 (else: the file `device.key`).
+    public var deviceKeyInTPM: Bool
+    /// Wrong passcodes are counted by the TPM's dictionary-attack lockout (else: the `attempts` file only).
+    public var attemptsCountedByTPM: Bool
+    /// Rolled-back keybags or databases are detected.
+    public var rollbackDetection: Bool
+
+    /// Makes a reply.
+    public init(deviceKeyInTPM: Bool, attemptsCountedByTPM: Bool, rollbackDetection: Bool) {
+        self.deviceKeyInTPM = deviceKeyInTPM
+        self.attemptsCountedByTPM = attemptsCountedByTPM
+        self.rollbackDetection = rollbackDetection
+    }
+}
+
 /// WHOAMI_REPLY contents: the identity the agent gives the calling process and the access groups its
 /// item requests run with (what `coffer whoami` prints).
 public struct WhoAmIReply: Sendable, Equatable {

@@ -7,6 +7,8 @@ public enum AgentRequest: Sendable {
     case hello(minVersion: UInt16, maxVersion: UInt16, clientName: String)
     /// STATUS.
     case status
+    /// PROTECTIONS: which device key and attempt counting are active (issue #28).
+    case protections
     /// UNLOCK with the passcode.
     case unlock(passcode: SecureBytes)
     /// LOCK.
@@ -97,6 +99,7 @@ public enum AgentRequest: Sendable {
             f.w.u16(minV); f.w.u16(maxV); f.w.shortString(name)
             return f.finish()
         case .status: return FrameBuilder.empty(.status, requestID: requestID)
+        case .protections: return FrameBuilder.empty(.protections, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
         case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
@@ -244,6 +247,7 @@ public enum AgentRequest: Sendable {
         case .hello:
             request = .hello(minVersion: try r.u16("minVersion"), maxVersion: try r.u16("maxVersion"), clientName: try r.sstr("client name"))
         case .status: request = .status
+        case .protections: request = .protections
         case .lock: request = .lock
         case .subscribe: request = .subscribe
         case .whoami: request = .whoami
@@ -374,7 +378,7 @@ public enum AgentRequest: Sendable {
             guard !flags.contains(.data) else { throw ProtocolError("KEY_CREATE never returns the private key (return flag data)") }
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
-             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -402,6 +406,8 @@ public enum AgentResponse: Sendable {
     case helloReply(version: UInt16, agentVersion: String)
     /// STATUS_REPLY.
     case status(StatusReply)
+    /// PROTECTIONS_REPLY.
+    case protections(ProtectionsReply)
     /// ITEMS: results of ADD or COPY_MATCHING.
     case items([ItemResult])
     /// ITEMS_PAGE: one page of a COPY_MATCHING_PAGE search and the cursor of the next one (0: none).
@@ -457,6 +463,10 @@ public enum AgentResponse: Sendable {
             var f = FrameBuilder(type: .statusReply, requestID: requestID, payloadCapacity: 26 + s.agentVersion.utf8.count)
             f.w.u8(s.lockState.rawValue); f.w.u8(s.passcodeSet ? 1 : 0); f.w.u64(s.itemCount); f.w.shortString(s.agentVersion)
             f.w.u64(s.lockedMemoryBytes); f.w.u32(s.idleLockSeconds)
+            return f.finish()
+        case .protections(let p):
+            var f = FrameBuilder(type: .protectionsReply, requestID: requestID, payloadCapacity: 3)
+            f.w.u8(p.deviceKeyInTPM ? 1 : 0); f.w.u8(p.attemptsCountedByTPM ? 1 : 0); f.w.u8(p.rollbackDetection ? 1 : 0)
             return f.finish()
         case .items(let items):
             return Self.encodeItems(type: .items, requestID: requestID, items, nextCursor: nil)
@@ -623,6 +633,14 @@ public enum AgentResponse: Sendable {
             response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),
                                            agentVersion: try r.sstr("agent version"),
                                            lockedMemoryBytes: try r.u64("locked memory"), idleLockSeconds: try r.u32("idle lock")))
+        case .protectionsReply:
+            var flags: [Bool] = []
+            for what in ["device key", "attempt counting", "rollback detection"] {
+                let v = try r.u8(what)
+                guard v <= 1 else { throw ProtocolError("PROTECTIONS_REPLY: \(what) must be 0 or 1") }
+                flags.append(v == 1)
+            }
+            response = .protections(ProtectionsReply(deviceKeyInTPM: flags[0], attemptsCountedByTPM: flags[1], rollbackDetection: flags[2]))
         case .items: response = .items(try decodeItems(&r))
         case .itemsPage:
             let next = try r.u64("next cursor")

@@ -79,6 +79,13 @@ package final class KeychainService: Sendable {
                            lockedMemoryBytes: UInt64(SecureMemory.lockedBytes() ?? 0), idleLockSeconds: idleLockSeconds)
     }
 
+    /// Which protections are active: the device key's place and who counts wrong passcodes, as the
+    /// keychain has them now (rollback detection: not in this release).
+    package func protections() -> ProtectionsReply {
+        ProtectionsReply(deviceKeyInTPM: keychain.deviceKeyKind == .tpm, attemptsCountedByTPM: keychain.attemptsCountedByTPM,
+                         rollbackDetection: false)
+    }
+
     /// What `coffer whoami` shows for the caller.
     package func whoami(_ context: CallerContext) -> WhoAmIReply { gate.whoami(context.caller) }
 

@@ -156,7 +156,7 @@ package final class UnlockService: Sendable {
                 try verifier.verify(user: userName, passcode: passcode)
             } catch {
                 logger.notice("PAM refused the passcode", metadata: ["pam": "\(error)"])
-                throw .authFailed("authentication failed")
+                throw tpmCounted(passcode, .authFailed("authentication failed"))
             }
             do throws(SecError) {
                 try keychain.unlock(passcode: passcode)
@@ -181,6 +181,19 @@ package final class UnlockService: Sendable {
         }
         keychain.logMigrations(to: logger)
         logger.info("unlocked")
+    }
+
+    /// With a passcode bound to the TPM, a passcode PAM refused goes to the TPM as well, which counts
+    /// it toward its lockout (deleting the `attempts` file then earns no guesses); `refusal`, with the
+    /// TPM's lockout named when it is locked out.
+    private func tpmCounted(_ passcode: SecureBytes, _ refusal: SecError) -> SecError {
+        guard keychain.attemptsCountedByTPM else { return refusal }
+        do throws(SecError) {
+            try keychain.checkPasscode(passcode)
+        } catch where error.status == .notAvailable {
+            return SecError(.authFailed, "\(refusal.message); \(error.message)")
+        } catch {}
+        return refusal
     }
 
     /// `coffer passcode remove`: the current passcode passes PAM and opens the keybag; then

@@ -26,26 +26,36 @@ public struct TPMHMACKey: Equatable, Sendable {
 
     /// Creates a new key in `tpm` whose authorization is derived from `authorization` (16 to 64
     /// secret bytes; see ``authValue(for:)``). TPM2_CreatePrimary (once per connection) and TPM2_Create.
-    public static func create(authorization: SecureBytes, on tpm: TPM) throws(TPMError) -> TPMHMACKey {
+    ///
+    /// `countingWrongAuthorizations` false makes a key with `noDA` (blob kind 2): the TPM does not count
+    /// its wrong authorizations and serves it even in lockout. Only for keys whose authorization is a
+    /// random secret, never one derived from a passcode (the device key's sealing key, see
+    /// CofferKeybag's TPM device key).
+    public static func create(authorization: SecureBytes, countingWrongAuthorizations: Bool = true,
+                              on tpm: TPM) throws(TPMError) -> TPMHMACKey {
         let auth = try authValue(for: authorization)
+        let kind = countingWrongAuthorizations ? TPMKeyBlob.kindHMACSHA256 : TPMKeyBlob.kindHMACSHA256NoDA
         return try unsafe tpm.withContext { ctx throws(TPMError) -> TPMHMACKey in
             let parent = try unsafe tpm.primaryKey(ctx)
             var pub = [UInt8](repeating: 0, count: 1024), priv = [UInt8](repeating: 0, count: 1024)
             var pubLength = pub.count, privLength = priv.count
-            let template = keyTemplate
+            let template = keyTemplate(kind: kind)
             let rc = unsafe auth.withUnsafeBytes { a in
                 unsafe ctpm_create(ctx, parent.handle, template, template.count, a.baseAddress!.assumingMemoryBound(to: UInt8.self), a.count,
                                    &pub, &pubLength, &priv, &privLength)
             }
             try tpm.check(rc, "TPM2_Create")
             return TPMHMACKey(blob: TPMKeyBlob(parentName: parent.name, publicArea: Array(pub[..<pubLength]),
-                                               privateArea: Array(priv[..<privLength])))
+                                               privateArea: Array(priv[..<privLength]), kind: kind))
         }
     }
 
     /// Reads the blob file at `path` (``TPMKeyBlob/decode(_:)``) and checks that `tpm` can load it
     /// (its storage primary's Name is the blob's, TPM2_Load accepts it), flushing it again.
-    public static func load(from path: String, on tpm: TPM) throws(TPMError) -> TPMHMACKey {
+    /// `kind` is the key kind the caller expects (``TPMKeyBlob/kindHMACSHA256``, counted, by default):
+    /// a blob of another kind is ``TPMError/corruptBlob(_:)``, so a `noDA` key cannot stand in for a
+    /// counted one.
+    public static func load(from path: String, kind: UInt16 = TPMKeyBlob.kindHMACSHA256, on tpm: TPM) throws(TPMError) -> TPMHMACKey {
         let bytes: [UInt8]
         do {
             bytes = try Files.read(path, maxBytes: TPMKeyBlob.maxBytes)
@@ -54,7 +64,12 @@ public struct TPMHMACKey: Equatable, Sendable {
         } catch {
             throw .file("cannot read the TPM key blob: \(error)")
         }
-        let key = TPMHMACKey(blob: try TPMKeyBlob.decode(bytes))
+        return try load(blob: try TPMKeyBlob.decode(bytes, kind: kind), on: tpm)
+    }
+
+    /// Checks that `tpm` can load `blob` (as ``load(from:kind:on:)`` does for a file) and returns its key.
+    public static func load(blob: TPMKeyBlob, on tpm: TPM) throws(TPMError) -> TPMHMACKey {
+        let key = TPMHMACKey(blob: blob)
         try unsafe tpm.withContext { ctx throws(TPMError) in
             let handle = try unsafe key.loaded(ctx, tpm)
             _ = unsafe ctpm_flush(ctx, handle)
@@ -133,8 +148,10 @@ public struct TPMHMACKey: Equatable, Sendable {
         }
         if rc != 0 {
             let response = TPMResponse(rc)
-            // The parent matches, so a refusal of the key's own parts means they were altered.
-            if response.tpmCode != nil || response.layer == 9 {
+            // The parent matches, so a refusal of the key's own parts (a format-one code: a parameter,
+            // handle or session error) means they were altered; a warning (the TPM's object memory
+            // full, TPM_RC_OBJECT_MEMORY) is not the blob's fault.
+            if response.tpmCode.map({ $0 & 0x80 != 0 }) == true || response.layer == 9 {
                 throw .corruptBlob("TPM2_Load refused it (\(response.text))")
             }
             try tpm.check(rc, "TPM2_Load")
@@ -155,11 +172,19 @@ public struct TPMHMACKey: Equatable, Sendable {
 
     /// The HMAC key's template without its unique field: keyed hash, SHA-256 name,
     /// `fixedTPM|fixedParent|sensitiveDataOrigin|userWithAuth|sign` (no `noDA`), no policy, scheme HMAC-SHA256.
-    static let keyTemplateBody: [UInt8] = be16(TPMAlgorithm.keyedHash) + be16(TPMAlgorithm.sha256) + be32(TPMObjectAttributes.hmacKey)
-        + be16(0) + be16(TPMAlgorithm.hmac) + be16(TPMAlgorithm.sha256)
+    static let keyTemplateBody: [UInt8] = keyTemplateBody(kind: TPMKeyBlob.kindHMACSHA256)
+
+    /// The template body of a key kind: kind 2 (``TPMKeyBlob/kindHMACSHA256NoDA``) adds `noDA`.
+    static func keyTemplateBody(kind: UInt16) -> [UInt8] {
+        let attributes = TPMObjectAttributes.hmacKey | (kind == TPMKeyBlob.kindHMACSHA256NoDA ? TPMObjectAttributes.noDA : 0)
+        return be16(TPMAlgorithm.keyedHash) + be16(TPMAlgorithm.sha256) + be32(attributes) + be16(0) + be16(TPMAlgorithm.hmac) + be16(TPMAlgorithm.sha256)
+    }
 
     /// The HMAC key's template (a marshalled TPM2B_PUBLIC, unique empty).
-    public static let keyTemplate: [UInt8] = tpm2b(keyTemplateBody + be16(0))
+    public static let keyTemplate: [UInt8] = keyTemplate(kind: TPMKeyBlob.kindHMACSHA256)
+
+    /// The template of a key kind (a marshalled TPM2B_PUBLIC, unique empty).
+    static func keyTemplate(kind: UInt16) -> [UInt8] { tpm2b(keyTemplateBody(kind: kind) + be16(0)) }
 }
 
 /// The blob of a ``TPMHMACKey``: what the TPM returned from TPM2_Create, and the Name of the storage
@@ -169,8 +194,10 @@ public struct TPMKeyBlob: Equatable, Sendable {
     public static let magic: [UInt8] = Array("COFTPMK\0".utf8)
     /// The version this build writes and reads.
     public static let version: UInt16 = 1
-    /// The key kind field for an HMAC-SHA256 key.
+    /// The key kind field for an HMAC-SHA256 key whose wrong authorizations the TPM counts.
     public static let kindHMACSHA256: UInt16 = 1
+    /// The key kind field for an HMAC-SHA256 key with `noDA` (its authorization a random secret).
+    public static let kindHMACSHA256NoDA: UInt16 = 2
     /// The largest blob file read.
     public static let maxBytes = 4096
 
@@ -180,22 +207,26 @@ public struct TPMKeyBlob: Equatable, Sendable {
     public let publicArea: [UInt8]
     /// The key's TPM2B_PRIVATE, marshalled (encrypted and integrity-protected by the TPM).
     public let privateArea: [UInt8]
+    /// The key kind (``kindHMACSHA256`` or ``kindHMACSHA256NoDA``).
+    public let kind: UInt16
 
     /// A blob from its parts.
-    public init(parentName: [UInt8], publicArea: [UInt8], privateArea: [UInt8]) {
+    public init(parentName: [UInt8], publicArea: [UInt8], privateArea: [UInt8], kind: UInt16 = TPMKeyBlob.kindHMACSHA256) {
         self.parentName = parentName
         self.publicArea = publicArea
         self.privateArea = privateArea
+        self.kind = kind
     }
 
     /// The file's bytes: magic, version, kind, then the parent Name, the public and the private part,
     /// each as a TPM2B (a big-endian 16-bit size and that many bytes).
     public func encoded() -> [UInt8] {
-        Self.magic + be16(Self.version) + be16(Self.kindHMACSHA256) + tpm2b(parentName) + publicArea + privateArea
+        Self.magic + be16(Self.version) + be16(kind) + tpm2b(parentName) + publicArea + privateArea
     }
 
     /// Parses a blob file, rejecting anything but the exact layout (see <doc:TPMKeyBlobFormat>).
-    public static func decode(_ bytes: [UInt8]) throws(TPMError) -> TPMKeyBlob {
+    /// `kind`: the key kind the caller expects; any other is refused.
+    public static func decode(_ bytes: [UInt8], kind expected: UInt16 = kindHMACSHA256) throws(TPMError) -> TPMKeyBlob {
         guard bytes.count <= maxBytes else { throw .corruptBlob("\(bytes.count) bytes (at most \(maxBytes))") }
         guard bytes.count >= magic.count + 4, Array(bytes[..<magic.count]) == magic else {
             throw .corruptBlob("not a Coffer TPM key blob (bad magic)")
@@ -204,7 +235,8 @@ public struct TPMKeyBlob: Equatable, Sendable {
         let version = try r.u16()
         guard version == Self.version else { throw .unsupportedBlobVersion(version) }
         let kind = try r.u16()
-        guard kind == kindHMACSHA256 else { throw .corruptBlob("unknown key kind \(kind)") }
+        guard kind == kindHMACSHA256 || kind == kindHMACSHA256NoDA else { throw .corruptBlob("unknown key kind \(kind)") }
+        guard kind == expected else { throw .corruptBlob("key kind \(kind) where kind \(expected) is expected") }
         let name = try r.sized()
         // A Name is a 2-byte nameAlg and its digest; Coffer's primaries are named with SHA-256.
         guard name.count == 2 + 32, name[0] == 0x00, name[1] == 0x0B else { throw .corruptBlob("the storage key's Name is not a SHA-256 Name") }
@@ -212,12 +244,12 @@ public struct TPMKeyBlob: Equatable, Sendable {
         let privateArea = try r.tpm2b()
         guard r.offset == bytes.count else { throw .corruptBlob("\(bytes.count - r.offset) bytes after the private part") }
         // The public part must be the key Coffer makes: the template, and a 32-byte unique field.
-        let body = TPMHMACKey.keyTemplateBody
+        let body = TPMHMACKey.keyTemplateBody(kind: kind)
         guard publicArea.count == 2 + body.count + 2 + 32, Array(publicArea[2..<(2 + body.count)]) == body,
               publicArea[2 + body.count] == 0, publicArea[3 + body.count] == 32
         else { throw .corruptBlob("the public part is not a Coffer HMAC key (type, attributes or scheme differ)") }
         guard privateArea.count > 2 else { throw .corruptBlob("the private part is empty") }
-        return TPMKeyBlob(parentName: name, publicArea: publicArea, privateArea: privateArea)
+        return TPMKeyBlob(parentName: name, publicArea: publicArea, privateArea: privateArea, kind: kind)
     }
 
     private struct Reader {

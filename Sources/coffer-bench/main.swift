@@ -17,6 +17,8 @@
 //   coffer-bench ssh BIN_DIR                         cofferd's ssh-agent socket beside OpenSSH's ssh-agent on the same
 //                                                    100 Ed25519 keys (issue #27): SIGN_REQUEST round trip, `ssh-add -l`,
 //                                                    `ssh -T` to an sshd it starts on 127.0.0.1 (BIN_DIR holds cofferd)
+//   coffer-bench tpm TCTI [RUNS]                     unlock with the device key in the TPM at TCTI vs the file key
+//                                                    (Argon2id only), same calibrated parameters (issue #28)
 //   coffer-bench fill STATE_DIR N                    adds items svc{i%97}/acct{i}/secret-{i}, i = 1…N, to the
 //                                                    stopped agent's keychain (passcode on stdin, if one is set)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
@@ -222,10 +224,12 @@ func run(_ args: [String]) throws {
         try SSHBench(binDir: args[1]).run()
     case "sync":
         try SyncBench(items: args.count > 1 ? Int(args[1]) ?? 10_000 : 10_000).run()
+    case "tpm" where args.count >= 2:
+        try benchTPM(tcti: args[1], runs: args.count > 2 ? Int(args[2]) ?? 7 : 7)
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | tpm TCTI [RUNS] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

@@ -67,7 +67,8 @@ struct Coffer: ParsableCommand {
             """,
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
-                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self, ImportCommand.self])
+                      LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self,
+                      ImportCommand.self, DeviceKeyCommand.self])
 }
 
 struct Status: ParsableCommand {
@@ -80,12 +81,18 @@ struct Status: ParsableCommand {
             let c = try connect.open()
             let s = try c.status()
             let outOfSync = (try? c.isPasscodeOutOfSync()) ?? false
+            // nil: an agent from before the protections report.
+            let p = try? c.protections()
+            let deviceKey = p.map { $0.deviceKeyInTPM ? "TPM 2.0" : "file" } ?? "unknown (agent too old)"
+            let attempts = p.map { $0.attemptsCountedByTPM ? "TPM" : "file" } ?? "unknown (agent too old)"
+            let rollback = p.map { $0.rollbackDetection ? "on" : "off" } ?? "unknown (agent too old)"
             let state = s.lockState.description
             if json {
                 Output.print("""
                     {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"passcodeOutOfSync":\(outOfSync),"items":\(s.itemCount),\
                     "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
-                    "idleLockSeconds":\(s.idleLockSeconds)}
+                    "idleLockSeconds":\(s.idleLockSeconds),"deviceKey":\(Output.json(deviceKey)),"attemptCounting":\(Output.json(attempts)),\
+                    "rollbackDetection":\(Output.json(rollback))}
                     """)
             } else {
                 Output.print("""
@@ -95,6 +102,9 @@ struct Status: ParsableCommand {
                     agent: \(s.agentVersion)
                     locked memory: \(s.lockedMemoryBytes / 1024) KiB
                     idle lock: \(s.idleLockSeconds == 0 ? "off" : "\(s.idleLockSeconds) s")
+                    device key: \(deviceKey)
+                    attempt counting: \(attempts)
+                    rollback detection: \(rollback)
                     """)
             }
         }

@@ -45,6 +45,13 @@ struct Cofferd: ParsableCommand {
     @Option(name: .customLong("kdf-ops"), help: .hidden)
     var kdfOps: UInt64?
 
+    @Option(name: .customLong("migrate-device-key"),
+            help: "Move the keychain's device key (agent stopped; passcode on stdin): 'tpm' (what 'coffer device-key migrate --to tpm' runs).")
+    var migrateDeviceKey: String?
+
+    @Option(name: .customLong("tpm-tcti"), help: "The TPM's TCTI string (config key tpm-tcti; default device:/dev/tpmrm0).")
+    var tpmTCTI: String?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -67,7 +74,12 @@ struct Cofferd: ParsableCommand {
         if let pamConfdir { cfg.pamConfdir = pamConfdir }
         if let idleLock { cfg.idleLockSeconds = idleLock }
         if let lockGrace { cfg.lockGraceSeconds = lockGrace }
+        if let tpmTCTI { cfg.tpmTCTI = tpmTCTI }
         if let kdfOps { cfg.kdfPolicy = .fixed(KDFParameters(opsLimit: kdfOps, memLimit: KDFParameters.floorMemory)) }
+        if let migrateDeviceKey {
+            guard migrateDeviceKey == "tpm" else { throw ValidationError("--migrate-device-key: only 'tpm' (a TPM keychain does not move back to a file key)") }
+            throw ExitCode(AgentMain.migrateDeviceKey(configuration: cfg))
+        }
         let underSystemd = getenv("LISTEN_FDS") != nil || getenv("NOTIFY_SOCKET") != nil
         let code = AgentMain.run(configuration: cfg, daemonize: !foreground && !underSystemd, logLevel: logLevel)
         throw ExitCode(code)

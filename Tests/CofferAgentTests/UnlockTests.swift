@@ -5,6 +5,7 @@ import CofferTestSupport
 import CofferModel
 import CofferCrypto
 import CofferKeychain
+import CofferKeybag
 import CofferProtocol
 import CofferSystem
 import Foundation
@@ -172,5 +173,22 @@ final class FileWatchingVerifier: PasscodeVerifier, @unchecked Sendable {
     func verify(user: String, passcode: SecureBytes) throws(PasscodeRejected) {
         seen.append(String(decoding: fileBytes(path), as: UTF8.self).trimmingCharacters(in: .newlines))
         guard text(passcode) == accepted else { throw PasscodeRejected(description: "no") }
+    }
+}
+
+/// The configuration keys of the device key (issue #28).
+@Suite struct DeviceKeyConfigurationTests {
+    @Test func deviceKeyAndTCTIParseAndChooseTheSource() throws {
+        var config = AgentConfiguration(socketPath: "/x", stateDirectory: "/state", userName: "u")
+        #expect(config.deviceKey == .file && config.deviceKeySource == nil, "the file key by default")
+        try config.apply(configFile: "device-key = tpm\ntpm-tcti = swtpm:host=127.0.0.1,port=2321\n", name: "c")
+        let source = try #require(config.deviceKeySource as? TPMDeviceKey)
+        #expect(source.tcti == "swtpm:host=127.0.0.1,port=2321" && source.path == "/state/device-key.tpm")
+        for bad in ["device-key = sealed\n", "device-key =\n", "tpm-tcti =\n"] {
+            let error = try #require(throws: AgentError.self) { try config.apply(configFile: bad, name: "c") }
+            #expect(error.description.contains("c:1"), "\(error)")
+        }
+        try config.apply(configFile: "device-key = file\n", name: "c")
+        #expect(config.deviceKeySource == nil)
     }
 }

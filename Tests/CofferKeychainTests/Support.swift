@@ -9,14 +9,17 @@ import CofferTestSupport
 final class Fixture {
     let dir = TemporaryDirectory("coffer-keychain")
     var keychain: Keychain
+    /// The device key source (nil: the file key).
+    var deviceKey: DeviceKeySource?
 
-    init(passcode: String? = nil) throws {
-        keychain = try Keychain(directory: dir.path, lockingStateDirectory: false)
+    init(passcode: String? = nil, deviceKey: DeviceKeySource? = nil) throws {
+        self.deviceKey = deviceKey
+        keychain = try Keychain(directory: dir.path, deviceKey: deviceKey, lockingStateDirectory: false)
         if let passcode { try keychain.setPasscode(current: nil, new: secret(passcode), kdf: testKDF) }
     }
 
     /// Simulates a restart: a new Keychain over the same files.
-    func reboot() throws { keychain = try Keychain(directory: dir.path, lockingStateDirectory: false) }
+    func reboot() throws { keychain = try Keychain(directory: dir.path, deviceKey: deviceKey, lockingStateDirectory: false) }
 
     @discardableResult
     func addPassword(service: String, account: String, secret s: String, _ extra: Attributes = [:]) throws -> ItemResult {

@@ -72,6 +72,27 @@ import Testing
         }
     }
 
+    /// A `noDA` key (kind 2, the TPM device key's sealing key) never passes for a counted one (kind 1,
+    /// the passcode's), nor the other way round: the kind field and the template's attributes must agree
+    /// with what the caller expects.
+    @Test func aNoDAKeyNeverStandsInForACountedOne() throws {
+        let name: [UInt8] = [0x00, 0x0B] + (0..<32).map { UInt8($0) }
+        func blob(kind: UInt16) -> TPMKeyBlob {
+            var publicArea = [UInt8](TPMHMACKey.keyTemplate(kind: kind).dropLast(2)) + [0, 32] + [UInt8](repeating: 7, count: 32)
+            publicArea[0] = UInt8((publicArea.count - 2) >> 8)
+            publicArea[1] = UInt8((publicArea.count - 2) & 0xFF)
+            return TPMKeyBlob(parentName: name, publicArea: publicArea, privateArea: [0, 4, 1, 2, 3, 4], kind: kind)
+        }
+        let noDA = blob(kind: TPMKeyBlob.kindHMACSHA256NoDA), counted = blob(kind: TPMKeyBlob.kindHMACSHA256)
+        #expect(try TPMKeyBlob.decode(noDA.encoded(), kind: TPMKeyBlob.kindHMACSHA256NoDA) == noDA)
+        #expect(throws: TPMError.self) { try TPMKeyBlob.decode(noDA.encoded()) }
+        #expect(throws: TPMError.self) { try TPMKeyBlob.decode(counted.encoded(), kind: TPMKeyBlob.kindHMACSHA256NoDA) }
+        // A kind-1 header over a noDA template (or the reverse) is refused too.
+        var forged = noDA.encoded()
+        forged[TPMKeyBlob.magic.count + 3] = 1
+        #expect(throws: TPMError.self) { try TPMKeyBlob.decode(forged) }
+    }
+
     /// tpm2-tools, an independent client, loads the blob's parts under a primary it makes from the
     /// documented template and computes the same HMAC with the documented authValue.
     @Test(.enabled(if: SoftwareTPM.available && SoftwareTPM.tools != nil, "\(SoftwareTPM.unavailableReason), or no tpm2-tools"))

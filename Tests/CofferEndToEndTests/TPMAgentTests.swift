@@ -1,0 +1,161 @@
+import CofferClient
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+import CofferTPM
+import CofferTestSupport
+import Foundation
+import Glibc
+import Testing
+
+/// The real `cofferd` with `device-key = tpm` against a swtpm (issue #28): wrong passcodes counted by
+/// the TPM whatever happens to the `attempts` file, a TPM gone at start, the migration of a file
+/// keychain killed at every step.
+@Suite(.serialized) struct TPMAgentTests {
+    /// A `cofferd.conf` choosing the TPM at `tcti` (or the file key).
+    static func config(_ dir: TemporaryDirectory, tcti: String?) -> String {
+        let path = dir.file("cofferd-\(UUID().uuidString.prefix(6)).conf")
+        let text = tcti.map { "device-key = tpm\ntpm-tcti = \($0)\n" } ?? "device-key = file\n"
+        try? text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    static func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
+
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func wrongPasscodesThroughTheAgentLockTheTPMOutAcrossRestartsWithTheAttemptsFileDeleted() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-agent")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti)])
+        agent.setPasscode()
+        #expect(Self.exists(agent.stateDir + "/device-key.tpm") && !Self.exists(agent.stateDir + "/device.key"), "\(agent.log)")
+        let tpm = try TPM(tcti: sw.tcti)
+        let limit = Int(try tpm.lockoutState().maxTries)
+        for i in 0..<limit {
+            // A new agent each time and no `attempts` file: only the TPM remembers.
+            agent.stop()
+            unlink(agent.stateDir + "/attempts")
+            try agent.start()
+            let c = try AgentConnection(path: agent.socketPath)
+            #expect(status { try c.unlock(passcode: secret("guess \(i)")) } == .authFailed)
+            #expect(try tpm.lockoutState().failedTries == UInt32(i + 1), "guess \(i) was not counted by the TPM:\n\(agent.log)")
+        }
+        #expect(try tpm.lockoutState().inLockout)
+        agent.stop()
+        unlink(agent.stateDir + "/attempts")
+        try agent.start()
+        let r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(r.status == SecStatus.notAvailable.exitCode && r.stderr.contains("TPM is locked out")
+                && r.stderr.contains("tpm2_dictionarylockout --clear-lockout"), "\(r)")
+        let c = try AgentConnection(path: agent.socketPath)
+        #expect(try c.status().lockState == .boot)
+        if SoftwareTPM.tools != nil {
+            #expect(sw.tool("tpm2_dictionarylockout", ["--clear-lockout"]).status == 0)
+            try c.unlock(passcode: secret(AgentProcess.password))
+            #expect(try c.status().lockState == .unlocked)
+        }
+    }
+
+    /// `coffer status` says truthfully where the device key is and who counts wrong passcodes.
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func statusReportsTheProtectionsInForce() throws {
+        func lines(_ agent: AgentProcess) -> [String] {
+            let r = agent.cli(["status"])
+            #expect(r.status == 0, "\(r)")
+            return r.stdout.split(separator: "\n").map(String.init).filter {
+                $0.hasPrefix("device key:") || $0.hasPrefix("attempt counting:") || $0.hasPrefix("rollback detection:")
+            }
+        }
+        let fileAgent = try AgentProcess()
+        fileAgent.setPasscode()
+        #expect(lines(fileAgent) == ["device key: file", "attempt counting: file", "rollback detection: off"])
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-agent")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti)])
+        #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: file", "rollback detection: off"], "no passcode: nothing for the TPM to count")
+        agent.setPasscode()
+        #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: TPM", "rollback detection: off"])
+        let json = agent.cli(["status", "--json"])
+        #expect(json.stdout.contains("\"deviceKey\":\"TPM 2.0\"") && json.stdout.contains("\"attemptCounting\":\"TPM\""), "\(json)")
+    }
+
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func theAgentRefusesToStartWithoutItsTPMOrWithTheFileKeyAndLosesNothing() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-agent")
+        let tcti = sw.tcti
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: tcti)])
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        try c.add(newPassword("s", "a", "kept"))
+        agent.stop()
+        let files = ["device-key.tpm", "keybag", "keybag.key", "keychain.db"]
+        let before = files.map { fileBytes(agent.stateDir + "/" + $0) }
+        sw.stop()
+        #expect(throws: AgentProcess.AgentStartError.self) { try agent.start() }
+        #expect(agent.log.contains("no TPM answers at \(tcti)"), "\(agent.log)")
+        // The file key instead: refused, no new device.key over the TPM keychain.
+        let fileAgent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: nil), "--state-dir", agent.stateDir], start: false)
+        #expect(throws: AgentProcess.AgentStartError.self) { try fileAgent.start() }
+        #expect(fileAgent.log.contains("device-key = tpm"), "\(fileAgent.log)")
+        #expect(!Self.exists(agent.stateDir + "/device.key"))
+        #expect(files.map { fileBytes(agent.stateDir + "/" + $0) } == before, "nothing written or removed")
+    }
+
+    #if DEBUG
+    static let crashPointsCompiledIn = true
+    #else
+    static let crashPointsCompiledIn = false
+    #endif
+    static let migrationPoints = ["migrate-tpm-key-written", "rekey-start", "rekey-next-written", "rekey-committed", "rekey-reseal-half",
+                                  "rekey-resealed", "rekey-final-next-written", "rekey-done", "migrate-committed", "migrate-done"]
+    /// Points before the format-3 keybag is committed: the file key still opens everything.
+    static let beforeCommit: Set<String> = ["migrate-tpm-key-written", "rekey-start", "rekey-next-written"]
+
+    /// Runs `coffer device-key migrate --to tpm` (which runs `cofferd --migrate-device-key tpm`) on the
+    /// agent's state directory, the passcode on stdin, with `COFFER_TEST_CRASH_POINT` set to `point` (empty: none).
+    static func migrate(_ agent: AgentProcess, config: String, at point: String) -> CLIResult {
+        runCLI(["device-key", "migrate", "--to", "tpm", "--config", config, "--state-dir", agent.stateDir, "--passcode-stdin"],
+               stdin: AgentProcess.password, environment: ["COFFER_TEST_CRASH_POINT": point])
+    }
+
+    /// A file keychain with a passcode and items of every class, moved to the TPM by a migration
+    /// killed at `point`, then by the migration run again: every item reads with the TPM, `device.key`
+    /// is gone only once the format-3 keybag is durable, and before the commit the file key still works.
+    @Test(.enabled(if: SoftwareTPM.available && crashPointsCompiledIn, "\(SoftwareTPM.unavailableReason), or a release build"),
+          arguments: migrationPoints)
+    func migrationKilledAtEveryStep(at point: String) throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-migrate")
+        let fileConfig = Self.config(control, tcti: nil), tpmConfig = Self.config(control, tcti: sw.tcti)
+        let agent = try AgentProcess(extraArguments: ["--config", fileConfig])
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        let items = ProtectionClass.allCases.map { ($0, "secret of \($0.shortCode)") }
+        for (p, s) in items { try c.add(newPassword("m", p.shortCode, s, p.shortCode)) }
+        agent.stop()
+        let killed = Self.migrate(agent, config: tpmConfig, at: point)
+        #expect(killed.status == 99, "the migration did not stop at \(point): \(killed)")
+        #expect(Self.exists(agent.stateDir + "/device.key") || point == "migrate-done", "\(point): device.key removed before the commit was durable")
+        /// Unlocks through `socket` and reads every item.
+        func expectItems(_ socket: String, _ label: String) throws {
+            let c = try AgentConnection(path: socket)
+            try c.unlock(passcode: secret(AgentProcess.password))
+            for (p, s) in items { #expect(text(try c.copyMatching(password("m", p.shortCode)).first?.data) == s, "\(label): \(p.shortCode)") }
+        }
+        if Self.beforeCommit.contains(point) {
+            // Nothing committed: the file key opens the keychain as before.
+            let fileAgent = try AgentProcess(extraArguments: ["--config", fileConfig, "--state-dir", agent.stateDir], start: false)
+            try fileAgent.start()
+            defer { fileAgent.stop() }
+            try expectItems(fileAgent.socketPath, "\(point), file key")
+        }
+        let again = Self.migrate(agent, config: tpmConfig, at: "")
+        #expect(again.status == 0, "\(point): running the migration again: \(again)")
+        #expect(!Self.exists(agent.stateDir + "/device.key"), "\(point)")
+        let tpmAgent = try AgentProcess(extraArguments: ["--config", tpmConfig, "--state-dir", agent.stateDir], start: false)
+        try tpmAgent.start()
+        defer { tpmAgent.stop() }
+        try expectItems(tpmAgent.socketPath, "\(point), TPM")
+    }
+}
