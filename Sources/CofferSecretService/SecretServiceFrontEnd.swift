@@ -1,5 +1,6 @@
 import CSecretServiceBus
 import CofferClient
+import CofferCrypto
 import CofferIdentity
 import CofferModel
 import CofferSecretServiceCrypto
@@ -50,6 +51,8 @@ public final class SecretServiceFrontEnd {
     /// Open prompts (object path → whose and for what) and the next prompt's number.
     var prompts: [String: PendingPrompt] = [:]
     var nextPrompt: UInt64 = 1
+    /// The `session` collection: each identity's (default group's) items, by identifier.
+    var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
     static let promptsPerSender = 16
 
@@ -122,6 +125,7 @@ public final class SecretServiceFrontEnd {
 
     deinit {
         for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
+        for items in sessionItems.values { for i in items.values { i.secret.wipe() } }
         ssb_bus_close(bus)
         handlers.deallocate()
     }

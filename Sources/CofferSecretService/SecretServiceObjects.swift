@@ -26,6 +26,10 @@ extension SecretServiceFrontEnd {
     static let aliasService = "org.freedesktop.secrets.alias"
     /// The collection every access group has, and what the `default` alias names unless set.
     static let loginCollection = "login"
+    /// The collection in the front end's memory (per identity, gone when the front end exits).
+    static let sessionCollection = "session"
+    /// How many items one identity's `session` collection holds at most.
+    static let sessionItemsPerIdentity = 1024
     /// Reserved general attributes (never taken from or shown to a caller).
     static let reservedPrefix = "coffer:"
     static let collectionKey = GeneralAttributes.key("coffer:collection")
@@ -130,6 +134,18 @@ extension SecretServiceFrontEnd {
         let protection: ProtectionClass
         var path: String { SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
 
+        /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
+        init(session item: SessionItem, id: String) {
+            collection = SecretServiceFrontEnd.sessionCollection
+            self.id = id
+            label = item.label
+            attributes = item.attributes
+            contentType = item.contentType
+            created = item.created
+            modified = item.modified
+            protection = .always
+        }
+
         init?(_ a: Attributes) {
             guard case .string(let id)? = a["acct"] else { return nil }
             let general = a.generalAttributes
@@ -186,6 +202,15 @@ extension SecretServiceFrontEnd {
     }
 
     func items(_ c: Caller, collection: String? = nil, attributes: Attributes = [:]) throws(BusError) -> [Record] {
+        let wanted = attributes.generalAttributes
+        let inMemory = (sessionItems[c.group] ?? [:]).filter { _, item in wanted.allSatisfy { item.attributes[$0.key] == $0.value } }
+            .sorted { ($0.value.created, $0.key) < ($1.value.created, $1.key) }.map { Record(session: $0.value, id: $0.key) }
+        if collection == Self.sessionCollection { return inMemory }
+        if collection == nil { return try keychainItems(c, attributes: attributes) + inMemory }
+        return try keychainItems(c, collection: collection, attributes: attributes)
+    }
+
+    func keychainItems(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> [Record] {
         do {
             return try c.agent.copyMatching(itemQuery(c, collection: collection, attributes: attributes)).compactMap { $0.attributes.flatMap(Record.init) }
         } catch where error.status == .itemNotFound {
@@ -199,6 +224,10 @@ extension SecretServiceFrontEnd {
     func item(_ c: Caller, _ path: String, withSecret: Bool = false) throws(BusError) -> (Record, SecureBytes?) {
         guard case .item(let collection, let id)? = Self.parse(path) else {
             throw BusError(name: BusError.noSuchObject, message: "\(path) is not an item")
+        }
+        if collection == Self.sessionCollection {
+            guard let i = sessionItems[c.group]?[id] else { throw BusError(name: BusError.noSuchObject, message: "no item \(path)") }
+            return (Record(session: i, id: id), withSecret ? i.secret.slice(0..<i.secret.count) : nil)
         }
         let found = try agentCall { () throws(SecError) in try c.agent.copyMatching(itemQuery(c, collection: collection, id: id, returnData: withSecret)) }
         guard let first = found.first, let r = first.attributes.flatMap(Record.init) else {
@@ -250,9 +279,9 @@ extension SecretServiceFrontEnd {
     func collectionNames(_ c: Caller) throws(BusError) -> [String] {
         var names = [Self.loginCollection]
         for r in try records(_: c, service: Self.collectionService) {
-            if case .string(let n)? = r["acct"], n != Self.loginCollection { names.append(n) }
+            if case .string(let n)? = r["acct"], n != Self.loginCollection, n != Self.sessionCollection { names.append(n) }
         }
-        return names
+        return names + [Self.sessionCollection]
     }
 
     /// The collection `ref` names for the caller (an alias resolved), or NoSuchObject.
@@ -585,9 +614,18 @@ extension SecretServiceFrontEnd {
 
     func lock(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
         let paths = try Self.readPaths(m)
-        guard paths.contains(where: { Self.parse($0) != nil }) else { return replyPaths(m, [], then: Self.noPrompt) }
+        // Only persistent collections and items lock (the keybag); the session collection never does.
+        let persistent = paths.filter {
+            switch Self.parse($0) {
+            case .collection(let n)?: n != Self.sessionCollection
+            case .item(let n, _)?: n != Self.sessionCollection
+            case .alias(let a)?: ((try? aliasTarget(c, a)) ?? nil).map { $0 != Self.sessionCollection } ?? false
+            case nil: false
+            }
+        }
+        guard !persistent.isEmpty else { return replyPaths(m, [], then: Self.noPrompt) }
         try agentCall { () throws(SecError) in try c.agent.lock() }
-        return replyPaths(m, paths.filter { Self.parse($0) != nil }, then: Self.noPrompt)
+        return replyPaths(m, persistent, then: Self.noPrompt)
     }
 
     func unlock(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
@@ -607,8 +645,8 @@ extension SecretServiceFrontEnd {
                     continue
                 }
             case .collection?, .alias?:
-                guard (try? collection(c, path)) != nil else { continue }
-                if state == .unlocked { unlocked.append(path) } else { locked.append(path) }
+                guard let name = try? collection(c, path) else { continue }
+                if state == .unlocked || name == Self.sessionCollection { unlocked.append(path) } else { locked.append(path) }
             case nil: continue
             }
         }
@@ -675,6 +713,41 @@ extension SecretServiceFrontEnd {
         return p
     }
 
+    /// Changes an item (a keychain item, or a `session` one in memory): a new label, attribute set,
+    /// secret and content type, each when given.
+    func change(_ c: Caller, _ record: Record, label: String? = nil, attributes: [String: String]? = nil,
+                secret: SecureBytes? = nil, contentType: String? = nil, extra: Attributes = [:]) throws(BusError) {
+        if record.collection == Self.sessionCollection {
+            guard var item = sessionItems[c.group]?[record.id] else { throw BusError(name: BusError.noSuchObject, message: "no item \(record.path)") }
+            if let label { item.label = label }
+            if let attributes { item.attributes = attributes }
+            if let secret {
+                item.secret.wipe()
+                item.secret = secret.slice(0..<secret.count)
+            }
+            if let contentType { item.contentType = contentType }
+            item.modified = Self.now()
+            sessionItems[c.group]?[record.id] = item
+            return
+        }
+        var changes = extra
+        if attributes != nil || contentType != nil { changes.merge(record.general(attributes: attributes, contentType: contentType)) { $1 } }
+        if let label { changes["labl"] = .string(label) }
+        _ = try agentCall { () throws(SecError) in
+            try c.agent.update(itemQuery(c, collection: record.collection, id: record.id), ItemChanges(attributes: changes, secret: secret))
+        }
+    }
+
+    func remove(_ c: Caller, _ record: Record) throws(BusError) {
+        if record.collection == Self.sessionCollection {
+            sessionItems[c.group]?.removeValue(forKey: record.id)?.secret.wipe()
+            return
+        }
+        _ = try agentCall { () throws(SecError) in try c.agent.delete(itemQuery(c, collection: record.collection, id: record.id)) }
+    }
+
+    static func now() -> UInt64 { UInt64(max(0, time(nil))) }
+
     func createItem(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let properties = try Self.readItemProperties(m)
         let attributes = try Self.callerAttributes(properties.attributes)
@@ -684,17 +757,26 @@ extension SecretServiceFrontEnd {
         guard ssb_read_bool(m, &replace) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad arguments") }
         let name = try collection(c, path)
         if replace != 0, let old = try items(c, collection: name, attributes: attributes).first(where: { $0.attributes == properties.attributes }) {
-            var changes = old.general(contentType: contentType)
-            changes["labl"] = .string(properties.label)
-            if let p = properties.protection { changes["pdmn"] = .string(p.shortCode) }
-            if let s = properties.synchronizable { changes["sync"] = .bool(s) }
-            _ = try agentCall { () throws(SecError) in try c.agent.update(itemQuery(c, collection: name, id: old.id), ItemChanges(attributes: changes, secret: secret)) }
+            var extra: Attributes = [:]
+            if let p = properties.protection { extra["pdmn"] = .string(p.shortCode) }
+            if let s = properties.synchronizable { extra["sync"] = .bool(s) }
+            try change(c, old, label: properties.label, secret: secret, contentType: contentType, extra: extra)
             itemEvent("ItemChanged", old)
             return replyPath(m, old.path, Self.noPrompt)
         }
         let random = SecureBytes.random(count: 16)
         let hex = Array("0123456789abcdef")
         let id = random.withUnsafeBytes { String($0.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] }) }
+        if name == Self.sessionCollection {
+            guard (sessionItems[c.group]?.count ?? 0) < Self.sessionItemsPerIdentity else {
+                throw BusError(name: BusError.limitsExceeded, message: "the session collection holds at most \(Self.sessionItemsPerIdentity) items")
+            }
+            let now = Self.now()
+            sessionItems[c.group, default: [:]][id] = SessionItem(label: properties.label, attributes: properties.attributes,
+                                                                  secret: secret.slice(0..<secret.count), contentType: contentType,
+                                                                  created: now, modified: now)
+            return itemCreated(m, name: name, id: id)
+        }
         var a = attributes
         a["svce"] = .string(Self.itemService)
         a["acct"] = .string(id)
@@ -705,16 +787,25 @@ extension SecretServiceFrontEnd {
         if let p = properties.protection { a["pdmn"] = .string(p.shortCode) }
         if let s = properties.synchronizable { a["sync"] = .bool(s) }
         _ = try agentCall { () throws(SecError) in try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: secret)) }
+        return itemCreated(m, name: name, id: id)
+    }
+
+    func itemCreated(_ m: OpaquePointer?, name: String, id: String) -> Int32 {
         let path = Self.itemPath(collection: name, id: id)
+        let rc = replyPath(m, path, Self.noPrompt)
         emit(Self.collectionPath(name), Self.collectionInterface, "ItemCreated", path)
         propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Items", "Modified"])
-        return replyPath(m, path, Self.noPrompt)
+        return rc
     }
 
     /// Delete: the collection's items, its label record and the aliases naming it; `login` comes back empty.
     func deleteCollection(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let name = try collection(c, path)
-        try deleteRecords(c, itemQuery(c, collection: name))
+        if name == Self.sessionCollection {
+            for item in (sessionItems.removeValue(forKey: c.group) ?? [:]).values { item.secret.wipe() }
+        } else {
+            try deleteRecords(c, itemQuery(c, collection: name))
+        }
         for r in try records(c, service: Self.aliasService) where r[Self.collectionKey] == .string(name) {
             if case .string(let alias)? = r["acct"] { try deleteRecords(c, recordQuery(c, service: Self.aliasService, account: alias)) }
         }
@@ -746,17 +837,14 @@ extension SecretServiceFrontEnd {
         let (secret, contentType) = try readSecret(m, c)
         defer { secret.wipe() }
         let (record, _) = try item(c, path)
-        _ = try agentCall { () throws(SecError) in
-            try c.agent.update(itemQuery(c, collection: record.collection, id: record.id),
-                               ItemChanges(attributes: record.general(contentType: contentType), secret: secret))
-        }
+        try change(c, record, secret: secret, contentType: contentType)
         itemEvent("ItemChanged", record)
         return ssb_reply_empty(m)
     }
 
     func deleteItem(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let (record, _) = try item(c, path)
-        _ = try agentCall { () throws(SecError) in try c.agent.delete(itemQuery(c, collection: record.collection, id: record.id)) }
+        try remove(c, record)
         itemEvent("ItemDeleted", record)
         return replyPath(m, Self.noPrompt)
     }
@@ -774,6 +862,15 @@ extension SecretServiceFrontEnd {
                 return Self.appendStrings(reply, "o", try collectionNames(c).map(Self.collectionPath))
             case (Self.collectionInterface, _):
                 let name = try collection(c, path)
+                if name == Self.sessionCollection {
+                    let items = try items(c, collection: name)
+                    switch property {
+                    case "Items": return Self.appendStrings(reply, "o", items.map(\.path))
+                    case "Locked": return ssb_append_bool(reply, 0)
+                    case "Label": return Self.appendString(reply, "s", "Session")
+                    default: return ssb_append_u64(reply, items.map { property == "Created" ? $0.created : $0.modified }.min() ?? 0)
+                    }
+                }
                 switch property {
                 case "Items": return Self.appendStrings(reply, "o", try items(c, collection: name).map(\.path))
                 case "Locked": return ssb_append_bool(reply, try lockState(c) == .unlocked ? 0 : 1)
@@ -822,23 +919,21 @@ extension SecretServiceFrontEnd {
             case (Self.collectionInterface, "Label"):
                 let label = try Self.readString(value)
                 let name = try collection(c, path)
+                guard name != Self.sessionCollection else {
+                    throw BusError(name: BusError.notSupported, message: "the session collection's label cannot be set")
+                }
                 try putRecord(c, service: Self.collectionService, account: name, ["labl": .string(label)])
                 collectionEvent("CollectionChanged", name)
             case (Self.itemInterface, "Label"):
                 let label = try Self.readString(value)
                 let (record, _) = try item(c, path)
-                _ = try agentCall { () throws(SecError) in
-                    try c.agent.update(itemQuery(c, collection: record.collection, id: record.id), ItemChanges(attributes: ["labl": .string(label)]))
-                }
+                try change(c, record, label: label)
                 itemEvent("ItemChanged", record)
             case (Self.itemInterface, "Attributes"):
                 let pairs = try Self.readDictionary(value)
                 _ = try Self.callerAttributes(pairs)
                 let (record, _) = try item(c, path)
-                _ = try agentCall { () throws(SecError) in
-                    try c.agent.update(itemQuery(c, collection: record.collection, id: record.id),
-                                       ItemChanges(attributes: record.general(attributes: pairs)))
-                }
+                try change(c, record, attributes: pairs)
                 itemEvent("ItemChanged", record)
             default:
                 throw BusError(name: BusError.notSupported, message: "\(interface).\(property) cannot be set")
@@ -863,6 +958,18 @@ extension SecretServiceFrontEnd {
         for (i, p) in paths.enumerated() { out[i] = strdup(p) }
         out[paths.count] = nil
         return out
+    }
+
+    // MARK: The session collection
+
+    /// An item of the `session` collection: in the front end's memory only, its secret in secure memory.
+    struct SessionItem {
+        var label: String
+        var attributes: [String: String]
+        var secret: SecureBytes
+        var contentType: String
+        let created: UInt64
+        var modified: UInt64
     }
 
     // MARK: Prompts

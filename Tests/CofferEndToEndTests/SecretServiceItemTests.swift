@@ -171,7 +171,7 @@ struct SecretServiceItemTests {
             work.set_label('Work')
             assert work.get_label() == 'Work'
             paths = [c.collection_path for c in secretstorage.get_all_collections(a)]
-            assert paths == ['/org/freedesktop/secrets/collection/login', work.collection_path], paths
+            assert paths == ['/org/freedesktop/secrets/collection/login', work.collection_path, '/org/freedesktop/secrets/collection/session'], paths
             # SetAlias points default at the new collection, then back.
             assert call(a, PATH, 'org.freedesktop.Secret.Service', 'SetAlias', 'so', 'default', work.collection_path) == ('ok', ())
             assert call(a, PATH, 'org.freedesktop.Secret.Service', 'ReadAlias', 's', 'default') == ('ok', (work.collection_path,))
@@ -180,7 +180,7 @@ struct SecretServiceItemTests {
             assert call(a, PATH, 'org.freedesktop.Secret.Service', 'ReadAlias', 's', 'default') == ('ok', (coll.collection_path,))
             assert call(a, PATH, 'org.freedesktop.Secret.Service', 'ReadAlias', 's', 'nothing') == ('ok', ('/',))
             work.delete()
-            assert [c.collection_path for c in secretstorage.get_all_collections(a)] == [coll.collection_path]
+            assert [c.collection_path for c in secretstorage.get_all_collections(a)] == [coll.collection_path, '/org/freedesktop/secrets/collection/session']
             assert len(list(secretstorage.search_items(a, {'user': 'erin'}))) == 1
             print('api ok')
 
@@ -379,5 +379,52 @@ struct SecretServiceItemTests {
             """#)
         #expect(after.status == 0 && after.stdout.contains("done"), "\(after)\n\(bus.read("front-end.log"))")
         #expect(frontEnd.isRunning)
+    }
+
+    /// The `session` collection: items in the front end's memory, per identity, searchable with the
+    /// rest, never in the keychain, never locked, gone when the front end exits.
+    @Test func theSessionCollectionIsKeptInMemoryUntilTheFrontEndExits() throws {
+        let (_, agent, bus, frontEnd, executable) = try SecretServiceBusTests.setUp()
+        agent.setPasscode()
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            SESSION = '/org/freedesktop/secrets/collection/session'
+            coll = secretstorage.Collection(a, SESSION)
+            assert coll.get_label() == 'Session' and not coll.is_locked()
+            item = coll.create_item('Temp', {'temp': 'yes'}, b'ephemeral')
+            assert item.item_path.startswith(SESSION + '/') and item.get_secret() == b'ephemeral'
+            assert item.get_attributes() == {'temp': 'yes'} and item.get_label() == 'Temp'
+            assert [i.item_path for i in secretstorage.search_items(a, {'temp': 'yes'})] == [item.item_path]
+            # The other sender of the same identity sees it; replace and the setters work in memory.
+            assert [i.item_path for i in secretstorage.search_items(b, {'temp': 'yes'})] == [item.item_path]
+            again = coll.create_item('Temp 2', {'temp': 'yes'}, b'second', replace=True)
+            assert again.item_path == item.item_path and item.get_secret() == b'second' and item.get_label() == 'Temp 2'
+            item.set_attributes({'temp': 'yes', 'more': '1'})
+            assert [i.item_path for i in coll.search_items({'more': '1'})] == [item.item_path]
+            # Locking the session collection locks nothing; locking the keybag leaves it readable.
+            assert call(a, PATH, 'org.freedesktop.Secret.Service', 'Lock', 'ao', [SESSION]) == ('ok', ([], '/'))
+            assert not coll.is_locked()
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        // Never in the keychain.
+        #expect(Self.find(agent, ["temp": "yes"]).status != 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        let locked = try bus.python(SecretServiceBusTests.prelude + #"""
+            coll = secretstorage.Collection(a, '/org/freedesktop/secrets/collection/session')
+            items = list(coll.search_items({'temp': 'yes'}))
+            assert len(items) == 1 and not items[0].is_locked() and items[0].get_secret() == b'second'
+            print('done')
+            """#)
+        #expect(locked.status == 0 && locked.stdout.contains("done"), "\(locked)\n\(bus.read("front-end.log"))")
+        // A new front end starts with an empty session collection.
+        kill(frontEnd.processIdentifier, SIGKILL)
+        frontEnd.waitUntilExit()
+        _ = try bus.startFrontEnd(executable, agent: agent, log: "second.log")
+        let after = try bus.python(SecretServiceBusTests.prelude + #"""
+            coll = secretstorage.Collection(a, '/org/freedesktop/secrets/collection/session')
+            assert list(coll.search_items({'temp': 'yes'})) == []
+            print('done')
+            """#)
+        #expect(after.status == 0 && after.stdout.contains("done"), "\(after)\n\(bus.read("second.log"))")
     }
 }
