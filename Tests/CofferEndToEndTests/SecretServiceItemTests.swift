@@ -307,12 +307,22 @@ struct SecretServiceItemTests {
             unlocked = call(a, PATH, SVC, 'Unlock', 'ao', [item.item_path])
             assert unlocked[0] == 'ok' and unlocked[1][0] == [] and unlocked[1][1].startswith('/org/freedesktop/secrets/prompt/'), unlocked
             prompt = unlocked[1][1]
-            assert call(b, prompt, 'org.freedesktop.Secret.Prompt', 'Prompt', 's', '') == ('error', 'org.freedesktop.DBus.Error.UnknownMethod') \
-                or call(b, prompt, 'org.freedesktop.Secret.Prompt', 'Prompt', 's', '')[0] == 'error'
+            # Another sender cannot answer or dismiss it.
+            assert call(b, prompt, 'org.freedesktop.Secret.Prompt', 'Prompt', 's', '') == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
+            assert call(b, prompt, 'org.freedesktop.Secret.Prompt', 'Dismiss') == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
             q = watch(a, interface='org.freedesktop.Secret.Prompt', member='Completed', path=prompt)
             assert call(a, prompt, 'org.freedesktop.Secret.Prompt', 'Prompt', 's', '') == ('ok', ())
             member, path, body = next_signal(a, q)
-            assert member == 'Completed' and path == prompt and body[0] is True, (member, path, body)
+            assert member == 'Completed' and path == prompt and body[0] is True and body[1] == ('ao', []), (member, path, body)
+            # Completed, the prompt is gone; a second one is dismissed.
+            assert call(a, prompt, 'org.freedesktop.Secret.Prompt', 'Prompt', 's', '')[0] == 'error'
+            second = call(a, PATH, SVC, 'Unlock', 'ao', [coll.collection_path])[1][1]
+            assert second != prompt and second.startswith('/org/freedesktop/secrets/prompt/'), second
+            q = watch(a, interface='org.freedesktop.Secret.Prompt', member='Completed', path=second)
+            assert call(a, second, 'org.freedesktop.Secret.Prompt', 'Dismiss') == ('ok', ())
+            assert next_signal(a, q)[2][0] is True
+            # The keybag stayed locked.
+            assert coll.is_locked()
             print('done')
             """#)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
