@@ -147,10 +147,12 @@ extension SecretServiceFrontEnd {
         }
 
         init?(_ a: Attributes) {
-            guard case .string(let id)? = a["acct"] else { return nil }
+            // Only items made through the Secret Service have a path: a collection and a random id.
             let general = a.generalAttributes
+            guard case .string(let id)? = a["acct"], SecretServiceFrontEnd.isItemID(id[...]), let collection = general["coffer:collection"],
+                  !collection.isEmpty else { return nil }
             self.id = id
-            collection = general["coffer:collection"] ?? SecretServiceFrontEnd.loginCollection
+            self.collection = collection
             contentType = general["coffer:content-type"] ?? SecretServiceFrontEnd.defaultContentType
             attributes = general.filter { !$0.key.hasPrefix(SecretServiceFrontEnd.reservedPrefix) }
             if case .string(let l)? = a["labl"] { label = l } else { label = "" }
@@ -525,7 +527,8 @@ extension SecretServiceFrontEnd {
         let session = try session(c, sessionPath)
         var found: [(Record, SecureBytes)] = []
         defer { found.forEach { $0.1.wipe() } }
-        for path in paths {
+        var seen = Set<String>()
+        for path in paths where seen.insert(path).inserted {
             // Locked and unknown items are left out (the spec's GetSecrets).
             do {
                 let (record, secret) = try item(c, path, withSecret: true)

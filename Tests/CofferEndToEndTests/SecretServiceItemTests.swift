@@ -27,6 +27,11 @@ struct SecretServiceItemTests {
 
     @Test func secretToolStoresLooksUpSearchesAndClears() throws {
         let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
+        // An item of the same service made through the native API, with no collection and an account
+        // that is no Secret Service id: searches leave it out rather than fail on it.
+        let native = agent.cli(["add", "--service", "org.freedesktop.secrets", "--account", "odd one", "--attr", "user=alice",
+                                "--secret-stdin"], stdin: "native")
+        #expect(native.status == 0, "\(native)")
         let store = bus.run("/usr/bin/secret-tool", ["store", "--label=Mail for alice", "server", "mail.example.com", "user", "alice"],
                             stdin: "hunter2")
         #expect(store.status == 0, "\(store)\n\(bus.read("front-end.log"))")
@@ -48,7 +53,8 @@ struct SecretServiceItemTests {
         #expect(bus.run("/usr/bin/secret-tool", ["lookup", "user", "ali"]).status != 0)
         #expect(bus.run("/usr/bin/secret-tool", ["clear", "user", "alice"]).status == 0)
         #expect(bus.run("/usr/bin/secret-tool", ["lookup", "user", "alice"]).status != 0)
-        #expect(Self.find(agent, ["user": "alice"]).status != 0)
+        let left = Self.find(agent, ["user": "alice"])
+        #expect(left.status == 0 && left.stdout.contains("odd one") && !left.stdout.contains("Mail"), "\(left)")
         #expect(frontEnd.isRunning, "\(bus.read("front-end.log"))")
     }
 
@@ -157,7 +163,7 @@ struct SecretServiceItemTests {
             # GetSecrets for several items, an unknown one left out.
             s = item.session
             got = call(a, PATH, 'org.freedesktop.Secret.Service', 'GetSecrets', 'aoo',
-                       [item.item_path, coll.collection_path + '/' + '0' * 32], s.object_path)
+                       [item.item_path, coll.collection_path + '/' + '0' * 32, item.item_path], s.object_path)
             assert got[0] == 'ok' and list(got[1][0].keys()) == [item.item_path], got
             # A new collection, its alias, its label; items in it are its own.
             work = secretstorage.create_collection(a, 'Work Stuff', alias='work')
