@@ -132,6 +132,9 @@ extension SecretServiceFrontEnd {
         let created: UInt64
         let modified: UInt64
         let protection: ProtectionClass
+        /// True if the item has an access control (one made through the native API): the front end
+        /// cannot satisfy one yet (no prompter), so it is locked.
+        var guarded = false
         var path: String { SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
 
         /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
@@ -159,6 +162,7 @@ extension SecretServiceFrontEnd {
             created = Self.seconds(a["cdat"])
             modified = Self.seconds(a["mdat"])
             if case .string(let p)? = a["pdmn"], let c = ProtectionClass(parsing: p) { protection = c } else { protection = .defaultForNewItems }
+            guarded = a[AccessControl.attributeName] != nil
         }
 
         static func seconds(_ v: AttributeValue?) -> UInt64 {
@@ -310,8 +314,10 @@ extension SecretServiceFrontEnd {
         try agentCall { () throws(SecError) in try c.agent.status().lockState }
     }
 
-    static func isLocked(_ p: ProtectionClass, _ state: LockState) -> Bool {
-        switch p.availability {
+    /// Whether the item's class key is unavailable in `state`, or it has an access control.
+    static func isLocked(_ r: Record, _ state: LockState) -> Bool {
+        guard !r.guarded else { return true }
+        return switch r.protection.availability {
         case .whenUnlocked: state != .unlocked
         case .afterFirstUnlock: state == .boot
         case .always: false
@@ -513,8 +519,8 @@ extension SecretServiceFrontEnd {
         let attributes = try Self.callerAttributes(Self.readDictionary(m))
         let found = try items(c, attributes: attributes)
         let state = try lockState(c)
-        let locked = found.filter { Self.isLocked($0.protection, state) }.map(\.path)
-        let unlocked = found.filter { !Self.isLocked($0.protection, state) }.map(\.path)
+        let locked = found.filter { Self.isLocked($0, state) }.map(\.path)
+        let unlocked = found.filter { !Self.isLocked($0, state) }.map(\.path)
         return replyWith(m) { r in
             let rc = Self.appendStrings(r, "o", unlocked)
             return rc < 0 ? rc : Self.appendStrings(r, "o", locked)
@@ -641,7 +647,7 @@ extension SecretServiceFrontEnd {
                 // An item the agent cannot read while locked is locked; one that is not there is left out.
                 do {
                     let (record, _) = try item(c, path)
-                    if Self.isLocked(record.protection, state) { locked.append(path) } else { unlocked.append(path) }
+                    if Self.isLocked(record, state) { locked.append(path) } else { unlocked.append(path) }
                 } catch where error.name == BusError.isLocked {
                     locked.append(path)
                 } catch {
@@ -672,6 +678,12 @@ extension SecretServiceFrontEnd {
         var attributes: [String: String] = [:]
         var protection: ProtectionClass?
         var synchronizable: Bool?
+
+        /// Puts the Coffer properties given into a keychain item's attributes.
+        func apply(to a: inout Attributes) {
+            if let protection { a["pdmn"] = .string(protection.shortCode) }
+            if let synchronizable { a["sync"] = .bool(synchronizable) }
+        }
     }
 
     static func readItemProperties(_ m: OpaquePointer?) throws(BusError) -> ItemProperties {
@@ -707,6 +719,8 @@ extension SecretServiceFrontEnd {
                 guard ssb_read_variant_bool(m, &b) >= 0 else { throw wrongType }
                 p.synchronizable = b != 0
             case "io.coffer.Item.AccessControl":
+                // Making an item with an access control needs the person (the agent asks), and the
+                // front end cannot prompt yet.
                 throw BusError(name: BusError.notSupported, message: "io.coffer.Item.AccessControl is not served yet")
             default:
                 guard ssb_skip_variant(m) >= 0 else { throw bad }
@@ -761,8 +775,7 @@ extension SecretServiceFrontEnd {
         let name = try collection(c, path)
         if replace != 0, let old = try items(c, collection: name, attributes: attributes).first(where: { $0.attributes == properties.attributes }) {
             var extra: Attributes = [:]
-            if let p = properties.protection { extra["pdmn"] = .string(p.shortCode) }
-            if let s = properties.synchronizable { extra["sync"] = .bool(s) }
+            properties.apply(to: &extra)
             try change(c, old, label: properties.label, secret: secret, contentType: contentType, extra: extra)
             itemEvent("ItemChanged", old)
             return replyPath(m, old.path, Self.noPrompt)
@@ -787,8 +800,7 @@ extension SecretServiceFrontEnd {
         a["labl"] = .string(properties.label)
         a[Self.collectionKey] = .string(name)
         a[Self.contentTypeKey] = .string(contentType)
-        if let p = properties.protection { a["pdmn"] = .string(p.shortCode) }
-        if let s = properties.synchronizable { a["sync"] = .bool(s) }
+        properties.apply(to: &a)
         _ = try agentCall { () throws(SecError) in try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: secret)) }
         return itemCreated(m, name: name, id: id)
     }
@@ -891,7 +903,7 @@ extension SecretServiceFrontEnd {
                 // An item whose attributes the agent cannot read now is locked.
                 do {
                     let (record, _) = try item(c, path)
-                    return ssb_append_bool(reply, Self.isLocked(record.protection, try lockState(c)) ? 1 : 0)
+                    return ssb_append_bool(reply, Self.isLocked(record, try lockState(c)) ? 1 : 0)
                 } catch where error.name == BusError.isLocked {
                     return ssb_append_bool(reply, 1)
                 }

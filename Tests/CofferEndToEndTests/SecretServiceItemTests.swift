@@ -206,6 +206,20 @@ struct SecretServiceItemTests {
             assert call(a, item.item_path, ITEM, 'GetSecret', 's', 'not a path')[1] == 'org.freedesktop.DBus.Error.InvalidArgs'
             assert call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'as', ['x'])[1] == 'org.freedesktop.DBus.Error.InvalidArgs'
             assert call(b, item.item_path, ITEM, 'GetSecret', 'o', s.object_path) == ('error', 'org.freedesktop.Secret.Error.NoSession')
+            # Coffer's own properties: a class (an access control is not served yet).
+            def create(props):
+                return call(a, coll.collection_path, COLL, 'CreateItem', 'a{sv}(oayays)b',
+                            dict({'org.freedesktop.Secret.Item.Label': ('s', 'Guarded'),
+                                  'org.freedesktop.Secret.Item.Attributes': ('a{ss}', {'guard': 'yes'})}, **props),
+                            (open_plain(a)[1][1], b'', b'guarded', 'text/plain'), False)
+            assert create({'io.coffer.Item.Accessible': ('s', 'nonsense')}) == ('error', 'org.freedesktop.DBus.Error.InvalidArgs')
+            assert create({'org.freedesktop.Secret.Item.Label': ('u', 7)}) == ('error', 'org.freedesktop.DBus.Error.InvalidArgs')
+            assert list(coll.search_items({'guard': 'yes'})) == [], 'a refused CreateItem made something'
+            assert create({'io.coffer.Item.AccessControl': ('s', 'user-presence')}) == ('error', 'org.freedesktop.DBus.Error.NotSupported')
+            made = create({'io.coffer.Item.Accessible': ('s', 'cku')})
+            assert made[0] == 'ok', made
+            assert secretstorage.Item(a, made[1][0]).get_secret() == b'guarded'
+            secretstorage.Item(a, made[1][0]).delete()
             plain = open_plain(a)[1][1]
             assert close(a, plain) == ('ok', ())
             assert call(a, item.item_path, ITEM, 'GetSecret', 'o', plain) == ('error', 'org.freedesktop.Secret.Error.NoSession')
