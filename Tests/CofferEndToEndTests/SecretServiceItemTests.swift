@@ -203,6 +203,19 @@ struct SecretServiceItemTests {
                 == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
             assert call(a, '/org/freedesktop/secrets/collection/nothing', COLL, 'SearchItems', 'a{ss}', {}) \
                 == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
+            PROPS = 'org.freedesktop.DBus.Properties'
+            assert call(a, coll.collection_path + '/' + 'f' * 32, PROPS, 'Get', 'ss', ITEM, 'Label') \
+                == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
+            assert call(a, '/org/freedesktop/secrets/aliases/nothing', PROPS, 'GetAll', 's', COLL) \
+                == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
+            # A path that is no object at all: the bus's answer, not a crash.
+            assert call(a, '/org/freedesktop/secrets/collection/login/notanid', ITEM, 'Delete')[0] == 'error'
+            # Attributes set with a reserved name, or of the wrong type: refused, the item unchanged.
+            assert call(a, item.item_path, PROPS, 'Set', 'ssv', ITEM, 'Attributes', ('a{ss}', {'coffer:collection': 'x'})) \
+                == ('error', 'org.freedesktop.DBus.Error.InvalidArgs')
+            assert call(a, item.item_path, PROPS, 'Set', 'ssv', ITEM, 'Attributes', ('s', 'x'))[0] == 'error'
+            assert call(a, item.item_path, PROPS, 'Set', 'ssv', ITEM, 'Locked', ('b', False))[0] == 'error'
+            assert item.get_attributes() == {'app': 'demo', 'user': 'erin'}
             assert call(a, item.item_path, ITEM, 'GetSecret', 's', 'not a path')[1] == 'org.freedesktop.DBus.Error.InvalidArgs'
             assert call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'as', ['x'])[1] == 'org.freedesktop.DBus.Error.InvalidArgs'
             assert call(b, item.item_path, ITEM, 'GetSecret', 'o', s.object_path) == ('error', 'org.freedesktop.Secret.Error.NoSession')
