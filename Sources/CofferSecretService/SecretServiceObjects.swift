@@ -959,12 +959,10 @@ extension SecretServiceFrontEnd {
         }
     }
 
-    /// The caller's collections and items, for introspection: only for a sender that already has a
-    /// delegated connection (introspection alone never makes one).
+    /// The caller's collections and items, for introspection (as any call, it makes the sender's
+    /// delegated connection; nothing when the agent does not know the sender).
     func enumerate(_ call: OpaquePointer?) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? {
-        guard let s = ssb_message_sender(call), case let sender = String(cString: s), let peer = peers[sender] else { return nil }
-        let c = Caller(sender: sender, peer: peer)
-        guard let names = try? collectionNames(c) else { return nil }
+        guard let c = try? caller(call), let names = try? collectionNames(c) else { return nil }
         var paths = names.map(Self.collectionPath)
         paths += ((try? items(c)) ?? []).map(\.path)
         // malloc'ed: sd-bus frees the array and its strings.

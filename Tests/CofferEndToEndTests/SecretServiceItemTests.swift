@@ -135,6 +135,13 @@ struct SecretServiceItemTests {
             assert [i.item_path for i in coll.search_items({'user': 'dave'})] == [item.item_path]
             assert [i.item_path for i in secretstorage.search_items(a, {'app': 'demo'})] == [item.item_path]
             assert item.item_path in [i.item_path for i in coll.get_all_items()]
+            # gdbus introspect: the collection's interface and its item as a child node, the item's interface.
+            shown = introspect(coll.collection_path)
+            assert 'interface org.freedesktop.Secret.Collection' in shown and 'CreateItem(' in shown, shown
+            assert 'node ' + item.item_path.rsplit('/', 1)[1] in shown, shown
+            assert 'login' in introspect('/org/freedesktop/secrets/collection')
+            shown = introspect(item.item_path)
+            assert 'interface org.freedesktop.Secret.Item' in shown and 'GetSecret(' in shown and 'Attributes' in shown, shown
             # Label and attributes set; the collection's Modified and the item's.
             item.set_label('Renamed')
             assert item.get_label() == 'Renamed'
