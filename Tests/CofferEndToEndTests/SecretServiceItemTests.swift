@@ -363,6 +363,11 @@ struct SecretServiceItemTests {
             assert next_signal(a, q)[2][0] is True
             # The keybag stayed locked.
             assert coll.is_locked()
+            # At most 16 open prompts per sender; another sender is still served.
+            for _ in range(16):
+                assert call(a, PATH, SVC, 'Unlock', 'ao', [coll.collection_path])[0] == 'ok'
+            assert call(a, PATH, SVC, 'Unlock', 'ao', [coll.collection_path]) == ('error', 'org.freedesktop.DBus.Error.LimitsExceeded')
+            assert call(b, PATH, SVC, 'Unlock', 'ao', [coll.collection_path])[0] == 'ok'
             print('done')
             """#)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
