@@ -180,7 +180,8 @@ let package = Package(
         // parsing never happens in cofferd; it reaches the agent through CofferClient only, one
         // connection per bus sender, delegated to the sender's process (DELEGATE).
         .target(name: "CofferSecretService",
-                dependencies: ["CSecretServiceBus", "CofferClient", "CofferIdentity", "CofferModel", "CofferSecretServiceCrypto", "CofferSystem"],
+                dependencies: ["CSecretServiceBus", "CofferClient", "CofferCrypto", "CofferIdentity", "CofferModel", "CofferSecretServiceCrypto",
+                               "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-secret-service", dependencies: ["CofferSecretService"], swiftSettings: settings),
 

@@ -7,12 +7,14 @@ set -eu
 # their own sshd on 127.0.0.1 with a private configuration; the package's own service is not needed).
 # python3-secretstorage: an independent Secret Service client the session-algorithm tests check against (CofferSecretServiceCrypto),
 # and the client of the front end's tests on a private session bus (dbus-daemon, gdbus: SecretServiceBusTests).
+# libsecret-tools, gir1.2-secret-1, python3-gi, python3-keyring: the real Secret Service clients the front end's item tests drive
+# (secret-tool, libsecret through GObject introspection, Python's keyring library; SecretServiceItemTests).
 # swtpm, swtpm-tools, tpm2-tools, libtss2-dev: the TPM 2.0 device key (issue #28): tpm2-tss's ESAPI, TCTI loader, marshalling and
 # response-code libraries (CTPM links them), the software TPM the CofferTPM tests start, and tpm2-tools they check against.
 # pass: the password-store `coffer import pass` reads (ImportPassTests make their stores with `pass init` and `pass insert`).
 # gnome-keyring, libsecret-tools: the provider `coffer import secret-service` reads and the `secret-tool` that fills it
 # (ImportSecretServiceTests run gnome-keyring-daemon on a private session bus).
-packages="libsodium-dev libpam0g-dev libsqlite3-dev libssl-dev openssl libpam-wrapper pamtester gcc pkg-config xxd procps bubblewrap bindfs strace libsystemd-dev fprintd libfprint-2-2 python3-dbusmock dbus-daemon libglib2.0-bin git gnupg gpg-agent pinentry-curses man-db groff-base zsh fish xz-utils openssh-client openssh-server python3-secretstorage swtpm swtpm-tools tpm2-tools libtss2-dev pass gnome-keyring libsecret-tools"
+packages="libsodium-dev libpam0g-dev libsqlite3-dev libssl-dev openssl libpam-wrapper pamtester gcc pkg-config xxd procps bubblewrap bindfs strace libsystemd-dev fprintd libfprint-2-2 python3-dbusmock dbus-daemon libglib2.0-bin git gnupg gpg-agent pinentry-curses man-db groff-base zsh fish xz-utils openssh-client openssh-server python3-secretstorage libsecret-tools gir1.2-secret-1 python3-gi python3-keyring swtpm swtpm-tools tpm2-tools libtss2-dev pass gnome-keyring"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -3,12 +3,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-bus.h>
 #include <unistd.h>
 
 #define SERVICE_IFACE "org.freedesktop.Secret.Service"
 #define SESSION_IFACE "org.freedesktop.Secret.Session"
+#define COLLECTION_IFACE "org.freedesktop.Secret.Collection"
+#define ITEM_IFACE "org.freedesktop.Secret.Item"
+#define PROMPT_IFACE "org.freedesktop.Secret.Prompt"
 
 /* The handlers pointer travels as each vtable's and match's userdata. */
 static int open_session_cb(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -21,6 +25,40 @@ static int close_session_cb(sd_bus_message *m, void *userdata, sd_bus_error *err
     (void)error;
     const ssb_handlers *h = userdata;
     return h->close_session(m, h->userdata);
+}
+
+static int method_cb(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+    (void)error;
+    const ssb_handlers *h = userdata;
+    return h->method(m, h->userdata);
+}
+
+static int get_property_cb(sd_bus *bus, const char *path, const char *interface, const char *property,
+                           sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+    const ssb_handlers *h = userdata;
+    return h->get_property(sd_bus_get_current_message(bus), path, interface, property, reply, (ssb_error *)error, h->userdata);
+}
+
+static int set_property_cb(sd_bus *bus, const char *path, const char *interface, const char *property,
+                           sd_bus_message *value, void *userdata, sd_bus_error *error) {
+    const ssb_handlers *h = userdata;
+    return h->set_property(sd_bus_get_current_message(bus), path, interface, property, value, (ssb_error *)error, h->userdata);
+}
+
+static int find_cb(sd_bus *bus, const char *path, const char *interface, void *userdata, void **found, sd_bus_error *error) {
+    (void)bus;
+    (void)error;
+    const ssb_handlers *h = userdata;
+    if (h->find(path, interface, h->userdata) <= 0) return 0;
+    *found = userdata;
+    return 1;
+}
+
+static int enumerate_cb(sd_bus *bus, const char *prefix, void *userdata, char ***nodes, sd_bus_error *error) {
+    (void)error;
+    const ssb_handlers *h = userdata;
+    *nodes = h->enumerate(sd_bus_get_current_message(bus), prefix, h->userdata);
+    return 0;
 }
 
 static int name_owner_changed_cb(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -36,6 +74,59 @@ static const sd_bus_vtable service_vtable[] = {
     SD_BUS_VTABLE_START(0),
     SD_BUS_METHOD_WITH_NAMES("OpenSession", "sv", SD_BUS_PARAM(algorithm) SD_BUS_PARAM(input),
                              "vo", SD_BUS_PARAM(output) SD_BUS_PARAM(result), open_session_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("CreateCollection", "a{sv}s", SD_BUS_PARAM(properties) SD_BUS_PARAM(alias),
+                             "oo", SD_BUS_PARAM(collection) SD_BUS_PARAM(prompt), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("SearchItems", "a{ss}", SD_BUS_PARAM(attributes),
+                             "aoao", SD_BUS_PARAM(unlocked) SD_BUS_PARAM(locked), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("Unlock", "ao", SD_BUS_PARAM(objects), "aoo", SD_BUS_PARAM(unlocked) SD_BUS_PARAM(prompt), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("Lock", "ao", SD_BUS_PARAM(objects), "aoo", SD_BUS_PARAM(locked) SD_BUS_PARAM(prompt), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("GetSecrets", "aoo", SD_BUS_PARAM(items) SD_BUS_PARAM(session),
+                             "a{o(oayays)}", SD_BUS_PARAM(secrets), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("ReadAlias", "s", SD_BUS_PARAM(name), "o", SD_BUS_PARAM(collection), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("SetAlias", "so", SD_BUS_PARAM(name) SD_BUS_PARAM(collection), "", "", method_cb, 0),
+    SD_BUS_PROPERTY("Collections", "ao", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_SIGNAL_WITH_NAMES("CollectionCreated", "o", SD_BUS_PARAM(collection), 0),
+    SD_BUS_SIGNAL_WITH_NAMES("CollectionDeleted", "o", SD_BUS_PARAM(collection), 0),
+    SD_BUS_SIGNAL_WITH_NAMES("CollectionChanged", "o", SD_BUS_PARAM(collection), 0),
+    SD_BUS_VTABLE_END,
+};
+
+static const sd_bus_vtable collection_vtable[] = {
+    SD_BUS_VTABLE_START(0),
+    SD_BUS_METHOD_WITH_NAMES("Delete", "", "", "o", SD_BUS_PARAM(prompt), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("SearchItems", "a{ss}", SD_BUS_PARAM(attributes), "ao", SD_BUS_PARAM(results), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("CreateItem", "a{sv}(oayays)b", SD_BUS_PARAM(properties) SD_BUS_PARAM(secret) SD_BUS_PARAM(replace),
+                             "oo", SD_BUS_PARAM(item) SD_BUS_PARAM(prompt), method_cb, 0),
+    SD_BUS_PROPERTY("Items", "ao", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_WRITABLE_PROPERTY("Label", "s", get_property_cb, set_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_PROPERTY("Locked", "b", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_PROPERTY("Created", "t", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_PROPERTY("Modified", "t", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_SIGNAL_WITH_NAMES("ItemCreated", "o", SD_BUS_PARAM(item), 0),
+    SD_BUS_SIGNAL_WITH_NAMES("ItemDeleted", "o", SD_BUS_PARAM(item), 0),
+    SD_BUS_SIGNAL_WITH_NAMES("ItemChanged", "o", SD_BUS_PARAM(item), 0),
+    SD_BUS_VTABLE_END,
+};
+
+static const sd_bus_vtable item_vtable[] = {
+    SD_BUS_VTABLE_START(0),
+    SD_BUS_METHOD_WITH_NAMES("Delete", "", "", "o", SD_BUS_PARAM(prompt), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("GetSecret", "o", SD_BUS_PARAM(session), "(oayays)", SD_BUS_PARAM(secret), method_cb, 0),
+    SD_BUS_METHOD_WITH_NAMES("SetSecret", "(oayays)", SD_BUS_PARAM(secret), "", "", method_cb, 0),
+    SD_BUS_PROPERTY("Locked", "b", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_WRITABLE_PROPERTY("Attributes", "a{ss}", get_property_cb, set_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_WRITABLE_PROPERTY("Label", "s", get_property_cb, set_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_PROPERTY("Type", "s", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_PROPERTY("Created", "t", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_PROPERTY("Modified", "t", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_VTABLE_END,
+};
+
+static const sd_bus_vtable prompt_vtable[] = {
+    SD_BUS_VTABLE_START(0),
+    SD_BUS_METHOD_WITH_NAMES("Prompt", "s", SD_BUS_PARAM(window_id), "", "", method_cb, 0),
+    SD_BUS_METHOD("Dismiss", "", "", method_cb, 0),
+    SD_BUS_SIGNAL_WITH_NAMES("Completed", "bv", SD_BUS_PARAM(dismissed) SD_BUS_PARAM(result), 0),
     SD_BUS_VTABLE_END,
 };
 
@@ -57,6 +148,16 @@ int ssb_bus_serve_service(ssb_bus *bus, const char *path, const ssb_handlers *ha
     if (r < 0) return r;
     return sd_bus_match_signal(bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
                                "NameOwnerChanged", name_owner_changed_cb, (void *)handlers);
+}
+
+int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const ssb_handlers *handlers) {
+    void *u = (void *)handlers;
+    int r = sd_bus_add_fallback_vtable(bus, NULL, collections, COLLECTION_IFACE, collection_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, ITEM_IFACE, item_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, aliases, COLLECTION_IFACE, collection_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, prompts, PROMPT_IFACE, prompt_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_node_enumerator(bus, NULL, collections, enumerate_cb, u);
+    return r;
 }
 
 int ssb_request_name(ssb_bus *bus, const char *name) {
@@ -86,6 +187,209 @@ int ssb_bus_run(ssb_bus *bus) {
 
 const char *ssb_message_sender(ssb_message *m) { return sd_bus_message_get_sender(m); }
 const char *ssb_message_path(ssb_message *m) { return sd_bus_message_get_path(m); }
+const char *ssb_message_interface(ssb_message *m) { return sd_bus_message_get_interface(m); }
+const char *ssb_message_member(ssb_message *m) { return sd_bus_message_get_member(m); }
+
+char *ssb_path_encode(const char *prefix, const char *external) {
+    char *out = NULL;
+    return sd_bus_path_encode(prefix, external, &out) < 0 ? NULL : out;
+}
+
+char *ssb_path_decode(const char *path, const char *prefix) {
+    char *out = NULL;
+    return sd_bus_path_decode(path, prefix, &out) <= 0 ? NULL : out;
+}
+
+int ssb_read_string(ssb_message *m, char type, const char **value) { return sd_bus_message_read_basic(m, type, value); }
+
+int ssb_read_bool(ssb_message *m, int *value) { return sd_bus_message_read_basic(m, 'b', value); }
+
+int ssb_read_strings(ssb_message *m, char type, char ***items) {
+    *items = NULL;
+    char sig[2] = {type, 0};
+    int r = sd_bus_message_enter_container(m, 'a', sig);
+    if (r < 0) return r;
+    size_t n = 0, cap = 8;
+    char **out = calloc(cap + 1, sizeof(char *));
+    if (!out) return -ENOMEM;
+    const char *s = NULL;
+    while ((r = sd_bus_message_read_basic(m, type, &s)) > 0) {
+        if (n == cap) {
+            char **grown = realloc(out, (2 * cap + 1) * sizeof(char *));
+            if (!grown) { r = -ENOMEM; break; }
+            out = grown;
+            cap *= 2;
+        }
+        if (!(out[n] = strdup(s))) { r = -ENOMEM; break; }
+        out[++n] = NULL;
+    }
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    if (r < 0) { ssb_strv_free(out); return r; }
+    *items = out;
+    return 0;
+}
+
+int ssb_read_string_dict(ssb_message *m, char ***pairs) {
+    *pairs = NULL;
+    int r = sd_bus_message_enter_container(m, 'a', "{ss}");
+    if (r < 0) return r;
+    size_t n = 0, cap = 8;
+    char **out = calloc(cap + 1, sizeof(char *));
+    if (!out) return -ENOMEM;
+    const char *k = NULL, *v = NULL;
+    while ((r = sd_bus_message_enter_container(m, 'e', "ss")) > 0) {
+        if ((r = sd_bus_message_read_basic(m, 's', &k)) < 0) break;
+        if ((r = sd_bus_message_read_basic(m, 's', &v)) < 0) break;
+        if ((r = sd_bus_message_exit_container(m)) < 0) break;
+        if (n + 2 > cap) {
+            char **grown = realloc(out, (2 * cap + 1) * sizeof(char *));
+            if (!grown) { r = -ENOMEM; break; }
+            out = grown;
+            cap *= 2;
+        }
+        if (!(out[n] = strdup(k))) { r = -ENOMEM; break; }
+        out[++n] = NULL;
+        if (!(out[n] = strdup(v))) { r = -ENOMEM; break; }
+        out[++n] = NULL;
+    }
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    if (r < 0) { ssb_strv_free(out); return r; }
+    *pairs = out;
+    return 0;
+}
+
+void ssb_strv_free(char **strv) {
+    if (!strv) return;
+    for (char **p = strv; *p; p++) free(*p);
+    free(strv);
+}
+
+int ssb_read_secret(ssb_message *m, const char **session, const void **parameters, size_t *parameters_size,
+                    const void **value, size_t *value_size, const char **content_type) {
+    int r = sd_bus_message_enter_container(m, 'r', "oayays");
+    if (r >= 0) r = sd_bus_message_read_basic(m, 'o', session);
+    if (r >= 0) r = sd_bus_message_read_array(m, 'y', parameters, parameters_size);
+    if (r >= 0) r = sd_bus_message_read_array(m, 'y', value, value_size);
+    if (r >= 0) r = sd_bus_message_read_basic(m, 's', content_type);
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    return r < 0 ? r : 0;
+}
+
+int ssb_enter_properties(ssb_message *m) { return sd_bus_message_enter_container(m, 'a', "{sv}"); }
+
+int ssb_next_property(ssb_message *m, const char **key, const char **contents) {
+    int r = sd_bus_message_enter_container(m, 'e', "sv");
+    if (r == 0) return sd_bus_message_exit_container(m) < 0 ? -EBADMSG : 0;
+    if (r < 0) return r;
+    r = sd_bus_message_read_basic(m, 's', key);
+    if (r < 0) return r;
+    r = sd_bus_message_peek_type(m, NULL, contents);
+    return r < 0 ? r : 1;
+}
+
+int ssb_read_variant_string(ssb_message *m, const char **value) {
+    int r = sd_bus_message_enter_container(m, 'v', "s");
+    if (r >= 0) r = sd_bus_message_read_basic(m, 's', value);
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    return r < 0 ? r : 0;
+}
+
+int ssb_read_variant_string_dict(ssb_message *m, char ***pairs) {
+    *pairs = NULL;
+    int r = sd_bus_message_enter_container(m, 'v', "a{ss}");
+    if (r >= 0) r = ssb_read_string_dict(m, pairs);
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    if (r < 0) { ssb_strv_free(*pairs); *pairs = NULL; }
+    return r < 0 ? r : 0;
+}
+
+int ssb_read_variant_bool(ssb_message *m, int *value) {
+    int r = sd_bus_message_enter_container(m, 'v', "b");
+    if (r >= 0) r = sd_bus_message_read_basic(m, 'b', value);
+    if (r >= 0) r = sd_bus_message_exit_container(m);
+    return r < 0 ? r : 0;
+}
+
+int ssb_skip_variant(ssb_message *m) { return sd_bus_message_skip(m, "v"); }
+
+int ssb_end_property(ssb_message *m) { return sd_bus_message_exit_container(m); }
+
+int ssb_new_reply(ssb_message *call, ssb_message **reply) { return sd_bus_message_new_method_return(call, reply); }
+
+int ssb_send(ssb_message *reply) {
+    int r = sd_bus_send(NULL, reply, NULL);
+    sd_bus_message_unref(reply);
+    return r;
+}
+
+void ssb_release(ssb_message *reply) { sd_bus_message_unref(reply); }
+
+int ssb_append_string(ssb_message *m, char type, const char *value) { return sd_bus_message_append_basic(m, type, value); }
+
+int ssb_append_bool(ssb_message *m, int value) { return sd_bus_message_append_basic(m, 'b', &value); }
+
+int ssb_append_u64(ssb_message *m, uint64_t value) { return sd_bus_message_append_basic(m, 't', &value); }
+
+int ssb_append_strings(ssb_message *m, char type, const char *const *items, size_t count) {
+    char sig[2] = {type, 0};
+    int r = sd_bus_message_open_container(m, 'a', sig);
+    for (size_t i = 0; r >= 0 && i < count; i++) r = sd_bus_message_append_basic(m, type, items[i]);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    return r;
+}
+
+int ssb_append_string_dict(ssb_message *m, const char *const *keys, const char *const *values, size_t count) {
+    int r = sd_bus_message_open_container(m, 'a', "{ss}");
+    for (size_t i = 0; r >= 0 && i < count; i++) r = sd_bus_message_append(m, "{ss}", keys[i], values[i]);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    return r;
+}
+
+int ssb_append_secret(ssb_message *m, const char *session, const void *parameters, size_t parameters_size,
+                      const void *value, size_t value_size, const char *content_type) {
+    int r = sd_bus_message_open_container(m, 'r', "oayays");
+    if (r >= 0) r = sd_bus_message_append_basic(m, 'o', session);
+    if (r >= 0) r = sd_bus_message_append_array(m, 'y', parameters, parameters_size);
+    if (r >= 0) r = sd_bus_message_append_array(m, 'y', value, value_size);
+    if (r >= 0) r = sd_bus_message_append_basic(m, 's', content_type);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    return r;
+}
+
+int ssb_open_secrets(ssb_message *m) { return sd_bus_message_open_container(m, 'a', "{o(oayays)}"); }
+
+int ssb_append_secrets_entry(ssb_message *m, const char *path, const char *session, const void *parameters,
+                             size_t parameters_size, const void *value, size_t value_size, const char *content_type) {
+    int r = sd_bus_message_open_container(m, 'e', "o(oayays)");
+    if (r >= 0) r = sd_bus_message_append_basic(m, 'o', path);
+    if (r >= 0) r = ssb_append_secret(m, session, parameters, parameters_size, value, value_size, content_type);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    return r;
+}
+
+int ssb_close_container(ssb_message *m) { return sd_bus_message_close_container(m); }
+
+int ssb_error_set(ssb_error *error, const char *name, const char *text) { return sd_bus_error_set((sd_bus_error *)error, name, text); }
+
+int ssb_emit_path_signal(ssb_bus *bus, const char *path, const char *interface, const char *member, const char *object) {
+    return sd_bus_emit_signal(bus, path, interface, member, "o", object);
+}
+
+int ssb_emit_properties_changed(ssb_bus *bus, const char *path, const char *interface, char **names) {
+    return sd_bus_emit_properties_changed_strv(bus, path, interface, names);
+}
+
+int ssb_emit_completed(ssb_bus *bus, const char *path, int dismissed, const char *const *paths, size_t count) {
+    sd_bus_message *m = NULL;
+    int r = sd_bus_message_new_signal(bus, &m, path, PROMPT_IFACE, "Completed");
+    if (r >= 0) r = sd_bus_message_append_basic(m, 'b', &dismissed);
+    if (r >= 0) r = sd_bus_message_open_container(m, 'v', "ao");
+    if (r >= 0) r = ssb_append_strings(m, 'o', paths, count);
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    if (r >= 0) r = sd_bus_send(bus, m, NULL);
+    sd_bus_message_unref(m);
+    return r;
+}
 
 int ssb_read_open_session(ssb_message *m, const char **algorithm, int *kind, const void **input, size_t *size) {
     *input = NULL;

@@ -1,5 +1,6 @@
 import CSecretServiceBus
 import CofferClient
+import CofferCrypto
 import CofferIdentity
 import CofferModel
 import CofferSecretServiceCrypto
@@ -11,8 +12,8 @@ import Glibc
 /// each sender its own connection to cofferd delegated to the sender's process (DELEGATE) before
 /// anything else is done for it. Single-threaded: everything runs in ``run()``'s loop.
 ///
-/// What is served so far is only that: the item, collection, search, secret and prompt methods are
-/// not registered (a client calling them gets the bus's UnknownMethod).
+/// Collections, items, searches, aliases, secrets and prompts are served by the methods in
+/// SecretServiceObjects.swift, on fallback vtables (no object registered per item).
 public final class SecretServiceFrontEnd {
     /// The bus name, the service object and where session objects live.
     public static let busName = "org.freedesktop.secrets"
@@ -26,8 +27,13 @@ public final class SecretServiceFrontEnd {
     /// One bus sender: its delegated agent connection and its sessions (by object path).
     final class Peer {
         let agent: AgentConnection
+        /// The caller's default access group (the agent's WHOAMI, first group): its collections' group.
+        let group: String
         var sessions: [String: OpenSession] = [:]
-        init(agent: AgentConnection) { self.agent = agent }
+        init(agent: AgentConnection, group: String) {
+            self.agent = agent
+            self.group = group
+        }
     }
 
     struct OpenSession {
@@ -35,13 +41,20 @@ public final class SecretServiceFrontEnd {
         let slot: OpaquePointer
     }
 
-    private let bus: OpaquePointer
+    let bus: OpaquePointer
     private let socketPath: String
     private let handlers: UnsafeMutablePointer<ssb_handlers>
-    private var peers: [String: Peer] = [:]
+    var peers: [String: Peer] = [:]
     /// Which sender each session object belongs to.
-    private var owners: [String: String] = [:]
+    var owners: [String: String] = [:]
     private var nextSession: UInt64 = 1
+    /// Open prompts (object path → whose and for what) and the next prompt's number.
+    var prompts: [String: PendingPrompt] = [:]
+    var nextPrompt: UInt64 = 1
+    /// The `session` collection: each identity's (default group's) items, by identifier.
+    var sessionItems: [String: [String: SessionItem]] = [:]
+    /// How many prompts one sender may hold at once.
+    static let promptsPerSender = 16
 
     /// Why the front end cannot serve; ``exitStatus`` is the process's (documented in coffer-secret-service(1)).
     public enum StartError: Error, CustomStringConvertible {
@@ -84,11 +97,25 @@ public final class SecretServiceFrontEnd {
                 guard let name, let newOwner else { return }
                 SecretServiceFrontEnd.from(userdata).nameOwnerChanged(String(cString: name), newOwner: String(cString: newOwner))
             },
+            method: { m, userdata in SecretServiceFrontEnd.from(userdata).method(m) },
+            get_property: { call, path, interface, property, reply, error, userdata in
+                SecretServiceFrontEnd.from(userdata).getProperty(call, path, interface, property, reply, error)
+            },
+            set_property: { call, path, interface, property, value, error, userdata in
+                SecretServiceFrontEnd.from(userdata).setProperty(call, path, interface, property, value, error)
+            },
+            find: { path, interface, userdata in
+                guard let path, let interface else { return 0 }
+                return SecretServiceFrontEnd.from(userdata).find(String(cString: path), interface: String(cString: interface)) ? 1 : 0
+            },
+            enumerate: { call, _, userdata in SecretServiceFrontEnd.from(userdata).enumerate(call) },
             userdata: nil))
         handlers.pointee.userdata = Unmanaged.passUnretained(self).toOpaque()
         // Served before the name is owned, so that no call to the name finds nothing.
         let served = ssb_bus_serve_service(bus, Self.servicePath, handlers)
         guard served >= 0 else { throw .bus("cannot serve \(Self.servicePath): \(String(cString: strerror(-served)))") }
+        let objects = ssb_bus_serve_objects(bus, Self.collectionPrefix, Self.aliasPrefix, Self.promptPrefix, handlers)
+        guard objects >= 0 else { throw .bus("cannot serve collections and items: \(String(cString: strerror(-objects)))") }
         switch ssb_request_name(bus, Self.busName) {
         case SSB_NAME_OWNED: break
         case SSB_NAME_TAKEN: throw .nameTaken
@@ -98,6 +125,7 @@ public final class SecretServiceFrontEnd {
 
     deinit {
         for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
+        for items in sessionItems.values { for i in items.values { i.secret.wipe() } }
         ssb_bus_close(bus)
         handlers.deallocate()
     }
@@ -105,7 +133,7 @@ public final class SecretServiceFrontEnd {
     /// Serves until the bus connection ends (0) or fails (a negative errno).
     public func run() -> Int32 { ssb_bus_run(bus) }
 
-    private static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
+    static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
         Unmanaged<SecretServiceFrontEnd>.fromOpaque(userdata!).takeUnretainedValue()
     }
 
@@ -120,16 +148,19 @@ public final class SecretServiceFrontEnd {
         static let invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
         static let limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
         static let noSession = "org.freedesktop.Secret.Error.NoSession"
+        static let noSuchObject = "org.freedesktop.Secret.Error.NoSuchObject"
+        static let isLocked = "org.freedesktop.Secret.Error.IsLocked"
+        static let notSupported = "org.freedesktop.DBus.Error.NotSupported"
     }
 
-    private func reply(_ m: OpaquePointer?, _ e: BusError) -> Int32 { ssb_reply_error(m, e.name, e.message) }
+    func reply(_ m: OpaquePointer?, _ e: BusError) -> Int32 { ssb_reply_error(m, e.name, e.message) }
 
     // MARK: Delegated identity
 
     /// The sender's peer, made on its first call: its pid from the bus (GetConnectionCredentials), its
     /// start time read right away, its pidfd (the bus's ProcessFD where it offers one, else
     /// pidfd_open of the pid), a new agent connection, and DELEGATE before anything else on it.
-    private func peer(for sender: String) throws(BusError) -> Peer {
+    func peer(for sender: String) throws(BusError) -> Peer {
         if let p = peers[sender] { return p }
         var pid: UInt32 = 0
         var busPIDFD: Int32 = -1
@@ -164,7 +195,19 @@ public final class SecretServiceFrontEnd {
         do { try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime) } catch {
             throw BusError(name: BusError.accessDenied, message: "the Coffer agent refused to act for \(sender): \(error.message)")
         }
-        let p = Peer(agent: agent)
+        // The groups the agent gives the delegated process: the first is where its collections live.
+        let group: String
+        do {
+            guard let first = try agent.whoami().accessGroups.first else {
+                throw BusError(name: BusError.accessDenied, message: "the Coffer agent gives \(sender) no access group")
+            }
+            group = first
+        } catch let e as BusError {
+            throw e
+        } catch {
+            throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
+        }
+        let p = Peer(agent: agent, group: group)
         peers[sender] = p
         return p
     }
@@ -176,6 +219,7 @@ public final class SecretServiceFrontEnd {
             ssb_slot_release(s.slot)
             owners[path] = nil
         }
+        prompts = prompts.filter { $0.value.sender != name }
     }
 
     // MARK: Service.OpenSession and Session.Close

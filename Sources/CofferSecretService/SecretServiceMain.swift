@@ -9,7 +9,8 @@ public enum SecretServiceMain {
         usage: coffer-secret-service [--socket PATH]
         Serves the freedesktop Secret Service API (org.freedesktop.secrets) on the session bus
         (DBUS_SESSION_BUS_ADDRESS) for the Coffer agent at PATH (default: $COFFER_SOCKET, else
-        $XDG_RUNTIME_DIR/coffer/agent.sock). Only OpenSession and Session.Close are served so far.
+        $XDG_RUNTIME_DIR/coffer/agent.sock). Collections (the session one in memory), items, searches,
+        secrets and aliases are served; prompting is not yet.
         """
 
     public static func run(_ arguments: [String]) -> Int32 {

@@ -1,0 +1,1025 @@
+import CSecretServiceBus
+import CofferClient
+import CofferCrypto
+import CofferModel
+import CofferSecretServiceCrypto
+import Glibc
+
+/// The Secret Service's collections, items, searches, aliases and secrets (SecretServiceMapping.md),
+/// every one a keychain operation on the sender's delegated agent connection: a Secret Service item
+/// is a `genp` item (service `org.freedesktop.secrets`, a random account, its attributes general
+/// attributes, its collection and content type reserved `coffer:` ones); a collection other than
+/// `login` and an alias are small `genp` items of their own. Nothing here holds a key or a secret
+/// beyond the call that carries it.
+extension SecretServiceFrontEnd {
+    static let collectionPrefix = "/org/freedesktop/secrets/collection"
+    static let aliasPrefix = "/org/freedesktop/secrets/aliases"
+    static let promptPrefix = "/org/freedesktop/secrets/prompt"
+    static let noPrompt = "/"
+    static let serviceInterface = "org.freedesktop.Secret.Service"
+    static let collectionInterface = "org.freedesktop.Secret.Collection"
+    static let itemInterface = "org.freedesktop.Secret.Item"
+
+    /// The keychain services of Secret Service items, collection records and alias records.
+    static let itemService = "org.freedesktop.secrets"
+    static let collectionService = "org.freedesktop.secrets.collection"
+    static let aliasService = "org.freedesktop.secrets.alias"
+    /// The collection every access group has, and what the `default` alias names unless set.
+    static let loginCollection = "login"
+    /// The collection in the front end's memory (per identity, gone when the front end exits).
+    static let sessionCollection = "session"
+    /// How many items one identity's `session` collection holds at most.
+    static let sessionItemsPerIdentity = 1024
+    /// Reserved general attributes (never taken from or shown to a caller).
+    static let reservedPrefix = "coffer:"
+    static let collectionKey = GeneralAttributes.key("coffer:collection")
+    static let contentTypeKey = GeneralAttributes.key("coffer:content-type")
+    static let defaultContentType = "text/plain"
+
+    // MARK: Paths
+
+    /// What an object path names.
+    enum ObjectRef: Equatable {
+        case collection(String)
+        case alias(String)
+        case item(collection: String, id: String)
+    }
+
+    static func encode(_ prefix: String, _ name: String) -> String {
+        guard let p = ssb_path_encode(prefix, name) else { return prefix + "/_" }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
+    static func decode(_ path: String, _ prefix: String) -> String? {
+        guard let p = ssb_path_decode(path, prefix) else { return nil }
+        defer { free(p) }
+        return String(cString: p)
+    }
+
+    static func collectionPath(_ name: String) -> String { encode(collectionPrefix, name) }
+    static func itemPath(collection: String, id: String) -> String { collectionPath(collection) + "/" + id }
+
+    /// An item's identifier: its account, 32 lowercase hex digits (128 random bits).
+    static func isItemID(_ s: Substring) -> Bool {
+        s.utf8.count == 32 && s.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    static func parse(_ path: String) -> ObjectRef? {
+        for (prefix, isAlias) in [(collectionPrefix, false), (aliasPrefix, true)] where path.hasPrefix(prefix + "/") {
+            let parts = path.dropFirst(prefix.count + 1).split(separator: "/", omittingEmptySubsequences: false)
+            guard let name = decode(prefix + "/" + parts[0], prefix), !name.isEmpty else { return nil }
+            if parts.count == 1 { return isAlias ? .alias(name) : .collection(name) }
+            if parts.count == 2, !isAlias, isItemID(parts[1]) { return .item(collection: name, id: String(parts[1])) }
+            return nil
+        }
+        return nil
+    }
+
+    /// Whether `path` may hold an object with `interface` (fallback vtables; whether it exists for
+    /// the caller is the method's question, answered NoSuchObject when not).
+    func find(_ path: String, interface: String) -> Bool {
+        switch (Self.parse(path), interface) {
+        case (.collection?, Self.collectionInterface), (.alias?, Self.collectionInterface), (.item?, Self.itemInterface): true
+        case (_, "org.freedesktop.Secret.Prompt"): prompts[path] != nil
+        default: false
+        }
+    }
+
+    // MARK: The caller
+
+    /// The sender of a call, its delegated peer and its collections' group.
+    struct Caller {
+        let sender: String
+        let peer: Peer
+        var agent: AgentConnection { peer.agent }
+        var group: String { peer.group }
+    }
+
+    func caller(_ m: OpaquePointer?) throws(BusError) -> Caller {
+        guard let s = ssb_message_sender(m) else { throw BusError(name: BusError.failed, message: "no sender") }
+        let sender = String(cString: s)
+        return Caller(sender: sender, peer: try peer(for: sender))
+    }
+
+    /// The D-Bus error for a keychain answer (the article's table).
+    static func busError(_ e: SecError) -> BusError {
+        let name: String
+        switch e.status {
+        case .itemNotFound: name = BusError.noSuchObject
+        case .interactionNotAllowed, .notAvailable: name = BusError.isLocked
+        case .param: name = BusError.invalidArgs
+        case .missingEntitlement: name = BusError.accessDenied
+        default: name = BusError.failed
+        }
+        return BusError(name: name, message: "\(e.status.name) (\(e.status.rawValue)): \(e.message)")
+    }
+
+    func agentCall<R>(_ body: () throws(SecError) -> R) throws(BusError) -> R {
+        do { return try body() } catch { throw Self.busError(error) }
+    }
+
+    // MARK: Keychain records
+
+    /// A Secret Service item as the keychain holds it.
+    struct Record {
+        let collection: String
+        let id: String
+        let label: String
+        /// The caller's attributes (without the reserved ones).
+        let attributes: [String: String]
+        let contentType: String
+        let created: UInt64
+        let modified: UInt64
+        let protection: ProtectionClass
+        /// True if the item has an access control (one made through the native API): the front end
+        /// cannot satisfy one yet (no prompter), so it is locked.
+        var guarded = false
+        var path: String { SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
+
+        /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
+        init(session item: SessionItem, id: String) {
+            collection = SecretServiceFrontEnd.sessionCollection
+            self.id = id
+            label = item.label
+            attributes = item.attributes
+            contentType = item.contentType
+            created = item.created
+            modified = item.modified
+            protection = .always
+        }
+
+        init?(_ a: Attributes) {
+            // Only items made through the Secret Service have a path: a collection and a random id.
+            let general = a.generalAttributes
+            guard case .string(let id)? = a["acct"], SecretServiceFrontEnd.isItemID(id[...]), let collection = general["coffer:collection"],
+                  !collection.isEmpty else { return nil }
+            self.id = id
+            self.collection = collection
+            contentType = general["coffer:content-type"] ?? SecretServiceFrontEnd.defaultContentType
+            attributes = general.filter { !$0.key.hasPrefix(SecretServiceFrontEnd.reservedPrefix) }
+            if case .string(let l)? = a["labl"] { label = l } else { label = "" }
+            created = Self.seconds(a["cdat"])
+            modified = Self.seconds(a["mdat"])
+            if case .string(let p)? = a["pdmn"], let c = ProtectionClass(parsing: p) { protection = c } else { protection = .defaultForNewItems }
+            guarded = a[AccessControl.attributeName] != nil
+        }
+
+        static func seconds(_ v: AttributeValue?) -> UInt64 {
+            if case .date(let d)? = v, d > 0 { return UInt64(d) }
+            return 0
+        }
+
+        /// Every general attribute the item must keep on an update that names general attributes
+        /// (such an update replaces the whole set).
+        func general(attributes: [String: String]? = nil, contentType: String? = nil) -> Attributes {
+            var out: Attributes = [SecretServiceFrontEnd.collectionKey: .string(collection),
+                                   SecretServiceFrontEnd.contentTypeKey: .string(contentType ?? self.contentType)]
+            for (k, v) in attributes ?? self.attributes { out[GeneralAttributes.key(k)] = .string(v) }
+            return out
+        }
+    }
+
+    /// Refuses reserved names (`coffer:…`); the agent checks the rest of the general attributes' limits.
+    static func callerAttributes(_ pairs: [String: String]) throws(BusError) -> Attributes {
+        var out: Attributes = [:]
+        for (k, v) in pairs {
+            guard !k.hasPrefix(reservedPrefix) else {
+                throw BusError(name: BusError.invalidArgs, message: "attribute names beginning \(reservedPrefix) are reserved")
+            }
+            guard GeneralAttributes.isValidName(k) else {
+                throw BusError(name: BusError.invalidArgs,
+                               message: "an attribute name must be 1 to \(GeneralAttributes.maxNameBytes) bytes without control characters")
+            }
+            out[GeneralAttributes.key(k)] = .string(v)
+        }
+        return out
+    }
+
+    func itemQuery(_ c: Caller, collection: String? = nil, id: String? = nil, attributes: Attributes = [:],
+                   returnData: Bool = false) -> ItemQuery {
+        var a = attributes
+        a["svce"] = .string(Self.itemService)
+        a["agrp"] = .string(c.group)
+        if let collection { a[Self.collectionKey] = .string(collection) }
+        if let id { a["acct"] = .string(id) }
+        return ItemQuery(itemClass: .genericPassword, attributes: a, limit: id == nil ? .all : .one, returnData: returnData,
+                         returnAttributes: true)
+    }
+
+    func items(_ c: Caller, collection: String? = nil, attributes: Attributes = [:]) throws(BusError) -> [Record] {
+        let wanted = attributes.generalAttributes
+        let inMemory = (sessionItems[c.group] ?? [:]).filter { _, item in wanted.allSatisfy { item.attributes[$0.key] == $0.value } }
+            .sorted { ($0.value.created, $0.key) < ($1.value.created, $1.key) }.map { Record(session: $0.value, id: $0.key) }
+        if collection == Self.sessionCollection { return inMemory }
+        if collection == nil { return try keychainItems(c, attributes: attributes) + inMemory }
+        return try keychainItems(c, collection: collection, attributes: attributes)
+    }
+
+    func keychainItems(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> [Record] {
+        do {
+            return try c.agent.copyMatching(itemQuery(c, collection: collection, attributes: attributes)).compactMap { $0.attributes.flatMap(Record.init) }
+        } catch where error.status == .itemNotFound {
+            return []
+        } catch {
+            throw Self.busError(error)
+        }
+    }
+
+    /// The item at `path` for the caller, with its secret when `withSecret`.
+    func item(_ c: Caller, _ path: String, withSecret: Bool = false) throws(BusError) -> (Record, SecureBytes?) {
+        guard case .item(let collection, let id)? = Self.parse(path) else {
+            throw BusError(name: BusError.noSuchObject, message: "\(path) is not an item")
+        }
+        if collection == Self.sessionCollection {
+            guard let i = sessionItems[c.group]?[id] else { throw BusError(name: BusError.noSuchObject, message: "no item \(path)") }
+            return (Record(session: i, id: id), withSecret ? i.secret.slice(0..<i.secret.count) : nil)
+        }
+        let found = try agentCall { () throws(SecError) in try c.agent.copyMatching(itemQuery(c, collection: collection, id: id, returnData: withSecret)) }
+        guard let first = found.first, let r = first.attributes.flatMap(Record.init) else {
+            throw BusError(name: BusError.noSuchObject, message: "no item \(path)")
+        }
+        return (r, first.data)
+    }
+
+    /// A small record item (a collection's or an alias's): its service, account and group.
+    func recordQuery(_ c: Caller, service: String, account: String?) -> ItemQuery {
+        var a: Attributes = ["svce": .string(service), "agrp": .string(c.group)]
+        if let account { a["acct"] = .string(account) }
+        return ItemQuery(itemClass: .genericPassword, attributes: a, limit: account == nil ? .all : .one, returnAttributes: true)
+    }
+
+    func records(_ c: Caller, service: String, account: String? = nil) throws(BusError) -> [Attributes] {
+        do {
+            return try c.agent.copyMatching(recordQuery(c, service: service, account: account)).compactMap(\.attributes)
+        } catch where error.status == .itemNotFound {
+            return []
+        } catch {
+            throw Self.busError(error)
+        }
+    }
+
+    /// Sets a record's attributes, adding the record if there is none. Record items are
+    /// *AfterFirstUnlock*, so a collection's label and an alias stay readable while the keybag is locked.
+    func putRecord(_ c: Caller, service: String, account: String, _ attributes: Attributes) throws(BusError) {
+        let q = recordQuery(c, service: service, account: account)
+        do {
+            _ = try c.agent.update(q, ItemChanges(attributes: attributes))
+        } catch where error.status == .itemNotFound {
+            var a = attributes
+            a["svce"] = .string(service)
+            a["acct"] = .string(account)
+            a["agrp"] = .string(c.group)
+            a["pdmn"] = .string(ProtectionClass.afterFirstUnlock.shortCode)
+            try agentCall { () throws(SecError) in _ = try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: SecureBytes(count: 0))) }
+        } catch {
+            throw Self.busError(error)
+        }
+    }
+
+    func deleteRecords(_ c: Caller, _ query: ItemQuery) throws(BusError) {
+        do { _ = try c.agent.delete(query) } catch where error.status == .itemNotFound {} catch { throw Self.busError(error) }
+    }
+
+    /// The caller's persistent collections: `login`, then those made by CreateCollection.
+    func collectionNames(_ c: Caller) throws(BusError) -> [String] {
+        var names = [Self.loginCollection]
+        for r in try records(_: c, service: Self.collectionService) {
+            if case .string(let n)? = r["acct"], n != Self.loginCollection, n != Self.sessionCollection { names.append(n) }
+        }
+        return names + [Self.sessionCollection]
+    }
+
+    /// The collection `ref` names for the caller (an alias resolved), or NoSuchObject.
+    func collection(_ c: Caller, _ path: String) throws(BusError) -> String {
+        let name: String
+        switch Self.parse(path) {
+        case .collection(let n)?: name = n
+        case .alias(let a)?:
+            guard let n = try aliasTarget(c, a) else { throw BusError(name: BusError.noSuchObject, message: "no collection \(path)") }
+            name = n
+        default: throw BusError(name: BusError.noSuchObject, message: "\(path) is not a collection")
+        }
+        guard try collectionNames(c).contains(name) else { throw BusError(name: BusError.noSuchObject, message: "no collection \(path)") }
+        return name
+    }
+
+    /// The collection an alias names: a set alias's record, else `login` for `default`.
+    func aliasTarget(_ c: Caller, _ alias: String) throws(BusError) -> String? {
+        if let r = try records(c, service: Self.aliasService, account: alias).first, case .string(let n)? = r[Self.collectionKey] { return n }
+        return alias == "default" ? Self.loginCollection : nil
+    }
+
+    func lockState(_ c: Caller) throws(BusError) -> LockState {
+        try agentCall { () throws(SecError) in try c.agent.status().lockState }
+    }
+
+    /// Whether the item's class key is unavailable in `state`, or it has an access control.
+    static func isLocked(_ r: Record, _ state: LockState) -> Bool {
+        guard !r.guarded else { return true }
+        return switch r.protection.availability {
+        case .whenUnlocked: state != .unlocked
+        case .afterFirstUnlock: state == .boot
+        case .always: false
+        }
+    }
+
+    /// The caller's session at `path`, or NoSession (closed, unknown, or another sender's).
+    func session(_ c: Caller, _ path: String) throws(BusError) -> SecretServiceSession {
+        guard owners[path] == c.sender, let s = c.peer.sessions[path] else {
+            throw BusError(name: BusError.noSession, message: "\(path) is not a session of \(c.sender)")
+        }
+        return s.session
+    }
+
+    // MARK: Dispatch
+
+    func method(_ m: OpaquePointer?) -> Int32 {
+        let interface = ssb_message_interface(m).map { String(cString: $0) } ?? ""
+        let member = ssb_message_member(m).map { String(cString: $0) } ?? ""
+        let path = ssb_message_path(m).map { String(cString: $0) } ?? ""
+        do throws(BusError) {
+            let c = try caller(m)
+            switch (interface, member) {
+            case (Self.serviceInterface, "SearchItems"): return try serviceSearchItems(m, c)
+            case (Self.serviceInterface, "GetSecrets"): return try getSecrets(m, c)
+            case (Self.serviceInterface, "ReadAlias"): return try readAlias(m, c)
+            case (Self.serviceInterface, "SetAlias"): return try setAlias(m, c)
+            case (Self.serviceInterface, "CreateCollection"): return try createCollection(m, c)
+            case (Self.serviceInterface, "Lock"): return try lock(m, c)
+            case (Self.serviceInterface, "Unlock"): return try unlock(m, c)
+            case (Self.collectionInterface, "SearchItems"): return try collectionSearchItems(m, c, path)
+            case (Self.collectionInterface, "CreateItem"): return try createItem(m, c, path)
+            case (Self.collectionInterface, "Delete"): return try deleteCollection(m, c, path)
+            case (Self.itemInterface, "GetSecret"): return try getSecret(m, c, path)
+            case (Self.itemInterface, "SetSecret"): return try setSecret(m, c, path)
+            case (Self.itemInterface, "Delete"): return try deleteItem(m, c, path)
+            case ("org.freedesktop.Secret.Prompt", "Prompt"): return try prompt(m, c, path)
+            case ("org.freedesktop.Secret.Prompt", "Dismiss"): return try dismiss(m, c, path)
+            default: throw BusError(name: BusError.notSupported, message: "\(interface).\(member) is not served")
+            }
+        } catch {
+            return reply(m, error)
+        }
+    }
+
+    // MARK: Reading and replying
+
+    static func strings(_ strv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> [String] {
+        guard let strv else { return [] }
+        var out: [String] = []
+        var i = 0
+        while let s = strv[i] {
+            out.append(String(cString: s))
+            i += 1
+        }
+        return out
+    }
+
+    static func readString(_ m: OpaquePointer?, _ type: CChar = CChar(UInt8(ascii: "s"))) throws(BusError) -> String {
+        var s: UnsafePointer<CChar>?
+        guard ssb_read_string(m, type, &s) >= 0, let s else { throw BusError(name: BusError.invalidArgs, message: "bad arguments") }
+        return String(cString: s)
+    }
+
+    static func readPaths(_ m: OpaquePointer?) throws(BusError) -> [String] {
+        var strv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
+        guard ssb_read_strings(m, CChar(UInt8(ascii: "o")), &strv) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad arguments") }
+        defer { ssb_strv_free(strv) }
+        return strings(strv)
+    }
+
+    static func dictionary(_ pairs: [String]) -> [String: String] {
+        var out: [String: String] = [:]
+        var i = 0
+        while i + 1 < pairs.count {
+            out[pairs[i]] = pairs[i + 1]
+            i += 2
+        }
+        return out
+    }
+
+    static func readDictionary(_ m: OpaquePointer?) throws(BusError) -> [String: String] {
+        var strv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
+        guard ssb_read_string_dict(m, &strv) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad arguments") }
+        defer { ssb_strv_free(strv) }
+        return dictionary(strings(strv))
+    }
+
+    /// A Secret struct decrypted with the caller's session: the secret and its content type.
+    func readSecret(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> (SecureBytes, String) {
+        var sessionC: UnsafePointer<CChar>?, contentC: UnsafePointer<CChar>?
+        var params: UnsafeRawPointer?, value: UnsafeRawPointer?
+        var np = 0, nv = 0
+        guard ssb_read_secret(m, &sessionC, &params, &np, &value, &nv, &contentC) >= 0, let sessionC, let contentC else {
+            throw BusError(name: BusError.invalidArgs, message: "a secret is (oayays)")
+        }
+        let session = try session(c, String(cString: sessionC))
+        let parameters = np > 0 ? [UInt8](UnsafeRawBufferPointer(start: params, count: np)) : []
+        do {
+            let secret = try session.decrypt(parameters: parameters, value: UnsafeRawBufferPointer(start: nv > 0 ? value : nil, count: nv))
+            return (secret, String(cString: contentC))
+        } catch {
+            throw BusError(name: error.dbusErrorName, message: error.description)
+        }
+    }
+
+    /// Replies with `body` appending to a new reply.
+    func replyWith(_ m: OpaquePointer?, _ body: (OpaquePointer?) -> Int32) -> Int32 {
+        var r: OpaquePointer?
+        var rc = ssb_new_reply(m, &r)
+        guard rc >= 0 else { return rc }
+        rc = body(r)
+        guard rc >= 0 else {
+            ssb_release(r)
+            return rc
+        }
+        return ssb_send(r)
+    }
+
+    static func appendStrings(_ m: OpaquePointer?, _ type: Character, _ items: [String]) -> Int32 {
+        let cs = items.map { strdup($0) }
+        defer { cs.forEach { free($0) } }
+        return cs.map { UnsafePointer($0) }.withUnsafeBufferPointer { ssb_append_strings(m, CChar(type.asciiValue!), $0.baseAddress, $0.count) }
+    }
+
+    static func appendDictionary(_ m: OpaquePointer?, _ d: [String: String]) -> Int32 {
+        let sorted = d.sorted { $0.key < $1.key }
+        let keys = sorted.map { strdup($0.key) }, values = sorted.map { strdup($0.value) }
+        defer { (keys + values).forEach { free($0) } }
+        return keys.map { UnsafePointer($0) }.withUnsafeBufferPointer { k in
+            values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in ssb_append_string_dict(m, k.baseAddress, v.baseAddress, k.count) }
+        }
+    }
+
+    static func appendString(_ m: OpaquePointer?, _ type: Character, _ s: String) -> Int32 {
+        ssb_append_string(m, CChar(type.asciiValue!), s)
+    }
+
+    /// Appends `secret` encrypted for `session` (at `sessionPath`) as a Secret struct, or as
+    /// GetSecrets' entry for `itemPath`.
+    static func appendSecret(_ m: OpaquePointer?, itemPath: String? = nil, sessionPath: String, _ session: SecretServiceSession,
+                             _ secret: SecureBytes, contentType: String) throws(BusError) -> Int32 {
+        let e: SecretServiceEncryptedSecret
+        do { e = try session.encrypt(secret) } catch { throw BusError(name: error.dbusErrorName, message: error.description) }
+        defer { e.value.wipe() }
+        return e.parameters.withUnsafeBytes { p in
+            e.value.withUnsafeBytes { v in
+                if let itemPath {
+                    ssb_append_secrets_entry(m, itemPath, sessionPath, p.baseAddress, p.count, v.baseAddress, v.count, contentType)
+                } else {
+                    ssb_append_secret(m, sessionPath, p.baseAddress, p.count, v.baseAddress, v.count, contentType)
+                }
+            }
+        }
+    }
+
+    func replyPaths(_ m: OpaquePointer?, _ a: [String], then b: String) -> Int32 {
+        replyWith(m) { r in
+            let rc = Self.appendStrings(r, "o", a)
+            return rc < 0 ? rc : Self.appendString(r, "o", b)
+        }
+    }
+
+    func replyPath(_ m: OpaquePointer?, _ a: String, _ b: String? = nil) -> Int32 {
+        replyWith(m) { r in
+            let rc = Self.appendString(r, "o", a)
+            guard rc >= 0, let b else { return rc }
+            return Self.appendString(r, "o", b)
+        }
+    }
+
+    // MARK: Signals
+
+    func emit(_ path: String, _ interface: String, _ member: String, _ object: String) {
+        _ = ssb_emit_path_signal(bus, path, interface, member, object)
+    }
+
+    func propertiesChanged(_ path: String, _ interface: String, _ names: [String]) {
+        var cs: [UnsafeMutablePointer<CChar>?] = names.map { strdup($0) }
+        cs.append(nil)
+        defer { cs.forEach { free($0) } }
+        _ = cs.withUnsafeMutableBufferPointer { ssb_emit_properties_changed(bus, path, interface, $0.baseAddress) }
+    }
+
+    func itemEvent(_ member: String, _ record: Record) {
+        let collection = Self.collectionPath(record.collection)
+        emit(collection, Self.collectionInterface, member, record.path)
+        propertiesChanged(collection, Self.collectionInterface, member == "ItemChanged" ? ["Modified"] : ["Items", "Modified"])
+    }
+
+    func collectionEvent(_ member: String, _ name: String) {
+        emit(Self.servicePath, Self.serviceInterface, member, Self.collectionPath(name))
+        if member != "CollectionChanged" { propertiesChanged(Self.servicePath, Self.serviceInterface, ["Collections"]) }
+    }
+
+    // MARK: Service
+
+    func serviceSearchItems(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        let attributes = try Self.callerAttributes(Self.readDictionary(m))
+        let found = try items(c, attributes: attributes)
+        let state = try lockState(c)
+        let locked = found.filter { Self.isLocked($0, state) }.map(\.path)
+        let unlocked = found.filter { !Self.isLocked($0, state) }.map(\.path)
+        return replyWith(m) { r in
+            let rc = Self.appendStrings(r, "o", unlocked)
+            return rc < 0 ? rc : Self.appendStrings(r, "o", locked)
+        }
+    }
+
+    func getSecrets(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        let paths = try Self.readPaths(m)
+        let sessionPath = try Self.readString(m, CChar(UInt8(ascii: "o")))
+        let session = try session(c, sessionPath)
+        var found: [(Record, SecureBytes)] = []
+        defer { found.forEach { $0.1.wipe() } }
+        var seen = Set<String>()
+        for path in paths where seen.insert(path).inserted {
+            // Locked and unknown items are left out (the spec's GetSecrets).
+            do {
+                let (record, secret) = try item(c, path, withSecret: true)
+                if let secret { found.append((record, secret)) }
+            } catch where error.name == BusError.noSuchObject || error.name == BusError.isLocked {
+                continue
+            }
+        }
+        var failure: BusError?
+        let rc = replyWith(m) { r in
+            var rc = ssb_open_secrets(r)
+            for (record, secret) in found where rc >= 0 {
+                do throws(BusError) { rc = try Self.appendSecret(r, itemPath: record.path, sessionPath: sessionPath, session, secret, contentType: record.contentType) } catch {
+                    failure = error
+                    return -EINVAL
+                }
+            }
+            return rc < 0 ? rc : ssb_close_container(r)
+        }
+        if let failure { throw failure }
+        return rc
+    }
+
+    func readAlias(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        let alias = try Self.readString(m)
+        guard let name = try aliasTarget(c, alias), try collectionNames(c).contains(name) else { return replyPath(m, Self.noPrompt) }
+        return replyPath(m, Self.collectionPath(name))
+    }
+
+    func setAlias(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        let alias = try Self.readString(m)
+        let path = try Self.readString(m, CChar(UInt8(ascii: "o")))
+        guard !alias.isEmpty, GeneralAttributes.isValidName(alias) else {
+            throw BusError(name: BusError.invalidArgs, message: "an alias is 1 to \(GeneralAttributes.maxNameBytes) bytes")
+        }
+        if path == Self.noPrompt {
+            try deleteRecords(c, recordQuery(c, service: Self.aliasService, account: alias))
+        } else {
+            let name = try collection(c, path)
+            try putRecord(c, service: Self.aliasService, account: alias, [Self.collectionKey: .string(name)])
+        }
+        return ssb_reply_empty(m)
+    }
+
+    /// CreateCollection: an existing collection with the alias is returned as it is; else a new
+    /// collection named after its label (lowercase letters and digits, a number added when taken).
+    func createCollection(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        var label = ""
+        guard ssb_enter_properties(m) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad properties") }
+        var key: UnsafePointer<CChar>?, contents: UnsafePointer<CChar>?
+        while true {
+            let r = ssb_next_property(m, &key, &contents)
+            guard r >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad properties") }
+            if r == 0 { break }
+            if let key, String(cString: key) == "org.freedesktop.Secret.Collection.Label" {
+                var s: UnsafePointer<CChar>?
+                guard ssb_read_variant_string(m, &s) >= 0, let s else {
+                    throw BusError(name: BusError.invalidArgs, message: "org.freedesktop.Secret.Collection.Label is a string")
+                }
+                label = String(cString: s)
+            } else {
+                guard ssb_skip_variant(m) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad properties") }
+            }
+            guard ssb_end_property(m) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad properties") }
+        }
+        let alias = try Self.readString(m)
+        let names = try collectionNames(c)
+        if !alias.isEmpty, let existing = try aliasTarget(c, alias), names.contains(existing) {
+            return replyPath(m, Self.collectionPath(existing), Self.noPrompt)
+        }
+        let kept = label.lowercased().unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0)) }
+        var base = String(String(kept).prefix(24))
+        if base.isEmpty || base == "session" { base = "collection" }
+        var name = base, n = 1
+        while names.contains(name) {
+            n += 1
+            name = base + String(n)
+        }
+        try putRecord(c, service: Self.collectionService, account: name, ["labl": .string(label)])
+        if !alias.isEmpty, GeneralAttributes.isValidName(alias) {
+            try putRecord(c, service: Self.aliasService, account: alias, [Self.collectionKey: .string(name)])
+        }
+        collectionEvent("CollectionCreated", name)
+        return replyPath(m, Self.collectionPath(name), Self.noPrompt)
+    }
+
+    func lock(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        let paths = try Self.readPaths(m)
+        // Only persistent collections and items lock (the keybag); the session collection never does.
+        let persistent = paths.filter {
+            switch Self.parse($0) {
+            case .collection(let n)?: n != Self.sessionCollection
+            case .item(let n, _)?: n != Self.sessionCollection
+            case .alias(let a)?: ((try? aliasTarget(c, a)) ?? nil).map { $0 != Self.sessionCollection } ?? false
+            case nil: false
+            }
+        }
+        guard !persistent.isEmpty else { return replyPaths(m, [], then: Self.noPrompt) }
+        try agentCall { () throws(SecError) in try c.agent.lock() }
+        return replyPaths(m, persistent, then: Self.noPrompt)
+    }
+
+    func unlock(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
+        let paths = try Self.readPaths(m)
+        let state = try lockState(c)
+        var unlocked: [String] = [], locked: [String] = []
+        for path in paths {
+            switch Self.parse(path) {
+            case .item?:
+                // An item the agent cannot read while locked is locked; one that is not there is left out.
+                do {
+                    let (record, _) = try item(c, path)
+                    if Self.isLocked(record, state) { locked.append(path) } else { unlocked.append(path) }
+                } catch where error.name == BusError.isLocked {
+                    locked.append(path)
+                } catch {
+                    continue
+                }
+            case .collection?, .alias?:
+                guard let name = try? collection(c, path) else { continue }
+                if state == .unlocked || name == Self.sessionCollection { unlocked.append(path) } else { locked.append(path) }
+            case nil: continue
+            }
+        }
+        guard !locked.isEmpty else { return replyPaths(m, unlocked, then: Self.noPrompt) }
+        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked))
+    }
+
+    // MARK: Collection
+
+    func collectionSearchItems(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        let attributes = try Self.callerAttributes(Self.readDictionary(m))
+        let name = try collection(c, path)
+        let found = try items(c, collection: name, attributes: attributes)
+        return replyWith(m) { Self.appendStrings($0, "o", found.map(\.path)) }
+    }
+
+    /// CreateItem's properties: the label, the attributes and Coffer's own.
+    struct ItemProperties {
+        var label = ""
+        var attributes: [String: String] = [:]
+        var protection: ProtectionClass?
+        var synchronizable: Bool?
+
+        /// Puts the Coffer properties given into a keychain item's attributes.
+        func apply(to a: inout Attributes) {
+            if let protection { a["pdmn"] = .string(protection.shortCode) }
+            if let synchronizable { a["sync"] = .bool(synchronizable) }
+        }
+    }
+
+    static func readItemProperties(_ m: OpaquePointer?) throws(BusError) -> ItemProperties {
+        var p = ItemProperties()
+        let bad = BusError(name: BusError.invalidArgs, message: "bad properties")
+        guard ssb_enter_properties(m) >= 0 else { throw bad }
+        var key: UnsafePointer<CChar>?, contents: UnsafePointer<CChar>?
+        while true {
+            let r = ssb_next_property(m, &key, &contents)
+            guard r >= 0, let keyC = key else { throw bad }
+            if r == 0 { break }
+            let name = String(cString: keyC)
+            let wrongType = BusError(name: BusError.invalidArgs, message: "\(name) has the wrong type")
+            switch name {
+            case "org.freedesktop.Secret.Item.Label":
+                var s: UnsafePointer<CChar>?
+                guard ssb_read_variant_string(m, &s) >= 0, let s else { throw wrongType }
+                p.label = String(cString: s)
+            case "org.freedesktop.Secret.Item.Attributes":
+                var strv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
+                guard ssb_read_variant_string_dict(m, &strv) >= 0 else { throw wrongType }
+                p.attributes = dictionary(strings(strv))
+                ssb_strv_free(strv)
+            case "io.coffer.Item.Accessible":
+                var s: UnsafePointer<CChar>?
+                guard ssb_read_variant_string(m, &s) >= 0, let s else { throw wrongType }
+                guard let c = ProtectionClass(parsing: String(cString: s)) else {
+                    throw BusError(name: BusError.invalidArgs, message: "io.coffer.Item.Accessible: no class \(String(cString: s))")
+                }
+                p.protection = c
+            case "io.coffer.Item.Synchronizable":
+                var b: Int32 = 0
+                guard ssb_read_variant_bool(m, &b) >= 0 else { throw wrongType }
+                p.synchronizable = b != 0
+            case "io.coffer.Item.AccessControl":
+                // Making an item with an access control needs the person (the agent asks), and the
+                // front end cannot prompt yet.
+                throw BusError(name: BusError.notSupported, message: "io.coffer.Item.AccessControl is not served yet")
+            default:
+                guard ssb_skip_variant(m) >= 0 else { throw bad }
+            }
+            guard ssb_end_property(m) >= 0 else { throw bad }
+        }
+        return p
+    }
+
+    /// Changes an item (a keychain item, or a `session` one in memory): a new label, attribute set,
+    /// secret and content type, each when given.
+    func change(_ c: Caller, _ record: Record, label: String? = nil, attributes: [String: String]? = nil,
+                secret: SecureBytes? = nil, contentType: String? = nil, extra: Attributes = [:]) throws(BusError) {
+        if record.collection == Self.sessionCollection {
+            guard var item = sessionItems[c.group]?[record.id] else { throw BusError(name: BusError.noSuchObject, message: "no item \(record.path)") }
+            if let label { item.label = label }
+            if let attributes { item.attributes = attributes }
+            if let secret {
+                item.secret.wipe()
+                item.secret = secret.slice(0..<secret.count)
+            }
+            if let contentType { item.contentType = contentType }
+            item.modified = Self.now()
+            sessionItems[c.group]?[record.id] = item
+            return
+        }
+        var changes = extra
+        if attributes != nil || contentType != nil { changes.merge(record.general(attributes: attributes, contentType: contentType)) { $1 } }
+        if let label { changes["labl"] = .string(label) }
+        _ = try agentCall { () throws(SecError) in
+            try c.agent.update(itemQuery(c, collection: record.collection, id: record.id), ItemChanges(attributes: changes, secret: secret))
+        }
+    }
+
+    func remove(_ c: Caller, _ record: Record) throws(BusError) {
+        if record.collection == Self.sessionCollection {
+            sessionItems[c.group]?.removeValue(forKey: record.id)?.secret.wipe()
+            return
+        }
+        _ = try agentCall { () throws(SecError) in try c.agent.delete(itemQuery(c, collection: record.collection, id: record.id)) }
+    }
+
+    static func now() -> UInt64 { UInt64(max(0, time(nil))) }
+
+    func createItem(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        let properties = try Self.readItemProperties(m)
+        let attributes = try Self.callerAttributes(properties.attributes)
+        let (secret, contentType) = try readSecret(m, c)
+        defer { secret.wipe() }
+        var replace: Int32 = 0
+        guard ssb_read_bool(m, &replace) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad arguments") }
+        let name = try collection(c, path)
+        if replace != 0, let old = try items(c, collection: name, attributes: attributes).first(where: { $0.attributes == properties.attributes }) {
+            var extra: Attributes = [:]
+            properties.apply(to: &extra)
+            try change(c, old, label: properties.label, secret: secret, contentType: contentType, extra: extra)
+            itemEvent("ItemChanged", old)
+            return replyPath(m, old.path, Self.noPrompt)
+        }
+        let random = SecureBytes.random(count: 16)
+        let hex = Array("0123456789abcdef")
+        let id = random.withUnsafeBytes { String($0.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] }) }
+        if name == Self.sessionCollection {
+            guard (sessionItems[c.group]?.count ?? 0) < Self.sessionItemsPerIdentity else {
+                throw BusError(name: BusError.limitsExceeded, message: "the session collection holds at most \(Self.sessionItemsPerIdentity) items")
+            }
+            let now = Self.now()
+            sessionItems[c.group, default: [:]][id] = SessionItem(label: properties.label, attributes: properties.attributes,
+                                                                  secret: secret.slice(0..<secret.count), contentType: contentType,
+                                                                  created: now, modified: now)
+            return itemCreated(m, name: name, id: id)
+        }
+        var a = attributes
+        a["svce"] = .string(Self.itemService)
+        a["acct"] = .string(id)
+        a["agrp"] = .string(c.group)
+        a["labl"] = .string(properties.label)
+        a[Self.collectionKey] = .string(name)
+        a[Self.contentTypeKey] = .string(contentType)
+        properties.apply(to: &a)
+        _ = try agentCall { () throws(SecError) in try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: secret)) }
+        return itemCreated(m, name: name, id: id)
+    }
+
+    func itemCreated(_ m: OpaquePointer?, name: String, id: String) -> Int32 {
+        let path = Self.itemPath(collection: name, id: id)
+        let rc = replyPath(m, path, Self.noPrompt)
+        emit(Self.collectionPath(name), Self.collectionInterface, "ItemCreated", path)
+        propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Items", "Modified"])
+        return rc
+    }
+
+    /// Delete: the collection's items, its label record and the aliases naming it; `login` comes back empty.
+    func deleteCollection(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        let name = try collection(c, path)
+        if name == Self.sessionCollection {
+            for item in (sessionItems.removeValue(forKey: c.group) ?? [:]).values { item.secret.wipe() }
+        } else {
+            try deleteRecords(c, itemQuery(c, collection: name))
+        }
+        for r in try records(c, service: Self.aliasService) where r[Self.collectionKey] == .string(name) {
+            if case .string(let alias)? = r["acct"] { try deleteRecords(c, recordQuery(c, service: Self.aliasService, account: alias)) }
+        }
+        try deleteRecords(c, recordQuery(c, service: Self.collectionService, account: name))
+        collectionEvent("CollectionDeleted", name)
+        return replyPath(m, Self.noPrompt)
+    }
+
+    // MARK: Item
+
+    func getSecret(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        let sessionPath = try Self.readString(m, CChar(UInt8(ascii: "o")))
+        let session = try session(c, sessionPath)
+        let (record, secret) = try item(c, path, withSecret: true)
+        guard let secret else { throw BusError(name: BusError.failed, message: "the agent sent no secret") }
+        defer { secret.wipe() }
+        var failure: BusError?
+        let rc = replyWith(m) { r in
+            do throws(BusError) { return try Self.appendSecret(r, sessionPath: sessionPath, session, secret, contentType: record.contentType) } catch {
+                failure = error
+                return -EINVAL
+            }
+        }
+        if let failure { throw failure }
+        return rc
+    }
+
+    func setSecret(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        let (secret, contentType) = try readSecret(m, c)
+        defer { secret.wipe() }
+        let (record, _) = try item(c, path)
+        try change(c, record, secret: secret, contentType: contentType)
+        itemEvent("ItemChanged", record)
+        return ssb_reply_empty(m)
+    }
+
+    func deleteItem(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        let (record, _) = try item(c, path)
+        try remove(c, record)
+        itemEvent("ItemDeleted", record)
+        return replyPath(m, Self.noPrompt)
+    }
+
+    // MARK: Properties
+
+    func getProperty(_ call: OpaquePointer?, _ pathC: UnsafePointer<CChar>?, _ interfaceC: UnsafePointer<CChar>?,
+                     _ propertyC: UnsafePointer<CChar>?, _ reply: OpaquePointer?, _ busError: OpaquePointer?) -> Int32 {
+        let path = pathC.map { String(cString: $0) } ?? "", interface = interfaceC.map { String(cString: $0) } ?? ""
+        let property = propertyC.map { String(cString: $0) } ?? ""
+        do throws(BusError) {
+            let c = try caller(call)
+            switch (interface, property) {
+            case (Self.serviceInterface, "Collections"):
+                return Self.appendStrings(reply, "o", try collectionNames(c).map(Self.collectionPath))
+            case (Self.collectionInterface, _):
+                let name = try collection(c, path)
+                if name == Self.sessionCollection {
+                    let items = try items(c, collection: name)
+                    switch property {
+                    case "Items": return Self.appendStrings(reply, "o", items.map(\.path))
+                    case "Locked": return ssb_append_bool(reply, 0)
+                    case "Label": return Self.appendString(reply, "s", "Session")
+                    default: return ssb_append_u64(reply, items.map { property == "Created" ? $0.created : $0.modified }.min() ?? 0)
+                    }
+                }
+                switch property {
+                case "Items": return Self.appendStrings(reply, "o", try items(c, collection: name).map(\.path))
+                case "Locked": return ssb_append_bool(reply, try lockState(c) == .unlocked ? 0 : 1)
+                default:
+                    let record = try records(c, service: Self.collectionService, account: name).first
+                    switch property {
+                    case "Label":
+                        if case .string(let l)? = record?["labl"] { return Self.appendString(reply, "s", l) }
+                        return Self.appendString(reply, "s", name == Self.loginCollection ? "Login" : name)
+                    case "Created": return ssb_append_u64(reply, Record.seconds(record?["cdat"]))
+                    default: return ssb_append_u64(reply, Record.seconds(record?["mdat"]))
+                    }
+                }
+            case (Self.itemInterface, "Locked"):
+                // An item whose attributes the agent cannot read now is locked.
+                do {
+                    let (record, _) = try item(c, path)
+                    return ssb_append_bool(reply, Self.isLocked(record, try lockState(c)) ? 1 : 0)
+                } catch where error.name == BusError.isLocked {
+                    return ssb_append_bool(reply, 1)
+                }
+            case (Self.itemInterface, _):
+                let (record, _) = try item(c, path)
+                switch property {
+                case "Attributes": return Self.appendDictionary(reply, record.attributes)
+                case "Label": return Self.appendString(reply, "s", record.label)
+                case "Type": return Self.appendString(reply, "s", record.attributes["xdg:schema"] ?? "")
+                case "Created": return ssb_append_u64(reply, record.created)
+                default: return ssb_append_u64(reply, record.modified)
+                }
+            default:
+                throw BusError(name: BusError.notSupported, message: "no property \(interface).\(property)")
+            }
+        } catch {
+            return ssb_error_set(busError, error.name, error.message)
+        }
+    }
+
+    func setProperty(_ call: OpaquePointer?, _ pathC: UnsafePointer<CChar>?, _ interfaceC: UnsafePointer<CChar>?,
+                     _ propertyC: UnsafePointer<CChar>?, _ value: OpaquePointer?, _ busError: OpaquePointer?) -> Int32 {
+        let path = pathC.map { String(cString: $0) } ?? "", interface = interfaceC.map { String(cString: $0) } ?? ""
+        let property = propertyC.map { String(cString: $0) } ?? ""
+        do throws(BusError) {
+            let c = try caller(call)
+            switch (interface, property) {
+            case (Self.collectionInterface, "Label"):
+                let label = try Self.readString(value)
+                let name = try collection(c, path)
+                guard name != Self.sessionCollection else {
+                    throw BusError(name: BusError.notSupported, message: "the session collection's label cannot be set")
+                }
+                try putRecord(c, service: Self.collectionService, account: name, ["labl": .string(label)])
+                collectionEvent("CollectionChanged", name)
+            case (Self.itemInterface, "Label"):
+                let label = try Self.readString(value)
+                let (record, _) = try item(c, path)
+                try change(c, record, label: label)
+                itemEvent("ItemChanged", record)
+            case (Self.itemInterface, "Attributes"):
+                let pairs = try Self.readDictionary(value)
+                _ = try Self.callerAttributes(pairs)
+                let (record, _) = try item(c, path)
+                try change(c, record, attributes: pairs)
+                itemEvent("ItemChanged", record)
+            default:
+                throw BusError(name: BusError.notSupported, message: "\(interface).\(property) cannot be set")
+            }
+            return 0
+        } catch {
+            return ssb_error_set(busError, error.name, error.message)
+        }
+    }
+
+    /// The caller's collections and items, for introspection (as any call, it makes the sender's
+    /// delegated connection; nothing when the agent does not know the sender).
+    func enumerate(_ call: OpaquePointer?) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? {
+        guard let c = try? caller(call), let names = try? collectionNames(c) else { return nil }
+        var paths = names.map(Self.collectionPath)
+        paths += ((try? items(c)) ?? []).map(\.path)
+        // malloc'ed: sd-bus frees the array and its strings.
+        guard let raw = malloc((paths.count + 1) * MemoryLayout<UnsafeMutablePointer<CChar>?>.stride) else { return nil }
+        let out = raw.bindMemory(to: UnsafeMutablePointer<CChar>?.self, capacity: paths.count + 1)
+        for (i, p) in paths.enumerated() { out[i] = strdup(p) }
+        out[paths.count] = nil
+        return out
+    }
+
+    // MARK: The session collection
+
+    /// An item of the `session` collection: in the front end's memory only, its secret in secure memory.
+    struct SessionItem {
+        var label: String
+        var attributes: [String: String]
+        var secret: SecureBytes
+        var contentType: String
+        let created: UInt64
+        var modified: UInt64
+    }
+
+    // MARK: Prompts
+
+    /// A prompt for objects that are locked: what it would unlock, and whose it is.
+    struct PendingPrompt {
+        let sender: String
+        let objects: [String]
+    }
+
+    /// A Prompt object for `objects`, the caller's (at most ``promptsPerSender`` at once).
+    func newPrompt(_ c: Caller, unlocking objects: [String]) throws(BusError) -> String {
+        guard prompts.values.count(where: { $0.sender == c.sender }) < Self.promptsPerSender else {
+            throw BusError(name: BusError.limitsExceeded, message: "\(c.sender) already holds \(Self.promptsPerSender) prompts")
+        }
+        let path = Self.promptPrefix + "/p" + String(nextPrompt)
+        nextPrompt += 1
+        prompts[path] = PendingPrompt(sender: c.sender, objects: objects)
+        return path
+    }
+
+    /// Prompt(window-id) returns at once; Completed follows. The front end has no way to show the
+    /// caller a prompt yet (the agent's pinentry is not wired to it), so the prompt completes
+    /// dismissed, as the article says for a caller with no way to see one.
+    func prompt(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        guard let p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
+        prompts[path] = nil
+        let rc = ssb_reply_empty(m)
+        _ = ssb_emit_completed(bus, path, 1, nil, 0)
+        return rc
+    }
+
+    func dismiss(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
+        guard let p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
+        prompts[path] = nil
+        let rc = ssb_reply_empty(m)
+        _ = ssb_emit_completed(bus, path, 1, nil, 0)
+        return rc
+    }
+}
