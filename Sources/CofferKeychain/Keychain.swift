@@ -44,6 +44,11 @@ public final class Keychain: Sendable {
     let appPasswordAttempts: ApplicationPasswordAttempts
     /// The directory the keychain lives in (the escrow record is kept there).
     let stateDirectory: String
+    /// Rollback detection (nil: off): the counter, the ledger and the batching of NV writes.
+    let rollback: RollbackGuard?
+    /// True if this keychain's keybag was created at this open (an erased or new keychain).
+    private let keybagIsNew: Bool
+
     /// The state directory's lock, when this keychain took it (``init(directory:deviceKey:applicationPasswordKDF:lockingStateDirectory:)``).
     private let stateLock: StateDirectoryLock?
 
@@ -59,6 +64,9 @@ public final class Keychain: Sendable {
     /// file `device.key` in the same directory). Application-password attempts wait
     /// `applicationPasswordDelays` (see ``ApplicationPasswordAttempts``) on `clock`'s time (wall-clock).
     ///
+    /// `rollbackCounter`: turns rollback detection on (the RollbackAnchor article), anchored to that
+    /// counter; item writes are anchored at most every `rollbackInterval` seconds and at every lock.
+    ///
     /// `lockingStateDirectory`: takes the state directory's lock (``StateDirectoryLock``) first and
     /// holds it as long as this keychain lives, as every program but the agent must (the agent takes it
     /// itself, before it daemonises). errSecNotAvailable, naming the holder, if an agent or another
@@ -66,6 +74,7 @@ public final class Keychain: Sendable {
     package init(directory: String, deviceKey: DeviceKeySource? = nil,
                  applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
                  applicationPasswordDelays: [Double], clock: any MonotonicClock,
+                 rollbackCounter: (any RollbackCounter)? = nil, rollbackInterval: Double = Keychain.defaultRollbackInterval,
                  lockingStateDirectory: Bool) throws(SecError) {
         if lockingStateDirectory {
             do {
@@ -82,11 +91,20 @@ public final class Keychain: Sendable {
         stateDirectory = directory
         let source = deviceKey ?? FileDeviceKey(path: directory + "/" + FileNames.deviceKey)
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
-        guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))
+        keybagIsNew = keybag.isNew
+        let store = try ItemStore(path: directory + "/" + FileNames.database)
+        rollback = rollbackCounter.map { RollbackGuard(counter: $0, interval: rollbackInterval) }
+        if let rollback {
+            rollback.ledger.load(from: keybag)
+            store.ledger = rollback.ledger
+        }
+        guarded = Protected(State(store: store))
         // An escrow record beside a new keybag was made for one that is gone (erased, or its files
         // removed): it must never unlock this one.
         if keybag.isNew, hasEscrow { deleteEscrow() }
         if keybag.needsRekey { try migrateAtOpen() }
+        // Without a passcode every key is in memory now: the rollback check runs at open.
+        if rollback != nil && !keybag.isPasscodeSet { try checkRollback() }
     }
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
@@ -96,9 +114,11 @@ public final class Keychain: Sendable {
     /// false).
     public convenience init(directory: String, deviceKey: DeviceKeySource? = nil,
                             applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
+                            rollbackCounter: (any RollbackCounter)? = nil, rollbackInterval: Double = Keychain.defaultRollbackInterval,
                             lockingStateDirectory: Bool = true) throws(SecError) {
         try self.init(directory: directory, deviceKey: deviceKey, applicationPasswordKDF: applicationPasswordKDF,
                       applicationPasswordDelays: ApplicationPasswordAttempts.standardDelays, clock: SystemWallClock(),
+                      rollbackCounter: rollbackCounter, rollbackInterval: rollbackInterval,
                       lockingStateDirectory: lockingStateDirectory)
     }
 
@@ -153,13 +173,47 @@ public final class Keychain: Sendable {
             }
             if let line { s.migrations.append(line) }
             if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → 2)") }
+            try checkRollback(&s)
         }
     }
+
+    /// The unlock's rollback check (nothing without rollback detection): on a finding the keybag is
+    /// locked again and the finding thrown; nothing else changes.
+    func checkRollback() throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in try checkRollback(&s) }
+    }
+
+    private func checkRollback(_ s: inout State) throws(SecError) {
+        guard let rollback else { return }
+        rollback.ledger.load(from: keybag)
+        do {
+            if let line = try rollback.check(s.store, keybagIsNew: keybagIsNew, now: Self.now()) { s.migrations.append(line) }
+        } catch {
+            keybag.lock()
+            throw error
+        }
+    }
+
+    /// Anchors the item writes made since the last NV increment, if any (a lock, a clean stop, the
+    /// batching interval). A failure (no TPM now) leaves them for the next try.
+    private func flushRollback(_ store: ItemStore) {
+        guard let rollback else { return }
+        try? rollback.flush(store, now: Self.now())
+    }
+
+    /// Item writes are anchored to the counter at most this often (seconds) and at every lock.
+    public static let defaultRollbackInterval: Double = 60
+
+    /// True if rollback detection is on.
+    public var rollbackDetection: Bool { rollback != nil }
 
     /// Locks the keybag (wipes the WhenUnlocked keys). True if this call locked it (it was unlocked),
     /// decided in the same critical section as the wipe, so of two concurrent callers one sees true.
     @discardableResult
-    public func lock() -> Bool { keybag.lock() }
+    public func lock() -> Bool {
+        guarded.withLock { flushRollback($0.store) }
+        return keybag.lock()
+    }
 
     /// The lock state and whether a passcode is set, read together in one critical section.
     public var status: LockStatus { keybag.status }
@@ -175,9 +229,12 @@ public final class Keychain: Sendable {
             let store = s.store
             var line: String? = nil
             defer { if let line { s.migrations.append(line) } }
+            defer { rollback?.ledger.load(from: keybag) }
             try keybag.setPasscode(current: current, new: new, kdf: kdf) { keys throws(SecError) in
                 line = try self.resealRows(store, keys, from: version)
             }
+            // The rekey sealed the records at value + 1: count it now (a crash before this is finished at unlock).
+            if let rollback, try rollback.records(store).map({ $0.device.epoch > 0 }) == true { _ = try rollback.counter.increment() }
         }
     }
 
@@ -192,9 +249,12 @@ public final class Keychain: Sendable {
             let store = s.store
             var line: String? = nil
             defer { if let line { s.migrations.append(line) } }
+            defer { rollback?.ledger.load(from: keybag) }
             try keybag.removePasscode(current: current) { keys throws(SecError) in
                 line = try self.resealRows(store, keys, from: version)
             }
+            // The rekey sealed the records at value + 1: count it now (a crash before this is finished at unlock).
+            if let rollback, try rollback.records(store).map({ $0.device.epoch > 0 }) == true { _ = try rollback.counter.increment() }
         }
     }
 
@@ -224,7 +284,12 @@ public final class Keychain: Sendable {
     }
 
     /// Checkpoints the write-ahead log (clean shutdown).
-    public func checkpoint() { guarded.withLock { $0.store.checkpoint() } }
+    public func checkpoint() {
+        guarded.withLock { s in
+            flushRollback(s.store)
+            s.store.checkpoint()
+        }
+    }
 
     // MARK: SecItemAdd
 
@@ -780,7 +845,12 @@ public final class Keychain: Sendable {
     /// process: its keys in memory may have been rotated elsewhere, and what it sealed now would be lost.
     private func writing<R>(_ store: ItemStore, _ body: () throws(SecError) -> R) throws(SecError) -> R {
         try keybag.checkUnchanged()
-        return try store.transaction(body)
+        let r = try store.transaction(body)
+        if let rollback {
+            rollback.markDirty()
+            if rollback.due(now: Self.now()) { flushRollback(store) }
+        }
+        return r
     }
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
@@ -1038,6 +1108,14 @@ public final class Keychain: Sendable {
         var resealed = 0, deleted = 0
         // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
         // The Always rows need nothing: their keys do not rotate, and `migrateAtOpen` re-padded them.
+        // Rollback records: not kept incrementally here (the passcode bucket's key changes); computed
+        // whole under the new key at the end, in the same transaction.
+        let ledger = store.ledger
+        store.ledger = nil
+        defer { store.ledger = ledger }
+        let previousKey = rollback?.ledger.key(RollbackLedger.passcodeBucket)
+        if let rollback { unsafe keys.passcodeIndexKey.withUnsafeBytes { unsafe rollback.ledger.setKey(bucket: RollbackLedger.passcodeBucket, indexKey: $0) } }
+        do {
         try store.transaction { () throws(SecError) in
             let rows = try store.rowClasses()
             for (i, (id, pclass)) in rows.enumerated() {
@@ -1052,6 +1130,19 @@ public final class Keychain: Sendable {
                 guard let row = try store.row(id: id) else { continue }
                 if try resealRow(store, row, p, keys) { resealed += 1 }
             }
+            if let rollback, let (d, _) = try rollback.records(store) {
+                guard rollback.ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
+                var epoch: Int64 = 0
+                if d.epoch > 0 {
+                    guard let value = try rollback.counter.read() else { throw RollbackFinding.counterMissing.secError }
+                    epoch = Int64(value + 1)
+                }
+                try rollback.writeRecords(store, epoch: epoch)
+            }
+        }
+        } catch {
+            rollback?.ledger.restore(bucket: RollbackLedger.passcodeBucket, previousKey)
+            throw error
         }
         return ("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed"
             + (deleted > 0 ? ", \(deleted) WhenPasscodeSet items deleted (passcode removed)" : "") + " in \(Int((Self.now() - t0) * 1000)) ms")

@@ -1,28 +1,27 @@
-import CofferTestSupport
 import Foundation
 import Glibc
 
 /// A swtpm (TPM 2.0 simulator) this test started: its own state directory, TCP ports picked free for
 /// it, `--daemon --pid file=`, stopped (SIGTERM, then SIGKILL) when released. A fresh state directory
 /// is a fresh TPM (its own seeds), made in milliseconds without swtpm_setup (no EK certificates needed).
-final class SoftwareTPM: @unchecked Sendable {
+public final class SoftwareTPM: @unchecked Sendable {
     /// swtpm's path, or nil when it is not installed.
-    static let executable: String? = ["/usr/bin/swtpm", "/usr/local/bin/swtpm"].first { access($0, X_OK) == 0 }
+    public static let executable: String? = ["/usr/bin/swtpm", "/usr/local/bin/swtpm"].first { access($0, X_OK) == 0 }
     /// True if swtpm and tpm2-tss's swtpm TCTI are both installed.
-    static let available: Bool = executable != nil && dlopen("libtss2-tcti-swtpm.so.0", RTLD_LAZY) != nil
-    static let unavailableReason = "no swtpm or no tpm2-tss swtpm TCTI (apt-get install swtpm libtss2-dev; contrib/deps.sh)"
+    public static let available: Bool = executable != nil && dlopen("libtss2-tcti-swtpm.so.0", RTLD_LAZY) != nil
+    public static let unavailableReason = "no swtpm or no tpm2-tss swtpm TCTI (apt-get install swtpm libtss2-dev; contrib/deps.sh)"
     /// tpm2-tools' directory, or nil when it is not installed.
-    static let tools: String? = access("/usr/bin/tpm2_hmac", X_OK) == 0 ? "/usr/bin" : nil
+    public static let tools: String? = access("/usr/bin/tpm2_hmac", X_OK) == 0 ? "/usr/bin" : nil
 
-    let state: TemporaryDirectory
-    private(set) var port: UInt16 = 0
-    private(set) var pid: pid_t = 0
+    public let state: TemporaryDirectory
+    public private(set) var port: UInt16 = 0
+    public private(set) var pid: Int32 = 0
 
     /// The TCTI configuration string reaching it.
-    var tcti: String { "swtpm:host=127.0.0.1,port=\(port)" }
+    public var tcti: String { "swtpm:host=127.0.0.1,port=\(port)" }
 
     /// Starts a swtpm on `state` (a new directory: a new TPM).
-    init(state: TemporaryDirectory = TemporaryDirectory("coffer-swtpm")) throws {
+    public init(state: TemporaryDirectory = TemporaryDirectory("coffer-swtpm")) throws {
         self.state = state
         try start()
     }
@@ -30,7 +29,7 @@ final class SoftwareTPM: @unchecked Sendable {
     deinit { stop() }
 
     /// Starts swtpm on two fresh ports (server P, control P + 1), retrying when another process took them first.
-    func start() throws {
+    public func start() throws {
         var lastError = ""
         for _ in 0..<8 {
             guard let p = Self.freePortPair() else { continue }
@@ -64,7 +63,7 @@ final class SoftwareTPM: @unchecked Sendable {
 
     /// Stops swtpm and waits until it is gone: SIGKILL, a power loss (the test runner blocks SIGTERM and
     /// its children inherit that; swtpm writes its NV state to its directory as each command changes it).
-    func stop() {
+    public func stop() {
         guard pid > 0 else { return }
         kill(pid, SIGKILL)
         while Loopback.running(pid) { usleep(10_000) }
@@ -87,13 +86,13 @@ final class SoftwareTPM: @unchecked Sendable {
     }
 
     /// Stops and starts it again on the same state (new ports): the TPM after a power cycle.
-    func restart() throws {
+    public func restart() throws {
         stop()
         try start()
     }
 
     /// Runs a tpm2-tools command against this TPM (no resource manager: the caller flushes).
-    func tool(_ name: String, _ args: [String]) -> CLIResult {
+    public func tool(_ name: String, _ args: [String]) -> CLIResult {
         runProcess(Self.tools! + "/" + name, args, environment: ["TPM2TOOLS_TCTI": tcti], directory: URL(fileURLWithPath: state.path),
                    timeout: 60)
     }
@@ -108,7 +107,7 @@ final class SoftwareTPM: @unchecked Sendable {
     }
 }
 
-struct SoftwareTPMError: Error, CustomStringConvertible {
+public struct SoftwareTPMError: Error, CustomStringConvertible {
     let message: String
-    var description: String { message }
+    public var description: String { message }
 }
