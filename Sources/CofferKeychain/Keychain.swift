@@ -93,7 +93,7 @@ public final class Keychain: Sendable {
         keybag = try Keybag.openOrCreate(directory: directory, deviceKey: source)
         keybagIsNew = keybag.isNew
         let store = try ItemStore(path: directory + "/" + FileNames.database)
-        rollback = rollbackCounter.map { RollbackGuard(counter: $0, interval: rollbackInterval) }
+        rollback = rollbackCounter.map { RollbackGuard(counter: $0, interval: rollbackInterval, now: Self.now()) }
         if let rollback {
             rollback.ledger.load(from: keybag)
             store.ledger = rollback.ledger

@@ -199,9 +199,11 @@ final class RollbackGuard: @unchecked Sendable {
     private struct Batch { var dirty = false; var last: Double = 0 }
     private let batch = Protected(Batch())
 
-    init(counter: any RollbackCounter, interval: Double) {
+    /// `now`: the batching interval counts from the open (the previous process anchored at its lock or stop).
+    init(counter: any RollbackCounter, interval: Double, now: Double) {
         self.counter = counter
         self.interval = interval
+        batch.withLock { $0.last = now }
     }
 
     var dirty: Bool { batch.withLock { $0.dirty } }
