@@ -194,6 +194,14 @@ public final class Keychain: Sendable {
         }
     }
 
+    /// A rekey re-seals the rollback records: first they must match the counter and the rows (what the
+    /// keys in memory can check), or a passcode change would bless a keychain.db put back. Called before
+    /// the keybag changes anything, and again inside the rekey (a rekey finished at unlock).
+    private func verifyBeforeRekey(_ store: ItemStore) throws(SecError) {
+        guard let rollback, let (d, p) = try rollback.records(store), d.epoch > 0 else { return }
+        try rollback.verify(store, device: d, passcode: p, counter: try rollback.counter.read())
+    }
+
     /// Anchors the item writes made since the last NV increment, if any (a lock, a clean stop, the
     /// batching interval). A failure (no TPM now) leaves them for the next try.
     private func flushRollback(_ store: ItemStore) {
@@ -229,12 +237,14 @@ public final class Keychain: Sendable {
             let store = s.store
             var line: String? = nil
             defer { if let line { s.migrations.append(line) } }
+            try verifyBeforeRekey(store)
             defer { rollback?.ledger.load(from: keybag) }
             try keybag.setPasscode(current: current, new: new, kdf: kdf) { keys throws(SecError) in
                 line = try self.resealRows(store, keys, from: version)
             }
-            // The rekey sealed the records at value + 1: count it now (a crash before this is finished at unlock).
-            if let rollback, try rollback.records(store).map({ $0.device.epoch > 0 }) == true { _ = try rollback.counter.increment() }
+            // The rekey sealed the records at value + 1: count it now. The change is done either way: a
+            // crash or an unreachable TPM here leaves the increment to the next unlock (rule 5's value + 1).
+            if let rollback, (try? rollback.records(store))??.device.epoch ?? 0 > 0 { _ = try? rollback.counter.increment() }
         }
     }
 
@@ -249,12 +259,14 @@ public final class Keychain: Sendable {
             let store = s.store
             var line: String? = nil
             defer { if let line { s.migrations.append(line) } }
+            try verifyBeforeRekey(store)
             defer { rollback?.ledger.load(from: keybag) }
             try keybag.removePasscode(current: current) { keys throws(SecError) in
                 line = try self.resealRows(store, keys, from: version)
             }
-            // The rekey sealed the records at value + 1: count it now (a crash before this is finished at unlock).
-            if let rollback, try rollback.records(store).map({ $0.device.epoch > 0 }) == true { _ = try rollback.counter.increment() }
+            // The rekey sealed the records at value + 1: count it now. The change is done either way: a
+            // crash or an unreachable TPM here leaves the increment to the next unlock (rule 5's value + 1).
+            if let rollback, (try? rollback.records(store))??.device.epoch ?? 0 > 0 { _ = try? rollback.counter.increment() }
         }
     }
 
@@ -1113,6 +1125,7 @@ public final class Keychain: Sendable {
         let ledger = store.ledger
         store.ledger = nil
         defer { store.ledger = ledger }
+        try verifyBeforeRekey(store)
         let previousKey = rollback?.ledger.key(RollbackLedger.passcodeBucket)
         if let rollback { unsafe keys.passcodeIndexKey.withUnsafeBytes { unsafe rollback.ledger.setKey(bucket: RollbackLedger.passcodeBucket, indexKey: $0) } }
         do {

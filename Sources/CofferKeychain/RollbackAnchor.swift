@@ -157,6 +157,8 @@ final class RollbackLedger: RowLedger, @unchecked Sendable {
         return Int64(IndexTier.of(p).rawValue)
     }
 
+    func bucket(protectionClass: Int64) -> Int64 { Self.bucket(protectionClass) }
+
     /// D(row) = BLAKE2b-256(K_b, "coffer rollback row v1" ‖ u64 id ‖ u64 pclass ‖ blob pref ‖ blob pk ‖ blob meta ‖ blob secret),
     /// integers big-endian, blob = u32 length ‖ bytes.
     func digest(_ row: LedgerRow) throws(SecError) -> (bucket: Int64, digest: [UInt8]) {
@@ -254,26 +256,34 @@ final class RollbackGuard: @unchecked Sendable {
             if value != nil && !keybagIsNew { throw RollbackFinding.recordsMissing.secError }
             return try anchor(store, now: now)
         }
-        guard ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
-        guard ledger.verifies(p) else { throw RollbackFinding.olderKeybag.secError }
-        guard d.epoch == p.epoch, d.epoch >= 0 else { throw RollbackFinding.recordsEdited.secError }
         // Epoch 0: an anchoring a crash interrupted after its first step (the records, tagged by us).
-        if d.epoch == 0 { return try anchor(store, now: now) }
-        guard let value else { throw RollbackFinding.counterMissing.secError }
-        let epoch = UInt64(d.epoch)
-        if epoch < value { throw RollbackFinding.olderDatabase(epoch: epoch, counter: value).secError }
-        if epoch > value + 1 { throw RollbackFinding.counterBehind(epoch: epoch, counter: value).secError }
-        let scan = try store.scanLedger(ledger)
-        for r in [d, p] {
-            let (root, n) = scan[r.bucket] ?? ([UInt8](repeating: 0, count: 32), 0)
-            guard root == r.root, n == r.count else { throw RollbackFinding.rowsChanged(bucket: r.bucket, expectedRows: r.count, foundRows: n).secError }
-        }
+        if ledger.verifies(d) && ledger.verifies(p) && d.epoch == 0 && p.epoch == 0 { return try anchor(store, now: now) }
+        try verify(store, device: d, passcode: p, counter: value)
         // Sealed at value + 1 but not counted: a flush or rekey that a crash cut before its NV increment.
-        if epoch == value + 1 {
+        if let value, UInt64(d.epoch) == value + 1 {
             _ = try counter.increment()
             anchored(now: now)
         }
         return nil
+    }
+
+    /// Throws the finding if the records do not match the counter's `value` and the rows (rule 5 of the
+    /// RollbackAnchor article). Without the passcode bucket's key (a rekey before the first unlock) only
+    /// the device bucket and the epoch are checked.
+    func verify(_ store: ItemStore, device d: RollbackRecord, passcode p: RollbackRecord, counter value: UInt64?) throws(SecError) {
+        let both = ledger.complete
+        guard ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
+        if both { guard ledger.verifies(p) else { throw RollbackFinding.olderKeybag.secError } }
+        guard d.epoch == p.epoch, d.epoch > 0 else { throw RollbackFinding.recordsEdited.secError }
+        guard let value else { throw RollbackFinding.counterMissing.secError }
+        let epoch = UInt64(d.epoch)
+        if epoch < value { throw RollbackFinding.olderDatabase(epoch: epoch, counter: value).secError }
+        if epoch > value + 1 { throw RollbackFinding.counterBehind(epoch: epoch, counter: value).secError }
+        let scan = try store.scanLedger(ledger, buckets: both ? nil : [RollbackLedger.deviceBucket])
+        for r in both ? [d, p] : [d] {
+            let (root, n) = scan[r.bucket] ?? ([UInt8](repeating: 0, count: 32), 0)
+            guard root == r.root, n == r.count else { throw RollbackFinding.rowsChanged(bucket: r.bucket, expectedRows: r.count, foundRows: n).secError }
+        }
     }
 
     /// Anchors the keychain: records at epoch 0 (one transaction), the counter created, records at

@@ -53,6 +53,8 @@ package struct RollbackRecord: Equatable, Sendable {
 /// The keyed half of rollback detection, given by the keychain (the store knows no keys): the digest
 /// of a row and the tag of a record, each under the key of the row's bucket.
 package protocol RowLedger: AnyObject {
+    /// The bucket a row of this protection class (as stored) belongs to.
+    func bucket(protectionClass: Int64) -> Int64
     /// The bucket and 32-byte keyed digest of `row`; throws if the bucket's key is not in memory.
     func digest(_ row: LedgerRow) throws(SecError) -> (bucket: Int64, digest: [UInt8])
     /// The tag of `record` (its `tag` field ignored) under its bucket's key.
@@ -178,11 +180,13 @@ extension ItemStore {
 
     /// The set hash and count of every bucket computed from the rows themselves (a full scan, at unlock
     /// and when anchoring), with `ledger`'s digests.
-    package func scanLedger(_ ledger: any RowLedger) throws(SecError) -> [Int64: (root: [UInt8], count: Int64)] {
+    /// `buckets`: only rows of these buckets (nil: all), given by ``RowLedger/bucket(protectionClass:)``.
+    package func scanLedger(_ ledger: any RowLedger, buckets: Set<Int64>? = nil) throws(SecError) -> [Int64: (root: [UInt8], count: Int64)] {
         let s = try db.statement("SELECT id, pref, pk, pclass, meta, secret FROM items")
         defer { unsafe sqlite3_reset(s.stmt) }
         var out: [Int64: (root: [UInt8], count: Int64)] = [:]
         while try s.step() {
+            if let buckets, !buckets.contains(ledger.bucket(protectionClass: s.int64(3))) { continue }
             let (bucket, d) = try ledger.digest(Self.ledgerRow(s))
             let old = out[bucket] ?? ([UInt8](repeating: 0, count: 32), 0)
             out[bucket] = (SetHashArithmetic.add(old.root, d), old.count + 1)

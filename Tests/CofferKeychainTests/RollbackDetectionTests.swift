@@ -149,6 +149,29 @@ struct RollbackDetectionTests {
         expectRefused(f, saying: "keychain.db was put back from an earlier copy")
     }
 
+    /// A rekey re-seals the records, so it checks them first: a passcode change (or an escrow revoke,
+    /// which the agent does as one) on a keychain.db put back is refused, not turned into a current anchor.
+    @Test func aPasscodeChangeDoesNotBlessAnEarlierKeychainDatabase() throws {
+        let f = try Anchored()
+        try f.add("a", "first")
+        f.keychain.lock()
+        let old = Saved(f.dir, Self.database)
+        try f.unlock()
+        try f.update("a", "second")
+        f.keychain.lock()
+        f.close()
+        old.putBack(f.dir)
+        try f.reopen()
+        do throws(SecError) {
+            try f.keychain.setPasscode(current: secret(Self.passcode), new: secret("another"), kdf: testKDF)
+            Issue.record("the passcode change re-anchored an earlier keychain.db")
+        } catch {
+            #expect(error.message.contains("keychain.db was put back from an earlier copy"), "\(error.message)")
+        }
+        try f.reopen()
+        expectRefused(f, saying: "keychain.db was put back from an earlier copy", "the passcode is unchanged, the refusal too")
+    }
+
     /// The stated window: writes since the last anchoring (at most `rollback-interval` seconds, or until
     /// the next lock) can be undone by an earlier copy taken inside it; this pins that limit.
     @Test func withinTheWindowAnEarlierCopyGoesUnseen() throws {
