@@ -199,6 +199,9 @@ final class RollbackGuard: @unchecked Sendable {
     /// Item writes are anchored (an NV increment) at most this often (seconds), and at every lock.
     let interval: Double
     private struct Batch { var dirty = false; var last: Double = 0 }
+    /// True once this process's check scanned every row: later unlocks check the records and the counter
+    /// only (the scan costs a few µs per item); rows written under a running agent are scanned at its next start.
+    private let scanned = Protected(false)
     private let batch = Protected(Batch())
 
     /// `now`: the batching interval counts from the open (the previous process anchored at its lock or stop).
@@ -258,7 +261,8 @@ final class RollbackGuard: @unchecked Sendable {
         }
         // Epoch 0: an anchoring a crash interrupted after its first step (the records, tagged by us).
         if ledger.verifies(d) && ledger.verifies(p) && d.epoch == 0 && p.epoch == 0 { return try anchor(store, now: now) }
-        try verify(store, device: d, passcode: p, counter: value)
+        try verify(store, device: d, passcode: p, counter: value, scanning: !scanned.withLock { $0 })
+        scanned.withLock { $0 = true }
         // Sealed at value + 1 but not counted: a flush or rekey that a crash cut before its NV increment.
         if let value, UInt64(d.epoch) == value + 1 {
             _ = try counter.increment()
@@ -270,7 +274,9 @@ final class RollbackGuard: @unchecked Sendable {
     /// Throws the finding if the records do not match the counter's `value` and the rows (rule 5 of the
     /// RollbackAnchor article). Without the passcode bucket's key (a rekey before the first unlock) only
     /// the device bucket and the epoch are checked.
-    func verify(_ store: ItemStore, device d: RollbackRecord, passcode p: RollbackRecord, counter value: UInt64?) throws(SecError) {
+    /// `scanning` false: the records and the counter only, not the rows.
+    func verify(_ store: ItemStore, device d: RollbackRecord, passcode p: RollbackRecord, counter value: UInt64?,
+                scanning: Bool = true) throws(SecError) {
         let both = ledger.complete
         guard ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
         if both { guard ledger.verifies(p) else { throw RollbackFinding.olderKeybag.secError } }
@@ -279,6 +285,7 @@ final class RollbackGuard: @unchecked Sendable {
         let epoch = UInt64(d.epoch)
         if epoch < value { throw RollbackFinding.olderDatabase(epoch: epoch, counter: value).secError }
         if epoch > value + 1 { throw RollbackFinding.counterBehind(epoch: epoch, counter: value).secError }
+        guard scanning else { return }
         let scan = try store.scanLedger(ledger, buckets: both ? nil : [RollbackLedger.deviceBucket])
         for r in both ? [d, p] : [d] {
             let (root, n) = scan[r.bucket] ?? ([UInt8](repeating: 0, count: 32), 0)

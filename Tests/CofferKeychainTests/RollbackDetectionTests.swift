@@ -118,6 +118,24 @@ struct RollbackDetectionTests {
         #expect(try f.password("a") == "new secret")
     }
 
+    /// The rows are scanned at the first unlock of each process (a scan costs a few µs per item);
+    /// later unlocks check the records and the counter. A row swapped under a running keychain is
+    /// therefore found at the next start, as the RollbackAnchor article states.
+    @Test func aRowSwappedUnderARunningKeychainIsFoundAtTheNextStart() throws {
+        let f = try Anchored()
+        try f.add("a", "old secret")
+        f.keychain.lock()
+        let before = RollbackTests.snapshot(f.dir)
+        try f.unlock()
+        try f.update("a", "new secret")
+        f.keychain.lock()
+        RollbackTests.restore(f.dir, before, id: before.rows.keys.first!)   // the keychain is still open
+        try f.unlock()                                                      // records and counter only
+        f.close()
+        try f.reopen()
+        expectRefused(f, saying: "rows of keychain.db were replaced")
+    }
+
     @Test func aDeletedRowPutBackIsRefused() throws {
         let f = try Anchored()
         try f.add("keep", "kept")
@@ -207,6 +225,30 @@ struct RollbackDetectionTests {
         oldBoth.putBack(f.dir)
         try f.reopen()
         expectRefused(f, saying: "keychain.db was put back from an earlier copy")
+    }
+
+    /// An escrow revoke (the agent deletes the record and rotates the keys: a passcode change to the same
+    /// passcode) then the old keybag and the old escrow record put back: the escrow unlock, which the
+    /// stale-generation check would let through with the old keybag, is refused by the anchor.
+    @Test func anOlderKeybagAndEscrowRecordAfterAnEscrowRevokeAreRefused() throws {
+        let f = try Anchored()
+        try f.add("a", "secret")
+        let escrowSecret = try f.keychain.createEscrow()
+        f.keychain.lock()
+        let old = Saved(f.dir, Self.keybag + [Keychain.escrowFileName])
+        try f.keychain.setPasscode(current: secret(Self.passcode), new: secret(Self.passcode), kdf: testKDF)
+        f.keychain.deleteEscrow()
+        f.keychain.lock()
+        f.close()
+        old.putBack(f.dir)
+        try f.reopen()
+        do throws(SecError) {
+            try f.keychain.unlock(escrowSecret: escrowSecret)
+            Issue.record("the revoked escrow record unlocked an older keybag")
+        } catch {
+            #expect(error.status == .decode && error.message.contains("an older keybag was put back"), "\(error.message)")
+        }
+        #expect(f.keychain.status.lockState != .unlocked)
     }
 
     @Test func anOlderKeybagAfterThePasscodeIsRemovedIsRefused() throws {
