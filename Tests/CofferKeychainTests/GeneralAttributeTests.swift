@@ -167,7 +167,7 @@ import Testing
     }
 
     /// The state directory the agent and CLI of the previous format wrote (`Fixtures/schema3`: store
-    /// schema 3): it opens as schema 4 in one step, every item reads back and is found by its
+    /// schema 3): it opens as schema 5 (through 4, one transaction each), every item reads back and is found by its
     /// attributes, a general attribute given to a migrated item finds it, and a second open changes nothing.
     @Test func aSchema3KeychainMigratesAndItsItemsTakeGeneralAttributes() throws {
         let dir = try Fixtures.copy("schema3")
