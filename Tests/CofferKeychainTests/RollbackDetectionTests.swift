@@ -303,11 +303,14 @@ struct RollbackDetectionTests {
     /// commit (sealed at value + 1) and TPM2_NV_Increment.
     final class FailingOnce: RollbackCounter, @unchecked Sendable {
         let real: TPMRollbackCounter
-        var failNext = false
+        var failNext = false, failCreate = false
         init(_ tcti: String) { real = TPMRollbackCounter(tcti: tcti) }
         var name: String { real.name }
         func read() throws(SecError) -> UInt64? { try real.read() }
-        func create() throws(SecError) -> UInt64 { try real.create() }
+        func create() throws(SecError) -> UInt64 {
+            if failCreate { failCreate = false; throw SecError(.notAvailable, "the TPM went away") }
+            return try real.create()
+        }
         func increment() throws(SecError) -> UInt64 {
             if failNext { failNext = false; throw SecError(.notAvailable, "the TPM went away") }
             return try real.increment()
@@ -326,6 +329,30 @@ struct RollbackDetectionTests {
         try f.unlock()                  // no false alarm: the unlock finishes the increment
         #expect(f.value == before + 1)
         #expect(try f.password("a") == "written before the crash")
+    }
+
+    /// Anchoring cut after its first step (the records written at epoch 0, the counter not yet made,
+    /// or made and not yet incremented): the next open finishes it, and detection holds from then on.
+    @Test func anInterruptedFirstAnchoringIsFinishedAtTheNextOpen() throws {
+        let dir = TemporaryDirectory("coffer-rollback")
+        let tpm = try SoftwareTPM()
+        let counter = FailingOnce(tpm.tcti)
+        do {
+            let plain = try Keychain(directory: dir.path, lockingStateDirectory: false)
+            try plain.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "acct": .string("a")], secret: secret("kept")),
+                          scope: .unrestricted)
+        }
+        counter.failCreate = true
+        #expect(throws: SecError.self) { try Keychain(directory: dir.path, rollbackCounter: counter, lockingStateDirectory: false) }
+        #expect(RollbackTests.sqlCount(dir, "SELECT count(*) FROM rollback WHERE epoch = 0") == 2, "the first step's records")
+        counter.failNext = true
+        #expect(throws: SecError.self) { try Keychain(directory: dir.path, rollbackCounter: counter, lockingStateDirectory: false) }
+        // Records sealed at value + 1, the increment lost: this open counts it (no false alarm).
+        let kc = try Keychain(directory: dir.path, rollbackCounter: counter, lockingStateDirectory: false)
+        let q = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("a")], returnData: true)
+        #expect(text(try kc.copyMatching(q, scope: .unrestricted).first?.data) == "kept")
+        #expect(RollbackTests.sqlCount(dir, "SELECT count(*) FROM rollback WHERE epoch = 0") == 0)
+        #expect(RollbackTests.sqlCount(dir, "SELECT min(epoch) FROM rollback") == Int64(try counter.read() ?? 0))
     }
 
     @Test func itemWritesAreAnchoredAtMostEveryIntervalAndAtLock() throws {
