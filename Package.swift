@@ -88,7 +88,7 @@ let package = Package(
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeychain",
-                dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore", "CofferSystem"],
+                dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore", "CofferSystem", "CofferTPM"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferProtocol", dependencies: ["CofferModel", "CofferCrypto"], swiftSettings: settings),
         // Sync across a person's machines (issue #29): the circle of devices, sealed records, merging by hybrid logical
@@ -224,7 +224,7 @@ let package = Package(
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferStoreTests", dependencies: ["CofferModel", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
-        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferSystem", "CofferTestSupport", "CSQLite", "CofferTPM"], exclude: ["Fixtures"],
+        .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite", "CofferTPM"], exclude: ["Fixtures"],
                     swiftSettings: settings),
         .testTarget(name: "CofferProtocolTests", dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferTestSupport"],
                     exclude: ["FuzzRegressions"], swiftSettings: settings),

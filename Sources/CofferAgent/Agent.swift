@@ -112,9 +112,12 @@ package final class Agent: Sendable {
         } catch {
             throw AgentError("state directory: \(error)")
         }
+        let rollbackCounter = configuration.rollbackDetection
+            ? TPMRollbackCounter(tcti: configuration.rollbackTCTI, index: configuration.rollbackNVIndex) : nil
         keychain = try Keychain(directory: configuration.stateDirectory, deviceKey: configuration.deviceKeySource,
                                 applicationPasswordDelays: configuration.attemptSchedule.delays,
-                                clock: SystemWallClock(), lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
+                                clock: SystemWallClock(), rollbackCounter: rollbackCounter, rollbackInterval: configuration.rollbackInterval,
+                                lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
         self.registry = registry

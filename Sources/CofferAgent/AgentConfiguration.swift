@@ -90,6 +90,17 @@ package struct AgentConfiguration: Sendable {
     package var auditLog = true
     /// Rotate the audit log past this many bytes (config key `audit-max-bytes`).
     package var auditMaximumBytes = 4 << 20
+    /// Rollback detection (config key `rollback-detection`, `on` or `off`, the default): the keychain is
+    /// anchored to a TPM NV counter (the RollbackAnchor article) reached through ``rollbackTCTI``.
+    package var rollbackDetection = false
+    /// The TCTI of the rollback counter's TPM (config key `rollback-tcti`; default `device:/dev/tpmrm0`).
+    package var rollbackTCTI = "device:/dev/tpmrm0"
+    /// The NV index of the rollback counter (config key `rollback-nv-index`, e.g. `0x0100C0FF`, the
+    /// default): one per keychain, so users sharing a TPM each set their own.
+    package var rollbackNVIndex: UInt32 = 0x0100_C0FF
+    /// Item writes are anchored at most this often, in seconds, and at every lock (config key
+    /// `rollback-interval`, default 60): the window in which putting back an earlier keychain.db goes unseen.
+    package var rollbackInterval: Double = 60
 
     /// Where the trust store looks for keys and manifests.
     package var trustConfiguration: TrustConfiguration {
@@ -190,6 +201,22 @@ package struct AgentConfiguration: Sendable {
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): '\(key)' needs an absolute path") }
                 if key == "trusted-keys-dir" { extraKeyDirectories.append(value) } else { extraManifestDirectories.append(value) }
             case "audit": auditLog = try yesNo()
+            case "rollback-detection":
+                switch value {
+                case "on": rollbackDetection = true
+                case "off": rollbackDetection = false
+                default: throw AgentError("\(name):\(n + 1): rollback-detection is on or off")
+                }
+            case "rollback-tcti":
+                guard !value.isEmpty else { throw AgentError("\(name):\(n + 1): rollback-tcti needs a TCTI (device:/dev/tpmrm0, swtpm:host=…,port=…)") }
+                rollbackTCTI = value
+            case "rollback-nv-index":
+                let digits = value.lowercased().hasPrefix("0x") ? String(value.dropFirst(2)) : value
+                guard let index = UInt32(digits, radix: 16), index >> 24 == 0x01 else {
+                    throw AgentError("\(name):\(n + 1): rollback-nv-index is an NV index in hex, 0x01000000–0x01FFFFFF")
+                }
+                rollbackNVIndex = index
+            case "rollback-interval": rollbackInterval = try positive()
             case "identify-callers": identifyCallers = try yesNo()
             case "authentication-timeout": authenticationTimeoutSeconds = try positive()
             case "unlock-delays":

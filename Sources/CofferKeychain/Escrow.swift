@@ -96,6 +96,7 @@ extension Keychain {
         guard ok else { throw .decode("the escrow record's keys are malformed") }
         // Unlocking needs no item work (the keys are the keybag's current ones): the keybag's own lock suffices.
         try keybag.unlock(escrowed: keys, generation: generation)
+        try checkRollback()
     }
 
     /// Deletes the escrow record (the agent then rotates the keys, so a copy of it opens nothing).

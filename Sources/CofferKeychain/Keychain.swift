@@ -44,6 +44,11 @@ public final class Keychain: Sendable {
     let appPasswordAttempts: ApplicationPasswordAttempts
     /// The directory the keychain lives in (the escrow record is kept there).
     let stateDirectory: String
+    /// Rollback detection (nil: off): the counter, the ledger and the batching of NV writes.
+    let rollback: RollbackGuard?
+    /// True if this keychain's keybag was created at this open (an erased or new keychain).
+    private let keybagIsNew: Bool
+
     /// The state directory's lock, when this keychain took it (``init(directory:deviceKey:applicationPasswordKDF:lockingStateDirectory:)``).
     private let stateLock: StateDirectoryLock?
 
@@ -61,6 +66,9 @@ public final class Keychain: Sendable {
     /// file `device.key` in the same directory). Application-password attempts wait
     /// `applicationPasswordDelays` (see ``ApplicationPasswordAttempts``) on `clock`'s time (wall-clock).
     ///
+    /// `rollbackCounter`: turns rollback detection on (the RollbackAnchor article), anchored to that
+    /// counter; item writes are anchored at most every `rollbackInterval` seconds and at every lock.
+    ///
     /// `lockingStateDirectory`: takes the state directory's lock (``StateDirectoryLock``) first and
     /// holds it as long as this keychain lives, as every program but the agent must (the agent takes it
     /// itself, before it daemonises). errSecNotAvailable, naming the holder, if an agent or another
@@ -68,6 +76,7 @@ public final class Keychain: Sendable {
     package init(directory: String, deviceKey: DeviceKeySource? = nil,
                  applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
                  applicationPasswordDelays: [Double], clock: any MonotonicClock,
+                 rollbackCounter: (any RollbackCounter)? = nil, rollbackInterval: Double = Keychain.defaultRollbackInterval,
                  lockingStateDirectory: Bool, migratingDeviceKey: Bool = false) throws(SecError) {
         if lockingStateDirectory {
             do {
@@ -89,11 +98,20 @@ public final class Keychain: Sendable {
             // A migration that a crash stopped after its commit: the file key opens nothing any more.
             try Self.removeFileDeviceKey(directory)
         }
-        guarded = Protected(State(store: try ItemStore(path: directory + "/" + FileNames.database)))
+        keybagIsNew = keybag.isNew
+        let store = try ItemStore(path: directory + "/" + FileNames.database)
+        rollback = rollbackCounter.map { RollbackGuard(counter: $0, interval: rollbackInterval, now: Self.now()) }
+        if let rollback {
+            rollback.ledger.load(from: keybag)
+            store.ledger = rollback.ledger
+        }
+        guarded = Protected(State(store: store))
         // An escrow record beside a new keybag was made for one that is gone (erased, or its files
         // removed): it must never unlock this one.
         if keybag.isNew, hasEscrow { deleteEscrow() }
         if keybag.needsRekey { try migrateAtOpen() }
+        // Without a passcode every key is in memory now: the rollback check runs at open.
+        if rollback != nil && !keybag.isPasscodeSet { try checkRollback() }
     }
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
@@ -104,9 +122,11 @@ public final class Keychain: Sendable {
     /// keybag (see ``migrateDeviceKey(passcode:)``).
     public convenience init(directory: String, deviceKey: DeviceKeySource? = nil,
                             applicationPasswordKDF: KDFParameters = KDFParameters(opsLimit: 2, memLimit: 64 << 20),
+                            rollbackCounter: (any RollbackCounter)? = nil, rollbackInterval: Double = Keychain.defaultRollbackInterval,
                             lockingStateDirectory: Bool = true, migratingDeviceKey: Bool = false) throws(SecError) {
         try self.init(directory: directory, deviceKey: deviceKey, applicationPasswordKDF: applicationPasswordKDF,
                       applicationPasswordDelays: ApplicationPasswordAttempts.standardDelays, clock: SystemWallClock(),
+                      rollbackCounter: rollbackCounter, rollbackInterval: rollbackInterval,
                       lockingStateDirectory: lockingStateDirectory, migratingDeviceKey: migratingDeviceKey)
     }
 
@@ -227,13 +247,55 @@ public final class Keychain: Sendable {
             }
             if let line { s.migrations.append(line) }
             if needed { s.migrations.append("keybag rekey finished at unlock (keybag format \(version) → \(keybag.formatVersion))") }
+            try checkRollback(&s)
         }
     }
+
+    /// The unlock's rollback check (nothing without rollback detection): on a finding the keybag is
+    /// locked again and the finding thrown; nothing else changes.
+    func checkRollback() throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in try checkRollback(&s) }
+    }
+
+    private func checkRollback(_ s: inout State) throws(SecError) {
+        guard let rollback else { return }
+        rollback.ledger.load(from: keybag)
+        do {
+            if let line = try rollback.check(s.store, keybagIsNew: keybagIsNew, now: Self.now()) { s.migrations.append(line) }
+        } catch {
+            keybag.lock()
+            throw error
+        }
+    }
+
+    /// A rekey re-seals the rollback records: first they must match the counter and the rows (what the
+    /// keys in memory can check), or a passcode change would bless a keychain.db put back. Called before
+    /// the keybag changes anything, and again inside the rekey (a rekey finished at unlock).
+    private func verifyBeforeRekey(_ store: ItemStore) throws(SecError) {
+        guard let rollback, let (d, p) = try rollback.records(store), d.epoch > 0 else { return }
+        try rollback.verify(store, device: d, passcode: p, counter: try rollback.counter.read())
+    }
+
+    /// Anchors the item writes made since the last NV increment, if any (a lock, a clean stop, the
+    /// batching interval). A failure (no TPM now) leaves them for the next try.
+    private func flushRollback(_ store: ItemStore) {
+        guard let rollback else { return }
+        try? rollback.flush(store, now: Self.now())
+    }
+
+    /// Item writes are anchored to the counter at most this often (seconds) and at every lock.
+    public static let defaultRollbackInterval: Double = 60
+
+    /// True if rollback detection is on.
+    public var rollbackDetection: Bool { rollback != nil }
 
     /// Locks the keybag (wipes the WhenUnlocked keys). True if this call locked it (it was unlocked),
     /// decided in the same critical section as the wipe, so of two concurrent callers one sees true.
     @discardableResult
-    public func lock() -> Bool { keybag.lock() }
+    public func lock() -> Bool {
+        guarded.withLock { flushRollback($0.store) }
+        return keybag.lock()
+    }
 
     /// The lock state and whether a passcode is set, read together in one critical section.
     public var status: LockStatus { keybag.status }
@@ -249,9 +311,14 @@ public final class Keychain: Sendable {
             let store = s.store
             var line: String? = nil
             defer { if let line { s.migrations.append(line) } }
+            try verifyBeforeRekey(store)
+            defer { rollback?.ledger.load(from: keybag) }
             try keybag.setPasscode(current: current, new: new, kdf: kdf) { keys throws(SecError) in
                 line = try self.resealRows(store, keys, from: version)
             }
+            // The rekey sealed the records at value + 1: count it now. The change is done either way: a
+            // crash or an unreachable TPM here leaves the increment to the next unlock (rule 5's value + 1).
+            if let rollback, (try? rollback.records(store))??.device.epoch ?? 0 > 0 { _ = try? rollback.counter.increment() }
         }
     }
 
@@ -266,9 +333,14 @@ public final class Keychain: Sendable {
             let store = s.store
             var line: String? = nil
             defer { if let line { s.migrations.append(line) } }
+            try verifyBeforeRekey(store)
+            defer { rollback?.ledger.load(from: keybag) }
             try keybag.removePasscode(current: current) { keys throws(SecError) in
                 line = try self.resealRows(store, keys, from: version)
             }
+            // The rekey sealed the records at value + 1: count it now. The change is done either way: a
+            // crash or an unreachable TPM here leaves the increment to the next unlock (rule 5's value + 1).
+            if let rollback, (try? rollback.records(store))??.device.epoch ?? 0 > 0 { _ = try? rollback.counter.increment() }
         }
     }
 
@@ -298,7 +370,12 @@ public final class Keychain: Sendable {
     }
 
     /// Checkpoints the write-ahead log (clean shutdown).
-    public func checkpoint() { guarded.withLock { $0.store.checkpoint() } }
+    public func checkpoint() {
+        guarded.withLock { s in
+            flushRollback(s.store)
+            s.store.checkpoint()
+        }
+    }
 
     // MARK: SecItemAdd
 
@@ -854,7 +931,12 @@ public final class Keychain: Sendable {
     /// process: its keys in memory may have been rotated elsewhere, and what it sealed now would be lost.
     private func writing<R>(_ store: ItemStore, _ body: () throws(SecError) -> R) throws(SecError) -> R {
         try keybag.checkUnchanged()
-        return try store.transaction(body)
+        let r = try store.transaction(body)
+        if let rollback {
+            rollback.markDirty()
+            if rollback.due(now: Self.now()) { flushRollback(store) }
+        }
+        return r
     }
 
     /// Visits matching items oldest first. Candidates come from the blind indexes; each is decrypted
@@ -1112,6 +1194,15 @@ public final class Keychain: Sendable {
         var resealed = 0, deleted = 0
         // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
         // The Always rows need nothing: their keys do not rotate, and `migrateAtOpen` re-padded them.
+        // Rollback records: not kept incrementally here (the passcode bucket's key changes); computed
+        // whole under the new key at the end, in the same transaction.
+        let ledger = store.ledger
+        store.ledger = nil
+        defer { store.ledger = ledger }
+        try verifyBeforeRekey(store)
+        let previousKey = rollback?.ledger.key(RollbackLedger.passcodeBucket)
+        if let rollback { unsafe keys.passcodeIndexKey.withUnsafeBytes { unsafe rollback.ledger.setKey(bucket: RollbackLedger.passcodeBucket, indexKey: $0) } }
+        do {
         try store.transaction { () throws(SecError) in
             let rows = try store.rowClasses()
             for (i, (id, pclass)) in rows.enumerated() {
@@ -1126,6 +1217,19 @@ public final class Keychain: Sendable {
                 guard let row = try store.row(id: id) else { continue }
                 if try resealRow(store, row, p, keys) { resealed += 1 }
             }
+            if let rollback, let (d, _) = try rollback.records(store) {
+                guard rollback.ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
+                var epoch: Int64 = 0
+                if d.epoch > 0 {
+                    guard let value = try rollback.counter.read() else { throw RollbackFinding.counterMissing.secError }
+                    epoch = Int64(value + 1)
+                }
+                try rollback.writeRecords(store, epoch: epoch)
+            }
+        }
+        } catch {
+            rollback?.ledger.restore(bucket: RollbackLedger.passcodeBucket, previousKey)
+            throw error
         }
         return ("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed"
             + (deleted > 0 ? ", \(deleted) WhenPasscodeSet items deleted (passcode removed)" : "") + " in \(Int((Self.now() - t0) * 1000)) ms")

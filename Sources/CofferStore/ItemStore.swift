@@ -49,14 +49,18 @@ package struct RowContent: Sendable {
 ///
 /// Not thread-safe: the keychain serialises access.
 package final class ItemStore {
-    private let db: SQLiteConnection
+    let db: SQLiteConnection
+    /// Keeps the rollback records current (nil: rollback detection off, the records are not touched).
+    package var ledger: (any RowLedger)?
+    /// The rollback-record changes of the open transaction, by bucket (written just before COMMIT).
+    var pending: [Int64: LedgerDelta] = [:]
     /// Item count kept in step with inserts and deletes (nil: recount; a rollback forgets it).
     private var cachedCount: Int?
     /// The database file.
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 4
+    package static let schemaVersion: Int64 = 5
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -109,6 +113,20 @@ package final class ItemStore {
         PRAGMA user_version = 4;
         """
 
+    /// Version 5: the rollback records (the RollbackAnchor article): per bucket of rows, the keyed set
+    /// hash of its rows, their count, the anchor epoch (the TPM counter value it was sealed at) and a
+    /// tag. Empty until rollback detection anchors the keychain; nothing else of a version-4 file changes.
+    private static let schemaV5 = """
+        CREATE TABLE rollback(
+            bucket INTEGER PRIMARY KEY,
+            root BLOB NOT NULL CHECK(length(root) = 32),
+            n INTEGER NOT NULL,
+            epoch INTEGER NOT NULL,
+            tag BLOB NOT NULL
+        );
+        PRAGMA user_version = 5;
+        """
+
     /// The longest reason a quarantined row keeps (bytes of UTF-8, cut at a character boundary).
     package static let maximumReasonBytes = 512
 
@@ -131,7 +149,7 @@ package final class ItemStore {
             if version < Self.schemaVersion && version >= 0 {
                 // Each migration in one transaction with the version it sets: a crash leaves the old
                 // version or the new one, never a half-migrated file.
-                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4]
+                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5]
                 try transaction { () throws(SecError) in for step in steps.dropFirst(Int(version)) { try db.exec(step) } }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
@@ -156,11 +174,13 @@ package final class ItemStore {
         try db.exec("BEGIN IMMEDIATE")
         do {
             let r = try body()
+            try commitLedger()
             try db.exec("COMMIT")
             return r
         } catch {
             try? db.exec("ROLLBACK")
             cachedCount = nil
+            pending = [:]
             throw error
         }
     }
@@ -181,6 +201,8 @@ package final class ItemStore {
         Self.bindColumns(s, c)
         try s.run()
         let id = db.lastInsertRowID
+        try account(added: LedgerRow(id: id, persistentRef: c.persistentRef, primaryKeyHash: c.primaryKeyHash,
+                                     protectionClass: Int64(c.protectionClass), meta: c.meta, secret: c.secret))
         try insertIndex(id: id, c.indexHashes)
         cachedCount = cachedCount.map { $0 + 1 }
         return id
@@ -188,6 +210,9 @@ package final class ItemStore {
 
     /// Replaces the row `id` with new content (same or new primary key).
     package func replace(id: Int64, with c: RowContent) throws(SecError) {
+        try account(removed: ledgerRow(id: id))
+        try account(added: LedgerRow(id: id, persistentRef: c.persistentRef, primaryKeyHash: c.primaryKeyHash,
+                                     protectionClass: Int64(c.protectionClass), meta: c.meta, secret: c.secret))
         let s = try db.statement("UPDATE items SET pref = ?1, pk = ?2, pclass = ?3, meta = ?4, secret = ?5 WHERE id = ?6")
         Self.bindColumns(s, c)
         s.bind(6, id)
@@ -216,16 +241,20 @@ package final class ItemStore {
         }
     }
 
-    /// Deletes rows by id.
-    /// Deletes every item and its index entries (an erase).
+    /// Deletes every item and its index entries (an erase); the rollback records go too (an erased
+    /// keychain is anchored afresh).
     package func deleteAll() throws(SecError) {
+        try db.statement("DELETE FROM rollback").run()
+        pending = [:]
         try db.statement("DELETE FROM attr_index").run()
         try db.statement("DELETE FROM items").run()
         try db.statement("DELETE FROM quarantine").run()   // an erase leaves nothing of the old keychain
         cachedCount = 0
     }
 
+    /// Deletes the row `id` (its index entries go with it).
     package func delete(id: Int64) throws(SecError) {
+        try account(removed: ledgerRow(id: id))
         let s = try db.statement("DELETE FROM items WHERE id = ?1")
         s.bind(1, id)
         try s.run()
@@ -260,6 +289,12 @@ package final class ItemStore {
 
     /// Replaces only the sealed secret of row `id` (re-padding a row in place; its keys and index stay).
     package func replaceSecret(id: Int64, with secret: [UInt8]) throws(SecError) {
+        if ledger != nil, let old = try ledgerRow(id: id) {
+            try account(removed: old)
+            var new = old
+            new.secret = secret
+            try account(added: new)
+        }
         let s = try db.statement("UPDATE items SET secret = ?1 WHERE id = ?2")
         s.bind(1, secret)
         s.bind(2, id)

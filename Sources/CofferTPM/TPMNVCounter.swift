@@ -22,6 +22,11 @@ public struct TPMNVCounter: Equatable, Sendable {
     /// A counter's size.
     static let dataSize: UInt16 = 8
 
+    /// The counter at `index`, as it is (nothing is sent to the TPM: ``define(index:on:)`` makes one).
+    public init(index: UInt32) {
+        self.index = index
+    }
+
     /// Opens the counter at `index`, defining it (TPM2_NV_DefineSpace) and incrementing it once
     /// (so it can be read) if it is not there. An index already defined with other attributes, size or
     /// name algorithm is refused (``TPMError/nvIndexConflict(index:reason:)``) and left alone.
@@ -48,6 +53,19 @@ public struct TPMNVCounter: Equatable, Sendable {
         return counter
     }
 
+    /// True if an NV index is defined at `index` (TPM2_NV_ReadPublic answers), false if the TPM has none
+    /// there (TPM_RC_HANDLE): rollback detection reads "never anchored" from an absent counter.
+    public static func isDefined(index: UInt32, on tpm: TPM) throws(TPMError) -> Bool {
+        try unsafe tpm.withContext { ctx throws(TPMError) -> Bool in
+            var attributes: UInt32 = 0, size: UInt16 = 0, nameAlg: UInt16 = 0
+            let rc = unsafe ctpm_nv_read_public(ctx, index, &attributes, &size, &nameAlg)
+            if rc == 0 { return true }
+            if TPMResponse(rc).tpmCode == TPMResponse.handle { return false }
+            try tpm.check(rc, "TPM2_NV_ReadPublic")
+            return true
+        }
+    }
+
     /// The counter's value (TPM2_NV_Read, 8 bytes big-endian).
     public func read(on tpm: TPM) throws(TPMError) -> UInt64 {
         try unsafe tpm.withContext { ctx throws(TPMError) -> UInt64 in
@@ -69,7 +87,8 @@ public struct TPMNVCounter: Equatable, Sendable {
         try unsafe tpm.withContext { ctx throws(TPMError) in try tpm.check(unsafe ctpm_nv_undefine(ctx, index), "TPM2_NV_UndefineSpace") }
     }
 
-    static func hex(_ v: UInt32) -> String {
+    /// `v` as eight hex digits after "0x".
+    public static func hex(_ v: UInt32) -> String {
         let digits = String(v, radix: 16)
         return "0x" + String(repeating: "0", count: max(0, 8 - digits.count)) + digits
     }

@@ -7,6 +7,8 @@
 //                                                    Argon2id, round trip, throughput at 1/4/16/64 clients,
 //                                                    CLI process time, cold start, RSS, locked memory
 //                                                    (BIN_DIR holds cofferd and coffer)
+//   coffer-bench rollback TCTI [SIZE ...]           an item write with rollback detection (the counter in the TPM at
+//                                                    TCTI, e.g. a swtpm) vs without, per keychain size (default 1k, 100k)
 //   coffer-bench backup [SIZE ...]                   backup create and restore at each size (issue #16)
 //   coffer-bench access-control BIN_DIR              what access control costs (issue #14): a protected read inside
 //                                                    its reuse window vs a plain read; an evaluation through the plugin host
@@ -188,6 +190,9 @@ func run(_ args: [String]) throws {
     case "keychain":
         let sizes = args.dropFirst().compactMap { Int($0) }
         try benchKeychain(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
+    case "rollback" where args.count >= 2:
+        let sizes = args.dropFirst(2).compactMap { Int($0) }
+        try benchRollback(tcti: args[1], sizes: sizes.isEmpty ? [1000, 100_000] : sizes)
     case "backup":
         let sizes = args.dropFirst().compactMap { Int($0) }
         try benchBackup(sizes: sizes.isEmpty ? [1000, 100_000] : sizes)

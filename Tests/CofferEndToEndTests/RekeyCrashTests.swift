@@ -30,10 +30,10 @@ import Testing
         let agent: AgentProcess
         var pointFile: String { control.file("point") }
 
-        init() throws {
+        init(extraArguments: [String] = []) throws {
             writeFileBytes(control.file("point"), [])
             let script = "COFFER_TEST_CRASH_POINT=\"$(cat '\(control.file("point"))')\"; export COFFER_TEST_CRASH_POINT; exec \"$0\" \"$@\""
-            agent = try AgentProcess(launcher: ["/bin/sh", "-c", script], start: false)
+            agent = try AgentProcess(extraArguments: extraArguments, launcher: ["/bin/sh", "-c", script], start: false)
         }
 
         func arm(_ point: String) { writeFileBytes(pointFile, Array(point.utf8)) }

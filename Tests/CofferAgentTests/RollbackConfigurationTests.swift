@@ -1,0 +1,34 @@
+@testable import CofferAgent
+import Testing
+
+/// The rollback-detection keys of cofferd.conf (cofferd(8)): off by default, each value checked, a bad
+/// one refused with the file and line.
+@Suite struct RollbackConfigurationTests {
+    func configuration(_ text: String) throws -> AgentConfiguration {
+        var c = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        try c.apply(configFile: text, name: "cofferd.conf")
+        return c
+    }
+
+    @Test func detectionIsOffUnlessTurnedOn() throws {
+        let c = try configuration("")
+        #expect(!c.rollbackDetection)
+        #expect(c.rollbackTCTI == "device:/dev/tpmrm0" && c.rollbackNVIndex == 0x0100_C0FF && c.rollbackInterval == 60)
+        let on = try configuration("rollback-detection = on\nrollback-tcti = swtpm:host=127.0.0.1,port=2321\nrollback-nv-index = 0x0100C0F0\nrollback-interval = 5\n")
+        #expect(on.rollbackDetection && on.rollbackTCTI == "swtpm:host=127.0.0.1,port=2321")
+        #expect(on.rollbackNVIndex == 0x0100_C0F0 && on.rollbackInterval == 5)
+        #expect(try !configuration("rollback-detection = on\nrollback-detection = off\n").rollbackDetection)
+    }
+
+    @Test func badValuesAreRefusedWithTheirLine() {
+        for bad in ["rollback-detection = yes", "rollback-tcti =", "rollback-nv-index = 0x8100C0FF", "rollback-nv-index = zz",
+                    "rollback-interval = 0", "rollback-interval = -1"] {
+            do {
+                _ = try configuration("\n" + bad + "\n")
+                Issue.record("\(bad) was accepted")
+            } catch {
+                #expect("\(error)".contains("cofferd.conf:2"), "\(bad): \(error)")
+            }
+        }
+    }
+}
