@@ -79,11 +79,11 @@ package final class KeychainService: Sendable {
                            lockedMemoryBytes: UInt64(SecureMemory.lockedBytes() ?? 0), idleLockSeconds: idleLockSeconds)
     }
 
-    /// Which protections are active: the device key's place and who counts wrong passcodes, as the
-    /// keychain has them now (rollback detection: not in this release).
+    /// Which protections are active: the device key's place, who counts wrong passcodes, and whether
+    /// a TPM counter anchors the keychain against rollback, as the keychain has them now.
     package func protections() -> ProtectionsReply {
         ProtectionsReply(deviceKeyInTPM: keychain.deviceKeyKind == .tpm, attemptsCountedByTPM: keychain.attemptsCountedByTPM,
-                         rollbackDetection: false)
+                         rollbackDetection: keychain.rollbackDetection)
     }
 
     /// What `coffer whoami` shows for the caller.

@@ -23,6 +23,7 @@ struct RollbackAgentTests {
         let confDir = TemporaryDirectory("coffer-rollback-conf")
         let agent = try AgentProcess(extraArguments: Self.config(confDir, tpm))
         agent.setPasscode()
+        #expect(agent.cli(["status"]).stdout.contains("rollback detection: on"), "coffer status says the detection is on")
         #expect(agent.cli(["add", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "first").status == 0)
         #expect(agent.cli(["lock"]).status == 0, "\(agent.log)")
         agent.stop()                                            // a clean stop: the database file is whole
