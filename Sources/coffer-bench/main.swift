@@ -230,11 +230,11 @@ func run(_ args: [String]) throws {
     case "sync":
         try SyncBench(items: args.count > 1 ? Int(args[1]) ?? 10_000 : 10_000).run()
     case "tpm" where args.count >= 2:
-        try benchTPM(tcti: args[1], runs: args.count > 2 ? Int(args[2]) ?? 7 : 7)
+        try benchTPM(tcti: args[1], runs: args.count > 2 ? Int(args[2]) ?? 7 : 7, items: args.count > 3 ? Int(args[3]) ?? 0 : 0)
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | tpm TCTI [RUNS] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }
