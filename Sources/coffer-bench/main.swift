@@ -216,6 +216,9 @@ func run(_ args: [String]) throws {
     case "fill" where args.count == 3:
         guard let n = Int(args[2]) else { print("fill: N must be a number"); exit(2) }
         try fill(stateDirectory: args[1], items: n)
+    case "fill-secret-service" where args.count == 3:
+        guard let n = Int(args[2]) else { print("fill-secret-service: N must be a number"); exit(2) }
+        try fillSecretService(stateDirectory: args[1], items: n)
     case "agent" where args.count >= 2:
         let sizes = args.dropFirst(2).compactMap { Int($0) }
         try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
@@ -234,7 +237,7 @@ func run(_ args: [String]) throws {
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | fill-secret-service STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

@@ -21,6 +21,8 @@
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
 #   contrib/bench/run.sh git [N]    git's credential helpers: coffer, store, libsecret on gnome-keyring
 #                                   (also part of `all` and `peers`; N runs each, default 200)
+#   contrib/bench/run.sh secret-service [N…]  Only the Secret Service beside gnome-keyring through
+#                                   secret-tool (also part of `all`; default N 1000 10000)
 #   contrib/bench/run.sh sync [N]   Only the sync engine (issue #29; also part of `all`): N item changes
 #                                   recorded and pushed to a local bare git remote, a second machine's first
 #                                   sync, one change's way across, the remote's size; beside git alone
@@ -31,13 +33,19 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|ssh|peers|git|sync) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N] | sync [N]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|ssh|peers|git|sync|secret-service) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N] | sync [N] | secret-service [N ...]]" >&2; exit 2 ;;
 esac
 if [ "$what" = git ]; then
     shift
     echo "## git credential helpers"
     bash contrib/bench/git-credential.sh "$@"
+    exit 0
+fi
+if [ "$what" = secret-service ]; then
+    shift
+    echo "## The Secret Service beside gnome-keyring"
+    bash contrib/bench/secret-service.sh "$@"
     exit 0
 fi
 if [ "$what" = sync ]; then
@@ -134,4 +142,7 @@ if [ "$what" != coffer ] && [ "$what" != identity ] && [ "$what" != access-contr
     echo
     echo "## git credential helpers"
     bash contrib/bench/git-credential.sh
+    echo
+    echo "## The Secret Service beside gnome-keyring"
+    bash contrib/bench/secret-service.sh
 fi
