@@ -144,6 +144,15 @@ public final class AgentConnection {
     /// LOCK now.
     public func lock() throws(SecError) { try expectOK(.lock) }
 
+    /// PROMPT_UNLOCK (a delegated connection only): the agent asks the person for the passcode with
+    /// its own pinentry and unlocks the keybag. Waits as long as the person takes (the agent's
+    /// prompter bounds it); ``cancel()`` from another thread ends it (the agent's pinentry closes).
+    public func promptUnlock() throws(SecError) { try expectOK(.promptUnlock) }
+
+    /// Ends the connection at once, from any thread: a request waiting for its reply fails, and the
+    /// agent sees the hang-up (a prompt it shows for this connection closes).
+    public func cancel() { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+
     /// Sets the first passcode (`current` nil) or changes it.
     public func setPasscode(current: SecureBytes?, new: SecureBytes) throws(SecError) {
         try expectOK(.setPasscode(current: current ?? SecureBytes(count: 0), new: new))

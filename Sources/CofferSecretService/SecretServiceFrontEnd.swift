@@ -34,11 +34,27 @@ public final class SecretServiceFrontEnd {
         var agent: AgentConnection
         /// The caller's default access group (the agent's WHOAMI, first group): its collections' group.
         var group: String
+        /// The sender's process, as DELEGATE named it: a prompt's own connection delegates to it again.
+        var process: DelegatedProcess
         var sessions: [String: OpenSession] = [:]
-        init(agent: AgentConnection, group: String) {
+        init(agent: AgentConnection, group: String, process: DelegatedProcess) {
             self.agent = agent
             self.group = group
+            self.process = process
         }
+    }
+
+    /// A sender's process: its pidfd (owned: closed when this goes), pid and start time.
+    final class DelegatedProcess: @unchecked Sendable {
+        let pidfd: Int32
+        let pid: Int32
+        let startTime: UInt64
+        init(pidfd: Int32, pid: Int32, startTime: UInt64) {
+            self.pidfd = pidfd
+            self.pid = pid
+            self.startTime = startTime
+        }
+        deinit { close(pidfd) }
     }
 
     struct OpenSession {
@@ -47,7 +63,7 @@ public final class SecretServiceFrontEnd {
     }
 
     let bus: OpaquePointer
-    private let socketPath: String
+    let socketPath: String
     private let handlers: UnsafeMutablePointer<ssb_handlers>
     var peers: [String: Peer] = [:]
     /// How many senders ``peers`` holds at most; one more is refused LimitsExceeded.
@@ -61,6 +77,8 @@ public final class SecretServiceFrontEnd {
     /// Open prompts (object path → whose and for what) and the next prompt's number.
     var prompts: [String: PendingPrompt] = [:]
     var nextPrompt: UInt64 = 1
+    /// Prompts that ended on their own threads, for the bus thread to complete.
+    let completions = PromptCompletions()
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -142,8 +160,12 @@ public final class SecretServiceFrontEnd {
         handlers.deallocate()
     }
 
-    /// Serves until the bus connection ends (0) or fails (a negative errno).
-    public func run() -> Int32 { ssb_bus_run(bus) }
+    /// Serves until the bus connection ends (0) or fails (a negative errno). Prompts that end on
+    /// their threads are completed here, on the bus thread (``completions``' eventfd wakes the loop).
+    public func run() -> Int32 {
+        ssb_bus_run(bus, completions.wake, { userdata in SecretServiceFrontEnd.from(userdata).completePrompts() },
+                    Unmanaged.passUnretained(self).toOpaque())
+    }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
         Unmanaged<SecretServiceFrontEnd>.fromOpaque(userdata!).takeUnretainedValue()
@@ -177,15 +199,15 @@ public final class SecretServiceFrontEnd {
     func peer(for sender: String) throws(BusError) -> Peer {
         if let p = peers[sender] {
             guard p.agent.isHungUp else { return p }
-            (p.agent, p.group) = try connect(sender)
+            (p.agent, p.group, p.process) = try connect(sender)
             return p
         }
         guard peers.count < maxSenders else {
             throw BusError(name: BusError.limitsExceeded,
                            message: "the front end already serves \(maxSenders) senders; \(sender) is refused until one leaves the bus")
         }
-        let (agent, group) = try connect(sender)
-        let p = Peer(agent: agent, group: group)
+        let (agent, group, process) = try connect(sender)
+        let p = Peer(agent: agent, group: group, process: process)
         peers[sender] = p
         return p
     }
@@ -199,7 +221,7 @@ public final class SecretServiceFrontEnd {
     }
 
     /// A new agent connection delegated to `sender`'s process, and the first access group the agent gives it.
-    private func connect(_ sender: String) throws(BusError) -> (AgentConnection, String) {
+    private func connect(_ sender: String) throws(BusError) -> (AgentConnection, String, DelegatedProcess) {
         var pid: UInt32 = 0
         var busPIDFD: Int32 = -1
         let r = ssb_connection_credentials(bus, sender, &pid, &busPIDFD)
@@ -229,7 +251,7 @@ public final class SecretServiceFrontEnd {
                 throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
             }
         }
-        defer { close(pidfd) }
+        let process = DelegatedProcess(pidfd: pidfd, pid: Int32(pid), startTime: startTime)
         // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
         // instead of stopping the front end.
         let agent: AgentConnection
@@ -253,7 +275,7 @@ public final class SecretServiceFrontEnd {
         } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
         }
-        return (agent, group)
+        return (agent, group, process)
     }
 
     /// A unique name appeared (its time is kept) or a sender left the bus: its agent connection
@@ -270,7 +292,11 @@ public final class SecretServiceFrontEnd {
             ssb_slot_release(s.slot)
             owners[path] = nil
         }
-        prompts = prompts.filter { $0.value.sender != name }
+        // Its running prompts are cancelled: their agent connections close, and so does the pinentry.
+        for (path, prompt) in prompts where prompt.sender == name {
+            prompt.work?.cancel()
+            prompts[path] = nil
+        }
     }
 
     // MARK: Service.OpenSession and Session.Close

@@ -10,7 +10,7 @@ public enum SecretServiceMain {
         Serves the freedesktop Secret Service API (org.freedesktop.secrets) on the session bus
         (DBUS_SESSION_BUS_ADDRESS) for the Coffer agent at PATH (default: $COFFER_SOCKET, else
         $XDG_RUNTIME_DIR/coffer/agent.sock). Collections (the session one in memory), items, searches,
-        secrets and aliases are served; prompting is not yet. At most N distinct senders (default
+        secrets and aliases are served; Unlock prompts through the agent's pinentry. At most N distinct senders (default
         \(SecretServiceFrontEnd.defaultMaxSenders)) are served at once; more are refused LimitsExceeded.
         """
 

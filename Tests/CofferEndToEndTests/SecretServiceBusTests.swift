@@ -139,14 +139,15 @@ struct SecretServiceBusTests {
 
     /// A private bus, an agent trusting the built front end signed (with `delegate-identity` when
     /// `entitled`), and the front end serving; `prepare` installs and signs other apps before the agent starts.
-    static func setUp(entitled: Bool = true, arguments: [String] = [], prepare: (SignedApps) throws -> Void = { _ in })
+    static func setUp(entitled: Bool = true, arguments: [String] = [], agentConfig: [String] = [],
+                      prepare: (SignedApps) throws -> Void = { _ in })
         throws -> (SignedApps, AgentProcess, PrivateSessionBus, Process, executable: String) {
         let apps = try SignedApps()
         let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
         try apps.sign("secret-service", appID: frontEndApp, groups: ["secret-service"], path: executable,
                       entitlements: entitled ? ["delegate-identity"] : [])
         try prepare(apps)
-        let agent = try apps.startAgent()
+        let agent = try apps.startAgent(agentConfig)
         let bus = try PrivateSessionBus()
         let frontEnd = try bus.startFrontEnd(executable, agent: agent, arguments: arguments)
         return (apps, agent, bus, frontEnd, executable)
