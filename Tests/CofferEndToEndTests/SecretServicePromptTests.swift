@@ -1,3 +1,5 @@
+import CofferClient
+import CofferModel
 import CofferSystem
 import CofferTestSupport
 import Foundation
@@ -114,5 +116,20 @@ struct SecretServicePromptTests {
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.bus.read("front-end.log"))")
         #expect(f.lookup().stdout.isEmpty)
         #expect(f.fake.takeQuestions().isEmpty)
+    }
+
+    /// PROMPT_UNLOCK on a connection that was not delegated is refused -34018 and nobody is asked,
+    /// even with a pinentry configured and the keychain locked.
+    @Test func promptUnlockOnAConnectionThatWasNotDelegatedIsRefused() throws {
+        let f = try Locked(passcode: AgentProcess.password)
+        let c = try AgentConnection(path: f.agent.socketPath, replyTimeout: 60)
+        do {
+            try c.promptUnlock()
+            Issue.record("PROMPT_UNLOCK was answered OK on a connection that was not delegated")
+        } catch {
+            #expect(error.status == .missingEntitlement, "\(error)")
+        }
+        #expect(f.fake.takeQuestions().isEmpty)
+        #expect(f.lookup().stdout.isEmpty)
     }
 }
