@@ -3,9 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <systemd/sd-bus.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SERVICE_IFACE "org.freedesktop.Secret.Service"
@@ -174,15 +179,49 @@ int ssb_add_session(ssb_bus *bus, const char *path, const ssb_handlers *handlers
 
 void ssb_slot_release(ssb_slot *slot) { sd_bus_slot_unref(slot); }
 
-int ssb_bus_run(ssb_bus *bus) {
+int ssb_bus_run(ssb_bus *bus, int wake_fd, void (*woken)(void *userdata), void *userdata) {
     for (;;) {
         int r = sd_bus_process(bus, NULL);
         if (r == -ECONNRESET || r == -ENOTCONN) return 0;
         if (r < 0) return r;
         if (r > 0) continue;
-        r = sd_bus_wait(bus, UINT64_MAX);
-        if (r < 0 && r != -EINTR) return r;
+        if (wake_fd < 0) {
+            r = sd_bus_wait(bus, UINT64_MAX);
+            if (r < 0 && r != -EINTR) return r;
+            continue;
+        }
+        /* sd_bus_wait's poll, with the wake descriptor beside the bus's. */
+        int events = sd_bus_get_events(bus);
+        if (events < 0) return events == -ENOTCONN ? 0 : events;
+        uint64_t until = UINT64_MAX;
+        r = sd_bus_get_timeout(bus, &until);
+        if (r < 0) return r;
+        int timeout = -1;
+        if (until != UINT64_MAX) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            uint64_t n = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+            timeout = until <= n ? 0 : (until - n) / 1000u + 1 > INT_MAX ? INT_MAX : (int)((until - n) / 1000u + 1);
+        }
+        struct pollfd p[2] = {{.fd = sd_bus_get_fd(bus), .events = (short)events}, {.fd = wake_fd, .events = POLLIN}};
+        r = poll(p, 2, timeout);
+        if (r < 0 && errno != EINTR) return -errno;
+        if (r > 0 && (p[1].revents & POLLIN)) {
+            uint64_t count;
+            if (read(wake_fd, &count, sizeof count) < 0 && errno != EAGAIN && errno != EINTR) return -errno;
+            if (woken) woken(userdata);
+        }
     }
+}
+
+int ssb_wake_fd_open(void) {
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd < 0 ? -errno : fd;
+}
+
+void ssb_wake(int wake_fd) {
+    uint64_t one = 1;
+    while (write(wake_fd, &one, sizeof one) < 0 && errno == EINTR) {}
 }
 
 const char *ssb_message_sender(ssb_message *m) { return sd_bus_message_get_sender(m); }

@@ -143,7 +143,9 @@ package final class Agent: Sendable {
                 }
             })
         schedule = service.schedule
-        pipeline = Pipeline(service: service, resolver: resolver)
+        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: { [configuration] in
+            AgentPromptChannel(configuration: configuration, clock: SystemClock())
+        })
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait

@@ -24,11 +24,15 @@ final class Pipeline: Sendable {
     /// Identifies the process a DELEGATE hands over (nil: DELEGATE is refused, as by an agent that
     /// identifies no caller).
     let resolver: IdentityResolver?
+    /// The agent's own prompter (its configured pinentry) for PROMPT_UNLOCK; nil or answering nil:
+    /// nobody can be asked.
+    let promptChannel: (@Sendable () -> AgentPromptChannel?)?
     var logger: Logger { service.logger }
 
-    init(service: KeychainService, resolver: IdentityResolver? = nil) {
+    init(service: KeychainService, resolver: IdentityResolver? = nil, promptChannel: (@Sendable () -> AgentPromptChannel?)? = nil) {
         self.service = service
         self.resolver = resolver
+        self.promptChannel = promptChannel
     }
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
@@ -137,6 +141,9 @@ final class Pipeline: Sendable {
             return .status(try service.status())
         case .protections:
             return .protections(service.protections())
+        case .promptUnlock:
+            try promptUnlock(session, client: (channel as? ConnectionAuthChannel)?.conn.fd ?? -1)
+            return .ok
         case .unlock(let passcode):
             try service.unlock(passcode, session.context)
             return .ok
@@ -286,6 +293,49 @@ final class Pipeline: Sendable {
             let next = page.isComplete ? 0 : UInt64(page.lastRowID)
             if query.skipUnreadable { return .itemsPageSkipping(page.items, nextCursor: next, unreadable: UInt32(clamping: page.unreadable)) }
             return .itemsPage(page.items, nextCursor: next)
+        }
+    }
+}
+
+extension Pipeline {
+    /// PROMPT_UNLOCK (WireProtocol.md, Prompting for a front end): on a delegated connection only,
+    /// the passcode is asked with the agent's own prompter, the dialog naming the delegated app as the
+    /// agent identified it, and checked exactly as UNLOCK checks one (PAM, the attempt schedule); at
+    /// most ``Authenticator/passcodeAttempts`` wrong ones. Already unlocked: OK without asking.
+    /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
+    /// front end whose caller dismissed the prompt) closes the pinentry: userCanceled.
+    func promptUnlock(_ session: Session, client: Int32) throws(SecError) {
+        guard session.delegatedBy != nil else {
+            throw SecError(.missingEntitlement, "PROMPT_UNLOCK is answered only on a delegated connection (DELEGATE)")
+        }
+        guard try service.status().lockState != .unlocked else { return }
+        guard let prompter = promptChannel?() else {
+            throw SecError(.interactionNotAllowed, "nobody can be asked for the passcode: no pinentry is configured (pinentry = PATH)")
+        }
+        let channel = LazyPromptChannel({ prompter }, client: client)
+        defer { channel.end() }
+        let app = Authenticator.appName(session.context.caller)
+        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain"))
+        // The prompter's own deadline (authentication-timeout) ends the wait first.
+        let deadline = Threads.monotonicSeconds() + 24 * 3600
+        var wrong = 0
+        while true {
+            switch channel.awaitAnswer(stop: { false }, wake: -1, deadline: deadline) {
+            case .answer(.passcode(let passcode)):
+                do {
+                    try service.unlock(passcode, session.context)
+                    return
+                } catch where error.status == .authFailed && wrong + 1 < Authenticator.passcodeAttempts {
+                    wrong += 1
+                    channel.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
+                }
+            case .stopped:
+                continue
+            case .timedOut:
+                throw SecError(.userCanceled, "nobody answered the passcode prompt in time")
+            case .answer, .gone:
+                throw SecError(.userCanceled, channel.clientHungUp ? "the front end went away (the prompt was dismissed)" : "the person cancelled")
+            }
         }
     }
 }

@@ -107,6 +107,15 @@ public final class AgentConnection {
 
     private var replyTimeout = 0.0
 
+    /// True once the agent has closed its end (it exited or restarted) or the socket failed: no
+    /// request on this connection can succeed, and a new one must be opened. One poll, no wait;
+    /// bytes waiting to be read (an EVENT) do not count.
+    public var isHungUp: Bool {
+        var p = pollfd(fd: fd, events: Int16(0x2000 /* POLLRDHUP */), revents: 0)
+        guard poll(&p, 1, 0) > 0 else { return false }
+        return p.revents & Int16(0x2000 | POLLHUP | POLLERR | POLLNVAL) != 0
+    }
+
     /// The connection ended (or, with a reply timeout, the agent did not answer in time).
     private func closed(_ how: String = "closed the connection") -> SecError {
         .io("the agent at \(path) \(how)" + (replyTimeout > 0 ? " or did not answer within \(replyTimeout) s" : ""))
@@ -134,6 +143,15 @@ public final class AgentConnection {
 
     /// LOCK now.
     public func lock() throws(SecError) { try expectOK(.lock) }
+
+    /// PROMPT_UNLOCK (a delegated connection only): the agent asks the person for the passcode with
+    /// its own pinentry and unlocks the keybag. Waits as long as the person takes (the agent's
+    /// prompter bounds it); ``cancel()`` from another thread ends it (the agent's pinentry closes).
+    public func promptUnlock() throws(SecError) { try expectOK(.promptUnlock) }
+
+    /// Ends the connection at once, from any thread: a request waiting for its reply fails, and the
+    /// agent sees the hang-up (a prompt it shows for this connection closes).
+    public func cancel() { _ = shutdown(fd, Int32(SHUT_RDWR)) }
 
     /// Sets the first passcode (`current` nil) or changes it.
     public func setPasscode(current: SecureBytes?, new: SecureBytes) throws(SecError) {

@@ -76,6 +76,12 @@ public enum AgentRequest: Sendable {
     /// boot) the front end read for it, which the agent checks again through the pidfd. From then on
     /// the connection's caller is that process (WireProtocol.md, Delegated identity).
     case delegate(pid: Int32, startTime: UInt64)
+    /// PROMPT_UNLOCK: on a delegated connection only, the agent asks the person for the passcode with
+    /// its own prompter (the configured pinentry, naming the delegated app) and unlocks the keybag with
+    /// it as UNLOCK does; OK once unlocked, else the ERROR (userCanceled when the person cancelled or
+    /// the client hung up, interactionNotAllowed at once when nobody can be asked). WireProtocol.md,
+    /// Prompting for a front end.
+    case promptUnlock
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -100,6 +106,7 @@ public enum AgentRequest: Sendable {
             return f.finish()
         case .status: return FrameBuilder.empty(.status, requestID: requestID)
         case .protections: return FrameBuilder.empty(.protections, requestID: requestID)
+        case .promptUnlock: return FrameBuilder.empty(.promptUnlock, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
         case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
@@ -248,6 +255,7 @@ public enum AgentRequest: Sendable {
             request = .hello(minVersion: try r.u16("minVersion"), maxVersion: try r.u16("maxVersion"), clientName: try r.sstr("client name"))
         case .status: request = .status
         case .protections: request = .protections
+        case .promptUnlock: request = .promptUnlock
         case .lock: request = .lock
         case .subscribe: request = .subscribe
         case .whoami: request = .whoami

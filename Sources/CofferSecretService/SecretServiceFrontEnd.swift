@@ -24,16 +24,37 @@ public final class SecretServiceFrontEnd {
     /// How long (seconds) the front end waits for the agent's answer to HELLO and DELEGATE.
     static let agentReplyTimeout = 10.0
 
-    /// One bus sender: its delegated agent connection and its sessions (by object path).
+    /// How many distinct senders the front end serves at once unless `--max-senders` says otherwise
+    /// (each holds an agent connection, one descriptor here and one in the agent).
+    public static let defaultMaxSenders = 256
+
+    /// One bus sender: its delegated agent connection and its sessions (by object path). The
+    /// connection is replaced by a new delegated one when the agent has closed it (the agent restarted).
     final class Peer {
-        let agent: AgentConnection
+        var agent: AgentConnection
         /// The caller's default access group (the agent's WHOAMI, first group): its collections' group.
-        let group: String
+        var group: String
+        /// The sender's process, as DELEGATE named it: a prompt's own connection delegates to it again.
+        var process: DelegatedProcess
         var sessions: [String: OpenSession] = [:]
-        init(agent: AgentConnection, group: String) {
+        init(agent: AgentConnection, group: String, process: DelegatedProcess) {
             self.agent = agent
             self.group = group
+            self.process = process
         }
+    }
+
+    /// A sender's process: its pidfd (owned: closed when this goes), pid and start time.
+    final class DelegatedProcess: @unchecked Sendable {
+        let pidfd: Int32
+        let pid: Int32
+        let startTime: UInt64
+        init(pidfd: Int32, pid: Int32, startTime: UInt64) {
+            self.pidfd = pidfd
+            self.pid = pid
+            self.startTime = startTime
+        }
+        deinit { close(pidfd) }
     }
 
     struct OpenSession {
@@ -42,15 +63,22 @@ public final class SecretServiceFrontEnd {
     }
 
     let bus: OpaquePointer
-    private let socketPath: String
+    let socketPath: String
     private let handlers: UnsafeMutablePointer<ssb_handlers>
     var peers: [String: Peer] = [:]
+    /// How many senders ``peers`` holds at most; one more is refused LimitsExceeded.
+    let maxSenders: Int
+    /// When (clock ticks since boot, as `/proc/PID/stat` counts a start time) the front end saw each
+    /// unique name appear on the bus (NameOwnerChanged), until the name leaves.
+    private var appeared: [String: UInt64] = [:]
     /// Which sender each session object belongs to.
     var owners: [String: String] = [:]
     private var nextSession: UInt64 = 1
     /// Open prompts (object path → whose and for what) and the next prompt's number.
     var prompts: [String: PendingPrompt] = [:]
     var nextPrompt: UInt64 = 1
+    /// Prompts that ended on their own threads, for the bus thread to complete.
+    let completions = PromptCompletions()
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -83,12 +111,14 @@ public final class SecretServiceFrontEnd {
     /// Connects to the session bus (DBUS_SESSION_BUS_ADDRESS), serves the Service object and owns
     /// `org.freedesktop.secrets`, neither replacing another owner nor queueing behind it.
     /// `socketPath`: the agent's native socket, as the CLI finds it.
-    public init(socketPath: String) throws(StartError) {
+    /// `maxSenders`: how many distinct senders are served at once (``defaultMaxSenders``).
+    public init(socketPath: String, maxSenders: Int = SecretServiceFrontEnd.defaultMaxSenders) throws(StartError) {
         var bus: OpaquePointer?
         let r = ssb_bus_open_session(&bus)
         guard r >= 0, let bus else { throw .bus("cannot connect to the session bus: \(String(cString: strerror(-r)))") }
         self.bus = bus
         self.socketPath = socketPath
+        self.maxSenders = max(1, maxSenders)
         handlers = .allocate(capacity: 1)
         handlers.initialize(to: ssb_handlers(
             open_session: { m, userdata in SecretServiceFrontEnd.from(userdata).openSession(m) },
@@ -130,8 +160,12 @@ public final class SecretServiceFrontEnd {
         handlers.deallocate()
     }
 
-    /// Serves until the bus connection ends (0) or fails (a negative errno).
-    public func run() -> Int32 { ssb_bus_run(bus) }
+    /// Serves until the bus connection ends (0) or fails (a negative errno). Prompts that end on
+    /// their threads are completed here, on the bus thread (``completions``' eventfd wakes the loop).
+    public func run() -> Int32 {
+        ssb_bus_run(bus, completions.wake, { userdata in SecretServiceFrontEnd.from(userdata).completePrompts() },
+                    Unmanaged.passUnretained(self).toOpaque())
+    }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
         Unmanaged<SecretServiceFrontEnd>.fromOpaque(userdata!).takeUnretainedValue()
@@ -159,9 +193,35 @@ public final class SecretServiceFrontEnd {
 
     /// The sender's peer, made on its first call: its pid from the bus (GetConnectionCredentials), its
     /// start time read right away, its pidfd (the bus's ProcessFD where it offers one, else
-    /// pidfd_open of the pid), a new agent connection, and DELEGATE before anything else on it.
+    /// pidfd_open of the pid), a new agent connection, and DELEGATE before anything else on it. A
+    /// peer whose agent connection the agent closed (it restarted) gets a new one the same way, its
+    /// sessions kept. At most ``maxSenders`` senders are held: one more is refused LimitsExceeded.
     func peer(for sender: String) throws(BusError) -> Peer {
-        if let p = peers[sender] { return p }
+        if let p = peers[sender] {
+            guard p.agent.isHungUp else { return p }
+            (p.agent, p.group, p.process) = try connect(sender)
+            return p
+        }
+        guard peers.count < maxSenders else {
+            throw BusError(name: BusError.limitsExceeded,
+                           message: "the front end already serves \(maxSenders) senders; \(sender) is refused until one leaves the bus")
+        }
+        let (agent, group, process) = try connect(sender)
+        let p = Peer(agent: agent, group: group, process: process)
+        peers[sender] = p
+        return p
+    }
+
+    /// Clock ticks since boot now, as `/proc/PID/stat` field 22 counts a process's start.
+    static func ticksSinceBoot() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &ts)
+        let hz = UInt64(max(1, sysconf(Int32(_SC_CLK_TCK))))
+        return UInt64(ts.tv_sec) * hz + UInt64(ts.tv_nsec) * hz / 1_000_000_000
+    }
+
+    /// A new agent connection delegated to `sender`'s process, and the first access group the agent gives it.
+    private func connect(_ sender: String) throws(BusError) -> (AgentConnection, String, DelegatedProcess) {
         var pid: UInt32 = 0
         var busPIDFD: Int32 = -1
         let r = ssb_connection_credentials(bus, sender, &pid, &busPIDFD)
@@ -175,6 +235,14 @@ public final class SecretServiceFrontEnd {
             if busPIDFD >= 0 { close(busPIDFD) }
             throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
         }
+        // The threat model's SHOULD: the process that connected started before its unique name
+        // appeared, and a pid is reused only after its first holder exited, so a process started
+        // later is a newcomer holding a reused pid, never the sender.
+        if let seen = appeared[sender], startTime > seen {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.accessDenied,
+                           message: "process \(pid) started after \(sender) appeared on the bus: it is not the sender (a reused pid)")
+        }
         let pidfd: Int32
         if busPIDFD >= 0 {
             pidfd = busPIDFD
@@ -183,7 +251,7 @@ public final class SecretServiceFrontEnd {
                 throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
             }
         }
-        defer { close(pidfd) }
+        let process = DelegatedProcess(pidfd: pidfd, pid: Int32(pid), startTime: startTime)
         // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
         // instead of stopping the front end.
         let agent: AgentConnection
@@ -207,19 +275,28 @@ public final class SecretServiceFrontEnd {
         } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
         }
-        let p = Peer(agent: agent, group: group)
-        peers[sender] = p
-        return p
+        return (agent, group, process)
     }
 
-    /// A sender left the bus: its agent connection closes and its sessions go.
+    /// A unique name appeared (its time is kept) or a sender left the bus: its agent connection
+    /// closes and its sessions go.
     private func nameOwnerChanged(_ name: String, newOwner: String) {
-        guard name.hasPrefix(":"), newOwner.isEmpty, let p = peers.removeValue(forKey: name) else { return }
+        guard name.hasPrefix(":") else { return }
+        guard newOwner.isEmpty else {
+            appeared[name] = Self.ticksSinceBoot()
+            return
+        }
+        appeared[name] = nil
+        guard let p = peers.removeValue(forKey: name) else { return }
         for (path, s) in p.sessions {
             ssb_slot_release(s.slot)
             owners[path] = nil
         }
-        prompts = prompts.filter { $0.value.sender != name }
+        // Its running prompts are cancelled: their agent connections close, and so does the pinentry.
+        for (path, prompt) in prompts where prompt.sender == name {
+            prompt.work?.cancel()
+            prompts[path] = nil
+        }
     }
 
     // MARK: Service.OpenSession and Session.Close

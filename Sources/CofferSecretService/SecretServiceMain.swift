@@ -1,26 +1,33 @@
 import CofferClient
 import Glibc
 
-/// `coffer-secret-service [--socket PATH]`: the Secret Service front end's command line. Exit
+/// `coffer-secret-service [--socket PATH] [--max-senders N]`: the Secret Service front end's command line. Exit
 /// statuses (coffer-secret-service(1)): 0 the bus connection ended, 1 the bus cannot be reached or
 /// failed, 64 a usage error, 69 `org.freedesktop.secrets` has another owner.
 public enum SecretServiceMain {
     public static let usage = """
-        usage: coffer-secret-service [--socket PATH]
+        usage: coffer-secret-service [--socket PATH] [--max-senders N]
         Serves the freedesktop Secret Service API (org.freedesktop.secrets) on the session bus
         (DBUS_SESSION_BUS_ADDRESS) for the Coffer agent at PATH (default: $COFFER_SOCKET, else
         $XDG_RUNTIME_DIR/coffer/agent.sock). Collections (the session one in memory), items, searches,
-        secrets and aliases are served; prompting is not yet.
+        secrets and aliases are served; Unlock prompts through the agent's pinentry. At most N distinct senders (default
+        \(SecretServiceFrontEnd.defaultMaxSenders)) are served at once; more are refused LimitsExceeded.
         """
 
     public static func run(_ arguments: [String]) -> Int32 {
         var socket: String?
+        var maxSenders = SecretServiceFrontEnd.defaultMaxSenders
         var rest = arguments[...]
         while let a = rest.popFirst() {
             switch a {
             case "--socket":
                 guard let p = rest.popFirst(), !p.isEmpty else { return fail("--socket needs a path", status: 64) }
                 socket = p
+            case "--max-senders":
+                guard let n = rest.popFirst().flatMap({ Int($0) }), (1...65536).contains(n) else {
+                    return fail("--max-senders needs a number from 1 to 65536", status: 64)
+                }
+                maxSenders = n
             case "-h", "--help":
                 print(usage)
                 return 0
@@ -29,7 +36,7 @@ public enum SecretServiceMain {
             }
         }
         let frontEnd: SecretServiceFrontEnd
-        do { frontEnd = try SecretServiceFrontEnd(socketPath: AgentConnection.socketPath(explicit: socket)) } catch {
+        do { frontEnd = try SecretServiceFrontEnd(socketPath: AgentConnection.socketPath(explicit: socket), maxSenders: maxSenders) } catch {
             return fail(error.description, status: error.exitStatus)
         }
         let r = frontEnd.run()

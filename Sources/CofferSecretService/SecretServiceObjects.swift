@@ -3,6 +3,7 @@ import CofferClient
 import CofferCrypto
 import CofferModel
 import CofferSecretServiceCrypto
+import CofferSystem
 import Glibc
 
 /// The Secret Service's collections, items, searches, aliases and secrets (SecretServiceMapping.md),
@@ -987,10 +988,12 @@ extension SecretServiceFrontEnd {
 
     // MARK: Prompts
 
-    /// A prompt for objects that are locked: what it would unlock, and whose it is.
+    /// A prompt for objects that are locked: what it would unlock, whose it is, and its work once
+    /// *Prompt* started it.
     struct PendingPrompt {
         let sender: String
         let objects: [String]
+        var work: PromptWork? = nil
     }
 
     /// A Prompt object for `objects`, the caller's (at most ``promptsPerSender`` at once).
@@ -1004,22 +1007,112 @@ extension SecretServiceFrontEnd {
         return path
     }
 
-    /// Prompt(window-id) returns at once; Completed follows. The front end has no way to show the
-    /// caller a prompt yet (the agent's pinentry is not wired to it), so the prompt completes
-    /// dismissed, as the article says for a caller with no way to see one.
+    /// Prompt(window-id) returns at once. On a thread of its own, a new agent connection is delegated
+    /// to the sender's process and sends PROMPT_UNLOCK: the agent asks the person with its own
+    /// pinentry, naming the app as it identified the sender. *Completed* follows on the bus thread:
+    /// (false, the objects) once unlocked, (true, []) when the person cancelled, nobody could be asked
+    /// (no pinentry: at once) or the agent refused. Meanwhile every other call is served.
     func prompt(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
-        guard let p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
-        prompts[path] = nil
+        guard var p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
         let rc = ssb_reply_empty(m)
-        _ = ssb_emit_completed(bus, path, 1, nil, 0)
+        guard p.work == nil else { return rc }
+        let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, completions: completions)
+        p.work = work
+        prompts[path] = p
+        // Without a wake descriptor the bus thread would never learn the end: dismissed at once.
+        if completions.wake < 0 || !work.start() { complete(path, unlocked: false) }
         return rc
     }
 
+    /// Dismiss: the prompt's agent connection closes (the agent's pinentry with it) and
+    /// *Completed(true, [])* follows.
     func dismiss(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         guard let p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
-        prompts[path] = nil
+        p.work?.cancel()
         let rc = ssb_reply_empty(m)
-        _ = ssb_emit_completed(bus, path, 1, nil, 0)
+        complete(path, unlocked: false)
         return rc
+    }
+
+    /// The prompt at `path` ends (nothing if it already has): Completed on the bus.
+    func complete(_ path: String, unlocked: Bool) {
+        guard let p = prompts.removeValue(forKey: path) else { return }
+        if unlocked {
+            let cs: [UnsafePointer<CChar>?] = p.objects.map { UnsafePointer(strdup($0)) }
+            defer { cs.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
+            _ = cs.withUnsafeBufferPointer { ssb_emit_completed(bus, path, 0, $0.baseAddress, p.objects.count) }
+        } else {
+            _ = ssb_emit_completed(bus, path, 1, nil, 0)
+        }
+    }
+
+    /// On the bus thread: the prompts whose threads have ended.
+    func completePrompts() {
+        for (path, unlocked) in completions.take() { complete(path, unlocked: unlocked) }
+    }
+}
+
+/// Prompts that ended on their threads, handed to the bus thread: an eventfd wakes its loop.
+final class PromptCompletions: Sendable {
+    /// The eventfd (-1 if none could be made: every prompt then completes dismissed at once).
+    let wake: Int32 = max(-1, ssb_wake_fd_open())
+    private let ended = Protected<[(path: String, unlocked: Bool)]>([])
+
+    func post(_ path: String, unlocked: Bool) {
+        ended.withLock { $0.append((path, unlocked)) }
+        if wake >= 0 { ssb_wake(wake) }
+    }
+
+    func take() -> [(path: String, unlocked: Bool)] { ended.withLock { e in defer { e = [] }; return e } }
+
+    deinit { if wake >= 0 { close(wake) } }
+}
+
+/// One prompt's work off the bus thread: its own agent connection, delegated to the sender's
+/// process, sending PROMPT_UNLOCK; ``cancel()`` (Dismiss, the sender leaving) shuts it down from the
+/// bus thread, and the agent's pinentry closes.
+final class PromptWork: @unchecked Sendable {
+    let path: String
+    let process: SecretServiceFrontEnd.DelegatedProcess
+    let socketPath: String
+    let completions: PromptCompletions
+    private let state = Protected<(connection: AgentConnection?, cancelled: Bool)>((connection: nil, cancelled: false))
+
+    init(path: String, process: SecretServiceFrontEnd.DelegatedProcess, socketPath: String, completions: PromptCompletions) {
+        self.path = path
+        self.process = process
+        self.socketPath = socketPath
+        self.completions = completions
+    }
+
+    /// Starts the thread; false if it could not be started.
+    func start() -> Bool { Threads.detach { self.run() } }
+
+    func cancel() {
+        state.withLock { s in
+            s.cancelled = true
+            s.connection?.cancel()
+        }
+    }
+
+    private func run() {
+        var unlocked = false
+        do throws(SecError) {
+            let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
+                                            replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
+            let go = state.withLock { s -> Bool in
+                s.connection = agent
+                return !s.cancelled
+            }
+            if go {
+                try agent.delegate(pidfd: process.pidfd, pid: process.pid, startTime: process.startTime)
+                // The person takes as long as they take; the agent's prompter bounds the wait.
+                agent.setReplyTimeout(0)
+                try agent.promptUnlock()
+                unlocked = true
+            }
+        } catch {}
+        state.withLock { $0.connection = nil }
+        completions.post(path, unlocked: unlocked)
     }
 }

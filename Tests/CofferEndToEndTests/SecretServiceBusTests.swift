@@ -46,8 +46,9 @@ final class PrivateSessionBus: @unchecked Sendable {
 
     /// Starts `coffer-secret-service` (the signed path `executable`) for `agent`; with `waitForName`,
     /// waits until it owns org.freedesktop.secrets.
-    func startFrontEnd(_ executable: String, agent: AgentProcess, log: String = "front-end.log", waitForName: Bool = true) throws -> Process {
-        let p = try spawn(executable, [], log: log, environment: ["COFFER_SOCKET": agent.socketPath])
+    func startFrontEnd(_ executable: String, agent: AgentProcess, arguments: [String] = [], log: String = "front-end.log",
+                       waitForName: Bool = true) throws -> Process {
+        let p = try spawn(executable, arguments, log: log, environment: ["COFFER_SOCKET": agent.socketPath])
         if waitForName {
             guard Self.wait(until: { self.nameOwner() != nil || !p.isRunning }), p.isRunning else {
                 throw SignedApps.Failure("coffer-secret-service did not own the name:\n" + read(log))
@@ -138,16 +139,17 @@ struct SecretServiceBusTests {
 
     /// A private bus, an agent trusting the built front end signed (with `delegate-identity` when
     /// `entitled`), and the front end serving; `prepare` installs and signs other apps before the agent starts.
-    static func setUp(entitled: Bool = true, prepare: (SignedApps) throws -> Void = { _ in })
+    static func setUp(entitled: Bool = true, arguments: [String] = [], agentConfig: [String] = [],
+                      prepare: (SignedApps) throws -> Void = { _ in })
         throws -> (SignedApps, AgentProcess, PrivateSessionBus, Process, executable: String) {
         let apps = try SignedApps()
         let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
         try apps.sign("secret-service", appID: frontEndApp, groups: ["secret-service"], path: executable,
                       entitlements: entitled ? ["delegate-identity"] : [])
         try prepare(apps)
-        let agent = try apps.startAgent()
+        let agent = try apps.startAgent(agentConfig)
         let bus = try PrivateSessionBus()
-        let frontEnd = try bus.startFrontEnd(executable, agent: agent)
+        let frontEnd = try bus.startFrontEnd(executable, agent: agent, arguments: arguments)
         return (apps, agent, bus, frontEnd, executable)
     }
 
@@ -277,5 +279,69 @@ struct SecretServiceBusTests {
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
         #expect(frontEnd.isRunning)
         #expect(auditRecords(agent).contains { ($0["operation"] as? String) == "delegate" && ($0["result"] as? Int) != 0 })
+    }
+
+    /// The agent restarts under a running front end: a sender's next call gets a new delegated
+    /// connection (not the dead one), and its sessions are kept. The script waits (a file in the
+    /// bus's directory) while the test restarts the agent.
+    @Test func aSendersNextCallAfterTheAgentRestartsGetsANewDelegatedConnection() throws {
+        let (apps, agent, bus, frontEnd, _) = try Self.setUp()
+        defer { withExtendedLifetime(apps) {} }
+        let ready = bus.dir.file("ready"), go = bus.dir.file("go")
+        let script = Self.prelude + """
+            search = lambda: call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {})
+            session = open_plain(a)[1][1]
+            assert search()[0] == 'ok', search()
+            open('\(ready)', 'w').close()
+            deadline = time.time() + 60
+            while not os.path.exists('\(go)') and time.time() < deadline:
+                time.sleep(0.05)
+            assert os.path.exists('\(go)'), 'the agent was not restarted'
+            r = search()
+            assert r[0] == 'ok', r
+            assert close(a, session) == ('ok', ()), 'the session was lost'
+            assert search()[0] == 'ok'
+            print('done')
+
+            """
+        let result = Protected<CLIResult?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            let r = try? bus.python(script)
+            result.withLock { $0 = r }
+            finished.signal()
+        }
+        let started = PrivateSessionBus.wait(60) { FileManager.default.fileExists(atPath: ready) }
+        if started { try agent.restart() }
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        finished.wait()
+        let r = result.withLock { $0 }
+        #expect(started && r?.status == 0 && r?.stdout.contains("done") == true, "\(String(describing: r))\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
+        // Two delegations for the script's sender: one before the restart (in the old agent's audit
+        // log, which the new agent keeps appending to) and one after.
+        #expect(auditRecords(agent).filter { ($0["operation"] as? String) == "delegate" && ($0["result"] as? Int) == 0 }.count >= 2)
+    }
+
+    /// At most `--max-senders` distinct senders at once: one more is refused LimitsExceeded while the
+    /// others are served, and is served once a sender has left the bus.
+    @Test func aSenderBeyondTheCapIsRefusedAndTheOthersServed() throws {
+        let (apps, agent, bus, frontEnd, _) = try Self.setUp(arguments: ["--max-senders", "2"])
+        defer { withExtendedLifetime((apps, agent)) {} }
+        let r = try bus.python(Self.prelude + #"""
+            first = (open_plain(a), open_plain(b))
+            assert first[0][0] == 'ok' and first[1][0] == 'ok', first
+            c = secretstorage.dbus_init()
+            assert open_plain(c) == ('error', 'org.freedesktop.DBus.Error.LimitsExceeded'), open_plain(c)
+            assert open_plain(a)[0] == 'ok' and open_plain(b)[0] == 'ok', 'the senders already held are not served'
+            a.close()
+            deadline = time.time() + 10
+            while time.time() < deadline and open_plain(c)[0] != 'ok':
+                time.sleep(0.05)
+            assert open_plain(c)[0] == 'ok', 'a place freed by a sender that left is not given'
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
     }
 }

@@ -75,8 +75,16 @@ int ssb_request_name(ssb_bus *bus, const char *name);
 /** Serves the Session interface at `path`; the object goes when *slot is released with ssb_slot_release. */
 int ssb_add_session(ssb_bus *bus, const char *path, const ssb_handlers *handlers, ssb_slot **slot);
 void ssb_slot_release(ssb_slot *slot);
-/** Processes messages until an error (a negative errno) or the bus closes (0). */
-int ssb_bus_run(ssb_bus *bus);
+/**
+ * Processes messages until an error (a negative errno) or the bus closes (0). Whenever `wake_fd`
+ * (an eventfd, or -1: none) is readable it is read (reset) and `woken(userdata)` runs on this
+ * thread: how work done on other threads gets back to the bus.
+ */
+int ssb_bus_run(ssb_bus *bus, int wake_fd, void (*woken)(void *userdata), void *userdata);
+/** A new wake descriptor for ssb_bus_run (an eventfd, close-on-exec, non-blocking), or a negative errno. */
+int ssb_wake_fd_open(void);
+/** Makes `wake_fd` readable (from any thread). */
+void ssb_wake(int wake_fd);
 
 /** The message's sender (a unique name), object path, interface and member, or NULL. */
 const char *ssb_message_sender(ssb_message *m);

@@ -49,6 +49,7 @@
 #define COFFER_MSG_KEY_CREATE 0x19
 #define COFFER_MSG_DELEGATE 0x1A /* a front end's first request: the pidfd it passes (SCM_RIGHTS) is the caller */
 #define COFFER_MSG_PROTECTIONS 0x1B /* which protections are active: device key, attempt counting, rollback detection */
+#define COFFER_MSG_PROMPT_UNLOCK 0x1C /* a delegated connection: the agent asks the passcode with its own pinentry and unlocks */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
