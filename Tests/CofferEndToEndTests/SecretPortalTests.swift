@@ -79,12 +79,12 @@ struct SecretPortalTests {
 
         /// With `activated`, the backend is not started: contrib/dbus's activation file (Exec= pointed at
         /// the built backend and the test agent's socket) lets the bus start it on the first call.
-        init(entitled: Bool = true, activated: Bool = false) throws {
+        init(entitled: Bool = true, activated: Bool = false, agentConfig: [String] = []) throws {
             apps = try SignedApps()
             let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-portal-secret"), as: UTF8.self)
             try apps.sign("portal", appID: SecretPortalTests.backendApp, groups: ["portal-secret"], path: executable,
                           entitlements: entitled ? ["portal-secret"] : [])
-            agent = try apps.startAgent()
+            agent = try apps.startAgent(agentConfig)
             agent.setPasscode()
             guard !activated else {
                 let file = try String(contentsOfFile: Binaries.packageRoot + "/contrib/dbus/\(SecretPortalTests.backendName).service", encoding: .utf8)
@@ -226,6 +226,17 @@ struct SecretPortalTests {
         #expect(r.response == 2 && r.secret.isEmpty, "\(r)")
         #expect(f.adds("org.example.Chat") == 0)
         #expect(auditRecords(f.agent).contains { $0["operation"] as? String == "portal-secret" && $0["reason"] as? String == "not-entitled" })
+    }
+
+    /// Under `flatpak-callers = deny` the agent gives Flatpak apps nothing, through the portal too:
+    /// response 2, nothing stored, the refusal audited with the app as the caller.
+    @Test func flatpakCallersDenyAlsoDeniesThePortal() throws {
+        let f = try Fixture(agentConfig: ["flatpak-callers = deny"])
+        let r = try f.retrieve("org.example.Chat")
+        #expect(r.response == 2 && r.secret.isEmpty, "\(r)")
+        #expect(f.adds("org.example.Chat") == 0)
+        #expect(auditRecords(f.agent).contains { $0["app"] as? String == "org.example.Chat" && ($0["result"] as? Int) == -34018 },
+                "\(auditRecords(f.agent))")
     }
 
     /// PORTAL_SECRET from a client without the entitlement (this unsigned test process) is -34018; a bad
