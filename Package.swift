@@ -30,6 +30,7 @@ let package = Package(
         .executable(name: "pinentry-coffer", targets: ["pinentry-coffer"]),
         .executable(name: "git-credential-coffer", targets: ["git-credential-coffer"]),
         .executable(name: "coffer-secret-service", targets: ["coffer-secret-service"]),
+        .executable(name: "coffer-portal-secret", targets: ["coffer-portal-secret"]),
         .executable(name: "coffer-secret-service-import", targets: ["coffer-secret-service-import"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
@@ -184,6 +185,13 @@ let package = Package(
                                "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-secret-service", dependencies: ["CofferSecretService"], swiftSettings: settings),
+        // The desktop portal's secret backend (issue #26, part 6): xdg-desktop-portal's
+        // org.freedesktop.impl.portal.Secret for Flatpak apps, a process of its own like the front end;
+        // sd-bus behind its own C wall (one fixed signature), the agent through CofferClient (PORTAL_SECRET).
+        .target(name: "CSecretServicePortal", path: "Sources/CSecretServicePortal", linkerSettings: [.linkedLibrary("systemd")]),
+        .target(name: "CofferSecretPortal", dependencies: ["CSecretServicePortal", "CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
+                swiftSettings: settings),
+        .executableTarget(name: "coffer-portal-secret", dependencies: ["CofferSecretPortal"], swiftSettings: settings),
 
         // Authenticator plugins (issue #14): the C ABI, the agent ↔ host protocol, the host (its own,
         // non-dumpable process that dlopens plugins) and the agent's client of it.

@@ -3,7 +3,7 @@
 # (and SSH_AUTH_SOCK for them: environment.d),
 # the GnuPG helper (pinentry-coffer), the git credential helper (git-credential-coffer), man pages and shell completions.
 #
-#   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--enable-secret-service] [--systemd|--no-systemd] [--bin-dir DIR]
+#   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--enable-secret-service] [--enable-portal-secret] [--systemd|--no-systemd] [--bin-dir DIR]
 #
 # Binaries come from .build/release (build them first: swift build -c release --product cofferd,
 # and the same for coffer, coffer-cli, pinentry-coffer, git-credential-coffer, coffer-secret-service and
@@ -13,12 +13,14 @@
 # unless --enable-pam-login is given (then it adds one line to each, once). --dry-run prints every
 # step (one "+ " line each) and changes nothing; --verbose prints the same lines while doing them.
 # --enable-secret-service also installs the Secret Service front end's D-Bus activation file (in progress).
+# --enable-portal-secret also installs the desktop portal's secret backend for Flatpak apps
+# (coffer-portal-secret: its binary, manifest, man page, D-Bus activation file and coffer.portal).
 # Without systemd (PID 1 is not systemd, detected as sd_booted does: no /run/systemd/system; or
 # --no-systemd) the session line starts the agent (agent=/usr/local/bin/cofferd): see the README.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-dry=0; verbose=0; pam_login=0; secret_service=0; bin_dir="$root/.build/release"
+dry=0; verbose=0; pam_login=0; secret_service=0; portal_secret=0; bin_dir="$root/.build/release"
 if [ -d /run/systemd/system ]; then systemd=1; else systemd=0; fi
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -29,7 +31,8 @@ while [ $# -gt 0 ]; do
         --no-systemd) systemd=0 ;;
         --bin-dir) bin_dir="$2"; shift ;;
         --enable-secret-service) secret_service=1 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        --enable-portal-secret) portal_secret=1 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -49,6 +52,7 @@ done
 [ -n "$security_dir" ] || { echo "install.sh: cannot find the PAM module directory (pam_unix.so)" >&2; exit 1; }
 
 binaries="cofferd coffer coffer-cli pinentry-coffer git-credential-coffer coffer-secret-service coffer-secret-service-import"
+if [ "$portal_secret" = 1 ]; then binaries="$binaries coffer-portal-secret"; fi
 for b in $binaries; do
     [ -x "$bin_dir/$b" ] || [ "$dry" = 1 ] || { echo "install.sh: $bin_dir/$b not built" >&2; exit 1; }
 done
@@ -128,6 +132,19 @@ run "$bin_dir/coffer-cli" manifest sign --key "$etc/install-signing.key" --app-i
 run "$bin_dir/coffer-cli" manifest sign --key "$etc/install-signing.key" --app-id coffer.secret-service \
     --executable "$D/usr/local/bin/coffer-secret-service" --installed-as /usr/local/bin/coffer-secret-service \
     --group secret-service --entitlement delegate-identity --out "$etc/manifests.d/coffer-secret-service.manifest"
+# The desktop portal's secret backend (only with --enable-portal-secret): xdg-desktop-portal finds it
+# through coffer.portal (a portals.conf must choose it for org.freedesktop.impl.portal.Secret: see the
+# README), the bus starts it; its manifest grants portal-secret, which reaches the per-app portal
+# secret of the Flatpak app the portal names and nothing else.
+if [ "$portal_secret" = 1 ]; then
+    run install -d "$D/usr/local/share/dbus-1/services" "$D/usr/share/xdg-desktop-portal/portals"
+    run install -m 0644 "$here/dbus/org.freedesktop.impl.portal.desktop.coffer.service" "$D/usr/local/share/dbus-1/services/"
+    run install -m 0644 "$here/portal/coffer.portal" "$D/usr/share/xdg-desktop-portal/portals/"
+    run install -m 0644 "$here/man/coffer-portal-secret.1" "$D/usr/local/share/man/man1/"
+    run "$bin_dir/coffer-cli" manifest sign --key "$etc/install-signing.key" --app-id coffer.portal-secret \
+        --executable "$D/usr/local/bin/coffer-portal-secret" --installed-as /usr/local/bin/coffer-portal-secret \
+        --group portal-secret --entitlement portal-secret --out "$etc/manifests.d/coffer-portal-secret.manifest"
+fi
 
 add_line() { # file line: appends once
     if [ -f "$1" ] && grep -qF "$2" "$1"; then return; fi

@@ -137,6 +137,8 @@ final class Pipeline: Sendable {
         case .delegate:
             // Reached only without the frame's descriptors (the server sends DELEGATE to ``delegate``).
             throw .param("DELEGATE must carry the process's pidfd")
+        case .portalSecret(let appID):
+            return .portalSecret(try service.portalSecret(appID: appID, session.context))
         case .status:
             return .status(try service.status())
         case .protections:

@@ -292,6 +292,14 @@ public final class AgentConnection {
         return s
     }
 
+    /// PORTAL_SECRET: the desktop portal's per-app secret of Flatpak app `appID`, made by the agent on
+    /// first use (the portal secret backend; its manifest must grant `portal-secret`).
+    public func portalSecret(appID: String) throws(SecError) -> SecureBytes {
+        let r = try roundTrip(.portalSecret(appID: appID))
+        guard case .portalSecret(let s) = r else { throw unexpected(r) }
+        return s
+    }
+
     /// Unlocks with an escrow secret.
     public func unlock(escrowSecret: SecureBytes) throws(SecError) { try expectOK(.escrowUnlock(secret: escrowSecret)) }
 

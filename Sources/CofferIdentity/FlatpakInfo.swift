@@ -1,10 +1,12 @@
+import CofferModel
+
 /// The part of Flatpak's `/.flatpak-info` (a GLib key file written by `flatpak run` into every
 /// sandbox) that identity needs: the `name` key of the `[Application]` group.
 package enum FlatpakInfo {
     /// Largest `.flatpak-info` read (64 KiB; real ones are a few hundred bytes).
     package static let maximumBytes = 64 << 10
     /// Longest application id (Flatpak's own limit).
-    package static let maximumAppIDBytes = 255
+    package static let maximumAppIDBytes = FlatpakAppID.maximumBytes
 
     /// The app id of an `[Application]` group's `name=` key, nil if there is none or it is not a
     /// valid Flatpak application id. A runtime's file (`[Runtime]` only) has no app id.
@@ -27,22 +29,8 @@ package enum FlatpakInfo {
         return nil
     }
 
-    /// Flatpak's rule for application ids: 3 or more dot-separated elements of `[A-Za-z0-9_-]`, none
-    /// empty or starting with a digit, at most 255 bytes.
-    package static func isValidAppID(_ id: String) -> Bool {
-        guard !id.isEmpty, id.utf8.count <= maximumAppIDBytes else { return false }
-        let elements = id.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard elements.count >= 3 else { return false }
-        for e in elements {
-            guard let first = e.first, !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) else { return false }
-            for c in e {
-                let ok = (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(c) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(c)
-                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(c) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
-                guard ok else { return false }
-            }
-        }
-        return true
-    }
+    /// Flatpak's rule for application ids (``FlatpakAppID``).
+    package static func isValidAppID(_ id: String) -> Bool { FlatpakAppID.isValid(id) }
 }
 
 extension Substring {

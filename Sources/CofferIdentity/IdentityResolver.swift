@@ -218,7 +218,8 @@ package struct IdentityResolver: Sendable {
         for m in candidates where m.matches(executablePath: pathBytes, sha256: digest) {
             return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .signedManifest(appID: m.app),
                                   accessGroups: m.accessGroups, executable: path, sessionID: sessionID, session: session,
-                                  mayDelegate: m.entitlements.contains(.delegateIdentity))
+                                  mayDelegate: m.entitlements.contains(.delegateIdentity),
+                                  mayServePortalSecrets: m.entitlements.contains(.portalSecret))
         }
         return unsigned(path, candidates.isEmpty ? .noMatchingManifest : .executableChanged)
     }

@@ -113,6 +113,11 @@ public enum ManifestEntitlement: String, Sendable, CaseIterable {
     /// process of the same user, whose identity its connection then takes. For front ends that
     /// serve other processes (the Secret Service bridge), never for an ordinary app.
     case delegateIdentity = "delegate-identity"
+    /// The app may send PORTAL_SECRET (WireProtocol.md, Portal secrets): read, creating it on first
+    /// use, the desktop portal's per-app secret of a Flatpak app it names, in that app's
+    /// `flatpak:APP_ID` group, and nothing else of that group. For the portal's secret backend
+    /// (`coffer-portal-secret`) only.
+    case portalSecret = "portal-secret"
 }
 
 /// Why a manifest was refused. Stable: the agent and tools match on these cases, and the spec's

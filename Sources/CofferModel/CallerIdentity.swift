@@ -66,6 +66,10 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     /// hand the agent another process of its user (DELEGATE), whose identity its connection then
     /// takes. Only a signed manifest grants it (a Flatpak app or an unsigned caller never has it).
     public let mayDelegate: Bool
+    /// True if the caller's verified manifest grants the `portal-secret` entitlement: it may ask for
+    /// the desktop portal's per-app secret of a Flatpak app it names (PORTAL_SECRET), and for nothing
+    /// else of that app's group. Only a signed manifest grants it.
+    public let mayServePortalSecrets: Bool
 
     /// One terminal session, told apart from every later session with the same id: a session id is
     /// the pid of the process that called `setsid()`, and a pid comes back, but a pid together with
@@ -93,8 +97,10 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     }
 
     public init(pid: Int32, uid: UInt32, establishedBy: Establishment, accessGroups: [String],
-                executable: String? = nil, sessionID: Int32? = nil, session: LoginSession? = nil, mayDelegate: Bool = false) {
+                executable: String? = nil, sessionID: Int32? = nil, session: LoginSession? = nil, mayDelegate: Bool = false,
+                mayServePortalSecrets: Bool = false) {
         self.mayDelegate = mayDelegate
+        self.mayServePortalSecrets = mayServePortalSecrets
         self.pid = pid
         self.uid = uid
         self.establishedBy = establishedBy

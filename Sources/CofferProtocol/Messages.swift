@@ -82,6 +82,10 @@ public enum AgentRequest: Sendable {
     /// the client hung up, interactionNotAllowed at once when nobody can be asked). WireProtocol.md,
     /// Prompting for a front end.
     case promptUnlock
+    /// PORTAL_SECRET: the desktop portal's per-app secret of Flatpak app `appID` (a valid Flatpak
+    /// application id), created by the agent on first use; only for a caller whose manifest grants
+    /// `portal-secret` (WireProtocol.md, Portal secrets).
+    case portalSecret(appID: String)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -113,6 +117,10 @@ public enum AgentRequest: Sendable {
         case .delegate(let pid, let startTime):
             var f = FrameBuilder(type: .delegate, requestID: requestID, payloadCapacity: 12)
             f.w.u32(UInt32(bitPattern: pid)); f.w.u64(startTime)
+            return f.finish()
+        case .portalSecret(let appID):
+            var f = FrameBuilder(type: .portalSecret, requestID: requestID, payloadCapacity: 2 + appID.utf8.count)
+            f.w.shortString(appID)
             return f.finish()
         case .authOptions(let o):
             var f = FrameBuilder(type: .authOptions, requestID: requestID,
@@ -263,6 +271,10 @@ public enum AgentRequest: Sendable {
             let pid = try r.u32("pid")
             guard pid > 0, pid <= UInt32(Int32.max) else { throw ProtocolError("DELEGATE: the pid must be from 1 to 2147483647") }
             request = .delegate(pid: Int32(pid), startTime: try r.u64("start time"))
+        case .portalSecret:
+            let app = try r.sstr("app id")
+            guard FlatpakAppID.isValid(app) else { throw ProtocolError("PORTAL_SECRET: the app id is not a valid Flatpak application id") }
+            request = .portalSecret(appID: app)
         case .authorize:
             let group = try r.sstr("access group")
             guard !group.isEmpty else { throw ProtocolError("empty access group") }
@@ -386,7 +398,7 @@ public enum AgentRequest: Sendable {
             guard !flags.contains(.data) else { throw ProtocolError("KEY_CREATE never returns the private key (return flag data)") }
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
-             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -442,6 +454,8 @@ public enum AgentResponse: Sendable {
     case bioStatus(BioStatus)
     /// ESCROW_SECRET: a new escrow record's secret (shown once; the agent keeps it nowhere).
     case escrowSecret(SecureBytes)
+    /// PORTAL_SECRET_REPLY: a Flatpak app's portal secret (64 bytes when the agent made it).
+    case portalSecret(SecureBytes)
     /// BACKUP_SUMMARY: items written (create: `added` only), or added / duplicates kept / skipped
     /// as another device's (restore).
     case backupSummary(added: UInt32, duplicates: UInt32, otherDevice: UInt32)
@@ -453,7 +467,7 @@ public enum AgentResponse: Sendable {
     /// True if the encoded frame holds a secret (ITEMS with data).
     public var carriesSecret: Bool {
         switch self {
-        case .escrowSecret: return true
+        case .escrowSecret, .portalSecret: return true
         case .items(let items), .itemsPage(let items, _), .itemsPageSkipping(let items, _, _): return items.contains { $0.data != nil }
         default: return false
         }
@@ -527,6 +541,10 @@ public enum AgentResponse: Sendable {
             return f.finish()
         case .escrowSecret(let secret):
             var f = FrameBuilder(type: .escrowSecret, requestID: requestID, payloadCapacity: 4 + secret.count)
+            f.secret(secret)
+            return f.finish()
+        case .portalSecret(let secret):
+            var f = FrameBuilder(type: .portalSecretReply, requestID: requestID, payloadCapacity: 4 + secret.count)
             f.secret(secret)
             return f.finish()
         case .bioStatus(let b):
@@ -705,6 +723,8 @@ public enum AgentResponse: Sendable {
             response = .laResult(LAResult(error: error, biometryType: type, domainState: ds, message: try r.sstr("message")))
         case .escrowSecret:
             response = .escrowSecret(try r.secret("escrow secret"))
+        case .portalSecretReply:
+            response = .portalSecret(try r.secret("portal secret"))
         case .backupSummary:
             response = .backupSummary(added: try r.u32("added"), duplicates: try r.u32("duplicates"), otherDevice: try r.u32("other device"))
         case .bioStatus:

@@ -49,7 +49,7 @@ struct ManifestCommand: ParsableCommand {
         @Option(help: "The executable the manifest is for.") var executable: String
         @Option(name: .customLong("group"), help: "An access group (repeat; the first is the default group).") var groups: [String] = []
         @Option(name: .customLong("entitlement"),
-                help: "An entitlement to grant (repeat): delegate-identity (a front end that serves other processes; version-2 manifest).")
+                help: "An entitlement to grant (repeat): delegate-identity (a front end that serves other processes), portal-secret (the desktop portal's secret backend); version-2 manifest.")
         var entitlements: [String] = []
         @Option(help: "Write the manifest here (default: standard output).") var out: String?
         @Option(name: .customLong("installed-as"),

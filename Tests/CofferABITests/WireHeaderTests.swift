@@ -28,7 +28,7 @@ import Testing
             (COFFER_MSG_LA_RESULT, .laResult), (COFFER_MSG_BIO, .bio), (COFFER_MSG_PASSCODE_SYNC, .passcodeSync), (COFFER_MSG_REMOVE_PASSCODE, .removePasscode),
             (COFFER_MSG_ESCROW, .escrow), (COFFER_MSG_ESCROW_SECRET, .escrowSecret),
             (COFFER_MSG_BACKUP, .backup), (COFFER_MSG_BACKUP_SUMMARY, .backupSummary),
-            (COFFER_MSG_CHECK, .check), (COFFER_MSG_CHECK_REPORT, .checkReport), (COFFER_MSG_CHECK_PAGE, .checkPage), (COFFER_MSG_KEY_CREATE, .keyCreate), (COFFER_MSG_DELEGATE, .delegate), (COFFER_MSG_PROTECTIONS, .protections), (COFFER_MSG_PROMPT_UNLOCK, .promptUnlock), (COFFER_MSG_PROTECTIONS_REPLY, .protectionsReply), (COFFER_MSG_CHECK_REPORT_PAGE, .checkReportPage), (COFFER_MSG_ITEMS_PAGE_SKIPPING, .itemsPageSkipping), (COFFER_MSG_BIO_STATUS, .bioStatus),
+            (COFFER_MSG_CHECK, .check), (COFFER_MSG_CHECK_REPORT, .checkReport), (COFFER_MSG_CHECK_PAGE, .checkPage), (COFFER_MSG_KEY_CREATE, .keyCreate), (COFFER_MSG_DELEGATE, .delegate), (COFFER_MSG_PROTECTIONS, .protections), (COFFER_MSG_PROMPT_UNLOCK, .promptUnlock), (COFFER_MSG_PORTAL_SECRET, .portalSecret), (COFFER_MSG_PORTAL_SECRET_REPLY, .portalSecretReply), (COFFER_MSG_PROTECTIONS_REPLY, .protectionsReply), (COFFER_MSG_CHECK_REPORT_PAGE, .checkReportPage), (COFFER_MSG_ITEMS_PAGE_SKIPPING, .itemsPageSkipping), (COFFER_MSG_BIO_STATUS, .bioStatus),
             (COFFER_MSG_OK, .ok), (COFFER_MSG_HELLO_REPLY, .helloReply), (COFFER_MSG_STATUS_REPLY, .statusReply),
             (COFFER_MSG_ITEMS, .items), (COFFER_MSG_COUNT, .count), (COFFER_MSG_ITEMS_PAGE, .itemsPage),
             (COFFER_MSG_EVENT, .event), (COFFER_MSG_ERROR, .error),

@@ -94,7 +94,7 @@ import Testing
     static let ranks: [String: Int] = [
         // C walls and outside packages.
         "CSystemShims": 0, "CSodium": 0, "CSQLite": 0, "CPAM": 0, "CCofferABI": 0, "CCofferPlugin": 0, "CSSHCrypto": 0,
-        "CSecretServiceCrypto": 0, "CSecretServiceBus": 0, "CSecretServiceClient": 0, "CTPM": 0,
+        "CSecretServiceCrypto": 0, "CSecretServiceBus": 0, "CSecretServiceClient": 0, "CTPM": 0, "CSecretServicePortal": 0,
         "Logging": 0, "ArgumentParser": 0,
         // The POSIX layer; the plain-C plugins (they see only the plugin ABI).
         "CofferSystem": 1,
@@ -118,6 +118,8 @@ import Testing
         "CofferService": 7, "CofferCLISupport": 7, "coffer-plugin-host": 7,
         // The Secret Service front end (issue #26): the bus on one side, the agent through CofferClient on the other.
         "CofferSecretService": 7,
+        // The desktop portal's secret backend (issue #26, part 6): the bus on one side, the agent through CofferClient.
+        "CofferSecretPortal": 7, "coffer-portal-secret": 8,
         // Moving in (issue #26): importers over the client library (and, for the Secret Service, the bus as a client).
         "CofferImport": 7, "CofferSecretServiceImport": 8, "coffer-secret-service-import": 9,
         // Front ends: the agent (native protocol adapter) and the command-line tools.
@@ -163,6 +165,7 @@ import Testing
         "coffer": ["Foundation", "ArgumentParser"],
         // The Secret Service front end reaches the agent through CofferClient only, never its wire module.
         "CofferSecretService": ["CofferProtocol"],
+        "CofferSecretPortal": ["CofferProtocol"],
     ]
 
     /// What is wrong with the layering of `targets`, whose modules use `uses` (declared and imported,
@@ -247,7 +250,8 @@ import Testing
     @Test func eachCWallHasOneOwner() throws {
         let owners = ["CSodium": "CofferCrypto", "CSQLite": "CofferStore", "CPAM": "CofferPAM", "CSystemShims": "CofferSystem",
                       "CSSHCrypto": "CofferSSHKeys", "CSecretServiceCrypto": "CofferSecretServiceCrypto",
-                      "CSecretServiceBus": "CofferSecretService", "CSecretServiceClient": "CofferSecretServiceImport", "CTPM": "CofferTPM"]
+                      "CSecretServiceBus": "CofferSecretService", "CSecretServiceClient": "CofferSecretServiceImport", "CTPM": "CofferTPM",
+                      "CSecretServicePortal": "CofferSecretPortal"]
         for t in try Self.targets() where !t.path.hasPrefix("Tests") {
             for (wall, owner) in owners where t.name != owner && (t.dependencies.contains(wall) || Self.imports(of: t)[wall] != nil) {
                 Issue.record("\(t.name) reaches through the \(wall) wall (only \(owner) may)")

@@ -7,7 +7,8 @@ import Testing
 /// names every command the CLI has, and the completions the CLI generates load and complete in bash,
 /// zsh and fish (each skipped, with the reason, where the tool is missing).
 @Suite struct ManPageTests {
-    static let pages = ["coffer.1", "cofferd.8", "pam_coffer.8", "pinentry-coffer.1", "git-credential-coffer.1", "coffer-secret-service.1"]
+    static let pages = ["coffer.1", "cofferd.8", "pam_coffer.8", "pinentry-coffer.1", "git-credential-coffer.1", "coffer-secret-service.1",
+                         "coffer-portal-secret.1"]
     static var manDirectory: String { Binaries.packageRoot + "/contrib/man" }
     static func has(_ tool: String) -> Bool {
         ["/usr/bin/", "/bin/", "/usr/local/bin/"].contains { FileManager.default.isExecutableFile(atPath: $0 + tool) }

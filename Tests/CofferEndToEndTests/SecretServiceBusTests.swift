@@ -78,7 +78,7 @@ final class PrivateSessionBus: @unchecked Sendable {
 
     func read(_ log: String) -> String { (try? String(contentsOfFile: dir.file(log), encoding: .utf8)) ?? "" }
 
-    private func spawn(_ executable: String, _ arguments: [String], log: String, environment: [String: String] = [:]) throws -> Process {
+    func spawn(_ executable: String, _ arguments: [String], log: String, environment: [String: String] = [:]) throws -> Process {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = arguments

@@ -126,6 +126,24 @@ import Testing
         try child.end()
     }
 
+    /// Only a manifest that grants `portal-secret` makes a caller that may ask for portal secrets, and
+    /// that entitlement grants nothing else (no delegation); `delegate-identity` does not grant it.
+    @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
+    func thePortalSecretEntitlementComesFromTheManifest() throws {
+        let child = try Child()
+        let sha = try ExecutableHash.sha256(path: child.app)
+        let portal = try IdentityResolver(manifests: StaticManifestSource([
+            try signedManifest(executable: child.app, sha256: sha, entitlements: [.portalSecret]),
+        ])).identify(pidfd: try ProcessHandle.pidfd(of: child.pid))
+        #expect(portal.mayServePortalSecrets && !portal.mayDelegate)
+        let frontEnd = try IdentityResolver(manifests: StaticManifestSource([
+            try signedManifest(executable: child.app, sha256: sha, entitlements: [.delegateIdentity]),
+        ])).identify(pidfd: try ProcessHandle.pidfd(of: child.pid))
+        #expect(!frontEnd.mayServePortalSecrets && frontEnd.mayDelegate)
+        #expect(try !child.resolver.identify(pidfd: try ProcessHandle.pidfd(of: child.pid)).mayServePortalSecrets)
+        try child.end()
+    }
+
     /// The real race: the process exits, is reaped, and a new one takes its very pid (set through
     /// ns_last_pid, root only) — the same signed binary, the same uid. The pid names another process
     /// now, and its start time tells: refused, never identified as the one the caller knew.
