@@ -238,6 +238,7 @@ extension Keychain {
                         try store.insert(content)
                     }
                     applied += 1
+                    if n == changes.count / 2 { CrashPoint.hit("sync-apply-half") }
                 }
                 // Sealed last, inside the transaction: if it cannot be, none of the changes stay either.
                 try store.setSyncState(try sealSyncBlob(state, Self.syncStateProtection))
