@@ -60,6 +60,8 @@ public final class Keychain: Sendable {
         public static let deviceKey = "device.key"
         /// The device key sealed by the TPM (``TPMDeviceKey``).
         public static let tpmDeviceKey = TPMDeviceKey.fileName
+        /// The sync directory (a git working tree, SyncFormat.md), created when sync is set up.
+        public static let syncDirectory = "sync"
     }
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the

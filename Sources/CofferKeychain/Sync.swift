@@ -106,8 +106,18 @@ extension Keychain {
     /// The class whose metadata key seals the sync state (the agent syncs only while unlocked).
     static let syncStateProtection = ProtectionClass.whenUnlockedThisDeviceOnly
 
-    /// Seals sync bookkeeping under `protection`'s metadata key: class ‖ 16-byte random reference ‖ sealed.
+    /// The class whose metadata key seals this device's sync secret keys: available from the first
+    /// unlock to shutdown (the agent syncs in the background while the screen is locked), never
+    /// in a backup, never on another machine.
+    static let syncDeviceKeyProtection = ProtectionClass.afterFirstUnlockThisDeviceOnly
+
+    /// Seals sync bookkeeping under `protection`'s metadata key (copied into secure memory first).
     func sealSyncBlob(_ plain: [UInt8], _ protection: ProtectionClass) throws(SecError) -> [UInt8] {
+        try sealSyncBlob(unsafe plain.withUnsafeBytes { unsafe SecureBytes(copying: $0) }, protection)
+    }
+
+    /// Seals sync bookkeeping under `protection`'s metadata key: class ‖ 16-byte random reference ‖ sealed.
+    func sealSyncBlob(_ plain: SecureBytes, _ protection: ProtectionClass) throws(SecError) -> [UInt8] {
         let ref = Random.bytes(16)
         let sealed = try unsafe keybag.withMetadataKey(protection) { k in
             unsafe plain.withUnsafeBytes { unsafe ItemCrypto.sealMeta($0, classKey: k, ref: ref, protection: protection) }
@@ -144,6 +154,28 @@ extension Keychain {
         for h in hashes { if let id = try store.rowID(primaryKey: h) { return try store.row(id: id) } }
         return nil
     }
+
+    /// This device's sync secret keys (`SyncDeviceKeys.exported`, 64 bytes), kept sealed under the
+    /// AfterFirstUnlockThisDeviceOnly metadata key in the store; nil if sync was never set up.
+    /// errSecInteractionNotAllowed before the first unlock.
+    public func syncDeviceSecret() throws(SecError) -> SecureBytes? {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            guard let blob = try s.store.syncState(.deviceKeys) else { return nil }
+            return try openSyncBlob(blob)
+        }
+    }
+
+    /// Keeps this device's sync secret keys (sealed; they never reach the disk in clear). Replaces any.
+    public func setSyncDeviceSecret(_ secret: SecureBytes) throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            let blob = try sealSyncBlob(secret, Self.syncDeviceKeyProtection)
+            try writing(store) { () throws(SecError) in try store.setSyncState(blob, .deviceKeys) }
+        }
+    }
+
+    /// The sync directory of this keychain's state directory (``FileNames/syncDirectory``).
+    public var syncDirectory: String { stateDirectory + "/" + FileNames.syncDirectory }
 
     /// The sync state stored with the last pull or recording (nil: none yet).
     public func syncState() throws(SecError) -> SecureBytes? {

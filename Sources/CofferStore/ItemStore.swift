@@ -127,14 +127,15 @@ package final class ItemStore {
         PRAGMA user_version = 5;
         """
 
-    /// Version 6: sync (issue #29, SyncFormat.md "The keychain's side"). `sync_state` holds one row, the
-    /// sync state sealed by the keychain, written in the same transaction as the changes a pull applies;
+    /// Version 6: sync (issue #29, SyncFormat.md "The keychain's side"). `sync_state` holds the sync state
+    /// sealed by the keychain (row 1), written in the same transaction as the changes a pull applies, and
+    /// this device's sealed sync secret keys (row 2);
     /// `sync_pending` holds the local changes of syncable items not yet recorded (each a sealed item key),
     /// written in the transaction of the change and deleted in the one that stores the state counting
     /// their records. Nothing of a version-5 file changes.
     private static let schemaV6 = """
         CREATE TABLE sync_state(
-            id INTEGER PRIMARY KEY CHECK(id = 1),
+            id INTEGER PRIMARY KEY CHECK(id IN (1, 2)),
             state BLOB NOT NULL
         );
         CREATE TABLE sync_pending(
@@ -495,17 +496,22 @@ package final class ItemStore {
 
     // MARK: Sync (schema 6)
 
-    /// The stored (sealed) sync state, if any.
-    package func syncState() throws(SecError) -> [UInt8]? {
-        let s = try db.statement("SELECT state FROM sync_state WHERE id = 1")
+    /// Row 1 of `sync_state`: the sync state. Row 2: this device's sync secret keys.
+    package enum SyncRow: Int64, Sendable { case state = 1, deviceKeys = 2 }
+
+    /// The stored (sealed) sync state or device keys, if any.
+    package func syncState(_ row: SyncRow = .state) throws(SecError) -> [UInt8]? {
+        let s = try db.statement("SELECT state FROM sync_state WHERE id = ?1")
+        s.bind(1, row.rawValue)
         defer { unsafe sqlite3_reset(s.stmt) }
         return try s.step() ? s.blob(0) : nil
     }
 
-    /// Replaces the stored sync state. Call inside ``transaction(_:)`` with the changes it counts.
-    package func setSyncState(_ bytes: [UInt8]) throws(SecError) {
-        let s = try db.statement("INSERT OR REPLACE INTO sync_state(id, state) VALUES (1, ?1)")
+    /// Replaces the stored sync state (call inside ``transaction(_:)`` with the changes it counts) or device keys.
+    package func setSyncState(_ bytes: [UInt8], _ row: SyncRow = .state) throws(SecError) {
+        let s = try db.statement("INSERT OR REPLACE INTO sync_state(id, state) VALUES (?2, ?1)")
         s.bind(1, bytes)
+        s.bind(2, row.rawValue)
         try s.run()
     }
 

@@ -148,4 +148,26 @@ import Testing
         #expect(try b.keychain.count() == 0)
         #expect(text(try b.keychain.syncState()) == "\u{1}")
     }
+
+    /// This device's sync secret keys are kept sealed (their bytes appear nowhere in the database),
+    /// survive a restart, stay readable while the keybag is locked after the first unlock
+    /// (AfterFirstUnlockThisDeviceOnly), and are unreadable before it.
+    @Test func deviceKeysAreKeptSealedInTheStore() throws {
+        let f = try Fixture(passcode: "pw")
+        #expect(try f.keychain.syncDeviceSecret() == nil)
+        let raw = (0..<64).map { UInt8(0xA0 &+ $0) }
+        try f.keychain.setSyncDeviceSecret(raw.withUnsafeBytes { SecureBytes(copying: $0) })
+        func read() throws -> [UInt8]? { try f.keychain.syncDeviceSecret()?.withUnsafeBytes { Array($0) } }
+        #expect(try read() == raw)
+        f.keychain.checkpoint()
+        let db = fileBytes(f.dir.file("keychain.db")) + fileBytes(f.dir.file("keychain.db-wal"))
+        #expect(db.count > 64 && !(0...(db.count - 64)).contains { Array(db[$0..<$0 + 64]) == raw })
+        #expect(f.keychain.lock())
+        #expect(try read() == raw)
+        try f.reboot()
+        #expect(status { try read() } == .interactionNotAllowed)
+        try f.keychain.unlock(passcode: secret("pw"))
+        #expect(try read() == raw)
+        #expect(f.keychain.syncDirectory == f.dir.path + "/sync")
+    }
 }
