@@ -177,6 +177,28 @@ extension Keychain {
     /// The sync directory of this keychain's state directory (``FileNames/syncDirectory``).
     public var syncDirectory: String { stateDirectory + "/" + FileNames.syncDirectory }
 
+    /// Sets sync up: keeps this device's sync secret keys and the first state, and notes every item that
+    /// syncs now as a local change (recorded at the device's first sync as a member), all in one
+    /// transaction. Items whose keys are locked away are not noted (the agent sets sync up unlocked).
+    public func startSync(deviceSecret: SecureBytes, state: [UInt8]) throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            let keysBlob = try sealSyncBlob(deviceSecret, Self.syncDeviceKeyProtection)
+            let stateBlob = try sealSyncBlob(state, Self.syncStateProtection)
+            var notes: [[UInt8]] = []
+            for (id, _) in try store.rowClasses() {
+                guard let row = try store.row(id: id), let opened = try? openAttributes(row), SyncItem.isSyncable(opened.0, opened.1),
+                      let protection = try Validation.protection(of: opened.1) else { continue }
+                notes.append(try sealSyncBlob(SyncItem.itemKey(opened.0, opened.1), protection))
+            }
+            try writing(store) { () throws(SecError) in
+                try store.setSyncState(keysBlob, .deviceKeys)
+                try store.setSyncState(stateBlob)
+                for note in notes { try store.addPendingSync(note) }
+            }
+        }
+    }
+
     /// The sync state stored with the last pull or recording (nil: none yet).
     public func syncState() throws(SecError) -> SecureBytes? {
         try guarded.withLock { (s: inout State) throws(SecError) in
