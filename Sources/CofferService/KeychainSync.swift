@@ -167,6 +167,18 @@ public final class KeychainSync {
         return report
     }
 
+    /// `coffer sync remove DEVICE` (a member): removes the device named by its id or its (unique) name
+    /// and rotates the circle key, so it reads nothing written afterwards and its new records are refused.
+    public func remove(device: String, now: UInt64) throws(SecError) {
+        _ = try sync(now: now)
+        let matches = try devices().filter { $0.id == device.lowercased() || $0.name == device }
+        guard matches.count == 1, let id = SyncDeviceID(hex: matches[0].id) else {
+            throw .param(matches.isEmpty ? "no device of the circle has that id or name" : "\(matches.count) devices have that name; give the id")
+        }
+        do throws(SyncError) { try replica.remove(device: id) } catch { throw error.secError }
+        try push()
+    }
+
     /// The devices of the circle (name, id, member now or not).
     public func devices() throws(SecError) -> [(id: String, name: String, member: Bool)] {
         do throws(SyncError) {

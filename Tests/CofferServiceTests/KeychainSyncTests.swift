@@ -94,4 +94,57 @@ import Testing
         for kc in [a.keychain, b.keychain, c.keychain] { #expect(Self.password(kc, "before") == "from-b") }
         #expect(a.conflicts.count == 1 && b.conflicts.count == 1)
     }
+
+    /// A deletion and a later edit of the same item: the edit wins everywhere, the deletion is the kept
+    /// loser; the other way round the item is gone everywhere.
+    @Test func deleteAgainstEditIsDecidedByTheClock() throws {
+        let (a, b, c) = try circle()
+        let q = ItemQuery(attributes: ["acct": .string("before"), "sync": .bool(true)])
+        #expect(try a.keychain.delete(q, scope: .unrestricted) == 1)
+        #expect(try b.keychain.update(q, ItemChanges(secret: secret("edited")), scope: .unrestricted) == 1)
+        _ = try a.sync(now: 5_000)
+        #expect(try b.sync(now: 6_000).conflicts == 1)
+        _ = try a.sync(now: 6_001)
+        _ = try c.sync(now: 6_001)
+        for kc in [a.keychain, b.keychain, c.keychain] { #expect(Self.password(kc, "before") == "edited") }
+        #expect(try b.keychain.update(q, ItemChanges(secret: secret("again")), scope: .unrestricted) == 1)
+        #expect(try c.keychain.delete(q, scope: .unrestricted) == 1)
+        _ = try b.sync(now: 7_000)
+        #expect(try c.sync(now: 8_000).conflicts == 1)
+        _ = try a.sync(now: 8_001)
+        _ = try b.sync(now: 8_001)
+        for kc in [a.keychain, b.keychain, c.keychain] { #expect(Self.password(kc, "before") == nil) }
+    }
+
+    /// A removed device reads nothing written after its removal, and its own new changes reach nobody.
+    @Test func aRemovedDeviceReadsNothingNew() throws {
+        let (a, b, c) = try circle()
+        try a.remove(device: "server", now: 2_000)
+        #expect(try a.devices().first { $0.name == "server" }?.member == false)
+        try Self.add(a.keychain, "secret-after", "pw2")
+        _ = try a.sync(now: 3_000)
+        _ = try b.sync(now: 3_001)
+        #expect(Self.password(b.keychain, "secret-after") == "pw2")
+        #expect(try c.sync(now: 3_002).member == false)
+        #expect(Self.password(c.keychain, "secret-after") == nil)
+        try Self.add(c.keychain, "from-removed", "x")
+        _ = try c.sync(now: 4_000)
+        _ = try a.sync(now: 4_001)
+        #expect(Self.password(a.keychain, "from-removed") == nil)
+    }
+
+    /// While the remote is unreachable a sync fails with errSecIO and the local change stays noted; once
+    /// it is back the change is recorded and reaches the others.
+    @Test func anUnreachableRemoteIsCaughtUpLater() throws {
+        let (a, b, _) = try circle()
+        let remote = tmp.file("remote.git"), away = tmp.file("remote.away")
+        try FileManager.default.moveItem(atPath: remote, toPath: away)
+        try Self.add(a.keychain, "offline", "pw3")
+        #expect(status { try a.sync(now: 2_000) } == .io)
+        #expect(Self.password(a.keychain, "offline") == "pw3")
+        try FileManager.default.moveItem(atPath: away, toPath: remote)
+        #expect(try a.sync(now: 3_000).recorded == 1)
+        _ = try b.sync(now: 3_001)
+        #expect(Self.password(b.keychain, "offline") == "pw3")
+    }
 }
