@@ -41,8 +41,12 @@ import Testing
         #expect(c2 == .genericPassword && a2 == attrs && text(s2) == "pw")
     }
 
-    static let itemKeyVector = "0100040004616363740100000005616c6963650004616772700100000008756e7369676e65640005636c617373010000000467656e7000047376636501000000046d61696c"
-    static let payloadVector = "010000006800070004616363740100000005616c6963650004616772700100000008756e7369676e65640005636c617373010000000467656e7000046c61626c01000000044d61696c000470646d6e0100000002616b00047376636501000000046d61696c000473796e6304017077"
+    /// SyncFormat.md's `keychain-vector` block.
+    static var vector: [String: String] {
+        specVectorBlocks("Sources/CofferSync/CofferSync.docc/SyncFormat.md", fence: "keychain-vector").first ?? [:]
+    }
+    static var itemKeyVector: String? { vector["item-key"] }
+    static var payloadVector: String? { vector["payload"] }
 
     @Test func malformedAndNeverSyncingPayloadsAreRefused() {
         func payload(_ a: Attributes) -> SecureBytes { Array("pw".utf8).withUnsafeBytes { SyncItem.payload(.genericPassword, a, secret: $0) } }
