@@ -1228,6 +1228,7 @@ public final class Keychain: Sendable {
                 guard let row = try store.row(id: id) else { continue }
                 if try resealRow(store, row, p, keys) { resealed += 1 }
             }
+            try resealSyncBlobs(store, keys)
             if let rollback, let (d, _) = try rollback.records(store) {
                 guard rollback.ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
                 var epoch: Int64 = 0

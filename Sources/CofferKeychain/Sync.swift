@@ -134,6 +134,32 @@ extension Keychain {
         }
     }
 
+    /// Step 2 of a rekey, for sync: re-wraps the sync state, the device keys and the pending notes sealed
+    /// under a rotated class's metadata key (inside the rekey's transaction; idempotent, as rows are).
+    func resealSyncBlobs(_ store: ItemStore, _ keys: RekeyKeys) throws(SecError) {
+        func reseal(_ blob: [UInt8]) throws(SecError) -> [UInt8]? {
+            guard blob.count > 17, let p = ProtectionClass(rawValue: blob[0]) else { throw .decode("the keychain's sync bookkeeping is malformed") }
+            guard p.availability != .always, let newMK = keys.metadataKey(p, previous: false) else { return nil }
+            let ref = Array(blob[1..<17]), sealed = Array(blob[17...])
+            if unsafe newMK.withUnsafeBytes({ unsafe ItemCrypto.unwraps(sealed, classKey: $0, ref: ref, protection: p, keyRole: .metaKey) }) {
+                return nil   // re-sealed by an earlier run of this rekey
+            }
+            guard let oldMK = keys.metadataKey(p, previous: true) else { throw .decode("the sync bookkeeping is sealed under neither the new nor the previous keys") }
+            let rewrapped = try unsafe oldMK.withUnsafeBytes { o throws(SecError) in
+                try unsafe newMK.withUnsafeBytes { n throws(SecError) in
+                    try unsafe ItemCrypto.rewrap(sealed, from: o, to: n, ref: ref, protection: p, keyRole: .metaKey)
+                }
+            }
+            return [p.rawValue] + ref + rewrapped
+        }
+        for row in [ItemStore.SyncRow.state, .deviceKeys] {
+            if let blob = try store.syncState(row), let new = try reseal(blob) { try store.setSyncState(new, row) }
+        }
+        for note in try store.pendingSync() {
+            if let new = try reseal(note.item) { try store.replacePendingSync(id: note.id, with: new) }
+        }
+    }
+
     /// Notes a local change of an item that syncs (called in the change's transaction, with the item's
     /// attributes before and after it): the pending change is committed with the item or not at all.
     func notePendingSync(_ store: ItemStore, _ cls: ItemClass, _ attrs: Attributes) throws(SecError) {

@@ -532,6 +532,14 @@ package final class ItemStore {
         return out
     }
 
+    /// Replaces the sealed item key of pending change `id` (a rekey re-seals it). Call inside ``transaction(_:)``.
+    package func replacePendingSync(id: Int64, with item: [UInt8]) throws(SecError) {
+        let s = try db.statement("UPDATE sync_pending SET item = ?1 WHERE id = ?2")
+        s.bind(1, item)
+        s.bind(2, id)
+        try s.run()
+    }
+
     /// Forgets the pending changes up to `id` (recorded). Call inside ``transaction(_:)`` with the state.
     package func removePendingSync(through id: Int64) throws(SecError) {
         let s = try db.statement("DELETE FROM sync_pending WHERE id <= ?1")

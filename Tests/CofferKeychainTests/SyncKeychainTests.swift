@@ -174,4 +174,20 @@ import Testing
         #expect(try read() == raw)
         #expect(f.keychain.syncDirectory == f.dir.path + "/sync")
     }
+
+    /// A passcode change rotates the class keys: the sync state, the device keys and the pending notes
+    /// are re-sealed with the items, and read back afterwards.
+    @Test func aPasscodeChangeKeepsTheSyncBookkeeping() throws {
+        let f = try Fixture(passcode: "pw")
+        let raw = (0..<64).map { UInt8($0) }
+        try f.keychain.startSync(deviceSecret: raw.withUnsafeBytes { SecureBytes(copying: $0) }, state: [1])
+        try f.addPassword(service: "mail", account: "alice", secret: "pw1", ["sync": .bool(true)])
+        try f.keychain.setPasscode(current: secret("pw"), new: secret("pw2"), kdf: testKDF)
+        try f.reboot()
+        try f.keychain.unlock(passcode: secret("pw2"))
+        #expect(try f.keychain.syncDeviceSecret()?.withUnsafeBytes { Array($0) } == raw)
+        #expect(text(try f.keychain.syncState()) == "\u{1}")
+        let pending = try f.keychain.pendingSyncChanges()
+        #expect(pending.changes.count == 1 && pending.changes.first?.payload != nil)
+    }
 }
