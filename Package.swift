@@ -119,7 +119,7 @@ let package = Package(
         // an authentication channel. It imports no wire module: each front end is an adapter.
         .target(name: "CofferService",
                 dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferPAM", "CofferSystem",
-                               "CofferIdentity", "CofferPolicy", "CofferAudit",
+                               "CofferIdentity", "CofferPolicy", "CofferAudit", "CofferSync",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
@@ -264,7 +264,7 @@ let package = Package(
         // The service core alone: every operation with a scripted channel and a fake clock; no wire module.
         .testTarget(name: "CofferServiceTests",
                     dependencies: ["CofferService", "CofferServiceTestSupport", "CofferAudit", "CofferCrypto", "CofferKeychain", "CofferModel",
-                                   "CofferPolicy", "CofferTestSupport"],
+                                   "CofferPolicy", "CofferTestSupport", "CofferSync"],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferSSHAgentProtocol",

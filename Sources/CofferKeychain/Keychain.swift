@@ -19,9 +19,9 @@ public final class Keychain: Sendable {
     /// ``lock()``, ``unlock(passcode:)`` and ``setPasscode(current:new:kdf:)``.
     let keybag: Keybag
     /// The store and the migration log, owned by the keychain's mutex.
-    private let guarded: Protected<State>
+    let guarded: Protected<State>
 
-    private struct State {
+    struct State {
         let store: ItemStore
         /// What the migrations of this process did (one line each, no attribute values).
         var migrations: [String] = []
@@ -60,6 +60,8 @@ public final class Keychain: Sendable {
         public static let deviceKey = "device.key"
         /// The device key sealed by the TPM (``TPMDeviceKey``).
         public static let tpmDeviceKey = TPMDeviceKey.fileName
+        /// The sync directory (a git working tree, SyncFormat.md), created when sync is set up.
+        public static let syncDirectory = "sync"
     }
 
     /// Opens (creating on first use) the keychain in `directory` with `deviceKey` (default: the
@@ -399,6 +401,7 @@ public final class Keychain: Sendable {
             try writing(store) { () throws(SecError) in
                 try checkNoDuplicate(store, otherTiers, except: nil)
                 _ = try store.insert(content)
+                try notePendingSync(store, item.itemClass, attrs)
             }
             return unsafe ItemResult(itemClass: item.itemClass,
                               attributes: returnAttributes ? attrs : nil,
@@ -424,6 +427,7 @@ public final class Keychain: Sendable {
                     }
                     try checkNoDuplicate(store, otherTiers, except: nil)
                     try store.insert(content)
+                    try notePendingSync(store, item.itemClass, attrs)
                 }
             }
         }
@@ -459,6 +463,7 @@ public final class Keychain: Sendable {
                             continue
                         }
                         _ = try store.insert(content)
+                        try notePendingSync(store, item.itemClass, attrs)
                         added += 1
                     }
                     if dryRun { throw SecError(.userCanceled, "dry run") }
@@ -742,6 +747,9 @@ public final class Keychain: Sendable {
                     }
                     try store.replace(id: row.id, with: content)
                     try checkNoDuplicate(store, otherTiers, except: row.id)
+                    // Both versions: a changed primary key or `sync` turned off is a deletion of the old one.
+                    try notePendingSync(store, cls, old)
+                    try notePendingSync(store, cls, attrs)
                 }
                 return matches.count
             }
@@ -774,17 +782,20 @@ public final class Keychain: Sendable {
             try keybag.checkUnchanged() // before matching, as in an update
             var ids: [Int64] = []
             var refs: [[UInt8]] = []
+            var deleted: [(ItemClass, Attributes)] = []
             var needs = Requirements(operation: .delete, authorization: authorization)
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in
                 guard try needs.admit(attrs) else { return }
                 try proveApplicationPassword(row, cls, attrs, .delete, authorization)
                 ids.append(row.id)
                 refs.append(row.persistentRef)
+                deleted.append((cls, attrs))
             }
             try needs.throwIfUnsatisfied()
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
+                for (cls, attrs) in deleted { try notePendingSync(store, cls, attrs) }
             }
             appPasswordAttempts.forget(refs: refs)
             return ids.count
@@ -929,7 +940,7 @@ public final class Keychain: Sendable {
 
     /// A write transaction, refused first (errSecNotAvailable) if the keybag files changed under this
     /// process: its keys in memory may have been rotated elsewhere, and what it sealed now would be lost.
-    private func writing<R>(_ store: ItemStore, _ body: () throws(SecError) -> R) throws(SecError) -> R {
+    func writing<R>(_ store: ItemStore, _ body: () throws(SecError) -> R) throws(SecError) -> R {
         try keybag.checkUnchanged()
         let r = try store.transaction(body)
         if let rollback {
@@ -1064,7 +1075,7 @@ public final class Keychain: Sendable {
     ///
     /// Limit: in boot state only tier D is in memory, so an Always item added then cannot be compared
     /// with passcode-tier rows (a later unlock does not detect that pair either; both rows stay readable).
-    private func checkNoDuplicate(_ store: ItemStore, _ primaryKeys: [[UInt8]], except: Int64?) throws(SecError) {
+    func checkNoDuplicate(_ store: ItemStore, _ primaryKeys: [[UInt8]], except: Int64?) throws(SecError) {
         for pk in primaryKeys {
             if let id = try store.rowID(primaryKey: pk), id != except { throw .duplicateItem() }
         }
@@ -1094,7 +1105,7 @@ public final class Keychain: Sendable {
 
     /// Seals an item for its row; also returns its primary-key hash under the other index tiers in
     /// memory (for ``checkNoDuplicate(_:_:except:)``).
-    private func seal(itemClass: ItemClass, attributes: Attributes, secret: UnsafeRawBufferPointer,
+    func seal(itemClass: ItemClass, attributes: Attributes, secret: UnsafeRawBufferPointer,
                       protection: ProtectionClass, ref: [UInt8], applicationPassword: SecureBytes? = nil) throws(SecError) -> (RowContent, [[UInt8]]) {
         let appPassword = try Self.accessControl(attributes)?.factors.contains(.applicationPassword) == true
         if appPassword && applicationPassword == nil { throw .authFailed("this item needs its application password") }
@@ -1128,7 +1139,7 @@ public final class Keychain: Sendable {
          full.filter { AttributeCatalog.isIndexed($0.key) }.map { unsafe blindHash(k, $0.key, $0.value) } + compoundHashes(k, full))
     }
 
-    private func openAttributes(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes) {
+    func openAttributes(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes) {
         guard let protection = ProtectionClass(rawValue: row.protectionClass), row.persistentRef.count == 16 else {
             throw .decode("an item row has an invalid protection class or reference")
         }
@@ -1166,7 +1177,7 @@ public final class Keychain: Sendable {
         throw .notAvailable("a non-extractable key's private half is never returned: the agent uses it in place (e.g. coffer ssh)")
     }
 
-    private func openSecret(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes,
+    func openSecret(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes,
                             _ authorization: AuthorizationContext) throws(SecError) -> SecureBytes {
         let protection = ProtectionClass(rawValue: row.protectionClass)!
         let open = { () throws(SecError) -> SecureBytes in
@@ -1217,6 +1228,7 @@ public final class Keychain: Sendable {
                 guard let row = try store.row(id: id) else { continue }
                 if try resealRow(store, row, p, keys) { resealed += 1 }
             }
+            try resealSyncBlobs(store, keys)
             if let rollback, let (d, _) = try rollback.records(store) {
                 guard rollback.ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
                 var epoch: Int64 = 0

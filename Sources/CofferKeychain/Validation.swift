@@ -26,9 +26,6 @@ enum Validation {
             default: break
             }
         }
-        if writing, attrs["sync"] == .bool(true) {
-            throw .param("synchronizable items are not supported: Coffer has no cloud sync")
-        }
         _ = try protection(of: attrs)
     }
 

@@ -60,7 +60,7 @@ package final class ItemStore {
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 5
+    package static let schemaVersion: Int64 = 6
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -127,6 +127,24 @@ package final class ItemStore {
         PRAGMA user_version = 5;
         """
 
+    /// Version 6: sync (issue #29, SyncFormat.md "The keychain's side"). `sync_state` holds the sync state
+    /// sealed by the keychain (row 1), written in the same transaction as the changes a pull applies, and
+    /// this device's sealed sync secret keys (row 2);
+    /// `sync_pending` holds the local changes of syncable items not yet recorded (each a sealed item key),
+    /// written in the transaction of the change and deleted in the one that stores the state counting
+    /// their records. Nothing of a version-5 file changes.
+    private static let schemaV6 = """
+        CREATE TABLE sync_state(
+            id INTEGER PRIMARY KEY CHECK(id IN (1, 2)),
+            state BLOB NOT NULL
+        );
+        CREATE TABLE sync_pending(
+            id INTEGER PRIMARY KEY,
+            item BLOB NOT NULL
+        );
+        PRAGMA user_version = 6;
+        """
+
     /// The longest reason a quarantined row keeps (bytes of UTF-8, cut at a character boundary).
     package static let maximumReasonBytes = 512
 
@@ -149,7 +167,7 @@ package final class ItemStore {
             if version < Self.schemaVersion && version >= 0 {
                 // Each migration in one transaction with the version it sets: a crash leaves the old
                 // version or the new one, never a half-migrated file.
-                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5]
+                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5, Self.schemaV6]
                 try transaction { () throws(SecError) in for step in steps.dropFirst(Int(version)) { try db.exec(step) } }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
@@ -249,6 +267,8 @@ package final class ItemStore {
         try db.statement("DELETE FROM attr_index").run()
         try db.statement("DELETE FROM items").run()
         try db.statement("DELETE FROM quarantine").run()   // an erase leaves nothing of the old keychain
+        try db.statement("DELETE FROM sync_state").run()   // nor of its sync (its device keys went with the keybag)
+        try db.statement("DELETE FROM sync_pending").run()
         cachedCount = 0
     }
 
@@ -472,6 +492,59 @@ package final class ItemStore {
         d.bind(1, persistentRef)
         try d.run()
         return true
+    }
+
+    // MARK: Sync (schema 6)
+
+    /// Row 1 of `sync_state`: the sync state. Row 2: this device's sync secret keys.
+    package enum SyncRow: Int64, Sendable { case state = 1, deviceKeys = 2 }
+
+    /// The stored (sealed) sync state or device keys, if any.
+    package func syncState(_ row: SyncRow = .state) throws(SecError) -> [UInt8]? {
+        let s = try db.statement("SELECT state FROM sync_state WHERE id = ?1")
+        s.bind(1, row.rawValue)
+        defer { unsafe sqlite3_reset(s.stmt) }
+        return try s.step() ? s.blob(0) : nil
+    }
+
+    /// Replaces the stored sync state (call inside ``transaction(_:)`` with the changes it counts) or device keys.
+    package func setSyncState(_ bytes: [UInt8], _ row: SyncRow = .state) throws(SecError) {
+        let s = try db.statement("INSERT OR REPLACE INTO sync_state(id, state) VALUES (?2, ?1)")
+        s.bind(1, bytes)
+        s.bind(2, row.rawValue)
+        try s.run()
+    }
+
+    /// Notes a local change not yet recorded (a sealed item key). Call inside the change's ``transaction(_:)``.
+    package func addPendingSync(_ item: [UInt8]) throws(SecError) {
+        let s = try db.statement("INSERT INTO sync_pending(item) VALUES (?1)")
+        s.bind(1, item)
+        try s.run()
+    }
+
+    /// The pending local changes, oldest first, at most `limit`.
+    package func pendingSync(limit: Int = Int.max) throws(SecError) -> [(id: Int64, item: [UInt8])] {
+        let s = try db.statement("SELECT id, item FROM sync_pending ORDER BY id LIMIT ?1")
+        s.bind(1, Int64(clamping: limit))
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [(id: Int64, item: [UInt8])] = []
+        while try s.step() { out.append((s.int64(0), s.blob(1))) }
+        return out
+    }
+
+    /// Replaces the sealed item key of pending change `id` (a rekey re-seals it). Call inside ``transaction(_:)``.
+    package func replacePendingSync(id: Int64, with item: [UInt8]) throws(SecError) {
+        let s = try db.statement("UPDATE sync_pending SET item = ?1 WHERE id = ?2")
+        s.bind(1, item)
+        s.bind(2, id)
+        try s.run()
+    }
+
+    /// Forgets the pending changes up to `id` (recorded). Call inside ``transaction(_:)`` with the state.
+    package func removePendingSync(through id: Int64) throws(SecError) {
+        let s = try db.statement("DELETE FROM sync_pending WHERE id <= ?1")
+        s.bind(1, id)
+        try s.run()
     }
 
     /// Runs SQLite's `PRAGMA integrity_check`; true when it answers "ok".

@@ -95,7 +95,7 @@ import Testing
     }
 
     /// Agent-set attributes: `cdat`/`mdat` are refused in ADD and UPDATE, allowed in queries; ADD
-    /// fills in `pdmn`, `agrp`, `sync`, `cdat`, `mdat`; `sync` true is refused.
+    /// fills in `pdmn`, `agrp`, `sync`, `cdat`, `mdat`; `sync` true is accepted.
     @Test func agentSetAndDefaultedAttributes() throws {
         let rig = try AgentRig()
         var s = rig.greetedSession()
@@ -104,7 +104,7 @@ import Testing
         #expect(errorStatus(rig.pipeline.handle(withDate, session: &s)) == .param)
         let synced = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s"), "sync": .bool(true)],
                                          secret: secret("x")), [])
-        #expect(errorStatus(rig.pipeline.handle(synced, session: &s)) == .param)
+        #expect(errorStatus(rig.pipeline.handle(synced, session: &s)) == nil)   // accepted since sync (issue #29)
         let plain = AgentRequest.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("s")], secret: secret("x")),
                                 [.attributes, .persistentRef])
         guard case .items(let items) = rig.pipeline.handle(plain, session: &s), let item = items.first,

@@ -93,7 +93,6 @@ import Testing
         #expect(status { try f.addPassword(service: "s", account: "a", secret: "x", ["port": .string("80")]) } == .param)
         #expect(status { try f.addPassword(service: "s", account: "a", secret: "x", ["srvr": .string("h")]) } == .param)
         #expect(status { try f.addPassword(service: "s", account: "a", secret: "x", ["pdmn": .string("sometimes")]) } == .param)
-        #expect(status { try f.addPassword(service: "s", account: "a", secret: "x", ["sync": .bool(true)]) } == .param)
         #expect(status { try f.addPassword(service: "s", account: "a", secret: "x", ["cdat": .date(0)]) } == .param)
         #expect(status { try f.keychain.copyMatching(ItemQuery(attributes: ["nope": .bool(true)]), scope: .unrestricted) } == .param)
         #expect(status { try f.keychain.update(ItemQuery(), ItemChanges(), scope: .unrestricted) } == .param)

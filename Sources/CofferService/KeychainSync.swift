@@ -1,0 +1,194 @@
+public import CofferKeychain
+public import CofferSync
+import CofferCrypto
+public import CofferModel
+
+/// A keychain's sync (issue #29): this device's keys and state from the keychain, its records in the
+/// state directory's `sync` directory (a git clone of the person's remote). One ``sync(now:)``
+/// records the local changes noted since the last one, pulls and applies what the others wrote (the
+/// changes and the new state in one keychain transaction), and pushes. Not thread-safe: one caller
+/// at a time (the agent's sync thread).
+public final class KeychainSync {
+    public let keychain: Keychain
+    let replica: SyncReplica
+    let git: GitTransport
+
+    init(keychain: Keychain, replica: SyncReplica, git: GitTransport) {
+        self.keychain = keychain
+        self.replica = replica
+        self.git = git
+    }
+
+    /// What one ``sync(now:)`` did.
+    public struct Report: Sendable {
+        /// False while this device waits for a member to approve it.
+        public var member = false
+        /// Local changes recorded.
+        public var recorded = 0
+        /// Changes of the others applied here.
+        public var applied = 0
+        /// Conflicts this pull found (the losers kept).
+        public var conflicts = 0
+        /// Records and changes refused, with why (no item contents).
+        public var refused: [String] = []
+    }
+
+    /// This device's sync as the keychain keeps it; nil if sync was never set up here.
+    public static func open(keychain: Keychain, git: String? = nil) throws(SecError) -> KeychainSync? {
+        guard let secret = try keychain.syncDeviceSecret(), let stateBytes = try keychain.syncState() else { return nil }
+        do {
+            let keys = try Self.keys(secret)
+            let state = try SyncState.decode(stateBytes.withUnsafeBytes { Array($0) })
+            let transport = try GitTransport(directory: keychain.syncDirectory, git: git)
+            return KeychainSync(keychain: keychain, replica: SyncReplica(directory: keychain.syncDirectory, keys: keys, state: state), git: transport)
+        } catch {
+            throw Self.mapped(error)
+        }
+    }
+
+    /// A keychain or sync error as the keychain error it is (SyncError carries its SecStatus).
+    static func mapped(_ error: any Error) -> SecError {
+        if let e = error as? SecError { return e }
+        if let e = error as? SyncError { return e.secError }
+        return SecError(.io, "sync failed: \(error)")
+    }
+
+    private static func keys(_ secret: SecureBytes) throws(SyncError) -> SyncDeviceKeys {
+        guard secret.count == 64 else { throw .malformed("the stored sync device keys are not 64 bytes") }
+        let seed = secret.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<32])) }
+        let box = secret.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[32..<64])) }
+        return try SyncDeviceKeys.restore(ed25519Seed: seed, x25519SecretKey: box)
+    }
+
+    /// Keeps the device keys and the first state, noting every item that syncs now (from then on local changes are noted).
+    private static func start(_ keychain: Keychain, _ keys: SyncDeviceKeys, _ replica: SyncReplica) throws(SecError) {
+        try keychain.startSync(deviceSecret: keys.exportSecret(), state: replica.state.encoded())
+    }
+
+    /// `coffer sync init --remote URL`: founds a circle on an empty remote with this device alone, and
+    /// records every item that syncs.
+    public static func initialize(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil) throws(SecError) -> KeychainSync {
+        guard try keychain.syncState() == nil else { throw .param("sync is already set up on this machine") }
+        do {
+            let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git)
+            let head = try transport.pull(lastSeen: "")
+            let keys = SyncDeviceKeys.generate()
+            let replica = try SyncReplica.found(directory: transport.directory, keys: keys, name: name, now: now)
+            var s = replica.state
+            s.remoteHead = head
+            replica.commit(s)
+            try start(keychain, keys, replica)
+            let sync = KeychainSync(keychain: keychain, replica: replica, git: transport)
+            _ = try sync.sync(now: now)
+            return sync
+        } catch {
+            throw Self.mapped(error)
+        }
+    }
+
+    /// `coffer sync join --remote URL`: asks to join the circle on `remote`; returns the pairing code a
+    /// member passes to ``approve(code:now:)``.
+    public static func join(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil) throws(SecError) -> (sync: KeychainSync, code: String) {
+        guard try keychain.syncState() == nil else { throw .param("sync is already set up on this machine") }
+        do {
+            let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git)
+            let head = try transport.pull(lastSeen: "")
+            let keys = SyncDeviceKeys.generate()
+            let (replica, code) = try SyncReplica.requestJoin(directory: transport.directory, keys: keys, name: name, now: now)
+            var s = replica.state
+            s.remoteHead = head
+            replica.commit(s)
+            try start(keychain, keys, replica)
+            let sync = KeychainSync(keychain: keychain, replica: replica, git: transport)
+            try sync.push()
+            return (sync, code)
+        } catch {
+            throw Self.mapped(error)
+        }
+    }
+
+    /// Commits this device's files, pushes, and keeps the remote head seen.
+    private func push() throws(SecError) {
+        do throws(SyncError) {
+            var s = replica.state
+            s.remoteHead = try git.push(lastSeen: s.remoteHead, message: "coffer-sync")
+            replica.commit(s)
+        } catch {
+            throw error.secError
+        }
+        try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+    }
+
+    /// `coffer sync approve CODE` (a member): admits the device with that pairing code. Returns its name
+    /// and code, which the person compares with what the new device printed.
+    public func approve(code: String, now: UInt64) throws(SecError) -> (name: String, code: String) {
+        _ = try sync(now: now)
+        let device: SyncDevice
+        do throws(SyncError) { device = try replica.approve(code: code) } catch { throw error.secError }
+        try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+        try push()
+        return (device.name, device.pairingCode)
+    }
+
+    /// Records the local changes noted since the last sync (at the first sync as a member, every item
+    /// that synced when sync was set up here), pulls and applies the others' changes with the new state in one keychain
+    /// transaction, and pushes. Local changes are recorded before the pull, so a concurrent edit meets
+    /// the other one as a conflict (decided by the clock, the loser kept) rather than silently on top.
+    public func sync(now: UInt64) throws(SecError) -> Report {
+        var report = Report()
+        do {
+            var head = replica.state.remoteHead
+            head = try git.pull(lastSeen: head)
+            var s = replica.state
+            s.remoteHead = head
+            replica.commit(s)
+            report.member = try replica.isMember()
+            guard report.member else {
+                try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+                return report
+            }
+            // Local changes first.
+            let pending = try keychain.pendingSyncChanges(limit: Int.max)
+            let changes = pending.changes
+            if !changes.isEmpty { try replica.record(changes.map { ($0.itemKey, $0.payload) }, now: now) }
+            try keychain.commitSyncRecorded(through: pending.through, state: replica.state.encoded())
+            report.recorded = changes.count
+            // Then the others'.
+            let p = try replica.pull()
+            let result = try keychain.applySync(p.apply.map { ($0.itemKey, $0.kind == .delete ? nil : $0.payload) }, state: p.state.encoded())
+            replica.commit(p.state)
+            report.applied = result.applied
+            report.conflicts = p.conflicts.count
+            report.refused = p.refused.map { "\($0.path): \($0.error.message)" } + result.refused
+        } catch {
+            throw Self.mapped(error)
+        }
+        try push()
+        return report
+    }
+
+    /// `coffer sync remove DEVICE` (a member): removes the device named by its id or its (unique) name
+    /// and rotates the circle key, so it reads nothing written afterwards and its new records are refused.
+    public func remove(device: String, now: UInt64) throws(SecError) {
+        _ = try sync(now: now)
+        let matches = try devices().filter { $0.id == device.lowercased() || $0.name == device }
+        guard matches.count == 1, let id = SyncDeviceID(hex: matches[0].id) else {
+            throw .param(matches.isEmpty ? "no device of the circle has that id or name" : "\(matches.count) devices have that name; give the id")
+        }
+        do throws(SyncError) { try replica.remove(device: id) } catch { throw error.secError }
+        try push()
+    }
+
+    /// The devices of the circle (name, id, member now or not).
+    public func devices() throws(SecError) -> [(id: String, name: String, member: Bool)] {
+        do throws(SyncError) {
+            let c = try replica.circle()
+            return c.devices.values.sorted { $0.name < $1.name }.map { ($0.id.hex, $0.name, c.current.isMember($0.id)) }
+        } catch {
+            throw error.secError
+        }
+    }
+
+    /// The conflicts kept so far (each the losing version's record, restorable with ``SyncReplica/open(_:)``).
+    public var conflicts: [SyncState.Conflict] { replica.state.conflicts }
+}

@@ -1,0 +1,150 @@
+import CofferCrypto
+import CofferKeychain
+import CofferModel
+import CofferService
+import CofferSync
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// Three keychains, each in its own state directory, syncing through a local bare git repository with
+/// the real `git` (KeychainSync over the keychain's side and the CofferSync engine).
+@Suite(.serialized) struct KeychainSyncTests {
+    let tmp = TemporaryDirectory("coffer-ksync")
+
+    func bareRemote() throws -> String {
+        let remote = tmp.file("remote.git")
+        let r = runProcess("/usr/bin/git", ["init", "-q", "--bare", remote])
+        try #require(r.status == 0, "git init --bare: \(r)")
+        return remote
+    }
+
+    func keychain(_ name: String) throws -> Keychain {
+        try FileManager.default.createDirectory(atPath: tmp.file(name), withIntermediateDirectories: true)
+        return try Keychain(directory: tmp.file(name), lockingStateDirectory: false)
+    }
+
+    static func add(_ kc: Keychain, _ account: String, _ pw: String, _ extra: Attributes = ["sync": .bool(true)]) throws {
+        var attrs: Attributes = ["svce": .string("mail"), "acct": .string(account), "agrp": .string("unsigned")]
+        attrs.merge(extra) { $1 }
+        try kc.add(NewItem(itemClass: .genericPassword, attributes: attrs, secret: secret(pw)), scope: .unrestricted)
+    }
+
+    static func password(_ kc: Keychain, _ account: String) -> String? {
+        let q = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string(account), "sync": .bool(true)], returnData: true)
+        return (try? kc.copyMatching(q, scope: .unrestricted)).flatMap { text($0.first?.data) }
+    }
+
+    /// A founds, B and C join and are approved; an item A had before is on both.
+    func circle() throws -> (a: KeychainSync, b: KeychainSync, c: KeychainSync) {
+        let remote = try bareRemote()
+        let ka = try keychain("a")
+        try Self.add(ka, "before", "pw0")
+        let a = try KeychainSync.initialize(keychain: ka, remote: remote, name: "laptop", now: 1_000)
+        let (b, codeB) = try KeychainSync.join(keychain: try keychain("b"), remote: remote, name: "desktop", now: 1_000)
+        let (c, codeC) = try KeychainSync.join(keychain: try keychain("c"), remote: remote, name: "server", now: 1_000)
+        #expect(try b.sync(now: 1_001).member == false)
+        let approvedB = try a.approve(code: codeB, now: 1_002)
+        #expect(approvedB.name == "desktop" && approvedB.code == codeB)
+        #expect(try a.approve(code: codeC, now: 1_003).name == "server")
+        #expect(try b.sync(now: 1_004).member)
+        #expect(try c.sync(now: 1_004).member)
+        return (a, b, c)
+    }
+
+    @Test func joinApproveAndItemsReachEveryMachine() throws {
+        let (a, b, c) = try circle()
+        #expect(Self.password(b.keychain, "before") == "pw0" && Self.password(c.keychain, "before") == "pw0")
+        #expect(try a.devices().map(\.name) == ["desktop", "laptop", "server"])
+        try Self.add(b.keychain, "new", "pw1")
+        #expect(try b.sync(now: 2_000).recorded == 1)
+        _ = try a.sync(now: 2_001)
+        _ = try c.sync(now: 2_001)
+        #expect(Self.password(a.keychain, "new") == "pw1" && Self.password(c.keychain, "new") == "pw1")
+        // Applied items are not sent back as local changes.
+        #expect(try a.sync(now: 2_002).recorded == 0)
+        // A deletion reaches the others too.
+        #expect(try c.keychain.delete(ItemQuery(attributes: ["acct": .string("new"), "sync": .bool(true)]), scope: .unrestricted) == 1)
+        _ = try c.sync(now: 3_000)
+        _ = try a.sync(now: 3_001)
+        #expect(Self.password(a.keychain, "new") == nil)
+    }
+
+    @Test func thisDeviceOnlyAndUnsyncedItemsNeverLeave() throws {
+        let (a, b, _) = try circle()
+        try Self.add(a.keychain, "tdo-only", "x", ["sync": .bool(true), "pdmn": .string("aku")])
+        try Self.add(a.keychain, "nosync", "x", [:])
+        #expect(try a.sync(now: 2_000).recorded == 0)
+        _ = try b.sync(now: 2_001)
+        #expect(try b.keychain.count() == 1)   // only "before"
+        let log = runProcess("/usr/bin/git", ["-C", a.keychain.syncDirectory, "log", "-p", "--all"])
+        #expect(!log.stdout.contains("pw0") && !log.stdout.contains("tdo-only"))
+    }
+
+    @Test func concurrentEditsKeepTheLaterWriterAndTheLoser() throws {
+        let (a, b, c) = try circle()
+        let q = ItemQuery(attributes: ["acct": .string("before"), "sync": .bool(true)])
+        #expect(try a.keychain.update(q, ItemChanges(secret: secret("from-a")), scope: .unrestricted) == 1)
+        #expect(try b.keychain.update(q, ItemChanges(secret: secret("from-b")), scope: .unrestricted) == 1)
+        _ = try a.sync(now: 5_000)
+        let rb = try b.sync(now: 6_000)   // b's edit is later by the clock: it wins, a's is the loser
+        #expect(rb.conflicts == 1)
+        _ = try a.sync(now: 6_001)
+        _ = try c.sync(now: 6_001)
+        for kc in [a.keychain, b.keychain, c.keychain] { #expect(Self.password(kc, "before") == "from-b") }
+        #expect(a.conflicts.count == 1 && b.conflicts.count == 1)
+    }
+
+    /// A deletion and a later edit of the same item: the edit wins everywhere, the deletion is the kept
+    /// loser; the other way round the item is gone everywhere.
+    @Test func deleteAgainstEditIsDecidedByTheClock() throws {
+        let (a, b, c) = try circle()
+        let q = ItemQuery(attributes: ["acct": .string("before"), "sync": .bool(true)])
+        #expect(try a.keychain.delete(q, scope: .unrestricted) == 1)
+        #expect(try b.keychain.update(q, ItemChanges(secret: secret("edited")), scope: .unrestricted) == 1)
+        _ = try a.sync(now: 5_000)
+        #expect(try b.sync(now: 6_000).conflicts == 1)
+        _ = try a.sync(now: 6_001)
+        _ = try c.sync(now: 6_001)
+        for kc in [a.keychain, b.keychain, c.keychain] { #expect(Self.password(kc, "before") == "edited") }
+        #expect(try b.keychain.update(q, ItemChanges(secret: secret("again")), scope: .unrestricted) == 1)
+        #expect(try c.keychain.delete(q, scope: .unrestricted) == 1)
+        _ = try b.sync(now: 7_000)
+        #expect(try c.sync(now: 8_000).conflicts == 1)
+        _ = try a.sync(now: 8_001)
+        _ = try b.sync(now: 8_001)
+        for kc in [a.keychain, b.keychain, c.keychain] { #expect(Self.password(kc, "before") == nil) }
+    }
+
+    /// A removed device reads nothing written after its removal, and its own new changes reach nobody.
+    @Test func aRemovedDeviceReadsNothingNew() throws {
+        let (a, b, c) = try circle()
+        try a.remove(device: "server", now: 2_000)
+        #expect(try a.devices().first { $0.name == "server" }?.member == false)
+        try Self.add(a.keychain, "secret-after", "pw2")
+        _ = try a.sync(now: 3_000)
+        _ = try b.sync(now: 3_001)
+        #expect(Self.password(b.keychain, "secret-after") == "pw2")
+        #expect(try c.sync(now: 3_002).member == false)
+        #expect(Self.password(c.keychain, "secret-after") == nil)
+        try Self.add(c.keychain, "from-removed", "x")
+        _ = try c.sync(now: 4_000)
+        _ = try a.sync(now: 4_001)
+        #expect(Self.password(a.keychain, "from-removed") == nil)
+    }
+
+    /// While the remote is unreachable a sync fails with errSecIO and the local change stays noted; once
+    /// it is back the change is recorded and reaches the others.
+    @Test func anUnreachableRemoteIsCaughtUpLater() throws {
+        let (a, b, _) = try circle()
+        let remote = tmp.file("remote.git"), away = tmp.file("remote.away")
+        try FileManager.default.moveItem(atPath: remote, toPath: away)
+        try Self.add(a.keychain, "offline", "pw3")
+        #expect(status { try a.sync(now: 2_000) } == .io)
+        #expect(Self.password(a.keychain, "offline") == "pw3")
+        try FileManager.default.moveItem(atPath: away, toPath: remote)
+        #expect(try a.sync(now: 3_000).recorded == 1)
+        _ = try b.sync(now: 3_001)
+        #expect(Self.password(b.keychain, "offline") == "pw3")
+    }
+}
