@@ -156,7 +156,8 @@ extension String {
 /// in the library's default group (the pre-access-group `coffer.default`), the agent's first unlock
 /// migrated every item, and the peers table measured that one-off migration's heap in the agent's RSS
 /// (29.7 MiB at 10,000 items instead of 14.4) rather than the steady state a user's agent is in.
-func fill(stateDirectory: String, items: Int) throws {
+/// `item` makes item k (from 1); by default the peers' item (service svc(k % 97), account acct(k)).
+func fill(stateDirectory: String, items: Int, item: (Int) -> NewItem = peersItem) throws {
     let kc = try Keychain(directory: stateDirectory, lockingStateDirectory: true)
     if kc.status.passcodeSet {
         var line: [UInt8] = []
@@ -166,15 +167,18 @@ func fill(stateDirectory: String, items: Int) throws {
     }
     var i = 1
     while i <= items {
-        let batch = (i...min(items, i + 4999)).map { k in
-            NewItem(itemClass: .genericPassword, attributes: ["svce": .string("svc\(k % 97)"), "acct": .string("acct\(k)"),
-                                                               "agrp": .string("unsigned")],
-                    secret: secret("secret-\(k)"))
-        }
+        let batch = (i...min(items, i + 4999)).map(item)
         try kc.add(contentsOf: batch, scope: .unrestricted)
         i += batch.count
     }
     kc.checkpoint()
+}
+
+/// The item every peer stores in contrib/bench/peers.sh: service svc(k % 97), account acct(k), secret secret-k.
+func peersItem(_ k: Int) -> NewItem {
+    NewItem(itemClass: .genericPassword, attributes: ["svce": .string("svc\(k % 97)"), "acct": .string("acct\(k)"),
+                                                       "agrp": .string("unsigned")],
+            secret: secret("secret-\(k)"))
 }
 
 let args = Array(CommandLine.arguments.dropFirst())
@@ -218,7 +222,7 @@ func run(_ args: [String]) throws {
         try fill(stateDirectory: args[1], items: n)
     case "fill-secret-service" where args.count == 3:
         guard let n = Int(args[2]) else { print("fill-secret-service: N must be a number"); exit(2) }
-        try fillSecretService(stateDirectory: args[1], items: n)
+        try fill(stateDirectory: args[1], items: n, item: secretServiceItem)
     case "agent" where args.count >= 2:
         let sizes = args.dropFirst(2).compactMap { Int($0) }
         try AgentBench(binDir: args[1], sizes: sizes.isEmpty ? [1000, 100_000, 1_000_000] : sizes).run()
