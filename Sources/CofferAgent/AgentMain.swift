@@ -118,8 +118,12 @@ extension AgentMain {
                 throw .decode("\(tpmPath) seals another device key than \(filePath): move it aside and run the migration again")
             }
             CrashPoint.hit("migrate-tpm-key-written")
+            // With rollback detection on, the migration re-seals the rollback records under the new keys:
+            // it needs the same counter the agent uses.
+            let rollbackCounter = cfg.rollbackDetection ? TPMRollbackCounter(tcti: cfg.rollbackTCTI, index: cfg.rollbackNVIndex) : nil
             let kc = try Keychain(directory: dir, deviceKey: source, applicationPasswordDelays: cfg.attemptSchedule.delays,
-                                  clock: SystemWallClock(), lockingStateDirectory: true, migratingDeviceKey: true)
+                                  clock: SystemWallClock(), rollbackCounter: rollbackCounter, rollbackInterval: cfg.rollbackInterval,
+                                  lockingStateDirectory: true, migratingDeviceKey: true)
             var passcode: SecureBytes? = nil
             if kc.status.passcodeSet { passcode = try readPasscode(fd: passcodeFD) }
             try kc.migrateDeviceKey(passcode: passcode)

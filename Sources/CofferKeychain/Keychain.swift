@@ -188,9 +188,15 @@ public final class Keychain: Sendable {
                 let store = s.store
                 var line: String? = nil
                 defer { if let line { s.migrations.append(line) } }
+                // The rekey re-seals the rollback records under the new passcode tier (resealRows), as a
+                // passcode change does; without the counter they would no longer open after the move.
+                try verifyBeforeRekey(store)
+                defer { rollback?.ledger.load(from: keybag) }
                 try keybag.migrateDeviceKey(passcode: passcode) { keys throws(SecError) in
                     line = try self.resealRows(store, keys, from: version)
                 }
+                // Sealed at value + 1: counted now, or at the next unlock after a crash (rule 5's value + 1).
+                if let rollback, (try? rollback.records(store))??.device.epoch ?? 0 > 0 { _ = try? rollback.counter.increment() }
             }
         }
         CrashPoint.hit("migrate-committed")

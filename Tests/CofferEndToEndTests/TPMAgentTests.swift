@@ -123,11 +123,16 @@ import Testing
     /// killed at `point`, then by the migration run again: every item reads with the TPM, `device.key`
     /// is gone only once the format-3 keybag is durable, and before the commit the file key still works.
     @Test(.enabled(if: SoftwareTPM.available && crashPointsCompiledIn, "\(SoftwareTPM.unavailableReason), or a release build"),
-          arguments: migrationPoints)
-    func migrationKilledAtEveryStep(at point: String) throws {
+          arguments: migrationPoints.map { ($0, false) } + ["rekey-reseal-half", "rekey-done", "migrate-committed"].map { ($0, true) })
+    func migrationKilledAtEveryStep(at point: String, rollbackDetection: Bool) throws {
         let sw = try SoftwareTPM()
         let control = TemporaryDirectory("coffer-tpm-migrate")
         let fileConfig = Self.config(control, tcti: nil), tpmConfig = Self.config(control, tcti: sw.tcti)
+        if rollbackDetection {
+            // The same counter before and after the move; the kill must not cost the records either.
+            let lines = "rollback-detection = on\nrollback-tcti = \(sw.tcti)\nrollback-interval = 3600\n"
+            for path in [fileConfig, tpmConfig] { try (String(contentsOfFile: path, encoding: .utf8) + lines).write(toFile: path, atomically: true, encoding: .utf8) }
+        }
         let agent = try AgentProcess(extraArguments: ["--config", fileConfig])
         agent.setPasscode()
         let c = try AgentConnection(path: agent.socketPath)
@@ -157,5 +162,49 @@ import Testing
         try tpmAgent.start()
         defer { tpmAgent.stop() }
         try expectItems(tpmAgent.socketPath, "\(point), TPM")
+    }
+
+    /// A keychain with rollback detection on, moved to the TPM: the migration re-seals the rollback
+    /// records under the new keys (they were sealed under the file key's passcode tier), so the TPM agent
+    /// unlocks and serves every item, and a keychain.db put back from before a later change is still refused.
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func aMigrationKeepsRollbackDetectionWorking() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-migrate-rollback")
+        let rollback = "rollback-detection = on\nrollback-tcti = \(sw.tcti)\nrollback-interval = 3600\n"
+        let fileConfig = control.file("file.conf"), tpmConfig = control.file("tpm.conf")
+        try ("device-key = file\n" + rollback).write(toFile: fileConfig, atomically: true, encoding: .utf8)
+        try ("device-key = tpm\ntpm-tcti = \(sw.tcti)\n" + rollback).write(toFile: tpmConfig, atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", fileConfig])
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "before").status == 0, "\(agent.log)")
+        #expect(agent.cli(["lock"]).status == 0, "\(agent.log)")   // anchors the add: the records' epoch is > 0
+        agent.stop()
+        let migrated = Self.migrate(agent, config: tpmConfig, at: "")
+        #expect(migrated.status == 0, "\(migrated)")
+        let tpmAgent = try AgentProcess(extraArguments: ["--config", tpmConfig, "--state-dir", agent.stateDir], start: false)
+        try tpmAgent.start()
+        defer { tpmAgent.stop() }
+        let unlocked = tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(unlocked.status == 0, "the migrated keychain does not unlock with rollback detection on: \(unlocked)\n\(tpmAgent.log)")
+        let status = tpmAgent.cli(["status"]).stdout
+        #expect(status.contains("rollback detection: on") && status.contains("device key: TPM 2.0"), "\(status)")
+        #expect(tpmAgent.cli(["get", "--service", "svc", "--account", "a"]).stdout.contains("before"), "\(tpmAgent.log)")
+        #expect(tpmAgent.cli(["lock"]).status == 0)
+        tpmAgent.stop()
+        let saved = ["keychain.db", "keychain.db-wal"].map { ($0, FileManager.default.contents(atPath: agent.stateDir + "/" + $0)) }
+        try tpmAgent.start()
+        #expect(tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(tpmAgent.log)")
+        #expect(tpmAgent.cli(["update", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "after").status == 0, "\(tpmAgent.log)")
+        #expect(tpmAgent.cli(["lock"]).status == 0)             // anchors the update
+        tpmAgent.stop()
+        for (name, bytes) in saved {
+            unlink(agent.stateDir + "/" + name)
+            if let bytes { writeFileBytes(agent.stateDir + "/" + name, Array(bytes)) }
+        }
+        unlink(agent.stateDir + "/keychain.db-shm")
+        try tpmAgent.start()
+        let refused = tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(refused.status != 0 && refused.stderr.contains("rollback detected"), "an earlier keychain.db after the migration: \(refused)")
     }
 }
