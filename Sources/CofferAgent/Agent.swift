@@ -1,6 +1,7 @@
 import CofferAudit
 import CofferCrypto
 import CofferIdentity
+import CofferKeybag
 import CofferKeychain
 import CofferManifest
 import CofferModel
@@ -118,6 +119,9 @@ package final class Agent: Sendable {
                                 applicationPasswordDelays: configuration.attemptSchedule.delays,
                                 clock: SystemWallClock(), rollbackCounter: rollbackCounter, rollbackInterval: configuration.rollbackInterval,
                                 lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
+        if let tpm = configuration.deviceKeySource as? TPMDeviceKey, let warning = tpm.lockoutWarning() {
+            logger.warning("\(warning)")
+        }
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)
         self.registry = registry

@@ -138,31 +138,64 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
     /// resource manager, like swtpm, has three slots), or kept (``keepsConnection``) until a failure
     /// other than a wrong authorization drops it, so that a TPM that restarted is reached again.
     private func withTPM<R>(_ body: (TPM) throws(TPMError) -> R) throws(SecError) -> R {
-        let result: Result<R, TPMError> = lock.withLock {
+        let result: Result<R, Failure> = lock.withLock {
+            var opened: TPM? = nil
             do throws(TPMError) {
                 let tpm: TPM
                 if let connection { tpm = connection } else { tpm = try TPM(tcti: tcti) }
+                opened = tpm
                 if keepsConnection { connection = tpm }
                 return .success(try body(tpm))
             } catch {
+                // At lockout the TPM's own state says how long the person waits.
+                var state: TPMLockoutState? = nil
+                if case .lockout = error { state = try? opened?.lockoutState() }
                 if case .wrongAuthorization = error {} else { connection = nil }
-                return .failure(error)
+                return .failure(Failure(error: error, lockout: state))
             }
         }
         switch result {
         case .success(let r): return r
-        case .failure(let e): throw Self.error(e, tcti: tcti)
+        case .failure(let f): throw Self.error(f.error, tcti: tcti, lockout: f.lockout)
         }
     }
 
-    /// The keychain's error for a TPM failure: what happened, and what the person can do.
-    static func error(_ e: TPMError, tcti: String) -> SecError {
+    private struct Failure: Error { let error: TPMError; let lockout: TPMLockoutState? }
+
+    /// Coffer expects the TPM to allow at least this many wrong authorizations before its lockout
+    /// (`TPM2_PT_MAX_AUTH_FAIL`), so that one person's typos stay under it with Coffer's own schedule.
+    public static let expectedMaxTries: UInt32 = 5
+
+    /// A warning for the agent's log when the TPM's dictionary-attack parameters are not what Coffer
+    /// expects (fewer than ``expectedMaxTries`` tries, or no lockout at all), or nil; nil also when the
+    /// TPM cannot be asked (the unlock then says why).
+    public func lockoutWarning() -> String? {
+        guard let state = try? withTPM({ (tpm) throws(TPMError) -> TPMLockoutState in try tpm.lockoutState() }) else { return nil }
+        if state.maxTries == 0 {
+            return "the TPM at \(tcti) has no dictionary-attack lockout (TPM2_PT_MAX_AUTH_FAIL is 0): wrong passcodes are delayed by "
+                + "Coffer's own schedule only; an administrator sets one with 'tpm2_dictionarylockout --setup-parameters --max-tries N'"
+        }
+        guard state.maxTries < Self.expectedMaxTries else { return nil }
+        return "the TPM at \(tcti) locks out after \(state.maxTries) wrong authorizations (TPM2_PT_MAX_AUTH_FAIL); Coffer expects at "
+            + "least \(Self.expectedMaxTries), or a person's typos lock the TPM out for every user of it: an administrator raises it with "
+            + "'tpm2_dictionarylockout --setup-parameters --max-tries N'"
+    }
+
+    /// The keychain's error for a TPM failure: what happened, and what the person can do. `lockout`:
+    /// the TPM's lockout state, read when it refused at lockout.
+    static func error(_ e: TPMError, tcti: String, lockout: TPMLockoutState? = nil) -> SecError {
         switch e {
         case .wrongAuthorization:
             return .authFailed("wrong passcode (the TPM counted the failure toward its dictionary-attack lockout)")
         case .lockout:
             // Not errSecAuthFailed: the passcode may be right, and this is no new failed attempt.
-            return SecError(.notAvailable, "the TPM is locked out after too many wrong passcodes (dictionary-attack protection): "
+            let wait = lockout.map { s in
+                s.recoveryInterval > 0
+                    ? " (\(s.failedTries) failures counted, \(s.maxTries) allowed; the TPM forgives one every \(s.recoveryInterval) s of "
+                        + "powered-on time: try again in about \(s.recoveryInterval) s)"
+                    : " (\(s.failedTries) failures counted, \(s.maxTries) allowed; this TPM forgives none with time: only the administrator can end it)"
+            } ?? ""
+            return SecError(.notAvailable, "the TPM is locked out after too many wrong passcodes (dictionary-attack protection)\(wait): "
                 + "it accepts a passcode again once its lockout interval has forgiven enough failures (tpm2_getcap properties-variable: "
                 + "TPM2_PT_LOCKOUT_INTERVAL), or at once when an administrator runs 'tpm2_dictionarylockout --clear-lockout'")
         case .unavailable(let t, let reason):
