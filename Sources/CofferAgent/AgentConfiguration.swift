@@ -93,8 +93,14 @@ package struct AgentConfiguration: Sendable {
     /// Rollback detection (config key `rollback-detection`, `on` or `off`, the default): the keychain is
     /// anchored to a TPM NV counter (the RollbackAnchor article) reached through ``rollbackTCTI``.
     package var rollbackDetection = false
-    /// The TCTI of the rollback counter's TPM (config key `rollback-tcti`; default `device:/dev/tpmrm0`).
-    package var rollbackTCTI = "device:/dev/tpmrm0"
+    /// The TCTI of the rollback counter's TPM (config key `rollback-tcti`; default: the device key's
+    /// ``tpmTCTI``, itself `device:/dev/tpmrm0` by default), so one TPM setting serves both.
+    package var rollbackTCTI: String {
+        get { givenRollbackTCTI ?? tpmTCTI }
+        set { givenRollbackTCTI = newValue }
+    }
+    /// `rollback-tcti` as given (nil: the default above).
+    package var givenRollbackTCTI: String? = nil
     /// The NV index of the rollback counter (config key `rollback-nv-index`, e.g. `0x0100C0FF`, the
     /// default): one per keychain, so users sharing a TPM each set their own.
     package var rollbackNVIndex: UInt32 = 0x0100_C0FF

@@ -20,6 +20,13 @@ import Testing
         #expect(try !configuration("rollback-detection = on\nrollback-detection = off\n").rollbackDetection)
     }
 
+    @Test func theCounterIsOnTheDeviceKeysTPMUnlessSetApart() throws {
+        let same = try configuration("device-key = tpm\ntpm-tcti = swtpm:host=127.0.0.1,port=2400\nrollback-detection = on\n")
+        #expect(same.rollbackTCTI == "swtpm:host=127.0.0.1,port=2400", "one TPM setting serves both")
+        let apart = try configuration("rollback-tcti = swtpm:host=127.0.0.1,port=2500\ntpm-tcti = swtpm:host=127.0.0.1,port=2400\n")
+        #expect(apart.rollbackTCTI == "swtpm:host=127.0.0.1,port=2500" && apart.tpmTCTI == "swtpm:host=127.0.0.1,port=2400")
+    }
+
     @Test func badValuesAreRefusedWithTheirLine() {
         for bad in ["rollback-detection = yes", "rollback-tcti =", "rollback-nv-index = 0x8100C0FF", "rollback-nv-index = zz",
                     "rollback-interval = 0", "rollback-interval = -1"] {
