@@ -78,6 +78,33 @@ import Testing
         #expect(!again.log.contains("wrong authorizations (TPM2_PT_MAX_AUTH_FAIL)"), "\(again.log)")
     }
 
+    /// The TPM gone under a running agent: the unlock fails with the TCTI named, the agent keeps
+    /// serving; a cleared TPM (tpm2_clear): the agent refuses to start, says the TPM was cleared or
+    /// replaced and how to recover from a backup, and changes no file.
+    @Test(.enabled(if: SoftwareTPM.available && SoftwareTPM.tools != nil, "\(SoftwareTPM.unavailableReason), or no tpm2-tools"))
+    func aTPMGoneMidRunOrClearedIsExplainedAndLosesNothing() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-cleared")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti)])
+        agent.setPasscode()
+        #expect(agent.cli(["add", "--service", "s", "--account", "a", "--secret-stdin"], stdin: "kept").status == 0, "\(agent.log)")
+        #expect(agent.cli(["lock"]).status == 0)
+        sw.stop()
+        let gone = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(gone.status == SecStatus.notAvailable.exitCode && gone.stderr.contains("no TPM answers"), "\(gone)")
+        #expect(agent.cli(["status"]).status == 0, "the agent stopped serving after the TPM went away:\n\(agent.log)")
+        agent.stop()
+        try sw.start()
+        let files = ["device-key.tpm", "keybag", "keybag.key", "keychain.db"]
+        let before = files.map { fileBytes(agent.stateDir + "/" + $0) }
+        let cleared = sw.tool("tpm2_clear", [])
+        #expect(cleared.status == 0, "\(cleared)")
+        let afterClear = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti), "--state-dir", agent.stateDir], start: false)
+        #expect(throws: AgentProcess.AgentStartError.self) { try afterClear.start() }
+        #expect(afterClear.log.contains("the TPM was cleared or replaced") && afterClear.log.contains("coffer backup restore"), "\(afterClear.log)")
+        #expect(files.map { fileBytes(agent.stateDir + "/" + $0) } == before, "nothing written or removed")
+    }
+
     /// `coffer status` says truthfully where the device key is and who counts wrong passcodes.
     @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
     func statusReportsTheProtectionsInForce() throws {
