@@ -146,7 +146,7 @@ struct SecretPortalTests {
         #expect(r.response == 0 && r.secret.count >= 64, "\(r)\n\(f.bus.read("dbus-daemon.log"))")
         #expect(f.owner(Self.backendName) != nil)
         let portal = try String(contentsOfFile: Binaries.packageRoot + "/contrib/portal/coffer.portal", encoding: .utf8)
-        #expect(portal.split(separator: "\n") == ["[portal]", "DBusName=\(Self.backendName)", "Interfaces=org.freedesktop.impl.portal.Secret"])
+        #expect(portal.split(separator: "\n") == ["[portal]", "DBusName=\(Self.backendName)", "Interfaces=org.freedesktop.impl.portal.Secret", "UseIn=*"])
     }
 
     @Test func theSameSecretTwiceForOneAppAndAnotherForAnother() throws {
