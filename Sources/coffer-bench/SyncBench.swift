@@ -22,7 +22,7 @@ struct SyncBench {
     }
 
     private func size(_ dir: String) -> Int {
-        Int(shell("du -sb '\(dir)' | cut -f1").trimmingSpaces()) ?? 0
+        Int(shell("du -sb '\(dir)' | cut -f1").trimmingSpace()) ?? 0
     }
 
     private func shell(_ command: String) -> String {
@@ -94,7 +94,7 @@ struct SyncBench {
         let compacted = size(remote) - emptySize
 
         // The peer: git alone moving N files of the same sizes (random, as sealed records are).
-        let recordBytes = Int(shell("find '\(ga.directory)/records' -type f -name '*.record' -exec cat {} + | wc -c").trimmingSpaces()) ?? 0
+        let recordBytes = Int(shell("find '\(ga.directory)/records' -type f -name '*.record' -exec cat {} + | wc -c").trimmingSpace()) ?? 0
         let peerRemote = root + "/peer.git", peerA = root + "/pa", peerB = root + "/pb"
         _ = try git(["init", "-q", "--bare", peerRemote])
         _ = try git(["init", "-q", peerA])
@@ -119,14 +119,5 @@ struct SyncBench {
         print("| remote growth for N changes | \(fixed(Double(grown) / 1_048_576, 1)) MiB (\(grown / max(items, 1)) B per change) | – | – |")
         print("| remote growth for one more change | \(perChange) B | – | – |")
         print("| remote after git gc | \(fixed(Double(compacted) / 1_048_576, 1)) MiB | – | – |")
-    }
-}
-
-extension String {
-    func trimmingSpaces() -> String {
-        var s = Substring(self)
-        while let c = s.first, c.isWhitespace { s.removeFirst() }
-        while let c = s.last, c.isWhitespace { s.removeLast() }
-        return String(s)
     }
 }
