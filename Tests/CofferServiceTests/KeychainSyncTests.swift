@@ -147,4 +147,18 @@ import Testing
         _ = try b.sync(now: 3_001)
         #expect(Self.password(b.keychain, "offline") == "pw3")
     }
+
+    /// An erase (too many failed passcodes) leaves nothing of the circle: not the clone in `sync` (its
+    /// records, the epochs sealing the circle key to this device), not the state, not the device keys.
+    @Test func eraseRemovesTheSyncDirectoryAndState() throws {
+        let (a, _, _) = try circle()
+        let dir = a.keychain.syncDirectory
+        #expect(FileManager.default.fileExists(atPath: dir + "/.git"))
+        #expect(try a.keychain.syncState() != nil)
+        a.keychain.eraseEverything()
+        #expect(!FileManager.default.fileExists(atPath: dir), "the sync clone outlived the erase")
+        let reopened = try Keychain(directory: tmp.file("a"), lockingStateDirectory: false)
+        #expect(try reopened.syncState() == nil && reopened.syncDeviceSecret() == nil)
+        #expect(try KeychainSync.open(keychain: reopened) == nil)
+    }
 }
