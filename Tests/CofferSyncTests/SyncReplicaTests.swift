@@ -35,6 +35,7 @@ final class Machine {
             items[k] = c.kind == .delete ? nil : plainText(c.payload)
         }
         replica.commit(p.state)
+        try replica.acknowledge()
         return p
     }
 
