@@ -278,7 +278,7 @@ extension SyncReplica {
         for seq in candidates {
             let name = SyncRecordName(device: keys.id, seq: seq)
             guard present.contains(seq) else { throw .rolledBack("this device's record \(name.path) is gone from the sync directory") }
-            let change = try open(name)
+            let change = try open(name, c, keysByEpoch)
             let k = Hex.encode(change.itemKey)
             if state.bases[k]?.contains(change.time) == true {
                 removed.append(name)

@@ -341,10 +341,14 @@ public final class SyncReplica {
     /// Reopens a record this device applied or kept as a conflict's loser (to restore a lost version).
     public func open(_ name: SyncRecordName) throws(SyncError) -> SyncChange {
         let c = try circle()
+        return try open(name, c, try c.keys(for: keys))
+    }
+
+    func open(_ name: SyncRecordName, _ c: SyncCircle, _ keysByEpoch: [UInt64: SecureBytes]) throws(SyncError) -> SyncChange {
         let bytes = try read(name.path)
         let epoch = try SyncRecord.epoch(of: bytes)
         guard let writer = c.devices[name.device], c.admits(device: name.device, seq: name.seq, epoch: epoch),
-              let key = try c.keys(for: keys)[epoch] else {
+              let key = keysByEpoch[epoch] else {
             throw .forged("record \(name.path) is not from the circle")
         }
         return try SyncRecord.open(bytes, name: name, writer: writer, key: key)
