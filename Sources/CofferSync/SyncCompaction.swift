@@ -31,8 +31,7 @@ public struct SyncSeen: Sendable, Equatable {
 
     /// The file, signed by `keys` (whose device this is).
     public func encoded(signedWith keys: SyncDeviceKeys) -> [UInt8] {
-        let b = body()
-        return b + keys.sign(b + device.bytes + Array(path.utf8))
+        keys.signFile(body(), path: path)
     }
 
     /// Reads `seen/ID.seen` of `writer`, refusing a bad signature (or one over another path).
@@ -58,11 +57,7 @@ public struct SyncSeen: Sendable, Equatable {
         } catch {
             throw .malformed("\(path): \(error.reason)")
         }
-        let body = Array(bytes.dropLast(Ed25519.signatureBytes))
-        guard Ed25519.verify(signature: Array(bytes.suffix(Ed25519.signatureBytes)), message: body + writer.id.bytes + Array(path.utf8),
-                             publicKey: writer.signingPublicKey) else {
-            throw .forged("\(path) is not signed by device \(writer.id.hex)")
-        }
+        guard writer.signed(bytes, at: path) else { throw .forged("\(path) is not signed by device \(writer.id.hex)") }
         return SyncSeen(device: writer.id, applied: applied)
     }
 }
@@ -94,14 +89,7 @@ public struct SyncCheckpoint: Sendable {
     public static func path(_ device: SyncDeviceID) -> String { "checkpoints/\(device.hex).checkpoint" }
     public var path: String { Self.path(device) }
 
-    private static func header(epoch: UInt64, through: UInt64) -> [UInt8] {
-        var w = ByteWriter()
-        w.raw(magic)
-        w.u8(version)
-        w.u64(epoch)
-        w.u64(through)
-        return w.take()
-    }
+    private static func header(epoch: UInt64, through: UInt64) -> [UInt8] { SyncRecord.fileHeader(magic, version, epoch, through) }
 
     private static func ad(_ header: [UInt8], _ device: SyncDeviceID) -> [UInt8] {
         header + device.bytes + Array(path(device).utf8)
@@ -126,8 +114,7 @@ public struct SyncCheckpoint: Sendable {
         w.u32(UInt32(kept.count))
         for s in kept { w.u64(s) }
         w.blob(sealed)
-        let body = w.take()
-        return body + keys.sign(body + device.bytes + Array(path.utf8))
+        return keys.signFile(w.take(), path: path)
     }
 
     /// The checkpoint's epoch, read without opening it (to pick the key).
@@ -171,11 +158,7 @@ public struct SyncCheckpoint: Sendable {
         } catch {
             throw .malformed("\(path): \(error.reason)")
         }
-        let body = Array(bytes.dropLast(Ed25519.signatureBytes))
-        guard Ed25519.verify(signature: Array(bytes.suffix(Ed25519.signatureBytes)), message: body + writer.id.bytes + Array(path.utf8),
-                             publicKey: writer.signingPublicKey) else {
-            throw .forged("\(path) is not signed by device \(writer.id.hex) for this path")
-        }
+        guard writer.signed(bytes, at: path) else { throw .forged("\(path) is not signed by device \(writer.id.hex) for this path") }
         let plain: SecureBytes
         do { plain = try AEAD.open(sealed[...], key: key, ad: ad(h, writer.id)) } catch {
             throw .forged("\(path) does not open under its circle epoch's key")

@@ -10,15 +10,10 @@ import Testing
 @Suite(.serialized) struct SyncCompactionTests {
     let tmp = TemporaryDirectory("coffer-compact")
 
-    func bareRemote() throws -> String {
-        let remote = tmp.file("remote.git")
-        let r = runProcess("/usr/bin/git", ["init", "-q", "--bare", remote])
-        try #require(r.status == 0, "git init --bare: \(r)")
-        return remote
-    }
+    func bareRemote() throws -> String { try makeBareRemote(tmp) }
 
-    /// A new machine `name` asks to join and `approver` lets it in.
-    func join(_ name: String, remote: String, approver: Machine) throws -> Machine {
+    /// A new machine `name` asks to join and `approver` lets it in; then (if `firstPull`) it pulls.
+    func join(_ name: String, remote: String, approver: Machine, firstPull: Bool = true) throws -> Machine {
         let git = try GitTransport.clone(remote: remote, into: tmp.file(name))
         let head = try git.pull(lastSeen: "")
         let j = try SyncReplica.requestJoin(directory: git.directory, keys: .generate(), name: name, now: 1_000)
@@ -30,8 +25,10 @@ import Testing
         _ = try approver.pull()
         try approver.replica.approve(code: j.code)
         try approver.push()
-        _ = try m.pull()
-        try m.push()
+        if firstPull {
+            _ = try m.pull()
+            try m.push()
+        }
         return m
     }
 
@@ -134,18 +131,8 @@ import Testing
         try a.push()
         let path = "checkpoints/\(a.replica.keys.id.hex).checkpoint"
         // A machine joining meets an altered checkpoint: refused, and none of A's records past the gap apply.
-        let git = try GitTransport.clone(remote: remote, into: tmp.file("d"))
-        let head = try git.pull(lastSeen: "")
-        let j = try SyncReplica.requestJoin(directory: git.directory, keys: .generate(), name: "d", now: 1_000)
-        var st = j.replica.state
-        st.remoteHead = head
-        j.replica.commit(st)
-        let d = Machine(replica: j.replica, git: git)
-        try d.push()
-        _ = try a.pull()
-        try a.replica.approve(code: j.code)
-        try a.push()
-        _ = try git.pull(lastSeen: d.replica.state.remoteHead)
+        let d = try join("d", remote: remote, approver: a, firstPull: false)
+        _ = try d.git!.pull(lastSeen: d.replica.state.remoteHead)
         var bytes = fileBytes(d.replica.directory + "/" + path)
         bytes[30] ^= 1
         writeFileBytes(d.replica.directory + "/" + path, bytes)
