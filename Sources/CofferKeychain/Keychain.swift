@@ -364,7 +364,8 @@ public final class Keychain: Sendable {
 
     /// Erases everything (too many failed passcode attempts, when the agent is configured to): the
     /// keybag is destroyed (keys wiped, files deleted: every item is unrecoverable), the escrow record
-    /// deleted, every row deleted, and the application-password attempts forgotten (their file too). This
+    /// deleted, every row deleted (the sync state and device keys with them), the sync directory removed,
+    /// and the application-password attempts forgotten (their file too). This
     /// keychain object is unusable afterwards; open the directory again for a fresh one.
     public func eraseEverything() {
         keybag.destroy()
@@ -375,6 +376,8 @@ public final class Keychain: Sendable {
             try? store.transaction { () throws(SecError) in try store.deleteAll() }
             store.checkpoint()
         }
+        // The sync clone goes too (its state and device keys went with the rows): nothing of the circle stays.
+        try? Files.removeTree(syncDirectory)
     }
 
     /// Checkpoints the write-ahead log (clean shutdown).

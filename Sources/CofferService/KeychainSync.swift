@@ -157,6 +157,7 @@ public final class KeychainSync {
             let p = try replica.pull()
             let result = try keychain.applySync(p.apply.map { ($0.itemKey, $0.kind == .delete ? nil : $0.payload) }, state: p.state.encoded())
             replica.commit(p.state)
+            try replica.acknowledge()   // only once the state is stored: writers may then compact what it applied
             report.applied = result.applied
             report.conflicts = p.conflicts.count
             report.refused = p.refused.map { "\($0.path): \($0.error.message)" } + result.refused
@@ -177,6 +178,20 @@ public final class KeychainSync {
         }
         do throws(SyncError) { try replica.remove(device: id) } catch { throw error.secError }
         try push()
+    }
+
+    /// `coffer sync compact` (and the agent, now and then): syncs, then removes this device's records that
+    /// every current member has applied and that were superseded knowingly, writing its checkpoint
+    /// (SyncFormat.md, "Compaction"), and pushes the removals. Returns what it removed; nothing while a
+    /// member has not caught up (a lost device blocks compaction until it is removed from the circle).
+    @discardableResult
+    public func compact(now: UInt64) throws(SecError) -> SyncReplica.Compaction {
+        _ = try sync(now: now)
+        let done: SyncReplica.Compaction
+        do throws(SyncError) { done = try replica.compact() } catch { throw error.secError }
+        try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+        try push()
+        return done
     }
 
     /// The devices of the circle (name, id, member now or not).

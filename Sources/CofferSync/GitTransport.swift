@@ -109,12 +109,3 @@ public struct GitTransport: Sendable {
         throw .transport("the remote kept changing while pushing (\(attempts) attempts); try again")
     }
 }
-
-extension String {
-    func trimmingSpace() -> String {
-        var s = Substring(self)
-        while let c = s.first, c.isWhitespace { s.removeFirst() }
-        while let c = s.last, c.isWhitespace { s.removeLast() }
-        return String(s)
-    }
-}

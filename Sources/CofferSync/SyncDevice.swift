@@ -40,6 +40,10 @@ public struct SyncDeviceKeys: Sendable {
     public var id: SyncDeviceID { SyncDeviceID.of(signingKey: signingPublicKey, boxKey: boxPublicKey) }
 
     func sign(_ message: [UInt8]) -> [UInt8] { Ed25519.sign(message, secretKey: signingSecretKey) }
+
+    /// `body` followed by this device's signature over (`body` ‖ its id ‖ `path`): how records, seen
+    /// files and checkpoints are bound to their writer and to the path they were written at.
+    func signFile(_ body: [UInt8], path: String) -> [UInt8] { body + sign(body + id.bytes + Array(path.utf8)) }
 }
 
 /// A device as the circle knows it: the public file `devices/ID.device` (SyncFormat.md), signed by
@@ -59,6 +63,14 @@ public struct SyncDevice: Sendable, Equatable {
     public let createdMillis: UInt64
 
     public var id: SyncDeviceID { SyncDeviceID.of(signingKey: signingPublicKey, boxKey: boxPublicKey) }
+
+    /// True if `file` ends in this device's signature over (everything before it ‖ its id ‖ `path`)
+    /// (``SyncDeviceKeys``' `signFile`).
+    func signed(_ file: [UInt8], at path: String) -> Bool {
+        guard file.count >= Ed25519.signatureBytes else { return false }
+        return Ed25519.verify(signature: Array(file.suffix(Ed25519.signatureBytes)),
+                              message: Array(file.dropLast(Ed25519.signatureBytes)) + id.bytes + Array(path.utf8), publicKey: signingPublicKey)
+    }
 
     /// The repository path of this device's file.
     public var path: String { "devices/\(id.hex).device" }

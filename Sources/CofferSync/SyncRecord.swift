@@ -79,12 +79,15 @@ public enum SyncRecord {
     public static let magic: [UInt8] = Array("CSR1".utf8)
     public static let version: UInt8 = 1
 
-    private static func header(epoch: UInt64, seq: UInt64) -> [UInt8] {
+    private static func header(epoch: UInt64, seq: UInt64) -> [UInt8] { fileHeader(magic, version, epoch, seq) }
+
+    /// The 21-byte header of a record or checkpoint: magic ‖ version ‖ u64 epoch ‖ u64 `second`.
+    static func fileHeader(_ magic: [UInt8], _ version: UInt8, _ epoch: UInt64, _ second: UInt64) -> [UInt8] {
         var w = ByteWriter()
         w.raw(magic)
         w.u8(version)
         w.u64(epoch)
-        w.u64(seq)
+        w.u64(second)
         return w.take()
     }
 
@@ -133,8 +136,7 @@ public enum SyncRecord {
         var w = ByteWriter(capacity: h.count + sealed.count + 80)
         w.raw(h)
         w.blob(sealed)
-        let body = w.take()
-        return (name, body + keys.sign(body + name.device.bytes + Array(name.path.utf8)))
+        return (name, keys.signFile(w.take(), path: name.path))
     }
 
     /// The record's epoch, read without opening it (to pick the key).
@@ -170,9 +172,7 @@ public enum SyncRecord {
         var seq: UInt64 = 0
         for b in h[13..<21] { seq = seq << 8 | UInt64(b) }
         guard seq == name.seq else { throw .forged("record \(name.path) carries sequence number \(seq): it was moved") }
-        let body = Array(bytes.dropLast(Ed25519.signatureBytes))
-        guard Ed25519.verify(signature: Array(bytes.suffix(Ed25519.signatureBytes)), message: body + name.device.bytes + Array(name.path.utf8),
-                             publicKey: writer.signingPublicKey) else {
+        guard writer.id == name.device, writer.signed(bytes, at: name.path) else {
             throw .forged("record \(name.path) is not signed by device \(name.device.hex) for this path")
         }
         let plain: SecureBytes

@@ -11,7 +11,7 @@ import Glibc
 public final class SyncReplica {
     public let directory: String
     public let keys: SyncDeviceKeys
-    public private(set) var state: SyncState
+    public internal(set) var state: SyncState
 
     /// What a pull found.
     public struct Pull: Sendable {
@@ -35,18 +35,25 @@ public final class SyncReplica {
 
     // MARK: Files
 
-    private func path(_ relative: String) -> String { directory + "/" + relative }
+    func path(_ relative: String) -> String { directory + "/" + relative }
 
-    private func entries(_ relative: String) -> [String] {
+    func entries(_ relative: String) -> [String] {
         guard let fd = try? FileDescriptor.open(path(relative), O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return [] }
         return fd.directoryEntries()
     }
 
-    private func read(_ relative: String, max: Int = SyncChange.maxPayloadBytes + 4096) throws(SyncError) -> [UInt8] {
+    func read(_ relative: String, max: Int = SyncChange.maxPayloadBytes + 4096) throws(SyncError) -> [UInt8] {
         do { return try Files.read(path(relative), maxBytes: max) } catch { throw .transport("cannot read \(relative): \(error)") }
     }
 
-    private func write(_ relative: String, _ bytes: [UInt8]) throws(SyncError) {
+    /// Removes a file this device may remove (its own record, compacted) and its directory once empty.
+    func remove(_ relative: String) throws(SyncError) {
+        let full = path(relative)
+        if unsafe unlink(full) != 0 && errno != ENOENT { throw .transport("cannot remove \(relative): errno \(errno)") }
+        unsafe rmdir(Files.directoryName(full))   // only succeeds once the shard is empty
+    }
+
+    func write(_ relative: String, _ bytes: [UInt8]) throws(SyncError) {
         let full = path(relative)
         do {
             try Files.makePrivateDirectory(Files.directoryName(full), mode: 0o755)
@@ -90,7 +97,7 @@ public final class SyncReplica {
     private var cachedCircle: (key: [String], circle: SyncCircle)? = nil
 
     /// The sequence numbers of `device`'s records in the directory, ascending.
-    private func sequenceNumbers(of device: SyncDeviceID) -> [UInt64] {
+    func sequenceNumbers(of device: SyncDeviceID) -> [UInt64] {
         var seqs: [UInt64] = []
         for shardName in entries("records/" + device.hex) {
             guard let shard = SyncRecordName.shard(directoryName: shardName) else { continue }
@@ -235,17 +242,40 @@ public final class SyncReplica {
         var result = Pull(state: state)
         result.refused = loadDevices().rejected.map { ($0.0, $0.1) }
         var incoming: [(SyncRecordName, SyncChange)] = []
-        for dirName in entries("records") {
-            guard let device = SyncDeviceID(hex: dirName) else { continue }
+        var newBases: [[String: Set<HLCTimestamp>]] = [], covered: [SyncDeviceID: UInt64] = [:]
+        // Every writer with records, a checkpoint, or records this device applied (a directory gone whole went back too).
+        var writers = Set(entries("records").compactMap { SyncDeviceID(hex: $0) })
+        writers.formUnion(entries("checkpoints").compactMap { $0.hasSuffix(".checkpoint") ? SyncDeviceID(hex: String($0.dropLast(11))) : nil })
+        writers.formUnion(state.applied.filter { $0.value > 0 }.keys)
+        for device in writers.sorted() {
             let seqs = sequenceNumbers(of: device)
             let done = state.applied[device] ?? 0
-            // Every record already applied must still be there: 1...done.
-            if done > 0 && (seqs.count < done || seqs[Int(done) - 1] != done) {
+            // The writer's checkpoint (SyncFormat.md, "Compaction"): records up to `through` not kept were removed on purpose.
+            let pinnedThrough = state.checkpoints[device] ?? 0
+            var cp: SyncCheckpoint? = nil
+            do throws(SyncError) { cp = try checkpoint(of: device, c, keysByEpoch) } catch {
+                // One this device relied on and can no longer verify went back or was altered: refuse the pull.
+                if pinnedThrough > 0 { throw error }
+                result.refused.append((SyncCheckpoint.path(device), error))
+            }
+            let through = cp?.through ?? 0
+            guard through >= pinnedThrough else {
+                throw .rolledBack("the checkpoint of device \(device.hex) went back (through \(through), this device saw \(pinnedThrough))")
+            }
+            let kept = cp?.kept ?? []
+            let keptSet = Set(kept)
+            func expected(_ s: UInt64) -> Bool { s > through || keptSet.contains(s) }
+            // Every record already applied and not removed by a checkpoint must still be there.
+            let mustHave = kept.count(where: { $0 <= done }) + Int(done > through ? done - through : 0)
+            if seqs.count(where: { $0 <= done && expected($0) }) != mustHave {
                 throw .rolledBack("records of device \(device.hex) up to \(done) were applied here but are no longer all in the sync directory")
             }
-            var next = done + 1
-            for s in seqs where s > done {
-                guard s == next else { result.waiting[device] = next; break }
+            if let cp, through > pinnedThrough { newBases.append(cp.bases) }
+            var pendingKept = kept.filter { $0 > done }[...]
+            var next = max(done, through) + 1
+            for s in seqs where s > done && expected(s) {
+                let want = pendingKept.first ?? next
+                guard s == want else { result.waiting[device] = want; break }
                 let name = SyncRecordName(device: device, seq: s)
                 do throws(SyncError) {
                     let bytes = try read(name.path)
@@ -261,12 +291,16 @@ public final class SyncReplica {
                     result.waiting[device] = s
                     break
                 }
-                next += 1
+                if pendingKept.isEmpty { next += 1 } else { pendingKept.removeFirst() }
             }
+            if pendingKept.isEmpty && through > done { covered[device] = through }
+            if let cp { result.state.checkpoints[device] = max(pinnedThrough, cp.through) }
         }
         // Apply in clock order, so a version and the one written on top of it arrive in that order.
         incoming.sort { $0.1.time < $1.1.time }
         var s = result.state
+        // The bases a new checkpoint carries count before any record: the versions its removed records superseded.
+        for carried in newBases { for (k, b) in carried { s.bases[k, default: []].formUnion(b) } }
         var clock = HybridLogicalClock(device: keys.id, wallMillis: s.clockWall, counter: s.clockCounter)
         for (name, change) in incoming {
             clock.observe(change.time)
@@ -293,6 +327,8 @@ public final class SyncReplica {
                                                            loserTime: change.time, loserDeleted: change.kind == .delete))
             }
         }
+        // A writer's checkpoint covers every sequence number up to its `through` once its kept records are applied.
+        for (device, through) in covered { s.applied[device] = max(s.applied[device] ?? 0, through) }
         s.clockWall = clock.wallMillis
         s.clockCounter = clock.counter
         s.conflicts += result.conflicts
@@ -305,10 +341,14 @@ public final class SyncReplica {
     /// Reopens a record this device applied or kept as a conflict's loser (to restore a lost version).
     public func open(_ name: SyncRecordName) throws(SyncError) -> SyncChange {
         let c = try circle()
+        return try open(name, c, try c.keys(for: keys))
+    }
+
+    func open(_ name: SyncRecordName, _ c: SyncCircle, _ keysByEpoch: [UInt64: SecureBytes]) throws(SyncError) -> SyncChange {
         let bytes = try read(name.path)
         let epoch = try SyncRecord.epoch(of: bytes)
         guard let writer = c.devices[name.device], c.admits(device: name.device, seq: name.seq, epoch: epoch),
-              let key = try c.keys(for: keys)[epoch] else {
+              let key = keysByEpoch[epoch] else {
             throw .forged("record \(name.path) is not from the circle")
         }
         return try SyncRecord.open(bytes, name: name, writer: writer, key: key)

@@ -6,7 +6,8 @@ import CofferModel
 /// or item content): the agent stores it beside the items and commits it in the same transaction as
 /// the changes a pull applies, so a crash never leaves one without the other.
 public struct SyncState: Sendable, Equatable {
-    public static let version: UInt8 = 1
+    /// 2 adds the checkpoints seen (compaction); a version-1 state reads as one that saw none.
+    public static let version: UInt8 = 2
 
     /// The winning version of an item on this device.
     public struct Version: Sendable, Equatable {
@@ -57,6 +58,9 @@ public struct SyncState: Sendable, Equatable {
     public var conflicts: [Conflict] = []
     /// The transport's last seen remote state (for `git`, the commit), to refuse a remote that goes back.
     public var remoteHead: String = ""
+    /// Per writer, the `through` of the newest checkpoint this device accepted (SyncFormat.md,
+    /// "Compaction"): a directory whose checkpoint is older, or gone, went back.
+    public var checkpoints: [SyncDeviceID: UInt64] = [:]
 
     public init() {}
 
@@ -116,6 +120,8 @@ public struct SyncState: Sendable, Equatable {
             w.u8(c.loserDeleted ? 1 : 0)
         }
         w.string(remoteHead)
+        w.u32(UInt32(checkpoints.count))
+        for (d, t) in checkpoints.sorted(by: { $0.key < $1.key }) { w.raw(d.bytes); w.u64(t) }
         return w.take()
     }
 
@@ -125,7 +131,7 @@ public struct SyncState: Sendable, Equatable {
         do throws(DecodeError) {
             guard Array(try r.raw(4, "magic")) == Array("CSS1".utf8) else { throw DecodeError("not Coffer sync state") }
             let v = try r.u8("version")
-            guard v == version else { throw DecodeError("sync state version \(v) is not supported (this Coffer reads \(version))") }
+            guard v == 1 || v == version else { throw DecodeError("sync state version \(v) is not supported (this Coffer reads \(version))") }
             s.pinnedEpoch = try r.u64("pinned epoch")
             s.pinnedHash = Array(try r.blob(max: 32, "pinned hash"))
             s.nextSeq = try r.u64("next sequence number")
@@ -150,6 +156,12 @@ public struct SyncState: Sendable, Equatable {
                 s.conflicts.append(Conflict(itemKey: k, winner: winner, loser: loser, loserTime: loserTime, loserDeleted: try r.u8("deleted") == 1))
             }
             s.remoteHead = try r.string(max: 256, "remote head")
+            if v >= 2 {
+                for _ in 0..<(try r.u32("checkpoint count")) {
+                    let d = SyncDeviceID(bytes: try r.raw(16, "device"))!
+                    s.checkpoints[d] = try r.u64("checkpoint")
+                }
+            }
             try r.expectEnd("the sync state")
         } catch {
             throw .malformed("sync state: \(error.reason)")

@@ -267,6 +267,40 @@ package enum ProcessHardening {
 }
 
 extension Files {
+    /// Removes `path` and everything under it (an erase of a working tree). Never follows a symbolic
+    /// link: a link is removed as a link, and directories are opened with `O_NOFOLLOW` relative to
+    /// their parent's descriptor, so a link planted during the walk cannot redirect it. A missing
+    /// `path` is no error.
+    package static func removeTree(_ path: String) throws(SystemError) {
+        var st = stat()
+        if unsafe lstat(path, &st) != 0 {
+            if errno == ENOENT { return }
+            throw SystemError("lstat", path)
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else {
+            _ = try Syscall.retrying("unlink", path) { unsafe unlink(path) }
+            return
+        }
+        let fd = try FileDescriptor.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        try removeContents(of: fd, path)
+        _ = try Syscall.retrying("rmdir", path) { unsafe rmdir(path) }
+    }
+
+    private static func removeContents(of dir: borrowing FileDescriptor, _ path: String) throws(SystemError) {
+        let directory = dir.rawValue
+        for name in dir.directoryEntries() {
+            let child = path + "/" + name
+            if unsafe unlinkat(directory, name, 0) == 0 { continue }
+            guard errno == EISDIR || errno == EPERM else {
+                if errno == ENOENT { continue }
+                throw SystemError("unlink", child)
+            }
+            let sub = try FileDescriptor.open(at: directory, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, path: child)
+            try removeContents(of: sub, child)
+            _ = try Syscall.retrying("rmdir", child) { unsafe unlinkat(directory, name, AT_REMOVEDIR) }
+        }
+    }
+
     /// Makes every file written on the filesystem holding `path` durable (`syncfs`): one call after
     /// writing a batch of new files, where an fsync each would cost one disk flush per file.
     package static func syncFilesystem(of path: String) throws(SystemError) {

@@ -51,3 +51,14 @@ extension Subprocess {
         return nil
     }
 }
+
+extension StringProtocol {
+    /// The text without leading and trailing whitespace (a program's output, a line of it): the one
+    /// copy of this trim for the sync transport and the benchmarks.
+    package func trimmingSpace() -> String {
+        var s = Substring(self)
+        while let c = s.first, c.isWhitespace { s.removeFirst() }
+        while let c = s.last, c.isWhitespace { s.removeLast() }
+        return String(s)
+    }
+}

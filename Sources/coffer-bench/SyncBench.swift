@@ -6,9 +6,11 @@ import Glibc
 
 /// Issue #29's sync figures for the engine alone (the agent does not sync yet): N item changes
 /// recorded on one machine and pushed, a second machine's first sync of all N (clone, join, pull and
-/// decide), one change reaching the other machine in one pull, and the remote's size per change before
-/// and after `git gc`. The peer, measured in the same run, is git moving N files of the same sizes
-/// with no sealing, signing or merging: the floor any design over git has.
+/// decide), one change reaching the other machine in one pull, the remote's growth per change (N more
+/// edits of the same items), what compaction (SyncFormat.md, "Compaction") leaves in the tree and in a
+/// new machine's shallow clone, and the remote's size after `git gc`. The peer, measured in the same
+/// run, is git moving N files of the same sizes and then overwriting them in place, with no sealing,
+/// signing or merging: the floor any design over git has.
 struct SyncBench {
     let items: Int
 
@@ -22,7 +24,18 @@ struct SyncBench {
     }
 
     private func size(_ dir: String) -> Int {
-        Int(shell("du -sb '\(dir)' | cut -f1").trimmingSpaces()) ?? 0
+        Int(shell("du -sb '\(dir)' | cut -f1").trimmingSpace()) ?? 0
+    }
+
+    /// The bytes of every blob in the branch's tree: what a checkout holds and a reader walks.
+    private func treeBytes(_ repo: String, branch: String = GitTransport.branch) -> Int {
+        Int(shell("git -C '\(repo)' ls-tree -r -l '\(branch)' | awk '{s += $4} END {print s + 0}'").trimmingSpace()) ?? 0
+    }
+
+    /// The size of a `--depth 1` clone's git directory: what a new machine downloads without the history.
+    private func shallowClone(_ repo: String, _ into: String, branch: String = GitTransport.branch) -> Int {
+        _ = shell("git clone -q --depth 1 -b '\(branch)' 'file://\(repo)' '\(into)' 2>&1")
+        return size(into + "/.git")
     }
 
     private func shell(_ command: String) -> String {
@@ -90,11 +103,53 @@ struct SyncBench {
         guard one.apply.count == 1, one.apply[0].payload.withUnsafeBytes({ Array($0) }) == Array("changed".utf8) else {
             throw SecError(.internalComponent, "the change did not arrive in one pull")
         }
+        // N more changes: every item edited once (a record each), B and A then acknowledge, A compacts.
+        let edits = changes.map { (itemKey: $0.itemKey, payload: Optional(secret(String(repeating: "y", count: 64) + "edit"))) }
+        let beforeEdits = size(remote), treeBefore = treeBytes(remote)
+        try a.record(edits, now: 20_000_000)
+        head = try ga.push(lastSeen: head, message: "edits")
+        let editGrowth = size(remote) - beforeEdits, treeEdited = treeBytes(remote)
+        let shallowEdited = shallowClone(remote, root + "/shallow1")
+        bHead = try gb.pull(lastSeen: bHead)
+        var pb = try b.pull()
+        pb.state.remoteHead = bHead
+        b.commit(pb.state)
+        try b.acknowledge()
+        bHead = try gb.push(lastSeen: bHead, message: "seen")
+        head = try ga.pull(lastSeen: head)
+        var pa = try a.pull()
+        pa.state.remoteHead = head
+        a.commit(pa.state)
+        try a.acknowledge()
+        t0 = nowNanos()
+        let compaction = try a.compact()
+        let compactTime = nowNanos() - t0
+        t0 = nowNanos()
+        head = try ga.push(lastSeen: head, message: "compact")
+        let compactPush = nowNanos() - t0
+        guard compaction.removed >= items else { throw SecError(.internalComponent, "compaction removed \(compaction.removed) of \(2 * items + 1) records") }
+        let treeCompacted = treeBytes(remote), afterCompaction = size(remote) - emptySize
+        let shallowCompacted = shallowClone(remote, root + "/shallow2")
+        // A new machine after the compaction: its first sync reaches the same items.
+        let gc2 = try GitTransport.clone(remote: remote, into: root + "/c")
+        var cHead = try gc2.pull(lastSeen: "")
+        let join2 = try SyncReplica.requestJoin(directory: gc2.directory, keys: .generate(), name: "c", now: 3)
+        cHead = try gc2.push(lastSeen: cHead, message: "join")
+        head = try ga.pull(lastSeen: head)
+        try a.approve(code: join2.code)
+        head = try ga.push(lastSeen: head, message: "approve")
+        cHead = try gc2.pull(lastSeen: cHead)
+        let t1 = nowNanos()
+        let pc = try join2.replica.pull()
+        let joinDecide = nowNanos() - t1
+        guard pc.apply.count == items, pc.state.versions == a.state.versions else {
+            throw SecError(.internalComponent, "the machine joining after compaction applied \(pc.apply.count) of \(items)")
+        }
         _ = try git(["gc", "-q", "--aggressive", "--prune=now"], in: remote)
         let compacted = size(remote) - emptySize
 
         // The peer: git alone moving N files of the same sizes (random, as sealed records are).
-        let recordBytes = Int(shell("find '\(ga.directory)/records' -type f -name '*.record' -exec cat {} + | wc -c").trimmingSpaces()) ?? 0
+        let recordBytes = Int(shell("find '\(ga.directory)/records' -type f -name '*.record' -exec cat {} + | wc -c").trimmingSpace()) ?? 0
         let peerRemote = root + "/peer.git", peerA = root + "/pa", peerB = root + "/pb"
         _ = try git(["init", "-q", "--bare", peerRemote])
         _ = try git(["init", "-q", peerA])
@@ -107,6 +162,14 @@ struct SyncBench {
         t0 = nowNanos()
         _ = try git(["clone", "-q", "-b", "main", peerRemote, peerB])
         let peerClone = nowNanos() - t0
+        // The peer's N edits: every file overwritten in place (same sizes, random), committed, pushed.
+        let peerBefore = size(peerRemote)
+        _ = shell("cd '\(peerA)' && i=0; while [ $i -lt \(items) ]; do head -c \(recordBytes / max(items, 1)) /dev/urandom > f/$((i / 256))/$i; i=$((i+1)); done")
+        _ = try git(["add", "-A"], in: peerA)
+        _ = try git(["commit", "-q", "-m", "edits"], in: peerA)
+        _ = try git(["push", "-q", peerRemote, "HEAD:refs/heads/main"], in: peerA)
+        let peerEditGrowth = size(peerRemote) - peerBefore, peerTree = treeBytes(peerRemote, branch: "main")
+        let peerShallow = shallowClone(peerRemote, root + "/pshallow", branch: "main")
 
         print("| \(grouped(items)) item changes | Coffer sync | git alone (peer) | ratio |")
         print("|---|---:|---:|---:|")
@@ -118,15 +181,14 @@ struct SyncBench {
         print("| one change: record, push, then the other machine's one pull | \(ms(oneRecord)) + \(ms(onePush)) + \(ms(onePull)) | – | – |")
         print("| remote growth for N changes | \(fixed(Double(grown) / 1_048_576, 1)) MiB (\(grown / max(items, 1)) B per change) | – | – |")
         print("| remote growth for one more change | \(perChange) B | – | – |")
-        print("| remote after git gc | \(fixed(Double(compacted) / 1_048_576, 1)) MiB | – | – |")
-    }
-}
-
-extension String {
-    func trimmingSpaces() -> String {
-        var s = Substring(self)
-        while let c = s.first, c.isWhitespace { s.removeFirst() }
-        while let c = s.last, c.isWhitespace { s.removeLast() }
-        return String(s)
+        func mib(_ b: Int) -> String { fixed(Double(b) / 1_048_576, 1) + " MiB" }
+        func perChangeB(_ b: Int) -> String { "\(b / max(items, 1)) B" }
+        print("| remote growth per change, N edits of the N items (pushed in one commit) | \(perChangeB(editGrowth)) | \(perChangeB(peerEditGrowth)) | \(fixed(Double(editGrowth) / Double(max(peerEditGrowth, 1)), 2))× |")
+        print("| tree after the N edits (what a checkout holds): before → after compaction | \(mib(treeEdited)) → \(mib(treeCompacted)) (was \(mib(treeBefore)) before the edits) | \(mib(peerTree)) (files overwritten in place) | \(fixed(Double(treeCompacted) / Double(max(peerTree, 1)), 2))× after compaction |")
+        print("| compaction: records removed, kept; time (verify, open, decide, write the checkpoint) + push | \(grouped(compaction.removed)), \(grouped(compaction.kept)); \(ms(compactTime)) + \(ms(compactPush)) | – | – |")
+        print("| a new machine's shallow clone (`--depth 1`): before → after compaction | \(mib(shallowEdited)) → \(mib(shallowCompacted)) | \(mib(peerShallow)) | \(fixed(Double(shallowCompacted) / Double(max(peerShallow, 1)), 2))× |")
+        print("| a machine joining after compaction: pull and decide all N | \(ms(joinDecide)) | – | – |")
+        print("| remote after compaction (history keeps the removed blobs) | \(mib(afterCompaction)) | – | – |")
+        print("| remote after git gc | \(mib(compacted)) | – | – |")
     }
 }

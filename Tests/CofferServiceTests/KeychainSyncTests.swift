@@ -147,4 +147,50 @@ import Testing
         _ = try b.sync(now: 3_001)
         #expect(Self.password(b.keychain, "offline") == "pw3")
     }
+
+    /// An erase (too many failed passcodes) leaves nothing of the circle: not the clone in `sync` (its
+    /// records, the epochs sealing the circle key to this device), not the state, not the device keys.
+    @Test func eraseRemovesTheSyncDirectoryAndState() throws {
+        let (a, _, _) = try circle()
+        let dir = a.keychain.syncDirectory
+        #expect(FileManager.default.fileExists(atPath: dir + "/.git"))
+        #expect(try a.keychain.syncState() != nil)
+        a.keychain.eraseEverything()
+        #expect(!FileManager.default.fileExists(atPath: dir), "the sync clone outlived the erase")
+        let reopened = try Keychain(directory: tmp.file("a"), lockingStateDirectory: false)
+        #expect(try reopened.syncState() == nil && reopened.syncDeviceSecret() == nil)
+        #expect(try KeychainSync.open(keychain: reopened) == nil)
+    }
+
+    /// `KeychainSync.compact`: once every member has synced, the writer's superseded records leave the
+    /// remote, and a machine joining afterwards holds exactly the current items.
+    @Test func compactionThenANewMachineHasExactlyTheCurrentItems() throws {
+        let (a, b, c) = try circle()
+        let q = ItemQuery(attributes: ["acct": .string("before"), "sync": .bool(true)])
+        for i in 0..<5 {
+            #expect(try a.keychain.update(q, ItemChanges(secret: secret("v\(i)")), scope: .unrestricted) == 1)
+            _ = try a.sync(now: 2_000 + UInt64(i))
+        }
+        try Self.add(a.keychain, "gone", "x")
+        _ = try a.sync(now: 2_100)
+        #expect(try a.keychain.delete(ItemQuery(attributes: ["acct": .string("gone"), "sync": .bool(true)]), scope: .unrestricted) == 1)
+        _ = try a.sync(now: 2_101)
+        // B and C applied only the first version of "before" (at their first sync): only that one goes.
+        #expect(try a.compact(now: 2_200) == SyncReplica.Compaction(through: 1, removed: 1, kept: 0))
+        for s in [b, c, a] { _ = try s.sync(now: 2_300) }
+        let done = try a.compact(now: 2_400)
+        // What stays: the last version of "before" and the tombstone of "gone".
+        #expect(done.removed == 5 && done.kept == 2, "\(done)")   // v0…v3 and "gone" itself
+        let tree = runProcess("/usr/bin/git", ["-C", tmp.file("remote.git"), "ls-tree", "-r", "--name-only", "coffer-sync"]).stdout
+        #expect(tree.split(separator: "\n").count(where: { $0.hasSuffix(".record") }) == done.kept)
+        let (d, code) = try KeychainSync.join(keychain: try keychain("d"), remote: tmp.file("remote.git"), name: "phone", now: 3_000)
+        _ = try a.approve(code: code, now: 3_001)
+        _ = try d.sync(now: 3_002)
+        #expect(Self.password(d.keychain, "before") == "v4" && Self.password(d.keychain, "gone") == nil)
+        #expect(try d.keychain.count() == 1)
+        for s in [b, c] {
+            _ = try s.sync(now: 3_003)
+            #expect(Self.password(s.keychain, "before") == "v4" && Self.password(s.keychain, "gone") == nil)
+        }
+    }
 }

@@ -87,6 +87,31 @@ import Testing
                 #expect("\(change.time.wallMillis).\(change.time.counter)" == v["time"])
                 #expect(change.kind == (v["kind"] == "delete" ? .delete : .put))
             }
+            if let seen = v["seen"].flatMap(hexDecode), let applied = v["seen-applied"] {
+                var a: [SyncDeviceID: UInt64] = [:]
+                for pair in applied.split(separator: " ") {
+                    let kv = pair.split(separator: "=")
+                    a[try #require(SyncDeviceID(hex: String(kv[0])))] = UInt64(kv[1])
+                }
+                #expect(Hex.encode(SyncSeen(device: keys.id, applied: a).encoded(signedWith: keys)) == Hex.encode(seen))
+                #expect(try SyncSeen.decode(seen, writer: device).applied == a)
+                var bad = seen
+                bad[10] ^= 1
+                #expect(throws: SyncError.self) { try SyncSeen.decode(bad, writer: device) }
+            }
+            if let cpBytes = v["checkpoint"].flatMap(hexDecode), let key = v["circle-key"].flatMap(hexDecode) {
+                let cp = try SyncCheckpoint.decode(cpBytes, writer: device, key: secure(key))
+                #expect(cp.path == "checkpoints/\(keys.id.hex).checkpoint")
+                #expect("\(cp.epoch)" == v["checkpoint-epoch"] && "\(cp.through)" == v["checkpoint-through"])
+                #expect(cp.kept.map { "\($0)" }.joined(separator: " ") == v["checkpoint-kept"])
+                let bases = cp.bases.flatMap { k, ts in ts.map { "\(k)=\($0.wallMillis).\($0.counter)" } }.sorted().joined(separator: " ")
+                #expect(bases == v["checkpoint-bases"] && cp.bases.values.allSatisfy { $0.allSatisfy { $0.device == keys.id } })
+                for i in stride(from: 0, to: cpBytes.count, by: 5) {
+                    var b = cpBytes
+                    b[i] ^= 0x40
+                    #expect(throws: SyncError.self) { try SyncCheckpoint.decode(b, writer: device, key: secure(key)) }
+                }
+            }
         }
     }
 
@@ -102,9 +127,14 @@ import Testing
         s.conflicts.append(SyncState.Conflict(itemKey: [0x6b], winner: t, loser: SyncRecordName(device: Self.id(2), seq: 1),
                                               loserTime: HLCTimestamp(wallMillis: 8, counter: 0, device: Self.id(2)), loserDeleted: true))
         s.remoteHead = "abc"
+        // A version-1 state (before compaction) reads as one that saw no checkpoint.
+        var v1 = Array(s.encoded().dropLast(4))
+        v1[4] = 1
+        #expect(try SyncState.decode(v1) == s)
+        s.checkpoints[Self.id(2)] = 9
         #expect(try SyncState.decode(s.encoded()) == s)
         var other = s.encoded()
-        other[4] = 2
+        other[4] = 3
         #expect(throws: SyncError.self) { try SyncState.decode(other) }
         #expect(throws: SyncError.self) { try SyncState.decode(Array(s.encoded().dropLast())) }
     }

@@ -35,6 +35,7 @@ final class Machine {
             items[k] = c.kind == .delete ? nil : plainText(c.payload)
         }
         replica.commit(p.state)
+        try replica.acknowledge()
         return p
     }
 
@@ -51,17 +52,20 @@ final class Machine {
     }
 }
 
+/// An empty bare git repository `remote.git` in `tmp`: the remote the machines of a test share.
+func makeBareRemote(_ tmp: TemporaryDirectory) throws -> String {
+    let remote = tmp.file("remote.git")
+    let r = runProcess("/usr/bin/git", ["init", "-q", "--bare", remote])
+    try #require(r.status == 0, "git init --bare: \(r)")
+    return remote
+}
+
 /// Three devices syncing through a local bare git repository with the real `git` (and one case
 /// through directories replicated by copying files), as issue #29 asks.
 @Suite(.serialized) struct SyncReplicaTests {
     let tmp = TemporaryDirectory("coffer-sync")
 
-    func bareRemote() throws -> String {
-        let remote = tmp.file("remote.git")
-        let r = runProcess("/usr/bin/git", ["init", "-q", "--bare", remote])
-        try #require(r.status == 0, "git init --bare: \(r)")
-        return remote
-    }
+    func bareRemote() throws -> String { try makeBareRemote(tmp) }
 
     func machine(_ name: String, remote: String) throws -> (keys: SyncDeviceKeys, git: GitTransport) {
         (SyncDeviceKeys.generate(), try GitTransport.clone(remote: remote, into: tmp.file(name)))

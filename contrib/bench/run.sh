@@ -25,8 +25,9 @@
 #                                   secret-tool (also part of `all`; default N 1000 10000)
 #   contrib/bench/run.sh sync [N]   Only the sync engine (issue #29; also part of `all`): N item changes
 #                                   recorded and pushed to a local bare git remote, a second machine's first
-#                                   sync, one change's way across, the remote's size; beside git alone
-#                                   moving the same bytes (default N 10000)
+#                                   sync, one change's way across, the remote's size and growth per change,
+#                                   what compaction leaves (tree, shallow clone); beside git alone moving
+#                                   the same bytes (default N 10000)
 #
 # Sizes for the Coffer-alone part: COFFER_BENCH_SIZES (default "1000 100000 1000000").
 set -eu
