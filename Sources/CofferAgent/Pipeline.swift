@@ -146,6 +146,8 @@ final class Pipeline: Sendable {
         case .promptUnlock:
             try promptUnlock(session, client: (channel as? ConnectionAuthChannel)?.conn.fd ?? -1)
             return .ok
+        case .promptRead(let query):
+            return try promptRead(query, &session, client: (channel as? ConnectionAuthChannel)?.conn.fd ?? -1)
         case .unlock(let passcode):
             try service.unlock(passcode, session.context)
             return .ok
@@ -338,6 +340,26 @@ extension Pipeline {
             case .answer, .gone:
                 throw SecError(.userCanceled, channel.clientHungUp ? "the front end went away (the prompt was dismissed)" : "the person cancelled")
             }
+        }
+    }
+
+    /// PROMPT_READ (WireProtocol.md, Prompting for a front end): COPY_MATCHING on a delegated
+    /// connection (the service core's rule), every authentication the items' access controls need
+    /// answered by the agent's own prompter (``LazyPromptChannel``: the pinentry, opened only if the
+    /// person is needed, naming the delegated app, beside the biometric sensor) instead of the client.
+    /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
+    /// dismissed prompt) closes the pinentry: userCanceled.
+    func promptRead(_ query: ItemQuery, _ session: inout Session, client: Int32) throws(SecError) -> AgentResponse {
+        try service.requireDelegated(session.context, for: "PROMPT_READ")
+        guard let prompter = promptChannel?() else {
+            throw SecError(.interactionNotAllowed, "nobody can be asked: no pinentry is configured (pinentry = PATH)")
+        }
+        let channel = LazyPromptChannel({ prompter }, client: client)
+        defer { channel.end() }
+        do {
+            return try page(query, after: 0, paged: false, &session.context, channel)
+        } catch where channel.clientHungUp {
+            throw SecError(.userCanceled, "the front end went away (the prompt was dismissed)")
         }
     }
 }

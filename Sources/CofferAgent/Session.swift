@@ -51,7 +51,7 @@ struct Session: Sendable {
     /// with a fresh authorization state. The front end's identity is kept in ``delegatedBy``.
     mutating func delegate(to delegate: CallerIdentity) {
         delegatedBy = context.caller
-        context = CallerContext(caller: delegate)
+        context = CallerContext(caller: delegate, delegated: true)
     }
 
     /// Ends the conversation after the current reply.
