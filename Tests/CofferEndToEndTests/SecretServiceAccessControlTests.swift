@@ -95,8 +95,7 @@ struct SecretServiceAccessControlTests {
     /// locked and nothing changed.
     @Test func dismissingABiometryPromptReadsNothing() throws {
         let f = try Guarded(rule: "biometry-any")
-        let hung = f.dir.file("hung.pid")
-        let r = try f.bus.python(SecretServiceBusTests.prelude + """
+        let r = try f.bus.python(SecretServiceBusTests.prelude + SecretServicePromptTests.pinentryWaits(f.dir.file("hung.pid")) + """
             from jeepney.bus_messages import MatchRule
             PROMPT, ITEM = 'org.freedesktop.Secret.Prompt', 'org.freedesktop.Secret.Item'
             s = open_plain(a)[1][1]
@@ -106,17 +105,10 @@ struct SecretServiceAccessControlTests {
             rule = MatchRule(path=prompt, interface=PROMPT, member='Completed', type=MessageType.signal)
             with a.filter(rule) as signals:
                 assert call(a, prompt, PROMPT, 'Prompt', 's', '') == ('ok', ())
-                deadline = time.time() + 60
-                while not os.path.exists('\(hung)') and time.time() < deadline:
-                    time.sleep(0.05)
-                assert os.path.exists('\(hung)'), 'the pinentry was not asked'
+                wait_asked()
                 assert call(a, prompt, PROMPT, 'Dismiss') == ('ok', ())
                 assert a.recv_until_filtered(signals, timeout=30).body == (True, ('ao', []))
-            pid = int(open('\(hung)').read())
-            deadline = time.time() + 30
-            while os.path.exists('/proc/%d' % pid) and time.time() < deadline:
-                time.sleep(0.05)
-            assert not os.path.exists('/proc/%d' % pid), 'the pinentry is still running'
+            wait_gone()
             assert call(a, '\(Self.itemPath)', ITEM, 'GetSecret', 'o', s) == ('error', 'org.freedesktop.Secret.Error.IsLocked')
             print('done')
 

@@ -51,6 +51,25 @@ struct SecretServicePromptTests {
 
         """#
 
+    /// Python helpers for a scripted pinentry told to `hang` (its pid then in `hung`): `wait_asked()`
+    /// until the agent's pinentry is asked, `wait_gone()` until that pinentry has exited.
+    static func pinentryWaits(_ hung: String) -> String {
+        """
+        def wait_asked():
+            deadline = time.time() + 60
+            while not os.path.exists('\(hung)') and time.time() < deadline:
+                time.sleep(0.05)
+            assert os.path.exists('\(hung)'), 'the pinentry was not asked'
+        def wait_gone():
+            pid = int(open('\(hung)').read())
+            deadline = time.time() + 30
+            while os.path.exists('/proc/%d' % pid) and time.time() < deadline:
+                time.sleep(0.05)
+            assert not os.path.exists('/proc/%d' % pid), 'the pinentry is still running'
+
+        """
+    }
+
     @Test func aLockedKeychainIsUnlockedThroughThePromptAndTheAgentsPinentry() throws {
         let f = try Locked(passcode: AgentProcess.password)
         #expect(f.lookup().stdout.isEmpty, "the keychain is not locked")
@@ -136,8 +155,7 @@ struct SecretServicePromptTests {
     /// still accepted; once the first is dismissed, the second runs.
     @Test func aSecondRunningPromptFromTheSameSenderIsRefused() throws {
         let f = try Locked(passcode: "hang")
-        let hung = f.dir.file("hung.pid")
-        let r = try f.bus.python(Self.prelude + """
+        let r = try f.bus.python(Self.prelude + Self.pinentryWaits(f.dir.file("hung.pid")) + """
             from jeepney.bus_messages import MatchRule
             PROMPT = 'org.freedesktop.Secret.Prompt'
             first, second = unlock(a), unlock(a)
@@ -146,10 +164,7 @@ struct SecretServicePromptTests {
                 return MatchRule(path=prompt, interface=PROMPT, member='Completed', type=MessageType.signal)
             with a.filter(completed(first)) as signals:
                 assert call(a, first, PROMPT, 'Prompt', 's', '') == ('ok', ())
-                deadline = time.time() + 60
-                while not os.path.exists('\(hung)') and time.time() < deadline:
-                    time.sleep(0.05)
-                assert os.path.exists('\(hung)'), 'the pinentry was not asked'
+                wait_asked()
                 refused = call(a, second, PROMPT, 'Prompt', 's', '')
                 assert refused == ('error', 'org.freedesktop.DBus.Error.LimitsExceeded'), refused
                 # The running one asked again is no second prompt.
