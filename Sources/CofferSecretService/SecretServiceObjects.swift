@@ -1,6 +1,7 @@
 import CSecretServiceBus
 import CofferClient
 import CofferCrypto
+import CofferIdentity
 import CofferModel
 import CofferSecretServiceCrypto
 import CofferSystem
@@ -1077,10 +1078,12 @@ extension SecretServiceFrontEnd {
     }
 
     /// Prompt(window-id) returns at once. On a thread of its own, a new agent connection is delegated
-    /// to the sender's process and sends PROMPT_UNLOCK: the agent asks the person with its own
-    /// pinentry, naming the app as it identified the sender. *Completed* follows on the bus thread:
-    /// (false, the objects) once unlocked, (true, []) when the person cancelled, nobody could be asked
-    /// (no pinentry: at once) or the agent refused. Meanwhile every other call is served.
+    /// to the sender's process and sends PROMPT_UNLOCK, then PROMPT_READ for each item with an access
+    /// control: the agent asks the person with its own prompter, naming the app as it identified the
+    /// sender. *Completed* follows on the bus thread: (false, the objects) once unlocked and read,
+    /// (true, []) when the person cancelled, nobody could be asked (no pinentry, or a sender without a
+    /// display: at once) or the agent refused. Meanwhile every other call is served; a sender has one
+    /// prompt running at a time.
     func prompt(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         guard var p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
         guard p.work == nil else { return ssb_reply_empty(m) }
@@ -1092,12 +1095,40 @@ extension SecretServiceFrontEnd {
                            message: "\(c.sender) already has a running prompt (\(running)): dismiss it or wait for its Completed first")
         }
         let rc = ssb_reply_empty(m)
+        // A prompt never appears for a caller with no way to see it: one without a display.
+        guard Self.hasDisplay(c.peer.process) else {
+            complete(path, unlocked: false)
+            return rc
+        }
         let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, completions: completions)
         p.work = work
         prompts[path] = p
         // Without a wake descriptor the bus thread would never learn the end: dismissed at once.
         if completions.wake < 0 || !work.start() { complete(path, unlocked: false) }
         return rc
+    }
+
+    /// Whether the sender's process has a display a prompt could appear on: `DISPLAY` or
+    /// `WAYLAND_DISPLAY` set (not empty) in its environment (`/proc/PID/environ`, read while the process
+    /// still has the start time DELEGATE named, so never a reused pid's). A script run from cron or an
+    /// ssh session has none.
+    static func hasDisplay(_ process: DelegatedProcess) -> Bool {
+        let fd = open("/proc/\(process.pid)/environ", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < 1 << 20 {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            bytes += chunk[0..<n]
+        }
+        guard IdentityResolver.startTime(ofPID: process.pid) == process.startTime else { return false }
+        return bytes.split(separator: 0).contains { entry in
+            ["DISPLAY=", "WAYLAND_DISPLAY="].contains { name in
+                entry.count > name.utf8.count && entry.starts(with: name.utf8)
+            }
+        }
     }
 
     /// Dismiss: the prompt's agent connection closes (the agent's pinentry with it) and

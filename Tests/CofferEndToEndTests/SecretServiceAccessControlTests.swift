@@ -136,6 +136,29 @@ struct SecretServiceAccessControlTests {
         #expect(f.fake.takeQuestions().isEmpty)
     }
 
+    /// A client without a display (a script from cron or an ssh session) gets no prompt: with a pinentry
+    /// configured, its prompt completes dismissed at once, nobody is asked and the sensor is not
+    /// started; the same client with a display is asked.
+    @Test func aCallerWithoutADisplayGetsNoPrompt() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let script = SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(Self.itemPath)'])
+            assert unlocked[0] == 'ok' and unlocked[1][1] != '/', unlocked
+            print(exec_prompt(a, unlocked[1][1]))
+
+            """
+        let r = try f.bus.python(script, display: false)
+        #expect(r.status == 0 && r.stdout.contains("(True, ('ao', []))"), "\(r)\n\(f.log)")
+        #expect(f.fake.takeQuestions().isEmpty)
+        let noDisplay = f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "guarded"], display: false)
+        #expect(noDisplay.stdout.isEmpty, "\(noDisplay)")
+        #expect(f.fake.takeQuestions().isEmpty)
+        let shown = try f.bus.python(script)
+        #expect(shown.status == 0 && shown.stdout.contains("(False, ('ao', ['\(Self.itemPath)']))"), "\(shown)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+    }
+
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.
     @Test func promptReadOnAConnectionThatWasNotDelegatedIsRefused() throws {
         let f = try Guarded(rule: "device-passcode")
