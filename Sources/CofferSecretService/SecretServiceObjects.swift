@@ -694,7 +694,7 @@ extension SecretServiceFrontEnd {
         let paths = try Self.readPaths(m)
         let state = try lockState(c)
         var unlocked: [String] = [], locked: [String] = []
-        var reads: [String: ItemQuery] = [:]
+        var reads: [String: ItemQuery] = [:], probes: Set<String> = []
         for path in paths {
             switch Self.parse(path) {
             case .item?:
@@ -708,6 +708,12 @@ extension SecretServiceFrontEnd {
                     }
                 } catch where error.name == BusError.isLocked {
                     locked.append(path)
+                    // Whether it has an access control cannot be read while the keybag is locked: the
+                    // prompt looks once it has unlocked it.
+                    if case .item(let collection, let id)? = Self.parse(path) {
+                        reads[path] = itemQuery(c, collection: collection, id: id, returnData: true)
+                        probes.insert(path)
+                    }
                 } catch {
                     continue
                 }
@@ -718,7 +724,7 @@ extension SecretServiceFrontEnd {
             }
         }
         guard !locked.isEmpty else { return replyPaths(m, unlocked, then: Self.noPrompt) }
-        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked, reading: reads))
+        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked, reading: reads, probing: probes))
     }
 
     // MARK: Collection
@@ -1060,20 +1066,24 @@ extension SecretServiceFrontEnd {
     struct PendingPrompt {
         let sender: String
         let objects: [String]
-        /// The items with an access control among `objects` (path → the query reading its secret).
+        /// The items with an access control among `objects` (path → the query reading its secret),
+        /// and those of them that may have none (locked when asked: looked at after unlocking).
         var reads: [String: ItemQuery] = [:]
+        var probes: Set<String> = []
         var work: PromptWork? = nil
     }
 
     /// A Prompt object for `objects`, the caller's (at most ``promptsPerSender`` at once); `reads`:
-    /// the items with an access control among them, whose secrets the prompt reads.
-    func newPrompt(_ c: Caller, unlocking objects: [String], reading reads: [String: ItemQuery] = [:]) throws(BusError) -> String {
+    /// the items with an access control among them, whose secrets the prompt reads (`probes`: those
+    /// read only if they turn out to have one).
+    func newPrompt(_ c: Caller, unlocking objects: [String], reading reads: [String: ItemQuery] = [:],
+                   probing probes: Set<String> = []) throws(BusError) -> String {
         guard prompts.values.count(where: { $0.sender == c.sender }) < Self.promptsPerSender else {
             throw BusError(name: BusError.limitsExceeded, message: "\(c.sender) already holds \(Self.promptsPerSender) prompts")
         }
         let path = Self.promptPrefix + "/p" + String(nextPrompt)
         nextPrompt += 1
-        prompts[path] = PendingPrompt(sender: c.sender, objects: objects, reads: reads)
+        prompts[path] = PendingPrompt(sender: c.sender, objects: objects, reads: reads, probes: probes)
         return path
     }
 
@@ -1100,7 +1110,8 @@ extension SecretServiceFrontEnd {
             complete(path, unlocked: false)
             return rc
         }
-        let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, completions: completions)
+        let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, probes: p.probes,
+                              completions: completions)
         p.work = work
         prompts[path] = p
         // Without a wake descriptor the bus thread would never learn the end: dismissed at once.
@@ -1230,17 +1241,20 @@ final class PromptWork: @unchecked Sendable {
     let path: String
     let process: SecretServiceFrontEnd.DelegatedProcess
     let socketPath: String
-    /// Item path → the query reading its secret.
+    /// Item path → the query reading its secret; `probes`: the items read only if, once the keybag
+    /// is unlocked, they turn out to have an access control.
     let reads: [String: ItemQuery]
+    let probes: Set<String>
     let completions: PromptCompletions
     private let state = Protected<(connection: AgentConnection?, cancelled: Bool)>((connection: nil, cancelled: false))
 
     init(path: String, process: SecretServiceFrontEnd.DelegatedProcess, socketPath: String, reads: [String: ItemQuery] = [:],
-         completions: PromptCompletions) {
+         probes: Set<String> = [], completions: PromptCompletions) {
         self.path = path
         self.process = process
         self.socketPath = socketPath
         self.reads = reads
+        self.probes = probes
         self.completions = completions
     }
 
@@ -1270,6 +1284,14 @@ final class PromptWork: @unchecked Sendable {
                 agent.setReplyTimeout(0)
                 try agent.promptUnlock()
                 for (item, query) in reads.sorted(by: { $0.key < $1.key }) {
+                    if probes.contains(item) {
+                        var probe = query
+                        probe.returnData = false
+                        probe.returnAttributes = true
+                        let found: [ItemResult]
+                        do { found = try agent.copyMatching(probe) } catch where error.status == .itemNotFound { continue }
+                        guard found.first?.attributes?[AccessControl.attributeName] != nil else { continue }
+                    }
                     guard let secret = try agent.promptRead(query).first?.data else {
                         throw SecError(.itemNotFound, "the item is gone")
                     }

@@ -71,6 +71,22 @@ struct SecretServiceAccessControlTests {
 
             """)
         #expect(direct.status == 0 && direct.stdout.contains("done"), "\(direct)")
+        // Unlock of the item while the keybag is locked: one prompt asks the passcode to unlock the
+        // keybag, then the item's, and the secret is read.
+        #expect(f.agent.cli(["lock"]).status == 0)
+        let locked = try f.bus.python(SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            item = '\(Self.itemPath)'
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', [item])
+            assert unlocked[0] == 'ok' and unlocked[1][0] == [] and unlocked[1][1] != '/', unlocked
+            assert exec_prompt(a, unlocked[1][1]) == (False, ('ao', [item]))
+            got = call(a, item, 'org.freedesktop.Secret.Item', 'GetSecret', 'o', open_plain(a)[1][1])
+            assert got[0] == 'ok' and got[1][0][2] == b'guarded secret', got
+            print('done')
+
+            """)
+        #expect(locked.status == 0 && locked.stdout.contains("done"), "\(locked)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 2)
     }
 
     @Test func aBiometryItemIsReadWhenTheEmulatorMatches() throws {
