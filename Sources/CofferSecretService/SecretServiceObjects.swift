@@ -1124,22 +1124,8 @@ extension SecretServiceFrontEnd {
     /// still has the start time DELEGATE named, so never a reused pid's). A script run from cron or an
     /// ssh session has none.
     static func hasDisplay(_ process: DelegatedProcess) -> Bool {
-        let fd = open("/proc/\(process.pid)/environ", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 1 << 20 {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            guard n > 0 else { break }
-            bytes += chunk[0..<n]
-        }
-        guard IdentityResolver.startTime(ofPID: process.pid) == process.startTime else { return false }
-        return bytes.split(separator: 0).contains { entry in
-            ["DISPLAY=", "WAYLAND_DISPLAY="].contains { name in
-                entry.count > name.utf8.count && entry.starts(with: name.utf8)
-            }
-        }
+        ProcessEnvironment.variables(["DISPLAY", "WAYLAND_DISPLAY"], ofPID: process.pid, startTime: process.startTime)
+            .values.contains { !$0.isEmpty }
     }
 
     /// Dismiss: the prompt's agent connection closes (the agent's pinentry with it) and

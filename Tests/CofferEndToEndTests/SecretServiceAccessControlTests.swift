@@ -153,8 +153,8 @@ struct SecretServiceAccessControlTests {
     }
 
     /// A client without a display (a script from cron or an ssh session) gets no prompt: with a pinentry
-    /// configured, its prompt completes dismissed at once, nobody is asked and the sensor is not
-    /// started; the same client with a display is asked.
+    /// configured, its prompt completes dismissed at once and nobody is asked; the same client with a
+    /// display is asked, by the agent's pinentry on the client's display.
     @Test func aCallerWithoutADisplayGetsNoPrompt() throws {
         let f = try Guarded(rule: "device-passcode")
         let script = SecretServiceBusTests.prelude + """
@@ -164,15 +164,17 @@ struct SecretServiceAccessControlTests {
             print(exec_prompt(a, unlocked[1][1]))
 
             """
-        let r = try f.bus.python(script, display: false)
+        let r = try f.bus.python(script, display: nil)
         #expect(r.status == 0 && r.stdout.contains("(True, ('ao', []))"), "\(r)\n\(f.log)")
         #expect(f.fake.takeQuestions().isEmpty)
-        let noDisplay = f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "guarded"], display: false)
+        let noDisplay = f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "guarded"], display: nil)
         #expect(noDisplay.stdout.isEmpty, "\(noDisplay)")
         #expect(f.fake.takeQuestions().isEmpty)
-        let shown = try f.bus.python(script)
+        // With a display, the agent's pinentry is asked, and on the client's display.
+        let shown = try f.bus.python(script, display: ":42")
         #expect(shown.status == 0 && shown.stdout.contains("(False, ('ao', ['\(Self.itemPath)']))"), "\(shown)\n\(f.log)")
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        #expect(f.fake.displays() == [":42"], "\(f.fake.displays())")
     }
 
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.

@@ -64,16 +64,16 @@ final class PrivateSessionBus: @unchecked Sendable {
         return r.status == 0 ? r.stdout : nil
     }
 
-    /// Runs a program on this bus. It has a display (`DISPLAY`, never opened: the front end prompts only
-    /// a client that has one, and the agent's scripted pinentry needs none), or with `display: false`
-    /// none, as a script from cron or an ssh session.
-    func run(_ executable: String, _ args: [String], stdin: String? = nil, display: Bool = true) -> CLIResult {
-        runProcess(executable, args, stdin: stdin, environment: ["DBUS_SESSION_BUS_ADDRESS": address].merging(display ? ["DISPLAY": ":0"] : [:]) { $1 },
+    /// Runs a program on this bus. It has the display `display` (`DISPLAY`, never opened: the front end
+    /// prompts only a client that has one, and the agent's scripted pinentry needs none), or with
+    /// `display: nil` none, as a script from cron or an ssh session.
+    func run(_ executable: String, _ args: [String], stdin: String? = nil, display: String? = ":0") -> CLIResult {
+        runProcess(executable, args, stdin: stdin, environment: ["DBUS_SESSION_BUS_ADDRESS": address].merging(display.map { ["DISPLAY": $0] } ?? [:]) { $1 },
                    unset: ["DISPLAY", "WAYLAND_DISPLAY"], timeout: 60)
     }
 
     /// Runs a Python script (python3-secretstorage and jeepney) on this bus.
-    func python(_ script: String, display: Bool = true) throws -> CLIResult {
+    func python(_ script: String, display: String? = ":0") throws -> CLIResult {
         let path = dir.file("script-\(UUID().uuidString).py")
         try script.write(toFile: path, atomically: true, encoding: .utf8)
         return run(Self.python, [path], display: display)
