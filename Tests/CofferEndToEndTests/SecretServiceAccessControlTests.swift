@@ -18,7 +18,8 @@ struct SecretServiceAccessControlTests {
 
     /// A front end whose agent has the biometric emulator (alice enrolled) and, with `pinentry`, the
     /// scripted pinentry answering GETPIN with `pin` and CONFIRM with `confirm`; a passcode set, and
-    /// one Secret Service item made natively with the access control `rule`.
+    /// one Secret Service item made natively with the access control `rule` (an application-password
+    /// rule's password: `appPassword`).
     final class Guarded: @unchecked Sendable {
         let dir = PinentryHarness.ShortDirectory()
         let plugins = TemporaryDirectory("coffer-ssac-plugins")
@@ -28,7 +29,8 @@ struct SecretServiceAccessControlTests {
         let bus: PrivateSessionBus
         let frontEnd: Process
 
-        init(rule: String, pinentry: Bool = true, pin: String = AgentProcess.password, confirm: String = "hang") throws {
+        init(rule: String, pinentry: Bool = true, pin: String = AgentProcess.password, confirm: String = "hang",
+             appPassword: String? = nil) throws {
             fake = try PinentryHarness.FakePinentry(in: dir, pin: pin, passcode: pin, confirm: confirm)
             (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(
                 agentConfig: BiometryTests.pluginConfig(in: plugins) + ["authentication-timeout = 60"]
@@ -36,9 +38,18 @@ struct SecretServiceAccessControlTests {
             agent.setPasscode()
             let enroll = BiometryTests.withPasscode(agent, ["bio", "enroll", "alice"])
             #expect(enroll.status == 0, "\(enroll)")
-            let add = agent.cli(["add", "--service", "org.freedesktop.secrets", "--account", SecretServiceAccessControlTests.itemID,
-                                 "--label", "Guarded", "--attr", "coffer:collection=login", "--attr", "kind=guarded",
-                                 "--access-control", rule, "--secret-stdin"], stdin: "guarded secret")
+            let item = ["add", "--service", "org.freedesktop.secrets", "--account", SecretServiceAccessControlTests.itemID,
+                        "--label", "Guarded", "--attr", "coffer:collection=login", "--attr", "kind=guarded", "--access-control", rule]
+            let add: CLIResult
+            if let appPassword {
+                // The secret on descriptor 3, the application password on stdin.
+                let secretFile = agent.dir.file("secret-input")
+                try "guarded secret".write(toFile: secretFile, atomically: true, encoding: .utf8)
+                add = AccessControlCLITests.detached(agent, item + ["--secret-fd", "3", "--app-password-fd", "0"], stdin: appPassword,
+                                                     extraShell: "3<'\(secretFile)'")
+            } else {
+                add = agent.cli(item + ["--secret-stdin"], stdin: "guarded secret")
+            }
             #expect(add.status == 0, "\(add)")
             _ = fake.takeQuestions()
         }
@@ -87,6 +98,19 @@ struct SecretServiceAccessControlTests {
             """)
         #expect(locked.status == 0 && locked.stdout.contains("done"), "\(locked)\n\(f.log)")
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 2)
+    }
+
+    /// An application-password item: the agent's pinentry asks the item's password (never the
+    /// passcode); a wrong one reads nothing.
+    @Test func anApplicationPasswordItemIsReadThroughTheScriptedPinentry() throws {
+        let f = try Guarded(rule: "application-password", pin: "open sesame", appPassword: "open sesame")
+        let r = f.lookup()
+        #expect(r.status == 0 && r.stdout == "guarded secret", "\(r)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        try f.fake.set(pin: "open sesam")
+        let wrong = f.lookup()
+        #expect(wrong.stdout.isEmpty, "\(wrong)")
+        #expect(f.itemIsUnchanged())
     }
 
     @Test func aBiometryItemIsReadWhenTheEmulatorMatches() throws {
