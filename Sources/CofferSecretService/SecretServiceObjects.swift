@@ -391,6 +391,7 @@ extension SecretServiceFrontEnd {
         let interface = ssb_message_interface(m).map { String(cString: $0) } ?? ""
         let member = ssb_message_member(m).map { String(cString: $0) } ?? ""
         let path = ssb_message_path(m).map { String(cString: $0) } ?? ""
+        dropExpiredSecrets()
         do throws(BusError) {
             let c = try caller(m)
             switch (interface, member) {
@@ -1169,12 +1170,22 @@ extension SecretServiceFrontEnd {
         let until: Double
     }
 
+    /// Wipes every released secret whose time is up, whoever's (at each method call).
+    func dropExpiredSecrets() {
+        guard !released.isEmpty else { return }
+        let now = Threads.monotonicSeconds()
+        for (sender, secrets) in released {
+            var kept = secrets
+            for (p, r) in secrets where r.until <= now { kept.removeValue(forKey: p)?.secret.wipe() }
+            released[sender] = kept.isEmpty ? nil : kept
+        }
+    }
+
     /// The secret a prompt read of the item at `path` for the caller (its expired ones dropped);
     /// with `take`, handed over (the caller wipes it) and no longer kept.
     func releasedSecret(_ c: Caller, _ path: String, take: Bool) -> SecureBytes? {
+        dropExpiredSecrets()
         guard var mine = released[c.sender] else { return nil }
-        let now = Threads.monotonicSeconds()
-        for (p, r) in mine where r.until <= now { mine.removeValue(forKey: p)?.secret.wipe() }
         let found = take ? mine.removeValue(forKey: path)?.secret : mine[path]?.secret
         released[c.sender] = mine.isEmpty ? nil : mine
         return found
