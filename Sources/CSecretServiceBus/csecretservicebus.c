@@ -18,6 +18,7 @@
 #define COLLECTION_IFACE "org.freedesktop.Secret.Collection"
 #define ITEM_IFACE "org.freedesktop.Secret.Item"
 #define PROMPT_IFACE "org.freedesktop.Secret.Prompt"
+#define COFFER_ITEM_IFACE "io.coffer.Item"
 
 /* The handlers pointer travels as each vtable's and match's userdata. */
 static int open_session_cb(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -129,6 +130,13 @@ static const sd_bus_vtable item_vtable[] = {
     SD_BUS_VTABLE_END,
 };
 
+/* Coffer's own read-only item properties (SecretServiceMapping.md, Which class a new item gets). */
+static const sd_bus_vtable coffer_item_vtable[] = {
+    SD_BUS_VTABLE_START(0),
+    SD_BUS_PROPERTY("AccessControl", "s", get_property_cb, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+    SD_BUS_VTABLE_END,
+};
+
 static const sd_bus_vtable prompt_vtable[] = {
     SD_BUS_VTABLE_START(0),
     SD_BUS_METHOD_WITH_NAMES("Prompt", "s", SD_BUS_PARAM(window_id), "", "", method_cb, 0),
@@ -161,6 +169,7 @@ int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *ali
     void *u = (void *)handlers;
     int r = sd_bus_add_fallback_vtable(bus, NULL, collections, COLLECTION_IFACE, collection_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, ITEM_IFACE, item_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, COFFER_ITEM_IFACE, coffer_item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, aliases, COLLECTION_IFACE, collection_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, prompts, PROMPT_IFACE, prompt_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_node_enumerator(bus, NULL, collections, enumerate_cb, u);

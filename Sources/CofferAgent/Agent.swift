@@ -147,8 +147,8 @@ package final class Agent: Sendable {
                 }
             })
         schedule = service.schedule
-        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: { [configuration] in
-            AgentPromptChannel(configuration: configuration, clock: SystemClock())
+        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: { [configuration] callerDisplay in
+            AgentPromptChannel(configuration: configuration, clock: SystemClock(), callerDisplay: callerDisplay)
         })
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath

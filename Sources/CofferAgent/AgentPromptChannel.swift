@@ -28,10 +28,11 @@ final class AgentPromptChannel: AuthChannel {
     }
 
     /// The channel `configuration` asks for (`pinentry = PATH`), with the display environment of the
-    /// agent or its systemd user manager; nil without a configured pinentry (nobody can be asked).
-    convenience init?(configuration: AgentConfiguration, clock: any MonotonicClock) {
+    /// agent or its systemd user manager, or `callerDisplay` (a delegated client's display variables)
+    /// where the client has a display; nil without a configured pinentry (nobody can be asked).
+    convenience init?(configuration: AgentConfiguration, clock: any MonotonicClock, callerDisplay: [String: String] = [:]) {
         guard let program = configuration.pinentryProgram else { return nil }
-        self.init(program: program, environment: PinentryEnvironment.current(), clock: clock,
+        self.init(program: program, environment: PinentryEnvironment.current(callerDisplay: callerDisplay), clock: clock,
                   timeoutSeconds: configuration.authenticationTimeoutSeconds)
     }
 

@@ -4,6 +4,7 @@ import CofferKeybag
 import CofferKeychain
 import CofferModel
 import CofferPolicy
+import CofferPrompt
 import CofferProtocol
 import CofferService
 import CofferSystem
@@ -24,12 +25,14 @@ final class Pipeline: Sendable {
     /// Identifies the process a DELEGATE hands over (nil: DELEGATE is refused, as by an agent that
     /// identifies no caller).
     let resolver: IdentityResolver?
-    /// The agent's own prompter (its configured pinentry) for PROMPT_UNLOCK; nil or answering nil:
+    /// The agent's own prompter (its configured pinentry) for PROMPT_UNLOCK and PROMPT_READ, given the
+    /// delegated process's display variables (empty: the agent's own display); nil or answering nil:
     /// nobody can be asked.
-    let promptChannel: (@Sendable () -> AgentPromptChannel?)?
+    let promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)?
     var logger: Logger { service.logger }
 
-    init(service: KeychainService, resolver: IdentityResolver? = nil, promptChannel: (@Sendable () -> AgentPromptChannel?)? = nil) {
+    init(service: KeychainService, resolver: IdentityResolver? = nil,
+         promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)? = nil) {
         self.service = service
         self.resolver = resolver
         self.promptChannel = promptChannel
@@ -146,6 +149,8 @@ final class Pipeline: Sendable {
         case .promptUnlock:
             try promptUnlock(session, client: (channel as? ConnectionAuthChannel)?.conn.fd ?? -1)
             return .ok
+        case .promptRead(let query):
+            return try promptRead(query, &session, client: (channel as? ConnectionAuthChannel)?.conn.fd ?? -1)
         case .unlock(let passcode):
             try service.unlock(passcode, session.context)
             return .ok
@@ -247,7 +252,7 @@ final class Pipeline: Sendable {
                               "gone")
             }
         }
-        session.delegate(to: delegated)
+        session.delegate(to: delegated, startTime: startTime)
         service.auditDelegation(by: frontEnd, for: delegated, status: .success)
         logger.info("delegated identity", metadata: ["peer": "\(session.peer)", "front end": "\(frontEnd)", "caller": "\(delegated)"])
         return .ok
@@ -311,7 +316,7 @@ extension Pipeline {
             throw SecError(.missingEntitlement, "PROMPT_UNLOCK is answered only on a delegated connection (DELEGATE)")
         }
         guard try service.status().lockState != .unlocked else { return }
-        guard let prompter = promptChannel?() else {
+        guard let prompter = promptChannel?(Self.callerDisplay(session)) else {
             throw SecError(.interactionNotAllowed, "nobody can be asked for the passcode: no pinentry is configured (pinentry = PATH)")
         }
         let channel = LazyPromptChannel({ prompter }, client: client)
@@ -338,6 +343,34 @@ extension Pipeline {
             case .answer, .gone:
                 throw SecError(.userCanceled, channel.clientHungUp ? "the front end went away (the prompt was dismissed)" : "the person cancelled")
             }
+        }
+    }
+
+    /// The delegated process's display variables (``PinentryEnvironment/callerDisplayNames`` from
+    /// `/proc/PID/environ`), so that the agent's pinentry appears where the client is; empty when it has
+    /// none, or when its pid no longer has the start time DELEGATE checked (a reused pid's are never read).
+    static func callerDisplay(_ session: Session) -> [String: String] {
+        guard session.delegatedBy != nil, let startTime = session.delegatedStartTime else { return [:] }
+        return ProcessEnvironment.variables(Set(PinentryEnvironment.callerDisplayNames), ofPID: session.context.caller.pid, startTime: startTime)
+    }
+
+    /// PROMPT_READ (WireProtocol.md, Prompting for a front end): COPY_MATCHING on a delegated
+    /// connection (the service core's rule), every authentication the items' access controls need
+    /// answered by the agent's own prompter (``LazyPromptChannel``: the pinentry, opened only if the
+    /// person is needed, naming the delegated app, beside the biometric sensor) instead of the client.
+    /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
+    /// dismissed prompt) closes the pinentry: userCanceled.
+    func promptRead(_ query: ItemQuery, _ session: inout Session, client: Int32) throws(SecError) -> AgentResponse {
+        try service.requireDelegated(session.context, for: "PROMPT_READ")
+        guard let prompter = promptChannel?(Self.callerDisplay(session)) else {
+            throw SecError(.interactionNotAllowed, "nobody can be asked: no pinentry is configured (pinentry = PATH)")
+        }
+        let channel = LazyPromptChannel({ prompter }, client: client)
+        defer { channel.end() }
+        do {
+            return try page(query, after: 0, paged: false, &session.context, channel)
+        } catch where channel.clientHungUp {
+            throw SecError(.userCanceled, "the front end went away (the prompt was dismissed)")
         }
     }
 }

@@ -17,6 +17,9 @@ struct Session: Sendable {
     /// The front end that delegated this connection (the identity the connection was accepted
     /// with), once a DELEGATE was accepted; nil otherwise.
     private(set) var delegatedBy: CallerIdentity? = nil
+    /// The delegated process's start time as DELEGATE named it (checked then): reading anything of
+    /// that process later (its display, for the agent's prompter) first makes sure its pid was not reused.
+    private(set) var delegatedStartTime: UInt64? = nil
     /// True once a request after HELLO was read (DELEGATE or any other, a malformed one included):
     /// DELEGATE is allowed only before that.
     private(set) var hasRequestAfterHello = false
@@ -49,9 +52,10 @@ struct Session: Sendable {
 
     /// From now on the connection's caller is `delegate` (its access groups, never the front end's),
     /// with a fresh authorization state. The front end's identity is kept in ``delegatedBy``.
-    mutating func delegate(to delegate: CallerIdentity) {
+    mutating func delegate(to delegate: CallerIdentity, startTime: UInt64) {
         delegatedBy = context.caller
-        context = CallerContext(caller: delegate)
+        delegatedStartTime = startTime
+        context = CallerContext(caller: delegate, delegated: true)
     }
 
     /// Ends the conversation after the current reply.

@@ -149,6 +149,15 @@ public final class AgentConnection {
     /// prompter bounds it); ``cancel()`` from another thread ends it (the agent's pinentry closes).
     public func promptUnlock() throws(SecError) { try expectOK(.promptUnlock) }
 
+    /// PROMPT_READ (a delegated connection only): COPY_MATCHING (`query`, at most one frame of
+    /// results) whose authentication the agent's own prompter answers (its pinentry, the biometric
+    /// sensor). Waits as long as the person takes; ``cancel()`` from another thread ends it.
+    public func promptRead(_ query: ItemQuery) throws(SecError) -> [ItemResult] {
+        let r = try roundTrip(.promptRead(query))
+        guard case .items(let items) = r else { throw unexpected(r) }
+        return items
+    }
+
     /// Ends the connection at once, from any thread: a request waiting for its reply fails, and the
     /// agent sees the hang-up (a prompt it shows for this connection closes).
     public func cancel() { _ = shutdown(fd, Int32(SHUT_RDWR)) }

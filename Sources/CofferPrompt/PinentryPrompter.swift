@@ -177,6 +177,19 @@ public enum PinentryEnvironment {
         return env.keys.sorted().map { "\($0)=\(env[$0]!)" }
     }
 
+    /// What of a client's environment places a dialog on its display.
+    public static let callerDisplayNames = ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY"]
+
+    /// The pinentry environment for a prompt on a client's behalf (a front end's delegated client):
+    /// the client's display variables (``callerDisplayNames``) where it has a display, the rest the
+    /// agent's own; ``current(systemctl:)`` where it has none.
+    public static func current(callerDisplay: [String: String], systemctl: String = "/usr/bin/systemctl") -> [String] {
+        let display = callerDisplay.filter { callerDisplayNames.contains($0.key) && !$0.value.isEmpty }
+        guard displayNames.contains(where: { display[$0] != nil }) else { return current(systemctl: systemctl) }
+        let own = ThisProcess.environment(Pinentry.passedEnvironment).filter { !callerDisplayNames.contains($0.key) }
+        return merge(own: own.merging(display) { $1 }, manager: nil)
+    }
+
     /// The agent's pinentry environment now: its own, and the user manager's where it has no display.
     public static func current(systemctl: String = "/usr/bin/systemctl") -> [String] {
         let own = ThisProcess.environment(Pinentry.passedEnvironment)

@@ -82,6 +82,12 @@ public enum AgentRequest: Sendable {
     /// the client hung up, interactionNotAllowed at once when nobody can be asked). WireProtocol.md,
     /// Prompting for a front end.
     case promptUnlock
+    /// PROMPT_READ: on a delegated connection only, COPY_MATCHING with any authentication the items'
+    /// access controls need answered by the agent's own prompter (the configured pinentry naming the
+    /// delegated app, the biometric sensor) instead of AUTH_NEEDED to the client; ITEMS, else the
+    /// ERROR (userCanceled when the person cancelled or the client hung up, interactionNotAllowed at
+    /// once when nobody can be asked). WireProtocol.md, Prompting for a front end.
+    case promptRead(ItemQuery)
     /// PORTAL_SECRET: the desktop portal's per-app secret of Flatpak app `appID` (a valid Flatpak
     /// application id), created by the agent on first use; only for a caller whose manifest grants
     /// `portal-secret` (WireProtocol.md, Portal secrets).
@@ -240,6 +246,11 @@ public enum AgentRequest: Sendable {
             var f = FrameBuilder(type: .keyCreate, requestID: requestID, payloadCapacity: 6 + attrs.count + (k.key?.count ?? 0))
             f.w.u8(k.key == nil ? 1 : 2); f.w.raw(attrs); f.secret(k.key ?? SecureBytes(count: 0)); f.w.u8(flags.rawValue)
             return f.finish()
+        case .promptRead(let q):
+            let query = QueryCodec.encode(q)
+            var f = FrameBuilder(type: .promptRead, requestID: requestID, payloadCapacity: query.count)
+            f.w.raw(query)
+            return f.finish()
         case .copyMatchingPage(let q, let cursor):
             let query = QueryCodec.encode(q)
             var f = FrameBuilder(type: .copyMatchingPage, requestID: requestID, payloadCapacity: query.count + 8)
@@ -355,6 +366,7 @@ public enum AgentRequest: Sendable {
             let flags = try QueryCodec.flags(try r.u8("return flags"))
             request = .add(NewItem(itemClass: cls, attributes: attrs, secret: secret), flags)
         case .copyMatching: request = .copyMatching(try QueryCodec.decode(&r))
+        case .promptRead: request = .promptRead(try QueryCodec.decode(&r))
         case .update:
             let q = try QueryCodec.decode(&r)
             let attrs = try r.attributes("changes")

@@ -32,14 +32,16 @@ public final class SecretServiceFrontEnd {
     /// connection is replaced by a new delegated one when the agent has closed it (the agent restarted).
     final class Peer {
         var agent: AgentConnection
-        /// The caller's default access group (the agent's WHOAMI, first group): its collections' group.
-        var group: String
+        /// The caller's access groups (the agent's WHOAMI, never empty); the first, its default
+        /// group, holds its collections, and each other one a collection of its own.
+        var groups: [String]
+        var group: String { groups[0] }
         /// The sender's process, as DELEGATE named it: a prompt's own connection delegates to it again.
         var process: DelegatedProcess
         var sessions: [String: OpenSession] = [:]
-        init(agent: AgentConnection, group: String, process: DelegatedProcess) {
+        init(agent: AgentConnection, groups: [String], process: DelegatedProcess) {
             self.agent = agent
-            self.group = group
+            self.groups = groups
             self.process = process
         }
     }
@@ -79,6 +81,9 @@ public final class SecretServiceFrontEnd {
     var nextPrompt: UInt64 = 1
     /// Prompts that ended on their own threads, for the bus thread to complete.
     let completions = PromptCompletions()
+    /// Secrets of items with an access control that a prompt read for a sender (by sender, then item
+    /// path), each kept for that sender's next GetSecret or GetSecrets of the item.
+    var released: [String: [String: ReleasedSecret]] = [:]
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -156,6 +161,7 @@ public final class SecretServiceFrontEnd {
     deinit {
         for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
         for items in sessionItems.values { for i in items.values { i.secret.wipe() } }
+        for secrets in released.values { for r in secrets.values { r.secret.wipe() } }
         ssb_bus_close(bus)
         handlers.deallocate()
     }
@@ -199,15 +205,15 @@ public final class SecretServiceFrontEnd {
     func peer(for sender: String) throws(BusError) -> Peer {
         if let p = peers[sender] {
             guard p.agent.isHungUp else { return p }
-            (p.agent, p.group, p.process) = try connect(sender)
+            (p.agent, p.groups, p.process) = try connect(sender)
             return p
         }
         guard peers.count < maxSenders else {
             throw BusError(name: BusError.limitsExceeded,
                            message: "the front end already serves \(maxSenders) senders; \(sender) is refused until one leaves the bus")
         }
-        let (agent, group, process) = try connect(sender)
-        let p = Peer(agent: agent, group: group, process: process)
+        let (agent, groups, process) = try connect(sender)
+        let p = Peer(agent: agent, groups: groups, process: process)
         peers[sender] = p
         return p
     }
@@ -220,8 +226,8 @@ public final class SecretServiceFrontEnd {
         return UInt64(ts.tv_sec) * hz + UInt64(ts.tv_nsec) * hz / 1_000_000_000
     }
 
-    /// A new agent connection delegated to `sender`'s process, and the first access group the agent gives it.
-    private func connect(_ sender: String) throws(BusError) -> (AgentConnection, String, DelegatedProcess) {
+    /// A new agent connection delegated to `sender`'s process, and the access groups the agent gives it.
+    private func connect(_ sender: String) throws(BusError) -> (AgentConnection, [String], DelegatedProcess) {
         var pid: UInt32 = 0
         var busPIDFD: Int32 = -1
         let r = ssb_connection_credentials(bus, sender, &pid, &busPIDFD)
@@ -264,18 +270,18 @@ public final class SecretServiceFrontEnd {
             throw BusError(name: BusError.accessDenied, message: "the Coffer agent refused to act for \(sender): \(error.message)")
         }
         // The groups the agent gives the delegated process: the first is where its collections live.
-        let group: String
+        let groups: [String]
         do {
-            guard let first = try agent.whoami().accessGroups.first else {
+            groups = try agent.whoami().accessGroups
+            guard !groups.isEmpty else {
                 throw BusError(name: BusError.accessDenied, message: "the Coffer agent gives \(sender) no access group")
             }
-            group = first
         } catch let e as BusError {
             throw e
         } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
         }
-        return (agent, group, process)
+        return (agent, groups, process)
     }
 
     /// A unique name appeared (its time is kept) or a sender left the bus: its agent connection
@@ -292,6 +298,7 @@ public final class SecretServiceFrontEnd {
             ssb_slot_release(s.slot)
             owners[path] = nil
         }
+        for r in (released.removeValue(forKey: name) ?? [:]).values { r.secret.wipe() }
         // Its running prompts are cancelled: their agent connections close, and so does the pinentry.
         for (path, prompt) in prompts where prompt.sender == name {
             prompt.work?.cancel()

@@ -1,6 +1,7 @@
 import CSecretServiceBus
 import CofferClient
 import CofferCrypto
+import CofferIdentity
 import CofferModel
 import CofferSecretServiceCrypto
 import CofferSystem
@@ -20,6 +21,8 @@ extension SecretServiceFrontEnd {
     static let serviceInterface = "org.freedesktop.Secret.Service"
     static let collectionInterface = "org.freedesktop.Secret.Collection"
     static let itemInterface = "org.freedesktop.Secret.Item"
+    /// Coffer's own read-only item properties (`AccessControl`).
+    static let cofferItemInterface = "io.coffer.Item"
 
     /// The keychain services of Secret Service items, collection records and alias records.
     static let itemService = "org.freedesktop.secrets"
@@ -36,6 +39,9 @@ extension SecretServiceFrontEnd {
     static let collectionKey = GeneralAttributes.key("coffer:collection")
     static let contentTypeKey = GeneralAttributes.key("coffer:content-type")
     static let defaultContentType = "text/plain"
+    /// The collection of one of the caller's access groups other than its default one is named
+    /// `group:` and the group (a name CreateCollection never makes): that group's `login` collection.
+    static let groupCollectionPrefix = "group:"
 
     // MARK: Paths
 
@@ -81,7 +87,8 @@ extension SecretServiceFrontEnd {
     /// the caller is the method's question, answered NoSuchObject when not).
     func find(_ path: String, interface: String) -> Bool {
         switch (Self.parse(path), interface) {
-        case (.collection?, Self.collectionInterface), (.alias?, Self.collectionInterface), (.item?, Self.itemInterface): true
+        case (.collection?, Self.collectionInterface), (.alias?, Self.collectionInterface), (.item?, Self.itemInterface),
+             (.item?, Self.cofferItemInterface): true
         case (_, "org.freedesktop.Secret.Prompt"): prompts[path] != nil
         default: false
         }
@@ -95,6 +102,23 @@ extension SecretServiceFrontEnd {
         let peer: Peer
         var agent: AgentConnection { peer.agent }
         var group: String { peer.group }
+
+        /// Where a collection the caller names lives: its access group and the collection's name
+        /// there (`group:G` is group G's `login`).
+        func location(_ collection: String) -> (group: String, name: String) {
+            if collection.hasPrefix(SecretServiceFrontEnd.groupCollectionPrefix) {
+                let g = String(collection.dropFirst(SecretServiceFrontEnd.groupCollectionPrefix.count))
+                if g != group, peer.groups.contains(g) { return (g, SecretServiceFrontEnd.loginCollection) }
+            }
+            return (group, collection)
+        }
+
+        /// What the caller calls collection `name` of access group `g`; nil for one it cannot reach
+        /// (a collection other than `login` of a group other than its default one).
+        func visible(group g: String, _ name: String) -> String? {
+            if g == group { return name }
+            return name == SecretServiceFrontEnd.loginCollection ? SecretServiceFrontEnd.groupCollectionPrefix + g : nil
+        }
     }
 
     func caller(_ m: OpaquePointer?) throws(BusError) -> Caller {
@@ -124,7 +148,9 @@ extension SecretServiceFrontEnd {
 
     /// A Secret Service item as the keychain holds it.
     struct Record {
+        /// The collection as the caller names it (``Caller/visible(group:_:)``), and as the item holds it.
         let collection: String
+        var stored: String
         let id: String
         let label: String
         /// The caller's attributes (without the reserved ones).
@@ -133,14 +159,16 @@ extension SecretServiceFrontEnd {
         let created: UInt64
         let modified: UInt64
         let protection: ProtectionClass
-        /// True if the item has an access control (one made through the native API): the front end
-        /// cannot satisfy one yet (no prompter), so it is locked.
-        var guarded = false
+        /// The item's access control in the CLI's `--access-control` form (one made through the
+        /// native API), or nil. Such an item is locked: its secret is read only through a prompt.
+        var accessControl: String? = nil
+        var guarded: Bool { accessControl != nil }
         var path: String { SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
 
         /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
         init(session item: SessionItem, id: String) {
             collection = SecretServiceFrontEnd.sessionCollection
+            stored = collection
             self.id = id
             label = item.label
             attributes = item.attributes
@@ -150,20 +178,27 @@ extension SecretServiceFrontEnd {
             protection = .always
         }
 
-        init?(_ a: Attributes) {
+        init?(_ a: Attributes, for c: Caller) {
             // Only items made through the Secret Service have a path: a collection and a random id.
             let general = a.generalAttributes
-            guard case .string(let id)? = a["acct"], SecretServiceFrontEnd.isItemID(id[...]), let collection = general["coffer:collection"],
-                  !collection.isEmpty else { return nil }
+            guard case .string(let id)? = a["acct"], SecretServiceFrontEnd.isItemID(id[...]), let stored = general["coffer:collection"],
+                  !stored.isEmpty else { return nil }
+            let group: String
+            if case .string(let g)? = a["agrp"] { group = g } else { group = c.group }
+            guard let collection = c.visible(group: group, stored) else { return nil }
             self.id = id
             self.collection = collection
+            self.stored = stored
             contentType = general["coffer:content-type"] ?? SecretServiceFrontEnd.defaultContentType
             attributes = general.filter { !$0.key.hasPrefix(SecretServiceFrontEnd.reservedPrefix) }
             if case .string(let l)? = a["labl"] { label = l } else { label = "" }
             created = Self.seconds(a["cdat"])
             modified = Self.seconds(a["mdat"])
             if case .string(let p)? = a["pdmn"], let c = ProtectionClass(parsing: p) { protection = c } else { protection = .defaultForNewItems }
-            guarded = a[AccessControl.attributeName] != nil
+            if let v = a[AccessControl.attributeName] {
+                // An access control the front end cannot decode still guards the item.
+                if case .data(let b) = v, let acl = AccessControl(encoded: b) { accessControl = acl.description } else { accessControl = "?" }
+            }
         }
 
         static func seconds(_ v: AttributeValue?) -> UInt64 {
@@ -174,7 +209,7 @@ extension SecretServiceFrontEnd {
         /// Every general attribute the item must keep on an update that names general attributes
         /// (such an update replaces the whole set).
         func general(attributes: [String: String]? = nil, contentType: String? = nil) -> Attributes {
-            var out: Attributes = [SecretServiceFrontEnd.collectionKey: .string(collection),
+            var out: Attributes = [SecretServiceFrontEnd.collectionKey: .string(stored),
                                    SecretServiceFrontEnd.contentTypeKey: .string(contentType ?? self.contentType)]
             for (k, v) in attributes ?? self.attributes { out[GeneralAttributes.key(k)] = .string(v) }
             return out
@@ -201,8 +236,14 @@ extension SecretServiceFrontEnd {
                    returnData: Bool = false) -> ItemQuery {
         var a = attributes
         a["svce"] = .string(Self.itemService)
-        a["agrp"] = .string(c.group)
-        if let collection { a[Self.collectionKey] = .string(collection) }
+        // Without a collection every group of the caller's is searched (Record leaves out what it cannot reach).
+        if let collection {
+            let (group, name) = c.location(collection)
+            a["agrp"] = .string(group)
+            a[Self.collectionKey] = .string(name)
+        } else if c.peer.groups.count == 1 {
+            a["agrp"] = .string(c.group)
+        }
         if let id { a["acct"] = .string(id) }
         return ItemQuery(itemClass: .genericPassword, attributes: a, limit: id == nil ? .all : .one, returnData: returnData,
                          returnAttributes: true)
@@ -219,7 +260,7 @@ extension SecretServiceFrontEnd {
 
     func keychainItems(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> [Record] {
         do {
-            return try c.agent.copyMatching(itemQuery(c, collection: collection, attributes: attributes)).compactMap { $0.attributes.flatMap(Record.init) }
+            return try c.agent.copyMatching(itemQuery(c, collection: collection, attributes: attributes)).compactMap { $0.attributes.flatMap { Record($0, for: c) } }
         } catch where error.status == .itemNotFound {
             return []
         } catch {
@@ -237,22 +278,23 @@ extension SecretServiceFrontEnd {
             return (Record(session: i, id: id), withSecret ? i.secret.slice(0..<i.secret.count) : nil)
         }
         let found = try agentCall { () throws(SecError) in try c.agent.copyMatching(itemQuery(c, collection: collection, id: id, returnData: withSecret)) }
-        guard let first = found.first, let r = first.attributes.flatMap(Record.init) else {
+        guard let first = found.first, let r = first.attributes.flatMap({ Record($0, for: c) }) else {
             throw BusError(name: BusError.noSuchObject, message: "no item \(path)")
         }
         return (r, first.data)
     }
 
-    /// A small record item (a collection's or an alias's): its service, account and group.
-    func recordQuery(_ c: Caller, service: String, account: String?) -> ItemQuery {
-        var a: Attributes = ["svce": .string(service), "agrp": .string(c.group)]
+    /// A small record item (a collection's or an alias's): its service, account and group (the
+    /// caller's default one unless given).
+    func recordQuery(_ c: Caller, service: String, account: String?, group: String? = nil) -> ItemQuery {
+        var a: Attributes = ["svce": .string(service), "agrp": .string(group ?? c.group)]
         if let account { a["acct"] = .string(account) }
         return ItemQuery(itemClass: .genericPassword, attributes: a, limit: account == nil ? .all : .one, returnAttributes: true)
     }
 
-    func records(_ c: Caller, service: String, account: String? = nil) throws(BusError) -> [Attributes] {
+    func records(_ c: Caller, service: String, account: String? = nil, group: String? = nil) throws(BusError) -> [Attributes] {
         do {
-            return try c.agent.copyMatching(recordQuery(c, service: service, account: account)).compactMap(\.attributes)
+            return try c.agent.copyMatching(recordQuery(c, service: service, account: account, group: group)).compactMap(\.attributes)
         } catch where error.status == .itemNotFound {
             return []
         } catch {
@@ -262,15 +304,15 @@ extension SecretServiceFrontEnd {
 
     /// Sets a record's attributes, adding the record if there is none. Record items are
     /// *AfterFirstUnlock*, so a collection's label and an alias stay readable while the keybag is locked.
-    func putRecord(_ c: Caller, service: String, account: String, _ attributes: Attributes) throws(BusError) {
-        let q = recordQuery(c, service: service, account: account)
+    func putRecord(_ c: Caller, service: String, account: String, group: String? = nil, _ attributes: Attributes) throws(BusError) {
+        let q = recordQuery(c, service: service, account: account, group: group)
         do {
             _ = try c.agent.update(q, ItemChanges(attributes: attributes))
         } catch where error.status == .itemNotFound {
             var a = attributes
             a["svce"] = .string(service)
             a["acct"] = .string(account)
-            a["agrp"] = .string(c.group)
+            a["agrp"] = .string(group ?? c.group)
             a["pdmn"] = .string(ProtectionClass.afterFirstUnlock.shortCode)
             try agentCall { () throws(SecError) in _ = try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: SecureBytes(count: 0))) }
         } catch {
@@ -282,12 +324,15 @@ extension SecretServiceFrontEnd {
         do { _ = try c.agent.delete(query) } catch where error.status == .itemNotFound {} catch { throw Self.busError(error) }
     }
 
-    /// The caller's persistent collections: `login`, then those made by CreateCollection.
+    /// The caller's persistent collections: `login`, those made by CreateCollection, then one for
+    /// each of its other access groups (`group:G`).
     func collectionNames(_ c: Caller) throws(BusError) -> [String] {
         var names = [Self.loginCollection]
         for r in try records(_: c, service: Self.collectionService) {
-            if case .string(let n)? = r["acct"], n != Self.loginCollection, n != Self.sessionCollection { names.append(n) }
+            if case .string(let n)? = r["acct"], n != Self.loginCollection, n != Self.sessionCollection,
+               !n.hasPrefix(Self.groupCollectionPrefix) { names.append(n) }
         }
+        names += c.peer.groups.dropFirst().filter { $0 != c.group }.map { Self.groupCollectionPrefix + $0 }
         return names + [Self.sessionCollection]
     }
 
@@ -315,6 +360,13 @@ extension SecretServiceFrontEnd {
         try agentCall { () throws(SecError) in try c.agent.status().lockState }
     }
 
+    /// Whether the item is locked for the caller: ``isLocked(_:_:)``, unless a prompt read its secret
+    /// for the caller and it waits to be read.
+    func isLocked(_ c: Caller, _ r: Record, _ state: LockState) -> Bool {
+        if r.guarded, releasedSecret(c, r.path, take: false) != nil { return false }
+        return Self.isLocked(r, state)
+    }
+
     /// Whether the item's class key is unavailable in `state`, or it has an access control.
     static func isLocked(_ r: Record, _ state: LockState) -> Bool {
         guard !r.guarded else { return true }
@@ -339,6 +391,7 @@ extension SecretServiceFrontEnd {
         let interface = ssb_message_interface(m).map { String(cString: $0) } ?? ""
         let member = ssb_message_member(m).map { String(cString: $0) } ?? ""
         let path = ssb_message_path(m).map { String(cString: $0) } ?? ""
+        dropExpiredSecrets()
         do throws(BusError) {
             let c = try caller(m)
             switch (interface, member) {
@@ -520,8 +573,8 @@ extension SecretServiceFrontEnd {
         let attributes = try Self.callerAttributes(Self.readDictionary(m))
         let found = try items(c, attributes: attributes)
         let state = try lockState(c)
-        let locked = found.filter { Self.isLocked($0, state) }.map(\.path)
-        let unlocked = found.filter { !Self.isLocked($0, state) }.map(\.path)
+        let locked = found.filter { isLocked(c, $0, state) }.map(\.path)
+        let unlocked = found.filter { !isLocked(c, $0, state) }.map(\.path)
         return replyWith(m) { r in
             let rc = Self.appendStrings(r, "o", unlocked)
             return rc < 0 ? rc : Self.appendStrings(r, "o", locked)
@@ -538,7 +591,7 @@ extension SecretServiceFrontEnd {
         for path in paths where seen.insert(path).inserted {
             // Locked and unknown items are left out (the spec's GetSecrets).
             do {
-                let (record, secret) = try item(c, path, withSecret: true)
+                let (record, secret) = try itemWithSecret(c, path)
                 if let secret { found.append((record, secret)) }
             } catch where error.name == BusError.noSuchObject || error.name == BusError.isLocked {
                 continue
@@ -642,15 +695,26 @@ extension SecretServiceFrontEnd {
         let paths = try Self.readPaths(m)
         let state = try lockState(c)
         var unlocked: [String] = [], locked: [String] = []
+        var reads: [String: ItemQuery] = [:], probes: Set<String> = []
         for path in paths {
             switch Self.parse(path) {
             case .item?:
                 // An item the agent cannot read while locked is locked; one that is not there is left out.
+                // An item with an access control is read by the prompt (the person answers its control).
                 do {
                     let (record, _) = try item(c, path)
-                    if Self.isLocked(record, state) { locked.append(path) } else { unlocked.append(path) }
+                    if isLocked(c, record, state) { locked.append(path) } else { unlocked.append(path) }
+                    if record.guarded, isLocked(c, record, state) {
+                        reads[path] = itemQuery(c, collection: record.collection, id: record.id, returnData: true)
+                    }
                 } catch where error.name == BusError.isLocked {
                     locked.append(path)
+                    // Whether it has an access control cannot be read while the keybag is locked: the
+                    // prompt looks once it has unlocked it.
+                    if case .item(let collection, let id)? = Self.parse(path) {
+                        reads[path] = itemQuery(c, collection: collection, id: id, returnData: true)
+                        probes.insert(path)
+                    }
                 } catch {
                     continue
                 }
@@ -661,7 +725,7 @@ extension SecretServiceFrontEnd {
             }
         }
         guard !locked.isEmpty else { return replyPaths(m, unlocked, then: Self.noPrompt) }
-        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked))
+        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked, reading: reads, probing: probes))
     }
 
     // MARK: Collection
@@ -748,6 +812,7 @@ extension SecretServiceFrontEnd {
             sessionItems[c.group]?[record.id] = item
             return
         }
+        if secret != nil { releasedSecret(c, record.path, take: true)?.wipe() }
         var changes = extra
         if attributes != nil || contentType != nil { changes.merge(record.general(attributes: attributes, contentType: contentType)) { $1 } }
         if let label { changes["labl"] = .string(label) }
@@ -757,6 +822,8 @@ extension SecretServiceFrontEnd {
     }
 
     func remove(_ c: Caller, _ record: Record) throws(BusError) {
+        // A secret a prompt read for the item is not kept past the item.
+        releasedSecret(c, record.path, take: true)?.wipe()
         if record.collection == Self.sessionCollection {
             sessionItems[c.group]?.removeValue(forKey: record.id)?.secret.wipe()
             return
@@ -794,12 +861,13 @@ extension SecretServiceFrontEnd {
                                                                   created: now, modified: now)
             return itemCreated(m, name: name, id: id)
         }
+        let (group, stored) = c.location(name)
         var a = attributes
         a["svce"] = .string(Self.itemService)
         a["acct"] = .string(id)
-        a["agrp"] = .string(c.group)
+        a["agrp"] = .string(group)
         a["labl"] = .string(properties.label)
-        a[Self.collectionKey] = .string(name)
+        a[Self.collectionKey] = .string(stored)
         a[Self.contentTypeKey] = .string(contentType)
         properties.apply(to: &a)
         _ = try agentCall { () throws(SecError) in try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: secret)) }
@@ -825,7 +893,8 @@ extension SecretServiceFrontEnd {
         for r in try records(c, service: Self.aliasService) where r[Self.collectionKey] == .string(name) {
             if case .string(let alias)? = r["acct"] { try deleteRecords(c, recordQuery(c, service: Self.aliasService, account: alias)) }
         }
-        try deleteRecords(c, recordQuery(c, service: Self.collectionService, account: name))
+        let (group, stored) = c.location(name)
+        try deleteRecords(c, recordQuery(c, service: Self.collectionService, account: stored, group: group))
         collectionEvent("CollectionDeleted", name)
         return replyPath(m, Self.noPrompt)
     }
@@ -835,7 +904,7 @@ extension SecretServiceFrontEnd {
     func getSecret(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let sessionPath = try Self.readString(m, CChar(UInt8(ascii: "o")))
         let session = try session(c, sessionPath)
-        let (record, secret) = try item(c, path, withSecret: true)
+        let (record, secret) = try itemWithSecret(c, path)
         guard let secret else { throw BusError(name: BusError.failed, message: "the agent sent no secret") }
         defer { secret.wipe() }
         var failure: BusError?
@@ -891,11 +960,13 @@ extension SecretServiceFrontEnd {
                 case "Items": return Self.appendStrings(reply, "o", try items(c, collection: name).map(\.path))
                 case "Locked": return ssb_append_bool(reply, try lockState(c) == .unlocked ? 0 : 1)
                 default:
-                    let record = try records(c, service: Self.collectionService, account: name).first
+                    let (group, stored) = c.location(name)
+                    let record = try records(c, service: Self.collectionService, account: stored, group: group).first
                     switch property {
                     case "Label":
                         if case .string(let l)? = record?["labl"] { return Self.appendString(reply, "s", l) }
-                        return Self.appendString(reply, "s", name == Self.loginCollection ? "Login" : name)
+                        // Another group's collection is labelled with the group until its label is set.
+                        return Self.appendString(reply, "s", name == Self.loginCollection ? "Login" : group != c.group ? group : name)
                     case "Created": return ssb_append_u64(reply, Record.seconds(record?["cdat"]))
                     default: return ssb_append_u64(reply, Record.seconds(record?["mdat"]))
                     }
@@ -904,10 +975,12 @@ extension SecretServiceFrontEnd {
                 // An item whose attributes the agent cannot read now is locked.
                 do {
                     let (record, _) = try item(c, path)
-                    return ssb_append_bool(reply, Self.isLocked(record, try lockState(c)) ? 1 : 0)
+                    return ssb_append_bool(reply, isLocked(c, record, try lockState(c)) ? 1 : 0)
                 } catch where error.name == BusError.isLocked {
                     return ssb_append_bool(reply, 1)
                 }
+            case (Self.cofferItemInterface, "AccessControl"):
+                return Self.appendString(reply, "s", try item(c, path).0.accessControl ?? "")
             case (Self.itemInterface, _):
                 let (record, _) = try item(c, path)
                 switch property {
@@ -938,7 +1011,8 @@ extension SecretServiceFrontEnd {
                 guard name != Self.sessionCollection else {
                     throw BusError(name: BusError.notSupported, message: "the session collection's label cannot be set")
                 }
-                try putRecord(c, service: Self.collectionService, account: name, ["labl": .string(label)])
+                let (group, stored) = c.location(name)
+                try putRecord(c, service: Self.collectionService, account: stored, group: group, ["labl": .string(label)])
                 collectionEvent("CollectionChanged", name)
             case (Self.itemInterface, "Label"):
                 let label = try Self.readString(value)
@@ -993,35 +1067,66 @@ extension SecretServiceFrontEnd {
     struct PendingPrompt {
         let sender: String
         let objects: [String]
+        /// The items with an access control among `objects` (path → the query reading its secret),
+        /// and those of them that may have none (locked when asked: looked at after unlocking).
+        var reads: [String: ItemQuery] = [:]
+        var probes: Set<String> = []
         var work: PromptWork? = nil
     }
 
-    /// A Prompt object for `objects`, the caller's (at most ``promptsPerSender`` at once).
-    func newPrompt(_ c: Caller, unlocking objects: [String]) throws(BusError) -> String {
+    /// A Prompt object for `objects`, the caller's (at most ``promptsPerSender`` at once); `reads`:
+    /// the items with an access control among them, whose secrets the prompt reads (`probes`: those
+    /// read only if they turn out to have one).
+    func newPrompt(_ c: Caller, unlocking objects: [String], reading reads: [String: ItemQuery] = [:],
+                   probing probes: Set<String> = []) throws(BusError) -> String {
         guard prompts.values.count(where: { $0.sender == c.sender }) < Self.promptsPerSender else {
             throw BusError(name: BusError.limitsExceeded, message: "\(c.sender) already holds \(Self.promptsPerSender) prompts")
         }
         let path = Self.promptPrefix + "/p" + String(nextPrompt)
         nextPrompt += 1
-        prompts[path] = PendingPrompt(sender: c.sender, objects: objects)
+        prompts[path] = PendingPrompt(sender: c.sender, objects: objects, reads: reads, probes: probes)
         return path
     }
 
     /// Prompt(window-id) returns at once. On a thread of its own, a new agent connection is delegated
-    /// to the sender's process and sends PROMPT_UNLOCK: the agent asks the person with its own
-    /// pinentry, naming the app as it identified the sender. *Completed* follows on the bus thread:
-    /// (false, the objects) once unlocked, (true, []) when the person cancelled, nobody could be asked
-    /// (no pinentry: at once) or the agent refused. Meanwhile every other call is served.
+    /// to the sender's process and sends PROMPT_UNLOCK, then PROMPT_READ for each item with an access
+    /// control: the agent asks the person with its own prompter, naming the app as it identified the
+    /// sender. *Completed* follows on the bus thread: (false, the objects) once unlocked and read,
+    /// (true, []) when the person cancelled, nobody could be asked (no pinentry, or a sender without a
+    /// display: at once) or the agent refused. Meanwhile every other call is served; a sender has one
+    /// prompt running at a time.
     func prompt(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         guard var p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
+        guard p.work == nil else { return ssb_reply_empty(m) }
+        // One running prompt per sender: a person is asked one thing at a time. Prompts whose
+        // threads have just ended are completed first, so a finished one never counts.
+        completePrompts()
+        if let running = prompts.first(where: { $0.key != path && $0.value.sender == c.sender && $0.value.work != nil })?.key {
+            throw BusError(name: BusError.limitsExceeded,
+                           message: "\(c.sender) already has a running prompt (\(running)): dismiss it or wait for its Completed first")
+        }
         let rc = ssb_reply_empty(m)
-        guard p.work == nil else { return rc }
-        let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, completions: completions)
+        // A prompt never appears for a caller with no way to see it: one without a display.
+        guard Self.hasDisplay(c.peer.process) else {
+            complete(path, unlocked: false)
+            return rc
+        }
+        let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, probes: p.probes,
+                              completions: completions)
         p.work = work
         prompts[path] = p
         // Without a wake descriptor the bus thread would never learn the end: dismissed at once.
         if completions.wake < 0 || !work.start() { complete(path, unlocked: false) }
         return rc
+    }
+
+    /// Whether the sender's process has a display a prompt could appear on: `DISPLAY` or
+    /// `WAYLAND_DISPLAY` set (not empty) in its environment (`/proc/PID/environ`, read while the process
+    /// still has the start time DELEGATE named, so never a reused pid's). A script run from cron or an
+    /// ssh session has none.
+    static func hasDisplay(_ process: DelegatedProcess) -> Bool {
+        ProcessEnvironment.variables(["DISPLAY", "WAYLAND_DISPLAY"], ofPID: process.pid, startTime: process.startTime)
+            .values.contains { !$0.isEmpty }
     }
 
     /// Dismiss: the prompt's agent connection closes (the agent's pinentry with it) and
@@ -1034,54 +1139,119 @@ extension SecretServiceFrontEnd {
         return rc
     }
 
-    /// The prompt at `path` ends (nothing if it already has): Completed on the bus.
-    func complete(_ path: String, unlocked: Bool) {
-        guard let p = prompts.removeValue(forKey: path) else { return }
-        if unlocked {
-            let cs: [UnsafePointer<CChar>?] = p.objects.map { UnsafePointer(strdup($0)) }
-            defer { cs.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
-            _ = cs.withUnsafeBufferPointer { ssb_emit_completed(bus, path, 0, $0.baseAddress, p.objects.count) }
-        } else {
+    /// The prompt at `path` ends (nothing if it already has): Completed on the bus. The secrets it
+    /// read are kept for its sender (``releasedSecretSeconds``).
+    func complete(_ path: String, unlocked: Bool, secrets: [String: SecureBytes] = [:]) {
+        guard let p = prompts.removeValue(forKey: path) else {
+            secrets.values.forEach { $0.wipe() }
+            return
+        }
+        guard unlocked else {
+            secrets.values.forEach { $0.wipe() }
             _ = ssb_emit_completed(bus, path, 1, nil, 0)
+            return
+        }
+        let until = Threads.monotonicSeconds() + Self.releasedSecretSeconds
+        for (item, secret) in secrets {
+            released[p.sender, default: [:]].updateValue(ReleasedSecret(secret: secret, until: until), forKey: item)?.secret.wipe()
+        }
+        let cs: [UnsafePointer<CChar>?] = p.objects.map { UnsafePointer(strdup($0)) }
+        defer { cs.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
+        _ = cs.withUnsafeBufferPointer { ssb_emit_completed(bus, path, 0, $0.baseAddress, p.objects.count) }
+    }
+
+    /// How long (seconds) a secret a prompt read waits for its sender's GetSecret or GetSecrets.
+    static let releasedSecretSeconds = 60.0
+
+    /// The secret of an item with an access control that a prompt read: one read of it, by the
+    /// prompt's sender, within ``releasedSecretSeconds``.
+    struct ReleasedSecret {
+        let secret: SecureBytes
+        let until: Double
+    }
+
+    /// Wipes every released secret whose time is up, whoever's (at each method call).
+    func dropExpiredSecrets() {
+        guard !released.isEmpty else { return }
+        let now = Threads.monotonicSeconds()
+        for (sender, secrets) in released {
+            var kept = secrets
+            for (p, r) in secrets where r.until <= now { kept.removeValue(forKey: p)?.secret.wipe() }
+            released[sender] = kept.isEmpty ? nil : kept
+        }
+    }
+
+    /// The secret a prompt read of the item at `path` for the caller (its expired ones dropped);
+    /// with `take`, handed over (the caller wipes it) and no longer kept.
+    func releasedSecret(_ c: Caller, _ path: String, take: Bool) -> SecureBytes? {
+        dropExpiredSecrets()
+        guard var mine = released[c.sender] else { return nil }
+        let found = take ? mine.removeValue(forKey: path)?.secret : mine[path]?.secret
+        released[c.sender] = mine.isEmpty ? nil : mine
+        return found
+    }
+
+    /// The item at `path` with its secret: the one a prompt read for the caller if it waits (an item
+    /// with an access control), else the agent's.
+    func itemWithSecret(_ c: Caller, _ path: String) throws(BusError) -> (Record, SecureBytes?) {
+        guard let secret = releasedSecret(c, path, take: true) else { return try item(c, path, withSecret: true) }
+        do {
+            return (try item(c, path).0, secret)
+        } catch {
+            secret.wipe()
+            throw error
         }
     }
 
     /// On the bus thread: the prompts whose threads have ended.
     func completePrompts() {
-        for (path, unlocked) in completions.take() { complete(path, unlocked: unlocked) }
+        for e in completions.take() { complete(e.path, unlocked: e.unlocked, secrets: e.secrets) }
     }
 }
 
 /// Prompts that ended on their threads, handed to the bus thread: an eventfd wakes its loop.
 final class PromptCompletions: Sendable {
+    /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
+    typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])
     /// The eventfd (-1 if none could be made: every prompt then completes dismissed at once).
     let wake: Int32 = max(-1, ssb_wake_fd_open())
-    private let ended = Protected<[(path: String, unlocked: Bool)]>([])
+    private let ended = Protected<[Ended]>([])
 
-    func post(_ path: String, unlocked: Bool) {
-        ended.withLock { $0.append((path, unlocked)) }
+    func post(_ path: String, unlocked: Bool, secrets: [String: SecureBytes] = [:]) {
+        ended.withLock { $0.append((path, unlocked, secrets)) }
         if wake >= 0 { ssb_wake(wake) }
     }
 
-    func take() -> [(path: String, unlocked: Bool)] { ended.withLock { e in defer { e = [] }; return e } }
+    func take() -> [Ended] { ended.withLock { e in defer { e = [] }; return e } }
 
-    deinit { if wake >= 0 { close(wake) } }
+    deinit {
+        for e in take() { e.secrets.values.forEach { $0.wipe() } }
+        if wake >= 0 { close(wake) }
+    }
 }
 
 /// One prompt's work off the bus thread: its own agent connection, delegated to the sender's
-/// process, sending PROMPT_UNLOCK; ``cancel()`` (Dismiss, the sender leaving) shuts it down from the
-/// bus thread, and the agent's pinentry closes.
+/// process, sending PROMPT_UNLOCK, then PROMPT_READ for each item with an access control (the agent's
+/// prompter asks the person for the item's control); ``cancel()`` (Dismiss, the sender leaving) shuts
+/// it down from the bus thread, and the agent's pinentry closes.
 final class PromptWork: @unchecked Sendable {
     let path: String
     let process: SecretServiceFrontEnd.DelegatedProcess
     let socketPath: String
+    /// Item path → the query reading its secret; `probes`: the items read only if, once the keybag
+    /// is unlocked, they turn out to have an access control.
+    let reads: [String: ItemQuery]
+    let probes: Set<String>
     let completions: PromptCompletions
     private let state = Protected<(connection: AgentConnection?, cancelled: Bool)>((connection: nil, cancelled: false))
 
-    init(path: String, process: SecretServiceFrontEnd.DelegatedProcess, socketPath: String, completions: PromptCompletions) {
+    init(path: String, process: SecretServiceFrontEnd.DelegatedProcess, socketPath: String, reads: [String: ItemQuery] = [:],
+         probes: Set<String> = [], completions: PromptCompletions) {
         self.path = path
         self.process = process
         self.socketPath = socketPath
+        self.reads = reads
+        self.probes = probes
         self.completions = completions
     }
 
@@ -1097,6 +1267,7 @@ final class PromptWork: @unchecked Sendable {
 
     private func run() {
         var unlocked = false
+        var secrets: [String: SecureBytes] = [:]
         do throws(SecError) {
             let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
                                             replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
@@ -1109,10 +1280,27 @@ final class PromptWork: @unchecked Sendable {
                 // The person takes as long as they take; the agent's prompter bounds the wait.
                 agent.setReplyTimeout(0)
                 try agent.promptUnlock()
+                for (item, query) in reads.sorted(by: { $0.key < $1.key }) {
+                    if probes.contains(item) {
+                        var probe = query
+                        probe.returnData = false
+                        probe.returnAttributes = true
+                        let found: [ItemResult]
+                        do { found = try agent.copyMatching(probe) } catch where error.status == .itemNotFound { continue }
+                        guard found.first?.attributes?[AccessControl.attributeName] != nil else { continue }
+                    }
+                    guard let secret = try agent.promptRead(query).first?.data else {
+                        throw SecError(.itemNotFound, "the item is gone")
+                    }
+                    secrets[item] = secret
+                }
                 unlocked = true
             }
-        } catch {}
+        } catch {
+            secrets.values.forEach { $0.wipe() }
+            secrets = [:]
+        }
         state.withLock { $0.connection = nil }
-        completions.post(path, unlocked: unlocked)
+        completions.post(path, unlocked: unlocked, secrets: secrets)
     }
 }

@@ -10,6 +10,9 @@ package struct CallerContext: Sendable {
     /// The caller's identity, established once (CofferIdentity): what the policy turns into the
     /// access groups of every item request.
     package let caller: CallerIdentity
+    /// True if a front end handed this conversation to the caller's process (the native protocol's
+    /// DELEGATE): only then may the agent's own prompter ask the person for it (PROMPT_READ).
+    package let isDelegated: Bool
     /// Groups the user authorized (AUTHORIZE) for the rest of this conversation: the shell helper's one
     /// command (a paged search is several requests), in the lock generation they were given in (a
     /// lock or the passcode's removal ends them, as it ends every reused authentication).
@@ -31,8 +34,9 @@ package struct CallerContext: Sendable {
         var nextCursor: UInt64
     }
 
-    package init(caller: CallerIdentity) {
+    package init(caller: CallerIdentity, delegated: Bool = false) {
         self.caller = caller
+        isDelegated = delegated
     }
 
     /// Lets this conversation's item requests use `group` too, while the lock generation stays `generation`.

@@ -16,25 +16,25 @@ struct BiometryTests {
     /// An agent whose biometry is `plugin`, with the built plugins copied into a private directory.
     static func agent(biometry plugin: String = "biometric-emulator", extraConfig: String = "", setPasscode: Bool = true) throws -> AgentProcess {
         let setup = TemporaryDirectory("coffer-bio-setup")
+        let config = setup.file("cofferd.conf")
+        try (pluginConfig(in: setup, biometry: plugin) + ["authentication-timeout = 30", extraConfig, ""]).joined(separator: "\n")
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", config])
+        agent.keepAlive = setup
+        if setPasscode { agent.setPasscode() }
+        return agent
+    }
+
+    /// The agent configuration lines serving biometry with `plugin` from copies of the built plugins
+    /// in `setup` (a private directory, as the agent requires of a plugin directory).
+    static func pluginConfig(in setup: TemporaryDirectory, biometry plugin: String = "biometric-emulator") -> [String] {
         let plugins = setup.file("plugins")
         mkdir(plugins, 0o755)
         for so in ["libCofferPluginBiometricEmulator.so", "libCofferPluginTest.so", "libCofferPluginPasscode.so"] {
             writeFileBytes(plugins + "/" + so, fileBytes(Binaries.directory + "/" + so))
             chmod(plugins + "/" + so, 0o644)
         }
-        let config = setup.file("cofferd.conf")
-        try """
-            biometry = \(plugin)
-            plugin-dir = \(plugins)
-            plugin-host = \(Binaries.directory)/coffer-plugin-host
-            authentication-timeout = 30
-            \(extraConfig)
-
-            """.write(toFile: config, atomically: true, encoding: .utf8)
-        let agent = try AgentProcess(extraArguments: ["--config", config])
-        agent.keepAlive = setup
-        if setPasscode { agent.setPasscode() }
-        return agent
+        return ["biometry = \(plugin)", "plugin-dir = \(plugins)", "plugin-host = \(Binaries.directory)/coffer-plugin-host"]
     }
 
     /// `coffer ARGS` without a terminal, the passcode on stdin for --auth-passcode-fd 0.

@@ -55,6 +55,7 @@ enum PinentryHarness {
             try """
                 #!/bin/sh
                 D='\(dir.path)'
+                echo "$DISPLAY" >> "$D/display.log"
                 echo "OK fake pinentry"
                 err=""
                 title=""
@@ -105,6 +106,12 @@ enum PinentryHarness {
             if let pin { try pin.write(toFile: dir.file("pin"), atomically: true, encoding: .utf8) }
             if let passcode { try passcode.write(toFile: dir.file("passcode"), atomically: true, encoding: .utf8) }
             if let confirm { try confirm.write(toFile: dir.file("confirm"), atomically: true, encoding: .utf8) }
+        }
+
+        /// The `DISPLAY` each run of this pinentry had, in order.
+        func displays() -> [String] {
+            ((try? String(contentsOfFile: dir.file("display.log"), encoding: .utf8)) ?? "").split(separator: "\n", omittingEmptySubsequences: false)
+                .dropLast().map(String.init)
         }
 
         /// The questions asked so far (one line each), and forgets them.

@@ -64,16 +64,19 @@ final class PrivateSessionBus: @unchecked Sendable {
         return r.status == 0 ? r.stdout : nil
     }
 
-    /// Runs a program on this bus.
-    func run(_ executable: String, _ args: [String], stdin: String? = nil) -> CLIResult {
-        runProcess(executable, args, stdin: stdin, environment: ["DBUS_SESSION_BUS_ADDRESS": address], timeout: 60)
+    /// Runs a program on this bus. It has the display `display` (`DISPLAY`, never opened: the front end
+    /// prompts only a client that has one, and the agent's scripted pinentry needs none), or with
+    /// `display: nil` none, as a script from cron or an ssh session.
+    func run(_ executable: String, _ args: [String], stdin: String? = nil, display: String? = ":0") -> CLIResult {
+        runProcess(executable, args, stdin: stdin, environment: ["DBUS_SESSION_BUS_ADDRESS": address].merging(display.map { ["DISPLAY": $0] } ?? [:]) { $1 },
+                   unset: ["DISPLAY", "WAYLAND_DISPLAY"], timeout: 60)
     }
 
     /// Runs a Python script (python3-secretstorage and jeepney) on this bus.
-    func python(_ script: String) throws -> CLIResult {
+    func python(_ script: String, display: String? = ":0") throws -> CLIResult {
         let path = dir.file("script-\(UUID().uuidString).py")
         try script.write(toFile: path, atomically: true, encoding: .utf8)
-        return run(Self.python, [path])
+        return run(Self.python, [path], display: display)
     }
 
     func read(_ log: String) -> String { (try? String(contentsOfFile: dir.file(log), encoding: .utf8)) ?? "" }

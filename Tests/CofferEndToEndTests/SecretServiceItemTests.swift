@@ -325,6 +325,138 @@ struct SecretServiceItemTests {
         #expect(frontEnd.isRunning)
     }
 
+    /// A search on a locked keychain (SecretServiceMapping.md, Locked, Lock and Unlock): the agent can
+    /// match but cannot name a WhenUnlocked item, so a search reaching one answers IsLocked (libsecret
+    /// and secret-tool report it); one whose matches are all AfterFirstUnlock items is answered in
+    /// full and their secrets read; another group's locked match never makes a search IsLocked.
+    @Test func aSearchOnALockedKeychainIsAnsweredOrIsLockedAsTheMappingSays() throws {
+        var signed = ""
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp { apps in
+            signed = try apps.install("signed-python", source: PrivateSessionBus.python)
+            try apps.sign("signed-python", appID: "org.example.signed-python", groups: ["org.example.signed"])
+        }
+        defer { withExtendedLifetime((apps, agent)) {} }
+        agent.setPasscode()
+        // A WhenUnlocked item of another identity, with the attribute the searches below use.
+        let other = bus.dir.file("other.py")
+        try (SecretServiceBusTests.prelude + """
+            secretstorage.get_default_collection(a).create_item('theirs', {'kind': 'afu'}, b'theirs')
+            print('done')
+
+            """).write(toFile: other, atomically: true, encoding: .utf8)
+        let made = bus.run(signed, [other])
+        #expect(made.status == 0 && made.stdout.contains("done"), "\(made)")
+        #expect(bus.run("/usr/bin/secret-tool", ["store", "--label=Mail", "kind", "wu"], stdin: "when unlocked").status == 0)
+        let afu = try bus.python(SecretServiceBusTests.prelude + #"""
+            r = call(a, '/org/freedesktop/secrets/collection/login', 'org.freedesktop.Secret.Collection', 'CreateItem', 'a{sv}(oayays)b',
+                     {'org.freedesktop.Secret.Item.Label': ('s', 'After first unlock'),
+                      'org.freedesktop.Secret.Item.Attributes': ('a{ss}', {'kind': 'afu'}),
+                      'io.coffer.Item.Accessible': ('s', 'ck')},
+                     (open_plain(a)[1][1], b'', b'after first unlock', 'text/plain'), False)
+            assert r[0] == 'ok', r
+            print('done')
+            """#)
+        #expect(afu.status == 0 && afu.stdout.contains("done"), "\(afu)")
+        #expect(agent.cli(["lock"]).status == 0)
+        let r = try bus.python(#"""
+            gi = __import__('gi')  # an import statement here would read as a Swift module to PackageGraphTests
+            gi.require_version('Secret', '1')
+            from gi.repository import Secret, GLib
+            service = Secret.Service.get_sync(Secret.ServiceFlags.OPEN_SESSION, None)
+            try:
+                service.search_sync(None, {'kind': 'wu'}, Secret.SearchFlags.ALL, None)
+                raise AssertionError('a search reaching a WhenUnlocked item was answered while locked')
+            except GLib.Error as e:
+                assert 'IsLocked' in e.message or 'locked' in e.message.lower(), e.message
+            found = service.search_sync(None, {'kind': 'afu'}, Secret.SearchFlags.ALL | Secret.SearchFlags.LOAD_SECRETS, None)
+            assert [(i.get_label(), i.get_locked(), i.get_secret().get_text()) for i in found] \
+                == [('After first unlock', False, 'after first unlock')], found
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        let wu = bus.run("/usr/bin/secret-tool", ["lookup", "kind", "wu"])
+        #expect(wu.status != 0 && wu.stdout.isEmpty, "\(wu)")
+        #expect(bus.run("/usr/bin/secret-tool", ["lookup", "kind", "afu"]).stdout == "after first unlock")
+        #expect(frontEnd.isRunning)
+    }
+
+    /// An item made natively with an access control shows it, read-only, as
+    /// `io.coffer.Item.AccessControl` (the CLI's form; empty for an item without one), and is Locked.
+    @Test func anItemsAccessControlIsARead_OnlyProperty() throws {
+        let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
+        agent.setPasscode()
+        let id = "0123456789abcdef0123456789abcdef"
+        let add = agent.cli(["add", "--service", "org.freedesktop.secrets", "--account", id, "--label", "Guarded",
+                             "--attr", "coffer:collection=login", "--attr", "kind=guarded",
+                             "--access-control", "device-passcode,or,biometry-any", "--secret-stdin"], stdin: "guarded secret")
+        #expect(add.status == 0, "\(add)")
+        #expect(bus.run("/usr/bin/secret-tool", ["store", "--label=Plain", "kind", "plain"], stdin: "plain secret").status == 0)
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            ITEM, COFFER, PROPS = 'org.freedesktop.Secret.Item', 'io.coffer.Item', 'org.freedesktop.DBus.Properties'
+            guarded = PATH + '/collection/login/0123456789abcdef0123456789abcdef'
+            found = call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {'kind': 'guarded'})
+            assert found == ('ok', ([], [guarded])), found
+            plain = call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {'kind': 'plain'})[1][0][0]
+            assert call(a, guarded, PROPS, 'Get', 'ss', COFFER, 'AccessControl') == ('ok', (('s', 'device-passcode,or,biometry-any'),))
+            assert call(a, plain, PROPS, 'Get', 'ss', COFFER, 'AccessControl') == ('ok', (('s', ''),))
+            assert call(a, guarded, PROPS, 'Get', 'ss', ITEM, 'Locked') == ('ok', (('b', True),))
+            assert call(a, guarded, PROPS, 'Set', 'ssv', COFFER, 'AccessControl', ('s', '')) [0] == 'error'
+            assert 'io.coffer.Item' in introspect(guarded) and 'AccessControl' in introspect(guarded)
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
+    }
+
+    /// A signed app whose manifest lists two groups sees one collection per group: `login` in its
+    /// first, and its second group's own (labelled with the group, at `group:GROUP`). An item stored
+    /// there is in that group: the app whose only group it is finds it in its `login`, and an
+    /// unsigned program never sees it.
+    @Test func aSignedAppSeesACollectionForEachOfItsGroups() throws {
+        var both = "", second = ""
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp { apps in
+            both = try apps.install("both-python", source: PrivateSessionBus.python)
+            try apps.sign("both-python", appID: "org.example.both", groups: ["org.example.first", "org.example.second"])
+            second = try apps.install("second-python", source: PrivateSessionBus.python)
+            try apps.sign("second-python", appID: "org.example.second-app", groups: ["org.example.second"])
+        }
+        defer { withExtendedLifetime((apps, agent)) {} }
+        let script = bus.dir.file("both.py")
+        try (SecretServiceBusTests.prelude + #"""
+            by_label = {c.get_label(): c for c in secretstorage.get_all_collections(a)}
+            assert sorted(by_label) == ['Login', 'Session', 'org.example.second'], sorted(by_label)
+            other = by_label['org.example.second']
+            assert other.collection_path == PATH + '/collection/group_3aorg_2eexample_2esecond', other.collection_path
+            item = other.create_item('shared by second', {'app': 'second'}, b'second secret')
+            assert item.item_path.startswith(other.collection_path + '/'), item.item_path
+            by_label['Login'].create_item('first only', {'app': 'first'}, b'first secret')
+            found = list(secretstorage.search_items(a, {'app': 'second'}))
+            assert [i.item_path for i in found] == [item.item_path], [i.item_path for i in found]
+            assert found[0].get_secret() == b'second secret'
+            assert [i.get_label() for i in other.get_all_items()] == ['shared by second']
+            assert [i.get_label() for i in by_label['Login'].get_all_items()] == ['first only']
+            print('done')
+            """#).write(toFile: script, atomically: true, encoding: .utf8)
+        let r = bus.run(both, [script])
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        let script2 = bus.dir.file("second.py")
+        try (SecretServiceBusTests.prelude + #"""
+            login = secretstorage.get_default_collection(a)
+            assert [(i.get_label(), i.get_secret()) for i in login.get_all_items()] == [('shared by second', b'second secret')]
+            assert [c.get_label() for c in secretstorage.get_all_collections(a)] == ['Login', 'Session']
+            print('done')
+            """#).write(toFile: script2, atomically: true, encoding: .utf8)
+        let r2 = bus.run(second, [script2])
+        #expect(r2.status == 0 && r2.stdout.contains("done"), "\(r2)\n\(bus.read("front-end.log"))")
+        let unsigned = try bus.python(SecretServiceBusTests.prelude + #"""
+            assert list(secretstorage.search_items(a, {'app': 'second'})) == []
+            assert list(secretstorage.search_items(a, {'app': 'first'})) == []
+            print('done')
+            """#)
+        #expect(unsigned.status == 0 && unsigned.stdout.contains("done"), "\(unsigned)")
+        #expect(frontEnd.isRunning)
+    }
+
     /// Lock through the Secret Service locks the keybag (as `coffer lock`); then secrets are
     /// IsLocked, searches answer the items as locked, and Unlock gives a prompt that completes
     /// dismissed (the front end has no way to show one); after `coffer unlock`, Unlock answers at once.

@@ -51,6 +51,25 @@ struct SecretServicePromptTests {
 
         """#
 
+    /// Python helpers for a scripted pinentry told to `hang` (its pid then in `hung`): `wait_asked()`
+    /// until the agent's pinentry is asked, `wait_gone()` until that pinentry has exited.
+    static func pinentryWaits(_ hung: String) -> String {
+        """
+        def wait_asked():
+            deadline = time.time() + 60
+            while not os.path.exists('\(hung)') and time.time() < deadline:
+                time.sleep(0.05)
+            assert os.path.exists('\(hung)'), 'the pinentry was not asked'
+        def wait_gone():
+            pid = int(open('\(hung)').read())
+            deadline = time.time() + 30
+            while os.path.exists('/proc/%d' % pid) and time.time() < deadline:
+                time.sleep(0.05)
+            assert not os.path.exists('/proc/%d' % pid), 'the pinentry is still running'
+
+        """
+    }
+
     @Test func aLockedKeychainIsUnlockedThroughThePromptAndTheAgentsPinentry() throws {
         let f = try Locked(passcode: AgentProcess.password)
         #expect(f.lookup().stdout.isEmpty, "the keychain is not locked")
@@ -124,6 +143,45 @@ struct SecretServicePromptTests {
                 time.sleep(0.05)
             assert not os.path.exists('/proc/%d' % pid), 'the pinentry is still running'
             assert open_plain(a)[0] == 'ok'
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.bus.read("front-end.log"))\n\(f.agent.log)")
+        #expect(f.lookup().stdout.isEmpty, "the keychain was unlocked")
+    }
+
+    /// One running prompt per sender: while the first prompt's pinentry waits, the same sender's
+    /// second *Prompt* is refused LimitsExceeded and nobody else is asked; another sender's prompt is
+    /// still accepted; once the first is dismissed, the second runs.
+    @Test func aSecondRunningPromptFromTheSameSenderIsRefused() throws {
+        let f = try Locked(passcode: "hang")
+        let r = try f.bus.python(Self.prelude + Self.pinentryWaits(f.dir.file("hung.pid")) + """
+            from jeepney.bus_messages import MatchRule
+            PROMPT = 'org.freedesktop.Secret.Prompt'
+            first, second = unlock(a), unlock(a)
+            assert first != second, (first, second)
+            def completed(prompt):
+                return MatchRule(path=prompt, interface=PROMPT, member='Completed', type=MessageType.signal)
+            with a.filter(completed(first)) as signals:
+                assert call(a, first, PROMPT, 'Prompt', 's', '') == ('ok', ())
+                wait_asked()
+                refused = call(a, second, PROMPT, 'Prompt', 's', '')
+                assert refused == ('error', 'org.freedesktop.DBus.Error.LimitsExceeded'), refused
+                # The running one asked again is no second prompt.
+                assert call(a, first, PROMPT, 'Prompt', 's', '') == ('ok', ())
+                # Another sender is not limited by a's prompt.
+                other = unlock(b)
+                with b.filter(completed(other)) as others:
+                    assert call(b, other, PROMPT, 'Prompt', 's', '') == ('ok', ())
+                    assert call(b, other, PROMPT, 'Dismiss') == ('ok', ())
+                    assert b.recv_until_filtered(others, timeout=30).body == (True, ('ao', []))
+                assert call(a, first, PROMPT, 'Dismiss') == ('ok', ())
+                assert a.recv_until_filtered(signals, timeout=30).body == (True, ('ao', []))
+            # The refused prompt is still there, and runs now that the first has ended.
+            with a.filter(completed(second)) as signals:
+                assert call(a, second, PROMPT, 'Prompt', 's', '') == ('ok', ())
+                assert call(a, second, PROMPT, 'Dismiss') == ('ok', ())
+                assert a.recv_until_filtered(signals, timeout=30).body == (True, ('ao', []))
             print('done')
 
             """)

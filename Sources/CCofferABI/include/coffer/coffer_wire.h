@@ -50,6 +50,7 @@
 #define COFFER_MSG_DELEGATE 0x1A /* a front end's first request: the pidfd it passes (SCM_RIGHTS) is the caller */
 #define COFFER_MSG_PROTECTIONS 0x1B /* which protections are active: device key, attempt counting, rollback detection */
 #define COFFER_MSG_PROMPT_UNLOCK 0x1C /* a delegated connection: the agent asks the passcode with its own pinentry and unlocks */
+#define COFFER_MSG_PROMPT_READ 0x22 /* a delegated connection: COPY_MATCHING, the items' access controls answered by the agent's own prompter */
 #define COFFER_MSG_PORTAL_SECRET 0x1D /* the portal secret backend (entitlement portal-secret): a Flatpak app's per-app secret */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81

@@ -1,0 +1,218 @@
+import CofferClient
+import CofferModel
+import CofferSystem
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// Items with an access control through the Secret Service (SecretServiceMapping.md, Locked, Lock
+/// and Unlock): such an item is Locked; *Unlock* of it gives a *Prompt*, and the prompt's own
+/// delegated agent connection reads it with PROMPT_READ, the agent's prompter answering the item's
+/// control (its pinentry, here PinentryHarness's scripted one; the biometric emulator through the
+/// plugin host). Real agent, real bus, secret-tool and secretstorage.
+@Suite(.serialized, .enabled(if: PrivateSessionBus.available && PrivateSessionBus.clientsAvailable && biometryPluginsBuilt,
+                             "needs dbus-daemon, the Secret Service clients (contrib/deps.sh) and the built plugins"))
+struct SecretServiceAccessControlTests {
+    static let itemID = "00112233445566778899aabbccddeeff"
+    static let itemPath = "/org/freedesktop/secrets/collection/login/" + itemID
+
+    /// A front end whose agent has the biometric emulator (alice enrolled) and, with `pinentry`, the
+    /// scripted pinentry answering GETPIN with `pin` and CONFIRM with `confirm`; a passcode set, and
+    /// one Secret Service item made natively with the access control `rule` (an application-password
+    /// rule's password: `appPassword`).
+    final class Guarded: @unchecked Sendable {
+        let dir = PinentryHarness.ShortDirectory()
+        let plugins = TemporaryDirectory("coffer-ssac-plugins")
+        let fake: PinentryHarness.FakePinentry
+        let apps: SignedApps
+        let agent: AgentProcess
+        let bus: PrivateSessionBus
+        let frontEnd: Process
+
+        init(rule: String, pinentry: Bool = true, pin: String = AgentProcess.password, confirm: String = "hang",
+             appPassword: String? = nil) throws {
+            fake = try PinentryHarness.FakePinentry(in: dir, pin: pin, passcode: pin, confirm: confirm)
+            (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(
+                agentConfig: BiometryTests.pluginConfig(in: plugins) + ["authentication-timeout = 60"]
+                    + (pinentry ? ["pinentry = \(fake.path)"] : []))
+            agent.setPasscode()
+            let enroll = BiometryTests.withPasscode(agent, ["bio", "enroll", "alice"])
+            #expect(enroll.status == 0, "\(enroll)")
+            let item = ["add", "--service", "org.freedesktop.secrets", "--account", SecretServiceAccessControlTests.itemID,
+                        "--label", "Guarded", "--attr", "coffer:collection=login", "--attr", "kind=guarded", "--access-control", rule]
+            let add: CLIResult
+            if let appPassword {
+                // The secret on descriptor 3, the application password on stdin.
+                let secretFile = agent.dir.file("secret-input")
+                try "guarded secret".write(toFile: secretFile, atomically: true, encoding: .utf8)
+                add = AccessControlCLITests.detached(agent, item + ["--secret-fd", "3", "--app-password-fd", "0"], stdin: appPassword,
+                                                     extraShell: "3<'\(secretFile)'")
+            } else {
+                add = agent.cli(item + ["--secret-stdin"], stdin: "guarded secret")
+            }
+            #expect(add.status == 0, "\(add)")
+            _ = fake.takeQuestions()
+        }
+
+        func lookup() -> CLIResult { bus.run("/usr/bin/secret-tool", ["lookup", "kind", "guarded"]) }
+
+        /// The item is still there, unchanged, for its (unsigned) identity.
+        func itemIsUnchanged() -> Bool {
+            let found = agent.cli(["find", "--json", "--attr", "kind=guarded"])
+            return found.status == 0 && found.stdout.contains("Guarded")
+        }
+
+        var log: String { bus.read("front-end.log") + "\n" + agent.log }
+    }
+
+    @Test func aPasscodeItemIsReadThroughThePromptAndTheScriptedPinentry() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let r = f.lookup()
+        #expect(r.status == 0 && r.stdout == "guarded secret", "\(r)\n\(f.log)")
+        // The person was asked once, by the agent's pinentry; the next read asks again.
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        #expect(f.lookup().stdout == "guarded secret")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        // Without the prompt the secret is locked: GetSecret answers IsLocked.
+        let direct = try f.bus.python(SecretServiceBusTests.prelude + """
+            s = open_plain(a)[1][1]
+            assert call(a, '\(Self.itemPath)', 'org.freedesktop.Secret.Item', 'GetSecret', 'o', s) \\
+                == ('error', 'org.freedesktop.Secret.Error.IsLocked')
+            print('done')
+
+            """)
+        #expect(direct.status == 0 && direct.stdout.contains("done"), "\(direct)")
+        // Unlock of the item while the keybag is locked: one prompt asks the passcode to unlock the
+        // keybag, then the item's, and the secret is read.
+        #expect(f.agent.cli(["lock"]).status == 0)
+        let locked = try f.bus.python(SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            item = '\(Self.itemPath)'
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', [item])
+            assert unlocked[0] == 'ok' and unlocked[1][0] == [] and unlocked[1][1] != '/', unlocked
+            assert exec_prompt(a, unlocked[1][1]) == (False, ('ao', [item]))
+            got = call(a, item, 'org.freedesktop.Secret.Item', 'GetSecret', 'o', open_plain(a)[1][1])
+            assert got[0] == 'ok' and got[1][0][2] == b'guarded secret', got
+            print('done')
+
+            """)
+        #expect(locked.status == 0 && locked.stdout.contains("done"), "\(locked)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 2)
+    }
+
+    /// An application-password item: the agent's pinentry asks the item's password (never the
+    /// passcode); a wrong one reads nothing.
+    @Test func anApplicationPasswordItemIsReadThroughTheScriptedPinentry() throws {
+        let f = try Guarded(rule: "application-password", pin: "open sesame", appPassword: "open sesame")
+        let r = f.lookup()
+        #expect(r.status == 0 && r.stdout == "guarded secret", "\(r)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        try f.fake.set(pin: "open sesam")
+        let wrong = f.lookup()
+        #expect(wrong.stdout.isEmpty, "\(wrong)")
+        #expect(f.itemIsUnchanged())
+    }
+
+    @Test func aBiometryItemIsReadWhenTheEmulatorMatches() throws {
+        let f = try Guarded(rule: "biometry-any")
+        let pending = BiometryTests.Background { f.lookup() }
+        #expect(BiometryTests.touch(f.agent, ["alice"], within: 90), "no evaluation waited for a finger: \(f.log)")
+        let r = pending.wait()
+        #expect(r.status == 0 && r.stdout == "guarded secret", "\(r)\n\(f.log)")
+        // The pinentry showed the agent's one-button dialog while the sensor ran.
+        #expect(f.fake.takeQuestions().contains { $0.hasPrefix("CONFIRM") })
+    }
+
+    @Test func aBiometryItemStaysLockedWhenThePersonCancels() throws {
+        let f = try Guarded(rule: "biometry-any", confirm: "cancel")
+        let r = f.lookup()
+        #expect(r.stdout.isEmpty, "\(r)")
+        #expect(f.fake.takeQuestions().contains { $0.hasPrefix("CONFIRM") })
+        #expect(f.itemIsUnchanged())
+    }
+
+    /// Dismiss while the agent's dialog is open: Completed(true), the pinentry goes, the secret stays
+    /// locked and nothing changed.
+    @Test func dismissingABiometryPromptReadsNothing() throws {
+        let f = try Guarded(rule: "biometry-any")
+        let r = try f.bus.python(SecretServiceBusTests.prelude + SecretServicePromptTests.pinentryWaits(f.dir.file("hung.pid")) + """
+            from jeepney.bus_messages import MatchRule
+            PROMPT, ITEM = 'org.freedesktop.Secret.Prompt', 'org.freedesktop.Secret.Item'
+            s = open_plain(a)[1][1]
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(Self.itemPath)'])
+            assert unlocked[0] == 'ok' and unlocked[1][0] == [] and unlocked[1][1] != '/', unlocked
+            prompt = unlocked[1][1]
+            rule = MatchRule(path=prompt, interface=PROMPT, member='Completed', type=MessageType.signal)
+            with a.filter(rule) as signals:
+                assert call(a, prompt, PROMPT, 'Prompt', 's', '') == ('ok', ())
+                wait_asked()
+                assert call(a, prompt, PROMPT, 'Dismiss') == ('ok', ())
+                assert a.recv_until_filtered(signals, timeout=30).body == (True, ('ao', []))
+            wait_gone()
+            assert call(a, '\(Self.itemPath)', ITEM, 'GetSecret', 'o', s) == ('error', 'org.freedesktop.Secret.Error.IsLocked')
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.log)")
+        #expect(f.itemIsUnchanged())
+    }
+
+    /// No pinentry: nobody can see a prompt, so the item's prompt completes dismissed at once and the
+    /// sensor is never started.
+    @Test func withoutAPinentryTheItemsPromptCompletesDismissedAtOnce() throws {
+        let f = try Guarded(rule: "biometry-any", pinentry: false)
+        let r = try f.bus.python(SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(Self.itemPath)'])
+            assert unlocked[0] == 'ok' and unlocked[1][1] != '/', unlocked
+            dismissed, result = exec_prompt(a, unlocked[1][1])
+            assert dismissed is True and result == ('ao', []), (dismissed, result)
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.log)")
+        #expect(f.agent.cli(["bio", "present", "alice"]).status != 0, "an evaluation waited for a finger")
+        #expect(f.lookup().stdout.isEmpty)
+        #expect(f.fake.takeQuestions().isEmpty)
+    }
+
+    /// A client without a display (a script from cron or an ssh session) gets no prompt: with a pinentry
+    /// configured, its prompt completes dismissed at once and nobody is asked; the same client with a
+    /// display is asked, by the agent's pinentry on the client's display.
+    @Test func aCallerWithoutADisplayGetsNoPrompt() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let script = SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(Self.itemPath)'])
+            assert unlocked[0] == 'ok' and unlocked[1][1] != '/', unlocked
+            print(exec_prompt(a, unlocked[1][1]))
+
+            """
+        let r = try f.bus.python(script, display: nil)
+        #expect(r.status == 0 && r.stdout.contains("(True, ('ao', []))"), "\(r)\n\(f.log)")
+        #expect(f.fake.takeQuestions().isEmpty)
+        let noDisplay = f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "guarded"], display: nil)
+        #expect(noDisplay.stdout.isEmpty, "\(noDisplay)")
+        #expect(f.fake.takeQuestions().isEmpty)
+        // With a display, the agent's pinentry is asked, and on the client's display.
+        let shown = try f.bus.python(script, display: ":42")
+        #expect(shown.status == 0 && shown.stdout.contains("(False, ('ao', ['\(Self.itemPath)']))"), "\(shown)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        #expect(f.fake.displays() == [":42"], "\(f.fake.displays())")
+    }
+
+    /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.
+    @Test func promptReadOnAConnectionThatWasNotDelegatedIsRefused() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let c = try AgentConnection(path: f.agent.socketPath, replyTimeout: 60)
+        let query = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("org.freedesktop.secrets"),
+                                                                        "acct": .string(Self.itemID)], returnData: true)
+        do {
+            _ = try c.promptRead(query)
+            Issue.record("PROMPT_READ was answered on a connection that was not delegated")
+        } catch {
+            #expect(error.status == .missingEntitlement, "\(error)")
+        }
+        #expect(f.fake.takeQuestions().isEmpty)
+    }
+}
