@@ -312,9 +312,7 @@ extension Pipeline {
     /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
     /// front end whose caller dismissed the prompt) closes the pinentry: userCanceled.
     func promptUnlock(_ session: Session, client: Int32) throws(SecError) {
-        guard session.delegatedBy != nil else {
-            throw SecError(.missingEntitlement, "PROMPT_UNLOCK is answered only on a delegated connection (DELEGATE)")
-        }
+        try service.requireDelegated(session.context, for: "PROMPT_UNLOCK")
         guard try service.status().lockState != .unlocked else { return }
         guard let prompter = promptChannel?(Self.callerDisplay(session)) else {
             throw SecError(.interactionNotAllowed, "nobody can be asked for the passcode: no pinentry is configured (pinentry = PATH)")
