@@ -88,11 +88,6 @@ public final class SecretServiceFrontEnd {
     var nextPrompt: UInt64 = 1
     /// Prompts that ended on their own threads, for the bus thread to complete.
     let completions = PromptCompletions()
-    /// An agent connection opened ahead of the next new sender (connected, the front end identified
-    /// by the agent, HELLO answered): a new sender then waits only for DELEGATE and WHOAMI. Opened
-    /// again on the loop's next turn after one is taken, so never while a call waits.
-    private var spare: AgentConnection?
-    private var spareWanted = true
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -177,33 +172,8 @@ public final class SecretServiceFrontEnd {
     /// Serves until the bus connection ends (0) or fails (a negative errno). Prompts that end on
     /// their threads are completed here, on the bus thread (``completions``' eventfd wakes the loop).
     public func run() -> Int32 {
-        openSpare()
-        return ssb_bus_run(bus, completions.wake, { userdata in
-            let frontEnd = SecretServiceFrontEnd.from(userdata)
-            frontEnd.completePrompts()
-            frontEnd.openSpare()
-        }, Unmanaged.passUnretained(self).toOpaque())
-    }
-
-    /// Opens the spare agent connection if one is wanted (an agent that is not there now is tried
-    /// again when the next sender has taken the connection it opened itself).
-    private func openSpare() {
-        guard spareWanted, spare == nil else { return }
-        spareWanted = false
-        spare = try? AgentConnection(path: socketPath, clientName: "coffer-secret-service", replyTimeout: Self.agentReplyTimeout)
-    }
-
-    /// A new agent connection for a sender: the spare if it is still open, else a new one whose HELLO
-    /// goes out with DELEGATE (its answer is read first). The loop is woken to open the next spare.
-    private func newAgentConnection() throws(SecError) -> (AgentConnection, spare: Bool) {
-        spareWanted = true
-        if completions.wake >= 0 { ssb_wake(completions.wake) }
-        if let s = spare {
-            spare = nil
-            if !s.isHungUp { return (s, true) }
-        }
-        return (try AgentConnection(path: socketPath, clientName: "coffer-secret-service", pipelineHello: true,
-                                    replyTimeout: Self.agentReplyTimeout), false)
+        ssb_bus_run(bus, completions.wake, { userdata in SecretServiceFrontEnd.from(userdata).completePrompts() },
+                    Unmanaged.passUnretained(self).toOpaque())
     }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
@@ -271,17 +241,15 @@ public final class SecretServiceFrontEnd {
         let process = try Self.senderProcess(sender, pid: Int32(pid), busPIDFD: busPIDFD, appeared: appeared[sender])
         let (startTime, pidfd) = (process.startTime, process.pidfd)
         // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
-        // instead of stopping the front end.
-        var (agent, wasSpare) = try Self.reachAgent { () throws(SecError) in try newAgentConnection() }
+        // instead of stopping the front end. HELLO goes out with DELEGATE (its answer is read first).
+        let agent: AgentConnection
         do {
-            try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime)
-        } catch where wasSpare && error.status == .io {
-            // The spare was closed by the agent meanwhile (it restarted): once more on a new connection.
-            (agent, wasSpare) = try Self.reachAgent { () throws(SecError) in try newAgentConnection() }
-            do { try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime) } catch {
-                throw BusError(name: BusError.accessDenied, message: "the Coffer agent refused to act for \(sender): \(error.message)")
-            }
+            agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service", pipelineHello: true,
+                                        replyTimeout: Self.agentReplyTimeout)
         } catch {
+            throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")
+        }
+        do { try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime) } catch {
             throw BusError(name: BusError.accessDenied, message: "the Coffer agent refused to act for \(sender): \(error.message)")
         }
         // The groups the agent gives the delegated process: the first is where its collections live.
@@ -297,12 +265,6 @@ public final class SecretServiceFrontEnd {
             throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
         }
         return (agent, group, process)
-    }
-
-    private static func reachAgent<R>(_ body: () throws(SecError) -> R) throws(BusError) -> R {
-        do { return try body() } catch {
-            throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")
-        }
     }
 
     /// The process `pid` the bus named for `sender` (with its ProcessFD `busPIDFD`, owned, or -1), pinned
