@@ -88,6 +88,10 @@ public final class SecretServiceFrontEnd {
     var nextPrompt: UInt64 = 1
     /// Prompts that ended on their own threads, for the bus thread to complete.
     let completions = PromptCompletions()
+    /// The server's DH key pair for the next `dh-ietf1024-sha256-aes128-cbc-pkcs7` session, made on
+    /// the loop's turn after the last one was taken, so that OpenSession does not wait for it; used
+    /// for one session only, its private value wiped then (or when the front end goes).
+    private var nextKeyPair: (privateValue: SecureBytes, publicValue: [UInt8])?
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -165,6 +169,7 @@ public final class SecretServiceFrontEnd {
     deinit {
         for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
         for items in sessionItems.values { for i in items.values { i.secret.wipe() } }
+        nextKeyPair?.privateValue.wipe()
         ssb_bus_close(bus)
         handlers.deallocate()
     }
@@ -172,8 +177,17 @@ public final class SecretServiceFrontEnd {
     /// Serves until the bus connection ends (0) or fails (a negative errno). Prompts that end on
     /// their threads are completed here, on the bus thread (``completions``' eventfd wakes the loop).
     public func run() -> Int32 {
-        ssb_bus_run(bus, completions.wake, { userdata in SecretServiceFrontEnd.from(userdata).completePrompts() },
-                    Unmanaged.passUnretained(self).toOpaque())
+        makeKeyPair()
+        return ssb_bus_run(bus, completions.wake, { userdata in
+            let frontEnd = SecretServiceFrontEnd.from(userdata)
+            frontEnd.completePrompts()
+            frontEnd.makeKeyPair()
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Makes ``nextKeyPair`` if it was taken (a failure leaves it to OpenSession, which makes its own).
+    private func makeKeyPair() {
+        if nextKeyPair == nil { nextKeyPair = try? DHKeyPair.generate() }
     }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
@@ -344,7 +358,13 @@ public final class SecretServiceFrontEnd {
                 if case .dhIETF1024SHA256AES128CBCPKCS7 = try SecretServiceAlgorithm.named(algorithm), kind != SSB_INPUT_BYTES {
                     throw BusError(name: BusError.invalidArgs, message: "the \(algorithm) session's input is a byte array (ay)")
                 }
-                opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes)
+                if algorithm == SecretServiceAlgorithm.dhIETF1024SHA256AES128CBCPKCS7.rawValue, let pair = nextKeyPair {
+                    nextKeyPair = nil
+                    if completions.wake >= 0 { ssb_wake(completions.wake) } // the loop's next turn makes the next pair
+                    opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes, keyPair: pair)
+                } else {
+                    opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes)
+                }
             } catch let e as SecretServiceSessionError {
                 throw BusError(name: e.dbusErrorName, message: e.description)
             } catch let e as BusError {
