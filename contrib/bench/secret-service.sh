@@ -15,7 +15,7 @@
 # fill-secret-service), gnome-keyring's by writing its keyring file (gnome-keyring-fill.py). Only the
 # timed operations go through the bus. The clients: libsecret's `secret-tool` (each call a whole
 # process started by the shell, so each a new bus sender), and one python3-dbus process timing one
-# SearchItems of every item and one GetSecrets of 1,000 of them (bulk.py). All providers run at once
+# SearchItems of every item and one GetSecrets of 1,000 of them, or all N if fewer (bulk.py). All providers run at once
 # and every repetition goes to each in turn, so a change of the machine's load falls on all of them.
 # Every lookup is checked to print the right secret. Prints one Markdown table per N: medians, and
 # Coffer's ratio to gnome-keyring (below 1: Coffer is faster).
@@ -108,7 +108,7 @@ run_n() { # N
             for p in $peers; do on "$p" time_us secret-tool lookup service "svc$((k % 97))" account "acct$k" >> "$work/$n.$p.lookup"; done
         done
         # (Before the stores: every item found is then one of the N, with its secret-i.)
-        for r in $(seq 5); do for p in coffer ${baseline:+before} gk; do on "$p" /usr/bin/python3 "$root/contrib/bench/bulk.py" 1000 >> "$work/$n.$p.bulk"; done; done
+        for r in $(seq 5); do for p in coffer ${baseline:+before} gk; do on "$p" /usr/bin/python3 "$root/contrib/bench/bulk.py" "$(( n < 1000 ? n : 1000 ))" >> "$work/$n.$p.bulk"; done; done
         for r in $(seq 21); do for p in $peers; do IN="$work/new-secret" on "$p" time_us secret-tool store --label=l service new account "a$r" >> "$work/$n.$p.store"; done; done
         for r in $(seq 11); do for p in coffer ${baseline:+before} gk; do on "$p" time_us secret-tool search --all service "svc$r" >> "$work/$n.$p.search"; done; done
         k=$(pick 2 "$n")
@@ -131,7 +131,7 @@ for n in $sizes; do
             lookup) echo "\`secret-tool lookup\` (one item by two attributes)" ;;
             store) echo "\`secret-tool store\` (a new item)" ;;
             search) echo "\`secret-tool search --all\` (≈ N/97 items)" ;;
-            bulk) echo "SearchItems (all N) + GetSecrets (1,000 items), one process" ;;
+            bulk) echo "SearchItems (all N) + GetSecrets ($(( n < 1000 ? n : 1000 )) items), one process" ;;
         esac)
         echo "| $name | $c |${baseline:+ $(ms "$work/$n.before.$w") |} $g | $(ratio "$c" "$g") | $f |"
     done
