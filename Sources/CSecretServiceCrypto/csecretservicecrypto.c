@@ -117,6 +117,20 @@ static BIGNUM *secret_bn(css_bytes b)
     return bn;
 }
 
+/* CSS_OK if the secure BIGNUM x is in (0, p − 1), CSS_ERR_ARGUMENT if not. */
+static int in_range(const BIGNUM *x)
+{
+    int rc = CSS_ERR_CRYPTO;
+    BIGNUM *p = NULL, *g = NULL, *q = NULL, *limit = BN_new();
+    if (limit != NULL && group(&p, &g, &q) && BN_sub(limit, p, BN_value_one()))
+        rc = BN_is_zero(x) || BN_is_negative(x) || BN_cmp(x, limit) >= 0 ? CSS_ERR_ARGUMENT : CSS_OK;
+    BN_free(limit);
+    BN_free(p);
+    BN_free(g);
+    BN_free(q);
+    return rc;
+}
+
 /* g^x mod p for the secure BIGNUM x, left-padded into `pub`; CSS_ERR_ARGUMENT when x is not in (0, p − 1). */
 static int public_of(const BIGNUM *x, uint8_t *pub, size_t pub_len)
 {
@@ -198,7 +212,9 @@ int css_dh_check_public(css_bytes peer)
     return finish(rc);
 }
 
-int css_dh_shared_secret(css_bytes priv, css_bytes peer, uint8_t *out, size_t out_len)
+/* peer^x mod p (see css_dh_shared_secret); our public value `given_pub` (128 bytes) when the caller
+ * has it from css_dh_generate, else it is computed (OpenSSL's DH key pairs carry it). */
+static int shared_secret(css_bytes priv, const uint8_t *given_pub, css_bytes peer, uint8_t *out, size_t out_len)
 {
     if (priv.ptr == NULL || priv.len == 0 || priv.len > CSS_DH_BYTES || out == NULL || out_len != CSS_DH_BYTES)
         return CSS_ERR_ARGUMENT;
@@ -213,9 +229,15 @@ int css_dh_shared_secret(css_bytes priv, css_bytes peer, uint8_t *out, size_t ou
     size_t len = out_len;
     if (x == NULL)
         goto done;
-    /* OpenSSL's DH key pairs carry their public value: compute it (and check x's range) first. */
-    if ((rc = public_of(x, pub, sizeof pub)) != CSS_OK)
-        goto done;
+    if (given_pub == NULL) {
+        /* Compute it (and check x's range) first. */
+        if ((rc = public_of(x, pub, sizeof pub)) != CSS_OK)
+            goto done;
+    } else {
+        if ((rc = in_range(x)) != CSS_OK)
+            goto done;
+        memcpy(pub, given_pub, sizeof pub);
+    }
     rc = CSS_ERR_CRYPTO;
     if ((y = BN_bin2bn(pub, sizeof pub, NULL)) == NULL || (ours = import(y, x, 0)) == NULL)
         goto done;
@@ -233,6 +255,18 @@ done:
     if (rc != CSS_OK)
         OPENSSL_cleanse(out, out_len);
     return finish(rc);
+}
+
+int css_dh_shared_secret(css_bytes priv, css_bytes peer, uint8_t *out, size_t out_len)
+{
+    return shared_secret(priv, NULL, peer, out, out_len);
+}
+
+int css_dh_shared_secret_pair(css_bytes priv, css_bytes pub, css_bytes peer, uint8_t *out, size_t out_len)
+{
+    if (pub.ptr == NULL || pub.len != CSS_DH_BYTES)
+        return CSS_ERR_ARGUMENT;
+    return shared_secret(priv, pub.ptr, peer, out, out_len);
 }
 
 int css_hkdf_sha256(css_bytes ikm, uint8_t *out, size_t out_len)

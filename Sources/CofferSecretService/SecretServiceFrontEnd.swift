@@ -39,6 +39,9 @@ public final class SecretServiceFrontEnd {
         /// The sender's process, as DELEGATE named it: a prompt's own connection delegates to it again.
         var process: DelegatedProcess
         var sessions: [String: OpenSession] = [:]
+        /// The sender's last Service.SearchItems (its attributes and the keychain items it found), so
+        /// that a GetSecrets of those items is one agent query instead of one per item.
+        var lastSearch: LastSearch?
         init(agent: AgentConnection, groups: [String], process: DelegatedProcess) {
             self.agent = agent
             self.groups = groups
@@ -47,10 +50,10 @@ public final class SecretServiceFrontEnd {
     }
 
     /// A sender's process: its pidfd (owned: closed when this goes), pid and start time.
-    final class DelegatedProcess: @unchecked Sendable {
-        let pidfd: Int32
-        let pid: Int32
-        let startTime: UInt64
+    package final class DelegatedProcess: @unchecked Sendable {
+        package let pidfd: Int32
+        package let pid: Int32
+        package let startTime: UInt64
         init(pidfd: Int32, pid: Int32, startTime: UInt64) {
             self.pidfd = pidfd
             self.pid = pid
@@ -62,6 +65,12 @@ public final class SecretServiceFrontEnd {
     struct OpenSession {
         let session: SecretServiceSession
         let slot: OpaquePointer
+    }
+
+    /// A sender's last search: what it asked for and the paths of the keychain items it was given.
+    struct LastSearch {
+        let attributes: Attributes
+        let paths: Set<String>
     }
 
     let bus: OpaquePointer
@@ -84,6 +93,10 @@ public final class SecretServiceFrontEnd {
     /// Secrets of items with an access control that a prompt read for a sender (by sender, then item
     /// path), each kept for that sender's next GetSecret or GetSecrets of the item.
     var released: [String: [String: ReleasedSecret]] = [:]
+    /// The server's DH key pair for the next `dh-ietf1024-sha256-aes128-cbc-pkcs7` session, made on
+    /// the loop's turn after the last one was taken, so that OpenSession does not wait for it; used
+    /// for one session only, its private value wiped then (or when the front end goes).
+    private var nextKeyPair: (privateValue: SecureBytes, publicValue: [UInt8])?
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -162,6 +175,7 @@ public final class SecretServiceFrontEnd {
         for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
         for items in sessionItems.values { for i in items.values { i.secret.wipe() } }
         for secrets in released.values { for r in secrets.values { r.secret.wipe() } }
+        nextKeyPair?.privateValue.wipe()
         ssb_bus_close(bus)
         handlers.deallocate()
     }
@@ -169,8 +183,17 @@ public final class SecretServiceFrontEnd {
     /// Serves until the bus connection ends (0) or fails (a negative errno). Prompts that end on
     /// their threads are completed here, on the bus thread (``completions``' eventfd wakes the loop).
     public func run() -> Int32 {
-        ssb_bus_run(bus, completions.wake, { userdata in SecretServiceFrontEnd.from(userdata).completePrompts() },
-                    Unmanaged.passUnretained(self).toOpaque())
+        makeKeyPair()
+        return ssb_bus_run(bus, completions.wake, { userdata in
+            let frontEnd = SecretServiceFrontEnd.from(userdata)
+            frontEnd.completePrompts()
+            frontEnd.makeKeyPair()
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Makes ``nextKeyPair`` if it was taken (a failure leaves it to OpenSession, which makes its own).
+    private func makeKeyPair() {
+        if nextKeyPair == nil { nextKeyPair = try? DHKeyPair.generate() }
     }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> SecretServiceFrontEnd {
@@ -180,9 +203,9 @@ public final class SecretServiceFrontEnd {
     // MARK: Errors on the bus
 
     /// A D-Bus error answer: its name and a message for people (never a secret).
-    struct BusError: Error {
-        let name: String
-        let message: String
+    package struct BusError: Error {
+        package let name: String
+        package let message: String
         static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
         static let failed = "org.freedesktop.DBus.Error.Failed"
         static let invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
@@ -219,7 +242,7 @@ public final class SecretServiceFrontEnd {
     }
 
     /// Clock ticks since boot now, as `/proc/PID/stat` field 22 counts a process's start.
-    static func ticksSinceBoot() -> UInt64 {
+    package static func ticksSinceBoot() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_BOOTTIME, &ts)
         let hz = UInt64(max(1, sysconf(Int32(_SC_CLK_TCK))))
@@ -235,34 +258,14 @@ public final class SecretServiceFrontEnd {
             if busPIDFD >= 0 { close(busPIDFD) }
             throw BusError(name: BusError.accessDenied, message: "the bus does not say which process \(sender) is")
         }
-        // The start time first, then pidfd_open (the threat model's order): the agent re-reads the
-        // start time through the pidfd, so a pid reused in between is refused, not served.
-        guard let startTime = IdentityResolver.startTime(ofPID: Int32(pid)) else {
-            if busPIDFD >= 0 { close(busPIDFD) }
-            throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
-        }
-        // The threat model's SHOULD: the process that connected started before its unique name
-        // appeared, and a pid is reused only after its first holder exited, so a process started
-        // later is a newcomer holding a reused pid, never the sender.
-        if let seen = appeared[sender], startTime > seen {
-            if busPIDFD >= 0 { close(busPIDFD) }
-            throw BusError(name: BusError.accessDenied,
-                           message: "process \(pid) started after \(sender) appeared on the bus: it is not the sender (a reused pid)")
-        }
-        let pidfd: Int32
-        if busPIDFD >= 0 {
-            pidfd = busPIDFD
-        } else {
-            do { pidfd = try ProcessHandle.pidfd(of: Int32(pid)).release() } catch {
-                throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
-            }
-        }
-        let process = DelegatedProcess(pidfd: pidfd, pid: Int32(pid), startTime: startTime)
+        let process = try Self.senderProcess(sender, pid: Int32(pid), busPIDFD: busPIDFD, appeared: appeared[sender])
+        let (startTime, pidfd) = (process.startTime, process.pidfd)
         // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
-        // instead of stopping the front end.
+        // instead of stopping the front end. HELLO goes out with DELEGATE (its answer is read first).
         let agent: AgentConnection
         do {
-            agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service", replyTimeout: Self.agentReplyTimeout)
+            agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service", pipelineHello: true,
+                                        replyTimeout: Self.agentReplyTimeout)
         } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")
         }
@@ -282,6 +285,37 @@ public final class SecretServiceFrontEnd {
             throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
         }
         return (agent, groups, process)
+    }
+
+    /// The process `pid` the bus named for `sender` (with its ProcessFD `busPIDFD`, owned, or -1), pinned
+    /// and described for DELEGATE: its start time read first, then its pidfd. `appeared`: when the
+    /// front end saw `sender`'s unique name appear (``ticksSinceBoot()``), nil if before it started.
+    /// AccessDenied for a process that is gone, or that started after the name appeared (a newcomer
+    /// holding a reused pid, never the sender).
+    package static func senderProcess(_ sender: String, pid: Int32, busPIDFD: Int32, appeared: UInt64?) throws(BusError) -> DelegatedProcess {
+        // The start time first, then pidfd_open (the threat model's order): the agent re-reads the
+        // start time through the pidfd, so a pid reused in between is refused, not served.
+        guard let startTime = IdentityResolver.startTime(ofPID: pid) else {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
+        }
+        // The threat model's SHOULD: the process that connected started before its unique name
+        // appeared, and a pid is reused only after its first holder exited, so a process started
+        // later is a newcomer holding a reused pid, never the sender.
+        if let appeared, startTime > appeared {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.accessDenied,
+                           message: "process \(pid) started after \(sender) appeared on the bus: it is not the sender (a reused pid)")
+        }
+        let pidfd: Int32
+        if busPIDFD >= 0 {
+            pidfd = busPIDFD
+        } else {
+            do { pidfd = try ProcessHandle.pidfd(of: pid).release() } catch {
+                throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
+            }
+        }
+        return DelegatedProcess(pidfd: pidfd, pid: pid, startTime: startTime)
     }
 
     /// A unique name appeared (its time is kept) or a sender left the bus: its agent connection
@@ -331,7 +365,13 @@ public final class SecretServiceFrontEnd {
                 if case .dhIETF1024SHA256AES128CBCPKCS7 = try SecretServiceAlgorithm.named(algorithm), kind != SSB_INPUT_BYTES {
                     throw BusError(name: BusError.invalidArgs, message: "the \(algorithm) session's input is a byte array (ay)")
                 }
-                opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes)
+                if algorithm == SecretServiceAlgorithm.dhIETF1024SHA256AES128CBCPKCS7.rawValue, let pair = nextKeyPair {
+                    nextKeyPair = nil
+                    if completions.wake >= 0 { ssb_wake(completions.wake) } // the loop's next turn makes the next pair
+                    opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes, keyPair: pair)
+                } else {
+                    opened = try SecretServiceSession.open(algorithm: algorithm, input: inputBytes)
+                }
             } catch let e as SecretServiceSessionError {
                 throw BusError(name: e.dbusErrorName, message: e.description)
             } catch let e as BusError {
@@ -368,5 +408,38 @@ public final class SecretServiceFrontEnd {
         // The object goes after the reply; sd-bus holds the slot until this call returns.
         ssb_slot_release(s.slot)
         return r
+    }
+}
+
+// MARK: GetSecrets of a search's items in one agent query
+
+extension SecretServiceFrontEnd {
+    /// Remembers the keychain items a Service.SearchItems gave the sender (``Peer/lastSearch``).
+    func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record]) {
+        c.peer.lastSearch = LastSearch(attributes: attributes,
+                                       paths: Set(found.lazy.filter { $0.collection != Self.sessionCollection }.map(\.path)))
+    }
+
+    /// The secrets of those of `paths` that one agent query gives: when two or more of them are at
+    /// least half of the sender's last search's keychain items (so the query reads at most twice what
+    /// was asked for, all of it the caller's own), that search again with the secrets, keeping the
+    /// items asked for; the others' secrets are wiped at once. What it does not give (an item changed
+    /// or gone since; a locked or access-controlled item, which fails the whole query; any error) is
+    /// left to the per-item path, which answers exactly as before.
+    func batchSecrets(_ c: Caller, _ paths: [String]) -> [String: (Record, SecureBytes)] {
+        guard let last = c.peer.lastSearch else { return [:] }
+        let wanted = Set(paths).intersection(last.paths)
+        guard wanted.count >= 2, wanted.count * 2 >= last.paths.count else { return [:] }
+        guard let results = try? c.agent.copyMatching(itemQuery(c, attributes: last.attributes, returnData: true)) else { return [:] }
+        var out: [String: (Record, SecureBytes)] = [:]
+        for r in results {
+            guard let data = r.data else { continue }
+            guard let record = r.attributes.flatMap({ Record($0, for: c) }), wanted.contains(record.path), out[record.path] == nil else {
+                data.wipe()
+                continue
+            }
+            out[record.path] = (record, data)
+        }
+        return out
     }
 }

@@ -572,6 +572,7 @@ extension SecretServiceFrontEnd {
     func serviceSearchItems(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
         let attributes = try Self.callerAttributes(Self.readDictionary(m))
         let found = try items(c, attributes: attributes)
+        rememberSearch(c, attributes: attributes, found: found)
         let state = try lockState(c)
         let locked = found.filter { isLocked(c, $0, state) }.map(\.path)
         let unlocked = found.filter { !isLocked(c, $0, state) }.map(\.path)
@@ -588,7 +589,13 @@ extension SecretServiceFrontEnd {
         var found: [(Record, SecureBytes)] = []
         defer { found.forEach { $0.1.wipe() } }
         var seen = Set<String>()
+        var batch = batchSecrets(c, paths)
+        defer { batch.values.forEach { $0.1.wipe() } }
         for path in paths where seen.insert(path).inserted {
+            if let hit = batch.removeValue(forKey: path) {
+                found.append(hit)
+                continue
+            }
             // Locked and unknown items are left out (the spec's GetSecrets).
             do {
                 let (record, secret) = try itemWithSecret(c, path)

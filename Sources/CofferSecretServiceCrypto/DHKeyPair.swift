@@ -57,12 +57,16 @@ package enum DHKeyPair {
         return "not in the prime-order subgroup"
     }
 
-    /// The shared secret y^x mod p, 128 bytes left-padded, in secure memory.
-    package static func sharedSecret(privateValue x: SecureBytes, peer y: [UInt8]) throws(SecretServiceSessionError) -> SecureBytes {
+    /// The shared secret y^x mod p, 128 bytes left-padded, in secure memory. `publicValue`: ours, as
+    /// ``generate()`` gave it with `x` (not computed again; nil computes it).
+    package static func sharedSecret(privateValue x: SecureBytes, publicValue: [UInt8]? = nil, peer y: [UInt8]) throws(SecretServiceSessionError) -> SecureBytes {
         let shared = SecureBytes(count: bytes)
         let rc = unsafe x.withCBytes { xb in
             unsafe y.withCBytes { yb in
-                unsafe shared.withUnsafeMutableBytes { out in unsafe css_dh_shared_secret(xb, yb, out.bytePointer, out.count) }
+                unsafe shared.withUnsafeMutableBytes { out in
+                    guard let publicValue else { return unsafe css_dh_shared_secret(xb, yb, out.bytePointer, out.count) }
+                    return unsafe publicValue.withCBytes { pb in unsafe css_dh_shared_secret_pair(xb, pb, yb, out.bytePointer, out.count) }
+                }
             }
         }
         switch rc {

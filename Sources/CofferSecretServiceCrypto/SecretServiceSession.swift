@@ -36,6 +36,21 @@ public final class SecretServiceSession: Sendable {
         }
     }
 
+    /// ``open(algorithm:input:)`` for the DH session with the server's key pair generated ahead by
+    /// ``DHKeyPair/generate()`` (off the caller's critical path), for this one session only: its
+    /// private value is wiped here, whatever happens. Two modular exponentiations remain on the
+    /// call (the peer's subgroup check, the agreement) of the four ``open(algorithm:input:)`` does
+    /// after its check. Other algorithms ignore the pair.
+    package static func open(algorithm name: String, input: [UInt8], keyPair: (privateValue: SecureBytes, publicValue: [UInt8]))
+        throws(SecretServiceSessionError) -> (output: [UInt8], session: SecretServiceSession) {
+        defer { keyPair.privateValue.wipe() }
+        guard try SecretServiceAlgorithm.named(name) == .dhIETF1024SHA256AES128CBCPKCS7 else { return try open(algorithm: name, input: input) }
+        // The agreement checks the peer's value first (the same range and subgroup test, the same error).
+        let shared = try DHKeyPair.sharedSecret(privateValue: keyPair.privateValue, publicValue: keyPair.publicValue, peer: input)
+        defer { shared.wipe() }
+        return (keyPair.publicValue, SecretServiceSession(algorithm: .dhIETF1024SHA256AES128CBCPKCS7, key: try deriveKey(shared)))
+    }
+
     /// ``open(algorithm:input:)`` with a fixed server private value (1 to 128 bytes), for the spec's
     /// test vectors only: a real session's value is fresh from OpenSSL's generator.
     package static func open(algorithm name: String, input: [UInt8], serverPrivateValue: SecureBytes) throws(SecretServiceSessionError)

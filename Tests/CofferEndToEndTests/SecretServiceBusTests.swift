@@ -127,13 +127,8 @@ struct SecretServiceBusTests {
         let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
         try apps.sign("secret-service", appID: Self.frontEndApp, groups: ["secret-service"], path: executable, entitlements: ["delegate-identity"])
         let agent = try apps.startAgent()
-        let services = TemporaryDirectory("coffer-ssbus-services")
-        let file = try String(contentsOfFile: Binaries.packageRoot + "/contrib/dbus/org.freedesktop.secrets.service", encoding: .utf8)
-        #expect(file.contains("\nExec=/usr/local/bin/coffer-secret-service\n"))
-        try file.replacingOccurrences(of: "\nExec=/usr/local/bin/coffer-secret-service\n",
-                                      with: "\nExec=\(executable) --socket \(agent.socketPath)\n")
-            .write(toFile: services.file("org.freedesktop.secrets.service"), atomically: true, encoding: .utf8)
-        let bus = try PrivateSessionBus(serviceDirectory: services.path)
+        let (bus, services) = try PrivateSessionBus.activating(executable, agent: agent)
+        defer { withExtendedLifetime(services) {} }
         #expect(bus.nameOwner() == nil, "nothing owns the name before a client asks")
         let r = try bus.python(Self.prelude + "assert open_plain(a)[0] == 'ok', open_plain(a)\nprint('done')\n")
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("dbus-daemon.log"))")

@@ -43,6 +43,12 @@ import Testing
         #expect(bytes(try server.encrypt(secret, iv: iv).value) == expected)
         #expect(bytes(try client.encrypt(secret, iv: iv).value) == expected)
         #expect(bytes(try server.decrypt(parameters: iv, value: expected)) == bytes(secret))
+        // The same with the server's key pair made ahead (as the front end does): the same key.
+        let pair = (privateValue: secure(bytes(serverPrivate)), publicValue: try DHKeyPair.publicValue(of: serverPrivate))
+        let (aheadOutput, ahead) = try SecretServiceSession.open(algorithm: Self.dh, input: v["client-public"], keyPair: pair)
+        let aheadSealed = bytes(try ahead.encrypt(secret, iv: iv).value)
+        #expect(aheadOutput == v["server-public"] && aheadSealed == expected)
+        #expect(bytes(pair.privateValue).allSatisfy { $0 == 0 }, "the pair's private value is wiped once used")
     }
 
     @Test(arguments: sessionVectors.filter { $0.kind == "aes" })

@@ -35,7 +35,6 @@ if [ -n "$need" ]; then
     [ "$(id -u)" = 0 ] || { echo "peers.sh: needs gnome-keyring libsecret-tools dbus pass gnupg keyutils hyperfine python3-cryptography (run as root to install)" >&2; exit 1; }
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnome-keyring libsecret-tools dbus pass gnupg keyutils hyperfine python3-cryptography >/dev/null
 fi
-for p in cofferd coffer coffer-cli coffer-bench; do swift build -c release --product "$p" >/dev/null; done
 sizes="${*:-1000 10000 100000}"
 
 work="$(mktemp -d /tmp/coffer-peers-XXXXXX)"
@@ -45,30 +44,16 @@ cleanup() {
 }
 trap cleanup EXIT
 results="$work/results"; mkdir -p "$results"
-# The binaries as installed (copied, like contrib/install.sh does), not run from the build tree: a
-# freshly linked file measured up to 0.3 ms slower to start than the same file copied.
-bin="$work/bin"; mkdir -p "$bin"
-for p in cofferd coffer coffer-cli coffer-bench; do install -m 0755 "$(swift build -c release --show-bin-path)/$p" "$bin/"; done
-PASSWORD="bench password"                     # a dummy: handed over on stdin, never in argv
-printf '%s\n' "$PASSWORD" > "$work/password"
-printf '%s' "$PASSWORD" > "$work/password-raw"
+bench=peers.sh
+. contrib/bench/lib.sh
+bench_install cofferd coffer coffer-cli coffer-bench
 cc -O2 -o "$work/gk-unlock" contrib/bench/gk-unlock.c
-printf 'x' > "$work/new-secret"; printf 'x\n' > "$work/new-secret-line"
+printf 'x\n' > "$work/new-secret-line"
 # The floors under any fetch command: a static C program and a static Swift program that only exit.
 printf 'int main(void) { return 0; }\n' > "$work/noop.c"; cc -O2 -static -o "$bin/noop-c" "$work/noop.c"
 printf 'if CommandLine.argc > 99 { print(CommandLine.arguments) }\n' > "$work/noop.swift"
 swiftc -O -static-executable -Xlinker -s -o "$bin/noop-swift" "$work/noop.swift" 2>/dev/null
 
-# time_us CMD...: runs CMD (stdin from $IN, default /dev/null; output discarded), prints its µs;
-# fails if CMD fails, so an error is never timed as an answer.
-time_us() {
-    local t0 t1 rc=0
-    t0=$EPOCHREALTIME
-    "$@" <"${IN:-/dev/null}" >/dev/null 2>&1 || rc=$?
-    t1=$EPOCHREALTIME
-    [ "$rc" = 0 ] || { echo "peers.sh: failed ($rc): $*" >&2; return 1; }
-    echo $(( ${t1/./} - ${t0/./} ))
-}
 # hf NAME CMD: CMD (one string, split on spaces, no shell) timed by `hyperfine -N`; NAME's median in µs
 # goes to $results/NAME.hf.
 hf() {
@@ -76,38 +61,16 @@ hf() {
         { echo "peers.sh: hyperfine failed: $2" >&2; return 1; }
     awk -F, 'NR == 2 { printf "%d\n", $4 * 1000000 }' "$results/$1.hf.csv" > "$results/$1.hf"
 }
-# expect WANT CMD...: CMD must print exactly WANT (a fetch is checked before it is timed).
-expect() {
-    local want="$1" got; shift
-    got="$("$@" </dev/null 2>&1)" || true
-    [ "$got" = "$want" ] || { echo "peers.sh: $* printed '$got', expected '$want'" >&2; return 1; }
-}
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-# key i: the item each peer stores as service svc(i % 97), account acct(i), secret secret-i.
-pick() { echo $(( ($1 * 7919) % $2 + 1 )); }
 reps_store() { if [ "$1" -ge 100000 ]; then echo 5; else echo 20; fi; }
 REPS_FETCH=101 REPS_SEARCH=21 REPS_UNLOCK=9 WARMUP=10 REPS_HF=500
-export -f time_us expect rss_kib pick reps_store hf
+export -f rss_kib reps_store hf
 export work results bin root REPS_FETCH REPS_SEARCH REPS_UNLOCK WARMUP REPS_HF
 
 coffer_run() { # N
     local n=$1 out="$results/$1.coffer"
     (
-        export HOME="$work/coffer-$n" XDG_RUNTIME_DIR="$work/coffer-$n/run"
-        mkdir -p "$XDG_RUNTIME_DIR" "$HOME/pam"
-        export COFFER_SOCKET="$XDG_RUNTIME_DIR/agent.sock"
-        local matrix=/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so state="$HOME/state"
-        printf '%s:%s:coffer\n' "$(id -un)" "$PASSWORD" > "$HOME/passdb"
-        printf 'auth required %s passdb=%s\naccount required %s passdb=%s\n' $matrix "$HOME/passdb" $matrix "$HOME/passdb" > "$HOME/pam/coffer"
-        local agent=("$bin/cofferd" --socket "$COFFER_SOCKET" --state-dir "$state" --pam-confdir "$HOME/pam")
-        "${agent[@]}"
-        "$bin/coffer" passcode set --passcode-stdin < "$work/password"
-        # (The socket goes before the agent lets go of the state directory's lock: wait for the process.)
-        pkill -TERM -f -- "--state-dir $state"; while pgrep -f -- "--state-dir $state" >/dev/null; do sleep 0.01; done
-        "$bin/coffer-bench" fill "$state" "$n" < "$work/password"
-        sync # (after every fill: a flush of the fill's dirty pages must not land in the timings)
-        "${agent[@]}"
-        "$bin/coffer" unlock --passcode-stdin < "$work/password"
+        coffer_agent "$n" fill
         local k; k=$(pick 1 "$n"); expect "secret-$k" "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k"
         for r in $(seq $WARMUP); do k=$(pick "$r" "$n"); "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k" >/dev/null; done
         for r in $(seq $REPS_FETCH); do k=$(pick "$r" "$n"); time_us "$bin/coffer" get --service "svc$((k % 97))" --account "acct$k"; done > "$out.fetch"
@@ -116,7 +79,7 @@ coffer_run() { # N
         for r in $(seq $REPS_SEARCH); do time_us "$bin/coffer" find --service "svc$r" --limit all; done > "$out.search"
         for r in $(seq $REPS_UNLOCK); do "$bin/coffer" lock; IN="$work/password" time_us "$bin/coffer" unlock --passcode-stdin; done > "$out.unlock"
         rss_kib "$(pgrep -f -- "--state-dir $state" | head -1)" > "$out.rss"
-        pkill -TERM -f -- "--state-dir $state"
+        coffer_agent_stop
     ) || echo "Coffer run failed at N=$n" >&2
 }
 

@@ -21,8 +21,10 @@
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
 #   contrib/bench/run.sh git [N]    git's credential helpers: coffer, store, libsecret on gnome-keyring
 #                                   (also part of `all` and `peers`; N runs each, default 200)
-#   contrib/bench/run.sh secret-service [N…]  Only the Secret Service beside gnome-keyring through
-#                                   secret-tool (also part of `all`; default N 1000 10000)
+#   contrib/bench/run.sh secret-service [N…]  Only the Secret Service beside gnome-keyring and a floor
+#                                   provider, through secret-tool and one python3-dbus process reading
+#                                   1,000 secrets at once (also part of `all`; default N 1000 10000;
+#                                   COFFER_BENCH_BASELINE=FRONT-END adds a column for another front end)
 #   contrib/bench/run.sh sync [N]   Only the sync engine (issue #29; also part of `all`): N item changes
 #                                   recorded and pushed to a local bare git remote, a second machine's first
 #                                   sync, one change's way across, the remote's size and growth per change,

@@ -62,6 +62,12 @@ int css_dh_check_public(css_bytes peer);
  */
 int css_dh_shared_secret(css_bytes priv, css_bytes peer, uint8_t *out, size_t out_len);
 
+/**
+ * css_dh_shared_secret with our public value `pub` (128 bytes: what css_dh_generate gave with
+ * `priv`) given instead of computed again; only x's range is checked, not that `pub` is g^x.
+ */
+int css_dh_shared_secret_pair(css_bytes priv, css_bytes pub, css_bytes peer, uint8_t *out, size_t out_len);
+
 /** HKDF-SHA256 (RFC 5869) of `ikm` with no salt (HashLen zero bytes) and empty info, `out_len` bytes into `out`. */
 int css_hkdf_sha256(css_bytes ikm, uint8_t *out, size_t out_len);
 
