@@ -103,16 +103,14 @@ public struct GitTransport: Sendable {
         }
     }
 
-    /// Deletes untracked files that are exact copies of files in `commit`: what a checkout killed
-    /// half-way wrote (the index never recorded them), which would make the next checkout refuse to
-    /// overwrite them. This device's own unpushed files are not in `commit`, so they stay.
+    /// Deletes untracked files at paths `commit` has: what a checkout killed half-way wrote (whole or
+    /// cut short; the index never recorded them), which would make every later checkout refuse to
+    /// overwrite them. No two devices write one path, so such a path is another device's (this
+    /// device's own files are tracked once committed, and its unpushed ones are not in `commit`).
     func removeUntrackedCopies(of commit: String) throws(SyncError) {
         let untracked = try run(["ls-files", "-o", "--exclude-standard"]).output.split(separator: "\n").map(String.init)
         for path in untracked where !path.isEmpty {
-            let theirs = try run(["rev-parse", "-q", "--verify", commit + ":" + path], allowFailure: true)
-            guard theirs.ok else { continue }
-            let ours = try run(["hash-object", "--", path], allowFailure: true)
-            if ours.ok && ours.output.trimmingSpace() == theirs.output.trimmingSpace() { _ = unsafe unlink(directory + "/" + path) }
+            if try run(["cat-file", "-e", commit + ":" + path], allowFailure: true).ok { _ = unsafe unlink(directory + "/" + path) }
         }
     }
 
