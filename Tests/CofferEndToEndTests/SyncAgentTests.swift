@@ -194,12 +194,15 @@ import Testing
         try FileManager.default.moveItem(atPath: remote, toPath: away)
         #expect(b.cli(["update", "--service", "mail", "--account", "before", "--secret-stdin"], stdin: "from-b").status == 0)
         #expect(eventually { !Self.lastError(b.status()).isEmpty }, "\(b.status())")
-        usleep(50_000)   // C's edit comes later on the clock than B's
         #expect(c.cli(["update", "--service", "mail", "--account", "before", "--secret-stdin"], stdin: "from-c").status == 0)
         #expect(eventually { !Self.lastError(c.status()).isEmpty }, "\(c.status())")
         #expect(b.password("before") == "from-b" && c.password("before") == "from-c")
-        // Back: both catch up, and the later edit wins everywhere.
+        // A change is stamped by the hybrid logical clock when its machine records it, at its first sync
+        // that reaches the remote: C is locked (it syncs nothing) until B has caught up, so C's edit is the later one.
+        #expect(c.cli(["lock"]).status == 0)
         try FileManager.default.moveItem(atPath: away, toPath: remote)
+        #expect(eventually { a.password("before") == "from-b" && Self.lastError(b.status()).isEmpty }, "\(b.status())")
+        #expect(c.cli(["unlock", "--passcode-stdin"], stdin: c.passcode).status == 0)
         #expect(eventually { [a, b, c].allSatisfy { $0.password("before") == "from-c" } },
                 "\(a.password("before") ?? "-") \(b.password("before") ?? "-") \(c.password("before") ?? "-")\n\(b.status())")
         #expect(eventually { Self.lastError(b.status()).isEmpty && Self.lastError(c.status()).isEmpty })
