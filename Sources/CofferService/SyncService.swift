@@ -157,7 +157,7 @@ package final class SyncService: Sendable {
                 w.status.recorded &+= UInt32(clamping: r.recorded)
             case .failure(let error)?:
                 w.status.lastAttemptMillis = now
-                w.status.lastError = "\(error.status.name): \(error.message)"
+                w.status.lastError = "\(error.status.name): \(Self.redacted(error.message))"
                 next = min(settings.intervalSeconds, settings.retrySeconds)
             }
             if let conflicts { w.status.conflicts = conflicts }
@@ -176,10 +176,30 @@ package final class SyncService: Sendable {
             }
             for why in r.refused { logger.warning("sync refused a record or change", metadata: ["why": "\(why)"]) }
         case .failure(let error)?:
-            logger.warning("sync failed; will try again", metadata: ["status": "\(error.status.name)", "error": "\(error.message)"])
+            logger.warning("sync failed; will try again", metadata: ["status": "\(error.status.name)", "error": "\(Self.redacted(error.message))"])
         case nil:
             break
         }
+    }
+
+    /// `text` with the user and password of every URL in it (`scheme://user:token@host`) replaced by
+    /// `***`: git's messages name the remote, which may carry a token.
+    package static func redacted(_ text: String) -> String {
+        let c = Array(text)
+        var out = "", i = 0
+        while i < c.count {
+            out.append(c[i])
+            guard i + 2 < c.count, c[i] == ":", c[i + 1] == "/", c[i + 2] == "/" else { i += 1; continue }
+            out += "//"
+            i += 3
+            var end = i
+            while end < c.count, !"/ \t\n'\"".contains(c[end]) { end += 1 }
+            if let at = c[i..<end].lastIndex(of: "@") {
+                out += "***"
+                i = at
+            }
+        }
+        return out
     }
 
     private func wallMillis() -> UInt64 { UInt64(max(0, wallClock.now() * 1000)) }

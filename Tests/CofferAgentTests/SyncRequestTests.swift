@@ -38,4 +38,12 @@ import Testing
         var plain = rig.greetedSession()
         #expect(errorStatus(rig.pipeline.handle(.syncStatus(now: false), session: &plain)) == .unimplemented)
     }
+
+    @Test func aTokenInTheRemoteNeverReachesTheStatusOrTheLog() {
+        let message = "git fetch failed (128): fatal: unable to access 'https://me:ghp_SECRET@git.example/keys.git/': 403"
+        let shown = SyncService.redacted(message)
+        #expect(!shown.contains("ghp_SECRET") && !shown.contains("me:"))
+        #expect(shown == "git fetch failed (128): fatal: unable to access 'https://***@git.example/keys.git/': 403")
+        #expect(SyncService.redacted("ssh://host/keys.git and /srv/keys.git") == "ssh://host/keys.git and /srv/keys.git")
+    }
 }
