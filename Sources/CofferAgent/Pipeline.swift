@@ -325,6 +325,9 @@ extension Pipeline {
             return .syncDevices(try sync.devices(session.context))
         case .syncStatus(let now):
             return .syncStatus(try sync.status(now: now, session.context))
+        case .syncConflicts(let id?):
+            try sync.restore(conflict: id, &session.context, channel)
+            return .ok
         default:
             // SYNC_CONFLICTS: newest first, as many as fit one frame.
             var room = WireFormat.maximumBodyBytes - WireFormat.syncConflictsHeaderBytes

@@ -334,10 +334,13 @@ public final class AgentConnection {
 
     /// SYNC_CONFLICTS: the conflicts kept, newest first.
     public func syncConflicts() throws(SecError) -> [SyncConflictInfo] {
-        let r = try roundTrip(.syncConflicts)
+        let r = try roundTrip(.syncConflicts(restore: nil))
         guard case .syncConflicts(let c) = r else { throw unexpected(r) }
         return c
     }
+
+    /// SYNC_CONFLICTS restore: writes back the losing version of conflict `id` (the person authenticates).
+    public func syncRestore(conflict id: String) throws(SecError) { try expectOK(.syncConflicts(restore: id)) }
 
     /// Unlocks with an escrow secret.
     public func unlock(escrowSecret: SecureBytes) throws(SecError) { try expectOK(.escrowUnlock(secret: escrowSecret)) }

@@ -93,6 +93,8 @@ public struct SyncStatus: Sendable, Equatable {
 
 /// One kept conflict (SYNC_CONFLICTS_REPLY): which item, and the version that lost.
 public struct SyncConflictInfo: Sendable, Equatable {
+    /// The conflict's id (its losing record: `DEVICEHEX-SEQ`), for a restore.
+    public var id: String
     /// The item's class (genp, inet, cert, keys).
     public var itemClass: String
     /// The item's service (genp) or server (inet); empty for the other classes.
@@ -106,8 +108,9 @@ public struct SyncConflictInfo: Sendable, Equatable {
     public var loserDevice: String
     /// The losing version was a deletion.
     public var loserDeleted: Bool
-    public init(itemClass: String, service: String, account: String, winnerMillis: UInt64, loserMillis: UInt64, loserDevice: String,
-                loserDeleted: Bool) {
+    public init(id: String, itemClass: String, service: String, account: String, winnerMillis: UInt64, loserMillis: UInt64,
+                loserDevice: String, loserDeleted: Bool) {
+        self.id = id
         self.itemClass = itemClass
         self.service = service
         self.account = account

@@ -93,8 +93,9 @@ public enum AgentRequest: Sendable {
     case syncCircle(SyncCircleOperation, argument: String)
     /// SYNC_STATUS: the background sync's state; `now`: run a sync first and answer when it ended.
     case syncStatus(now: Bool)
-    /// SYNC_CONFLICTS: the conflicts kept (the losing versions).
-    case syncConflicts
+    /// SYNC_CONFLICTS: the conflicts kept (the losing versions); `restore`: write back the loser of
+    /// the conflict with this id (it becomes the newest version everywhere).
+    case syncConflicts(restore: String?)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -143,9 +144,9 @@ public enum AgentRequest: Sendable {
             var f = FrameBuilder(type: .syncStatus, requestID: requestID, payloadCapacity: 1)
             f.w.u8(now ? 2 : 1)
             return f.finish()
-        case .syncConflicts:
-            var f = FrameBuilder(type: .syncConflicts, requestID: requestID, payloadCapacity: 1)
-            f.w.u8(1)
+        case .syncConflicts(let restore):
+            var f = FrameBuilder(type: .syncConflicts, requestID: requestID, payloadCapacity: 3 + (restore?.utf8.count ?? 0))
+            if let restore { f.w.u8(2); f.w.shortString(restore) } else { f.w.u8(1) }
             return f.finish()
         case .authOptions(let o):
             var f = FrameBuilder(type: .authOptions, requestID: requestID,
@@ -319,8 +320,14 @@ public enum AgentRequest: Sendable {
             guard op == 1 || op == 2 else { throw ProtocolError("unknown SYNC_STATUS operation") }
             request = .syncStatus(now: op == 2)
         case .syncConflicts:
-            guard try r.u8("operation") == 1 else { throw ProtocolError("unknown SYNC_CONFLICTS operation") }
-            request = .syncConflicts
+            switch try r.u8("operation") {
+            case 1: request = .syncConflicts(restore: nil)
+            case 2:
+                let id = try r.sstr("conflict id")
+                guard SyncText.isName(id) else { throw ProtocolError("SYNC_CONFLICTS: the conflict id is 1 to 64 bytes without control characters") }
+                request = .syncConflicts(restore: id)
+            default: throw ProtocolError("unknown SYNC_CONFLICTS operation")
+            }
         case .authorize:
             let group = try r.sstr("access group")
             guard !group.isEmpty else { throw ProtocolError("empty access group") }
@@ -623,7 +630,7 @@ public enum AgentResponse: Sendable {
                                  payloadCapacity: 4 + conflicts.reduce(0) { $0 + WireFormat.encodedSize(of: $1) })
             f.w.u32(UInt32(conflicts.count))
             for c in conflicts {
-                f.w.shortString(c.itemClass); f.w.shortString(c.service); f.w.shortString(c.account)
+                f.w.shortString(c.id); f.w.shortString(c.itemClass); f.w.shortString(c.service); f.w.shortString(c.account)
                 f.w.u64(c.winnerMillis); f.w.u64(c.loserMillis); f.w.shortString(c.loserDevice); f.w.u8(c.loserDeleted ? 1 : 0)
             }
             return f.finish()
@@ -828,11 +835,12 @@ public enum AgentResponse: Sendable {
             let n = try r.u32("conflict count")
             var conflicts: [SyncConflictInfo] = []
             for _ in 0..<n {
+                let id = try r.sstr("conflict id")
                 let cls = try r.sstr("item class"), service = try r.sstr("service"), account = try r.sstr("account")
                 let winner = try r.u64("winner time"), loser = try r.u64("loser time"), device = try r.sstr("loser device")
                 let deleted = try r.u8("loser deleted")
                 guard deleted <= 1 else { throw ProtocolError("SYNC_CONFLICTS_REPLY: deleted must be 0 or 1") }
-                conflicts.append(SyncConflictInfo(itemClass: cls, service: service, account: account, winnerMillis: winner,
+                conflicts.append(SyncConflictInfo(id: id, itemClass: cls, service: service, account: account, winnerMillis: winner,
                                                   loserMillis: loser, loserDevice: device, loserDeleted: deleted == 1))
             }
             response = .syncConflicts(conflicts)

@@ -37,7 +37,7 @@ public enum WireFormat {
     public static let syncConflictsHeaderBytes = 9
     /// Encoded size of one conflict in SYNC_CONFLICTS_REPLY (each string clamped as the encoder clamps it).
     public static func encodedSize(of c: SyncConflictInfo) -> Int {
-        [c.itemClass, c.service, c.account, c.loserDevice].reduce(0) { $0 + 2 + min($1.utf8.count, Int(UInt16.max)) } + 17
+        [c.id, c.itemClass, c.service, c.account, c.loserDevice].reduce(0) { $0 + 2 + min($1.utf8.count, Int(UInt16.max)) } + 17
     }
     /// Encoded size of one device in SYNC_DEVICES.
     public static func encodedSize(of d: SyncDeviceInfo) -> Int {

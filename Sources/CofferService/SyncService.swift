@@ -288,6 +288,16 @@ package final class SyncService: Sendable {
             ?? work.withLock { $0.status }
     }
 
+    /// SYNC_CONFLICTS restore: the person authenticates (a version of an item comes back on every
+    /// machine), the conflict's losing version is written back as a local change, and a sync is due.
+    package func restore(conflict id: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) {
+        try mayUseSync(context, "restore a sync conflict")
+        try service.withPasscode(&context, channel, what: "restore a version of an item that lost a sync conflict, on every machine")
+        try withEngine { (s) throws(SecError) in try s.restore(conflict: id) }
+        logger.notice("sync conflict restored", metadata: ["conflict": "\(id)"])
+        schedule(in: 0)
+    }
+
     /// SYNC_CONFLICTS: the conflicts kept, newest loser first.
     package func conflicts(_ context: CallerContext) throws(SecError) -> [SyncConflictInfo] {
         try mayUseSync(context, "list the sync conflicts")
@@ -301,7 +311,7 @@ package final class SyncService: Sendable {
                     if case .string(let v)? = attrs["acct"] { account = v }
                 }
                 let device = c.loser.device.hex
-                return SyncConflictInfo(itemClass: cls, service: service, account: account, winnerMillis: c.winner.wallMillis,
+                return SyncConflictInfo(id: KeychainSync.id(of: c), itemClass: cls, service: service, account: account, winnerMillis: c.winner.wallMillis,
                                         loserMillis: c.loserTime.wallMillis, loserDevice: names[device] ?? device, loserDeleted: c.loserDeleted)
             }
         }

@@ -155,21 +155,30 @@ struct SyncCommand: ParsableCommand {
 
     struct Conflicts: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "List the conflicts: versions that lost to a later edit on another machine (kept, not dropped).")
+            abstract: "List the conflicts: versions that lost to a later edit on another machine (kept, not dropped); --restore ID brings one back.")
         @OptionGroup var connect: Connect
+        @OptionGroup var auth: AuthenticationArguments
+        @Option(help: "Write back the losing version of this conflict (asks for your passcode): it becomes the newest version on every machine.")
+        var restore: String?
 
         func run() throws {
             try reporting { () throws(SecError) in
-                let list = try connect.open().syncConflicts()
+                let conn = try connect.open()
+                if let restore {
+                    try auth.apply(to: conn)
+                    try conn.syncRestore(conflict: restore)
+                    Output.printError("coffer: restored the losing version of \(Output.escapedText(restore)); it goes to your other machines at the next sync")
+                    return
+                }
+                let list = try conn.syncConflicts()
                 guard !list.isEmpty else {
                     Output.printError("coffer: no conflicts")
                     return
                 }
                 for c in list {
                     let what = c.loserDeleted ? "a deletion" : "an edit"
-                    Output.print("\(c.itemClass)\t\(Output.escapedText(c.service))\t\(Output.escapedText(c.account))\tlost: \(what) by \(Output.escapedText(c.loserDevice)) at \(c.loserMillis) ms\twinner at \(c.winnerMillis) ms")
+                    Output.print("\(Output.escapedText(c.id))\t\(c.itemClass)\t\(Output.escapedText(c.service))\t\(Output.escapedText(c.account))\tlost: \(what) by \(Output.escapedText(c.loserDevice)) at \(c.loserMillis) ms\twinner at \(c.winnerMillis) ms")
                 }
-                Output.printError("coffer: the losing versions are kept in the sync records; restoring one is not built yet")
             }
         }
     }

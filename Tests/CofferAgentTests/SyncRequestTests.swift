@@ -23,7 +23,7 @@ import Testing
         var delegated = rig.greetedSession()
         delegated.delegate(to: rig.unsignedCaller)
         for request: AgentRequest in [.syncStatus(now: false), .syncSetup(.initialize, remote: "/nonexistent", name: "x"),
-                                      .syncCircle(.approve, argument: "ABCD-EFGH"), .syncConflicts] {
+                                      .syncCircle(.approve, argument: "ABCD-EFGH"), .syncConflicts(restore: nil)] {
             #expect(errorStatus(pipeline.handle(request, session: &delegated)) == .missingEntitlement, "\(request)")
         }
         // A Flatpak app: refused.

@@ -187,7 +187,7 @@ import Testing
         return n
     }
 
-    @Test func anUnreachableRemoteThenConcurrentEditsTheLaterWinsAndTheLoserIsListed() throws {
+    @Test func anUnreachableRemoteThenConcurrentEditsTheLaterWinsAndTheLoserIsListedAndRestorable() throws {
         let (a, b, c) = try circle()
         #expect(eventually { b.password("before") == "pw0" && c.password("before") == "pw0" })
         // The remote goes away: every machine goes on serving and writing, and records the failure.
@@ -214,6 +214,17 @@ import Testing
             return listed.contains { $0.contains("genp\tmail\tbefore\tlost: an edit by desktop") }
         }, "\(listed)")
         #expect(!listed.joined().contains("from-b"))   // the list names the item, never a secret
+        // Restoring the loser (on a machine that kept it; the passcode first) makes it the newest version everywhere.
+        let keeper = try #require(zip([a, b, c], listed).first { $0.1.contains("lost: an edit by desktop") })
+        let line = try #require(keeper.1.split(separator: "\n").first { $0.contains("lost: an edit by desktop") })
+        let id = String(line.split(separator: "\t")[0])
+        #expect(keeper.0.cli(["sync", "conflicts", "--restore", id, "--no-auth-ui"]).status != 0)
+        let restored = keeper.0.cli(["sync", "conflicts", "--restore", id, "--auth-passcode-fd", "0"], stdin: keeper.0.passcode)
+        #expect(restored.status == 0, "\(restored)")
+        #expect(eventually { [a, b, c].allSatisfy { $0.password("before") == "from-b" } },
+                "\(a.password("before") ?? "-") \(b.password("before") ?? "-") \(c.password("before") ?? "-")")
+        #expect(!keeper.0.cli(["sync", "conflicts"]).stdout.contains(id))
+        #expect(keeper.0.cli(["sync", "conflicts", "--restore", id, "--auth-passcode-fd", "0"], stdin: keeper.0.passcode).status == 3)
     }
 
     /// The `last error:` value of a status ("" when none).

@@ -19,7 +19,7 @@ import Testing
         }
         // SYNC_CONFLICTS_REPLY whose loser is "deleted" 2.
         #expect(throws: ProtocolError.self) {
-            try decodeReply("000000339b0000003d00000001000467656e7000046d61696c00026d650000018bcfe569f40000018bcfe5699000076465736b746f7002")
+            try decodeReply("0000003f9b0000003d00000001000a34653566363037312d37000467656e7000046d61696c00026d650000018bcfe569f40000018bcfe5699000076465736b746f7002")
         }
     }
 
