@@ -38,6 +38,8 @@ package final class Agent: Sendable {
     let registry: ConnectionRegistry
     let schedule: LockSchedule
     let pipeline: Pipeline
+    /// The keychain sync and its background worker.
+    let sync: SyncService
     /// The trust roots and manifests (reloaded on SIGHUP).
     let trust: TrustStore
     /// Connection → caller identity.
@@ -134,10 +136,15 @@ package final class Agent: Sendable {
             : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir))
         let sensor = Self.biometricSensor(configuration, host: host, logger: logger)
         self.sensor = sensor
+        // Lock events reach the sync once it exists (it needs the service).
+        let syncBox = Protected<SyncService?>(nil)
         let service = KeychainService.compose(
             keychain: keychain, verifier: verifier, sensor: givenSensor ?? sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
             clock: SystemClock(), wallClock: SystemWallClock(), logger: logger,
-            onEvent: { registry.broadcast($0, refusals: refusals) },
+            onEvent: { event in
+                registry.broadcast(event, refusals: refusals)
+                syncBox.withLock { $0 }?.observe(event)
+            },
             onErase: { [logger] in
                 // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
                 logger.critical("the keychain was erased; stopping")
@@ -147,9 +154,12 @@ package final class Agent: Sendable {
                 }
             })
         schedule = service.schedule
+        let sync = SyncService(service: service, settings: configuration.sync)
+        self.sync = sync
+        syncBox.withLock { $0 = sync }
         pipeline = Pipeline(service: service, resolver: resolver, promptChannel: { [configuration] callerDisplay in
             AgentPromptChannel(configuration: configuration, clock: SystemClock(), callerDisplay: callerDisplay)
-        })
+        }, sync: sync)
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
@@ -267,6 +277,7 @@ package final class Agent: Sendable {
     package func start() {
         started.withLock { $0 = true }
         for server in servers.withLock({ $0 }) { server.start() }
+        sync.start()
         Threads.detach { [self] in
             var unlocked = SecureMemory.unlockedAllocations
             while !registry.isStopping {
@@ -306,6 +317,7 @@ package final class Agent: Sendable {
     package func shutdown() {
         logger.info("shutting down")
         let open = registry.stop()
+        sync.stop()
         for path in ownedSocketPaths.withLock({ $0 }) { unlink(path) }
         for server in servers.withLock({ $0 }) { server.stopAccepting() }
         if !registry.drain(timeout: 5) { logger.warning("requests still running after 5 s; stopping anyway") }

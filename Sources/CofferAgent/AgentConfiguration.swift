@@ -107,6 +107,11 @@ package struct AgentConfiguration: Sendable {
     /// Item writes are anchored at most this often, in seconds, and at every lock (config key
     /// `rollback-interval`, default 60): the window in which putting back an earlier keychain.db goes unseen.
     package var rollbackInterval: Double = 60
+    /// Keychain sync (issue #29): config keys `sync-interval` (seconds between background pulls,
+    /// default 300), `sync-push-delay` (seconds a push waits to collect writes, default 2),
+    /// `sync-retry` (seconds before trying again after a failure, default 30), `sync-compact-interval`
+    /// (seconds between compactions, default 86400) and `sync-git` (the git program; default `git` in `PATH`).
+    package var sync = SyncService.Settings()
 
     /// Where the trust store looks for keys and manifests.
     package var trustConfiguration: TrustConfiguration {
@@ -146,7 +151,8 @@ package struct AgentConfiguration: Sendable {
     /// unsigned-callers (`unsigned` or `deny`), flatpak-callers (`allow` or `deny`; unset: `deny` when
     /// unsigned callers are denied), shell-app (an app id, or `none`), authorization-reuse
     /// (seconds), user-trusted-keys and standard-trust-dirs (`yes`/`no`), trusted-keys-dir and
-    /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes, device-key (`file` or `tpm`), tpm-tcti.
+    /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes, device-key (`file` or `tpm`), tpm-tcti;
+    /// sync-interval, sync-push-delay, sync-retry, sync-compact-interval, sync-git (keychain sync).
     package mutating func apply(configFile text: String, name: String) throws(AgentError) {
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -258,6 +264,13 @@ package struct AgentConfiguration: Sendable {
             case "tpm-tcti":
                 guard !value.isEmpty, value.utf8.count <= 256 else { throw AgentError("\(name):\(n + 1): 'tpm-tcti' needs a TCTI string (e.g. device:/dev/tpmrm0)") }
                 tpmTCTI = value
+            case "sync-interval": sync.intervalSeconds = try positive()
+            case "sync-push-delay": sync.pushDelaySeconds = try positive()
+            case "sync-retry": sync.retrySeconds = try positive()
+            case "sync-compact-interval": sync.compactIntervalSeconds = try positive()
+            case "sync-git":
+                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'sync-git' needs an absolute path") }
+                sync.git = value
             case "audit-max-bytes":
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }

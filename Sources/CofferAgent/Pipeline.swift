@@ -29,11 +29,14 @@ final class Pipeline: Sendable {
     /// delegated process's display variables (empty: the agent's own display); nil or answering nil:
     /// nobody can be asked.
     let promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)?
+    /// The keychain sync (nil: the SYNC requests answer that this agent does not sync).
+    let sync: SyncService?
     var logger: Logger { service.logger }
 
     init(service: KeychainService, resolver: IdentityResolver? = nil,
-         promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)? = nil) {
+         promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)? = nil, sync: SyncService? = nil) {
         self.service = service
+        self.sync = sync
         self.resolver = resolver
         self.promptChannel = promptChannel
     }
@@ -46,7 +49,7 @@ final class Pipeline: Sendable {
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
         // (a status poller or a lock-screen watcher must not keep the keys unlocked).
         switch request {
-        case .status, .protections, .subscribe, .whoami, .laCanEvaluate: break
+        case .status, .protections, .subscribe, .whoami, .laCanEvaluate, .syncStatus(now: false): break
         default: service.noteActivity()
         }
         do {
@@ -144,6 +147,8 @@ final class Pipeline: Sendable {
             return .portalSecret(try service.portalSecret(appID: appID, session.context))
         case .status:
             return .status(try service.status())
+        case .syncSetup, .syncCircle, .syncStatus, .syncConflicts:
+            return try syncRequest(request, &session, channel)
         case .protections:
             return .protections(service.protections())
         case .promptUnlock:
@@ -305,6 +310,37 @@ final class Pipeline: Sendable {
 }
 
 extension Pipeline {
+    /// The SYNC requests (WireProtocol.md, Sync): the owner's own tools only, so never on a delegated
+    /// connection (a front end serving an app); the service refuses a sandboxed app and an unentitled caller.
+    func syncRequest(_ request: AgentRequest, _ session: inout Session, _ channel: (any AuthChannel)?) throws(SecError) -> AgentResponse {
+        guard let sync else { throw SecError(.unimplemented, "this agent does not sync") }
+        switch request {
+        case .syncSetup(let operation, let remote, let name):
+            return .syncCode(try sync.setup(operation, remote: remote, name: name, session.context))
+        case .syncCircle(.approve, let code):
+            return .syncCode(try sync.approve(code: code, &session.context, channel))
+        case .syncCircle(.remove, let device):
+            try sync.remove(device: device, session.context)
+            return .ok
+        case .syncCircle(.devices, _):
+            return .syncDevices(try sync.devices(session.context))
+        case .syncStatus(let now):
+            return .syncStatus(try sync.status(now: now, session.context))
+        case .syncConflicts(let id?):
+            try sync.restore(conflict: id, &session.context, channel)
+            return .ok
+        default:
+            // SYNC_CONFLICTS: newest first, as many as fit one frame.
+            var room = WireFormat.maximumBodyBytes - WireFormat.syncConflictsHeaderBytes
+            return .syncConflicts(Array(try sync.conflicts(session.context).prefix { c in
+                let size = WireFormat.encodedSize(of: c)
+                guard size <= room else { return false }
+                room -= size
+                return true
+            }))
+        }
+    }
+
     /// PROMPT_UNLOCK (WireProtocol.md, Prompting for a front end): on a delegated connection only,
     /// the passcode is asked with the agent's own prompter, the dialog naming the delegated app as the
     /// agent identified it, and checked exactly as UNLOCK checks one (PAM, the attempt schedule); at

@@ -309,6 +309,48 @@ public final class AgentConnection {
         return s
     }
 
+    /// SYNC_SETUP (`coffer sync init` / `join`): this device's name and, for join, the pairing code a
+    /// member approves. An agent from before issue #29 answers errSecParam (unknown message type).
+    public func syncSetup(_ operation: SyncSetupOperation, remote: String, name: String) throws(SecError) -> SyncCode {
+        let r = try roundTrip(.syncSetup(operation, remote: remote, name: name))
+        guard case .syncCode(let c) = r else { throw unexpected(r) }
+        return c
+    }
+
+    /// SYNC_CIRCLE approve: admits the device with `code` (the person authenticates); its name and code.
+    public func syncApprove(code: String) throws(SecError) -> SyncCode {
+        let r = try roundTrip(.syncCircle(.approve, argument: code))
+        guard case .syncCode(let c) = r else { throw unexpected(r) }
+        return c
+    }
+
+    /// SYNC_CIRCLE remove: removes a device (its id or unique name) and rotates the circle key.
+    public func syncRemove(device: String) throws(SecError) { try expectOK(.syncCircle(.remove, argument: device)) }
+
+    /// SYNC_CIRCLE devices.
+    public func syncDevices() throws(SecError) -> [SyncDeviceInfo] {
+        let r = try roundTrip(.syncCircle(.devices, argument: ""))
+        guard case .syncDevices(let d) = r else { throw unexpected(r) }
+        return d
+    }
+
+    /// SYNC_STATUS; `now`: the agent syncs first and answers when that sync ended.
+    public func syncStatus(now: Bool = false) throws(SecError) -> SyncStatus {
+        let r = try roundTrip(.syncStatus(now: now))
+        guard case .syncStatus(let s) = r else { throw unexpected(r) }
+        return s
+    }
+
+    /// SYNC_CONFLICTS: the conflicts kept, newest first.
+    public func syncConflicts() throws(SecError) -> [SyncConflictInfo] {
+        let r = try roundTrip(.syncConflicts(restore: nil))
+        guard case .syncConflicts(let c) = r else { throw unexpected(r) }
+        return c
+    }
+
+    /// SYNC_CONFLICTS restore: writes back the losing version of conflict `id` (the person authenticates).
+    public func syncRestore(conflict id: String) throws(SecError) { try expectOK(.syncConflicts(restore: id)) }
+
     /// Unlocks with an escrow secret.
     public func unlock(escrowSecret: SecureBytes) throws(SecError) { try expectOK(.escrowUnlock(secret: escrowSecret)) }
 

@@ -92,6 +92,16 @@ public enum AgentRequest: Sendable {
     /// application id), created by the agent on first use; only for a caller whose manifest grants
     /// `portal-secret` (WireProtocol.md, Portal secrets).
     case portalSecret(appID: String)
+    /// SYNC_SETUP (issue #29): `coffer sync init` or `join` with the remote's URL and this device's
+    /// name (WireProtocol.md, Sync).
+    case syncSetup(SyncSetupOperation, remote: String, name: String)
+    /// SYNC_CIRCLE: approve a pairing code, remove a device (its id or name), or list the devices.
+    case syncCircle(SyncCircleOperation, argument: String)
+    /// SYNC_STATUS: the background sync's state; `now`: run a sync first and answer when it ended.
+    case syncStatus(now: Bool)
+    /// SYNC_CONFLICTS: the conflicts kept (the losing versions); `restore`: write back the loser of
+    /// the conflict with this id (it becomes the newest version everywhere).
+    case syncConflicts(restore: String?)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -127,6 +137,22 @@ public enum AgentRequest: Sendable {
         case .portalSecret(let appID):
             var f = FrameBuilder(type: .portalSecret, requestID: requestID, payloadCapacity: 2 + appID.utf8.count)
             f.w.shortString(appID)
+            return f.finish()
+        case .syncSetup(let op, let remote, let name):
+            var f = FrameBuilder(type: .syncSetup, requestID: requestID, payloadCapacity: 5 + remote.utf8.count + name.utf8.count)
+            f.w.u8(op.rawValue); f.w.shortString(remote); f.w.shortString(name)
+            return f.finish()
+        case .syncCircle(let op, let argument):
+            var f = FrameBuilder(type: .syncCircle, requestID: requestID, payloadCapacity: 3 + argument.utf8.count)
+            f.w.u8(op.rawValue); f.w.shortString(argument)
+            return f.finish()
+        case .syncStatus(let now):
+            var f = FrameBuilder(type: .syncStatus, requestID: requestID, payloadCapacity: 1)
+            f.w.u8(now ? 2 : 1)
+            return f.finish()
+        case .syncConflicts(let restore):
+            var f = FrameBuilder(type: .syncConflicts, requestID: requestID, payloadCapacity: 3 + (restore?.utf8.count ?? 0))
+            if let restore { f.w.u8(2); f.w.shortString(restore) } else { f.w.u8(1) }
             return f.finish()
         case .authOptions(let o):
             var f = FrameBuilder(type: .authOptions, requestID: requestID,
@@ -286,6 +312,33 @@ public enum AgentRequest: Sendable {
             let app = try r.sstr("app id")
             guard FlatpakAppID.isValid(app) else { throw ProtocolError("PORTAL_SECRET: the app id is not a valid Flatpak application id") }
             request = .portalSecret(appID: app)
+        case .syncSetup:
+            guard let op = SyncSetupOperation(rawValue: try r.u8("operation")) else { throw ProtocolError("unknown SYNC_SETUP operation") }
+            let remote = try r.sstr("remote"), name = try r.sstr("device name")
+            guard SyncText.isRemote(remote) else { throw ProtocolError("SYNC_SETUP: the remote is 1 to 4096 bytes without control characters") }
+            guard SyncText.isName(name) else { throw ProtocolError("SYNC_SETUP: the device name is 1 to 64 bytes without control characters") }
+            request = .syncSetup(op, remote: remote, name: name)
+        case .syncCircle:
+            guard let op = SyncCircleOperation(rawValue: try r.u8("operation")) else { throw ProtocolError("unknown SYNC_CIRCLE operation") }
+            let argument = try r.sstr("argument")
+            guard op == .devices ? argument.isEmpty : SyncText.isName(argument) else {
+                throw ProtocolError(op == .devices ? "SYNC_CIRCLE devices takes no argument"
+                                                   : "SYNC_CIRCLE: the code or device is 1 to 64 bytes without control characters")
+            }
+            request = .syncCircle(op, argument: argument)
+        case .syncStatus:
+            let op = try r.u8("operation")
+            guard op == 1 || op == 2 else { throw ProtocolError("unknown SYNC_STATUS operation") }
+            request = .syncStatus(now: op == 2)
+        case .syncConflicts:
+            switch try r.u8("operation") {
+            case 1: request = .syncConflicts(restore: nil)
+            case 2:
+                let id = try r.sstr("conflict id")
+                guard SyncText.isName(id) else { throw ProtocolError("SYNC_CONFLICTS: the conflict id is 1 to 64 bytes without control characters") }
+                request = .syncConflicts(restore: id)
+            default: throw ProtocolError("unknown SYNC_CONFLICTS operation")
+            }
         case .authorize:
             let group = try r.sstr("access group")
             guard !group.isEmpty else { throw ProtocolError("empty access group") }
@@ -410,7 +463,8 @@ public enum AgentRequest: Sendable {
             guard !flags.contains(.data) else { throw ProtocolError("KEY_CREATE never returns the private key (return flag data)") }
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
-             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply:
+             .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply,
+             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -468,6 +522,14 @@ public enum AgentResponse: Sendable {
     case escrowSecret(SecureBytes)
     /// PORTAL_SECRET_REPLY: a Flatpak app's portal secret (64 bytes when the agent made it).
     case portalSecret(SecureBytes)
+    /// SYNC_CODE: a device's name and pairing code (SYNC_SETUP, SYNC_CIRCLE approve).
+    case syncCode(SyncCode)
+    /// SYNC_DEVICES: the circle's devices.
+    case syncDevices([SyncDeviceInfo])
+    /// SYNC_STATUS_REPLY.
+    case syncStatus(SyncStatus)
+    /// SYNC_CONFLICTS_REPLY: the conflicts kept, newest first (as many as fit one frame).
+    case syncConflicts([SyncConflictInfo])
     /// BACKUP_SUMMARY: items written (create: `added` only), or added / duplicates kept / skipped
     /// as another device's (restore).
     case backupSummary(added: UInt32, duplicates: UInt32, otherDevice: UInt32)
@@ -558,6 +620,31 @@ public enum AgentResponse: Sendable {
         case .portalSecret(let secret):
             var f = FrameBuilder(type: .portalSecretReply, requestID: requestID, payloadCapacity: 4 + secret.count)
             f.secret(secret)
+            return f.finish()
+        case .syncCode(let c):
+            var f = FrameBuilder(type: .syncCode, requestID: requestID, payloadCapacity: 4 + c.name.utf8.count + c.code.utf8.count)
+            f.w.shortString(c.name); f.w.shortString(c.code)
+            return f.finish()
+        case .syncDevices(let devices):
+            var f = FrameBuilder(type: .syncDevices, requestID: requestID, payloadCapacity: 2 + devices.reduce(0) { $0 + WireFormat.encodedSize(of: $1) })
+            f.w.u16(UInt16(clamping: devices.count))
+            for d in devices.prefix(Int(UInt16.max)) {
+                f.w.shortString(d.id); f.w.shortString(d.name); f.w.u8((d.member ? 1 : 0) | (d.thisDevice ? 2 : 0))
+            }
+            return f.finish()
+        case .syncStatus(let s):
+            var f = FrameBuilder(type: .syncStatusReply, requestID: requestID, payloadCapacity: 36 + s.lastError.utf8.count)
+            f.w.u8(s.state.rawValue); f.w.u8(s.running ? 1 : 0); f.w.u64(s.lastSuccessMillis); f.w.u64(s.lastAttemptMillis)
+            f.w.shortString(s.lastError); f.w.u32(s.intervalSeconds); f.w.u32(s.conflicts); f.w.u32(s.applied); f.w.u32(s.recorded)
+            return f.finish()
+        case .syncConflicts(let conflicts):
+            var f = FrameBuilder(type: .syncConflictsReply, requestID: requestID,
+                                 payloadCapacity: 4 + conflicts.reduce(0) { $0 + WireFormat.encodedSize(of: $1) })
+            f.w.u32(UInt32(conflicts.count))
+            for c in conflicts {
+                f.w.shortString(c.id); f.w.shortString(c.itemClass); f.w.shortString(c.service); f.w.shortString(c.account)
+                f.w.u64(c.winnerMillis); f.w.u64(c.loserMillis); f.w.shortString(c.loserDevice); f.w.u8(c.loserDeleted ? 1 : 0)
+            }
             return f.finish()
         case .bioStatus(let b):
             var f = FrameBuilder(type: .bioStatus, requestID: requestID,
@@ -737,6 +824,38 @@ public enum AgentResponse: Sendable {
             response = .escrowSecret(try r.secret("escrow secret"))
         case .portalSecretReply:
             response = .portalSecret(try r.secret("portal secret"))
+        case .syncCode:
+            response = .syncCode(SyncCode(name: try r.sstr("device name"), code: try r.sstr("pairing code")))
+        case .syncDevices:
+            let n = try r.u16("device count")
+            var devices: [SyncDeviceInfo] = []
+            for _ in 0..<n {
+                let id = try r.sstr("device id"), name = try r.sstr("device name"), flags = try r.u8("device flags")
+                guard flags <= 3 else { throw ProtocolError("SYNC_DEVICES: unknown device flags") }
+                devices.append(SyncDeviceInfo(id: id, name: name, member: flags & 1 != 0, thisDevice: flags & 2 != 0))
+            }
+            response = .syncDevices(devices)
+        case .syncStatusReply:
+            guard let state = SyncStatus.State(rawValue: try r.u8("sync state")) else { throw ProtocolError("SYNC_STATUS_REPLY: unknown state") }
+            let running = try r.u8("running")
+            guard running <= 1 else { throw ProtocolError("SYNC_STATUS_REPLY: running must be 0 or 1") }
+            response = .syncStatus(SyncStatus(state: state, running: running == 1, lastSuccessMillis: try r.u64("last success"),
+                                              lastAttemptMillis: try r.u64("last attempt"), lastError: try r.sstr("last error"),
+                                              intervalSeconds: try r.u32("interval"), conflicts: try r.u32("conflicts"),
+                                              applied: try r.u32("applied"), recorded: try r.u32("recorded")))
+        case .syncConflictsReply:
+            let n = try r.u32("conflict count")
+            var conflicts: [SyncConflictInfo] = []
+            for _ in 0..<n {
+                let id = try r.sstr("conflict id")
+                let cls = try r.sstr("item class"), service = try r.sstr("service"), account = try r.sstr("account")
+                let winner = try r.u64("winner time"), loser = try r.u64("loser time"), device = try r.sstr("loser device")
+                let deleted = try r.u8("loser deleted")
+                guard deleted <= 1 else { throw ProtocolError("SYNC_CONFLICTS_REPLY: deleted must be 0 or 1") }
+                conflicts.append(SyncConflictInfo(id: id, itemClass: cls, service: service, account: account, winnerMillis: winner,
+                                                  loserMillis: loser, loserDevice: device, loserDeleted: deleted == 1))
+            }
+            response = .syncConflicts(conflicts)
         case .backupSummary:
             response = .backupSummary(added: try r.u32("added"), duplicates: try r.u32("duplicates"), otherDevice: try r.u32("other device"))
         case .bioStatus:

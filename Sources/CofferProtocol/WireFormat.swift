@@ -33,6 +33,16 @@ public enum WireFormat {
     public static func encodedSize(of finding: CheckFinding) -> Int {
         4 + finding.persistentRef.count + 2 + 2 + min(finding.detail.utf8.count, Int(UInt16.max))
     }
+    /// Bytes of a SYNC_CONFLICTS_REPLY body before its first conflict (type, request id, count).
+    public static let syncConflictsHeaderBytes = 9
+    /// Encoded size of one conflict in SYNC_CONFLICTS_REPLY (each string clamped as the encoder clamps it).
+    public static func encodedSize(of c: SyncConflictInfo) -> Int {
+        [c.id, c.itemClass, c.service, c.account, c.loserDevice].reduce(0) { $0 + 2 + min($1.utf8.count, Int(UInt16.max)) } + 17
+    }
+    /// Encoded size of one device in SYNC_DEVICES.
+    public static func encodedSize(of d: SyncDeviceInfo) -> Int {
+        [d.id, d.name].reduce(0) { $0 + 2 + min($1.utf8.count, Int(UInt16.max)) } + 1
+    }
     /// The most item bytes one ITEMS_PAGE can carry: a single item whose encoding is larger than
     /// this can never be sent (errSecAllocate), however the search is paged.
     public static let maximumItemBytesPerPage = maximumBodyBytes - itemsPageHeaderBytes
@@ -81,12 +91,14 @@ public enum MessageType: UInt8, Sendable {
     case authOptions = 0x0E, authResponse = 0x0F, laEvaluate = 0x10, laCanEvaluate = 0x11, bio = 0x12, passcodeSync = 0x13, removePasscode = 0x14, escrow = 0x15, backup = 0x16
     case check = 0x17, checkPage = 0x18, keyCreate = 0x19, delegate = 0x1A, protections = 0x1B, promptUnlock = 0x1C
     case portalSecret = 0x1D
+    case syncSetup = 0x1E, syncCircle = 0x1F, syncStatus = 0x20, syncConflicts = 0x21
     case promptRead = 0x22
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91
     case checkReport = 0x92, itemsPageSkipping = 0x93, checkReportPage = 0x94, protectionsReply = 0x95
     case portalSecretReply = 0x97
+    case syncCode = 0x98, syncDevices = 0x99, syncStatusReply = 0x9A, syncConflictsReply = 0x9B
     case event = 0xC0, error = 0xFF
 }
 
@@ -235,5 +247,17 @@ struct BodyReader {
 
     func expectEnd(_ what: String) throws(ProtocolError) {
         guard remaining == 0 else { throw ProtocolError("trailing bytes after \(what)") }
+    }
+}
+
+/// The text rules of the sync messages (WireProtocol.md, Sync).
+public enum SyncText {
+    /// A remote: 1 to 4096 bytes, no control characters (C0, DEL).
+    public static func isRemote(_ s: String) -> Bool { isText(s, max: 4096) }
+    /// A device name, pairing code or device id: 1 to 64 bytes, no control characters.
+    public static func isName(_ s: String) -> Bool { isText(s, max: 64) }
+
+    static func isText(_ s: String, max: Int) -> Bool {
+        !s.isEmpty && s.utf8.count <= max && s.utf8.allSatisfy { $0 >= 0x20 && $0 != 0x7F }
     }
 }

@@ -38,6 +38,8 @@ package final class KeychainService: Sendable {
         return status.passcodeSet && status.lockState != .unlocked
     }
     let clock: any MonotonicClock
+    /// Called after every add, update or delete that succeeded (the agent's sync pushes soon after).
+    package let onItemsWritten = Protected<(@Sendable () -> Void)?>(nil)
 
     package init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
                  clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32, agentVersion: String) {
@@ -382,7 +384,7 @@ package final class KeychainService: Sendable {
         throw SecError(.missingEntitlement, "a sandboxed app may not \(what): its tries would count toward the throttle and erase-after")
     }
 
-    private func mayManageKeychain(_ caller: CallerIdentity, _ what: String) throws(SecError) {
+    func mayManageKeychain(_ caller: CallerIdentity, _ what: String) throws(SecError) {
         guard !gate.policy.mayManageKeychain(caller) else { return }
         let shell = gate.policy.shellAppID.map { "the shell helper (app \($0))" } ?? "no app (shell-app = none)"
         let unsigned = gate.policy.unsignedCallers == .shared ? " or a process without a signed identity" : ""
@@ -390,7 +392,7 @@ package final class KeychainService: Sendable {
     }
 
     /// The person proves themselves with the passcode before a whole-keychain operation.
-    private func withPasscode(_ context: inout CallerContext, _ channel: (any AuthChannel)?, what: String) throws(SecError) {
+    func withPasscode(_ context: inout CallerContext, _ channel: (any AuthChannel)?, what: String) throws(SecError) {
         _ = try authenticator.authorize(rules: [AccessControl(factors: [.devicePasscode])!], context: &context, channel: channel, what: what)
     }
 
@@ -401,9 +403,11 @@ package final class KeychainService: Sendable {
         let decision = gate.scope(for: context)
         var recorded = group
         if recorded == nil, operation == "add", case .allowed(let scope) = decision { recorded = scope.defaultGroup }
-        return try audited(context.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
+        let result = try audited(context.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
             try body(try decision.scope(), &context)
         }
+        if operation == "add" || operation == "update" || operation == "delete" { onItemsWritten.withLock { $0 }?() }
+        return result
     }
 
     /// Runs `operation` on `query`'s matches with what the caller already holds (a live reuse, or a

@@ -204,6 +204,39 @@ public final class KeychainSync {
         }
     }
 
-    /// The conflicts kept so far (each the losing version's record, restorable with ``SyncReplica/open(_:)``).
+    /// The conflicts kept so far (each the losing version's record, restorable with ``restore(conflict:)``).
     public var conflicts: [SyncState.Conflict] { replica.state.conflicts }
+
+    /// A conflict's id: its losing record's device and sequence number (`DEVICEHEX-SEQ`).
+    public static func id(of conflict: SyncState.Conflict) -> String { "\(conflict.loser.device.hex)-\(conflict.loser.seq)" }
+
+    /// `coffer sync conflicts --restore ID`: writes the losing version back as a local change (the
+    /// item as it was, or its deletion), which the next sync sends to the others as the newest
+    /// version, and forgets the conflict. errSecItemNotFound if no kept conflict has that id.
+    public func restore(conflict id: String) throws(SecError) {
+        guard let conflict = replica.state.conflicts.first(where: { Self.id(of: $0) == id }) else {
+            throw .itemNotFound("no kept conflict has the id \(id) (coffer sync conflicts lists them)")
+        }
+        let change: SyncChange
+        do throws(SyncError) { change = try replica.open(conflict.loser) } catch { throw error.secError }
+        let (cls, key) = try SyncItem.decodeItemKey(conflict.itemKey)
+        let query = ItemQuery(itemClass: cls, attributes: key)
+        if change.kind == .delete {
+            do { _ = try keychain.delete(query, scope: .unrestricted) } catch where error.status == .itemNotFound {}
+        } else {
+            var (payloadClass, attrs, secret) = try SyncItem.decodePayload(change.payload)
+            defer { secret.wipe() }
+            attrs["cdat"] = nil
+            attrs["mdat"] = nil
+            do {
+                _ = try keychain.update(query, ItemChanges(attributes: attrs, secret: secret), scope: .unrestricted)
+            } catch where error.status == .itemNotFound {
+                try keychain.add(NewItem(itemClass: payloadClass, attributes: attrs, secret: secret), scope: .unrestricted)
+            }
+        }
+        var s = replica.state
+        s.conflicts.removeAll { $0 == conflict }
+        replica.commit(s)
+        try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+    }
 }

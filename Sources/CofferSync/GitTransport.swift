@@ -70,6 +70,7 @@ public struct GitTransport: Sendable {
     /// commit this device saw last (``SyncState/remoteHead``); a remote whose branch no longer contains
     /// it was rolled back or rewritten, and is refused (nothing local changes). Returns the new remote commit.
     public func pull(lastSeen: String) throws(SyncError) -> String {
+        try recoverInterrupted()
         try run(["fetch", "-q", "origin"])
         guard let remote = try remoteCommit() else {
             if !lastSeen.isEmpty { throw .rolledBack("the remote's \(Self.branch) branch is gone (this device saw \(lastSeen))") }
@@ -81,6 +82,7 @@ public struct GitTransport: Sendable {
                 throw .rolledBack("the remote went back or was rewritten: its \(Self.branch) no longer contains \(lastSeen), which this device saw")
             }
         }
+        try removeUntrackedCopies(of: remote)
         let hasLocal = try run(["rev-parse", "-q", "--verify", "HEAD^{commit}"], allowFailure: true).ok
         if hasLocal {
             try run(["rebase", "-q", remote])
@@ -90,10 +92,33 @@ public struct GitTransport: Sendable {
         return remote
     }
 
+    /// Undoes what a git killed half-way left (the agent killed during a sync: its git gets SIGKILL with
+    /// it): a stale index lock and an unfinished rebase, which would refuse every later sync. Only this
+    /// device's sync thread runs git in the directory, so no live git holds them.
+    func recoverInterrupted() throws(SyncError) {
+        let dot = directory + "/.git/"
+        if Files.exists(dot + "index.lock") { _ = unsafe unlink(dot + "index.lock") }
+        if Files.exists(dot + "rebase-merge") || Files.exists(dot + "rebase-apply") {
+            try run(["rebase", "--abort"], allowFailure: true)
+        }
+    }
+
+    /// Deletes untracked files at paths `commit` has: what a checkout killed half-way wrote (whole or
+    /// cut short; the index never recorded them), which would make every later checkout refuse to
+    /// overwrite them. No two devices write one path, so such a path is another device's (this
+    /// device's own files are tracked once committed, and its unpushed ones are not in `commit`).
+    func removeUntrackedCopies(of commit: String) throws(SyncError) {
+        let untracked = try run(["ls-files", "-o", "--exclude-standard"]).output.split(separator: "\n").map(String.init)
+        for path in untracked where !path.isEmpty {
+            if try run(["cat-file", "-e", commit + ":" + path], allowFailure: true).ok { _ = unsafe unlink(directory + "/" + path) }
+        }
+    }
+
     /// Commits what this device wrote (its records, its device file, circle epochs it signed) and
     /// pushes; when another device pushed first, fetches, rebases and tries again (up to `attempts`
     /// times). Returns the remote commit now holding this device's changes.
     public func push(lastSeen: String, message: String, attempts: Int = 5) throws(SyncError) -> String {
+        try recoverInterrupted()
         try run(["add", "-A", "--", "."])
         let staged = try run(["diff", "--cached", "--quiet"], allowFailure: true)
         if !staged.ok { try run(["commit", "-q", "-m", message]) }

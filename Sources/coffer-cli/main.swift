@@ -68,7 +68,7 @@ struct Coffer: ParsableCommand {
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
                       LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self,
-                      ImportCommand.self, DeviceKeyCommand.self])
+                      ImportCommand.self, DeviceKeyCommand.self, SyncCommand.self])
 }
 
 struct Status: ParsableCommand {
@@ -175,6 +175,8 @@ struct Add: ParsableCommand {
     @OptionGroup var protection: ProtectionOptions
     @OptionGroup var secret: SecretSource
     @OptionGroup var auth: AuthenticationArguments
+    @Flag(help: "Sync the item to your other machines (coffer sync; not with a this-device-only class or an access control).")
+    var sync = false
 
     func validate() throws {
         guard secret.isAvailable else { throw ValidationError("give the secret with --secret-stdin or --secret-fd N (or run it on a terminal to be asked)") }
@@ -183,6 +185,7 @@ struct Add: ParsableCommand {
     func run() throws {
         var attrs = try item.attributes()
         try protection.apply(to: &attrs)
+        if sync { attrs["sync"] = .bool(true) }
         let cls = try item.resolvedClass(defaultIfNone: true)!
         try reporting { () throws(SecError) in
             let s = try secret.read(confirm: true)
@@ -329,12 +332,14 @@ struct Update: ParsableCommand {
     @Option(name: .customLong("set-label"), help: "New label.") var setLabel: String?
     @Option(help: "New accessibility (re-wraps the item under that class).", completion: ValueCompletion.accessible) var accessible: String?
     @Option(name: .customLong("set-attr"), help: "New attribute value KEY=VALUE (repeatable). General attributes (names outside Apple's catalog, or @NAME) are set as a whole: the item keeps exactly those given.") var setAttrs: [String] = []
+    @Option(help: "on: sync the items to your other machines (coffer sync); off: keep them on this machine only.") var sync: String?
     @OptionGroup var auth: AuthenticationArguments
 
     func validate() throws {
-        guard secret.isGiven || setLabel != nil || accessible != nil || !setAttrs.isEmpty else {
-            throw ValidationError("nothing to change: give --secret-stdin/--secret-fd, --set-label, --accessible or --set-attr")
+        guard secret.isGiven || setLabel != nil || accessible != nil || !setAttrs.isEmpty || sync != nil else {
+            throw ValidationError("nothing to change: give --secret-stdin/--secret-fd, --set-label, --accessible, --set-attr or --sync")
         }
+        if let sync, sync != "on" && sync != "off" { throw ValidationError("--sync takes on or off") }
         try everything.validate(item, verb: "update")
     }
 
@@ -343,6 +348,7 @@ struct Update: ParsableCommand {
         var changes: Attributes = [:]
         if let setLabel { changes["labl"] = .string(setLabel) }
         if let accessible { changes["pdmn"] = .string(try parseAccessible(accessible).shortCode) }
+        if let sync { changes["sync"] = .bool(sync == "on") }
         for text in setAttrs {
             let (k, v) = try parseAttribute(text)
             changes[k] = v

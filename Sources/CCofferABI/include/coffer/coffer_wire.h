@@ -52,6 +52,10 @@
 #define COFFER_MSG_PROMPT_UNLOCK 0x1C /* a delegated connection: the agent asks the passcode with its own pinentry and unlocks */
 #define COFFER_MSG_PROMPT_READ 0x22 /* a delegated connection: COPY_MATCHING, the items' access controls answered by the agent's own prompter */
 #define COFFER_MSG_PORTAL_SECRET 0x1D /* the portal secret backend (entitlement portal-secret): a Flatpak app's per-app secret */
+#define COFFER_MSG_SYNC_SETUP 0x1E /* keychain sync (the owner's coffer only): init or join a circle on a git remote */
+#define COFFER_MSG_SYNC_CIRCLE 0x1F /* keychain sync: approve a pairing code, remove a device, list the devices */
+#define COFFER_MSG_SYNC_STATUS 0x20 /* keychain sync: the background sync's state (or sync now, then the state) */
+#define COFFER_MSG_SYNC_CONFLICTS 0x21 /* keychain sync: the conflicts kept */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
@@ -71,6 +75,10 @@
 #define COFFER_MSG_CHECK_REPORT_PAGE 0x94
 #define COFFER_MSG_PROTECTIONS_REPLY 0x95
 #define COFFER_MSG_PORTAL_SECRET_REPLY 0x97
+#define COFFER_MSG_SYNC_CODE 0x98
+#define COFFER_MSG_SYNC_DEVICES 0x99
+#define COFFER_MSG_SYNC_STATUS_REPLY 0x9A
+#define COFFER_MSG_SYNC_CONFLICTS_REPLY 0x9B
 #define COFFER_MSG_EVENT 0xC0
 #define COFFER_MSG_ERROR 0xFF
 

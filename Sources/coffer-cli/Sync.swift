@@ -1,0 +1,185 @@
+import ArgumentParser
+import CofferCLISupport
+import CofferClient
+import CofferModel
+import Glibc
+
+/// `coffer sync …`: keychain sync across the person's machines through a git remote (issue #29).
+struct SyncCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync",
+        abstract: "Sync items across your machines through a git remote, end-to-end encrypted.",
+        discussion: """
+            Items added with --sync (in a class without this-device-only, without an access control) go to \
+            every machine of your circle. 'coffer sync init --remote URL' on the first machine; on each other \
+            one 'coffer sync join --remote URL', then 'coffer sync approve CODE' on a machine already in the \
+            circle, comparing the code both screens show. The agent syncs in the background: at unlock, every \
+            sync-interval seconds, and shortly after a write.
+            """,
+        subcommands: [Init.self, Join.self, Approve.self, Devices.self, Remove.self, Status.self, Conflicts.self])
+
+    /// This machine's name by default: its host name.
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "machine" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? "machine" : String(name.prefix(64))
+    }
+
+    struct Init: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Start a circle on an empty git remote with this machine as its first member.")
+        @OptionGroup var connect: Connect
+        @Option(help: "The git remote (a URL or path git can push to; it must be empty).") var remote: String
+        @Option(help: "This machine's name in the circle (default: its host name).") var name: String?
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let c = try connect.open().syncSetup(.initialize, remote: remote, name: name ?? SyncCommand.hostName())
+                Output.print("sync circle started on \(Output.escapedText(remote)) with this machine, \(Output.escapedText(c.name))")
+                Output.print("on another machine: coffer sync join --remote \(Output.escapedText(remote))")
+            }
+        }
+    }
+
+    struct Join: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Ask to join the circle on a git remote: prints a pairing code and waits for a member to approve it.")
+        @OptionGroup var connect: Connect
+        @Option(help: "The circle's git remote.") var remote: String
+        @Option(help: "This machine's name in the circle (default: its host name).") var name: String?
+        @Option(help: "Seconds to wait for the approval (0: do not wait; the agent keeps checking in the background).") var wait: Int = 600
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let conn = try connect.open()
+                let c = try conn.syncSetup(.join, remote: remote, name: name ?? SyncCommand.hostName())
+                Output.print("pairing code: \(Output.escapedText(c.code))")
+                Output.print("on a machine of the circle run: coffer sync approve \(Output.escapedText(c.code))")
+                Output.print("and check that it shows this code and the name \(Output.escapedText(c.name)).")
+                guard wait > 0 else { return }
+                Output.printError("coffer: waiting for the approval (up to \(wait) s)…")
+                let deadline = Double(time(nil)) + Double(wait)
+                while Double(time(nil)) < deadline {
+                    let s = try conn.syncStatus(now: true)
+                    if s.state == .member {
+                        Output.print("approved: this machine is in the circle; items arrive in the background")
+                        return
+                    }
+                    sleep(2)
+                }
+                throw .notAvailable("not approved yet; the agent keeps checking in the background (coffer sync status)")
+            }
+        }
+    }
+
+    struct Approve: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Let the machine that printed CODE into the circle (asks for your passcode); shows its name and code to compare.")
+        @OptionGroup var connect: Connect
+        @OptionGroup var auth: AuthenticationArguments
+        @Argument(help: "The pairing code the joining machine printed.") var code: String
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let conn = try connect.open()
+                try auth.apply(to: conn)
+                let c = try conn.syncApprove(code: code)
+                Output.print("approved \(Output.escapedText(c.name)) with pairing code \(Output.escapedText(c.code))")
+                Output.print("check that \(Output.escapedText(c.name)) shows the same code")
+            }
+        }
+    }
+
+    struct Devices: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the circle's machines.")
+        @OptionGroup var connect: Connect
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                for d in try connect.open().syncDevices() {
+                    Output.print("\(Output.escapedText(d.name))\t\(d.id)\t\(d.member ? "member" : "not a member")\(d.thisDevice ? "\tthis machine" : "")")
+                }
+            }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove a machine (its name or id) and rotate the circle key: it reads nothing written afterwards.")
+        @OptionGroup var connect: Connect
+        @Argument(help: "The machine's name or id (coffer sync devices).") var device: String
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                try connect.open().syncRemove(device: device)
+                Output.printError("coffer: removed \(Output.escapedText(device)) from the circle; the circle key was rotated")
+            }
+        }
+    }
+
+    struct Status: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the background sync: state, last sync, last failure.")
+        @OptionGroup var connect: Connect
+        @Flag(help: "Sync now first and show the outcome.") var now = false
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let s = try connect.open().syncStatus(now: now)
+                let state = switch s.state {
+                case .off: "off (coffer sync init or join)"
+                case .waiting: "waiting for approval (coffer sync approve CODE on a member)"
+                case .member: "member of the circle"
+                case .unknown: "unknown until the keychain is unlocked"
+                }
+                Output.print("""
+                    sync: \(state)
+                    running: \(s.running ? "yes" : "no")
+                    last sync: \(Self.ago(s.lastSuccessMillis))
+                    last attempt: \(Self.ago(s.lastAttemptMillis))
+                    last error: \(s.lastError.isEmpty ? "none" : Output.escapedText(s.lastError))
+                    interval: \(s.intervalSeconds) s
+                    applied: \(s.applied)
+                    sent: \(s.recorded)
+                    conflicts: \(s.conflicts)
+                    """)
+            }
+        }
+
+        static func ago(_ millis: UInt64) -> String {
+            guard millis > 0 else { return "never (since the agent started)" }
+            let ago = max(0, Int64(time(nil)) - Int64(millis / 1000))
+            return "\(ago) s ago"
+        }
+    }
+
+    struct Conflicts: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the conflicts: versions that lost to a later edit on another machine (kept, not dropped); --restore ID brings one back.")
+        @OptionGroup var connect: Connect
+        @OptionGroup var auth: AuthenticationArguments
+        @Option(help: "Write back the losing version of this conflict (asks for your passcode): it becomes the newest version on every machine.")
+        var restore: String?
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let conn = try connect.open()
+                if let restore {
+                    try auth.apply(to: conn)
+                    try conn.syncRestore(conflict: restore)
+                    Output.printError("coffer: restored the losing version of \(Output.escapedText(restore)); it goes to your other machines at the next sync")
+                    return
+                }
+                let list = try conn.syncConflicts()
+                guard !list.isEmpty else {
+                    Output.printError("coffer: no conflicts")
+                    return
+                }
+                for c in list {
+                    let what = c.loserDeleted ? "a deletion" : "an edit"
+                    Output.print("\(Output.escapedText(c.id))\t\(c.itemClass)\t\(Output.escapedText(c.service))\t\(Output.escapedText(c.account))\tlost: \(what) by \(Output.escapedText(c.loserDevice)) at \(c.loserMillis) ms\twinner at \(c.winnerMillis) ms")
+                }
+            }
+        }
+    }
+}

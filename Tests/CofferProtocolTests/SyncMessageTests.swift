@@ -1,0 +1,42 @@
+import CofferModel
+import CofferProtocol
+import Testing
+
+/// The sync replies (WireProtocol.md, Sync) refuse what their rules forbid; the vectors check the valid
+/// ones byte for byte (a reply vector's error outcome is only checked as a request).
+@Suite struct SyncMessageTests {
+    func decodeReply(_ hex: String) throws -> AgentResponse {
+        let frame = hexBytes(hex)
+        return try Array(frame[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0).1 }
+    }
+
+    @Test func repliesOutsideTheirRulesAreRefused() {
+        // SYNC_DEVICES with flags 4.
+        #expect(throws: ProtocolError.self) { try decodeReply("000000169900000037000100043061316200066c6170746f7004") }
+        // SYNC_STATUS_REPLY with state 4.
+        #expect(throws: ProtocolError.self) {
+            try decodeReply("000000299a0000003a04000000000000000000000000000000000000000000012c000000000000000000000000")
+        }
+        // SYNC_CONFLICTS_REPLY whose loser is "deleted" 2.
+        #expect(throws: ProtocolError.self) {
+            try decodeReply("0000003f9b0000003d00000001000a34653566363037312d37000467656e7000046d61696c00026d650000018bcfe569f40000018bcfe5699000076465736b746f7002")
+        }
+    }
+
+    @Test func aStatusRoundTrips() throws {
+        let s = SyncStatus(state: .waiting, running: true, lastSuccessMillis: 1, lastAttemptMillis: 2, lastError: "errSecIO: git",
+                           intervalSeconds: 300, conflicts: 3, applied: 4, recorded: 5)
+        let frame = AgentResponse.syncStatus(s).encodeFrame(requestID: 9)
+        guard case .syncStatus(let back) = try Array(frame[4...]).withUnsafeBytes({ try AgentResponse.decodeBody($0).1 }) else {
+            Issue.record("not a status")
+            return
+        }
+        #expect(back == s)
+    }
+
+    @Test func textRules() {
+        #expect(SyncText.isName("desktop") && SyncText.isRemote("ssh://host/keys.git"))
+        #expect(!SyncText.isName("") && !SyncText.isName(String(repeating: "a", count: 65)) && !SyncText.isName("a\u{7F}"))
+        #expect(!SyncText.isRemote("a\nb") && !SyncText.isRemote(String(repeating: "a", count: 4097)))
+    }
+}
