@@ -85,7 +85,9 @@ public struct GitTransport: Sendable {
         try removeUntrackedCopies(of: remote)
         let hasLocal = try run(["rev-parse", "-q", "--verify", "HEAD^{commit}"], allowFailure: true).ok
         if hasLocal {
-            try run(["rebase", "-q", remote])
+            // --autostash: this device's own changes not yet committed (a compaction or a push that a
+            // lock or a kill cut short) ride along; without it git refuses every later rebase.
+            try run(["rebase", "-q", "--autostash", remote])
         } else {
             try run(["reset", "-q", "--hard", remote])
         }

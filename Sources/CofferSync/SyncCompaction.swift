@@ -87,6 +87,9 @@ public struct SyncCheckpoint: Sendable {
     }
 
     public static func path(_ device: SyncDeviceID) -> String { "checkpoints/\(device.hex).checkpoint" }
+    /// The most a checkpoint file may hold (its kept sequence numbers and sealed bases): a larger one
+    /// is refused before it is read whole.
+    public static let maxBytes = 64 << 20
     public var path: String { Self.path(device) }
 
     private static func header(epoch: UInt64, through: UInt64) -> [UInt8] { SyncRecord.fileHeader(magic, version, epoch, through) }
@@ -228,8 +231,11 @@ extension SyncReplica {
     func checkpoint(of device: SyncDeviceID, _ c: SyncCircle, _ keysByEpoch: [UInt64: SecureBytes]) throws(SyncError) -> SyncCheckpoint? {
         let path = SyncCheckpoint.path(device)
         guard Files.exists(self.path(path)) else { return nil }
-        let bytes = try read(path, max: 1 << 30)
+        // Not read at all for a device the circle never had, and never more than a checkpoint can hold.
+        guard c.devices[device] != nil else { throw .forged("\(path) is from a device that was never in the circle") }
+        let bytes = try read(path, max: SyncCheckpoint.maxBytes)
         let (epoch, through) = try SyncCheckpoint.epoch(of: bytes)
+        guard through < UInt64.max else { throw .forged("\(path) claims every sequence number (through \(through))") }
         guard let writer = c.devices[device], c.admits(device: device, seq: through, epoch: epoch) else {
             throw .forged("\(path) is from a device that was not in the circle at epoch \(epoch)")
         }

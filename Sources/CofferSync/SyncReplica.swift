@@ -270,9 +270,12 @@ public final class SyncReplica {
             if seqs.count(where: { $0 <= done && expected($0) }) != mustHave {
                 throw .rolledBack("records of device \(device.hex) up to \(done) were applied here but are no longer all in the sync directory")
             }
-            if let cp, through > pinnedThrough { newBases.append(cp.bases) }
+            // A removed device still holds its keys: the bases of its checkpoint are never taken (they
+            // would decide other devices' items and their compaction); its own records stay bounded by
+            // its final sequence number.
+            if let cp, through > pinnedThrough, c.current.removed[device] == nil { newBases.append(cp.bases) }
             var pendingKept = kept.filter { $0 > done }[...]
-            var next = max(done, through) + 1
+            var next = max(done, through) &+ 1
             for s in seqs where s > done && expected(s) {
                 let want = pendingKept.first ?? next
                 guard s == want else { result.waiting[device] = want; break }
