@@ -348,7 +348,7 @@ extension Pipeline {
     /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
     /// front end whose caller dismissed the prompt) closes the pinentry: userCanceled.
     func promptUnlock(_ session: Session, client: Int32) throws(SecError) {
-        try service.requireDelegated(session.context, for: "PROMPT_UNLOCK")
+        try service.mayPromptUnlock(session.context)
         guard try service.status().lockState != .unlocked else { return }
         guard let prompter = promptChannel?(Self.callerDisplay(session)) else {
             throw SecError(.interactionNotAllowed, "nobody can be asked for the passcode: no pinentry is configured (pinentry = PATH)")

@@ -379,7 +379,7 @@ package final class KeychainService: Sendable {
     /// (``AccessPolicy/mayManageKeychain(_:)``). Checked before the person is asked for anything.
     /// Passcode tries (unlock, escrow unlock, set, change, sync) are not for sandboxed apps
     /// (``AccessPolicy/mayTryPasscode(_:)``): checked before the try counts.
-    private func mayTryPasscode(_ caller: CallerIdentity, _ what: String) throws(SecError) {
+    func mayTryPasscode(_ caller: CallerIdentity, _ what: String) throws(SecError) {
         guard !gate.policy.mayTryPasscode(caller) else { return }
         throw SecError(.missingEntitlement, "a sandboxed app may not \(what): its tries would count toward the throttle and erase-after")
     }

@@ -11,3 +11,13 @@ extension KeychainService {
         }
     }
 }
+
+extension KeychainService {
+    /// PROMPT_UNLOCK's rules, checked before anybody is asked: a delegated conversation, and a caller
+    /// that may try the passcode (a Flatpak app may not: no dialog asks a person for a password that
+    /// would then be refused).
+    package func mayPromptUnlock(_ context: CallerContext) throws(SecError) {
+        try requireDelegated(context, for: "PROMPT_UNLOCK")
+        try mayTryPasscode(context.caller, "unlock the keychain")
+    }
+}

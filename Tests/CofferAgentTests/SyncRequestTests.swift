@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferKeychain
 import CofferModel
 import CofferProtocol
 import CofferService
@@ -45,5 +46,30 @@ import Testing
         #expect(!shown.contains("ghp_SECRET") && !shown.contains("me:"))
         #expect(shown == "git fetch failed (128): fatal: unable to access 'https://***@git.example/keys.git/': 403")
         #expect(SyncService.redacted("ssh://host/keys.git and /srv/keys.git") == "ssh://host/keys.git and /srv/keys.git")
+    }
+}
+
+/// PROMPT_UNLOCK for a Flatpak app (a front end serving it): refused before the agent's prompter is
+/// even made, so nobody types a password that would then be refused.
+@Suite struct PromptUnlockOrderTests {
+    @Test func aSandboxedAppsPromptUnlockAsksNobody() throws {
+        let rig = try AgentRig(passcodeSet: true)
+        rig.keychain.lock()
+        let asked = Protected(0)
+        let pipeline = Pipeline(service: rig.base.service, promptChannel: { _ in
+            asked.withLock { $0 += 1 }
+            return nil
+        })
+        let app = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.example.App"),
+                                 accessGroups: ["flatpak:org.example.App"])
+        var delegated = rig.greetedSession()
+        delegated.delegate(to: app, startTime: 0)
+        #expect(errorStatus(pipeline.handle(.promptUnlock, session: &delegated)) == .missingEntitlement)
+        #expect(asked.withLock { $0 } == 0, "the prompter was made for a caller that may not try the passcode")
+        // The same for an unsigned caller reaches the prompter (which answers that nobody can be asked).
+        var unsigned = rig.greetedSession()
+        unsigned.delegate(to: rig.unsignedCaller, startTime: 0)
+        #expect(errorStatus(pipeline.handle(.promptUnlock, session: &unsigned)) == .interactionNotAllowed)
+        #expect(asked.withLock { $0 } == 1)
     }
 }
