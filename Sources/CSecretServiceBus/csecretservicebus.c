@@ -190,7 +190,8 @@ int ssb_add_session(ssb_bus *bus, const char *path, const ssb_handlers *handlers
 
 void ssb_slot_release(ssb_slot *slot) { sd_bus_slot_unref(slot); }
 
-int ssb_bus_run(ssb_bus *bus, int wake_fd, void (*woken)(void *userdata), void *userdata) {
+int ssb_bus_run(ssb_bus *bus, int wake_fd, int (*woken)(void *userdata), void *userdata) {
+    int again = woken ? woken(userdata) : -1;
     for (;;) {
         int r = sd_bus_process(bus, NULL);
         if (r == -ECONNRESET || r == -ENOTCONN) return 0;
@@ -214,14 +215,17 @@ int ssb_bus_run(ssb_bus *bus, int wake_fd, void (*woken)(void *userdata), void *
             uint64_t n = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
             timeout = until <= n ? 0 : (until - n) / 1000u + 1 > INT_MAX ? INT_MAX : (int)((until - n) / 1000u + 1);
         }
+        if (again >= 0 && (timeout < 0 || again < timeout)) timeout = again;
         struct pollfd p[2] = {{.fd = sd_bus_get_fd(bus), .events = (short)events}, {.fd = wake_fd, .events = POLLIN}};
         r = poll(p, 2, timeout);
         if (r < 0 && errno != EINTR) return -errno;
-        if (r > 0 && (p[1].revents & POLLIN)) {
+        int wake = r > 0 && (p[1].revents & POLLIN);
+        if (wake) {
             uint64_t count;
             if (read(wake_fd, &count, sizeof count) < 0 && errno != EAGAIN && errno != EINTR) return -errno;
-            if (woken) woken(userdata);
         }
+        /* Woken, or a wait ended by a timeout (the bus's or the caller's own). */
+        if (woken && (wake || r == 0)) again = woken(userdata);
     }
 }
 

@@ -188,6 +188,9 @@ public final class SecretServiceFrontEnd {
             let frontEnd = SecretServiceFrontEnd.from(userdata)
             frontEnd.completePrompts()
             frontEnd.makeKeyPair()
+            // Secrets a prompt read and nobody collected go when their time is up, calls or not.
+            frontEnd.dropExpiredSecrets()
+            return frontEnd.millisecondsUntilASecretExpires()
         }, Unmanaged.passUnretained(self).toOpaque())
     }
 

@@ -1188,11 +1188,23 @@ extension SecretServiceFrontEnd {
         }
     }
 
+    /// Milliseconds until the first kept secret's time is up (-1: none kept), for the bus loop's wait.
+    func millisecondsUntilASecretExpires() -> Int32 {
+        guard let first = released.values.lazy.flatMap({ $0.values.map(\.until) }).min() else { return -1 }
+        return Int32(clamping: max(0, Int((first - Threads.monotonicSeconds()) * 1000) + 1))
+    }
+
     /// The secret a prompt read of the item at `path` for the caller (its expired ones dropped);
-    /// with `take`, handed over (the caller wipes it) and no longer kept.
+    /// with `take`, handed over (the caller wipes it) and no longer kept. None once the keychain has
+    /// locked since (the caller's kept secrets are all wiped then): a lock ends what a prompt allowed.
     func releasedSecret(_ c: Caller, _ path: String, take: Bool) -> SecureBytes? {
         dropExpiredSecrets()
         guard var mine = released[c.sender] else { return nil }
+        guard (try? lockState(c)) == .unlocked else {
+            for r in mine.values { r.secret.wipe() }
+            released[c.sender] = nil
+            return nil
+        }
         let found = take ? mine.removeValue(forKey: path)?.secret : mine[path]?.secret
         released[c.sender] = mine.isEmpty ? nil : mine
         return found

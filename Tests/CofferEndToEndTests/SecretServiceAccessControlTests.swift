@@ -30,7 +30,7 @@ struct SecretServiceAccessControlTests {
         let frontEnd: Process
 
         init(rule: String, pinentry: Bool = true, pin: String = AgentProcess.password, confirm: String = "hang",
-             appPassword: String? = nil) throws {
+             appPassword: String? = nil, accessible: String? = nil) throws {
             fake = try PinentryHarness.FakePinentry(in: dir, pin: pin, passcode: pin, confirm: confirm)
             (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(
                 agentConfig: BiometryTests.pluginConfig(in: plugins) + ["authentication-timeout = 60"]
@@ -40,6 +40,7 @@ struct SecretServiceAccessControlTests {
             #expect(enroll.status == 0, "\(enroll)")
             let item = ["add", "--service", "org.freedesktop.secrets", "--account", SecretServiceAccessControlTests.itemID,
                         "--label", "Guarded", "--attr", "coffer:collection=login", "--attr", "kind=guarded", "--access-control", rule]
+                + (accessible.map { ["--accessible", $0] } ?? [])
             let add: CLIResult
             if let appPassword {
                 // The secret on descriptor 3, the application password on stdin.
@@ -199,6 +200,30 @@ struct SecretServiceAccessControlTests {
         #expect(shown.status == 0 && shown.stdout.contains("(False, ('ao', ['\(Self.itemPath)']))"), "\(shown)\n\(f.log)")
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
         #expect(f.fake.displays() == [":42"], "\(f.fake.displays())")
+    }
+
+    /// A secret a prompt read and the client has not collected yet is gone once the keychain locks:
+    /// the item reads as locked again and GetSecret hands out nothing (it used to wait out its 60 s).
+    @Test func aLockEndsWhatAPromptReleased() throws {
+        // AfterFirstUnlock: its class stays open after the lock, so only the lock check can end the release.
+        let f = try Guarded(rule: "device-passcode", accessible: "after-first-unlock-this-device-only")
+        let r = try f.bus.python(SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(Self.itemPath)'])
+            assert unlocked[0] == 'ok' and unlocked[1][1] != '/', unlocked
+            print('prompt', exec_prompt(a, unlocked[1][1]))
+            locked = subprocess.run(['\(Binaries.coffer)', 'lock', '--socket', '\(f.agent.socketPath)'], capture_output=True, text=True)
+            print('lock', locked.returncode, locked.stderr)
+            session = open_plain(a)[1][1]
+            print('get', call(a, '\(Self.itemPath)', 'org.freedesktop.Secret.Item', 'GetSecret', 'o', session))
+            print('locked', call(a, '\(Self.itemPath)', 'org.freedesktop.DBus.Properties', 'Get', 'ss', 'org.freedesktop.Secret.Item', 'Locked'))
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("prompt (False"), "\(r)\n\(f.log)")
+        #expect(r.stdout.contains("lock 0 "), "\(r)")
+        #expect(r.stdout.contains("get ('error', 'org.freedesktop.Secret.Error.IsLocked')"), "the released secret outlived the lock: \(r)")
+        #expect(r.stdout.contains("locked ('ok', (('b', True),))"), "\(r)")
+        #expect(!r.stdout.contains("guarded secret"))
     }
 
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.

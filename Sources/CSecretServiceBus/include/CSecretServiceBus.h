@@ -78,9 +78,11 @@ void ssb_slot_release(ssb_slot *slot);
 /**
  * Processes messages until an error (a negative errno) or the bus closes (0). Whenever `wake_fd`
  * (an eventfd, or -1: none) is readable it is read (reset) and `woken(userdata)` runs on this
- * thread: how work done on other threads gets back to the bus.
+ * thread: how work done on other threads gets back to the bus. `woken` returns in how many
+ * milliseconds it wants to run again with nothing to wake it (-1: not before a wake), and is called
+ * once before the first wait.
  */
-int ssb_bus_run(ssb_bus *bus, int wake_fd, void (*woken)(void *userdata), void *userdata);
+int ssb_bus_run(ssb_bus *bus, int wake_fd, int (*woken)(void *userdata), void *userdata);
 /** A new wake descriptor for ssb_bus_run (an eventfd, close-on-exec, non-blocking), or a negative errno. */
 int ssb_wake_fd_open(void);
 /** Makes `wake_fd` readable (from any thread). */
