@@ -18,6 +18,20 @@ struct RollbackAgentTests {
         return ["--config", path]
     }
 
+    /// The database files of a stopped agent's state directory, to put back later (``putBack(_:in:)``).
+    static func savedDatabase(in stateDir: String) -> [(String, Data?)] {
+        ["keychain.db", "keychain.db-wal"].map { ($0, FileManager.default.contents(atPath: stateDir + "/" + $0)) }
+    }
+
+    /// Puts back what ``savedDatabase(in:)`` saved (the stale shared-memory index removed).
+    static func putBack(_ saved: [(String, Data?)], in stateDir: String) {
+        for (name, bytes) in saved {
+            unlink(stateDir + "/" + name)
+            if let bytes { writeFileBytes(stateDir + "/" + name, Array(bytes)) }
+        }
+        unlink(stateDir + "/keychain.db-shm")
+    }
+
     @Test func anEarlierKeychainDatabaseMakesTheUnlockFailWithTheRollbackError() throws {
         let tpm = try SoftwareTPM()
         let confDir = TemporaryDirectory("coffer-rollback-conf")
@@ -27,17 +41,13 @@ struct RollbackAgentTests {
         #expect(agent.cli(["add", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "first").status == 0)
         #expect(agent.cli(["lock"]).status == 0, "\(agent.log)")
         agent.stop()                                            // a clean stop: the database file is whole
-        let saved = ["keychain.db", "keychain.db-wal"].map { ($0, FileManager.default.contents(atPath: agent.stateDir + "/" + $0)) }
+        let saved = Self.savedDatabase(in: agent.stateDir)
         try agent.start()
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
         #expect(agent.cli(["update", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "rotated").status == 0, "\(agent.log)")
         #expect(agent.cli(["lock"]).status == 0)                // anchors the update
         agent.stop()
-        for (name, bytes) in saved {
-            unlink(agent.stateDir + "/" + name)
-            if let bytes { writeFileBytes(agent.stateDir + "/" + name, Array(bytes)) }
-        }
-        unlink(agent.stateDir + "/keychain.db-shm")
+        Self.putBack(saved, in: agent.stateDir)
         try agent.start()
         let r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
         #expect(r.status != 0)

@@ -99,6 +99,22 @@ final class PrivateSessionBus: @unchecked Sendable {
         return p
     }
 
+    /// Runs `script` (``python(_:)``) on another thread; the returned function waits for its end and
+    /// gives its result (nil if it could not be run).
+    func pythonInBackground(_ script: String) -> () -> CLIResult? {
+        let result = Protected<CLIResult?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            let r = try? self.python(script)
+            result.withLock { $0 = r }
+            finished.signal()
+        }
+        return {
+            finished.wait()
+            return result.withLock { $0 }
+        }
+    }
+
     /// Polls `condition` for up to `seconds` (FprintdBus's poll).
     static func wait(_ seconds: Double = 10, until condition: () -> Bool) -> Bool { FprintdBus.wait(seconds, until: condition) }
 
@@ -302,18 +318,11 @@ struct SecretServiceBusTests {
             print('done')
 
             """
-        let result = Protected<CLIResult?>(nil)
-        let finished = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-            let r = try? bus.python(script)
-            result.withLock { $0 = r }
-            finished.signal()
-        }
+        let finished = bus.pythonInBackground(script)
         let started = PrivateSessionBus.wait(60) { FileManager.default.fileExists(atPath: ready) }
         if started { try agent.restart() }
         _ = FileManager.default.createFile(atPath: go, contents: nil)
-        finished.wait()
-        let r = result.withLock { $0 }
+        let r = finished()
         #expect(started && r?.status == 0 && r?.stdout.contains("done") == true, "\(String(describing: r))\n\(bus.read("front-end.log"))")
         #expect(frontEnd.isRunning)
         // Two delegations for the script's sender: one before the restart (in the old agent's audit

@@ -130,13 +130,7 @@ struct SecretServiceRecoveryTests {
             print('done')
 
             """
-        let result = Protected<CLIResult?>(nil)
-        let finished = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-            let r = try? bus.python(script)
-            result.withLock { $0 = r }
-            finished.signal()
-        }
+        let finished = bus.pythonInBackground(script)
         let stored = PrivateSessionBus.wait(120) { FileManager.default.fileExists(atPath: ready) }
         let first = bus.ownerPID()
         if stored, let first {
@@ -145,8 +139,7 @@ struct SecretServiceRecoveryTests {
             _ = PrivateSessionBus.wait(30) { bus.nameOwner() == nil }
         }
         _ = FileManager.default.createFile(atPath: go, contents: nil)
-        finished.wait()
-        let r = result.withLock { $0 }
+        let r = finished()
         #expect(stored && first != nil, "\(String(describing: r))\n\(bus.read("dbus-daemon.log"))")
         #expect(r?.status == 0 && r?.stdout.contains("done") == true, "\(String(describing: r))\n\(bus.read("dbus-daemon.log"))")
         let second = bus.ownerPID()

@@ -241,17 +241,13 @@ import Testing
         #expect(tpmAgent.cli(["get", "--service", "svc", "--account", "a"]).stdout.contains("before"), "\(tpmAgent.log)")
         #expect(tpmAgent.cli(["lock"]).status == 0)
         tpmAgent.stop()
-        let saved = ["keychain.db", "keychain.db-wal"].map { ($0, FileManager.default.contents(atPath: agent.stateDir + "/" + $0)) }
+        let saved = RollbackAgentTests.savedDatabase(in: agent.stateDir)
         try tpmAgent.start()
         #expect(tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(tpmAgent.log)")
         #expect(tpmAgent.cli(["update", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "after").status == 0, "\(tpmAgent.log)")
         #expect(tpmAgent.cli(["lock"]).status == 0)             // anchors the update
         tpmAgent.stop()
-        for (name, bytes) in saved {
-            unlink(agent.stateDir + "/" + name)
-            if let bytes { writeFileBytes(agent.stateDir + "/" + name, Array(bytes)) }
-        }
-        unlink(agent.stateDir + "/keychain.db-shm")
+        RollbackAgentTests.putBack(saved, in: agent.stateDir)
         try tpmAgent.start()
         let refused = tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
         #expect(refused.status != 0 && refused.stderr.contains("rollback detected"), "an earlier keychain.db after the migration: \(refused)")
