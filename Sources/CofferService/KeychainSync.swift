@@ -194,11 +194,12 @@ public final class KeychainSync {
     /// (SyncFormat.md, "Compaction"), and pushes the removals. Returns what it removed; nothing while a
     /// member has not caught up (a lost device blocks compaction until it is removed from the circle).
     @discardableResult
-    public func compact(now: UInt64) throws(SecError) -> SyncReplica.Compaction {
-        _ = try sync(now: now)
+    public func compact(now: UInt64, progress: (SyncStatus.Phase, _ done: Int, _ total: Int) -> Void = { _, _, _ in }) throws(SecError) -> SyncReplica.Compaction {
+        _ = try sync(now: now, progress: progress)
         let done: SyncReplica.Compaction
         do throws(SyncError) { done = try replica.compact() } catch { throw error.secError }
         try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+        progress(.pushing, 0, 0)
         try push()
         return done
     }

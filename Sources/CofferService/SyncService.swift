@@ -218,7 +218,7 @@ package final class SyncService: Sendable {
         }
         guard due else { return }
         do throws(SecError) {
-            let done = try sync.compact(now: wallMillis())
+            let done = try sync.compact(now: wallMillis()) { phase, done, total in noteProgress(phase, done, total) }
             if done.removed > 0 {
                 logger.info("sync compacted", metadata: ["removed": "\(done.removed)", "kept": "\(done.kept)", "through": "\(done.through)"])
             }
