@@ -59,6 +59,19 @@ public struct SyncStatus: Sendable, Equatable {
         /// Not known yet: the keybag has stayed locked since the agent started (the sync state is sealed).
         case unknown = 3
     }
+    /// Where a running sync is (WireProtocol.md, SYNC_STATUS_REPLY): what ``done`` and ``total`` count.
+    public enum Phase: UInt8, Sendable {
+        /// No sync is running (or one is starting: done and total 0).
+        case idle = 0
+        /// git is fetching the remote (done and total 0).
+        case fetching = 1
+        /// Reading, verifying and opening the records that arrived: done of total.
+        case verifying = 2
+        /// Applying them to the keychain in one transaction: done and total the records verified.
+        case applying = 3
+        /// Pushing this machine's records: done and total the records this sync verified.
+        case pushing = 4
+    }
     public var state: State
     /// A sync is running now.
     public var running: Bool
@@ -76,9 +89,14 @@ public struct SyncStatus: Sendable, Equatable {
     public var applied: UInt32
     /// Local changes recorded (sent) since the agent started.
     public var recorded: UInt32
+    /// The running sync's phase (``Phase/idle`` when ``running`` is false) and its counts (done ≤ total).
+    public var phase: Phase
+    public var done: UInt32
+    public var total: UInt32
 
     public init(state: State, running: Bool = false, lastSuccessMillis: UInt64 = 0, lastAttemptMillis: UInt64 = 0, lastError: String = "",
-                intervalSeconds: UInt32 = 0, conflicts: UInt32 = 0, applied: UInt32 = 0, recorded: UInt32 = 0) {
+                intervalSeconds: UInt32 = 0, conflicts: UInt32 = 0, applied: UInt32 = 0, recorded: UInt32 = 0,
+                phase: Phase = .idle, done: UInt32 = 0, total: UInt32 = 0) {
         self.state = state
         self.running = running
         self.lastSuccessMillis = lastSuccessMillis
@@ -88,6 +106,9 @@ public struct SyncStatus: Sendable, Equatable {
         self.conflicts = conflicts
         self.applied = applied
         self.recorded = recorded
+        self.phase = phase
+        self.done = done
+        self.total = total
     }
 }
 

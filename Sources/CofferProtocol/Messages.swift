@@ -633,9 +633,10 @@ public enum AgentResponse: Sendable {
             }
             return f.finish()
         case .syncStatus(let s):
-            var f = FrameBuilder(type: .syncStatusReply, requestID: requestID, payloadCapacity: 36 + s.lastError.utf8.count)
+            var f = FrameBuilder(type: .syncStatusReply, requestID: requestID, payloadCapacity: 45 + s.lastError.utf8.count)
             f.w.u8(s.state.rawValue); f.w.u8(s.running ? 1 : 0); f.w.u64(s.lastSuccessMillis); f.w.u64(s.lastAttemptMillis)
             f.w.shortString(s.lastError); f.w.u32(s.intervalSeconds); f.w.u32(s.conflicts); f.w.u32(s.applied); f.w.u32(s.recorded)
+            f.w.u8(s.phase.rawValue); f.w.u32(s.done); f.w.u32(s.total)
             return f.finish()
         case .syncConflicts(let conflicts):
             var f = FrameBuilder(type: .syncConflictsReply, requestID: requestID,
@@ -839,10 +840,17 @@ public enum AgentResponse: Sendable {
             guard let state = SyncStatus.State(rawValue: try r.u8("sync state")) else { throw ProtocolError("SYNC_STATUS_REPLY: unknown state") }
             let running = try r.u8("running")
             guard running <= 1 else { throw ProtocolError("SYNC_STATUS_REPLY: running must be 0 or 1") }
-            response = .syncStatus(SyncStatus(state: state, running: running == 1, lastSuccessMillis: try r.u64("last success"),
-                                              lastAttemptMillis: try r.u64("last attempt"), lastError: try r.sstr("last error"),
-                                              intervalSeconds: try r.u32("interval"), conflicts: try r.u32("conflicts"),
-                                              applied: try r.u32("applied"), recorded: try r.u32("recorded")))
+            var s = SyncStatus(state: state, running: running == 1, lastSuccessMillis: try r.u64("last success"),
+                               lastAttemptMillis: try r.u64("last attempt"), lastError: try r.sstr("last error"),
+                               intervalSeconds: try r.u32("interval"), conflicts: try r.u32("conflicts"),
+                               applied: try r.u32("applied"), recorded: try r.u32("recorded"))
+            guard let phase = SyncStatus.Phase(rawValue: try r.u8("sync phase")) else { throw ProtocolError("SYNC_STATUS_REPLY: unknown phase") }
+            s.phase = phase
+            s.done = try r.u32("done")
+            s.total = try r.u32("total")
+            guard s.running || phase == .idle else { throw ProtocolError("SYNC_STATUS_REPLY: a phase without a running sync") }
+            guard s.done <= s.total else { throw ProtocolError("SYNC_STATUS_REPLY: done above total") }
+            response = .syncStatus(s)
         case .syncConflictsReply:
             let n = try r.u32("conflict count")
             var conflicts: [SyncConflictInfo] = []

@@ -134,9 +134,13 @@ public final class KeychainSync {
     /// that synced when sync was set up here), pulls and applies the others' changes with the new state in one keychain
     /// transaction, and pushes. Local changes are recorded before the pull, so a concurrent edit meets
     /// the other one as a conflict (decided by the clock, the loser kept) rather than silently on top.
-    public func sync(now: UInt64) throws(SecError) -> Report {
+    /// `progress` hears where it is (the phase, and the records done and in all: SyncStatus.Phase),
+    /// as often as every record while verifying: the caller keeps it cheap.
+    public func sync(now: UInt64, progress: (SyncStatus.Phase, _ done: Int, _ total: Int) -> Void = { _, _, _ in }) throws(SecError) -> Report {
         var report = Report()
+        var verified = 0
         do {
+            progress(.fetching, 0, 0)
             var head = replica.state.remoteHead
             head = try git.pull(lastSeen: head)
             var s = replica.state
@@ -154,7 +158,11 @@ public final class KeychainSync {
             try keychain.commitSyncRecorded(through: pending.through, state: replica.state.encoded())
             report.recorded = changes.count
             // Then the others'.
-            let p = try replica.pull()
+            let p = try replica.pull { done, total in
+                verified = done
+                progress(.verifying, done, total)
+            }
+            progress(.applying, verified, verified)
             let result = try keychain.applySync(p.apply.map { ($0.itemKey, $0.kind == .delete ? nil : $0.payload) }, state: p.state.encoded())
             replica.commit(p.state)
             try replica.acknowledge()   // only once the state is stored: writers may then compact what it applied
@@ -164,6 +172,7 @@ public final class KeychainSync {
         } catch {
             throw Self.mapped(error)
         }
+        progress(.pushing, verified, verified)
         try push()
         return report
     }
@@ -185,11 +194,12 @@ public final class KeychainSync {
     /// (SyncFormat.md, "Compaction"), and pushes the removals. Returns what it removed; nothing while a
     /// member has not caught up (a lost device blocks compaction until it is removed from the circle).
     @discardableResult
-    public func compact(now: UInt64) throws(SecError) -> SyncReplica.Compaction {
-        _ = try sync(now: now)
+    public func compact(now: UInt64, progress: (SyncStatus.Phase, _ done: Int, _ total: Int) -> Void = { _, _, _ in }) throws(SecError) -> SyncReplica.Compaction {
+        _ = try sync(now: now, progress: progress)
         let done: SyncReplica.Compaction
         do throws(SyncError) { done = try replica.compact() } catch { throw error.secError }
         try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+        progress(.pushing, 0, 0)
         try push()
         return done
     }

@@ -56,6 +56,8 @@ package final class SyncService: Sendable {
         /// When (monotonic) this process last compacted; nil: not yet.
         var compactedAt: Double? = nil
         var status = SyncStatus(state: .unknown)
+        /// The phase last put in ``status`` and when (monotonic): progress is noted at most every 0.2 s within a phase.
+        var progressShown: (SyncStatus.Phase, Double)? = nil
     }
 
     package init(service: KeychainService, settings: Settings, clock: any MonotonicClock = SystemClock(),
@@ -134,7 +136,7 @@ package final class SyncService: Sendable {
                 do throws(SecError) {
                     if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
                     guard let sync = e else { return nil }
-                    let report = try sync.sync(now: wallMillis())
+                    let report = try sync.sync(now: wallMillis()) { phase, done, total in noteProgress(phase, done, total) }
                     if report.member { compactIfDue(sync) }
                     return .success(report)
                 } catch {
@@ -147,6 +149,8 @@ package final class SyncService: Sendable {
         let now = wallMillis()
         work.withLock { w in
             w.status.running = false
+            (w.status.phase, w.status.done, w.status.total) = (.idle, 0, 0)
+            w.progressShown = nil
             w.finished += 1
             switch outcome {
             case nil:
@@ -189,6 +193,19 @@ package final class SyncService: Sendable {
         }
     }
 
+    /// The running sync's phase and counts into the status SYNC_STATUS reads: at every new phase and
+    /// end of a count, else at most every 0.2 s (the engine may call this for every record).
+    private func noteProgress(_ phase: SyncStatus.Phase, _ done: Int, _ total: Int) {
+        let now = clock.now()
+        work.withLock { w in
+            if let (p, at) = w.progressShown, p == phase, done < total, now - at < 0.2 { return }
+            w.progressShown = (phase, now)
+            w.status.phase = phase
+            w.status.total = UInt32(clamping: total)
+            w.status.done = min(UInt32(clamping: done), w.status.total)
+        }
+    }
+
     /// After a successful sync, at most every ``Settings/compactIntervalSeconds``: this device's
     /// records every member has applied and that were superseded are removed under a checkpoint. A
     /// failure is logged and tried again at the next interval; the sync itself stands.
@@ -201,7 +218,7 @@ package final class SyncService: Sendable {
         }
         guard due else { return }
         do throws(SecError) {
-            let done = try sync.compact(now: wallMillis())
+            let done = try sync.compact(now: wallMillis()) { phase, done, total in noteProgress(phase, done, total) }
             if done.removed > 0 {
                 logger.info("sync compacted", metadata: ["removed": "\(done.removed)", "kept": "\(done.kept)", "through": "\(done.through)"])
             }

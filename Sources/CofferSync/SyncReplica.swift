@@ -236,7 +236,10 @@ public final class SyncReplica {
     /// Reads every record not yet applied and decides (SyncFormat.md, "Merging"): returns the
     /// changes to apply and the state to commit with them. Changes nothing itself. Throws
     /// `rolledBack` if a record this device already applied is gone (the directory went back).
-    public func pull() throws(SyncError) -> Pull {
+    /// `progress` is called with the records read, verified and opened so far and the records that
+    /// arrived (those past what this device applied), first with 0, then after each record, its
+    /// counts never going down; a stream that stops early (a refused or missing record) leaves done short.
+    public func pull(progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) throws(SyncError) -> Pull {
         let c = try circle()
         let keysByEpoch = try c.keys(for: keys)
         var result = Pull(state: state)
@@ -247,8 +250,12 @@ public final class SyncReplica {
         var writers = Set(entries("records").compactMap { SyncDeviceID(hex: $0) })
         writers.formUnion(entries("checkpoints").compactMap { $0.hasSuffix(".checkpoint") ? SyncDeviceID(hex: String($0.dropLast(11))) : nil })
         writers.formUnion(state.applied.filter { $0.value > 0 }.keys)
-        for device in writers.sorted() {
-            let seqs = sequenceNumbers(of: device)
+        let sorted = writers.sorted()
+        let seqsOf = sorted.map { sequenceNumbers(of: $0) }
+        let arrived = zip(sorted, seqsOf).reduce(0) { n, w in n + w.1.count(where: { $0 > state.applied[w.0] ?? 0 }) }
+        var opened = 0
+        progress(0, arrived)
+        for (device, seqs) in zip(sorted, seqsOf) {
             let done = state.applied[device] ?? 0
             // The writer's checkpoint (SyncFormat.md, "Compaction"): records up to `through` not kept were removed on purpose.
             let pinnedThrough = state.checkpoints[device] ?? 0
@@ -288,6 +295,8 @@ public final class SyncReplica {
                     }
                     guard let key = keysByEpoch[epoch] else { throw .forged("record \(name.path) names epoch \(epoch), which this device has no key for") }
                     incoming.append((name, try SyncRecord.open(bytes, name: name, writer: writer, key: key)))
+                    opened += 1
+                    progress(min(opened, arrived), arrived)
                 } catch {
                     // A refused record stops its device's stream: later ones wait until a good copy appears.
                     result.refused.append((name.path, error))

@@ -2,6 +2,7 @@ import ArgumentParser
 import CofferCLISupport
 import CofferClient
 import CofferModel
+import CofferSystem
 import Glibc
 
 /// `coffer sync …`: keychain sync across the person's machines through a git remote (issue #29).
@@ -59,6 +60,8 @@ struct SyncCommand: ParsableCommand {
                 Output.print("and check that it shows this code and the name \(Output.escapedText(c.name)).")
                 guard wait > 0 else { return }
                 Output.printError("coffer: waiting for the approval (up to \(wait) s)…")
+                let line = SyncProgressLine.start(connect)
+                defer { line?.finish() }
                 let deadline = Double(time(nil)) + Double(wait)
                 while Double(time(nil)) < deadline {
                     let s = try conn.syncStatus(now: true)
@@ -125,7 +128,12 @@ struct SyncCommand: ParsableCommand {
 
         func run() throws {
             try reporting { () throws(SecError) in
-                let s = try connect.open().syncStatus(now: now)
+                let conn = try connect.open()
+                let line = now ? SyncProgressLine.start(connect) : nil
+                let s = try { () throws(SecError) in
+                    defer { line?.finish() }
+                    return try conn.syncStatus(now: now)
+                }()
                 let state = switch s.state {
                 case .off: "off (coffer sync init or join)"
                 case .waiting: "waiting for approval (coffer sync approve CODE on a member)"
@@ -134,7 +142,7 @@ struct SyncCommand: ParsableCommand {
                 }
                 Output.print("""
                     sync: \(state)
-                    running: \(s.running ? "yes" : "no")
+                    running: \(s.running ? "yes (" + SyncCommand.progress(s) + ")" : "no")
                     last sync: \(Self.ago(s.lastSuccessMillis))
                     last attempt: \(Self.ago(s.lastAttemptMillis))
                     last error: \(s.lastError.isEmpty ? "none" : Output.escapedText(s.lastError))
@@ -150,6 +158,22 @@ struct SyncCommand: ParsableCommand {
             guard millis > 0 else { return "never (since the agent started)" }
             let ago = max(0, Int64(time(nil)) - Int64(millis / 1000))
             return "\(ago) s ago"
+        }
+    }
+
+    /// Where a running sync is, for a person: `verifying 3,200 of 10,000 records`.
+    static func progress(_ s: SyncStatus) -> String {
+        func n(_ v: UInt32) -> String {
+            var digits = Array(String(v)), out = ""
+            while digits.count > 3 { out = "," + String(digits.suffix(3)) + out; digits.removeLast(3) }
+            return String(digits) + out
+        }
+        return switch s.phase {
+        case .idle: "starting"
+        case .fetching: "fetching"
+        case .verifying: "verifying \(n(s.done)) of \(n(s.total)) records"
+        case .applying: "applying \(n(s.total)) records"
+        case .pushing: s.total > 0 ? "pushing (\(n(s.total)) records received)" : "pushing"
         }
     }
 
@@ -181,5 +205,53 @@ struct SyncCommand: ParsableCommand {
                 }
             }
         }
+    }
+}
+
+
+/// One line on standard error that keeps showing where the agent's sync is (`sync: verifying 3,200 of
+/// 10,000 records`) while a `coffer sync` command waits for a sync: a thread polls SYNC_STATUS, which
+/// never waits, over a second connection every 0.2 s and rewrites the line; ``finish()`` clears it.
+/// Only when standard error is a terminal: a script sees no progress noise.
+final class SyncProgressLine: @unchecked Sendable {
+    private let poller: AgentConnection
+    private let state = Protected((stop: false, stopped: false))
+
+    private init(_ poller: AgentConnection) { self.poller = poller }
+
+    /// Starts the line's thread; nil (no line) when standard error is not a terminal or the second
+    /// connection or thread cannot be had (the command goes on without progress).
+    static func start(_ connect: Connect) -> SyncProgressLine? {
+        guard isatty(2) == 1, let conn = try? connect.open() else { return nil }
+        let line = SyncProgressLine(conn)
+        return Threads.detach { line.run() } ? line : nil
+    }
+
+    private func run() {
+        var shown = ""
+        while !state.withLock({ $0.stop }) {
+            if let s = try? poller.syncStatus(now: false) {
+                let text = s.running ? "sync: " + SyncCommand.progress(s) : ""
+                if text != shown {
+                    Self.put("\r\u{1B}[K" + text)
+                    shown = text
+                }
+            }
+            _ = state.withLock(waitingUntil: { $0.stop }, timeout: 0.2) { _ in }
+        }
+        if !shown.isEmpty { Self.put("\r\u{1B}[K") }
+        state.withLock { $0.stopped = true }
+        state.broadcast()
+    }
+
+    private static func put(_ text: String) {
+        _ = Array(text.utf8).withUnsafeBytes { Output.write(2, $0) }
+    }
+
+    /// Ends the polling and clears the line (waits for the thread, at most a few seconds).
+    func finish() {
+        state.withLock { $0.stop = true }
+        state.broadcast()
+        _ = state.withLock(waitingUntil: { $0.stopped }, timeout: 5) { _ in }
     }
 }

@@ -12,6 +12,9 @@ import Testing
     /// While this file exists, the agents' git (a wrapper named by `sync-git`) waits before running:
     /// a remote that is slow for as long as a test wants.
     var slowMarker: String { shared.file("slow") }
+    /// While this file exists, the wrapper's `git add` (the start of a push) waits: a sync holds in its
+    /// pushing phase, after it verified and applied what arrived, for as long as a test wants.
+    var slowPushMarker: String { shared.file("slow-push") }
 
     /// A started agent whose configuration syncs every 2 s, pushes 0.3 s after a write, retries after
     /// 1 s, runs git through the wrapper; its own passcode.
@@ -52,6 +55,7 @@ import Testing
             try """
                 #!/bin/sh
                 while [ -e '\(slowMarker)' ]; do sleep 0.1; done
+                case " $* " in *" add -A -- "*) while [ -e '\(slowPushMarker)' ]; do sleep 0.1; done ;; esac
                 exec /usr/bin/git "$@"
 
                 """.write(toFile: wrapper, atomically: true, encoding: .utf8)
@@ -314,6 +318,59 @@ import Testing
         }
         #expect(eventually { bulk() == n }, "\(c.status())\n\(c.agent.log)")
         #expect(c.password("bulk-7") == "v7")
+    }
+
+    /// The `running:` line of a status.
+    static func running(_ status: String) -> String {
+        status.split(separator: "\n").first { $0.hasPrefix("running: ") }.map { String($0.dropFirst("running: ".count)) } ?? "?"
+    }
+
+    @Test func aLongCatchUpShowsItsPhaseAndCountsInTheStatus() throws {
+        let (a, _, c) = try circle()
+        #expect(eventually { c.password("before") == "pw0" })
+        c.agent.stop()
+        let n = 250
+        for i in 0..<n { a.add("bulk-\(i)", "v\(i)") }
+        #expect(eventually { Self.sent(a.status()) >= n }, "\(a.status())")
+        // C's first sync after its start verifies and applies the n records, then holds in its push.
+        _ = FileManager.default.createFile(atPath: slowPushMarker, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: slowPushMarker) }
+        try c.agent.start()
+        #expect(c.cli(["unlock", "--passcode-stdin"], stdin: c.passcode).status == 0)
+        var seen = ""
+        #expect(eventually { seen = Self.running(c.status()); return seen.hasPrefix("yes (pushing (") }, "\(seen)\n\(c.agent.log)")
+        // Every record A wrote since C last synced arrived, was verified and is counted.
+        let received = Int(seen.dropFirst("yes (pushing (".count).prefix { $0 != " " }.filter { $0 != "," }) ?? 0
+        #expect(received >= n, "\(seen)")
+        try FileManager.default.removeItem(atPath: slowPushMarker)
+        #expect(eventually { Self.running(c.status()) == "no" }, "\(c.status())")
+        #expect(c.password("bulk-\(n - 1)") == "v\(n - 1)")
+    }
+
+    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+    func syncNowShowsAProgressLineOnATerminalAndNoneOnAPipe() throws {
+        let (a, _, _) = try circle()
+        _ = FileManager.default.createFile(atPath: slowPushMarker, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: slowPushMarker) }
+        // On a terminal: the progress line shows while the sync holds in its push; then the sh that runs
+        // the command reads the line typed once it showed, removes the marker and waits for the command.
+        let coffer = [Binaries.coffer, "sync", "status", "--now", "--socket", a.agent.socketPath]
+        let t = TerminalRun.run(["/bin/sh", "-c", "m=$1; shift; \"$@\" & read go; rm -f \"$m\"; wait $!", "sh", slowPushMarker] + coffer,
+                                steps: [("sync: pushing", "go")])
+        #expect(t.status == 0 && t.prompted, "\(t)\n\(a.agent.log)")
+        #expect(t.output.contains("running: no") && t.output.contains("\r\u{1B}[Ksync: pushing"), "\(t.output)")
+
+        // On a pipe: the same wait, and not a byte of progress.
+        _ = FileManager.default.createFile(atPath: slowPushMarker, contents: nil)
+        let piped = Protected<CLIResult?>(nil)
+        Thread.detachNewThread { piped.withLock { $0 = a.cli(["sync", "status", "--now"]) } }
+        #expect(eventually { Self.running(a.status()).hasPrefix("yes (pushing") }, "\(a.status())")
+        usleep(1_000_000)   // several of the 0.2 s polls a terminal would get
+        try FileManager.default.removeItem(atPath: slowPushMarker)
+        #expect(eventually { piped.withLock { $0 != nil } })
+        let r = try #require(piped.withLock { $0 })
+        #expect(r.status == 0 && r.stdout.contains("running: no"), "\(r)")
+        #expect(r.stderr.isEmpty, "progress on a pipe: \(r.stderr)")
     }
 
     @Test func onlyTheOwnersToolsMaySync() throws {

@@ -17,6 +17,17 @@ import Testing
         #expect(throws: ProtocolError.self) {
             try decodeReply("000000299a0000003a04000000000000000000000000000000000000000000012c000000000000000000000000")
         }
+        // SYNC_STATUS_REPLY: phase 5; phase 2 (verifying) while not running; done 3 above total 2; the
+        // layout from before the progress fields (cut short).
+        let idle = "000000329a0000003a02000000018bcfe568000000018bcfe5680000000000012c000000010000000500000002"
+        #expect(throws: Never.self) { try decodeReply(idle + "000000000000000000") }
+        for bad in [idle + "050000000000000000", idle + "020000000100000002",
+                    "000000299a0000003a02000000018bcfe568000000018bcfe5680000000000012c000000010000000500000002"] {
+            #expect(throws: ProtocolError.self, "\(bad)") { try decodeReply(bad) }
+        }
+        let running = "000000329a0000003c02010000018bcfe568000000018bcfe5680000000000012c000000010000000500000002"
+        #expect(throws: Never.self) { try decodeReply(running + "020000000200000003") }
+        #expect(throws: ProtocolError.self) { try decodeReply(running + "020000000300000002") }
         // SYNC_CONFLICTS_REPLY whose loser is "deleted" 2.
         #expect(throws: ProtocolError.self) {
             try decodeReply("0000003f9b0000003d00000001000a34653566363037312d37000467656e7000046d61696c00026d650000018bcfe569f40000018bcfe5699000076465736b746f7002")
@@ -25,7 +36,7 @@ import Testing
 
     @Test func aStatusRoundTrips() throws {
         let s = SyncStatus(state: .waiting, running: true, lastSuccessMillis: 1, lastAttemptMillis: 2, lastError: "errSecIO: git",
-                           intervalSeconds: 300, conflicts: 3, applied: 4, recorded: 5)
+                           intervalSeconds: 300, conflicts: 3, applied: 4, recorded: 5, phase: .verifying, done: 3_200, total: 10_000)
         let frame = AgentResponse.syncStatus(s).encodeFrame(requestID: 9)
         guard case .syncStatus(let back) = try Array(frame[4...]).withUnsafeBytes({ try AgentResponse.decodeBody($0).1 }) else {
             Issue.record("not a status")

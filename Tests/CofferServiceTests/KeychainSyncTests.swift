@@ -70,6 +70,21 @@ import Testing
         #expect(Self.password(a.keychain, "new") == nil)
     }
 
+    @Test func aSyncReportsItsPhasesInOrderWithTheRecordsThatArrived() throws {
+        let (a, b, _) = try circle()
+        for i in 0..<300 { try Self.add(a.keychain, "bulk-\(i)", "v\(i)") }
+        #expect(try a.sync(now: 2_000).recorded == 300)
+        var seen: [(SyncStatus.Phase, Int, Int)] = []
+        #expect(try b.sync(now: 2_001) { seen.append(($0, $1, $2)) }.applied == 300)
+        let phases = seen.map(\.0).reduce(into: [SyncStatus.Phase]()) { if $0.last != $1 { $0.append($1) } }
+        #expect(phases == [.fetching, .verifying, .applying, .pushing], "\(phases)")
+        let verifying = seen.filter { $0.0 == .verifying }
+        #expect(zip(verifying, verifying.dropFirst()).allSatisfy { $0.1 <= $1.1 } && verifying.allSatisfy { $0.2 == 300 })
+        #expect(verifying.last.map { $0.1 == 300 } == true)
+        #expect(seen.filter { $0.0 == .applying || $0.0 == .pushing }.allSatisfy { $0.1 == 300 && $0.2 == 300 })
+        #expect(Self.password(b.keychain, "bulk-299") == "v299")
+    }
+
     @Test func thisDeviceOnlyAndUnsyncedItemsNeverLeave() throws {
         let (a, b, _) = try circle()
         try Self.add(a.keychain, "tdo-only", "x", ["sync": .bool(true), "pdmn": .string("aku")])

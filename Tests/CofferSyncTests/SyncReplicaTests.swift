@@ -113,6 +113,27 @@ func makeBareRemote(_ tmp: TemporaryDirectory) throws -> String {
         #expect(!files.stdout.contains("hunter2") && !files.stdout.contains("genp/mail"))
     }
 
+    @Test func aPullReportsItsProgressRecordByRecordUpToEveryRecordThatArrived() throws {
+        let (a, b) = try circleOfTwo(remote: try bareRemote())
+        let n = 600
+        let changes: [(itemKey: [UInt8], payload: SecureBytes?)] = (0..<n).map { (Array("genp/item-\($0)".utf8), secure(Array("v\($0)".utf8))) }
+        try a.replica.record(changes, now: 2_000)
+        try a.push()
+        _ = try b.git!.pull(lastSeen: b.replica.state.remoteHead)
+        var seen: [(done: Int, total: Int)] = []
+        let p = try b.replica.pull { done, total in seen.append((done, total)) }
+        #expect(p.apply.count == n && p.refused.isEmpty)
+        #expect(seen.first.map { $0.done == 0 && $0.total == n } == true, "first \(String(describing: seen.first))")
+        #expect(seen.allSatisfy { $0.total == n && $0.done <= n }, "the total is the records that arrived")
+        #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.done <= $1.done }, "the counts never go down")
+        #expect(seen.count == n + 1 && seen.last.map { $0.done == n } == true, "one report per record, ending at \(n) of \(n)")
+        // Nothing new: a pull reports 0 of 0.
+        b.replica.commit(p.state)
+        var again: [(done: Int, total: Int)] = []
+        _ = try b.replica.pull { done, total in again.append((done, total)) }
+        #expect(again.count == 1 && again.first?.done == 0 && again.first?.total == 0)
+    }
+
     @Test func concurrentEditsPickTheLaterWriterEverywhereAndKeepTheLoser() throws {
         let remote = try bareRemote()
         let (a, b) = try circleOfTwo(remote: remote)
