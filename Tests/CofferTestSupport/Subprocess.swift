@@ -21,19 +21,36 @@ public struct CLIResult: CustomStringConvertible, Sendable {
 /// blocked SIGTERM is inherited by children). A program that cannot start is status -1.
 public func runProcess(_ executable: String, _ args: [String], stdin: String? = nil, environment: [String: String] = [:],
                        unset: [String] = [], directory: URL? = nil, timeout: Double = 300) -> CLIResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = args
     var env = ProcessInfo.processInfo.environment
     for k in ["COFFER_SOCKET"] + unset { env.removeValue(forKey: k) }
     env.merge(environment) { $1 }
-    p.environment = env
-    if let directory { p.currentDirectoryURL = directory }
-    let out = Pipe(), err = Pipe(), inp = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    p.standardInput = inp
-    do { try p.run() } catch { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
+    var started: (Process, Pipe, Pipe, Pipe)? = nil
+    // A program another test thread has just written (a signed app's copy) can be "busy" for an
+    // instant: a child forked meanwhile by another thread holds the writer's descriptor until its own
+    // exec (ETXTBSY). That is the test process's race, not the program's: try again (a new Process)
+    // for up to 2 s.
+    for attempt in 0..<40 {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = args
+        p.environment = env
+        if let directory { p.currentDirectoryURL = directory }
+        let (out, err, inp) = (Pipe(), Pipe(), Pipe())
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = inp
+        do {
+            try p.run()
+            started = (p, out, err, inp)
+            break
+        } catch {
+            let busy = ((error as NSError).domain == NSPOSIXErrorDomain && (error as NSError).code == Int(ETXTBSY))
+                || "\(error)".localizedCaseInsensitiveContains("busy")
+            guard busy, attempt < 39 else { return CLIResult(status: -1, stdout: "", stderr: "\(error)") }
+            usleep(50_000)
+        }
+    }
+    guard let (p, out, err, inp) = started else { return CLIResult(status: -1, stdout: "", stderr: "not started") }
     // The watchdog holds the process weakly: a cancelled work item stays queued until its deadline,
     // and holding `p` (with its pipes) that long kept three descriptors open per run for five minutes
     // (over a thousand by the end of the suite).
