@@ -136,14 +136,15 @@ package final class Agent: Sendable {
             : PAMAuthenticator(service: configuration.pamService, confdir: configuration.pamConfdir))
         let sensor = Self.biometricSensor(configuration, host: host, logger: logger)
         self.sensor = sensor
-        // Lock events reach the sync once it exists (it needs the service).
-        let syncBox = Protected<SyncService?>(nil)
+        // Lock events reach the sync once it exists (it needs the service). Held weakly: the sync holds
+        // the service, which holds this closure (a cycle kept the keychain alive past the agent's stop).
+        let syncBox = SyncReference()
         let service = KeychainService.compose(
             keychain: keychain, verifier: verifier, sensor: givenSensor ?? sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
             clock: SystemClock(), wallClock: SystemWallClock(), logger: logger,
             onEvent: { event in
                 registry.broadcast(event, refusals: refusals)
-                syncBox.withLock { $0 }?.observe(event)
+                syncBox.sync?.observe(event)
             },
             onErase: { [logger] in
                 // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
@@ -156,7 +157,7 @@ package final class Agent: Sendable {
         schedule = service.schedule
         let sync = SyncService(service: service, settings: configuration.sync)
         self.sync = sync
-        syncBox.withLock { $0 = sync }
+        syncBox.sync = sync
         pipeline = Pipeline(service: service, resolver: resolver, promptChannel: { [configuration] callerDisplay in
             AgentPromptChannel(configuration: configuration, clock: SystemClock(), callerDisplay: callerDisplay)
         }, sync: sync)
@@ -353,5 +354,15 @@ struct RefusalLog: Sendable {
         if let peer { metadata["peer"] = "\(peer)" }
         if suppressed > 0 { metadata["suppressed"] = "\(suppressed) like it since the last such line" }
         logger.warning(message, metadata: metadata)
+    }
+}
+
+/// The agent's sync, held weakly for the service's event closure (the agent holds it strongly).
+private final class SyncReference: Sendable {
+    private struct Weak: Sendable { weak var sync: SyncService? }
+    private let box = Protected(Weak())
+    var sync: SyncService? {
+        get { box.withLock { $0.sync } }
+        set { box.withLock { $0.sync = newValue } }
     }
 }
