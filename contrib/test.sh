@@ -4,7 +4,7 @@
 #
 # With CI=true (what .ci/run sets) it then runs the short form of each reliability run:
 #   stress (64-client style load, hostile frames beside a working client, kill -9 crash trials),
-#   25 s of libFuzzer per decoder (three decoders; the suite and the sanitizer passes take most of the 30 minutes CI may use), and the whole suite again under AddressSanitizer and
+#   15 s of libFuzzer per decoder (three decoders; the suite and the sanitizer passes take most of the 30 minutes CI may use), and the whole suite again under AddressSanitizer and
 #   most of it under ThreadSanitizer (contrib/sanitizers.sh says which). The full-size runs are contrib/stress/run.sh and contrib/fuzz/run SECONDS.
 set -eu
 cd "$(dirname "$0")/.."
@@ -21,8 +21,8 @@ if [ "${CI:-}" = true ]; then
     step() { echo; echo "== $1 ($(date +%T))"; }
     step "stress, short form"
     bash contrib/stress/run.sh --short
-    step "fuzzing, 25 s per decoder"
-    bash contrib/fuzz/run 25
+    step "fuzzing, 15 s per decoder"
+    bash contrib/fuzz/run 15
     step "sanitizers"
     bash contrib/sanitizers.sh
 fi

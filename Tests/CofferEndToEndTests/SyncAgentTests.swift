@@ -194,7 +194,8 @@ import Testing
         #expect(eventually { a.password("after") == "pw-after" && b.password("after") == "pw-after" }, "\(a.status())")
     }
 
-    @Test func aLockedAgentSyncsNothingAndCatchesUpAtUnlock() throws {
+    @Test(.enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: three agents and git per test are slow under a sanitizer, and CI's 30 minutes are short"))
+    func aLockedAgentSyncsNothingAndCatchesUpAtUnlock() throws {
         let (a, b, c) = try circle()
         #expect(eventually { c.password("before") == "pw0" })
         #expect(c.cli(["lock"]).status == 0)
@@ -220,7 +221,8 @@ import Testing
         return n
     }
 
-    @Test func anUnreachableRemoteThenConcurrentEditsTheLaterWinsAndTheLoserIsListedAndRestorable() throws {
+    @Test(.enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: three agents and git per test are slow under a sanitizer, and CI's 30 minutes are short"))
+    func anUnreachableRemoteThenConcurrentEditsTheLaterWinsAndTheLoserIsListedAndRestorable() throws {
         let (a, b, c) = try circle()
         #expect(eventually { b.password("before") == "pw0" && c.password("before") == "pw0" })
         // The remote goes away: every machine goes on serving and writing, and records the failure.
@@ -267,7 +269,8 @@ import Testing
         return value == "none" ? "" : value
     }
 
-    @Test func requestsAreServedWhileTheRemoteIsSlow() throws {
+    @Test(.enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: three agents and git per test are slow under a sanitizer, and CI's 30 minutes are short"))
+    func requestsAreServedWhileTheRemoteIsSlow() throws {
         let (a, _, _) = try circle()
         // git now hangs until the marker goes: the next sync of A is slow for as long as the test wants.
         _ = FileManager.default.createFile(atPath: slowMarker, contents: nil)
@@ -283,7 +286,8 @@ import Testing
         #expect(eventually { a.status().contains("running: no") })
     }
 
-    @Test func aKillDuringAPullLeavesItBeforeOrAfterAndTheNextSyncCompletes() throws {
+    @Test(.enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: three agents and git per test are slow under a sanitizer, and CI's 30 minutes are short"))
+    func aKillDuringAPullLeavesItBeforeOrAfterAndTheNextSyncCompletes() throws {
         let (a, _, c) = try circle()
         #expect(eventually { c.password("before") == "pw0" })
         c.agent.stop()
@@ -325,7 +329,8 @@ import Testing
         status.split(separator: "\n").first { $0.hasPrefix("running: ") }.map { String($0.dropFirst("running: ".count)) } ?? "?"
     }
 
-    @Test func aLongCatchUpShowsItsPhaseAndCountsInTheStatus() throws {
+    @Test(.enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: three agents and git per test are slow under a sanitizer, and CI's 30 minutes are short"))
+    func aLongCatchUpShowsItsPhaseAndCountsInTheStatus() throws {
         let (a, _, c) = try circle()
         #expect(eventually { c.password("before") == "pw0" })
         c.agent.stop()
@@ -347,7 +352,7 @@ import Testing
         #expect(c.password("bulk-\(n - 1)") == "v\(n - 1)")
     }
 
-    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"))
+    @Test(.enabled(if: TerminalRun.available, "needs util-linux script and setsid"), .enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: three agents and git per test are slow under a sanitizer, and CI's 30 minutes are short"))
     func syncNowShowsAProgressLineOnATerminalAndNoneOnAPipe() throws {
         let (a, _, _) = try circle()
         _ = FileManager.default.createFile(atPath: slowPushMarker, contents: nil)
