@@ -32,6 +32,21 @@ struct RollbackAgentTests {
         unlink(stateDir + "/keychain.db-shm")
     }
 
+    /// With `agent` stopped cleanly: saves its database, starts it, updates svc/a to `secret` and locks
+    /// (anchoring the update), stops it, puts the saved database back, starts it again and tries to
+    /// unlock: that try's result.
+    static func unlockAfterPuttingBackAnUpdate(_ agent: AgentProcess, stateDir: String, secret: String) throws -> CLIResult {
+        let saved = savedDatabase(in: stateDir)
+        try agent.start()
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
+        #expect(agent.cli(["update", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: secret).status == 0, "\(agent.log)")
+        #expect(agent.cli(["lock"]).status == 0)                // anchors the update
+        agent.stop()
+        putBack(saved, in: stateDir)
+        try agent.start()
+        return agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+    }
+
     @Test func anEarlierKeychainDatabaseMakesTheUnlockFailWithTheRollbackError() throws {
         let tpm = try SoftwareTPM()
         let confDir = TemporaryDirectory("coffer-rollback-conf")
@@ -41,15 +56,7 @@ struct RollbackAgentTests {
         #expect(agent.cli(["add", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "first").status == 0)
         #expect(agent.cli(["lock"]).status == 0, "\(agent.log)")
         agent.stop()                                            // a clean stop: the database file is whole
-        let saved = Self.savedDatabase(in: agent.stateDir)
-        try agent.start()
-        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
-        #expect(agent.cli(["update", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "rotated").status == 0, "\(agent.log)")
-        #expect(agent.cli(["lock"]).status == 0)                // anchors the update
-        agent.stop()
-        Self.putBack(saved, in: agent.stateDir)
-        try agent.start()
-        let r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        let r = try Self.unlockAfterPuttingBackAnUpdate(agent, stateDir: agent.stateDir, secret: "rotated")
         #expect(r.status != 0)
         #expect(r.stderr.contains("rollback detected") && r.stderr.contains("keychain.db was put back from an earlier copy"), "\(r.stderr)")
         #expect(r.stderr.contains("restoring a backup"), "\(r.stderr)")

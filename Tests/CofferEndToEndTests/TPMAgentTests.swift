@@ -243,15 +243,7 @@ import Testing
         #expect(tpmAgent.cli(["get", "--service", "svc", "--account", "a"]).stdout.contains("before"), "\(tpmAgent.log)")
         #expect(tpmAgent.cli(["lock"]).status == 0)
         tpmAgent.stop()
-        let saved = RollbackAgentTests.savedDatabase(in: agent.stateDir)
-        try tpmAgent.start()
-        #expect(tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(tpmAgent.log)")
-        #expect(tpmAgent.cli(["update", "--service", "svc", "--account", "a", "--secret-stdin"], stdin: "after").status == 0, "\(tpmAgent.log)")
-        #expect(tpmAgent.cli(["lock"]).status == 0)             // anchors the update
-        tpmAgent.stop()
-        RollbackAgentTests.putBack(saved, in: agent.stateDir)
-        try tpmAgent.start()
-        let refused = tpmAgent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        let refused = try RollbackAgentTests.unlockAfterPuttingBackAnUpdate(tpmAgent, stateDir: agent.stateDir, secret: "after")
         #expect(refused.status != 0 && refused.stderr.contains("rollback detected"), "an earlier keychain.db after the migration: \(refused)")
     }
 }
