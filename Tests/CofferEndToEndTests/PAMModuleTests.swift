@@ -43,8 +43,10 @@ import Testing
     /// Runs pamtester for `operations`, answering prompts from `input`.
     static func pamtester(serviceDir: String, _ operations: [String], input: String, environment: String = "",
                           user: String = currentUser) -> CLIResult {
-        runShell("printf '%s' '\(input)' | \(environment) LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
-                 + "pamtester coffer-login '\(user)' \(operations.joined(separator: " "))", socket: "")
+        PAMWrapper.serialized {
+            runShell("printf '%s' '\(input)' | \(environment) LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
+                     + "pamtester coffer-login '\(user)' \(operations.joined(separator: " "))", socket: "")
+        }
     }
 
     @Test func moduleDoesNotDependOnTheSwiftRuntime() throws {
@@ -282,8 +284,10 @@ import Testing
 
     /// Runs the sudo-like application under pam_wrapper with the service in `serviceDir`.
     static func sudoLike(_ app: String, serviceDir: String, user: String, sessionUser: String, password: String) -> CLIResult {
-        runShell("printf '%s\\n' '\(password)' | LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
-                 + "'\(app)' coffer-login '\(user)' '\(sessionUser)'", socket: "")
+        PAMWrapper.serialized {
+            runShell("printf '%s\\n' '\(password)' | LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
+                     + "'\(app)' coffer-login '\(user)' '\(sessionUser)'", socket: "")
+        }
     }
 
     /// `sudo -i -u B` run by A: A's password must not reach B's agent. B's "agent" is a recorder running

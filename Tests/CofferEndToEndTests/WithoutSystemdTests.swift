@@ -258,8 +258,11 @@ import Testing
             p.executableURL = URL(fileURLWithPath: "/bin/sh")
             p.arguments = ["-c", "exec env LD_PRELOAD='libpam_wrapper.so \(hold)' PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(serviceDir)' "
                            + "HOLD_HELD='\(held)' HOLD_RELEASE='\(release)' pamtester coffer-login '\(bob.name)' open_session </dev/null"]
-            try p.run()
-            try #require(PAMModuleTests.waitForFile(held, seconds: 60), "the session was never held: the test proves nothing")
+            // Started and set up (it holds its session) before any other pam_wrapper process starts.
+            try PAMWrapper.serialized {
+                try p.run()
+                try #require(PAMModuleTests.waitForFile(held, seconds: 60), "the session was never held: the test proves nothing")
+            }
             return (p, release)
         }
         /// bob logs in with his password; the starts of his (stand-in) agent.
@@ -306,8 +309,10 @@ import Testing
         try "session optional \(module) runtime_root=\(root)\n".write(toFile: tmp.path + "/coffer-login", atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: tmp.path + "/other", contents: Data())
         // Under a umask that would leave the runtime root unreachable for everyone but root.
-        let r = runShell("umask 077; LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(tmp.path)' "
-                         + "pamtester coffer-login '\(bob.name)' open_session close_session </dev/null", socket: "")
+        let r = PAMWrapper.serialized {
+            runShell("umask 077; LD_PRELOAD=libpam_wrapper.so PAM_WRAPPER=1 PAM_WRAPPER_SERVICE_DIR='\(tmp.path)' "
+                     + "pamtester coffer-login '\(bob.name)' open_session close_session </dev/null", socket: "")
+        }
         #expect(r.status == 0, "\(r)")
         let made = try #require(Self.ownerAndMode(root + "/\(bob.uid)"), "no runtime directory for \(bob.name)")
         #expect(made.uid == bob.uid && made.gid == bob.gid && made.mode == 0o700, "\(made)")

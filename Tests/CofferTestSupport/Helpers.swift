@@ -37,6 +37,24 @@ public enum PAMWrapper {
     public static let modules = "/usr/lib/x86_64-linux-gnu/pam_wrapper"
     /// `pam_matrix.so` by absolute path.
     public static let matrix = modules + "/pam_matrix.so"
+
+    /// Runs `body`, which starts a process under `LD_PRELOAD=libpam_wrapper.so`, while no other test of
+    /// this process (nor, through a lock file, of another) starts one. pam_wrapper sets itself up in
+    /// one of 36 fixed directories `/tmp/pam.X` (a copy of libpam patched to read it instead of
+    /// /etc/pam.d, so the name has that length): two processes starting together can pick the same
+    /// one, one fails with "File exists" and the other reads a service file the first is copying in
+    /// ("illegal module type"), as a CI run showed. Once set up, a process keeps its own directory,
+    /// so a body may leave a process running after it returns (a held session), not one still starting.
+    public static func serialized<T>(_ body: () throws -> T) rethrows -> T {
+        startLock.lock()
+        defer { startLock.unlock() }
+        let fd = open(NSTemporaryDirectory() + "/coffer-pam-wrapper.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = flock(fd, LOCK_EX) }
+        defer { if fd >= 0 { close(fd) } }
+        return try body()
+    }
+
+    private static let startLock = NSLock()
 }
 
 /// A private PAM configuration directory for `pam_start_confdir`: real libpam, real modules,
