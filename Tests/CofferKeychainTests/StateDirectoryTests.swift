@@ -25,8 +25,27 @@ import Testing
             }
             withExtendedLifetime(first) {}
         }
-        // Released with the keychain that held it.
-        _ = try Keychain(directory: f.dir.path, lockingStateDirectory: true)
+        // Released with the keychain that held it: the kernel frees the lock when the last descriptor
+        // of its open file goes, and a child another test thread is spawning holds a copy of every
+        // descriptor until its exec closes it (O_CLOEXEC), so on a loaded machine the release may
+        // take a moment to be seen (a CI run under ASan saw it). A lock that stays held fails here.
+        func takesTheLock() throws -> Bool {
+            do {
+                _ = try Keychain(directory: f.dir.path, lockingStateDirectory: true)
+                return true
+            } catch {
+                guard error.status == .notAvailable else { throw error }
+                return false
+            }
+        }
+        let deadline = nowMillis() + 10_000
+        while try !takesTheLock() {
+            guard nowMillis() < deadline else {
+                _ = try Keychain(directory: f.dir.path, lockingStateDirectory: true)   // fails, with the holder's name
+                return
+            }
+            usleep(20_000)
+        }
     }
 
     @Test func aKeybagRotatedElsewhereRefusesEveryWrite() throws {
