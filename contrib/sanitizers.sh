@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the test suite under AddressSanitizer (all but the slowest end-to-end suites), then
+# Runs the test suite under AddressSanitizer (all but most end-to-end suites), then
 # ThreadSanitizer (all but most end-to-end suites), see below, each in its own build directory (they
 # cannot share one). The end-to-end tests start the agent and CLI of the same
 # sanitized build, so the agent runs under the sanitizer too. Every report, from the test runner
@@ -18,19 +18,21 @@ for san in ${@:-address thread}; do
         # ThreadSanitizer runs every target but the end-to-end one, whose agent is a separate program
         # started per test: the agent's code runs in-process under TSan in CofferAgentTests, and the
         # end-to-end AgentTests (many concurrent clients, concurrent locks) still run here. ASan runs
-        # most of them. CI's 30 minutes on two cores do not hold three full passes.
-        echo "(ThreadSanitizer: the end-to-end suites other than AgentTests are skipped; AddressSanitizer runs most of them)"
+        # those that drive C walls. CI's 30 minutes on two cores do not hold three full passes.
+        echo "(ThreadSanitizer: the end-to-end suites other than AgentTests are skipped; AddressSanitizer runs those that drive C walls)"
         skip=(--skip 'CofferEndToEndTests\.(?!AgentTests\b)')
     else
-        # AddressSanitizer runs every target, but not the end-to-end suites whose time goes to other
-        # programs and to waiting (three agents and git, swtpm, kill -9 trials, git's own test script,
-        # terminals, install scripts, man pages). The code they drive runs in-process under ASan in the
-        # unit suites (KeychainSyncTests, SyncReplicaTests, TPMHMACKeyTests, RollbackDetectionTests,
-        # RekeyAndTierTests, GitCredentialParsingTests); the plain run runs them all.
-        slow='SyncAgentTests|TPMAgentTests|RekeyCrashTests|RollbackAgentTests|GitT0303Tests|TerminalTests'
-        slow="$slow|SystemdTests|WithoutSystemdTests|InstallScriptTests|InstallScriptStepsTests|ManPageTests|SSHOpenSSHTests"
-        echo "(AddressSanitizer: these end-to-end suites run in the plain run only: ${slow//|/, })"
-        skip=(--skip "CofferEndToEndTests\\.($slow)\\b")
+        # AddressSanitizer runs every target but, of the end-to-end suites (each test a sanitized agent
+        # and CLI started anew, slow under ASan), only those that drive the agent's C walls and its
+        # parsing of what other processes send: hostile and concurrent frames, delegation, the Secret
+        # Service front end (sd-bus, OpenSSL), the portal backend, the ssh-agent socket, the plugin
+        # host (biometry, fprintd over sd-bus), PAM, locked memory. The others repeat Swift-only
+        # paths that the unit suites run in-process under ASan; the plain run runs them all.
+        kept='AgentTests|ProtocolConformanceTests|ConnectionLimitTests|DelegationTests|LockedMemoryTests|MemoryHygieneTests'
+        kept="$kept|SecretServiceBusTests|SecretServiceItemTests|SecretServicePromptTests|SecretServiceAccessControlTests"
+        kept="$kept|SecretPortalTests|SSHAgentTests|SSHAgentPolicyTests|FprintdTests|BiometryTests|PAMModuleTests"
+        echo "(AddressSanitizer: of the end-to-end suites, only ${kept//|/, } run here; the plain run runs them all)"
+        skip=(--skip "CofferEndToEndTests\\.(?!($kept)\\b)")
     fi
     # `coffer` links dynamically here: sanitizer runtimes cannot go into a static executable.
     # COFFER_SANITIZED: tests too slow to repeat under a sanitizer (OpenSSH's regression scripts) skip with a message.
