@@ -190,7 +190,8 @@ public final class AgentConnection {
     public func copyMatching(_ query: ItemQuery) throws(SecError) -> [ItemResult] {
         guard query.limit != .one else {
             let r = try roundTrip(.copyMatching(query))
-            guard case .items(let items) = r else { throw unexpected(r) }
+            // A locked match (present 0x14) answers only a query that asked for them.
+            guard case .items(let items) = r, query.listsLockedItems || !items.contains(where: \.locked) else { throw unexpected(r) }
             return items
         }
         var all: [ItemResult] = []
@@ -545,6 +546,7 @@ public final class AgentConnection {
     /// One page and how many unreadable items it skipped (with ``ItemQuery/skipUnreadable``).
     private func page(_ query: ItemQuery, cursor: UInt64) throws(SecError) -> (items: [ItemResult], nextCursor: UInt64, unreadable: Int) {
         let r = try roundTrip(.copyMatchingPage(query, cursor: cursor))
+        if !query.listsLockedItems, case .itemsPage(let items, _) = r, items.contains(where: \.locked) { throw unexpected(r) }
         switch r {
         case .itemsPage(let items, let next) where !query.skipUnreadable: return (items, next, 0)
         case .itemsPageSkipping(let items, let next, let n) where query.skipUnreadable: return (items, next, Int(n))

@@ -525,7 +525,9 @@ public final class Keychain: Sendable {
             var results: [ItemResult] = []
             var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
-                try forEachMatch(store, query, scope, limit: query.limit.bound) { (row, cls, attrs) throws(SecError) in
+                try forEachMatch(store, query, scope, limit: query.limit.bound, namingLocked: true, locked: { row in
+                    results.append(ItemResult(itemClass: query.itemClass ?? .genericPassword, persistentRef: row.persistentRef, locked: true))
+                }) { (row, cls, attrs) throws(SecError) in
                     if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
@@ -581,7 +583,12 @@ public final class Keychain: Sendable {
             var needs = Requirements(operation: .useSecret, authorization: authorization)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
-                                 unreadable: skip) { (row, cls, attrs) throws(SecError) in
+                                 unreadable: skip, namingLocked: true, locked: { row in
+                    let r = ItemResult(itemClass: query.itemClass ?? .genericPassword, persistentRef: row.persistentRef, locked: true)
+                    guard fits(r) else { refused = true; return }
+                    items.append(r)
+                    lastRowID = row.id
+                }) { (row, cls, attrs) throws(SecError) in
                     if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
@@ -972,9 +979,27 @@ public final class Keychain: Sendable {
     @discardableResult
     private func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
                               unreadable: ((StoredRow) throws(SecError) -> Void)? = nil,
+                              namingLocked: Bool = false, locked lockedMatch: (StoredRow) throws(SecError) -> Void = { _ in },
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
         searches.withLock { $0 += 1 }
         var found = 0
+        /// A locked row a ``ItemQuery/listsLockedItems`` search names (to `lockedMatch`): its index
+        /// entries, under its own tier's key, hold the query's class, every attribute it names, and
+        /// one of the scope's groups; `pdmn` is the row's clear protection class. The index is all
+        /// that can be read of it: a tampered index can make a row be named, never be read.
+        func lockedRowMatches(_ row: StoredRow) throws(SecError) -> Bool {
+            guard let protection = ProtectionClass(rawValue: row.protectionClass), let cls = q.itemClass else { return false }
+            if let wanted = try Validation.protection(of: q.attributes), wanted != protection { return false }
+            let (needed, groups) = try unsafe keybag.withIndexKey(IndexTier.of(protection)) { k in
+                unsafe (q.attributes.filter { $0.key != "pdmn" }.map { unsafe Self.blindHash(k, $0.key, $0.value) }
+                        + [Self.blindHash(k, "class", .string(cls.rawValue))],
+                        scope.groups.map { Set($0.map { unsafe Self.blindHash(k, "agrp", .string($0)) }) })
+            }
+            let index = Set(try store.indexHashes(item: row.id))
+            guard needed.allSatisfy(index.contains) else { return false }
+            return groups.map { !$0.isDisjoint(with: index) } ?? true
+        }
+        enum Candidate { case item(ItemClass, Attributes), locked }
         /// A candidate's attributes; nil for one whose class key is locked away and whose access
         /// group (by its blind-index entry) is outside `scope`: a locked keychain must not tell an
         /// app, by errSecInteractionNotAllowed, that another group holds an item matching its query.
@@ -984,19 +1009,30 @@ public final class Keychain: Sendable {
         /// errSecInteractionNotAllowed (it may be the caller's own; skipping it would turn a listing
         /// into a silent partial answer). That reveals nothing: before the first unlock every query
         /// that could reach the passcode tier is answered errSecInteractionNotAllowed anyway.
-        func open(_ row: StoredRow) throws(SecError) -> (ItemClass, Attributes)? {
+        func open(_ row: StoredRow) throws(SecError) -> Candidate? {
             do {
-                return try openAttributes(row)
+                let (cls, attrs) = try openAttributes(row)
+                return .item(cls, attrs)
             } catch where error.status == .decode && unreadable != nil {
                 // A listing that tolerates damage: the row is skipped and reported (`coffer check`).
                 try unreadable?(row)
                 return nil
             } catch where error.status == .interactionNotAllowed {
                 if q.skipsLockedItems { return nil }
+                if q.listsLockedItems, namingLocked { return try lockedRowMatches(row) ? .locked : nil }
                 guard let groups = scope.groups, let protection = ProtectionClass(rawValue: row.protectionClass),
                       let inScope = try scopeHashes(IndexTier.of(protection), groups) else { throw error }   // tier not searchable yet
                 if !inScope.isDisjoint(with: try store.indexHashes(item: row.id)) { throw error }
                 return nil
+            }
+        }
+        /// The row as a match of the query: opened and compared in full, or a locked match; nil if it
+        /// does not match (or is left out).
+        func candidate(_ row: StoredRow) throws(SecError) -> Candidate? {
+            switch try open(row) {
+            case .item(let cls, let attrs)?: Self.matches(q, scope, cls, attrs) ? .item(cls, attrs) : nil
+            case .locked?: .locked
+            case nil: nil
             }
         }
         /// The `agrp` blind hashes of the scope's groups under each tier's index key, computed once per
@@ -1012,15 +1048,18 @@ public final class Keychain: Sendable {
             tierHashes[tier] = .some(hashes)
             return hashes
         }
-        /// Hands one match to `body`; false once the visit must stop.
-        func deliver(_ row: StoredRow, _ cls: ItemClass, _ attrs: Attributes) throws(SecError) -> Bool {
-            try body(row, cls, attrs)
+        /// Hands one match to `body` (a locked one to `lockedMatch`); false once the visit must stop.
+        func deliver(_ row: StoredRow, _ match: Candidate) throws(SecError) -> Bool {
+            switch match {
+            case .item(let cls, let attrs): try body(row, cls, attrs)
+            case .locked: try lockedMatch(row)
+            }
             found += 1
             return !done() && (limit.map { found < $0 } ?? true)
         }
         if let ref = q.persistentRef {
-            if let row = try store.row(persistentRef: ref), row.id > cursor, let (cls, attrs) = try open(row) {
-                if Self.matches(q, scope, cls, attrs) { _ = try deliver(row, cls, attrs) }
+            if let row = try store.row(persistentRef: ref), row.id > cursor, let match = try candidate(row) {
+                _ = try deliver(row, match)
             }
             return true
         }
@@ -1040,8 +1079,8 @@ public final class Keychain: Sendable {
         let scans = Array(tiers.prefix(probe.isEmpty ? 1 : tiers.count)) // no hashes: one scan covers every row
         if scans.count == 1 {
             try store.forEachRow(matchingAll: scans[0], after: cursor) { (row) throws(SecError) -> Bool in
-                guard let (cls, attrs) = try open(row), Self.matches(q, scope, cls, attrs) else { return true }
-                return try deliver(row, cls, attrs)
+                guard let match = try candidate(row) else { return true }
+                return try deliver(row, match)
             }
             return complete
         }
@@ -1049,21 +1088,21 @@ public final class Keychain: Sendable {
         // after `from`; every match up to the lowest id where a tier stopped short is in order and final.
         var from = cursor
         while true {
-            var batch: [(StoredRow, ItemClass, Attributes)] = []
+            var batch: [(StoredRow, Candidate)] = []
             var boundary = Int64.max
             for hashes in scans {
                 var n = 0
                 try store.forEachRow(matchingAll: hashes, after: from) { (row) throws(SecError) -> Bool in
-                    guard let (cls, attrs) = try open(row), Self.matches(q, scope, cls, attrs) else { return true }
-                    batch.append((row, cls, attrs))
+                    guard let match = try candidate(row) else { return true }
+                    batch.append((row, match))
                     n += 1
                     guard n < Self.mergeChunk else { boundary = min(boundary, row.id); return false }
                     return true
                 }
             }
             batch.sort { $0.0.id < $1.0.id }
-            for (row, cls, attrs) in batch where row.id <= boundary {
-                guard try deliver(row, cls, attrs) else { return complete }
+            for (row, match) in batch where row.id <= boundary {
+                guard try deliver(row, match) else { return complete }
             }
             guard boundary != .max else { return complete }
             from = boundary

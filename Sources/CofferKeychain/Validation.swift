@@ -59,6 +59,16 @@ enum Validation {
         if q.attributes[AccessControl.attributeName] != nil { throw .param("an access control (accc) cannot be searched for") }
         if case .count(let n) = q.limit, n < 1 { throw .param("kSecMatchLimit must be at least 1") }
         if let r = q.persistentRef, r.count != 16 { throw .param("a persistent reference is 16 bytes") }
+        if q.listsLockedItems {
+            // A locked match is told by its blind-index entries alone: every attribute must have one.
+            guard q.itemClass != nil, q.returnPersistentRef else {
+                throw .param("a search naming locked matches must name the item class and return persistent references")
+            }
+            guard !q.skipUnreadable else { throw .param("a search naming locked matches cannot also skip unreadable items") }
+            if let name = q.attributes.keys.sorted().first(where: { $0 != "pdmn" && !AttributeCatalog.isIndexed($0) }) {
+                throw .param("a search naming locked matches can only use indexed attributes (not \(name))")
+            }
+        }
     }
 
     /// The access control an added item carries (`accc`), checked: a canonical encoding, and a

@@ -26,6 +26,12 @@ public struct ItemQuery: Sendable, Equatable {
     /// A listing by the agent itself that leaves out the items whose class key is locked away (what
     /// `ssh-add -l` shows of a locked keybag), never a request's: no wire decoder sets it.
     public var skipsLockedItems = false
+    /// A search that names the matches whose class key is locked away by their persistent reference
+    /// (``ItemResult/locked``) instead of failing with errSecInteractionNotAllowed: what a Secret
+    /// Service front end answers SearchItems with while the keybag is locked. Such a match is told
+    /// by its blind-index entries alone, so the query must name its class, ask for the persistent
+    /// reference, and have only indexed attributes (and `pdmn`); wire return-flags bit 4.
+    public var listsLockedItems = false
 
     /// A query; with no return flags, copyMatching only tells whether something matched.
     public init(itemClass: ItemClass? = nil, attributes: Attributes = [:], limit: MatchLimit = .one,
@@ -82,12 +88,17 @@ public struct ItemResult: Sendable {
     public var data: SecureBytes?
     /// The persistent reference, if kSecReturnPersistentRef.
     public var persistentRef: [UInt8]?
+    /// A match of a ``ItemQuery/listsLockedItems`` search whose class key is locked away: only its
+    /// class and persistent reference are given (no attributes, no data).
+    public var locked = false
 
     /// Makes a result.
-    public init(itemClass: ItemClass, attributes: Attributes? = nil, data: SecureBytes? = nil, persistentRef: [UInt8]? = nil) {
+    public init(itemClass: ItemClass, attributes: Attributes? = nil, data: SecureBytes? = nil, persistentRef: [UInt8]? = nil,
+                locked: Bool = false) {
         self.itemClass = itemClass
         self.attributes = attributes
         self.data = data
         self.persistentRef = persistentRef
+        self.locked = locked
     }
 }

@@ -418,7 +418,7 @@ public enum AgentRequest: Sendable {
             let secret = try r.secret("secret")
             let flags = try QueryCodec.flags(try r.u8("return flags"))
             request = .add(NewItem(itemClass: cls, attributes: attrs, secret: secret), flags)
-        case .copyMatching: request = .copyMatching(try QueryCodec.decode(&r))
+        case .copyMatching: request = .copyMatching(try QueryCodec.decode(&r, allowLocked: true))
         case .promptRead: request = .promptRead(try QueryCodec.decode(&r))
         case .update:
             let q = try QueryCodec.decode(&r)
@@ -432,7 +432,7 @@ public enum AgentRequest: Sendable {
             try QueryCodec.checkActsOnEveryMatch(q, "DELETE")
             request = .delete(q)
         case .copyMatchingPage:
-            let q = try QueryCodec.decode(&r, allowSkipUnreadable: true)
+            let q = try QueryCodec.decode(&r, allowSkipUnreadable: true, allowLocked: true)
             request = .copyMatchingPage(q, cursor: try r.u64("cursor"))
         case .check:
             let op = try r.u8("check operation")
@@ -687,6 +687,7 @@ public enum AgentResponse: Sendable {
             if it.data != nil { present |= ReturnFlags.data.rawValue }
             if it.attributes != nil { present |= ReturnFlags.attributes.rawValue }
             if it.persistentRef != nil { present |= ReturnFlags.persistentRef.rawValue }
+            if it.locked { present |= ReturnFlags.locked.rawValue }
             f.w.u8(ItemClassCode.encode(it.itemClass)); f.w.u8(present)
             if let d = it.data { f.secret(d) }
             if let a = encodedAttrs[i] { f.w.raw(a) }
@@ -725,8 +726,13 @@ public enum AgentResponse: Sendable {
         items.reserveCapacity(n)
         for _ in 0..<n {
             guard let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: false) else { throw ProtocolError("no item class") }
-            let present = try QueryCodec.flags(try r.u8("present flags"))
+            var presentByte = try r.u8("present flags")
+            // A locked match (ITEMS of a query with the locked flag): its reference and nothing else.
+            let locked = presentByte == ReturnFlags.locked.rawValue | ReturnFlags.persistentRef.rawValue
+            if locked { presentByte = ReturnFlags.persistentRef.rawValue }
+            let present = try QueryCodec.flags(presentByte)
             var item = ItemResult(itemClass: cls)
+            item.locked = locked
             if present.contains(.data) { item.data = try r.secret("data") }
             if present.contains(.attributes) { item.attributes = try r.attributes("attributes") }
             if present.contains(.persistentRef) {
@@ -925,6 +931,7 @@ enum QueryCodec {
         }
         var flags: ReturnFlags = []
         if q.skipUnreadable && !everyMatch { flags.insert(.skipUnreadable) }
+        if q.listsLockedItems && !everyMatch { flags.insert(.locked) }
         if q.returnData && !everyMatch { flags.insert(.data) }
         if q.returnAttributes && !everyMatch { flags.insert(.attributes) }
         if q.returnPersistentRef && !everyMatch { flags.insert(.persistentRef) }
@@ -944,7 +951,7 @@ enum QueryCodec {
         }
     }
 
-    static func decode(_ r: inout BodyReader, allowSkipUnreadable: Bool = false) throws(ProtocolError) -> ItemQuery {
+    static func decode(_ r: inout BodyReader, allowSkipUnreadable: Bool = false, allowLocked: Bool = false) throws(ProtocolError) -> ItemQuery {
         let cls = try ItemClassCode.decode(try r.u8("item class"), allowAny: true)
         let attrs = try r.attributes("query attributes")
         let kind = try r.u8("limit kind")
@@ -959,6 +966,8 @@ enum QueryCodec {
         var flagByte = try r.u8("return flags")
         let skip = allowSkipUnreadable && flagByte & ReturnFlags.skipUnreadable.rawValue != 0
         if skip { flagByte &= ~ReturnFlags.skipUnreadable.rawValue }
+        let locked = allowLocked && flagByte & ReturnFlags.locked.rawValue != 0
+        if locked { flagByte &= ~ReturnFlags.locked.rawValue }
         let flags = try flags(flagByte)
         let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
         guard ref.isEmpty || ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 0 or 16 bytes") }
@@ -966,6 +975,7 @@ enum QueryCodec {
                           returnAttributes: flags.contains(.attributes), returnPersistentRef: flags.contains(.persistentRef),
                           persistentRef: ref.isEmpty ? nil : ref)
         q.skipUnreadable = skip
+        q.listsLockedItems = locked
         return q
     }
 }

@@ -128,6 +128,9 @@ public struct ReturnFlags: OptionSet, Sendable, Hashable {
     /// In a COPY_MATCHING_PAGE query only: skip items that fail authentication and count them
     /// (the reply is then ITEMS_PAGE_SKIPPING).
     public static let skipUnreadable = ReturnFlags(rawValue: 8)
+    /// In a COPY_MATCHING or COPY_MATCHING_PAGE query: name the matches whose class key is locked
+    /// away by their persistent reference; in an item's `present` flags: this is such a match.
+    public static let locked = ReturnFlags(rawValue: 16)
 }
 
 /// Item class codes on the wire: 0 any (queries only), 1 genp, 2 inet, 3 keys, 4 cert.

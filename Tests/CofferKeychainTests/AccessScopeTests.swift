@@ -77,6 +77,70 @@ import Testing
         #expect(text(try f.keychain.copyMatching(query, scope: mail).first?.data) == "for mail")
     }
 
+    /// A search naming locked matches (ItemQuery.listsLockedItems, what the Secret Service front end
+    /// sends): a locked match is its reference alone, told by its index entries, in the caller's
+    /// groups only, matching every attribute the query names; an open one (Always) is whole; the
+    /// reference reads the item once unlocked; paged and whole searches agree.
+    @Test func aSearchNamingLockedMatchesGivesTheirReferences() throws {
+        let f = try Fixture(passcode: "1234")
+        try f.keychain.add(item("locked away", ["@kind": .string("web")]), scope: mail)
+        try f.keychain.add(item("other kind", ["acct": .string("two"), "@kind": .string("ssh")]), scope: mail)
+        try f.keychain.add(item("always", ["acct": .string("three"), "@kind": .string("web"), "pdmn": .string("dk")]), scope: mail)
+        try f.keychain.add(item("chat's", ["@kind": .string("web")]), scope: chat)
+        let refs = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["@kind": .string("web")], limit: .all,
+                                                         returnPersistentRef: true), scope: mail).compactMap(\.persistentRef)
+        #expect(refs.count == 2)
+        #expect(f.keychain.lock())
+        var q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc"), "@kind": .string("web")], limit: .all,
+                          returnAttributes: true, returnPersistentRef: true)
+        #expect(status { try f.keychain.copyMatching(q, scope: mail) } == .interactionNotAllowed, "without the flag: as before")
+        q.listsLockedItems = true
+        let found = try f.keychain.copyMatching(q, scope: mail)
+        #expect(found.count == 2, "\(found)")
+        let locked = try #require(found.first { $0.locked })
+        #expect(locked.attributes == nil && locked.data == nil && locked.itemClass == .genericPassword)
+        #expect(locked.persistentRef == refs[0])
+        let open = try #require(found.first { !$0.locked })
+        #expect(open.attributes?["acct"] == .string("three") && open.persistentRef == refs[1])
+        // Paged: the same answer.
+        let page = try f.keychain.copyMatchingPage(q, scope: mail, after: 0) { _ in true }
+        #expect(page.items.map(\.locked) == [true, false] && page.items.map(\.persistentRef) == found.map(\.persistentRef))
+        // Another group's matching row is not named; nor is a row a query attribute rules out.
+        #expect(try f.keychain.copyMatching(q, scope: chat).map(\.locked) == [true])
+        var other = q
+        other.attributes["@kind"] = .string("mail")
+        #expect(status { try f.keychain.copyMatching(other, scope: mail) } == .itemNotFound)
+        other.attributes = ["svce": .string("svc"), "pdmn": .string("dku")]
+        #expect(status { try f.keychain.copyMatching(other, scope: mail) } == .itemNotFound, "pdmn is the row's clear class")
+        other.attributes = ["svce": .string("svc"), "pdmn": .string("ak")]
+        #expect(try f.keychain.copyMatching(other, scope: mail).map(\.locked) == [true, true])
+        // Such a query must name the class, ask for references, use indexed attributes only.
+        var anyClass = q, noRefs = q, unindexed = q, skipping = q
+        anyClass.itemClass = nil
+        noRefs.returnPersistentRef = false
+        unindexed.attributes["desc"] = .string("x")
+        skipping.skipUnreadable = true
+        for bad in [anyClass, noRefs, unindexed, skipping] {
+            #expect(status { try f.keychain.copyMatching(bad, scope: mail) } == .param, "\(bad)")
+        }
+        // Unlocked, the reference reads the item.
+        try f.keychain.unlock(passcode: secret("1234"))
+        let byRef = ItemQuery(itemClass: .genericPassword, returnData: true, persistentRef: refs[0])
+        #expect(text(try f.keychain.copyMatching(byRef, scope: mail).first?.data) == "locked away")
+        #expect(try f.keychain.copyMatching(q, scope: mail).allSatisfy { !$0.locked && $0.attributes != nil })
+    }
+
+    /// Before the first unlock a row of the passcode tier can be neither matched nor ruled out: a
+    /// search naming locked matches is errSecInteractionNotAllowed as any other.
+    @Test func beforeTheFirstUnlockASearchNamingLockedMatchesIsRefused() throws {
+        let f = try Fixture(passcode: "1234")
+        try f.keychain.add(item("locked away"), scope: mail)
+        try f.reboot()
+        var q = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc")], limit: .all, returnPersistentRef: true)
+        q.listsLockedItems = true
+        #expect(status { try f.keychain.copyMatching(q, scope: mail) } == .interactionNotAllowed)
+    }
+
     /// Before the first unlock the passcode tier's index key is not in memory, so a locked row's
     /// group cannot be read from its index entry: the caller's own WhenUnlocked item must not be
     /// skipped as "another group's" (a full listing would then succeed with only the Always items).

@@ -223,3 +223,41 @@ import Testing
         #expect(throws: ProtocolError.self) { try r.withUnsafeBytes { try AgentRequest.decodeBody($0) } }
     }
 }
+
+extension ConformanceTests {
+    /// The `locked` bit of an item's `present` flags (WireProtocol.md, Locked matches by reference):
+    /// exactly 0x14 (reference and locked) decodes as a locked match; the bit in any other
+    /// combination is malformed; a locked match encodes back to 0x14.
+    @Test func aLockedMatchIsItsReferenceAndNothingElse() throws {
+        func items(present: UInt8, parts: [UInt8]) -> [UInt8] {
+            var w = ByteWriter()
+            w.u8(0x87); w.u32(9); w.u32(1); w.u8(1); w.u8(present); w.raw(parts)
+            return w.bytes
+        }
+        let ref: [UInt8] = [0, 0, 0, 16] + Array(0..<16)
+        let decoded = try items(present: 0x14, parts: ref).withUnsafeBytes { try AgentResponse.decodeBody($0) }
+        guard case .items(let found) = decoded.1 else { Issue.record("not ITEMS: \(decoded.1)"); return }
+        #expect(found.count == 1 && found[0].locked && found[0].persistentRef == Array(0..<16) && found[0].attributes == nil)
+        #expect(AgentResponse.items(found).encodeFrame(requestID: 9) == [0, 0, 0, UInt8(items(present: 0x14, parts: ref).count)]
+                + items(present: 0x14, parts: ref))
+        for present: UInt8 in [0x10, 0x11, 0x12, 0x15, 0x16, 0x1c] {
+            let threw = (try? items(present: present, parts: ref + [0, 0, 0, 0]).withUnsafeBytes { try AgentResponse.decodeBody($0) }) == nil
+            #expect(threw, "present \(present) decoded")
+        }
+        // The flag in a query of COPY_MATCHING and COPY_MATCHING_PAGE only.
+        var q = Self.query
+        q.listsLockedItems = true
+        q.returnPersistentRef = true
+        for type in [MessageType.copyMatching, .copyMatchingPage] {
+            var w = ByteWriter()
+            w.u8(type.rawValue); w.u32(7); w.raw(QueryCodec.encode(q))
+            if type == .copyMatchingPage { w.u64(0) }
+            let request = try w.bytes.withUnsafeBytes { try AgentRequest.decodeBody($0) }.1
+            switch request {
+            case .copyMatching(let got), .copyMatchingPage(let got, _): #expect(got.listsLockedItems && got.returnPersistentRef)
+            default: Issue.record("\(request)")
+            }
+        }
+        #expect(Self.decodeError(Self.body(.promptRead, q)) != nil)
+    }
+}
