@@ -165,13 +165,16 @@ int ssb_bus_serve_service(ssb_bus *bus, const char *path, const ssb_handlers *ha
                                "NameOwnerChanged", name_owner_changed_cb, (void *)handlers);
 }
 
-int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const ssb_handlers *handlers) {
+int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const char *references,
+                          const ssb_handlers *handlers) {
     void *u = (void *)handlers;
     int r = sd_bus_add_fallback_vtable(bus, NULL, collections, COLLECTION_IFACE, collection_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, ITEM_IFACE, item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, COFFER_ITEM_IFACE, coffer_item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, aliases, COLLECTION_IFACE, collection_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, prompts, PROMPT_IFACE, prompt_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, references, ITEM_IFACE, item_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, references, COFFER_ITEM_IFACE, coffer_item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_node_enumerator(bus, NULL, collections, enumerate_cb, u);
     return r;
 }

@@ -162,7 +162,7 @@ public final class SecretServiceFrontEnd {
         // Served before the name is owned, so that no call to the name finds nothing.
         let served = ssb_bus_serve_service(bus, Self.servicePath, handlers)
         guard served >= 0 else { throw .bus("cannot serve \(Self.servicePath): \(String(cString: strerror(-served)))") }
-        let objects = ssb_bus_serve_objects(bus, Self.collectionPrefix, Self.aliasPrefix, Self.promptPrefix, handlers)
+        let objects = ssb_bus_serve_objects(bus, Self.collectionPrefix, Self.aliasPrefix, Self.promptPrefix, Self.referencePrefix, handlers)
         guard objects >= 0 else { throw .bus("cannot serve collections and items: \(String(cString: strerror(-objects)))") }
         switch ssb_request_name(bus, Self.busName) {
         case SSB_NAME_OWNED: break

@@ -16,6 +16,9 @@ import Glibc
 extension SecretServiceFrontEnd {
     static let collectionPrefix = "/org/freedesktop/secrets/collection"
     static let aliasPrefix = "/org/freedesktop/secrets/aliases"
+    /// Items named by their persistent reference: what a search finds while the item's class key is
+    /// locked away (its collection and id are sealed then).
+    static let referencePrefix = "/org/freedesktop/secrets/item"
     static let promptPrefix = "/org/freedesktop/secrets/prompt"
     static let noPrompt = "/"
     static let serviceInterface = "org.freedesktop.Secret.Service"
@@ -50,6 +53,8 @@ extension SecretServiceFrontEnd {
         case collection(String)
         case alias(String)
         case item(collection: String, id: String)
+        /// An item by its persistent reference (16 bytes).
+        case reference([UInt8])
     }
 
     static func encode(_ prefix: String, _ name: String) -> String {
@@ -66,6 +71,10 @@ extension SecretServiceFrontEnd {
 
     static func collectionPath(_ name: String) -> String { encode(collectionPrefix, name) }
     static func itemPath(collection: String, id: String) -> String { collectionPath(collection) + "/" + id }
+    static func referencePath(_ ref: [UInt8]) -> String {
+        let hex = Array("0123456789abcdef")
+        return referencePrefix + "/" + String(ref.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] })
+    }
 
     /// An item's identifier: its account, 32 lowercase hex digits (128 random bits).
     static func isItemID(_ s: Substring) -> Bool {
@@ -73,6 +82,18 @@ extension SecretServiceFrontEnd {
     }
 
     static func parse(_ path: String) -> ObjectRef? {
+        if path.hasPrefix(referencePrefix + "/") {
+            let id = path.dropFirst(referencePrefix.count + 1)
+            guard isItemID(id) else { return nil }
+            var ref: [UInt8] = []
+            var i = id.startIndex
+            while i < id.endIndex {
+                let j = id.index(i, offsetBy: 2)
+                ref.append(UInt8(id[i..<j], radix: 16)!)
+                i = j
+            }
+            return .reference(ref)
+        }
         for (prefix, isAlias) in [(collectionPrefix, false), (aliasPrefix, true)] where path.hasPrefix(prefix + "/") {
             let parts = path.dropFirst(prefix.count + 1).split(separator: "/", omittingEmptySubsequences: false)
             guard let name = decode(prefix + "/" + parts[0], prefix), !name.isEmpty else { return nil }
@@ -88,7 +109,7 @@ extension SecretServiceFrontEnd {
     func find(_ path: String, interface: String) -> Bool {
         switch (Self.parse(path), interface) {
         case (.collection?, Self.collectionInterface), (.alias?, Self.collectionInterface), (.item?, Self.itemInterface),
-             (.item?, Self.cofferItemInterface): true
+             (.item?, Self.cofferItemInterface), (.reference?, Self.itemInterface), (.reference?, Self.cofferItemInterface): true
         case (_, "org.freedesktop.Secret.Prompt"): prompts[path] != nil
         default: false
         }
@@ -163,7 +184,9 @@ extension SecretServiceFrontEnd {
         /// native API), or nil. Such an item is locked: its secret is read only through a prompt.
         var accessControl: String? = nil
         var guarded: Bool { accessControl != nil }
-        var path: String { SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
+        /// The path the caller named the item by, when that is its reference path (``referencePrefix``).
+        var alias: String? = nil
+        var path: String { alias ?? SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
 
         /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
         init(session item: SessionItem, id: String) {
@@ -268,19 +291,64 @@ extension SecretServiceFrontEnd {
         }
     }
 
-    /// The item at `path` for the caller, with its secret when `withSecret`.
-    func item(_ c: Caller, _ path: String, withSecret: Bool = false) throws(BusError) -> (Record, SecureBytes?) {
-        guard case .item(let collection, let id)? = Self.parse(path) else {
+    /// A SearchItems: the caller's matching items, and the reference paths of the matches whose class
+    /// key is locked away (the agent names them by persistent reference: WireProtocol.md, Locked
+    /// matches by reference), so a locked keychain answers with locked paths a client can unlock.
+    func search(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> (open: [Record], locked: [String]) {
+        let wanted = attributes.generalAttributes
+        let inMemory = (sessionItems[c.group] ?? [:]).filter { _, item in wanted.allSatisfy { item.attributes[$0.key] == $0.value } }
+            .sorted { ($0.value.created, $0.key) < ($1.value.created, $1.key) }.map { Record(session: $0.value, id: $0.key) }
+        if collection == Self.sessionCollection { return (inMemory, []) }
+        var q = itemQuery(c, collection: collection, attributes: attributes)
+        q.listsLockedItems = true
+        q.returnPersistentRef = true
+        let results: [ItemResult]
+        do {
+            results = try c.agent.copyMatching(q)
+        } catch where error.status == .itemNotFound {
+            results = []
+        } catch {
+            throw Self.busError(error)
+        }
+        var open: [Record] = [], locked: [String] = []
+        for r in results {
+            if r.locked, let ref = r.persistentRef {
+                locked.append(Self.referencePath(ref))
+            } else if let record = r.attributes.flatMap({ Record($0, for: c) }) {
+                open.append(record)
+            }
+        }
+        return (open + (collection == nil ? inMemory : []), locked)
+    }
+
+    /// The query reading the item at `path` (a collection's item or a reference), for the caller.
+    func itemQuery(_ c: Caller, path: String, returnData: Bool = false) throws(BusError) -> ItemQuery {
+        switch Self.parse(path) {
+        case .item(let collection, let id)?:
+            return itemQuery(c, collection: collection, id: id, returnData: returnData)
+        case .reference(let ref)?:
+            var q = itemQuery(c, returnData: returnData)
+            q.persistentRef = ref
+            q.limit = .one
+            return q
+        default:
             throw BusError(name: BusError.noSuchObject, message: "\(path) is not an item")
         }
-        if collection == Self.sessionCollection {
+    }
+
+    /// The item at `path` for the caller, with its secret when `withSecret`.
+    func item(_ c: Caller, _ path: String, withSecret: Bool = false) throws(BusError) -> (Record, SecureBytes?) {
+        if case .item(let collection, let id)? = Self.parse(path), collection == Self.sessionCollection {
             guard let i = sessionItems[c.group]?[id] else { throw BusError(name: BusError.noSuchObject, message: "no item \(path)") }
             return (Record(session: i, id: id), withSecret ? i.secret.slice(0..<i.secret.count) : nil)
         }
-        let found = try agentCall { () throws(SecError) in try c.agent.copyMatching(itemQuery(c, collection: collection, id: id, returnData: withSecret)) }
-        guard let first = found.first, let r = first.attributes.flatMap({ Record($0, for: c) }) else {
+        let query = try itemQuery(c, path: path, returnData: withSecret)
+        let found = try agentCall { () throws(SecError) in try c.agent.copyMatching(query) }
+        guard let first = found.first, var r = first.attributes.flatMap({ Record($0, for: c) }) else {
+            found.first?.data?.wipe()
             throw BusError(name: BusError.noSuchObject, message: "no item \(path)")
         }
+        if case .reference? = Self.parse(path) { r.alias = path }
         return (r, first.data)
     }
 
@@ -571,10 +639,10 @@ extension SecretServiceFrontEnd {
 
     func serviceSearchItems(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
         let attributes = try Self.callerAttributes(Self.readDictionary(m))
-        let found = try items(c, attributes: attributes)
+        let (found, lockedAway) = try search(c, attributes: attributes)
         rememberSearch(c, attributes: attributes, found: found)
         let state = try lockState(c)
-        let locked = found.filter { isLocked(c, $0, state) }.map(\.path)
+        let locked = found.filter { isLocked(c, $0, state) }.map(\.path) + lockedAway
         let unlocked = found.filter { !isLocked(c, $0, state) }.map(\.path)
         return replyWith(m) { r in
             let rc = Self.appendStrings(r, "o", unlocked)
@@ -689,6 +757,7 @@ extension SecretServiceFrontEnd {
             switch Self.parse($0) {
             case .collection(let n)?: n != Self.sessionCollection
             case .item(let n, _)?: n != Self.sessionCollection
+            case .reference?: true
             case .alias(let a)?: ((try? aliasTarget(c, a)) ?? nil).map { $0 != Self.sessionCollection } ?? false
             case nil: false
             }
@@ -705,21 +774,21 @@ extension SecretServiceFrontEnd {
         var reads: [String: ItemQuery] = [:], probes: Set<String> = []
         for path in paths {
             switch Self.parse(path) {
-            case .item?:
+            case .item?, .reference?:
                 // An item the agent cannot read while locked is locked; one that is not there is left out.
                 // An item with an access control is read by the prompt (the person answers its control).
                 do {
                     let (record, _) = try item(c, path)
                     if isLocked(c, record, state) { locked.append(path) } else { unlocked.append(path) }
                     if record.guarded, isLocked(c, record, state) {
-                        reads[path] = itemQuery(c, collection: record.collection, id: record.id, returnData: true)
+                        reads[path] = try itemQuery(c, path: path, returnData: true)
                     }
                 } catch where error.name == BusError.isLocked {
                     locked.append(path)
                     // Whether it has an access control cannot be read while the keybag is locked: the
                     // prompt looks once it has unlocked it.
-                    if case .item(let collection, let id)? = Self.parse(path) {
-                        reads[path] = itemQuery(c, collection: collection, id: id, returnData: true)
+                    if let query = try? itemQuery(c, path: path, returnData: true) {
+                        reads[path] = query
                         probes.insert(path)
                     }
                 } catch {
@@ -740,8 +809,8 @@ extension SecretServiceFrontEnd {
     func collectionSearchItems(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let attributes = try Self.callerAttributes(Self.readDictionary(m))
         let name = try collection(c, path)
-        let found = try items(c, collection: name, attributes: attributes)
-        return replyWith(m) { Self.appendStrings($0, "o", found.map(\.path)) }
+        let (found, lockedAway) = try search(c, collection: name, attributes: attributes)
+        return replyWith(m) { Self.appendStrings($0, "o", found.map(\.path) + lockedAway) }
     }
 
     /// CreateItem's properties: the label, the attributes and Coffer's own.
@@ -750,11 +819,15 @@ extension SecretServiceFrontEnd {
         var attributes: [String: String] = [:]
         var protection: ProtectionClass?
         var synchronizable: Bool?
+        /// `io.coffer.Item.AccessControl`: guards reading the secret, updating and deleting.
+        var accessControl: AccessControl?
 
-        /// Puts the Coffer properties given into a keychain item's attributes.
-        func apply(to a: inout Attributes) {
+        /// Puts the Coffer properties given into a keychain item's attributes (the access control
+        /// only into a new item's: the keychain refuses it in an update).
+        func apply(to a: inout Attributes, new: Bool = false) {
             if let protection { a["pdmn"] = .string(protection.shortCode) }
             if let synchronizable { a["sync"] = .bool(synchronizable) }
+            if new, let accessControl { a[AccessControl.attributeName] = .data(accessControl.encoded()) }
         }
     }
 
@@ -791,13 +864,29 @@ extension SecretServiceFrontEnd {
                 guard ssb_read_variant_bool(m, &b) >= 0 else { throw wrongType }
                 p.synchronizable = b != 0
             case "io.coffer.Item.AccessControl":
-                // Making an item with an access control needs the person (the agent asks), and the
-                // front end cannot prompt yet.
-                throw BusError(name: BusError.notSupported, message: "io.coffer.Item.AccessControl is not served yet")
+                // The CLI's --access-control form, guarding every operation (as its default does).
+                var s: UnsafePointer<CChar>?
+                guard ssb_read_variant_string(m, &s) >= 0, let s else { throw wrongType }
+                let text = String(cString: s)
+                guard let acl = AccessControl(parsing: text) else {
+                    throw BusError(name: BusError.invalidArgs, message: "io.coffer.Item.AccessControl: \(text) is not a control "
+                                   + "(factors user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and,)")
+                }
+                // An application password is chosen when the item is made, by the person, and the
+                // front end has no way to ask for it there: `coffer add --access-control application-password`.
+                guard !acl.factors.contains(.applicationPassword) else {
+                    throw BusError(name: BusError.notSupported, message: "io.coffer.Item.AccessControl: an application password "
+                                   + "cannot be chosen through the Secret Service; make the item with coffer add --access-control application-password")
+                }
+                p.accessControl = acl
             default:
                 guard ssb_skip_variant(m) >= 0 else { throw bad }
             }
             guard ssb_end_property(m) >= 0 else { throw bad }
+        }
+        if p.accessControl != nil, p.synchronizable == true {
+            throw BusError(name: BusError.invalidArgs, message: "an item with an access control never leaves this device: "
+                           + "io.coffer.Item.Synchronizable cannot be true")
         }
         return p
     }
@@ -849,6 +938,13 @@ extension SecretServiceFrontEnd {
         guard ssb_read_bool(m, &replace) >= 0 else { throw BusError(name: BusError.invalidArgs, message: "bad arguments") }
         let name = try collection(c, path)
         if replace != 0, let old = try items(c, collection: name, attributes: attributes).first(where: { $0.attributes == properties.attributes }) {
+            // An access control belongs to the item from its making (the keychain never changes
+            // one): replacing keeps the old item's, so a different one asked for is refused.
+            if let acl = properties.accessControl, acl.description != old.accessControl {
+                throw BusError(name: BusError.notSupported, message: "io.coffer.Item.AccessControl: the item being replaced has "
+                               + (old.accessControl.map { "the access control \($0)" } ?? "no access control")
+                               + " and an item's control never changes; delete it first")
+            }
             var extra: Attributes = [:]
             properties.apply(to: &extra)
             try change(c, old, label: properties.label, secret: secret, contentType: contentType, extra: extra)
@@ -876,8 +972,16 @@ extension SecretServiceFrontEnd {
         a["labl"] = .string(properties.label)
         a[Self.collectionKey] = .string(stored)
         a[Self.contentTypeKey] = .string(contentType)
-        properties.apply(to: &a)
-        _ = try agentCall { () throws(SecError) in try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: secret)) }
+        properties.apply(to: &a, new: true)
+        do {
+            _ = try c.agent.add(NewItem(itemClass: .genericPassword, attributes: a, secret: secret))
+        } catch {
+            // The keychain's refusal of a control without a passcode is not a locked item.
+            if properties.accessControl != nil, error.status == .notAvailable {
+                throw BusError(name: BusError.failed, message: "\(error.status.name) (\(error.status.rawValue)): \(error.message)")
+            }
+            throw Self.busError(error)
+        }
         return itemCreated(m, name: name, id: id)
     }
 
@@ -964,7 +1068,10 @@ extension SecretServiceFrontEnd {
                     }
                 }
                 switch property {
-                case "Items": return Self.appendStrings(reply, "o", try items(c, collection: name).map(\.path))
+                case "Items":
+                    // Locked items too, by reference (as SearchItems names them).
+                    let (open, locked) = try search(c, collection: name, attributes: [:])
+                    return Self.appendStrings(reply, "o", open.map(\.path) + locked)
                 case "Locked": return ssb_append_bool(reply, try lockState(c) == .unlocked ? 0 : 1)
                 default:
                     let (group, stored) = c.location(name)
@@ -987,9 +1094,25 @@ extension SecretServiceFrontEnd {
                     return ssb_append_bool(reply, 1)
                 }
             case (Self.cofferItemInterface, "AccessControl"):
-                return Self.appendString(reply, "s", try item(c, path).0.accessControl ?? "")
+                do {
+                    return Self.appendString(reply, "s", try item(c, path).0.accessControl ?? "")
+                } catch where error.name == BusError.isLocked {
+                    return Self.appendString(reply, "s", "")
+                }
             case (Self.itemInterface, _):
-                let (record, _) = try item(c, path)
+                let record: Record
+                do {
+                    record = try item(c, path).0
+                } catch where error.name == BusError.isLocked {
+                    // The keybag holds a locked item's label, attributes and dates sealed: they read
+                    // empty until it is unlocked (a client's GetAll of a locked item must not fail:
+                    // libsecret's search makes a proxy of every item it finds, locked or not).
+                    switch property {
+                    case "Attributes": return Self.appendDictionary(reply, [:])
+                    case "Label", "Type": return Self.appendString(reply, "s", "")
+                    default: return ssb_append_u64(reply, 0)
+                    }
+                }
                 switch property {
                 case "Attributes": return Self.appendDictionary(reply, record.attributes)
                 case "Label": return Self.appendString(reply, "s", record.label)

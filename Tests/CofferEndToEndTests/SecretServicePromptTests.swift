@@ -34,6 +34,9 @@ struct SecretServicePromptTests {
         }
 
         func lookup() -> CLIResult { bus.run("/usr/bin/secret-tool", ["lookup", "server", "mail.example.com"]) }
+
+        /// Whether the keybag is locked, asked without a prompt (a lookup would now ask the person).
+        func isLocked() -> Bool { agent.cli(["status"]).stdout.contains("state: locked") }
     }
 
     /// What the scripts share: Unlock of the login collection, answered with a prompt.
@@ -72,7 +75,7 @@ struct SecretServicePromptTests {
 
     @Test func aLockedKeychainIsUnlockedThroughThePromptAndTheAgentsPinentry() throws {
         let f = try Locked(passcode: AgentProcess.password)
-        #expect(f.lookup().stdout.isEmpty, "the keychain is not locked")
+        #expect(f.isLocked(), "the keychain is not locked")
         let r = try f.bus.python(Self.prelude + #"""
             prompt = unlock(a)
             assert run_prompt(a, prompt) == (False, [LOGIN]), 'not unlocked'
@@ -109,7 +112,7 @@ struct SecretServicePromptTests {
                 assert open_plain(b)[0] == 'ok'
                 # (Answered by the agent on b's own connection: the keychain is still locked.)
                 search = call(b, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {})
-                assert search == ('error', 'org.freedesktop.Secret.Error.IsLocked'), search
+                assert search[0] == 'ok' and search[1][0] == [] and len(search[1][1]) == 1, search
                 assert call(a, prompt, 'org.freedesktop.Secret.Prompt', 'Dismiss') == ('ok', ())
                 assert a.recv_until_filtered(signals, timeout=30).body == (True, ('ao', []))
             pid = int(open('\(f.dir.file("hung.pid"))').read())
@@ -121,7 +124,7 @@ struct SecretServicePromptTests {
 
             """)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.bus.read("front-end.log"))\n\(f.agent.log)")
-        #expect(f.lookup().stdout.isEmpty, "the keychain was unlocked")
+        #expect(f.isLocked(), "the keychain was unlocked")
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 4)
     }
 
@@ -147,7 +150,7 @@ struct SecretServicePromptTests {
 
             """)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.bus.read("front-end.log"))\n\(f.agent.log)")
-        #expect(f.lookup().stdout.isEmpty, "the keychain was unlocked")
+        #expect(f.isLocked(), "the keychain was unlocked")
     }
 
     /// One running prompt per sender: while the first prompt's pinentry waits, the same sender's
@@ -186,7 +189,7 @@ struct SecretServicePromptTests {
 
             """)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.bus.read("front-end.log"))\n\(f.agent.log)")
-        #expect(f.lookup().stdout.isEmpty, "the keychain was unlocked")
+        #expect(f.isLocked(), "the keychain was unlocked")
     }
 
     /// No pinentry configured: nobody can be asked, and the prompt completes dismissed at once.
@@ -213,6 +216,76 @@ struct SecretServicePromptTests {
             #expect(error.status == .missingEntitlement, "\(error)")
         }
         #expect(f.fake.takeQuestions().isEmpty)
-        #expect(f.lookup().stdout.isEmpty)
+        #expect(f.isLocked())
+    }
+
+    /// A search of a locked keychain names the WhenUnlocked items it finds by reference
+    /// (`/org/freedesktop/secrets/item/REF`) as locked, as the spec's SearchItems does, so a client
+    /// unlocks them: `secret-tool lookup` asks the agent's pinentry once and prints the secret. The
+    /// reference path is the item's for good: Locked, Unlock through the prompt, GetSecret,
+    /// Attributes and Delete all work on it, locked or not.
+    @Test func aLockedKeychainsSearchNamesItsItemsAndALookupAsksThePerson() throws {
+        let f = try Locked(passcode: AgentProcess.password)
+        #expect(f.isLocked())
+        let r = try f.bus.python(Self.prelude + #"""
+            SVC, COLL, ITEM, PROPS = ('org.freedesktop.Secret.Service', 'org.freedesktop.Secret.Collection',
+                                      'org.freedesktop.Secret.Item', 'org.freedesktop.DBus.Properties')
+            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'server': 'mail.example.com'})
+            assert found[0] == 'ok' and found[1][0] == [] and len(found[1][1]) == 1, found
+            ref = found[1][1][0]
+            assert ref.startswith('/org/freedesktop/secrets/item/') and len(ref) == len('/org/freedesktop/secrets/item/') + 32, ref
+            # The login collection's search names it too; an attribute it lacks finds nothing.
+            assert call(a, LOGIN, COLL, 'SearchItems', 'a{ss}', {'server': 'mail.example.com'}) == ('ok', ([ref],))
+            assert call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'server': 'other.example.com'}) == ('ok', ([], []))
+            assert call(a, ref, PROPS, 'Get', 'ss', ITEM, 'Locked') == ('ok', (('b', True),))
+            # Its other properties are sealed: empty while locked (a GetAll, as libsecret's proxy makes, succeeds).
+            assert call(a, ref, PROPS, 'Get', 'ss', ITEM, 'Attributes') == ('ok', (('a{ss}', {}),))
+            every = call(a, ref, PROPS, 'GetAll', 's', ITEM)
+            assert every[0] == 'ok' and every[1][0]['Locked'] == ('b', True) and every[1][0]['Label'] == ('s', ''), every
+            assert call(a, LOGIN, PROPS, 'Get', 'ss', COLL, 'Items') == ('ok', (('ao', [ref]),))
+            s = open_plain(a)[1][1]
+            assert call(a, ref, ITEM, 'GetSecret', 'o', s) == ('error', 'org.freedesktop.Secret.Error.IsLocked')
+            secrets = call(a, PATH, SVC, 'GetSecrets', 'aoo', [ref], s)
+            assert secrets == ('ok', ({},)), secrets
+            # Unlock of the reference: the prompt, then the secret under the same path.
+            unlocked = call(a, PATH, SVC, 'Unlock', 'ao', [ref])
+            assert unlocked[0] == 'ok' and unlocked[1][0] == [] and unlocked[1][1] != '/', unlocked
+            assert run_prompt(a, unlocked[1][1]) == (False, [ref])
+            got = call(a, ref, ITEM, 'GetSecret', 'o', s)
+            assert got[0] == 'ok' and got[1][0][2] == b's3cret', got
+            secrets = call(a, PATH, SVC, 'GetSecrets', 'aoo', [ref], s)
+            assert secrets[0] == 'ok' and list(secrets[1][0].keys()) == [ref], secrets
+            attrs = call(a, ref, PROPS, 'Get', 'ss', ITEM, 'Attributes')
+            assert attrs[0] == 'ok' and attrs[1][0][1]['server'] == 'mail.example.com', attrs
+            assert call(a, ref, PROPS, 'Get', 'ss', ITEM, 'Label') == ('ok', (('s', 'Mail'),))
+            # Unlocked, a search names it by its collection path again.
+            again = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'server': 'mail.example.com'})
+            assert again[0] == 'ok' and len(again[1][0]) == 1 and again[1][0][0].startswith(LOGIN + '/') and again[1][1] == [], again
+            print('canonical=' + again[1][0][0])
+            # A reference that names nothing, or is no reference: NoSuchObject, not a crash.
+            assert call(a, '/org/freedesktop/secrets/item/' + 'f' * 32, ITEM, 'GetSecret', 'o', s) \
+                == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
+            assert call(a, '/org/freedesktop/secrets/item/xyz', ITEM, 'GetSecret', 'o', s)[0] == 'error'
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.bus.read("front-end.log"))\n\(f.agent.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        // Locked again: secret-tool's lookup finds the locked item, unlocks it through the prompt
+        // (the agent's pinentry asks once) and prints the secret, as with gnome-keyring.
+        #expect(f.agent.cli(["lock"]).status == 0)
+        let lookup = f.lookup()
+        #expect(lookup.status == 0 && lookup.stdout == "s3cret", "\(lookup)\n\(f.bus.read("front-end.log"))")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
+        #expect(!f.isLocked())
+        // Deleted through its reference path (unlocked): gone for every path.
+        #expect(f.agent.cli(["lock"]).status == 0)
+        let deleted = try f.bus.python(Self.prelude + #"""
+            ref = call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {'server': 'mail.example.com'})[1][1][0]
+            assert run_prompt(a, call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', [ref])[1][1]) == (False, [ref])
+            assert call(a, ref, 'org.freedesktop.Secret.Item', 'Delete') == ('ok', ('/',))
+            assert call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {'server': 'mail.example.com'}) == ('ok', ([], []))
+            print('done')
+            """#)
+        #expect(deleted.status == 0 && deleted.stdout.contains("done"), "\(deleted)\n\(f.bus.read("front-end.log"))")
     }
 }

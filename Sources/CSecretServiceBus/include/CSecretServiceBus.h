@@ -67,9 +67,11 @@ int ssb_bus_serve_service(ssb_bus *bus, const char *path, const ssb_handlers *ha
 /**
  * Serves the Collection and Item interfaces below `collections` (fallback vtables: an object is a
  * path handlers->find accepts, none is registered per item) and the Collection interface below
- * `aliases`, the Prompt interface below `prompts`, and a node enumerator below `collections`.
+ * `aliases`, the Prompt interface below `prompts`, the Item interfaces below `references` (items
+ * named by their persistent reference), and a node enumerator below `collections`.
  */
-int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const ssb_handlers *handlers);
+int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const char *references,
+                          const ssb_handlers *handlers);
 /** Requests `name` without replacing its owner and without queueing: SSB_NAME_OWNED, SSB_NAME_TAKEN, or a negative errno. */
 int ssb_request_name(ssb_bus *bus, const char *name);
 /** Serves the Session interface at `path`; the object goes when *slot is released with ssb_slot_release. */
