@@ -869,8 +869,8 @@ extension SecretServiceFrontEnd {
                 guard ssb_read_variant_string(m, &s) >= 0, let s else { throw wrongType }
                 let text = String(cString: s)
                 guard let acl = AccessControl(parsing: text) else {
-                    throw BusError(name: BusError.invalidArgs, message: "io.coffer.Item.AccessControl: \(text) is not a control "
-                                   + "(factors user-presence, biometry-any, biometry-current-set, device-passcode, joined with ,or, or ,and,)")
+                    throw BusError(name: BusError.invalidArgs, message: "io.coffer.Item.AccessControl is not a control: its factors are "
+                                   + "user-presence, biometry-any, biometry-current-set and device-passcode, joined with ,or, or ,and,")
                 }
                 // An application password is chosen when the item is made, by the person, and the
                 // front end has no way to ask for it there: `coffer add --access-control application-password`.
