@@ -90,6 +90,11 @@ public final class SecretServiceFrontEnd {
     var nextPrompt: UInt64 = 1
     /// Prompts that ended on their own threads, for the bus thread to complete.
     let completions = PromptCompletions()
+    /// The keybag's lock state as the agent's events last told it (nil before the first), and the
+    /// persistent collections whose `Locked` a change is announced for (`login`, the `default`
+    /// alias, and every name a caller was shown).
+    var watchedLockState: LockState?
+    var announcedCollections: Set<String> = [SecretServiceFrontEnd.loginCollection]
     /// Secrets of items with an access control that a prompt read for a sender (by sender, then item
     /// path), each kept for that sender's next GetSecret or GetSecrets of the item.
     var released: [String: [String: ReleasedSecret]] = [:]
@@ -164,6 +169,7 @@ public final class SecretServiceFrontEnd {
         guard served >= 0 else { throw .bus("cannot serve \(Self.servicePath): \(String(cString: strerror(-served)))") }
         let objects = ssb_bus_serve_objects(bus, Self.collectionPrefix, Self.aliasPrefix, Self.promptPrefix, Self.referencePrefix, handlers)
         guard objects >= 0 else { throw .bus("cannot serve collections and items: \(String(cString: strerror(-objects)))") }
+        startLockWatch()
         switch ssb_request_name(bus, Self.busName) {
         case SSB_NAME_OWNED: break
         case SSB_NAME_TAKEN: throw .nameTaken
@@ -187,11 +193,69 @@ public final class SecretServiceFrontEnd {
         return ssb_bus_run(bus, completions.wake, { userdata in
             let frontEnd = SecretServiceFrontEnd.from(userdata)
             frontEnd.completePrompts()
+            frontEnd.announceLockState()
             frontEnd.makeKeyPair()
             // Secrets a prompt read and nobody collected go when their time is up, calls or not.
             frontEnd.dropExpiredSecrets()
             return frontEnd.millisecondsUntilASecretExpires()
         }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Watches the keybag's lock state on a thread of its own: the front end's own agent connection,
+    /// subscribed to the agent's lock events (WireProtocol.md, Events), hands each state to the bus
+    /// thread, which announces the collections' `Locked` (so a client's cached value follows a lock
+    /// made anywhere: `coffer lock`, the idle lock, the session's lock). After the agent goes away
+    /// (a restart) it connects again a second later and starts from the agent's status.
+    ///
+    /// Started before the name is owned, and its first connection made (or failed) before this
+    /// returns (at most 2 s), so the front end's descriptors are settled when clients come.
+    func startLockWatch() {
+        let socketPath = socketPath, completions = completions
+        let firstAttempt = Protected(false)
+        let started = Threads.detach {
+            while true {
+                do throws(SecError) {
+                    defer { firstAttempt.withLock { $0 = true } }
+                    let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
+                                                    replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
+                    try agent.subscribe()
+                    completions.post(lockState: try agent.status().lockState)
+                    firstAttempt.withLock { $0 = true }
+                    agent.setReplyTimeout(0)
+                    while true {
+                        switch try agent.nextEvent() {
+                        case .locked: completions.post(lockState: .locked)
+                        case .unlocked: completions.post(lockState: .unlocked)
+                        case .willLock: continue
+                        }
+                    }
+                } catch {
+                    sleep(1)
+                }
+            }
+        }
+        let deadline = Self.monotonicMillis() + 2000
+        while started, !firstAttempt.withLock({ $0 }), Self.monotonicMillis() < deadline { usleep(5000) }
+    }
+
+    static func monotonicMillis() -> UInt64 {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return UInt64(t.tv_sec) * 1000 + UInt64(t.tv_nsec) / 1_000_000
+    }
+
+    /// On the bus thread: a changed lock state is announced as PropertiesChanged of `Locked` on every
+    /// persistent collection a caller was shown and on the `default` alias.
+    func announceLockState() {
+        guard let state = completions.takeLockState() else { return }
+        let was = watchedLockState
+        watchedLockState = state
+        // Boot and locked are both locked to a client; the first state known is no change.
+        guard let was, (was == .unlocked) != (state == .unlocked) else { return }
+        for name in announcedCollections.sorted() {
+            propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Locked"])
+        }
+        propertiesChanged(Self.aliasPrefix + "/default", Self.collectionInterface, ["Locked"])
     }
 
     /// Makes ``nextKeyPair`` if it was taken (a failure leaves it to OpenSession, which makes its own).

@@ -401,6 +401,7 @@ extension SecretServiceFrontEnd {
                !n.hasPrefix(Self.groupCollectionPrefix) { names.append(n) }
         }
         names += c.peer.groups.dropFirst().filter { $0 != c.group }.map { Self.groupCollectionPrefix + $0 }
+        announcedCollections.formUnion(names)
         return names + [Self.sessionCollection]
     }
 
@@ -1051,6 +1052,11 @@ extension SecretServiceFrontEnd {
                      _ propertyC: UnsafePointer<CChar>?, _ reply: OpaquePointer?, _ busError: OpaquePointer?) -> Int32 {
         let path = pathC.map { String(cString: $0) } ?? "", interface = interfaceC.map { String(cString: $0) } ?? ""
         let property = propertyC.map { String(cString: $0) } ?? ""
+        // Sent in PropertiesChanged when the keybag locks or unlocks (no call, so no caller): the
+        // state every persistent collection shares.
+        if call == nil, interface == Self.collectionInterface, property == "Locked", let state = watchedLockState {
+            return ssb_append_bool(reply, state == .unlocked ? 0 : 1)
+        }
         do throws(BusError) {
             let c = try caller(call)
             switch (interface, property) {
@@ -1351,8 +1357,19 @@ extension SecretServiceFrontEnd {
     }
 }
 
-/// Prompts that ended on their threads, handed to the bus thread: an eventfd wakes its loop.
+/// What other threads hand the bus thread, an eventfd waking its loop: prompts that ended on their
+/// threads, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
 final class PromptCompletions: Sendable {
+    private let lockStates = Protected<[LockState]>([])
+
+    func post(lockState: LockState) {
+        lockStates.withLock { $0.append(lockState) }
+        if wake >= 0 { ssb_wake(wake) }
+    }
+
+    /// The latest lock state posted since the last call, if any.
+    func takeLockState() -> LockState? { lockStates.withLock { s in defer { s = [] }; return s.last } }
+
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
     typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])
     /// The eventfd (-1 if none could be made: every prompt then completes dismissed at once).
