@@ -57,33 +57,40 @@ import Testing
 @Suite struct FileDescriptorTests {
     let dir = TemporaryDirectory("coffer-system")
 
-    static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) != -1 }
+    /// Whether descriptor number `fd` is open on the file at `path`. The number alone cannot tell:
+    /// once closed, another test thread may open something that gets the same number (a CI run
+    /// under ASan saw it), but never this test's own file.
+    static func isOpen(_ fd: Int32, on path: String) -> Bool {
+        var open = stat(), file = stat()
+        guard fstat(fd, &open) == 0, stat(path, &file) == 0 else { return false }
+        return open.st_dev == file.st_dev && open.st_ino == file.st_ino
+    }
 
     @Test func closeClosesOnceAndDeinitClosesAnUnclosedOne() throws {
         let path = dir.file("f")
         writeFileBytes(path, [1, 2, 3])
         let fd = try FileDescriptor.open(path, O_RDONLY)
         let raw = fd.rawValue
-        #expect(Self.isOpen(raw))
+        #expect(Self.isOpen(raw, on: path))
         #expect(fcntl(raw, F_GETFD) & FD_CLOEXEC != 0, "every descriptor CofferSystem opens is close-on-exec")
         try fd.close()
-        #expect(!Self.isOpen(raw))
+        #expect(!Self.isOpen(raw, on: path))
         // (A second `fd.close()` or any use of `fd` here does not compile: it was consumed.)
 
         var leaked: Int32 = -1
         do {
             let other = try FileDescriptor.open(path, O_RDONLY)
             leaked = other.rawValue
-            #expect(Self.isOpen(leaked))
+            #expect(Self.isOpen(leaked, on: path))
         }
-        #expect(!Self.isOpen(leaked), "a descriptor whose owner went away must be closed by deinit")
+        #expect(!Self.isOpen(leaked, on: path), "a descriptor whose owner went away must be closed by deinit")
     }
 
     @Test func releaseHandsOverWithoutClosing() throws {
         let path = dir.file("g")
         writeFileBytes(path, [1])
         let raw = try FileDescriptor.open(path, O_RDONLY).release()
-        #expect(Self.isOpen(raw))
+        #expect(Self.isOpen(raw, on: path))
         close(raw)
     }
 
