@@ -215,12 +215,13 @@ public final class SecretServiceFrontEnd {
         let started = Threads.detach {
             while true {
                 do throws(SecError) {
-                    defer { firstAttempt.withLock { $0 = true } }
+                    defer { firstAttempt.withLock { $0 = true }; firstAttempt.broadcast() }
                     let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
                                                     replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
                     try agent.subscribe()
                     completions.post(lockState: try agent.status().lockState)
                     firstAttempt.withLock { $0 = true }
+                    firstAttempt.broadcast()
                     agent.setReplyTimeout(0)
                     while true {
                         switch try agent.nextEvent() {
@@ -234,14 +235,7 @@ public final class SecretServiceFrontEnd {
                 }
             }
         }
-        let deadline = Self.monotonicMillis() + 2000
-        while started, !firstAttempt.withLock({ $0 }), Self.monotonicMillis() < deadline { usleep(5000) }
-    }
-
-    static func monotonicMillis() -> UInt64 {
-        var t = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &t)
-        return UInt64(t.tv_sec) * 1000 + UInt64(t.tv_nsec) / 1_000_000
+        if started { _ = firstAttempt.withLock(waitingUntil: { $0 }, timeout: 2) { _ in } }
     }
 
     /// On the bus thread: a changed lock state is announced as PropertiesChanged of `Locked` on every

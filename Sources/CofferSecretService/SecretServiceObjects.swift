@@ -71,10 +71,7 @@ extension SecretServiceFrontEnd {
 
     static func collectionPath(_ name: String) -> String { encode(collectionPrefix, name) }
     static func itemPath(collection: String, id: String) -> String { collectionPath(collection) + "/" + id }
-    static func referencePath(_ ref: [UInt8]) -> String {
-        let hex = Array("0123456789abcdef")
-        return referencePrefix + "/" + String(ref.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] })
-    }
+    static func referencePath(_ ref: [UInt8]) -> String { referencePrefix + "/" + Hex.encode(ref) }
 
     /// An item's identifier: its account, 32 lowercase hex digits (128 random bits).
     static func isItemID(_ s: Substring) -> Bool {
@@ -83,16 +80,8 @@ extension SecretServiceFrontEnd {
 
     static func parse(_ path: String) -> ObjectRef? {
         if path.hasPrefix(referencePrefix + "/") {
-            let id = path.dropFirst(referencePrefix.count + 1)
-            guard isItemID(id) else { return nil }
-            var ref: [UInt8] = []
-            var i = id.startIndex
-            while i < id.endIndex {
-                let j = id.index(i, offsetBy: 2)
-                ref.append(UInt8(id[i..<j], radix: 16)!)
-                i = j
-            }
-            return .reference(ref)
+            // 32 lowercase hex digits, as an item id.
+            return Hex.decodeLowercase(Array(path.utf8.dropFirst(referencePrefix.utf8.count + 1))[...], byteCount: 16).map(ObjectRef.reference)
         }
         for (prefix, isAlias) in [(collectionPrefix, false), (aliasPrefix, true)] where path.hasPrefix(prefix + "/") {
             let parts = path.dropFirst(prefix.count + 1).split(separator: "/", omittingEmptySubsequences: false)
@@ -272,10 +261,15 @@ extension SecretServiceFrontEnd {
                          returnAttributes: true)
     }
 
-    func items(_ c: Caller, collection: String? = nil, attributes: Attributes = [:]) throws(BusError) -> [Record] {
+    /// The caller's `session` collection items that have every general attribute of `attributes`, oldest first.
+    func sessionMatches(_ c: Caller, attributes: Attributes) -> [Record] {
         let wanted = attributes.generalAttributes
-        let inMemory = (sessionItems[c.group] ?? [:]).filter { _, item in wanted.allSatisfy { item.attributes[$0.key] == $0.value } }
+        return (sessionItems[c.group] ?? [:]).filter { _, item in wanted.allSatisfy { item.attributes[$0.key] == $0.value } }
             .sorted { ($0.value.created, $0.key) < ($1.value.created, $1.key) }.map { Record(session: $0.value, id: $0.key) }
+    }
+
+    func items(_ c: Caller, collection: String? = nil, attributes: Attributes = [:]) throws(BusError) -> [Record] {
+        let inMemory = sessionMatches(c, attributes: attributes)
         if collection == Self.sessionCollection { return inMemory }
         if collection == nil { return try keychainItems(c, attributes: attributes) + inMemory }
         return try keychainItems(c, collection: collection, attributes: attributes)
@@ -295,9 +289,7 @@ extension SecretServiceFrontEnd {
     /// key is locked away (the agent names them by persistent reference: WireProtocol.md, Locked
     /// matches by reference), so a locked keychain answers with locked paths a client can unlock.
     func search(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> (open: [Record], locked: [String]) {
-        let wanted = attributes.generalAttributes
-        let inMemory = (sessionItems[c.group] ?? [:]).filter { _, item in wanted.allSatisfy { item.attributes[$0.key] == $0.value } }
-            .sorted { ($0.value.created, $0.key) < ($1.value.created, $1.key) }.map { Record(session: $0.value, id: $0.key) }
+        let inMemory = sessionMatches(c, attributes: attributes)
         if collection == Self.sessionCollection { return (inMemory, []) }
         var q = itemQuery(c, collection: collection, attributes: attributes)
         q.listsLockedItems = true
@@ -952,9 +944,7 @@ extension SecretServiceFrontEnd {
             itemEvent("ItemChanged", old)
             return replyPath(m, old.path, Self.noPrompt)
         }
-        let random = SecureBytes.random(count: 16)
-        let hex = Array("0123456789abcdef")
-        let id = random.withUnsafeBytes { String($0.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] }) }
+        let id = SecureBytes.random(count: 16).withUnsafeBytes { Hex.encode($0) }
         if name == Self.sessionCollection {
             guard (sessionItems[c.group]?.count ?? 0) < Self.sessionItemsPerIdentity else {
                 throw BusError(name: BusError.limitsExceeded, message: "the session collection holds at most \(Self.sessionItemsPerIdentity) items")
@@ -1360,15 +1350,15 @@ extension SecretServiceFrontEnd {
 /// What other threads hand the bus thread, an eventfd waking its loop: prompts that ended on their
 /// threads, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
 final class PromptCompletions: Sendable {
-    private let lockStates = Protected<[LockState]>([])
+    private let lockState = Protected<LockState?>(nil)
 
-    func post(lockState: LockState) {
-        lockStates.withLock { $0.append(lockState) }
+    func post(lockState state: LockState) {
+        lockState.withLock { $0 = state }
         if wake >= 0 { ssb_wake(wake) }
     }
 
     /// The latest lock state posted since the last call, if any.
-    func takeLockState() -> LockState? { lockStates.withLock { s in defer { s = [] }; return s.last } }
+    func takeLockState() -> LockState? { lockState.withLock { s in defer { s = nil }; return s } }
 
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
     typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])
