@@ -99,9 +99,26 @@ public struct GitTransport: Sendable {
     /// device's sync thread runs git in the directory, so no live git holds them.
     func recoverInterrupted() throws(SyncError) {
         let dot = directory + "/.git/"
-        if Files.exists(dot + "index.lock") { _ = unsafe unlink(dot + "index.lock") }
+        // Every lock file a git killed mid-run left (index.lock, a ref's lock after a fetch,
+        // packed-refs.lock …): git refuses to touch a locked file ever after. None can be live here:
+        // git runs in this clone only under the sync engine's lock, one at a time, and the agent
+        // holds the state directory alone.
+        Self.removeLockFiles(in: directory + "/.git", recursing: false)
+        Self.removeLockFiles(in: directory + "/.git/refs", recursing: true)
         if Files.exists(dot + "rebase-merge") || Files.exists(dot + "rebase-apply") {
             try run(["rebase", "--abort"], allowFailure: true)
+        }
+    }
+
+    /// Unlinks the `*.lock` files in `dir` (and, `recursing`, its subdirectories), never following a link.
+    static func removeLockFiles(in dir: String, recursing: Bool) {
+        guard let fd = try? FileDescriptor.open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) else { return }
+        for name in fd.directoryEntries() {
+            if name.hasSuffix(".lock") {
+                _ = unsafe unlinkat(fd.rawValue, name, 0)
+            } else if recursing {
+                removeLockFiles(in: dir + "/" + name, recursing: true)
+            }
         }
     }
 

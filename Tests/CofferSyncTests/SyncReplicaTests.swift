@@ -134,6 +134,27 @@ func makeBareRemote(_ tmp: TemporaryDirectory) throws -> String {
         #expect(again.count == 1 && again.first?.done == 0 && again.first?.total == 0)
     }
 
+    /// A git killed mid-fetch or mid-commit (the agent killed with it) leaves lock files that git
+    /// refuses to work past ("Unable to create … .lock: File exists"), as a CI run of the three-agent
+    /// kill test met: the next pull and push remove them and work.
+    @Test func lockFilesAKilledGitLeftDoNotStopTheNextSync() throws {
+        let remote = try bareRemote()
+        let (a, b) = try circleOfTwo(remote: remote)
+        try a.write("genp/mail", "hunter2", now: 2_000)
+        try a.push()
+        let dot = b.git!.directory + "/.git"
+        for stale in ["/refs/remotes/origin/coffer-sync.lock", "/packed-refs.lock", "/index.lock", "/HEAD.lock"] {
+            writeFileBytes(dot + stale, [])
+        }
+        let p = try b.pull()
+        #expect(p.refused.isEmpty && b.items["genp/mail"] == "hunter2")
+        try b.write("genp/mail", "correct horse", now: 3_000)
+        writeFileBytes(dot + "/index.lock", [])
+        try b.push()
+        _ = try a.pull()
+        #expect(a.items["genp/mail"] == "correct horse")
+    }
+
     @Test func concurrentEditsPickTheLaterWriterEverywhereAndKeepTheLoser() throws {
         let remote = try bareRemote()
         let (a, b) = try circleOfTwo(remote: remote)
