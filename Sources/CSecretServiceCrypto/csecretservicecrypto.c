@@ -4,8 +4,8 @@
  * contract.
  *
  * The group is built from OpenSSL's own copy of the RFC 2409 prime with g = 2; a peer's value is
- * checked with q = (p − 1) / 2 added (p is a safe prime, and 2 generates the order-q subgroup
- * because p ≡ 7 mod 8), so OpenSSL's public-key check covers the range and the subgroup. Private values enter OpenSSL as secure
+ * range-checked by OpenSSL and tested for the order-q subgroup, q = (p − 1) / 2, by its Legendre
+ * symbol (p is a safe prime, and 2 generates the order-q subgroup because p ≡ 7 mod 8). Private values enter OpenSSL as secure
  * BIGNUMs (BN_secure_new); every key, number, context and parameter block is freed with the
  * functions that clear (EVP_PKEY_free, BN_clear_free, OSSL_PARAM_free, EVP_CIPHER_CTX_free).
  */
@@ -81,26 +81,40 @@ done:
     return pkey;
 }
 
-/* The peer's value as a public key of the group, checked by OpenSSL (range and subgroup); NULL with *rc set. */
+/*
+ * The peer's value as a public key of the group, checked: OpenSSL's EVP_PKEY_public_check over p
+ * and g (1 < y < p − 1), then membership of the order-q subgroup by the Legendre symbol (y/p) = 1
+ * (BN_kronecker). p is a safe prime, so the order-q subgroup is exactly the quadratic residues,
+ * and this is the same test as y^q ≡ 1 (mod p) at a small fraction of its cost: a Jacobi-symbol
+ * reduction instead of a 1,023-bit exponentiation (y is public, so its timing tells nothing).
+ * NULL with *rc set.
+ */
 static EVP_PKEY *import_peer(css_bytes peer, int *rc)
 {
     *rc = CSS_ERR_BAD_PUBLIC;
     if (peer.ptr == NULL || peer.len == 0 || peer.len > CSS_DH_BYTES)
         return NULL;
-    BIGNUM *y = BN_bin2bn(peer.ptr, (int)peer.len, NULL);
-    if (y == NULL) {
+    BIGNUM *y = BN_bin2bn(peer.ptr, (int)peer.len, NULL), *p = NULL, *g = NULL, *q = NULL;
+    BN_CTX *bctx = BN_CTX_new();
+    EVP_PKEY *pkey = NULL;
+    EVP_PKEY_CTX *ctx = NULL;
+    if (y == NULL || bctx == NULL || !group(&p, &g, &q) || (pkey = import(y, NULL, 0)) == NULL
+        || (ctx = EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL)) == NULL) {
         *rc = CSS_ERR_CRYPTO;
-        return NULL;
+    } else if (EVP_PKEY_public_check(ctx) == 1) {
+        int symbol = BN_kronecker(y, p, bctx);
+        *rc = symbol == 1 ? CSS_OK : symbol == -2 ? CSS_ERR_CRYPTO : CSS_ERR_BAD_PUBLIC;
     }
-    EVP_PKEY *checked = import(y, NULL, 1), *pkey = NULL;
-    EVP_PKEY_CTX *ctx = checked != NULL ? EVP_PKEY_CTX_new_from_pkey(NULL, checked, NULL) : NULL;
-    if (checked != NULL && ctx == NULL)
-        *rc = CSS_ERR_CRYPTO;
-    else if (ctx != NULL && EVP_PKEY_public_check(ctx) == 1)
-        *rc = (pkey = import(y, NULL, 0)) != NULL ? CSS_OK : CSS_ERR_CRYPTO;
+    if (*rc != CSS_OK) {
+        EVP_PKEY_free(pkey);
+        pkey = NULL;
+    }
     EVP_PKEY_CTX_free(ctx);
-    EVP_PKEY_free(checked);
+    BN_CTX_free(bctx);
     BN_free(y);
+    BN_free(p);
+    BN_free(g);
+    BN_free(q);
     return pkey;
 }
 
@@ -173,7 +187,12 @@ int css_dh_generate(uint8_t *priv, size_t priv_len, uint8_t *pub, size_t pub_len
     EVP_PKEY *params = import(NULL, NULL, 0), *pkey = NULL;
     EVP_PKEY_CTX *ctx = params != NULL ? EVP_PKEY_CTX_new_from_pkey(NULL, params, NULL) : NULL;
     BIGNUM *x = NULL, *y = NULL;
-    if (ctx == NULL || EVP_PKEY_keygen_init(ctx) <= 0 || EVP_PKEY_generate(ctx, &pkey) <= 0)
+    if (ctx == NULL || EVP_PKEY_keygen_init(ctx) <= 0)
+        goto done;
+    /* A private value of CSS_DH_PRIVATE_BITS bits (the top one set), not the prime's 1,023. */
+    int bits = CSS_DH_PRIVATE_BITS;
+    OSSL_PARAM length[] = { OSSL_PARAM_int(OSSL_PKEY_PARAM_DH_PRIV_LEN, &bits), OSSL_PARAM_END };
+    if (EVP_PKEY_CTX_set_params(ctx, length) <= 0 || EVP_PKEY_generate(ctx, &pkey) <= 0)
         goto done;
     if (EVP_PKEY_get_bn_param(pkey, OSSL_PKEY_PARAM_PRIV_KEY, &x) == 1
         && EVP_PKEY_get_bn_param(pkey, OSSL_PKEY_PARAM_PUB_KEY, &y) == 1

@@ -38,9 +38,8 @@ public final class SecretServiceSession: Sendable {
 
     /// ``open(algorithm:input:)`` for the DH session with the server's key pair generated ahead by
     /// ``DHKeyPair/generate()`` (off the caller's critical path), for this one session only: its
-    /// private value is wiped here, whatever happens. Two modular exponentiations remain on the
-    /// call (the peer's subgroup check, the agreement) of the four ``open(algorithm:input:)`` does
-    /// after its check. Other algorithms ignore the pair.
+    /// private value is wiped here, whatever happens. One modular exponentiation (the agreement, with a
+    /// 256-bit exponent) remains on the call. Other algorithms ignore the pair.
     package static func open(algorithm name: String, input: [UInt8], keyPair: (privateValue: SecureBytes, publicValue: [UInt8]))
         throws(SecretServiceSessionError) -> (output: [UInt8], session: SecretServiceSession) {
         defer { keyPair.privateValue.wipe() }

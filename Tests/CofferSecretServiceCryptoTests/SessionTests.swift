@@ -155,6 +155,11 @@ import Testing
         ("p + 1", p(plus: 1), "not less than the prime"),
         ("2^1024 − 1", [UInt8](repeating: 0xFF, count: 128), "not less than the prime"),
         ("p − 2, outside the order-q subgroup", p(plus: -2), "not in the prime-order subgroup"),
+        // More non-residues (y^q ≢ 1 mod p, worked out with Python's pow): the Legendre symbol's
+        // answer must be the exponentiation's, for small values and values near p alike.
+        ("5, outside the subgroup", [5], "not in the prime-order subgroup"),
+        ("p − 3, outside the subgroup", p(plus: -3), "not in the prime-order subgroup"),
+        ("p − 9, outside the subgroup", p(plus: -9), "not in the prime-order subgroup"),
         ("129 bytes", [0] + p(plus: -3), "129 bytes, longer than the 128-byte prime"),
         ("1000 bytes", [UInt8](repeating: 7, count: 1000), "1000 bytes, longer than the 128-byte prime"),
     ]
@@ -177,8 +182,25 @@ import Testing
         let client = try handshake.complete(serverOutput: Array(output.drop { $0 == 0 }))
         let sealed = try server.encrypt(secure([42]))
         #expect(bytes(try client.decrypt(parameters: sealed.parameters, value: bytes(sealed.value))) == [42])
-        // g itself (2) is a member of the subgroup: accepted.
-        #expect(throws: Never.self) { try SecretServiceSession.open(algorithm: Self.dh, input: [2]) }
+        // g itself (2) is a member of the subgroup: accepted, and so are these residues (y^q ≡ 1).
+        for member in [[2], [3], [6], [7], Self.p(plus: -5)] {
+            #expect(throws: Never.self, "\(member.suffix(1))") { try SecretServiceSession.open(algorithm: Self.dh, input: member) }
+        }
+    }
+
+    /// The server's private values are 256 bits with the top bit set (CSS_DH_PRIVATE_BITS), fresh
+    /// each time, and their public values agree with them.
+    @Test func aGeneratedPrivateValueIs256Bits() throws {
+        var seen = Set<[UInt8]>()
+        for _ in 0..<8 {
+            let pair = try DHKeyPair.generate()
+            let x = bytes(pair.privateValue)
+            #expect(x.count == 128)
+            #expect(x.prefix(96).allSatisfy { $0 == 0 } && x[96] & 0x80 != 0, "not a 256-bit value")
+            #expect(try DHKeyPair.publicValue(of: pair.privateValue) == pair.publicValue)
+            seen.insert(x)
+        }
+        #expect(seen.count == 8)
     }
 
     // MARK: Bad secrets

@@ -33,6 +33,14 @@ extern "C" {
 
 /** The size of the group's prime, private values, public values and the shared secret: 128 bytes. */
 #define CSS_DH_BYTES 128
+/**
+ * The length of a private value css_dh_generate draws: 256 bits, top bit set. RFC 3526 §8 and
+ * RFC 7919 §5.2 ask for at least twice the group's security strength (about 80 bits for this
+ * 1,024-bit group; 2 × 112 for 2,048 bits); the best known attack on a short exponent (Pollard's
+ * lambda) costs 2^128 here, more than the group's own discrete logarithm. A full-length exponent
+ * would make each agreement four times slower for nothing.
+ */
+#define CSS_DH_PRIVATE_BITS 256
 /** AES-128's key size. */
 #define CSS_AES_KEY_BYTES 16
 /** AES's block size, which is also the IV's size. */
@@ -47,13 +55,13 @@ typedef struct {
 /** The group's prime p (RFC 2409 §6.2, from OpenSSL's BN_get_rfc2409_prime_1024), 128 bytes into `out`. */
 int css_dh_prime(uint8_t *out, size_t out_len);
 
-/** A new key pair of the group: x into `priv`, g^x mod p into `pub`, each left-padded to 128 bytes. */
+/** A new key pair of the group: x (CSS_DH_PRIVATE_BITS bits) into `priv`, g^x mod p into `pub`, each left-padded to 128 bytes. */
 int css_dh_generate(uint8_t *priv, size_t priv_len, uint8_t *pub, size_t pub_len);
 
 /** g^x mod p for the private value `priv` (1 to 128 bytes, 0 < x < p − 1), left-padded to 128 bytes into `pub`. */
 int css_dh_public(css_bytes priv, uint8_t *pub, size_t pub_len);
 
-/** CSS_OK if `peer` (1 to 128 bytes) is a public value of the group (OpenSSL's EVP_PKEY_public_check), CSS_ERR_BAD_PUBLIC if not. */
+/** CSS_OK if `peer` (1 to 128 bytes) is a public value of the group (OpenSSL's EVP_PKEY_public_check for the range, the Legendre symbol for the order-q subgroup), CSS_ERR_BAD_PUBLIC if not. */
 int css_dh_check_public(css_bytes peer);
 
 /**
