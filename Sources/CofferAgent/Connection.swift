@@ -40,6 +40,7 @@ final class Connection: @unchecked Sendable {
     private struct IOState {
         /// How lock events are encoded for this connection's front end (nil: not subscribed).
         var eventEncoding: (@Sendable (LockEvent) -> [UInt8])? = nil
+        var eventTopics: EventTopics = []
         var closed = false
         /// Event frames waiting for the write lock (see ``sendEvent(_:)``).
         var pendingEvents: [[UInt8]] = []
@@ -72,15 +73,23 @@ final class Connection: @unchecked Sendable {
         UnixSocket.setTimeouts(fd, send: Self.ioTimeout, receive: 0)
     }
 
-    /// True once the client subscribed to lock events.
+    /// True once the client subscribed to events.
     var isSubscribed: Bool { state.withLock { $0.eventEncoding != nil && !$0.closed } }
 
-    /// Marks the connection subscribed: lock events go out encoded by `encoding`.
-    func subscribe(encoding: @escaping @Sendable (LockEvent) -> [UInt8]) { state.withLock { $0.eventEncoding = encoding } }
+    /// The topics the connection is subscribed to (empty before SUBSCRIBE).
+    var subscribedTopics: EventTopics { state.withLock { $0.eventTopics } }
 
-    /// `event` as this connection's front end sends it; nil if it is not subscribed (or closed).
+    /// Marks the connection subscribed to `topics`: their events go out encoded by `encoding`.
+    func subscribe(to topics: EventTopics, encoding: @escaping @Sendable (LockEvent) -> [UInt8]) {
+        state.withLock { s in
+            s.eventEncoding = encoding
+            s.eventTopics = topics
+        }
+    }
+
+    /// `event` as this connection's front end sends it; nil if it is not subscribed to its topic (or closed).
     func eventFrame(_ event: LockEvent) -> [UInt8]? {
-        state.withLock { $0.closed ? nil : $0.eventEncoding }.map { $0(event) }
+        state.withLock { $0.closed || !$0.eventTopics.contains(event.topic) ? nil : $0.eventEncoding }.map { $0(event) }
     }
 
     /// Why ``readFrame(greeted:spinMicros:budget:bufferedOnly:)`` returned no frame.

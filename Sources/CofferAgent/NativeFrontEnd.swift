@@ -88,7 +88,9 @@ struct NativeFrontEnd: ConnectionHandler {
                                             feedbackKinds: (session.protocolVersion ?? 0) >= WireFormat.feedbackKindVersion)
         let response = pipeline.handle(request, session: &session, channel: replying ? channel : nil)
         if channel.broken { session.close() }
-        if session.wantsEvents && !conn.isSubscribed { conn.subscribe { AgentResponse.event($0).encodeFrame(requestID: 0) } }
+        if !session.eventTopics.isEmpty, conn.subscribedTopics != session.eventTopics {
+            conn.subscribe(to: session.eventTopics) { AgentResponse.event($0).encodeFrame(requestID: 0) }
+        }
         guard replying else { return false } // never encoded: a secret in it stays in secure memory
         return reply(response, id: requestID, on: conn)
     }

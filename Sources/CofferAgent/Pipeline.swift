@@ -49,7 +49,7 @@ final class Pipeline: Sendable {
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
         // (a status poller or a lock-screen watcher must not keep the keys unlocked).
         switch request {
-        case .status, .protections, .subscribe, .whoami, .laCanEvaluate, .syncStatus(now: false): break
+        case .status, .protections, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false): break
         default: service.noteActivity()
         }
         do {
@@ -207,7 +207,16 @@ final class Pipeline: Sendable {
         case .delete(let query):
             return .count(UInt64(try service.delete(query, &session.context, channel)))
         case .subscribe:
-            session.wantsEvents = true
+            session.eventTopics.insert(.lock)
+            return .ok
+        case .subscribeTo(let topics):
+            // That items changed is told only to a front end trusted to act for the user's processes
+            // (it could learn as much by acting for them): to any other caller it would be a clock
+            // of other apps' writes.
+            if topics.contains(.items), !session.caller.mayDelegate {
+                throw SecError(.missingEntitlement, "only a caller whose manifest grants delegate-identity may subscribe to item changes")
+            }
+            session.eventTopics.formUnion(topics)
             return .ok
         }
     }

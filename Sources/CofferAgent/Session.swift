@@ -27,8 +27,8 @@ struct Session: Sendable {
     private(set) var protocolVersion: UInt16? = nil
     /// The client's self-description from HELLO (for logs; never trusted).
     private(set) var clientName: String? = nil
-    /// True once the client asked for lock events (the serving thread subscribes its connection).
-    var wantsEvents = false
+    /// The events the client asked for (the serving thread subscribes its connection to them).
+    var eventTopics: EventTopics = []
     /// True once the connection must close after the reply now being sent (a refused HELLO): nothing
     /// after it runs, not even requests the client already pipelined behind it.
     private(set) var mustClose = false

@@ -172,8 +172,14 @@ public final class AgentConnection {
     public func add(_ item: NewItem, returning flags: ReturnFlags = []) throws(SecError) -> ItemResult? {
         let r = try roundTrip(.add(item, flags))
         guard case .items(let items) = r else { throw unexpected(r) }
+        writes += 1
         return items.first
     }
+
+    /// How many ADD, UPDATE and DELETE requests this connection sent that succeeded: each is one
+    /// `itemsChanged` event to the agent's subscribers (WireProtocol.md, Events), so a front end can
+    /// tell its own changes from others'.
+    public private(set) var writes = 0
 
     /// SecKeyCreateRandomKey with a permanent key (KEY_CREATE): the agent makes the key (`creation`
     /// `.generate`, its algorithm in `attributes`' `type` and `bsiz`) or stores the one given, as a
@@ -204,6 +210,7 @@ public final class AgentConnection {
     public func update(_ query: ItemQuery, _ changes: ItemChanges) throws(SecError) -> Int {
         let r = try roundTrip(.update(query, changes))
         guard case .count(let n) = r else { throw unexpected(r) }
+        writes += 1
         return Int(n)
     }
 
@@ -212,6 +219,7 @@ public final class AgentConnection {
     public func delete(_ query: ItemQuery) throws(SecError) -> Int {
         let r = try roundTrip(.delete(query))
         guard case .count(let n) = r else { throw unexpected(r) }
+        writes += 1
         return Int(n)
     }
 
@@ -385,6 +393,12 @@ public final class AgentConnection {
 
     /// Subscribes this connection to lock-state events (read them with ``nextEvent()``).
     public func subscribe() throws(SecError) { try expectOK(.subscribe) }
+
+    /// SUBSCRIBE to `topics` (WireProtocol.md, Events): ``EventTopics/items`` needs a manifest granting
+    /// `delegate-identity` (-34018 otherwise); an agent older than item events answers -50.
+    public func subscribe(to topics: EventTopics) throws(SecError) {
+        try expectOK(topics == .lock ? .subscribe : .subscribeTo(topics))
+    }
 
     /// Blocks until the agent sends a lock-state event.
     public func nextEvent() throws(SecError) -> LockEvent {

@@ -2,7 +2,8 @@
 /// caller's identity, LocalAuthentication's result, the biometric authenticator's state. The native
 /// protocol (CofferProtocol) encodes them; any other front end may present them its own way.
 
-/// Lock-state events the agent pushes to subscribed clients (EVENT, request id 0).
+/// The events the agent pushes to subscribed clients (EVENT, request id 0): the lock state's, and,
+/// for a subscriber that asked for them (``EventTopics/items``), that items changed.
 public enum LockEvent: Sendable, Equatable {
     /// Protected data will become unavailable in `graceMillis`.
     case willLock(graceMillis: UInt32)
@@ -10,6 +11,24 @@ public enum LockEvent: Sendable, Equatable {
     case locked
     /// The keybag was unlocked.
     case unlocked
+    /// Items were added, changed or deleted (by any caller, in any access group, or by a sync). It
+    /// says nothing of which: a subscriber learns only that it should look again.
+    case itemsChanged
+
+    /// The topic a subscriber names to receive the event.
+    public var topic: EventTopics { self == .itemsChanged ? .items : .lock }
+}
+
+/// What a subscriber receives (SUBSCRIBE's topics byte).
+public struct EventTopics: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// willLock, locked, unlocked: what an empty SUBSCRIBE gives.
+    public static let lock = EventTopics(rawValue: 1)
+    /// itemsChanged: only for a caller whose manifest grants `delegate-identity`.
+    public static let items = EventTopics(rawValue: 2)
+    /// Every topic this version knows; any other bit is refused.
+    public static let known: EventTopics = [.lock, .items]
 }
 
 /// STATUS_REPLY contents.

@@ -30,8 +30,10 @@ public enum AgentRequest: Sendable {
     case update(ItemQuery, ItemChanges)
     /// DELETE (SecItemDelete): deletes every match; the query follows the rules of ``update(_:_:)``.
     case delete(ItemQuery)
-    /// SUBSCRIBE to lock-state events.
+    /// SUBSCRIBE to lock-state events (an empty body).
     case subscribe
+    /// SUBSCRIBE_EVENTS: lock events, item changes, or both (WireProtocol.md, Events).
+    case subscribeTo(EventTopics)
     /// WHOAMI: the identity the agent gives this connection's process.
     case whoami
     /// AUTHORIZE: the user's passcode (checked through PAM) lets the shell helper use `accessGroup`
@@ -129,6 +131,10 @@ public enum AgentRequest: Sendable {
         case .promptUnlock: return FrameBuilder.empty(.promptUnlock, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
+        case .subscribeTo(let topics):
+            var f = FrameBuilder(type: .subscribeEvents, requestID: requestID, payloadCapacity: 1)
+            f.w.u8(topics.rawValue)
+            return f.finish()
         case .whoami: return FrameBuilder.empty(.whoami, requestID: requestID)
         case .delegate(let pid, let startTime):
             var f = FrameBuilder(type: .delegate, requestID: requestID, payloadCapacity: 12)
@@ -303,6 +309,12 @@ public enum AgentRequest: Sendable {
         case .promptUnlock: request = .promptUnlock
         case .lock: request = .lock
         case .subscribe: request = .subscribe
+        case .subscribeEvents:
+            let topics = EventTopics(rawValue: try r.u8("topics"))
+            guard !topics.isEmpty, EventTopics.known.isSuperset(of: topics) else {
+                throw ProtocolError("SUBSCRIBE_EVENTS: topics must be 1 (lock events), 2 (item changes) or 3 (both)")
+            }
+            request = .subscribeTo(topics)
         case .whoami: request = .whoami
         case .delegate:
             let pid = try r.u32("pid")
@@ -659,6 +671,7 @@ public enum AgentResponse: Sendable {
             case .willLock(let ms): f.w.u8(1); f.w.u32(ms)
             case .locked: f.w.u8(2); f.w.u32(0)
             case .unlocked: f.w.u8(3); f.w.u32(0)
+            case .itemsChanged: f.w.u8(4); f.w.u32(0)
             }
             return f.finish()
         case .error(let e):
@@ -888,6 +901,9 @@ public enum AgentResponse: Sendable {
             case 1: response = .event(.willLock(graceMillis: ms))
             case 2: response = .event(.locked)
             case 3: response = .event(.unlocked)
+            case 4:
+                guard ms == 0 else { throw ProtocolError("EVENT itemsChanged carries 0") }
+                response = .event(.itemsChanged)
             default: throw ProtocolError("unknown event kind")
             }
         case .error:

@@ -102,6 +102,13 @@ public final class SecretServiceFrontEnd {
     /// the loop's turn after the last one was taken, so that OpenSession does not wait for it; used
     /// for one session only, its private value wiped then (or when the front end goes).
     private var nextKeyPair: (privateValue: SecureBytes, publicValue: [UInt8])?
+    /// The writes of agent connections no longer held (senders gone, connections remade): with those
+    /// of the peers', every change the front end made (``announceItemChanges()``).
+    private var retiredWrites = 0
+    /// The item-change events of the watch's current agent connection that ``announceItemChanges()``
+    /// accounted for: its generation, the front end's writes when it began, and how many events were
+    /// others' changes already announced.
+    private var itemWatch = (generation: 0, ownAtStart: 0, announced: 0)
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -194,6 +201,7 @@ public final class SecretServiceFrontEnd {
             let frontEnd = SecretServiceFrontEnd.from(userdata)
             frontEnd.completePrompts()
             frontEnd.announceLockState()
+            frontEnd.announceItemChanges()
             frontEnd.makeKeyPair()
             // Secrets a prompt read and nobody collected go when their time is up, calls or not.
             frontEnd.dropExpiredSecrets()
@@ -201,11 +209,13 @@ public final class SecretServiceFrontEnd {
         }, Unmanaged.passUnretained(self).toOpaque())
     }
 
-    /// Watches the keybag's lock state on a thread of its own: the front end's own agent connection,
-    /// subscribed to the agent's lock events (WireProtocol.md, Events), hands each state to the bus
-    /// thread, which announces the collections' `Locked` (so a client's cached value follows a lock
-    /// made anywhere: `coffer lock`, the idle lock, the session's lock). After the agent goes away
-    /// (a restart) it connects again a second later and starts from the agent's status.
+    /// Watches the keybag's lock state and the items on a thread of its own: the front end's own agent
+    /// connection, subscribed to the agent's lock events and item changes (WireProtocol.md, Events),
+    /// hands each state, and that items changed, to the bus thread, which announces the collections'
+    /// `Locked` (so a client's cached value follows a lock made anywhere: `coffer lock`, the idle
+    /// lock, the session's lock) and their changes (``announceItemChanges()``). After the agent goes
+    /// away (a restart) it connects again a second later and starts from the agent's status. An agent
+    /// that refuses item changes (older than them) is watched for lock events alone.
     ///
     /// Started before the name is owned, and its first connection made (or failed) before this
     /// returns (at most 2 s), so the front end's descriptors are settled when clients come.
@@ -213,12 +223,22 @@ public final class SecretServiceFrontEnd {
         let socketPath = socketPath, completions = completions
         let firstAttempt = Protected(false)
         let started = Threads.detach {
+            var topics: EventTopics = [.lock, .items]
             while true {
                 do throws(SecError) {
                     defer { firstAttempt.withLock { $0 = true }; firstAttempt.broadcast() }
                     let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
                                                     replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
-                    try agent.subscribe()
+                    do throws(SecError) {
+                        try agent.subscribe(to: topics)
+                        if topics.contains(.items) { completions.itemWatchStarted() }
+                    } catch where topics.contains(.items)
+                        && (error.status == .param || error.status == .missingEntitlement) {
+                        // An older agent (-50; it closes a connection after a frame it cannot read, so
+                        // a new one) or a front end run without its manifest (-34018): lock events only.
+                        topics = .lock
+                        continue
+                    }
                     completions.post(lockState: try agent.status().lockState)
                     firstAttempt.withLock { $0 = true }
                     firstAttempt.broadcast()
@@ -227,6 +247,7 @@ public final class SecretServiceFrontEnd {
                         switch try agent.nextEvent() {
                         case .locked: completions.post(lockState: .locked)
                         case .unlocked: completions.post(lockState: .unlocked)
+                        case .itemsChanged: completions.postItemsChanged()
                         case .willLock: continue
                         }
                     }
@@ -250,6 +271,34 @@ public final class SecretServiceFrontEnd {
             propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Locked"])
         }
         propertiesChanged(Self.aliasPrefix + "/default", Self.collectionInterface, ["Locked"])
+    }
+
+    /// On the bus thread: items changed outside the front end are announced as the service's
+    /// `CollectionChanged` and an invalidated `Items` of every persistent collection a caller was
+    /// shown and of the `default` alias, so a client that lists a collection's items looks again.
+    /// The agent says that items changed, never which, nor where, and sends one event for every
+    /// successful write, the front end's own included (WireProtocol.md, Events); the front end
+    /// signals its own changes itself (ItemCreated …), so events beyond the count of its own writes
+    /// are others' changes. An own write's event may come after a later change of someone else's:
+    /// that change is then announced when the event comes. Several changes since the last turn of
+    /// the loop are one announcement. When the watch connects again (the agent restarted), changes
+    /// may have been missed: announced once.
+    func announceItemChanges() {
+        guard let heard = completions.takeItemEvents() else { return }
+        let own = retiredWrites + peers.values.reduce(0) { $0 + $1.agent.writes }
+        if heard.generation != itemWatch.generation {
+            let again = itemWatch.generation != 0
+            itemWatch = (heard.generation, own, 0)
+            if !again, heard.count == 0 { return }
+        }
+        let others = heard.count - (own - itemWatch.ownAtStart)
+        guard others > itemWatch.announced || heard.count == 0 else { return }
+        itemWatch.announced = max(itemWatch.announced, others)
+        for name in announcedCollections.sorted() {
+            emit(Self.servicePath, Self.serviceInterface, "CollectionChanged", Self.collectionPath(name))
+            propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Items"])
+        }
+        propertiesChanged(Self.aliasPrefix + "/default", Self.collectionInterface, ["Items"])
     }
 
     /// Makes ``nextKeyPair`` if it was taken (a failure leaves it to OpenSession, which makes its own).
@@ -289,6 +338,7 @@ public final class SecretServiceFrontEnd {
     func peer(for sender: String) throws(BusError) -> Peer {
         if let p = peers[sender] {
             guard p.agent.isHungUp else { return p }
+            retiredWrites += p.agent.writes
             (p.agent, p.groups, p.process) = try connect(sender)
             return p
         }
@@ -389,6 +439,7 @@ public final class SecretServiceFrontEnd {
         }
         appeared[name] = nil
         guard let p = peers.removeValue(forKey: name) else { return }
+        retiredWrites += p.agent.writes
         for (path, s) in p.sessions {
             ssb_slot_release(s.slot)
             owners[path] = nil

@@ -1348,7 +1348,7 @@ extension SecretServiceFrontEnd {
 }
 
 /// What other threads hand the bus thread, an eventfd waking its loop: prompts that ended on their
-/// threads, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
+/// threads, that items changed, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
 final class PromptCompletions: Sendable {
     private let lockState = Protected<LockState?>(nil)
 
@@ -1359,6 +1359,34 @@ final class PromptCompletions: Sendable {
 
     /// The latest lock state posted since the last call, if any.
     func takeLockState() -> LockState? { lockState.withLock { s in defer { s = nil }; return s } }
+
+    /// The item-change events of the watch's agent connection: which connection (a generation), how
+    /// many events it brought, and whether any came since the bus thread last looked.
+    private let itemEvents = Protected((generation: 0, count: 0, fresh: false))
+
+    /// The watch subscribed to item changes on a new agent connection.
+    func itemWatchStarted() {
+        itemEvents.withLock { $0 = ($0.generation + 1, 0, true) }
+        if wake >= 0 { ssb_wake(wake) }
+    }
+
+    /// The agent said items changed.
+    func postItemsChanged() {
+        itemEvents.withLock { e in
+            e.count += 1
+            e.fresh = true
+        }
+        if wake >= 0 { ssb_wake(wake) }
+    }
+
+    /// The watch's generation and event count, if anything came since the last call.
+    func takeItemEvents() -> (generation: Int, count: Int)? {
+        itemEvents.withLock { e in
+            guard e.fresh else { return nil }
+            e.fresh = false
+            return (e.generation, e.count)
+        }
+    }
 
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
     typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])

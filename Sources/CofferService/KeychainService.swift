@@ -184,6 +184,7 @@ package final class KeychainService: Sendable {
             do { bytes = try Files.read(path, maxBytes: 1 << 30) } catch { throw SecError(.io, "cannot read the backup: \(error)") }
             let r = try keychain.restoreBackup(bytes, password: password, dryRun: dryRun)
             if !dryRun { logger.notice("backup restored", metadata: ["added": "\(r.added)", "duplicates": "\(r.duplicates)"]) }
+            if !dryRun, r.added > 0 { schedule.announceItemsChanged() }
             return r
         }
     }
@@ -406,7 +407,10 @@ package final class KeychainService: Sendable {
         let result = try audited(context.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
             try body(try decision.scope(), &context)
         }
-        if operation == "add" || operation == "update" || operation == "delete" { onItemsWritten.withLock { $0 }?() }
+        if operation == "add" || operation == "update" || operation == "delete" {
+            onItemsWritten.withLock { $0 }?()
+            schedule.announceItemsChanged()
+        }
         return result
     }
 

@@ -77,6 +77,10 @@ package final class LockSchedule: Sendable {
         broadcast(.unlocked)
     }
 
+    /// Tells subscribers of item changes that items changed (an add, update or delete committed, a
+    /// sync applied records, a backup restored items). Which items is never said.
+    package func announceItemsChanged() { broadcast(.itemsChanged) }
+
     /// True while an announced lock is pending.
     package var isLockPending: Bool { timers.withLock { $0.lockDeadline != nil } }
 

@@ -181,6 +181,7 @@ package final class SyncService: Sendable {
         work.broadcast()
         switch outcome {
         case .success(let r)?:
+            if r.applied > 0 { service.schedule.announceItemsChanged() }
             if r.applied > 0 || r.recorded > 0 || r.conflicts > 0 || !r.refused.isEmpty {
                 logger.info("sync", metadata: ["recorded": "\(r.recorded)", "applied": "\(r.applied)", "conflicts": "\(r.conflicts)",
                                                "refused": "\(r.refused.count)"])

@@ -89,8 +89,23 @@ import Testing
     @Test func subscribeMarksTheSession() throws {
         let rig = try AgentRig()
         var s = rig.greetedSession()
-        #expect(!s.wantsEvents)
+        #expect(s.eventTopics.isEmpty)
         guard case .ok = rig.pipeline.handle(.subscribe, session: &s) else { Issue.record("SUBSCRIBE not OK"); return }
-        #expect(s.wantsEvents)
+        #expect(s.eventTopics == .lock)
+    }
+
+    /// Item changes are told only to a caller entitled to delegate: anyone else gets -34018 and keeps
+    /// what it had.
+    @Test func itemChangesAreRefusedToACallerThatMayNotDelegate() throws {
+        let rig = try AgentRig()
+        var s = rig.greetedSession()
+        #expect(!s.caller.mayDelegate)
+        guard case .error(let e) = rig.pipeline.handle(.subscribeTo([.lock, .items]), session: &s) else {
+            Issue.record("SUBSCRIBE to items was not refused"); return
+        }
+        #expect(e.status == .missingEntitlement)
+        #expect(s.eventTopics.isEmpty)
+        guard case .ok = rig.pipeline.handle(.subscribeTo(.lock), session: &s) else { Issue.record("SUBSCRIBE to lock not OK"); return }
+        #expect(s.eventTopics == .lock)
     }
 }

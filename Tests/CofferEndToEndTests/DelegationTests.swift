@@ -267,6 +267,57 @@ import Testing
         #expect(r.status != 0 && r.stderr.contains("unknown --entitlement"), "\(r)")
     }
 
+    // MARK: Item changes for a delegating front end
+
+    /// A front end subscribed to item changes (SUBSCRIBE_EVENTS) hears `itemsChanged` after every
+    /// add, update and delete, whoever made it (another connection, the CLI, a delegated app) and in
+    /// whatever group; a subscriber of lock events alone never does; a delegated connection (the app
+    /// it acts for) may not subscribe to them.
+    @Test func anEntitledFrontEndHearsThatItemsChangedAndNothingElse() throws {
+        let (apps, agent) = try Self.setUp()
+        let watcher = try Self.connect(agent), lockOnly = try Self.connect(agent)
+        try watcher.subscribe(to: [.lock, .items])
+        try lockOnly.subscribe(to: .lock)
+        watcher.setReplyTimeout(20)
+        lockOnly.setReplyTimeout(20)
+        func expectItemsChanged(_ what: String) {
+            var event: LockEvent?
+            let error = failure { () throws(SecError) in event = try watcher.nextEvent() }
+            #expect(error == nil && event == .itemsChanged, "\(what): \(String(describing: event)) \(String(describing: error))\n\(agent.log)")
+        }
+        // Another connection of the front end's own identity, in its own group.
+        let writer = try Self.connect(agent)
+        try Self.add(writer, "one")
+        expectItemsChanged("an add")
+        let query = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("delegation"), "acct": .string("one")], limit: .all)
+        #expect(try writer.update(query, ItemChanges(attributes: ["labl": .string("renamed")])) == 1)
+        expectItemsChanged("an update")
+        #expect(try writer.delete(query) == 1)
+        expectItemsChanged("a delete")
+        // The CLI (another process, unsigned).
+        let added = agent.cli(["add", "--service", "from-cli", "--account", "x", "--secret-stdin"], stdin: "pw")
+        #expect(added.status == 0, "\(added)")
+        expectItemsChanged("the CLI's add")
+        // An app the front end acts for: its write is heard, but it may not listen itself.
+        let app = try Sleeper(apps.executable("appA"))
+        defer { app.stop() }
+        let pidfd = try ProcessHandle.pidfd(of: app.pid).release()
+        defer { close(pidfd) }
+        let delegated = try Self.connect(agent)
+        try delegated.delegate(pidfd: pidfd, pid: app.pid, startTime: app.startTime)
+        try Self.add(delegated, "app's")
+        expectItemsChanged("a delegated app's add")
+        #expect(failure { () throws(SecError) in try delegated.subscribe(to: [.lock, .items]) }?.status == .missingEntitlement)
+        try delegated.subscribe(to: .lock) // the refusal left the connection open and usable
+        // A failed write is no change: nothing is sent for it.
+        #expect(failure { () throws(SecError) in try Self.add(writer, "app's", group: "a") }?.status == .missingEntitlement)
+        // Lock events still reach both, in order: the lock-only subscriber's first event is the lock
+        // (no item change before it), and the watcher's next one too (nothing for the failed add).
+        try writer.lock()
+        #expect(try lockOnly.nextEvent() == .locked)
+        #expect(try watcher.nextEvent() == .locked)
+    }
+
     @Test func aFrontEndWithoutTheEntitlementIsRefused() throws {
         let (apps, agent) = try Self.setUp(entitled: false)
         let app = try Sleeper(apps.executable("appA"))
