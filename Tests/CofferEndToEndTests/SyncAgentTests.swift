@@ -1,3 +1,5 @@
+import CofferClient
+import CofferModel
 import CofferSystem
 import CofferTestSupport
 import Foundation
@@ -135,7 +137,11 @@ import Testing
     }
 
     @Test func itemsReachEveryMachineInTheBackgroundAndLocalOnlyItemsNeverLeave() throws {
-        let (a, b, c) = try circle()
+        // This test process is a front end entitled to delegate, so it may hear B's item changes.
+        let apps = try SignedApps()
+        try apps.sign("frontend", appID: "com.example.frontend", groups: ["fe"], path: DelegationTests.selfExecutable,
+                      entitlements: ["delegate-identity"])
+        let (a, b, c) = try circle(extra: "standard-trust-dirs = no\ntrusted-keys-dir = \(apps.keysDir)\nmanifests-dir = \(apps.manifestsDir)")
         // The item A had before the circle reaches both by the background pulls.
         #expect(eventually { b.password("before") == "pw0" }, "\(b.status())\n\(b.agent.log)")
         #expect(eventually { c.password("before") == "pw0" }, "\(c.status())")
@@ -144,12 +150,19 @@ import Testing
         #expect(devices.stdout.split(separator: "\n").map { $0.split(separator: "\t")[0] } == ["desktop", "laptop", "server"], "\(devices)")
         #expect(devices.stdout.contains("laptop\t") && devices.stdout.contains("\tthis machine"))
 
-        // A write on A is pushed after it and pulled by the others, without anyone asking.
+        // A write on A is pushed after it and pulled by the others, without anyone asking; B's
+        // subscribers of item changes hear that items changed when B applies it.
+        let watcher = try AgentConnection(path: b.agent.socketPath, clientName: "sync-watcher")
+        try watcher.subscribe(to: .items)
+        watcher.setReplyTimeout(120)
         a.add("new", "pw1")
         // ThisDeviceOnly and access-controlled items are written, never sent.
         a.add("tdo", "secret-tdo", ["--sync", "--accessible", "when-unlocked-this-device-only"])
         a.add("acl", "secret-acl", ["--sync", "--access-control", "device-passcode"])
         #expect(eventually { b.password("new") == "pw1" && c.password("new") == "pw1" }, "\(b.status())\n\(c.status())")
+        var heard: LockEvent?
+        let silent = failure { () throws(SecError) in heard = try watcher.nextEvent() }
+        #expect(silent == nil && heard == .itemsChanged, "B's sync applied A's item: \(String(describing: heard)) \(String(describing: silent))")
         // The new item came after the local-only ones: a pull that brought it brought them if they had gone.
         #expect(b.password("tdo") == nil && c.password("tdo") == nil)
         #expect(b.password("acl") == nil && c.password("acl") == nil)

@@ -166,6 +166,34 @@ import Testing
         #expect(channel.asked.isEmpty, "refused before the person is asked")
     }
 
+    /// Subscribers of item changes hear one `itemsChanged` for each write that succeeded, one for a
+    /// restore that added items, and nothing for a failed write, a read or a dry run.
+    @Test func everySuccessfulWriteAndRestoreIsOneItemsChangedEvent() throws {
+        var (rig, context) = try Self.ready()
+        func changes() -> Int { rig.events.all.filter { $0 == .itemsChanged }.count }
+        rig.events.clear()
+        _ = try rig.service.add(Self.item("kept"), returning: .init(), &context, nil)
+        #expect(changes() == 1)
+        #expect(Self.status { () throws(SecError) in _ = try rig.service.add(Self.item("kept"), returning: .init(), &context, nil) } == .duplicateItem)
+        #expect(changes() == 1, "a failed add changes nothing")
+        #expect(try Self.read(rig, "kept", &context, nil) == "s3cret")
+        #expect(try rig.service.update(Self.query("kept"), ItemChanges(attributes: ["labl": .string("l")]), &context, nil) == 1)
+        #expect(changes() == 2)
+        let path = rig.dir.file("events.cfbu")
+        #expect(try rig.service.createBackup(path: path, password: secret("backup pw"), &context, ScriptedChannel([.answer(Self.passcode)])) == 1)
+        #expect(try rig.service.delete(Self.query("kept"), &context, nil) == 1)
+        #expect(changes() == 3)
+        #expect(Self.status { () throws(SecError) in _ = try rig.service.delete(Self.query("kept"), &context, nil) } == .itemNotFound)
+        _ = try rig.service.restoreBackup(path: path, password: secret("backup pw"), dryRun: true, &context, ScriptedChannel([.answer(Self.passcode)]))
+        #expect(changes() == 3, "a failed delete and a dry run change nothing")
+        let restored = try rig.service.restoreBackup(path: path, password: secret("backup pw"), dryRun: false, &context,
+                                                     ScriptedChannel([.answer(Self.passcode)]))
+        #expect(restored.added == 1 && changes() == 4)
+        // Lock events are not item changes.
+        _ = rig.keychain.lock()
+        #expect(changes() == 4)
+    }
+
     @Test func theShellHelperIsAuthorizedForAnotherGroup() throws {
         let (rig, _) = try Self.ready()
         var shell = CallerContext(caller: rig.signedCaller(AccessPolicy.defaultShellAppID, ["shell"]))
