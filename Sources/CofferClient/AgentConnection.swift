@@ -422,6 +422,21 @@ public final class AgentConnection {
         try delegate(descriptors: [pidfd], pid: pid, startTime: startTime)
     }
 
+    /// ``delegate(pidfd:pid:startTime:)`` and ``whoami()`` in one round trip: WHOAMI goes out right
+    /// behind DELEGATE (the agent answers in order, and runs nothing after a refused DELEGATE: it
+    /// closes the connection), so the answer is the delegated process's identity.
+    public func delegateAndIdentify(pidfd: Int32, pid: Int32, startTime: UInt64) throws(SecError) -> WhoAmIReply {
+        let delegated = takeID()
+        try send(.delegate(pid: pid, startTime: startTime), id: delegated, passing: [pidfd])
+        let asked = takeID()
+        try send(.whoami, id: asked)
+        let r = try reply(to: delegated)
+        guard case .ok = r else { throw unexpected(r) }
+        let w = try reply(to: asked)
+        guard case .whoami(let who) = w else { throw unexpected(w) }
+        return who
+    }
+
     /// DELEGATE with any number of descriptors beside it (tests of the agent's refusals).
     package func delegate(descriptors: [Int32], pid: Int32, startTime: UInt64) throws(SecError) {
         let r = try roundTrip(.delegate(pid: pid, startTime: startTime), passing: descriptors)
@@ -454,6 +469,12 @@ public final class AgentConnection {
     private func roundTrip(_ request: AgentRequest, passing descriptors: [Int32] = []) throws(SecError) -> AgentResponse {
         let id = takeID()
         try send(request, id: id, passing: descriptors)
+        return try reply(to: id)
+    }
+
+    /// The reply to request `id`, sent already (HELLO's first if it was pipelined; events on the way
+    /// are kept for ``nextEvent()``).
+    private func reply(to id: UInt32) throws(SecError) -> AgentResponse {
         if helloPending {
             // The agent answers in order: HELLO's reply first. If it refused HELLO it has closed,
             // without running the request.

@@ -380,20 +380,14 @@ public final class SecretServiceFrontEnd {
         } catch {
             throw BusError(name: BusError.failed, message: "the Coffer agent is not reachable: \(error.message)")
         }
-        do { try agent.delegate(pidfd: pidfd, pid: Int32(pid), startTime: startTime) } catch {
+        // The groups the agent gives the delegated process (WHOAMI right behind DELEGATE, one round
+        // trip): the first is where its collections live.
+        let groups: [String]
+        do { groups = try agent.delegateAndIdentify(pidfd: pidfd, pid: Int32(pid), startTime: startTime).accessGroups } catch {
             throw BusError(name: BusError.accessDenied, message: "the Coffer agent refused to act for \(sender): \(error.message)")
         }
-        // The groups the agent gives the delegated process: the first is where its collections live.
-        let groups: [String]
-        do {
-            groups = try agent.whoami().accessGroups
-            guard !groups.isEmpty else {
-                throw BusError(name: BusError.accessDenied, message: "the Coffer agent gives \(sender) no access group")
-            }
-        } catch let e as BusError {
-            throw e
-        } catch {
-            throw BusError(name: BusError.failed, message: "the Coffer agent did not say who \(sender) is: \(error)")
+        guard !groups.isEmpty else {
+            throw BusError(name: BusError.accessDenied, message: "the Coffer agent gives \(sender) no access group")
         }
         return (agent, groups, process)
     }

@@ -304,7 +304,8 @@ import Testing
         let pidfd = try ProcessHandle.pidfd(of: app.pid).release()
         defer { close(pidfd) }
         let delegated = try Self.connect(agent)
-        try delegated.delegate(pidfd: pidfd, pid: app.pid, startTime: app.startTime)
+        // DELEGATE and WHOAMI in one round trip: the identity is the app's.
+        #expect(try delegated.delegateAndIdentify(pidfd: pidfd, pid: app.pid, startTime: app.startTime).accessGroups == ["a"])
         try Self.add(delegated, "app's")
         expectItemsChanged("a delegated app's add")
         #expect(failure { () throws(SecError) in try delegated.subscribe(to: [.lock, .items]) }?.status == .missingEntitlement)
@@ -328,6 +329,11 @@ import Testing
         #expect(auditRecords(agent).contains { ($0["operation"] as? String) == "delegate" && ($0["result"] as? Int) == -34018
                                                && ($0["reason"] as? String) == "not-entitled" })
         #expect(try Self.items(try Self.connect(agent)) == [], "still served, as itself")
+        // With WHOAMI pipelined behind the refused DELEGATE: the refusal, never the front end's own identity.
+        let pipelined = try Self.connect(agent)
+        #expect(failure { () throws(SecError) in
+            _ = try pipelined.delegateAndIdentify(pidfd: pidfd, pid: app.pid, startTime: app.startTime)
+        }?.status == .missingEntitlement)
         app.stop()
     }
 }

@@ -6,7 +6,10 @@
 #                   COFFER_BENCH_BASELINE names one (e.g. main's build, to measure a change in one run)
 #   gnome-keyring   gnome-keyring-daemon --components=secrets
 #   floor           ss-floor.c: a provider answering from constants (no store, no crypto), the floor
-#                   under any provider for these clients
+#                   under any provider for these clients (libsecret falls back to a plain session)
+#   DH floor        ss-floor --dh: the same, but agreeing the DH session libsecret asks for first (as
+#                   Coffer and gnome-keyring do) with Coffer's own C wall: the floor under any provider
+#                   that speaks it, the client's half of the agreement included
 #
 #   contrib/bench/secret-service.sh [N ...]      (default: 1000 10000)
 #
@@ -40,6 +43,9 @@ bench=secret-service.sh
 bench_install cofferd coffer coffer-cli coffer-bench coffer-secret-service
 # shellcheck disable=SC2046
 cc -O2 -o "$bin/ss-floor" contrib/bench/ss-floor.c $(pkg-config --cflags --libs libsystemd)
+# shellcheck disable=SC2046
+cc -O2 -DSS_FLOOR_DH -I Sources/CSecretServiceCrypto/include -o "$bin/ss-floor-dh" contrib/bench/ss-floor.c \
+    Sources/CSecretServiceCrypto/csecretservicecrypto.c $(pkg-config --cflags --libs libsystemd libcrypto)
 [ -z "$baseline" ] || install -m 0755 "$baseline" "$bin/coffer-secret-service-before"
 # The front end acts for each client (DELEGATE): signed here, with a key only this run trusts.
 mkdir -p "$work/trust/keys" "$work/trust/manifests"
@@ -88,6 +94,7 @@ run_n() { # N
         provider coffer '"$bin/coffer-secret-service" </dev/null >/dev/null 2>&1 &'
         [ -z "$baseline" ] || provider before '"$bin/coffer-secret-service-before" </dev/null >/dev/null 2>&1 &'
         provider floor '"$bin/ss-floor" </dev/null >/dev/null 2>&1 &'
+        provider floordh '"$bin/ss-floor-dh" --dh </dev/null >/dev/null 2>&1 &'
         (
             export HOME="$work/gk-$n" XDG_RUNTIME_DIR="$work/gk-$n/run" XDG_DATA_HOME="$work/gk-$n/data"
             mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME/keyrings"; chmod 700 "$XDG_RUNTIME_DIR"
@@ -97,11 +104,12 @@ run_n() { # N
             # daemon has unlocked: provider waits until it owns the name.
             provider gk 'eval "$(gnome-keyring-daemon --unlock --components=secrets < "$work/password-raw")"'
         )
-        peers="coffer ${baseline:+before} gk floor"
+        peers="coffer ${baseline:+before} gk floor floordh"
         on() { DBUS_SESSION_BUS_ADDRESS="$(cat "$work/$1.bus")" "${@:2}"; }
         k=$(pick 1 "$n")
         for p in coffer ${baseline:+before} gk; do expect "secret-$k" on "$p" secret-tool lookup service "svc$((k % 97))" account "acct$k"; done
         expect "secret-1" on floor secret-tool lookup service x account y
+        expect "secret-1" on floordh secret-tool lookup service x account y
         for r in $(seq 10); do k=$(pick "$r" "$n"); for p in $peers; do on "$p" secret-tool lookup service "svc$((k % 97))" account "acct$k" >/dev/null; done; done
         for r in $(seq 101); do
             k=$(pick "$r" "$n")
@@ -123,16 +131,16 @@ ratio() { awk -v c="$1" -v g="$2" 'BEGIN { if (c + 0 > 0 && g + 0 > 0) printf "%
 for n in $sizes; do
     run_n "$n"
     echo
-    echo "| N = $n (ms, median) | Coffer |${baseline:+ Coffer before |} gnome-keyring | Coffer / gnome-keyring | floor (ss-floor) |"
-    echo "|---|---:|${baseline:+---:|}---:|---:|---:|"
+    echo "| N = $n (ms, median) | Coffer |${baseline:+ Coffer before |} gnome-keyring | Coffer / gnome-keyring | floor (ss-floor) | DH floor (ss-floor --dh) |"
+    echo "|---|---:|${baseline:+---:|}---:|---:|---:|---:|"
     for w in lookup store search bulk; do
-        c=$(ms "$work/$n.coffer.$w"); g=$(ms "$work/$n.gk.$w"); f=$(ms "$work/$n.floor.$w")
+        c=$(ms "$work/$n.coffer.$w"); g=$(ms "$work/$n.gk.$w"); f=$(ms "$work/$n.floor.$w"); d=$(ms "$work/$n.floordh.$w")
         name=$(case $w in
             lookup) echo "\`secret-tool lookup\` (one item by two attributes)" ;;
             store) echo "\`secret-tool store\` (a new item)" ;;
             search) echo "\`secret-tool search --all\` (≈ N/97 items)" ;;
             bulk) echo "SearchItems (all N) + GetSecrets ($(( n < 1000 ? n : 1000 )) items), one process" ;;
         esac)
-        echo "| $name | $c |${baseline:+ $(ms "$work/$n.before.$w") |} $g | $(ratio "$c" "$g") | $f |"
+        echo "| $name | $c |${baseline:+ $(ms "$work/$n.before.$w") |} $g | $(ratio "$c" "$g") | $f | $d |"
     done
 done
