@@ -50,7 +50,7 @@ public enum WireFormat {
     /// Bytes `item` takes inside an ITEMS or ITEMS_PAGE payload (class, present flags and the parts
     /// it carries), so a sender can fill a frame up to ``maximumBodyBytes`` and never beyond.
     public static func encodedSize(of item: ItemResult) -> Int {
-        2 + (item.data.map { 4 + $0.count } ?? 0) + (item.attributes.map { AttributeCodec.encode($0).count } ?? 0)
+        2 + (item.data.map { 4 + $0.count } ?? 0) + (item.attributes.map { AttributeCodec.encodedSize($0) } ?? 0)
             + (item.persistentRef.map { 4 + $0.count } ?? 0)
     }
 

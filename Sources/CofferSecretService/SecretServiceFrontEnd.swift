@@ -71,6 +71,10 @@ public final class SecretServiceFrontEnd {
     struct LastSearch {
         let attributes: Attributes
         let paths: Set<String>
+        /// The keychain items found, by persistent reference.
+        let byRef: [[UInt8]: Record]
+        /// Every write the front end had made, and every change the agent had told, at the search.
+        let writes: Int, changes: Int
     }
 
     let bus: OpaquePointer
@@ -285,7 +289,7 @@ public final class SecretServiceFrontEnd {
     /// may have been missed: announced once.
     func announceItemChanges() {
         guard let heard = completions.takeItemEvents() else { return }
-        let own = retiredWrites + peers.values.reduce(0) { $0 + $1.agent.writes }
+        let own = ownWrites()
         if heard.generation != itemWatch.generation {
             let again = itemWatch.generation != 0
             itemWatch = (heard.generation, own, 0)
@@ -522,25 +526,37 @@ public final class SecretServiceFrontEnd {
 extension SecretServiceFrontEnd {
     /// Remembers the keychain items a Service.SearchItems gave the sender (``Peer/lastSearch``).
     func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record]) {
-        c.peer.lastSearch = LastSearch(attributes: attributes,
-                                       paths: Set(found.lazy.filter { $0.collection != Self.sessionCollection }.map(\.path)))
+        let kept = found.filter { $0.collection != Self.sessionCollection }
+        var byRef: [[UInt8]: Record] = [:]
+        for r in kept { if let ref = r.ref { byRef[ref] = r } }
+        c.peer.lastSearch = LastSearch(attributes: attributes, paths: Set(kept.map(\.path)), byRef: byRef,
+                                       writes: ownWrites(), changes: completions.itemChangesHeard)
     }
+
+    /// Every successful write the front end's agent connections made.
+    func ownWrites() -> Int { retiredWrites + peers.values.reduce(0) { $0 + $1.agent.writes } }
 
     /// The secrets of those of `paths` that one agent query gives: when two or more of them are at
     /// least half of the sender's last search's keychain items (so the query reads at most twice what
-    /// was asked for, all of it the caller's own), that search again with the secrets, keeping the
-    /// items asked for; the others' secrets are wiped at once. What it does not give (an item changed
-    /// or gone since; a locked or access-controlled item, which fails the whole query; any error) is
-    /// left to the per-item path, which answers exactly as before.
+    /// was asked for, all of it the caller's own), that search again with the secrets and the items'
+    /// references only (each item is then the record the search found: no attributes are sent twice),
+    /// keeping the items asked for; the others' secrets are wiped at once. Only while no item changed
+    /// since the search, as far as the front end knows (none of its writes, no change the agent told):
+    /// a record then is the item as it is. What it does not give (an item changed or gone since; a
+    /// locked or access-controlled item, which fails the whole query; any error) is left to the
+    /// per-item path, which answers exactly as before.
     func batchSecrets(_ c: Caller, _ paths: [String]) -> [String: (Record, SecureBytes)] {
-        guard let last = c.peer.lastSearch else { return [:] }
+        guard let last = c.peer.lastSearch, last.writes == ownWrites(), last.changes == completions.itemChangesHeard else { return [:] }
         let wanted = Set(paths).intersection(last.paths)
         guard wanted.count >= 2, wanted.count * 2 >= last.paths.count else { return [:] }
-        guard let results = try? c.agent.copyMatching(itemQuery(c, attributes: last.attributes, returnData: true)) else { return [:] }
+        var query = itemQuery(c, attributes: last.attributes, returnData: true)
+        query.returnAttributes = false
+        query.returnPersistentRef = true
+        guard let results = try? c.agent.copyMatching(query) else { return [:] }
         var out: [String: (Record, SecureBytes)] = [:]
         for r in results {
             guard let data = r.data else { continue }
-            guard let record = r.attributes.flatMap({ Record($0, for: c) }), wanted.contains(record.path), out[record.path] == nil else {
+            guard let ref = r.persistentRef, let record = last.byRef[ref], wanted.contains(record.path), out[record.path] == nil else {
                 data.wipe()
                 continue
             }

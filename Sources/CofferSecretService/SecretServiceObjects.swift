@@ -175,6 +175,8 @@ extension SecretServiceFrontEnd {
         var guarded: Bool { accessControl != nil }
         /// The path the caller named the item by, when that is its reference path (``referencePrefix``).
         var alias: String? = nil
+        /// The item's persistent reference, when the search that found it asked for it.
+        var ref: [UInt8]? = nil
         var path: String { alias ?? SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
 
         /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
@@ -306,7 +308,8 @@ extension SecretServiceFrontEnd {
         for r in results {
             if r.locked, let ref = r.persistentRef {
                 locked.append(Self.referencePath(ref))
-            } else if let record = r.attributes.flatMap({ Record($0, for: c) }) {
+            } else if var record = r.attributes.flatMap({ Record($0, for: c) }) {
+                record.ref = r.persistentRef
                 open.append(record)
             }
         }
@@ -1367,6 +1370,7 @@ final class PromptCompletions: Sendable {
     /// The watch subscribed to item changes on a new agent connection.
     func itemWatchStarted() {
         itemEvents.withLock { $0 = ($0.generation + 1, 0, true) }
+        changesHeard.withLock { $0 += 1 } // what changed while no watch listened is not known
         if wake >= 0 { ssb_wake(wake) }
     }
 
@@ -1376,8 +1380,14 @@ final class PromptCompletions: Sendable {
             e.count += 1
             e.fresh = true
         }
+        changesHeard.withLock { $0 += 1 }
         if wake >= 0 { ssb_wake(wake) }
     }
+
+    private let changesHeard = Protected(0)
+
+    /// How many item changes the agent told of, over every watch connection.
+    var itemChangesHeard: Int { changesHeard.withLock { $0 } }
 
     /// The watch's generation and event count, if anything came since the last call.
     func takeItemEvents() -> (generation: Int, count: Int)? {

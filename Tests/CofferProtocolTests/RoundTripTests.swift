@@ -76,6 +76,30 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
         #expect(AgentRequest.unlock(passcode: secret("x")).carriesSecret && !AgentRequest.status.carriesSecret)
     }
 
+    /// The size a reply is planned with is the size it is written with, for every kind of value and
+    /// name: ASCII and not, empty values, a name longer than a short string holds (cut at a whole
+    /// character), and an item's own size.
+    @Test func attributeSizesAreTheEncodedSizes() {
+        let long = String(repeating: "é", count: 40_000) // 80,000 bytes: cut to 65,534, a whole character
+        let cases: [Attributes] = [
+            [:],
+            ["acct": .string("alice"), "svce": .string(""), "labl": .string("Äpfel ☃ 𝄞")],
+            ["type": .integer(-1), "cdat": .date(1_700_000_000.5), "sync": .bool(true), "gena": .data([]), "alis": .data([1, 2, 3])],
+            ["@xdg:schema": .string("org.example.Password"), "@ü": .string(String(repeating: "x", count: 70_000))],
+            [long: .string("v"), "a": .bool(false)],
+        ]
+        for attrs in cases {
+            #expect(AttributeCodec.encodedSize(attrs) == AttributeCodec.encode(attrs).count, "\(attrs.keys.map { $0.utf8.count })")
+            for (_, v) in attrs {
+                var w = ByteWriter()
+                AttributeCodec.encode(v, into: &w)
+                #expect(AttributeCodec.encodedSize(v) == w.bytes.count)
+            }
+            let item = ItemResult(itemClass: .genericPassword, attributes: attrs, data: secret("pw"), persistentRef: [UInt8](repeating: 7, count: 16))
+            #expect(WireFormat.encodedSize(of: item) + WireFormat.itemsHeaderBytes == AgentResponse.items([item]).encodeFrame(requestID: 1).count - 4)
+        }
+    }
+
     @Test func secretsDoNotLeakIntoErrors() {
         // A frame whose passcode field claims more bytes than exist: the message names the field only.
         let frame: [UInt8] = [3, 0, 0, 0, 1, 0, 0, 0, 9] + Array("hunter".utf8)
