@@ -176,7 +176,7 @@ public final class AgentConnection {
         return items.first
     }
 
-    /// How many ADD, UPDATE and DELETE requests this connection sent that succeeded: each is one
+    /// How many ADD, KEY_CREATE, UPDATE and DELETE requests this connection sent that succeeded: each is one
     /// `itemsChanged` event to the agent's subscribers (WireProtocol.md, Events), so a front end can
     /// tell its own changes from others'.
     public private(set) var writes = 0
@@ -188,6 +188,7 @@ public final class AgentConnection {
     public func createKey(_ creation: KeyCreation, attributes: Attributes, returning flags: ReturnFlags = []) throws(SecError) -> ItemResult? {
         let r = try roundTrip(.keyCreate(creation, attributes: attributes, flags))
         guard case .items(let items) = r else { throw unexpected(r) }
+        writes += 1
         return items.first
     }
 
@@ -429,9 +430,13 @@ public final class AgentConnection {
         let delegated = takeID()
         try send(.delegate(pid: pid, startTime: startTime), id: delegated, passing: [pidfd])
         let asked = takeID()
-        try send(.whoami, id: asked)
+        // A refused DELEGATE closes the connection, perhaps before WHOAMI is written: its answer,
+        // still there to read, is the error to report, not the failed write.
+        var unsent: SecError?
+        do { try send(.whoami, id: asked) } catch { unsent = error }
         let r = try reply(to: delegated)
         guard case .ok = r else { throw unexpected(r) }
+        if let unsent { throw unsent }
         let w = try reply(to: asked)
         guard case .whoami(let who) = w else { throw unexpected(w) }
         return who

@@ -73,8 +73,9 @@ public final class SecretServiceFrontEnd {
         let paths: Set<String>
         /// The keychain items found, by persistent reference.
         let byRef: [[UInt8]: Record]
-        /// Every write the front end had made, and every change the agent had told, at the search.
-        let writes: Int, changes: Int
+        /// Every write the front end had made, and every change the agent had told, before the
+        /// search; nil if no watch of item changes ran (the search's records are then never reused).
+        let mark: (writes: Int, changes: Int)?
     }
 
     let bus: OpaquePointer
@@ -227,21 +228,19 @@ public final class SecretServiceFrontEnd {
         let socketPath = socketPath, completions = completions
         let firstAttempt = Protected(false)
         let started = Threads.detach {
-            var topics: EventTopics = [.lock, .items]
             while true {
                 do throws(SecError) {
                     defer { firstAttempt.withLock { $0 = true }; firstAttempt.broadcast() }
                     let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
                                                     replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
                     do throws(SecError) {
-                        try agent.subscribe(to: topics)
-                        if topics.contains(.items) { completions.itemWatchStarted() }
-                    } catch where topics.contains(.items)
-                        && (error.status == .param || error.status == .missingEntitlement) {
-                        // An older agent (-50; it closes a connection after a frame it cannot read, so
-                        // a new one) or a front end run without its manifest (-34018): lock events only.
-                        topics = .lock
-                        continue
+                        try agent.subscribe(to: [.lock, .items])
+                        completions.itemWatchStarted()
+                    } catch where error.status == .param || error.status == .missingEntitlement {
+                        // An older agent (-50, an unknown message: the connection stays open) or a
+                        // front end run without its manifest (-34018): lock events only, on this
+                        // connection (the next one tries again).
+                        try agent.subscribe()
                     }
                     completions.post(lockState: try agent.status().lockState)
                     firstAttempt.withLock { $0 = true }
@@ -256,6 +255,7 @@ public final class SecretServiceFrontEnd {
                         }
                     }
                 } catch {
+                    completions.itemWatchEnded()
                     sleep(1)
                 }
             }
@@ -342,8 +342,9 @@ public final class SecretServiceFrontEnd {
     func peer(for sender: String) throws(BusError) -> Peer {
         if let p = peers[sender] {
             guard p.agent.isHungUp else { return p }
-            retiredWrites += p.agent.writes
-            (p.agent, p.groups, p.process) = try connect(sender)
+            let fresh = try connect(sender)
+            retiredWrites += p.agent.writes // counted once, when the old connection is let go
+            (p.agent, p.groups, p.process) = fresh
             return p
         }
         guard peers.count < maxSenders else {
@@ -524,13 +525,19 @@ public final class SecretServiceFrontEnd {
 // MARK: GetSecrets of a search's items in one agent query
 
 extension SecretServiceFrontEnd {
-    /// Remembers the keychain items a Service.SearchItems gave the sender (``Peer/lastSearch``).
-    func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record]) {
+    /// What the front end knows of changes now (its own writes, the agent's told changes), to take
+    /// before a search: nil while no watch of item changes runs (nothing would tell of others').
+    func changeMark() -> (writes: Int, changes: Int)? {
+        completions.itemChangesHeard.map { (ownWrites(), $0) }
+    }
+
+    /// Remembers the keychain items a Service.SearchItems gave the sender (``Peer/lastSearch``);
+    /// `mark`: ``changeMark()`` taken before the search.
+    func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record], mark: (writes: Int, changes: Int)?) {
         let kept = found.filter { $0.collection != Self.sessionCollection }
         var byRef: [[UInt8]: Record] = [:]
-        for r in kept { if let ref = r.ref { byRef[ref] = r } }
-        c.peer.lastSearch = LastSearch(attributes: attributes, paths: Set(kept.map(\.path)), byRef: byRef,
-                                       writes: ownWrites(), changes: completions.itemChangesHeard)
+        if mark != nil { for r in kept { if let ref = r.ref { byRef[ref] = r } } }
+        c.peer.lastSearch = LastSearch(attributes: attributes, paths: Set(kept.map(\.path)), byRef: byRef, mark: mark)
     }
 
     /// Every successful write the front end's agent connections made.
@@ -541,12 +548,12 @@ extension SecretServiceFrontEnd {
     /// was asked for, all of it the caller's own), that search again with the secrets and the items'
     /// references only (each item is then the record the search found: no attributes are sent twice),
     /// keeping the items asked for; the others' secrets are wiped at once. Only while no item changed
-    /// since the search, as far as the front end knows (none of its writes, no change the agent told):
-    /// a record then is the item as it is. What it does not give (an item changed or gone since; a
+    /// since the search began, as far as the front end knows (none of its writes, no change the agent
+    /// told, the watch of changes running all along): a record then is the item as it is. What it does not give (an item changed or gone since; a
     /// locked or access-controlled item, which fails the whole query; any error) is left to the
     /// per-item path, which answers exactly as before.
     func batchSecrets(_ c: Caller, _ paths: [String]) -> [String: (Record, SecureBytes)] {
-        guard let last = c.peer.lastSearch, last.writes == ownWrites(), last.changes == completions.itemChangesHeard else { return [:] }
+        guard let last = c.peer.lastSearch, let mark = last.mark, let now = changeMark(), mark == now else { return [:] }
         let wanted = Set(paths).intersection(last.paths)
         guard wanted.count >= 2, wanted.count * 2 >= last.paths.count else { return [:] }
         var query = itemQuery(c, attributes: last.attributes, returnData: true)

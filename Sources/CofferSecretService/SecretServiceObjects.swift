@@ -635,8 +635,9 @@ extension SecretServiceFrontEnd {
 
     func serviceSearchItems(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
         let attributes = try Self.callerAttributes(Self.readDictionary(m))
+        let mark = changeMark()
         let (found, lockedAway) = try search(c, attributes: attributes)
-        rememberSearch(c, attributes: attributes, found: found)
+        rememberSearch(c, attributes: attributes, found: found, mark: mark)
         let state = try lockState(c)
         let locked = found.filter { isLocked(c, $0, state) }.map(\.path) + lockedAway
         let unlocked = found.filter { !isLocked(c, $0, state) }.map(\.path)
@@ -1370,7 +1371,13 @@ final class PromptCompletions: Sendable {
     /// The watch subscribed to item changes on a new agent connection.
     func itemWatchStarted() {
         itemEvents.withLock { $0 = ($0.generation + 1, 0, true) }
-        changesHeard.withLock { $0 += 1 } // what changed while no watch listened is not known
+        changesHeard.withLock { $0 = ($0.count + 1, true) } // what changed while no watch listened is not known
+        if wake >= 0 { ssb_wake(wake) }
+    }
+
+    /// The watch's agent connection ended (or never subscribed to item changes): changes go untold.
+    func itemWatchEnded() {
+        changesHeard.withLock { $0 = ($0.count + 1, false) }
         if wake >= 0 { ssb_wake(wake) }
     }
 
@@ -1380,14 +1387,16 @@ final class PromptCompletions: Sendable {
             e.count += 1
             e.fresh = true
         }
-        changesHeard.withLock { $0 += 1 }
+        changesHeard.withLock { $0.count += 1 }
         if wake >= 0 { ssb_wake(wake) }
     }
 
-    private let changesHeard = Protected(0)
+    /// How many item changes the agent told of (and watch connections that began or ended), and
+    /// whether a watch of item changes runs now.
+    private let changesHeard = Protected((count: 0, live: false))
 
-    /// How many item changes the agent told of, over every watch connection.
-    var itemChangesHeard: Int { changesHeard.withLock { $0 } }
+    /// ``changesHeard``'s count while a watch of item changes runs; nil while none does.
+    var itemChangesHeard: Int? { changesHeard.withLock { $0.live ? $0.count : nil } }
 
     /// The watch's generation and event count, if anything came since the last call.
     func takeItemEvents() -> (generation: Int, count: Int)? {

@@ -199,6 +199,7 @@ package final class KeychainService: Sendable {
             if operation != .verify && operation != .listQuarantine {
                 logger.notice("check", metadata: ["operation": "\(operation == .quarantine ? "quarantine" : "restore")",
                                                   "findings": "\(report.findings.count)"])
+                if !report.findings.isEmpty { schedule.announceItemsChanged() } // items left or came back
             }
             return report
         }

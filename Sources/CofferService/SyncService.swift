@@ -220,6 +220,7 @@ package final class SyncService: Sendable {
         guard due else { return }
         do throws(SecError) {
             let done = try sync.compact(now: wallMillis()) { phase, done, total in noteProgress(phase, done, total) }
+            service.schedule.announceItemsChanged() // (a compaction syncs first, and may apply records)
             if done.removed > 0 {
                 logger.info("sync compacted", metadata: ["removed": "\(done.removed)", "kept": "\(done.kept)", "through": "\(done.through)"])
             }
@@ -311,6 +312,7 @@ package final class SyncService: Sendable {
         try mayUseSync(context, "approve a device")
         try service.withPasscode(&context, channel, what: "let a new device into your sync circle (it will read every synced item)")
         let (name, shown) = try withEngine { (s) throws(SecError) in try s.approve(code: code, now: wallMillis()) }
+        service.schedule.announceItemsChanged() // (an approval syncs, and may apply records)
         logger.notice("sync device approved", metadata: ["device": "\(name)"])
         return SyncCode(name: name, code: shown)
     }
@@ -319,6 +321,7 @@ package final class SyncService: Sendable {
     package func remove(device: String, _ context: CallerContext) throws(SecError) {
         try mayUseSync(context, "remove a sync device")
         try withEngine { (s) throws(SecError) in try s.remove(device: device, now: wallMillis()) }
+        service.schedule.announceItemsChanged() // (a removal syncs, and may apply records)
         logger.notice("sync device removed", metadata: ["device": "\(device)"])
     }
 
@@ -349,6 +352,7 @@ package final class SyncService: Sendable {
         try mayUseSync(context, "restore a sync conflict")
         try service.withPasscode(&context, channel, what: "restore a version of an item that lost a sync conflict, on every machine")
         try withEngine { (s) throws(SecError) in try s.restore(conflict: id) }
+        service.schedule.announceItemsChanged()
         logger.notice("sync conflict restored", metadata: ["conflict": "\(id)"])
         schedule(in: 0)
     }

@@ -100,6 +100,17 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
         }
     }
 
+    /// EVENT itemsChanged carries 0: any other value is malformed (a reply, so not a request vector).
+    @Test func anItemsChangedEventWithAValueIsMalformed() throws {
+        let good = AgentResponse.event(.itemsChanged).encodeFrame(requestID: 0)
+        #expect(good == [0, 0, 0, 0x0a, 0xc0, 0, 0, 0, 0, 0x04, 0, 0, 0, 0])
+        var bad = good
+        bad[13] = 1
+        #expect(throws: ProtocolError.self) { _ = try Array(bad[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) } }
+        let (_, decoded) = try Array(good[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) }
+        guard case .event(.itemsChanged) = decoded else { Issue.record("\(decoded)"); return }
+    }
+
     @Test func secretsDoNotLeakIntoErrors() {
         // A frame whose passcode field claims more bytes than exist: the message names the field only.
         let frame: [UInt8] = [3, 0, 0, 0, 1, 0, 0, 0, 9] + Array("hunter".utf8)
