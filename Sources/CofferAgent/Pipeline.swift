@@ -210,12 +210,7 @@ final class Pipeline: Sendable {
             session.eventTopics.insert(.lock)
             return .ok
         case .subscribeTo(let topics):
-            // That items changed is told only to a front end trusted to act for the user's processes
-            // (it could learn as much by acting for them): to any other caller it would be a clock
-            // of other apps' writes.
-            if topics.contains(.items), !session.caller.mayDelegate || session.delegatedBy != nil {
-                throw SecError(.missingEntitlement, "only a caller whose manifest grants delegate-identity may subscribe to item changes")
-            }
+            if topics.contains(.items) { try service.mayHearItemChanges(session.context) }
             session.eventTopics.formUnion(topics)
             return .ok
         }

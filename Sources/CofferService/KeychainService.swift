@@ -58,6 +58,16 @@ package final class KeychainService: Sendable {
     /// activity for the idle lock.
     package func noteActivity() { schedule.touch() }
 
+    /// Whether `context` may hear that items changed (WireProtocol.md, Events): only a caller whose
+    /// manifest grants `delegate-identity`, on a connection that is not delegated. To any other caller
+    /// it would be a clock of other apps' writes; a front end trusted to act for the user's processes
+    /// could learn as much by acting for them.
+    package func mayHearItemChanges(_ context: CallerContext) throws(SecError) {
+        guard context.caller.mayDelegate, !context.isDelegated else {
+            throw SecError(.missingEntitlement, "only a caller whose manifest grants delegate-identity may subscribe to item changes")
+        }
+    }
+
     /// Logs a failed operation (a refused write after the keybag files changed is an error).
     package func logFailure(_ error: SecError, peer: String) {
         logger.debug("request failed", metadata: ["status": "\(error.status.name)", "peer": "\(peer)"])
