@@ -75,7 +75,7 @@ public final class SecretServiceFrontEnd {
         let byRef: [[UInt8]: Record]
         /// Every write the front end had made, and every change the agent had told, before the
         /// search; nil if no watch of item changes ran (the search's records are then never reused).
-        let mark: (writes: Int, changes: Int)?
+        let mark: ChangeMark?
     }
 
     let bus: OpaquePointer
@@ -527,13 +527,19 @@ public final class SecretServiceFrontEnd {
 extension SecretServiceFrontEnd {
     /// What the front end knows of changes now (its own writes, the agent's told changes), to take
     /// before a search: nil while no watch of item changes runs (nothing would tell of others').
-    func changeMark() -> (writes: Int, changes: Int)? {
-        completions.itemChangesHeard.map { (ownWrites(), $0) }
+    func changeMark() -> ChangeMark? {
+        completions.itemWatchMark.map { ChangeMark(writes: ownWrites(), generation: $0.generation, changes: $0.count) }
+    }
+
+    /// ``changeMark()``'s value: the front end's own writes, and the watch's connection and count of
+    /// told changes.
+    struct ChangeMark: Equatable {
+        let writes: Int, generation: Int, changes: Int
     }
 
     /// Remembers the keychain items a Service.SearchItems gave the sender (``Peer/lastSearch``);
     /// `mark`: ``changeMark()`` taken before the search.
-    func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record], mark: (writes: Int, changes: Int)?) {
+    func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record], mark: ChangeMark?) {
         let kept = found.filter { $0.collection != Self.sessionCollection }
         var byRef: [[UInt8]: Record] = [:]
         if mark != nil { for r in kept { if let ref = r.ref { byRef[ref] = r } } }

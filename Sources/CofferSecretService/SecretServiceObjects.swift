@@ -1365,21 +1365,18 @@ final class PromptCompletions: Sendable {
     func takeLockState() -> LockState? { lockState.withLock { s in defer { s = nil }; return s } }
 
     /// The item-change events of the watch's agent connection: which connection (a generation), how
-    /// many events it brought, and whether any came since the bus thread last looked.
-    private let itemEvents = Protected((generation: 0, count: 0, fresh: false))
+    /// many events it brought, whether any came since the bus thread last looked, and whether it is
+    /// still subscribed (`live`).
+    private let itemEvents = Protected((generation: 0, count: 0, fresh: false, live: false))
 
     /// The watch subscribed to item changes on a new agent connection.
     func itemWatchStarted() {
-        itemEvents.withLock { $0 = ($0.generation + 1, 0, true) }
-        changesHeard.withLock { $0 = ($0.count + 1, true) } // what changed while no watch listened is not known
+        itemEvents.withLock { $0 = ($0.generation + 1, 0, true, true) }
         if wake >= 0 { ssb_wake(wake) }
     }
 
     /// The watch's agent connection ended (or never subscribed to item changes): changes go untold.
-    func itemWatchEnded() {
-        changesHeard.withLock { $0 = ($0.count + 1, false) }
-        if wake >= 0 { ssb_wake(wake) }
-    }
+    func itemWatchEnded() { itemEvents.withLock { $0.live = false } }
 
     /// The agent said items changed.
     func postItemsChanged() {
@@ -1387,16 +1384,8 @@ final class PromptCompletions: Sendable {
             e.count += 1
             e.fresh = true
         }
-        changesHeard.withLock { $0.count += 1 }
         if wake >= 0 { ssb_wake(wake) }
     }
-
-    /// How many item changes the agent told of (and watch connections that began or ended), and
-    /// whether a watch of item changes runs now.
-    private let changesHeard = Protected((count: 0, live: false))
-
-    /// ``changesHeard``'s count while a watch of item changes runs; nil while none does.
-    var itemChangesHeard: Int? { changesHeard.withLock { $0.live ? $0.count : nil } }
 
     /// The watch's generation and event count, if anything came since the last call.
     func takeItemEvents() -> (generation: Int, count: Int)? {
@@ -1406,6 +1395,10 @@ final class PromptCompletions: Sendable {
             return (e.generation, e.count)
         }
     }
+
+    /// The watch's generation and event count while a watch of item changes runs, nil while none
+    /// does: equal values at two moments mean the agent told of no change in between.
+    var itemWatchMark: (generation: Int, count: Int)? { itemEvents.withLock { $0.live ? ($0.generation, $0.count) : nil } }
 
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
     typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])
