@@ -4,8 +4,10 @@
 #
 # With CI=true (what .ci/run sets) it then runs the short form of each reliability run:
 #   stress (64-client style load, hostile frames beside a working client, kill -9 crash trials),
-#   15 s of libFuzzer per decoder (three decoders; the suite and the sanitizer passes take most of the 30 minutes CI may use), and the whole suite again under AddressSanitizer and
-#   most of it under ThreadSanitizer (contrib/sanitizers.sh says which). The full-size runs are contrib/stress/run.sh and contrib/fuzz/run SECONDS.
+#   15 s of libFuzzer per decoder (three decoders), and the unit suites with the end-to-end suites
+#   that drive the agent's C walls again under AddressSanitizer (contrib/sanitizers.sh --short). CI
+#   may take 30 minutes on two cores: the plain pass takes most of them. The full-size runs are
+#   contrib/stress/run.sh, contrib/fuzz/run SECONDS and contrib/sanitizers.sh (ASan and TSan).
 set -eu
 cd "$(dirname "$0")/.."
 bash contrib/deps.sh
@@ -15,14 +17,26 @@ if [ "${CI:-}" = true ]; then export COFFER_CI=1; fi
 # CofferArchitectureTests suite checks the rest (every import declared, layers one way).
 swift build --build-tests --explicit-target-dependency-import-check error
 if [ -x contrib/pam_coffer/build.sh ]; then bash contrib/pam_coffer/build.sh; fi
-# Swift Testing's closing line counts only its own tests; the exit status is what counts.
-swift test --skip-build "$@"
+# Swift Testing's closing line counts only its own tests; the exit status is what counts. A failed
+# test's lines are printed again at the end, so they are the last thing a CI log shows.
+log="$(mktemp /tmp/coffer-test-XXXXXX)"
+trap 'rm -f "$log"' EXIT
+set +e
+swift test --skip-build "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+    echo; echo "== the test pass FAILED (exit $rc); what failed:"
+    grep -E '✘|: error: |\bfailed \(' "$log" | head -60 || true
+    exit "$rc"
+fi
 if [ "${CI:-}" = true ]; then
     step() { echo; echo "== $1 ($(date +%T))"; }
     step "stress, short form"
     bash contrib/stress/run.sh --short
     step "fuzzing, 15 s per decoder"
     bash contrib/fuzz/run 15
-    step "sanitizers"
-    bash contrib/sanitizers.sh
+    step "AddressSanitizer, short form"
+    bash contrib/sanitizers.sh --short
+    step "done"
 fi

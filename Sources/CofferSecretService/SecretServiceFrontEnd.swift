@@ -223,7 +223,10 @@ public final class SecretServiceFrontEnd {
     /// that refuses item changes (older than them) is watched for lock events alone.
     ///
     /// Started before the name is owned, and its first connection made (or failed) before this
-    /// returns (at most 2 s), so the front end's descriptors are settled when clients come.
+    /// returns, so the front end's descriptors are settled and item changes are heard when clients
+    /// come. A running agent answers at once; a slow one is waited for as long as any reply
+    /// (``agentReplyTimeout``), not cut short on a loaded machine (the name is not owned meanwhile,
+    /// and an activated client's call waits for it).
     func startLockWatch() {
         let socketPath = socketPath, completions = completions
         let firstAttempt = Protected(false)
@@ -260,7 +263,7 @@ public final class SecretServiceFrontEnd {
                 }
             }
         }
-        if started { _ = firstAttempt.withLock(waitingUntil: { $0 }, timeout: 2) { _ in } }
+        if started { _ = firstAttempt.withLock(waitingUntil: { $0 }, timeout: Self.agentReplyTimeout) { _ in } }
     }
 
     /// On the bus thread: a changed lock state is announced as PropertiesChanged of `Locked` on every
