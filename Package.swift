@@ -264,7 +264,7 @@ let package = Package(
         // The service core alone: every operation with a scripted channel and a fake clock; no wire module.
         .testTarget(name: "CofferServiceTests",
                     dependencies: ["CofferService", "CofferServiceTestSupport", "CofferAudit", "CofferCrypto", "CofferKeychain", "CofferModel",
-                                   "CofferPolicy", "CofferTestSupport", "CofferSync"],
+                                   "CofferPolicy", "CofferSystem", "CofferTestSupport", "CofferSync"],
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferSSHAgentProtocol",

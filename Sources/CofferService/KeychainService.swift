@@ -39,7 +39,21 @@ package final class KeychainService: Sendable {
     }
     let clock: any MonotonicClock
     /// Called after every add, update or delete that succeeded (the agent's sync pushes soon after).
-    package let onItemsWritten = Protected<(@Sendable () -> Void)?>(nil)
+    /// Held in a class: a closure that is itself a `Protected`'s state is wrapped in two more
+    /// reabstraction thunks by every `withLock` of an unoptimised build (the generic `inout` state is
+    /// converted to the closure's own representation and back, and written back), so each write made
+    /// the next call deeper, until a connection thread's stack overflowed after a few thousand writes.
+    private let itemsWritten = Protected<ItemsWrittenHandler?>(nil)
+
+    /// Sets what runs after every successful item write (``noteItemsWritten()``).
+    package func onItemsWritten(_ run: @escaping @Sendable () -> Void) {
+        itemsWritten.withLock { $0 = ItemsWrittenHandler(run) }
+    }
+
+    /// Runs the handler set with ``onItemsWritten(_:)``, if any (outside the lock).
+    package func noteItemsWritten() {
+        itemsWritten.withLock { $0 }?.run()
+    }
 
     package init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
                  clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32, agentVersion: String) {
@@ -419,7 +433,7 @@ package final class KeychainService: Sendable {
             try body(try decision.scope(), &context)
         }
         if operation == "add" || operation == "update" || operation == "delete" {
-            onItemsWritten.withLock { $0 }?()
+            noteItemsWritten()
             schedule.announceItemsChanged()
         }
         return result
@@ -535,4 +549,10 @@ package final class KeychainService: Sendable {
         if case .string(let g)? = attributes["agrp"] { return g }
         return nil
     }
+}
+
+/// What runs after every successful item write (``KeychainService/onItemsWritten(_:)``).
+final class ItemsWrittenHandler: Sendable {
+    let run: @Sendable () -> Void
+    init(_ run: @escaping @Sendable () -> Void) { self.run = run }
 }

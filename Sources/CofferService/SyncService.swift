@@ -73,7 +73,7 @@ package final class SyncService: Sendable {
 
     /// Starts the worker thread; a sync is due at once (it does nothing while the keybag is locked).
     package func start() {
-        service.onItemsWritten.withLock { $0 = { [weak self] in self?.noteWrite() } }
+        service.onItemsWritten { [weak self] in self?.noteWrite() }
         schedule(in: 0)
         _ = Threads.detach(stackBytes: 1 << 20) { [self] in workerLoop() }
     }

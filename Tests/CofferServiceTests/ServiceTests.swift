@@ -5,6 +5,7 @@ import CofferModel
 import CofferPolicy
 import CofferService
 import CofferServiceTestSupport
+import CofferSystem
 import CofferTestSupport
 import Testing
 
@@ -192,6 +193,28 @@ import Testing
         // Lock events are not item changes.
         _ = rig.keychain.lock()
         #expect(changes() == 4)
+    }
+
+    /// The handler run after each write (the sync service's) runs at the same stack depth after
+    /// thousands of writes as after the first. It was once kept as a `Protected` closure, which an
+    /// unoptimised build wrapped in two more thunks at every write: the agent's stack overflowed
+    /// after a few thousand writes (the short stress run's 64 clients killed a debug agent).
+    @Test func theWriteHandlerDoesNotGrowDeeperWithEachWrite() throws {
+        var (rig, context) = try Self.ready()
+        let depths = Protected<[UInt]>([])
+        rig.service.onItemsWritten {
+            var marker = 0
+            let address = withUnsafeMutablePointer(to: &marker) { UInt(bitPattern: $0) }
+            depths.withLock { $0.append(address) }
+        }
+        _ = try rig.service.add(Self.item("first"), returning: .init(), &context, nil)
+        for _ in 0..<20_000 { rig.service.noteItemsWritten() }
+        #expect(try rig.service.delete(Self.query("first"), &context, nil) == 1)
+        let seen = depths.withLock { $0 }
+        #expect(seen.count == 20_002, "the handler ran once per write")
+        let first = seen.first ?? 0, last = seen.last ?? 0
+        // The first and last writes go through the same calls: the same depth, give or take a frame.
+        #expect(first.distance(to: last).magnitude < 4096, "the stack grew by \(first.distance(to: last).magnitude) bytes over 20,000 writes")
     }
 
     @Test func theShellHelperIsAuthorizedForAnotherGroup() throws {
