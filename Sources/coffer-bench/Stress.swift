@@ -46,13 +46,19 @@ struct Stress {
         let pid = try startAgent()
         defer { _ = stop(pid); cleanup() }
         let errors = Counter(), done = Counter()
+        let failures = FailureLog()
         let latencies = LatencyLog()
         let t0 = Threads.monotonicSeconds()
         for c in 0..<clients {
             let path = socket
             Threads.detach {
                 defer { done.add(1) }
-                guard let conn = try? AgentConnection(path: path) else { errors.add(ops); return }
+                let conn: AgentConnection
+                do { conn = try AgentConnection(path: path) } catch {
+                    errors.add(ops)
+                    failures.add("connect: \(error)")
+                    return
+                }
                 var mine: [Int] = []
                 var rng = SystemRandomNumberGenerator()
                 var local: [UInt64] = []
@@ -69,7 +75,7 @@ struct Stress {
                             let k = mine.randomElement(using: &rng)!
                             let r = try conn.copyMatching(ItemQuery(itemClass: .genericPassword,
                                 attributes: ["svce": .string("load\(c)"), "acct": .string("\(k)")], returnData: true))
-                            if r.count != 1 { errors.add(1) }
+                            if r.count != 1 { errors.add(1); failures.add("get: \(r.count) items, not 1") }
                         } else if roll < 80 {
                             let k = mine.randomElement(using: &rng)!
                             try conn.update(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("load\(c)"), "acct": .string("\(k)")]),
@@ -82,6 +88,7 @@ struct Stress {
                         }
                     } catch {
                         errors.add(1)
+                        failures.add("\(error)")
                     }
                     local.append(nowNanos() - t)
                 }
@@ -95,7 +102,16 @@ struct Stress {
         print("| errors | \(errors.value) |")
         print("| wall time | \(Int(secs)) s (\(Int(Double(clients * ops) / secs)) ops/s) |")
         print("| latency median / p99 | \(Int(percentile(all, 0.5))) µs / \(Int(percentile(all, 0.99))) µs |")
-        if errors.value > 0 { throw SecError(.internalComponent, "load produced errors") }
+        for line in failures.lines { progress("load failure: \(line)") }
+        if failures.count > failures.lines.count { progress("… and \(failures.count - failures.lines.count) more failures") }
+        if errors.value > 0 {
+            // The agent's own account of it (its log never holds a secret): its warnings and errors.
+            let log = String(decoding: (try? Files.read(dir + "/agent.log")) ?? [], as: UTF8.self)
+            for line in log.split(separator: "\n").filter({ $0.contains(" warning ") || $0.contains(" error ") || $0.contains(" critical ") }).prefix(30) {
+                progress("agent: \(line)")
+            }
+            throw SecError(.internalComponent, "load produced errors")
+        }
     }
 
     /// `frames` random and mutated frames on fresh connections while a well-behaved client keeps working.
@@ -351,7 +367,7 @@ final class WriteLog: @unchecked Sendable {
     }
 }
 
-/// What the well-behaved client got instead of its item (the first 50 lines, and the count).
+/// What a client got instead of what it asked for (the first 50 lines, and the count).
 final class FailureLog: @unchecked Sendable {
     private let lock = PThreadMutex()
     private var kept: [String] = []
