@@ -44,7 +44,8 @@ struct Stress {
     /// `clients` threads × `ops` mixed operations; zero errors expected.
     func load(clients: Int, ops: Int) throws {
         let pid = try startAgent()
-        defer { _ = stop(pid); cleanup() }
+        var reaped = false // an agent that died is reaped below: its pid is never signalled again
+        defer { if !reaped { _ = stop(pid) }; cleanup() }
         let errors = Counter(), done = Counter()
         let failures = FailureLog()
         let latencies = LatencyLog()
@@ -104,7 +105,14 @@ struct Stress {
         print("| latency median / p99 | \(Int(percentile(all, 0.5))) µs / \(Int(percentile(all, 0.99))) µs |")
         for line in failures.lines { progress("load failure: \(line)") }
         if failures.count > failures.lines.count { progress("… and \(failures.count - failures.lines.count) more failures") }
-        if errors.value > 0 {
+        var status: Int32 = 0
+        let died = waitpid(pid, &status, WNOHANG) == pid
+        reaped = died
+        if died {
+            let how = (status & 0x7f) != 0 ? "was killed by signal \(status & 0x7f)" : "exited with status \((status >> 8) & 0xff)"
+            progress("load failure: the agent \(how) during the load")
+        }
+        if errors.value > 0 || died {
             // The agent's own account of it (its log never holds a secret): its warnings and errors.
             let log = String(decoding: (try? Files.read(dir + "/agent.log")) ?? [], as: UTF8.self)
             for line in log.split(separator: "\n").filter({ $0.contains(" warning ") || $0.contains(" error ") || $0.contains(" critical ") }).prefix(30) {
