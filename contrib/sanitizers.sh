@@ -5,9 +5,9 @@
 # started, is written to a log directory; any report fails the run. At the end it names every test
 # that failed in each pass, so a failure is the last thing printed, not buried under a later pass.
 # Usage: contrib/sanitizers.sh [--short] [address|thread ...]
-#   --short (what CI runs): AddressSanitizer only, on the unit suites but the sync ones, and the end-to-end suites that
-#   drive the agent's C walls with what other processes send. CI's 30 minutes on two cores hold one
-#   sanitized build beside the plain pass, not two; the whole run is this script without --short.
+#   --short (what CI runs): AddressSanitizer only, on one end-to-end suite per C wall of the agent and
+#   its front ends (what other processes send them). CI's 30 minutes on two cores hold one sanitized
+#   build beside the plain pass, not two; the whole run is this script without --short.
 set -eu
 cd "$(dirname "$0")/.."
 short=false
@@ -22,14 +22,14 @@ status=0
 failed=()
 for san in ${@:-$default}; do
     echo "== swift test --sanitize=$san"
-    skip=()
+    select=()
     if [ "$san" = thread ]; then
         # ThreadSanitizer runs every target but the end-to-end one, whose agent is a separate program
         # started per test: the agent's code runs in-process under TSan in CofferAgentTests, and the
         # end-to-end AgentTests (many concurrent clients, concurrent locks) still run here. ASan runs
         # those that drive C walls.
         echo "(ThreadSanitizer: the end-to-end suites other than AgentTests are skipped; AddressSanitizer runs those that drive C walls)"
-        skip=(--skip 'CofferEndToEndTests\.(?!AgentTests\b)')
+        select=(--skip 'CofferEndToEndTests\.(?!AgentTests\b)')
     else
         # AddressSanitizer runs every target but, of the end-to-end suites (each test a sanitized agent
         # and CLI started anew, slow under ASan), only those that drive the agent's C walls and its
@@ -37,20 +37,27 @@ for san in ${@:-$default}; do
         # Service front end (sd-bus, OpenSSL), the portal backend, the ssh-agent socket, the plugin
         # host (biometry, fprintd over sd-bus), PAM, locked memory. The others repeat Swift-only
         # paths that the unit suites run in-process under ASan; the plain run runs them all.
-        # --short keeps one suite per C wall: frames and delegation (the native socket), the Secret
-        # Service bus (sd-bus, OpenSSL's DH session), the ssh-agent socket, PAM; and of the unit
-        # suites it leaves out the sync ones (Swift merging and git subprocesses, a fifth of the
-        # unit suites' time).
+        # --short runs only one end-to-end suite per C wall, each with the sanitized agent and the
+        # programs it starts: frames and delegation (the native socket), the Secret Service bus
+        # (sd-bus, OpenSSL's DH session), the ssh-agent socket, PAM. The unit suites (Swift paths,
+        # run in-process) are left to the whole run.
         if $short; then
             kept='ProtocolConformanceTests|DelegationTests|SecretServiceBusTests|SSHAgentTests|PAMModuleTests'
-            unit='|\.(KeychainSyncTests|SyncReplicaTests|SyncCompactionTests|SyncCheckpointAbuseTests)\b'
         else
             kept='AgentTests|ProtocolConformanceTests|ConnectionLimitTests|DelegationTests|LockedMemoryTests|MemoryHygieneTests'
             kept="$kept|SecretServiceBusTests|SecretServiceItemTests|SecretServicePromptTests|SecretServiceAccessControlTests"
             kept="$kept|SecretPortalTests|SSHAgentTests|SSHAgentPolicyTests|FprintdTests|BiometryTests|PAMModuleTests"
         fi
-        echo "(AddressSanitizer: of the end-to-end suites, only ${kept//|/, } run here; the plain run runs them all)"
-        skip=(--skip "CofferEndToEndTests\\.(?!($kept)\\b)${unit:-}")
+        if $short; then
+            echo "(AddressSanitizer, short form: only ${kept//|/, } run here; the plain run runs them all)"
+        else
+            echo "(AddressSanitizer: of the end-to-end suites, only ${kept//|/, } run here; the plain run runs them all)"
+        fi
+        if $short; then
+            select=(--filter "CofferEndToEndTests\\.($kept)\\b")
+        else
+            select=(--skip "CofferEndToEndTests\\.(?!($kept)\\b)")
+        fi
     fi
     # `coffer` links dynamically here: sanitizer runtimes cannot go into a static executable.
     # COFFER_SANITIZED: tests too slow to repeat under a sanitizer (OpenSSH's regression scripts) skip with a message.
@@ -58,7 +65,7 @@ for san in ${@:-$default}; do
     COFFER_DYNAMIC_CLI=1 COFFER_SANITIZED="$san" SWIFT_BACKTRACE=enable=no \
         LSAN_OPTIONS="suppressions=$PWD/contrib/lsan.supp:print_suppressions=0" \
         ASAN_OPTIONS="log_path=$reports/asan" TSAN_OPTIONS="log_path=$reports/tsan" \
-        swift test --sanitize="$san" --scratch-path ".build-$san" ${skip[@]+"${skip[@]}"} 2>&1 | tee "$logs/$san"
+        swift test --sanitize="$san" --scratch-path ".build-$san" ${select[@]+"${select[@]}"} 2>&1 | tee "$logs/$san"
     rc=${PIPESTATUS[0]}
     set -e
     if [ "$rc" -ne 0 ]; then status=1; failed+=("$san (exit $rc)"); fi

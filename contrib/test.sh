@@ -4,8 +4,8 @@
 #
 # With CI=true (what .ci/run sets) it then runs the short form of each reliability run:
 #   stress (64-client style load, hostile frames beside a working client, kill -9 crash trials),
-#   15 s of libFuzzer per decoder (three decoders), and the unit suites with the end-to-end suites
-#   that drive the agent's C walls again under AddressSanitizer (contrib/sanitizers.sh --short). CI
+#   15 s of libFuzzer per decoder (three decoders), and the end-to-end suites that drive the
+#   agent's C walls again under AddressSanitizer (contrib/sanitizers.sh --short). CI
 #   may take 30 minutes on two cores: the plain pass takes most of them. The full-size runs are
 #   contrib/stress/run.sh, contrib/fuzz/run SECONDS and contrib/sanitizers.sh (ASan and TSan).
 set -eu
