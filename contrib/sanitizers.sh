@@ -43,19 +43,13 @@ for san in ${@:-$default}; do
         # run in-process) are left to the whole run.
         if $short; then
             kept='ProtocolConformanceTests|DelegationTests|SecretServiceBusTests|SSHAgentTests|PAMModuleTests'
+            echo "(AddressSanitizer, short form: only ${kept//|/, } run here; the plain run runs them all)"
+            select=(--filter "CofferEndToEndTests\\.($kept)\\b")
         else
             kept='AgentTests|ProtocolConformanceTests|ConnectionLimitTests|DelegationTests|LockedMemoryTests|MemoryHygieneTests'
             kept="$kept|SecretServiceBusTests|SecretServiceItemTests|SecretServicePromptTests|SecretServiceAccessControlTests"
             kept="$kept|SecretPortalTests|SSHAgentTests|SSHAgentPolicyTests|FprintdTests|BiometryTests|PAMModuleTests"
-        fi
-        if $short; then
-            echo "(AddressSanitizer, short form: only ${kept//|/, } run here; the plain run runs them all)"
-        else
             echo "(AddressSanitizer: of the end-to-end suites, only ${kept//|/, } run here; the plain run runs them all)"
-        fi
-        if $short; then
-            select=(--filter "CofferEndToEndTests\\.($kept)\\b")
-        else
             select=(--skip "CofferEndToEndTests\\.(?!($kept)\\b)")
         fi
     fi
