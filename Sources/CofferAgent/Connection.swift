@@ -87,9 +87,12 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// `event` as this connection's front end sends it; nil if it is not subscribed to its topic (or closed).
+    /// `event` as this connection's front end sends it (an item change without its groups unless the
+    /// connection asked for them); nil if it is not subscribed to its topic (or closed).
     func eventFrame(_ event: LockEvent) -> [UInt8]? {
-        state.withLock { $0.closed || !$0.eventTopics.contains(event.topic) ? nil : $0.eventEncoding }.map { $0(event) }
+        let subscription = state.withLock { s in s.closed ? nil : s.eventEncoding.map { ($0, s.eventTopics) } }
+        guard let (encoding, topics) = subscription, let delivered = event.delivered(to: topics) else { return nil }
+        return encoding(delivered)
     }
 
     /// Why ``readFrame(greeted:spinMicros:budget:bufferedOnly:)`` returned no frame.

@@ -210,7 +210,7 @@ final class Pipeline: Sendable {
             session.eventTopics.insert(.lock)
             return .ok
         case .subscribeTo(let topics):
-            if topics.contains(.items) { try service.mayHearItemChanges(session.context) }
+            if !topics.isDisjoint(with: EventTopics.itemChanges) { try service.mayHearItemChanges(session.context) }
             session.eventTopics.formUnion(topics)
             return .ok
         }

@@ -700,9 +700,12 @@ public final class Keychain: Sendable {
     /// Updates every matching item (SecItemUpdate); returns how many. A new `pdmn` re-wraps the item
     /// under that class; otherwise its protection is kept. All changes commit together or none do.
     /// Items outside `scope` are invisible; moving items to a group outside it is errSecMissingEntitlement.
+    /// `touched` hears, while the changes are written, each changed item's access group (and the
+    /// group it moved to): called again for the same group, and for the writes of a transaction that
+    /// then fails (the caller counts them only once the update returns).
     @discardableResult
     public func update(_ query: ItemQuery, _ changes: ItemChanges, scope: AccessScope,
-                       authorization: AuthorizationContext = .none) throws(SecError) -> Int {
+                       authorization: AuthorizationContext = .none, touched: (String) -> Void = { _ in }) throws(SecError) -> Int {
         var changes = changes
         let clearsGeneral = changes.attributes[GeneralAttributes.noneKey] == .string("")
         if clearsGeneral { changes.attributes.removeValue(forKey: GeneralAttributes.noneKey) }
@@ -766,6 +769,7 @@ public final class Keychain: Sendable {
                     // Both versions: a changed primary key or `sync` turned off is a deletion of the old one.
                     try notePendingSync(store, cls, old)
                     try notePendingSync(store, cls, attrs)
+                    for version in [old, attrs] { if case .string(let g)? = version["agrp"] { touched(g) } }
                 }
                 return matches.count
             }
@@ -788,9 +792,10 @@ public final class Keychain: Sendable {
     // MARK: SecItemDelete
 
     /// Deletes every matching item (SecItemDelete); returns how many. Items outside `scope` are invisible.
+    /// `touched` hears each deleted item's access group, as in ``update(_:_:scope:authorization:touched:)``.
     @discardableResult
     public func delete(_ query: ItemQuery, scope: AccessScope,
-                       authorization: AuthorizationContext = .none) throws(SecError) -> Int {
+                       authorization: AuthorizationContext = .none, touched: (String) -> Void = { _ in }) throws(SecError) -> Int {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
@@ -811,7 +816,10 @@ public final class Keychain: Sendable {
             guard !ids.isEmpty else { throw Self.notFound(complete) }
             try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
-                for (cls, attrs) in deleted { try notePendingSync(store, cls, attrs) }
+                for (cls, attrs) in deleted {
+                    try notePendingSync(store, cls, attrs)
+                    if case .string(let g)? = attrs["agrp"] { touched(g) }
+                }
             }
             appPasswordAttempts.forget(refs: refs)
             return ids.count

@@ -11,12 +11,34 @@ public enum LockEvent: Sendable, Equatable {
     case locked
     /// The keybag was unlocked.
     case unlocked
-    /// Items were added, changed or deleted (by any caller, in any access group, or by a sync). It
-    /// says nothing of which: a subscriber learns only that it should look again.
-    case itemsChanged
+    /// Items were added, changed or deleted (by any caller, or by a sync). It says nothing of which
+    /// items, or who changed them: a subscriber learns only that it should look again. `groups`: the
+    /// access groups whose items changed, ascending, when the agent knows them and the subscriber
+    /// asked for them (``EventTopics/itemGroups``); nil: any group may have changed.
+    case itemsChanged(groups: [String]?)
+
+    /// At most this many groups are named; a change touching more is announced without groups.
+    public static let maxNamedGroups = 256
+
+    /// Items changed in `groups` (nil, empty, or more than ``maxNamedGroups``: any group may have).
+    public static func itemsChanged(in groups: Set<String>?) -> LockEvent {
+        guard let groups, !groups.isEmpty, groups.count <= maxNamedGroups else { return .itemsChanged(groups: nil) }
+        return .itemsChanged(groups: groups.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) })
+    }
 
     /// The topic a subscriber names to receive the event.
-    public var topic: EventTopics { self == .itemsChanged ? .items : .lock }
+    public var topic: EventTopics {
+        if case .itemsChanged = self { return .items }
+        return .lock
+    }
+
+    /// The event as a subscriber to `topics` receives it: nil if it asked for none of the event's
+    /// topics; an item change without its groups unless it asked for them.
+    public func delivered(to topics: EventTopics) -> LockEvent? {
+        guard case .itemsChanged(let groups) = self else { return topics.contains(.lock) ? self : nil }
+        if topics.contains(.itemGroups) { return self }
+        return topics.contains(.items) ? (groups == nil ? self : .itemsChanged(groups: nil)) : nil
+    }
 }
 
 /// What a subscriber receives (SUBSCRIBE's topics byte).
@@ -27,8 +49,13 @@ public struct EventTopics: OptionSet, Sendable, Hashable {
     public static let lock = EventTopics(rawValue: 1)
     /// itemsChanged: only for a caller whose manifest grants `delegate-identity`.
     public static let items = EventTopics(rawValue: 2)
+    /// itemsChanged naming the access groups that changed, when the agent knows them (what `.items`
+    /// gives, plus the groups): only for a caller whose manifest grants `delegate-identity`.
+    public static let itemGroups = EventTopics(rawValue: 4)
     /// Every topic this version knows; any other bit is refused.
-    public static let known: EventTopics = [.lock, .items]
+    public static let known: EventTopics = [.lock, .items, .itemGroups]
+    /// The topics that carry item changes.
+    public static let itemChanges: EventTopics = [.items, .itemGroups]
 }
 
 /// STATUS_REPLY contents.

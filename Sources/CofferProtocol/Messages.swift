@@ -312,7 +312,7 @@ public enum AgentRequest: Sendable {
         case .subscribeEvents:
             let topics = EventTopics(rawValue: try r.u8("topics"))
             guard !topics.isEmpty, EventTopics.known.isSuperset(of: topics) else {
-                throw ProtocolError("SUBSCRIBE_EVENTS: topics must be 1 (lock events), 2 (item changes) or 3 (both)")
+                throw ProtocolError("SUBSCRIBE_EVENTS: topics must be 1 to 7 (bit 0 lock events, bit 1 item changes, bit 2 their groups)")
             }
             request = .subscribeTo(topics)
         case .whoami: request = .whoami
@@ -666,12 +666,16 @@ public enum AgentResponse: Sendable {
             f.w.blob(b.domainState); f.w.shortString(b.detail)
             return f.finish()
         case .event(let e):
-            var f = FrameBuilder(type: .event, requestID: 0, payloadCapacity: 5)
+            let groups: [String]? = if case .itemsChanged(let g) = e { g } else { nil }
+            var f = FrameBuilder(type: .event, requestID: 0, payloadCapacity: 5 + (groups ?? []).reduce(0) { $0 + 2 + $1.utf8.count })
             switch e {
             case .willLock(let ms): f.w.u8(1); f.w.u32(ms)
             case .locked: f.w.u8(2); f.w.u32(0)
             case .unlocked: f.w.u8(3); f.w.u32(0)
-            case .itemsChanged: f.w.u8(4); f.w.u32(0)
+            case .itemsChanged(nil): f.w.u8(4); f.w.u32(0)
+            case .itemsChanged(let groups?):
+                f.w.u8(5); f.w.u32(UInt32(groups.count))
+                for g in groups { f.w.shortString(g) }
             }
             return f.finish()
         case .error(let e):
@@ -903,7 +907,20 @@ public enum AgentResponse: Sendable {
             case 3: response = .event(.unlocked)
             case 4:
                 guard ms == 0 else { throw ProtocolError("EVENT itemsChanged carries 0") }
-                response = .event(.itemsChanged)
+                response = .event(.itemsChanged(groups: nil))
+            case 5:
+                // The groups that changed: 1 to maxNamedGroups non-empty names, strictly ascending.
+                guard ms >= 1, ms <= LockEvent.maxNamedGroups else { throw ProtocolError("EVENT itemsChanged names 1 to \(LockEvent.maxNamedGroups) groups") }
+                var groups: [String] = []
+                for _ in 0..<ms {
+                    let g = try r.sstr("access group")
+                    guard !g.isEmpty else { throw ProtocolError("EVENT itemsChanged: an empty access group") }
+                    if let last = groups.last, !Array(last.utf8).lexicographicallyPrecedes(Array(g.utf8)) {
+                        throw ProtocolError("EVENT itemsChanged: access groups must be strictly ascending")
+                    }
+                    groups.append(g)
+                }
+                response = .event(.itemsChanged(groups: groups))
             default: throw ProtocolError("unknown event kind")
             }
         case .error:

@@ -342,12 +342,16 @@ package final class KeychainService: Sendable {
         let named = Self.group(item.attributes)
         var item = item
         try recordDomainState(&item)
-        return try itemOperation(&context, "add", group: named, itemClass: item.itemClass) { (scope, context) throws(SecError) in
+        var group = named
+        let result = try itemOperation(&context, "add", group: named, itemClass: item.itemClass) { (scope, context) throws(SecError) in
             try admit(scope)
             let password = try applicationPasswordForNewItem(item, &context, channel)
+            group = named ?? scope.defaultGroup
             return try keychain.add(item, scope: scope, returnData: returning.data, returnAttributes: returning.attributes,
                                     returnPersistentRef: returning.persistentRef, applicationPassword: password)
         }
+        didWrite(group.map { [$0] } ?? [])
+        return result
     }
 
     /// SecItemCopyMatching in the caller's scope: the matches after `cursor` (0: from the start), each
@@ -381,20 +385,28 @@ package final class KeychainService: Sendable {
     /// SecItemUpdate in the caller's scope; how many items changed.
     package func update(_ query: ItemQuery, _ changes: ItemChanges, _ context: inout CallerContext,
                         _ channel: (any AuthChannel)?) throws(SecError) -> Int {
-        try itemOperation(&context, "update", group: Self.group(query.attributes), itemClass: query.itemClass) { (scope, context) throws(SecError) in
+        var groups = Set<String>()
+        let count = try itemOperation(&context, "update", group: Self.group(query.attributes), itemClass: query.itemClass) {
+            (scope, context) throws(SecError) in
             try authorized(query, scope, &context, channel, what: Self.describe("change", query)) { (auth) throws(SecError) in
-                try keychain.update(query, changes, scope: scope, authorization: auth)
+                try keychain.update(query, changes, scope: scope, authorization: auth) { groups.insert($0) }
             }
         }
+        didWrite(groups)
+        return count
     }
 
     /// SecItemDelete in the caller's scope; how many items went.
     package func delete(_ query: ItemQuery, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> Int {
-        try itemOperation(&context, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) { (scope, context) throws(SecError) in
+        var groups = Set<String>()
+        let count = try itemOperation(&context, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) {
+            (scope, context) throws(SecError) in
             try authorized(query, scope, &context, channel, what: Self.describe("delete", query)) { (auth) throws(SecError) in
-                try keychain.delete(query, scope: scope, authorization: auth)
+                try keychain.delete(query, scope: scope, authorization: auth) { groups.insert($0) }
             }
         }
+        didWrite(groups)
+        return count
     }
 
     // MARK: Stages
@@ -432,11 +444,14 @@ package final class KeychainService: Sendable {
         let result = try audited(context.caller, operation, group: recorded, itemClass: itemClass) { () throws(SecError) in
             try body(try decision.scope(), &context)
         }
-        if operation == "add" || operation == "update" || operation == "delete" {
-            noteItemsWritten()
-            schedule.announceItemsChanged()
-        }
         return result
+    }
+
+    /// After a successful add, update or delete: the sync's push, and subscribers told which access
+    /// groups' items changed (before the reply goes).
+    func didWrite(_ groups: Set<String>) {
+        noteItemsWritten()
+        schedule.announceItemsChanged(in: groups)
     }
 
     /// Runs `operation` on `query`'s matches with what the caller already holds (a live reuse, or a

@@ -78,8 +78,9 @@ package final class LockSchedule: Sendable {
     }
 
     /// Tells subscribers of item changes that items changed (an add, update or delete committed, a
-    /// sync applied records, a backup restored items). Which items is never said.
-    package func announceItemsChanged() { broadcast(.itemsChanged) }
+    /// sync applied records, a backup restored items), in `groups` when they are known (nil: any
+    /// group may have). Which items is never said.
+    package func announceItemsChanged(in groups: Set<String>? = nil) { broadcast(.itemsChanged(in: groups)) }
 
     /// True while an announced lock is pending.
     package var isLockPending: Bool { timers.withLock { $0.lockDeadline != nil } }

@@ -271,33 +271,36 @@ import Testing
 
     /// A front end subscribed to item changes (SUBSCRIBE_EVENTS) hears `itemsChanged` after every
     /// add, update and delete, whoever made it (another connection, the CLI, a delegated app) and in
-    /// whatever group; a subscriber of lock events alone never does; a delegated connection (the app
-    /// it acts for) may not subscribe to them.
+    /// whatever group; one that asked for the groups (topic bit 2) hears the group each changed, and
+    /// nothing else of it; a subscriber of lock events alone never does; a delegated connection (the
+    /// app it acts for) may not subscribe to them.
     @Test func anEntitledFrontEndHearsThatItemsChangedAndNothingElse() throws {
         let (apps, agent) = try Self.setUp()
-        let watcher = try Self.connect(agent), lockOnly = try Self.connect(agent)
+        let watcher = try Self.connect(agent), namer = try Self.connect(agent), lockOnly = try Self.connect(agent)
         try watcher.subscribe(to: [.lock, .items])
+        try namer.subscribe(to: [.lock, .itemGroups])
         try lockOnly.subscribe(to: .lock)
-        watcher.setReplyTimeout(20)
-        lockOnly.setReplyTimeout(20)
-        func expectItemsChanged(_ what: String) {
-            var event: LockEvent?
-            let error = failure { () throws(SecError) in event = try watcher.nextEvent() }
-            #expect(error == nil && event == .itemsChanged, "\(what): \(String(describing: event)) \(String(describing: error))\n\(agent.log)")
+        for c in [watcher, namer, lockOnly] { c.setReplyTimeout(20) }
+        func expectItemsChanged(_ what: String, in group: String) {
+            for (c, expected) in [(watcher, LockEvent.itemsChanged(groups: nil)), (namer, .itemsChanged(groups: [group]))] {
+                var event: LockEvent?
+                let error = failure { () throws(SecError) in event = try c.nextEvent() }
+                #expect(error == nil && event == expected, "\(what): \(String(describing: event)) \(String(describing: error))\n\(agent.log)")
+            }
         }
         // Another connection of the front end's own identity, in its own group.
         let writer = try Self.connect(agent)
         try Self.add(writer, "one")
-        expectItemsChanged("an add")
+        expectItemsChanged("an add", in: "fe")
         let query = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("delegation"), "acct": .string("one")], limit: .all)
         #expect(try writer.update(query, ItemChanges(attributes: ["labl": .string("renamed")])) == 1)
-        expectItemsChanged("an update")
+        expectItemsChanged("an update", in: "fe")
         #expect(try writer.delete(query) == 1)
-        expectItemsChanged("a delete")
+        expectItemsChanged("a delete", in: "fe")
         // The CLI (another process, unsigned).
         let added = agent.cli(["add", "--service", "from-cli", "--account", "x", "--secret-stdin"], stdin: "pw")
         #expect(added.status == 0, "\(added)")
-        expectItemsChanged("the CLI's add")
+        expectItemsChanged("the CLI's add", in: "unsigned")
         // An app the front end acts for: its write is heard, but it may not listen itself.
         let app = try Sleeper(apps.executable("appA"))
         defer { app.stop() }
@@ -307,8 +310,9 @@ import Testing
         // DELEGATE and WHOAMI in one round trip: the identity is the app's.
         #expect(try delegated.delegateAndIdentify(pidfd: pidfd, pid: app.pid, startTime: app.startTime).accessGroups == ["a"])
         try Self.add(delegated, "app's")
-        expectItemsChanged("a delegated app's add")
+        expectItemsChanged("a delegated app's add", in: "a")
         #expect(failure { () throws(SecError) in try delegated.subscribe(to: [.lock, .items]) }?.status == .missingEntitlement)
+        #expect(failure { () throws(SecError) in try delegated.subscribe(to: .itemGroups) }?.status == .missingEntitlement)
         try delegated.subscribe(to: .lock) // the refusal left the connection open and usable
         // A failed write is no change: nothing is sent for it.
         #expect(failure { () throws(SecError) in try Self.add(writer, "app's", group: "a") }?.status == .missingEntitlement)
@@ -317,6 +321,7 @@ import Testing
         try writer.lock()
         #expect(try lockOnly.nextEvent() == .locked)
         #expect(try watcher.nextEvent() == .locked)
+        #expect(try namer.nextEvent() == .locked)
     }
 
     @Test func aFrontEndWithoutTheEntitlementIsRefused() throws {

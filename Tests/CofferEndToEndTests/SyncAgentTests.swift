@@ -162,7 +162,7 @@ import Testing
         #expect(eventually { b.password("new") == "pw1" && c.password("new") == "pw1" }, "\(b.status())\n\(c.status())")
         var heard: LockEvent?
         let silent = failure { () throws(SecError) in heard = try watcher.nextEvent() }
-        #expect(silent == nil && heard == .itemsChanged, "B's sync applied A's item: \(String(describing: heard)) \(String(describing: silent))")
+        #expect(silent == nil && heard == .itemsChanged(groups: nil), "B's sync applied A's item: \(String(describing: heard)) \(String(describing: silent))")
         // The new item came after the local-only ones: a pull that brought it brought them if they had gone.
         #expect(b.password("tdo") == nil && c.password("tdo") == nil)
         #expect(b.password("acl") == nil && c.password("acl") == nil)

@@ -102,13 +102,44 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
 
     /// EVENT itemsChanged carries 0: any other value is malformed (a reply, so not a request vector).
     @Test func anItemsChangedEventWithAValueIsMalformed() throws {
-        let good = AgentResponse.event(.itemsChanged).encodeFrame(requestID: 0)
+        let good = AgentResponse.event(.itemsChanged(groups: nil)).encodeFrame(requestID: 0)
         #expect(good == [0, 0, 0, 0x0a, 0xc0, 0, 0, 0, 0, 0x04, 0, 0, 0, 0])
         var bad = good
         bad[13] = 1
         #expect(throws: ProtocolError.self) { _ = try Array(bad[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) } }
         let (_, decoded) = try Array(good[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) }
-        guard case .event(.itemsChanged) = decoded else { Issue.record("\(decoded)"); return }
+        guard case .event(.itemsChanged(nil)) = decoded else { Issue.record("\(decoded)"); return }
+    }
+
+    /// Kind 5 names the groups that changed: 1 to 256 non-empty names in ascending byte order. A
+    /// count of 0 or over 256, an empty name, names out of order or repeated, and a cut-short name
+    /// are malformed; the model sorts a set into that order and names none for more than 256.
+    @Test func anItemsChangedEventNamesItsGroupsInOrder() throws {
+        func frame(_ count: UInt32, _ names: [String]) -> [UInt8] {
+            var w = ByteWriter()
+            w.u8(0xc0); w.u32(0); w.u8(5); w.u32(count)
+            for n in names { w.shortString(n) }
+            return w.bytes
+        }
+        func decode(_ body: [UInt8]) throws -> AgentResponse { try body.withUnsafeBytes { try AgentResponse.decodeBody($0).1 } }
+        let event = LockEvent.itemsChanged(in: ["zeta", "Alpha", "alpha", "é"])
+        #expect(event == .itemsChanged(groups: ["Alpha", "alpha", "zeta", "é"]))
+        let encoded = AgentResponse.event(event).encodeFrame(requestID: 0)
+        #expect(Array(encoded[4...]) == frame(4, ["Alpha", "alpha", "zeta", "é"]))
+        guard case .event(let back) = try decode(Array(encoded[4...])) else { Issue.record("not an event"); return }
+        #expect(back == event)
+        for (what, body) in [("no group", frame(0, [])), ("257 groups", frame(257, (0..<257).map { "g\(1000 + $0)" })),
+                             ("an empty group", frame(1, [""])), ("out of order", frame(2, ["b", "a"])),
+                             ("repeated", frame(2, ["a", "a"])), ("cut short", Array(frame(2, ["a", "b"]).dropLast()))] {
+            #expect(throws: ProtocolError.self, "\(what)") { _ = try decode(body) }
+        }
+        #expect(LockEvent.itemsChanged(in: Set((0..<257).map { "g\($0)" })) == .itemsChanged(groups: nil))
+        #expect(LockEvent.itemsChanged(in: []) == .itemsChanged(groups: nil))
+        // What a subscriber receives: the groups only if it asked for them.
+        #expect(event.delivered(to: [.lock, .items]) == .itemsChanged(groups: nil))
+        #expect(event.delivered(to: [.itemGroups]) == event)
+        #expect(event.delivered(to: .lock) == nil)
+        #expect(LockEvent.locked.delivered(to: [.items, .itemGroups]) == nil)
     }
 
     @Test func secretsDoNotLeakIntoErrors() {

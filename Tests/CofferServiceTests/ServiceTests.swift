@@ -172,7 +172,7 @@ import Testing
     /// restore that added items, and nothing for a failed write, a read or a dry run.
     @Test func everySuccessfulWriteAndRestoreIsOneItemsChangedEvent() throws {
         var (rig, context) = try Self.ready()
-        func changes() -> Int { rig.events.all.filter { $0 == .itemsChanged }.count }
+        func changes() -> Int { rig.events.all.filter { $0.topic == .items }.count }
         rig.events.clear()
         _ = try rig.service.add(Self.item("kept"), returning: .init(), &context, nil)
         #expect(changes() == 1)
@@ -194,6 +194,39 @@ import Testing
         // Lock events are not item changes.
         _ = rig.keychain.lock()
         #expect(changes() == 4)
+    }
+
+    /// Each write's event names exactly the access groups whose items it changed: an add its item's
+    /// group (the caller's default when it names none), an update or delete without a group every
+    /// group it touched and no other, an update that moves items both groups. A restore names none.
+    @Test func everyWriteNamesTheGroupsItChanged() throws {
+        var (rig, context) = try Self.ready { $0.signedCaller("com.example.mail", ["mail", "shared", "other"]) }
+        func last() -> LockEvent? { rig.events.all.last { $0.topic == .items } }
+        func item(_ service: String, _ group: String?) -> NewItem {
+            var item = Self.item(service)
+            if let group { item.attributes["agrp"] = .string(group) }
+            return item
+        }
+        _ = try rig.service.add(item("a", nil), returning: .init(), &context, nil)
+        #expect(last() == .itemsChanged(groups: ["mail"]), "an add without agrp goes to the default group")
+        _ = try rig.service.add(item("a", "shared"), returning: .init(), &context, nil)
+        #expect(last() == .itemsChanged(groups: ["shared"]))
+        _ = try rig.service.add(item("b", "other"), returning: .init(), &context, nil)
+        #expect(last() == .itemsChanged(groups: ["other"]))
+        // No group named: the update reaches both "a" items, in mail and shared, and nothing in other.
+        #expect(try rig.service.update(Self.query("a", data: false), ItemChanges(attributes: ["labl": .string("l")]), &context, nil) == 2)
+        #expect(last() == .itemsChanged(groups: ["mail", "shared"]))
+        var moved = Self.query("b", data: false)
+        moved.attributes["agrp"] = .string("other")
+        #expect(try rig.service.update(moved, ItemChanges(attributes: ["agrp": .string("mail")]), &context, nil) == 1)
+        #expect(last() == .itemsChanged(groups: ["mail", "other"]), "a move changes both groups")
+        let count = rig.events.all.count
+        #expect(Self.status { () throws(SecError) in _ = try rig.service.delete(moved, &context, nil) } == .itemNotFound)
+        #expect(rig.events.all.count == count, "a failed delete is no event")
+        #expect(try rig.service.delete(Self.query("b", data: false), &context, nil) == 1)
+        #expect(last() == .itemsChanged(groups: ["mail"]))
+        #expect(try rig.service.delete(Self.query("a", data: false), &context, nil) == 2)
+        #expect(last() == .itemsChanged(groups: ["mail", "shared"]))
     }
 
     /// The handler run after each write (the sync service's) runs at the same stack depth after
