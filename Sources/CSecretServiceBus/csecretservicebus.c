@@ -428,17 +428,66 @@ int ssb_close_container(ssb_message *m) { return sd_bus_message_close_container(
 
 int ssb_error_set(ssb_error *error, const char *name, const char *text) { return sd_bus_error_set((sd_bus_error *)error, name, text); }
 
-int ssb_emit_path_signal(ssb_bus *bus, const char *path, const char *interface, const char *member, const char *object) {
-    return sd_bus_emit_signal(bus, path, interface, member, "o", object);
+/* A signal addressed to `destination` alone. */
+static int new_signal_to(ssb_bus *bus, sd_bus_message **m, const char *destination, const char *path, const char *interface,
+                         const char *member) {
+    int r = sd_bus_message_new_signal(bus, m, path, interface, member);
+    if (r >= 0) r = sd_bus_message_set_destination(*m, destination);
+    return r;
 }
 
-int ssb_emit_properties_changed(ssb_bus *bus, const char *path, const char *interface, char **names) {
-    return sd_bus_emit_properties_changed_strv(bus, path, interface, names);
-}
-
-int ssb_emit_completed(ssb_bus *bus, const char *path, int dismissed, const char *const *paths, size_t count) {
+int ssb_emit_path_signal(ssb_bus *bus, const char *destination, const char *path, const char *interface,
+                         const char *member, const char *object) {
     sd_bus_message *m = NULL;
-    int r = sd_bus_message_new_signal(bus, &m, path, PROMPT_IFACE, "Completed");
+    int r = new_signal_to(bus, &m, destination, path, interface, member);
+    if (r >= 0) r = sd_bus_message_append_basic(m, 'o', object);
+    if (r >= 0) r = sd_bus_send(bus, m, NULL);
+    sd_bus_message_unref(m);
+    return r;
+}
+
+/* The type of a property sent with its value; NULL for one sent as invalidated (its value grows
+ * with the keychain: Items, Collections). */
+static const char *changed_property_type(const char *name) {
+    if (strcmp(name, "Locked") == 0) return "b";
+    if (strcmp(name, "Modified") == 0 || strcmp(name, "Created") == 0) return "t";
+    if (strcmp(name, "Label") == 0) return "s";
+    return NULL;
+}
+
+int ssb_emit_properties_changed(ssb_bus *bus, const ssb_handlers *handlers, const char *destination, const char *path,
+                                const char *interface, char **names) {
+    sd_bus_message *m = NULL;
+    sd_bus_error error = SD_BUS_ERROR_NULL;
+    int r = new_signal_to(bus, &m, destination, path, "org.freedesktop.DBus.Properties", "PropertiesChanged");
+    if (r >= 0) r = sd_bus_message_append_basic(m, 's', interface);
+    if (r >= 0) r = sd_bus_message_open_container(m, 'a', "{sv}");
+    for (char **n = names; r >= 0 && *n; n++) {
+        const char *type = changed_property_type(*n);
+        if (!type) continue;
+        r = sd_bus_message_open_container(m, 'e', "sv");
+        if (r >= 0) r = sd_bus_message_append_basic(m, 's', *n);
+        if (r >= 0) r = sd_bus_message_open_container(m, 'v', type);
+        if (r >= 0) r = handlers->get_property(NULL, path, interface, *n, m, (ssb_error *)&error, handlers->userdata);
+        if (r >= 0) r = sd_bus_message_close_container(m);
+        if (r >= 0) r = sd_bus_message_close_container(m);
+    }
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    if (r >= 0) r = sd_bus_message_open_container(m, 'a', "s");
+    for (char **n = names; r >= 0 && *n; n++) {
+        if (!changed_property_type(*n)) r = sd_bus_message_append_basic(m, 's', *n);
+    }
+    if (r >= 0) r = sd_bus_message_close_container(m);
+    if (r >= 0) r = sd_bus_send(bus, m, NULL);
+    sd_bus_error_free(&error);
+    sd_bus_message_unref(m);
+    return r;
+}
+
+int ssb_emit_completed(ssb_bus *bus, const char *destination, const char *path, int dismissed, const char *const *paths,
+                       size_t count) {
+    sd_bus_message *m = NULL;
+    int r = new_signal_to(bus, &m, destination, path, PROMPT_IFACE, "Completed");
     if (r >= 0) r = sd_bus_message_append_basic(m, 'b', &dismissed);
     if (r >= 0) r = sd_bus_message_open_container(m, 'v', "ao");
     if (r >= 0) r = ssb_append_strings(m, 'o', paths, count);

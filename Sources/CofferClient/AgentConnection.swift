@@ -172,7 +172,7 @@ public final class AgentConnection {
     public func add(_ item: NewItem, returning flags: ReturnFlags = []) throws(SecError) -> ItemResult? {
         let r = try roundTrip(.add(item, flags))
         guard case .items(let items) = r else { throw unexpected(r) }
-        writes += 1
+        counted(item.attributes)
         return items.first
     }
 
@@ -181,6 +181,20 @@ public final class AgentConnection {
     /// tell its own changes from others'.
     public private(set) var writes = 0
 
+    /// ``writes`` by the access group each request named (`agrp` of the new item, or of the query,
+    /// and of the changes when an update moves items): a request that names its group is announced
+    /// in that group alone, so a front end whose writes all name theirs can tell its own changes from
+    /// others' group by group. A request naming none is counted under "".
+    public private(set) var writesByGroup: [String: Int] = [:]
+
+    private func counted(_ attributes: Attributes, _ moved: Attributes = [:]) {
+        writes += 1
+        var groups: Set<String> = []
+        for a in [attributes, moved] { if case .string(let g)? = a["agrp"] { groups.insert(g) } }
+        if groups.isEmpty { groups = [""] }
+        for g in groups { writesByGroup[g, default: 0] += 1 }
+    }
+
     /// SecKeyCreateRandomKey with a permanent key (KEY_CREATE): the agent makes the key (`creation`
     /// `.generate`, its algorithm in `attributes`' `type` and `bsiz`) or stores the one given, as a
     /// non-extractable key item; returns the parts named in `returning` (never the private half).
@@ -188,7 +202,7 @@ public final class AgentConnection {
     public func createKey(_ creation: KeyCreation, attributes: Attributes, returning flags: ReturnFlags = []) throws(SecError) -> ItemResult? {
         let r = try roundTrip(.keyCreate(creation, attributes: attributes, flags))
         guard case .items(let items) = r else { throw unexpected(r) }
-        writes += 1
+        counted(attributes)
         return items.first
     }
 
@@ -211,7 +225,7 @@ public final class AgentConnection {
     public func update(_ query: ItemQuery, _ changes: ItemChanges) throws(SecError) -> Int {
         let r = try roundTrip(.update(query, changes))
         guard case .count(let n) = r else { throw unexpected(r) }
-        writes += 1
+        counted(query.attributes, changes.attributes)
         return Int(n)
     }
 
@@ -220,7 +234,7 @@ public final class AgentConnection {
     public func delete(_ query: ItemQuery) throws(SecError) -> Int {
         let r = try roundTrip(.delete(query))
         guard case .count(let n) = r else { throw unexpected(r) }
-        writes += 1
+        counted(query.attributes)
         return Int(n)
     }
 

@@ -42,6 +42,9 @@ public final class SecretServiceFrontEnd {
         /// The sender's last Service.SearchItems (its attributes and the keychain items it found), so
         /// that a GetSecrets of those items is one agent query instead of one per item.
         var lastSearch: LastSearch?
+        /// The persistent collections the sender was shown (`login`, and every name Collections gave
+        /// it): those whose `Locked` and changes are announced to it.
+        var shown: Set<String> = [SecretServiceFrontEnd.loginCollection]
         init(agent: AgentConnection, groups: [String], process: DelegatedProcess) {
             self.agent = agent
             self.groups = groups
@@ -80,7 +83,7 @@ public final class SecretServiceFrontEnd {
 
     let bus: OpaquePointer
     let socketPath: String
-    private let handlers: UnsafeMutablePointer<ssb_handlers>
+    let handlers: UnsafeMutablePointer<ssb_handlers>
     var peers: [String: Peer] = [:]
     /// How many senders ``peers`` holds at most; one more is refused LimitsExceeded.
     let maxSenders: Int
@@ -95,11 +98,10 @@ public final class SecretServiceFrontEnd {
     var nextPrompt: UInt64 = 1
     /// Prompts that ended on their own threads, for the bus thread to complete.
     let completions = PromptCompletions()
-    /// The keybag's lock state as the agent's events last told it (nil before the first), and the
-    /// persistent collections whose `Locked` a change is announced for (`login`, the `default`
-    /// alias, and every name a caller was shown).
+    /// The keybag's lock state as the agent's events last told it (nil before the first).
     var watchedLockState: LockState?
-    var announcedCollections: Set<String> = [SecretServiceFrontEnd.loginCollection]
+    /// The sender a signal being built is addressed to: a property's value in it is that sender's.
+    var emittingTo: String?
     /// Secrets of items with an access control that a prompt read for a sender (by sender, then item
     /// path), each kept for that sender's next GetSecret or GetSecrets of the item.
     var released: [String: [String: ReleasedSecret]] = [:]
@@ -107,13 +109,27 @@ public final class SecretServiceFrontEnd {
     /// the loop's turn after the last one was taken, so that OpenSession does not wait for it; used
     /// for one session only, its private value wiped then (or when the front end goes).
     private var nextKeyPair: (privateValue: SecureBytes, publicValue: [UInt8])?
-    /// The writes of agent connections no longer held (senders gone, connections remade): with those
-    /// of the peers', every change the front end made (``announceItemChanges()``).
+    /// The writes of agent connections no longer held (senders gone, connections remade), in all and
+    /// by access group: with those of the peers', every change the front end made
+    /// (``announceItemChanges()``).
     private var retiredWrites = 0
+    private var retiredWritesByGroup: [String: Int] = [:]
     /// The item-change events of the watch's current agent connection that ``announceItemChanges()``
-    /// accounted for: its generation, the front end's writes when it began, and how many events were
-    /// others' changes already announced.
-    private var itemWatch = (generation: 0, ownAtStart: 0, announced: 0)
+    /// accounted for: its generation, the front end's writes when it began, and how many events
+    /// were others' changes already announced.
+    private var itemWatch = ItemWatch(generation: 0, ownAtStart: OwnWrites())
+    struct ItemWatch {
+        let generation: Int
+        let ownAtStart: OwnWrites
+        var announcedByGroup: [String: Int] = [:]
+        var announcedAnywhere = 0
+    }
+
+    /// The front end's own successful writes: in all, and by the access group each named.
+    struct OwnWrites {
+        var total = 0
+        var byGroup: [String: Int] = [:]
+    }
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
     /// How many prompts one sender may hold at once.
@@ -237,8 +253,14 @@ public final class SecretServiceFrontEnd {
                     let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
                                                     replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
                     do throws(SecError) {
-                        try agent.subscribe(to: [.lock, .items])
-                        completions.itemWatchStarted()
+                        do throws(SecError) {
+                            try agent.subscribe(to: [.lock, .items, .itemGroups])
+                            completions.itemWatchStarted(namesGroups: true)
+                        } catch where error.status == .param {
+                            // An agent whose events never name groups (-50: the connection stays open).
+                            try agent.subscribe(to: [.lock, .items])
+                            completions.itemWatchStarted(namesGroups: false)
+                        }
                     } catch where error.status == .param || error.status == .missingEntitlement {
                         // An older agent (-50, an unknown message: the connection stays open) or a
                         // front end run without its manifest (-34018): lock events only, on this
@@ -253,7 +275,7 @@ public final class SecretServiceFrontEnd {
                         switch try agent.nextEvent() {
                         case .locked: completions.post(lockState: .locked)
                         case .unlocked: completions.post(lockState: .unlocked)
-                        case .itemsChanged: completions.postItemsChanged()
+                        case .itemsChanged(let groups): completions.postItemsChanged(groups: groups)
                         case .willLock: continue
                         }
                     }
@@ -266,46 +288,65 @@ public final class SecretServiceFrontEnd {
         if started { _ = firstAttempt.withLock(waitingUntil: { $0 }, timeout: Self.agentReplyTimeout) { _ in } }
     }
 
-    /// On the bus thread: a changed lock state is announced as PropertiesChanged of `Locked` on every
-    /// persistent collection a caller was shown and on the `default` alias.
+    /// On the bus thread: a changed lock state is announced to each sender as PropertiesChanged of
+    /// `Locked` on every persistent collection it was shown and on the `default` alias.
     func announceLockState() {
         guard let state = completions.takeLockState() else { return }
         let was = watchedLockState
         watchedLockState = state
         // Boot and locked are both locked to a client; the first state known is no change.
         guard let was, (was == .unlocked) != (state == .unlocked) else { return }
-        for name in announcedCollections.sorted() {
-            propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Locked"])
+        for c in callers {
+            for name in c.peer.shown.sorted() {
+                propertiesChanged(to: c, Self.collectionPath(name), Self.collectionInterface, ["Locked"])
+            }
+            propertiesChanged(to: c, Self.aliasPrefix + "/default", Self.collectionInterface, ["Locked"])
         }
-        propertiesChanged(Self.aliasPrefix + "/default", Self.collectionInterface, ["Locked"])
     }
 
-    /// On the bus thread: items changed outside the front end are announced as the service's
-    /// `CollectionChanged` and an invalidated `Items` of every persistent collection a caller was
-    /// shown and of the `default` alias, so a client that lists a collection's items looks again.
-    /// The agent says that items changed, never which, nor where, and sends one event for every
-    /// successful write, the front end's own included (WireProtocol.md, Events); the front end
-    /// signals its own changes itself (ItemCreated …), so events beyond the count of its own writes
-    /// are others' changes. An own write's event may come after a later change of someone else's:
-    /// that change is then announced when the event comes. Several changes since the last turn of
-    /// the loop are one announcement. When the watch connects again (the agent restarted), changes
-    /// may have been missed: announced once.
+    /// On the bus thread: items changed outside the front end are announced to each sender that sees
+    /// their access group, as the service's `CollectionChanged` and an invalidated `Items` of every
+    /// persistent collection of that group it was shown, and of the `default` alias when the group is
+    /// its default one, so a client that lists a collection's items looks again. The agent says in
+    /// which groups items changed, never which items, and sends one event for every successful
+    /// write, the front end's own included (WireProtocol.md, Events); the front end signals its own
+    /// changes itself (ItemCreated …), and each of its writes names its group, so a group's events
+    /// beyond the count of the front end's writes there are others' changes. An own write's event may
+    /// come after a later change of someone else's: that change is then announced when the event
+    /// comes. Several changes since the last turn of the loop are one announcement. An event that
+    /// names no group (a sync, a restore; every event of an agent that never names them, less the
+    /// front end's own writes) is announced to every sender; so is the watch connecting again (the
+    /// agent restarted: changes may have been missed).
     func announceItemChanges() {
-        guard let heard = completions.takeItemEvents() else { return }
-        let own = ownWrites()
-        if heard.generation != itemWatch.generation {
-            let again = itemWatch.generation != 0
-            itemWatch = (heard.generation, own, 0)
-            if !again, heard.count == 0 { return }
+        guard let (generation, heard) = completions.takeItemEvents() else { return }
+        let own = ownWritesByGroup()
+        var everywhere = false
+        if generation != itemWatch.generation {
+            everywhere = itemWatch.generation != 0
+            itemWatch = ItemWatch(generation: generation, ownAtStart: own)
         }
-        let others = heard.count - (own - itemWatch.ownAtStart)
-        guard others > itemWatch.announced || heard.count == 0 else { return }
-        itemWatch.announced = max(itemWatch.announced, others)
-        for name in announcedCollections.sorted() {
-            emit(Self.servicePath, Self.serviceInterface, "CollectionChanged", Self.collectionPath(name))
-            propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Items"])
+        // Without groups in the events, the front end's own writes are among those naming none.
+        let ownAnywhere = heard.namesGroups ? 0 : own.total - itemWatch.ownAtStart.total
+        if heard.anywhere - ownAnywhere > itemWatch.announcedAnywhere {
+            itemWatch.announcedAnywhere = heard.anywhere - ownAnywhere
+            everywhere = true
         }
-        propertiesChanged(Self.aliasPrefix + "/default", Self.collectionInterface, ["Items"])
+        var groups = Set<String>()
+        for (group, count) in heard.byGroup {
+            let others = count - ((own.byGroup[group] ?? 0) - (itemWatch.ownAtStart.byGroup[group] ?? 0))
+            guard others > itemWatch.announcedByGroup[group, default: 0] else { continue }
+            itemWatch.announcedByGroup[group] = others
+            groups.insert(group)
+        }
+        guard everywhere || !groups.isEmpty else { return }
+        for c in callers {
+            let changed = { (group: String) in everywhere || groups.contains(group) }
+            for name in c.peer.shown.sorted() where changed(c.location(name).group) {
+                emit(to: c, Self.servicePath, Self.serviceInterface, "CollectionChanged", Self.collectionPath(name))
+                propertiesChanged(to: c, Self.collectionPath(name), Self.collectionInterface, ["Items"])
+            }
+            if changed(c.group) { propertiesChanged(to: c, Self.aliasPrefix + "/default", Self.collectionInterface, ["Items"]) }
+        }
     }
 
     /// Makes ``nextKeyPair`` if it was taken (a failure leaves it to OpenSession, which makes its own).
@@ -346,7 +387,7 @@ public final class SecretServiceFrontEnd {
         if let p = peers[sender] {
             guard p.agent.isHungUp else { return p }
             let fresh = try connect(sender)
-            retiredWrites += p.agent.writes // counted once, when the old connection is let go
+            retire(p.agent) // counted once, when the old connection is let go
             (p.agent, p.groups, p.process) = fresh
             return p
         }
@@ -441,7 +482,7 @@ public final class SecretServiceFrontEnd {
         }
         appeared[name] = nil
         guard let p = peers.removeValue(forKey: name) else { return }
-        retiredWrites += p.agent.writes
+        retire(p.agent)
         for (path, s) in p.sessions {
             ssb_slot_release(s.slot)
             owners[path] = nil
@@ -551,6 +592,22 @@ extension SecretServiceFrontEnd {
 
     /// Every successful write the front end's agent connections made.
     func ownWrites() -> Int { retiredWrites + peers.values.reduce(0) { $0 + $1.agent.writes } }
+
+    /// ``ownWrites()``, in all and by access group.
+    func ownWritesByGroup() -> OwnWrites {
+        var own = OwnWrites(total: retiredWrites, byGroup: retiredWritesByGroup)
+        for p in peers.values {
+            own.total += p.agent.writes
+            own.byGroup.merge(p.agent.writesByGroup, uniquingKeysWith: +)
+        }
+        return own
+    }
+
+    /// Keeps the count of writes of an agent connection let go.
+    func retire(_ agent: AgentConnection) {
+        retiredWrites += agent.writes
+        retiredWritesByGroup.merge(agent.writesByGroup, uniquingKeysWith: +)
+    }
 
     /// The secrets of those of `paths` that one agent query gives: when two or more of them are at
     /// least half of the sender's last search's keychain items (so the query reads at most twice what

@@ -123,15 +123,18 @@ extension SecretServiceFrontEnd {
             return (group, collection)
         }
 
-        /// What the caller calls collection `name` of access group `g`; nil for one it cannot reach
-        /// (a collection other than `login` of a group other than its default one).
+        /// What the caller calls collection `name` of access group `g`, one of its groups; nil for one
+        /// it cannot reach (a collection other than `login` of a group other than its default one).
         func visible(group g: String, _ name: String) -> String? {
             if g == group { return name }
             return name == SecretServiceFrontEnd.loginCollection ? SecretServiceFrontEnd.groupCollectionPrefix + g : nil
         }
     }
 
+    /// The sender of call `m`; with no call (a property read for a signal), the sender the signal is
+    /// addressed to (``emittingTo``), which is served already.
     func caller(_ m: OpaquePointer?) throws(BusError) -> Caller {
+        if m == nil, let s = emittingTo, let peer = peers[s] { return Caller(sender: s, peer: peer) }
         guard let s = ssb_message_sender(m) else { throw BusError(name: BusError.failed, message: "no sender") }
         let sender = String(cString: s)
         return Caller(sender: sender, peer: try peer(for: sender))
@@ -396,7 +399,7 @@ extension SecretServiceFrontEnd {
                !n.hasPrefix(Self.groupCollectionPrefix) { names.append(n) }
         }
         names += c.peer.groups.dropFirst().filter { $0 != c.group }.map { Self.groupCollectionPrefix + $0 }
-        announcedCollections.formUnion(names)
+        c.peer.shown.formUnion(names)
         return names + [Self.sessionCollection]
     }
 
@@ -608,27 +611,55 @@ extension SecretServiceFrontEnd {
     }
 
     // MARK: Signals
+    //
+    // Every signal is addressed to the senders that see what changed (SecretServiceMapping.md,
+    // Signals), each in its own view (its collections' names and paths), never to the whole bus:
+    // another app on the bus learns nothing of when an access group it cannot see changes.
 
-    func emit(_ path: String, _ interface: String, _ member: String, _ object: String) {
-        _ = ssb_emit_path_signal(bus, path, interface, member, object)
+    /// The senders served now, each as a caller (in a stable order).
+    var callers: [Caller] { peers.keys.sorted().map { Caller(sender: $0, peer: peers[$0]!) } }
+
+    func emit(to c: Caller, _ path: String, _ interface: String, _ member: String, _ object: String) {
+        _ = ssb_emit_path_signal(bus, c.sender, path, interface, member, object)
     }
 
-    func propertiesChanged(_ path: String, _ interface: String, _ names: [String]) {
+    /// PropertiesChanged of `names` to `c`, the values read as `c` sees them.
+    func propertiesChanged(to c: Caller, _ path: String, _ interface: String, _ names: [String]) {
         var cs: [UnsafeMutablePointer<CChar>?] = names.map { strdup($0) }
         cs.append(nil)
         defer { cs.forEach { free($0) } }
-        _ = cs.withUnsafeMutableBufferPointer { ssb_emit_properties_changed(bus, path, interface, $0.baseAddress) }
+        emittingTo = c.sender
+        defer { emittingTo = nil }
+        _ = cs.withUnsafeMutableBufferPointer { ssb_emit_properties_changed(bus, handlers, c.sender, path, interface, $0.baseAddress) }
     }
 
-    func itemEvent(_ member: String, _ record: Record) {
-        let collection = Self.collectionPath(record.collection)
-        emit(collection, Self.collectionInterface, member, record.path)
-        propertiesChanged(collection, Self.collectionInterface, member == "ItemChanged" ? ["Modified"] : ["Items", "Modified"])
+    /// `member` (ItemCreated, ItemChanged, ItemDeleted) for `c`'s item in `c`'s `collection`, with
+    /// PropertiesChanged of the collection, to every sender that sees the collection: `c` at the path
+    /// it used (`alias`), the others at the item's own path in their view.
+    func itemEvent(_ member: String, by c: Caller, collection: String, id: String, alias: String? = nil) {
+        let (group, stored) = c.location(collection)
+        for peer in callers {
+            guard peer.peer.groups.contains(group), let name = peer.visible(group: group, stored) else { continue }
+            let path = Self.collectionPath(name)
+            let item = peer.sender == c.sender ? alias ?? Self.itemPath(collection: name, id: id) : Self.itemPath(collection: name, id: id)
+            emit(to: peer, path, Self.collectionInterface, member, item)
+            propertiesChanged(to: peer, path, Self.collectionInterface, member == "ItemChanged" ? ["Modified"] : ["Items", "Modified"])
+        }
     }
 
-    func collectionEvent(_ member: String, _ name: String) {
-        emit(Self.servicePath, Self.serviceInterface, member, Self.collectionPath(name))
-        if member != "CollectionChanged" { propertiesChanged(Self.servicePath, Self.serviceInterface, ["Collections"]) }
+    func itemEvent(_ member: String, _ record: Record, by c: Caller) {
+        itemEvent(member, by: c, collection: record.collection, id: record.id, alias: record.alias)
+    }
+
+    /// `member` (CollectionCreated, CollectionDeleted, CollectionChanged) for `c`'s collection `name`
+    /// to every sender that sees it (Collections too when one came or went).
+    func collectionEvent(_ member: String, _ name: String, by c: Caller) {
+        let (group, stored) = c.location(name)
+        for peer in callers {
+            guard peer.peer.groups.contains(group), let seen = peer.visible(group: group, stored) else { continue }
+            emit(to: peer, Self.servicePath, Self.serviceInterface, member, Self.collectionPath(seen))
+            if member != "CollectionChanged" { propertiesChanged(to: peer, Self.servicePath, Self.serviceInterface, ["Collections"]) }
+        }
     }
 
     // MARK: Service
@@ -743,7 +774,7 @@ extension SecretServiceFrontEnd {
         if !alias.isEmpty, GeneralAttributes.isValidName(alias) {
             try putRecord(c, service: Self.aliasService, account: alias, [Self.collectionKey: .string(name)])
         }
-        collectionEvent("CollectionCreated", name)
+        collectionEvent("CollectionCreated", name, by: c)
         return replyPath(m, Self.collectionPath(name), Self.noPrompt)
     }
 
@@ -945,7 +976,7 @@ extension SecretServiceFrontEnd {
             var extra: Attributes = [:]
             properties.apply(to: &extra)
             try change(c, old, label: properties.label, secret: secret, contentType: contentType, extra: extra)
-            itemEvent("ItemChanged", old)
+            itemEvent("ItemChanged", old, by: c)
             return replyPath(m, old.path, Self.noPrompt)
         }
         let id = SecureBytes.random(count: 16).withUnsafeBytes { Hex.encode($0) }
@@ -957,7 +988,7 @@ extension SecretServiceFrontEnd {
             sessionItems[c.group, default: [:]][id] = SessionItem(label: properties.label, attributes: properties.attributes,
                                                                   secret: secret.slice(0..<secret.count), contentType: contentType,
                                                                   created: now, modified: now)
-            return itemCreated(m, name: name, id: id)
+            return itemCreated(m, c, name: name, id: id)
         }
         let (group, stored) = c.location(name)
         var a = attributes
@@ -977,14 +1008,12 @@ extension SecretServiceFrontEnd {
             }
             throw Self.busError(error)
         }
-        return itemCreated(m, name: name, id: id)
+        return itemCreated(m, c, name: name, id: id)
     }
 
-    func itemCreated(_ m: OpaquePointer?, name: String, id: String) -> Int32 {
-        let path = Self.itemPath(collection: name, id: id)
-        let rc = replyPath(m, path, Self.noPrompt)
-        emit(Self.collectionPath(name), Self.collectionInterface, "ItemCreated", path)
-        propertiesChanged(Self.collectionPath(name), Self.collectionInterface, ["Items", "Modified"])
+    func itemCreated(_ m: OpaquePointer?, _ c: Caller, name: String, id: String) -> Int32 {
+        let rc = replyPath(m, Self.itemPath(collection: name, id: id), Self.noPrompt)
+        itemEvent("ItemCreated", by: c, collection: name, id: id)
         return rc
     }
 
@@ -1001,7 +1030,7 @@ extension SecretServiceFrontEnd {
         }
         let (group, stored) = c.location(name)
         try deleteRecords(c, recordQuery(c, service: Self.collectionService, account: stored, group: group))
-        collectionEvent("CollectionDeleted", name)
+        collectionEvent("CollectionDeleted", name, by: c)
         return replyPath(m, Self.noPrompt)
     }
 
@@ -1029,14 +1058,14 @@ extension SecretServiceFrontEnd {
         defer { secret.wipe() }
         let (record, _) = try item(c, path)
         try change(c, record, secret: secret, contentType: contentType)
-        itemEvent("ItemChanged", record)
+        itemEvent("ItemChanged", record, by: c)
         return ssb_reply_empty(m)
     }
 
     func deleteItem(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let (record, _) = try item(c, path)
         try remove(c, record)
-        itemEvent("ItemDeleted", record)
+        itemEvent("ItemDeleted", record, by: c)
         return replyPath(m, Self.noPrompt)
     }
 
@@ -1143,18 +1172,18 @@ extension SecretServiceFrontEnd {
                 }
                 let (group, stored) = c.location(name)
                 try putRecord(c, service: Self.collectionService, account: stored, group: group, ["labl": .string(label)])
-                collectionEvent("CollectionChanged", name)
+                collectionEvent("CollectionChanged", name, by: c)
             case (Self.itemInterface, "Label"):
                 let label = try Self.readString(value)
                 let (record, _) = try item(c, path)
                 try change(c, record, label: label)
-                itemEvent("ItemChanged", record)
+                itemEvent("ItemChanged", record, by: c)
             case (Self.itemInterface, "Attributes"):
                 let pairs = try Self.readDictionary(value)
                 _ = try Self.callerAttributes(pairs)
                 let (record, _) = try item(c, path)
                 try change(c, record, attributes: pairs)
-                itemEvent("ItemChanged", record)
+                itemEvent("ItemChanged", record, by: c)
             default:
                 throw BusError(name: BusError.notSupported, message: "\(interface).\(property) cannot be set")
             }
@@ -1278,7 +1307,7 @@ extension SecretServiceFrontEnd {
         }
         guard unlocked else {
             secrets.values.forEach { $0.wipe() }
-            _ = ssb_emit_completed(bus, path, 1, nil, 0)
+            _ = ssb_emit_completed(bus, p.sender, path, 1, nil, 0)
             return
         }
         let until = Threads.monotonicSeconds() + Self.releasedSecretSeconds
@@ -1287,7 +1316,7 @@ extension SecretServiceFrontEnd {
         }
         let cs: [UnsafePointer<CChar>?] = p.objects.map { UnsafePointer(strdup($0)) }
         defer { cs.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
-        _ = cs.withUnsafeBufferPointer { ssb_emit_completed(bus, path, 0, $0.baseAddress, p.objects.count) }
+        _ = cs.withUnsafeBufferPointer { ssb_emit_completed(bus, p.sender, path, 0, $0.baseAddress, p.objects.count) }
     }
 
     /// How long (seconds) a secret a prompt read waits for its sender's GetSecret or GetSecrets.
@@ -1364,41 +1393,52 @@ final class PromptCompletions: Sendable {
     /// The latest lock state posted since the last call, if any.
     func takeLockState() -> LockState? { lockState.withLock { s in defer { s = nil }; return s } }
 
-    /// The item-change events of the watch's agent connection: which connection (a generation), how
-    /// many events it brought, whether any came since the bus thread last looked, and whether it is
-    /// still subscribed (`live`).
-    private let itemEvents = Protected((generation: 0, count: 0, fresh: false, live: false))
+    /// The item-change events of the watch's agent connection: which connection (a generation),
+    /// whether its events name their access groups, how many events it brought (``HeardChanges``),
+    /// whether any came since the bus thread last looked, and whether it is still subscribed (`live`).
+    private let itemEvents = Protected((generation: 0, heard: HeardChanges(namesGroups: false), fresh: false, live: false))
 
-    /// The watch subscribed to item changes on a new agent connection.
-    func itemWatchStarted() {
-        itemEvents.withLock { $0 = ($0.generation + 1, 0, true, true) }
+    /// The item changes one watch connection heard: every event, those naming each access group, and
+    /// those naming none (any group may have changed: a sync, a restore, or an agent whose events
+    /// never name groups).
+    struct HeardChanges {
+        let namesGroups: Bool
+        var count = 0
+        var byGroup: [String: Int] = [:]
+        var anywhere = 0
+    }
+
+    /// The watch subscribed to item changes on a new agent connection (`namesGroups`: with their groups).
+    func itemWatchStarted(namesGroups: Bool) {
+        itemEvents.withLock { $0 = ($0.generation + 1, HeardChanges(namesGroups: namesGroups), true, true) }
         if wake >= 0 { ssb_wake(wake) }
     }
 
     /// The watch's agent connection ended (or never subscribed to item changes): changes go untold.
     func itemWatchEnded() { itemEvents.withLock { $0.live = false } }
 
-    /// The agent said items changed.
-    func postItemsChanged() {
+    /// The agent said items changed, in `groups` (nil: any group may have).
+    func postItemsChanged(groups: [String]?) {
         itemEvents.withLock { e in
-            e.count += 1
+            e.heard.count += 1
+            if let groups { for g in groups { e.heard.byGroup[g, default: 0] += 1 } } else { e.heard.anywhere += 1 }
             e.fresh = true
         }
         if wake >= 0 { ssb_wake(wake) }
     }
 
-    /// The watch's generation and event count, if anything came since the last call.
-    func takeItemEvents() -> (generation: Int, count: Int)? {
+    /// The watch's generation and what it heard, if anything came since the last call.
+    func takeItemEvents() -> (generation: Int, heard: HeardChanges)? {
         itemEvents.withLock { e in
             guard e.fresh else { return nil }
             e.fresh = false
-            return (e.generation, e.count)
+            return (e.generation, e.heard)
         }
     }
 
     /// The watch's generation and event count while a watch of item changes runs, nil while none
     /// does: equal values at two moments mean the agent told of no change in between.
-    var itemWatchMark: (generation: Int, count: Int)? { itemEvents.withLock { $0.live ? ($0.generation, $0.count) : nil } }
+    var itemWatchMark: (generation: Int, count: Int)? { itemEvents.withLock { $0.live ? ($0.generation, $0.heard.count) : nil } }
 
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
     typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])

@@ -532,6 +532,8 @@ struct SecretServiceItemTests {
         let r = try bus.python(SecretServiceBusTests.prelude + Self.signals + #"""
             LOGIN = '/org/freedesktop/secrets/collection/login'
             coll = secretstorage.Collection(a, LOGIN)
+            # Signals go to the senders the front end serves: b becomes one by a call.
+            assert call(b, PATH, 'org.freedesktop.DBus.Properties', 'Get', 'ss', 'org.freedesktop.Secret.Service', 'Collections')[0] == 'ok'
             items = watch(b, interface='org.freedesktop.Secret.Collection', path=LOGIN)
             props = watch(b, interface='org.freedesktop.DBus.Properties', member='PropertiesChanged')
             colls = watch(b, interface='org.freedesktop.Secret.Service', path=PATH)
@@ -569,6 +571,8 @@ struct SecretServiceItemTests {
                 assert r.returncode == 0, r
             coll = secretstorage.Collection(a, LOGIN)
             assert call(a, PATH, PROPS, 'Get', 'ss', 'org.freedesktop.Secret.Service', 'Collections')[0] == 'ok'
+            # Signals go to the senders the front end serves, each shown the collection: b becomes one.
+            assert call(b, PATH, PROPS, 'Get', 'ss', 'org.freedesktop.Secret.Service', 'Collections')[0] == 'ok'
             before = [i.item_path for i in coll.get_all_items()]
             colls = watch(b, interface='org.freedesktop.Secret.Service', member='CollectionChanged')
             props = watch(b, interface=PROPS, member='PropertiesChanged', path=LOGIN)
@@ -590,6 +594,82 @@ struct SecretServiceItemTests {
             cli('delete', '--service', 'org.freedesktop.secrets', '--account', '0123456789abcdef0123456789abcdef')
             announced()
             assert [i.item_path for i in coll.get_all_items()] == before
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))\n\(agent.log)")
+        #expect(frontEnd.isRunning)
+    }
+
+    /// Signals are addressed to the senders that see what changed, never to the whole bus: an
+    /// unsigned program and a signed app (a signed copy of the Python interpreter), both listening
+    /// for every signal, hear each other's changes not at all, neither those made through the front
+    /// end (ItemCreated) nor those made outside it (the CLI's add, announced as CollectionChanged to
+    /// the unsigned programs only). Each check is an order, not a wait: the front end sends a
+    /// sender's signals in order, so a leaked signal would come before the sender's own next one.
+    @Test func signalsReachOnlyTheSendersThatSeeTheChange() throws {
+        var python = ""
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp { apps in
+            python = try apps.install("signed-python", source: PrivateSessionBus.python)
+            try apps.sign("signed-python", appID: "org.example.signed-python", groups: ["org.example.signed"])
+        }
+        defer { withExtendedLifetime(apps) {} }
+        let listen = Self.signals + """
+            LOGIN, PROPS = '/org/freedesktop/secrets/collection/login', 'org.freedesktop.DBus.Properties'
+            coll = secretstorage.Collection(a, LOGIN)
+            # b is served (a call), then hears every signal addressed to it.
+            assert call(b, PATH, PROPS, 'Get', 'ss', 'org.freedesktop.Secret.Service', 'Collections')[0] == 'ok'
+            heard = watch(b)
+            def next_from_front_end():
+                while True:
+                    member, path, body = next_signal(b, heard)
+                    if path.startswith(PATH):
+                        return member, path, body
+
+            """
+        let helper = bus.dir.file("signed-listener.py")
+        try (SecretServiceBusTests.prelude + listen + #"""
+            print('ready', flush=True)
+            assert sys.stdin.readline().strip() == 'write'
+            mine = coll.create_item('Signed', {'who': 'signed'}, b'y').item_path
+            # Its own item's signal is the first it hears: none of the unsigned program's came before.
+            first = next_from_front_end()
+            assert first == ('ItemCreated', LOGIN, (mine,)), first
+            print('mine=' + mine, flush=True)
+            """#).write(toFile: helper, atomically: true, encoding: .utf8)
+        let r = try bus.python(SecretServiceBusTests.prelude + listen + """
+            listener = subprocess.Popen(['\(python)', '\(helper)'], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for line in iter(listener.stdout.readline, ''):
+                if line.strip() == 'ready':
+                    break
+            else:
+                raise AssertionError('the signed listener did not start: %r' % listener.communicate(timeout=60)[0])
+            first = coll.create_item('Unsigned 1', {'who': 'unsigned'}, b'x').item_path
+            assert next_from_front_end() == ('ItemCreated', LOGIN, (first,))
+            # A change outside the front end, in the unsigned group: announced to b.
+            cli = subprocess.run(['\(Binaries.coffer)', 'add', '--service', 'outside', '--account', 'me', '--secret-stdin'],
+                                 input='pw', capture_output=True, text=True, env=dict(os.environ, COFFER_SOCKET='\(agent.socketPath)'))
+            assert cli.returncode == 0, cli
+            while True:
+                member, path, body = next_from_front_end()
+                if member == 'CollectionChanged':
+                    assert body == (LOGIN,), body
+                    break
+            # The signed app writes, and finds it heard neither change above.
+            listener.stdin.write('write\\n'); listener.stdin.flush()
+            out, _ = listener.communicate(timeout=60)
+            assert listener.returncode == 0, out
+            theirs = [l[5:] for l in out.splitlines() if l.startswith('mine=')]
+            assert len(theirs) == 1, out
+            # b hears its own next change, and nothing of the signed app's before it.
+            second = coll.create_item('Unsigned 2', {'who': 'unsigned'}, b'x').item_path
+            while True:
+                member, path, body = next_from_front_end()
+                assert theirs[0] not in body, ('heard the signed app', member, path, body)
+                assert member != 'CollectionChanged', ('an announcement of the signed app own change', member, path, body)
+                if member == 'ItemCreated':
+                    assert body == (second,), body
+                    break
             print('done')
 
             """)

@@ -150,13 +150,21 @@ int ssb_close_container(ssb_message *m);
 /** Sets `error` to the D-Bus error `name` with `text`; returns the negative errno sd-bus maps it to. */
 int ssb_error_set(ssb_error *error, const char *name, const char *text);
 
-/* Signals. */
+/* Signals. Each is addressed to one bus connection, `destination` (a unique name), never to the
+ * whole bus: what changed in an access group is told only to the senders that see it. */
 /** `member`(o object) of `interface` from `path` (CollectionCreated, ItemChanged …). */
-int ssb_emit_path_signal(ssb_bus *bus, const char *path, const char *interface, const char *member, const char *object);
-/** org.freedesktop.DBus.Properties.PropertiesChanged for the NULL-terminated `names` (sd-bus reads their values). */
-int ssb_emit_properties_changed(ssb_bus *bus, const char *path, const char *interface, char **names);
+int ssb_emit_path_signal(ssb_bus *bus, const char *destination, const char *path, const char *interface,
+                         const char *member, const char *object);
+/**
+ * org.freedesktop.DBus.Properties.PropertiesChanged for the NULL-terminated `names`: `Items` and
+ * `Collections` as invalidated, any other (`Locked`, `Modified`, `Created`, `Label`) with its value,
+ * which `handlers`' get_property appends for `path` with no call (the caller supplies whose view).
+ */
+int ssb_emit_properties_changed(ssb_bus *bus, const ssb_handlers *handlers, const char *destination, const char *path,
+                                const char *interface, char **names);
 /** Prompt.Completed(b dismissed, v result) with the result an `ao`. */
-int ssb_emit_completed(ssb_bus *bus, const char *path, int dismissed, const char *const *paths, size_t count);
+int ssb_emit_completed(ssb_bus *bus, const char *destination, const char *path, int dismissed, const char *const *paths,
+                       size_t count);
 
 /**
  * Reads OpenSession's arguments: the algorithm, and the input variant's kind (SSB_INPUT_*); for
