@@ -5,9 +5,10 @@
 # started, is written to a log directory; any report fails the run. At the end it names every test
 # that failed in each pass, so a failure is the last thing printed, not buried under a later pass.
 # Usage: contrib/sanitizers.sh [--short] [address|thread ...]
-#   --short (what CI runs): AddressSanitizer only, on one end-to-end suite per C wall of the agent and
-#   its front ends (what other processes send them). CI's 30 minutes on two cores hold one sanitized
-#   build beside the plain pass, not two; the whole run is this script without --short.
+#   --short (the quick check before a stop): AddressSanitizer only, on one end-to-end suite per C
+#   wall of the agent and its front ends (what other processes send them). Neither form is in CI:
+#   its 30 minutes on two cores hold no second build of the suite on a slow day (contrib/test.sh);
+#   the whole run is this script without --short.
 set -eu
 cd "$(dirname "$0")/.."
 short=false
