@@ -190,7 +190,7 @@ public final class AgentConnection {
     private func counted(_ attributes: Attributes, _ moved: Attributes = [:]) {
         writes += 1
         var groups: Set<String> = []
-        for a in [attributes, moved] { if case .string(let g)? = a["agrp"] { groups.insert(g) } }
+        for a in [attributes, moved] { if let g = a.accessGroup { groups.insert(g) } }
         if groups.isEmpty { groups = [""] }
         for g in groups { writesByGroup[g, default: 0] += 1 }
     }

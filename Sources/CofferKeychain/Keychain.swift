@@ -769,7 +769,7 @@ public final class Keychain: Sendable {
                     // Both versions: a changed primary key or `sync` turned off is a deletion of the old one.
                     try notePendingSync(store, cls, old)
                     try notePendingSync(store, cls, attrs)
-                    for version in [old, attrs] { if case .string(let g)? = version["agrp"] { touched(g) } }
+                    for version in [old, attrs] { if let g = version.accessGroup { touched(g) } }
                 }
                 return matches.count
             }
@@ -818,7 +818,7 @@ public final class Keychain: Sendable {
                 for id in ids { try store.delete(id: id) }
                 for (cls, attrs) in deleted {
                     try notePendingSync(store, cls, attrs)
-                    if case .string(let g)? = attrs["agrp"] { touched(g) }
+                    if let g = attrs.accessGroup { touched(g) }
                 }
             }
             appPasswordAttempts.forget(refs: refs)
@@ -950,7 +950,7 @@ public final class Keychain: Sendable {
             return true
         }
         guard secretOK else { return finding(.authentication, "its secret fails authentication") }
-        guard case .string(let group)? = attrs["agrp"], !group.isEmpty else { return finding(.group, "it has no access group") }
+        guard let group = attrs.accessGroup, !group.isEmpty else { return finding(.group, "it has no access group") }
         var full = attrs
         full["class"] = .string(cls.rawValue)
         let (pk, index) = try unsafe keybag.withIndexKey(IndexTier.of(p)) { k in unsafe Self.hashes(k, cls, full) }
@@ -1243,8 +1243,7 @@ public final class Keychain: Sendable {
             }
         }
         guard authorization.hasApplicationPassword, ItemCrypto.needsApplicationPassword(row.secret) else { return try open() }
-        var group: String? = nil
-        if case .string(let g)? = attrs["agrp"] { group = g }
+        let group = attrs.accessGroup
         return try appPasswordAttempts.attempt(ref: row.persistentRef, report: { outcome in
             authorization.onApplicationPasswordAttempt?(ApplicationPasswordAttempt(outcome: outcome, accessGroup: group, itemClass: cls))
         }, open)

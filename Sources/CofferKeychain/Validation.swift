@@ -100,7 +100,7 @@ enum Validation {
     /// errSecMissingEntitlement if `attrs` names an access group (`agrp`) outside `scope` (names the
     /// attribute, never its value).
     static func checkEntitled(_ attrs: Attributes, in scope: AccessScope) throws(SecError) {
-        guard case .string(let group)? = attrs["agrp"], !scope.contains(group) else { return }
+        guard let group = attrs.accessGroup, !scope.contains(group) else { return }
         throw SecError(.missingEntitlement, "the access group (agrp) is not one of this caller's access groups")
     }
 }

@@ -41,7 +41,7 @@ public struct AccessScope: Sendable, Hashable {
     @inlinable
     public func admits(_ attributes: Attributes) -> Bool {
         guard let groups else { return true }
-        guard case .string(let g)? = attributes["agrp"] else { return false }
+        guard let g = attributes.accessGroup else { return false }
         return groups.contains(g)
     }
 }

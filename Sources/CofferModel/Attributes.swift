@@ -96,6 +96,13 @@ public enum GeneralAttributes {
 }
 
 extension Dictionary where Key == String, Value == AttributeValue {
+    /// The access group these attributes name (`agrp`), if they name one as a string.
+    @inlinable
+    public var accessGroup: String? {
+        if case .string(let g)? = self["agrp"] { return g }
+        return nil
+    }
+
     /// The general attributes among these (name without the `@` → value).
     public var generalAttributes: [String: String] {
         var out: [String: String] = [:]

@@ -200,8 +200,7 @@ extension SecretServiceFrontEnd {
             let general = a.generalAttributes
             guard case .string(let id)? = a["acct"], SecretServiceFrontEnd.isItemID(id[...]), let stored = general["coffer:collection"],
                   !stored.isEmpty else { return nil }
-            let group: String
-            if case .string(let g)? = a["agrp"] { group = g } else { group = c.group }
+            let group = a.accessGroup ?? c.group
             guard let collection = c.visible(group: group, stored) else { return nil }
             self.id = id
             self.collection = collection

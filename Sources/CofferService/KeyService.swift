@@ -65,7 +65,7 @@ extension KeychainService {
         q.usesKeyInPlace = true
         var seconds: UInt32 = 0
         defer { if seconds > 0 { reuse = context.carriedAuthorization(now: clock.now()) } }
-        return try itemOperation(&context, "use-key", group: Self.group(q.attributes), itemClass: .key) { (scope, context) throws(SecError) in
+        return try itemOperation(&context, "use-key", group: q.attributes.accessGroup, itemClass: .key) { (scope, context) throws(SecError) in
             // The key's reuse duration, from its attributes (no secret opened), before anyone is asked.
             var look = q
             look.returnData = false

@@ -339,7 +339,7 @@ package final class KeychainService: Sendable {
     /// the password (given in advance or through `channel`).
     package func add(_ item: NewItem, returning: Returning, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
                      admit: (AccessScope) throws(SecError) -> Void = { _ in }) throws(SecError) -> ItemResult {
-        let named = Self.group(item.attributes)
+        let named = item.attributes.accessGroup
         var item = item
         try recordDomainState(&item)
         var group = named
@@ -361,7 +361,7 @@ package final class KeychainService: Sendable {
     package func search<R>(_ query: ItemQuery, after cursor: UInt64 = 0, paged: Bool = false, _ context: inout CallerContext,
                            _ channel: (any AuthChannel)?, fits: (ItemResult) -> Bool = { _ in true },
                            reply: (Keychain.MatchPage) throws(SecError) -> R) throws(SecError) -> R {
-        try itemOperation(&context, Self.operation(query), group: Self.group(query.attributes), itemClass: query.itemClass) {
+        try itemOperation(&context, Self.operation(query), group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
             var used = AuthorizationContext.none
             let what = Self.describe(paged ? "read the secrets of" : "read the secret of", query)
@@ -386,7 +386,7 @@ package final class KeychainService: Sendable {
     package func update(_ query: ItemQuery, _ changes: ItemChanges, _ context: inout CallerContext,
                         _ channel: (any AuthChannel)?) throws(SecError) -> Int {
         var groups = Set<String>()
-        let count = try itemOperation(&context, "update", group: Self.group(query.attributes), itemClass: query.itemClass) {
+        let count = try itemOperation(&context, "update", group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
             try authorized(query, scope, &context, channel, what: Self.describe("change", query)) { (auth) throws(SecError) in
                 try keychain.update(query, changes, scope: scope, authorization: auth) { groups.insert($0) }
@@ -399,7 +399,7 @@ package final class KeychainService: Sendable {
     /// SecItemDelete in the caller's scope; how many items went.
     package func delete(_ query: ItemQuery, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> Int {
         var groups = Set<String>()
-        let count = try itemOperation(&context, "delete", group: Self.group(query.attributes), itemClass: query.itemClass) {
+        let count = try itemOperation(&context, "delete", group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
             try authorized(query, scope, &context, channel, what: Self.describe("delete", query)) { (auth) throws(SecError) in
                 try keychain.delete(query, scope: scope, authorization: auth) { groups.insert($0) }
@@ -474,7 +474,7 @@ package final class KeychainService: Sendable {
             let rules = error.accessRequirements
             guard !rules.isEmpty else { throw error }
             let (searches, trips) = (keychain.searchCount, authenticator.sensor.roundTrips)
-            let authorization = try audited(caller, "authenticate", group: Self.group(query.attributes), itemClass: query.itemClass) {
+            let authorization = try audited(caller, "authenticate", group: query.attributes.accessGroup, itemClass: query.itemClass) {
                 () throws(SecError) in try authenticator.authorize(rules: rules, context: &context, channel: channel, what: what)
             }
             let result = try body(auditingApplicationPasswords(authorization, caller))
@@ -515,7 +515,7 @@ package final class KeychainService: Sendable {
               acl.factors.contains(.applicationPassword) else { return nil }
         let rule = AccessControl(factors: [.applicationPassword])!
         // Audited like every authentication.
-        let authorization = try audited(context.caller, "authenticate", group: Self.group(item.attributes), itemClass: item.itemClass) {
+        let authorization = try audited(context.caller, "authenticate", group: item.attributes.accessGroup, itemClass: item.itemClass) {
             () throws(SecError) in
             try authenticator.authorize(rules: [rule], context: &context, channel: channel,
                                         what: Self.describe("protect with an application password", ItemQuery(attributes: item.attributes)))
@@ -558,12 +558,6 @@ package final class KeychainService: Sendable {
 
     /// The audit name of a search: `get` when it returns secrets, `find` when it does not.
     package static func operation(_ query: ItemQuery) -> String { query.returnData ? "get" : "find" }
-
-    /// The access group an item or query names (nil: none).
-    package static func group(_ attributes: Attributes) -> String? {
-        if case .string(let g)? = attributes["agrp"] { return g }
-        return nil
-    }
 }
 
 /// What runs after every successful item write (``KeychainService/onItemsWritten(_:)``).

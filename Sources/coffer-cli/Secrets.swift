@@ -14,7 +14,7 @@ func resolve(_ references: [SecretReference], on c: AgentConnection) throws(SecE
     var secrets: [SecureBytes] = []
     for r in references {
         let q = ItemQuery(itemClass: r.itemClass, attributes: r.attributes, limit: .one, returnData: true)
-        let group: String? = if case .string(let g)? = r.attributes["agrp"] { g } else { nil }
+        let group = r.attributes.accessGroup
         let found: [ItemResult]
         do {
             found = try authorizingIfNeeded(c, group: group) { c throws(SecError) in try c.copyMatching(q) }
