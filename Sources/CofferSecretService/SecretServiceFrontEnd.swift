@@ -595,11 +595,8 @@ extension SecretServiceFrontEnd {
 
     /// ``ownWrites()``, in all and by access group.
     func ownWritesByGroup() -> OwnWrites {
-        var own = OwnWrites(total: retiredWrites, byGroup: retiredWritesByGroup)
-        for p in peers.values {
-            own.total += p.agent.writes
-            own.byGroup.merge(p.agent.writesByGroup, uniquingKeysWith: +)
-        }
+        var own = OwnWrites(total: ownWrites(), byGroup: retiredWritesByGroup)
+        for p in peers.values { own.byGroup.merge(p.agent.writesByGroup, uniquingKeysWith: +) }
         return own
     }
 

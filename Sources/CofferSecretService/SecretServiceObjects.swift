@@ -123,11 +123,12 @@ extension SecretServiceFrontEnd {
             return (group, collection)
         }
 
-        /// What the caller calls collection `name` of access group `g`, one of its groups; nil for one
-        /// it cannot reach (a collection other than `login` of a group other than its default one).
+        /// What the caller calls collection `name` of access group `g`; nil for one it cannot reach (a
+        /// group not its own, or a collection other than `login` of a group other than its default one).
         func visible(group g: String, _ name: String) -> String? {
             if g == group { return name }
-            return name == SecretServiceFrontEnd.loginCollection ? SecretServiceFrontEnd.groupCollectionPrefix + g : nil
+            guard name == SecretServiceFrontEnd.loginCollection, peer.groups.contains(g) else { return nil }
+            return SecretServiceFrontEnd.groupCollectionPrefix + g
         }
     }
 
@@ -638,9 +639,9 @@ extension SecretServiceFrontEnd {
     func itemEvent(_ member: String, by c: Caller, collection: String, id: String, alias: String? = nil) {
         let (group, stored) = c.location(collection)
         for peer in callers {
-            guard peer.peer.groups.contains(group), let name = peer.visible(group: group, stored) else { continue }
+            guard let name = peer.visible(group: group, stored) else { continue }
             let path = Self.collectionPath(name)
-            let item = peer.sender == c.sender ? alias ?? Self.itemPath(collection: name, id: id) : Self.itemPath(collection: name, id: id)
+            let item = (peer.sender == c.sender ? alias : nil) ?? Self.itemPath(collection: name, id: id)
             emit(to: peer, path, Self.collectionInterface, member, item)
             propertiesChanged(to: peer, path, Self.collectionInterface, member == "ItemChanged" ? ["Modified"] : ["Items", "Modified"])
         }
@@ -655,7 +656,7 @@ extension SecretServiceFrontEnd {
     func collectionEvent(_ member: String, _ name: String, by c: Caller) {
         let (group, stored) = c.location(name)
         for peer in callers {
-            guard peer.peer.groups.contains(group), let seen = peer.visible(group: group, stored) else { continue }
+            guard let seen = peer.visible(group: group, stored) else { continue }
             emit(to: peer, Self.servicePath, Self.serviceInterface, member, Self.collectionPath(seen))
             if member != "CollectionChanged" { propertiesChanged(to: peer, Self.servicePath, Self.serviceInterface, ["Collections"]) }
         }
