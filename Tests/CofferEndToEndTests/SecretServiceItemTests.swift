@@ -279,14 +279,23 @@ struct SecretServiceItemTests {
 
         """#
 
-    /// Two identities, an unsigned program and a signed app (a signed copy of the Python interpreter),
-    /// each with items of equal attributes: neither sees, reads or changes the other's.
-    @Test func twoIdentitiesNeverSeeEachOthersItems() throws {
+    /// The front end's set-up (``SecretServiceBusTests/setUp(entitled:arguments:agentConfig:prepare:)``)
+    /// with a signed copy of the Python interpreter beside it (app `org.example.signed-python`, group
+    /// `org.example.signed`): a second identity on the bus; `python` is that copy's path.
+    static func setUpWithSignedPython() throws
+        -> (apps: SignedApps, agent: AgentProcess, bus: PrivateSessionBus, frontEnd: Process, python: String) {
         var python = ""
         let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp { apps in
             python = try apps.install("signed-python", source: PrivateSessionBus.python)
             try apps.sign("signed-python", appID: "org.example.signed-python", groups: ["org.example.signed"])
         }
+        return (apps, agent, bus, frontEnd, python)
+    }
+
+    /// Two identities, an unsigned program and a signed app (a signed copy of the Python interpreter),
+    /// each with items of equal attributes: neither sees, reads or changes the other's.
+    @Test func twoIdentitiesNeverSeeEachOthersItems() throws {
+        let (apps, agent, bus, frontEnd, python) = try Self.setUpWithSignedPython()
         defer { withExtendedLifetime(apps) {} }
         let make = { (label: String) in SecretServiceBusTests.prelude + """
             coll = secretstorage.Collection(a, '/org/freedesktop/secrets/collection/login')
@@ -337,11 +346,7 @@ struct SecretServiceItemTests {
     /// is asked and nothing is printed); one whose matches are all AfterFirstUnlock items is answered
     /// in full and their secrets read; another group's locked match is never named.
     @Test func aSearchOnALockedKeychainIsAnsweredAsTheMappingSays() throws {
-        var signed = ""
-        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp { apps in
-            signed = try apps.install("signed-python", source: PrivateSessionBus.python)
-            try apps.sign("signed-python", appID: "org.example.signed-python", groups: ["org.example.signed"])
-        }
+        let (apps, agent, bus, frontEnd, signed) = try Self.setUpWithSignedPython()
         defer { withExtendedLifetime((apps, agent)) {} }
         agent.setPasscode()
         // A WhenUnlocked item of another identity, with the attribute the searches below use.
@@ -608,11 +613,7 @@ struct SecretServiceItemTests {
     /// the unsigned programs only). Each check is an order, not a wait: the front end sends a
     /// sender's signals in order, so a leaked signal would come before the sender's own next one.
     @Test func signalsReachOnlyTheSendersThatSeeTheChange() throws {
-        var python = ""
-        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp { apps in
-            python = try apps.install("signed-python", source: PrivateSessionBus.python)
-            try apps.sign("signed-python", appID: "org.example.signed-python", groups: ["org.example.signed"])
-        }
+        let (apps, agent, bus, frontEnd, python) = try Self.setUpWithSignedPython()
         defer { withExtendedLifetime(apps) {} }
         let listen = Self.signals + """
             LOGIN, PROPS = '/org/freedesktop/secrets/collection/login', 'org.freedesktop.DBus.Properties'
