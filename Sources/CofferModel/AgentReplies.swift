@@ -19,10 +19,16 @@ public enum LockEvent: Sendable, Equatable {
 
     /// At most this many groups are named; a change touching more is announced without groups.
     public static let maxNamedGroups = 256
+    /// At most this many bytes of names (each with its 2-byte length) are named, so that an event
+    /// stays far inside a frame whatever its groups' lengths (an attribute string may be 4 KiB);
+    /// a change whose groups' names take more is announced without groups.
+    public static let maxNamedGroupBytes = 65536
 
-    /// Items changed in `groups` (nil, empty, or more than ``maxNamedGroups``: any group may have).
+    /// Items changed in `groups` (nil, empty, more than ``maxNamedGroups``, or names longer than
+    /// ``maxNamedGroupBytes`` in all: any group may have).
     public static func itemsChanged(in groups: Set<String>?) -> LockEvent {
-        guard let groups, !groups.isEmpty, groups.count <= maxNamedGroups else { return .itemsChanged(groups: nil) }
+        guard let groups, !groups.isEmpty, groups.count <= maxNamedGroups,
+              groups.reduce(0, { $0 + 2 + $1.utf8.count }) <= maxNamedGroupBytes else { return .itemsChanged(groups: nil) }
         return .itemsChanged(groups: groups.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) })
     }
 

@@ -135,6 +135,10 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
         }
         #expect(LockEvent.itemsChanged(in: Set((0..<257).map { "g\($0)" })) == .itemsChanged(groups: nil))
         #expect(LockEvent.itemsChanged(in: []) == .itemsChanged(groups: nil))
+        // 16 names of 4,094 bytes fit in 65,536 bytes with their lengths; a 17th does not.
+        let long = (0..<17).map { "\($0)" + String(repeating: "g", count: 4094 - "\($0)".utf8.count) }
+        #expect(LockEvent.itemsChanged(in: Set(long.prefix(16))) == .itemsChanged(groups: long.prefix(16).sorted()))
+        #expect(LockEvent.itemsChanged(in: Set(long)) == .itemsChanged(groups: nil))
         // What a subscriber receives: the groups only if it asked for them.
         #expect(event.delivered(to: [.lock, .items]) == .itemsChanged(groups: nil))
         #expect(event.delivered(to: [.itemGroups]) == event)
