@@ -690,16 +690,15 @@ public enum AgentResponse: Sendable {
     /// holding secrets never reallocates.
     private static func encodeItems(type: MessageType, requestID: UInt32, _ items: [ItemResult], nextCursor: UInt64?,
                                     unreadable: UInt32? = nil) -> [UInt8] {
-        let encodedAttrs = items.map { $0.attributes.map(AttributeCodec.encode) }
         var size = 4 + (nextCursor == nil ? 0 : 8) + (unreadable == nil ? 0 : 4)
-        for (i, it) in items.enumerated() {
-            size += 2 + (it.data.map { 4 + $0.count } ?? 0) + (encodedAttrs[i]?.count ?? 0) + (it.persistentRef.map { 4 + $0.count } ?? 0)
+        for it in items {
+            size += 2 + (it.data.map { 4 + $0.count } ?? 0) + (it.attributes.map(AttributeCodec.encodedSize) ?? 0) + (it.persistentRef.map { 4 + $0.count } ?? 0)
         }
         var f = FrameBuilder(type: type, requestID: requestID, payloadCapacity: size)
         if let unreadable { f.w.u32(unreadable) }
         if let nextCursor { f.w.u64(nextCursor) }
         f.w.u32(UInt32(items.count))
-        for (i, it) in items.enumerated() {
+        for it in items {
             var present: UInt8 = 0
             if it.data != nil { present |= ReturnFlags.data.rawValue }
             if it.attributes != nil { present |= ReturnFlags.attributes.rawValue }
@@ -707,7 +706,7 @@ public enum AgentResponse: Sendable {
             if it.locked { present |= ReturnFlags.locked.rawValue }
             f.w.u8(ItemClassCode.encode(it.itemClass)); f.w.u8(present)
             if let d = it.data { f.secret(d) }
-            if let a = encodedAttrs[i] { f.w.raw(a) }
+            if let a = it.attributes { AttributeCodec.encode(a, into: &f.w) }
             if let p = it.persistentRef { f.w.blob(p) }
         }
         return f.finish()

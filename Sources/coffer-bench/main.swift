@@ -21,6 +21,8 @@
 //                                                    `ssh -T` to an sshd it starts on 127.0.0.1 (BIN_DIR holds cofferd)
 //   coffer-bench tpm TCTI [RUNS]                     unlock with the device key in the TPM at TCTI vs the file key
 //                                                    (Argon2id only), same calibrated parameters (issue #28)
+//   coffer-bench codec [N] [RUNS]                    a search returning N items' attributes (issue #26's bulk read)
+//                                                    split: keychain, reply frame, its decode, the attribute codec
 //   coffer-bench fill STATE_DIR N                    adds items svc{i%97}/acct{i}/secret-{i}, i = 1…N, to the
 //                                                    stopped agent's keychain (passcode on stdin, if one is set)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
@@ -238,10 +240,12 @@ func run(_ args: [String]) throws {
         try SyncBench(items: args.count > 1 ? Int(args[1]) ?? 10_000 : 10_000).run()
     case "tpm" where args.count >= 2:
         try benchTPM(tcti: args[1], runs: args.count > 2 ? Int(args[2]) ?? 7 : 7, items: args.count > 3 ? Int(args[3]) ?? 0 : 0)
+    case "codec":
+        try benchCodec(items: args.count > 1 ? Int(args[1]) ?? 1000 : 1000, runs: args.count > 2 ? Int(args[2]) ?? 51 : 51)
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | fill-secret-service STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | codec [N] [RUNS] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | fill-secret-service STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

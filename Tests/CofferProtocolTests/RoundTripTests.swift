@@ -100,6 +100,35 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
         }
     }
 
+    /// The encoder orders names by their bytes, comparing the first eight as one number: names that
+    /// differ only after eight bytes, that are prefixes of one another, that hold NUL (which the
+    /// zero padding must not confuse with "shorter"), or whose normalised order differs from their byte
+    /// order are written in byte order all the same, and decode back to the same dictionary.
+    @Test func namesAreWrittenInByteOrder() throws {
+        let pieces = ["", "a", "b", "\u{0}", "é", "e\u{301}", "@coffer:", "zzzzzzzz", "Ω", "\u{7F}"]
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<300 {
+            var attrs: Attributes = [:]
+            for _ in 0..<Int.random(in: 1...24, using: &rng) {
+                let name = (0..<Int.random(in: 1...5, using: &rng)).map { _ in pieces.randomElement(using: &rng)! }.joined()
+                if !name.isEmpty { attrs[name] = .integer(Int64(attrs.count)) }
+            }
+            let bytes = AttributeCodec.encode(attrs)
+            var r = ByteReader(bytes)
+            var written: [[UInt8]] = []
+            for _ in 0..<Int(try r.u16()) {
+                written.append(Array(try r.raw(Int(try r.u16()))))
+                _ = try AttributeCodec.decodeValue(from: &r)
+            }
+            #expect(written == attrs.keys.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }, "\(attrs.keys.map(\.debugDescription))")
+            // The decoder takes only names of 1 to 32 bytes: the short ones round-trip.
+            if attrs.keys.allSatisfy({ $0.utf8.count <= 32 }) {
+                var back = ByteReader(bytes)
+                #expect(try AttributeCodec.decodeAttributes(from: &back) == attrs)
+            }
+        }
+    }
+
     /// EVENT itemsChanged carries 0: any other value is malformed (a reply, so not a request vector).
     @Test func anItemsChangedEventWithAValueIsMalformed() throws {
         let good = AgentResponse.event(.itemsChanged(groups: nil)).encodeFrame(requestID: 0)

@@ -53,6 +53,32 @@ import Testing
         #expect(Array(back.utf8) == Array(s.utf8))
     }
 
+    /// The decoders skip the comparison for ASCII, read eight bytes at a time: an ill-formed sequence
+    /// is still found at every offset of a longer string, in the eight-byte words and in the tail, and
+    /// a well-formed non-ASCII character there is kept.
+    @Test(arguments: illFormed)
+    func illFormedBytesAreFoundAtEveryOffset(_ c: (String, [UInt8])) throws {
+        for length in [8, 9, 16, 23, 40] {
+            for at in 0...(length - 1) {
+                var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: length)
+                bytes.replaceSubrange(at..<min(length, at + c.1.count), with: c.1.prefix(length - at))
+                guard String(validating: bytes, as: UTF8.self) == nil else { continue } // cut to a valid prefix
+                var r = ByteReader(Self.attributes(valueBytes: bytes))
+                #expect(throws: DecodeError("string value is not valid UTF-8"), "\(c.0) at \(at) of \(length)") {
+                    try AttributeCodec.decodeAttributes(from: &r)
+                }
+            }
+        }
+        for length in [8, 9, 16, 23] {
+            for at in 0...(length - 2) {
+                var bytes = [UInt8](repeating: UInt8(ascii: "x"), count: length)
+                bytes.replaceSubrange(at..<at + 2, with: Array("é".utf8))
+                var r = ByteReader(Self.attributes(valueBytes: bytes))
+                #expect(try AttributeCodec.decodeAttributes(from: &r)["labl"] == .string(String(decoding: bytes, as: UTF8.self)))
+            }
+        }
+    }
+
     /// HELLO's client name is an `sstr`: the wire decoder's own UTF-8 check.
     static func hello(nameBytes: [UInt8]) -> [UInt8] {
         var w = ByteWriter()
