@@ -181,13 +181,16 @@ extension SecretServiceFrontEnd {
         var alias: String? = nil
         /// The item's persistent reference, when the search that found it asked for it.
         var ref: [UInt8]? = nil
-        var path: String { alias ?? SecretServiceFrontEnd.itemPath(collection: collection, id: id) }
+        var path: String { alias ?? itemPath }
+        /// The item's path in its collection, made once (a bulk read names each item several times).
+        let itemPath: String
 
         /// A `session` collection item (never locked: it is in the front end's memory, not the keybag's care).
         init(session item: SessionItem, id: String) {
             collection = SecretServiceFrontEnd.sessionCollection
             stored = collection
             self.id = id
+            itemPath = SecretServiceFrontEnd.itemPath(collection: collection, id: id)
             label = item.label
             attributes = item.attributes
             contentType = item.contentType
@@ -206,6 +209,7 @@ extension SecretServiceFrontEnd {
             self.id = id
             self.collection = collection
             self.stored = stored
+            itemPath = SecretServiceFrontEnd.itemPath(collection: collection, id: id)
             contentType = general["coffer:content-type"] ?? SecretServiceFrontEnd.defaultContentType
             attributes = general.filter { !$0.key.hasPrefix(SecretServiceFrontEnd.reservedPrefix) }
             if case .string(let l)? = a["labl"] { label = l } else { label = "" }
@@ -670,8 +674,9 @@ extension SecretServiceFrontEnd {
         let (found, lockedAway) = try search(c, attributes: attributes)
         rememberSearch(c, attributes: attributes, found: found, mark: mark)
         let state = try lockState(c)
-        let locked = found.filter { isLocked(c, $0, state) }.map(\.path) + lockedAway
-        let unlocked = found.filter { !isLocked(c, $0, state) }.map(\.path)
+        var locked: [String] = [], unlocked: [String] = []
+        for r in found { if isLocked(c, r, state) { locked.append(r.path) } else { unlocked.append(r.path) } }
+        locked += lockedAway
         return replyWith(m) { r in
             let rc = Self.appendStrings(r, "o", unlocked)
             return rc < 0 ? rc : Self.appendStrings(r, "o", locked)
