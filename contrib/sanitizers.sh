@@ -75,8 +75,7 @@ echo
 echo "== sanitizers: summary"
 for san in ${@:-$default}; do
     echo "$san: $(grep -E '^. Test run with' "$logs/$san" | tail -1 || echo 'no closing line')"
-    # Swift Testing marks a failed test, suite or expectation with ✘; XCTest says "error:" / "failed".
-    grep -E '✘|: error: |\bfailed \(' "$logs/$san" | head -40 || true
+    bash contrib/failures.sh "$logs/$san" 40
 done
 if [ "$status" -ne 0 ]; then echo "sanitizers FAILED: ${failed[*]:-} $(ls "$reports" 2>/dev/null | tr '\n' ' ')"; fi
 exit "$status"

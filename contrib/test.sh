@@ -28,7 +28,7 @@ rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then
     echo; echo "== the test pass FAILED (exit $rc); what failed:"
-    grep -E '✘|: error: |\bfailed \(' "$log" | head -60 || true
+    bash contrib/failures.sh "$log"
     exit "$rc"
 fi
 if [ "${CI:-}" = true ]; then

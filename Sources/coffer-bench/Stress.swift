@@ -46,7 +46,7 @@ struct Stress {
         let pid = try startAgent()
         var reaped = false // an agent that died is reaped below: its pid is never signalled again
         defer { if !reaped { _ = stop(pid) }; cleanup() }
-        let errors = Counter(), done = Counter()
+        let done = Counter()
         let failures = FailureLog()
         let latencies = LatencyLog()
         let t0 = Threads.monotonicSeconds()
@@ -56,8 +56,7 @@ struct Stress {
                 defer { done.add(1) }
                 let conn: AgentConnection
                 do { conn = try AgentConnection(path: path) } catch {
-                    errors.add(ops)
-                    failures.add("connect: \(error)")
+                    failures.add("connect: \(error)", counting: ops) // every operation of this client is lost
                     return
                 }
                 var mine: [Int] = []
@@ -76,7 +75,7 @@ struct Stress {
                             let k = mine.randomElement(using: &rng)!
                             let r = try conn.copyMatching(ItemQuery(itemClass: .genericPassword,
                                 attributes: ["svce": .string("load\(c)"), "acct": .string("\(k)")], returnData: true))
-                            if r.count != 1 { errors.add(1); failures.add("get: \(r.count) items, not 1") }
+                            if r.count != 1 { failures.add("get: \(r.count) items, not 1") }
                         } else if roll < 80 {
                             let k = mine.randomElement(using: &rng)!
                             try conn.update(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("load\(c)"), "acct": .string("\(k)")]),
@@ -88,7 +87,6 @@ struct Stress {
                             _ = try conn.status()
                         }
                     } catch {
-                        errors.add(1)
                         failures.add("\(error)")
                     }
                     local.append(nowNanos() - t)
@@ -100,11 +98,10 @@ struct Stress {
         let secs = Threads.monotonicSeconds() - t0
         let all = latencies.all
         print("| load: clients × operations | \(clients) × \(ops) |")
-        print("| errors | \(errors.value) |")
+        print("| errors | \(failures.count) |")
         print("| wall time | \(Int(secs)) s (\(Int(Double(clients * ops) / secs)) ops/s) |")
         print("| latency median / p99 | \(Int(percentile(all, 0.5))) µs / \(Int(percentile(all, 0.99))) µs |")
-        for line in failures.lines { progress("load failure: \(line)") }
-        if failures.count > failures.lines.count { progress("… and \(failures.count - failures.lines.count) more failures") }
+        failures.report("load failure")
         var status: Int32 = 0
         let died = waitpid(pid, &status, WNOHANG) == pid
         reaped = died
@@ -112,7 +109,7 @@ struct Stress {
             let how = (status & 0x7f) != 0 ? "was killed by signal \(status & 0x7f)" : "exited with status \((status >> 8) & 0xff)"
             progress("load failure: the agent \(how) during the load")
         }
-        if errors.value > 0 || died {
+        if failures.count > 0 || died {
             // The agent's own account of it (its log never holds a secret): its warnings and errors.
             let log = String(decoding: (try? Files.read(dir + "/agent.log")) ?? [], as: UTF8.self)
             for line in log.split(separator: "\n").filter({ $0.contains(" warning ") || $0.contains(" error ") || $0.contains(" critical ") }).prefix(30) {
@@ -191,8 +188,7 @@ struct Stress {
         print("| agent still running | \(alive ? "yes" : "NO") |")
         print("| well-behaved client (signed, its own group): requests / failures | \(goodOps.value) / \(failures.count) |")
         if hung { print("| well-behaved client's last request | no reply within 60 s |") }
-        for line in failures.lines { progress("well-behaved client failure: \(line)") }
-        if failures.count > failures.lines.count { progress("… and \(failures.count - failures.lines.count) more failures") }
+        failures.report("well-behaved client failure")
         if senderStatus != 0 { progress("the hostile sender failed (wait status \(senderStatus))") }
         if !alive || hung || failures.count > 0 || senderStatus != 0 { throw SecError(.internalComponent, "hostile input disturbed the agent") }
     }
@@ -375,14 +371,21 @@ final class WriteLog: @unchecked Sendable {
     }
 }
 
-/// What a client got instead of what it asked for (the first 50 lines, and the count).
+/// What clients got instead of what they asked for: how many operations failed, and the first 50
+/// lines telling why (the one count a run's result is judged by).
 final class FailureLog: @unchecked Sendable {
     private let lock = PThreadMutex()
     private var kept: [String] = []
     private var n = 0
-    func add(_ line: String) { lock.withLock { n += 1; if kept.count < 50 { kept.append(line) } } }
+    /// One failure, or `counting` operations lost to one cause (a client that could not connect).
+    func add(_ line: String, counting: Int = 1) { lock.withLock { n += counting; if kept.count < 50 { kept.append(line) } } }
     var count: Int { lock.withLock { n } }
-    var lines: [String] { lock.withLock { kept } }
+    /// Prints the kept lines, each after `label`, and how many more failures there were.
+    func report(_ label: String) {
+        let (lines, total) = lock.withLock { (kept, n) }
+        for line in lines { progress("\(label): \(line)") }
+        if total > lines.count { progress("… and \(total - lines.count) more failures") }
+    }
 }
 
 /// Latency samples from many threads.
