@@ -25,6 +25,9 @@
 #                                   provider, through secret-tool and one python3-dbus process reading
 #                                   1,000 secrets at once (also part of `all`; default N 1000 10000;
 #                                   COFFER_BENCH_BASELINE=FRONT-END adds a column for another front end)
+#   contrib/bench/run.sh codec [N]  Only the attribute codec's share of a search returning N items' attributes
+#                                   (also part of `coffer`; default 1000): the keychain's search, the agent's
+#                                   reply frame, the front end's decode of it, the codec alone
 #   contrib/bench/run.sh sync [N]   Only the sync engine (issue #29; also part of `all`): N item changes
 #                                   recorded and pushed to a local bare git remote, a second machine's first
 #                                   sync, one change's way across, the remote's size and growth per change,
@@ -36,8 +39,8 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|ssh|peers|git|sync|secret-service) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N] | sync [N] | secret-service [N ...]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|ssh|peers|git|sync|codec|secret-service) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N] | sync [N] | codec [N] | secret-service [N ...]]" >&2; exit 2 ;;
 esac
 if [ "$what" = git ]; then
     shift
@@ -59,6 +62,14 @@ if [ "$what" = sync ]; then
     "$(swift build -c release --show-bin-path)/coffer-bench" sync "${2:-10000}"
     exit 0
 fi
+if [ "$what" = codec ]; then
+    bash contrib/deps.sh
+    swift build -c release --product coffer-bench >/dev/null
+    echo "## The attribute codec in a search returning every item's attributes"
+    echo
+    "$(swift build -c release --show-bin-path)/coffer-bench" codec "${2:-1000}"
+    exit 0
+fi
 if [ "$what" != peers ]; then
     bash contrib/deps.sh
     for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host CofferPluginTest; do swift build -c release --product "$p" >/dev/null; done
@@ -72,6 +83,10 @@ if [ "$what" != peers ]; then
         echo "## The keychain library (no agent, no IPC)"
         echo
         "$bin/coffer-bench" keychain 1000 100000
+        echo
+        echo "## The attribute codec in a search returning every item's attributes"
+        echo
+        "$bin/coffer-bench" codec 1000
         echo
         echo "## Passcode change (key rotation: every non-Always item re-sealed)"
         echo
