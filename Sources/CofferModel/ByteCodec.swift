@@ -198,7 +198,6 @@ public enum AttributeCodec {
     /// A name's first 8 UTF-8 bytes as a big-endian number, zero-padded: when two differ, they order
     /// the names as their bytes do (a shorter name that is a prefix of the other, padded with zeros,
     /// sorts first); when equal, the names must be compared whole.
-    @inlinable
     static func namePrefix(_ name: String) -> UInt64 {
         var v: UInt64 = 0, n: UInt64 = 0
         for b in name.utf8 {
@@ -208,17 +207,14 @@ public enum AttributeCodec {
         return v << (8 * (8 - n))
     }
 
-    /// Whether `a`'s UTF-8 bytes sort before `b`'s (the codec's order of names), compared in the
-    /// strings' own storage: `utf8.lexicographicallyPrecedes` walks each view an element at a time,
-    /// which made sorting a third of encoding an item.
-    @inlinable
-    public static func precedesInBytes(_ a: String, _ b: String) -> Bool {
+    /// Whether `a`'s UTF-8 bytes sort before `b`'s (the codec's order of names; for names whose
+    /// ``namePrefix(_:)`` ties), compared in the strings' own storage.
+    static func precedesInBytes(_ a: String, _ b: String) -> Bool {
         var a = a, b = b
         return a.withUTF8 { x in b.withUTF8 { y in precedes(x, y) } }
     }
 
     /// Whether bytes `x` sort before bytes `y` (shorter first when one is a prefix of the other).
-    @inlinable
     static func precedes(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Bool {
         for i in 0..<min(x.count, y.count) where x[i] != y[i] { return x[i] < y[i] }
         return x.count < y.count
