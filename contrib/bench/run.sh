@@ -54,22 +54,18 @@ if [ "$what" = secret-service ]; then
     bash contrib/bench/secret-service.sh "$@"
     exit 0
 fi
-if [ "$what" = sync ]; then
+# bench_alone TITLE ARGUMENT...: one coffer-bench run under its heading, on a release build.
+bench_alone() {
     bash contrib/deps.sh
     swift build -c release --product coffer-bench >/dev/null
-    echo "## The sync engine over git"
+    echo "## $1"
     echo
-    "$(swift build -c release --show-bin-path)/coffer-bench" sync "${2:-10000}"
+    "$(swift build -c release --show-bin-path)/coffer-bench" "${@:2}"
     exit 0
-fi
-if [ "$what" = codec ]; then
-    bash contrib/deps.sh
-    swift build -c release --product coffer-bench >/dev/null
-    echo "## The attribute codec in a search returning every item's attributes"
-    echo
-    "$(swift build -c release --show-bin-path)/coffer-bench" codec "${2:-1000}"
-    exit 0
-fi
+}
+codec_title="The attribute codec in a search returning every item's attributes"
+if [ "$what" = sync ]; then bench_alone "The sync engine over git" sync "${2:-10000}"; fi
+if [ "$what" = codec ]; then bench_alone "$codec_title" codec "${2:-1000}"; fi
 if [ "$what" != peers ]; then
     bash contrib/deps.sh
     for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host CofferPluginTest; do swift build -c release --product "$p" >/dev/null; done
@@ -84,7 +80,7 @@ if [ "$what" != peers ]; then
         echo
         "$bin/coffer-bench" keychain 1000 100000
         echo
-        echo "## The attribute codec in a search returning every item's attributes"
+        echo "## $codec_title"
         echo
         "$bin/coffer-bench" codec 1000
         echo
