@@ -29,7 +29,7 @@ public enum LockEvent: Sendable, Equatable {
     public static func itemsChanged(in groups: Set<String>?) -> LockEvent {
         guard let groups, !groups.isEmpty, groups.count <= maxNamedGroups,
               groups.reduce(0, { $0 + 2 + $1.utf8.count }) <= maxNamedGroupBytes else { return .itemsChanged(groups: nil) }
-        return .itemsChanged(groups: groups.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) })
+        return .itemsChanged(groups: groups.sorted { $0.precedesInUTF8($1) })
     }
 
     /// The topic a subscriber names to receive the event.

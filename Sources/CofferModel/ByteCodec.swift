@@ -123,6 +123,14 @@ extension String {
         self = s
     }
 
+    /// Whether this string's UTF-8 bytes sort before `other`'s (a shorter string first when it is a
+    /// prefix of the other): the order of attribute names and of an event's group names on the wire,
+    /// which is not `<` (that compares normalised forms). Compared in the strings' own storage.
+    public func precedesInUTF8(_ other: String) -> Bool {
+        var a = self, b = other
+        return a.withUTF8 { x in b.withUTF8 { y in AttributeCodec.precedes(x, y) } }
+    }
+
     /// Whether every byte is below 0x80, read eight at a time.
     @usableFromInline
     static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
@@ -187,7 +195,7 @@ public enum AttributeCodec {
             order.append((namePrefix(attrs[i].key), i))
             attrs.formIndex(after: &i)
         }
-        order.sort { $0.prefix != $1.prefix ? $0.prefix < $1.prefix : precedesInBytes(attrs[$0.index].key, attrs[$1.index].key) }
+        order.sort { $0.prefix != $1.prefix ? $0.prefix < $1.prefix : attrs[$0.index].key.precedesInUTF8(attrs[$1.index].key) }
         for (_, index) in order {
             let (name, value) = attrs[index]
             w.shortString(name)
@@ -205,13 +213,6 @@ public enum AttributeCodec {
             v = v << 8 | UInt64(b); n += 1
         }
         return v << (8 * (8 - n))
-    }
-
-    /// Whether `a`'s UTF-8 bytes sort before `b`'s (the codec's order of names; for names whose
-    /// ``namePrefix(_:)`` ties), compared in the strings' own storage.
-    static func precedesInBytes(_ a: String, _ b: String) -> Bool {
-        var a = a, b = b
-        return a.withUTF8 { x in b.withUTF8 { y in precedes(x, y) } }
     }
 
     /// Whether bytes `x` sort before bytes `y` (shorter first when one is a prefix of the other).

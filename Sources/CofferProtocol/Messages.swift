@@ -914,7 +914,7 @@ public enum AgentResponse: Sendable {
                 for _ in 0..<ms {
                     let g = try r.sstr("access group")
                     guard !g.isEmpty else { throw ProtocolError("EVENT itemsChanged: an empty access group") }
-                    if let last = groups.last, !Array(last.utf8).lexicographicallyPrecedes(Array(g.utf8)) {
+                    if let last = groups.last, !last.precedesInUTF8(g) {
                         throw ProtocolError("EVENT itemsChanged: access groups must be strictly ascending")
                     }
                     groups.append(g)
