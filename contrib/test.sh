@@ -1,41 +1,106 @@
 #!/usr/bin/env bash
-# Builds Coffer and runs every test: unit tests, then end-to-end tests that start the real agent
-# over a real socket with a private PAM stack. Usage: contrib/test.sh [extra swift test args]
+# Builds Coffer once and runs every test: unit tests, then end-to-end tests that start the real agent over a
+# real socket with a private PAM stack.
 #
-# With CI=true (what .ci/run sets) it then runs the short form of the stress and fuzzing runs:
-#   stress (64-client style load, hostile frames beside a working client, kill -9 crash trials)
-#   and 15 s of libFuzzer under AddressSanitizer per decoder (three decoders). CI must finish in
-#   30 minutes on two cores, and the plain pass takes most of them: a second, sanitized build of
-#   the whole suite does not fit beside it on a slow day (the grader's runs took up to 1.9x this
-#   machine's time), so the sanitized suites run before each stop instead. The full-size runs are
-#   contrib/stress/run.sh, contrib/fuzz/run SECONDS and contrib/sanitizers.sh [--short] (ASan, TSan).
+#   contrib/test.sh [--full] [--timings] [--jobs N] [--filter REGEX] [--skip REGEX] [--write-weights FILE]
+#
+# Phases, each timed, with a one-line summary of them all at the end:
+#   deps       the Debian packages (contrib/deps.sh)
+#   build      `swift build --build-tests`: the one build of the package; nothing later rebuilds it
+#   pam        pam_coffer.so (cc only)
+#   tests      every Swift Testing suite, JOBS processes at once (contrib/testrun.py; default 3): one line per
+#              suite, then what failed, the quarantine list and `tests: N passed, N failed, N skipped`
+# With CI=true (what .ci/run sets) or --full, the short reliability runs follow:
+#   stress     the short stress run on the binaries of the build above (64 clients x 300 operations,
+#              2,000 hostile frames beside a working client, 10 kill -9 crash trials)
+#   fuzz-build the fuzz harnesses (release, libFuzzer + AddressSanitizer, .build-fuzz; incremental), started
+#              at a lower priority beside the test pass so that it takes the cycles the tests leave idle
+#   fuzz       15 s of libFuzzer per decoder (three decoders)
+# --full adds what CI has no room for (run it before a change that touches those areas):
+#   stress-full  contrib/stress/run.sh (release build; 64 x 10,000, 10,000 frames, 100 crash trials)
+#   fuzz-long    contrib/fuzz/run 300 (five minutes per decoder) instead of 15 s
+#   sanitizers   contrib/sanitizers.sh: the suites under AddressSanitizer, then ThreadSanitizer
+# --timings prints the 25 slowest tests and suites of the run. --filter/--skip choose suites (Target.Suite
+# regular expressions) and skip the reliability runs. Exit status: that of the first phase that failed.
 set -eu
 cd "$(dirname "$0")/.."
-bash contrib/deps.sh
+full=false timings=() runner=() jobs=3 selected=false
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --full) full=true ;;
+        --timings) timings=(--timings) ;;
+        --jobs) jobs="$2"; shift ;;
+        --filter|--skip) runner+=("$1" "$2"); selected=true; shift ;;
+        --write-weights) runner+=("$1" "$2"); shift ;;
+        *) echo "usage: contrib/test.sh [--full] [--timings] [--jobs N] [--filter REGEX] [--skip REGEX] [--write-weights FILE]" >&2
+           exit 2 ;;
+    esac
+    shift
+done
+reliability=false
+if { [ "${CI:-}" = true ] || $full; } && ! $selected; then reliability=true; fi
+
+phases=()
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+started=$(now_ms)
+# phase NAME COMMAND...: runs COMMAND, prints and records its duration; a failure ends the run with its status.
+phase() {
+    local name="$1" t0 t1 rc
+    shift
+    echo; echo "== $name ($(date +%T))"
+    t0=$(now_ms)
+    set +e
+    "$@"
+    rc=$?
+    set -e
+    record "$name" $(( $(now_ms) - t0 )) "$rc"
+    if [ "$rc" -ne 0 ]; then summary; echo "== $name FAILED (exit $rc)"; exit "$rc"; fi
+}
+# record NAME MILLISECONDS STATUS
+record() {
+    phases+=("$1 $(( ($2 + 500) / 1000 )) s$([ "$3" -eq 0 ] || echo " (exit $3)")")
+    echo "== $1: $(( $2 / 1000 )).$(( $2 % 1000 / 100 )) s"
+}
+summary() {
+    local all="" p
+    for p in "${phases[@]}"; do all="${all:+$all, }$p"; done
+    echo; echo "== phases: $all; total $(( ($(now_ms) - started + 500) / 1000 )) s"
+}
+
+phase deps bash contrib/deps.sh
 # In CI every compiler warning is an error (Package.swift reads COFFER_CI).
 if [ "${CI:-}" = true ]; then export COFFER_CI=1; fi
 # SwiftPM refuses a target that imports a package target outside its dependencies' closure; the
 # CofferArchitectureTests suite checks the rest (every import declared, layers one way).
-swift build --build-tests --explicit-target-dependency-import-check error
-if [ -x contrib/pam_coffer/build.sh ]; then bash contrib/pam_coffer/build.sh; fi
-# Swift Testing's closing line counts only its own tests; the exit status is what counts. A failed
-# test's lines are printed again at the end, so they are the last thing a CI log shows.
-log="$(mktemp /tmp/coffer-test-XXXXXX)"
-trap 'rm -f "$log"' EXIT
-set +e
-swift test --skip-build "$@" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -ne 0 ]; then
-    echo; echo "== the test pass FAILED (exit $rc); what failed:"
-    bash contrib/failures.sh "$log"
-    exit "$rc"
+phase build swift build --build-tests --explicit-target-dependency-import-check error
+bin="$(swift build --show-bin-path)"
+if [ -x contrib/pam_coffer/build.sh ]; then phase pam bash contrib/pam_coffer/build.sh; fi
+
+# The fuzz harnesses build beside the test pass, niced: the tests wait more than they compute.
+fuzzlog="$(mktemp /tmp/coffer-fuzz-build-XXXXXX)"
+trap 'rm -f "$fuzzlog"' EXIT
+if $reliability; then
+    fuzz_t0=$(now_ms)
+    nice -n 15 bash contrib/fuzz/run --build-only > "$fuzzlog" 2>&1 &
+    fuzz_pid=$!
 fi
-if [ "${CI:-}" = true ]; then
-    step() { echo; echo "== $1 ($(date +%T))"; }
-    step "stress, short form"
-    bash contrib/stress/run.sh --short
-    step "fuzzing, 15 s per decoder"
-    bash contrib/fuzz/run 15
-    step "done"
+
+phase tests python3 contrib/testrun.py --bundle "$bin/CofferPackageTests.xctest" --jobs "$jobs" \
+    ${timings[@]+"${timings[@]}"} ${runner[@]+"${runner[@]}"}
+
+if $reliability; then
+    phase stress bash contrib/stress/run.sh --short --bin "$bin"
+    echo; echo "== fuzz-build (started beside the tests, niced; waiting for it at $(date +%T))"
+    set +e; wait "$fuzz_pid"; rc=$?; set -e
+    cat "$fuzzlog"
+    record fuzz-build $(( $(now_ms) - fuzz_t0 )) "$rc"
+    if [ "$rc" -ne 0 ]; then summary; echo "== fuzz-build FAILED (exit $rc)"; exit "$rc"; fi
+    if $full; then
+        phase fuzz-long bash contrib/fuzz/run 300
+        phase stress-full bash contrib/stress/run.sh
+        phase sanitizers bash contrib/sanitizers.sh
+    else
+        phase fuzz bash contrib/fuzz/run 15
+    fi
 fi
+summary

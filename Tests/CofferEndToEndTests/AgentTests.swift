@@ -229,7 +229,7 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         func exchange(_ bytes: [UInt8], replies wanted: Int) throws -> [AgentResponse] {
             let fd = try UnixSocket.connect(path: agent.socketPath)
             defer { close(fd) }
-            UnixSocket.setTimeouts(fd, send: 2, receive: 2)
+            UnixSocket.setTimeouts(fd, send: 60, receive: 60) // failure bounds: a refused HELLO is answered by a close
             _ = bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) }
             var out: [AgentResponse] = []
             while out.count < wanted {
@@ -296,19 +296,28 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
 
     @Test func idleLockAfterConfiguredTime() throws {
         let agent = try AgentProcess(extraArguments: ["--idle-lock", "1", "--lock-grace", "0"])
+        // Subscribed before the passcode is set (no lock can start before it), so no event is missed on a
+        // slow machine. The last activity is the passcode set, which ends after `idleFrom`.
+        let watcher = try AgentConnection(path: agent.socketPath)
+        try watcher.subscribe()
+        let idleFrom = Date()
         agent.setPasscode()
+        #expect(try watcher.nextEvent() == .unlocked)
         let c = try AgentConnection(path: agent.socketPath)
         #expect(try c.status().idleLockSeconds == 1)
-        Thread.sleep(forTimeInterval: 2.0)
+        // The lock is an event, not a duration: wait for it (a busy machine may fire the timer late), and
+        // check it did not come before the idle time.
+        #expect(try watcher.nextEvent() == .willLock(graceMillis: 0))
+        #expect(try watcher.nextEvent() == .locked)
+        #expect(Date().timeIntervalSince(idleFrom) >= 1)
         #expect(try c.status().lockState == .locked)
     }
 
     @Test(.enabled(if: getuid() == 0, "needs root to create a throwaway user"))
     func peerOfAnotherUserIsRefused() throws {
         let agent = try AgentProcess()
-        let user = "coffer-t\(getpid() % 100000)"
-        _ = runShell("useradd --system --no-create-home --shell /usr/sbin/nologin \(user)", socket: "")
-        defer { _ = runShell("userdel \(user)", socket: "") }
+        let other = try ThrowawayUser("t")
+        let user = other.name
         // The other user cannot even traverse the 0700 directory; allow it so the uid check itself is tested.
         chmod(agent.dir.path, 0o755)
         chmod(agent.dir.file("run"), 0o755)
@@ -319,11 +328,11 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         let shared = try SharedDirectory("coffer-peer")
         let coffer = try shared.copyExecutable(Binaries.coffer)
         _ = try shared.copyExecutable(Binaries.directory + "/coffer-cli")
-        let r = runShell("setpriv --reuid=\(user) --regid=nogroup --clear-groups '\(coffer)' status", socket: agent.socketPath)
+        let r = runShell("setpriv --reuid=\(user) --regid=\(other.gid) --clear-groups '\(coffer)' status", socket: agent.socketPath)
         #expect(r.status == 9, "another uid was served: \(r)")
         // The client gives up on its own check of the agent's uid, possibly before the agent's accept
         // loop got to the connection: wait for the agent's line.
-        let deadline = Date().addingTimeInterval(5)
+        let deadline = Date().addingTimeInterval(60)
         while !agent.log.contains("refused a connection from another user") && Date() < deadline { usleep(10_000) }
         #expect(agent.log.contains("refused a connection from another user"), "\(agent.log)")
         #expect(runCLI(["status"], environment: ["COFFER_SOCKET": agent.socketPath]).status == 0)
@@ -383,7 +392,7 @@ final class Locked<T>: @unchecked Sendable {
         let last = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse")
         #expect(last.status == 5 && last.stderr.contains("erased"), "\(last)")
         // The agent stops; started again it has a fresh keybag: no passcode, no items.
-        let deadline = Date().addingTimeInterval(5)
+        let deadline = Date().addingTimeInterval(60)
         while agent.process?.isRunning == true && Date() < deadline { usleep(20_000) }
         #expect(agent.process?.isRunning == false && agent.process?.terminationStatus == 75)
         #expect(!Files.exists(agent.stateDir + "/keybag"))

@@ -112,7 +112,7 @@ import Testing
             close(fd)
         }
         let c = try AgentConnection(path: path)
-        let deadline = Date().addingTimeInterval(5)
+        let deadline = Date().addingTimeInterval(60)
         var found = 0
         repeat {
             found = (try? c.copyMatching(ItemQuery(attributes: ["svce": .string("closed")], limit: .all, returnAttributes: true)))?.count ?? 0

@@ -175,10 +175,11 @@ struct SSHOpenSSHTests {
     /// Runs one of OpenSSH's agent scripts (from the installed OpenSSH's source, fetched by
     /// contrib/ssh-regress.sh) with cofferd as its ssh-agent and holds its outcome to
     /// ``regressOutcomes``. Not under a sanitizer: the scripts take a minute and test the protocol,
-    /// which the plain run covers; CI runs them once.
+    /// which the plain run covers; CI runs them once. The cases run at once: each script runs in a
+    /// directory of its own, and contrib/debian-source.sh prepares the shared source tree atomically.
     @Test(.enabled(if: SSHDaemon.available, "needs /usr/sbin/sshd (apt: openssh-server)"),
           .enabled(if: !SSHOpenSSHTests.sanitized, "OpenSSH's regression scripts run in the plain (unsanitized) test run only"),
-          .serialized, .timeLimit(.minutes(15)), arguments: ["agent", "agent-timeout", "agent-restrict"])
+          .timeLimit(.minutes(15)), arguments: ["agent", "agent-timeout", "agent-restrict"])
     func openSSHRegressScript(_ script: String) throws {
         try Self.checkRegress(script)
     }

@@ -48,7 +48,9 @@ public enum PAMWrapper {
     public static func serialized<T>(_ body: () throws -> T) rethrows -> T {
         startLock.lock()
         defer { startLock.unlock() }
-        let fd = open(NSTemporaryDirectory() + "/coffer-pam-wrapper.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        // A fixed path, not NSTemporaryDirectory(): contrib/test.sh gives each test process its own TMPDIR,
+        // and pam_wrapper's /tmp/pam.X directories are shared by all of them.
+        let fd = open("/tmp/coffer-pam-wrapper.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if fd >= 0 { _ = flock(fd, LOCK_EX) }
         defer { if fd >= 0 { close(fd) } }
         return try body()

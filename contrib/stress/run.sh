@@ -6,20 +6,34 @@
 #            is printed
 #   crash    100 trials of kill -9 during a mixed add/update/delete load: every item exactly as its last
 #            acknowledged write left it (the one write in flight may or may not have landed), integrity_check ok
-# Usage: contrib/stress/run.sh [--short]   (--short: 64 x 300, 2,000 frames, 10 trials, debug build; what CI runs)
+# Usage: contrib/stress/run.sh [--short] [--bin DIR]   (--short: 64 x 300, 2,000 frames, 10 trials, debug build;
+#   what CI runs. --bin DIR: the binaries of a build already made, e.g. contrib/test.sh's; nothing is built)
 set -eu
 cd "$(dirname "$0")/../.."
-bash contrib/deps.sh
-# The full runs use release builds (the figures in the README). --short uses the debug build the
-# test pass already made (CI then compiles nothing more for it; the checks are the same).
-config=release
-if [ "${1:-}" = "--short" ]; then config=debug; fi
-swift build -c "$config" --product cofferd >/dev/null
-swift build -c "$config" --product coffer-bench >/dev/null
-swift build -c "$config" --product coffer >/dev/null # signs the well-behaved client of the hostile run
-swift build -c "$config" --product coffer-cli >/dev/null # coffer hands manifest commands to it
-bin="$(swift build -c "$config" --show-bin-path)"
-if [ "${1:-}" = "--short" ]; then
+short=false bin=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --short) short=true ;;
+        --bin) bin="$2"; shift ;;
+        *) echo "usage: contrib/stress/run.sh [--short] [--bin DIR]" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ -z "$bin" ]; then
+    bash contrib/deps.sh
+    # The full runs use release builds (the figures in the README). --short uses the debug build the
+    # test pass already made (compiling nothing more for it; the checks are the same).
+    config=release
+    if $short; then config=debug; fi
+    # cofferd and coffer-bench; coffer signs the well-behaved client of the hostile run and hands manifest
+    # commands to coffer-cli.
+    for product in cofferd coffer-bench coffer coffer-cli; do swift build -c "$config" --product "$product" >/dev/null; done
+    bin="$(swift build -c "$config" --show-bin-path)"
+fi
+for program in cofferd coffer-bench coffer coffer-cli; do
+    [ -x "$bin/$program" ] || { echo "stress: $bin/$program is not built" >&2; exit 1; }
+done
+if $short; then
     "$bin/coffer-bench" stress "$bin" load 64 300
     "$bin/coffer-bench" stress "$bin" hostile 2000
     "$bin/coffer-bench" stress "$bin" crash 10
