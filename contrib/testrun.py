@@ -32,7 +32,7 @@ SUITE_TIMEOUT = 1200
 # Swift Testing's console lines (with or without colour): a test's end, a skip, a known issue, a run's end.
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TEST_END = re.compile(r"^. Test (?!case |run with )(.+?) (passed|failed) after ([0-9.]+) seconds")
-TEST_SKIP = re.compile(r"^. Test (?!case )(.+?) skipped")
+TEST_SKIP = re.compile(r"^. Test (?!case )(.+?) (?:skipped|was cancelled)")
 KNOWN = re.compile(r"^. Test .* recorded a known issue")
 RUN_END = re.compile(r"^. Test run with (\d+) tests? (?:in \d+ suites? )?(passed|failed)")
 
@@ -75,6 +75,7 @@ class Result:
         self.log = ""
         self.tmp = ""
         self.timed_out = False
+        self.leftovers = []      # processes still running after the suite ended, killed then
 
     @property
     def ok(self):
@@ -116,7 +117,8 @@ def run_suite(bundle, suite, root, index):
     t0 = time.monotonic()
     with open(r.log, "wb") as log:
         p = subprocess.Popen([bundle, "--testing-library", "swift-testing", "--filter", pattern], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                             preexec_fn=default_signals)
 
     def stop():
         r.timed_out = True
@@ -127,12 +129,21 @@ def run_suite(bundle, suite, root, index):
     _, status, usage = os.wait4(p.pid, 0)
     timer.cancel()
     p.returncode = r.status = os.waitstatus_to_exitcode(status)
-    # Whatever the suite left behind in its process group (an agent a killed test did not stop) goes too.
+    # Whatever the suite left behind goes too: its process group, and every process whose command line names the
+    # suite's temporary root (agents and front ends, which Foundation's Process starts in sessions of their own).
     kill_group(p.pid)
+    r.leftovers = kill_naming(r.tmp + "/")
     r.seconds = time.monotonic() - t0
     r.cpu = usage.ru_utime + usage.ru_stime
     parse(r, open(r.log, encoding="utf-8", errors="replace").read())
     return r
+
+
+def default_signals():
+    """SIGINT and SIGQUIT at their defaults in a test process: a runner started in the background by a shell has them
+    ignored, and its children would inherit that (a terminal test's Ctrl-C would then interrupt nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def kill_group(pgid):
@@ -140,6 +151,26 @@ def kill_group(pgid):
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_naming(text):
+    """SIGKILLs every process whose command line contains `text`; returns their command lines."""
+    killed = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(cmdline.strip())
+            except OSError:
+                pass
+    return killed
 
 
 def failure_lines(result, limit=60):
@@ -270,6 +301,9 @@ def main():
         except OSError:
             pass
 
+    for r in results:
+        for cmdline in r.leftovers:
+            print(f"testrun: {r.suite} left a process running (killed): {cmdline[:200]}")
     for r in results:
         unit_tests = [t for t in tests if t == r.suite or t.startswith(r.suite.rstrip("/") + "/")]
         missing = [t for t in unit_tests if t.rsplit("/", 1)[1] not in r.reported]

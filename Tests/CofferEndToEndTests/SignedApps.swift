@@ -222,7 +222,9 @@ struct TerminalRun {
     static func run(_ command: [String], steps: [(prompt: String, answer: String)], timeout: Double = 120) -> TerminalRun {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-        p.arguments = ["-qec", shellCommand(command), "/dev/null"]
+        // SIGINT and SIGQUIT at their defaults, as on a person's terminal: a test runner started in the background
+        // by a shell ignores them, every child inherits that, and a shell cannot trap a signal ignored on entry.
+        p.arguments = ["-qec", shellCommand(["/usr/bin/env", "--default-signal=INT,QUIT"] + command), "/dev/null"]
         let out = Pipe(), inp = Pipe()
         p.standardOutput = out
         p.standardError = out
