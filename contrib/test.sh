@@ -77,11 +77,13 @@ bin="$(swift build --show-bin-path)"
 if [ -x contrib/pam_coffer/build.sh ]; then phase pam bash contrib/pam_coffer/build.sh; fi
 
 # The fuzz harnesses build beside the test pass, niced: the tests wait more than they compute.
+# In a session of its own (setsid), so that a run that stops early ends the whole build with it.
 fuzzlog="$(mktemp /tmp/coffer-fuzz-build-XXXXXX)"
-trap 'rm -f "$fuzzlog"' EXIT
+fuzz_pid=""
+trap 'rm -f "$fuzzlog"; if [ -n "$fuzz_pid" ]; then kill -- -"$fuzz_pid" 2>/dev/null || true; fi' EXIT
 if $reliability; then
     fuzz_t0=$(now_ms)
-    nice -n 15 bash contrib/fuzz/run --build-only > "$fuzzlog" 2>&1 &
+    setsid nice -n 15 bash contrib/fuzz/run --build-only > "$fuzzlog" 2>&1 &
     fuzz_pid=$!
 fi
 
@@ -92,6 +94,7 @@ if $reliability; then
     phase stress bash contrib/stress/run.sh --short --bin "$bin"
     echo; echo "== fuzz-build (started beside the tests, niced; waiting for it at $(date +%T))"
     set +e; wait "$fuzz_pid"; rc=$?; set -e
+    fuzz_pid=""
     cat "$fuzzlog"
     record fuzz-build $(( $(now_ms) - fuzz_t0 )) "$rc"
     if [ "$rc" -ne 0 ]; then summary; echo "== fuzz-build FAILED (exit $rc)"; exit "$rc"; fi

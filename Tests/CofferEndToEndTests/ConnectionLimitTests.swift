@@ -106,7 +106,8 @@ import Testing
         let t0 = Self.now()
         #expect(Self.closedByAgent(fd, within: 5), "a connection without HELLO was kept open")
         let took = Self.now() - t0
-        #expect(took > 0.3 && took < 2, "closed after \(took) s (timeout 0.5 s)")
+        // The upper bound leaves a loaded machine room: the defect this catches keeps the connection (the 5 s above).
+        #expect(took > 0.3 && took < 4, "closed after \(took) s (timeout 0.5 s)")
         #expect(agent.log.contains("sent no HELLO within 0.5 s"), "\(agent.log)")
         // A greeted client may stay idle.
         let c = try AgentConnection(path: agent.socketPath)
@@ -182,10 +183,11 @@ import Testing
         let t0 = Self.now()
         try c.lock()
         let lockTook = Self.now() - t0
-        #expect(lockTook < 1, "coffer lock took \(lockTook) s behind a subscriber that stopped reading")
+        // Bounds with room for a loaded machine, well under the 10 s send timeout the old code waited out.
+        #expect(lockTook < 5, "coffer lock took \(lockTook) s behind a subscriber that stopped reading")
         let t1 = Self.now()
         #expect(try AgentConnection(path: path).status().lockState == .locked)
-        #expect(Self.now() - t1 < 1)
+        #expect(Self.now() - t1 < 5)
     }
 
     @Test func statusPollingDoesNotKeepTheKeysUnlocked() throws {

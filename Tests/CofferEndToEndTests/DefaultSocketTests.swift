@@ -49,6 +49,11 @@ import Testing
 
     @Test(.enabled(if: usable, "\(socket) exists (a real agent may be serving it) or \(runtimeDirectory) cannot be created"))
     func clientAndAgentMeetAtRunUserWithoutXDGRuntimeDir() throws {
+        // /run/user/UID is the machine's: WithoutSystemdTests checks that nothing makes it.
+        try MachineWideLock.with("run-user") { try meetAtRunUser() }
+    }
+
+    func meetAtRunUser() throws {
         let fm = FileManager.default
         let createdRuntime = !fm.fileExists(atPath: Self.runtimeDirectory)
         if createdRuntime { try Files.makePrivateDirectory(Self.runtimeDirectory) }

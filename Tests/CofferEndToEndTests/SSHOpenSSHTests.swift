@@ -266,8 +266,9 @@ final class SSHDaemon: @unchecked Sendable {
     init(authorizedKeys: [String], hostKey: String? = nil, hostCertificate: String? = nil) throws {
         // sshd started by root needs its privilege separation directory (made at boot by
         // systemd-tmpfiles, which a container may never run).
-        if getuid() == 0 && !FileManager.default.fileExists(atPath: "/run/sshd") {
-            try FileManager.default.createDirectory(atPath: "/run/sshd", withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
+        // Another test process may make it at the same moment: mkdir's EEXIST is success.
+        if getuid() == 0 && mkdir("/run/sshd", 0o755) != 0 && errno != EEXIST {
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
         }
         self.hostCertificate = hostCertificate
         let hostKey = hostKey ?? dir.file("host_ed25519")

@@ -89,6 +89,8 @@ struct SocketActivationTests {
         var nativeSocket: String { agent.socketPath }
         var sshSocket: String { Files.directoryName(agent.socketPath) + "/ssh-agent.sock" }
         var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        /// Every socket systemd-socket-activate was told to make.
+        private(set) var socketPaths: [String] = []
 
         init(names: [String], extraArguments: [String] = []) throws {
             agent = try AgentProcess(extraArguments: extraArguments, start: false)
@@ -96,6 +98,7 @@ struct SocketActivationTests {
             try FileManager.default.createDirectory(atPath: Files.directoryName(agent.socketPath), withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
             let paths = names.map { $0 == "ssh-agent" ? sshSocket : nativeSocket }
+            socketPaths = paths
             _ = FileManager.default.createFile(atPath: logPath, contents: nil)
             // Through a launcher that stays its parent: systemd-socket-activate closes every descriptor
             // but the sockets before it execs, and Foundation's Process takes the closing of the one it
@@ -137,12 +140,13 @@ struct SocketActivationTests {
             if process.isRunning { process.terminate(); process.waitUntilExit() }
         }
 
-        /// Connects to `path` as soon as systemd-socket-activate listens there: the first connection
-        /// starts the agent, which must then answer it.
+        /// Connects to `path` once systemd-socket-activate listens on every socket it was given (it binds
+        /// them one after the other, and a connection to the first may come before the second exists, as a
+        /// CI run showed): the first connection starts the agent, which must then answer it.
         func firstConnection(_ path: String) throws -> Int32 {
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline && process.isRunning {
-                if let fd = try? UnixSocket.connect(path: path) {
+                if socketPaths.allSatisfy({ inode($0) != nil }), let fd = try? UnixSocket.connect(path: path) {
                     UnixSocket.setTimeouts(fd, send: 120, receive: 120)
                     return fd
                 }

@@ -180,6 +180,11 @@ import Testing
     /// pam_systemd or with pam_coffer before it. Nothing is made and XDG_RUNTIME_DIR stays unset; the
     /// agent is looked for where logind puts it. With `runtime_root=` given, the directory is made anyway.
     @Test func underSystemdTheRuntimeDirectoryIsMadeOnlyWhenRuntimeRootIsGiven() throws {
+        // While no other test (DefaultSocketTests) makes or removes /run/user/UID.
+        try MachineWideLock.with("run-user") { try runtimeDirectoryUnderSystemd() }
+    }
+
+    func runtimeDirectoryUnderSystemd() throws {
         let rig = try StandInRig()
         let systemd = rig.tmp.path + "/systemd-system"
         try FileManager.default.createDirectory(atPath: systemd, withIntermediateDirectories: false)

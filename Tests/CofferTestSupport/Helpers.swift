@@ -30,6 +30,18 @@ public let currentUser: String = String(cString: getpwuid(getuid())!.pointee.pw_
 /// True when the tests run as root (for `@Test(.enabled(if: isRoot, "needs root …"))`).
 public let isRoot = getuid() == 0
 
+/// A lock held across every test process of this machine (contrib/test.sh runs several at once): for the few
+/// tests that use a place all processes share, such as `/run/user/UID`. `flock` on a file under /tmp (a fixed
+/// path, not TMPDIR, which is each process's own); two holders in one process exclude each other too.
+public enum MachineWideLock {
+    public static func with<T>(_ name: String, _ body: () throws -> T) rethrows -> T {
+        let fd = open("/tmp/coffer-\(name).lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { _ = flock(fd, LOCK_EX) }
+        defer { if fd >= 0 { close(fd) } }
+        return try body()
+    }
+}
+
 /// Where libpam-wrapper installs its modules, and its `pam_matrix.so` (a PAM module that checks
 /// `user:password:service` lines of a file: real libpam, nothing under /etc).
 public enum PAMWrapper {
@@ -46,17 +58,8 @@ public enum PAMWrapper {
     /// ("illegal module type"), as a CI run showed. Once set up, a process keeps its own directory,
     /// so a body may leave a process running after it returns (a held session), not one still starting.
     public static func serialized<T>(_ body: () throws -> T) rethrows -> T {
-        startLock.lock()
-        defer { startLock.unlock() }
-        // A fixed path, not NSTemporaryDirectory(): contrib/test.sh gives each test process its own TMPDIR,
-        // and pam_wrapper's /tmp/pam.X directories are shared by all of them.
-        let fd = open("/tmp/coffer-pam-wrapper.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { _ = flock(fd, LOCK_EX) }
-        defer { if fd >= 0 { close(fd) } }
-        return try body()
+        try MachineWideLock.with("pam-wrapper", body)
     }
-
-    private static let startLock = NSLock()
 }
 
 /// A private PAM configuration directory for `pam_start_confdir`: real libpam, real modules,
