@@ -292,10 +292,16 @@ def main():
             print("  (last lines of the log)")
             for line in open(r.log, encoding="utf-8", errors="replace").read().splitlines()[-15:]:
                 print("  | " + ANSI.sub("", line))
+    incomplete = False
     for r in results:
-        if r.ok and not args.keep:
+        unit_tests = [t for t in tests if t == r.suite or t.startswith(r.suite.rstrip("/") + "/")]
+        missing = [t for t in unit_tests if t.rsplit("/", 1)[1] not in r.reported]
+        for t in missing:
+            incomplete = True
+            print(f"testrun: {t} never reported an end; its log: {r.log}")
+        if r.ok and not missing and not args.keep:
             subprocess.run(["rm", "-rf", r.tmp])
-    if not failed and not args.keep:
+    if not failed and not incomplete and not args.keep:
         try:
             os.rmdir(root)
         except OSError:
@@ -304,11 +310,6 @@ def main():
     for r in results:
         for cmdline in r.leftovers:
             print(f"testrun: {r.suite} left a process running (killed): {cmdline[:200]}")
-    for r in results:
-        unit_tests = [t for t in tests if t == r.suite or t.startswith(r.suite.rstrip("/") + "/")]
-        missing = [t for t in unit_tests if t.rsplit("/", 1)[1] not in r.reported]
-        for t in missing:
-            print(f"testrun: {t} never reported an end")
     print(f"\n{ran} of {expected} tests ran in {wall:.1f} s ({len(results)} units, {args.jobs} processes at once)"
           + (f", {known} known issues" if known else ""))
     if ran < expected:

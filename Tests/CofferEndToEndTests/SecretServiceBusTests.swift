@@ -39,9 +39,18 @@ final class PrivateSessionBus: @unchecked Sendable {
 
             """.write(toFile: config, atomically: true, encoding: .utf8)
         _ = try spawn("/usr/bin/dbus-daemon", ["--config-file=" + config, "--nofork", "--nopidfile"], log: "dbus-daemon.log")
-        guard Self.wait(until: { FileManager.default.fileExists(atPath: self.dir.file("bus")) }) else {
+        // Until the socket accepts, not until its file exists: dbus-daemon binds before it listens, and a client
+        // in between is refused ("Connection refused", seen under load).
+        guard Self.wait(until: { self.accepts() }) else {
             throw SignedApps.Failure("dbus-daemon did not start:\n" + read("dbus-daemon.log"))
         }
+    }
+
+    /// True if the bus's socket takes a connection now.
+    func accepts() -> Bool {
+        guard let fd = try? UnixSocket.connect(path: dir.file("bus")) else { return false }
+        close(fd)
+        return true
     }
 
     /// Starts `coffer-secret-service` (the signed path `executable`) for `agent`; with `waitForName`,
