@@ -29,12 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # suite's normal time (the slowest takes about a minute alone), so only a hang reaches it.
 SUITE_TIMEOUT = 1200
 
-# Swift Testing's console lines (with or without colour): a test's end, a skip, a known issue, a run's end.
+# Swift Testing's console lines (with or without colour): a test's end, a skip, a known issue, a run's end. Searched
+# anywhere in a line, not only at its start: its lines are not written whole, and one was seen inside another
+# ('◇ Test case passing 1 argument name → "plain✔ Test plainCarriesTheSecretAsItIs() passed after 0.036 seconds.').
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-TEST_END = re.compile(r"^. Test (?!case |run with )(.+?) (passed|failed) after ([0-9.]+) seconds")
-TEST_SKIP = re.compile(r"^. Test (?!case )(.+?) (?:skipped|was cancelled)")
-KNOWN = re.compile(r"^. Test .* recorded a known issue")
-RUN_END = re.compile(r"^. Test run with (\d+) tests? (?:in \d+ suites? )?(passed|failed)")
+TEST_END = re.compile(r"[✔✘━] Test (?!case |run with )(.+?) (passed|failed) after ([0-9.]+) seconds")
+TEST_SKIP = re.compile(r"➜ Test (?!case )(.+?) (?:skipped|was cancelled)")
+KNOWN = re.compile(r"━ Test .* recorded a known issue")
+RUN_END = re.compile(r"[✔✘━] Test run with (\d+) tests? (?:in \d+ suites? )?(passed|failed)")
 
 
 def list_tests(bundle):
@@ -85,7 +87,7 @@ class Result:
 def parse(result, text):
     for raw in text.splitlines():
         line = ANSI.sub("", raw)
-        m = TEST_END.match(line)
+        m = TEST_END.search(line)
         if m:
             name = m.group(1).split(" with ", 1)[0]
             result.reported.add(name)
@@ -95,14 +97,14 @@ def parse(result, text):
                 result.failed += 1
             result.tests.append((float(m.group(3)), f"{result.suite.split('/', 1)[0]}/{name}"))
             continue
-        m = TEST_SKIP.match(line)
+        m = TEST_SKIP.search(line)
         if m:
             result.skipped += 1
             result.reported.add(m.group(1))
-        elif KNOWN.match(line):
+        elif KNOWN.search(line):
             result.known += 1
         else:
-            m = RUN_END.match(line)
+            m = RUN_END.search(line)
             if m:
                 result.run_count = int(m.group(1))
 
