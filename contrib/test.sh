@@ -43,7 +43,7 @@ if { [ "${CI:-}" = true ] || $full; } && ! $selected; then reliability=true; fi
 phases=()
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 started=$(now_ms)
-# phase NAME COMMAND...: runs COMMAND, prints and records its duration; a failure ends the run with its status.
+# phase NAME COMMAND...: runs COMMAND as a timed phase (record).
 phase() {
     local name="$1" t0 t1 rc
     shift
@@ -54,12 +54,12 @@ phase() {
     rc=$?
     set -e
     record "$name" $(( $(now_ms) - t0 )) "$rc"
-    if [ "$rc" -ne 0 ]; then summary; echo "== $name FAILED (exit $rc)"; exit "$rc"; fi
 }
-# record NAME MILLISECONDS STATUS
+# record NAME MILLISECONDS STATUS: prints and records a phase's duration; a failed phase ends the run with its status.
 record() {
     phases+=("$1 $(( ($2 + 500) / 1000 )) s$([ "$3" -eq 0 ] || echo " (exit $3)")")
     echo "== $1: $(( $2 / 1000 )).$(( $2 % 1000 / 100 )) s"
+    if [ "$3" -ne 0 ]; then summary; echo "== $1 FAILED (exit $3)"; exit "$3"; fi
 }
 summary() {
     local all="" p
@@ -97,7 +97,6 @@ if $reliability; then
     fuzz_pid=""
     cat "$fuzzlog"
     record fuzz-build $(( $(now_ms) - fuzz_t0 )) "$rc"
-    if [ "$rc" -ne 0 ]; then summary; echo "== fuzz-build FAILED (exit $rc)"; exit "$rc"; fi
     if $full; then
         phase fuzz-long bash contrib/fuzz/run 300
         phase stress-full bash contrib/stress/run.sh

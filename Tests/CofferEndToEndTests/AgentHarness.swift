@@ -201,7 +201,7 @@ final class ThrowawayUser: @unchecked Sendable {
         var last = ""
         for _ in 0..<5 {
             let candidate = "\(prefix)\(UInt32.random(in: 10_000...99_999_999))"
-            let r = runShell(Self.locked("useradd --system --no-create-home --user-group --shell /usr/sbin/nologin '\(candidate)'"), socket: "")
+            let r = Self.locked { runShell("useradd --system --no-create-home --user-group --shell /usr/sbin/nologin '\(candidate)'", socket: "") }
             if r.status == 0, let pw = getpwnam(candidate) {
                 name = candidate
                 uid = pw.pointee.pw_uid
@@ -218,10 +218,10 @@ final class ThrowawayUser: @unchecked Sendable {
 
     struct UserError: Error { let output: String }
 
-    /// `command` run while no other test process of this machine adds or removes a user: contrib/test.sh runs
+    /// `body` run while no other test process of this machine adds or removes a user: contrib/test.sh runs
     /// several test processes at once, and useradd and userdel of two of them would contend for the lock
     /// of /etc/passwd (shadow's tools give up after a while on a loaded machine).
-    static func locked(_ command: String) -> String { "flock /tmp/coffer-useradd.lock \(command)" }
+    static func locked<T>(_ body: () -> T) -> T { MachineWideLock.with("useradd", body) }
 
-    deinit { _ = runShell(Self.locked("userdel '\(name)'"), socket: "") }
+    deinit { _ = Self.locked { runShell("userdel '\(name)'", socket: "") } }
 }

@@ -212,8 +212,7 @@ struct PinentryGnuPGTests {
         #expect(r.status != 0 && r.stderr.contains("Bad passphrase"), "\(r)")
         #expect(g.fake.takeQuestions().isEmpty)
         // gpg-agent writes its log on its own time: the line may come after gpg returned (an empty log was seen).
-        let deadline = Date().addingTimeInterval(30)
-        while !g.agentLog.contains("CLEARPASSPHRASE \(g.cacheID)") && Date() < deadline { usleep(20_000) }
+        _ = FprintdBus.wait(30) { g.agentLog.contains("CLEARPASSPHRASE \(g.cacheID)") }
         #expect(g.agentLog.contains("CLEARPASSPHRASE \(g.cacheID)"), "\(g.agentLog.suffix(3000))")
         #expect(g.stored() == nil, "the wrong passphrase is still stored")
         r = g.sign()

@@ -11,6 +11,9 @@
 set -eu
 cd "$(dirname "$0")/../.."
 short=false bin=""
+# cofferd and coffer-bench; coffer signs the well-behaved client of the hostile run and hands manifest commands
+# to coffer-cli.
+programs="cofferd coffer-bench coffer coffer-cli"
 while [ $# -gt 0 ]; do
     case "$1" in
         --short) short=true ;;
@@ -25,12 +28,10 @@ if [ -z "$bin" ]; then
     # test pass already made (compiling nothing more for it; the checks are the same).
     config=release
     if $short; then config=debug; fi
-    # cofferd and coffer-bench; coffer signs the well-behaved client of the hostile run and hands manifest
-    # commands to coffer-cli.
-    for product in cofferd coffer-bench coffer coffer-cli; do swift build -c "$config" --product "$product" >/dev/null; done
+    for product in $programs; do swift build -c "$config" --product "$product" >/dev/null; done
     bin="$(swift build -c "$config" --show-bin-path)"
 fi
-for program in cofferd coffer-bench coffer coffer-cli; do
+for program in $programs; do
     [ -x "$bin/$program" ] || { echo "stress: $bin/$program is not built" >&2; exit 1; }
 done
 if $short; then
