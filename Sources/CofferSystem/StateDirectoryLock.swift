@@ -78,7 +78,15 @@ package final class StateDirectoryLock: Sendable {
         } catch {
             throw .system(error)
         }
-        let (rc, e) = Syscall.result { flock(fd, LOCK_EX | LOCK_NB) }
+        var (rc, e) = Syscall.result { flock(fd, LOCK_EX | LOCK_NB) }
+        // A holder that is exiting (killed, crashed) has lost its memory but not yet its files: the
+        // kernel drops the lock a moment later. A start right after (pam_coffer's, after a crash) waits
+        // for that moment, at most 5 s, rather than refusing.
+        let patience = Threads.monotonicSeconds() + 5
+        while rc != 0 && e == EWOULDBLOCK && holder(fd, path).pid.map(isExiting) == true && Threads.monotonicSeconds() < patience {
+            Threads.sleep(seconds: 0.02)
+            (rc, e) = Syscall.result { flock(fd, LOCK_EX | LOCK_NB) }
+        }
         if rc != 0 {
             let holder = holder(fd, path)
             _ = Glibc.close(fd)
@@ -140,6 +148,25 @@ package final class StateDirectoryLock: Sendable {
         let bytes = Array(text.utf8)
         _ = ftruncate(fd, 0)
         _ = unsafe bytes.withUnsafeBytes { b in unsafe pwrite(fd, b.baseAddress, b.count, 0) }
+    }
+
+    /// True if process `pid` is gone or on its way out: a zombie, or a process whose memory is already
+    /// released (an empty command line), which the kernel does before it closes the files.
+    private static func isExiting(_ pid: Int32) -> Bool {
+        guard pid > 0, let stat = readSmall("/proc/\(pid)/stat") else { return true }
+        // "PID (comm) S ...": the state follows the last ')'.
+        if let close = stat.lastIndex(of: UInt8(ascii: ")")), close + 2 < stat.count, [UInt8(ascii: "Z"), UInt8(ascii: "X")].contains(stat[close + 2]) {
+            return true
+        }
+        return readSmall("/proc/\(pid)/cmdline")?.isEmpty ?? true
+    }
+
+    /// Up to 4 KiB of a /proc file, nil if it cannot be read.
+    private static func readSmall(_ path: String) -> [UInt8]? {
+        guard let fd = try? FileDescriptor.open(path, O_RDONLY) else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = unsafe buffer.withUnsafeMutableBytes { b in Syscall.result { unsafe read(fd.rawValue, b.baseAddress, b.count) }.value }
+        return n >= 0 ? Array(buffer[..<n]) : nil
     }
 
     /// Parses the record (format 1); unknown or missing lines leave the fields nil.

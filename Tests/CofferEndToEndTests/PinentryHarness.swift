@@ -114,6 +114,18 @@ enum PinentryHarness {
                 .dropLast().map(String.init)
         }
 
+        /// Waits (at most `seconds`) until a question starting with `prefix` has been asked, without
+        /// forgetting any; false if none came.
+        func waitForQuestion(_ prefix: String, within seconds: Double = 60) -> Bool {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+                if text.split(separator: "\n").contains(where: { $0.hasPrefix(prefix) }) { return true }
+                usleep(20_000)
+            }
+            return false
+        }
+
         /// The questions asked so far (one line each), and forgets them.
         func takeQuestions() -> [String] {
             let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""

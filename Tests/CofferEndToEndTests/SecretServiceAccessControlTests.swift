@@ -169,6 +169,8 @@ struct SecretServiceAccessControlTests {
     @Test func aBiometryItemIsReadWhenTheEmulatorMatches() throws {
         let f = try Guarded(rule: "biometry-any")
         let pending = BiometryTests.Background { f.lookup() }
+        // The finger comes once the dialog is up (a match before it would need no dialog at all).
+        #expect(f.fake.waitForQuestion("CONFIRM", within: 90), "no dialog while the sensor ran: \(f.log)")
         #expect(BiometryTests.touch(f.agent, ["alice"], within: 90), "no evaluation waited for a finger: \(f.log)")
         let r = pending.wait()
         #expect(r.status == 0 && r.stdout == "guarded secret", "\(r)\n\(f.log)")

@@ -20,7 +20,10 @@ import Testing
         guard let pid = agentPid(stateDir: stateDir) else { return }
         kill(pid, SIGKILL)
         let deadline = nowMillis() + 30_000
-        while agentPid(stateDir: stateDir) != nil && nowMillis() < deadline { usleep(20_000) }
+        // Gone from pgrep (its memory released) is not yet gone: it holds the state directory's lock
+        // until the kernel has closed its files.
+        while (agentPid(stateDir: stateDir) != nil || StateDirectoryLock.currentHolder(of: stateDir) != nil)
+            && nowMillis() < deadline { usleep(20_000) }
     }
 
     /// A stand-in for cofferd that never listens: each start appends the socket it was given and its

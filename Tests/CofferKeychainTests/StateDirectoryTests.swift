@@ -143,4 +143,39 @@ import Testing
         #expect(probes.withLock { $0 } > 0)
         #expect(StateDirectoryLock.currentHolder(of: dir.path) == nil)
     }
+
+    /// A holder on its way out (here: the record names a process that is gone, the lock held a moment
+    /// longer by flock(1), as a killed agent holds it until the kernel closes its files) makes a start
+    /// wait for the release instead of refusing; a live holder is refused at once.
+    @Test(.enabled(if: access("/usr/bin/flock", X_OK) == 0, "needs util-linux's flock(1)"))
+    func aStartWaitsForAnExitingHolderAndRefusesALiveOne() throws {
+        let dir = TemporaryDirectory("coffer-lockexit")
+        let file = dir.path + "/" + StateDirectoryLock.fileName
+        func hold(recording pid: Int32, for seconds: String) throws -> Process {
+            try "coffer-lock 1\npid \(pid)\n".write(toFile: file, atomically: false, encoding: .utf8)
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+            p.arguments = ["-x", file, "sleep", seconds]
+            try p.run()
+            let deadline = Date().addingTimeInterval(30)
+            while StateDirectoryLock.currentHolder(of: dir.path) == nil && Date() < deadline { usleep(10_000) }
+            return p
+        }
+        // Gone: pid_max is at most 2^22, so this pid never exists.
+        let exiting = try hold(recording: Int32(1 << 23), for: "0.5")
+        let started = Date()
+        do {
+            _ = try StateDirectoryLock.acquire(directory: dir.path, socket: nil)
+        } catch {
+            Issue.record("refused while the holder was exiting: \(error)")
+        }
+        #expect(Date().timeIntervalSince(started) >= 0.2, "taken while flock(1) still held it")
+        exiting.waitUntilExit()
+
+        // Live (this process): refused at once; had it been waited for, the lock would be taken once
+        // flock(1) lets go after 3 s, inside the 5 s of patience, and nothing would be thrown.
+        let live = try hold(recording: getpid(), for: "3")
+        defer { live.waitUntilExit() }
+        #expect(throws: StateDirectoryLock.Failure.self) { _ = try StateDirectoryLock.acquire(directory: dir.path, socket: nil) }
+    }
 }
