@@ -110,7 +110,9 @@ package struct AgentConfiguration: Sendable {
     /// Keychain sync (issue #29): config keys `sync-interval` (seconds between background pulls,
     /// default 300), `sync-push-delay` (seconds a push waits to collect writes, default 2),
     /// `sync-retry` (seconds before trying again after a failure, default 30), `sync-compact-interval`
-    /// (seconds between compactions, default 86400) and `sync-git` (the git program; default `git` in `PATH`).
+    /// (seconds between compactions, default 86400), `sync-pairing-poll` (seconds between pulls while a
+    /// pairing runs, default 2), `sync-pairing-timeout` (seconds an approval waits for the joining
+    /// machine's confirmation, default 120) and `sync-git` (the git program; default `git` in `PATH`).
     package var sync = SyncService.Settings()
 
     /// Where the trust store looks for keys and manifests.
@@ -152,7 +154,8 @@ package struct AgentConfiguration: Sendable {
     /// unsigned callers are denied), shell-app (an app id, or `none`), authorization-reuse
     /// (seconds), user-trusted-keys and standard-trust-dirs (`yes`/`no`), trusted-keys-dir and
     /// manifests-dir (repeatable), audit (`yes`/`no`), audit-max-bytes, device-key (`file` or `tpm`), tpm-tcti;
-    /// sync-interval, sync-push-delay, sync-retry, sync-compact-interval, sync-git (keychain sync).
+    /// sync-interval, sync-push-delay, sync-retry, sync-compact-interval, sync-pairing-poll,
+    /// sync-pairing-timeout, sync-git (keychain sync).
     package mutating func apply(configFile text: String, name: String) throws(AgentError) {
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
@@ -267,6 +270,8 @@ package struct AgentConfiguration: Sendable {
             case "sync-interval": sync.intervalSeconds = try positive()
             case "sync-push-delay": sync.pushDelaySeconds = try positive()
             case "sync-retry": sync.retrySeconds = try positive()
+            case "sync-pairing-poll": sync.pairingPollSeconds = try positive()
+            case "sync-pairing-timeout": sync.pairingTimeoutSeconds = try positive()
             case "sync-compact-interval": sync.compactIntervalSeconds = try positive()
             case "sync-git":
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'sync-git' needs an absolute path") }

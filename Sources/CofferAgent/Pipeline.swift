@@ -328,6 +328,8 @@ extension Pipeline {
             return .ok
         case .syncCircle(.devices, _):
             return .syncDevices(try sync.devices(session.context))
+        case .syncCircle(.circle, _):
+            return .syncCode(try sync.circle(session.context))
         case .syncStatus(let now):
             return .syncStatus(try sync.status(now: now, session.context))
         case .syncConflicts(let id?):

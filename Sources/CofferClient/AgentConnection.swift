@@ -341,11 +341,19 @@ public final class AgentConnection {
         return c
     }
 
-    /// SYNC_CIRCLE approve: admits the device with `code` (the person authenticates); its name and code.
+    /// SYNC_CIRCLE approve: answers the pairing `code` names and admits the device once it confirms
+    /// (the person authenticates); its name and the circle's fingerprint.
     public func syncApprove(code: String) throws(SecError) -> SyncCode {
         let r = try roundTrip(.syncCircle(.approve, argument: code))
         guard case .syncCode(let c) = r else { throw unexpected(r) }
         return c
+    }
+
+    /// SYNC_CIRCLE circle: the circle's fingerprint as the agent knows it (empty before a pairing proved one).
+    public func syncCircleFingerprint() throws(SecError) -> String {
+        let r = try roundTrip(.syncCircle(.circle, argument: ""))
+        guard case .syncCode(let c) = r else { throw unexpected(r) }
+        return c.code
     }
 
     /// SYNC_CIRCLE remove: removes a device (its id or unique name) and rotates the circle key.

@@ -225,6 +225,16 @@ extension Keychain {
         }
     }
 
+    /// Forgets sync on this machine (a setup that failed, or a pairing started again): the state, the
+    /// device keys and the pending changes in one transaction, then the sync clone. Items stay.
+    public func stopSync() throws(SecError) {
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            try writing(store) { () throws(SecError) in try store.clearSync() }
+        }
+        try? Files.removeTree(syncDirectory)
+    }
+
     /// The sync state stored with the last pull or recording (nil: none yet).
     public func syncState() throws(SecError) -> SecureBytes? {
         try guarded.withLock { (s: inout State) throws(SecError) in

@@ -17,6 +17,8 @@ public enum SyncCircleOperation: UInt8, Sendable {
     case remove = 2
     /// List the devices (no argument).
     case devices = 3
+    /// The circle's fingerprint as this machine knows it (no argument; SYNC_CODE, the name empty).
+    case circle = 4
 }
 
 /// SYNC_CODE: a device's name and pairing code (the code empty for `init`).

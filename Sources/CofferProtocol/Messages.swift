@@ -333,8 +333,9 @@ public enum AgentRequest: Sendable {
         case .syncCircle:
             guard let op = SyncCircleOperation(rawValue: try r.u8("operation")) else { throw ProtocolError("unknown SYNC_CIRCLE operation") }
             let argument = try r.sstr("argument")
-            guard op == .devices ? argument.isEmpty : SyncText.isName(argument) else {
-                throw ProtocolError(op == .devices ? "SYNC_CIRCLE devices takes no argument"
+            let bare = op == .devices || op == .circle
+            guard bare ? argument.isEmpty : SyncText.isName(argument) else {
+                throw ProtocolError(bare ? "SYNC_CIRCLE devices and circle take no argument"
                                                    : "SYNC_CIRCLE: the code or device is 1 to 64 bytes without control characters")
             }
             request = .syncCircle(op, argument: argument)

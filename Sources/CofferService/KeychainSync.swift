@@ -1,6 +1,7 @@
 public import CofferKeychain
 public import CofferSync
 import CofferCrypto
+import CofferSystem
 public import CofferModel
 
 /// A keychain's sync (issue #29): this device's keys and state from the keychain, its records in the
@@ -31,6 +32,8 @@ public final class KeychainSync {
         public var conflicts = 0
         /// Records and changes refused, with why (no item contents).
         public var refused: [String] = []
+        /// The pairing's step, while this machine joins.
+        public var pairing: SyncReplica.PairingProgress? = nil
     }
 
     /// This device's sync as the keychain keeps it; nil if sync was never set up here.
@@ -82,14 +85,23 @@ public final class KeychainSync {
             _ = try sync.sync(now: now)
             return sync
         } catch {
+            // A setup that failed leaves nothing behind (no clone, no state): a second attempt starts clean.
+            try? keychain.stopSync()
             throw Self.mapped(error)
         }
     }
 
-    /// `coffer sync join --remote URL`: asks to join the circle on `remote`; returns the pairing code a
-    /// member passes to ``approve(code:now:)``.
+    /// `coffer sync join --remote URL`: asks to join the circle on `remote` (SyncFormat.md, "Pairing");
+    /// returns the pairing code the person types on a member (``approve(code:now:timeout:pollSeconds:)``).
+    /// A machine whose earlier join never made it a member (its pairing failed, or was never
+    /// approved) starts again from nothing.
     public static func join(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil) throws(SecError) -> (sync: KeychainSync, code: String) {
-        guard try keychain.syncState() == nil else { throw .param("sync is already set up on this machine") }
+        if try keychain.syncState() != nil {
+            guard let earlier = try open(keychain: keychain, git: git), earlier.replica.state.joining != nil else {
+                throw .param("sync is already set up on this machine")
+            }
+            try keychain.stopSync()
+        }
         do {
             let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git)
             let head = try transport.pull(lastSeen: "")
@@ -103,6 +115,7 @@ public final class KeychainSync {
             try sync.push()
             return (sync, code)
         } catch {
+            try? keychain.stopSync()
             throw Self.mapped(error)
         }
     }
@@ -119,15 +132,55 @@ public final class KeychainSync {
         try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
     }
 
-    /// `coffer sync approve CODE` (a member): admits the device with that pairing code. Returns its name
-    /// and code, which the person compares with what the new device printed.
-    public func approve(code: String, now: UInt64) throws(SecError) -> (name: String, code: String) {
+    /// `coffer sync approve CODE` (a member; SyncFormat.md, "Pairing"): answers the pairing request
+    /// the code names, then pulls every `pollSeconds` (at most `timeout` seconds) until the joining
+    /// machine's confirmation is there and, if it proves the code, admits the device. Returns its name
+    /// and the circle's fingerprint, which both screens show. The request gets this one answer
+    /// whatever happens: a wrong code, a refusal or a timeout ends it (the joiner starts again).
+    public func approve(code: String, now: UInt64, timeout: Double = 120, pollSeconds: Double = 1) throws(SecError) -> (name: String, fingerprint: String) {
+        let clock = { Threads.monotonicSeconds() }
         _ = try sync(now: now)
-        let device: SyncDevice
-        do throws(SyncError) { device = try replica.approve(code: code) } catch { throw error.secError }
+        let approval: SyncReplica.Approval
+        do throws(SyncError) { approval = try replica.answer(code: code) } catch { throw error.secError }
         try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
         try push()
-        return (device.name, device.pairingCode)
+        let deadline = clock() + timeout
+        while true {
+            Threads.sleep(seconds: pollSeconds)
+            do throws(SyncError) {
+                var s = replica.state
+                s.remoteHead = try git.pull(lastSeen: s.remoteHead)
+                replica.commit(s)
+            } catch {
+                if clock() >= deadline { throw error.secError }
+                continue
+            }
+            let admitted: SyncDevice?
+            do throws(SyncError) {
+                admitted = try replica.admit(approval)
+            } catch {
+                try? push()   // the response goes: the run is over
+                throw error.secError
+            }
+            if let device = admitted {
+                try push()
+                let fingerprint: String
+                do throws(SyncError) { fingerprint = try replica.circle().fingerprint } catch { throw error.secError }
+                return (device.name, fingerprint)
+            }
+            if clock() >= deadline {
+                replica.abandon(approval)
+                try? push()
+                throw SecError(.io, "the joining machine did not confirm within \(Int(timeout)) s (is its agent running and unlocked?); "
+                               + "run coffer sync join again there for a new code")
+            }
+        }
+    }
+
+    /// The circle's fingerprint as this machine knows it (empty before its pairing proved a circle).
+    public func fingerprint() -> String {
+        if let j = replica.state.joining { return j.stage == .confirmed ? j.note : "" }
+        return (try? replica.circle().fingerprint) ?? ""
     }
 
     /// Records the local changes noted since the last sync (at the first sync as a member, every item
@@ -146,6 +199,17 @@ public final class KeychainSync {
             var s = replica.state
             s.remoteHead = head
             replica.commit(s)
+            if replica.state.joining != nil {
+                let before = replica.state.joining
+                report.pairing = try replica.advancePairing()
+                if replica.state.joining != before {
+                    try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
+                    try push()
+                }
+                if case .failed(let why) = report.pairing {
+                    throw SecError(.authFailed, "pairing failed: \(why); run coffer sync join again for a new code")
+                }
+            }
             report.member = try replica.isMember()
             guard report.member else {
                 try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())

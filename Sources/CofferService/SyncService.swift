@@ -24,6 +24,12 @@ package final class SyncService: Sendable {
         package var pushDelaySeconds: Double = 2
         /// After a failed sync, try again this long after (at most the interval).
         package var retrySeconds: Double = 30
+        /// While this machine's pairing runs, pull this often (config key `sync-pairing-poll`); an
+        /// approval pulls this often too while it waits for the joiner's confirmation.
+        package var pairingPollSeconds: Double = 2
+        /// How long an approval waits for the joining machine's confirmation (config key
+        /// `sync-pairing-timeout`, seconds).
+        package var pairingTimeoutSeconds: Double = 120
         /// The git program (config key `sync-git`; nil: `git` in `PATH`).
         package var git: String? = nil
         /// Compact this device's superseded records (SyncFormat.md, "Compaction") after a successful
@@ -161,12 +167,15 @@ package final class SyncService: Sendable {
             case .success(let r)?:
                 w.configured = true
                 w.status.state = r.member ? .member : .waiting
+                // A pairing under way is answered within seconds, not at the next interval.
+                if !r.member { next = min(next ?? settings.pairingPollSeconds, settings.pairingPollSeconds) }
                 w.status.lastSuccessMillis = now
                 w.status.lastAttemptMillis = now
                 w.status.lastError = ""
                 w.status.applied &+= UInt32(clamping: r.applied)
                 w.status.recorded &+= UInt32(clamping: r.recorded)
             case .failure(let error)?:
+                w.configured = true
                 w.status.lastAttemptMillis = now
                 w.status.lastError = "\(error.status.name): \(Self.redacted(error.message))"
                 next = min(settings.intervalSeconds, settings.retrySeconds)
@@ -277,7 +286,15 @@ package final class SyncService: Sendable {
         let now = wallMillis()
         let code = try engine.withLock { (e: inout KeychainSync?) throws(SecError) -> String in
             let stored = try keychain.syncState()
-            guard e == nil && stored == nil else { throw .param("sync is already set up on this machine") }
+            if operation == .join, stored != nil {
+                // A join that never made this machine a member (its pairing failed or was never
+                // approved) starts again; anything else set up stays.
+                if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
+                guard e?.replica.state.joining != nil else { throw .param("sync is already set up on this machine") }
+                e = nil
+            } else {
+                guard e == nil && stored == nil else { throw .param("sync is already set up on this machine") }
+            }
             switch operation {
             case .initialize:
                 e = try KeychainSync.initialize(keychain: keychain, remote: remote, name: name, now: now, git: settings.git)
@@ -307,14 +324,25 @@ package final class SyncService: Sendable {
     }
 
     /// SYNC_CIRCLE approve: the person authenticates (the new device will read every synced item),
-    /// then the device with `code` is admitted; its name and code, to compare with its screen.
+    /// then the pairing request `code` names is answered and, once the joining machine's confirmation
+    /// proves the code, the device is admitted: its name and the circle's fingerprint, which the
+    /// joining machine shows too.
     package func approve(code: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> SyncCode {
         try mayUseSync(context, "approve a device")
         try service.withPasscode(&context, channel, what: "let a new device into your sync circle (it will read every synced item)")
-        let (name, shown) = try withEngine { (s) throws(SecError) in try s.approve(code: code, now: wallMillis()) }
+        let (name, fingerprint) = try withEngine { (s) throws(SecError) in
+            try s.approve(code: code, now: wallMillis(), timeout: settings.pairingTimeoutSeconds, pollSeconds: settings.pairingPollSeconds / 2)
+        }
         service.schedule.announceItemsChanged() // (an approval syncs, and may apply records)
-        logger.notice("sync device approved", metadata: ["device": "\(name)"])
-        return SyncCode(name: name, code: shown)
+        logger.notice("sync device approved", metadata: ["device": "\(name)", "circle": "\(fingerprint)"])
+        return SyncCode(name: name, code: fingerprint)
+    }
+
+    /// SYNC_CIRCLE circle: the circle's fingerprint as this machine knows it (empty while its pairing
+    /// has not proved one), for the person to compare across machines.
+    package func circle(_ context: CallerContext) throws(SecError) -> SyncCode {
+        try mayUseSync(context, "read the sync circle")
+        return try withEngine { (s) throws(SecError) in SyncCode(name: "", code: s.fingerprint()) }
     }
 
     /// SYNC_CIRCLE remove: removes the device (id or unique name) and rotates the circle key.

@@ -547,6 +547,13 @@ package final class ItemStore {
         try s.run()
     }
 
+    /// Forgets sync entirely: the state, the device keys and the pending changes (call inside
+    /// ``transaction(_:)``).
+    package func clearSync() throws(SecError) {
+        try db.statement("DELETE FROM sync_state").run()
+        try db.statement("DELETE FROM sync_pending").run()
+    }
+
     /// Runs SQLite's `PRAGMA integrity_check`; true when it answers "ok".
     package func integrityCheck() throws(SecError) -> Bool {
         let s = try db.statement("PRAGMA integrity_check")

@@ -176,50 +176,74 @@ public struct SyncCircle: Sendable {
 
     public var current: CircleEpoch { epochs[epochs.count - 1] }
 
-    /// Follows the chain through `epochFiles` (path → bytes). `pinned`: the epoch number and hash this
-    /// device already trusts (nil only when it has never seen the circle); a chain that does not
-    /// contain it is a rollback or a fork and is refused. Invalid files are skipped and reported in
-    /// `rejected`.
+    /// Follows the chain through `epochFiles` (path → bytes). `first`: the hash of the first epoch of
+    /// the circle this device belongs to (fixed by the pairing or the founding); `pinned`: the newest
+    /// epoch it accepted, number and hash. With either, the chain is the one that leads to them,
+    /// whatever else the directory holds: a competing first epoch, a fork below the pinned epoch, or a
+    /// rewind is never followed (the files are listed in `rejected`), and a directory without that
+    /// chain is refused naming the circle's fingerprint. Above the pinned epoch, where two members
+    /// wrote the same epoch at once, the valid file whose signer sorts first is the epoch. With
+    /// neither (a directory read before any pairing), the chain is the one sort order gives, and
+    /// nothing may trust it. Invalid files are skipped and reported in `rejected`.
     public static func resolve(epochFiles: [String: [UInt8]], devices: [SyncDeviceID: SyncDevice],
-                               pinned: (epoch: UInt64, hash: [UInt8])?) throws(SyncError) -> (circle: SyncCircle, rejected: [String]) {
+                               pinned: (epoch: UInt64, hash: [UInt8])?, first: [UInt8]? = nil) throws(SyncError) -> (circle: SyncCircle, rejected: [String]) {
+        var byEpoch: [UInt64: [CircleEpoch]] = [:], byHash: [[UInt8]: CircleEpoch] = [:]
         var rejected: [String] = []
-        var byEpoch: [UInt64: [CircleEpoch]] = [:]
         for (path, bytes) in epochFiles.sorted(by: { $0.key < $1.key }) {
             guard let e = try? CircleEpoch.decode(bytes), e.path == path else { rejected.append(path); continue }
             byEpoch[e.epoch, default: []].append(e)
+            byHash[e.hash] = e
         }
-        var chain: [CircleEpoch] = []
-        var n: UInt64 = 1
-        while let candidates = byEpoch[n] {
-            let ok = candidates.filter { e in
-                guard let signer = devices[e.signer], e.isSigned(by: signer) else { return false }
-                guard e.members.allSatisfy({ devices[$0.device] != nil }) else { return false }
-                if let prev = chain.last {
-                    return e.previous == prev.hash && prev.isMember(e.signer)
-                        && prev.removed.allSatisfy { e.removed[$0.key] == $0.value }
-                }
-                return e.previous == [UInt8](repeating: 0, count: 32) && e.isMember(e.signer) && e.removed.isEmpty
-            }.sorted { $0.signer < $1.signer }
-            rejected += candidates.filter { c in !ok.contains { $0.path == c.path } }.map(\.path)
-            if n == 1, let pinned, pinned.epoch >= 1 {
-                // The first epoch is fixed by what this device trusted first, not by sort order.
-                guard let first = ok.first(where: { pinned.epoch > 1 || $0.hash == pinned.hash }) else { break }
-                chain.append(first)
-            } else {
-                guard let first = ok.first else { break }
-                chain.append(first)
+        /// True if `e` may follow `prev` (nil: `e` is a first epoch).
+        func follows(_ e: CircleEpoch, _ prev: CircleEpoch?) -> Bool {
+            guard let signer = devices[e.signer], e.isSigned(by: signer) else { return false }
+            guard e.members.allSatisfy({ devices[$0.device] != nil }) else { return false }
+            if let prev {
+                return e.epoch == prev.epoch + 1 && e.previous == prev.hash && prev.isMember(e.signer)
+                    && prev.removed.allSatisfy { e.removed[$0.key] == $0.value }
             }
-            n += 1
+            return e.epoch == 1 && e.previous == [UInt8](repeating: 0, count: 32) && e.isMember(e.signer) && e.removed.isEmpty
+        }
+        let circleName = first.map { "circle \(fingerprint(firstEpochHash: $0))" } ?? "this device's circle"
+        var chain: [CircleEpoch] = []
+        if pinned != nil || first != nil {
+            // Anchored: back from the pinned epoch (or from the first) by the hashes each epoch names.
+            if let pinned, pinned.epoch >= 1 {
+                guard var e = byHash[pinned.hash], e.epoch == pinned.epoch else {
+                    throw .rolledBack("the remote does not hold epoch \(pinned.epoch) of \(circleName), which this device already saw "
+                                      + "(the remote went back or was rewritten)")
+                }
+                chain = [e]
+                while e.epoch > 1 {
+                    guard let prev = byHash[e.previous], prev.epoch == e.epoch - 1 else {
+                        throw .rolledBack("the remote lacks an epoch of \(circleName) below epoch \(e.epoch) (it was rewritten)")
+                    }
+                    chain.insert(prev, at: 0)
+                    e = prev
+                }
+            } else if let first {
+                guard let e = byHash[first], e.epoch == 1 else {
+                    throw .notAMember("the remote does not hold \(circleName) (its first epoch is missing)")
+                }
+                chain = [e]
+            }
+            if let first, chain[0].hash != first {
+                throw .forged("the remote's circle is not \(circleName): its chain starts at another first epoch (circle \(fingerprint(firstEpochHash: chain[0].hash)))")
+            }
+            for (i, e) in chain.enumerated() where !follows(e, i == 0 ? nil : chain[i - 1]) {
+                throw .forged("epoch \(e.epoch) of \(circleName) does not verify (signature, signer or members)")
+            }
+        } else if let e = (byEpoch[1] ?? []).filter({ follows($0, nil) }).sorted(by: { $0.signer < $1.signer }).first {
+            chain = [e]
         }
         guard !chain.isEmpty else { throw .notAMember("the sync directory holds no valid circle") }
-        if let pinned {
-            guard pinned.epoch <= UInt64(chain.count) else {
-                throw .rolledBack("the circle is at epoch \(chain.count) but this device already saw epoch \(pinned.epoch)")
-            }
-            guard chain[Int(pinned.epoch) - 1].hash == pinned.hash else {
-                throw .rolledBack("circle epoch \(pinned.epoch) is not the one this device saw (the remote was rewritten)")
-            }
+        // Beyond what this device saw: members' changes, the first in signer order where two collide.
+        while let candidates = byEpoch[chain[chain.count - 1].epoch + 1],
+              let next = candidates.filter({ follows($0, chain[chain.count - 1]) }).sorted(by: { $0.signer < $1.signer }).first {
+            chain.append(next)
         }
+        let kept = Set(chain.map(\.path))
+        rejected += byEpoch.values.flatMap { $0 }.map(\.path).filter { !kept.contains($0) }.sorted()
         return (SyncCircle(epochs: chain, devices: devices), rejected)
     }
 

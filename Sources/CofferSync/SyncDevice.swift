@@ -134,26 +134,4 @@ public struct SyncDevice: Sendable, Equatable {
         }
         return device
     }
-
-    /// The code a joining device prints and an approving member types (SyncFormat.md): eight
-    /// characters of RFC 4648 base32 over a hash of the device's public keys, as `ABCD-EFGH`. Both
-    /// sides show it, so a person compares what the two screens say.
-    public var pairingCode: String {
-        let h = SHA256.hash(Array("coffer-sync pairing".utf8) + signingPublicKey + boxPublicKey)
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567".utf8)
-        // 40 bits = 8 base32 characters.
-        var bits: UInt64 = 0
-        for b in h.prefix(5) { bits = bits << 8 | UInt64(b) }
-        var chars: [UInt8] = []
-        for i in (0..<8).reversed() { chars.append(alphabet[Int((bits >> UInt64(i * 5)) & 31)]) }
-        return String(decoding: chars[0..<4], as: UTF8.self) + "-" + String(decoding: chars[4..<8], as: UTF8.self)
-    }
-
-    /// `code` in the canonical `ABCD-EFGH` form, accepting lower case and a missing or misplaced dash; nil if it cannot be one.
-    public static func normalizedPairingCode(_ code: String) -> String? {
-        let u = Array(code.uppercased().utf8.filter { $0 != UInt8(ascii: "-") && $0 != UInt8(ascii: " ") })
-        let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567".utf8)
-        guard u.count == 8, u.allSatisfy(alphabet.contains) else { return nil }
-        return String(decoding: u[0..<4], as: UTF8.self) + "-" + String(decoding: u[4..<8], as: UTF8.self)
-    }
 }

@@ -80,16 +80,25 @@ public final class SyncReplica {
 
     /// The circle as the directory holds it, checked against the epoch this device trusts.
     public func circle() throws(SyncError) -> SyncCircle {
+        // Before a pairing (or the founding) fixed which circle this device belongs to, nothing on the
+        // remote is followed: whoever can write it could put any circle there.
+        guard state.pinned != nil || !state.pinnedFirst.isEmpty else {
+            throw .notAMember("this device is not in a circle yet: its pairing has not proved one")
+        }
         // Device and epoch files are never rewritten, only added: the names (and the epoch this device
         // trusts) say whether the chain must be followed again.
-        let key = entries("devices") + ["/"] + entries("circle") + ["/\(state.pinnedEpoch)", Hex.encode(state.pinnedHash)]
+        let key = entries("devices") + ["/"] + entries("circle") + ["/\(state.pinnedEpoch)", Hex.encode(state.pinnedHash), Hex.encode(state.pinnedFirst)]
         if let cached = cachedCircle, cached.key == key { return cached.circle }
         let devices = loadDevices().devices
         var files: [String: [UInt8]] = [:]
         for name in entries("circle") where name.hasSuffix(".circle") {
             files["circle/" + name] = try read("circle/" + name, max: 1 << 20)
         }
-        let c = try SyncCircle.resolve(epochFiles: files, devices: devices, pinned: state.pinned).circle
+        let c = try SyncCircle.resolve(epochFiles: files, devices: devices, pinned: state.pinned,
+                                       first: state.pinnedFirst.isEmpty ? nil : state.pinnedFirst).circle
+        // A state from before the first epoch was pinned (format 2): the chain back from its pinned
+        // epoch proves which circle it joined; from now on that first epoch is pinned too.
+        if state.pinnedFirst.isEmpty && state.pinned != nil { state.pinnedFirst = c.epochs[0].hash }
         cachedCircle = (key, c)
         return c
     }
@@ -123,41 +132,150 @@ public final class SyncReplica {
         try r.write(first.path, first.encoded)
         r.state.pinnedEpoch = 1
         r.state.pinnedHash = first.hash
+        r.state.pinnedFirst = first.hash
         return r
     }
 
-    /// Asks to join the circle in `directory`: writes this device's file and returns its pairing
-    /// code, which a member passes to ``approve(code:)``. The circle this device will trust is the
-    /// one it sees now (its first epoch pinned by hash).
-    public static func requestJoin(directory: String, keys: SyncDeviceKeys, name: String, now: UInt64) throws(SyncError) -> (replica: SyncReplica, code: String) {
+    /// Asks to join the circle in `directory` (SyncFormat.md, "Pairing"): writes this device's file
+    /// and a pairing request under a fresh code (or `code`), and returns the code, which the person
+    /// types on a member (``answer(code:)``). Nothing on the remote is trusted yet: the circle this
+    /// device will belong to is the one the response that proves the code names
+    /// (``advancePairing()``).
+    public static func requestJoin(directory: String, keys: SyncDeviceKeys, name: String, now: UInt64,
+                                   code: SyncPairingCode? = nil) throws(SyncError) -> (replica: SyncReplica, code: String) {
         let r = SyncReplica(directory: directory, keys: keys, state: SyncState())
-        let c = try r.circle()
-        r.state.pinnedEpoch = 1
-        r.state.pinnedHash = c.epochs[0].hash
         let device = SyncDevice(keys: keys, name: name, createdMillis: now)
-        try r.write(device.path, device.encoded(signedWith: keys))
-        return (r, device.pairingCode)
+        let file = device.encoded(signedWith: keys)
+        let code = code ?? SyncPairingCode.random()
+        let (joining, request) = try SyncPairing.start(code: code, deviceFile: file)
+        try r.write(device.path, file)
+        try r.write(code.directory + "/request", request.encoded)
+        r.state.joining = joining
+        return (r, code.text)
     }
 
-    /// True once a member has approved this device (the circle's current epoch lists it).
-    public func isMember() throws(SyncError) -> Bool { try circle().current.isMember(keys.id) }
+    /// True once a member has admitted this device into the circle its pairing proved (the circle's
+    /// current epoch lists it). False while the pairing has not proved a circle: nothing on the remote
+    /// is followed before that.
+    public func isMember() throws(SyncError) -> Bool {
+        if let j = state.joining, j.stage != .confirmed { return false }
+        return try circle().current.isMember(keys.id)
+    }
 
-    /// Adds the device whose pairing code is `code` (a member only): writes the next epoch with the
-    /// circle key sealed to it. Returns the device, whose name and code the member should compare.
+    /// What ``advancePairing()`` did.
+    public enum PairingProgress: Sendable, Equatable {
+        /// Nothing to do (no pairing, or no response yet).
+        case waiting
+        /// A response proved the code: the circle (its fingerprint) is pinned, the confirmation written.
+        case confirmed(fingerprint: String)
+        /// The response did not prove the code: the run is over, and the refusal written.
+        case failed(String)
+        /// The pairing ended: this device is a member, its pairing files removed.
+        case member(fingerprint: String)
+    }
+
+    /// The joiner's next pairing step, run at each sync while it is not a member: reads the response to
+    /// its request and, if it proves the code, pins the circle it names (its first epoch, and its
+    /// current epoch) and writes its confirmation; if it does not (a wrong code typed, a guess, a
+    /// replayed or malformed response), writes a refusal and ends the run (join again with a new code).
+    /// Once confirmed, waits for the epoch that admits it, then removes its pairing files.
     @discardableResult
-    public func approve(code: String) throws(SyncError) -> SyncDevice {
-        guard let wanted = SyncDevice.normalizedPairingCode(code) else { throw .param("\(code) is not a pairing code (ABCD-EFGH)") }
-        let c = try circle()
-        let candidates = c.devices.values.filter { $0.pairingCode == wanted && !c.current.isMember($0.id) && c.current.removed[$0.id] == nil }
-        guard candidates.count == 1, let device = candidates.first else {
-            throw .param(candidates.isEmpty ? "no device waiting to join has the code \(wanted)"
-                                            : "\(candidates.count) waiting devices have the code \(wanted); ask each to join again")
+    public func advancePairing() throws(SyncError) -> PairingProgress {
+        guard var j = state.joining else { return .waiting }
+        let dir = j.code.directory
+        switch j.stage {
+        case .failed:
+            return .failed(j.note)
+        case .confirmed:
+            guard try circle().current.isMember(keys.id) else { return .waiting }
+            try remove(dir + "/request")
+            try remove(dir + "/confirm")
+            state.joining = nil
+            return .member(fingerprint: j.note)
+        case .requested:
+            guard Files.exists(path(dir + "/response")) else { return .waiting }
+            do throws(SyncError) {
+                let response = try SyncPairing.Response.decode(try read(dir + "/response", max: 4096))
+                let tag = try SyncPairing.verify(response, joining: j)
+                try write(dir + "/confirm", try SyncPairing.Confirm.make(sid: j.sid, tag: tag).encoded)
+                state.pinnedFirst = response.firstEpochHash
+                state.pinnedEpoch = response.epoch
+                state.pinnedHash = response.epochHash
+                j.stage = .confirmed
+                j.note = SyncCircle.fingerprint(firstEpochHash: response.firstEpochHash)
+                state.joining = j
+                return .confirmed(fingerprint: j.note)
+            } catch {
+                if case .transport = error { throw error }
+                try write(dir + "/confirm", try SyncPairing.Confirm.make(sid: j.sid, tag: nil).encoded)
+                try remove(dir + "/request")
+                j.stage = .failed
+                j.note = error.message
+                state.joining = j
+                return .failed(error.message)
+            }
         }
-        let e = try c.next(signedBy: keys, adding: [device])
+    }
+
+    /// An approval under way on a member: the request answered and the session key to check the
+    /// joiner's confirmation with.
+    public struct Approval: Sendable {
+        public let code: SyncPairingCode
+        public let request: SyncPairing.Request
+        let isk: SecureBytes
+        /// The joining device, as its request names it (not admitted yet).
+        public var device: SyncDevice { request.device }
+    }
+
+    /// A member answers the pairing request the person's `code` names (SyncFormat.md, "Pairing"):
+    /// writes its response, vouching for this circle, and notes the request as answered (each request
+    /// gets one answer: one guess per code). Then ``admit(_:)`` once the joiner's confirmation is there.
+    public func answer(code text: String) throws(SyncError) -> Approval {
+        guard let code = SyncPairingCode.parse(text) else {
+            throw .param("\(text) is not a pairing code (XXXX-XXXX-XXXX, as coffer sync join shows it on the joining machine)")
+        }
+        let c = try circle()
+        guard c.current.isMember(keys.id) else { throw .notAMember("only a member of the circle can approve a device") }
+        guard Files.exists(path(code.directory + "/request")) else {
+            throw .param("no machine waits with the code \(code.text): it was used, the joining machine gave up, or the code is mistyped")
+        }
+        let request = try SyncPairing.Request.decode(try read(code.directory + "/request", max: 8192))
+        guard !state.answered.contains(request.sid) else {
+            throw .param("the code \(code.text) was already used: run coffer sync join again on the joining machine")
+        }
+        guard !c.current.isMember(request.device.id), c.current.removed[request.device.id] == nil else {
+            throw .param("the device that asked with \(code.text) is already a member, or was removed (it must join with new keys)")
+        }
+        // One answer per request, whatever follows: noted before the response exists.
+        state.answered.append(request.sid)
+        if state.answered.count > SyncState.maxAnswered { state.answered.removeFirst(state.answered.count - SyncState.maxAnswered) }
+        let (response, isk) = try SyncPairing.respond(to: request, code: code, approver: keys.id, circle: c)
+        try write(code.directory + "/response", response.encoded)
+        return Approval(code: code, request: request, isk: isk)
+    }
+
+    /// Gives `approval` up (the joiner never confirmed): this device's response goes; the request
+    /// stays answered, so the code can never be tried again.
+    public func abandon(_ approval: Approval) {
+        approval.isk.wipe()
+        try? remove(approval.code.directory + "/response")
+    }
+
+    /// Finishes `approval` once the joiner's confirmation is in the directory: nil while it is not; the
+    /// admitted device once it proves the code (the next epoch, with the circle key sealed to it, is
+    /// written). `.forged` if the joiner refused or its confirmation does not prove the code. Either
+    /// way this device's response is removed once the run is over.
+    public func admit(_ approval: Approval) throws(SyncError) -> SyncDevice? {
+        let dir = approval.code.directory
+        guard Files.exists(path(dir + "/confirm")) else { return nil }
+        defer { try? remove(dir + "/response") }
+        let confirm = try SyncPairing.Confirm.decode(try read(dir + "/confirm", max: 4096))
+        try SyncPairing.check(confirm, request: approval.request, isk: approval.isk)
+        approval.isk.wipe()
+        let c = try circle()
+        let e = try c.next(signedBy: keys, adding: [approval.device])
         try write(e.path, e.encoded)
-        state.pinnedEpoch = e.epoch
-        state.pinnedHash = e.hash
-        return device
+        return approval.device
     }
 
     /// Removes `device` from the circle (a member only) and rotates the circle key: records it
@@ -168,8 +286,6 @@ public final class SyncReplica {
         let c = try circle()
         let e = try c.next(signedBy: keys, removing: [device: state.applied[device] ?? 0])
         try write(e.path, e.encoded)
-        state.pinnedEpoch = e.epoch
-        state.pinnedHash = e.hash
     }
 
     // MARK: Changes

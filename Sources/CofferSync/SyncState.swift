@@ -2,12 +2,15 @@ import CofferModel
 
 /// What one device remembers about the circle between pulls (SyncFormat.md, "Local state"): the
 /// epoch it trusts, its own next sequence number and clock, how far it has applied each device's
-/// records, the winning version of every item, and the conflicts it kept. Public data only (no key
-/// or item content): the agent stores it beside the items and commits it in the same transaction as
-/// the changes a pull applies, so a crash never leaves one without the other.
+/// records, the winning version of every item, and the conflicts it kept. No item content; while a
+/// pairing runs, the joiner's CPace secret and code (the agent keeps the state sealed in the
+/// keychain, under a WhenUnlocked key): the agent stores it beside the items and commits it in the
+/// same transaction as the changes a pull applies, so a crash never leaves one without the other.
 public struct SyncState: Sendable, Equatable {
-    /// 2 adds the checkpoints seen (compaction); a version-1 state reads as one that saw none.
-    public static let version: UInt8 = 2
+    /// 2 adds the checkpoints seen (compaction); 3 the first epoch's pinned hash, the pairing under
+    /// way and the pairing sessions answered (SyncFormat.md, "Pairing"). An earlier state reads as one
+    /// with none of them: its first epoch is taken from the chain that leads to its pinned epoch.
+    public static let version: UInt8 = 3
 
     /// The winning version of an item on this device.
     public struct Version: Sendable, Equatable {
@@ -45,6 +48,15 @@ public struct SyncState: Sendable, Equatable {
     /// The circle epoch and its file's hash this device trusts (nil before it joined).
     public var pinnedEpoch: UInt64 = 0
     public var pinnedHash: [UInt8] = []
+    /// The hash of the circle's first epoch, as the pairing (or the founding) fixed it: the circle
+    /// this device belongs to (empty before it is known).
+    public var pinnedFirst: [UInt8] = []
+    /// The joiner's pairing under way (nil once it is a member, and on every member).
+    public var joining: SyncPairing.Joining? = nil
+    /// The session ids of the pairing requests this device answered as an approver (the newest
+    /// ``maxAnswered``): each request gets one answer, so each code one guess.
+    public var answered: [[UInt8]] = []
+    public static let maxAnswered = 64
     /// The sequence number of this device's next record.
     public var nextSeq: UInt64 = 1
     public var clockWall: UInt64 = 0
@@ -122,6 +134,10 @@ public struct SyncState: Sendable, Equatable {
         w.string(remoteHead)
         w.u32(UInt32(checkpoints.count))
         for (d, t) in checkpoints.sorted(by: { $0.key < $1.key }) { w.raw(d.bytes); w.u64(t) }
+        w.blob(pinnedFirst)
+        w.u16(UInt16(min(answered.count, Self.maxAnswered)))
+        for sid in answered.suffix(Self.maxAnswered) { w.raw(sid) }
+        if let joining { w.u8(1); w.blob(joining.encoded()) } else { w.u8(0) }
         return w.take()
     }
 
@@ -131,7 +147,7 @@ public struct SyncState: Sendable, Equatable {
         do throws(DecodeError) {
             guard Array(try r.raw(4, "magic")) == Array("CSS1".utf8) else { throw DecodeError("not Coffer sync state") }
             let v = try r.u8("version")
-            guard v == 1 || v == version else { throw DecodeError("sync state version \(v) is not supported (this Coffer reads \(version))") }
+            guard v >= 1 && v <= version else { throw DecodeError("sync state version \(v) is not supported (this Coffer reads \(version))") }
             s.pinnedEpoch = try r.u64("pinned epoch")
             s.pinnedHash = Array(try r.blob(max: 32, "pinned hash"))
             s.nextSeq = try r.u64("next sequence number")
@@ -160,6 +176,16 @@ public struct SyncState: Sendable, Equatable {
                 for _ in 0..<(try r.u32("checkpoint count")) {
                     let d = SyncDeviceID(bytes: try r.raw(16, "device"))!
                     s.checkpoints[d] = try r.u64("checkpoint")
+                }
+            }
+            if v >= 3 {
+                s.pinnedFirst = Array(try r.blob(max: 32, "first epoch hash"))
+                guard s.pinnedFirst.isEmpty || s.pinnedFirst.count == 32 else { throw DecodeError("first epoch hash of \(s.pinnedFirst.count) bytes") }
+                for _ in 0..<(try r.u16("answered count")) { s.answered.append(Array(try r.raw(SyncPairing.sidBytes, "answered session id"))) }
+                if try r.u8("pairing flag") == 1 {
+                    var inner = ByteReader(Array(try r.blob(max: 16_384, "pairing")))
+                    s.joining = try SyncPairing.Joining.decode(&inner)
+                    try inner.expectEnd("the pairing")
                 }
             }
             try r.expectEnd("the sync state")

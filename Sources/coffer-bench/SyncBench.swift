@@ -76,9 +76,7 @@ struct SyncBench {
         let join = try SyncReplica.requestJoin(directory: gb.directory, keys: .generate(), name: "b", now: 2)
         let b = join.replica
         bHead = try gb.push(lastSeen: bHead, message: "join")
-        head = try ga.pull(lastSeen: head)
-        try a.approve(code: join.code)
-        head = try ga.push(lastSeen: head, message: "approve")
+        try pair(joiner: b, joinerGit: gb, joinerHead: &bHead, code: join.code, approver: a, approverGit: ga, approverHead: &head)
         t0 = nowNanos()
         bHead = try gb.pull(lastSeen: bHead)
         var pulled = try b.pull()
@@ -135,9 +133,7 @@ struct SyncBench {
         var cHead = try gc2.pull(lastSeen: "")
         let join2 = try SyncReplica.requestJoin(directory: gc2.directory, keys: .generate(), name: "c", now: 3)
         cHead = try gc2.push(lastSeen: cHead, message: "join")
-        head = try ga.pull(lastSeen: head)
-        try a.approve(code: join2.code)
-        head = try ga.push(lastSeen: head, message: "approve")
+        try pair(joiner: join2.replica, joinerGit: gc2, joinerHead: &cHead, code: join2.code, approver: a, approverGit: ga, approverHead: &head)
         cHead = try gc2.pull(lastSeen: cHead)
         let t1 = nowNanos()
         let pc = try join2.replica.pull()
@@ -191,4 +187,19 @@ struct SyncBench {
         print("| remote after compaction (history keeps the removed blobs) | \(mib(afterCompaction)) | – | – |")
         print("| remote after git gc | \(mib(compacted)) | – | – |")
     }
+}
+
+/// The three pairing steps (SyncFormat.md, "Pairing") between a joiner and a member through their git
+/// clones: the member's answer, the joiner's confirmation, the member's admission.
+private func pair(joiner: SyncReplica, joinerGit: GitTransport, joinerHead: inout String, code: String,
+                  approver: SyncReplica, approverGit: GitTransport, approverHead: inout String) throws {
+    approverHead = try approverGit.pull(lastSeen: approverHead)
+    let approval = try approver.answer(code: code)
+    approverHead = try approverGit.push(lastSeen: approverHead, message: "answer")
+    joinerHead = try joinerGit.pull(lastSeen: joinerHead)
+    guard case .confirmed = try joiner.advancePairing() else { throw SecError(.internalComponent, "the pairing did not confirm") }
+    joinerHead = try joinerGit.push(lastSeen: joinerHead, message: "confirm")
+    approverHead = try approverGit.pull(lastSeen: approverHead)
+    guard try approver.admit(approval) != nil else { throw SecError(.internalComponent, "the member saw no confirmation") }
+    approverHead = try approverGit.push(lastSeen: approverHead, message: "approve")
 }

@@ -57,7 +57,7 @@ struct SyncCommand: ParsableCommand {
                 let c = try conn.syncSetup(.join, remote: remote, name: name ?? SyncCommand.hostName())
                 Output.print("pairing code: \(Output.escapedText(c.code))")
                 Output.print("on a machine of the circle run: coffer sync approve \(Output.escapedText(c.code))")
-                Output.print("and check that it shows this code and the name \(Output.escapedText(c.name)).")
+                Output.print("the code is shown only here and never leaves this machine; type it there yourself.")
                 guard wait > 0 else { return }
                 Output.printError("coffer: waiting for the approval (up to \(wait) s)…")
                 let line = SyncProgressLine.start(connect)
@@ -66,10 +66,18 @@ struct SyncCommand: ParsableCommand {
                 while Double(time(nil)) < deadline {
                     let s = try conn.syncStatus(now: true)
                     if s.state == .member {
-                        Output.print("approved: this machine is in the circle; items arrive in the background")
+                        line?.finish()
+                        let fingerprint = try conn.syncCircleFingerprint()
+                        Output.print("approved: this machine is in the circle \(Output.escapedText(fingerprint)); items arrive in the background")
+                        Output.print("check that the approving machine showed the same circle fingerprint.")
                         return
                     }
-                    sleep(2)
+                    if s.lastError.contains("pairing failed") {
+                        // "errSecAuthFailed: pairing failed: why": the agent's words after the status name.
+                        let why = s.lastError.split(separator: ":", maxSplits: 1).last.map { String($0.drop(while: { $0 == " " })) }
+                        throw SecError(.authFailed, why ?? s.lastError)
+                    }
+                    sleep(1)
                 }
                 throw .notAvailable("not approved yet; the agent keeps checking in the background (coffer sync status)")
             }
@@ -78,18 +86,19 @@ struct SyncCommand: ParsableCommand {
 
     struct Approve: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Let the machine that printed CODE into the circle (asks for your passcode); shows its name and code to compare.")
+            abstract: "Let the machine that shows CODE into the circle (asks for your passcode); both then show the circle's fingerprint to compare.")
         @OptionGroup var connect: Connect
         @OptionGroup var auth: AuthenticationArguments
-        @Argument(help: "The pairing code the joining machine printed.") var code: String
+        @Argument(help: "The pairing code the joining machine shows (XXXX-XXXX-XXXX).") var code: String
 
         func run() throws {
             try reporting { () throws(SecError) in
                 let conn = try connect.open()
                 try auth.apply(to: conn)
+                Output.printError("coffer: waiting for the joining machine to confirm…")
                 let c = try conn.syncApprove(code: code)
-                Output.print("approved \(Output.escapedText(c.name)) with pairing code \(Output.escapedText(c.code))")
-                Output.print("check that \(Output.escapedText(c.name)) shows the same code")
+                Output.print("approved \(Output.escapedText(c.name)) into the circle \(Output.escapedText(c.code))")
+                Output.print("check that \(Output.escapedText(c.name)) shows the same circle fingerprint")
             }
         }
     }

@@ -35,6 +35,33 @@ import Testing
         return (try? kc.copyMatching(q, scope: .unrestricted)).flatMap { text($0.first?.data) }
     }
 
+    /// `approver` approves `code` (SyncFormat.md, "Pairing") while `joiner` syncs on another thread,
+    /// as its agent would: the approval waits for the joiner's confirmation. Both end showing the
+    /// same circle fingerprint.
+    @discardableResult
+    func approve(_ approver: KeychainSync, _ code: String, joiner: KeychainSync, now: UInt64) throws -> (name: String, fingerprint: String) {
+        let stop = NSLock()
+        nonisolated(unsafe) var done = false
+        nonisolated(unsafe) let joiner = joiner
+        let syncing = Thread {
+            while !stop.withLock({ done }) {
+                _ = try? joiner.sync(now: now)
+                usleep(50_000)
+            }
+        }
+        syncing.start()
+        defer {
+            stop.withLock { done = true }
+            while !syncing.isFinished { usleep(10_000) }
+        }
+        let approved = try approver.approve(code: code, now: now, timeout: 120, pollSeconds: 0.05)
+        stop.withLock { done = true }
+        while !syncing.isFinished { usleep(10_000) }
+        #expect(try joiner.sync(now: now + 1).member)
+        #expect(joiner.fingerprint() == approved.fingerprint && !approved.fingerprint.isEmpty)
+        return approved
+    }
+
     /// A founds, B and C join and are approved; an item A had before is on both.
     func circle() throws -> (a: KeychainSync, b: KeychainSync, c: KeychainSync) {
         let remote = try bareRemote()
@@ -44,9 +71,9 @@ import Testing
         let (b, codeB) = try KeychainSync.join(keychain: try keychain("b"), remote: remote, name: "desktop", now: 1_000)
         let (c, codeC) = try KeychainSync.join(keychain: try keychain("c"), remote: remote, name: "server", now: 1_000)
         #expect(try b.sync(now: 1_001).member == false)
-        let approvedB = try a.approve(code: codeB, now: 1_002)
-        #expect(approvedB.name == "desktop" && approvedB.code == codeB)
-        #expect(try a.approve(code: codeC, now: 1_003).name == "server")
+        let approvedB = try approve(a, codeB, joiner: b, now: 1_002)
+        #expect(approvedB.name == "desktop" && approvedB.fingerprint == a.fingerprint())
+        #expect(try approve(a, codeC, joiner: c, now: 1_003).name == "server")
         #expect(try b.sync(now: 1_004).member)
         #expect(try c.sync(now: 1_004).member)
         return (a, b, c)
@@ -199,7 +226,7 @@ import Testing
         let tree = runProcess("/usr/bin/git", ["-C", tmp.file("remote.git"), "ls-tree", "-r", "--name-only", "coffer-sync"]).stdout
         #expect(tree.split(separator: "\n").count(where: { $0.hasSuffix(".record") }) == done.kept)
         let (d, code) = try KeychainSync.join(keychain: try keychain("d"), remote: tmp.file("remote.git"), name: "phone", now: 3_000)
-        _ = try a.approve(code: code, now: 3_001)
+        try approve(a, code, joiner: d, now: 3_001)
         _ = try d.sync(now: 3_002)
         #expect(Self.password(d.keychain, "before") == "v4" && Self.password(d.keychain, "gone") == nil)
         #expect(try d.keychain.count() == 1)

@@ -22,9 +22,7 @@ import Testing
         j.replica.commit(st)
         let m = Machine(replica: j.replica, git: git)
         try m.push()
-        _ = try approver.pull()
-        try approver.replica.approve(code: j.code)
-        try approver.push()
+        try pair(m, code: j.code, approver: approver)
         if firstPull {
             _ = try m.pull()
             try m.push()

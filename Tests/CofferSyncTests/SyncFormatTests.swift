@@ -33,8 +33,6 @@ import Testing
         #expect(throws: SyncError.self) { try SyncDevice.decode(altered) }
         #expect(throws: SyncError.self) { try SyncDevice.decode(bytes, expected: SyncDeviceKeys.generate().id) }
         #expect(throws: SyncError.self) { try SyncDevice.decode(Array(bytes.dropLast())) }
-        #expect(SyncDevice.normalizedPairingCode(device.pairingCode.lowercased().replacingOccurrences(of: "-", with: "")) == device.pairingCode)
-        #expect(SyncDevice.normalizedPairingCode("ABCD-EFG1") == nil, "1 is not in the base32 alphabet")
     }
 
     @Test func recordsOpenOnlyWhereTheyWereWrittenUnderTheirKey() throws {
@@ -66,7 +64,7 @@ import Testing
         #expect(throws: SyncError.self) { try SyncRecord.open(sealed.bytes, name: sealed.name, writer: writer, key: SecureBytes.random(count: 32)) }
     }
 
-    /// SyncFormat.md's vectors: fixed device keys give the stated id and pairing code, and the stated
+    /// SyncFormat.md's vectors: fixed device keys give the stated id, and the stated
     /// record file opens under the stated circle key to the stated change.
     @Test func theArticlesVectorsHold() throws {
         let blocks = specVectorBlocks("Sources/CofferSync/CofferSync.docc/SyncFormat.md")
@@ -76,7 +74,6 @@ import Testing
             let keys = try SyncDeviceKeys.restore(ed25519Seed: secure(seed), x25519SecretKey: secure(box))
             #expect(keys.id.hex == v["device-id"])
             let device = SyncDevice(keys: keys, name: v["name"] ?? "", createdMillis: UInt64(v["created"] ?? "") ?? 0)
-            #expect(device.pairingCode == v["pairing-code"])
             #expect(Hex.encode(device.encoded(signedWith: keys)) == v["device-file"], "Ed25519 signatures are deterministic")
             if let record = v["record"].flatMap(hexDecode), let key = v["circle-key"].flatMap(hexDecode) {
                 let name = SyncRecordName(device: keys.id, seq: try #require(UInt64(v["seq"] ?? "")))
@@ -127,14 +124,29 @@ import Testing
         s.conflicts.append(SyncState.Conflict(itemKey: [0x6b], winner: t, loser: SyncRecordName(device: Self.id(2), seq: 1),
                                               loserTime: HLCTimestamp(wallMillis: 8, counter: 0, device: Self.id(2)), loserDeleted: true))
         s.remoteHead = "abc"
-        // A version-1 state (before compaction) reads as one that saw no checkpoint.
-        var v1 = Array(s.encoded().dropLast(4))
+        // Format 3 ends in the first epoch's hash (a blob), the answered pairings (u16 count) and the
+        // pairing flag: 7 bytes when all are empty. A version-1 state (before compaction) reads as one
+        // that saw no checkpoint, a version-2 one (before pairing) as one with no first epoch pinned,
+        // no pairing and none answered.
+        var v1 = Array(s.encoded().dropLast(7 + 4))
         v1[4] = 1
         #expect(try SyncState.decode(v1) == s)
         s.checkpoints[Self.id(2)] = 9
+        var v2 = Array(s.encoded().dropLast(7))
+        v2[4] = 2
+        #expect(try SyncState.decode(v2) == s)
         #expect(try SyncState.decode(s.encoded()) == s)
+        // A joiner's pairing and an approver's answered sessions round-trip.
+        s.pinnedFirst = [UInt8](repeating: 7, count: 32)
+        s.answered = [[UInt8](repeating: 1, count: 16), [UInt8](repeating: 2, count: 16)]
+        let phone = SyncDeviceKeys.generate()
+        let (joining, _) = try SyncPairing.start(code: try #require(SyncPairingCode.parse("abcd-efgh-ijkl")),
+                                                 deviceFile: SyncDevice(keys: phone, name: "phone", createdMillis: 1).encoded(signedWith: phone))
+        s.joining = joining
+        let decoded = try SyncState.decode(s.encoded())
+        #expect(decoded == s && decoded.joining?.code.text == "ABCD-EFGH-IJKL" && decoded.joining?.stage == .requested)
         var other = s.encoded()
-        other[4] = 3
+        other[4] = 4
         #expect(throws: SyncError.self) { try SyncState.decode(other) }
         #expect(throws: SyncError.self) { try SyncState.decode(Array(s.encoded().dropLast())) }
     }

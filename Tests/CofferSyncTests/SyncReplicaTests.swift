@@ -39,6 +39,14 @@ final class Machine {
         return p
     }
 
+    /// Brings the directory to the remote's state without applying anything (a joiner's step).
+    func fetch() throws {
+        guard let git else { return }
+        var s = replica.state
+        s.remoteHead = try git.pull(lastSeen: s.remoteHead)
+        replica.commit(s)
+    }
+
     func push() throws {
         guard let git else { return }
         var s = replica.state
@@ -50,6 +58,33 @@ final class Machine {
         try replica.record(itemKey: Array(key.utf8), payload: value.map { secure(Array($0.utf8)) }, now: now)
         items[key] = value
     }
+}
+
+/// The pairing (SyncFormat.md, "Pairing") of `joiner`, which asked with `code`, by the member
+/// `approver`: the member's answer, the joiner's confirmation, the member's admission, each step after
+/// fetching what the other pushed (`replicate` copies directories where there is no git). Returns the
+/// admitted device; the joiner is a member after it.
+@discardableResult
+func pair(_ joiner: Machine, code: String, approver: Machine, replicate: () -> Void = {}) throws -> SyncDevice {
+    try approver.fetch()
+    let approval = try approver.replica.answer(code: code)
+    try approver.push()
+    replicate()
+    try joiner.fetch()
+    let confirmed = try joiner.replica.advancePairing()
+    guard case .confirmed(let fingerprint) = confirmed else { throw SyncError.param("the joiner did not confirm: \(confirmed)") }
+    try joiner.push()
+    replicate()
+    try approver.fetch()
+    guard let device = try approver.replica.admit(approval) else { throw SyncError.param("the member saw no confirmation") }
+    try approver.push()
+    replicate()
+    try joiner.fetch()
+    guard try joiner.replica.advancePairing() == .member(fingerprint: fingerprint) else { throw SyncError.param("the joiner is not a member") }
+    guard try approver.replica.circle().fingerprint == fingerprint else { throw SyncError.param("the two machines show different circles") }
+    try joiner.push()
+    replicate()
+    return device
 }
 
 /// An empty bare git repository `remote.git` in `tmp`: the remote the machines of a test share.
@@ -86,11 +121,8 @@ func makeBareRemote(_ tmp: TemporaryDirectory) throws -> String {
         let b = Machine(replica: join.replica, git: gb)
         #expect(try !b.replica.isMember())
         try b.push()
-        _ = try a.pull()
-        let approved = try a.replica.approve(code: join.code)
-        #expect(approved.name == "desktop" && approved.pairingCode == join.code, "the member sees the name and code the joiner printed")
-        try a.push()
-        _ = try b.pull()
+        let approved = try pair(b, code: join.code, approver: a)
+        #expect(approved.name == "desktop", "the member sees the name the joiner chose")
         #expect(try b.replica.isMember())
         return (a, b)
     }
@@ -294,11 +326,9 @@ func makeBareRemote(_ tmp: TemporaryDirectory) throws -> String {
         let jb = try SyncReplica.requestJoin(directory: dirs[1], keys: kb, name: "b", now: 1)
         let jc = try SyncReplica.requestJoin(directory: dirs[2], keys: kc, name: "c", now: 1)
         replicate()
-        try a.replica.approve(code: jb.code)
-        replicate()
-        try a.replica.approve(code: jc.code)
-        replicate()
         let b = Machine(replica: jb.replica, git: nil), c = Machine(replica: jc.replica, git: nil)
+        try pair(b, code: jb.code, approver: a, replicate: replicate)
+        try pair(c, code: jc.code, approver: a, replicate: replicate)
         try a.write("k", "from a", now: 10)
         try c.write("j", "from c", now: 11)
         replicate()
