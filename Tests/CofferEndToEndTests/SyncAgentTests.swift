@@ -119,12 +119,15 @@ import Testing
         #expect(refused.status != 0, "approve without the passcode: \(refused)")
         let approved = a.cli(["sync", "approve", b1, "--auth-passcode-fd", "0"], stdin: a.passcode)
         try #require(approved.status == 0, "approve: \(approved)\n\(a.agent.log)")
-        #expect(approved.stdout.contains("approved desktop with pairing code \(b1)"))
+        // Both screens show one circle fingerprint: the one the pairing proved.
+        let fingerprint = approved.stdout.split(separator: "\n").first { $0.hasPrefix("approved desktop into the circle ") }
+            .map { String($0.dropFirst("approved desktop into the circle ".count)) }
+        #expect(fingerprint?.count == 17, "\(approved)")
         #expect(eventually { !join.isRunning })
         join.waitUntilExit()
         #expect(join.terminationStatus == 0)
         let joinOutput = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
-        #expect(joinOutput.contains("approved: this machine is in the circle"), "\(joinOutput)")
+        #expect(joinOutput.contains("approved: this machine is in the circle \(fingerprint ?? "?")"), "\(joinOutput)")
 
         // C: join without waiting, then approve; C finds out in the background.
         let joined = c.cli(["sync", "join", "--remote", remote, "--name", "server", "--wait", "0"])
