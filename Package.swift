@@ -268,7 +268,7 @@ let package = Package(
                     swiftSettings: settings),
         .testTarget(name: "CofferEndToEndTests",
                     dependencies: ["CofferCrypto", "CofferModel", "CofferClient", "CofferSystem", "CofferProtocol", "CofferKeybag", "CofferSSHAgentProtocol",
-                                   "CofferTestSupport", "CofferTPM", "CofferSecretService"],
+                                   "CofferTestSupport", "CofferTPM", "CofferSecretService", "CofferSync"],
                     swiftSettings: settings),
 
         // The plugin host and its client against real plugins loaded by dlopen (and the protocol's vectors).

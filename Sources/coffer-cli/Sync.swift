@@ -149,8 +149,11 @@ struct SyncCommand: ParsableCommand {
                 case .member: "member of the circle"
                 case .unknown: "unknown until the keychain is unlocked"
                 }
+                // The circle's fingerprint, to compare across machines (an agent older than it: none).
+                let circle = s.state == .off ? "" : ((try? conn.syncCircleFingerprint()) ?? "")
                 Output.print("""
                     sync: \(state)
+                    circle: \(circle.isEmpty ? "none yet" : Output.escapedText(circle))
                     running: \(s.running ? "yes (" + SyncCommand.progress(s) + ")" : "no")
                     last sync: \(Self.ago(s.lastSuccessMillis))
                     last attempt: \(Self.ago(s.lastAttemptMillis))
@@ -160,6 +163,13 @@ struct SyncCommand: ParsableCommand {
                     sent: \(s.recorded)
                     conflicts: \(s.conflicts)
                     """)
+                // --now reports the sync it ran: a failed one fails the command, with the failure's
+                // own status ("errSecAuthFailed: pairing failed: …" exits as errSecAuthFailed).
+                if now, !s.lastError.isEmpty {
+                    let name = s.lastError.prefix { $0 != ":" }
+                    let status = SecStatus.allCases.first { $0.name == name } ?? .io
+                    throw SecError(status, "the sync failed: \(s.lastError.drop { $0 != ":" }.dropFirst().drop { $0 == " " })")
+                }
             }
         }
 
