@@ -452,7 +452,9 @@ import Testing
     @Test func aListenerThatNeverAnswersDelaysTheLoginOnlyBriefly() throws {
         let (r, elapsed) = try Self.loginAgainstSilentListener(moduleArgs: "")
         #expect(r.status == 0, "the login must succeed: \(r)")
-        #expect(elapsed < 5000, "the login waited \(Int(elapsed)) ms for a listener that never answers")
+        // The budget is 2 s; the bound leaves a loaded machine room (loading the module, pamtester)
+        // and still tells it from a login held for 30 s or more.
+        #expect(elapsed < 15_000, "the login waited \(Int(elapsed)) ms for a listener that never answers")
     }
 
     /// budget_ms= gives the exchange more time (for a slow machine): a listener that never answers then
