@@ -248,19 +248,26 @@ public enum SyncPairing {
     /// invalid (refused).
     public static func respond(to request: Request, code: SyncPairingCode, approver: SyncDeviceID, circle: SyncCircle, scalar: SecureBytes? = nil)
         throws(SyncError) -> (response: Response, isk: SecureBytes) {
+        try respond(to: request, code: code, approver: approver, first: circle.epochs[0].hash, epoch: circle.current.epoch,
+                    epochHash: circle.current.hash, scalar: scalar)
+    }
+
+    /// ``respond(to:code:approver:circle:scalar:)`` with the circle given by its first epoch's hash and
+    /// its current epoch (the vectors fix them).
+    static func respond(to request: Request, code: SyncPairingCode, approver: SyncDeviceID, first: [UInt8], epoch: UInt64, epochHash: [UInt8],
+                        scalar: SecureBytes? = nil) throws(SyncError) -> (response: Response, isk: SecureBytes) {
         let password = code.password
         defer { password.wipe() }
         let party = CPace.start(prs: password, ci: channel, sid: request.sid, scalar: scalar)
         defer { party.scalar.wipe() }
-        let first = circle.epochs[0].hash, current = circle.current
-        let adb = Response.associatedData(approver, first, current.epoch, current.hash)
+        let adb = Response.associatedData(approver, first, epoch, epochHash)
         guard let isk = CPace.sessionKey(own: party, peerMessage: request.share, sid: request.sid, ya: request.share, ada: request.associatedData,
                                          yb: party.message, adb: adb) else {
             throw .forged("the pairing request's share is not a valid group element")
         }
         let tag = CPace.confirmationTag(isk: isk, sid: request.sid, message: party.message, ad: adb)
-        let response = try Response.make(sid: request.sid, share: party.message, approver: approver, first: first, epoch: current.epoch,
-                                         epochHash: current.hash, tag: tag)
+        let response = try Response.make(sid: request.sid, share: party.message, approver: approver, first: first, epoch: epoch,
+                                         epochHash: epochHash, tag: tag)
         return (response, isk)
     }
 

@@ -261,3 +261,45 @@ import Testing
         #expect(b.replica.state == state)
     }
 }
+
+
+/// SyncFormat.md's pairing vectors (fence `pairing-vector`): fixed keys, code, session id and CPace
+/// scalars give the stated request, response and confirmation bytes, each side accepts the other's,
+/// and every altered byte of a message is refused or fails its proof.
+@Suite struct SyncPairingVectorTests {
+    @Test func theArticlesPairingVectorsHold() throws {
+        let blocks = specVectorBlocks("Sources/CofferSync/CofferSync.docc/SyncFormat.md", fence: "pairing-vector")
+        #expect(blocks.count >= 1, "SyncFormat.md has its pairing vectors")
+        func h(_ key: String, _ v: [String: String]) throws -> [UInt8] { try #require(v[key].flatMap(hexDecode), "\(key)") }
+        for v in blocks {
+            let jk = try SyncDeviceKeys.restore(ed25519Seed: secure(try h("joiner-ed25519-seed", v)), x25519SecretKey: secure(try h("joiner-x25519-secret", v)))
+            let ak = try SyncDeviceKeys.restore(ed25519Seed: secure(try h("approver-ed25519-seed", v)), x25519SecretKey: secure(try h("approver-x25519-secret", v)))
+            #expect(ak.id.hex == v["approver-id"])
+            let file = SyncDevice(keys: jk, name: v["joiner-name"] ?? "", createdMillis: UInt64(v["joiner-created"] ?? "") ?? 0).encoded(signedWith: jk)
+            #expect(Hex.encode(file) == v["joiner-device-file"])
+            let code = try #require(SyncPairingCode.parse(v["code"] ?? ""))
+            let (joining, request) = try SyncPairing.start(code: code, deviceFile: file, scalar: secure(try h("joiner-scalar", v)), sid: try h("sid", v))
+            #expect(Hex.encode(request.encoded) == v["request"])
+            let (response, isk) = try SyncPairing.respond(to: request, code: code, approver: ak.id, first: try h("first-epoch-hash", v),
+                                                          epoch: try #require(UInt64(v["epoch"] ?? "")), epochHash: try h("epoch-hash", v),
+                                                          scalar: secure(try h("approver-scalar", v)))
+            #expect(Hex.encode(response.encoded) == v["response"])
+            let tag = try SyncPairing.verify(response, joining: joining)
+            let confirm = try SyncPairing.Confirm.make(sid: joining.sid, tag: tag)
+            #expect(Hex.encode(confirm.encoded) == v["confirm"])
+            try SyncPairing.check(confirm, request: request, isk: isk)
+            #expect(SyncCircle.fingerprint(firstEpochHash: try h("first-epoch-hash", v)) == v["fingerprint"])
+            // Any byte of the response altered: malformed, or its proof fails.
+            for i in 0..<response.encoded.count {
+                var bad = response.encoded
+                bad[i] ^= 0x01
+                #expect(throws: SyncError.self) { _ = try SyncPairing.verify(try SyncPairing.Response.decode(bad), joining: joining) }
+            }
+            for i in 0..<confirm.encoded.count {
+                var bad = confirm.encoded
+                bad[i] ^= 0x01
+                #expect(throws: SyncError.self) { try SyncPairing.check(try SyncPairing.Confirm.decode(bad), request: request, isk: isk) }
+            }
+        }
+    }
+}
