@@ -128,6 +128,27 @@ import Testing
         #expect(json.stdout.contains("\"deviceKey\":\"TPM 2.0\"") && json.stdout.contains("\"attemptCounting\":\"TPM\""), "\(json)")
     }
 
+    /// Issue #41: the first start with rollback detection finds no counter on the TPM and defines one;
+    /// asking whether it exists is no failed TPM command, so libtss2 logs nothing (it logged three
+    /// `NV_ReadPublic` errors per probe). Its logging stays on: a wrong passcode's refused TPM2_HMAC is
+    /// still logged by it.
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func theFirstStartProbesTheTPMsCounterWithoutLibtss2Errors() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-probe")
+        let config = control.file("probe.conf")
+        try "device-key = tpm\ntpm-tcti = \(sw.tcti)\nrollback-detection = on\nrollback-interval = 3600\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", config])
+        agent.setPasscode()
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.log.contains("anchored to the TPM NV counter"), "\(agent.log)")
+        for log in [agent.log, { try? agent.restart(); return agent.log }()] {
+            #expect(!log.contains("NV_ReadPublic") && !log.contains("FromTPMPublic") && !log.contains(":esys:"), "\(log)")
+        }
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong").status == SecStatus.authFailed.exitCode)
+        #expect(agent.log.contains("Esys_HMAC"), "libtss2's own error log was turned off:\n\(agent.log)")
+    }
+
     @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
     func theAgentRefusesToStartWithoutItsTPMOrWithTheFileKeyAndLosesNothing() throws {
         let sw = try SoftwareTPM()
