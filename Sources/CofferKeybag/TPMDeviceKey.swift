@@ -201,11 +201,18 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
         case .unavailable(let t, let reason):
             return SecError(.notAvailable, "this keychain's device key is in the TPM and no TPM answers at \(t) (\(reason)): nothing was "
                 + "changed; make the TPM reachable (or fix 'tpm-tcti' in cofferd.conf) and try again")
-        case .foreignBlob, .corruptBlob, .unsupportedBlobVersion:
-            return SecError(.decode, "the TPM cannot open this keychain's device key (\(e)): the TPM was cleared or replaced, or the key "
-                + "file is damaged or from another machine. Nothing on this TPM can open the keychain any more: move the state directory "
-                + "aside and restore your latest backup ('coffer backup restore'; ThisDeviceOnly items are not in backups). Escrow records "
-                + "need the device key too, so they cannot help")
+        case .foreignBlob(let why):
+            // One statement: what happened (the keys are another storage key's), the two ways it comes
+            // about, and the one way back (escrow records need this device key, so they are none).
+            return SecError(.decode, "this TPM cannot open the keychain, now or later: its TPM keys were made under another storage "
+                + "key, so either the TPM was cleared or replaced since (tpm2_clear, a firmware reset, a new motherboard) or the state "
+                + "directory was copied from another machine. Move the state directory aside and restore your latest backup ('coffer "
+                + "backup restore'; ThisDeviceOnly items are not in backups); escrow records need the device key too, so they cannot "
+                + "help (\(why))")
+        case .corruptBlob, .unsupportedBlobVersion:
+            return SecError(.decode, "the TPM cannot open this keychain's device key: \(e). The key file or the keybag is damaged, or "
+                + "was written by another Coffer version: move the state directory aside and restore your latest backup ('coffer backup "
+                + "restore'; ThisDeviceOnly items are not in backups). Escrow records need the device key too, so they cannot help")
         case .file(let why): return .io(why)
         case .invalidArgument(let why), .nvIndexConflict(_, let why): return .param(why)
         case .tpmFailure: return SecError(.internalComponent, "the TPM failed: \(e)")

@@ -149,6 +149,27 @@ import Testing
         #expect(agent.log.contains("Esys_HMAC"), "libtss2's own error log was turned off:\n\(agent.log)")
     }
 
+    /// Issue #41: a keychain whose keys another TPM made is refused with one statement: what happened
+    /// (another storage key: this TPM cleared or replaced, or a state directory from another machine)
+    /// and the one way back (a backup; escrow records need the device key, so they are not one).
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func aKeychainFromAnotherTPMIsRefusedInOneConsistentStatement() throws {
+        let first = try SoftwareTPM(), other = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-other")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: first.tcti)])
+        agent.setPasscode()
+        agent.stop()
+        let elsewhere = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: other.tcti), "--state-dir", agent.stateDir],
+                                         start: false)
+        #expect(throws: AgentProcess.AgentStartError.self) { try elsewhere.start() }
+        let line = elsewhere.log.split(separator: "\n").map(String.init).first { $0.contains("cannot start") } ?? elsewhere.log
+        #expect(line.contains("errSecDecode") && line.contains("this TPM cannot open the keychain, now or later")
+                && line.contains("another storage key") && line.contains("cleared or replaced") && line.contains("another machine")
+                && line.contains("coffer backup restore") && line.contains("escrow records need the device key too, so they cannot help"), "\(line)")
+        #expect(!line.contains("or an escrow record") && !line.contains("damaged") && !line.contains("belongs to another TPM"), "\(line)")
+        #expect(line.components(separatedBy: "restore").count == 3, "one way back, named once (and its command): \(line)")
+    }
+
     @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
     func theAgentRefusesToStartWithoutItsTPMOrWithTheFileKeyAndLosesNothing() throws {
         let sw = try SoftwareTPM()
