@@ -278,7 +278,7 @@ let package = Package(
                     swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferSync", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
-                                                                     "CofferIdentity", "CofferSSHAgentProtocol"],
+                                                                     "CofferIdentity", "CofferSSHAgentProtocol", "CofferCLISupport"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )

@@ -215,6 +215,18 @@ uint32_t ctpm_get_properties(ctpm_context *ctx, uint32_t first, uint32_t count, 
     return TSS2_RC_SUCCESS;
 }
 
+uint32_t ctpm_nv_defined(ctpm_context *ctx, uint32_t index, int *defined) {
+    TPMI_YES_NO more = TPM2_NO;
+    TPMS_CAPABILITY_DATA *data = NULL;
+    *defined = 0;
+    TSS2_RC rc = Esys_GetCapability(ctx->esys, ESYS_TR_NONE, ESYS_TR_NONE, ESYS_TR_NONE, TPM2_CAP_HANDLES, index, 1, &more, &data);
+    if (rc != TSS2_RC_SUCCESS) return rc;
+    /* The handles from `index` upwards: the first is `index` itself when it is defined. */
+    if (data->data.handles.count > 0 && data->data.handles.handle[0] == index) *defined = 1;
+    Esys_Free(data);
+    return TSS2_RC_SUCCESS;
+}
+
 /* The ESYS_TR of an NV index (ESAPI reads its public area); close it with Esys_TR_Close. */
 static TSS2_RC nv_handle(ctpm_context *ctx, uint32_t index, ESYS_TR *tr) {
     *tr = ESYS_TR_NONE;

@@ -121,8 +121,8 @@ package final class Agent: Sendable {
                                 applicationPasswordDelays: configuration.attemptSchedule.delays,
                                 clock: SystemWallClock(), rollbackCounter: rollbackCounter, rollbackInterval: configuration.rollbackInterval,
                                 lockingStateDirectory: false)   // AgentMain holds it (before daemonising)
-        if let tpm = configuration.deviceKeySource as? TPMDeviceKey, let warning = tpm.lockoutWarning() {
-            logger.warning("\(warning)")
+        if let tpm = configuration.deviceKeySource as? TPMDeviceKey {
+            for warning in tpm.lockoutWarnings() { logger.warning("\(warning)") }
         }
         let registry = ConnectionRegistry(maxConnections: configuration.maxConnections,
                                           maxPerProcess: configuration.maxConnectionsPerProcess)

@@ -23,6 +23,10 @@ public protocol DeviceKeySource: Sendable {
     func passcodeHMAC(blob: [UInt8], input: [UInt8], authorization: SecureBytes) throws(SecError) -> SecureBytes
     /// Releases what the source keeps open (a TPM connection), e.g. at shutdown.
     func release()
+    /// For a source that binds the passcode to a counting TPM: whether the TPM's lockout authorization
+    /// is set, so that only its holder can reset the count of wrong passcodes (false: anyone who
+    /// reaches the TPM can). nil for any other source, or when the TPM never answered.
+    func lockoutAuthorizationSet() -> Bool?
 }
 
 /// Where a device key lives.
@@ -37,6 +41,7 @@ extension DeviceKeySource {
     public var kind: DeviceKeyKind { .file }
     public var bindsPasscode: Bool { false }
     public func release() {}
+    public func lockoutAuthorizationSet() -> Bool? { nil }
     public func createPasscodeKey(authorization: SecureBytes) throws(SecError) -> [UInt8] {
         throw SecError(.unimplemented, "the \(kind.rawValue) device key does not bind a passcode")
     }

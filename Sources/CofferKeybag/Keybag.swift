@@ -147,6 +147,10 @@ package final class Keybag: Sendable {
     /// True if wrong passcodes are counted by the TPM (a passcode bound to it is set).
     package var attemptsCountedByTPM: Bool { guarded.withLock { $0.file.passcode?.tpmKey != nil } }
 
+    /// Whether the counting TPM's lockout authorization is set (``DeviceKeySource/lockoutAuthorizationSet()``,
+    /// asked outside the keybag's lock); nil without a TPM device key or when the TPM never answered.
+    package var lockoutAuthorizationSet: Bool? { guarded.withLock { $0.source }.lockoutAuthorizationSet() }
+
     // MARK: State
 
     /// The current lock state.

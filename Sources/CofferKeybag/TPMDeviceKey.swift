@@ -166,19 +166,45 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
     /// (`TPM2_PT_MAX_AUTH_FAIL`), so that one person's typos stay under it with Coffer's own schedule.
     public static let expectedMaxTries: UInt32 = 5
 
-    /// A warning for the agent's log when the TPM's dictionary-attack parameters are not what Coffer
-    /// expects (fewer than ``expectedMaxTries`` tries, or no lockout at all), or nil; nil also when the
-    /// TPM cannot be asked (the unlock then says why).
-    public func lockoutWarning() -> String? {
-        guard let state = try? withTPM({ (tpm) throws(TPMError) -> TPMLockoutState in try tpm.lockoutState() }) else { return nil }
-        if state.maxTries == 0 {
-            return "the TPM at \(tcti) has no dictionary-attack lockout (TPM2_PT_MAX_AUTH_FAIL is 0): wrong passcodes are delayed by "
-                + "Coffer's own schedule only; an administrator sets one with 'tpm2_dictionarylockout --setup-parameters --max-tries N'"
+    /// The TPM's lockoutAuthSet as last read (nil: not read yet).
+    private let lastLockoutAuthorizationSet = Protected<Bool?>(nil)
+
+    /// Whether the TPM's lockout authorization is set (TPMA_PERMANENT.lockoutAuthSet), asked now:
+    /// false means that anyone who can send this TPM a command can reset its count of wrong passcodes
+    /// (`tpm2_dictionarylockout --clear-lockout`). When the TPM cannot be asked, the value it gave last
+    /// (nil if it never answered).
+    public func lockoutAuthorizationSet() -> Bool? {
+        if let state = try? withTPM({ (tpm) throws(TPMError) -> TPMLockoutState in try tpm.lockoutState() }) {
+            lastLockoutAuthorizationSet.withLock { $0 = state.lockoutAuthSet }
+            return state.lockoutAuthSet
         }
-        guard state.maxTries < Self.expectedMaxTries else { return nil }
-        return "the TPM at \(tcti) locks out after \(state.maxTries) wrong authorizations (TPM2_PT_MAX_AUTH_FAIL); Coffer expects at "
-            + "least \(Self.expectedMaxTries), or a person's typos lock the TPM out for every user of it: an administrator raises it with "
-            + "'tpm2_dictionarylockout --setup-parameters --max-tries N'"
+        return lastLockoutAuthorizationSet.withLock { $0 }
+    }
+
+    /// Warnings for the agent's log at start (each once), empty when the TPM's dictionary-attack
+    /// setup is what Coffer expects or when the TPM cannot be asked (the unlock then says why): an empty
+    /// lockout authorization (anyone can reset the count), fewer than ``expectedMaxTries`` tries, or no
+    /// lockout at all.
+    public func lockoutWarnings() -> [String] {
+        guard let state = try? withTPM({ (tpm) throws(TPMError) -> TPMLockoutState in try tpm.lockoutState() }) else { return [] }
+        lastLockoutAuthorizationSet.withLock { $0 = state.lockoutAuthSet }
+        var out: [String] = []
+        if !state.lockoutAuthSet {
+            out.append("the TPM at \(tcti) has an empty lockout authorization (TPMA_PERMANENT.lockoutAuthSet is clear): any local process "
+                + "that can reach it can reset its count of wrong passcodes (tpm2_dictionarylockout --clear-lockout), so the bound on "
+                + "passcode guesses through this agent is Coffer's own attempts file, and code running as this user (which can delete "
+                + "that file, or ask the TPM itself) is bound by neither; an administrator sets a lockout authorization once, as root "
+                + "('tpm2_changeauth -c lockout', see the README's TPM section for what it costs)")
+        }
+        if state.maxTries == 0 {
+            out.append("the TPM at \(tcti) has no dictionary-attack lockout (TPM2_PT_MAX_AUTH_FAIL is 0): wrong passcodes are delayed by "
+                + "Coffer's own schedule only; an administrator sets one with 'tpm2_dictionarylockout --setup-parameters --max-tries N'")
+        } else if state.maxTries < Self.expectedMaxTries {
+            out.append("the TPM at \(tcti) locks out after \(state.maxTries) wrong authorizations (TPM2_PT_MAX_AUTH_FAIL); Coffer expects at "
+                + "least \(Self.expectedMaxTries), or a person's typos lock the TPM out for every user of it: an administrator raises it with "
+                + "'tpm2_dictionarylockout --setup-parameters --max-tries N'")
+        }
+        return out
     }
 
     /// The keychain's error for a TPM failure: what happened, and what the person can do. `lockout`:
@@ -201,11 +227,18 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
         case .unavailable(let t, let reason):
             return SecError(.notAvailable, "this keychain's device key is in the TPM and no TPM answers at \(t) (\(reason)): nothing was "
                 + "changed; make the TPM reachable (or fix 'tpm-tcti' in cofferd.conf) and try again")
-        case .foreignBlob, .corruptBlob, .unsupportedBlobVersion:
-            return SecError(.decode, "the TPM cannot open this keychain's device key (\(e)): the TPM was cleared or replaced, or the key "
-                + "file is damaged or from another machine. Nothing on this TPM can open the keychain any more: move the state directory "
-                + "aside and restore your latest backup ('coffer backup restore'; ThisDeviceOnly items are not in backups). Escrow records "
-                + "need the device key too, so they cannot help")
+        case .foreignBlob(let why):
+            // One statement: what happened (the keys are another storage key's), the two ways it comes
+            // about, and the one way back (escrow records need this device key, so they are none).
+            return SecError(.decode, "this TPM cannot open the keychain, now or later: its TPM keys were made under another storage "
+                + "key, so either the TPM was cleared or replaced since (tpm2_clear, a firmware reset, a new motherboard) or the state "
+                + "directory was copied from another machine. Move the state directory aside and restore your latest backup ('coffer "
+                + "backup restore'; ThisDeviceOnly items are not in backups); escrow records need the device key too, so they cannot "
+                + "help (\(why))")
+        case .corruptBlob, .unsupportedBlobVersion:
+            return SecError(.decode, "the TPM cannot open this keychain's device key: \(e). The key file or the keybag is damaged, or "
+                + "was written by another Coffer version: move the state directory aside and restore your latest backup ('coffer backup "
+                + "restore'; ThisDeviceOnly items are not in backups). Escrow records need the device key too, so they cannot help")
         case .file(let why): return .io(why)
         case .invalidArgument(let why), .nvIndexConflict(_, let why): return .param(why)
         case .tpmFailure: return SecError(.internalComponent, "the TPM failed: \(e)")

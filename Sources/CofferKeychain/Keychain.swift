@@ -166,6 +166,11 @@ public final class Keychain: Sendable {
     /// True if wrong passcodes are counted by the TPM (a TPM device key with a passcode set).
     public var attemptsCountedByTPM: Bool { keybag.attemptsCountedByTPM }
 
+    /// Whether the TPM that counts wrong passcodes has a lockout authorization (asked now): false when
+    /// anyone who reaches the TPM can reset its count, so that the `attempts` file is the bound on
+    /// guesses through the agent; nil without a TPM device key, or when the TPM never answered.
+    public var tpmLockoutAuthorizationSet: Bool? { keybag.lockoutAuthorizationSet }
+
     /// Derives the passcode key of `passcode` without unlocking anything: with a TPM-bound passcode the
     /// TPM checks it (and counts it if wrong). For the agent, which also sends every passcode PAM
     /// refuses through the TPM, so deleting the `attempts` file earns no guesses.

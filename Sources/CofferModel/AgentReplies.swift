@@ -97,13 +97,17 @@ public struct ProtectionsReply: Sendable, Equatable {
     public var deviceKeyInTPM: Bool
     /// Wrong passcodes are counted by the TPM's dictionary-attack lockout (else: the `attempts` file only).
     public var attemptsCountedByTPM: Bool
+    /// With ``attemptsCountedByTPM``: the TPM's lockout authorization is empty, so any local process
+    /// that reaches the TPM can reset its count, and the bound on guesses is the `attempts` file.
+    public var tpmLockoutAuthorizationEmpty: Bool
     /// Rolled-back keybags or databases are detected.
     public var rollbackDetection: Bool
 
-    /// Makes a reply.
-    public init(deviceKeyInTPM: Bool, attemptsCountedByTPM: Bool, rollbackDetection: Bool) {
+    /// Makes a reply. `tpmLockoutAuthorizationEmpty` counts only with `attemptsCountedByTPM`.
+    public init(deviceKeyInTPM: Bool, attemptsCountedByTPM: Bool, tpmLockoutAuthorizationEmpty: Bool = false, rollbackDetection: Bool) {
         self.deviceKeyInTPM = deviceKeyInTPM
         self.attemptsCountedByTPM = attemptsCountedByTPM
+        self.tpmLockoutAuthorizationEmpty = attemptsCountedByTPM && tpmLockoutAuthorizationEmpty
         self.rollbackDetection = rollbackDetection
     }
 }

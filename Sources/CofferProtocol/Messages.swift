@@ -575,7 +575,8 @@ public enum AgentResponse: Sendable {
             return f.finish()
         case .protections(let p):
             var f = FrameBuilder(type: .protectionsReply, requestID: requestID, payloadCapacity: 3)
-            f.w.u8(p.deviceKeyInTPM ? 1 : 0); f.w.u8(p.attemptsCountedByTPM ? 1 : 0); f.w.u8(p.rollbackDetection ? 1 : 0)
+            f.w.u8(p.deviceKeyInTPM ? 1 : 0); f.w.u8(p.attemptsCountedByTPM ? (p.tpmLockoutAuthorizationEmpty ? 2 : 1) : 0)
+            f.w.u8(p.rollbackDetection ? 1 : 0)
             return f.finish()
         case .items(let items):
             return Self.encodeItems(type: .items, requestID: requestID, items, nextCursor: nil)
@@ -783,13 +784,15 @@ public enum AgentResponse: Sendable {
                                            agentVersion: try r.sstr("agent version"),
                                            lockedMemoryBytes: try r.u64("locked memory"), idleLockSeconds: try r.u32("idle lock")))
         case .protectionsReply:
-            var flags: [Bool] = []
-            for what in ["device key", "attempt counting", "rollback detection"] {
-                let v = try r.u8(what)
-                guard v <= 1 else { throw ProtocolError("PROTECTIONS_REPLY: \(what) must be 0 or 1") }
-                flags.append(v == 1)
-            }
-            response = .protections(ProtectionsReply(deviceKeyInTPM: flags[0], attemptsCountedByTPM: flags[1], rollbackDetection: flags[2]))
+            let deviceKey = try r.u8("device key")
+            guard deviceKey <= 1 else { throw ProtocolError("PROTECTIONS_REPLY: device key must be 0 or 1") }
+            // 0 the file, 1 the TPM, 2 the TPM with an empty lockout authorization (anyone can reset its count).
+            let attempts = try r.u8("attempt counting")
+            guard attempts <= 2 else { throw ProtocolError("PROTECTIONS_REPLY: attempt counting must be 0, 1 or 2") }
+            let rollback = try r.u8("rollback detection")
+            guard rollback <= 1 else { throw ProtocolError("PROTECTIONS_REPLY: rollback detection must be 0 or 1") }
+            response = .protections(ProtectionsReply(deviceKeyInTPM: deviceKey == 1, attemptsCountedByTPM: attempts >= 1,
+                                                     tpmLockoutAuthorizationEmpty: attempts == 2, rollbackDetection: rollback == 1))
         case .items: response = .items(try decodeItems(&r))
         case .itemsPage:
             let next = try r.u64("next cursor")

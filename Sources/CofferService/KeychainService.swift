@@ -105,11 +105,15 @@ package final class KeychainService: Sendable {
                            lockedMemoryBytes: UInt64(SecureMemory.lockedBytes() ?? 0), idleLockSeconds: idleLockSeconds)
     }
 
-    /// Which protections are active: the device key's place, who counts wrong passcodes, and whether
-    /// a TPM counter anchors the keychain against rollback, as the keychain has them now.
+    /// Which protections are active: the device key's place, who counts wrong passcodes (and whether
+    /// anyone can reset the TPM's count: its lockout authorization, asked now; a TPM that does not
+    /// answer is taken at its last answer, and as empty if it never gave one), and whether a TPM
+    /// counter anchors the keychain against rollback, as the keychain has them now.
     package func protections() -> ProtectionsReply {
-        ProtectionsReply(deviceKeyInTPM: keychain.deviceKeyKind == .tpm, attemptsCountedByTPM: keychain.attemptsCountedByTPM,
-                         rollbackDetection: keychain.rollbackDetection)
+        let counted = keychain.attemptsCountedByTPM
+        return ProtectionsReply(deviceKeyInTPM: keychain.deviceKeyKind == .tpm, attemptsCountedByTPM: counted,
+                                tpmLockoutAuthorizationEmpty: counted && keychain.tpmLockoutAuthorizationSet != true,
+                                rollbackDetection: keychain.rollbackDetection)
     }
 
     /// What `coffer whoami` shows for the caller.

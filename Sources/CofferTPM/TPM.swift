@@ -47,10 +47,12 @@ import CofferSystem
             }
             return v
         }
+        let permanent = try value(TPMProperty.permanent)
         return TPMLockoutState(failedTries: try value(TPMProperty.lockoutCounter), maxTries: try value(TPMProperty.maxAuthFail),
                                recoveryInterval: try value(TPMProperty.lockoutInterval),
                                lockoutRecovery: try value(TPMProperty.lockoutRecovery),
-                               inLockout: try value(TPMProperty.permanent) & TPMProperty.inLockoutBit != 0)
+                               inLockout: permanent & TPMProperty.inLockoutBit != 0,
+                               lockoutAuthSet: permanent & TPMProperty.lockoutAuthSetBit != 0)
     }
 
     /// TPM properties from `first`, at most `count` of them, by tag.
@@ -102,14 +104,21 @@ public struct TPMLockoutState: Equatable, Sendable {
     public let lockoutRecovery: UInt32
     /// TPMA_PERMANENT's inLockout bit: DA-protected objects are refused now.
     public let inLockout: Bool
+    /// TPMA_PERMANENT's lockoutAuthSet bit: the lockout hierarchy has an authorization value. When it
+    /// is clear (the default: most machines never set one), anyone who can send the TPM a command can
+    /// reset ``failedTries`` (TPM2_DictionaryAttackLockReset, `tpm2_dictionarylockout --clear-lockout`),
+    /// so the count binds nobody who can reach the TPM.
+    public let lockoutAuthSet: Bool
 
     /// Makes a state from the TPM's properties.
-    public init(failedTries: UInt32, maxTries: UInt32, recoveryInterval: UInt32, lockoutRecovery: UInt32, inLockout: Bool) {
+    public init(failedTries: UInt32, maxTries: UInt32, recoveryInterval: UInt32, lockoutRecovery: UInt32, inLockout: Bool,
+                lockoutAuthSet: Bool) {
         self.failedTries = failedTries
         self.maxTries = maxTries
         self.recoveryInterval = recoveryInterval
         self.lockoutRecovery = lockoutRecovery
         self.inLockout = inLockout
+        self.lockoutAuthSet = lockoutAuthSet
     }
 }
 
@@ -127,6 +136,9 @@ enum TPMProperty {
     static let lockoutRecovery: UInt32 = 0x211
     /// TPMA_PERMANENT.inLockout (bit 9).
     static let inLockoutBit: UInt32 = 1 << 9
+    /// TPMA_PERMANENT.lockoutAuthSet (bit 2; bit 0 is ownerAuthSet, bit 1 endorsementAuthSet): set by
+    /// TPM2_HierarchyChangeAuth of TPM_RH_LOCKOUT to a non-empty value, cleared by TPM2_Clear.
+    static let lockoutAuthSetBit: UInt32 = 1 << 2
 }
 
 /// A TSS2_RC: its layer and, for the TPM's own codes, the code without parameter, handle or session numbers.

@@ -57,7 +57,9 @@ public enum TPMError: Error, Equatable, Sendable, CustomStringConvertible {
                 + "when its lockout interval has passed, or when an administrator resets it (tpm2_dictionarylockout --clear-lockout)"
         case .corruptBlob(let why): "the TPM key blob is corrupt: \(why)"
         case .unsupportedBlobVersion(let v): "the TPM key blob has version \(v), which this Coffer does not read (it reads version \(TPMKeyBlob.version))"
-        case .foreignBlob(let why): "the TPM key blob belongs to another TPM: \(why)"
+        case .foreignBlob(let why):
+            "the TPM key blob was made under another storage key, by another TPM or by this TPM before its owner hierarchy "
+                + "was cleared (\(why))"
         case .nvIndexConflict(let index, let reason): "NV index \(TPMNVCounter.hex(index)) is in use with other attributes: \(reason)"
         case .invalidArgument(let why): "invalid argument: \(why)"
         case .file(let why): why

@@ -137,8 +137,8 @@ public struct TPMHMACKey: Equatable, Sendable {
     private func loaded(_ ctx: OpaquePointer, _ tpm: TPM) throws(TPMError) -> UInt32 {
         let parent = try unsafe tpm.primaryKey(ctx)
         guard parent.name == blob.parentName else {
-            throw .foreignBlob("it was made under another storage key (another TPM, or this TPM's owner hierarchy was cleared); "
-                + "restore the keychain from a backup or an escrow record")
+            func short(_ name: [UInt8]) -> String { name.prefix(6).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() + "…" }
+            throw .foreignBlob("the key's storage key is \(short(blob.parentName)), this TPM's is \(short(parent.name))")
         }
         var handle: UInt32 = 0
         let rc = unsafe blob.publicArea.withUnsafeBufferPointer { p in

@@ -34,36 +34,36 @@ public struct TPMNVCounter: Equatable, Sendable {
         guard index >> 24 == 0x01 else { throw .invalidArgument("\(hex(index)) is not an NV index (0x01000000–0x01FFFFFF)") }
         let counter = TPMNVCounter(index: index)
         try unsafe tpm.withContext { ctx throws(TPMError) in
-            var attributes: UInt32 = 0, size: UInt16 = 0, nameAlg: UInt16 = 0
-            let rc = unsafe ctpm_nv_read_public(ctx, index, &attributes, &size, &nameAlg)
-            if rc == 0 {
+            if try unsafe defined(index, ctx, tpm) {
+                var attributes: UInt32 = 0, size: UInt16 = 0, nameAlg: UInt16 = 0
+                try tpm.check(unsafe ctpm_nv_read_public(ctx, index, &attributes, &size, &nameAlg), "TPM2_NV_ReadPublic")
                 guard attributes & ~writtenBit == Self.attributes, size == dataSize, nameAlg == TPMAlgorithm.sha256 else {
                     throw .nvIndexConflict(index: index, reason: "attributes 0x\(String(attributes, radix: 16)), \(size) bytes, "
                         + "name algorithm 0x\(String(nameAlg, radix: 16)); a Coffer counter has attributes 0x\(String(Self.attributes, radix: 16)) "
                         + "(ownerwrite|nt=counter|ownerread), 8 bytes, SHA-256")
                 }
                 if attributes & writtenBit != 0 { return }
-            } else if TPMResponse(rc).tpmCode == TPMResponse.handle {
-                try tpm.check(unsafe ctpm_nv_define(ctx, index, Self.attributes, dataSize, TPMAlgorithm.sha256), "TPM2_NV_DefineSpace")
             } else {
-                try tpm.check(rc, "TPM2_NV_ReadPublic")
+                try tpm.check(unsafe ctpm_nv_define(ctx, index, Self.attributes, dataSize, TPMAlgorithm.sha256), "TPM2_NV_DefineSpace")
             }
             try tpm.check(unsafe ctpm_nv_increment(ctx, index), "TPM2_NV_Increment")
         }
         return counter
     }
 
-    /// True if an NV index is defined at `index` (TPM2_NV_ReadPublic answers), false if the TPM has none
-    /// there (TPM_RC_HANDLE): rollback detection reads "never anchored" from an absent counter.
+    /// True if an NV index is defined at `index`, false if the TPM has none there: rollback detection
+    /// reads "never anchored" from an absent counter. Asked through TPM2_GetCapability(TPM_CAP_HANDLES),
+    /// not by a TPM2_NV_ReadPublic that fails: ESAPI logs every failed command on standard error, and
+    /// an absent counter is no error.
     public static func isDefined(index: UInt32, on tpm: TPM) throws(TPMError) -> Bool {
-        try unsafe tpm.withContext { ctx throws(TPMError) -> Bool in
-            var attributes: UInt32 = 0, size: UInt16 = 0, nameAlg: UInt16 = 0
-            let rc = unsafe ctpm_nv_read_public(ctx, index, &attributes, &size, &nameAlg)
-            if rc == 0 { return true }
-            if TPMResponse(rc).tpmCode == TPMResponse.handle { return false }
-            try tpm.check(rc, "TPM2_NV_ReadPublic")
-            return true
-        }
+        try unsafe tpm.withContext { ctx throws(TPMError) -> Bool in try unsafe defined(index, ctx, tpm) }
+    }
+
+    /// Whether `index` is defined (TPM2_GetCapability of the handles from `index`). Call under the lock.
+    private static func defined(_ index: UInt32, _ ctx: OpaquePointer, _ tpm: TPM) throws(TPMError) -> Bool {
+        var defined: Int32 = 0
+        try tpm.check(unsafe ctpm_nv_defined(ctx, index, &defined), "TPM2_GetCapability")
+        return defined != 0
     }
 
     /// The counter's value (TPM2_NV_Read, 8 bytes big-endian).

@@ -1,3 +1,4 @@
+import CofferCLISupport
 import CofferClient
 import CofferCrypto
 import CofferKeybag
@@ -389,27 +390,11 @@ struct AgentBench {
     func mib(_ bytes: Int) -> String { fixed(Double(bytes) / 1_048_576, 1) + " MiB" }
 }
 
-/// `x` with `digits` decimals (no Foundation here).
-func fixed(_ x: Double, _ digits: Int) -> String {
-    var scale = 1.0
-    for _ in 0..<digits { scale *= 10 }
-    let v = (abs(x) * scale).rounded()
-    let whole = Int(v / scale), frac = Int(v) - whole * Int(scale)
-    var f = String(frac)
-    while f.count < digits { f = "0" + f }
-    return (x < 0 && v > 0 ? "-" : "") + String(whole) + (digits > 0 ? "." + f : "")
-}
+/// `x` with `digits` decimals (``CofferCLISupport/DecimalText/fixed(_:_:)``).
+func fixed(_ x: Double, _ digits: Int) -> String { DecimalText.fixed(x, digits) }
 
 /// 1234567 → "1,234,567".
-func grouped(_ n: Int) -> String {
-    let digits = Array(String(n))
-    var out = ""
-    for (i, d) in digits.enumerated() {
-        if i > 0 && (digits.count - i) % 3 == 0 { out.append(",") }
-        out.append(d)
-    }
-    return out
-}
+func grouped(_ n: Int) -> String { DecimalText.grouped(n) }
 
 /// A progress line on stderr (the table goes to stdout).
 func progress(_ s: String) { StandardStreams.printError(s) }

@@ -29,6 +29,7 @@
 //                                                    reliability runs against a real agent
 //
 // Prints a Markdown table. Build in release: swift build -c release --product coffer-bench.
+import CofferCLISupport
 import CofferCrypto
 import CofferKeybag
 import CofferKeychain
@@ -145,11 +146,8 @@ func benchRekey(sizes: [Int]) throws {
 }
 
 extension String {
-    /// One decimal place, without Foundation.
-    init(format1 x: Double) {
-        let tenths = Int((x * 10).rounded())
-        self = "\(tenths / 10).\(tenths % 10)"
-    }
+    /// One decimal place (``CofferCLISupport/DecimalText/fixed(_:_:)``: `-5.4`, never `-5.-4`).
+    init(format1 x: Double) { self = DecimalText.fixed(x, 1) }
 }
 
 /// Fills a stopped agent's keychain through the library in transactions of 5,000 items (contrib/bench/peers.sh:

@@ -84,7 +84,9 @@ struct Status: ParsableCommand {
             // nil: an agent from before the protections report.
             let p = try? c.protections()
             let deviceKey = p.map { $0.deviceKeyInTPM ? "TPM 2.0" : "file" } ?? "unknown (agent too old)"
-            let attempts = p.map { $0.attemptsCountedByTPM ? "TPM" : "file" } ?? "unknown (agent too old)"
+            let attempts = p.map { Self.attemptCounting($0) } ?? "unknown (agent too old)"
+            // Whether only the holder of the TPM's lockout authorization can reset its count (null: the TPM does not count, or an older agent).
+            let lockoutAuthorization = p.flatMap { $0.attemptsCountedByTPM ? ($0.tpmLockoutAuthorizationEmpty ? "empty" : "set") : nil }
             let rollback = p.map { $0.rollbackDetection ? "on" : "off" } ?? "unknown (agent too old)"
             let state = s.lockState.description
             if json {
@@ -92,7 +94,7 @@ struct Status: ParsableCommand {
                     {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"passcodeOutOfSync":\(outOfSync),"items":\(s.itemCount),\
                     "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
                     "idleLockSeconds":\(s.idleLockSeconds),"deviceKey":\(Output.json(deviceKey)),"attemptCounting":\(Output.json(attempts)),\
-                    "rollbackDetection":\(Output.json(rollback))}
+                    "tpmLockoutAuthorization":\(lockoutAuthorization.map(Output.json) ?? "null"),"rollbackDetection":\(Output.json(rollback))}
                     """)
             } else {
                 Output.print("""
@@ -108,6 +110,17 @@ struct Status: ParsableCommand {
                     """)
             }
         }
+    }
+}
+
+extension Status {
+    /// Who counts wrong passcodes, as `coffer status` says it: `file`, `TPM`, or the TPM with a warning
+    /// when its lockout authorization is empty (its count then binds nobody who can reach the TPM, and
+    /// the agent's `attempts` file is the bound).
+    static func attemptCounting(_ p: ProtectionsReply) -> String {
+        guard p.attemptsCountedByTPM else { return "file" }
+        guard p.tpmLockoutAuthorizationEmpty else { return "TPM" }
+        return "TPM, but its lockout authorization is empty: any local process can reset it (the bound is Coffer's attempts file)"
     }
 }
 

@@ -123,9 +123,188 @@ import Testing
         let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti)])
         #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: file", "rollback detection: off"], "no passcode: nothing for the TPM to count")
         agent.setPasscode()
-        #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: TPM", "rollback detection: off"])
+        // swtpm, like most machines, has no lockout authorization: the TPM counts, and anyone can reset it.
+        #expect(lines(agent) == ["device key: TPM 2.0", "attempt counting: \(Self.resettable)", "rollback detection: off"])
         let json = agent.cli(["status", "--json"])
-        #expect(json.stdout.contains("\"deviceKey\":\"TPM 2.0\"") && json.stdout.contains("\"attemptCounting\":\"TPM\""), "\(json)")
+        #expect(json.stdout.contains("\"deviceKey\":\"TPM 2.0\"") && json.stdout.contains("\"attemptCounting\":\"\(Self.resettable)\""), "\(json)")
+        #expect(fileAgent.cli(["status", "--json"]).stdout.contains("\"attemptCounting\":\"file\",\"tpmLockoutAuthorization\":null"))
+    }
+
+    /// What `coffer status` says of a TPM whose lockout authorization is empty.
+    static let resettable = "TPM, but its lockout authorization is empty: any local process can reset it (the bound is Coffer's attempts file)"
+    /// The start-up warning for it (once per start).
+    static let emptyLockoutWarning = "has an empty lockout authorization (TPMA_PERMANENT.lockoutAuthSet is clear)"
+
+    /// `coffer status`'s attempt-counting line.
+    static func attemptLine(_ agent: AgentProcess) -> String? {
+        agent.cli(["status"]).stdout.split(separator: "\n").map(String.init).first { $0.hasPrefix("attempt counting:") }
+    }
+
+    /// Writes the administrator's lockout authorization into a private file in `dir` and returns
+    /// tpm2-tools' `file:PATH` for it (never an argument holding the value).
+    static func lockoutAuthorization(_ dir: TemporaryDirectory) throws -> String {
+        let path = dir.file("lockout-auth")
+        try "the administrator's lockout authorization".write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o600)
+        return "file:" + path
+    }
+
+    /// F2 (issue #41): `coffer status` (text and JSON) tells whether the TPM's count of wrong passcodes
+    /// can be reset by anyone, asked of the TPM at each status (the administrator may set the
+    /// authorization while the agent runs), and the agent's log says it once per start.
+    @Test(.enabled(if: SoftwareTPM.available && SoftwareTPM.tools != nil, "\(SoftwareTPM.unavailableReason), or no tpm2-tools"))
+    func statusTellsTheTruthAboutTheTPMsCountWithAndWithoutALockoutAuthorization() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-lockout-auth")
+        let config = Self.config(control, tcti: sw.tcti)
+        let agent = try AgentProcess(extraArguments: ["--config", config])
+        agent.setPasscode()
+        // Empty (swtpm's default, and most machines').
+        #expect(Self.attemptLine(agent) == "attempt counting: \(Self.resettable)")
+        let empty = agent.cli(["status", "--json"])
+        #expect(empty.stdout.contains("\"attemptCounting\":\"\(Self.resettable)\",\"tpmLockoutAuthorization\":\"empty\""), "\(empty)")
+        #expect(agent.cli(["lock"]).status == 0 && agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        _ = agent.cli(["status"])
+        #expect(agent.log.components(separatedBy: Self.emptyLockoutWarning).count == 2, "the warning, exactly once:\n\(agent.log)")
+        #expect(agent.log.contains("tpm2_changeauth -c lockout"), "\(agent.log)")
+        // The administrator's one-time step, under the running agent: status follows the TPM.
+        let set = sw.tool("tpm2_changeauth", ["-c", "lockout", try Self.lockoutAuthorization(control)])
+        #expect(set.status == 0, "\(set)")
+        #expect(Self.attemptLine(agent) == "attempt counting: TPM")
+        let json = agent.cli(["status", "--json"])
+        #expect(json.stdout.contains("\"attemptCounting\":\"TPM\",\"tpmLockoutAuthorization\":\"set\""), "\(json)")
+        // A new start with it set: no warning.
+        try agent.restart()
+        #expect(!agent.log.contains(Self.emptyLockoutWarning), "\(agent.log)")
+        #expect(Self.attemptLine(agent) == "attempt counting: TPM")
+    }
+
+    /// F2 (issue #41), the attack: with the TPM's lockout authorization empty, the same uid resets the
+    /// TPM's count (`tpm2_dictionarylockout --clear-lockout`) each time it locks out, and keeps guessing
+    /// through the real agent. Coffer's own persisted count (the `attempts` file: here six guesses,
+    /// then an hour) is the bound, across a restart of the agent, and `coffer status` says that the
+    /// TPM's count binds nobody. The rest is pinned as the threat model states it: code of that uid
+    /// that also deletes `attempts` (or asks the TPM itself) is bound by neither.
+    @Test(.enabled(if: SoftwareTPM.available && SoftwareTPM.tools != nil, "\(SoftwareTPM.unavailableReason), or no tpm2-tools"))
+    func resettingTheTPMsCountEarnsNoGuessesPastCoffersOwnBound() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-reset")
+        let config = Self.config(control, tcti: sw.tcti)
+        let bound = 6
+        try (String(contentsOfFile: config, encoding: .utf8) + "unlock-delays = 0,0,0,0,0,3600\n").write(toFile: config, atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", config])
+        agent.setPasscode()
+        let tpm = try TPM(tcti: sw.tcti)
+        let start = try tpm.lockoutState()
+        #expect(!start.lockoutAuthSet && Int(start.maxTries) < bound, "the guesser must get past the TPM's \(start.maxTries) tries: \(start)")
+        #expect(Self.attemptLine(agent) == "attempt counting: \(Self.resettable)")
+        var tried = 0, resets = 0
+        var refusal: CLIResult? = nil
+        for i in 0..<(bound + 3) {
+            if try tpm.lockoutState().inLockout {
+                let reset = sw.tool("tpm2_dictionarylockout", ["--clear-lockout"])
+                #expect(reset.status == 0, "the same uid resets the TPM's count: \(reset)")
+                #expect(try tpm.lockoutState().failedTries == 0)
+                resets += 1
+            }
+            if i == bound / 2 { try agent.restart() }   // the count is in the file, not in the process
+            let r = agent.cli(["unlock", "--passcode-stdin"], stdin: "guess \(i)")
+            if r.stderr.contains("too many failed attempts") {
+                refusal = r
+                break
+            }
+            #expect(r.status == SecStatus.authFailed.exitCode, "guess \(i): \(r)\n\(agent.log)")
+            tried += 1
+        }
+        #expect(resets >= 1, "the TPM's own lockout was never reached")
+        #expect(tried == bound, "Coffer's bound is \(bound) guesses, then an hour; \(tried) were tried")
+        #expect(refusal?.status == SecStatus.authFailed.exitCode && refusal?.stderr.contains("too many failed attempts (\(bound)): try again in") == true, "\(String(describing: refusal))")
+        // Reset or not, the next guess is refused before it reaches PAM or the TPM.
+        let before = try tpm.lockoutState().failedTries
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "one more").stderr.contains("too many failed attempts"))
+        #expect(try tpm.lockoutState().failedTries == before, "a refused attempt reached the TPM")
+        // Pinned, as the threat model says: the same uid that also deletes the attempts file is bound by
+        // nothing here (it could as well run the TPM commands itself).
+        agent.stop()
+        unlink(agent.stateDir + "/attempts")
+        if try tpm.lockoutState().inLockout { #expect(sw.tool("tpm2_dictionarylockout", ["--clear-lockout"]).status == 0) }
+        try agent.start()
+        let past = agent.cli(["unlock", "--passcode-stdin"], stdin: "past the bound")
+        #expect(past.status == SecStatus.authFailed.exitCode && !past.stderr.contains("too many failed attempts"), "\(past)")
+    }
+
+    /// F2 (issue #41), the other configuration: with a lockout authorization set, the same uid can
+    /// neither reset the TPM's count nor, by deleting the `attempts` file and restarting the agent, get
+    /// a guess past the TPM's `max-tries`; even the right passcode waits for the TPM.
+    @Test(.enabled(if: SoftwareTPM.available && SoftwareTPM.tools != nil, "\(SoftwareTPM.unavailableReason), or no tpm2-tools"))
+    func withALockoutAuthorizationTheSameUIDCannotResetTheTPMsCount() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-lockout-set")
+        let set = sw.tool("tpm2_changeauth", ["-c", "lockout", try Self.lockoutAuthorization(control)])
+        #expect(set.status == 0, "\(set)")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: sw.tcti)])
+        agent.setPasscode()
+        #expect(Self.attemptLine(agent) == "attempt counting: TPM")
+        #expect(!agent.log.contains(Self.emptyLockoutWarning), "\(agent.log)")
+        let tpm = try TPM(tcti: sw.tcti)
+        let limit = Int(try tpm.lockoutState().maxTries)
+        for i in 0..<limit {
+            agent.stop()
+            unlink(agent.stateDir + "/attempts")
+            try agent.start()
+            #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "guess \(i)").status == SecStatus.authFailed.exitCode)
+        }
+        #expect(try tpm.lockoutState().inLockout)
+        let reset = sw.tool("tpm2_dictionarylockout", ["--clear-lockout"])
+        #expect(reset.status != 0, "the reset without the lockout authorization: \(reset)")
+        #expect(try tpm.lockoutState().inLockout, "the count was reset without the lockout authorization")
+        agent.stop()
+        unlink(agent.stateDir + "/attempts")
+        try agent.start()
+        let right = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
+        #expect(right.status == SecStatus.notAvailable.exitCode && right.stderr.contains("TPM is locked out"), "\(right)")
+    }
+
+    /// Issue #41: the first start with rollback detection finds no counter on the TPM and defines one;
+    /// asking whether it exists is no failed TPM command, so libtss2 logs nothing (it logged three
+    /// `NV_ReadPublic` errors per probe). Its logging stays on: a wrong passcode's refused TPM2_HMAC is
+    /// still logged by it.
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func theFirstStartProbesTheTPMsCounterWithoutLibtss2Errors() throws {
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-probe")
+        let config = control.file("probe.conf")
+        try "device-key = tpm\ntpm-tcti = \(sw.tcti)\nrollback-detection = on\nrollback-interval = 3600\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(extraArguments: ["--config", config])
+        agent.setPasscode()
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.log.contains("anchored to the TPM NV counter"), "\(agent.log)")
+        for log in [agent.log, { try? agent.restart(); return agent.log }()] {
+            #expect(!log.contains("NV_ReadPublic") && !log.contains("FromTPMPublic") && !log.contains(":esys:"), "\(log)")
+        }
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong").status == SecStatus.authFailed.exitCode)
+        #expect(agent.log.contains("Esys_HMAC"), "libtss2's own error log was turned off:\n\(agent.log)")
+    }
+
+    /// Issue #41: a keychain whose keys another TPM made is refused with one statement: what happened
+    /// (another storage key: this TPM cleared or replaced, or a state directory from another machine)
+    /// and the one way back (a backup; escrow records need the device key, so they are not one).
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func aKeychainFromAnotherTPMIsRefusedInOneConsistentStatement() throws {
+        let first = try SoftwareTPM(), other = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-tpm-other")
+        let agent = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: first.tcti)])
+        agent.setPasscode()
+        agent.stop()
+        let elsewhere = try AgentProcess(extraArguments: ["--config", Self.config(control, tcti: other.tcti), "--state-dir", agent.stateDir],
+                                         start: false)
+        #expect(throws: AgentProcess.AgentStartError.self) { try elsewhere.start() }
+        let line = elsewhere.log.split(separator: "\n").map(String.init).first { $0.contains("cannot start") } ?? elsewhere.log
+        #expect(line.contains("errSecDecode") && line.contains("this TPM cannot open the keychain, now or later")
+                && line.contains("another storage key") && line.contains("cleared or replaced") && line.contains("another machine")
+                && line.contains("coffer backup restore") && line.contains("escrow records need the device key too, so they cannot help"), "\(line)")
+        #expect(!line.contains("or an escrow record") && !line.contains("damaged") && !line.contains("belongs to another TPM"), "\(line)")
+        #expect(line.components(separatedBy: "restore").count == 3, "one way back, named once (and its command): \(line)")
     }
 
     @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))

@@ -39,4 +39,24 @@ import Testing
         #expect(error.osStatus == SecStatus.param.rawValue)
         #expect(sw.tool("tpm2_nvreadpublic", [index]).status == 0, "the other index was left alone")
     }
+
+    /// isDefined asks the TPM's list of handles (TPM2_GetCapability), not a TPM2_NV_ReadPublic that
+    /// fails and that libtss2 logs as an error (issue #41): an absent index, the index just below a
+    /// defined one (the list starts at the next handle), a defined one and an undefined one again.
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func isDefinedTellsAbsentFromDefinedIndicesByTheHandleList() throws {
+        let sw = try SoftwareTPM()
+        let tpm = try TPM(tcti: sw.tcti)
+        let index: UInt32 = 0x0100_C0F3
+        #expect(try !TPMNVCounter.isDefined(index: index, on: tpm))
+        let counter = try TPMNVCounter.define(index: index, on: tpm)
+        #expect(try TPMNVCounter.isDefined(index: index, on: tpm))
+        #expect(try !TPMNVCounter.isDefined(index: index - 1, on: tpm), "the next defined handle is not this one")
+        #expect(try !TPMNVCounter.isDefined(index: index + 1, on: tpm))
+        let old = try counter.increment(on: tpm)
+        try counter.undefine(on: tpm)
+        #expect(try !TPMNVCounter.isDefined(index: index, on: tpm))
+        // Defined again after it went away: a new counter that starts no lower than the old one.
+        #expect(try TPMNVCounter.define(index: index, on: tpm).read(on: tpm) >= old)
+    }
 }

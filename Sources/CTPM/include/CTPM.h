@@ -95,6 +95,14 @@ uint32_t ctpm_hmac(ctpm_context *ctx, uint32_t key, uint32_t salt_key, const uin
 uint32_t ctpm_get_properties(ctpm_context *ctx, uint32_t first, uint32_t count, uint32_t *props, uint32_t *values, uint32_t *got);
 
 /**
+ * TPM2_GetCapability(TPM_CAP_HANDLES) from `index` for one handle: `*defined` 1 when the NV index
+ * `index` exists, 0 when it does not. Asks without naming the index as a handle, so an absent index
+ * is no error to anyone (ESAPI logs every failed command, and TPM2_NV_ReadPublic of an absent index
+ * is one).
+ */
+uint32_t ctpm_nv_defined(ctpm_context *ctx, uint32_t index, int *defined);
+
+/**
  * TPM2_NV_ReadPublic of the NV index `index` (a TPM handle, 0x01xxxxxx): its attributes, data size
  * and name algorithm. The TPM's TPM_RC_HANDLE when the index is not defined.
  */
