@@ -45,6 +45,21 @@ import Testing
         #expect(back == s)
     }
 
+    /// SYNC_CIRCLE circle (operation 4): no argument; an argument, or operation 5, does not decode.
+    @Test func theCircleOperationTakesNoArgument() throws {
+        let frame = AgentRequest.syncCircle(.circle, argument: "").encodeFrame(requestID: 3)
+        let (_, back) = try Array(frame[4...]).withUnsafeBytes { try AgentRequest.decodeBody($0) }
+        guard case .syncCircle(.circle, let argument) = back else { Issue.record("\(back)"); return }
+        #expect(argument.isEmpty)
+        var withArgument = Array(AgentRequest.syncCircle(.remove, argument: "x").encodeFrame(requestID: 3)[4...])
+        let op = withArgument.count - 4   // u8 operation ‖ sstr "x"
+        withArgument[op] = 4
+        #expect(throws: ProtocolError.self) { _ = try withArgument.withUnsafeBytes { try AgentRequest.decodeBody($0) } }
+        var unknown = Array(frame[4...])
+        unknown[unknown.count - 3] = 5
+        #expect(throws: ProtocolError.self) { _ = try unknown.withUnsafeBytes { try AgentRequest.decodeBody($0) } }
+    }
+
     @Test func textRules() {
         #expect(SyncText.isName("desktop") && SyncText.isRemote("ssh://host/keys.git"))
         #expect(!SyncText.isName("") && !SyncText.isName(String(repeating: "a", count: 65)) && !SyncText.isName("a\u{7F}"))
