@@ -97,7 +97,7 @@ public final class KeychainSync {
     /// approved) starts again from nothing.
     public static func join(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil) throws(SecError) -> (sync: KeychainSync, code: String) {
         if try keychain.syncState() != nil {
-            guard let earlier = try open(keychain: keychain, git: git), earlier.replica.state.joining != nil else {
+            guard let earlier = try open(keychain: keychain, git: git), try earlier.mayJoinAgain() else {
                 throw .param("sync is already set up on this machine")
             }
             try keychain.stopSync()
@@ -177,6 +177,16 @@ public final class KeychainSync {
         }
     }
 
+    /// True if this machine may set sync up again with `join`: its earlier join never made it a member
+    /// (its pairing failed or was never approved, or it asked under the earlier pairing), or a member
+    /// removed it from the circle.
+    public func mayJoinAgain() throws(SecError) -> Bool {
+        if replica.state.joining != nil { return true }
+        // Not a member (removed, or waiting under the earlier pairing); a circle that cannot be read
+        // now (a remote gone back) keeps the state: nothing is thrown away on an error.
+        do throws(SyncError) { return try !replica.isMember() } catch { return false }
+    }
+
     /// The circle's fingerprint as this machine knows it (empty before its pairing proved a circle).
     public func fingerprint() -> String {
         if let j = replica.state.joining { return j.stage == .confirmed ? j.note : "" }
@@ -211,6 +221,15 @@ public final class KeychainSync {
                 }
             }
             report.member = try replica.isMember()
+            if !report.member, replica.state.joining == nil {
+                if try replica.wasRemoved() {
+                    throw SecError(.notAvailable, "this machine was removed from the circle by another member: it reads nothing written since "
+                                   + "(coffer sync join sets it up again, with new keys and a member's approval)")
+                }
+                // Asked to join under the earlier pairing (format 2), which no member can approve any more.
+                throw SecError(.notAvailable, "this machine asked to join under an earlier pairing that can no longer be approved: "
+                               + "run coffer sync join again for a new code")
+            }
             guard report.member else {
                 try keychain.commitSyncRecorded(through: 0, state: replica.state.encoded())
                 return report
@@ -293,6 +312,10 @@ public final class KeychainSync {
         }
         let change: SyncChange
         do throws(SyncError) { change = try replica.open(conflict.loser) } catch { throw error.secError }
+        // The record of this change will name the loser as its basis: every member settles the conflict.
+        var restoring = replica.state
+        restoring.restoring[Hex.encode(conflict.itemKey)] = conflict.loserTime
+        replica.commit(restoring)
         let (cls, key) = try SyncItem.decodeItemKey(conflict.itemKey)
         let query = ItemQuery(itemClass: cls, attributes: key)
         if change.kind == .delete {

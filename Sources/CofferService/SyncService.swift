@@ -62,6 +62,9 @@ package final class SyncService: Sendable {
         /// When (monotonic) this process last compacted; nil: not yet.
         var compactedAt: Double? = nil
         var status = SyncStatus(state: .unknown)
+        /// The circle's fingerprint as last known (after a sync, a setup or an approval): SYNC_CIRCLE
+        /// circle reads it without waiting for a running sync.
+        var fingerprint = ""
         /// The phase last put in ``status`` and when (monotonic): progress is noted at most every 0.2 s within a phase.
         var progressShown: (SyncStatus.Phase, Double)? = nil
     }
@@ -143,6 +146,8 @@ package final class SyncService: Sendable {
                     if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
                     guard let sync = e else { return nil }
                     let report = try sync.sync(now: wallMillis()) { phase, done, total in noteProgress(phase, done, total) }
+                    let fingerprint = sync.fingerprint()
+                    work.withLock { $0.fingerprint = fingerprint }
                     if report.member { compactIfDue(sync) }
                     return .success(report)
                 } catch {
@@ -290,7 +295,7 @@ package final class SyncService: Sendable {
                 // A join that never made this machine a member (its pairing failed or was never
                 // approved) starts again; anything else set up stays.
                 if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
-                guard e?.replica.state.joining != nil else { throw .param("sync is already set up on this machine") }
+                guard try e?.mayJoinAgain() == true else { throw .param("sync is already set up on this machine") }
                 e = nil
             } else {
                 guard e == nil && stored == nil else { throw .param("sync is already set up on this machine") }
@@ -298,8 +303,11 @@ package final class SyncService: Sendable {
             switch operation {
             case .initialize:
                 e = try KeychainSync.initialize(keychain: keychain, remote: remote, name: name, now: now, git: settings.git)
+                let fingerprint = e?.fingerprint() ?? ""
+                work.withLock { $0.fingerprint = fingerprint }
                 return ""
             case .join:
+                work.withLock { $0.fingerprint = "" }
                 let (sync, code) = try KeychainSync.join(keychain: keychain, remote: remote, name: name, now: now, git: settings.git)
                 e = sync
                 return code
@@ -334,6 +342,7 @@ package final class SyncService: Sendable {
             try s.approve(code: code, now: wallMillis(), timeout: settings.pairingTimeoutSeconds, pollSeconds: settings.pairingPollSeconds / 2)
         }
         service.schedule.announceItemsChanged() // (an approval syncs, and may apply records)
+        work.withLock { $0.fingerprint = fingerprint }
         logger.notice("sync device approved", metadata: ["device": "\(name)", "circle": "\(fingerprint)"])
         return SyncCode(name: name, code: fingerprint)
     }
@@ -341,8 +350,9 @@ package final class SyncService: Sendable {
     /// SYNC_CIRCLE circle: the circle's fingerprint as this machine knows it (empty while its pairing
     /// has not proved one), for the person to compare across machines.
     package func circle(_ context: CallerContext) throws(SecError) -> SyncCode {
-        try mayUseSync(context, "read the sync circle")
-        return try withEngine { (s) throws(SecError) in SyncCode(name: "", code: s.fingerprint()) }
+        try mayDriveSync(context, "read the sync circle")
+        // Never waits for a running sync (a slow remote): the fingerprint as the last one left it.
+        return SyncCode(name: "", code: work.withLock { $0.fingerprint })
     }
 
     /// SYNC_CIRCLE remove: removes the device (id or unique name) and rotates the circle key.

@@ -162,6 +162,9 @@ public final class SyncReplica {
         return try circle().current.isMember(keys.id)
     }
 
+    /// True if a member removed this device from the circle (the current epoch lists it as removed).
+    public func wasRemoved() throws(SyncError) -> Bool { try circle().current.removed[keys.id] != nil }
+
     /// What ``advancePairing()`` did.
     public enum PairingProgress: Sendable, Equatable {
         /// Nothing to do (no pairing, or no response yet).
@@ -313,7 +316,9 @@ public final class SyncReplica {
         for (itemKey, payload) in changes {
             let time = clock.tick(now: now)
             let k = Self.keyHex(itemKey)
-            let basis = s.versions[k]?.time
+            // A restore's record names the loser it brought back (the winner is superseded too).
+            let current = s.versions[k]?.time, restored = s.restoring.removeValue(forKey: k)
+            let basis = restored ?? current
             let change = SyncChange(kind: payload == nil ? .delete : .put, time: time, basis: basis, itemKey: itemKey,
                                     payload: payload ?? SecureBytes(count: 0))
             let sealed = try SyncRecord.seal(change, seq: s.nextSeq, epoch: epoch, key: all[epoch]!, keys: keys)
@@ -321,6 +326,7 @@ public final class SyncReplica {
             s.nextSeq += 1
             s.applied[keys.id] = sealed.name.seq
             if let basis { s.bases[k, default: []].insert(basis) }
+            if restored != nil, let current { s.bases[k, default: []].insert(current) }
             s.versions[k] = SyncState.Version(time: time, record: sealed.name, deleted: payload == nil)
             names.append(sealed.name)
         }
@@ -434,7 +440,15 @@ public final class SyncReplica {
             clock.observe(change.time)
             s.applied[name.device] = max(s.applied[name.device] ?? 0, name.seq)
             let k = Self.keyHex(change.itemKey)
-            if let b = change.basis { s.bases[k, default: []].insert(b) }
+            if let b = change.basis {
+                s.bases[k, default: []].insert(b)
+                // A version written on top of a conflict's loser is a restore of it: that conflict is
+                // settled on every member (its winner superseded knowingly too), not listed forever.
+                func settles(_ c: SyncState.Conflict) -> Bool { c.itemKey == change.itemKey && c.loserTime == b }
+                for c in s.conflicts.filter(settles) + result.conflicts.filter(settles) { s.bases[k, default: []].insert(c.winner) }
+                s.conflicts.removeAll(where: settles)
+                result.conflicts.removeAll(where: settles)
+            }
             let known = s.bases[k] ?? []
             let incomingVersion = SyncState.Version(time: change.time, record: name, deleted: change.kind == .delete)
             guard let current = s.versions[k] else {

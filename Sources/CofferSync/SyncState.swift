@@ -8,7 +8,7 @@ import CofferModel
 /// same transaction as the changes a pull applies, so a crash never leaves one without the other.
 public struct SyncState: Sendable, Equatable {
     /// 2 adds the checkpoints seen (compaction); 3 the first epoch's pinned hash, the pairing under
-    /// way and the pairing sessions answered (SyncFormat.md, "Pairing"). An earlier state reads as one
+    /// way, the pairing sessions answered (SyncFormat.md, "Pairing") and the restores not yet recorded. An earlier state reads as one
     /// with none of them: its first epoch is taken from the chain that leads to its pinned epoch.
     public static let version: UInt8 = 3
 
@@ -57,6 +57,9 @@ public struct SyncState: Sendable, Equatable {
     /// ``maxAnswered``): each request gets one answer, so each code one guess.
     public var answered: [[UInt8]] = []
     public static let maxAnswered = 64
+    /// Per item key (hex), the losing version a restore brought back, until the restore is recorded:
+    /// its record names that loser as its basis, so every member sees the conflict settled.
+    public var restoring: [String: HLCTimestamp] = [:]
     /// The sequence number of this device's next record.
     public var nextSeq: UInt64 = 1
     public var clockWall: UInt64 = 0
@@ -138,6 +141,8 @@ public struct SyncState: Sendable, Equatable {
         w.u16(UInt16(min(answered.count, Self.maxAnswered)))
         for sid in answered.suffix(Self.maxAnswered) { w.raw(sid) }
         if let joining { w.u8(1); w.blob(joining.encoded()) } else { w.u8(0) }
+        w.u32(UInt32(restoring.count))
+        for (k, t) in restoring.sorted(by: { $0.key < $1.key }) { w.string(k); Self.write(t, &w) }
         return w.take()
     }
 
@@ -186,6 +191,10 @@ public struct SyncState: Sendable, Equatable {
                     var inner = ByteReader(Array(try r.blob(max: 16_384, "pairing")))
                     s.joining = try SyncPairing.Joining.decode(&inner)
                     try inner.expectEnd("the pairing")
+                }
+                for _ in 0..<(try r.u32("restoring count")) {
+                    let k = try r.string(max: 2 * SyncChange.maxItemKeyBytes, "item key")
+                    s.restoring[k] = try read(&r)
                 }
             }
             try r.expectEnd("the sync state")

@@ -145,6 +145,12 @@ struct SyncCommand: ParsableCommand {
                 }()
                 let state = switch s.state {
                 case .off: "off (coffer sync init or join)"
+                case .waiting where s.lastError.contains("removed from the circle"):
+                    "removed from the circle by another member (coffer sync join sets it up again)"
+                case .waiting where s.lastError.contains("earlier pairing"):
+                    "asked to join under an earlier pairing (coffer sync join again for a new code)"
+                case .waiting where s.lastError.contains("pairing failed"):
+                    "pairing failed (coffer sync join again for a new code)"
                 case .waiting: "waiting for approval (coffer sync approve CODE on a member)"
                 case .member: "member of the circle"
                 case .unknown: "unknown until the keychain is unlocked"
@@ -220,9 +226,18 @@ struct SyncCommand: ParsableCommand {
                 }
                 for c in list {
                     let what = c.loserDeleted ? "a deletion" : "an edit"
-                    Output.print("\(Output.escapedText(c.id))\t\(c.itemClass)\t\(Output.escapedText(c.service))\t\(Output.escapedText(c.account))\tlost: \(what) by \(Output.escapedText(c.loserDevice)) at \(c.loserMillis) ms\twinner at \(c.winnerMillis) ms")
+                    // Times as people read them (UTC), not raw milliseconds.
+                    Output.print("\(Output.escapedText(c.id))\t\(c.itemClass)\t\(Output.escapedText(c.service))\t\(Output.escapedText(c.account))\tlost: \(what) by \(Output.escapedText(c.loserDevice)) at \(Self.time(c.loserMillis))\twinner at \(Self.time(c.winnerMillis))")
                 }
             }
+        }
+
+        /// `millis` (Unix milliseconds) as `2026-12-06 05:40:12 UTC`.
+        static func time(_ millis: UInt64) -> String {
+            var t = time_t(millis / 1000), parts = tm()
+            guard gmtime_r(&t, &parts) != nil else { return "\(millis) ms" }
+            func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+            return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday)) \(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) UTC"
         }
     }
 }

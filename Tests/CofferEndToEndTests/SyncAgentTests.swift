@@ -246,6 +246,9 @@ import Testing
         try FileManager.default.moveItem(atPath: remote, toPath: away)
         #expect(b.cli(["update", "--service", "mail", "--account", "before", "--secret-stdin"], stdin: "from-b").status == 0)
         #expect(eventually { !Self.lastError(b.status()).isEmpty }, "\(b.status())")
+        // A sync run now that fails fails the command too (it exited 0 before), with git's status.
+        let failed = b.cli(["sync", "status", "--now"])
+        #expect(failed.status == SecStatus.io.exitCode && failed.stderr.contains("the sync failed"), "\(failed)")
         #expect(c.cli(["update", "--service", "mail", "--account", "before", "--secret-stdin"], stdin: "from-c").status == 0)
         #expect(eventually { !Self.lastError(c.status()).isEmpty }, "\(c.status())")
         #expect(b.password("before") == "from-b" && c.password("before") == "from-c")
@@ -265,6 +268,7 @@ import Testing
             return listed.contains { $0.contains("genp\tmail\tbefore\tlost: an edit by desktop") }
         }, "\(listed)")
         #expect(!listed.joined().contains("from-b"))   // the list names the item, never a secret
+        #expect(listed.joined().contains(" UTC\twinner at "), "times as people read them: \(listed)")
         // Restoring the loser (on a machine that kept it; the passcode first) makes it the newest version everywhere.
         let keeper = try #require(zip([a, b, c], listed).first { $0.1.contains("lost: an edit by desktop") })
         let line = try #require(keeper.1.split(separator: "\n").first { $0.contains("lost: an edit by desktop") })
@@ -276,6 +280,9 @@ import Testing
                 "\(a.password("before") ?? "-") \(b.password("before") ?? "-") \(c.password("before") ?? "-")")
         #expect(!keeper.0.cli(["sync", "conflicts"]).stdout.contains(id))
         #expect(keeper.0.cli(["sync", "conflicts", "--restore", id, "--auth-passcode-fd", "0"], stdin: keeper.0.passcode).status == 3)
+        // The restore settled the conflict on every member, not only on the one that restored it.
+        #expect(eventually { [a, b, c].allSatisfy { !$0.cli(["sync", "conflicts"]).stdout.contains("lost: an edit by desktop") } },
+                "\([a, b, c].map { $0.cli(["sync", "conflicts"]).stdout })")
     }
 
     /// The `last error:` value of a status ("" when none).

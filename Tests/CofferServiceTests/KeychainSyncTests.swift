@@ -167,12 +167,58 @@ import Testing
         _ = try a.sync(now: 3_000)
         _ = try b.sync(now: 3_001)
         #expect(Self.password(b.keychain, "secret-after") == "pw2")
-        #expect(try c.sync(now: 3_002).member == false)
+        // The removed machine's sync says so (it is not waiting for anyone's approval).
+        #expect(status { try c.sync(now: 3_002) } == .notAvailable)
         #expect(Self.password(c.keychain, "secret-after") == nil)
         try Self.add(c.keychain, "from-removed", "x")
-        _ = try c.sync(now: 4_000)
+        _ = try? c.sync(now: 4_000)
         _ = try a.sync(now: 4_001)
         #expect(Self.password(a.keychain, "from-removed") == nil)
+        // It may set sync up again (new keys, a member's approval); before, "already set up" forever.
+        let (again, code) = try KeychainSync.join(keychain: c.keychain, remote: tmp.file("remote.git"), name: "server-2", now: 5_000)
+        try approve(a, code, joiner: again, now: 5_001)
+        #expect(Self.password(again.keychain, "secret-after") == "pw2")
+    }
+
+    /// A conflict one member restores is settled on every member: the restore's record names the
+    /// loser it brings back, so nobody lists that conflict any more (before, the others kept it).
+    @Test func aRestoredConflictIsSettledOnEveryMember() throws {
+        let (a, b, c) = try circle()
+        let q = ItemQuery(attributes: ["acct": .string("before"), "sync": .bool(true)])
+        #expect(try a.keychain.update(q, ItemChanges(secret: secret("from-a")), scope: .unrestricted) == 1)
+        #expect(try b.keychain.update(q, ItemChanges(secret: secret("from-b")), scope: .unrestricted) == 1)
+        _ = try a.sync(now: 5_000)
+        _ = try b.sync(now: 6_000)
+        _ = try a.sync(now: 6_001)
+        _ = try c.sync(now: 6_001)
+        #expect(a.conflicts.count == 1 && b.conflicts.count == 1 && c.conflicts.count == 1)
+        try b.restore(conflict: KeychainSync.id(of: b.conflicts[0]))
+        #expect(b.conflicts.isEmpty)
+        _ = try b.sync(now: 7_000)
+        _ = try a.sync(now: 7_001)
+        _ = try c.sync(now: 7_001)
+        for s in [a, b, c] {
+            #expect(Self.password(s.keychain, "before") == "from-a", "the restored version is the newest everywhere")
+            #expect(s.conflicts.isEmpty, "\(s.conflicts)")
+        }
+        // And no new conflict appears later: the old winner was superseded knowingly.
+        for s in [a, b, c] { #expect(try s.sync(now: 8_000).conflicts == 0) }
+    }
+
+    /// A first setup that failed (an unreachable remote, a remote that is no git repository) leaves
+    /// nothing behind: a second attempt with the right remote works (before: "remote origin already
+    /// exists", forever).
+    @Test func aFailedSetupUndoesItselfAndASecondAttemptWorks() throws {
+        let remote = try bareRemote()
+        let ka = try keychain("a")
+        #expect(status { _ = try KeychainSync.initialize(keychain: ka, remote: tmp.file("nowhere.git"), name: "laptop", now: 1) } == .io)
+        #expect(try ka.syncState() == nil && !FileManager.default.fileExists(atPath: ka.syncDirectory))
+        let a = try KeychainSync.initialize(keychain: ka, remote: remote, name: "laptop", now: 2)
+        let kb = try keychain("b")
+        #expect(status { _ = try KeychainSync.join(keychain: kb, remote: tmp.file("nowhere.git"), name: "desktop", now: 3) } == .io)
+        #expect(try kb.syncState() == nil && !FileManager.default.fileExists(atPath: kb.syncDirectory))
+        let (b, code) = try KeychainSync.join(keychain: kb, remote: remote, name: "desktop", now: 4)
+        try approve(a, code, joiner: b, now: 5)
     }
 
     /// While the remote is unreachable a sync fails with errSecIO and the local change stays noted; once

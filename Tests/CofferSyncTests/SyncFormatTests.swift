@@ -124,15 +124,15 @@ import Testing
         s.conflicts.append(SyncState.Conflict(itemKey: [0x6b], winner: t, loser: SyncRecordName(device: Self.id(2), seq: 1),
                                               loserTime: HLCTimestamp(wallMillis: 8, counter: 0, device: Self.id(2)), loserDeleted: true))
         s.remoteHead = "abc"
-        // Format 3 ends in the first epoch's hash (a blob), the answered pairings (u16 count) and the
-        // pairing flag: 7 bytes when all are empty. A version-1 state (before compaction) reads as one
+        // Format 3 ends in the first epoch's hash (a blob), the answered pairings (u16 count), the
+        // pairing flag and the restores (u32 count): 11 bytes when all are empty. A version-1 state (before compaction) reads as one
         // that saw no checkpoint, a version-2 one (before pairing) as one with no first epoch pinned,
         // no pairing and none answered.
-        var v1 = Array(s.encoded().dropLast(7 + 4))
+        var v1 = Array(s.encoded().dropLast(11 + 4))
         v1[4] = 1
         #expect(try SyncState.decode(v1) == s)
         s.checkpoints[Self.id(2)] = 9
-        var v2 = Array(s.encoded().dropLast(7))
+        var v2 = Array(s.encoded().dropLast(11))
         v2[4] = 2
         #expect(try SyncState.decode(v2) == s)
         #expect(try SyncState.decode(s.encoded()) == s)
@@ -143,6 +143,7 @@ import Testing
         let (joining, _) = try SyncPairing.start(code: try #require(SyncPairingCode.parse("abcd-efgh-ijkl")),
                                                  deviceFile: SyncDevice(keys: phone, name: "phone", createdMillis: 1).encoded(signedWith: phone))
         s.joining = joining
+        s.restoring["6b"] = HLCTimestamp(wallMillis: 8, counter: 0, device: Self.id(2))
         let decoded = try SyncState.decode(s.encoded())
         #expect(decoded == s && decoded.joining?.code.text == "ABCD-EFGH-IJKL" && decoded.joining?.stage == .requested)
         var other = s.encoded()

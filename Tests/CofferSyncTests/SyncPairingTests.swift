@@ -236,6 +236,34 @@ import Testing
         #expect(try !a.replica.circle().current.isMember(m.keys.id))
     }
 
+    /// A member whose state format 2 wrote (before pairing pinned the first epoch) keeps syncing after
+    /// the upgrade: the chain back from its pinned epoch proves its circle, whose first epoch it pins
+    /// from then on, so a competing first epoch pushed afterwards moves it nowhere.
+    @Test func aMemberFromBeforeTheNewPairingKeepsSyncingAndPinsItsFirstEpoch() throws {
+        let remote = try makeBareRemote(tmp)
+        let (a, b, code) = try founderAndJoiner(remote)
+        try pair(b, code: code, approver: a)
+        _ = try b.pull()
+        // b's state as format 2 stored it: no first epoch, no pairing, none answered, no restore.
+        var old = b.replica.state
+        old.pinnedFirst = []
+        var bytes = Array(old.encoded().dropLast(11))
+        bytes[4] = 2
+        let upgraded = Machine(replica: SyncReplica(directory: b.replica.directory, keys: b.replica.keys, state: try SyncState.decode(bytes)),
+                               git: b.git)
+        #expect(upgraded.replica.state.pinnedFirst.isEmpty)
+        var keys = SyncDeviceKeys.generate()
+        while !(keys.id < a.replica.keys.id) { keys = .generate() }
+        let m = try Attacker(try GitTransport.clone(remote: remote, into: tmp.file("m")), keys: keys)
+        try m.foundOwnCircle()
+        try m.push()
+        try a.write("after-upgrade", "v", now: 3_000)
+        try a.push()
+        _ = try upgraded.pull()
+        #expect(upgraded.items["after-upgrade"] == "v")
+        #expect(upgraded.replica.state.pinnedFirst == a.replica.state.pinnedFirst && !a.replica.state.pinnedFirst.isEmpty)
+    }
+
     /// A remote whose history only grows but from which the attacker removed the epoch a member saw
     /// (a rewind git cannot see), or whose chain was replaced below it, is refused with the circle's
     /// fingerprint named; nothing is applied.
