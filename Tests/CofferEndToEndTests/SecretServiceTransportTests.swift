@@ -29,7 +29,7 @@ struct SecretServiceTransportTests {
 
     /// A script's start: a connection, and `call` answering ('ok', body) or ('error', name, message).
     static let prelude = #"""
-        import secretstorage, sys
+        secretstorage = __import__('secretstorage')
         from secretstorage.util import open_session
         from jeepney import DBusAddress, MessageType, new_method_call
         from jeepney.low_level import HeaderFields
