@@ -165,6 +165,7 @@ public final class SecretServiceFrontEnd {
     /// `org.freedesktop.secrets`, neither replacing another owner nor queueing behind it.
     /// `socketPath`: the agent's native socket, as the CLI finds it.
     /// `maxSenders`: how many distinct senders are served at once (``defaultMaxSenders``).
+    /// `settings`: the configuration file's (by default none: `plain` sessions refused).
     public init(socketPath: String, maxSenders: Int = SecretServiceFrontEnd.defaultMaxSenders,
                 settings: SecretServiceSettings = SecretServiceSettings(source: SecretServiceSettings.defaultPath())) throws(StartError) {
         var bus: OpaquePointer?
