@@ -45,7 +45,8 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        // 1.15: StreamLogHandler(label:stream:) is public (the daemon's rotated log, AgentLog.swift).
+        .package(url: "https://github.com/apple/swift-log", from: "1.15.0"),
     ],
     targets: [
         // C walls: each imported by exactly one Swift module.

@@ -169,7 +169,7 @@ package final class Agent: Sendable {
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
         let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
             AgentPromptChannel(configuration: configuration, clock: SystemClock())
-        }, reuse: sshReuse, logger: logger)
+        }, reuse: sshReuse, refusals: refusals, logger: logger)
         if let fd = activation?.sshAgent {
             if sshAgentSocket == nil {
                 close(fd)
@@ -341,19 +341,21 @@ struct TrustedManifests: ManifestSource {
     func manifests(forExecutable path: String) -> [Manifest] { store.manifests(forExecutable: path) }
 }
 
-/// Warnings about refused or dropped connections, at most one per kind per interval (``LogThrottle``).
+/// Lines about refused requests or dropped connections, at most one per kind per interval
+/// (``LogThrottle``, config key `log-repeat-interval`): whatever a client can repeat at will.
 struct RefusalLog: Sendable {
     let logger: Logger
     let throttle: LogThrottle
 
-    /// A warning, unless one for `key` went out less than the interval ago; the next one that gets
-    /// through says how many were left out.
-    func log(_ key: String, _ message: Logger.Message, peer: PeerIdentity?) {
+    /// A line at `level` (a warning unless said), unless one for `key` went out less than the interval
+    /// ago; the next one that gets through says how many were left out.
+    func log(_ key: String, _ message: Logger.Message, peer: PeerIdentity?, level: Logger.Level = .warning,
+             metadata more: Logger.Metadata = [:]) {
         guard let suppressed = throttle.admit(key) else { return }
-        var metadata: Logger.Metadata = [:]
+        var metadata = more
         if let peer { metadata["peer"] = "\(peer)" }
         if suppressed > 0 { metadata["suppressed"] = "\(suppressed) like it since the last such line" }
-        logger.warning(message, metadata: metadata)
+        logger.log(level: level, message, metadata: metadata)
     }
 }
 

@@ -36,6 +36,13 @@ package struct AgentConfiguration: Sendable {
     /// At most one log line per kind of refused or dropped connection per this many seconds; the
     /// next line says how many were left out (config key `log-repeat-interval`).
     package var logRepeatSeconds: Double = 10
+    /// A daemonised agent's log (`cofferd.log` in the state directory) is rotated when a line would
+    /// take it past this many bytes (config key `log-max-bytes`, at least 4096; default 1 MiB).
+    package var logMaximumBytes = 1 << 20
+    /// How many rotated logs are kept, `cofferd.log.1` (newest) to `cofferd.log.N` (config key
+    /// `log-keep`, 0 to 100; default 3): with the current one, at most N + 1 files of
+    /// ``logMaximumBytes`` each.
+    package var logKeep = 3
     /// Where the device key lives (config key `device-key`: `file`, the default, or `tpm`).
     package var deviceKey: DeviceKeyKind = .file
     /// The TPM's TCTI configuration string (config key `tpm-tcti`; default `device:/dev/tpmrm0`, the
@@ -149,7 +156,7 @@ package struct AgentConfiguration: Sendable {
 
     /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, ssh-agent-socket, state-dir,
     /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
-    /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests);
+    /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests), log-max-bytes, log-keep;
     /// unsigned-callers (`unsigned` or `deny`), flatpak-callers (`allow` or `deny`; unset: `deny` when
     /// unsigned callers are denied), shell-app (an app id, or `none`), authorization-reuse
     /// (seconds), user-trusted-keys and standard-trust-dirs (`yes`/`no`), trusted-keys-dir and
@@ -193,6 +200,14 @@ package struct AgentConfiguration: Sendable {
             case "hello-timeout": helloTimeoutSeconds = try positive()
             case "frame-deadline": frameDeadlineSeconds = try positive()
             case "log-repeat-interval": logRepeatSeconds = try number(Double.self)
+            case "log-max-bytes":
+                let v = try number(Int.self)
+                guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'log-max-bytes' must be at least 4096") }
+                logMaximumBytes = v
+            case "log-keep":
+                let v = try number(Int.self)
+                guard (0...100).contains(v) else { throw AgentError("\(name):\(n + 1): 'log-keep' is 0 to 100 files") }
+                logKeep = v
             case "unsigned-callers":
                 guard let v = AccessPolicy.UnsignedCallers(rawValue: value) else {
                     throw AgentError("\(name):\(n + 1): 'unsigned-callers' is 'unsigned' or 'deny'")

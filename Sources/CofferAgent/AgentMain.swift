@@ -39,10 +39,11 @@ package enum AgentMain {
         // Released only by the process's exit, never by a deinit while other threads still run.
         stateLock.keepUntilExit()
         var readiness: ThisProcess.Readiness? = nil
+        let logFile = cfg.stateDirectory + "/cofferd.log"
         if daemonize {
             do {
                 // The daemon inherits the locked descriptor (the parent's exit does not release it).
-                let role = try ThisProcess.daemonize(logFile: cfg.stateDirectory + "/cofferd.log")
+                let role = try ThisProcess.daemonize(logFile: logFile)
                 switch consume role {
                 case .parent(let status): return status
                 case .daemon(let r): readiness = .some(r)
@@ -53,12 +54,8 @@ package enum AgentMain {
             }
             stateLock.recordHolder(socket: cfg.socketPath)
         }
-        let level = Logger.Level(rawValue: logLevel) ?? .info
-        LoggingSystem.bootstrap { label in
-            var h = StreamLogHandler.standardError(label: label)
-            h.logLevel = level
-            return h
-        }
+        bootstrapLogging(level: Logger.Level(rawValue: logLevel) ?? .info,
+                         daemonLog: daemonize ? RotatingLogFile(path: logFile, descriptor: 2, maximumBytes: cfg.logMaximumBytes, keep: cfg.logKeep) : nil)
         let logger = Logger(label: "cofferd")
         let signals = [SIGTERM, SIGINT, SIGUSR1, SIGHUP]
         Signals.block(signals)

@@ -36,7 +36,10 @@ struct SSHAgentFraming: Framing {
 /// is locked (``keybagLocked``) the keys added with ssh-add are unusable and unlisted, as in OpenSSH's locked
 /// agent, while the keychain's keys whose class a locked keybag still opens (AfterFirstUnlock, Always) are
 /// listed and sign (the others fail cleanly); UNLOCK is served, the rest is FAILURE. Without one, LOCK and
-/// UNLOCK lock the ``SSHAgentKeyStore`` alone with a passphrase.
+/// UNLOCK lock the ``SSHAgentKeyStore`` alone with a passphrase. Either way, which callers may send them is
+/// the service core's decision (``KeychainService/maySendSSHAgentLock(_:unlocking:)``: not a sandboxed app,
+/// nor any caller that may not manage the whole keychain), and refusals, which a client can repeat at will,
+/// are logged at most once per `log-repeat-interval` with a count (``RefusalLog``).
 ///
 /// Keys that are keychain items (``SSHKeyItems``) come after the ssh-add keys in a listing, as the
 /// caller's access groups see them, and sign through the service core (``signWithItem(blob:data:flags:_:)``).
@@ -49,6 +52,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     let promptChannel: @Sendable () -> AgentPromptChannel?
     /// Reusable authentications for protected keychain keys, per caller and key (``SSHSignatureReuse``).
     let reuse: SSHSignatureReuse
+    /// Where refused LOCKs and UNLOCKs are logged, at most one line per kind and interval.
+    let refusals: RefusalLog
     let logger: Logger
 
     /// The extensions `query` reports.
@@ -207,6 +212,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             return .success
 
         case .lock(let passphrase):
+            guard mayLock(unlocking: false, state) else { return .failure }
             guard !keys.isLocked else { return .failure }
             if service.keychain.status.passcodeSet {
                 // ssh-add -x locks the keychain itself (the passphrase is not kept: UNLOCK needs the passcode).
@@ -225,16 +231,19 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         case .unlock(let passphrase) where keybagLocked && !keys.isLocked:
             // ssh-add -X unlocks the keychain with the passcode: PAM, the attempt schedule and the
             // audit record of the native unlock.
+            guard mayLock(unlocking: true, state) else { return .failure }
             do {
                 try service.unlock(passphrase, state.context)
             } catch {
-                logger.info("ssh-agent: keychain unlock refused", metadata: ["status": "\(error.status.name)", "pid": "\(pid)"])
+                refusals.log("ssh-keychain-unlock", "ssh-agent: keychain unlock refused", peer: nil, level: .info,
+                             metadata: ["status": "\(error.status.name)", "pid": "\(pid)"])
                 return .failure
             }
             logger.info("ssh-agent: unlocked the keychain", metadata: ["pid": "\(pid)"])
             return .success
 
         case .unlock(let passphrase):
+            guard mayLock(unlocking: true, state) else { return .failure }
             switch keys.unlock(passphrase: passphrase) {
             case .unlocked:
                 logger.info("ssh-agent: unlocked", metadata: ["pid": "\(pid)"])
@@ -242,7 +251,8 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             case .notLocked:
                 return .failure
             case .wrongPassphrase(let failures):
-                logger.info("ssh-agent: unlock refused: wrong passphrase", metadata: ["failures": "\(failures)", "pid": "\(pid)"])
+                refusals.log("ssh-agent-unlock", "ssh-agent: unlock refused: wrong passphrase", peer: nil, level: .info,
+                             metadata: ["failures": "\(failures)", "pid": "\(pid)"])
                 return .failure
             }
 
@@ -262,6 +272,20 @@ struct SSHAgentFrontEnd: ConnectionHandler {
 
         case .unknown:
             return .failure
+        }
+    }
+
+    /// True if the service core lets this connection's caller send LOCK (`unlocking` false) or
+    /// UNLOCK (``KeychainService/maySendSSHAgentLock(_:unlocking:)``); a refusal is logged, at most
+    /// once per interval with a count of the ones left out.
+    private func mayLock(unlocking: Bool, _ state: ConnectionState) -> Bool {
+        do {
+            try service.maySendSSHAgentLock(state.context, unlocking: unlocking)
+            return true
+        } catch {
+            refusals.log(unlocking ? "ssh-unlock-denied" : "ssh-lock-denied", "ssh-agent: \(unlocking ? "unlock" : "lock") refused: \(error.message)",
+                         peer: nil, level: .info, metadata: ["status": "\(error.status.name)", "caller": "\(state.caller)"])
+            return false
         }
     }
 

@@ -143,8 +143,7 @@ package final class AuditLog: Sendable {
 
     /// The log's files, oldest first (those that exist): `audit.log.KEEP` … `audit.log.1`, `audit.log`.
     package static func files(in directory: String, keep: Int = 3) -> [String] {
-        let base = directory + "/" + fileName
-        return (stride(from: keep, through: 1, by: -1).map { "\(base).\($0)" } + [base]).filter { Files.exists($0) }
+        RotatingLogFile.files(directory + "/" + fileName, keep: keep)
     }
 
     private func openLog() throws(SystemError) -> Int32 {
@@ -163,15 +162,7 @@ package final class AuditLog: Sendable {
         return fd.release()
     }
 
-    private func rotate() throws(SystemError) {
-        let base = path
-        if keep == 0 { unlink(base); return }
-        unlink("\(base).\(keep)")
-        for i in stride(from: keep - 1, through: 1, by: -1) where Files.exists("\(base).\(i)") {
-            _ = try Syscall.retrying("rename", "\(base).\(i)") { rename("\(base).\(i)", "\(base).\(i + 1)") }
-        }
-        _ = try Syscall.retrying("rename", base) { rename(base, "\(base).1") }
-    }
+    private func rotate() throws(SystemError) { try RotatingLogFile.rotate(path, keep: keep) }
 }
 
 /// Reading the audit log back.

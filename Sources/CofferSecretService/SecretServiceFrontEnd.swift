@@ -87,6 +87,8 @@ public final class SecretServiceFrontEnd {
     var peers: [String: Peer] = [:]
     /// How many senders ``peers`` holds at most; one more is refused LimitsExceeded.
     let maxSenders: Int
+    /// The configuration (whether `plain` sessions are served).
+    let settings: SecretServiceSettings
     /// When (clock ticks since boot, as `/proc/PID/stat` counts a start time) the front end saw each
     /// unique name appear on the bus (NameOwnerChanged), until the name leaves.
     private var appeared: [String: UInt64] = [:]
@@ -163,13 +165,16 @@ public final class SecretServiceFrontEnd {
     /// `org.freedesktop.secrets`, neither replacing another owner nor queueing behind it.
     /// `socketPath`: the agent's native socket, as the CLI finds it.
     /// `maxSenders`: how many distinct senders are served at once (``defaultMaxSenders``).
-    public init(socketPath: String, maxSenders: Int = SecretServiceFrontEnd.defaultMaxSenders) throws(StartError) {
+    /// `settings`: the configuration file's (by default none: `plain` sessions refused).
+    public init(socketPath: String, maxSenders: Int = SecretServiceFrontEnd.defaultMaxSenders,
+                settings: SecretServiceSettings = SecretServiceSettings(source: SecretServiceSettings.defaultPath())) throws(StartError) {
         var bus: OpaquePointer?
         let r = ssb_bus_open_session(&bus)
         guard r >= 0, let bus else { throw .bus("cannot connect to the session bus: \(String(cString: strerror(-r)))") }
         self.bus = bus
         self.socketPath = socketPath
         self.maxSenders = max(1, maxSenders)
+        self.settings = settings
         handlers = .allocate(capacity: 1)
         handlers.initialize(to: ssb_handlers(
             open_session: { m, userdata in SecretServiceFrontEnd.from(userdata).openSession(m) },
@@ -510,6 +515,8 @@ public final class SecretServiceFrontEnd {
         let algorithm = String(cString: algorithmC)
         let inputBytes = kind == SSB_INPUT_BYTES && size > 0 ? [UInt8](UnsafeRawBufferPointer(start: input, count: size)) : []
         do throws(BusError) {
+            // Before the sender is served at all: a client that falls back from plain finds out at once.
+            if algorithm == SecretServiceAlgorithm.plain.rawValue, !settings.allowsPlainSessions { throw Self.plainRefused(settings) }
             let peer = try peer(for: sender)
             guard peer.sessions.count < Self.sessionsPerSender else {
                 throw BusError(name: BusError.limitsExceeded,
@@ -548,6 +555,15 @@ public final class SecretServiceFrontEnd {
         } catch {
             return reply(m, error)
         }
+    }
+
+    /// The refusal of a `plain` session (the spec's error for an algorithm the service does not
+    /// support), naming the setting that allows it and the file it goes in.
+    static func plainRefused(_ settings: SecretServiceSettings) -> BusError {
+        BusError(name: BusError.notSupported,
+                 message: "plain sessions are refused: their secrets would cross the session bus unencrypted, readable by any client "
+                    + "that monitors the bus (dbus-monitor). Use dh-ietf1024-sha256-aes128-cbc-pkcs7 (libsecret, secretstorage and "
+                    + "Chromium do), or allow plain sessions with '\(SecretServiceSettings.plainSessionsKey) = allow' in \(settings.source)")
     }
 
     private func closeSession(_ m: OpaquePointer?) -> Int32 {

@@ -21,7 +21,9 @@ import Testing
         "LimitsExceeded": "a D-Bus error name (org.freedesktop.DBus.Error.LimitsExceeded)",
         "NameOwnerChanged": "a D-Bus signal of the bus daemon",
         "NoSession": "a Secret Service error name (org.freedesktop.Secret.Error.NoSession)",
+        "NotSupported": "a D-Bus error name (org.freedesktop.DBus.Error.NotSupported)",
         "ProcessFD": "a key of GetConnectionCredentials' answer",
+        "ProcessID": "a key of GetConnectionCredentials' answer",
         "UnknownMethod": "a D-Bus error name (org.freedesktop.DBus.Error.UnknownMethod)",
     ]
 
@@ -103,7 +105,8 @@ import Testing
     }
 
     /// The keys the config file parsers accept: the agent's (`case "key":` at the top level of
-    /// `AgentConfiguration.apply`'s `switch key`) and pinentry-coffer's (`key == "…"`).
+    /// `AgentConfiguration.apply`'s `switch key`), pinentry-coffer's (`key == "…"`) and the Secret
+    /// Service front end's (`static let …Key = "…"` in SecretServiceSettings).
     static func configKeys() throws -> Set<String> {
         let agent = read(root + "/Sources/CofferAgent/AgentConfiguration.swift")
         let start = try #require(agent.range(of: "switch key {"), "AgentConfiguration no longer switches over the key")
@@ -119,6 +122,8 @@ import Testing
         }
         let pinentry = read(root + "/Sources/pinentry-coffer/Configuration.swift")
         for m in pinentry.matches(of: try Regex(#"key == "([a-z0-9-]+)""#)) { if let k = m.output[1].substring { keys.insert(String(k)) } }
+        let secretService = read(root + "/Sources/CofferSecretService/SecretServiceSettings.swift")
+        for m in secretService.matches(of: try Regex(#"static let \w+Key = "([a-z0-9-]+)""#)) { if let k = m.output[1].substring { keys.insert(String(k)) } }
         return keys
     }
 

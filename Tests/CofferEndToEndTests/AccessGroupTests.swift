@@ -287,6 +287,13 @@ import Testing
     static func sandboxed(_ executable: String, agent: AgentProcess, info: String) -> AppClient {
         let runDir = URL(fileURLWithPath: agent.socketPath).deletingLastPathComponent().path
         let appDir = URL(fileURLWithPath: executable).deletingLastPathComponent().path
+        return AppClient(executable: executable, agent: agent, wrapper: flatpakWrapper(info: info, readOnly: [appDir], writable: [runDir]))
+    }
+
+    /// The `bwrap` command line (to put before a program and its arguments) of a sandbox as `flatpak
+    /// run` makes one: the host's /usr, /etc and /opt read-only as the runtime, the directories
+    /// `readOnly` and `writable` (an app's, a socket's), and `info` as `.flatpak-info` at its root.
+    static func flatpakWrapper(info: String, readOnly: [String] = [], writable: [String] = []) -> [String] {
         var runtime: [String] = []
         for top in ["usr", "etc", "opt"] where FileManager.default.fileExists(atPath: "/" + top) { runtime += ["--ro-bind", "/" + top, "/" + top] }
         for link in ["bin", "lib", "lib64", "sbin"] {
@@ -296,10 +303,8 @@ import Testing
                 runtime += ["--ro-bind", "/" + link, "/" + link]
             }
         }
-        return AppClient(executable: executable, agent: agent,
-                         wrapper: ["/usr/bin/bwrap"] + runtime + ["--ro-bind", appDir, appDir, "--bind", runDir, runDir,
-                                                                 "--ro-bind", info, "/.flatpak-info", "--proc", "/proc",
-                                                                 "--dev", "/dev", "--unshare-ipc"])
+        return ["/usr/bin/bwrap"] + runtime + readOnly.flatMap { ["--ro-bind", $0, $0] } + writable.flatMap { ["--bind", $0, $0] }
+            + ["--ro-bind", info, "/.flatpak-info", "--proc", "/proc", "--dev", "/dev", "--unshare-ipc"]
     }
 
     /// Issue #24 (3): under `unsigned-callers = deny`, unconfined code that runs itself in its own

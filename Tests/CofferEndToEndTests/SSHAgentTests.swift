@@ -27,8 +27,9 @@ struct SSHAgentTests {
             #expect(SSHAgentTests.ready(agent), "the agent did not get ready: \(agent.log)")
         }
 
-        /// Runs `/usr/bin/<tool>` with SSH_AUTH_SOCK at the agent (and an askpass answering `passphrase`).
-        func run(_ tool: String, _ args: [String], passphrase: String? = nil) -> CLIResult {
+        /// Runs `/usr/bin/<tool>` (or `command`: another copy of it, or a sandbox running it) with
+        /// SSH_AUTH_SOCK at the agent (and an askpass in ``dir`` answering `passphrase`).
+        func run(_ tool: String, _ args: [String], passphrase: String? = nil, command: [String]? = nil) -> CLIResult {
             var env = ["SSH_AUTH_SOCK": sshSocket]
             if let passphrase {
                 // The askpass program prints the file's contents: the passphrase never goes in argv or the environment.
@@ -38,7 +39,8 @@ struct SSHAgentTests {
                                                attributes: [.posixPermissions: 0o700])
                 env.merge(["SSH_ASKPASS": script, "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"]) { $1 }
             }
-            return runCLI(args, environment: env, executable: "/usr/bin/" + tool, unset: ["SSH_AGENT_PID"], timeout: 120)
+            let command = command ?? ["/usr/bin/" + tool]
+            return runCLI(Array(command.dropFirst()) + args, environment: env, executable: command[0], unset: ["SSH_AGENT_PID"], timeout: 120)
         }
 
         /// Makes a key pair without a passphrase; returns the private key's path.
@@ -128,7 +130,11 @@ struct SSHAgentTests {
     }
 
     @Test func lockHidesKeysUntilTheRightPassphrase() throws {
-        let f = try Fixture()
+        // Every refusal logged (refused UNLOCKs are otherwise one line per log-repeat-interval): the
+        // count of wrong passphrases in a row is read from the second one's line.
+        let conf = TemporaryDirectory("coffer-sshlock")
+        try "log-repeat-interval = 0\n".write(toFile: conf.file("cofferd.conf"), atomically: true, encoding: .utf8)
+        let f = try Fixture(extraArguments: ["--config", conf.file("cofferd.conf")])
         let key = f.generate("ed25519", name: "id_lock")
         let other = f.generate("ecdsa", name: "id_other")
         #expect(f.run("ssh-add", [key]).status == 0)

@@ -10,6 +10,8 @@ final class PrivateSessionBus: @unchecked Sendable {
     let dir = TemporaryDirectory("coffer-ssbus")
     var address: String { "unix:path=" + dir.file("bus") }
     private var processes: [Process] = []
+    /// What must live as long as the bus (the agent its front end serves).
+    var keepAlive: [AnyObject] = []
 
     static let python = "/usr/bin/python3"
     /// dbus-daemon, gdbus and Debian's python3 with secretstorage (and the jeepney it is built on).
@@ -18,8 +20,19 @@ final class PrivateSessionBus: @unchecked Sendable {
          "/usr/lib/python3/dist-packages/jeepney"].allSatisfy { FileManager.default.fileExists(atPath: $0) }
     }
 
-    /// With `serviceDirectory`, the bus activates the services whose files are there.
-    init(serviceDirectory: String? = nil) throws {
+    /// `XDG_CONFIG_HOME` of every process started on this bus (its own, empty unless a test writes
+    /// there): a front end's default configuration file is ``frontEndConfig``, never the user's.
+    var configHome: String { dir.file("config") }
+    /// The front end's default configuration file (`$XDG_CONFIG_HOME/coffer/secret-service.conf`).
+    var frontEndConfig: String { configHome + "/coffer/secret-service.conf" }
+
+    /// With `serviceDirectory`, the bus activates the services whose files are there. With
+    /// `plainSessions`, the front end's configuration allows `plain` sessions (`plain-sessions =
+    /// allow`, which the tests' own clients open for brevity); without, it has no configuration file
+    /// and refuses them, as an installed one does by default.
+    init(serviceDirectory: String? = nil, plainSessions: Bool = true) throws {
+        try FileManager.default.createDirectory(atPath: configHome + "/coffer", withIntermediateDirectories: true)
+        if plainSessions { try "plain-sessions = allow\n".write(toFile: frontEndConfig, atomically: true, encoding: .utf8) }
         let config = dir.file("bus.conf")
         let services = serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? ""
         try """
@@ -96,7 +109,7 @@ final class PrivateSessionBus: @unchecked Sendable {
         p.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "COFFER_SOCKET")
-        p.environment = env.merging(environment.merging(["DBUS_SESSION_BUS_ADDRESS": address]) { $1 }) { $1 }
+        p.environment = env.merging(environment.merging(["DBUS_SESSION_BUS_ADDRESS": address, "XDG_CONFIG_HOME": configHome]) { $1 }) { $1 }
         let path = dir.file(log)
         _ = FileManager.default.createFile(atPath: path, contents: nil)
         let handle = FileHandle(forWritingAtPath: path)

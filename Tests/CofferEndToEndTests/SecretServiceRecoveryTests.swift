@@ -10,7 +10,7 @@ import Testing
 extension PrivateSessionBus {
     /// A private bus that D-Bus-activates the front end at `executable` for `agent` through
     /// contrib/dbus's activation file (its Exec= pointed at the built front end and the agent's socket).
-    static func activating(_ executable: String, agent: AgentProcess) throws -> (PrivateSessionBus, TemporaryDirectory) {
+    static func activating(_ executable: String, agent: AgentProcess, plainSessions: Bool = true) throws -> (PrivateSessionBus, TemporaryDirectory) {
         let services = TemporaryDirectory("coffer-ssbus-services")
         let file = try String(contentsOfFile: Binaries.packageRoot + "/contrib/dbus/org.freedesktop.secrets.service", encoding: .utf8)
         guard file.contains("\nExec=/usr/local/bin/coffer-secret-service\n") else {
@@ -19,7 +19,7 @@ extension PrivateSessionBus {
         try file.replacingOccurrences(of: "\nExec=/usr/local/bin/coffer-secret-service\n",
                                       with: "\nExec=\(executable) --socket \(agent.socketPath)\n")
             .write(toFile: services.file("org.freedesktop.secrets.service"), atomically: true, encoding: .utf8)
-        return (try PrivateSessionBus(serviceDirectory: services.path), services)
+        return (try PrivateSessionBus(serviceDirectory: services.path, plainSessions: plainSessions), services)
     }
 
     /// The pid of the process owning org.freedesktop.secrets, if any.
