@@ -23,6 +23,8 @@ import Testing
         "NoSession": "a Secret Service error name (org.freedesktop.Secret.Error.NoSession)",
         "ProcessFD": "a key of GetConnectionCredentials' answer",
         "UnknownMethod": "a D-Bus error name (org.freedesktop.DBus.Error.UnknownMethod)",
+        // Where the agent's dialogs appear (issue #41, F1): a property systemd-logind reports.
+        "RuntimePath": "a property of systemd-logind's user object (loginctl show-user)",
     ]
 
     /// `x = y` spans that are not config lines, each with why.
