@@ -206,11 +206,12 @@ public enum LoginSessions {
 
     /// The session ids to look at, in order: the user's display session (`Display`), then its
     /// `Sessions` (space-separated); ids that are not logind's form (letters, digits, `-`, `_`, not
-    /// starting with `-`) are left out, and at most ``maximumSessions``.
+    /// starting with `-`) are left out, as are `self` and `auto` (which GetSession resolves to the
+    /// caller's own session), and at most ``maximumSessions``.
     static func candidateSessions(_ user: [String: String]) -> [String] {
         var ids: [String] = []
         for id in [user["Display"] ?? ""] + (user["Sessions"] ?? "").split(separator: " ").map(String.init) {
-            guard !id.isEmpty, !id.hasPrefix("-"), id.count <= 64,
+            guard !id.isEmpty, !id.hasPrefix("-"), id != "self", id != "auto", id.count <= 64,
                   id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }), !ids.contains(id) else { continue }
             ids.append(id)
         }

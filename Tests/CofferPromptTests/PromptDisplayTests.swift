@@ -32,7 +32,7 @@ import Testing
         #expect(LoginSessions.candidateSessions(["Display": "5", "Sessions": "2 5 c1"]) == ["5", "2", "c1"])
         #expect(LoginSessions.candidateSessions(["Sessions": "2"]) == ["2"])
         #expect(LoginSessions.candidateSessions(["Display": "", "Sessions": ""]) == [])
-        #expect(LoginSessions.candidateSessions(["Display": "-h", "Sessions": "--all 3 a/b 4;x 5"]) == ["3", "5"],
+        #expect(LoginSessions.candidateSessions(["Display": "-h", "Sessions": "--all 3 a/b 4;x self auto 5"]) == ["3", "5"],
                 "an id that loginctl could read as an option, or that is not logind's form, is never passed")
         let many = (1...40).map(String.init).joined(separator: " ")
         #expect(LoginSessions.candidateSessions(["Sessions": many]).count == LoginSessions.maximumSessions)
