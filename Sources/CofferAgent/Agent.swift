@@ -158,18 +158,24 @@ package final class Agent: Sendable {
         let sync = SyncService(service: service, settings: configuration.sync)
         self.sync = sync
         syncBox.sync = sync
-        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: { [configuration] callerDisplay in
-            AgentPromptChannel(configuration: configuration, clock: SystemClock(), callerDisplay: callerDisplay)
-        }, sync: sync)
+        // One way to the person for every agent-side dialog (PROMPT_UNLOCK, PROMPT_READ, access controls
+        // of ssh keys, ssh-add -c): the configured pinentry on the login session's display, or nobody.
+        let openPrompt: @Sendable () -> Result<AgentPromptChannel, PromptUnavailable> = { [configuration, logger] in
+            let opened = AgentPromptChannel.open(configuration: configuration, clock: SystemClock())
+            if case .failure(let why) = opened, why != .noPinentry {
+                logger.warning("refused a request that needs the person, no dialog shown: \(why)")
+            }
+            return opened
+        }
+        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync)
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
         // for the native one). Under socket activation, the one systemd passed (coffer-ssh-agent.socket,
         // FileDescriptorName=ssh-agent); when it passed none, one of our own beside the native socket.
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
-        let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { [configuration] in
-            AgentPromptChannel(configuration: configuration, clock: SystemClock())
-        }, reuse: sshReuse, refusals: refusals, logger: logger)
+        let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { try? openPrompt().get() },
+                                           reuse: sshReuse, refusals: refusals, logger: logger)
         if let fd = activation?.sshAgent {
             if sshAgentSocket == nil {
                 close(fd)

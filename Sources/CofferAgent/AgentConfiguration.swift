@@ -2,6 +2,7 @@ import CofferAudit
 package import CofferKeybag
 import CofferModel
 package import CofferPolicy
+package import CofferPrompt
 package import CofferService
 package import CofferTrust
 import CofferSystem
@@ -89,6 +90,11 @@ package struct AgentConfiguration: Sendable {
     /// key `pinentry`, an absolute path; nil, the default: no agent-side prompts, such a request fails
     /// with errSecInteractionNotAllowed). See ``AgentPromptChannel``.
     package var pinentryProgram: String? = nil
+    /// The display the agent's own dialogs appear on (config key `prompt-display`: an X11 display
+    /// such as `:0`, or a Wayland socket such as `wayland-0`), for a machine without systemd-logind;
+    /// nil, the default: the person's active, local, graphical login session as logind reports it,
+    /// and no agent-side dialog without one. See ``AgentPromptChannel/promptDisplay(_:loginctl:)``.
+    package var promptDisplay: PromptDisplay? = nil
     /// Where passcodes are checked (config key `passcode-verifier`): `agent` (PAM in the agent, the
     /// default) or `plugin` (the `passcode` plugin runs PAM in the plugin host, so no PAM module is
     /// ever loaded into the agent).
@@ -276,6 +282,11 @@ package struct AgentConfiguration: Sendable {
             case "pinentry":
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'pinentry' needs an absolute path") }
                 pinentryProgram = value
+            case "prompt-display":
+                guard let display = PromptDisplay(configured: value) else {
+                    throw AgentError("\(name):\(n + 1): 'prompt-display' is an X11 display (:0) or a Wayland socket (wayland-0, or an absolute path)")
+                }
+                promptDisplay = display
             case "device-key":
                 guard let v = DeviceKeyKind(rawValue: value) else { throw AgentError("\(name):\(n + 1): 'device-key' is 'file' or 'tpm'") }
                 deviceKey = v

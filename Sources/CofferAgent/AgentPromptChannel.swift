@@ -2,12 +2,33 @@ import CofferModel
 import CofferService
 import CofferPrompt
 import CofferSystem
+import Glibc
+
+/// Why the agent cannot ask the person itself.
+enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConvertible {
+    /// No pinentry is configured (`pinentry = PATH`).
+    case noPinentry
+    /// No display the dialog may appear on: logind reports no local graphical session of the user
+    /// (or cannot be asked), and the configuration names no `prompt-display`.
+    case noDisplay(LoginSessions.LookupError)
+
+    var description: String {
+        switch self {
+        case .noPinentry: "no pinentry is configured (pinentry = PATH)"
+        case .noDisplay(let why): "no display to show the dialog on: \(why); prompt-display = DISPLAY in cofferd.conf names one"
+        }
+    }
+
+    /// The error a request that needed the person gets.
+    var error: SecError { SecError(.interactionNotAllowed, "nobody can be asked: \(description)") }
+}
 
 /// The person reached by the agent itself, through the user's pinentry: the ``AuthChannel`` for
 /// front ends whose clients cannot prompt (the Secret Service bridge, the ssh-agent socket). The
 /// dialog names the calling app as the agent identified it (``AuthenticationRequest/app``), never
-/// as the client describes itself. One channel serves one request: the pinentry closes when the
-/// channel goes (or at ``end()``).
+/// as the client describes itself, and appears on the person's login session as logind reports it
+/// (or the configured `prompt-display`), never on a display a process of the user chose. One
+/// channel serves one request: the pinentry closes when the channel goes (or at ``end()``).
 ///
 /// It never hangs the request: the prompter's hard deadline (``AgentConfiguration/authenticationTimeoutSeconds``)
 /// and the request's own deadline both end the wait, a pinentry that does not answer is killed, and
@@ -27,13 +48,28 @@ final class AgentPromptChannel: AuthChannel {
         self.clock = clock
     }
 
-    /// The channel `configuration` asks for (`pinentry = PATH`), with the display environment of the
-    /// agent or its systemd user manager, or `callerDisplay` (a delegated client's display variables)
-    /// where the client has a display; nil without a configured pinentry (nobody can be asked).
-    convenience init?(configuration: AgentConfiguration, clock: any MonotonicClock, callerDisplay: [String: String] = [:]) {
-        guard let program = configuration.pinentryProgram else { return nil }
-        self.init(program: program, environment: PinentryEnvironment.current(callerDisplay: callerDisplay), clock: clock,
-                  timeoutSeconds: configuration.authenticationTimeoutSeconds)
+    /// The channel `configuration` asks for (`pinentry = PATH`), its dialog on the person's login
+    /// session (``promptDisplay(_:loginctl:)``). Fails when nobody can be asked: no pinentry is
+    /// configured, or there is no display the dialog may appear on.
+    static func open(configuration: AgentConfiguration, clock: any MonotonicClock,
+                     loginctl: String = LoginSessions.loginctl) -> Result<AgentPromptChannel, PromptUnavailable> {
+        guard let program = configuration.pinentryProgram else { return .failure(.noPinentry) }
+        switch promptDisplay(configuration, loginctl: loginctl) {
+        case .failure(let why): return .failure(.noDisplay(why))
+        case .success(let display):
+            return .success(AgentPromptChannel(program: program, environment: PinentryEnvironment.current(on: display), clock: clock,
+                                               timeoutSeconds: configuration.authenticationTimeoutSeconds))
+        }
+    }
+
+    /// Where the agent's dialogs appear: the display `prompt-display` names if the configuration has
+    /// one, else the agent's user's active, local, graphical login session as systemd-logind reports
+    /// it now (read with `loginctl`). Never the display of the agent's environment, the user manager's
+    /// or a client's: any process of the user can set those.
+    static func promptDisplay(_ configuration: AgentConfiguration,
+                              loginctl: String = LoginSessions.loginctl) -> Result<PromptDisplay, LoginSessions.LookupError> {
+        if let configured = configuration.promptDisplay { return .success(configured) }
+        return LoginSessions.promptDisplay(uid: getuid(), loginctl: loginctl)
     }
 
     func ask(_ request: AuthenticationRequest) { prompter.ask(request) }

@@ -25,16 +25,15 @@ final class Pipeline: Sendable {
     /// Identifies the process a DELEGATE hands over (nil: DELEGATE is refused, as by an agent that
     /// identifies no caller).
     let resolver: IdentityResolver?
-    /// The agent's own prompter (its configured pinentry) for PROMPT_UNLOCK and PROMPT_READ, given the
-    /// delegated process's display variables (empty: the agent's own display); nil or answering nil:
-    /// nobody can be asked.
-    let promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)?
+    /// The agent's own prompter (its configured pinentry, on the person's login session) for
+    /// PROMPT_UNLOCK and PROMPT_READ, or why nobody can be asked; nil: nobody can be asked.
+    let promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)?
     /// The keychain sync (nil: the SYNC requests answer that this agent does not sync).
     let sync: SyncService?
     var logger: Logger { service.logger }
 
     init(service: KeychainService, resolver: IdentityResolver? = nil,
-         promptChannel: (@Sendable (_ callerDisplay: [String: String]) -> AgentPromptChannel?)? = nil, sync: SyncService? = nil) {
+         promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil) {
         self.service = service
         self.sync = sync
         self.resolver = resolver
@@ -351,14 +350,12 @@ extension Pipeline {
     /// the passcode is asked with the agent's own prompter, the dialog naming the delegated app as the
     /// agent identified it, and checked exactly as UNLOCK checks one (PAM, the attempt schedule); at
     /// most ``Authenticator/passcodeAttempts`` wrong ones. Already unlocked: OK without asking.
-    /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
-    /// front end whose caller dismissed the prompt) closes the pinentry: userCanceled.
+    /// Nobody can be asked (no pinentry, no display): interactionNotAllowed at once. The client
+    /// hanging up (a front end whose caller dismissed the prompt) closes the pinentry: userCanceled.
     func promptUnlock(_ session: Session, client: Int32) throws(SecError) {
         try service.mayPromptUnlock(session.context)
         guard try service.status().lockState != .unlocked else { return }
-        guard let prompter = promptChannel?(Self.callerDisplay(session)) else {
-            throw SecError(.interactionNotAllowed, "nobody can be asked for the passcode: no pinentry is configured (pinentry = PATH)")
-        }
+        let prompter = try openPrompter()
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }
         let app = Authenticator.appName(session.context.caller)
@@ -386,25 +383,25 @@ extension Pipeline {
         }
     }
 
-    /// The delegated process's display variables (``PinentryEnvironment/callerDisplayNames`` from
-    /// `/proc/PID/environ`), so that the agent's pinentry appears where the client is; empty when it has
-    /// none, or when its pid no longer has the start time DELEGATE checked (a reused pid's are never read).
-    static func callerDisplay(_ session: Session) -> [String: String] {
-        guard session.delegatedBy != nil, let startTime = session.delegatedStartTime else { return [:] }
-        return ProcessEnvironment.variables(Set(PinentryEnvironment.callerDisplayNames), ofPID: session.context.caller.pid, startTime: startTime)
+    /// The agent's prompter for a request that needs the person now; interactionNotAllowed when
+    /// nobody can be asked (no pinentry, no display: ``PromptUnavailable``).
+    private func openPrompter() throws(SecError) -> AgentPromptChannel {
+        guard let promptChannel else { throw PromptUnavailable.noPinentry.error }
+        switch promptChannel() {
+        case .success(let channel): return channel
+        case .failure(let why): throw why.error
+        }
     }
 
     /// PROMPT_READ (WireProtocol.md, Prompting for a front end): COPY_MATCHING on a delegated
     /// connection (the service core's rule), every authentication the items' access controls need
     /// answered by the agent's own prompter (``LazyPromptChannel``: the pinentry, opened only if the
     /// person is needed, naming the delegated app, beside the biometric sensor) instead of the client.
-    /// Nobody can be asked (no pinentry): interactionNotAllowed at once. The client hanging up (a
-    /// dismissed prompt) closes the pinentry: userCanceled.
+    /// Nobody can be asked (no pinentry, no display): interactionNotAllowed at once. The client
+    /// hanging up (a dismissed prompt) closes the pinentry: userCanceled.
     func promptRead(_ query: ItemQuery, _ session: inout Session, client: Int32) throws(SecError) -> AgentResponse {
         try service.requireDelegated(session.context, for: "PROMPT_READ")
-        guard let prompter = promptChannel?(Self.callerDisplay(session)) else {
-            throw SecError(.interactionNotAllowed, "nobody can be asked: no pinentry is configured (pinentry = PATH)")
-        }
+        let prompter = try openPrompter()
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }
         do {

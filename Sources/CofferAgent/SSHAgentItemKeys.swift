@@ -38,7 +38,7 @@ extension SSHAgentFrontEnd {
     func signWithItem(blob: [UInt8], data: [UInt8], flags: UInt32, _ state: inout ConnectionState) -> SSHAgentReply? {
         guard let publicKey = try? SSHWirePublicKey(blob: blob) else { return nil }
         // Opened only if the key's access control needs the person: finding the display environment
-        // the pinentry gets may itself start a program (systemctl), which a plain key must not pay for.
+        // the pinentry gets starts programs (loginctl, systemctl), which a plain key must not pay for.
         let channel = LazyPromptChannel(promptChannel, client: state.clientDescriptor)
         defer { channel.end() }
         let pid = "\(state.caller.pid)"

@@ -75,8 +75,9 @@ extension SSHAgentFrontEnd {
 
     /// Asks the person to allow one signature: a CONFIRM dialog naming the key (fingerprint and
     /// comment), the requesting program as the agent identified it and the destination when known.
-    /// Anything but OK refuses: no pinentry configured (nobody can be asked), a cancel, a pinentry that
-    /// fails, the deadline (`authentication-timeout`), the client hanging up meanwhile.
+    /// Anything but OK refuses: no pinentry configured or no login session to show it on (nobody can be
+    /// asked), a cancel, a pinentry that fails, the deadline (`authentication-timeout`), the client
+    /// hanging up meanwhile.
     func confirm(_ key: SSHSigningKey, destination: String?, state: ConnectionState) -> SSHSignatureDecision {
         guard let channel = promptChannel() else { return .refused(reason: "nobody-to-ask", status: .interactionNotAllowed) }
         defer { channel.end() }

@@ -18,7 +18,8 @@ struct Session: Sendable {
     /// with), once a DELEGATE was accepted; nil otherwise.
     private(set) var delegatedBy: CallerIdentity? = nil
     /// The delegated process's start time as DELEGATE named it (checked then): reading anything of
-    /// that process later (its display, for the agent's prompter) first makes sure its pid was not reused.
+    /// that process later first makes sure its pid was not reused. (Its display is not read: the
+    /// agent's dialogs appear on the login session's, ``AgentPromptChannel/promptDisplay(_:loginctl:)``.)
     private(set) var delegatedStartTime: UInt64? = nil
     /// True once a request after HELLO was read (DELEGATE or any other, a malformed one included):
     /// DELEGATE is allowed only before that.

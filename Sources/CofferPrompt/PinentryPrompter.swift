@@ -159,42 +159,38 @@ public final class PinentryPrompter {
     public func end() { pinentry.end() }
 }
 
-/// The environment the agent's pinentry gets: the display variables of ``Pinentry/passedEnvironment``
-/// from the agent's own environment, and where the agent has no display (started before the
-/// graphical session, by systemd), those the session exported to the systemd user manager
-/// (`systemctl --user show-environment`, as `dbus-update-activation-environment --systemd` and
-/// GNOME set them). Only the names of ``Pinentry/passedEnvironment`` are ever passed.
+/// The environment the agent's pinentry gets (only the names of ``Pinentry/passedEnvironment``):
+/// the display variables of the ``PromptDisplay`` it is shown on, and nothing else that places the
+/// dialog — `DISPLAY` and `WAYLAND_DISPLAY` never come from the agent's environment, the systemd user
+/// manager's or a client's, which any process of the user can set. `XAUTHORITY` (a cookie file's
+/// path, which cannot move a dialog to another display) comes from the agent's environment, or where
+/// the agent has none, from the systemd user manager's (`systemctl --user show-environment`, as
+/// `dbus-update-activation-environment --systemd` and GNOME set it). The rest is the agent's own.
 public enum PinentryEnvironment {
-    /// Display variables: without one of these the manager is consulted.
+    /// The variables that say where a dialog appears: only a ``PromptDisplay`` sets them.
     static let displayNames = ["DISPLAY", "WAYLAND_DISPLAY"]
+    /// What the systemd user manager may supply where the agent has none of it.
+    static let managerNames = ["XAUTHORITY"]
 
-    /// `own` completed from `manager` (only names `own` lacks), as `KEY=VALUE` lines.
-    public static func merge(own: [String: String], manager: [String: String]?) -> [String] {
+    /// The environment for a dialog on `display`, as `KEY=VALUE` lines: `display`'s variables, the
+    /// agent's own (`own`) for the rest of ``Pinentry/passedEnvironment`` but the display names, and
+    /// ``managerNames`` from `manager` (the user manager's environment) where `own` lacks them.
+    public static func merge(own: [String: String], display: PromptDisplay, manager: [String: String]?) -> [String] {
         var env: [String: String] = [:]
-        for name in Pinentry.passedEnvironment {
-            if let v = own[name] { env[name] = v } else if let v = manager?[name] { env[name] = v }
+        for name in Pinentry.passedEnvironment where !displayNames.contains(name) {
+            let fromManager = managerNames.contains(name) ? manager?[name].flatMap { $0.isEmpty ? nil : $0 } : nil
+            if let v = own[name], !v.isEmpty || fromManager == nil { env[name] = v } else if let v = fromManager { env[name] = v }
         }
+        env.merge(display.variables) { $1 }
         return env.keys.sorted().map { "\($0)=\(env[$0]!)" }
     }
 
-    /// What of a client's environment places a dialog on its display.
-    public static let callerDisplayNames = ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY"]
-
-    /// The pinentry environment for a prompt on a client's behalf (a front end's delegated client):
-    /// the client's display variables (``callerDisplayNames``) where it has a display, the rest the
-    /// agent's own; ``current(systemctl:)`` where it has none.
-    public static func current(callerDisplay: [String: String], systemctl: String = "/usr/bin/systemctl") -> [String] {
-        let display = callerDisplay.filter { callerDisplayNames.contains($0.key) && !$0.value.isEmpty }
-        guard displayNames.contains(where: { display[$0] != nil }) else { return current(systemctl: systemctl) }
-        let own = ThisProcess.environment(Pinentry.passedEnvironment).filter { !callerDisplayNames.contains($0.key) }
-        return merge(own: own.merging(display) { $1 }, manager: nil)
-    }
-
-    /// The agent's pinentry environment now: its own, and the user manager's where it has no display.
-    public static func current(systemctl: String = "/usr/bin/systemctl") -> [String] {
+    /// The pinentry environment for a dialog on `display` now (``merge(own:display:manager:)``): the
+    /// user manager is asked only for an X11 display and an agent without `XAUTHORITY`.
+    public static func current(on display: PromptDisplay, systemctl: String = "/usr/bin/systemctl") -> [String] {
         let own = ThisProcess.environment(Pinentry.passedEnvironment)
-        let hasDisplay = displayNames.contains { !(own[$0] ?? "").isEmpty }
-        return merge(own: own, manager: hasDisplay ? nil : userManager(systemctl: systemctl))
+        let needsManager = display.x11 != nil && (own["XAUTHORITY"] ?? "").isEmpty
+        return merge(own: own, display: display, manager: needsManager ? userManager(systemctl: systemctl) : nil)
     }
 
     /// The systemd user manager's environment (`systemctl --user show-environment`), nil if it
@@ -202,26 +198,10 @@ public enum PinentryEnvironment {
     /// (`$'…'`, for control characters) are left out.
     public static func userManager(systemctl: String = "/usr/bin/systemctl", timeoutSeconds: Double = 3) -> [String: String]? {
         let passed = ThisProcess.environment(["XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "HOME", "PATH"]).map { "\($0.key)=\($0.value)" }
-        guard let child = try? Subprocess.spawn(executable: systemctl, arguments: ["--user", "show-environment"],
-                                                environment: passed, socketAt: [1]) else { return nil }
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        let deadline = Threads.monotonicSeconds() + timeoutSeconds
-        var complete = false
-        while out.count < 1 << 20 {
-            let left = Int32((deadline - Threads.monotonicSeconds()) * 1000)
-            guard left > 0 else { break }
-            guard UnixSocket.waitReadable(child.socket.rawValue, timeoutMillis: left) else { continue }
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(child.socket.rawValue, $0.baseAddress!, $0.count) }
-            if n == 0 { complete = true; break }
-            if n < 0 { if errno == EINTR { continue }; break }
-            out += chunk[0..<n]
-        }
-        if !complete { kill(child.pid, SIGKILL) }
-        let status = (try? child.wait()) ?? -1
-        guard complete, status == 0 else { return nil }
+        guard case .success(let text) = BoundedProgram.run(systemctl, ["--user", "show-environment"], environment: passed, outputs: [1],
+                                                           deadline: Threads.monotonicSeconds() + timeoutSeconds) else { return nil }
         var env: [String: String] = [:]
-        for line in String(decoding: out, as: UTF8.self).split(separator: "\n") {
+        for line in text.split(separator: "\n") {
             guard let eq = line.firstIndex(of: "=") else { continue }
             let value = line[line.index(after: eq)...]
             if value.hasPrefix("$'") { continue }

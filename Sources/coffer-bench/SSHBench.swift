@@ -84,7 +84,9 @@ struct SSHBench {
 
             """)
         chmod(pinentry, 0o700)
-        try tools.writeFile(config, "pinentry = \(pinentry)\n")
+        // Its dialog's display (it opens none): named, since the agent shows dialogs only on logind's
+        // session display or a configured one.
+        try tools.writeFile(config, "pinentry = \(pinentry)\nprompt-display = :0\n")
         guard tools.spawn(binDir + "/cofferd", coffer.arguments + ["--config", config]) == 0 else { throw SecError(.io, "cofferd did not start") }
         cofferStarted = true
         let cofferSocket = coffer.path + "/ssh-agent.sock"

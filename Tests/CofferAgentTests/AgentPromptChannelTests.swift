@@ -134,11 +134,34 @@ struct AgentPromptChannelTests {
 
     @Test func thePinentryComesFromTheAgentsConfiguration() throws {
         var c = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
-        try c.apply(configFile: "pinentry = /usr/bin/pinentry-gnome3\n", name: "cofferd.conf")
+        try c.apply(configFile: "pinentry = /usr/bin/pinentry-gnome3\nprompt-display = :7\n", name: "cofferd.conf")
         #expect(c.pinentryProgram == "/usr/bin/pinentry-gnome3")
-        #expect(AgentPromptChannel(configuration: c, clock: FakeClock()) != nil)
+        #expect(c.promptDisplay == PromptDisplay(x11: ":7", wayland: nil, origin: .configuration))
+        #expect((try? AgentPromptChannel.open(configuration: c, clock: FakeClock()).get()) != nil)
         var relative = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
         #expect(throws: AgentError.self) { try relative.apply(configFile: "pinentry = pinentry-gnome3\n", name: "cofferd.conf") }
-        #expect(AgentPromptChannel(configuration: AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u"), clock: FakeClock()) == nil, "no pinentry configured: nobody to ask")
+        #expect(throws: AgentError.self) { try relative.apply(configFile: "prompt-display = my screen\n", name: "cofferd.conf") }
+        let none = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        #expect(AgentPromptChannel.open(configuration: none, clock: FakeClock()).failure == .noPinentry, "no pinentry configured: nobody to ask")
+    }
+
+    /// A pinentry but no display: without a `prompt-display`, logind's session decides, and a logind
+    /// that cannot be asked (here: no loginctl) leaves nobody to ask, whatever display the agent has.
+    @Test func withoutALoginSessionDisplayNobodyIsAsked() throws {
+        var c = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        try c.apply(configFile: "pinentry = /usr/bin/pinentry-gnome3\n", name: "cofferd.conf")
+        guard case .noDisplay(.unreachable)? = AgentPromptChannel.open(configuration: c, clock: FakeClock(), loginctl: "/nonexistent/loginctl").failure else {
+            Issue.record("a channel without a display"); return
+        }
+        #expect(PromptUnavailable.noDisplay(.unreachable("x")).error.status == .interactionNotAllowed)
+        #expect("\(PromptUnavailable.noDisplay(.unreachable("x")))".contains("prompt-display"))
+    }
+}
+
+extension Result {
+    /// The failure, nil on success.
+    var failure: Failure? {
+        if case .failure(let f) = self { return f }
+        return nil
     }
 }

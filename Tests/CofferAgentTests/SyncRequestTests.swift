@@ -56,9 +56,9 @@ import Testing
         let rig = try AgentRig(passcodeSet: true)
         rig.keychain.lock()
         let asked = Protected(0)
-        let pipeline = Pipeline(service: rig.base.service, promptChannel: { _ in
+        let pipeline = Pipeline(service: rig.base.service, promptChannel: {
             asked.withLock { $0 += 1 }
-            return nil
+            return .failure(.noPinentry)
         })
         let app = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.example.App"),
                                  accessGroups: ["flatpak:org.example.App"])

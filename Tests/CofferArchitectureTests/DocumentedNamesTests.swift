@@ -25,6 +25,8 @@ import Testing
         "ProcessFD": "a key of GetConnectionCredentials' answer",
         "ProcessID": "a key of GetConnectionCredentials' answer",
         "UnknownMethod": "a D-Bus error name (org.freedesktop.DBus.Error.UnknownMethod)",
+        // Where the agent's dialogs appear (issue #41, F1): a property systemd-logind reports.
+        "RuntimePath": "a property of systemd-logind's user object (loginctl show-user)",
     ]
 
     /// `x = y` spans that are not config lines, each with why.

@@ -24,6 +24,9 @@ struct SSHAgentPolicyTests {
             let config = dir.file("cofferd.conf")
             var lines = ["authentication-timeout = \(timeout)"]
             if pinentry != "none" { lines.append("pinentry = \(pinentry ?? fake.path)") }
+            // The agent's dialogs appear only on a display logind or the configuration names (issue #41,
+            // F1): here no logind session, so a configured one, which the scripted pinentry never opens.
+            lines.append("prompt-display = \(SSHAgentPolicyTests.promptDisplay)")
             try (lines.joined(separator: "\n") + "\n").write(toFile: config, atomically: true, encoding: .utf8)
             f = try SSHAgentTests.Fixture(extraArguments: ["--config", config])
         }
@@ -33,6 +36,9 @@ struct SSHAgentPolicyTests {
             ((try? String(contentsOfFile: dir.file("confirm-desc.log"), encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
         }
     }
+
+    /// The `prompt-display` of the agents whose pinentry is scripted (it opens no display).
+    static let promptDisplay = ":0"
 
     /// The agent's `ssh-sign` audit records.
     static func signatures(_ agent: AgentProcess) -> [[String: Any]] { auditRecords(agent).filter { $0["operation"] as? String == "ssh-sign" } }

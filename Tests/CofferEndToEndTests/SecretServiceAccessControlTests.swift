@@ -15,6 +15,9 @@ import Testing
 struct SecretServiceAccessControlTests {
     static let itemID = "00112233445566778899aabbccddeeff"
     static let itemPath = "/org/freedesktop/secrets/collection/login/" + itemID
+    /// Where the agent's dialogs appear (`prompt-display`; no logind session here): the scripted
+    /// pinentry only notes it.
+    static let promptDisplay = ":5"
 
     /// A front end whose agent has the biometric emulator (alice enrolled) and, with `pinentry`, the
     /// scripted pinentry answering GETPIN with `pin` and CONFIRM with `confirm`; a passcode set, and
@@ -34,7 +37,7 @@ struct SecretServiceAccessControlTests {
             fake = try PinentryHarness.FakePinentry(in: dir, pin: pin, passcode: pin, confirm: confirm)
             (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(
                 agentConfig: BiometryTests.pluginConfig(in: plugins) + ["authentication-timeout = 60"]
-                    + (pinentry ? ["pinentry = \(fake.path)"] : []))
+                    + (pinentry ? ["pinentry = \(fake.path)", "prompt-display = \(SecretServiceAccessControlTests.promptDisplay)"] : []))
             agent.setPasscode()
             let enroll = BiometryTests.withPasscode(agent, ["bio", "enroll", "alice"])
             #expect(enroll.status == 0, "\(enroll)")
@@ -233,7 +236,8 @@ struct SecretServiceAccessControlTests {
 
     /// A client without a display (a script from cron or an ssh session) gets no prompt: with a pinentry
     /// configured, its prompt completes dismissed at once and nobody is asked; the same client with a
-    /// display is asked, by the agent's pinentry on the client's display.
+    /// display is asked, by the agent's pinentry on the session's display (here the configured
+    /// `prompt-display`), never on the one the client's environment names (issue #41, F1).
     @Test func aCallerWithoutADisplayGetsNoPrompt() throws {
         let f = try Guarded(rule: "device-passcode")
         let script = SecretServiceBusTests.prelude + """
@@ -249,11 +253,11 @@ struct SecretServiceAccessControlTests {
         let noDisplay = f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "guarded"], display: nil)
         #expect(noDisplay.stdout.isEmpty, "\(noDisplay)")
         #expect(f.fake.takeQuestions().isEmpty)
-        // With a display, the agent's pinentry is asked, and on the client's display.
+        // With a display, the agent's pinentry is asked, on the session's display, not the client's.
         let shown = try f.bus.python(script, display: ":42")
         #expect(shown.status == 0 && shown.stdout.contains("(False, ('ao', ['\(Self.itemPath)']))"), "\(shown)\n\(f.log)")
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
-        #expect(f.fake.displays() == [":42"], "\(f.fake.displays())")
+        #expect(f.fake.displays() == [Self.promptDisplay], "\(f.fake.displays())")
     }
 
     /// A secret a prompt read and the client has not collected yet is gone once the keychain locks:

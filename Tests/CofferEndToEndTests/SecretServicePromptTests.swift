@@ -25,7 +25,8 @@ struct SecretServicePromptTests {
         init(passcode: String, pinentry: Bool = true) throws {
             fake = try PinentryHarness.FakePinentry(in: dir, pin: passcode, passcode: passcode)
             (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(
-                agentConfig: ["authentication-timeout = 120"] + (pinentry ? ["pinentry = \(fake.path)"] : []))
+                agentConfig: ["authentication-timeout = 120"]
+                    + (pinentry ? ["pinentry = \(fake.path)", "prompt-display = \(SSHAgentPolicyTests.promptDisplay)"] : []))
             agent.setPasscode()
             let store = bus.run("/usr/bin/secret-tool", ["store", "--label=Mail", "server", "mail.example.com"], stdin: "s3cret")
             #expect(store.status == 0, "\(store)\n\(bus.read("front-end.log"))")

@@ -219,14 +219,6 @@ import Testing
         #expect(pinentry.commands.contains("CONFIRM --one-button") && pinentry.commands.contains("SETOK Cancel"))
     }
 
-    @Test func theEnvironmentHoldsOnlyDisplayNamesTheAgentLacksFromTheManager() {
-        let env = PinentryEnvironment.merge(own: ["LANG": "C", "HOME": "/home/u"],
-                                            manager: ["DISPLAY": ":1", "WAYLAND_DISPLAY": "wayland-0", "LANG": "de_DE.UTF-8", "SECRET": "x",
-                                                      "XAUTHORITY": "/run/user/1/xauth"])
-        #expect(env == ["DISPLAY=:1", "HOME=/home/u", "LANG=C", "WAYLAND_DISPLAY=wayland-0", "XAUTHORITY=/run/user/1/xauth"])
-        #expect(PinentryEnvironment.merge(own: ["DISPLAY": ":0"], manager: nil) == ["DISPLAY=:0"])
-    }
-
     /// A script at `dir/name` with `body`.
     static func script(_ dir: TemporaryDirectory, _ name: String, _ body: String) throws -> String {
         let path = dir.file(name)
