@@ -41,12 +41,19 @@ public enum CPace {
         parts.reduce(into: [UInt8]()) { $0 += prependLength($1.count) + $1 }
     }
 
-    /// The draft's generator_string(DSI, PRS, CI, sid, 128), in secure memory (it holds the code).
-    static func generatorString(prs: SecureBytes, ci: [UInt8], sid: [UInt8]) -> SecureBytes {
-        let prsPrefix = prependLength(prs.count), dsiPart = prependLength(dsi.count) + dsi
-        let zpad = max(0, hashBlockBytes - 1 - (prsPrefix.count + prs.count) - dsiPart.count)
-        let tail = prependLength(zpad) + [UInt8](repeating: 0, count: zpad) + lvCat([ci, sid])
-        let out = SecureBytes(count: dsiPart.count + prsPrefix.count + prs.count + tail.count)
+    /// A piece of a hash input: public bytes, or secret ones already in secure memory.
+    enum Piece {
+        case plain([UInt8])
+        case secret(SecureBytes)
+    }
+
+    /// `pieces` one after another, in secure memory (some of them are secret): the one place the
+    /// generator string, the ISK's input and the MAC key's input are put together.
+    static func joined(_ pieces: [Piece]) -> SecureBytes {
+        let total = pieces.reduce(0) { n, p in
+            switch p { case .plain(let b): n + b.count; case .secret(let s): n + s.count }
+        }
+        let out = SecureBytes(count: total)
         unsafe out.withUnsafeMutableBytes { o in
             var at = 0
             func put(_ b: UnsafeRawBufferPointer) {
@@ -54,12 +61,22 @@ public enum CPace {
                 unsafe (o.baseAddress! + at).copyMemory(from: b.baseAddress!, byteCount: b.count)
                 at += b.count
             }
-            unsafe dsiPart.withUnsafeBytes { unsafe put($0) }
-            unsafe prsPrefix.withUnsafeBytes { unsafe put($0) }
-            unsafe prs.withUnsafeBytes { unsafe put($0) }
-            unsafe tail.withUnsafeBytes { unsafe put($0) }
+            for piece in pieces {
+                switch piece {
+                case .plain(let b): unsafe b.withUnsafeBytes { unsafe put($0) }
+                case .secret(let s): unsafe s.withUnsafeBytes { unsafe put($0) }
+                }
+            }
         }
         return out
+    }
+
+    /// The draft's generator_string(DSI, PRS, CI, sid, 128), in secure memory (it holds the code).
+    static func generatorString(prs: SecureBytes, ci: [UInt8], sid: [UInt8]) -> SecureBytes {
+        let prsPrefix = prependLength(prs.count), dsiPart = prependLength(dsi.count) + dsi
+        let zpad = max(0, hashBlockBytes - 1 - (prsPrefix.count + prs.count) - dsiPart.count)
+        let tail = prependLength(zpad) + [UInt8](repeating: 0, count: zpad) + lvCat([ci, sid])
+        return joined([.plain(dsiPart), .plain(prsPrefix), .secret(prs), .plain(tail)])
     }
 
     /// SHA-512 of `bytes`, in secure memory.
@@ -140,19 +157,7 @@ public enum CPace {
         defer { k.wipe() }
         let head = lvCat([dsi + Array("_ISK".utf8), sid])
         let transcript = lvCat([ya, ada]) + lvCat([yb, adb])
-        let kPrefix = prependLength(elementBytes)
-        let input = SecureBytes(count: head.count + kPrefix.count + elementBytes + transcript.count)
-        unsafe input.withUnsafeMutableBytes { o in
-            var at = 0
-            func put(_ b: UnsafeRawBufferPointer) {
-                unsafe (o.baseAddress! + at).copyMemory(from: b.baseAddress!, byteCount: b.count)
-                at += b.count
-            }
-            unsafe head.withUnsafeBytes { unsafe put($0) }
-            unsafe kPrefix.withUnsafeBytes { unsafe put($0) }
-            unsafe k.withUnsafeBytes { unsafe put($0) }
-            unsafe transcript.withUnsafeBytes { unsafe put($0) }
-        }
+        let input = joined([.plain(head), .plain(prependLength(elementBytes)), .secret(k), .plain(transcript)])
         defer { input.wipe() }
         return sha512(input)
     }
@@ -160,12 +165,7 @@ public enum CPace {
     /// A party's key-confirmation tag: HMAC-SHA-512 under SHA-512("CPaceMac" ‖ sid ‖ ISK) over
     /// lv_cat(its message, its associated data).
     public static func confirmationTag(isk: SecureBytes, sid: [UInt8], message: [UInt8], ad: [UInt8]) -> [UInt8] {
-        let label = Array("CPaceMac".utf8) + sid
-        let keyInput = SecureBytes(count: label.count + isk.count)
-        unsafe keyInput.withUnsafeMutableBytes { o in
-            unsafe label.withUnsafeBytes { unsafe o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: label.count) }
-            unsafe isk.withUnsafeBytes { unsafe (o.baseAddress! + label.count).copyMemory(from: $0.baseAddress!, byteCount: isk.count) }
-        }
+        let keyInput = joined([.plain(Array("CPaceMac".utf8) + sid), .secret(isk)])
         let macKey = sha512(keyInput)
         keyInput.wipe()
         defer { macKey.wipe() }
