@@ -285,7 +285,7 @@ public enum SyncPairing {
         defer { isk.wipe() }
         let expected = CPace.confirmationTag(isk: isk, sid: joining.sid, message: response.share, ad: response.associatedData)
         guard CPace.tagsEqual(expected, response.tag) else {
-            throw .forged("the pairing response does not prove the code: the code typed on the approving machine differs from \(joining.code.text), or someone else answered")
+            throw .forged("the pairing response does not prove the code: the code typed on the approving machine differs from the one shown here, or someone else answered")
         }
         return CPace.confirmationTag(isk: isk, sid: joining.sid, message: joining.share, ad: ada)
     }
