@@ -47,10 +47,18 @@ final class Pipeline: Sendable {
         guard session.isGreeted else { return greet(request, &session) }
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
         // (a status poller or a lock-screen watcher must not keep the keys unlocked).
+        // A request that runs past the idle time is not cut short by an idle lock, and idle time counts
+        // from its end (a passcode set whose KDF outlasts the idle time is followed by `unlocked`, not
+        // by a lock that raced it).
         switch request {
-        case .status, .protections, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false): break
-        default: service.noteActivity()
+        case .status, .protections, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false):
+            return run(request, &session, channel)
+        default:
+            return service.asActivity { run(request, &session, channel) }
         }
+    }
+
+    private func run(_ request: AgentRequest, _ session: inout Session, _ channel: (any AuthChannel)?) -> AgentResponse {
         do {
             return try respond(to: request, &session, channel)
         } catch {

@@ -72,6 +72,14 @@ package final class KeychainService: Sendable {
     /// activity for the idle lock.
     package func noteActivity() { schedule.touch() }
 
+    /// Runs `body`, a request that uses the keychain: activity for the idle lock from its start to its
+    /// end, and no idle lock while it runs (``LockSchedule/beginActivity()``).
+    package func asActivity<T>(_ body: () -> T) -> T {
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
+        return body()
+    }
+
     /// Whether `context` may hear that items changed (WireProtocol.md, Events): only a caller whose
     /// manifest grants `delegate-identity`, on a connection that is not delegated. To any other caller
     /// it would be a clock of other apps' writes; a front end trusted to act for the user's processes

@@ -20,6 +20,10 @@ package final class LockSchedule: Sendable {
         var lastActivity: Double
         /// When a pending (announced) lock takes effect; nil: none pending.
         var lockDeadline: Double? = nil
+        /// Requests that use the keychain and have not finished: no idle lock starts while one runs
+        /// (a passcode set that ends after the idle time must not see the keys wiped before its own
+        /// `unlocked` is announced), and idle time counts from the last one's end.
+        var running = 0
     }
 
     package init(keychain: Keychain, idleSeconds: Double, graceSeconds: Double, clock: any MonotonicClock, logger: Logger,
@@ -37,6 +41,24 @@ package final class LockSchedule: Sendable {
     package func touch() {
         let now = clock.now()
         timers.withLock { $0.lastActivity = now }
+    }
+
+    /// A request that uses the keychain starts: activity, and no idle lock until ``endActivity()``.
+    package func beginActivity() {
+        let now = clock.now()
+        timers.withLock { t in
+            t.lastActivity = now
+            t.running += 1
+        }
+    }
+
+    /// The request begun by ``beginActivity()`` ended: idle time counts from now.
+    package func endActivity() {
+        let now = clock.now()
+        timers.withLock { t in
+            t.lastActivity = now
+            t.running = max(0, t.running - 1)
+        }
     }
 
     /// Starts a graceful lock: subscribers get `willLock`, keys are wiped after the grace period.
@@ -90,7 +112,7 @@ package final class LockSchedule: Sendable {
         let now = clock.now()
         let (due, idle): (Bool, Bool) = timers.withLock { t in
             let due = t.lockDeadline.map { now >= $0 } ?? false
-            let idle = idleSeconds > 0 && t.lockDeadline == nil && now - t.lastActivity >= idleSeconds
+            let idle = idleSeconds > 0 && t.lockDeadline == nil && t.running == 0 && now - t.lastActivity >= idleSeconds
             return (due, idle)
         }
         if due { lockNow(reason: "grace period over") }

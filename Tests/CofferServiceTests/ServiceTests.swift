@@ -132,6 +132,25 @@ import Testing
         #expect(rig.keychain.status.lockState != .unlocked)
     }
 
+    @Test func noIdleLockStartsWhileARequestRunsAndIdleTimeCountsFromItsEnd() throws {
+        let rig = try ServiceRig(idleSeconds: 60, graceSeconds: 0)
+        let context = CallerContext(caller: rig.unsignedCaller)
+        // A passcode set whose KDF outlasts the idle time: the timer ticks while it runs, and its
+        // `unlocked` is the last word, not a lock that raced it.
+        rig.service.asActivity {
+            try? rig.service.unlock(secret(ServiceRig.passcode), context)
+            rig.clock.advance(61)
+            rig.schedule.tick()
+        }
+        #expect(rig.keychain.status.lockState == .unlocked && rig.events.all.last == .unlocked)
+        rig.clock.advance(59)
+        rig.schedule.tick()
+        #expect(rig.keychain.status.lockState == .unlocked, "the request ended 59 s ago")
+        rig.clock.advance(2)
+        rig.schedule.tick()
+        #expect(rig.keychain.status.lockState != .unlocked && rig.events.all.last == .locked)
+    }
+
     @Test func thePasscodeIsChangedSyncedAndRemoved() throws {
         let (rig, context) = try Self.ready()
         try rig.service.setPasscode(current: secret(ServiceRig.passcode), new: secret(ServiceRig.passcode), context)
