@@ -52,10 +52,11 @@ static int set_property_cb(sd_bus *bus, const char *path, const char *interface,
 }
 
 static int find_cb(sd_bus *bus, const char *path, const char *interface, void *userdata, void **found, sd_bus_error *error) {
-    (void)bus;
     (void)error;
     const ssb_handlers *h = userdata;
-    if (h->find(path, interface, h->userdata) <= 0) return 0;
+    sd_bus_message *m = sd_bus_get_current_message(bus);
+    int introspecting = m && sd_bus_message_is_method_call(m, "org.freedesktop.DBus.Introspectable", "Introspect") > 0;
+    if (h->find(path, interface, introspecting, h->userdata) <= 0) return 0;
     *found = userdata;
     return 1;
 }
@@ -166,15 +167,21 @@ int ssb_bus_serve_service(ssb_bus *bus, const char *path, const ssb_handlers *ha
 }
 
 int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const char *references,
-                          const ssb_handlers *handlers) {
+                          const char *sessions, const ssb_handlers *handlers) {
     void *u = (void *)handlers;
     int r = sd_bus_add_fallback_vtable(bus, NULL, collections, COLLECTION_IFACE, collection_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, ITEM_IFACE, item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, collections, COFFER_ITEM_IFACE, coffer_item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, aliases, COLLECTION_IFACE, collection_vtable, find_cb, u);
+    /* No item lives under an alias; the Item interfaces are there so that a call to one is answered NoSuchObject. */
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, aliases, ITEM_IFACE, item_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, aliases, COFFER_ITEM_IFACE, coffer_item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, prompts, PROMPT_IFACE, prompt_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, references, ITEM_IFACE, item_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, references, COFFER_ITEM_IFACE, coffer_item_vtable, find_cb, u);
+    /* Sessions are objects of their own (ssb_add_session); this fallback takes calls to session paths
+     * that are not (never opened, or closed), so that they are answered NoSuchObject. */
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, sessions, SESSION_IFACE, session_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_node_enumerator(bus, NULL, collections, enumerate_cb, u);
     return r;
 }

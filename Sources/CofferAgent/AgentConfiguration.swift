@@ -24,9 +24,11 @@ package struct AgentConfiguration: Sendable {
     package var idleLockSeconds: UInt32 = 0
     /// How long subscribers are warned before an idle or session lock wipes WhenUnlocked keys.
     package var lockGraceSeconds: Double = 10
-    /// Most simultaneous client connections.
-    package var maxConnections: Int = 256
-    /// Most simultaneous connections from one client process (peer pid). Connections whose peer pid
+    /// Most simultaneous client connections: above the Secret Service front end's 256 senders (each
+    /// a delegated connection), so that native clients are served while it is full.
+    package var maxConnections: Int = 1024
+    /// Most simultaneous connections from one client process (peer pid; for a delegated connection,
+    /// the process it acts for, from its DELEGATE on). Connections whose peer pid
     /// cannot be read (SO_PEERCRED gives pid 0 for a process in another pid namespace) share one
     /// allowance of this size.
     package var maxConnectionsPerProcess: Int = 128

@@ -8,8 +8,11 @@ import Logging
 final class ConnectionRegistry: Sendable {
     private struct State {
         var connections: [ObjectIdentifier: Connection] = [:]
-        /// Open connections per peer pid (pid 0: unknown, shared).
+        /// Open connections per process (pid 0: unknown, shared): the peer's pid, or for a delegated
+        /// connection the pid of the process it acts for (``account(_:to:)``).
         var perProcess: [Int32: Int] = [:]
+        /// The pid each connection is counted under.
+        var countedAs: [ObjectIdentifier: Int32] = [:]
         /// Requests between ``beginRequest()`` and ``endRequest()``.
         var inFlight = 0
         var stopping = false
@@ -35,6 +38,7 @@ final class ConnectionRegistry: Sendable {
             guard s.perProcess[conn.peer.pid, default: 0] < maxPerProcess else { return .processFull }
             s.connections[ObjectIdentifier(conn)] = conn
             s.perProcess[conn.peer.pid, default: 0] += 1
+            s.countedAs[ObjectIdentifier(conn)] = conn.peer.pid
             return .admitted
         }
     }
@@ -43,8 +47,27 @@ final class ConnectionRegistry: Sendable {
     func forget(_ conn: Connection) {
         state.withLock { s in
             _ = s.connections.removeValue(forKey: ObjectIdentifier(conn))
-            let left = s.perProcess[conn.peer.pid, default: 1] - 1
-            s.perProcess[conn.peer.pid] = left > 0 ? left : nil
+            guard let pid = s.countedAs.removeValue(forKey: ObjectIdentifier(conn)) else { return }
+            let left = s.perProcess[pid, default: 1] - 1
+            s.perProcess[pid] = left > 0 ? left : nil
+        }
+    }
+
+    /// Counts `conn` under process `pid` from now on instead of its peer: a front end's connection
+    /// delegated to the process it serves (DELEGATE) uses that process's allowance, not the front
+    /// end's, so that one client process of a front end cannot use up what every other client of it
+    /// shares. False, and nothing changed, when `pid` already has ``maxPerProcess`` connections.
+    func account(_ conn: Connection, to pid: Int32) -> Bool {
+        state.withLock { s in
+            let id = ObjectIdentifier(conn)
+            guard let from = s.countedAs[id] else { return false }
+            guard from != pid else { return true }
+            guard s.perProcess[pid, default: 0] < maxPerProcess else { return false }
+            let left = s.perProcess[from, default: 1] - 1
+            s.perProcess[from] = left > 0 ? left : nil
+            s.perProcess[pid, default: 0] += 1
+            s.countedAs[id] = pid
+            return true
         }
     }
 

@@ -43,7 +43,7 @@ struct NativeFrontEnd: ConnectionHandler {
                 return
             }
             defer { server.release(frame) }
-            guard let sent = server.request({ handle(frame: frame, session: &session, on: conn, budget: server.budget, replying: replying) })
+            guard let sent = server.request({ handle(frame: frame, session: &session, on: conn, server: server, replying: replying) })
             else { return }
             if session.mustClose { return }
             if !sent { replying = false }
@@ -54,7 +54,8 @@ struct NativeFrontEnd: ConnectionHandler {
     /// `replying` false: run the request but send nothing (an earlier reply could not be sent).
     /// Descriptors passed with the frame (`SCM_RIGHTS`) go to a DELEGATE only; any other frame's are
     /// closed before its reply is sent.
-    private func handle(frame: Connection.Frame, session: inout Session, on conn: Connection, budget: FrameBudget, replying: Bool) -> Bool {
+    private func handle(frame: Connection.Frame, session: inout Session, on conn: Connection, server: SocketServer, replying: Bool) -> Bool {
+        let budget = server.budget
         let body = frame.body
         let firstAfterHello = session.isGreeted && !session.hasRequestAfterHello
         if session.isGreeted { session.noteRequestAfterHello() }
@@ -72,6 +73,16 @@ struct NativeFrontEnd: ConnectionHandler {
             return replying && reply(response, id: id, on: conn)
         }
         if case .delegate(let pid, let startTime) = request, session.isGreeted {
+            // From here the connection counts against the process it acts for (a refused DELEGATE
+            // closes it, so a pid that was not the caller's is counted only until then). A caller not
+            // entitled to delegate is refused by the pipeline before it learns anything of `pid`.
+            guard session.delegatedBy != nil || !session.caller.mayDelegate || server.registry.account(conn, to: pid) else {
+                frame.descriptors.closeAll()
+                session.close()
+                let response = AgentResponse.error(SecError(.allocate, "the process to act for already has "
+                    + "\(server.registry.maxPerProcess) connections to the agent (max-connections-per-process)"))
+                return replying && reply(response, id: requestID, on: conn)
+            }
             let response = pipeline.delegate(pid: pid, startTime: startTime, descriptors: frame.descriptors,
                                              firstAfterHello: firstAfterHello, session: &session)
             return replying && reply(response, id: requestID, on: conn)

@@ -27,6 +27,10 @@ public final class SecretServiceFrontEnd {
     /// How many distinct senders the front end serves at once unless `--max-senders` says otherwise
     /// (each holds an agent connection, one descriptor here and one in the agent).
     public static let defaultMaxSenders = 256
+    /// How many of those senders one process may hold unless `--max-senders-per-process` says
+    /// otherwise: a process that opens bus connections in a loop is refused LimitsExceeded at this
+    /// many, while every other process is still served (SecretServiceMapping.md, Limits).
+    public static let defaultMaxSendersPerProcess = 32
 
     /// One bus sender: its delegated agent connection and its sessions (by object path). The
     /// connection is replaced by a new delegated one when the agent has closed it (the agent restarted).
@@ -87,6 +91,8 @@ public final class SecretServiceFrontEnd {
     var peers: [String: Peer] = [:]
     /// How many senders ``peers`` holds at most; one more is refused LimitsExceeded.
     let maxSenders: Int
+    /// How many senders of one process ``peers`` holds at most.
+    let maxSendersPerProcess: Int
     /// The configuration (whether `plain` sessions are served).
     let settings: SecretServiceSettings
     /// When (clock ticks since boot, as `/proc/PID/stat` counts a start time) the front end saw each
@@ -164,9 +170,11 @@ public final class SecretServiceFrontEnd {
     /// Connects to the session bus (DBUS_SESSION_BUS_ADDRESS), serves the Service object and owns
     /// `org.freedesktop.secrets`, neither replacing another owner nor queueing behind it.
     /// `socketPath`: the agent's native socket, as the CLI finds it.
-    /// `maxSenders`: how many distinct senders are served at once (``defaultMaxSenders``).
+    /// `maxSenders`: how many distinct senders are served at once (``defaultMaxSenders``), and
+    /// `maxSendersPerProcess` how many of them one process may hold (``defaultMaxSendersPerProcess``).
     /// `settings`: the configuration file's (by default none: `plain` sessions refused).
     public init(socketPath: String, maxSenders: Int = SecretServiceFrontEnd.defaultMaxSenders,
+                maxSendersPerProcess: Int = SecretServiceFrontEnd.defaultMaxSendersPerProcess,
                 settings: SecretServiceSettings = SecretServiceSettings(source: SecretServiceSettings.defaultPath())) throws(StartError) {
         var bus: OpaquePointer?
         let r = ssb_bus_open_session(&bus)
@@ -174,6 +182,7 @@ public final class SecretServiceFrontEnd {
         self.bus = bus
         self.socketPath = socketPath
         self.maxSenders = max(1, maxSenders)
+        self.maxSendersPerProcess = max(1, maxSendersPerProcess)
         self.settings = settings
         handlers = .allocate(capacity: 1)
         handlers.initialize(to: ssb_handlers(
@@ -190,17 +199,21 @@ public final class SecretServiceFrontEnd {
             set_property: { call, path, interface, property, value, error, userdata in
                 SecretServiceFrontEnd.from(userdata).setProperty(call, path, interface, property, value, error)
             },
-            find: { path, interface, userdata in
+            find: { path, interface, introspecting, userdata in
                 guard let path, let interface else { return 0 }
-                return SecretServiceFrontEnd.from(userdata).find(String(cString: path), interface: String(cString: interface)) ? 1 : 0
+                return SecretServiceFrontEnd.from(userdata).find(String(cString: path), interface: String(cString: interface),
+                                                                 introspecting: introspecting != 0) ? 1 : 0
             },
-            enumerate: { call, _, userdata in SecretServiceFrontEnd.from(userdata).enumerate(call) },
+            enumerate: { call, prefix, userdata in
+                SecretServiceFrontEnd.from(userdata).enumerate(call, prefix: prefix.map { String(cString: $0) } ?? "")
+            },
             userdata: nil))
         handlers.pointee.userdata = Unmanaged.passUnretained(self).toOpaque()
         // Served before the name is owned, so that no call to the name finds nothing.
         let served = ssb_bus_serve_service(bus, Self.servicePath, handlers)
         guard served >= 0 else { throw .bus("cannot serve \(Self.servicePath): \(String(cString: strerror(-served)))") }
-        let objects = ssb_bus_serve_objects(bus, Self.collectionPrefix, Self.aliasPrefix, Self.promptPrefix, Self.referencePrefix, handlers)
+        let objects = ssb_bus_serve_objects(bus, Self.collectionPrefix, Self.aliasPrefix, Self.promptPrefix, Self.referencePrefix,
+                                            String(Self.sessionPathPrefix.dropLast()), handlers)
         guard objects >= 0 else { throw .bus("cannot serve collections and items: \(String(cString: strerror(-objects)))") }
         startLockWatch()
         switch ssb_request_name(bus, Self.busName) {
@@ -423,6 +436,14 @@ public final class SecretServiceFrontEnd {
             if busPIDFD >= 0 { close(busPIDFD) }
             throw BusError(name: BusError.accessDenied, message: "the bus does not say which process \(sender) is")
         }
+        // One process's senders are limited below the front end's: a script opening connections in a
+        // loop is refused here, not every other process at ``maxSenders``.
+        guard peers.values.lazy.filter({ $0.process.pid == Int32(pid) }).count < maxSendersPerProcess else {
+            if busPIDFD >= 0 { close(busPIDFD) }
+            throw BusError(name: BusError.limitsExceeded,
+                           message: "process \(pid) already has \(maxSendersPerProcess) bus connections served (the most one process may hold); "
+                               + "close one to be served again")
+        }
         let process = try Self.senderProcess(sender, pid: Int32(pid), busPIDFD: busPIDFD, appeared: appeared[sender])
         let (startTime, pidfd) = (process.startTime, process.pidfd)
         // The bus waits while this runs (one thread): a stuck agent fails the call after the timeout
@@ -572,7 +593,10 @@ public final class SecretServiceFrontEnd {
         }
         let sender = String(cString: senderC), path = String(cString: pathC)
         guard owners[path] == sender, let peer = peers[sender], let s = peer.sessions.removeValue(forKey: path) else {
-            return reply(m, BusError(name: BusError.noSession, message: "\(path) is not a session of \(sender)"))
+            // A session that was never opened, is closed, or is another sender's does not exist for
+            // this caller: NoSuchObject, as for every other object (the fallback on the session prefix
+            // brings every such call here).
+            return reply(m, BusError(name: BusError.noSuchObject, message: "\(path) is not a session of \(sender)"))
         }
         owners[path] = nil
         let r = ssb_reply_empty(m)

@@ -94,13 +94,33 @@ extension SecretServiceFrontEnd {
     }
 
     /// Whether `path` may hold an object with `interface` (fallback vtables; whether it exists for
-    /// the caller is the method's question, answered NoSuchObject when not).
-    func find(_ path: String, interface: String) -> Bool {
-        switch (Self.parse(path), interface) {
-        case (.collection?, Self.collectionInterface), (.alias?, Self.collectionInterface), (.item?, Self.itemInterface),
-             (.item?, Self.cofferItemInterface), (.reference?, Self.itemInterface), (.reference?, Self.cofferItemInterface): true
-        case (_, "org.freedesktop.Secret.Prompt"): prompts[path] != nil
-        default: false
+    /// the caller is the method's question, answered NoSuchObject when not). A call is taken for
+    /// every path under the service's prefixes, however malformed, so that a call to an object that
+    /// does not exist is answered `org.freedesktop.Secret.Error.NoSuchObject` as the specification
+    /// and gnome-keyring answer it, never sd-bus's `org.freedesktop.DBus.Error.UnknownObject`.
+    /// Introspection (`introspecting`) shows only what is there: collections and items by the shape
+    /// of their paths (whether one exists for the caller takes the agent), prompts and sessions that
+    /// exist (sessions are objects of their own; the session fallback shows nothing).
+    func find(_ path: String, interface: String, introspecting: Bool) -> Bool {
+        if introspecting {
+            switch (Self.parse(path), interface) {
+            case (.collection?, Self.collectionInterface), (.alias?, Self.collectionInterface), (.item?, Self.itemInterface),
+                 (.item?, Self.cofferItemInterface), (.reference?, Self.itemInterface), (.reference?, Self.cofferItemInterface): return true
+            case (_, "org.freedesktop.Secret.Prompt"): return prompts[path] != nil
+            default: return false
+            }
+        }
+        func depth(under prefix: String) -> Int? {
+            guard path.hasPrefix(prefix + "/") else { return nil }
+            return path.dropFirst(prefix.count + 1).split(separator: "/", omittingEmptySubsequences: false).count
+        }
+        let underCollections = depth(under: Self.collectionPrefix) ?? depth(under: Self.aliasPrefix)
+        switch interface {
+        case Self.collectionInterface: return underCollections == 1
+        case Self.itemInterface, Self.cofferItemInterface: return (underCollections ?? 0) >= 2 || depth(under: Self.referencePrefix) != nil
+        case "org.freedesktop.Secret.Prompt": return depth(under: Self.promptPrefix) != nil
+        case "org.freedesktop.Secret.Session": return path.hasPrefix(Self.sessionPathPrefix)
+        default: return false
         }
     }
 
@@ -1200,10 +1220,20 @@ extension SecretServiceFrontEnd {
 
     /// The caller's collections and items, for introspection (as any call, it makes the sender's
     /// delegated connection; nothing when the agent does not know the sender).
-    func enumerate(_ call: OpaquePointer?) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? {
+    ///
+    /// Only the children of `prefix`, the path introspected: sd-bus lists every path it is given as a
+    /// child node, so a collection's items handed to the introspection of `…/collection` would appear
+    /// there as `login/ID` nodes beside `login` (each child once, and only children).
+    func enumerate(_ call: OpaquePointer?, prefix: String) -> UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? {
         guard let c = try? caller(call), let names = try? collectionNames(c) else { return nil }
-        var paths = names.map(Self.collectionPath)
-        paths += ((try? items(c)) ?? []).map(\.path)
+        var paths: [String]
+        if prefix == Self.collectionPrefix {
+            paths = names.map(Self.collectionPath)
+        } else if let name = Self.parse(prefix).flatMap({ if case .collection(let n) = $0 { n } else { nil } }), names.contains(name) {
+            paths = ((try? items(c, collection: name)) ?? []).map(\.path)
+        } else {
+            paths = []
+        }
         // malloc'ed: sd-bus frees the array and its strings.
         guard let raw = malloc((paths.count + 1) * MemoryLayout<UnsafeMutablePointer<CChar>?>.stride) else { return nil }
         let out = raw.bindMemory(to: UnsafeMutablePointer<CChar>?.self, capacity: paths.count + 1)

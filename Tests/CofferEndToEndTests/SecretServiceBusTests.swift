@@ -254,7 +254,7 @@ struct SecretServiceBusTests {
                 == ('error', 'org.freedesktop.DBus.Error.InvalidArgs')
 
             # A session is its sender's: another sender cannot close it; its owner can, and it is gone.
-            assert close(b, plain[1][1]) == ('error', 'org.freedesktop.Secret.Error.NoSession')
+            assert close(b, plain[1][1]) == ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
             assert close(a, plain[1][1]) == ('ok', ())
             assert 'org.freedesktop.Secret.Session' not in introspect(plain[1][1])
             assert close(a, plain[1][1])[0] == 'error'

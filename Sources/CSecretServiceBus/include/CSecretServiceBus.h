@@ -51,8 +51,10 @@ typedef struct ssb_handlers {
     /** Writes property `property`: `value` is positioned at the value (ssb_read_*). */
     int (*set_property)(ssb_message *call, const char *path, const char *interface, const char *property,
                         ssb_message *value, ssb_error *error, void *userdata);
-    /** Whether `path` may hold an object with `interface` (1) or not (0), for the fallback vtables. */
-    int (*find)(const char *path, const char *interface, void *userdata);
+    /** Whether `path` may hold an object with `interface` (1) or not (0), for the fallback vtables.
+     *  `introspecting` is 1 when the message being served is an Introspect call (which lists what
+     *  exists), 0 for any other (which must reach a handler to be answered, NoSuchObject included). */
+    int (*find)(const char *path, const char *interface, int introspecting, void *userdata);
     /** The object paths below `prefix` the sender of `call` (NULL outside a call) sees, for
      *  introspection: a NULL-terminated array of malloc'ed strings in a malloc'ed array, or NULL. */
     char **(*enumerate)(ssb_message *call, const char *prefix, void *userdata);
@@ -68,10 +70,12 @@ int ssb_bus_serve_service(ssb_bus *bus, const char *path, const ssb_handlers *ha
  * Serves the Collection and Item interfaces below `collections` (fallback vtables: an object is a
  * path handlers->find accepts, none is registered per item) and the Collection interface below
  * `aliases`, the Prompt interface below `prompts`, the Item interfaces below `references` (items
- * named by their persistent reference), and a node enumerator below `collections`.
+ * named by their persistent reference), the Session interface below `sessions` (a fallback for
+ * session paths that are not objects of ssb_add_session, so that a call to one is answered by the
+ * close_session handler), and a node enumerator below `collections`.
  */
 int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *aliases, const char *prompts, const char *references,
-                          const ssb_handlers *handlers);
+                          const char *sessions, const ssb_handlers *handlers);
 /** Requests `name` without replacing its owner and without queueing: SSB_NAME_OWNED, SSB_NAME_TAKEN, or a negative errno. */
 int ssb_request_name(ssb_bus *bus, const char *name);
 /** Serves the Session interface at `path`; the object goes when *slot is released with ssb_slot_release. */

@@ -1,0 +1,120 @@
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// The Secret Service front end answers as the freedesktop specification and gnome-keyring do where
+/// a black-box comparison found it did not (issue #44): an object that does not exist is
+/// `org.freedesktop.Secret.Error.NoSuchObject` whatever its kind, introspection lists each child
+/// once, one process cannot shut every other out, and the size limits are refused by name.
+@Suite(.enabled(if: PrivateSessionBus.available, "needs dbus-daemon, gdbus and Debian's python3 with python3-secretstorage (contrib/deps.sh)"))
+struct SecretServiceConformanceTests {
+    @Test func everyPathThatDoesNotExistIsNoSuchObject() throws {
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
+        defer { withExtendedLifetime((apps, agent)) {} }
+        agent.setPasscode()
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            NSO = ('error', 'org.freedesktop.Secret.Error.NoSuchObject')
+            ITEM, COLL, PROMPT, SESSION = 'org.freedesktop.Secret.Item', 'org.freedesktop.Secret.Collection', 'org.freedesktop.Secret.Prompt', 'org.freedesktop.Secret.Session'
+            PROPS = 'org.freedesktop.DBus.Properties'
+            session = open_plain(a)[1][1]
+            cases = {
+                'item, well formed': call(a, PATH + '/collection/login/' + '0' * 32, ITEM, 'GetSecret', 'o', session),
+                'item, malformed id': call(a, PATH + '/collection/login/nothing', ITEM, 'Delete'),
+                'item, too deep': call(a, PATH + '/collection/login/' + '0' * 32 + '/x', ITEM, 'Delete'),
+                'item under an alias': call(a, PATH + '/aliases/default/' + '0' * 32, ITEM, 'Delete'),
+                'item property': call(a, PATH + '/collection/login/' + '0' * 32, PROPS, 'Get', 'ss', ITEM, 'Label'),
+                'item by reference': call(a, PATH + '/item/nothing', ITEM, 'Delete'),
+                'collection': call(a, PATH + '/collection/nothing', COLL, 'SearchItems', 'a{ss}', {}),
+                'collection property': call(a, PATH + '/collection/nothing', PROPS, 'Get', 'ss', COLL, 'Label'),
+                'alias': call(a, PATH + '/aliases/nothing', COLL, 'Delete'),
+                'prompt': call(a, PATH + '/prompt/nothing', PROMPT, 'Prompt', 's', ''),
+                'prompt dismissed': call(a, PATH + '/prompt/nothing', PROMPT, 'Dismiss'),
+                'session never opened': call(a, PATH + '/session/nothing', SESSION, 'Close'),
+            }
+            assert close(a, session)[0] == 'ok'
+            cases['session closed'] = close(a, session)
+            # Another sender's session exists, but not for this caller.
+            other = open_plain(b)[1][1]
+            cases["another sender's session"] = close(a, other)
+            wrong = {k: v for k, v in cases.items() if v != NSO}
+            assert not wrong, wrong
+            assert close(b, other)[0] == 'ok', 'the owner still closes its session'
+            # The service object and the standard interfaces still answer.
+            assert call(a, PATH, PROPS, 'Get', 'ss', 'org.freedesktop.Secret.Service', 'Collections')[0] == 'ok'
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
+    }
+
+    @Test func introspectionListsEachChildOnce() throws {
+        let (apps, agent, bus, _, _) = try SecretServiceBusTests.setUp()
+        defer { withExtendedLifetime((apps, agent)) {} }
+        agent.setPasscode()
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            re = __import__('re')
+            c = secretstorage.get_default_collection(a)
+            for n in range(3):
+                c.create_item('item %d' % n, {'n': str(n)}, b'secret')
+            s = secretstorage.Collection(a, PATH + '/collection/session')
+            s.create_item('in the session', {'n': 's'}, b'secret')
+            children = {}
+            for path in (PATH, PATH + '/collection', PATH + '/collection/login', PATH + '/collection/session', PATH + '/aliases',
+                         PATH + '/aliases/default', PATH + '/session', PATH + '/item', PATH + '/prompt'):
+                text = introspect(path)
+                nodes = [n for n in re.findall(r'node (\S+) \{', text) if not n.startswith('/')]
+                # Each child once, and only children: a grandchild is its child's to list.
+                assert len(nodes) == len(set(nodes)) and not any('/' in n for n in nodes), (path, nodes)
+                children[path] = set(nodes)
+            assert {'collection', 'aliases', 'prompt', 'session', 'item'} <= children[PATH], children[PATH]
+            assert children[PATH + '/collection'] == {'login', 'session'}, children[PATH + '/collection']
+            assert len(children[PATH + '/collection/login']) == 3 and len(children[PATH + '/collection/session']) == 1, children
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+    }
+    /// What a second process sees while the first holds every connection it may: served.
+    static let secondProcess = #"""
+        r = subprocess.run([sys.executable, '-c', "secretstorage = __import__('secretstorage')\n"
+            "from secretstorage.util import open_session\n"
+            "c = secretstorage.dbus_init()\n"
+            "open_session(c)\n"
+            "print('second served')\n"], capture_output=True, text=True, timeout=60)
+        assert 'second served' in r.stdout, r.stdout + r.stderr
+        """#
+
+    /// A script that opens bus connections in a loop and never closes them (140, as the review's)
+    /// is refused at its own limit, and another process is still served; so are the senders the
+    /// flooding process already holds.
+    @Test func aProcessOpeningConnectionsInALoopShutsOutOnlyItself() throws {
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
+        defer { withExtendedLifetime((apps, agent)) {} }
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            flood = [secretstorage.dbus_init() for _ in range(140)]
+            answers = [open_plain(c) for c in flood]
+            served = [x for x in answers if x[0] == 'ok']
+            refused = [x for x in answers if x[0] != 'ok']
+            assert len(served) == 32, (len(served), answers[:3], answers[-3:])
+            assert set(refused) == {('error', 'org.freedesktop.DBus.Error.LimitsExceeded')}, set(refused)
+            assert open_plain(flood[0])[0] == 'ok', 'a sender already held is still served'
+            """# + "\n" + Self.secondProcess + "\nprint('done')\n")
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
+    }
+
+    /// The agent counts a front end's delegated connection against the process it acts for: with
+    /// an allowance of 4 connections per process, a process flooding the front end is refused past its
+    /// fourth sender, and another process is still served (before, all of them counted against the
+    /// front end, and the fifth sender of any process was refused).
+    @Test func theAgentCountsDelegatedConnectionsAgainstTheProcessServed() throws {
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(agentConfig: ["max-connections-per-process = 4"])
+        defer { withExtendedLifetime((apps, agent)) {} }
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            flood = [secretstorage.dbus_init() for _ in range(8)]
+            answers = [open_plain(c)[0] for c in flood]
+            assert answers == ['ok'] * 4 + ['error'] * 4, answers
+            """# + "\n" + Self.secondProcess + "\nprint('done')\n")
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))\n\(agent.log)")
+        #expect(frontEnd.isRunning)
+    }
+}
