@@ -458,7 +458,8 @@ int ssb_emit_path_signal(ssb_bus *bus, const char *destination, const char *path
 static const char *changed_property_type(const char *name) {
     if (strcmp(name, "Locked") == 0) return "b";
     if (strcmp(name, "Modified") == 0 || strcmp(name, "Created") == 0) return "t";
-    if (strcmp(name, "Label") == 0) return "s";
+    if (strcmp(name, "Label") == 0 || strcmp(name, "Type") == 0) return "s";
+    if (strcmp(name, "Attributes") == 0) return "a{ss}";
     return NULL;
 }
 

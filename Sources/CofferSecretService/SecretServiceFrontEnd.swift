@@ -49,6 +49,11 @@ public final class SecretServiceFrontEnd {
         /// The persistent collections the sender was shown (`login`, and every name Collections gave
         /// it): those whose `Locked` and changes are announced to it.
         var shown: Set<String> = [SecretServiceFrontEnd.loginCollection]
+        /// Items the sender was shown locked (their reference paths, at most
+        /// ``SecretServiceFrontEnd/maxLockedShown``): when the keybag unlocks, each is announced
+        /// readable (PropertiesChanged of its Locked, Label, Attributes …), so that a client that
+        /// keeps a proxy's properties does not go on showing it blank.
+        var lockedShown: Set<String> = []
         init(agent: AgentConnection, groups: [String], process: DelegatedProcess) {
             self.agent = agent
             self.groups = groups
@@ -319,8 +324,18 @@ public final class SecretServiceFrontEnd {
                 propertiesChanged(to: c, Self.collectionPath(name), Self.collectionInterface, ["Locked"])
             }
             propertiesChanged(to: c, Self.aliasPrefix + "/default", Self.collectionInterface, ["Locked"])
+            guard state == .unlocked else { continue }
+            // The items it was shown locked are readable now: their values, as a GetAll would give them.
+            let items = c.peer.lockedShown.sorted()
+            c.peer.lockedShown = []
+            for path in items {
+                propertiesChanged(to: c, path, Self.itemInterface, ["Locked", "Attributes", "Label", "Type", "Created", "Modified"])
+            }
         }
     }
+
+    /// How many items shown locked are remembered per sender to announce at the unlock.
+    static let maxLockedShown = 256
 
     /// On the bus thread: items changed outside the front end are announced to each sender that sees
     /// their access group, as the service's `CollectionChanged` and an invalidated `Items` of every

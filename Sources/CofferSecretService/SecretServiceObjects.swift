@@ -340,6 +340,7 @@ extension SecretServiceFrontEnd {
                 open.append(record)
             }
         }
+        for path in locked where c.peer.lockedShown.count < Self.maxLockedShown { c.peer.lockedShown.insert(path) }
         return (open + (collection == nil ? inMemory : []), locked)
     }
 
