@@ -541,6 +541,8 @@ public final class Keychain: Sendable {
                     results.append(r)
                 }
             }
+            // Never a silent partial answer: a match may sit in a tier that could not be searched.
+            guard complete || query.skipsLockedItems else { throw Self.notFound(false) }
             try needs.throwIfUnsatisfied()
             guard !results.isEmpty else { throw Self.notFound(complete) }
             return results
@@ -598,7 +600,16 @@ public final class Keychain: Sendable {
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData { r.data = try openSecret(row, cls, attrs, authorization) }
+                    if query.returnData {
+                        do throws(SecError) {
+                            r.data = try openSecret(row, cls, attrs, authorization)
+                        } catch where error.status == .decode && skip != nil {
+                            // A secret that fails authentication is damage like an attribute block's: a
+                            // listing that tolerates damage skips the row and reports it.
+                            try skip?(row)
+                            return
+                        }
+                    }
                     guard fits(r) else { refused = true; return }
                     items.append(r)
                     lastRowID = row.id
@@ -608,6 +619,7 @@ public final class Keychain: Sendable {
             // A page cut short by `fits` is resumed after its last item: rows skipped beyond it are met
             // (and counted) again by the next page, so this one does not count them.
             let unreadable = refused ? skippedIDs.count(where: { $0 < lastRowID }) : skippedIDs.count
+            guard complete || query.skipsLockedItems else { throw Self.notFound(false) }
             guard !items.isEmpty || refused || cursor > 0 || unreadable > 0 else { throw Self.notFound(complete) }
             return MatchPage(items: items, lastRowID: lastRowID, isComplete: !refused, unreadable: unreadable)
         }
@@ -728,7 +740,8 @@ public final class Keychain: Sendable {
             try keybag.checkUnchanged() // before matching: rows re-sealed elsewhere would not even be found
             var matches: [(StoredRow, ItemClass, Attributes)] = []
             let complete = try forEachMatch(store, query, scope, limit: nil) { (row, cls, attrs) throws(SecError) in matches.append((row, cls, attrs)) }
-            guard !matches.isEmpty else { throw Self.notFound(complete) }
+            // An update acts on every match: not on some while others may sit in a tier not searchable.
+            guard complete, !matches.isEmpty else { throw Self.notFound(complete) }
             // Every match's rule before anything is written, so that an authentication-needed answer
             // names them all (the agent asks once, then updates).
             var needs = Requirements(operation: .update, authorization: authorization)
@@ -818,7 +831,8 @@ public final class Keychain: Sendable {
                 deleted.append((cls, attrs))
             }
             try needs.throwIfUnsatisfied()
-            guard !ids.isEmpty else { throw Self.notFound(complete) }
+            // A delete acts on every match: not on some while others may sit in a tier not searchable.
+            guard complete, !ids.isEmpty else { throw Self.notFound(complete) }
             try writing(store) { () throws(SecError) in
                 for id in ids { try store.delete(id: id) }
                 for (cls, attrs) in deleted {
@@ -1088,7 +1102,11 @@ public final class Keychain: Sendable {
                 return probe.map { unsafe Self.blindHash(k, $0.key, $0.value) }
             }
         }
-        let complete = tiers.count == wanted.count
+        // A tier whose index key is not in memory (tier P before the first unlock) is searched only
+        // if it holds no row at all: otherwise any of its rows may match, and the search is incomplete.
+        let unsearched = ProtectionClass.allCases.filter { wanted.contains(IndexTier.of($0)) && IndexTier.of($0) != .device }
+        let unsearchedHasRows = tiers.count == wanted.count ? false : try store.hasItem(inProtectionClasses: unsearched.map { Int($0.rawValue) })
+        let complete = !unsearchedHasRows
         let scans = Array(tiers.prefix(probe.isEmpty ? 1 : tiers.count)) // no hashes: one scan covers every row
         if scans.count == 1 {
             try store.forEachRow(matchingAll: scans[0], after: cursor) { (row) throws(SecError) -> Bool in
@@ -1128,7 +1146,9 @@ public final class Keychain: Sendable {
     /// Nothing matched: errSecItemNotFound, or errSecInteractionNotAllowed if a tier could not be searched
     /// (before the first unlock, an item of a non-Always class can be neither found nor ruled out).
     private static func notFound(_ complete: Bool) -> SecError {
-        complete ? .itemNotFound() : .interactionNotAllowed("items of the non-Always classes cannot be searched before the first unlock")
+        complete ? .itemNotFound()
+            : .interactionNotAllowed("items of the non-Always classes cannot be searched before the first unlock; "
+                                     + "a search naming an Always class (pdmn dk or dku) can")
     }
 
     /// errSecDuplicateItem if a row other than `except` has one of `primaryKeys` (the item's primary-key

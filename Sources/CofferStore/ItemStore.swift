@@ -211,6 +211,14 @@ package final class ItemStore {
         return n
     }
 
+    /// Whether any item has one of `protectionClasses` (the clear `pclass` column): before the first
+    /// unlock, whether a search that cannot read the passcode tier's index could miss a match.
+    package func hasItem(inProtectionClasses protectionClasses: [Int]) throws(SecError) -> Bool {
+        guard !protectionClasses.isEmpty else { return false }
+        let list = protectionClasses.map(String.init).joined(separator: ",")
+        return try db.statement("SELECT EXISTS(SELECT 1 FROM items WHERE pclass IN (\(list)))").scalarInt() != 0
+    }
+
     /// Inserts an item and its index entries; errSecDuplicateItem if its primary key or reference
     /// exists. Call inside ``transaction(_:)`` so the row and its index entries commit together.
     @discardableResult

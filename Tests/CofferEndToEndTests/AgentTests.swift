@@ -35,7 +35,7 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         #expect(!Files.exists(agent.socketPath), "socket left behind")
     }
 
-    @Test func restartShowsOnlyAlwaysItemsUntilUnlock() throws {
+    @Test func restartReadsOnlyAlwaysItemsNamedByClassUntilUnlock() throws {
         let agent = try AgentProcess()
         agent.setPasscode()
         let c = try AgentConnection(path: agent.socketPath)
@@ -44,9 +44,20 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         let after = try AgentConnection(path: agent.socketPath)
         #expect(try after.status().lockState == .boot)
         for p in ProtectionClass.allCases {
-            let got = status { try after.copyMatching(password("svc", p.shortCode)) }
+            // Naming the class: an Always item reads before the first unlock, the others wait for it.
+            var named = password("svc", p.shortCode)
+            named.attributes["pdmn"] = .string(p.shortCode)
+            let got = status { try after.copyMatching(named) }
             #expect(got == (p.availability == .always ? nil : .interactionNotAllowed), "\(p)")
+            // Not naming it: the search could reach the passcode tier, which cannot be searched yet
+            // and holds items, so even an Always item's lookup is -25308, never a partial answer.
+            #expect(status { try after.copyMatching(password("svc", p.shortCode)) } == .interactionNotAllowed, "\(p)")
         }
+        // The CLI the same way, and its message says how to read an Always item now.
+        let unnamed = agent.cli(["get", "--service", "svc", "--account", "dk"])
+        #expect(unnamed.status != 0 && unnamed.stderr.contains("-25308") && unnamed.stderr.contains("pdmn"), "\(unnamed)")
+        let named = agent.cli(["get", "--service", "svc", "--account", "dk", "--attr", "pdmn=dk"])
+        #expect(named.status == 0 && named.stdout == "s-dk", "\(named)")
         try after.unlock(passcode: secret(AgentProcess.password))
         for p in ProtectionClass.allCases {
             #expect(text(try after.copyMatching(password("svc", p.shortCode)).first?.data) == "s-\(p.shortCode)")

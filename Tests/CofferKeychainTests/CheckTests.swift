@@ -212,6 +212,27 @@ import Testing
         #expect(page.items.count == 1 && page.unreadable == 1 && page.isComplete)
     }
 
+    /// A row whose secret fails authentication (its attributes intact) is damage too: a listing that
+    /// returns data and tolerates damage skips it and counts it, where a plain one fails with
+    /// errSecDecode (issue #44; before, the skipping listing failed as well).
+    @Test func aListingReturningDataSkipsARowWhoseSecretIsDamaged() throws {
+        let f = try Fixture()
+        try f.addPassword(service: "s", account: "a", secret: "1")
+        try f.addPassword(service: "s", account: "b", secret: "2")
+        try f.addPassword(service: "s", account: "c", secret: "3")
+        Self.damage(f.dir.file("keychain.db"), "UPDATE items SET secret = randomblob(length(secret)) WHERE id = 2")
+        var q = ItemQuery(itemClass: .genericPassword, limit: .all, returnData: true, returnAttributes: true)
+        do {
+            _ = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: 0) { _ in true }
+            Issue.record("a plain listing read a damaged secret")
+        } catch {
+            #expect(error.status == .decode)
+        }
+        q.skipUnreadable = true
+        let page = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: 0) { _ in true }
+        #expect(page.items.compactMap { text($0.data) } == ["1", "3"] && page.unreadable == 1 && page.isComplete)
+    }
+
     /// Pages of one item each over items and damaged rows between them: each damaged row is counted
     /// by exactly one page. Before: rows skipped after a page's last item were counted by that page and
     /// again by the next, which resumes after that item.

@@ -85,7 +85,8 @@ func keybagVersion(_ dir: TemporaryDirectory) -> UInt8? { fileBytes(dir.file("ke
         // Before the unlock: Always items read (already re-padded), the rest waits for the passcode.
         let always = sqlRows(dir.file("keychain.db"), "SELECT secret FROM items WHERE pclass IN (3, 6)")
         #expect(!always.isEmpty && always.allSatisfy { $0.first == 2 })
-        let dk = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc.dk"), "acct": .string("alice")], returnData: true)
+        let dk = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("svc.dk"), "acct": .string("alice"), "pdmn": .string("dk")],
+                           returnData: true)
         #expect(try kc.copyMatching(dk, scope: .unrestricted).first?.data?.withUnsafeBytes { Array($0) } == V1Fixture.items(withPasscode: true)[2].secret)
         #expect(status { try kc.unlock(passcode: secret("wrong")) } == .authFailed)
         #expect(keybagVersion(dir) == 1) // a wrong passcode changes nothing

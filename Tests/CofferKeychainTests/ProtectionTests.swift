@@ -17,7 +17,11 @@ import Testing
     func readable(_ f: Fixture) -> [String: SecStatus?] {
         var out: [String: SecStatus?] = [:]
         for c in ProtectionClass.allCases {
-            out[c.shortCode] = status { try f.password(service: "svc", account: c.shortCode) }
+            // Each read names its class: before the first unlock a search that could reach the
+            // passcode tier fails whatever tier D holds (BootSearchTests).
+            let q = ItemQuery(itemClass: .genericPassword,
+                              attributes: ["svce": .string("svc"), "acct": .string(c.shortCode), "pdmn": .string(c.shortCode)], returnData: true)
+            out[c.shortCode] = status { _ = try f.keychain.copyMatching(q, scope: .unrestricted) }
         }
         return out
     }

@@ -155,10 +155,15 @@ func copyState(_ names: [String], from: String, to: String) throws {
         #expect(try f.password(service: "svc", account: "dk") == "D")
         #expect(status { try f.password(service: "svc", account: "ak") } == .interactionNotAllowed)
         #expect(status { try f.addPassword(service: "svc", account: "ck", secret: "x", ["pdmn": .string("always")]) } == .duplicateItem)
-        // Boot: only tier D; a non-Always item can be neither found nor ruled out.
+        // Boot: only tier D; a non-Always item can be neither found nor ruled out, so a search that
+        // could reach tier P fails even where tier D holds a match (never a silent partial answer);
+        // one naming an Always class reads it.
         try f.reboot()
-        #expect(try f.password(service: "svc", account: "dk") == "D")
+        #expect(status { try f.password(service: "svc", account: "dk") } == .interactionNotAllowed)
         #expect(status { try f.password(service: "svc", account: "ck") } == .interactionNotAllowed)
+        #expect(status { try f.keychain.copyMatching(all, scope: .unrestricted) } == .interactionNotAllowed)
+        let dk = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("dk"), "pdmn": .string("dk")], returnData: true)
+        #expect(text(try f.keychain.copyMatching(dk, scope: .unrestricted).first?.data) == "D")
         let alwaysOnly = ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("none"), "pdmn": .string("dk")])
         #expect(status { try f.keychain.copyMatching(alwaysOnly, scope: .unrestricted) } == .itemNotFound)
         try f.keychain.unlock(passcode: secret("pw"))
