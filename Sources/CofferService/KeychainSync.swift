@@ -37,12 +37,14 @@ public final class KeychainSync {
     }
 
     /// This device's sync as the keychain keeps it; nil if sync was never set up here.
-    public static func open(keychain: Keychain, git: String? = nil) throws(SecError) -> KeychainSync? {
+    /// `report` receives what git printed when a git command fails (GitTransport), for the log.
+    public static func open(keychain: Keychain, git: String? = nil,
+                            report: @escaping @Sendable (String) -> Void = { _ in }) throws(SecError) -> KeychainSync? {
         guard let secret = try keychain.syncDeviceSecret(), let stateBytes = try keychain.syncState() else { return nil }
         do {
             let keys = try Self.keys(secret)
             let state = try SyncState.decode(stateBytes.withUnsafeBytes { Array($0) })
-            let transport = try GitTransport(directory: keychain.syncDirectory, git: git)
+            let transport = try GitTransport(directory: keychain.syncDirectory, git: git, report: report)
             return KeychainSync(keychain: keychain, replica: SyncReplica(directory: keychain.syncDirectory, keys: keys, state: state), git: transport)
         } catch {
             throw Self.mapped(error)
@@ -70,10 +72,11 @@ public final class KeychainSync {
 
     /// `coffer sync init --remote URL`: founds a circle on an empty remote with this device alone, and
     /// records every item that syncs.
-    public static func initialize(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil) throws(SecError) -> KeychainSync {
+    public static func initialize(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil,
+                                  report: @escaping @Sendable (String) -> Void = { _ in }) throws(SecError) -> KeychainSync {
         guard try keychain.syncState() == nil else { throw .param("sync is already set up on this machine") }
         do {
-            let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git)
+            let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git, report: report)
             let head = try transport.pull(lastSeen: "")
             let keys = SyncDeviceKeys.generate()
             let replica = try SyncReplica.found(directory: transport.directory, keys: keys, name: name, now: now)
@@ -95,15 +98,16 @@ public final class KeychainSync {
     /// returns the pairing code the person types on a member (``approve(code:now:timeout:pollSeconds:)``).
     /// A machine whose earlier join never made it a member (its pairing failed, or was never
     /// approved) starts again from nothing.
-    public static func join(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil) throws(SecError) -> (sync: KeychainSync, code: String) {
+    public static func join(keychain: Keychain, remote: String, name: String, now: UInt64, git: String? = nil,
+                            report: @escaping @Sendable (String) -> Void = { _ in }) throws(SecError) -> (sync: KeychainSync, code: String) {
         if try keychain.syncState() != nil {
-            guard let earlier = try open(keychain: keychain, git: git), try earlier.mayJoinAgain() else {
+            guard let earlier = try open(keychain: keychain, git: git, report: report), try earlier.mayJoinAgain() else {
                 throw .param("sync is already set up on this machine")
             }
             try keychain.stopSync()
         }
         do {
-            let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git)
+            let transport = try GitTransport.clone(remote: remote, into: keychain.syncDirectory, git: git, report: report)
             let head = try transport.pull(lastSeen: "")
             let keys = SyncDeviceKeys.generate()
             let (replica, code) = try SyncReplica.requestJoin(directory: transport.directory, keys: keys, name: name, now: now)

@@ -143,7 +143,7 @@ package final class SyncService: Sendable {
         } else {
             outcome = engine.withLock { (e: inout KeychainSync?) -> Result<KeychainSync.Report, SecError>? in
                 do throws(SecError) {
-                    if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
+                    if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git, report: gitReport) }
                     guard let sync = e else { return nil }
                     let report = try sync.sync(now: wallMillis()) { phase, done, total in noteProgress(phase, done, total) }
                     let fingerprint = sync.fingerprint()
@@ -246,6 +246,12 @@ package final class SyncService: Sendable {
 
     /// `text` with the user and password of every URL in it (`scheme://user:token@host`) replaced by
     /// `***`: git's messages name the remote, which may carry a token.
+    /// Where git's output goes when a git command of the sync fails: the log, credentials in URLs
+    /// redacted and every control character escaped (what a remote prints cannot forge a log line).
+    private var gitReport: @Sendable (String) -> Void {
+        { [logger] text in logger.warning("git failed", metadata: ["output": "\(TerminalSafeText.escaped(Self.redacted(text)))"]) }
+    }
+
     package static func redacted(_ text: String) -> String {
         let c = Array(text)
         var out = "", i = 0
@@ -294,7 +300,7 @@ package final class SyncService: Sendable {
             if operation == .join, stored != nil {
                 // A join that never made this machine a member (its pairing failed or was never
                 // approved) starts again; anything else set up stays.
-                if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
+                if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git, report: gitReport) }
                 guard try e?.mayJoinAgain() == true else { throw .param("sync is already set up on this machine") }
                 e = nil
             } else {
@@ -302,13 +308,13 @@ package final class SyncService: Sendable {
             }
             switch operation {
             case .initialize:
-                e = try KeychainSync.initialize(keychain: keychain, remote: remote, name: name, now: now, git: settings.git)
+                e = try KeychainSync.initialize(keychain: keychain, remote: remote, name: name, now: now, git: settings.git, report: gitReport)
                 let fingerprint = e?.fingerprint() ?? ""
                 work.withLock { $0.fingerprint = fingerprint }
                 return ""
             case .join:
                 work.withLock { $0.fingerprint = "" }
-                let (sync, code) = try KeychainSync.join(keychain: keychain, remote: remote, name: name, now: now, git: settings.git)
+                let (sync, code) = try KeychainSync.join(keychain: keychain, remote: remote, name: name, now: now, git: settings.git, report: gitReport)
                 e = sync
                 return code
             }
@@ -325,7 +331,7 @@ package final class SyncService: Sendable {
     /// Runs `body` with the engine (opened if needed); errSecItemNotFound-like refusal if sync is not set up.
     private func withEngine<T>(_ body: (KeychainSync) throws(SecError) -> T) throws(SecError) -> T {
         try engine.withLock { (e: inout KeychainSync?) throws(SecError) -> T in
-            if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git) }
+            if e == nil { e = try KeychainSync.open(keychain: keychain, git: settings.git, report: gitReport) }
             guard let sync = e else { throw SecError(.notAvailable, "sync is not set up on this machine (coffer sync init or join)") }
             return try body(sync)
         }

@@ -11,12 +11,18 @@ public struct GitTransport: Sendable {
     public let directory: String
     let git: String
     let environment: [String]
+    /// Where git's own output goes when a git command fails (the agent's log, escaped): the remote's
+    /// words (`remote: …` lines, a URL) are not the error's, which names the command and its status.
+    let report: @Sendable (String) -> Void
 
     /// `git`: the program's absolute path (found in `PATH` when nil). `environment`: what git runs
     /// with; by default `PATH`, `HOME` and `SSH_AUTH_SOCK` of this process (for SSH remotes),
     /// `GIT_TERMINAL_PROMPT=0` (git never asks on a terminal) and `LC_ALL=C`.
-    public init(directory: String, git: String? = nil, environment: [String]? = nil) throws(SyncError) {
+    /// `report`: receives git's output when a command fails (nothing by default).
+    public init(directory: String, git: String? = nil, environment: [String]? = nil,
+                report: @escaping @Sendable (String) -> Void = { _ in }) throws(SyncError) {
         self.directory = directory
+        self.report = report
         let env = environment ?? Self.defaultEnvironment()
         let path = env.first { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? "/usr/bin:/bin"
         guard let g = git ?? Subprocess.find("git", searchPath: path) else { throw .transport("git is not installed (no git in PATH)") }
@@ -45,15 +51,20 @@ public struct GitTransport: Sendable {
             throw .transport("cannot run git: \(error)")
         }
         if out.status != 0 && !allowFailure {
-            throw .transport("git \(arguments.first ?? "") failed (\(out.status)): \(out.text.trimmingSpace())")
+            // The error names the command and its status; what git printed (a remote's messages, which
+            // the remote chooses) goes to `report` only, never into an error a person reads as Coffer's.
+            let command = arguments.first ?? ""
+            report("git \(command) exited with \(out.status): \(out.text.trimmingSpace())")
+            throw .transport("git \(command) failed (exit status \(out.status)); what git printed is in the agent's log")
         }
         return (out.status == 0, out.text)
     }
 
     /// Makes the directory a clone of `remote` (which may be empty: a new circle's first push fills it).
-    public static func clone(remote: String, into directory: String, git: String? = nil, environment: [String]? = nil) throws(SyncError) -> GitTransport {
+    public static func clone(remote: String, into directory: String, git: String? = nil, environment: [String]? = nil,
+                             report: @escaping @Sendable (String) -> Void = { _ in }) throws(SyncError) -> GitTransport {
         do { try Files.makePrivateDirectory(directory, mode: 0o700) } catch { throw .transport("cannot make \(directory): \(error)") }
-        let t = try GitTransport(directory: directory, git: git, environment: environment)
+        let t = try GitTransport(directory: directory, git: git, environment: environment, report: report)
         try t.run(["init", "-q"])
         try t.run(["symbolic-ref", "HEAD", "refs/heads/" + branch])
         try t.run(["remote", "add", "origin", remote])
