@@ -206,6 +206,17 @@ import Testing
             #expect(e.status == .param && e.description.contains("malformed message"), "\(what): \(e)")
             #expect(x.closed, "\(what): the connection closes")
         }
+        // Which frame a descriptor belongs to (WireProtocol.md, Delegated identity): the one holding
+        // the first byte of the sendmsg that carried it. HELLO and DELEGATE by one sendmsg: the pidfd
+        // is HELLO's (closed), the DELEGATE has none (-50, closed). HELLO by one sendmsg and DELEGATE
+        // by the next, without waiting for HELLO's reply: accepted.
+        let delegateFrame = AgentRequest.delegate(pid: live.pid, startTime: live.startTime).encodeFrame(requestID: 2)
+        let shared = try ProtocolConformanceTests.exchange(agent.socketPath, sends: [(hello + delegateFrame, [pidfd])])
+        #expect(shared.frames.count == 2 && ProtocolConformanceTests.errorStatus(shared.frames[1].response) == .param && shared.closed,
+                "one sendmsg: \(shared.frames.map { ($0.type, $0.response.map { "\($0)" } ?? "-") })")
+        let pipelined = try ProtocolConformanceTests.exchange(agent.socketPath, sends: [(hello, []), (delegateFrame, [pidfd])], wanted: 2)
+        #expect(pipelined.frames.count == 2 && ProtocolConformanceTests.errorStatus(pipelined.frames[1].response) == nil && !pipelined.closed,
+                "two sendmsgs: \(pipelined.frames.map { ($0.type, $0.response.map { "\($0)" } ?? "-") })")
         // Nothing refused leaked a descriptor, descriptors passed with any other message are closed,
         // and the agent serves on.
         let raw = try UnixSocket.connect(path: agent.socketPath)

@@ -22,10 +22,18 @@ import Testing
     /// `quiet` only bounds a broken agent: generous, as a loaded machine answers slowly (1.5 s once
     /// cut off a reply that was on its way, and the test counted one frame short).
     static func exchange(_ path: String, _ bytes: [UInt8], wanted: Int = .max, quiet: Double = 30) throws -> Exchange {
+        try exchange(path, sends: [(bytes, [])], wanted: wanted, quiet: quiet)
+    }
+
+    /// ``exchange(_:_:wanted:quiet:)`` with the bytes written by one `sendmsg` each (the loop of
+    /// writes for one is retried as one write is), each passing its descriptors (`SCM_RIGHTS`).
+    static func exchange(_ path: String, sends: [(bytes: [UInt8], descriptors: [Int32])], wanted: Int = .max, quiet: Double = 30) throws -> Exchange {
         let fd = try UnixSocket.connect(path: path)
         defer { close(fd) }
         UnixSocket.setTimeouts(fd, send: 5, receive: quiet)
-        #expect(bytes.withUnsafeBytes { UnixSocket.writeAll(fd, $0) })
+        for send in sends {
+            #expect(send.bytes.withUnsafeBytes { send.descriptors.isEmpty ? UnixSocket.writeAll(fd, $0) : UnixSocket.writeAll(fd, $0, passing: send.descriptors) })
+        }
         var out = Exchange()
         while out.frames.count < wanted {
             var header = [UInt8](repeating: 0, count: 4)
@@ -294,6 +302,23 @@ import Testing
             #expect(r.count == count && r.allSatisfy { $0.itemClass == .genericPassword && $0.data == nil && $0.attributes == nil
                 && $0.persistentRef == nil }, "\(limit): \(r)")
         }
+    }
+
+    /// The spec's vector *add genp acct=me svce=web sync=true*, as bytes on a raw connection: `OK`,
+    /// never -50 (the error table once listed `sync` true among ADD's -50 reasons), and the item
+    /// reads back with `sync` true.
+    @Test func anAddWithSyncTrueIsAccepted() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let add = "00000032060000000801000300046163637401000000026d650004737663650100000003776562000473796e63040100000002707700"
+        let bytes = stride(from: 0, to: add.count, by: 2).map { i in
+            UInt8(add[add.index(add.startIndex, offsetBy: i)..<add.index(add.startIndex, offsetBy: i + 2)], radix: 16)!
+        }
+        let x = try Self.exchange(agent.socketPath, Self.helloFrame + bytes, wanted: 2)
+        #expect(x.frames.count == 2 && Self.errorStatus(x.frames[1].response) == nil && x.frames[1].id == 8, "\(x.frames)")
+        let c = try AgentConnection(path: agent.socketPath)
+        let r = try c.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("web")], returnAttributes: true))
+        #expect(r.first?.attributes?["sync"] == .bool(true))
     }
 
     /// An access control needs a passcode (-25291, checked first) and then a ThisDeviceOnly class
