@@ -487,6 +487,13 @@ public final class AgentConnection {
 
     private func send(_ request: AgentRequest, id: UInt32, passing descriptors: [Int32] = []) throws(SecError) {
         var frame = request.encodeFrame(requestID: id)
+        // A frame the agent could only close the connection over (WireProtocol.md, Frames) is not
+        // sent: the caller gets -50 naming the limits, and the connection stays usable.
+        guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
+            if request.carriesSecret { secureZero(&frame) }
+            throw .param("the request is too large to send: a frame is at most \(WireFormat.maximumBodyBytes) bytes "
+                         + "(a secret at most \(WireFormat.maximumSecretBytes) bytes, attributes the rest)")
+        }
         let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0, passing: descriptors) }
         if request.carriesSecret { secureZero(&frame) }
         guard sent else { throw closed() }

@@ -562,12 +562,19 @@ extension SecretServiceFrontEnd {
         }
         let session = try session(c, String(cString: sessionC))
         let parameters = np > 0 ? [UInt8](UnsafeRawBufferPointer(start: params, count: np)) : []
+        let secret: SecureBytes
         do {
-            let secret = try session.decrypt(parameters: parameters, value: UnsafeRawBufferPointer(start: nv > 0 ? value : nil, count: nv))
-            return (secret, String(cString: contentC))
+            secret = try session.decrypt(parameters: parameters, value: UnsafeRawBufferPointer(start: nv > 0 ? value : nil, count: nv))
         } catch {
             throw BusError(name: error.dbusErrorName, message: error.description)
         }
+        // Refused here, by name and limit, not by the agent closing a connection over a frame too
+        // large to send (the client then saw an I/O error).
+        guard secret.count <= SecretInput.maxBytes else {
+            secret.wipe()
+            throw BusError(name: BusError.invalidArgs, message: "a secret is at most \(SecretInput.maxBytes) bytes")
+        }
+        return (secret, String(cString: contentC))
     }
 
     /// Replies with `body` appending to a new reply.

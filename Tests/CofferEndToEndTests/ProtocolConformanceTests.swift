@@ -304,6 +304,20 @@ import Testing
         }
     }
 
+    /// A request too large for one frame is never sent: the client library answers -50 naming the
+    /// limits, and the connection stays usable (the agent would have closed it as a framing error).
+    @Test func aRequestTooLargeForAFrameIsRefusedBeforeItIsSent() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        let huge = NewItem(itemClass: .genericPassword, attributes: ["svce": .string("huge"), "acct": .string("a")],
+                           secret: secret(String(repeating: "x", count: 300_000)))
+        let refused = failure { () throws(SecError) in _ = try c.add(huge) }
+        #expect(refused?.status == .param && refused?.message.contains("\(WireFormat.maximumBodyBytes)") == true, "\(String(describing: refused))")
+        try c.add(newPassword("huge", "b", "small"))
+        #expect(text(try c.copyMatching(password("huge", "b")).first?.data) == "small")
+    }
+
     /// The spec's vector *add genp acct=me svce=web sync=true*, as bytes on a raw connection: `OK`,
     /// never -50 (the error table once listed `sync` true among ADD's -50 reasons), and the item
     /// reads back with `sync` true.

@@ -73,6 +73,37 @@ struct SecretServiceConformanceTests {
             """#)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
     }
+    /// A secret, an attribute value or an attribute count over the limits is refused with
+    /// `org.freedesktop.DBus.Error.InvalidArgs` naming the limit; the caller's next call is served
+    /// (a 1 MB value used to drop the front end's agent connection: the client saw an I/O error).
+    @Test func valuesOverTheLimitsAreRefusedByNameAndTheCallerIsServedOn() throws {
+        let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(arguments: [], agentConfig: [])
+        defer { withExtendedLifetime((apps, agent)) {} }
+        agent.setPasscode()
+        let r = try bus.python(SecretServiceBusTests.prelude + #"""
+            exceptions = __import__('secretstorage.exceptions', fromlist=['x'])
+            c = secretstorage.get_default_collection(a)
+            def refused(label, attributes, secret):
+                try:
+                    c.create_item(label, attributes, secret)
+                except Exception as e:
+                    return str(e)
+                return None
+            big = refused('big', {'k': 'v'}, b'x' * 1000000)
+            assert big is not None and 'InvalidArgs' in big and '196608' in big, big
+            many = refused('many', {'a%d' % i: 'v' for i in range(200)}, b's')
+            assert many is not None and 'InvalidArgs' in many, many
+            long_value = refused('long', {'k': 'v' * 70000}, b's')
+            assert long_value is not None and 'InvalidArgs' in long_value, long_value
+            # The caller is served on, at the limits' edge too.
+            item = c.create_item('fits', {'k': 'v'}, b'y' * 196608)
+            assert item.get_secret() == b'y' * 196608
+            print('done')
+            """#)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        #expect(frontEnd.isRunning)
+    }
+
     /// What a second process sees while the first holds every connection it may: served.
     static let secondProcess = #"""
         r = subprocess.run([sys.executable, '-c', "secretstorage = __import__('secretstorage')\n"
