@@ -240,6 +240,12 @@ struct Get: ParsableCommand {
     @Option(name: .customLong("env-name"), help: "The variable name --format env prints.") var envName: String?
 
     func validate() throws {
+        // Without anything naming the item, the first item of the caller's groups would be printed:
+        // an arbitrary secret. The group and the class alone do not name one either.
+        guard try !item.attributes().keys.allSatisfy({ ["agrp", "pdmn"].contains($0) }) else {
+            throw ValidationError("get needs a query naming the item, e.g. 'coffer get --service github --account me' "
+                + "(--server, --label and --attr NAME=VALUE name items too; 'coffer find' lists what there is)")
+        }
         if let envName {
             guard format == .env else { throw ValidationError("--env-name goes with --format env") }
             guard SecretFormat.isVariableName(envName) else { throw ValidationError("--env-name: '\(Output.escapedText(envName))' is not a variable name") }

@@ -112,6 +112,12 @@ import Testing
         #expect(r.status == 2 && r.stderr.contains("errSecParam (-50)") && r.stderr.contains("empty"), "\(r)")
         r = agent.cli(["add", "--service", "s", "--account", "a", "--accessible", "akpu", "--secret-stdin"], stdin: "x")
         #expect(r.status == 7 && r.stderr.contains("errSecNotAvailable"), "\(r)")
+        // A get that names no item is a usage error showing how to ask, never the first item found.
+        #expect(agent.cli(["add", "--service", "first", "--account", "a", "--secret-stdin"], stdin: "arbitrary").status == 0)
+        for args in [["get"], ["get", "--access-group", "unsigned"], ["get", "--class", "genp", "--format", "json"]] {
+            r = agent.cli(args)
+            #expect(r.status == 64 && r.stdout.isEmpty && r.stderr.contains("coffer get --service"), "\(args): \(r)")
+        }
         // Secret from a file descriptor.
         let path = agent.dir.file("secret.txt")
         try "from-fd".write(toFile: path, atomically: true, encoding: .utf8)
