@@ -155,6 +155,30 @@ package struct AgentConfiguration: Sendable {
         return AgentConfiguration(socketPath: socket, stateDirectory: data + "/coffer", userName: user)
     }
 
+    /// Every key a config file may set (``apply(configFile:name:)``).
+    package static let configurationKeys = [
+        "socket", "ssh-agent-socket", "state-dir", "pam-service", "pam-confdir", "idle-lock", "lock-grace", "max-connections",
+        "max-connections-per-process", "hello-timeout", "frame-deadline", "log-repeat-interval", "log-max-bytes", "log-keep",
+        "unsigned-callers", "flatpak-callers", "shell-app", "authorization-reuse", "user-trusted-keys", "standard-trust-dirs",
+        "trusted-keys-dir", "manifests-dir", "audit", "rollback-detection", "rollback-tcti", "rollback-nv-index", "rollback-interval",
+        "identify-callers", "authentication-timeout", "unlock-delays", "erase-after", "plugin-dir", "biometry", "passcode-verifier",
+        "plugin-host", "pinentry", "prompt-display", "device-key", "tpm-tcti", "sync-interval", "sync-push-delay", "sync-retry",
+        "sync-pairing-poll", "sync-pairing-timeout", "sync-compact-interval", "sync-git", "audit-max-bytes",
+    ]
+
+    /// The config file the agent reads when no `--config` is given: `$XDG_CONFIG_HOME/coffer/cofferd.conf`,
+    /// else `~/.config/coffer/cofferd.conf` (`home`: the user's home directory); nil when neither is set.
+    package static func defaultConfigPath(environment: [String: String], home: String?) -> String? {
+        if let x = environment["XDG_CONFIG_HOME"], x.hasPrefix("/") { return x + "/coffer/cofferd.conf" }
+        return home.map { $0 + "/.config/coffer/cofferd.conf" }
+    }
+
+    /// ``defaultConfigPath(environment:home:)`` for this process and user.
+    package static func defaultConfigPath() -> String? {
+        let home = getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }
+        return defaultConfigPath(environment: ThisProcess.environment(["XDG_CONFIG_HOME"]), home: home)
+    }
+
     /// Reads and applies the config file at `path`.
     package mutating func apply(configFileAt path: String) throws(AgentError) {
         let bytes: [UInt8]
@@ -308,7 +332,11 @@ package struct AgentConfiguration: Sendable {
                 let v = try number(Int.self)
                 guard v >= 4096 else { throw AgentError("\(name):\(n + 1): 'audit-max-bytes' must be at least 4096") }
                 auditMaximumBytes = v
-            default: throw AgentError("\(name):\(n + 1): unknown key '\(key)'")
+            default:
+                // Named escaped (a config file's bytes), with the nearest key this agent knows.
+                let hint = Spelling.nearest(key, among: Self.configurationKeys).map { "; did you mean '\($0)'?" }
+                    ?? " (the keys are in cofferd(8))"
+                throw AgentError("\(name):\(n + 1): unknown key '\(TerminalSafeText.escaped(key))'\(hint)")
             }
         }
     }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CofferModel
 
 /// "Did you mean 'find'?" for a mistyped command, as swift-argument-parser already says for a
 /// mistyped option (it only says "Unexpected argument" for a command).
@@ -37,18 +38,5 @@ enum CommandSuggestion {
         Root.exit(withError: ValidationError(text))
     }
 
-    /// Levenshtein distance over characters (insert, delete, substitute: 1 each).
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a), b = Array(b)
-        guard !a.isEmpty else { return b.count }
-        var previous = Array(0...b.count)
-        for i in 1...a.count {
-            var current = [i] + Array(repeating: 0, count: b.count)
-            for j in stride(from: 1, through: b.count, by: 1) {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            previous = current
-        }
-        return previous[b.count]
-    }
+    static func editDistance(_ a: String, _ b: String) -> Int { Spelling.distance(a, b) }
 }

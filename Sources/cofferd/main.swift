@@ -33,7 +33,7 @@ struct Cofferd: ParsableCommand {
     @Option(name: .customLong("pam-confdir"), help: "Private PAM configuration directory (pam_start_confdir).")
     var pamConfdir: String?
 
-    @Option(help: "Configuration file (key = value lines).")
+    @Option(help: "Configuration file (key = value lines; default $XDG_CONFIG_HOME/coffer/cofferd.conf when it exists).")
     var config: String?
 
     @Option(name: .customLong("idle-lock"), help: "Lock after this many idle seconds (0: never).")
@@ -59,7 +59,11 @@ struct Cofferd: ParsableCommand {
         var cfg: AgentConfiguration
         do {
             cfg = try AgentConfiguration.defaults()
-            if let config { try cfg.apply(configFileAt: config) }
+            // Without --config, the user's own file when there is one (cofferd(8), FILES): the PAM
+            // module's agent= line and the systemd unit need nothing extra.
+            if let path = config ?? AgentConfiguration.defaultConfigPath().flatMap({ access($0, F_OK) == 0 ? $0 : nil }) {
+                try cfg.apply(configFileAt: path)
+            }
         } catch {
             throw ValidationError(error.description)
         }

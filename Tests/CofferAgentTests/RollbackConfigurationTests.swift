@@ -39,3 +39,37 @@ import Testing
         }
     }
 }
+
+/// The agent's configuration file (issue #43): found without `--config` at the XDG place, and an
+/// unknown key is an error naming the file, the line and the nearest key.
+@Suite struct ConfigurationFileTests {
+    @Test func theDefaultFileIsTheXDGOne() {
+        #expect(AgentConfiguration.defaultConfigPath(environment: ["XDG_CONFIG_HOME": "/x/conf"], home: "/home/u") == "/x/conf/coffer/cofferd.conf")
+        #expect(AgentConfiguration.defaultConfigPath(environment: [:], home: "/home/u") == "/home/u/.config/coffer/cofferd.conf")
+        // A relative XDG_CONFIG_HOME is invalid (the XDG rule): the home one is used.
+        #expect(AgentConfiguration.defaultConfigPath(environment: ["XDG_CONFIG_HOME": "rel"], home: "/home/u") == "/home/u/.config/coffer/cofferd.conf")
+    }
+
+    @Test func anUnknownKeyNamesTheFileTheLineAndTheNearestKey() throws {
+        var cfg = AgentConfiguration(socketPath: "/s", stateDirectory: "/d", userName: "u")
+        do {
+            try cfg.apply(configFile: "idle-lock = 60\n# comment\nidle-lok = 5\n", name: "/etc/x.conf")
+            Issue.record("an unknown key was accepted")
+        } catch {
+            #expect(error.description.contains("/etc/x.conf:3: unknown key 'idle-lok'; did you mean 'idle-lock'?"), "\(error)")
+        }
+        do {
+            try cfg.apply(configFile: "zzzzzzzz = 1\n", name: "f")
+            Issue.record("an unknown key was accepted")
+        } catch {
+            #expect(error.description.contains("f:1: unknown key 'zzzzzzzz' (the keys are in cofferd(8))"), "\(error)")
+        }
+        // Every key the parser takes is in the list the hint draws from, and the other way round.
+        for key in AgentConfiguration.configurationKeys {
+            var c = AgentConfiguration(socketPath: "/s", stateDirectory: "/d", userName: "u")
+            do { try c.apply(configFile: "\(key) = ?\n", name: "f") } catch {
+                #expect(!error.description.contains("unknown key"), "\(key): \(error)")
+            }
+        }
+    }
+}

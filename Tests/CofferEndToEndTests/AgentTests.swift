@@ -305,6 +305,20 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         #expect(try watcher.nextEvent() == .unlocked)
     }
 
+    /// Without --config the agent reads $XDG_CONFIG_HOME/coffer/cofferd.conf (issue #43); a bad key
+    /// there stops it with the file, the line and the nearest key on stderr.
+    @Test func theUsersConfigFileIsReadWithoutConfigAndABadKeyIsNamed() throws {
+        let home = TemporaryDirectory("coffer-xdg-config")
+        try FileManager.default.createDirectory(atPath: home.file("coffer"), withIntermediateDirectories: true)
+        try "idle-lock = 7\n".write(toFile: home.file("coffer/cofferd.conf"), atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(launcher: ["/usr/bin/env", "XDG_CONFIG_HOME=\(home.path)"])
+        #expect(try AgentConnection(path: agent.socketPath).status().idleLockSeconds == 7)
+        #expect(agent.stop() == 0)
+        try "idle-lok = 7\n".write(toFile: home.file("coffer/cofferd.conf"), atomically: true, encoding: .utf8)
+        #expect(throws: (any Error).self) { try agent.start() }
+        #expect(agent.log.contains("\(home.path)/coffer/cofferd.conf:1: unknown key 'idle-lok'; did you mean 'idle-lock'?"), "\(agent.log)")
+    }
+
     @Test func idleLockAfterConfiguredTime() throws {
         let agent = try AgentProcess(extraArguments: ["--idle-lock", "1", "--lock-grace", "0"])
         // Subscribed before the passcode is set (no lock can start before it), so no event is missed on a
