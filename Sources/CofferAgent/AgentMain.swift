@@ -66,6 +66,8 @@ package enum AgentMain {
         } catch {
             logger.critical("cannot start: \(error)")
             StandardStreams.printError("cofferd: \(error)")
+            // A daemon's stderr is its log: the waiting parent prints the reason on the terminal.
+            if let r = consume readiness { r.fail("cofferd: \(error)") }
             return 1
         }
         agent.start()

@@ -60,6 +60,21 @@ package enum ThisProcess {
             var one: UInt8 = 1
             _ = unsafe try? withUnsafeBytes(of: &one) { b throws(SystemError) in unsafe try fd.writeAll(b, path: "readiness pipe") }
         }
+
+        /// Tells the parent why the daemon cannot start (`message`, one line, at most 4 KiB): the
+        /// parent prints it on its standard error, so a person who started the agent in a terminal
+        /// reads why, not only its log. The daemon then exits non-zero.
+        package consuming func fail(_ message: String) {
+            let bytes: [UInt8] = [2] + Array(message.utf8.prefix(4096))
+            let raw = fd.rawValue
+            var sent = 0
+            while sent < bytes.count {
+                let n = unsafe bytes.withUnsafeBytes { b in unsafe Glibc.write(raw, b.baseAddress! + sent, b.count - sent) }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                sent += n
+            }
+        }
     }
 
     /// Daemonises without a double fork: a readiness pipe keeps the parent waiting until the child
@@ -76,8 +91,21 @@ package enum ThisProcess {
             try? pipe.second.close()
             var byte: UInt8 = 0
             let n = unsafe (try? withUnsafeMutableBytes(of: &byte) { b throws(SystemError) in unsafe try reader.read(into: b, path: "readiness pipe") }) ?? 0
+            if n == 1 && byte == 2 {
+                // The daemon's reason (Readiness.fail), to this terminal.
+                var message: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                let raw = reader.rawValue
+                while message.count < 4096 {
+                    let got = unsafe chunk.withUnsafeMutableBytes { b in unsafe Glibc.read(raw, b.baseAddress, b.count) }
+                    if got < 0 && errno == EINTR { continue }
+                    if got <= 0 { break }
+                    message += chunk.prefix(got)
+                }
+                StandardStreams.printError(String(decoding: message, as: UTF8.self))
+            }
             try? reader.close()
-            if n == 1 { return .parent(exitStatus: 0) }
+            if n == 1 && byte == 1 { return .parent(exitStatus: 0) }
             var status: Int32 = 0
             guard (try? Syscall.retrying("waitpid", "daemon") { unsafe waitpid(pid, &status, 0) }) != nil else {
                 return .parent(exitStatus: 1)

@@ -100,4 +100,19 @@ import Testing
         if let i = args.firstIndex(of: "--socket") { args[i + 1] = "/proc/self/coffer-\(getpid())/agent.sock" }
         #expect(try Self.runCofferd(args) != 0)
     }
+
+    /// A daemon that fails after the fork (its stderr is then its log) still tells the terminal why:
+    /// the reason travels up the readiness pipe and the command prints it (issue #43).
+    @Test func aDaemonsReasonForNotStartingReachesTheTerminal() throws {
+        let running = try AgentProcess()
+        let other = try AgentProcess(start: false)
+        var args = other.agentArguments
+        // Another agent serves the socket: refused after the fork, when the daemon binds it.
+        if let i = args.firstIndex(of: "--socket") { args[i + 1] = running.socketPath }
+        args += ["--ssh-agent-socket", "none"]
+        let env = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+        let out = try Subprocess.run(executable: Binaries.cofferd, arguments: args, environment: env)
+        #expect(out.status == 1 && out.text.contains("cofferd: ") && out.text.contains("another agent is listening on \(running.socketPath)"),
+                "\(out.status): \(out.text)")
+    }
 }
