@@ -256,7 +256,7 @@ let package = Package(
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
                     dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
-                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt", "CofferSSHAgentProtocol",
+                                   "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt", "CofferSSHAgentProtocol", "CofferTrust",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),
         // The pinentry conversation against real (scripted) pinentry processes: answers, cancels, hangs, crashes, garbage.

@@ -58,16 +58,9 @@ package struct AgentConfiguration: Sendable {
     /// What callers get from their identity (config keys `unsigned-callers`, `flatpak-callers`,
     /// `shell-app`, `authorization-reuse`).
     package var policy = AccessPolicy()
-    /// Also trust signer keys in `$XDG_CONFIG_HOME/coffer/trusted-keys.d` (config key `user-trusted-keys`):
-    /// off by default, since any process of the user can write there.
-    package var allowUserTrustedKeys = false
-    /// Read `/etc/coffer/…` and `$XDG_DATA_HOME/coffer/manifests.d` (config key `standard-trust-dirs`;
-    /// tests turn it off and list their own directories).
-    package var standardTrustDirectories = true
-    /// More directories of trusted keys (`trusted-keys-dir`, repeatable).
-    package var extraKeyDirectories: [String] = []
-    /// More directories of manifests (`manifests-dir`, repeatable).
-    package var extraManifestDirectories: [String] = []
+    /// Where signer keys and manifests are read (config keys `user-trusted-keys`, `standard-trust-dirs`,
+    /// `trusted-keys-dir` and `manifests-dir`, repeatable: ``TrustSettings``).
+    package var trust = TrustSettings()
     /// Identify callers (config key `identify-callers`; `no` makes every caller unsigned without
     /// examining it: only for measuring what identification costs, see contrib/bench).
     package var identifyCallers = true
@@ -131,14 +124,7 @@ package struct AgentConfiguration: Sendable {
     package var sync = SyncService.Settings()
 
     /// Where the trust store looks for keys and manifests.
-    package var trustConfiguration: TrustConfiguration {
-        if standardTrustDirectories {
-            return .standard(allowUserKeys: allowUserTrustedKeys, extraKeyDirectories: extraKeyDirectories,
-                             extraManifestDirectories: extraManifestDirectories)
-        }
-        return TrustConfiguration(keyDirectories: extraKeyDirectories.map { TrustDirectory($0) },
-                                  manifestDirectories: extraManifestDirectories.map { TrustDirectory($0) })
-    }
+    package var trustConfiguration: TrustConfiguration { trust.configuration }
 
     /// Defaults for the current user: the socket where clients look for it
     /// (``CofferModel/AgentPaths/defaultSocket(explicit:environment:uid:)``: `$COFFER_SOCKET`, else
@@ -169,8 +155,7 @@ package struct AgentConfiguration: Sendable {
     /// The config file the agent reads when no `--config` is given: `$XDG_CONFIG_HOME/coffer/cofferd.conf`,
     /// else `~/.config/coffer/cofferd.conf` (`home`: the user's home directory); nil when neither is set.
     package static func defaultConfigPath(environment: [String: String], home: String?) -> String? {
-        if let x = environment["XDG_CONFIG_HOME"], x.hasPrefix("/") { return x + "/coffer/cofferd.conf" }
-        return home.map { $0 + "/.config/coffer/cofferd.conf" }
+        AgentPaths.agentConfigFile(environment: environment, home: home)
     }
 
     /// ``defaultConfigPath(environment:home:)`` for this process and user.
@@ -257,11 +242,8 @@ package struct AgentConfiguration: Sendable {
                 let v = try number(Double.self)
                 guard v >= 0, v <= 3600 else { throw AgentError("\(name):\(n + 1): 'authorization-reuse' is 0 to 3600 seconds") }
                 policy.authorizationReuseSeconds = v
-            case "user-trusted-keys": allowUserTrustedKeys = try yesNo()
-            case "standard-trust-dirs": standardTrustDirectories = try yesNo()
-            case "trusted-keys-dir", "manifests-dir":
-                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): '\(key)' needs an absolute path") }
-                if key == "trusted-keys-dir" { extraKeyDirectories.append(value) } else { extraManifestDirectories.append(value) }
+            case _ where TrustSettings.keys.contains(key):
+                if case .failure(let e) = trust.apply(key: key, value: value) { throw AgentError("\(name):\(n + 1): \(e.message)") }
             case "audit": auditLog = try yesNo()
             case "rollback-detection":
                 switch value {

@@ -167,12 +167,33 @@ struct ManifestCommand: ParsableCommand {
         @Flag(name: .customLong("user-keys"), help: "Also trust $XDG_CONFIG_HOME/coffer/trusted-keys.d.") var userKeys = false
         @Flag(name: .customLong("no-default-dirs"), help: "Only the directories given with --key-dir and --manifest-dir.")
         var noDefaultDirs = false
+        @Option(name: .customLong("agent-config"),
+                help: "The agent's configuration file, whose trusted-keys-dir, manifests-dir, user-trusted-keys and standard-trust-dirs are listed too (default $XDG_CONFIG_HOME/coffer/cofferd.conf when it exists).")
+        var agentConfig: String?
         @Flag(help: "Print JSON.") var json = false
 
+        /// What the agent reads: its configuration file's trust keys (the same reader as the agent's).
+        func agentSettings() throws -> TrustSettings {
+            let path = agentConfig ?? Self.defaultAgentConfig()
+            guard let path, agentConfig != nil || access(path, F_OK) == 0 else { return TrustSettings() }
+            guard let bytes = try? Files.read(path, maxBytes: 64 * 1024) else {
+                throw ValidationError("--agent-config: cannot read \(Output.escapedText(path))")
+            }
+            return TrustSettings.read(configFile: String(decoding: bytes, as: UTF8.self))
+        }
+
+        static func defaultAgentConfig() -> String? {
+            let home = getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }
+            return AgentPaths.agentConfigFile(environment: ThisProcess.environment(["XDG_CONFIG_HOME"]), home: home)
+        }
+
         func run() throws {
-            let config = noDefaultDirs
-                ? TrustConfiguration(keyDirectories: keyDirs.map { TrustDirectory($0) }, manifestDirectories: manifestDirs.map { TrustDirectory($0) })
-                : TrustConfiguration.standard(allowUserKeys: userKeys, extraKeyDirectories: keyDirs, extraManifestDirectories: manifestDirs)
+            var settings = noDefaultDirs ? TrustSettings() : try agentSettings()
+            if noDefaultDirs { settings.standardTrustDirectories = false }
+            settings.allowUserTrustedKeys = settings.allowUserTrustedKeys || userKeys
+            settings.extraKeyDirectories += keyDirs
+            settings.extraManifestDirectories += manifestDirs
+            let config = settings.configuration
             let s = TrustSnapshot.load(config)
             if json {
                 let keys = s.keys.map { "{\"key\":\(Output.json($0.key.description)),\"file\":\(Output.json($0.path))}" }

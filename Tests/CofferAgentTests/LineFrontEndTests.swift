@@ -8,6 +8,7 @@ import CofferService
 import CofferServiceTestSupport
 import CofferSystem
 import CofferTestSupport
+import CofferTrust
 import Glibc
 import Logging
 import Testing
@@ -25,7 +26,7 @@ final class TwoListeners {
         let state = dir.file("state")
         var configuration = AgentConfiguration(socketPath: dir.file("native.sock"), stateDirectory: state, userName: "tester")
         configuration.kdfPolicy = cheapKDF
-        configuration.standardTrustDirectories = false
+        configuration.trust.standardTrustDirectories = false
         configure(&configuration)
         var logger = Logger(label: "test")
         logger.logLevel = .critical

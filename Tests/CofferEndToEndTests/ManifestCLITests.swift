@@ -84,6 +84,24 @@ import Testing
         #expect(ms.first?["accessGroups"] as? [String] == ["mail", "shared"] && (json["refused"] as? [Any])?.isEmpty == true)
     }
 
+    /// `coffer manifest list` lists the directories the agent reads: those its configuration file
+    /// names (trusted-keys-dir, manifests-dir), not only the default ones (issue #43).
+    @Test func manifestListListsTheAgentsConfiguredDirectories() throws {
+        let apps = try SignedApps()
+        _ = try apps.app("listed", appID: "com.example.listed", groups: ["listed"])
+        let xdg = TemporaryDirectory("coffer-xdg")
+        mkdir(xdg.file("coffer"), 0o700)
+        try "standard-trust-dirs = no\ntrusted-keys-dir = \(apps.keysDir)\nmanifests-dir = \(apps.manifestsDir)\n"
+            .write(toFile: xdg.file("coffer/cofferd.conf"), atomically: true, encoding: .utf8)
+        let r = runCLI(["manifest", "list"], environment: ["XDG_CONFIG_HOME": xdg.path])
+        #expect(r.status == 0 && r.stdout.contains("app com.example.listed"), "\(r)")
+        // Named explicitly, the same; without it (no file at the default place), not listed.
+        let explicit = runCLI(["manifest", "list", "--agent-config", xdg.file("coffer/cofferd.conf")])
+        #expect(explicit.status == 0 && explicit.stdout.contains("app com.example.listed"), "\(explicit)")
+        let elsewhere = TemporaryDirectory("coffer-xdg-empty")
+        #expect(!runCLI(["manifest", "list"], environment: ["XDG_CONFIG_HOME": elsewhere.path]).stdout.contains("com.example.listed"))
+    }
+
     @Test func untrustedSignerIsRefusedWithTheReason() throws {
         let p = try Place()
         _ = try p.keygen("admin")
