@@ -5,10 +5,11 @@
 #
 #   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--enable-secret-service] [--enable-portal-secret] [--systemd|--no-systemd] [--bin-dir DIR]
 #
-# Binaries come from .build/release (build them first: swift build -c release --product cofferd,
-# and the same for coffer, coffer-cli, pinentry-coffer, git-credential-coffer, coffer-secret-service and
-# coffer-secret-service-import (what `coffer import secret-service` runs); coffer-plugin-host
-# and the plugins are installed when built), or --bin-dir.
+# Binaries come from .build/release, built by this script when missing (swift build -c release
+# --product P for cofferd, coffer, coffer-cli, pinentry-coffer, git-credential-coffer,
+# coffer-secret-service, coffer-secret-service-import (what `coffer import secret-service` runs),
+# coffer-portal-secret with --enable-portal-secret, coffer-plugin-host and the passcode and fprintd
+# plugins), or from --bin-dir DIR, which must hold them.
 # DESTDIR=/some/root installs into a staging tree. Idempotent. Does not edit common-* PAM files
 # unless --enable-pam-login is given (then it adds one line to each, once). --dry-run prints every
 # step (one "+ " line each) and changes nothing; --verbose prints the same lines while doing them.
@@ -53,6 +54,18 @@ done
 
 binaries="cofferd coffer coffer-cli pinentry-coffer git-credential-coffer coffer-secret-service coffer-secret-service-import"
 if [ "$portal_secret" = 1 ]; then binaries="$binaries coffer-portal-secret"; fi
+# Builds what it installs: with the default --bin-dir (this checkout's .build/release), every product
+# not built yet is built first (swift build -c release --product P), the plugin host and the
+# passcode and fprintd plugins too; with --bin-dir DIR the binaries must be there.
+if [ "$bin_dir" = "$root/.build/release" ]; then
+    products=""
+    for b in $binaries coffer-plugin-host; do [ -x "$bin_dir/$b" ] || products="$products $b"; done
+    for p in Passcode Fprintd; do [ -f "$bin_dir/libCofferPlugin$p.so" ] || products="$products CofferPlugin$p"; done
+    if [ -n "$products" ]; then
+        command -v swift >/dev/null || [ "$dry" = 1 ] || { echo "install.sh: swift is not in PATH: build the products first (README, Installing)" >&2; exit 1; }
+        for b in $products; do run_quiet swift build -c release --package-path "$root" --product "$b"; done
+    fi
+fi
 for b in $binaries; do
     [ -x "$bin_dir/$b" ] || [ "$dry" = 1 ] || { echo "install.sh: $bin_dir/$b not built" >&2; exit 1; }
 done

@@ -551,6 +551,11 @@ import Testing
         #expect(!list.stdout.contains("\"reason\""), "a file was refused: \(list.stdout)")
         let dry = runShell("bash '\(Binaries.packageRoot)/contrib/install.sh' --dry-run", socket: "")
         #expect(dry.status == 0 && dry.stdout.contains("+ install"), "\(dry)")
+        // Without --bin-dir it builds what it installs: each release product not built yet is a step.
+        for product in ["cofferd", "pinentry-coffer", "git-credential-coffer", "coffer-secret-service-import", "coffer-plugin-host"]
+        where !FileManager.default.isExecutableFile(atPath: Binaries.packageRoot + "/.build/release/" + product) {
+            #expect(dry.stdout.contains("+ swift build -c release --package-path \(Binaries.packageRoot) --product \(product)"), "\(product): \(dry.stdout)")
+        }
     }
 }
 
