@@ -98,6 +98,53 @@ import Testing
         #expect(!agent.log.contains(pw) && !agent.log.contains("new secret"))
     }
 
+    /// A session opened through pam_coffer has the agent's sockets in its environment (issue #43):
+    /// SSH_AUTH_SOCK (the ssh-agent socket beside the agent's) unless one is set already, and
+    /// COFFER_SOCKET when socket= names the agent's; `no_env` leaves both out. pam_exec, after
+    /// pam_coffer in the session stack, shows the environment PAM hands the session.
+    @Test func theSessionGetsTheAgentsSocketsInItsEnvironment() throws {
+        let agent = try AgentProcess(pamService: "coffer-login")
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let pamExec = ["/lib/x86_64-linux-gnu/security/pam_exec.so", "/usr/lib/x86_64-linux-gnu/security/pam_exec.so"]
+            .first { FileManager.default.fileExists(atPath: $0) }
+        try #require(pamExec != nil, "pam_exec.so (libpam-modules) is not installed")
+        let pw = AgentProcess.password
+        let dump = tmp.path + "/env"
+        try "#!/bin/sh\nenv > '\(dump)'\n".write(toFile: tmp.path + "/dump.sh", atomically: true, encoding: .utf8)
+        chmod(tmp.path + "/dump.sh", 0o755)
+        for (args, preset, expectSSH, expectCoffer) in [
+            ("socket=\(agent.socketPath)", "", Files.directoryName(agent.socketPath) + "/ssh-agent.sock", agent.socketPath),
+            ("socket=\(agent.socketPath) no_env", "", nil, nil),
+            ("socket=\(agent.socketPath)", "SSH_AUTH_SOCK=/elsewhere/agent", "/elsewhere/agent", agent.socketPath),
+        ] as [(String, String, String?, String?)] {
+            let services = tmp.path + "/services-\(UUID().uuidString.prefix(6))"
+            try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+            try Self.writeLoginService(dir: services, module: module, passdb: agent.passdb, moduleArgs: args)
+            var service = try String(contentsOfFile: services + "/coffer-login", encoding: .utf8)
+            service += "session optional \(pamExec!) \(tmp.path)/dump.sh\n"
+            try service.write(toFile: services + "/coffer-login", atomically: true, encoding: .utf8)
+            try? FileManager.default.removeItem(atPath: dump)
+            // A variable already in PAM's environment (pamtester's own environment is not PAM's): set
+            // by pam_env, with a private configuration, on a session line before pam_coffer's.
+            if !preset.isEmpty {
+                let conf = services + "/env.conf"
+                let parts = preset.split(separator: "=", maxSplits: 1)
+                try "\(parts[0]) DEFAULT=\(parts[1])\n".write(toFile: conf, atomically: true, encoding: .utf8)
+                service = try String(contentsOfFile: services + "/coffer-login", encoding: .utf8)
+                service = service.replacingOccurrences(of: "session optional \(module)",
+                    with: "session optional \(Files.directoryName(pamExec!))/pam_env.so conffile=\(conf) readenv=0\nsession optional \(module)")
+                try service.write(toFile: services + "/coffer-login", atomically: true, encoding: .utf8)
+            }
+            let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n")
+            #expect(r.status == 0, "\(args): \(r)")
+            let env = (try? String(contentsOfFile: dump, encoding: .utf8)) ?? ""
+            let lines = Set(env.split(separator: "\n").map(String.init))
+            #expect(expectSSH.map { lines.contains("SSH_AUTH_SOCK=\($0)") } ?? !env.contains("SSH_AUTH_SOCK="), "\(args) \(preset): \(env)")
+            #expect(expectCoffer.map { lines.contains("COFFER_SOCKET=\($0)") } ?? !env.contains("COFFER_SOCKET="), "\(args) \(preset): \(env)")
+        }
+    }
+
     /// The password changed behind Coffer's back (root's `passwd USER`), then a login: the login works,
     /// the agent keeps the new password and says "out of sync"; `coffer passcode sync` with the previous
     /// one re-wraps the keybag, and the next login unlocks it (issue #16 item 2).

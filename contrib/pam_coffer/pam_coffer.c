@@ -111,6 +111,7 @@ struct options {
     const char *systemd_check;
     int64_t budget_ms, start_ms; /* the whole exchange; the part of it an agent we start gets to listen */
     int lock_on_close;
+    int no_env; /* no_env: leave SSH_AUTH_SOCK and COFFER_SOCKET out of the session's environment */
     int debug;
 };
 
@@ -138,6 +139,7 @@ static void parse_options(pam_handle_t *pamh, int argc, const char **argv, struc
             } else if (budget > MAX_BUDGET_MS) budget = MAX_BUDGET_MS;
         }
         else if (strcmp(argv[i], "lock_on_close") == 0) o->lock_on_close = 1;
+        else if (strcmp(argv[i], "no_env") == 0) o->no_env = 1;
         else if (strcmp(argv[i], "debug") == 0) o->debug = 1;
         else pam_syslog(pamh, LOG_WARNING, "unknown option: %s", argv[i]);
     }
@@ -642,6 +644,32 @@ PAM_EXTERN int pam_sm_setcred(pam_handle_t *pamh, int flags, int argc, const cha
     return PAM_IGNORE;
 }
 
+/* Puts where the agent listens into the session's environment, as pam_gnome_keyring does: so that a
+   session without systemd's environment.d (a console or ssh login, a display manager's session)
+   finds the agent's ssh-agent socket. SSH_AUTH_SOCK is the ssh-agent socket beside the agent's
+   (cofferd's default; an agent configured otherwise wants no_env) unless the environment already
+   has one; COFFER_SOCKET only when socket= names a place clients would not find by themselves. */
+static void export_sockets(pam_handle_t *pamh, const struct options *o) {
+    if (o->no_env) return;
+    const char *user = NULL;
+    struct passwd pwbuf, *pw;
+    char strbuf[4096];
+    if (!(pw = pam_user_entry(pamh, &pwbuf, strbuf, sizeof strbuf, &user, 1))) return;
+    char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path) + 64];
+    resolve_socket(pamh, o, pw, socket_path, sizeof socket_path);
+    char env[sizeof socket_path + 32];
+    const char *slash = strrchr(socket_path, '/');
+    const char *have = pam_getenv(pamh, "SSH_AUTH_SOCK");
+    if (slash && !(have && *have)) {
+        snprintf(env, sizeof env, "SSH_AUTH_SOCK=%.*s/ssh-agent.sock", (int)(slash - socket_path), socket_path);
+        if (pam_putenv(pamh, env) != PAM_SUCCESS) pam_syslog(pamh, LOG_NOTICE, "cannot set SSH_AUTH_SOCK for the session");
+    }
+    if (o->socket) {
+        snprintf(env, sizeof env, "COFFER_SOCKET=%s", socket_path);
+        if (pam_putenv(pamh, env) != PAM_SUCCESS) pam_syslog(pamh, LOG_NOTICE, "cannot set COFFER_SOCKET for the session");
+    }
+}
+
 PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, const char **argv) {
     (void)flags;
     struct options o;
@@ -651,6 +679,7 @@ PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, cons
         pam_set_data(pamh, DATA_KEY, NULL, NULL);
         return PAM_SUCCESS;
     }
+    export_sockets(pamh, &o);
     const void *data = NULL;
     if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) return PAM_SUCCESS;
     const struct stash *s = data;
