@@ -223,14 +223,34 @@ struct SSHCommand: ParsableCommand {
 
         /// Sends KEY_CREATE with `attrs` (authorizing the access group if needed) and prints the new
         /// key's authorized_keys line with `label` as its comment.
-        func create(_ creation: KeyCreation, attributes attrs: Attributes, label: String, connect: Connect) throws(SecError) {
+        ///
+        /// Without `--access-group` the key goes where ssh clients see it: `ssh` and `ssh-add` are
+        /// unsigned programs, which see the `unsigned` group, so a caller that may use that group
+        /// puts the key there rather than in its own default group (the signed shell helper's is
+        /// `shell`, which no ssh client sees). The group is said on stderr either way.
+        func create(_ creation: KeyCreation, attributes: Attributes, label: String, connect: Connect) throws(SecError) {
             let c = try connect.open()
             try auth.apply(to: c)
-            let made = try authorizingIfNeeded(c, group: accessGroup) { c throws(SecError) in
+            var attrs = attributes
+            var group = accessGroup
+            if group == nil {
+                let mine = try c.whoami().accessGroups
+                group = mine.contains(Self.sshClientsGroup) ? Self.sshClientsGroup : mine.first
+                if let group { attrs["agrp"] = .string(group) }
+            }
+            let made = try authorizingIfNeeded(c, group: group) { c throws(SecError) in
                 try c.createKey(creation, attributes: attrs, returning: .attributes)
             }
             Output.print(try SSHCommand.key(made?.attributes ?? [:]).authorizedKeysLine(comment: label))
+            let stored = if case .string(let g)? = made?.attributes?["agrp"] { g } else { group ?? "?" }
+            Output.printError(stored == Self.sshClientsGroup
+                ? "coffer: the key is in access group \(stored), which ssh and ssh-add see (unless the agent denies unsigned callers)"
+                : "coffer: the key is in access group \(Output.escapedText(stored)), which ssh and ssh-add (unsigned programs) do not see; "
+                    + "give --access-group \(Self.sshClientsGroup) to make a key they see")
         }
+
+        /// The group unsigned programs such as `ssh` and `ssh-add` see (README, Access groups).
+        static let sshClientsGroup = "unsigned"
     }
 
     /// `--reuse-seconds`: how long one authentication serves the same program's signatures with the key.

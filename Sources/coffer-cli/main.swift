@@ -66,7 +66,7 @@ struct Coffer: ParsableCommand {
             (see the README).
             """,
         version: "coffer \(CofferVersion.current)",
-        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
+        subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Move.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
                       LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self,
                       ImportCommand.self, DeviceKeyCommand.self, SyncCommand.self])
 }
@@ -380,6 +380,42 @@ struct Update: ParsableCommand {
                 try c.update(q, ItemChanges(attributes: changes, secret: s))
             }
             Output.printError("coffer: updated \(n) item\(n == 1 ? "" : "s")")
+        }
+    }
+}
+
+struct Move: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Move every matching item or key to another access group, as one atomic change.",
+        discussion: """
+            Both groups must be ones this command may use (its own, or another app's that it is \
+            authorized for with your passcode on a terminal). Keys made for ssh belong in the group \
+            ssh clients see: coffer move --class keys --label laptop --group unsigned
+            """)
+    @OptionGroup var connect: Connect
+    @OptionGroup var item: ItemOptions
+    @OptionGroup var everything: AllItems
+    @Option(name: .customLong("group"), help: "The access group to move the items to.") var group: String
+    @OptionGroup var auth: AuthenticationArguments
+
+    func validate() throws {
+        guard !group.isEmpty else { throw ValidationError("--group needs an access group") }
+        try everything.validate(item, verb: "move")
+    }
+
+    func run() throws {
+        let q = ItemQuery(itemClass: try item.resolvedClass(defaultIfNone: false), attributes: try item.attributes())
+        try reporting { () throws(SecError) in
+            let c = try connect.open()
+            try auth.apply(to: c)
+            // One UPDATE of agrp: the keychain moves every match or none. Either group may need the
+            // person's authorization first.
+            let n = try authorizingIfNeeded(c, group: group) { c throws(SecError) in
+                try authorizingIfNeeded(c, group: item.accessGroup) { c throws(SecError) in
+                    try c.update(q, ItemChanges(attributes: ["agrp": .string(group)]))
+                }
+            }
+            Output.printError("coffer: moved \(n) item\(n == 1 ? "" : "s") to access group \(Output.escapedText(group))")
         }
     }
 }

@@ -61,6 +61,29 @@ struct SSHKeyItemTests {
 
     /// No request returns a generated key's private half, none can make it extractable, replace it,
     /// or move it to a class that goes into backups, and a key is created only ThisDeviceOnly.
+    /// The installed shell helper is signed with groups `shell` (its default) and `unsigned`: a key it
+    /// makes for ssh goes into `unsigned`, which ssh and ssh-add (unsigned programs) see, and it says
+    /// so; one made in `shell` is invisible to them, it says that too, and `coffer move` puts it where
+    /// they see it, as one change (issue #43).
+    @Test func aKeyMadeForSSHIsOneSSHSeesAndMoveTakesAnotherThere() throws {
+        let apps = try SignedApps()
+        let helper = try apps.app("coffer-shell", appID: "org.example.shell", groups: ["shell", "unsigned"])
+        let f = Fixture(agent: try apps.startAgent())
+        f.agent.setPasscode()
+        let env = ["COFFER_SOCKET": f.agent.socketPath]
+        let made = runCLI(["ssh", "keygen", "--label", "seen"], environment: env, executable: helper)
+        #expect(made.status == 0 && made.stderr.contains("access group unsigned, which ssh and ssh-add see"), "\(made)\n\(f.agent.log)")
+        let hidden = runCLI(["ssh", "keygen", "--label", "hidden", "--access-group", "shell"], environment: env, executable: helper)
+        #expect(hidden.status == 0 && hidden.stderr.contains("access group shell, which ssh and ssh-add (unsigned programs) do not see"), "\(hidden)")
+        #expect(Self.listedKeys(f) == [Self.head(made.stdout.trimmingCharacters(in: .newlines))])
+        let moved = runCLI(["move", "--class", "keys", "--label", "hidden", "--group", "unsigned"], environment: env, executable: helper)
+        #expect(moved.status == 0 && moved.stderr.contains("moved 1 item to access group unsigned"), "\(moved)")
+        #expect(Set(Self.listedKeys(f)) == [Self.head(made.stdout.trimmingCharacters(in: .newlines)), Self.head(hidden.stdout.trimmingCharacters(in: .newlines))])
+        // A group the helper may not use: refused, nothing moved (no terminal to authorize it on).
+        let refused = runCLI(["move", "--class", "keys", "--label", "seen", "--group", "org.example.other"], environment: env, executable: helper)
+        #expect(refused.status != 0 && Self.listedKeys(f).count == 2, "\(refused)")
+    }
+
     @Test func aKeyNeverLeavesTheAgent() throws {
         let f = try Fixture()
         f.agent.setPasscode()
