@@ -15,6 +15,9 @@ extension KeychainService {
     /// WhenUnlockedThisDeviceOnly, and a class that goes into backups is errSecParam.
     package func addKey(_ item: NewItem, returning: Returning, _ context: inout CallerContext,
                         _ channel: (any AuthChannel)?) throws(SecError) -> ItemResult {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
         guard item.itemClass == .key, KeyItem.isNonExtractable(item.attributes),
               item.attributes[KeyItem.publicKeyAttribute] != nil else {
             throw .param("internal: a key the agent adds is a non-extractable key item with its public half")
@@ -31,6 +34,9 @@ extension KeychainService {
     /// attributes and never a secret. A locked keybag hides the keys of the classes it cannot open
     /// (WhenUnlocked ones): the others are still listed, as `ssh-add -l` lists what it may.
     package func keys(matching query: ItemQuery, _ context: inout CallerContext) throws(SecError) -> [ItemResult] {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
         var q = query
         q.itemClass = .key
         q.limit = .all
@@ -57,6 +63,9 @@ extension KeychainService {
     package func useKey<T>(matching query: ItemQuery, what: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
                            reuse: inout CallerContext.CarriedAuthorization?,
                            _ body: (SecureBytes, Attributes) throws(SecError) -> T) throws(SecError) -> T {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
         var q = query
         q.itemClass = .key
         q.limit = .one

@@ -351,6 +351,9 @@ package final class KeychainService: Sendable {
     /// the password (given in advance or through `channel`).
     package func add(_ item: NewItem, returning: Returning, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
                      admit: (AccessScope) throws(SecError) -> Void = { _ in }) throws(SecError) -> ItemResult {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
         let named = item.attributes.accessGroup
         var item = item
         try recordDomainState(&item)
@@ -373,7 +376,10 @@ package final class KeychainService: Sendable {
     package func search<R>(_ query: ItemQuery, after cursor: UInt64 = 0, paged: Bool = false, _ context: inout CallerContext,
                            _ channel: (any AuthChannel)?, fits: (ItemResult) -> Bool = { _ in true },
                            reply: (Keychain.MatchPage) throws(SecError) -> R) throws(SecError) -> R {
-        try itemOperation(&context, Self.operation(query), group: query.attributes.accessGroup, itemClass: query.itemClass) {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
+        return try itemOperation(&context, Self.operation(query), group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
             var used = AuthorizationContext.none
             let what = Self.describe(paged ? "read the secrets of" : "read the secret of", query)
@@ -397,6 +403,9 @@ package final class KeychainService: Sendable {
     /// SecItemUpdate in the caller's scope; how many items changed.
     package func update(_ query: ItemQuery, _ changes: ItemChanges, _ context: inout CallerContext,
                         _ channel: (any AuthChannel)?) throws(SecError) -> Int {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
         var groups = Set<String>()
         let count = try itemOperation(&context, "update", group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
@@ -410,6 +419,9 @@ package final class KeychainService: Sendable {
 
     /// SecItemDelete in the caller's scope; how many items went.
     package func delete(_ query: ItemQuery, _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> Int {
+        // Activity for the idle lock, from its start to its end, whichever front end asked.
+        schedule.beginActivity()
+        defer { schedule.endActivity() }
         var groups = Set<String>()
         let count = try itemOperation(&context, "delete", group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in

@@ -132,6 +132,23 @@ import Testing
         #expect(rig.keychain.status.lockState != .unlocked)
     }
 
+    /// The core notes activity for every item operation, whichever front end asked: a call straight
+    /// to the service (as the ssh-agent front end signs with a keychain key) keeps the keychain
+    /// unlocked like a native request (issue #42; before, only the native adapter noted it).
+    @Test func everyItemOperationOfTheCoreIsActivity() throws {
+        let rig = try ServiceRig(idleSeconds: 60, graceSeconds: 0)
+        var context = CallerContext(caller: rig.unsignedCaller)
+        try rig.service.unlock(secret(ServiceRig.passcode), context)
+        rig.clock.advance(50)
+        _ = try rig.service.add(Self.item("active"), returning: .init(), &context, nil)
+        rig.clock.advance(50)
+        rig.schedule.tick()
+        #expect(rig.keychain.status.lockState == .unlocked, "an add 50 s ago")
+        rig.clock.advance(11)
+        rig.schedule.tick()
+        #expect(rig.keychain.status.lockState != .unlocked)
+    }
+
     @Test func noIdleLockStartsWhileARequestRunsAndIdleTimeCountsFromItsEnd() throws {
         let rig = try ServiceRig(idleSeconds: 60, graceSeconds: 0)
         let context = CallerContext(caller: rig.unsignedCaller)
