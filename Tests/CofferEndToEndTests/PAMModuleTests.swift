@@ -98,6 +98,36 @@ import Testing
         #expect(!agent.log.contains(pw) && !agent.log.contains("new secret"))
     }
 
+    /// sshd's keyboard-interactive authentication runs authentication and account management in a
+    /// process of their own, apart from the session: with an account line, pam_coffer unlocks the
+    /// running agent at account management (after a successful authentication only), so such an ssh
+    /// login unlocks as a password login does (issue #43).
+    @Test func anAccountLineUnlocksAtAccountManagementAsSSHKeyboardInteractiveNeeds() throws {
+        let agent = try AgentProcess(pamService: "coffer-login")
+        agent.setPasscode()
+        #expect(agent.cli(["lock"]).status == 0)
+        let tmp = TemporaryDirectory("coffer-pam")
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        try Self.writeLoginService(dir: services, module: module, passdb: agent.passdb, moduleArgs: "socket=\(agent.socketPath)")
+        var service = try String(contentsOfFile: services + "/coffer-login", encoding: .utf8)
+        service = service.replacingOccurrences(of: "account required \(Self.wrapperModules)/pam_matrix.so passdb=\(agent.passdb)\n",
+                                               with: "account required \(Self.wrapperModules)/pam_matrix.so passdb=\(agent.passdb)\n"
+                                                   + "account optional \(module) socket=\(agent.socketPath)\n")
+        try service.write(toFile: services + "/coffer-login", atomically: true, encoding: .utf8)
+        let pw = AgentProcess.password
+        // A wrong password: authentication fails, account management never runs, nothing is sent.
+        var r = Self.pamtester(serviceDir: services, ["authenticate", "acct_mgmt"], input: "wrong\nwrong\n")
+        #expect(r.status != 0)
+        #expect(agent.cli(["status"]).stdout.contains("state: locked"))
+        // The right one, authentication and account management only (no session): unlocked.
+        r = Self.pamtester(serviceDir: services, ["authenticate", "acct_mgmt"], input: "\(pw)\n\(pw)\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(agent.cli(["status"]).stdout.contains("state: unlocked"), "\(agent.log)")
+        #expect(!agent.log.contains(pw))
+    }
+
     /// A session opened through pam_coffer has the agent's sockets in its environment (issue #43):
     /// SSH_AUTH_SOCK (the ssh-agent socket beside the agent's) unless one is set already, and
     /// COFFER_SOCKET when socket= names the agent's; `no_env` leaves both out. pam_exec, after

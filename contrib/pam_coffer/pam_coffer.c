@@ -639,6 +639,24 @@ PAM_EXTERN int pam_sm_authenticate(pam_handle_t *pamh, int flags, int argc, cons
     return PAM_IGNORE;
 }
 
+/* Account management comes after a successful authentication, in the same process. sshd's
+   keyboard-interactive authentication runs PAM's authentication and account steps in a process of
+   their own, so what authentication remembered never reaches the session: with an
+   "account optional pam_coffer.so" line (pam_coffer(8), SSH LOGINS) the password goes to a running
+   agent here instead, and is forgotten. No agent is started at this step (the session starts it). */
+PAM_EXTERN int pam_sm_acct_mgmt(pam_handle_t *pamh, int flags, int argc, const char **argv) {
+    (void)flags;
+    struct options o;
+    parse_options(pamh, argc, argv, &o);
+    o.agent = NULL;
+    const void *data = NULL;
+    if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) return PAM_IGNORE;
+    const struct stash *s = data;
+    talk_to_agent(pamh, &o, OP_UNLOCK, &s->uid, NULL, s->tok);
+    pam_set_data(pamh, DATA_KEY, NULL, NULL); /* runs the wiping cleanup now */
+    return PAM_IGNORE;
+}
+
 PAM_EXTERN int pam_sm_setcred(pam_handle_t *pamh, int flags, int argc, const char **argv) {
     (void)pamh; (void)flags; (void)argc; (void)argv;
     return PAM_IGNORE;
