@@ -10,7 +10,7 @@ import Glibc
 /// `org.freedesktop.impl.portal.Secret.RetrieveSecret` by writing the Flatpak app's per-app secret,
 /// which the agent keeps (and makes on first use) in the app's `flatpak:APP_ID` group, to the
 /// descriptor the portal passed. Only the current owner of `org.freedesktop.portal.Desktop` is
-/// served (the C wall refuses every other sender with AccessDenied): the app id is the portal's
+/// served (``refusal(sender:portalOwner:)``; every other sender gets AccessDenied): the app id is the portal's
 /// word, after it checked the app's sandbox. The agent connection runs under this program's own
 /// manifest, which must grant `portal-secret` (nothing else of the app's group is reachable with it).
 public final class SecretPortal: @unchecked Sendable {
@@ -34,13 +34,25 @@ public final class SecretPortal: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)  // a reader that closed its end is EPIPE (response 2), never a crash
         let me = Unmanaged.passUnretained(self).toOpaque()
         return withExtendedLifetime(self) {
-            csp_serve(Self.busName, Self.portalName, { app, fd, userdata in
+            csp_serve(Self.busName, Self.portalName, { sender, owner, app, fd, userdata in
                 let portal = Unmanaged<SecretPortal>.fromOpaque(userdata!).takeUnretainedValue()
+                let from = sender.map { String(cString: $0) }
+                if let why = SecretPortal.refusal(sender: from, portalOwner: owner.map { String(cString: $0) }) {
+                    SecretPortal.log("refused a call from \(from ?? "?"): \(why)")
+                    return CSP_ACCESS_DENIED
+                }
                 return portal.retrieve(appID: app.map { String(cString: $0) } ?? "", fd: fd).rawValue
-            }, { sender, why, _ in
-                SecretPortal.log("refused a call from \(sender.map { String(cString: $0) } ?? "?"): \(why.map { String(cString: $0) } ?? "")")
             }, me)
         }
+    }
+
+    /// Why a call from `sender` is refused, or nil when it may ask: only the current owner of
+    /// ``portalName`` (xdg-desktop-portal, which checked the app's sandbox before naming it) is
+    /// served; a name without an owner serves nobody.
+    static func refusal(sender: String?, portalOwner: String?) -> String? {
+        guard let portalOwner else { return "the portal's name has no owner" }
+        guard let sender, sender == portalOwner else { return "not the portal's owner" }
+        return nil
     }
 
     /// One RetrieveSecret from the portal: the app id checked against Flatpak's grammar and the
