@@ -182,7 +182,7 @@ let package = Package(
         // parsing never happens in cofferd; it reaches the agent through CofferClient only, one
         // connection per bus sender, delegated to the sender's process (DELEGATE).
         .target(name: "CofferSecretService",
-                dependencies: ["CSecretServiceBus", "CofferClient", "CofferCrypto", "CofferIdentity", "CofferModel", "CofferSecretServiceCrypto",
+                dependencies: ["CSecretServiceBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto",
                                "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-secret-service", dependencies: ["CofferSecretService"], swiftSettings: settings),

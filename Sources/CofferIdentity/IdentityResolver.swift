@@ -129,7 +129,7 @@ package struct IdentityResolver: Sendable {
     }
 
     /// The start time of the live process `pid` (clock ticks after boot), for ``identify(pid:uid:startTime:)``.
-    package static func startTime(ofPID pid: Int32) -> UInt64? { LoginSessions.stat(ofPID: pid)?.startTime }
+    package static func startTime(ofPID pid: Int32) -> UInt64? { ProcessStat.of(pid: pid)?.startTime }
 
     /// The identity of a pinned process (see ``identify(socket:)``).
     package func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {

@@ -34,35 +34,15 @@ package enum LoginSessions {
         return stat.startTime
     }
 
-    /// The `/proc/PID/stat` fields of process `pid` (see ``parseStat(_:)``) if it is alive and not a
-    /// zombie; nil otherwise.
+    /// The `/proc/PID/stat` fields of process `pid` if it is alive and not a zombie
+    /// (``ProcessStat/of(pid:)``).
     package static func stat(ofPID pid: Int32) -> (pid: Int32, state: UInt8, session: Int32, startTime: UInt64)? {
-        guard pid > 0 else { return nil }
-        let path = "/proc/\(pid)/stat"
-        guard let fd = try? FileDescriptor.open(path, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC) else { return nil }
-        // procfs makes the whole line in one read (well under 1 KiB), from one process.
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        let raw = fd.rawValue
-        let (n, _) = unsafe buffer.withUnsafeMutableBytes { b in Syscall.result { unsafe Glibc.read(raw, b.baseAddress!, b.count) } }
-        guard n > 0, let stat = parseStat(buffer[0..<n]), stat.pid == pid,
-              stat.state != UInt8(ascii: "Z"), stat.state != UInt8(ascii: "X") else { return nil }
-        return stat
+        ProcessStat.of(pid: pid)
     }
 
-    /// The fields of a `/proc/PID/stat` line identity needs: pid (1), state (3), session (6) and
-    /// starttime (22). The command name (2) is in parentheses and may hold spaces and parentheses, so
-    /// the fields after it are counted from the last `)`. Nil if the line is not of that form.
+    /// ``ProcessStat/parse(_:)``.
     package static func parseStat(_ line: ArraySlice<UInt8>) -> (pid: Int32, state: UInt8, session: Int32, startTime: UInt64)? {
-        guard let open = line.firstIndex(of: UInt8(ascii: "(")), let close = line.lastIndex(of: UInt8(ascii: ")")), open < close,
-              let pid = Int32(String(decoding: line[line.startIndex..<open], as: UTF8.self).trimmingCharacters(in: " "))
-        else { return nil }
-        let rest = line[(close + 1)...].split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
-        // rest[0] is field 3 (state), rest[3] field 6 (session), rest[19] field 22 (starttime).
-        guard rest.count > 19, rest[0].count == 1,
-              let session = Int32(String(decoding: rest[3], as: UTF8.self)),
-              let start = UInt64(String(decoding: rest[19], as: UTF8.self))
-        else { return nil }
-        return (pid, rest[0].first!, session, start)
+        ProcessStat.parse(line)
     }
 
     /// The value of `/proc/PID/sessionid`; nil if it is unset, empty or not a number.

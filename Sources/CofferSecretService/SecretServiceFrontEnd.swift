@@ -1,7 +1,6 @@
 import CSecretServiceBus
 import CofferClient
 import CofferCrypto
-import CofferIdentity
 import CofferModel
 import CofferSecretServiceCrypto
 import CofferSystem
@@ -490,7 +489,7 @@ public final class SecretServiceFrontEnd {
     package static func senderProcess(_ sender: String, pid: Int32, busPIDFD: Int32, appeared: UInt64?) throws(BusError) -> DelegatedProcess {
         // The start time first, then pidfd_open (the threat model's order): the agent re-reads the
         // start time through the pidfd, so a pid reused in between is refused, not served.
-        guard let startTime = IdentityResolver.startTime(ofPID: pid) else {
+        guard let startTime = ProcessStat.of(pid: pid)?.startTime else {
             if busPIDFD >= 0 { close(busPIDFD) }
             throw BusError(name: BusError.accessDenied, message: "process \(pid) of \(sender) is gone")
         }

@@ -1,7 +1,6 @@
 import CSecretServiceBus
 import CofferClient
 import CofferCrypto
-import CofferIdentity
 import CofferModel
 import CofferSecretServiceCrypto
 import CofferSystem

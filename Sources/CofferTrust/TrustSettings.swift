@@ -1,3 +1,5 @@
+import CofferSystem
+
 /// The trust store's keys in cofferd.conf (cofferd(8)): `user-trusted-keys`, `standard-trust-dirs`,
 /// `trusted-keys-dir` and `manifests-dir` (repeatable). One reader for the agent and for
 /// `coffer manifest list`, so the CLI lists exactly the directories the agent reads.
@@ -51,7 +53,7 @@ package struct TrustSettings: Sendable, Equatable {
         for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
             guard let eq = line.firstIndex(of: "=") else { continue }
-            let key = line[..<eq].trimmingCharacters(in: " \t\r"), value = line[line.index(after: eq)...].trimmingCharacters(in: " \t\r")
+            let key = line[..<eq].trimmingSpace(), value = line[line.index(after: eq)...].trimmingSpace()
             _ = s.apply(key: key, value: value)
         }
         return s
@@ -65,14 +67,5 @@ package struct TrustSettings: Sendable, Equatable {
         }
         return TrustConfiguration(keyDirectories: extraKeyDirectories.map { TrustDirectory($0) },
                                   manifestDirectories: extraManifestDirectories.map { TrustDirectory($0) })
-    }
-}
-
-extension Substring {
-    fileprivate func trimmingCharacters(in set: String) -> String {
-        var s = self
-        while let f = s.first, set.contains(f) { s = s.dropFirst() }
-        while let l = s.last, set.contains(l) { s = s.dropLast() }
-        return String(s)
     }
 }

@@ -183,8 +183,9 @@ struct ManifestCommand: ParsableCommand {
         }
 
         static func defaultAgentConfig() -> String? {
-            let home = getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }
-            return AgentPaths.agentConfigFile(environment: ThisProcess.environment(["XDG_CONFIG_HOME"]), home: home)
+            // HOME, not getpwuid: this binary is linked statically (NSS would need the shared glibc).
+            let env = ThisProcess.environment(["XDG_CONFIG_HOME", "HOME"])
+            return AgentPaths.agentConfigFile(environment: env, home: env["HOME"])
         }
 
         func run() throws {

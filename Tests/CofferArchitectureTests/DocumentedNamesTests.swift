@@ -122,6 +122,10 @@ import Testing
             depth += line.filter { $0 == "{" }.count - line.filter { $0 == "}" }.count
             if depth <= 0 { break }
         }
+        // The trust store's keys, which the agent's switch hands to TrustSettings.
+        let trust = read(root + "/Sources/CofferTrust/TrustSettings.swift")
+        let trustKeys = try #require(trust.firstMatch(of: try Regex(#"static let keys = \[([^\]]*)\]"#))?.output[1].substring)
+        for m in trustKeys.matches(of: literal) { if let k = m.output[1].substring { keys.insert(String(k)) } }
         let pinentry = read(root + "/Sources/pinentry-coffer/Configuration.swift")
         for m in pinentry.matches(of: try Regex(#"key == "([a-z0-9-]+)""#)) { if let k = m.output[1].substring { keys.insert(String(k)) } }
         let secretService = read(root + "/Sources/CofferSecretService/SecretServiceSettings.swift")

@@ -7,17 +7,17 @@ package enum ProcessEnvironment {
     /// `startTime` (clock ticks since boot, `/proc/PID/stat` field 22): a reused pid's are never
     /// returned. Empty when the process is gone, another's or not that one. At most 1 MiB is read.
     package static func variables(_ names: Set<String>, ofPID pid: Int32, startTime: UInt64) -> [String: String] {
-        let fd = open("/proc/\(pid)/environ", O_RDONLY | O_CLOEXEC)
+        let fd = unsafe open("/proc/\(pid)/environ", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return [:] }
         defer { close(fd) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while bytes.count < 1 << 20 {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let n = unsafe chunk.withUnsafeMutableBytes { unsafe read(fd, $0.baseAddress, $0.count) }
             guard n > 0 else { break }
             bytes += chunk[0..<n]
         }
-        guard IdentityResolver.startTime(ofPID: pid) == startTime else { return [:] }
+        guard ProcessStat.of(pid: pid)?.startTime == startTime else { return [:] }
         var out: [String: String] = [:]
         for entry in bytes.split(separator: 0) {
             guard let eq = entry.firstIndex(of: UInt8(ascii: "=")) else { continue }
