@@ -40,6 +40,8 @@ package final class Agent: Sendable {
     let pipeline: Pipeline
     /// The keychain sync and its background worker.
     let sync: SyncService
+    /// Protected directories (issue #45): their keys added and removed with the lock state.
+    let files: FileProtectionService
     /// The trust roots and manifests (reloaded on SIGHUP).
     let trust: TrustStore
     /// Connection → caller identity.
@@ -139,12 +141,14 @@ package final class Agent: Sendable {
         // Lock events reach the sync once it exists (it needs the service). Held weakly: the sync holds
         // the service, which holds this closure (a cycle kept the keychain alive past the agent's stop).
         let syncBox = SyncReference()
+        let filesBox = FilesReference()
         let service = KeychainService.compose(
             keychain: keychain, verifier: verifier, sensor: givenSensor ?? sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
             clock: SystemClock(), wallClock: SystemWallClock(), logger: logger,
             onEvent: { event in
                 registry.broadcast(event, refusals: refusals)
                 syncBox.sync?.observe(event)
+                filesBox.files?.observe(event)
             },
             onErase: { [logger] in
                 // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
@@ -158,6 +162,9 @@ package final class Agent: Sendable {
         let sync = SyncService(service: service, settings: configuration.sync)
         self.sync = sync
         syncBox.sync = sync
+        let files = FileProtectionService(service: service)
+        self.files = files
+        filesBox.files = files
         // One way to the person for every agent-side dialog (PROMPT_UNLOCK, PROMPT_READ, access controls
         // of ssh keys, ssh-add -c): the configured pinentry on the login session's display, or nobody.
         let openPrompt: @Sendable () -> Result<AgentPromptChannel, PromptUnavailable> = { [configuration, logger] in
@@ -167,7 +174,7 @@ package final class Agent: Sendable {
             }
             return opened
         }
-        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync)
+        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync, files: files)
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
@@ -285,6 +292,7 @@ package final class Agent: Sendable {
         started.withLock { $0 = true }
         for server in servers.withLock({ $0 }) { server.start() }
         sync.start()
+        files.start()
         Threads.detach { [self] in
             var unlocked = SecureMemory.unlockedAllocations
             while !registry.isStopping {
@@ -325,6 +333,7 @@ package final class Agent: Sendable {
         logger.info("shutting down")
         let open = registry.stop()
         sync.stop()
+        files.stop()
         for path in ownedSocketPaths.withLock({ $0 }) { unlink(path) }
         for server in servers.withLock({ $0 }) { server.stopAccepting() }
         if !registry.drain(timeout: 5) { logger.warning("requests still running after 5 s; stopping anyway") }
@@ -372,5 +381,15 @@ private final class SyncReference: Sendable {
     var sync: SyncService? {
         get { box.withLock { $0.sync } }
         set { box.withLock { $0.sync = newValue } }
+    }
+}
+
+/// The agent's protected directories, held weakly for the service's event closure (as the sync).
+private final class FilesReference: Sendable {
+    private struct Weak: Sendable { weak var files: FileProtectionService? }
+    private let box = Protected(Weak())
+    var files: FileProtectionService? {
+        get { box.withLock { $0.files } }
+        set { box.withLock { $0.files = newValue } }
     }
 }

@@ -30,12 +30,16 @@ final class Pipeline: Sendable {
     let promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)?
     /// The keychain sync (nil: the SYNC requests answer that this agent does not sync).
     let sync: SyncService?
+    /// Protected directories (nil: FILES answers that this agent has none).
+    let files: FileProtectionService?
     var logger: Logger { service.logger }
 
     init(service: KeychainService, resolver: IdentityResolver? = nil,
-         promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil) {
+         promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil,
+         files: FileProtectionService? = nil) {
         self.service = service
         self.sync = sync
+        self.files = files
         self.resolver = resolver
         self.promptChannel = promptChannel
     }
@@ -156,6 +160,8 @@ final class Pipeline: Sendable {
             return .status(try service.status())
         case .syncSetup, .syncCircle, .syncStatus, .syncConflicts:
             return try syncRequest(request, &session, channel)
+        case .files(let operation):
+            return try filesRequest(operation, session)
         case .protections:
             return .protections(service.protections())
         case .promptUnlock:
@@ -352,6 +358,25 @@ extension Pipeline {
                 return true
             }))
         }
+    }
+
+    /// FILES (WireProtocol.md, Protected directories): one call of the core's ``FileProtectionService``;
+    /// a status reply holds as many directories as fit one frame, in path order.
+    func filesRequest(_ operation: FilesOperation, _ session: Session) throws(SecError) -> AgentResponse {
+        guard let files else { throw SecError(.unimplemented, "this agent has no protected directories") }
+        let dirs: [ProtectedDirectoryStatus]
+        switch operation {
+        case .protect(let path, let protection): dirs = [try files.protect(path: path, protection: protection, session.context)]
+        case .status(let path): dirs = try files.status(path: path, session.context)
+        case .lockAll: dirs = try files.lockAll(session.context)
+        }
+        var room = WireFormat.maximumBodyBytes - WireFormat.filesReplyHeaderBytes
+        return .files(Array(dirs.prefix { d in
+            let size = WireFormat.encodedSize(of: d)
+            guard size <= room else { return false }
+            room -= size
+            return true
+        }))
     }
 
     /// PROMPT_UNLOCK (WireProtocol.md, Prompting for a front end): on a delegated connection only,

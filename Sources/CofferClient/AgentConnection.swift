@@ -366,6 +366,14 @@ public final class AgentConnection {
         return d
     }
 
+    /// FILES (issue #45): protects a directory, reports the protected directories, or locks them all;
+    /// every directory the request concerns, with its state.
+    public func files(_ operation: FilesOperation) throws(SecError) -> [ProtectedDirectoryStatus] {
+        let r = try roundTrip(.files(operation))
+        guard case .files(let dirs) = r else { throw unexpected(r) }
+        return dirs
+    }
+
     /// SYNC_STATUS; `now`: the agent syncs first and answers when that sync ended.
     public func syncStatus(now: Bool = false) throws(SecError) -> SyncStatus {
         let r = try roundTrip(.syncStatus(now: now))

@@ -60,7 +60,7 @@ package final class ItemStore {
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 6
+    package static let schemaVersion: Int64 = 7
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -145,6 +145,21 @@ package final class ItemStore {
         PRAGMA user_version = 6;
         """
 
+    /// Version 7: protected directories (issue #45, FileProtectionFormat.md): one row per directory, its
+    /// path (UTF-8), its file protection class, the keybag class whose class key wraps its fscrypt key,
+    /// the key's identifier (not secret) and the wrapped key. Nothing of a version-6 file changes.
+    private static let schemaV7 = """
+        CREATE TABLE file_keys(
+            id INTEGER PRIMARY KEY,
+            path BLOB NOT NULL UNIQUE,
+            fclass INTEGER NOT NULL CHECK(fclass BETWEEN 1 AND 4),
+            pclass INTEGER NOT NULL CHECK(pclass BETWEEN 1 AND 7),
+            keyid BLOB NOT NULL UNIQUE CHECK(length(keyid) = 16),
+            wrapped BLOB NOT NULL
+        );
+        PRAGMA user_version = 7;
+        """
+
     /// The longest reason a quarantined row keeps (bytes of UTF-8, cut at a character boundary).
     package static let maximumReasonBytes = 512
 
@@ -167,7 +182,7 @@ package final class ItemStore {
             if version < Self.schemaVersion && version >= 0 {
                 // Each migration in one transaction with the version it sets: a crash leaves the old
                 // version or the new one, never a half-migrated file.
-                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5, Self.schemaV6]
+                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5, Self.schemaV6, Self.schemaV7]
                 try transaction { () throws(SecError) in for step in steps.dropFirst(Int(version)) { try db.exec(step) } }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
@@ -574,5 +589,69 @@ package final class ItemStore {
     /// Checkpoints the WAL into the main file (on clean shutdown).
     package func checkpoint() {
         try? db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    // MARK: Protected directories (schema 7)
+
+    /// One `file_keys` row.
+    package struct FileKeyRow: Sendable, Equatable {
+        package var id: Int64
+        package var path: [UInt8]
+        package var fileClass: UInt8
+        package var protectionClass: UInt8
+        package var identifier: [UInt8]
+        package var wrapped: [UInt8]
+
+        package init(id: Int64 = 0, path: [UInt8], fileClass: UInt8, protectionClass: UInt8, identifier: [UInt8], wrapped: [UInt8]) {
+            self.id = id
+            self.path = path
+            self.fileClass = fileClass
+            self.protectionClass = protectionClass
+            self.identifier = identifier
+            self.wrapped = wrapped
+        }
+    }
+
+    /// Every protected directory's row, by path.
+    package func fileKeys() throws(SecError) -> [FileKeyRow] {
+        let s = try db.statement("SELECT id, path, fclass, pclass, keyid, wrapped FROM file_keys ORDER BY path")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [FileKeyRow] = []
+        while try s.step() {
+            out.append(FileKeyRow(id: s.int64(0), path: s.blob(1), fileClass: UInt8(clamping: s.int64(2)),
+                                  protectionClass: UInt8(clamping: s.int64(3)), identifier: s.blob(4), wrapped: s.blob(5)))
+        }
+        return out
+    }
+
+    /// Adds a protected directory's row (errSecDuplicateItem for a path or key identifier already there).
+    package func insertFileKey(_ row: FileKeyRow) throws(SecError) {
+        let s = try db.statement("INSERT INTO file_keys(path, fclass, pclass, keyid, wrapped) VALUES (?1, ?2, ?3, ?4, ?5)")
+        s.bind(1, row.path)
+        s.bind(2, Int64(row.fileClass))
+        s.bind(3, Int64(row.protectionClass))
+        s.bind(4, row.identifier)
+        s.bind(5, row.wrapped)
+        do {
+            try s.run()
+        } catch {
+            throw SecError(.duplicateItem, "a protected directory with this path or key is already recorded")
+        }
+    }
+
+    /// Replaces row `id`'s wrapped key (a rekey re-wraps it). Call inside ``transaction(_:)``.
+    package func replaceFileKey(id: Int64, wrapped: [UInt8]) throws(SecError) {
+        let s = try db.statement("UPDATE file_keys SET wrapped = ?1 WHERE id = ?2")
+        s.bind(1, wrapped)
+        s.bind(2, id)
+        try s.run()
+    }
+
+    /// Deletes the row of the directory `path`; false if there was none.
+    package func deleteFileKey(path: [UInt8]) throws(SecError) -> Bool {
+        let s = try db.statement("DELETE FROM file_keys WHERE path = ?1")
+        s.bind(1, path)
+        try s.run()
+        return db.changes > 0
     }
 }

@@ -68,7 +68,7 @@ struct Coffer: ParsableCommand {
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Move.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
                       LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self,
-                      ImportCommand.self, DeviceKeyCommand.self, SyncCommand.self])
+                      ImportCommand.self, DeviceKeyCommand.self, SyncCommand.self, FilesCommand.self])
 }
 
 struct Status: ParsableCommand {

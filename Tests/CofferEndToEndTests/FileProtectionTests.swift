@@ -1,0 +1,199 @@
+import CofferTestSupport
+import Foundation
+import Testing
+
+/// Protected directories end to end (issue #45): the real `cofferd` and `coffer files …` over the real
+/// socket, on a real ext4 with the encrypt feature on a loop device each test makes (root; skipped with
+/// what is missing otherwise). Reads are made by other processes (`cat`), as another program of the
+/// person would.
+@Suite(.serialized) struct FileProtectionTests {
+    static func filesystem(megabytes: Int = 64, encrypt: Bool = true) throws -> LoopFilesystem? {
+        if let why = LoopFilesystem.unavailable {
+            withKnownIssue("skipped: \(why)", isIntermittent: true) { throw LoopFilesystem.Failure(why) }
+            return nil
+        }
+        return try LoopFilesystem(megabytes: megabytes, encrypt: encrypt)
+    }
+
+    /// `cat PATH` in another process: its output, or nil when it failed (with its error).
+    static func cat(_ path: String) -> (String?, String) {
+        let r = runProcess("/bin/cat", [path])
+        return r.status == 0 ? (r.stdout, "") : (nil, r.stderr)
+    }
+
+    /// The `files status --json` entry of `dir` (class, key state, open files).
+    static func status(_ agent: AgentProcess, _ dir: String) -> [String: Any]? {
+        let r = agent.cli(["files", "status", "--json"])
+        guard r.status == 0, let list = try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [[String: Any]] else { return nil }
+        return list.first { $0["path"] as? String == dir }
+    }
+
+    /// Waits up to `seconds` for `condition`.
+    static func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            usleep(50_000)
+        }
+        return condition()
+    }
+
+    @Test func everyClassFollowsTheLockStateThroughPasscodeChangeAndKill9() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let dirs = ["complete": fs.file("c"), "until-first-auth": fs.file("u"), "none": fs.file("n"), "complete-unless-open": fs.file("o")]
+        for (cls, dir) in dirs {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            if cls == "complete-unless-open" { try "before \(cls)".write(toFile: dir + "/old.txt", atomically: false, encoding: .utf8) }
+            let r = agent.cli(["files", "protect", dir, "--class", cls])
+            #expect(r.status == 0, "\(cls): \(r)\n\(agent.log)")
+            #expect(r.stdout.contains(dir) && r.stdout.contains(cls) && r.stdout.contains("unlocked"), "\(r.stdout)")
+            try "secret \(cls)".write(toFile: dir + "/file.txt", atomically: false, encoding: .utf8)
+        }
+        #expect(Self.cat(dirs["complete-unless-open"]! + "/old.txt").0 == "before complete-unless-open", "a migrated directory keeps its files")
+        let listed = agent.cli(["files", "list"])
+        #expect(listed.status == 0 && listed.stdout.split(separator: "\n").count == 4, "\(listed)")
+
+        func expectReadable(_ readable: Set<String>, _ when: String) {
+            for (cls, dir) in dirs {
+                let (out, err) = Self.cat(dir + "/file.txt")
+                if readable.contains(cls) {
+                    #expect(out == "secret \(cls)", "\(cls) \(when): \(err)")
+                } else {
+                    #expect(out == nil, "\(cls) is readable \(when)")
+                    #expect(err.contains("Required key not available") || err.contains("No such file"), "\(cls) \(when): \(err)")
+                }
+            }
+        }
+        let all: Set<String> = ["complete", "until-first-auth", "none", "complete-unless-open"]
+        expectReadable(all, "after protect")
+
+        // Lock: Complete and CompleteUnlessOpen become unreadable to every process; the others stay.
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["complete"]!)?["key"] as? String == "absent" })
+        expectReadable(["until-first-auth", "none"], "after lock")
+        #expect(Self.status(agent, dirs["until-first-auth"]!)?["key"] as? String == "present")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["complete"]!)?["key"] as? String == "present" })
+        expectReadable(all, "after unlock")
+
+        // A passcode change rotates the class keys: every directory stays readable, now and after a lock.
+        #expect(agent.cli(["passcode", "change", "--passcode-stdin"], stdin: "\(AgentProcess.password)\n\(AgentProcess.password)\n").status == 0)
+        expectReadable(all, "after a passcode change")
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["complete"]!)?["key"] as? String == "present" })
+        expectReadable(all, "after a passcode change, a lock and an unlock")
+
+        // kill -9 while unlocked: the next agent starts locked and removes what a lock would have (and
+        // UntilFirstAuth, which waits for the first unlock); None is added at start.
+        agent.kill9()
+        expectReadable(all, "while no agent runs (the kernel keeps the keys)")
+        try agent.start()
+        #expect(Self.eventually { Self.status(agent, dirs["complete"]!)?["key"] as? String == "absent" }, "\(agent.log)")
+        expectReadable(["none"], "after a restart, before the first unlock")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["until-first-auth"]!)?["key"] as? String == "present" })
+        expectReadable(all, "after the first unlock after a restart")
+        // UntilFirstAuth survives a lock after that first unlock.
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["complete"]!)?["key"] as? String == "absent" })
+        expectReadable(["until-first-auth", "none"], "after a lock following the first unlock")
+
+        // lock --all: every class.
+        let lockAll = agent.cli(["files", "lock", "--all"])
+        #expect(lockAll.status == 0, "\(lockAll)")
+        expectReadable([], "after files lock --all")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["none"]!)?["key"] as? String == "present" })
+        expectReadable(all, "after the unlock following lock --all")
+        // A clean stop removes every key but None's.
+        agent.stop()
+        expectReadable(["none"], "after the agent stopped")
+    }
+
+    @Test func anOpenFileSurvivesALockAndTheRemovalCompletesWhenItCloses() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        for (name, cls) in [("c", "complete"), ("o", "complete-unless-open")] {
+            let dir = fs.file(name)
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            #expect(agent.cli(["files", "protect", dir, "--class", cls]).status == 0)
+            try "held".write(toFile: dir + "/held.txt", atomically: false, encoding: .utf8)
+            try "other".write(toFile: dir + "/other.txt", atomically: false, encoding: .utf8)
+            // Another process holds the file open across the lock.
+            let holder = Process()
+            holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+            holder.arguments = ["-c", "exec 3<\"$1\"; exec sleep 60", "sh", dir + "/held.txt"]
+            try holder.run()
+            defer { if holder.isRunning { holder.terminate(); holder.waitUntilExit() } }
+            let fd = open(dir + "/held.txt", O_RDONLY)
+            #expect(fd >= 0)
+            #expect(Self.eventually { FileManager.default.fileExists(atPath: "/proc/\(holder.processIdentifier)/fd/3") })
+
+            #expect(agent.cli(["lock"]).status == 0)
+            #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "incompletely-removed" }, "\(cls): \(agent.log)")
+            let holders = (Self.status(agent, dir)?["openFiles"] as? [[String: Any]]) ?? []
+            #expect(holders.contains { $0["pid"] as? Int == Int(holder.processIdentifier) && $0["name"] as? String == "sleep" }, "\(cls): \(holders)")
+            let text = agent.cli(["files", "status", dir]).stdout
+            #expect(text.contains("open by: sleep (pid \(holder.processIdentifier))"), "\(text)")
+            // The open file keeps working; the others are locked.
+            var buffer = [UInt8](repeating: 0, count: 16)
+            #expect(pread(fd, &buffer, 16, 0) == 4, "\(cls): the open file stays readable")
+            #expect(Self.cat(dir + "/other.txt").0 == nil, "\(cls): another file is locked")
+            // Both holders close: the agent finishes the removal by itself.
+            close(fd)
+            holder.terminate()
+            holder.waitUntilExit()
+            #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "absent" }, "\(cls): \(String(describing: Self.status(agent, dir)))")
+            #expect(Self.cat(dir + "/held.txt").0 == nil)
+            #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+            #expect(Self.eventually { Self.cat(dir + "/held.txt").0 == "held" })
+        }
+    }
+
+    @Test func badInputGetsAClearErrorAndChangesNothing() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        func refused(_ dir: String, _ message: String) {
+            let r = agent.cli(["files", "protect", dir, "--class", "complete"])
+            #expect(r.status != 0, "\(dir) was protected")
+            #expect(r.stderr.contains(message), "\(dir): \(r.stderr)")
+        }
+        // A symbolic link.
+        try FileManager.default.createDirectory(atPath: fs.file("real"), withIntermediateDirectories: false)
+        try "kept".write(toFile: fs.file("real/a.txt"), atomically: false, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: fs.file("alias"), withDestinationPath: fs.file("real"))
+        refused(fs.file("alias"), "is a symbolic link")
+        // A directory of another user.
+        try FileManager.default.createDirectory(atPath: fs.file("theirs"), withIntermediateDirectories: false)
+        chown(fs.file("theirs"), 65534, 65534)
+        refused(fs.file("theirs"), "belongs to uid 65534")
+        // A path inside a protected directory.
+        try FileManager.default.createDirectory(atPath: fs.file("outer"), withIntermediateDirectories: false)
+        #expect(agent.cli(["files", "protect", fs.file("outer"), "--class", "none"]).status == 0)
+        try FileManager.default.createDirectory(atPath: fs.file("outer/inner"), withIntermediateDirectories: false)
+        refused(fs.file("outer/inner"), "is inside the encrypted directory \(fs.file("outer"))")
+        // A directory holding a protected one.
+        refused(fs.mountPoint, "the protected directory \(fs.file("outer"))")
+        // Another filesystem: a tmpfs.
+        let tmp = TemporaryDirectory("coffer-tmpfs")
+        #expect(runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "coffer-test", tmp.path]).status == 0)
+        defer { _ = runProcess("/bin/umount", [tmp.path]) }
+        try FileManager.default.createDirectory(atPath: tmp.file("d"), withIntermediateDirectories: false)
+        refused(tmp.file("d"), "is on a tmpfs filesystem, which has no fscrypt")
+        // ext4 without the encrypt feature: the one-time fix.
+        let plain = try #require(try Self.filesystem(megabytes: 16, encrypt: false))
+        try FileManager.default.createDirectory(atPath: plain.file("d"), withIntermediateDirectories: false)
+        refused(plain.file("d"), "tune2fs -O encrypt \(plain.device)")
+        // Nothing changed: only the one protected directory, the others readable as before.
+        let list = agent.cli(["files", "list"]).stdout.split(separator: "\n")
+        #expect(list.count == 1 && list.first?.hasPrefix(fs.file("outer") + " ") == true, "\(list)")
+        #expect(Self.cat(fs.file("alias/a.txt")).0 == "kept")
+        let lsattr = runProcess("/usr/bin/lsattr", ["-d", fs.file("real"), fs.file("theirs"), fs.file("outer")]).stdout
+        #expect(lsattr.split(separator: "\n").filter { $0.split(separator: " ").first?.contains("E") == true }.count == 1, "\(lsattr)")
+    }
+}
