@@ -290,9 +290,10 @@ package final class Agent: Sendable {
     /// Starts every listener's accept loop and the lock timer.
     package func start() {
         started.withLock { $0 = true }
+        // Before anyone is served: the keys a crashed agent left in the kernel are removed, None's added.
+        files.start()
         for server in servers.withLock({ $0 }) { server.start() }
         sync.start()
-        files.start()
         Threads.detach { [self] in
             var unlocked = SecureMemory.unlockedAllocations
             while !registry.isStopping {

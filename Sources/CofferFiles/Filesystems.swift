@@ -55,7 +55,13 @@ package enum Filesystems {
 /// from `/proc/PID/fd`, `cwd` and `root`): the files that keep a removed key incompletely removed.
 package enum FileHolders {
     /// Every process (that this user may inspect) with something open under `directory`, by pid.
-    package static func holding(_ directory: String) -> [FileHolder] {
+    package static func holding(_ given: String) -> [FileHolder] {
+        // The kernel names open files by their normal path: compare with the directory's own.
+        var directory = given
+        if let resolved = unsafe realpath(given, nil) {
+            directory = unsafe String(cString: resolved)
+            unsafe free(resolved)
+        }
         let prefix = directory.hasSuffix("/") ? directory : directory + "/"
         func inside(_ target: String) -> Bool { target == directory || target.hasPrefix(prefix) }
         var found: [FileHolder] = []

@@ -41,11 +41,10 @@ package enum ProtectedDirectories {
         guard st.st_uid == uid else { throw .notOwner(path, owner: st.st_uid) }
         let parent = Filesystems.parent(of: path)
         // The directory's own policy first: ENOTTY/EOPNOTSUPP name the filesystem's reason.
-        switch try Fscrypt.policy(of: path) {
-        case .none: break
-        case .v1, .v2: throw .alreadyProtected(path)
-        }
+        let own = try Fscrypt.policy(of: path)
+        // Inside an encrypted directory every directory has the (inherited) policy: name the outer one.
         if let outer = try encryptedAncestor(of: path) { throw .nested(path, inside: outer) }
+        guard own == .none else { throw .alreadyProtected(path) }
         var parentStatus = stat()
         guard unsafe stat(parent, &parentStatus) == 0 else { throw .system(operation: "stat", path: parent, errno: errno) }
         guard parentStatus.st_dev == st.st_dev else {

@@ -11,6 +11,7 @@ import Testing
     static let foreignNames: [String: String] = [
         "LAContext": "Apple's LocalAuthentication class, which Coffer's LocalAuthentication follows",
         "SecAccessControl": "Apple's Security type, which Coffer's access controls follow",
+        "FileProtectionType": "Apple's Foundation type, whose classes Coffer's protected directories follow",
         "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
         "TracerPid": "a field of /proc/PID/status",
         "VmLck": "a field of /proc/PID/status",

@@ -128,7 +128,8 @@ import Testing
             holder.executableURL = URL(fileURLWithPath: "/bin/sh")
             holder.arguments = ["-c", "exec 3<\"$1\"; exec sleep 60", "sh", dir + "/held.txt"]
             try holder.run()
-            defer { if holder.isRunning { holder.terminate(); holder.waitUntilExit() } }
+            // SIGKILL: the test runner's blocked SIGTERM is inherited by its children.
+            defer { if holder.isRunning { kill(holder.processIdentifier, SIGKILL); holder.waitUntilExit() } }
             let fd = open(dir + "/held.txt", O_RDONLY)
             #expect(fd >= 0)
             #expect(Self.eventually { FileManager.default.fileExists(atPath: "/proc/\(holder.processIdentifier)/fd/3") })
@@ -138,14 +139,14 @@ import Testing
             let holders = (Self.status(agent, dir)?["openFiles"] as? [[String: Any]]) ?? []
             #expect(holders.contains { $0["pid"] as? Int == Int(holder.processIdentifier) && $0["name"] as? String == "sleep" }, "\(cls): \(holders)")
             let text = agent.cli(["files", "status", dir]).stdout
-            #expect(text.contains("open by: sleep (pid \(holder.processIdentifier))"), "\(text)")
+            #expect(text.contains("locking (files open)  open by: ") && text.contains("sleep (pid \(holder.processIdentifier))"), "\(text)")
             // The open file keeps working; the others are locked.
             var buffer = [UInt8](repeating: 0, count: 16)
             #expect(pread(fd, &buffer, 16, 0) == 4, "\(cls): the open file stays readable")
             #expect(Self.cat(dir + "/other.txt").0 == nil, "\(cls): another file is locked")
             // Both holders close: the agent finishes the removal by itself.
             close(fd)
-            holder.terminate()
+            kill(holder.processIdentifier, SIGKILL)
             holder.waitUntilExit()
             #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "absent" }, "\(cls): \(String(describing: Self.status(agent, dir)))")
             #expect(Self.cat(dir + "/held.txt").0 == nil)
@@ -173,12 +174,13 @@ import Testing
         chown(fs.file("theirs"), 65534, 65534)
         refused(fs.file("theirs"), "belongs to uid 65534")
         // A path inside a protected directory.
-        try FileManager.default.createDirectory(atPath: fs.file("outer"), withIntermediateDirectories: false)
-        #expect(agent.cli(["files", "protect", fs.file("outer"), "--class", "none"]).status == 0)
-        try FileManager.default.createDirectory(atPath: fs.file("outer/inner"), withIntermediateDirectories: false)
-        refused(fs.file("outer/inner"), "is inside the encrypted directory \(fs.file("outer"))")
-        // A directory holding a protected one.
-        refused(fs.mountPoint, "the protected directory \(fs.file("outer"))")
+        try FileManager.default.createDirectory(atPath: fs.file("top/outer"), withIntermediateDirectories: true)
+        #expect(agent.cli(["files", "protect", fs.file("top/outer"), "--class", "none"]).status == 0)
+        try FileManager.default.createDirectory(atPath: fs.file("top/outer/inner"), withIntermediateDirectories: false)
+        refused(fs.file("top/outer/inner"), "is inside the encrypted directory \(fs.file("top/outer"))")
+        // A directory holding a protected one; the root of a filesystem.
+        refused(fs.file("top"), "the protected directory \(fs.file("top/outer"))")
+        refused(fs.mountPoint, "a mount point")
         // Another filesystem: a tmpfs.
         let tmp = TemporaryDirectory("coffer-tmpfs")
         #expect(runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "coffer-test", tmp.path]).status == 0)
@@ -191,9 +193,53 @@ import Testing
         refused(plain.file("d"), "tune2fs -O encrypt \(plain.device)")
         // Nothing changed: only the one protected directory, the others readable as before.
         let list = agent.cli(["files", "list"]).stdout.split(separator: "\n")
-        #expect(list.count == 1 && list.first?.hasPrefix(fs.file("outer") + " ") == true, "\(list)")
+        #expect(list.count == 1 && list.first?.hasPrefix(fs.file("top/outer") + " ") == true, "\(list)")
         #expect(Self.cat(fs.file("alias/a.txt")).0 == "kept")
-        let lsattr = runProcess("/usr/bin/lsattr", ["-d", fs.file("real"), fs.file("theirs"), fs.file("outer")]).stdout
+        let lsattr = runProcess("/usr/bin/lsattr", ["-d", fs.file("real"), fs.file("theirs"), fs.file("top/outer")]).stdout
         #expect(lsattr.split(separator: "\n").filter { $0.split(separator: " ").first?.contains("E") == true }.count == 1, "\(lsattr)")
+    }
+
+    /// A migration killed before its swap leaves the directory plain and whole (and `protect` again
+    /// finishes it); killed after the swap, the next agent removes the old plain copy and the files read
+    /// after the unlock.
+    @Test(.enabled(if: RekeyCrashTests.crashPointsCompiledIn, "crash points exist only in debug builds"),
+          arguments: ["files-migrate-before-swap", "files-migrate-after-swap"])
+    func aMigrationKilledAtEachStepLosesNothing(at point: String) throws {
+        guard let fs = try Self.filesystem() else { return }
+        let a = try RekeyCrashTests.CrashableAgent()
+        try a.agent.start()
+        a.agent.setPasscode()
+        let dir = fs.file("docs")
+        let staging = fs.file(".docs.coffer-protect")
+        try FileManager.default.createDirectory(atPath: dir + "/sub", withIntermediateDirectories: true)
+        try "one".write(toFile: dir + "/a.txt", atomically: false, encoding: .utf8)
+        try "two".write(toFile: dir + "/sub/b.txt", atomically: false, encoding: .utf8)
+        a.arm(point)
+        try a.agent.restart()
+        #expect(a.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(a.agent.cli(["files", "protect", dir, "--class", "complete"]).status != 0)
+        #expect(a.diedAtCrashPoint(), "cofferd did not stop at \(point):\n\(a.agent.log)")
+        a.arm("")
+        try a.agent.start()
+        if point == "files-migrate-before-swap" {
+            // The directory is as it was, plain; the record says the protect did not finish.
+            #expect(Self.cat(dir + "/a.txt").0 == "one" && Self.cat(dir + "/sub/b.txt").0 == "two")
+            let problem = Self.status(a.agent, dir)?["problem"] as? String ?? ""
+            #expect(problem.contains("does not carry its encryption policy"), "\(problem)")
+            #expect(a.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+            let again = a.agent.cli(["files", "protect", dir, "--class", "complete"])
+            #expect(again.status == 0, "\(again)\n\(a.agent.log)")
+        } else {
+            // The swap happened: the next agent (locked) removed the key and the old plain copy.
+            #expect(Self.eventually { !FileManager.default.fileExists(atPath: staging) }, "\(a.agent.log)")
+            #expect(Self.eventually { Self.cat(dir + "/a.txt").0 == nil }, "locked after the restart: \(String(describing: Self.status(a.agent, dir)))\n\(a.agent.log)")
+            #expect(a.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        }
+        #expect(Self.eventually { Self.cat(dir + "/a.txt").0 == "one" }, "\(a.agent.log)")
+        #expect(Self.cat(dir + "/sub/b.txt").0 == "two")
+        #expect(!FileManager.default.fileExists(atPath: staging))
+        #expect((Self.status(a.agent, dir)?["problem"] as? String ?? "") == "", "\(String(describing: Self.status(a.agent, dir)))")
+        #expect(a.agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.cat(dir + "/a.txt").0 == nil })
     }
 }

@@ -29,7 +29,9 @@ public final class LoopFilesystem: @unchecked Sendable {
     public init(megabytes: Int = 64, encrypt: Bool = true) throws {
         dir = TemporaryDirectory("coffer-fscrypt")
         let image = dir.file("fs.img")
-        mountPoint = dir.file("mnt")
+        // The normal path (no `//`): the agent and the kernel name directories by it.
+        mountPoint = (URL(fileURLWithPath: dir.path).resolvingSymlinksInPath().path as NSString).standardizingPath + "/mnt"
+
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
         guard truncate(image, off_t(megabytes) << 20) == 0 || (FileManager.default.createFile(atPath: image, contents: nil) && truncate(image, off_t(megabytes) << 20) == 0) else {
             throw Failure("truncate \(image) failed")
