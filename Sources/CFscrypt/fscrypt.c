@@ -88,3 +88,8 @@ int coffer_fscrypt_exchange(const char *from, const char *to) {
     if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE) != 0) return -errno;
     return 0;
 }
+
+int coffer_fscrypt_rename_noreplace(const char *from, const char *to) {
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) != 0) return -errno;
+    return 0;
+}

@@ -369,6 +369,9 @@ extension Pipeline {
         case .protect(let path, let protection): dirs = [try files.protect(path: path, protection: protection, session.context)]
         case .status(let path): dirs = try files.status(path: path, session.context)
         case .lockAll: dirs = try files.lockAll(session.context)
+        case .drop(let path, let name, let data):
+            defer { data.wipe() }
+            dirs = [try files.drop(path: path, name: name, data: data, session.context)]
         }
         var room = WireFormat.maximumBodyBytes - WireFormat.filesReplyHeaderBytes
         return .files(Array(dirs.prefix { d in

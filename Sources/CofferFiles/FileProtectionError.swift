@@ -32,8 +32,10 @@ package enum FileProtectionError: Error, Sendable, Equatable, CustomStringConver
     case notProtected(String)
     /// 14: the class key that wraps this directory's key is not available (the keychain is locked).
     case classLocked(String)
-    /// 15: what this Coffer does not do yet (a drop written while locked).
-    case unimplemented(String)
+    /// 15: a file written while locked into a directory that is not CompleteUnlessOpen.
+    case notCompleteUnlessOpen(String, FileProtection)
+    /// 16: a file name with a `/` or a NUL, `.`, `..`, empty or longer than 255 bytes.
+    case badFileName(String)
 
     /// The stable number of this error.
     package var code: Int {
@@ -52,7 +54,8 @@ package enum FileProtectionError: Error, Sendable, Equatable, CustomStringConver
         case .system: 12
         case .notProtected: 13
         case .classLocked: 14
-        case .unimplemented: 15
+        case .notCompleteUnlessOpen: 15
+        case .badFileName: 16
         }
     }
 
@@ -78,7 +81,9 @@ package enum FileProtectionError: Error, Sendable, Equatable, CustomStringConver
         case .system(let op, let p, let e): unsafe "\(op) \(p): \(String(cString: strerror(e)))"
         case .notProtected(let p): "\(p) is not a protected directory"
         case .classLocked(let p): "the keychain is locked: unlock it to protect or open \(p)"
-        case .unimplemented(let what): "\(what) is not implemented yet"
+        case .notCompleteUnlessOpen(let p, let c):
+            "\(p) is a \(c.cliName) directory: only a complete-unless-open directory takes files while locked"
+        case .badFileName(let n): "\(n) is not a file name (1 to 255 bytes, no slash, no NUL, not . or ..)"
         }
     }
 
@@ -86,13 +91,12 @@ package enum FileProtectionError: Error, Sendable, Equatable, CustomStringConver
     package var status: SecStatus {
         switch self {
         case .notFound, .notProtected: .itemNotFound
-        case .notADirectory, .symbolicLink, .nested, .cannotCopy: .param
+        case .notADirectory, .symbolicLink, .nested, .cannotCopy, .notCompleteUnlessOpen, .badFileName: .param
         case .notOwner: .missingEntitlement
         case .otherFilesystem, .featureMissing, .noKernelSupport, .noSpace: .notAvailable
         case .alreadyProtected: .duplicateItem
         case .system: .io
         case .classLocked: .interactionNotAllowed
-        case .unimplemented: .unimplemented
         }
     }
 

@@ -124,6 +124,14 @@ package enum Fscrypt {
         if rc != 0 { throw .system(operation: "exchange with \(b)", path: a, errno: -rc) }
     }
 
+    /// Renames `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE); false if it does.
+    package static func renameWithoutReplacing(_ from: String, _ to: String) throws(FileProtectionError) -> Bool {
+        let rc = unsafe coffer_fscrypt_rename_noreplace(from, to)
+        if rc == -EEXIST { return false }
+        if rc != 0 { throw .system(operation: "rename into", path: to, errno: -rc) }
+        return true
+    }
+
     /// Maps an ioctl's errno to the reason people can act on.
     private static func failure(_ operation: String, _ path: String, _ e: Int32) -> FileProtectionError {
         switch e {

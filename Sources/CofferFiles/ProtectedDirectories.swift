@@ -1,3 +1,4 @@
+package import CofferCrypto
 import Glibc
 
 /// Making a directory a protected one on disk: the checks that refuse what cannot be protected
@@ -152,6 +153,62 @@ package enum ProtectedDirectories {
     /// original directory is still the plain one).
     package static func discardStaging(of path: String) throws(FileProtectionError) {
         try removeTree(stagingPath(of: path))
+    }
+
+    /// True if `name` may be the name of a file written into a protected directory: 1 to 255 bytes,
+    /// no `/`, no NUL, not `.` or `..`.
+    package static func isFileName(_ name: String) -> Bool {
+        let b = Array(name.utf8)
+        return !b.isEmpty && b.count <= 255 && !b.contains(0) && !b.contains(UInt8(ascii: "/")) && name != "." && name != ".."
+    }
+
+    /// Writes `data` as the file `name` of the (unlocked) protected directory `directory`: into a
+    /// temporary name first, fsynced, then renamed to `name` without replacing anything (renameat2
+    /// RENAME_NOREPLACE), and the directory fsynced. When `name` exists: nothing is written if it holds
+    /// exactly `data` (a delivery a crash interrupted after its rename), else the file goes to
+    /// `name (N)` with the first free N. Returns the name written (or found).
+    @discardableResult
+    package static func deliver(_ data: SecureBytes, name: String, into directory: String, tag: Int64) throws(FileProtectionError) -> String {
+        guard isFileName(name) else { throw .badFileName(name) }
+        let target = directory + "/" + name
+        if let existing = try? contents(of: target), unsafe data.withUnsafeBytes({ unsafe Array($0) }) == existing { return name }
+        let temporary = directory + "/.\(tag).coffer-drop"
+        let fd = unsafe open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .system(operation: "create", path: temporary, errno: errno) }
+        var done = 0
+        while done < data.count {
+            let w = unsafe data.withUnsafeBytes { unsafe write(fd, $0.baseAddress! + done, data.count - done) }
+            if w < 0 && errno == EINTR { continue }
+            guard w > 0 else { let e = errno; _ = close(fd); throw .system(operation: "write", path: temporary, errno: w < 0 ? e : ENOSPC) }
+            done += w
+        }
+        guard fsync(fd) == 0 else { let e = errno; _ = close(fd); throw .system(operation: "fsync", path: temporary, errno: e) }
+        _ = close(fd)
+        var final = name
+        var n = 0
+        while !(try Fscrypt.renameWithoutReplacing(temporary, directory + "/" + final)) {
+            n += 1
+            guard n < 1000 else { throw .system(operation: "rename into", path: target, errno: EEXIST) }
+            final = "\(name) (\(n))"
+        }
+        try sync(directory)
+        return final
+    }
+
+    /// A file's bytes (for comparing a delivery with what is there).
+    private static func contents(of path: String) throws(FileProtectionError) -> [UInt8] {
+        let fd = unsafe open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw .system(operation: "open", path: path, errno: errno) }
+        defer { _ = close(fd) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while out.count <= 1 << 20 {
+            let n = unsafe buffer.withUnsafeMutableBytes { unsafe read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            out += buffer[0..<n]
+        }
+        return out
     }
 
     // MARK: Copying

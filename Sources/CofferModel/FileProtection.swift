@@ -1,3 +1,5 @@
+public import CofferCrypto
+
 /// A protected directory's class (issue #45, FileProtectionFormat.md): when the kernel holds the
 /// directory's fscrypt key. Apple's `FileProtectionType`, for a directory tree instead of a file.
 public enum FileProtection: UInt8, Sendable, CaseIterable, Hashable {
@@ -101,13 +103,15 @@ public struct ProtectedDirectoryStatus: Sendable, Hashable {
 }
 
 /// What a FILES request asks (WireProtocol.md, Protected directories).
-public enum FilesOperation: Sendable, Hashable {
+public enum FilesOperation: Sendable {
     /// Make the directory at the absolute `path` a protected directory of class `protection`.
     case protect(path: String, protection: FileProtection)
     /// The status of every protected directory (nil) or of the one at `path`.
     case status(path: String?)
     /// Remove every protected directory's key now, whatever its class.
     case lockAll
+    /// Write `data` as the file `name` of the CompleteUnlessOpen directory at `path`, also while locked.
+    case drop(path: String, name: String, data: SecureBytes)
 
     /// The longest path a FILES request carries (bytes of UTF-8; Linux's PATH_MAX less its NUL).
     public static let maximumPathBytes = 4095

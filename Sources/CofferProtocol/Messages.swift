@@ -116,6 +116,7 @@ public enum AgentRequest: Sendable {
         case .removePasscode, .escrowUnlock, .escrowRevoke, .backupCreate, .backupRestore: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
+        case .files(.drop): true
         case .keyCreate(let k, _, _): k.key != nil
         default: false
         }
@@ -159,11 +160,14 @@ public enum AgentRequest: Sendable {
             f.w.u8(now ? 2 : 1)
             return f.finish()
         case .files(let op):
-            var f = FrameBuilder(type: .files, requestID: requestID, payloadCapacity: 4 + FilesOperation.maximumPathBytes)
+            var capacity = 4 + FilesOperation.maximumPathBytes
+            if case .drop(_, let name, let data) = op { capacity += 6 + name.utf8.count + data.count }
+            var f = FrameBuilder(type: .files, requestID: requestID, payloadCapacity: capacity)
             switch op {
             case .protect(let path, let protection): f.w.u8(1); f.w.shortString(path); f.w.u8(protection.rawValue)
             case .status(let path): f.w.u8(2); f.w.shortString(path ?? "")
             case .lockAll: f.w.u8(3)
+            case .drop(let path, let name, let data): f.w.u8(4); f.w.shortString(path); f.w.shortString(name); f.secret(data)
             }
             return f.finish()
         case .syncConflicts(let restore):
@@ -371,6 +375,14 @@ public enum AgentRequest: Sendable {
                 let p = try path(&r, empty: true)
                 request = .files(.status(path: p.isEmpty ? nil : p))
             case 3: request = .files(.lockAll)
+            case 4:
+                let p = try path(&r, empty: false)
+                let name = try r.sstr("file name")
+                let bytes = Array(name.utf8)
+                guard !bytes.isEmpty, bytes.count <= 255, !bytes.contains(0), !bytes.contains(UInt8(ascii: "/")), name != ".", name != ".." else {
+                    throw ProtocolError("FILES drop: the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
+                }
+                request = .files(.drop(path: p, name: name, data: try r.secret("file contents")))
             default: throw ProtocolError("unknown FILES operation")
             }
         case .syncConflicts:

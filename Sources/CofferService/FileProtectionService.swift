@@ -1,4 +1,4 @@
-import CofferCrypto
+package import CofferCrypto
 import CofferFiles
 import CofferKeychain
 package import CofferModel
@@ -54,6 +54,7 @@ package final class FileProtectionService: Sendable {
             for r in records where r.protection == .none { add(r) }
         } else {
             for r in records { add(r) }
+            deliverDrops()
         }
         let running = state.withLock { s -> Bool in
             defer { s.workerRunning = true }
@@ -76,12 +77,36 @@ package final class FileProtectionService: Sendable {
         case .unlocked:
             state.withLock { $0.pending = [:] }
             for r in (try? keychain.fileKeyRecords()) ?? [] { add(r) }
+            deliverDrops()
         case .locked:
             for r in (try? keychain.fileKeyRecords()) ?? [] where r.protection == .complete || r.protection == .completeUnlessOpen {
                 remove(r, reason: "lock")
             }
         case .willLock, .itemsChanged:
             break
+        }
+    }
+
+    /// Writes the files written while locked into their (now unlocked) CompleteUnlessOpen directories,
+    /// each synced before its sealed copy is forgotten (FileProtectionFormat.md, "Writing while locked").
+    private func deliverDrops() {
+        let drops: [FileDrop]
+        do {
+            drops = try keychain.openDrops()
+        } catch {
+            logger.warning("could not open the files written while locked", metadata: ["why": "\(error)"])
+            return
+        }
+        for d in drops {
+            defer { d.data.wipe() }
+            do {
+                let written = try ProtectedDirectories.deliver(d.data, name: d.name, into: d.path, tag: d.id)
+                try keychain.removeDrop(id: d.id)
+                logger.info("wrote a file written while locked into its directory", metadata: ["dir": "\(d.path)", "name": "\(written)"])
+            } catch {
+                logger.warning("could not write a file written while locked; kept for the next unlock",
+                               metadata: ["dir": "\(d.path)", "why": "\(error)"])
+            }
         }
     }
 
@@ -211,6 +236,28 @@ package final class FileProtectionService: Sendable {
         guard let path else { return records.map(status(of:)) }
         guard let r = records.first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
         return [status(of: r)]
+    }
+
+    /// FILES drop: writes `data` as the file `name` of the CompleteUnlessOpen directory `path`. Unlocked
+    /// (its key in the kernel): written now. Locked: sealed to the directory's drop public key and kept in
+    /// the keychain until the next unlock writes it (no class key is needed to seal; reading needs the
+    /// unlock, as on iOS).
+    package func drop(path: String, name: String, data: SecureBytes, _ context: CallerContext) throws(SecError) -> ProtectedDirectoryStatus {
+        try mayManage(context, "write into a protected directory")
+        guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
+        guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
+        guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
+        if (try? Fscrypt.keyState(r.identifier, filesystemOf: parent(r))) == .present && !service.isLocked {
+            do {
+                try ProtectedDirectories.deliver(data, name: name, into: path, tag: Int64.random(in: 1...Int64.max))
+            } catch {
+                throw error.secError
+            }
+        } else {
+            try keychain.addDrop(path: path, name: name, data: data)
+            logger.info("kept a file written while locked for the next unlock", metadata: ["dir": "\(path)"])
+        }
+        return status(of: r)
     }
 
     /// FILES lock --all: removes every protected directory's key now, whatever its class (None and

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CofferCLISupport
 import CofferClient
+import CofferCrypto
 import CofferModel
 import Glibc
 
@@ -16,7 +17,7 @@ struct FilesCommand: ParsableCommand {
             until closed; until-first-auth: from the first unlock until 'coffer files lock --all'; none: \
             whenever the agent runs.
             """,
-        subcommands: [Protect.self, List.self, Status.self, Lock.self])
+        subcommands: [Protect.self, List.self, Status.self, Lock.self, Drop.self])
 
     /// `path` made absolute without following its last component (a symbolic link there is refused by
     /// the agent, not silently replaced by its target): the directory holding it resolved with realpath.
@@ -124,6 +125,39 @@ struct FilesCommand: ParsableCommand {
 
         func run() throws {
             try reporting { () throws(SecError) in FilesCommand.print(try connect.open().files(.lockAll), json: false) }
+        }
+    }
+
+    struct Drop: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write standard input as the file NAME of a complete-unless-open directory, also while locked.",
+            discussion: """
+                While the keychain is locked the file is sealed to the directory's drop key and written into the \
+                directory at the next unlock (reading it needs the unlock, as on iOS). At most 192 KiB.
+                """)
+        @OptionGroup var connect: Connect
+        @Argument(help: "The complete-unless-open directory.") var directory: String
+        @Argument(help: "The file's name in it.") var name: String
+
+        func run() throws {
+            try reporting { () throws(SecError) in
+                let limit = 192 * 1024 - 512
+                let buffer = SecureBytes(count: limit + 1)
+                var n = 0
+                while n <= limit {
+                    let r = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + n, limit + 1 - n) }
+                    if r < 0 && errno == EINTR { continue }
+                    guard r >= 0 else { throw SecError(.io, "cannot read standard input") }
+                    if r == 0 { break }
+                    n += r
+                }
+                defer { buffer.wipe() }
+                guard n <= limit else { throw SecError(.param, "a file written this way holds at most \(limit) bytes") }
+                let data = buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                defer { data.wipe() }
+                let dirs = try connect.open().files(.drop(path: try FilesCommand.absolute(directory), name: name, data: data))
+                FilesCommand.print(dirs, json: false)
+            }
         }
     }
 }

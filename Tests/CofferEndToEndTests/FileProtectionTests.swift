@@ -242,4 +242,45 @@ import Testing
         #expect(a.agent.cli(["lock"]).status == 0)
         #expect(Self.eventually { Self.cat(dir + "/a.txt").0 == nil })
     }
+
+    /// Writing while locked into a CompleteUnlessOpen directory (the drop area): accepted while locked,
+    /// unreadable until the unlock, then written into the directory once (never twice).
+    @Test func aFileWrittenWhileLockedAppearsAfterTheUnlock() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let dir = fs.file("inbox"), complete = fs.file("c")
+        for (d, cls) in [(dir, "complete-unless-open"), (complete, "complete")] {
+            try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: false)
+            #expect(agent.cli(["files", "protect", d, "--class", cls]).status == 0)
+        }
+        // Unlocked: written at once.
+        var r = agent.cli(["files", "drop", dir, "now.txt"], stdin: "while unlocked")
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.cat(dir + "/now.txt").0 == "while unlocked")
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "absent" })
+        // Locked: the create itself fails, the drop is taken.
+        #expect(!FileManager.default.createFile(atPath: dir + "/direct.txt", contents: Data("x".utf8)))
+        r = agent.cli(["files", "drop", dir, "later.txt"], stdin: "written while locked")
+        #expect(r.status == 0, "\(r)")
+        r = agent.cli(["files", "drop", complete, "x.txt"], stdin: "no")
+        #expect(r.status != 0 && r.stderr.contains("only a complete-unless-open directory takes files while locked"), "\(r)")
+        r = agent.cli(["files", "drop", dir, "../escape"], stdin: "no")
+        #expect(r.status != 0, "\(r)")
+        #expect(Self.cat(dir + "/later.txt").0 == nil)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        #expect(names.count == 1, "only the ciphertext name of now.txt: \(names)")
+        // A restart in between loses nothing.
+        agent.kill9()
+        try agent.start()
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.cat(dir + "/later.txt").0 == "written while locked" }, "\(agent.log)")
+        #expect(Self.cat(dir + "/now.txt").0 == "while unlocked")
+        // Delivered once: another lock and unlock adds nothing.
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.cat(dir + "/now.txt").0 != nil })
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).sorted() == ["later.txt", "now.txt"])
+    }
 }

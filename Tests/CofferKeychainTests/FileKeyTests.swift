@@ -94,4 +94,34 @@ import Testing
             #expect(throws: SecError.self) { try unsafe FileKeyCrypto.unwrap(sealed, classKey: k, [UInt8](repeating: 0, count: 16), .complete, .whenUnlockedThisDeviceOnly) }
         }
     }
+
+    /// A CompleteUnlessOpen directory takes files while locked: sealed to its drop key (no class key
+    /// needed), opened only after the unlock, and the drop key survives a passcode change.
+    @Test func filesWrittenWhileLockedOpenOnlyAfterTheUnlock() throws {
+        let dir = TemporaryDirectory("coffer-filekeys")
+        var kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
+        try kc.setPasscode(current: nil, new: secret("one"), kdf: testKDF)
+        try kc.addFileKey(path: "/d/cuo", protection: .completeUnlessOpen, identifier: Self.identifier, key: secret(count: 64))
+        try kc.addFileKey(path: "/d/c", protection: .complete, identifier: [UInt8](repeating: 1, count: 16), key: secret(count: 64))
+        #expect(kc.lock())
+        try kc.addDrop(path: "/d/cuo", name: "note.txt", data: secret("written while locked"))
+        #expect(status { try kc.addDrop(path: "/d/c", name: "x", data: secret("y")) } == .param)
+        #expect(status { try kc.addDrop(path: "/d/none", name: "x", data: secret("y")) } == .itemNotFound)
+        let sealed = sqlRows(dir.file("keychain.db"), "SELECT sealed FROM file_drops")
+        #expect(sealed.count == 1 && !containsSubsequence(sealed[0], Array("written while locked".utf8)))
+        #expect(status { try kc.openDrops() } == .interactionNotAllowed, "locked: the drop does not open")
+        kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
+        try kc.unlock(passcode: secret("one"))
+        try kc.setPasscode(current: secret("one"), new: secret("two"), kdf: testKDF)
+        let drops = try kc.openDrops()
+        #expect(drops.count == 1 && drops.first?.path == "/d/cuo" && drops.first?.name == "note.txt")
+        #expect(text(drops.first?.data) == "written while locked")
+        try kc.removeDrop(id: drops[0].id)
+        #expect(try kc.openDrops().isEmpty)
+        // Forgetting a directory forgets what waits for it.
+        try kc.addDrop(path: "/d/cuo", name: "again", data: secret("z"))
+        #expect(try kc.dropCount(path: "/d/cuo") == 1)
+        try kc.removeFileKey(path: "/d/cuo")
+        #expect(try kc.dropCount(path: "/d/cuo") == 0)
+    }
 }

@@ -50,4 +50,7 @@ int coffer_fscrypt_get_policy(int fd, uint8_t *version, uint8_t *identifier);
 /// renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE): swaps two directory entries atomically.
 int coffer_fscrypt_exchange(const char *from, const char *to);
 
+/// renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE): -EEXIST when `to` exists.
+int coffer_fscrypt_rename_noreplace(const char *from, const char *to);
+
 #endif
