@@ -170,7 +170,7 @@ let package = Package(
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
                                          "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol", "CofferSSHAgentProtocol",
-                                         "CofferImport",
+                                         "CofferImport", "CofferFiles",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.

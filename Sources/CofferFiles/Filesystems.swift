@@ -7,6 +7,18 @@ package enum Filesystems {
     /// True if this kernel's ext4 has fscrypt (`/sys/fs/ext4/features/encryption`).
     package static var kernelHasExt4Encryption: Bool { unsafe access("/sys/fs/ext4/features/encryption", F_OK) == 0 }
 
+    /// Whether a directory at `path` could be protected as far as its filesystem and kernel go: nil if
+    /// yes, else the reason with its one-time fix (``FileProtectionError``'s message). What `coffer status`
+    /// says of the home directory.
+    package static func fscryptRefusal(_ path: String) -> String? {
+        do {
+            _ = try Fscrypt.policy(of: path)
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
     /// The filesystem type (`ext4`, `tmpfs`, …) and its mount source (e.g. `/dev/sda2`) of `path`.
     package static func describe(_ path: String) -> (type: String, device: String) {
         var st = stat()

@@ -3,6 +3,7 @@
 import ArgumentParser
 import CofferCLISupport
 import CofferClient
+import CofferFiles
 import CofferCrypto
 import CofferModel
 import Glibc
@@ -89,12 +90,21 @@ struct Status: ParsableCommand {
             let lockoutAuthorization = p.flatMap { $0.attemptsCountedByTPM ? ($0.tpmLockoutAuthorizationEmpty ? "empty" : "set") : nil }
             let rollback = p.map { $0.rollbackDetection ? "on" : "off" } ?? "unknown (agent too old)"
             let state = s.lockState.description
+            // Protected directories (nil: an agent from before them), and whether the home directory's
+            // filesystem could hold one (checked here, on this machine's kernel).
+            let protected = try? c.files(.status(path: nil))
+            let home = (getenv("HOME").map { String(cString: $0) }).flatMap { $0.hasPrefix("/") ? $0 : nil }
+            let fscrypt = home.map { Filesystems.fscryptRefusal($0).map { "not available for \($0)" } ?? "available" } ?? "unknown (no HOME)"
+            let directories = protected.map { d in
+                "\(d.count)" + (d.isEmpty ? "" : " (\(d.filter { $0.keyState == .present }.count) unlocked; coffer files list)")
+            } ?? "unknown (agent too old)"
             if json {
                 Output.print("""
                     {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"passcodeOutOfSync":\(outOfSync),"items":\(s.itemCount),\
                     "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
                     "idleLockSeconds":\(s.idleLockSeconds),"deviceKey":\(Output.json(deviceKey)),"attemptCounting":\(Output.json(attempts)),\
-                    "tpmLockoutAuthorization":\(lockoutAuthorization.map(Output.json) ?? "null"),"rollbackDetection":\(Output.json(rollback))}
+                    "tpmLockoutAuthorization":\(lockoutAuthorization.map(Output.json) ?? "null"),"rollbackDetection":\(Output.json(rollback)),\
+                    "protectedDirectories":\(protected.map { "\($0.count)" } ?? "null"),"fscrypt":\(Output.json(fscrypt))}
                     """)
             } else {
                 Output.print("""
@@ -107,6 +117,8 @@ struct Status: ParsableCommand {
                     device key: \(deviceKey)
                     attempt counting: \(attempts)
                     rollback detection: \(rollback)
+                    protected directories: \(directories)
+                    fscrypt (home directory): \(fscrypt)
                     """)
             }
         }

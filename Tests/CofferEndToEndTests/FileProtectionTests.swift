@@ -191,6 +191,13 @@ import Testing
         let plain = try #require(try Self.filesystem(megabytes: 16, encrypt: false))
         try FileManager.default.createDirectory(atPath: plain.file("d"), withIntermediateDirectories: false)
         refused(plain.file("d"), "tune2fs -O encrypt \(plain.device)")
+        // coffer status: the protected directories, and whether the home directory's filesystem can hold one.
+        var st = agent.cli(["status"], environment: ["HOME": plain.file("d")])
+        #expect(st.stdout.contains("protected directories: 1 (1 unlocked; coffer files list)"), "\(st)")
+        #expect(st.stdout.contains("fscrypt (home directory): not available for") && st.stdout.contains("tune2fs -O encrypt \(plain.device)"), "\(st)")
+        st = agent.cli(["status", "--json"], environment: ["HOME": fs.mountPoint])
+        let json = try? JSONSerialization.jsonObject(with: Data(st.stdout.utf8)) as? [String: Any]
+        #expect(json?["fscrypt"] as? String == "available" && json?["protectedDirectories"] as? Int == 1, "\(st)")
         // Nothing changed: only the one protected directory, the others readable as before.
         let list = agent.cli(["files", "list"]).stdout.split(separator: "\n")
         #expect(list.count == 1 && list.first?.hasPrefix(fs.file("top/outer") + " ") == true, "\(list)")
