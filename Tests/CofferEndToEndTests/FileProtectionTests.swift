@@ -1,3 +1,5 @@
+import CofferClient
+import CofferModel
 import CofferTestSupport
 import Foundation
 import Testing
@@ -289,5 +291,29 @@ import Testing
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
         #expect(Self.eventually { Self.cat(dir + "/now.txt").0 != nil })
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).sorted() == ["later.txt", "now.txt"])
+    }
+
+    /// The client library's API for programs: protect a directory, ask a path's class, write a file
+    /// into a complete-unless-open directory while locked.
+    @Test func programsUseTheClientLibrary() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath)
+        let dir = fs.file("app")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        let d = try c.protectDirectory(dir, as: .completeUnlessOpen)
+        #expect(d.path == dir && d.protection == .completeUnlessOpen && d.keyState == .present && d.keyIdentifier.count == 16)
+        try FileManager.default.createDirectory(atPath: dir + "/sub", withIntermediateDirectories: false)
+        #expect(try c.fileProtection(ofPath: dir) == .completeUnlessOpen)
+        #expect(try c.fileProtection(ofPath: dir + "/sub/x.txt") == .completeUnlessOpen)
+        #expect(try c.fileProtection(ofPath: dir + "x") == nil)
+        #expect(try c.fileProtection(ofPath: fs.mountPoint) == nil)
+        try c.lock()
+        try c.writeFile(secret("from a program"), named: "msg.txt", into: dir)
+        #expect(Self.cat(dir + "/msg.txt").0 == nil)
+        try c.unlock(passcode: secret(AgentProcess.password))
+        #expect(Self.eventually { Self.cat(dir + "/msg.txt").0 == "from a program" })
+        #expect(CofferTestSupport.status { try c.protectDirectory(dir + "/sub", as: .complete) } == .param)
     }
 }
