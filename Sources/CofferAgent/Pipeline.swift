@@ -55,7 +55,7 @@ final class Pipeline: Sendable {
         // from its end (a passcode set whose KDF outlasts the idle time is followed by `unlocked`, not
         // by a lock that raced it).
         switch request {
-        case .status, .protections, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false):
+        case .status, .protections, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
             return run(request, &session, channel)
         default:
             return service.asActivity { run(request, &session, channel) }
