@@ -99,7 +99,6 @@ package enum Fscrypt {
         switch -rc {
         case 0: return
         case EEXIST: throw .alreadyProtected(path)
-        case EACCES, EPERM: throw .notOwner(path, owner: UInt32.max)
         default: throw failure("set an encryption policy", path, -rc)
         }
     }
@@ -140,7 +139,6 @@ package enum Fscrypt {
             if fs.type == "ext4" && !Filesystems.kernelHasExt4Encryption { return .noKernelSupport(path) }
             return .featureMissing(path, filesystem: fs.type, device: fs.device)
         case ENOTTY: return .otherFilesystem(path, type: Filesystems.describe(path).type)
-        case ENOTEMPTY: return .system(operation: operation, path: path, errno: e)
         default: return .system(operation: operation, path: path, errno: e)
         }
     }

@@ -75,6 +75,7 @@ package final class FileProtectionService: Sendable {
     package func observe(_ event: LockEvent) {
         switch event {
         case .unlocked:
+            // Cleared before the keys are added back: the retry worker removes only what is still pending.
             state.withLock { $0.pending = [:] }
             for r in (try? keychain.fileKeyRecords()) ?? [] { add(r) }
             deliverDrops()
@@ -148,11 +149,15 @@ package final class FileProtectionService: Sendable {
             guard let work else { return }
             Threads.sleep(seconds: retrySeconds)
             for (path, id) in work {
-                guard let r = try? Fscrypt.removeKey(id, filesystemOf: Filesystems.parent(of: path)) else { continue }
-                if !r.filesBusy {
-                    state.withLock { s in if s.pending[path] == id { s.pending.removeValue(forKey: path) } }
-                    logger.info("protected directory locked: its last open files were closed", metadata: ["dir": "\(path)"])
+                // Under the lock: an unlock meanwhile cleared `pending` (and added the key back), and
+                // this retry must then not remove it.
+                let finished: Bool = state.withLock { s in
+                    guard s.pending[path] == id, let r = try? Fscrypt.removeKey(id, filesystemOf: Filesystems.parent(of: path)) else { return false }
+                    if r.filesBusy { return false }
+                    s.pending.removeValue(forKey: path)
+                    return true
                 }
+                if finished { logger.info("protected directory locked: its last open files were closed", metadata: ["dir": "\(path)"]) }
             }
         }
     }

@@ -316,4 +316,27 @@ import Testing
         #expect(Self.eventually { Self.cat(dir + "/msg.txt").0 == "from a program" })
         #expect(CofferTestSupport.status { try c.protectDirectory(dir + "/sub", as: .complete) } == .param)
     }
+
+    /// An unlock while a removal still waits for open files: the key comes back and stays (the retries
+    /// stop), also after the files close.
+    @Test func anUnlockWhileARemovalWaitsKeepsTheKey() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let dir = fs.file("c")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        #expect(agent.cli(["files", "protect", dir, "--class", "complete"]).status == 0)
+        try "held".write(toFile: dir + "/held.txt", atomically: false, encoding: .utf8)
+        try "other".write(toFile: dir + "/other.txt", atomically: false, encoding: .utf8)
+        let fd = open(dir + "/held.txt", O_RDONLY)
+        #expect(fd >= 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "incompletely-removed" })
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "present" })
+        close(fd)
+        usleep(1_000_000)   // four retry periods
+        #expect(Self.status(agent, dir)?["key"] as? String == "present")
+        #expect(Self.cat(dir + "/other.txt").0 == "other")
+    }
 }
