@@ -339,4 +339,50 @@ import Testing
         #expect(Self.status(agent, dir)?["key"] as? String == "present")
         #expect(Self.cat(dir + "/other.txt").0 == "other")
     }
+
+    /// A passcode change killed at every step of its rekey: whichever passcode the restarted agent takes
+    /// (the old one before the commit, the new one after), every protected directory's key opens and its
+    /// files read after the unlock; none is left in the kernel while locked.
+    @Test(.enabled(if: RekeyCrashTests.crashPointsCompiledIn, "crash points exist only in debug builds"),
+          arguments: RekeyCrashTests.points)
+    func aPasscodeChangeKilledAtEachStepKeepsEveryDirectory(at point: String) throws {
+        guard let fs = try Self.filesystem() else { return }
+        let a = try RekeyCrashTests.CrashableAgent()
+        try a.agent.start()
+        a.agent.setPasscode()
+        let dirs = [("complete", fs.file("c")), ("until-first-auth", fs.file("u")), ("complete-unless-open", fs.file("o"))]
+        for (cls, dir) in dirs {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            #expect(a.agent.cli(["files", "protect", dir, "--class", cls]).status == 0)
+            try "in \(cls)".write(toFile: dir + "/f.txt", atomically: false, encoding: .utf8)
+        }
+        // Items too, so that every step of the rekey is reached (rekey-reseal-half is half-way through them).
+        for account in ["a", "b"] {
+            #expect(a.agent.cli(["add", "--service", "files-test", "--account", account, "--secret-stdin"], stdin: "pw").status == 0)
+        }
+        a.arm(point)
+        try a.agent.restart()
+        #expect(a.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        try a.setPAMPassword(RekeyCrashTests.newPasscode)
+        let c = try AgentConnection(path: a.agent.socketPath)
+        let change = CofferTestSupport.status { try c.setPasscode(current: secret(AgentProcess.password), new: secret(RekeyCrashTests.newPasscode)) }
+        guard change != nil else { Issue.record("\(point): the change succeeded though the agent should have died"); return }
+        // Never wait for an agent that did not die (a refused change): at most 30 s.
+        guard Self.eventually(30, { a.agent.process?.isRunning == false }) else {
+            Issue.record("\(point): cofferd did not stop (the change failed with \(String(describing: change))):\n\(a.agent.log)")
+            a.agent.kill9()
+            return
+        }
+        #expect(a.diedAtCrashPoint(), "cofferd did not stop at \(point):\n\(a.agent.log)")
+        a.arm("")
+        try a.agent.start()
+        for (cls, dir) in dirs { #expect(Self.cat(dir + "/f.txt").0 == nil, "\(point): \(cls) readable before the unlock") }
+        let expected = RekeyCrashTests.beforeCommit.contains(point) ? AgentProcess.password : RekeyCrashTests.newPasscode
+        try a.setPAMPassword(expected)
+        let r = a.agent.cli(["unlock", "--passcode-stdin"], stdin: expected)
+        #expect(r.status == 0, "\(point): \(r)\n\(a.agent.log)")
+        for (cls, dir) in dirs {
+            #expect(Self.eventually { Self.cat(dir + "/f.txt").0 == "in \(cls)" }, "\(point): \(cls)\n\(a.agent.log)")
+        }
+    }
 }

@@ -18,9 +18,10 @@ if [ ! -e "$matrix" ]; then echo "skipped: pam_matrix.so (libpam-wrapper) is mis
 work="$(mktemp -d /tmp/coffer-bench-files-XXXXXX)"
 mnt="$work/mnt" loop="" agent=""
 cleanup() {
-    [ -n "$agent" ] && kill -9 "$agent" 2>/dev/null && wait "$agent" 2>/dev/null
-    mountpoint -q "$mnt" && umount "$mnt"
-    [ -n "$loop" ] && losetup -d "$loop"
+    set +e   # every step runs, whatever the one before it returned
+    if [ -n "$agent" ]; then kill -9 "$agent" 2>/dev/null; wait "$agent" 2>/dev/null; fi
+    if mountpoint -q "$mnt"; then umount "$mnt"; fi
+    if [ -n "$loop" ]; then losetup -d "$loop"; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
