@@ -9,6 +9,7 @@ import CofferPAM
 import CofferPluginClient
 import CofferPluginProtocol
 import CofferPolicy
+import CofferPrompt
 import CofferProtocol
 package import CofferService
 import CofferSystem
@@ -162,12 +163,14 @@ package final class Agent: Sendable {
         // of ssh keys, ssh-add -c): the configured pinentry on the login session's display, or nobody.
         let openPrompt: @Sendable () -> Result<AgentPromptChannel, PromptUnavailable> = { [configuration, logger] in
             let opened = AgentPromptChannel.open(configuration: configuration, clock: SystemClock())
-            if case .failure(let why) = opened, why != .noPinentry {
+            // pinentry = none is the person's choice: no warning for it.
+            if case .failure(let why) = opened, configuration.pinentry != .none {
                 logger.warning("refused a request that needs the person, no dialog shown: \(why)")
             }
             return opened
         }
-        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync)
+        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync,
+                            prompterReport: { [configuration] in AgentPromptChannel.report(configuration: configuration) })
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait

@@ -305,8 +305,13 @@ package final class Authenticator: Sendable {
                     return
                 }
                 wrongPasscodes += 1
-                if wrongPasscodes >= Self.passcodeAttempts { throw LAError(.authenticationFailed, "wrong passcode") }
-                channel.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
+                // The dialog ends when the request's attempts are used, or when the attempt schedule
+                // makes the next one wait (asking again then would only be refused); either way the
+                // person learns how many attempts are left before a wait.
+                if wrongPasscodes >= Self.passcodeAttempts || unlocking.retryAfter > 0 {
+                    throw LAError(.authenticationFailed, unlocking.wrongPasscodeRefusal)
+                }
+                channel.feedback(unlocking.wrongPasscodeFeedback, kind: .wrongPasscode)
                 if evaluation?.isDone ?? false, methods.contains(.biometry), biometry.usable {
                     evaluation = startEvaluation(prompt, caller.caller, channel)
                 }
