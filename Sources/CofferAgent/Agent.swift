@@ -51,8 +51,6 @@ package final class Agent: Sendable {
     let pluginHost: PluginHost?
     /// Keys added with `ssh-add`, in memory only (every ssh-agent connection shares them).
     let sshKeys = SSHAgentKeyStore()
-    /// Reusable authentications of protected keychain keys used through the ssh-agent socket.
-    let sshReuse = SSHSignatureReuse()
 
     /// Starts the plugin host with the configured plugin directories, if biometry or the passcode is
     /// served by a plugin. A host that cannot start is logged (biometry is then unavailable; a
@@ -178,7 +176,7 @@ package final class Agent: Sendable {
         // FileDescriptorName=ssh-agent); when it passed none, one of our own beside the native socket.
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
         let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { try? openPrompt().get() },
-                                           reuse: sshReuse, refusals: refusals, logger: logger)
+                                           refusals: refusals, logger: logger)
         if let fd = activation?.sshAgent {
             if sshAgentSocket == nil {
                 close(fd)
@@ -335,7 +333,7 @@ package final class Agent: Sendable {
         pluginHost?.shutdown()
         keychain.lock()
         sshKeys.clear()
-        sshReuse.clear()
+        schedule.sessions.endAll()
         keychain.checkpoint()
         // A TPM without a resource manager (swtpm) keeps what a process leaves loaded.
         keychain.releaseDeviceKey()

@@ -50,8 +50,6 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     /// Opens the channel through which the agent itself asks a person (its pinentry), one per
     /// request that needs one; nil when nobody can be asked (no pinentry configured).
     let promptChannel: @Sendable () -> AgentPromptChannel?
-    /// Reusable authentications for protected keychain keys, per caller and key (``SSHSignatureReuse``).
-    let reuse: SSHSignatureReuse
     /// Where refused LOCKs and UNLOCKs are logged, at most one line per kind and interval.
     let refusals: RefusalLog
     let logger: Logger
