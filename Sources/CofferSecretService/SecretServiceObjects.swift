@@ -96,10 +96,20 @@ extension SecretServiceFrontEnd {
     /// the caller is the method's question, answered NoSuchObject when not). A call is taken for
     /// every path under the service's prefixes, however malformed, so that a call to an object that
     /// does not exist is answered `org.freedesktop.Secret.Error.NoSuchObject` as the specification
-    /// and gnome-keyring answer it, never sd-bus's `org.freedesktop.DBus.Error.UnknownObject`.
+    /// asks, never sd-bus's `org.freedesktop.DBus.Error.UnknownObject` (which python-secretstorage
+    /// 3.3, Debian 12's, does not read as "no such object"): a call to one of the service's object
+    /// interfaces on any path is taken (the wall registers them on `/` too), and its handler answers
+    /// NoSuchObject for a path that is not such an object.
     /// Introspection (`introspecting`) shows only what is there: collections and items by the shape
     /// of their paths (whether one exists for the caller takes the agent), prompts and sessions that
     /// exist (sessions are objects of their own; the session fallback shows nothing).
+    /// True if `path` is under one of the prefixes whose objects this front end serves (collections,
+    /// aliases, items by reference, prompts, sessions): there the prefix's own rule above decides.
+    /// Any other path holds none of the service's objects: a call there is answered NoSuchObject.
+    static func isServed(_ path: String) -> Bool {
+        [collectionPrefix, aliasPrefix, referencePrefix, promptPrefix].contains { path.hasPrefix($0 + "/") } || path.hasPrefix(sessionPathPrefix)
+    }
+
     func find(_ path: String, interface: String, introspecting: Bool) -> Bool {
         if introspecting {
             switch (Self.parse(path), interface) {
@@ -115,10 +125,11 @@ extension SecretServiceFrontEnd {
         }
         let underCollections = depth(under: Self.collectionPrefix) ?? depth(under: Self.aliasPrefix)
         switch interface {
-        case Self.collectionInterface: return underCollections == 1
-        case Self.itemInterface, Self.cofferItemInterface: return (underCollections ?? 0) >= 2 || depth(under: Self.referencePrefix) != nil
-        case "org.freedesktop.Secret.Prompt": return depth(under: Self.promptPrefix) != nil
-        case "org.freedesktop.Secret.Session": return path.hasPrefix(Self.sessionPathPrefix)
+        case Self.collectionInterface: return underCollections == 1 || !Self.isServed(path)
+        case Self.itemInterface, Self.cofferItemInterface:
+            return (underCollections ?? 0) >= 2 || depth(under: Self.referencePrefix) != nil || !Self.isServed(path)
+        case "org.freedesktop.Secret.Prompt": return depth(under: Self.promptPrefix) != nil || !Self.isServed(path)
+        case "org.freedesktop.Secret.Session": return path.hasPrefix(Self.sessionPathPrefix) || !Self.isServed(path)
         default: return false
         }
     }
