@@ -375,7 +375,8 @@ extension Pipeline {
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }
         let app = Authenticator.appName(session.context.caller)
-        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain"))
+        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain",
+                                          identity: Authenticator.identityDescription(session.context.caller)))
         // The prompter's own deadline (authentication-timeout) ends the wait first.
         let deadline = Threads.monotonicSeconds() + 24 * 3600
         var wrong = 0

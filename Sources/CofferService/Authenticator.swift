@@ -208,6 +208,17 @@ package final class Authenticator: Sendable {
         caller.appID ?? caller.executable.map { String($0.split(separator: "/").last ?? Substring($0)) } ?? "pid \(caller.pid)"
     }
 
+    /// How the agent knows who the caller is, for the person deciding whether to answer its dialog
+    /// (issue #43): "signed app" (a trusted manifest pins its executable), "Flatpak app" (sandboxed,
+    /// named by its sandbox), or "unsigned program PATH: why" (nothing vouches for it).
+    package static func identityDescription(_ caller: CallerIdentity) -> String {
+        switch caller.establishedBy {
+        case .signedManifest: "signed app: a trusted manifest pins its executable"
+        case .flatpak: "Flatpak app, named by its sandbox"
+        case .unsigned(let path, let reason): "unsigned program \(path.isEmpty ? "(unknown executable)" : path): \(reason)"
+        }
+    }
+
     private func prompt(_ caller: CallerContext, _ what: String) -> String {
         let base = "\(Self.appName(caller.caller)) wants to \(what)"
         return caller.authOptions.operationPrompt.isEmpty ? base : base + ": " + caller.authOptions.operationPrompt
@@ -239,7 +250,8 @@ package final class Authenticator: Sendable {
         guard !caller.authOptions.noUserInterface, let channel else {
             throw LAError(.notInteractive, "authentication is needed and the client asked for no user interface")
         }
-        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt))
+        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt,
+                                          identity: Self.identityDescription(caller.caller)))
         var evaluation: BiometricEvaluation? = methods.contains(.biometry) && biometry.usable
             ? startEvaluation(prompt, caller.caller, channel) : nil
         defer { evaluation?.stop() }

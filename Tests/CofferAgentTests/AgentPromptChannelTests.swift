@@ -65,7 +65,10 @@ struct AgentPromptChannelTests {
         // The person sees the app as the agent identified it (its signed manifest), and the wrong
         // passcode's feedback before the second try.
         #expect(commands.contains("SETTITLE Coffer: com.example.bank"), "\(commands)")
-        #expect(commands.contains { $0.hasPrefix("SETDESC Requested by: com.example.bank%0A%0Acom.example.bank wants to read") }, "\(commands)")
+        // ... and how the agent knows it (issue #43): a signed app.
+        #expect(commands.contains {
+            $0.hasPrefix("SETDESC Requested by: com.example.bank (signed app: a trusted manifest pins its executable)%0A%0Acom.example.bank wants to read")
+        }, "\(commands)")
         #expect(commands.contains { $0.hasPrefix("SETERROR Wrong passcode. Try again") } && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
         #expect(!commands.joined().contains(AgentRig.passcode))
         // Real PAM checked it: the stub saw nothing.
@@ -122,6 +125,9 @@ struct AgentPromptChannelTests {
         // The app as the agent identified this (unsigned) process: its executable's name.
         let app = String(ThisProcess.executablePath()?.split(separator: "/").last ?? "")
         #expect(!app.isEmpty && commands.contains("SETTITLE Coffer: \(app)"), "\(commands)")
+        // The dialog says that nothing vouches for it (issue #43).
+        #expect(commands.contains { $0.hasPrefix("SETDESC Requested by: \(app) (unsigned program /") && $0.contains("no trusted manifest names the executable") },
+                "\(commands)")
         #expect(commands.contains { $0.hasPrefix("SETERROR Wrong passcode. Try again") } && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
         #expect(Self.gone(pinentry), "the pinentry is stopped with the request")
     }
