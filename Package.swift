@@ -286,7 +286,7 @@ let package = Package(
                     swiftSettings: settings),
 
         // Apple's API as Apple code calls it (issue #46), against a real agent over a real socket.
-        .testTarget(name: "CofferAppleAPITests", dependencies: ["Security", "LocalAuthentication", "CofferTestSupport", "CofferSystem"],
+        .testTarget(name: "CofferAppleAPITests", dependencies: ["Security", "LocalAuthentication", "CofferTestSupport"],
                     swiftSettings: settings),
 
         // The plugin host and its client against real plugins loaded by dlopen (and the protocol's vectors).

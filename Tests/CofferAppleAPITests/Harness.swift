@@ -1,7 +1,6 @@
-import CofferSystem
 import CofferTestSupport
 import Foundation
-@testable import Security
+import Security
 
 /// A real `cofferd` for these tests (private state directory, socket and PAM stack, pam_matrix), with the
 /// passcode set and the keychain unlocked, and the Security module's sessions pointed at it. Binaries are
