@@ -136,7 +136,8 @@ let package = Package(
                 swiftSettings: settings),
         // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
         // Swift code written for Apple sees them, on swift-corelibs-foundation; one agent connection per process.
-        .target(name: "Security", dependencies: ["CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys", "CofferSystem"],
+        .target(name: "Security", dependencies: ["CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys", "CofferSSHAgentProtocol",
+                                                 "CofferSystem"],
                 swiftSettings: settings),
         // Apple's LocalAuthentication over the agent (issue #46): LAContext, each with a connection of its own that
         // carries its evaluation into the SecItem calls it is passed to.

@@ -192,9 +192,9 @@ public func SecKeyCreateSignature(_ key: SecKey, _ algorithm: SecKeyAlgorithm, _
         case .publicKey: throw SecFailure(errSecInvalidKeyRef, "a public key does not sign")
         case .software(let k):
             do throws(SSHKeyError) { signature = try k.sign(data: message) } catch { throw SecFailure(errSecInternalComponent, error.description) }
-        case .agent:
-            throw .unimplemented("signing with a key held by the agent goes through the agent's ssh-agent socket; "
-                                 + "SecKeyCreateSignature cannot reach it yet")
+        case .agent(_, _, let attributes):
+            guard case .data(let blob)? = attributes[KeyItem.publicKeyAttribute] else { throw SecFailure(errSecInvalidKeyRef, "no public key") }
+            signature = try AgentSigning.sign(blob: blob, data: message)
         }
         return Data(try KeyCalls.encode(signature, form)) as CFData
     }

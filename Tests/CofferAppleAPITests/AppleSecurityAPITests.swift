@@ -359,6 +359,11 @@ import Testing
         let found = try #require(item as? SecKey)
         #expect(SecKeyCopyExternalRepresentation(try #require(SecKeyCopyPublicKey(found)), nil) as Data?
                 == SecKeyCopyExternalRepresentation(publicKey, nil) as Data?)
+        // The agent signs (its ssh-agent socket), and the signature verifies with the public key.
+        let message = Data("signed in the agent".utf8)
+        let signature = try #require(SecKeyCreateSignature(found, .ecdsaSignatureMessageX962SHA256, message as CFData, &error) as Data?)
+        #expect(SecKeyVerifySignature(publicKey, .ecdsaSignatureMessageX962SHA256, message as CFData, signature as CFData, nil))
+        #expect(!SecKeyVerifySignature(publicKey, .ecdsaSignatureMessageX962SHA256, Data("other".utf8) as CFData, signature as CFData, nil))
         var data: CFTypeRef?
         let dataQuery: [String: Any] = [kSecClass as String: kSecClassKey, kSecAttrApplicationTag as String: tag, kSecReturnData as String: true]
         #expect(SecItemCopyMatching(dataQuery as CFDictionary, &data) == errSecNotAvailable)
