@@ -297,7 +297,7 @@ let package = Package(
                     swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferSync", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
-                                                                     "CofferIdentity", "CofferSSHAgentProtocol", "CofferCLISupport"],
+                                                                     "CofferIdentity", "CofferSSHAgentProtocol", "CofferCLISupport", "Security"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )

@@ -4,14 +4,18 @@
 import Foundation
 import CofferModel
 
+/// An Optional of any type, seen through `Any`.
+private protocol OptionalValue { var wrappedValue: Any? { get } }
+extension Optional: OptionalValue {
+    fileprivate var wrappedValue: Any? { map { $0 as Any } }
+}
+
 enum ValueConversion {
     /// `value` without Optional wrapping (an implicitly unwrapped `kCFBooleanTrue` put in a `[String: Any]`
     /// arrives as an Optional in an `Any`); nil for nil.
     static func unwrapped(_ value: Any) -> Any? {
-        let m = Mirror(reflecting: value)
-        guard m.displayStyle == .optional else { return value }
-        guard let inner = m.children.first?.value else { return nil }
-        return unwrapped(inner)
+        guard let optional = value as? any OptionalValue else { return value }
+        return optional.wrappedValue.flatMap(unwrapped)
     }
 
     static func string(_ value: Any) -> String? {
