@@ -31,6 +31,8 @@ public typealias CFTypeRef = AnyObject
 public typealias CFIndex = Int
 /// The status every Security function returns: `errSecSuccess` (0) or an `errSec…` code.
 public typealias OSStatus = Int32
+/// MacTypes' "no error" (0), which `import Security` brings on Apple platforms too.
+public let noErr: OSStatus = 0
 
 /// Core Foundation's allocator: only the default exists here.
 public typealias CFAllocator = NSObject

@@ -38,6 +38,8 @@ public let errSecInteractionNotAllowed: OSStatus = -25308
 public let errSecDecode: OSStatus = -26275
 /// The program is not entitled to the access group it named (its signed manifest does not grant it).
 public let errSecMissingEntitlement: OSStatus = -34018
+/// Data is not in the encoding expected (Apple's code; wrappers check for it).
+public let errSecInvalidEncoding: OSStatus = -67853
 /// A key reference is not valid for the operation.
 public let errSecInvalidKeyRef: OSStatus = -67712
 /// A signature did not verify.
@@ -69,6 +71,7 @@ enum SecurityErrors {
         case errSecInteractionNotAllowed: "User interaction is not allowed."
         case errSecDecode: "Unable to decode the provided data."
         case errSecMissingEntitlement: "A required entitlement isn't present."
+        case errSecInvalidEncoding: "The encoding is not valid."
         case errSecInvalidKeyRef: "A key reference is not valid."
         case errSecVerifyFailed: "A cryptographic verification failure has occurred."
         default: nil

@@ -73,7 +73,8 @@ enum SecItemCall {
         var attributes: Attributes = [:]
         var limit: MatchLimit = .one
         var returnData = false, returnAttributes = false, returnRef = false, returnPersistentRef = false
-        var valueData: [UInt8]?
+        /// kSecValueData, copied straight into secure memory (never into an array of its own).
+        var valueData: SecureBytes?
         var valueRef: SecKey?
         var persistentRef: [UInt8]?
         var context: (any SecAuthenticationContext)?
@@ -119,7 +120,7 @@ enum SecItemCall {
                     }
                 case "v_Data":
                     guard use != .search else { throw .param("kSecValueData does not belong in a search") }
-                    guard let d = ValueConversion.data(value) else { throw .param("kSecValueData is not Data") }
+                    guard let d = ValueConversion.secret(value) else { throw .param("kSecValueData is not Data") }
                     valueData = d
                 case "v_Ref":
                     guard let k = ValueConversion.unwrapped(value) as? SecKey else { throw .param("kSecValueRef is not a SecKey") }
@@ -243,7 +244,7 @@ enum SecItemCall {
                 for (k, v) in stored.attributes where attrs[k] == nil { attrs[k] = v }
                 secret = stored.secret
             } else {
-                secret = (valueData ?? []).withUnsafeBytes { SecureBytes(copying: $0) }
+                secret = valueData ?? SecureBytes(count: 0)
             }
             if itemClass == .certificate && valueData == nil { throw .param("a certificate item needs kSecValueData (its DER bytes)") }
             let item = NewItem(itemClass: itemClass, attributes: attrs, secret: secret)
@@ -285,7 +286,7 @@ enum SecItemCall {
 
         func update(_ changes: Request) throws(SecFailure) {
             guard changes.valueRef == nil else { throw .param("kSecValueRef cannot be changed") }
-            let c = ItemChanges(attributes: changes.attributes, secret: changes.valueData.map { d in d.withUnsafeBytes { SecureBytes(copying: $0) } })
+            let c = ItemChanges(attributes: changes.attributes, secret: changes.valueData)
             guard !c.attributes.isEmpty || c.secret != nil else { throw .param("SecItemUpdate with nothing to change") }
             var q = query
             q.limit = .all

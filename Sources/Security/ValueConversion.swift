@@ -2,6 +2,7 @@
 // Reading the values of a Security dictionary as Apple code puts them there (Swift values, or the Foundation
 // objects they bridge to), and writing the values Apple code reads back.
 import Foundation
+import CofferCrypto
 import CofferModel
 
 /// An Optional of any type, seen through `Any`.
@@ -56,6 +57,16 @@ enum ValueConversion {
         case let d as Data: [UInt8](d)
         case let d as NSData: [UInt8](d as Data)
         case let b as [UInt8]: b
+        default: nil
+        }
+    }
+
+    /// A secret (kSecValueData) copied from the caller's Data into secure memory.
+    static func secret(_ value: Any) -> SecureBytes? {
+        switch unwrapped(value) {
+        case let d as Data: d.withUnsafeBytes { SecureBytes(copying: $0) }
+        case let d as NSData: (d as Data).withUnsafeBytes { SecureBytes(copying: $0) }
+        case let b as [UInt8]: b.withUnsafeBytes { SecureBytes(copying: $0) }
         default: nil
         }
     }
