@@ -33,7 +33,9 @@ public func SecItemCopyMatching(_ query: CFDictionary, _ result: UnsafeMutablePo
     result?.pointee = nil
     return SecItemCall.status { () throws(SecFailure) in
         let r = try SecItemCall.Request(parsing: query, for: .search)
-        result?.pointee = try r.copyMatching()
+        // Not `result?.pointee = try …`: with no result pointer, optional chaining would skip the search itself.
+        let found = try r.copyMatching()
+        result?.pointee = found
     }
 }
 
@@ -256,7 +258,18 @@ enum SecItemCall {
         }
 
         func copyMatching() throws(SecFailure) -> CFTypeRef? {
-            if returnRef, let c = itemClass, c != .key { throw .unimplemented("kSecReturnRef gives SecKey references only (kSecClassKey)") }
+            var r = self
+            if returnRef, itemClass != .key {
+                // Only keys have references here (SecKey); beside other return types the request is left out.
+                guard returnData || returnAttributes || returnPersistentRef else {
+                    throw .unimplemented("kSecReturnRef gives SecKey references only (kSecClassKey)")
+                }
+                r.returnRef = false
+            }
+            return try r.search()
+        }
+
+        private func search() throws(SecFailure) -> CFTypeRef? {
             let q = query
             let (s, options) = session
             var items: [ItemResult]
@@ -266,6 +279,8 @@ enum SecItemCall {
                 // kSecUseAuthenticationUISkip: what would need the person is left out.
                 throw SecFailure(errSecItemNotFound, "the matches need authentication, and kSecUseAuthenticationUISkip leaves them out")
             }
+            // A search asking for nothing back only tells whether something matched.
+            guard !items.isEmpty else { throw SecFailure(errSecItemNotFound, "no item matches") }
             if returnRef { items = try withKeyData(items, session: s, options: options) }
             guard returnData || returnAttributes || returnRef || returnPersistentRef else { return nil }
             return try shape(items, single: limit == .one)

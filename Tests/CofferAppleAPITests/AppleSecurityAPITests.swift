@@ -72,6 +72,22 @@ import Testing
         #expect(result == nil)
     }
 
+    /// A search without kSecReturn… only says whether something matches (SimpleKeychain's hasItem).
+    @Test func aSearchAskingForNothingTellsWhetherAnItemExists() {
+        let svc = service()
+        let base: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc, kSecAttrAccount as String: "a"]
+        #expect(SecItemCopyMatching(base as CFDictionary, nil) == errSecItemNotFound)
+        var add = base
+        add[kSecValueData as String] = Data("x".utf8)
+        #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+        #expect(SecItemCopyMatching(base as CFDictionary, nil) == errSecSuccess)
+        var result: CFTypeRef? = "left over" as CFString
+        #expect(SecItemCopyMatching(base as CFDictionary, &result) == errSecSuccess)
+        #expect(result == nil)
+        let wrongService: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc + "x"]
+        #expect(SecItemCopyMatching(wrongService as CFDictionary, nil) == errSecItemNotFound)
+    }
+
     /// iOS (and macOS's data protection keychain) return an array of Data for kSecMatchLimitAll with
     /// kSecReturnData; only macOS's old file keychain refuses the combination. Coffer is the former.
     @Test func matchLimitAllWithReturnDataGivesEveryPassword() {
