@@ -125,7 +125,8 @@ package final class AgentSession: @unchecked Sendable {
         let path = AgentConnection.socketPath(explicit: Self.socket)
         do {
             let c = try AgentConnection(path: path, clientName: Self.clientName)
-            c.authenticationDelegate = PinentryAuthentication.standard()
+            // A program using Apple's API is usually an app: the pinentry it names (a dialog) first, else its terminal.
+            c.authenticationDelegate = PinentryAuthentication.fromEnvironment() ?? PinentryAuthentication.standard()
             connection = c
             return c
         } catch {
