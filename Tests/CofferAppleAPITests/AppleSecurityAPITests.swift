@@ -114,6 +114,25 @@ import Testing
         #expect(rows?.allSatisfy { $0[kSecValueData as String] is Data } == true)
     }
 
+    /// kSecAttrSynchronizable is Coffer's sync: as on Apple platforms a search without it sees local items only,
+    /// kSecAttrSynchronizableAny both.
+    @Test func synchronizableItemsNeedAskingFor() {
+        let svc = service()
+        let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                  kSecAttrAccount as String: "synced", kSecAttrSynchronizable as String: kCFBooleanTrue!,
+                                  kSecValueData as String: Data("s".utf8)]
+        #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+        var result: CFTypeRef?
+        let plain: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                    kSecReturnAttributes as String: true]
+        #expect(SecItemCopyMatching(plain as CFDictionary, &result) == errSecItemNotFound)
+        var any = plain
+        any[kSecAttrSynchronizable as String] = kSecAttrSynchronizableAny
+        #expect(SecItemCopyMatching(any as CFDictionary, &result) == errSecSuccess)
+        #expect((result as? [String: Any])?[kSecAttrSynchronizable as String] as? Bool == true)
+        #expect(SecItemDelete(any as CFDictionary) == errSecSuccess)
+    }
+
     @Test func internetPasswordsMatchOnServerAndProtocol() {
         let server = service() + ".example.com"
         let a: [String: Any] = [kSecClass as String: kSecClassInternetPassword, kSecAttrServer as String: server,
