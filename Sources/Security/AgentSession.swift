@@ -85,11 +85,11 @@ package final class AgentSession: @unchecked Sendable {
                         _ body: (AgentConnection) throws(AgentError) -> T) throws(SecFailure) -> T {
         try mutex.withLock { () throws(SecFailure) -> T in
             do throws(SecError) {
-                return try attempt(options, body)
+                return try attempt(options, retry: retry, body)
             } catch let e where retry && e.brokeConnection {
                 connection = nil
                 applied = nil
-                do throws(SecError) { return try attempt(options, body) } catch { throw SecFailure(error) }
+                do throws(SecError) { return try attempt(options, retry: false, body) } catch { throw SecFailure(error) }
             } catch {
                 if error.brokeConnection { connection = nil; applied = nil }
                 throw SecFailure(error)
@@ -97,8 +97,10 @@ package final class AgentSession: @unchecked Sendable {
         }
     }
 
-    private func attempt<T>(_ options: Options, _ body: (AgentConnection) throws(SecError) -> T) throws(SecError) -> T {
-        let c = try open()
+    /// One try on the live connection. A request that may be retried goes out without first asking the kernel
+    /// whether the agent hung up (one poll less per call): if it did, the request fails and is retried.
+    private func attempt<T>(_ options: Options, retry: Bool, _ body: (AgentConnection) throws(SecError) -> T) throws(SecError) -> T {
+        let c = try open(checkingHangUp: !retry)
         var options = options
         if keepsReuse, let applied { options.operationPrompt = applied.options.operationPrompt }
         let key = OptionsKey(options: options, credentials: credentialGeneration)
@@ -116,9 +118,9 @@ package final class AgentSession: @unchecked Sendable {
 
     /// The live connection, or a new one. A socket nobody answers on is errSecNotAvailable, with a line on
     /// stderr saying how to start the agent.
-    private func open() throws(SecError) -> AgentConnection {
+    private func open(checkingHangUp: Bool) throws(SecError) -> AgentConnection {
         if let c = connection {
-            if !c.isHungUp { return c }
+            if !checkingHangUp || !c.isHungUp { return c }
             connection = nil
             applied = nil
         }

@@ -20,7 +20,8 @@ enum ValueConversion {
     }
 
     static func string(_ value: Any) -> String? {
-        switch unwrapped(value) {
+        // Swift's dynamic casts see through an Optional in the Any (an implicitly unwrapped kCFBooleanTrue).
+        switch value {
         case let s as String: s
         case let s as NSString: s as String
         case let s as Substring: String(s)
@@ -29,7 +30,7 @@ enum ValueConversion {
     }
 
     static func bool(_ value: Any) -> Bool? {
-        switch unwrapped(value) {
+        switch value {
         case let b as Bool: b
         case let n as NSNumber: n.boolValue
         case let i as Int where i == 0 || i == 1: i == 1
@@ -38,7 +39,7 @@ enum ValueConversion {
     }
 
     static func integer(_ value: Any) -> Int64? {
-        switch unwrapped(value) {
+        switch value {
         case is Bool: nil
         case let i as Int: Int64(i)
         case let i as Int32: Int64(i)
@@ -53,7 +54,7 @@ enum ValueConversion {
     }
 
     static func data(_ value: Any) -> [UInt8]? {
-        switch unwrapped(value) {
+        switch value {
         case let d as Data: [UInt8](d)
         case let d as NSData: [UInt8](d as Data)
         case let b as [UInt8]: b
@@ -63,7 +64,7 @@ enum ValueConversion {
 
     /// A secret (kSecValueData) copied from the caller's Data into secure memory.
     static func secret(_ value: Any) -> SecureBytes? {
-        switch unwrapped(value) {
+        switch value {
         case let d as Data: d.withUnsafeBytes { SecureBytes(copying: $0) }
         case let d as NSData: (d as Data).withUnsafeBytes { SecureBytes(copying: $0) }
         case let b as [UInt8]: b.withUnsafeBytes { SecureBytes(copying: $0) }
@@ -72,7 +73,7 @@ enum ValueConversion {
     }
 
     static func date(_ value: Any) -> Double? {
-        switch unwrapped(value) {
+        switch value {
         case let d as Date: d.timeIntervalSince1970
         case let d as NSDate: d.timeIntervalSince1970
         default: nil

@@ -312,6 +312,22 @@ import Testing
         #expect(SecItemAdd(q as CFDictionary, nil) == errSecNotAvailable)
     }
 
+    /// The process's connection outlives the agent: after a restart, the next call connects again.
+    @Test func aRestartedAgentIsReachedAgain() throws {
+        let svc = service()
+        let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                  kSecValueData as String: Data("kept".utf8)]
+        #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+        try agent.restart()
+        var result: CFTypeRef?
+        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                    kSecReturnData as String: true]
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+        #expect(result as? Data == Data("kept".utf8))
+        try agent.restart()
+        #expect(SecItemDelete(query as CFDictionary) == errSecSuccess, "a write finds the hung-up connection before sending")
+    }
+
     // MARK: Keys
 
     enum KeyKind: Sendable, CaseIterable { case p256DER, p256Raw, ed25519 }

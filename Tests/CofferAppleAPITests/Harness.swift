@@ -8,7 +8,8 @@ import Security
 final class TestAgent: @unchecked Sendable {
     static let password = "correct horse"
     let dir = TemporaryDirectory("coffer-apple-api")
-    let process = Process()
+    private(set) var process: Process
+    let arguments: [String]
     let socket: String
     let binaries: String
     let pinentry: ScriptedPinentry
@@ -33,16 +34,9 @@ final class TestAgent: @unchecked Sendable {
         try "\(currentUser):\(Self.password):coffer\n".write(toFile: passdb, atomically: true, encoding: .utf8)
         try "auth required \(PAMWrapper.matrix) passdb=\(passdb)\naccount required \(PAMWrapper.matrix) passdb=\(passdb)\n"
             .write(toFile: pam + "/coffer", atomically: true, encoding: .utf8)
-        process.executableURL = URL(fileURLWithPath: binaries + "/cofferd")
-        process.arguments = ["--foreground", "--socket", socket, "--state-dir", dir.file("state"), "--pam-confdir", pam,
-                             "--pam-service", "coffer", "--kdf-ops", "1"]
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        process.standardOutput = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline, !FileManager.default.fileExists(atPath: socket) { usleep(5000) }
-        usleep(20000)
+        arguments = ["--foreground", "--socket", socket, "--state-dir", dir.file("state"), "--pam-confdir", pam,
+                     "--pam-service", "coffer", "--kdf-ops", "1"]
+        process = try Self.start(binaries + "/cofferd", arguments, socket: socket)
         let r = runProcess(binaries + "/coffer", ["passcode", "set", "--passcode-stdin"], stdin: Self.password,
                            environment: ["COFFER_SOCKET": socket])
         guard r.status == 0 else { throw SetupError(text: "passcode set: \(r)") }
@@ -51,6 +45,30 @@ final class TestAgent: @unchecked Sendable {
     }
 
     struct SetupError: Error { let text: String }
+
+    /// Starts `cofferd` and waits until its socket accepts.
+    static func start(_ executable: String, _ arguments: [String], socket: String) throws -> Process {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        p.standardOutput = FileHandle.nullDevice
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline, !FileManager.default.fileExists(atPath: socket) { usleep(5000) }
+        usleep(20000)
+        return p
+    }
+
+    /// Stops the agent and starts it again on the same state, and unlocks it (the keybag starts locked).
+    func restart() throws {
+        process.terminate()
+        process.waitUntilExit()
+        process = try Self.start(binaries + "/cofferd", arguments, socket: socket)
+        let r = runProcess(binaries + "/coffer", ["unlock", "--passcode-stdin"], stdin: Self.password, environment: ["COFFER_SOCKET": socket])
+        guard r.status == 0 else { throw SetupError(text: "unlock: \(r)") }
+    }
 
     deinit {
         process.terminate()
