@@ -90,7 +90,8 @@ enum SecItemCall {
             var accessControl: SecAccessControl?
             var unknown: [String] = []
             var keyClassGiven: Any?, keyTypeGiven: Any?
-            for (key, value) in try ValueConversion.entries(dictionary) {
+            for (k, value) in dictionary {
+                guard let key = ValueConversion.string(k) else { throw .param("a dictionary key that is not a string") }
                 switch key {
                 case "class":
                     guard use != .changes else { throw .param("kSecClass cannot be changed") }
@@ -202,8 +203,7 @@ enum SecItemCall {
             if case .string(let p)? = attributes["pdmn"], ProtectionClass(parsing: p)?.shortCode != p {
                 throw .param("kSecAttrAccessible is not one of its values")
             }
-            if let c = itemClass {
-                let allowed = c.allowedAttributes.union(["pdmn", "sync", "agrp"])
+            if let c = itemClass, let allowed = Self.allowed[c] {
                 let wrong = attributes.keys.filter { !allowed.contains($0) }
                 guard wrong.isEmpty else { throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)") }
             }
@@ -212,6 +212,11 @@ enum SecItemCall {
                 attributes["sync"] = .bool(false)
             }
         }
+
+        /// The attributes each class takes (Coffer's catalog, which is Apple's), computed once.
+        static let allowed: [ItemClass: Set<String>] = Dictionary(uniqueKeysWithValues: ItemClass.allCases.map {
+            ($0, $0.allowedAttributes.union(["pdmn", "sync", "agrp"]))
+        })
 
         /// The options this call runs with, and its session (the context's, or the process's).
         private var session: (AgentSession, AgentSession.Options) {
