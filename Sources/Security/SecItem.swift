@@ -90,8 +90,7 @@ enum SecItemCall {
             var accessControl: SecAccessControl?
             var unknown: [String] = []
             var keyClassGiven: Any?, keyTypeGiven: Any?
-            for (k, value) in dictionary {
-                guard let key = ValueConversion.string(k) else { throw .param("a dictionary key that is not a string") }
+            for (key, value) in try ValueConversion.entries(dictionary) {
                 switch key {
                 case "class":
                     guard use != .changes else { throw .param("kSecClass cannot be changed") }

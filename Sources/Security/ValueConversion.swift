@@ -21,9 +21,10 @@ enum ValueConversion {
 
     static func string(_ value: Any) -> String? {
         // Swift's dynamic casts see through an Optional in the Any (an implicitly unwrapped kCFBooleanTrue).
+        // A dictionary's values arrive as NSString: tried first (the cheaper cast).
         switch value {
-        case let s as String: s
         case let s as NSString: s as String
+        case let s as String: s
         case let s as Substring: String(s)
         default: nil
         }
@@ -107,10 +108,15 @@ enum ValueConversion {
         }
     }
 
-    /// The entries of a Security dictionary by key (keys that are not strings are refused).
+    /// The entries of a Security dictionary by key (keys that are not strings are refused). One copy of the
+    /// keys and values out of the dictionary (cheaper on swift-corelibs-foundation than its iterator, which
+    /// looks every key up again).
     static func entries(_ dictionary: CFDictionary) throws(SecFailure) -> [(String, Any)] {
+        var objects: [Any] = [], keys: [Any] = []
+        dictionary.getObjects(&objects, andKeys: &keys, count: dictionary.count)
         var out: [(String, Any)] = []
-        for (k, v) in dictionary {
+        out.reserveCapacity(keys.count)
+        for (k, v) in zip(keys, objects) {
             guard let key = string(k) else { throw .param("a dictionary key that is not a string") }
             out.append((key, v))
         }
