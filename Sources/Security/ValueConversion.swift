@@ -32,8 +32,8 @@ enum ValueConversion {
 
     static func bool(_ value: Any) -> Bool? {
         switch value {
-        case let b as Bool: b
         case let n as NSNumber: n.boolValue
+        case let b as Bool: b
         case let i as Int where i == 0 || i == 1: i == 1
         default: nil
         }
@@ -41,23 +41,23 @@ enum ValueConversion {
 
     static func integer(_ value: Any) -> Int64? {
         switch value {
+        case let n as NSNumber: n.int64Value
+        case let s as NSString: Int64(s as String)
         case is Bool: nil
         case let i as Int: Int64(i)
         case let i as Int32: Int64(i)
         case let i as Int64: i
         case let i as UInt32: Int64(i)
         case let i as UInt16: Int64(i)
-        case let n as NSNumber: n.int64Value
         case let s as String: Int64(s)
-        case let s as NSString: Int64(s as String)
         default: nil
         }
     }
 
     static func data(_ value: Any) -> [UInt8]? {
         switch value {
-        case let d as Data: [UInt8](d)
         case let d as NSData: [UInt8](d as Data)
+        case let d as Data: [UInt8](d)
         case let b as [UInt8]: b
         default: nil
         }
@@ -66,8 +66,8 @@ enum ValueConversion {
     /// A secret (kSecValueData) copied from the caller's Data into secure memory.
     static func secret(_ value: Any) -> SecureBytes? {
         switch value {
-        case let d as Data: d.withUnsafeBytes { SecureBytes(copying: $0) }
         case let d as NSData: (d as Data).withUnsafeBytes { SecureBytes(copying: $0) }
+        case let d as Data: d.withUnsafeBytes { SecureBytes(copying: $0) }
         case let b as [UInt8]: b.withUnsafeBytes { SecureBytes(copying: $0) }
         default: nil
         }
@@ -75,8 +75,8 @@ enum ValueConversion {
 
     static func date(_ value: Any) -> Double? {
         switch value {
-        case let d as Date: d.timeIntervalSince1970
         case let d as NSDate: d.timeIntervalSince1970
+        case let d as Date: d.timeIntervalSince1970
         default: nil
         }
     }
