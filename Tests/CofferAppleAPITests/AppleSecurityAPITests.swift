@@ -274,6 +274,26 @@ import Testing
         }
     }
 
+    @Test func evaluateAccessControlAsksForWhatTheRuleNeeds() async throws {
+        let passcode = try #require(SecAccessControlCreateWithFlags(nil, kSecAttrAccessibleWhenUnlockedThisDeviceOnly, .devicePasscode, nil))
+        let context = LAContext()
+        let before = pinentryPrompts()
+        #expect(try await context.evaluateAccessControl(passcode, operation: .useItem, localizedReason: "Use the item"))
+        #expect(pinentryPrompts() == before + 1)
+        #expect(context.evaluatedPolicyDomainState == nil, "no biometry is enrolled with this agent")
+        #expect(context.domainState.biometry.biometryType == .none)
+
+        let appPassword = try #require(SecAccessControlCreateWithFlags(nil, kSecAttrAccessibleWhenUnlockedThisDeviceOnly,
+                                                                       .applicationPassword, nil))
+        await #expect(throws: LAError.self) {
+            try await LAContext().evaluateAccessControl(appPassword, operation: .useItem, localizedReason: "needs a credential")
+        }
+        let withCredential = LAContext()
+        withCredential.setCredential(Data("pw".utf8), type: .applicationPassword)
+        #expect(try await withCredential.evaluateAccessControl(appPassword, operation: .useItem, localizedReason: "has one"))
+        #expect(pinentryPrompts() == before + 1, "an application password alone asks nobody")
+    }
+
     @Test func aContextThatMayNotAskIsNotInteractive() {
         let context = LAContext()
         context.interactionNotAllowed = true
