@@ -309,6 +309,22 @@ import Testing
         var error: NSError?
         #expect(!context.canEvaluatePolicy(.deviceOwnerAuthenticationWithWatch, error: &error))
         #expect(error?.code == LAError.Code.watchNotAvailable.rawValue)
+        // This agent has no biometric authenticator: biometry alone cannot be evaluated, and says why.
+        error = nil
+        #expect(!LAContext().canEvaluatePolicy(.deviceOwnerAuthenticationWithBiometrics, error: &error))
+        #expect(error?.domain == LAErrorDomain)
+        #expect(error?.code == LAError.Code.biometryNotAvailable.rawValue || error?.code == LAError.Code.biometryNotEnrolled.rawValue)
+    }
+
+    @Test func unsupportedKeysAreRefusedAsApplesCodesSay() {
+        var error: Unmanaged<CFError>?
+        let rsa: [String: Any] = [kSecAttrKeyType as String: kSecAttrKeyTypeRSA, kSecAttrKeySizeInBits as String: 2048]
+        #expect(SecKeyCreateRandomKey(rsa as CFDictionary, &error) == nil)
+        #expect((error?.takeRetainedValue() as Error?).map { ($0 as NSError).code } == Int(errSecUnimplemented))
+        let odd: [String: Any] = [kSecAttrKeyType as String: kSecAttrKeyTypeECSECPrimeRandom, kSecAttrKeySizeInBits as String: 192]
+        #expect(SecKeyCreateRandomKey(odd as CFDictionary, nil) == nil)
+        #expect(SecKeyCreateWithData(Data([1, 2, 3]) as CFData, [kSecAttrKeyType as String: kSecAttrKeyTypeECSECPrimeRandom,
+                                                                kSecAttrKeyClass as String: kSecAttrKeyClassPublic] as CFDictionary, nil) == nil)
     }
 
     @Test func accessControlFlagsAreChecked() {
