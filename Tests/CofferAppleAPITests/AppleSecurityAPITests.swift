@@ -57,6 +57,24 @@ import Testing
         #expect(SecItemDelete(search as CFDictionary) == errSecItemNotFound)
     }
 
+    @Test func aPersistentReferenceNamesItsItem() throws {
+        let svc = service()
+        let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                  kSecValueData as String: Data("by reference".utf8), kSecReturnPersistentRef as String: true]
+        var made: CFTypeRef?
+        #expect(SecItemAdd(add as CFDictionary, &made) == errSecSuccess)
+        let ref = try #require(made as? Data)
+        var found: CFTypeRef?
+        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecValuePersistentRef as String: ref,
+                                    kSecReturnData as String: true, kSecReturnAttributes as String: true]
+        #expect(SecItemCopyMatching(query as CFDictionary, &found) == errSecSuccess)
+        let d = found as? [String: Any]
+        #expect(d?[kSecValueData as String] as? Data == Data("by reference".utf8))
+        #expect(d?[kSecAttrService as String] as? String == svc)
+        #expect(SecItemDelete([kSecClass as String: kSecClassGenericPassword, kSecValuePersistentRef as String: ref] as CFDictionary) == errSecSuccess)
+        #expect(SecItemCopyMatching(query as CFDictionary, &found) == errSecItemNotFound)
+    }
+
     @Test func aSecondAddOfTheSameItemIsADuplicate() {
         let q: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service(),
                                 kSecAttrAccount as String: "me", kSecValueData as String: Data([1, 2, 3])]
