@@ -312,6 +312,29 @@ import Testing
         #expect(pinentryPrompts() == before + 1, "an application password alone asks nobody")
     }
 
+    /// The agent honours the context's reuse duration: inside it the evaluation covers a read, after it the
+    /// person is asked again.
+    @Test func theReuseDurationIsHonoured() async throws {
+        let svc = service()
+        let access = try #require(SecAccessControlCreateWithFlags(nil, kSecAttrAccessibleWhenUnlockedThisDeviceOnly, .devicePasscode, nil))
+        let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                  kSecValueData as String: Data("timed".utf8), kSecAttrAccessControl as String: access]
+        #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+        let context = LAContext()
+        context.touchIDAuthenticationAllowableReuseDuration = 1
+        let before = pinentryPrompts()
+        #expect(try await context.evaluatePolicy(.deviceOwnerAuthentication, localizedReason: "for a second"))
+        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                    kSecReturnData as String: true, kSecUseAuthenticationContext as String: context]
+        var result: CFTypeRef?
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+        #expect(pinentryPrompts() == before + 1, "covered by the evaluation")
+        try await Task.sleep(nanoseconds: 1_300_000_000)
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+        #expect(result as? Data == Data("timed".utf8))
+        #expect(pinentryPrompts() == before + 2, "the window had ended: the person was asked again")
+    }
+
     @Test func aContextThatMayNotAskIsNotInteractive() {
         let context = LAContext()
         context.interactionNotAllowed = true
