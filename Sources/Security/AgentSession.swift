@@ -42,6 +42,14 @@ package final class AgentSession: @unchecked Sendable {
     private static let socketMutex = PThreadMutex()
     nonisolated(unsafe) private static var socketOverride: String?
 
+    /// The pinentry new connections ask the person through (tests name a scripted one); nil: `$COFFER_PINENTRY`,
+    /// else the terminal.
+    package static var pinentry: String? {
+        get { socketMutex.withLock { pinentryOverride } }
+        set { socketMutex.withLock { pinentryOverride = newValue } }
+    }
+    nonisolated(unsafe) private static var pinentryOverride: String?
+
     /// The options a call runs with: what the agent must not do (ask) and what to show, plus, for an
     /// LAContext's session, its reuse duration and credentials.
     package struct Options: Equatable, Sendable {
@@ -128,7 +136,8 @@ package final class AgentSession: @unchecked Sendable {
         do {
             let c = try AgentConnection(path: path, clientName: Self.clientName)
             // A program using Apple's API is usually an app: the pinentry it names (a dialog) first, else its terminal.
-            c.authenticationDelegate = PinentryAuthentication.fromEnvironment() ?? PinentryAuthentication.standard()
+            c.authenticationDelegate = Self.pinentry.map { PinentryAuthentication(program: $0) }
+                ?? PinentryAuthentication.fromEnvironment() ?? PinentryAuthentication.standard()
             connection = c
             return c
         } catch {

@@ -40,7 +40,7 @@ final class TestAgent: @unchecked Sendable {
         let r = runProcess(binaries + "/coffer", ["passcode", "set", "--passcode-stdin"], stdin: Self.password,
                            environment: ["COFFER_SOCKET": socket])
         guard r.status == 0 else { throw SetupError(text: "passcode set: \(r)") }
-        setenv("COFFER_PINENTRY", pinentry.program, 1)
+        AgentSession.pinentry = pinentry.program
         AgentSession.socket = socket
     }
 
