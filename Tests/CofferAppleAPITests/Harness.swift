@@ -2,6 +2,9 @@ import CofferTestSupport
 import Foundation
 import Security
 
+/// The pid of the agent the process-exit handler stops (0: none).
+nonisolated(unsafe) var runningAgent: Int32 = 0
+
 /// A real `cofferd` for these tests (private state directory, socket and PAM stack, pam_matrix), with the
 /// passcode set and the keychain unlocked, and the Security module's sessions pointed at it. Binaries are
 /// found beside this test runner, so nothing depends on where the checkout lives.
@@ -18,9 +21,16 @@ final class TestAgent: @unchecked Sendable {
     /// A path in the agent's private directory.
     func file(_ name: String) -> String { dir.file(name) }
 
-    /// The one agent of this test process.
+    /// The one agent of this test process, stopped when the process exits (a static is never deinitialised).
     static let shared: TestAgent = {
-        do { return try TestAgent() } catch { fatalError("cannot start cofferd: \(error)") }
+        do {
+            let agent = try TestAgent()
+            runningAgent = agent.process.processIdentifier
+            atexit { if runningAgent > 0 { kill(runningAgent, SIGTERM) } }
+            return agent
+        } catch {
+            fatalError("cannot start cofferd: \(error)")
+        }
     }()
 
     init() throws {
@@ -66,6 +76,7 @@ final class TestAgent: @unchecked Sendable {
         process.terminate()
         process.waitUntilExit()
         process = try Self.start(binaries + "/cofferd", arguments, socket: socket)
+        runningAgent = process.processIdentifier
         let r = runProcess(binaries + "/coffer", ["unlock", "--passcode-stdin"], stdin: Self.password, environment: ["COFFER_SOCKET": socket])
         guard r.status == 0 else { throw SetupError(text: "unlock: \(r)") }
     }
