@@ -281,13 +281,41 @@ enum SecItemCall {
                 items = try s.run(options: options) { c throws(SecError) in try c.copyMatching(q) }
             } catch where ui == .skip && error.status == errSecInteractionNotAllowed {
                 // kSecUseAuthenticationUISkip: what would need the person is left out.
-                throw SecFailure(errSecItemNotFound, "the matches need authentication, and kSecUseAuthenticationUISkip leaves them out")
+                items = try skippingProtected(q, session: s, options: options)
             }
             // A search asking for nothing back only tells whether something matched.
             guard !items.isEmpty else { throw SecFailure(errSecItemNotFound, "no item matches") }
             if returnRef { items = try withKeyData(items, session: s, options: options) }
             guard returnData || returnAttributes || returnRef || returnPersistentRef else { return nil }
             return try shape(items, single: limit == .one)
+        }
+
+        /// kSecUseAuthenticationUISkip: the matches listed by attributes (which never need the person), then
+        /// each one's data asked for alone, without asking anyone; those that would need the person are left out.
+        private func skippingProtected(_ q: ItemQuery, session s: AgentSession, options: AgentSession.Options) throws(SecFailure) -> [ItemResult] {
+            var listing = q
+            listing.limit = .all
+            listing.returnData = false
+            listing.returnAttributes = true
+            listing.returnPersistentRef = true
+            let all = try s.run(options: options) { c throws(SecError) in try c.copyMatching(listing) }
+            var out: [ItemResult] = []
+            for var item in all {
+                if let bound = q.limit.bound, out.count >= bound { break }
+                guard let ref = item.persistentRef else { continue }
+                if q.returnData {
+                    let one = ItemQuery(itemClass: item.itemClass, returnData: true, persistentRef: ref)
+                    do {
+                        item.data = try s.run(options: options) { c throws(SecError) in try c.copyMatching(one) }.first?.data
+                    } catch where error.status == errSecInteractionNotAllowed {
+                        continue
+                    }
+                }
+                if !q.returnAttributes { item.attributes = nil }
+                if !q.returnPersistentRef { item.persistentRef = nil }
+                out.append(item)
+            }
+            return out
         }
 
         /// Key items asked for as SecKey: a key stored in software needs its secret (read by persistent reference).

@@ -219,6 +219,20 @@ import Testing
         skip[kSecUseAuthenticationUI as String] = kSecUseAuthenticationUISkip
         #expect(SecItemCopyMatching(skip as CFDictionary, &result) == errSecItemNotFound)
         #expect(pinentryPrompts() == before + 1, "neither asked")
+
+        // Skip leaves out what would need the person and returns the rest.
+        let plain: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                    kSecAttrAccount as String: "plain", kSecValueData as String: Data("open".utf8)]
+        #expect(SecItemAdd(plain as CFDictionary, nil) == errSecSuccess)
+        var all = skip
+        all[kSecMatchLimit as String] = kSecMatchLimitAll
+        all[kSecReturnAttributes as String] = true
+        #expect(SecItemCopyMatching(all as CFDictionary, &result) == errSecSuccess)
+        let rows = result as? [[String: Any]]
+        #expect(rows?.count == 1)
+        #expect(rows?.first?[kSecAttrAccount as String] as? String == "plain")
+        #expect(rows?.first?[kSecValueData as String] as? Data == Data("open".utf8))
+        #expect(pinentryPrompts() == before + 1, "still nobody asked")
     }
 
     /// The application password pattern (seed 004): the same LAContext credential makes and opens the item.
