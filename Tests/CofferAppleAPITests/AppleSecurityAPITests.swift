@@ -400,7 +400,18 @@ import Testing
         defer { AgentSession.socket = saved }
         let q: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service(),
                                 kSecValueData as String: Data([1])]
-        #expect(SecItemAdd(q as CFDictionary, nil) == errSecNotAvailable)
+        // Standard error goes to a file for the call: the line saying how to start the agent.
+        let log = agent.file("no-agent-\(UUID().uuidString.prefix(8)).log")
+        let fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let stderrCopy = dup(2)
+        dup2(fd, 2)
+        let status = SecItemAdd(q as CFDictionary, nil)
+        dup2(stderrCopy, 2)
+        close(stderrCopy)
+        close(fd)
+        #expect(status == errSecNotAvailable)
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(text.contains("no keychain agent") && text.contains("start the agent with: cofferd"), "\(text)")
     }
 
     /// The process's connection outlives the agent: after a restart, the next call connects again.
