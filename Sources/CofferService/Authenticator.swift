@@ -176,6 +176,9 @@ package final class Authenticator: Sendable {
         let text = "\(Self.appName(caller.caller)) wants to authenticate you: \(reason)"
         try obtain(methods, into: &context, context: &caller, channel: channel, prompt: text, deadline: clock.now() + timeoutSeconds,
                    sensed: sensed, biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
+        // The evaluation covers the conversation's later item requests for its reuse window, as an LAContext
+        // passed in kSecUseAuthenticationContext carries its evaluation into them (issue #46).
+        caller.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
     }
 
     /// What `canEvaluatePolicy` answers for `caller` (no person involved): the same methods
