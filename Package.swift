@@ -34,6 +34,11 @@ let package = Package(
         .executable(name: "coffer-secret-service-import", targets: ["coffer-secret-service-import"]),
         .library(name: "CofferClient", targets: ["CofferClient"]),
         .library(name: "CofferKeychain", targets: ["CofferKeychain"]),
+        // Apple's keychain API for Swift code written for Apple platforms (issue #46): `import Security` and
+        // `import LocalAuthentication` on Linux, backed by the agent. Linux only: on Apple platforms a package
+        // keeps the system frameworks (these modules then compile to nothing; see the Security module's docs).
+        .library(name: "Security", targets: ["Security"]),
+        .library(name: "LocalAuthentication", targets: ["LocalAuthentication"]),
         // For contrib/fuzz (a separate package, so the main build never links a harness without main).
         // Authenticator plugins: the host executable and the plain-C plugins it dlopens.
         .executable(name: "coffer-plugin-host", targets: ["coffer-plugin-host"]),
@@ -135,6 +140,15 @@ let package = Package(
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
                                "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol", "CofferSSHKeys",
                                .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
+        // Swift code written for Apple sees them, on swift-corelibs-foundation; one agent connection per process.
+        .target(name: "Security", dependencies: ["CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys", "CofferSSHAgentProtocol",
+                                                 "CofferSystem"],
+                swiftSettings: settings),
+        // Apple's LocalAuthentication over the agent (issue #46): LAContext, each with a connection of its own that
+        // carries its evaluation into the SecItem calls it is passed to.
+        .target(name: "LocalAuthentication", dependencies: ["Security", "CofferClient", "CofferModel", "CofferCrypto"],
                 swiftSettings: settings),
         // What every command-line tool shares: error reporting with exit statuses, secret printing.
         // No Foundation, no ArgumentParser (`coffer` links it and must stay small and static).
@@ -282,6 +296,10 @@ let package = Package(
                                    "CofferTestSupport", "CofferTPM", "CofferSecretService", "CofferSync"],
                     swiftSettings: settings),
 
+        // Apple's API as Apple code calls it (issue #46), against a real agent over a real socket.
+        .testTarget(name: "CofferAppleAPITests", dependencies: ["Security", "LocalAuthentication", "CofferTestSupport"],
+                    swiftSettings: settings),
+
         // The plugin host and its client against real plugins loaded by dlopen (and the protocol's vectors).
         .testTarget(name: "CofferPluginTests",
                     dependencies: ["CofferPluginHost", "CofferPluginClient", "CofferPluginProtocol", "CofferCrypto",
@@ -289,7 +307,7 @@ let package = Package(
                     swiftSettings: settings),
 
         .executableTarget(name: "coffer-bench", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferSync", "CofferProtocol", "CofferKeychain", "CofferClient", "CofferSystem",
-                                                                     "CofferIdentity", "CofferSSHAgentProtocol", "CofferCLISupport"],
+                                                                     "CofferIdentity", "CofferSSHAgentProtocol", "CofferCLISupport", "Security"],
                           path: "Sources/coffer-bench", swiftSettings: settings),
     ]
 )

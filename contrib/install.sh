@@ -4,6 +4,7 @@
 # the GnuPG helper (pinentry-coffer), the git credential helper (git-credential-coffer), man pages and shell completions.
 #
 #   contrib/install.sh [--dry-run] [--verbose] [--enable-pam-login] [--enable-secret-service] [--enable-portal-secret] [--systemd|--no-systemd] [--bin-dir DIR]
+#   contrib/install.sh --replace-gnome-keyring | --restore-gnome-keyring [--dry-run]
 #
 # Binaries come from .build/release, built by this script when missing (swift build -c release
 # --product P for cofferd, coffer, coffer-cli, pinentry-coffer, git-credential-coffer,
@@ -18,10 +19,18 @@
 # (coffer-portal-secret: its binary, manifest, man page, D-Bus activation file and coffer.portal).
 # Without systemd (PID 1 is not systemd, detected as sd_booted does: no /run/systemd/system; or
 # --no-systemd) the session line starts the agent (agent=/usr/local/bin/cofferd): see the README.
+# --replace-gnome-keyring (run after the install) makes Coffer the provider of every user's session
+# in place of what Debian's gnome-keyring (and gcr) start: Coffer's D-Bus activation file for
+# org.freedesktop.secrets, the user units gnome-keyring-daemon.socket/.service and
+# gcr-ssh-agent.socket/.service masked for every user (/etc/systemd/user), and the XDG autostart
+# entries gnome-keyring-secrets.desktop and gnome-keyring-ssh.desktop diverted (dpkg-divert --local
+# --rename: package upgrades keep them out of the way). It prints each step, does only what is not
+# done yet, and records what it did in /etc/coffer/replaced-gnome-keyring; --restore-gnome-keyring
+# undoes exactly that. Both are idempotent; both change only these files and do nothing else.
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-dry=0; verbose=0; pam_login=0; secret_service=0; portal_secret=0; bin_dir="$root/.build/release"
+dry=0; verbose=0; pam_login=0; secret_service=0; portal_secret=0; bin_dir="$root/.build/release"; switch=""
 if [ -d /run/systemd/system ]; then systemd=1; else systemd=0; fi
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,7 +42,9 @@ while [ $# -gt 0 ]; do
         --bin-dir) bin_dir="$2"; shift ;;
         --enable-secret-service) secret_service=1 ;;
         --enable-portal-secret) portal_secret=1 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        --replace-gnome-keyring) switch=replace ;;
+        --restore-gnome-keyring) switch=restore ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -44,6 +55,88 @@ D="${DESTDIR:-}"
 step() { if [ "$dry" = 1 ] || [ "$verbose" = 1 ]; then echo "+ $*"; fi; }
 run() { step "$@"; if [ "$dry" = 0 ]; then "$@"; fi; }
 run_quiet() { step "$@"; if [ "$dry" = 0 ]; then "$@" >/dev/null; fi; }
+
+# Switching from gnome-keyring and back: every step prints one "+ " line (done, or listed with
+# --dry-run) or says why it is skipped; the record lists what was done, one "KIND PATH" line each.
+if [ -n "$switch" ]; then
+    record="$D/etc/coffer/replaced-gnome-keyring"
+    dbus_file="$D/usr/local/share/dbus-1/services/org.freedesktop.secrets.service"
+    units="gnome-keyring-daemon.socket gnome-keyring-daemon.service gcr-ssh-agent.socket gcr-ssh-agent.service"
+    autostart="gnome-keyring-secrets.desktop gnome-keyring-ssh.desktop"
+    say() { echo "+ $*"; }
+    act() { say "$@"; if [ "$dry" = 0 ]; then "$@"; fi; }
+    note() { if [ "$dry" = 0 ]; then mkdir -p "$(dirname "$record")" && echo "$1 $2" >> "$record"; fi; }
+    recorded() { [ -f "$record" ] && grep -qxF "$1 $2" "$record"; }
+    # dpkg-divert where dpkg keeps the package database (a staging DESTDIR without one: a plain rename).
+    divert() {
+        if command -v dpkg-divert >/dev/null && [ -f "$D/var/lib/dpkg/diversions" ]; then
+            act dpkg-divert ${D:+--root "$D"} --local --rename --divert "$2.coffer-disabled" "$1" "$2"
+        elif [ "$1" = --add ]; then act mv "$D$2" "$D$2.coffer-disabled"
+        else act mv "$D$2.coffer-disabled" "$D$2"
+        fi
+    }
+    if [ "$switch" = replace ]; then
+        if [ ! -x "$D/usr/local/bin/coffer-secret-service" ] || [ ! -x "$D/usr/local/bin/cofferd" ]; then
+            echo "install.sh: Coffer is not installed in $D/usr/local/bin (cofferd, coffer-secret-service): run contrib/install.sh first" >&2; exit 1
+        fi
+        # 1. D-Bus activation: Coffer's file, which the session bus reads before gnome-keyring's.
+        if [ -f "$dbus_file" ] && cmp -s "$here/dbus/org.freedesktop.secrets.service" "$dbus_file"; then
+            echo "already: $dbus_file is Coffer's"
+        else
+            act install -D -m 0644 "$here/dbus/org.freedesktop.secrets.service" "$dbus_file"
+            recorded dbus "$dbus_file" || note dbus "$dbus_file"
+        fi
+        # 2. The user units, masked for every user.
+        for u in $units; do
+            link="$D/etc/systemd/user/$u"
+            if [ ! -e "$D/usr/lib/systemd/user/$u" ]; then echo "skipped: $u is not installed"
+            elif [ "$(readlink "$link" 2>/dev/null)" = /dev/null ]; then echo "already: $u is masked"
+            elif [ -e "$link" ] || [ -L "$link" ]; then echo "skipped: $link exists and is not a mask (an administrator's own unit): left as it is"
+            else
+                act mkdir -p "$D/etc/systemd/user"
+                act ln -s /dev/null "$link"
+                note mask "$link"
+            fi
+        done
+        # 3. The autostart entries (gnome-keyring-daemon --start for secrets and ssh), moved aside.
+        for f in $autostart; do
+            entry="/etc/xdg/autostart/$f"
+            if [ -e "$D$entry.coffer-disabled" ]; then echo "already: $entry is diverted"
+            elif [ ! -e "$D$entry" ]; then echo "skipped: $entry is not installed"
+            else
+                divert --add "$entry"
+                note divert "$entry"
+            fi
+        done
+        cat <<MSG
+gnome-keyring is replaced for sessions started from now on: each user logs out and in, then
+  busctl --user status org.freedesktop.secrets   names coffer-secret-service, and
+  echo \$SSH_AUTH_SOCK                           is Coffer's ssh-agent socket.
+Import what gnome-keyring holds first if you have not (coffer import secret-service, while it still runs).
+Undo with: contrib/install.sh --restore-gnome-keyring
+MSG
+    else
+        if [ ! -f "$record" ]; then echo "nothing to restore: $record does not exist (gnome-keyring was not replaced by install.sh)"; exit 0; fi
+        # Undone in reverse, each only if it is still as install.sh left it.
+        tac "$record" | while read -r kind path; do
+            case "$kind" in
+                divert)
+                    if [ -e "$D$path.coffer-disabled" ] && [ ! -e "$D$path" ]; then divert --remove "$path"
+                    else echo "skipped: $path is not diverted any more"; fi ;;
+                mask)
+                    if [ "$(readlink "$path" 2>/dev/null)" = /dev/null ]; then act rm "$path"
+                    else echo "skipped: $path is not a mask any more"; fi ;;
+                dbus)
+                    if [ -f "$path" ] && cmp -s "$here/dbus/org.freedesktop.secrets.service" "$path"; then act rm "$path"
+                    else echo "skipped: $path is not Coffer's any more"; fi ;;
+                *) echo "install.sh: $record: unknown line '$kind'" >&2; exit 1 ;;
+            esac
+        done
+        act rm "$record"
+        echo "gnome-keyring is back for sessions started from now on: each user logs out and in. Coffer's items stay in Coffer."
+    fi
+    exit 0
+fi
 
 # The PAM module directory: where pam_unix.so lives.
 security_dir=""

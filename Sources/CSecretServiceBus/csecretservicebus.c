@@ -182,6 +182,14 @@ int ssb_bus_serve_objects(ssb_bus *bus, const char *collections, const char *ali
     /* Sessions are objects of their own (ssb_add_session); this fallback takes calls to session paths
      * that are not (never opened, or closed), so that they are answered NoSuchObject. */
     if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, sessions, SESSION_IFACE, session_vtable, find_cb, u);
+    /* Every other path (outside the service's namespace, or one of its bare nodes): a call to one of
+     * the Secret Service's object interfaces there is answered NoSuchObject too, never sd-bus's
+     * UnknownObject, which clients such as python-secretstorage 3.3 do not read as "no such item".
+     * The more specific fallbacks above are tried first. */
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, "/", COLLECTION_IFACE, collection_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, "/", ITEM_IFACE, item_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, "/", PROMPT_IFACE, prompt_vtable, find_cb, u);
+    if (r >= 0) r = sd_bus_add_fallback_vtable(bus, NULL, "/", SESSION_IFACE, session_vtable, find_cb, u);
     if (r >= 0) r = sd_bus_add_node_enumerator(bus, NULL, collections, enumerate_cb, u);
     return r;
 }

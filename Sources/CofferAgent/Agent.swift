@@ -9,6 +9,7 @@ import CofferPAM
 import CofferPluginClient
 import CofferPluginProtocol
 import CofferPolicy
+import CofferPrompt
 import CofferProtocol
 package import CofferService
 import CofferSystem
@@ -52,8 +53,6 @@ package final class Agent: Sendable {
     let pluginHost: PluginHost?
     /// Keys added with `ssh-add`, in memory only (every ssh-agent connection shares them).
     let sshKeys = SSHAgentKeyStore()
-    /// Reusable authentications of protected keychain keys used through the ssh-agent socket.
-    let sshReuse = SSHSignatureReuse()
 
     /// Starts the plugin host with the configured plugin directories, if biometry or the passcode is
     /// served by a plugin. A host that cannot start is logged (biometry is then unavailable; a
@@ -169,12 +168,14 @@ package final class Agent: Sendable {
         // of ssh keys, ssh-add -c): the configured pinentry on the login session's display, or nobody.
         let openPrompt: @Sendable () -> Result<AgentPromptChannel, PromptUnavailable> = { [configuration, logger] in
             let opened = AgentPromptChannel.open(configuration: configuration, clock: SystemClock())
-            if case .failure(let why) = opened, why != .noPinentry {
+            // pinentry = none is the person's choice: no warning for it.
+            if case .failure(let why) = opened, configuration.pinentry != .none {
                 logger.warning("refused a request that needs the person, no dialog shown: \(why)")
             }
             return opened
         }
-        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync, files: files)
+        pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync,
+                            prompterReport: { [configuration] in AgentPromptChannel.report(configuration: configuration) }, files: files)
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
@@ -182,7 +183,7 @@ package final class Agent: Sendable {
         // FileDescriptorName=ssh-agent); when it passed none, one of our own beside the native socket.
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
         let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { try? openPrompt().get() },
-                                           reuse: sshReuse, refusals: refusals, logger: logger)
+                                           refusals: refusals, logger: logger)
         if let fd = activation?.sshAgent {
             if sshAgentSocket == nil {
                 close(fd)
@@ -342,7 +343,7 @@ package final class Agent: Sendable {
         pluginHost?.shutdown()
         keychain.lock()
         sshKeys.clear()
-        sshReuse.clear()
+        schedule.sessions.endAll()
         keychain.checkpoint()
         // A TPM without a resource manager (swtpm) keeps what a process leaves loaded.
         keychain.releaseDeviceKey()

@@ -82,9 +82,18 @@ package struct AgentConfiguration: Sendable {
     /// The plugin host executable (config key `plugin-host`; default: `coffer-plugin-host` beside cofferd).
     package var pluginHost: String? = nil
     /// The pinentry the agent's own prompter runs for callers that cannot prompt themselves (config
-    /// key `pinentry`, an absolute path; nil, the default: no agent-side prompts, such a request fails
-    /// with errSecInteractionNotAllowed). See ``AgentPromptChannel``.
-    package var pinentryProgram: String? = nil
+    /// key `pinentry`: an absolute path, `none`, or `auto`, the default: the first graphical pinentry
+    /// installed in the system's directories, ``PinentryChoice``). Without one, such a request fails
+    /// with errSecInteractionNotAllowed. See ``AgentPromptChannel``.
+    package var pinentry: PinentryChoice.Setting = .automatic
+    /// Where the default search looks, and the owner a candidate must have (tests only: a private
+    /// directory; the configuration file cannot set them).
+    package var pinentrySearch: (directories: [String], owner: UInt32) = (PinentryChoice.systemDirectories, 0)
+
+    /// The pinentry this configuration chooses on this machine now, and why.
+    package var pinentryChoice: PinentryChoice {
+        PinentryChoice.resolve(pinentry, directories: pinentrySearch.directories, trustedOwner: pinentrySearch.owner)
+    }
     /// The display the agent's own dialogs appear on (config key `prompt-display`: an X11 display
     /// such as `:0`, or a Wayland socket such as `wayland-0`), for a machine without systemd-logind;
     /// nil, the default: the person's active, local, graphical login session as logind reports it,
@@ -288,8 +297,13 @@ package struct AgentConfiguration: Sendable {
                 guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'plugin-host' needs an absolute path") }
                 pluginHost = value
             case "pinentry":
-                guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'pinentry' needs an absolute path") }
-                pinentryProgram = value
+                switch value {
+                case "auto": pinentry = .automatic
+                case "none": pinentry = .none
+                default:
+                    guard value.hasPrefix("/") else { throw AgentError("\(name):\(n + 1): 'pinentry' is an absolute path, auto or none") }
+                    pinentry = .program(value)
+                }
             case "prompt-display":
                 guard let display = PromptDisplay(configured: value) else {
                     throw AgentError("\(name):\(n + 1): 'prompt-display' is an X11 display (:0) or a Wayland socket (wayland-0, or an absolute path)")

@@ -6,15 +6,15 @@ import Glibc
 
 /// Why the agent cannot ask the person itself.
 enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConvertible {
-    /// No pinentry is configured (`pinentry = PATH`).
-    case noPinentry
+    /// No pinentry: `pinentry = none`, or none installed that the default search takes (the reason).
+    case noPinentry(String)
     /// No display the dialog may appear on: logind reports no local graphical session of the user
     /// (or cannot be asked), and the configuration names no `prompt-display`.
     case noDisplay(LoginSessions.LookupError)
 
     var description: String {
         switch self {
-        case .noPinentry: "no pinentry is configured (pinentry = PATH)"
+        case .noPinentry(let why): "no pinentry: \(why)"
         case .noDisplay(let why): "no display to show the dialog on: \(why); prompt-display = DISPLAY in cofferd.conf names one"
         }
     }
@@ -48,12 +48,13 @@ final class AgentPromptChannel: AuthChannel {
         self.clock = clock
     }
 
-    /// The channel `configuration` asks for (`pinentry = PATH`), its dialog on the person's login
-    /// session (``promptDisplay(_:loginctl:)``). Fails when nobody can be asked: no pinentry is
-    /// configured, or there is no display the dialog may appear on.
+    /// The channel `configuration` asks for (its ``AgentConfiguration/pinentryChoice``), its dialog on
+    /// the person's login session (``promptDisplay(_:loginctl:)``). Fails when nobody can be asked: no
+    /// pinentry, or no display the dialog may appear on.
     static func open(configuration: AgentConfiguration, clock: any MonotonicClock,
                      loginctl: String = LoginSessions.loginctl) -> Result<AgentPromptChannel, PromptUnavailable> {
-        guard let program = configuration.pinentryProgram else { return .failure(.noPinentry) }
+        let choice = configuration.pinentryChoice
+        guard let program = choice.program else { return .failure(.noPinentry(choice.reason)) }
         switch promptDisplay(configuration, loginctl: loginctl) {
         case .failure(let why): return .failure(.noDisplay(why))
         case .success(let display):
@@ -70,6 +71,19 @@ final class AgentPromptChannel: AuthChannel {
                               loginctl: String = LoginSessions.loginctl) -> Result<PromptDisplay, LoginSessions.LookupError> {
         if let configured = configuration.promptDisplay { return .success(configured) }
         return LoginSessions.promptDisplay(uid: getuid(), loginctl: loginctl)
+    }
+
+    /// What PROMPTER answers (`coffer status`): the pinentry `configuration` chooses and why, and
+    /// where its dialogs appear now (or why nowhere).
+    static func report(configuration: AgentConfiguration, loginctl: String = LoginSessions.loginctl) -> PrompterReply {
+        let choice = configuration.pinentryChoice
+        switch promptDisplay(configuration, loginctl: loginctl) {
+        case .success(let display):
+            return PrompterReply(program: choice.program, reason: choice.reason, hasDisplay: true, display: display.description)
+        case .failure(let why):
+            return PrompterReply(program: choice.program, reason: choice.reason, hasDisplay: false,
+                                 display: "\(why); prompt-display = DISPLAY in cofferd.conf names one")
+        }
     }
 
     func ask(_ request: AuthenticationRequest) { prompter.ask(request) }

@@ -32,16 +32,20 @@ final class Pipeline: Sendable {
     let sync: SyncService?
     /// Protected directories (nil: FILES answers that this agent has none).
     let files: FileProtectionService?
+    /// What PROMPTER answers: the agent's pinentry and why, and where its dialogs appear now (nil:
+    /// this agent has no prompter).
+    let prompterReport: (@Sendable () -> PrompterReply)?
     var logger: Logger { service.logger }
 
     init(service: KeychainService, resolver: IdentityResolver? = nil,
          promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil,
-         files: FileProtectionService? = nil) {
+         prompterReport: (@Sendable () -> PrompterReply)? = nil, files: FileProtectionService? = nil) {
         self.service = service
         self.sync = sync
         self.files = files
         self.resolver = resolver
         self.promptChannel = promptChannel
+        self.prompterReport = prompterReport
     }
 
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
@@ -55,7 +59,7 @@ final class Pipeline: Sendable {
         // from its end (a passcode set whose KDF outlasts the idle time is followed by `unlocked`, not
         // by a lock that raced it).
         switch request {
-        case .status, .protections, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
+        case .status, .protections, .prompter, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
             return run(request, &session, channel)
         default:
             return service.asActivity { run(request, &session, channel) }
@@ -164,6 +168,9 @@ final class Pipeline: Sendable {
             return try filesRequest(operation, session)
         case .protections:
             return .protections(service.protections())
+        case .prompter:
+            return .prompter(prompterReport?() ?? PrompterReply(program: nil, reason: "this agent has no prompter", hasDisplay: false,
+                                                                display: "this agent has no prompter"))
         case .promptUnlock:
             try promptUnlock(session, client: (channel as? ConnectionAuthChannel)?.conn.fd ?? -1)
             return .ok
@@ -395,7 +402,8 @@ extension Pipeline {
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }
         let app = Authenticator.appName(session.context.caller)
-        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain"))
+        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain",
+                                          identity: Authenticator.identityDescription(session.context.caller)))
         // The prompter's own deadline (authentication-timeout) ends the wait first.
         let deadline = Threads.monotonicSeconds() + 24 * 3600
         var wrong = 0
@@ -405,9 +413,10 @@ extension Pipeline {
                 do {
                     try service.unlock(passcode, session.context)
                     return
-                } catch where error.status == .authFailed && wrong + 1 < Authenticator.passcodeAttempts {
+                } catch where error.status == .authFailed && wrong + 1 < Authenticator.passcodeAttempts
+                            && service.unlocking.retryAfter == 0 {
                     wrong += 1
-                    channel.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
+                    channel.feedback(service.unlocking.wrongPasscodeFeedback, kind: .wrongPasscode)
                 }
             case .stopped:
                 continue
@@ -422,7 +431,7 @@ extension Pipeline {
     /// The agent's prompter for a request that needs the person now; interactionNotAllowed when
     /// nobody can be asked (no pinentry, no display: ``PromptUnavailable``).
     private func openPrompter() throws(SecError) -> AgentPromptChannel {
-        guard let promptChannel else { throw PromptUnavailable.noPinentry.error }
+        guard let promptChannel else { throw PromptUnavailable.noPinentry("this agent has no prompter").error }
         switch promptChannel() {
         case .success(let channel): return channel
         case .failure(let why): throw why.error

@@ -50,8 +50,6 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     /// Opens the channel through which the agent itself asks a person (its pinentry), one per
     /// request that needs one; nil when nobody can be asked (no pinentry configured).
     let promptChannel: @Sendable () -> AgentPromptChannel?
-    /// Reusable authentications for protected keychain keys, per caller and key (``SSHSignatureReuse``).
-    let reuse: SSHSignatureReuse
     /// Where refused LOCKs and UNLOCKs are logged, at most one line per kind and interval.
     let refusals: RefusalLog
     let logger: Logger
@@ -161,45 +159,12 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             return .signResponse(signatureBlob: signature.blob)
 
         case .addIdentity(let wireKey, let comment, let constraints):
-            var lifetime: UInt32? = nil
-            var confirm = false
-            var destinations: [SSHDestinationConstraint] = []
-            for c in constraints {
-                switch c {
-                case .lifetime(let seconds): lifetime = seconds
-                case .confirm: confirm = true
-                case .restrictDestination(let list) where SSHDestinationPolicy.acceptable(list): destinations = list
-                default:
-                    logger.info("ssh-agent: refused a key with a constraint this agent cannot enforce",
-                                metadata: ["key": "\(wireKey.publicKey.fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
-                    return .failure
-                }
-            }
-            let crypto: SSHPrivateKey
-            do {
-                crypto = try wireKey.cryptoKey()
-            } catch {
-                logger.info("ssh-agent: refused a key", metadata: ["key": "\(wireKey.publicKey.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
-                return .failure
-            }
-            let publicKey = wireKey.publicKey
-            let key = SSHAgentKeyStore.Key(key: crypto, blob: publicKey.blob, publicKey: publicKey, comment: comment,
-                                           expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) },
-                                           confirm: confirm, destinations: destinations)
-            switch keys.add(key) {
-            case .locked:
-                logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
-                return .failure
-            case .full:
-                logger.warning("ssh-agent: refused a key: the agent holds \(SSHAgentKeyStore.maximumKeys) already",
-                               metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
-                return .failure
-            case .added, .replaced:
-                logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(publicKey.keyType)",
-                                                               "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "confirm": "\(confirm)",
-                                                               "destinations": "\(destinations.count)", "pid": "\(pid)"])
-                return .success
-            }
+            return add(wireKey, listedAs: wireKey.publicKey.blob, comment: comment, constraints: constraints, pid: pid)
+
+        case .addCertificate(let certified, let comment, let constraints):
+            // Listed by its certificate, signing with the certified key (OpenSSH's agent keeps the two apart).
+            return add(certified.key, listedAs: certified.certificate.blob, comment: comment, constraints: constraints, pid: pid,
+                       certificate: certified.certificate.certificateType)
 
         case .removeIdentity(let blob):
             guard let key = keys.remove(blob: blob) else { return .failure }
@@ -351,5 +316,53 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     private func send(_ reply: SSHAgentReply, on conn: Connection) -> Bool {
         let frame = (try? reply.encodeFrame()) ?? ((try? SSHAgentReply.failure.encodeFrame()) ?? [])
         return conn.send(frame)
+    }
+}
+
+extension SSHAgentFrontEnd {
+    /// ADD_IDENTITY / ADD_ID_CONSTRAINED: `wireKey` kept in memory, listed and asked for by `blob` (its
+    /// public key, or its certificate when `certificate` names the certificate type), with the
+    /// constraints this agent enforces (any other refuses the key).
+    func add(_ wireKey: SSHWirePrivateKey, listedAs blob: [UInt8], comment: String, constraints: [SSHKeyConstraint], pid: String,
+             certificate: String? = nil) -> SSHAgentReply {
+        var lifetime: UInt32? = nil
+        var confirm = false
+        var destinations: [SSHDestinationConstraint] = []
+        for c in constraints {
+            switch c {
+            case .lifetime(let seconds): lifetime = seconds
+            case .confirm: confirm = true
+            case .restrictDestination(let list) where SSHDestinationPolicy.acceptable(list): destinations = list
+            default:
+                logger.info("ssh-agent: refused a key with a constraint this agent cannot enforce",
+                            metadata: ["key": "\(wireKey.publicKey.fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
+                return .failure
+            }
+        }
+        let crypto: SSHPrivateKey
+        do {
+            crypto = try wireKey.cryptoKey()
+        } catch {
+            logger.info("ssh-agent: refused a key", metadata: ["key": "\(wireKey.publicKey.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
+            return .failure
+        }
+        let publicKey = wireKey.publicKey
+        let key = SSHAgentKeyStore.Key(key: crypto, blob: blob, publicKey: publicKey, comment: comment,
+                                       expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) },
+                                       confirm: confirm, destinations: destinations)
+        switch keys.add(key) {
+        case .locked:
+            logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
+            return .failure
+        case .full:
+            logger.warning("ssh-agent: refused a key: the agent holds \(SSHAgentKeyStore.maximumKeys) already",
+                           metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
+            return .failure
+        case .added, .replaced:
+            logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(certificate ?? publicKey.keyType)",
+                                                           "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "confirm": "\(confirm)",
+                                                           "destinations": "\(destinations.count)", "pid": "\(pid)"])
+            return .success
+        }
     }
 }

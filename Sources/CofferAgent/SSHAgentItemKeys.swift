@@ -44,11 +44,9 @@ extension SSHAgentFrontEnd {
         let pid = "\(state.caller.pid)"
         let destination = Self.boundDestination(state)
         do {
-            let reuseKey = SSHSignatureReuse.Key(caller: state.caller, keyBlob: blob)
-            var carried = reuse.take(reuseKey)
-            defer { reuse.keep(carried, for: reuseKey) }
+            // A key's reuse window (its `reus`) is the core's: it keeps the grant per caller and key.
             let signature = try service.useKey(matching: SSHKeyItems.query(blob: blob), what: Self.describeUse(publicKey, state),
-                                               &state.context, channel, reuse: &carried) { (secret, attributes) throws(SecError) in
+                                               &state.context, channel) { (secret, attributes) throws(SecError) in
                 let key = try SSHKeyItems.signingKey(stored: secret, attributes: attributes)
                 let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
                 do {
@@ -155,38 +153,3 @@ final class LazyPromptChannel: AuthChannel {
     func end() { channel?.end() }
 }
 
-/// The authentications a key's reuse duration (`reus`) lets a caller reuse, per caller and key, across
-/// the ssh-agent connections of one agent (each `ssh` opens its own). A caller is its identity as the
-/// agent established it (signed app, Flatpak app or unsigned executable, with the unsigned reason), its
-/// uid and its login session: another program, a traced one or another session asks again. An entry
-/// ends with its window or the next lock (the service core checks the lock generation).
-final class SSHSignatureReuse: Sendable {
-    struct Key: Hashable, Sendable {
-        let caller: String
-        let keyBlob: [UInt8]
-
-        init(caller: CallerIdentity, keyBlob: [UInt8]) {
-            self.caller = "\(caller.uid) \(caller.establishedBy) \(caller.session.map { "\($0.id)/\($0.leaderStartTime)" } ?? "-")"
-            self.keyBlob = keyBlob
-        }
-    }
-
-    /// Most entries kept (the oldest go first): one per caller and protected key in use.
-    static let maximumEntries = 256
-    private let entries = Protected([Key: CallerContext.CarriedAuthorization]())
-
-    /// The entry for `key`, taken out while one signature runs.
-    func take(_ key: Key) -> CallerContext.CarriedAuthorization? { entries.withLock { $0.removeValue(forKey: key) } }
-
-    /// Keeps `carried` (nil: none) for `key`.
-    func keep(_ carried: CallerContext.CarriedAuthorization?, for key: Key) {
-        guard let carried else { return }
-        entries.withLock { e in
-            if e.count >= Self.maximumEntries, let any = e.keys.first { e.removeValue(forKey: any) }
-            e[key] = carried
-        }
-    }
-
-    /// Forgets everything (the agent stops).
-    func clear() { entries.withLock { $0.removeAll() } }
-}

@@ -141,6 +141,14 @@ public final class AgentConnection {
         return p
     }
 
+    /// PROMPTER: the pinentry the agent runs for its own dialogs and why, and where they appear. An
+    /// agent from before issue #43 answers errSecParam (unknown message type).
+    public func prompter() throws(SecError) -> PrompterReply {
+        let r = try roundTrip(.prompter)
+        guard case .prompter(let p) = r else { throw unexpected(r) }
+        return p
+    }
+
     /// LOCK now.
     public func lock() throws(SecError) { try expectOK(.lock) }
 

@@ -91,6 +91,27 @@ public struct StatusReply: Sendable, Equatable {
     }
 }
 
+/// PROMPTER_REPLY contents: how the agent reaches the person for its own dialogs (issue #43; what
+/// `coffer status` shows): the pinentry it runs and why, and the display the dialogs appear on.
+public struct PrompterReply: Sendable, Equatable {
+    /// The pinentry's absolute path; nil: the agent shows no dialogs.
+    public var program: String?
+    /// Why this pinentry, or why none (for the person).
+    public var reason: String
+    /// True when the agent knows a display its dialogs may appear on.
+    public var hasDisplay: Bool
+    /// The display (with `hasDisplay`), or why there is none.
+    public var display: String
+
+    /// Makes a reply.
+    public init(program: String?, reason: String, hasDisplay: Bool, display: String) {
+        self.program = program
+        self.reason = reason
+        self.hasDisplay = hasDisplay
+        self.display = display
+    }
+}
+
 /// PROTECTIONS_REPLY contents: which protections of issue #28 are active (what `coffer status` shows).
 public struct ProtectionsReply: Sendable, Equatable {
     /// The device key is sealed by the TPM 2.0 (else: the file `device.key`).

@@ -26,11 +26,16 @@ public struct AuthenticationRequest: Sendable, Equatable {
     /// What to show: the agent's sentence (`APP wants to read the secret of ITEM`) and the client's
     /// operation prompt, if it gave one.
     public var prompt: String
+    /// How the agent established who the app is ("signed app", "Flatpak app", "unsigned program
+    /// PATH: why"), for the agent's own dialogs; nil where not known (a client's copy of the request:
+    /// not on the wire).
+    public var identity: String?
 
-    public init(methods: AuthenticationMethods, app: String, prompt: String) {
+    public init(methods: AuthenticationMethods, app: String, prompt: String, identity: String? = nil) {
         self.methods = methods
         self.app = app
         self.prompt = prompt
+        self.identity = identity
     }
 }
 

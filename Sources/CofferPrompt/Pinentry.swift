@@ -180,7 +180,7 @@ public final class Pinentry {
     /// later on ``inputDescriptor``.
     private func ask(_ request: AuthenticationRequest, error: String?) -> Bool {
         var description = request.prompt + (request.methods.contains(.biometry) ? "\n\nYou can also touch the sensor." : "")
-        if identifiesApp { description = "Requested by: \(request.app)\n\n" + description }
+        if identifiesApp { description = "Requested by: \(request.app)\(request.identity.map { " (\($0))" } ?? "")\n\n" + description }
         var commands = ["SETTITLE " + Assuan.escape(identifiesApp ? "Coffer: \(request.app)" : "Coffer"), "SETDESC " + Assuan.escape(description)]
         if let error { commands.append("SETERROR " + Assuan.escape(error)) }
         let wantsText = request.methods.contains(.passcode) || request.methods.contains(.applicationPassword)

@@ -9,6 +9,8 @@ public enum AgentRequest: Sendable {
     case status
     /// PROTECTIONS: which device key and attempt counting are active (issue #28).
     case protections
+    /// PROMPTER: the agent's own prompter, why it is that one, and where its dialogs appear (issue #43).
+    case prompter
     /// UNLOCK with the passcode.
     case unlock(passcode: SecureBytes)
     /// LOCK.
@@ -131,6 +133,7 @@ public enum AgentRequest: Sendable {
             return f.finish()
         case .status: return FrameBuilder.empty(.status, requestID: requestID)
         case .protections: return FrameBuilder.empty(.protections, requestID: requestID)
+        case .prompter: return FrameBuilder.empty(.prompter, requestID: requestID)
         case .promptUnlock: return FrameBuilder.empty(.promptUnlock, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
@@ -320,6 +323,7 @@ public enum AgentRequest: Sendable {
             request = .hello(minVersion: try r.u16("minVersion"), maxVersion: try r.u16("maxVersion"), clientName: try r.sstr("client name"))
         case .status: request = .status
         case .protections: request = .protections
+        case .prompter: request = .prompter
         case .promptUnlock: request = .promptUnlock
         case .lock: request = .lock
         case .subscribe: request = .subscribe
@@ -519,7 +523,7 @@ public enum AgentRequest: Sendable {
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
              .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply,
-             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .filesReply:
+             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply, .filesReply:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -549,6 +553,8 @@ public enum AgentResponse: Sendable {
     case status(StatusReply)
     /// PROTECTIONS_REPLY.
     case protections(ProtectionsReply)
+    /// PROMPTER_REPLY.
+    case prompter(PrompterReply)
     /// ITEMS: results of ADD or COPY_MATCHING.
     case items([ItemResult])
     /// ITEMS_PAGE: one page of a COPY_MATCHING_PAGE search and the cursor of the next one (0: none).
@@ -616,6 +622,12 @@ public enum AgentResponse: Sendable {
             var f = FrameBuilder(type: .statusReply, requestID: requestID, payloadCapacity: 26 + s.agentVersion.utf8.count)
             f.w.u8(s.lockState.rawValue); f.w.u8(s.passcodeSet ? 1 : 0); f.w.u64(s.itemCount); f.w.shortString(s.agentVersion)
             f.w.u64(s.lockedMemoryBytes); f.w.u32(s.idleLockSeconds)
+            return f.finish()
+        case .prompter(let p):
+            let program = p.program ?? ""
+            var f = FrameBuilder(type: .prompterReply, requestID: requestID,
+                                 payloadCapacity: 7 + program.utf8.count + p.reason.utf8.count + p.display.utf8.count)
+            f.w.shortString(program); f.w.shortString(p.reason); f.w.u8(p.hasDisplay ? 1 : 0); f.w.shortString(p.display)
             return f.finish()
         case .protections(let p):
             var f = FrameBuilder(type: .protectionsReply, requestID: requestID, payloadCapacity: 3)
@@ -838,6 +850,14 @@ public enum AgentResponse: Sendable {
             response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),
                                            agentVersion: try r.sstr("agent version"),
                                            lockedMemoryBytes: try r.u64("locked memory"), idleLockSeconds: try r.u32("idle lock")))
+        case .prompterReply:
+            let program = try r.sstr("program")
+            guard program.isEmpty || program.hasPrefix("/") else { throw ProtocolError("PROMPTER_REPLY: the program must be empty or an absolute path") }
+            let reason = try r.sstr("reason")
+            let hasDisplay = try r.u8("display known")
+            guard hasDisplay <= 1 else { throw ProtocolError("PROMPTER_REPLY: display known must be 0 or 1") }
+            response = .prompter(PrompterReply(program: program.isEmpty ? nil : program, reason: reason, hasDisplay: hasDisplay == 1,
+                                               display: try r.sstr("display")))
         case .protectionsReply:
             let deviceKey = try r.u8("device key")
             guard deviceKey <= 1 else { throw ProtocolError("PROTECTIONS_REPLY: device key must be 0 or 1") }

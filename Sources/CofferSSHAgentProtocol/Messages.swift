@@ -242,6 +242,9 @@ public enum SSHAgentRequest: Sendable {
     case signRequest(keyBlob: [UInt8], data: [UInt8], flags: UInt32)
     /// ADD_IDENTITY (17) when `constraints` is empty, else ADD_ID_CONSTRAINED (25).
     case addIdentity(SSHWirePrivateKey, comment: String, constraints: [SSHKeyConstraint])
+    /// ADD_IDENTITY / ADD_ID_CONSTRAINED of a certificate key (`*-cert-v01@openssh.com`): the key is
+    /// listed by its certificate and signs with the certified key.
+    case addCertificate(SSHCertifiedPrivateKey, comment: String, constraints: [SSHKeyConstraint])
     case removeIdentity(keyBlob: [UInt8])
     case removeAllIdentities
     case lock(passphrase: SecureBytes)
@@ -263,10 +266,21 @@ public enum SSHAgentRequest: Sendable {
         case SSHAgentMessageType.signRequest:
             request = .signRequest(keyBlob: try r.readString(), data: try r.readString(), flags: try r.readUInt32())
         case SSHAgentMessageType.addIdentity, SSHAgentMessageType.addIDConstrained:
-            let key = try SSHWirePrivateKey.read(from: &r)
-            let comment = try r.readText()
-            let constraints = type == SSHAgentMessageType.addIDConstrained ? try SSHKeyConstraint.readAll(from: &r) : []
-            request = .addIdentity(key, comment: comment, constraints: constraints)
+            // A certificate key type names the certificate that follows.
+            var peek = r
+            let keyType = String(decoding: try peek.readString(), as: UTF8.self)
+            if SSHCertificate.plainKeyType(of: keyType) != nil {
+                r = peek
+                let certified = try SSHCertifiedPrivateKey.read(certificateType: keyType, from: &r)
+                let comment = try r.readText()
+                let constraints = type == SSHAgentMessageType.addIDConstrained ? try SSHKeyConstraint.readAll(from: &r) : []
+                request = .addCertificate(certified, comment: comment, constraints: constraints)
+            } else {
+                let key = try SSHWirePrivateKey.read(from: &r)
+                let comment = try r.readText()
+                let constraints = type == SSHAgentMessageType.addIDConstrained ? try SSHKeyConstraint.readAll(from: &r) : []
+                request = .addIdentity(key, comment: comment, constraints: constraints)
+            }
         case SSHAgentMessageType.removeIdentity: request = .removeIdentity(keyBlob: try r.readString())
         case SSHAgentMessageType.removeAllIdentities: request = .removeAllIdentities
         case SSHAgentMessageType.lock: request = .lock(passphrase: try r.readSecretString())
@@ -311,6 +325,11 @@ public enum SSHAgentRequest: Sendable {
             key.write(to: &w)
             w.writeText(comment)
             for c in constraints { c.write(to: &w) }
+        case .addCertificate(let certified, let comment, let constraints):
+            w.writeByte(constraints.isEmpty ? SSHAgentMessageType.addIdentity : SSHAgentMessageType.addIDConstrained)
+            certified.write(to: &w)
+            w.writeText(comment)
+            for c in constraints { c.write(to: &w) }
         case .removeIdentity(let blob): w.writeByte(SSHAgentMessageType.removeIdentity); w.writeString(blob)
         case .removeAllIdentities: w.writeByte(SSHAgentMessageType.removeAllIdentities)
         case .lock(let p): w.writeByte(SSHAgentMessageType.lock); w.writeSecretString(p)
@@ -346,6 +365,7 @@ public enum SSHAgentRequest: Sendable {
     private var sizeBound: Int {
         switch self {
         case .addIdentity(let key, let comment, _): key.encodedSizeBound + comment.utf8.count + 4096
+        case .addCertificate(let certified, let comment, _): certified.encodedSizeBound + comment.utf8.count + 4096
         case .lock(let p), .unlock(let p), .removeSmartcardKey(_, let p), .addSmartcardKey(_, let p, _): p.count + 4096
         default: 0
         }

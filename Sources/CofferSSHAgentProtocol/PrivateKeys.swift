@@ -140,3 +140,58 @@ public enum SSHWirePrivateKey: Sendable {
         return key
     }
 }
+
+/// A private key with its OpenSSH certificate, as ADD_IDENTITY carries a `*-cert-v01@openssh.com` key
+/// (OpenSSH's `sshkey_private_serialize` of a certificate key; draft-miller-ssh-agent §4.2.4): the
+/// certificate type, the certificate blob, then only the secret parts the certificate's key lacks:
+/// - ed25519: `string pub(32), string seed ‖ pub (64)` (pub MUST be the certified key)
+/// - ECDSA: `mpint d` (Q is the certificate's)
+/// - RSA: `mpint d, mpint iqmp, mpint p, mpint q` (n and e are the certificate's)
+///
+/// The agent lists such a key by its certificate blob and signs with the certified key, as OpenSSH's
+/// agent does; it does not judge the certificate (its CA, validity and principals are the server's).
+public struct SSHCertifiedPrivateKey: Sendable {
+    public let certificate: SSHCertificate
+    /// The certified key with its secret parts.
+    public let key: SSHWirePrivateKey
+
+    public init(certificate: SSHCertificate, key: SSHWirePrivateKey) throws(SSHAgentWireError) {
+        guard key.publicKey.blob == certificate.publicKey.blob else { throw .inconsistentKey }
+        self.certificate = certificate
+        self.key = key
+    }
+
+    /// Reads the fields after the certificate type `name` (already read) and validates them.
+    static func read(certificateType name: String, from r: inout SSHWireReader) throws(SSHAgentWireError) -> SSHCertifiedPrivateKey {
+        let certificate = try SSHCertificate(blob: try r.readString())
+        guard certificate.certificateType == name else { throw .inconsistentKey }
+        let key: SSHWirePrivateKey
+        switch certificate.publicKey {
+        case .ed25519(let certified):
+            let pk = try r.readString()
+            guard pk == certified else { throw .inconsistentKey }
+            key = .ed25519(publicKey: pk, secret: try r.readSecretString())
+        case .ecdsa(let curve, let q):
+            key = .ecdsa(curve, q: q, d: try r.readSecretMPInt())
+        case .rsa(let e, let n):
+            let d = try r.readSecretMPInt(), iqmp = try r.readSecretMPInt(), p = try r.readSecretMPInt(), q = try r.readSecretMPInt()
+            key = .rsa(n: n, e: e, d: d, iqmp: iqmp, p: p, q: q)
+        }
+        try key.validate()
+        return try SSHCertifiedPrivateKey(certificate: certificate, key: key)
+    }
+
+    /// Writes the certificate type, the certificate and the secret parts.
+    func write(to w: inout SSHWireWriter) {
+        w.writeText(certificate.certificateType)
+        w.writeString(certificate.blob)
+        switch key {
+        case .ed25519(let pk, let sk): w.writeString(pk); w.writeSecretString(sk)
+        case .ecdsa(_, _, let d): w.writeSecretMPInt(d)
+        case .rsa(_, _, let d, let iqmp, let p, let q):
+            w.writeSecretMPInt(d); w.writeSecretMPInt(iqmp); w.writeSecretMPInt(p); w.writeSecretMPInt(q)
+        }
+    }
+
+    var encodedSizeBound: Int { certificate.blob.count + key.encodedSizeBound + 64 }
+}

@@ -96,10 +96,20 @@ extension SecretServiceFrontEnd {
     /// the caller is the method's question, answered NoSuchObject when not). A call is taken for
     /// every path under the service's prefixes, however malformed, so that a call to an object that
     /// does not exist is answered `org.freedesktop.Secret.Error.NoSuchObject` as the specification
-    /// and gnome-keyring answer it, never sd-bus's `org.freedesktop.DBus.Error.UnknownObject`.
+    /// asks, never sd-bus's `org.freedesktop.DBus.Error.UnknownObject` (which python-secretstorage
+    /// 3.3, Debian 12's, does not read as "no such object"): a call to one of the service's object
+    /// interfaces on any path is taken (the wall registers them on `/` too), and its handler answers
+    /// NoSuchObject for a path that is not such an object.
     /// Introspection (`introspecting`) shows only what is there: collections and items by the shape
     /// of their paths (whether one exists for the caller takes the agent), prompts and sessions that
     /// exist (sessions are objects of their own; the session fallback shows nothing).
+    /// True if `path` is under one of the prefixes whose objects this front end serves (collections,
+    /// aliases, items by reference, prompts, sessions): there the prefix's own rule above decides.
+    /// Any other path holds none of the service's objects: a call there is answered NoSuchObject.
+    static func isServed(_ path: String) -> Bool {
+        [collectionPrefix, aliasPrefix, referencePrefix, promptPrefix].contains { path.hasPrefix($0 + "/") } || path.hasPrefix(sessionPathPrefix)
+    }
+
     func find(_ path: String, interface: String, introspecting: Bool) -> Bool {
         if introspecting {
             switch (Self.parse(path), interface) {
@@ -115,10 +125,11 @@ extension SecretServiceFrontEnd {
         }
         let underCollections = depth(under: Self.collectionPrefix) ?? depth(under: Self.aliasPrefix)
         switch interface {
-        case Self.collectionInterface: return underCollections == 1
-        case Self.itemInterface, Self.cofferItemInterface: return (underCollections ?? 0) >= 2 || depth(under: Self.referencePrefix) != nil
-        case "org.freedesktop.Secret.Prompt": return depth(under: Self.promptPrefix) != nil
-        case "org.freedesktop.Secret.Session": return path.hasPrefix(Self.sessionPathPrefix)
+        case Self.collectionInterface: return underCollections == 1 || !Self.isServed(path)
+        case Self.itemInterface, Self.cofferItemInterface:
+            return (underCollections ?? 0) >= 2 || depth(under: Self.referencePrefix) != nil || !Self.isServed(path)
+        case "org.freedesktop.Secret.Prompt": return depth(under: Self.promptPrefix) != nil || !Self.isServed(path)
+        case "org.freedesktop.Secret.Session": return path.hasPrefix(Self.sessionPathPrefix) || !Self.isServed(path)
         default: return false
         }
     }
@@ -1293,8 +1304,11 @@ extension SecretServiceFrontEnd {
     /// to the sender's process and sends PROMPT_UNLOCK, then PROMPT_READ for each item with an access
     /// control: the agent asks the person with its own prompter, naming the app as it identified the
     /// sender. *Completed* follows on the bus thread: (false, the objects) once unlocked and read,
-    /// (true, []) when the person cancelled, nobody could be asked (no pinentry, or a sender without a
-    /// display: at once) or the agent refused. Meanwhile every other call is served; a sender has one
+    /// (true, []) when the person cancelled, nobody could be asked (the agent has no pinentry or knows
+    /// no display of the person's session: at once) or the agent refused. Whether a dialog can appear is
+    /// the agent's to decide, from the person's session (issue #43), never from the sender's
+    /// environment: Chromium rewrites its own, a non-dumpable process hides it, and any process of the
+    /// user can set one. Meanwhile every other call is served; a sender has one
     /// prompt running at a time.
     func prompt(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         guard var p = prompts[path], p.sender == c.sender else { throw BusError(name: BusError.noSuchObject, message: "no prompt \(path)") }
@@ -1307,11 +1321,6 @@ extension SecretServiceFrontEnd {
                            message: "\(c.sender) already has a running prompt (\(running)): dismiss it or wait for its Completed first")
         }
         let rc = ssb_reply_empty(m)
-        // A prompt never appears for a caller with no way to see it: one without a display.
-        guard Self.hasDisplay(c.peer.process) else {
-            complete(path, unlocked: false)
-            return rc
-        }
         let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, probes: p.probes,
                               completions: completions)
         p.work = work
@@ -1319,15 +1328,6 @@ extension SecretServiceFrontEnd {
         // Without a wake descriptor the bus thread would never learn the end: dismissed at once.
         if completions.wake < 0 || !work.start() { complete(path, unlocked: false) }
         return rc
-    }
-
-    /// Whether the sender's process has a display a prompt could appear on: `DISPLAY` or
-    /// `WAYLAND_DISPLAY` set (not empty) in its environment (`/proc/PID/environ`, read while the process
-    /// still has the start time DELEGATE named, so never a reused pid's). A script run from cron or an
-    /// ssh session has none.
-    static func hasDisplay(_ process: DelegatedProcess) -> Bool {
-        ProcessEnvironment.variables(["DISPLAY", "WAYLAND_DISPLAY"], ofPID: process.pid, startTime: process.startTime)
-            .values.contains { !$0.isEmpty }
     }
 
     /// Dismiss: the prompt's agent connection closes (the agent's pinentry with it) and

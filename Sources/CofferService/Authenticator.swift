@@ -176,6 +176,9 @@ package final class Authenticator: Sendable {
         let text = "\(Self.appName(caller.caller)) wants to authenticate you: \(reason)"
         try obtain(methods, into: &context, context: &caller, channel: channel, prompt: text, deadline: clock.now() + timeoutSeconds,
                    sensed: sensed, biometryOnly: policy == .deviceOwnerAuthenticationWithBiometrics)
+        // The evaluation covers the conversation's later item requests for its reuse window, as an LAContext
+        // passed in kSecUseAuthenticationContext carries its evaluation into them (issue #46).
+        caller.recordAuthorization(context, now: clock.now(), generation: lockGeneration)
     }
 
     /// What `canEvaluatePolicy` answers for `caller` (no person involved): the same methods
@@ -206,6 +209,17 @@ package final class Authenticator: Sendable {
     /// The name a prompt shows for `caller`.
     package static func appName(_ caller: CallerIdentity) -> String {
         caller.appID ?? caller.executable.map { String($0.split(separator: "/").last ?? Substring($0)) } ?? "pid \(caller.pid)"
+    }
+
+    /// How the agent knows who the caller is, for the person deciding whether to answer its dialog
+    /// (issue #43): "signed app" (a trusted manifest pins its executable), "Flatpak app" (sandboxed,
+    /// named by its sandbox), or "unsigned program PATH: why" (nothing vouches for it).
+    package static func identityDescription(_ caller: CallerIdentity) -> String {
+        switch caller.establishedBy {
+        case .signedManifest: "signed app: a trusted manifest pins its executable"
+        case .flatpak: "Flatpak app, named by its sandbox"
+        case .unsigned(let path, let reason): "unsigned program \(path.isEmpty ? "(unknown executable)" : path): \(reason)"
+        }
     }
 
     private func prompt(_ caller: CallerContext, _ what: String) -> String {
@@ -239,7 +253,8 @@ package final class Authenticator: Sendable {
         guard !caller.authOptions.noUserInterface, let channel else {
             throw LAError(.notInteractive, "authentication is needed and the client asked for no user interface")
         }
-        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt))
+        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt,
+                                          identity: Self.identityDescription(caller.caller)))
         var evaluation: BiometricEvaluation? = methods.contains(.biometry) && biometry.usable
             ? startEvaluation(prompt, caller.caller, channel) : nil
         defer { evaluation?.stop() }
@@ -305,8 +320,13 @@ package final class Authenticator: Sendable {
                     return
                 }
                 wrongPasscodes += 1
-                if wrongPasscodes >= Self.passcodeAttempts { throw LAError(.authenticationFailed, "wrong passcode") }
-                channel.feedback("Wrong passcode. Try again.", kind: .wrongPasscode)
+                // The dialog ends when the request's attempts are used, or when the attempt schedule
+                // makes the next one wait (asking again then would only be refused); either way the
+                // person learns how many attempts are left before a wait.
+                if wrongPasscodes >= Self.passcodeAttempts || unlocking.retryAfter > 0 {
+                    throw LAError(.authenticationFailed, unlocking.wrongPasscodeRefusal)
+                }
+                channel.feedback(unlocking.wrongPasscodeFeedback, kind: .wrongPasscode)
                 if evaluation?.isDone ?? false, methods.contains(.biometry), biometry.usable {
                     evaluation = startEvaluation(prompt, caller.caller, channel)
                 }

@@ -56,12 +56,12 @@ extension KeychainService {
     /// `what` is what a prompt says the person authorizes. Audited as `use-key`. The secret is wiped
     /// when `body` returns.
     ///
-    /// `reuse`: the authentication this caller may still reuse for this key (from an earlier
-    /// conversation), in and out: a key whose `reus` attribute allows N seconds (at most 300) lets the
-    /// person's authentication serve the same caller's signatures with it for that long, as
-    /// LocalAuthentication's reuse duration does; a lock ends it.
+    /// Reuse: a key whose `reus` attribute allows N seconds (at most 300) lets the person's
+    /// authentication serve the same caller's uses of it for that long, across its connections (each
+    /// `ssh` opens its own), as LocalAuthentication's reuse duration does; a lock ends it. The core
+    /// keeps that grant (``CallerSessions``, keyed by the caller's pinned identity and the key's
+    /// persistent reference); no front end does.
     package func useKey<T>(matching query: ItemQuery, what: String, _ context: inout CallerContext, _ channel: (any AuthChannel)?,
-                           reuse: inout CallerContext.CarriedAuthorization?,
                            _ body: (SecureBytes, Attributes) throws(SecError) -> T) throws(SecError) -> T {
         // Activity for the idle lock, from its start to its end, whichever front end asked.
         schedule.beginActivity()
@@ -72,17 +72,21 @@ extension KeychainService {
         q.returnData = true
         q.returnAttributes = true
         q.usesKeyInPlace = true
-        var seconds: UInt32 = 0
-        defer { if seconds > 0 { reuse = context.carriedAuthorization(now: clock.now()) } }
+        var grant: CallerSessions.Grant? = nil
+        defer { if let grant { sessions.keep(context.carriedAuthorization(now: clock.now()), for: grant) } }
         return try itemOperation(&context, "use-key", group: q.attributes.accessGroup, itemClass: .key) { (scope, context) throws(SecError) in
             // The key's reuse duration, from its attributes (no secret opened), before anyone is asked.
             var look = q
             look.returnData = false
             look.usesKeyInPlace = false
-            if case .integer(let n)? = try keychain.copyMatching(look, scope: scope).first?.attributes?[KeyItem.reuseAttribute], n > 0 {
-                seconds = UInt32(min(n, Int64(AuthenticationOptions.maximumReuseSeconds)))
+            look.returnPersistentRef = true
+            let found = try keychain.copyMatching(look, scope: scope).first
+            if case .integer(let n)? = found?.attributes?[KeyItem.reuseAttribute], n > 0, let ref = found?.persistentRef {
+                let seconds = UInt32(min(n, Int64(AuthenticationOptions.maximumReuseSeconds)))
                 context.setAuthOptions(AuthenticationOptions(reuseSeconds: seconds))
-                if let reuse { context.adopt(reuse) }
+                let g = CallerSessions.Grant(caller: context.caller, target: ref)
+                grant = g
+                if let carried = sessions.take(g) { context.adopt(carried) }
             }
             let page = try authorized(q, scope, &context, channel, what: what) { (auth) throws(SecError) in
                 try keychain.copyMatchingPage(q, scope: scope, after: 0, authorization: auth, fits: { _ in true })

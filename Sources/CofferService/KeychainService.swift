@@ -29,6 +29,8 @@ package final class KeychainService: Sendable {
     package let gate: AccessGate
     /// Authentication for items with access controls and LocalAuthentication.
     package let authenticator: Authenticator
+    /// The reuse grants callers hold across their connections (``CallerSessions``; ended at every lock).
+    package var sessions: CallerSessions { schedule.sessions }
     /// Argon2id settings for backup passwords.
     package var backupKDF: KDFParameters { unlocking.backupKDF }
     /// True while a passcode is set and the keybag is locked (`coffer lock`, the idle or session

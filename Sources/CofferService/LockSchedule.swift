@@ -12,6 +12,8 @@ package final class LockSchedule: Sendable {
     private let clock: any MonotonicClock
     private let logger: Logger
     private let broadcast: @Sendable (LockEvent) -> Void
+    /// The reuse grants callers hold across connections: a lock ends them all.
+    package let sessions = CallerSessions()
     /// The idle and grace timers. Never held while calling the keychain or broadcasting.
     private let timers: Protected<Timers>
 
@@ -84,6 +86,7 @@ package final class LockSchedule: Sendable {
     package func lockNow(reason: String) {
         timers.withLock { $0.lockDeadline = nil }
         guard keychain.lock() else { return }
+        sessions.endAll()
         logger.info("locked", metadata: ["reason": "\(reason)"])
         broadcast(.locked)
     }

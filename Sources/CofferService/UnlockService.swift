@@ -49,6 +49,50 @@ package struct AttemptSchedule: Sendable, Equatable {
         guard failures > 0, !delays.isEmpty else { return 0 }
         return delays[min(failures, delays.count) - 1]
     }
+
+    /// After `failures` failures in a row: how many attempts may still be made at once, and the wait
+    /// of the attempt after them (nil: the schedule never makes anyone wait).
+    package func attemptsBeforeWait(afterFailures failures: Int) -> (attempts: Int, wait: Double)? {
+        var n = 0
+        while delay(afterFailures: failures + n) == 0 {
+            // Past the schedule's end every later attempt has the last entry's delay.
+            if failures + n > delays.count { return nil }
+            n += 1
+        }
+        return (n, delay(afterFailures: failures + n))
+    }
+
+    /// After a wrong passcode left `failures` failures in a row: how many attempts are left before a
+    /// wait and how long it is, and how many before everything is erased ("2 attempts left before a
+    /// wait of 1 min"; empty when the schedule has neither). Issue #43: three mistakes in one dialog
+    /// must not silently use three of the four free attempts.
+    package func attemptsNotice(afterFailures failures: Int) -> String {
+        var parts: [String] = []
+        if let (left, wait) = attemptsBeforeWait(afterFailures: failures) {
+            let waiting = Self.step(wait)
+            parts.append(left == 0 ? "the next attempt must wait \(waiting)"
+                         : "\(left) attempt\(left == 1 ? "" : "s") left before a wait of \(waiting)")
+        }
+        if let eraseAfter, eraseAfter > failures {
+            let left = eraseAfter - failures
+            parts.append("\(left) more wrong passcode\(left == 1 ? " erases" : "s erase") the keychain")
+        }
+        return parts.joined(separator: "; ")
+    }
+
+    /// A step of the schedule as a person says it: "30 s", "1 min", "15 min", "1 h".
+    static func step(_ seconds: Double) -> String {
+        let s = Int(seconds.rounded(.up))
+        if s >= 3600 && s % 3600 == 0 { return "\(s / 3600) h" }
+        if s >= 60 && s % 60 == 0 { return "\(s / 60) min" }
+        return ApplicationPasswordAttempts.duration(seconds)
+    }
+
+    /// The dialog's line after a wrong passcode when it asks again: "Wrong passcode. Try again (NOTICE)."
+    package func wrongPasscodeFeedback(afterFailures failures: Int) -> String {
+        let notice = attemptsNotice(afterFailures: failures)
+        return notice.isEmpty ? "Wrong passcode. Try again." : "Wrong passcode. Try again (\(notice))."
+    }
 }
 
 /// Failed passcode attempts in a row, as persisted in the state directory (`attempts`): survives a
@@ -139,6 +183,18 @@ package final class UnlockService: Sendable {
     /// True while the keybag passcode and the login password differ (see ``sync(oldPasscode:)``).
     package var isOutOfSync: Bool { pendingSync.withLock { $0 != nil } }
 
+    /// What the person is told after the wrong passcode just counted (``AttemptSchedule/wrongPasscodeFeedback(afterFailures:)``).
+    package var wrongPasscodeFeedback: String {
+        let failures = gate.withLock { $0.failures }
+        return schedule.wrongPasscodeFeedback(afterFailures: failures)
+    }
+
+    /// The reason a request that ends at a wrong passcode gives: "wrong passcode (NOTICE)".
+    package var wrongPasscodeRefusal: String {
+        let notice = schedule.attemptsNotice(afterFailures: gate.withLock { $0.failures })
+        return notice.isEmpty ? "wrong passcode" : "wrong passcode (\(notice))"
+    }
+
     /// Seconds until the next attempt may start (0: now).
     package var retryAfter: Double {
         let now = clock.now()
@@ -151,11 +207,14 @@ package final class UnlockService: Sendable {
             throw .notAvailable("no passcode is set; set one with 'coffer passcode set'")
         }
         var outOfSync = false
+        var refused = false
+        do {
         try attempt { () throws(SecError) in
             do {
                 try verifier.verify(user: userName, passcode: passcode)
             } catch {
                 logger.notice("PAM refused the passcode", metadata: ["pam": "\(error)"])
+                refused = true
                 throw tpmCounted(passcode, .authFailed("authentication failed"))
             }
             do throws(SecError) {
@@ -174,6 +233,11 @@ package final class UnlockService: Sendable {
                 keychain.logMigrations(to: logger)
                 throw error
             }
+        }
+        } catch where refused && error.message != Self.erasedMessage {
+            // A wrong passcode: the person learns how many attempts are left before a wait.
+            let notice = schedule.attemptsNotice(afterFailures: failures)
+            throw notice.isEmpty ? error : SecError(.authFailed, "\(error.message) (\(notice))")
         }
         if outOfSync {
             throw .authFailed("your login password changed outside Coffer and no longer opens the keybag: run 'coffer passcode sync' "
@@ -351,11 +415,14 @@ package final class UnlockService: Sendable {
             keychain.eraseEverything()
             if let attemptsFile { unlink(attemptsFile) }
             onErase()
-            throw SecError(.authFailed, "too many failed attempts: the keychain was erased")
+            throw SecError(.authFailed, Self.erasedMessage)
         }
         if let failure { throw failure }
         return early
     }
+
+    /// The refusal of the attempt that erased everything (`erase-after`).
+    private static let erasedMessage = "too many failed attempts: the keychain was erased"
 
     private func persist(_ value: FailedAttempts) throws(SecError) {
         guard let attemptsFile else { return }

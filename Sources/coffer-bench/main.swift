@@ -25,6 +25,9 @@
 //                                                    split: keychain, reply frame, its decode, the attribute codec
 //   coffer-bench fill STATE_DIR N                    adds items svc{i%97}/acct{i}/secret-{i}, i = 1…N, to the
 //                                                    stopped agent's keychain (passcode on stdin, if one is set)
+//   coffer-bench apple-api BIN_DIR [SIZE ...]        Apple's SecItemCopyMatching (the Security module) vs the native
+//                                                    client on a persistent connection per size (default 1k, 10k), and
+//                                                    the first call of a process of each (issue #46)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
 //                                                    reliability runs against a real agent
 //
@@ -242,8 +245,12 @@ func run(_ args: [String]) throws {
         try benchCodec(items: args.count > 1 ? Int(args[1]) ?? 1000 : 1000, runs: args.count > 2 ? Int(args[2]) ?? 51 : 51)
     case "identity-probe" where args.count == 2:
         try identityProbe(socket: args[1])
+    case "apple-api" where args.count >= 2:
+        try AppleAPIBench(binDir: args[1], sizes: args.count > 2 ? args.dropFirst(2).compactMap { Int($0) } : [1000, 10_000]).run()
+    case "apple-api-probe" where args.count == 4:
+        try appleAPIProbe(mode: args[1], socket: args[2], key: Int(args[3]) ?? 1)
     default:
-        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | codec [N] [RUNS] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | fill-secret-service STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
+        print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | apple-api BIN_DIR [SIZE ...] | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | codec [N] [RUNS] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | fill-secret-service STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)
     }
 }

@@ -89,6 +89,8 @@ struct Status: ParsableCommand {
             // Whether only the holder of the TPM's lockout authorization can reset its count (null: the TPM does not count, or an older agent).
             let lockoutAuthorization = p.flatMap { $0.attemptsCountedByTPM ? ($0.tpmLockoutAuthorizationEmpty ? "empty" : "set") : nil }
             let rollback = p.map { $0.rollbackDetection ? "on" : "off" } ?? "unknown (agent too old)"
+            // nil: an agent from before the prompter report.
+            let prompter = try? c.prompter()
             let state = s.lockState.description
             // Protected directories (nil: an agent from before them), and whether the home directory's
             // filesystem could hold one (checked here, on this machine's kernel).
@@ -104,6 +106,7 @@ struct Status: ParsableCommand {
                     "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
                     "idleLockSeconds":\(s.idleLockSeconds),"deviceKey":\(Output.json(deviceKey)),"attemptCounting":\(Output.json(attempts)),\
                     "tpmLockoutAuthorization":\(lockoutAuthorization.map(Output.json) ?? "null"),"rollbackDetection":\(Output.json(rollback)),\
+                    "prompter":\(prompter.map(Self.prompterJSON) ?? "null"),\
                     "protectedDirectories":\(protected.map { "\($0.count)" } ?? "null"),"fscrypt":\(Output.json(fscrypt))}
                     """)
             } else {
@@ -117,6 +120,8 @@ struct Status: ParsableCommand {
                     device key: \(deviceKey)
                     attempt counting: \(attempts)
                     rollback detection: \(rollback)
+                    prompter: \(prompter.map { $0.program ?? "none" } ?? "unknown (agent too old)")\(prompter.map { " (\($0.reason))" } ?? "")
+                    dialogs: \(prompter.map { $0.hasDisplay ? "on \($0.display)" : "nowhere: \($0.display)" } ?? "unknown (agent too old)")
                     protected directories: \(directories)
                     fscrypt (home directory): \(fscrypt)
                     """)
@@ -126,6 +131,12 @@ struct Status: ParsableCommand {
 }
 
 extension Status {
+    /// The prompter as `coffer status --json` gives it.
+    static func prompterJSON(_ p: PrompterReply) -> String {
+        "{\"program\":\(p.program.map(Output.json) ?? "null"),\"reason\":\(Output.json(p.reason)),"
+            + "\"displayKnown\":\(p.hasDisplay),\"display\":\(Output.json(p.display))}"
+    }
+
     /// Who counts wrong passcodes, as `coffer status` says it: `file`, `TPM`, or the TPM with a warning
     /// when its lockout authorization is empty (its count then binds nobody who can reach the TPM, and
     /// the agent's `attempts` file is the bound).

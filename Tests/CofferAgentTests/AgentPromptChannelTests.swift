@@ -65,8 +65,11 @@ struct AgentPromptChannelTests {
         // The person sees the app as the agent identified it (its signed manifest), and the wrong
         // passcode's feedback before the second try.
         #expect(commands.contains("SETTITLE Coffer: com.example.bank"), "\(commands)")
-        #expect(commands.contains { $0.hasPrefix("SETDESC Requested by: com.example.bank%0A%0Acom.example.bank wants to read") }, "\(commands)")
-        #expect(commands.contains("SETERROR Wrong passcode. Try again.") && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
+        // ... and how the agent knows it (issue #43): a signed app.
+        #expect(commands.contains {
+            $0.hasPrefix("SETDESC Requested by: com.example.bank (signed app: a trusted manifest pins its executable)%0A%0Acom.example.bank wants to read")
+        }, "\(commands)")
+        #expect(commands.contains { $0.hasPrefix("SETERROR Wrong passcode. Try again") } && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
         #expect(!commands.joined().contains(AgentRig.passcode))
         // Real PAM checked it: the stub saw nothing.
         #expect(f.rig.verifier.callCount == 0)
@@ -122,7 +125,10 @@ struct AgentPromptChannelTests {
         // The app as the agent identified this (unsigned) process: its executable's name.
         let app = String(ThisProcess.executablePath()?.split(separator: "/").last ?? "")
         #expect(!app.isEmpty && commands.contains("SETTITLE Coffer: \(app)"), "\(commands)")
-        #expect(commands.contains("SETERROR Wrong passcode. Try again.") && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
+        // The dialog says that nothing vouches for it (issue #43).
+        #expect(commands.contains { $0.hasPrefix("SETDESC Requested by: \(app) (unsigned program /") && $0.contains("no trusted manifest names the executable") },
+                "\(commands)")
+        #expect(commands.contains { $0.hasPrefix("SETERROR Wrong passcode. Try again") } && commands.filter { $0 == "GETPIN" }.count == 2, "\(commands)")
         #expect(Self.gone(pinentry), "the pinentry is stopped with the request")
     }
 
@@ -135,14 +141,27 @@ struct AgentPromptChannelTests {
     @Test func thePinentryComesFromTheAgentsConfiguration() throws {
         var c = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
         try c.apply(configFile: "pinentry = /usr/bin/pinentry-gnome3\nprompt-display = :7\n", name: "cofferd.conf")
-        #expect(c.pinentryProgram == "/usr/bin/pinentry-gnome3")
+        #expect(c.pinentry == .program("/usr/bin/pinentry-gnome3"))
+        #expect(c.pinentryChoice == PinentryChoice(program: "/usr/bin/pinentry-gnome3", reason: "pinentry = /usr/bin/pinentry-gnome3 in cofferd.conf"))
         #expect(c.promptDisplay == PromptDisplay(x11: ":7", wayland: nil, origin: .configuration))
         #expect((try? AgentPromptChannel.open(configuration: c, clock: FakeClock()).get()) != nil)
         var relative = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
         #expect(throws: AgentError.self) { try relative.apply(configFile: "pinentry = pinentry-gnome3\n", name: "cofferd.conf") }
         #expect(throws: AgentError.self) { try relative.apply(configFile: "prompt-display = my screen\n", name: "cofferd.conf") }
-        let none = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
-        #expect(AgentPromptChannel.open(configuration: none, clock: FakeClock()).failure == .noPinentry, "no pinentry configured: nobody to ask")
+        var none = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        #expect(none.pinentry == .automatic, "by default the first graphical pinentry installed")
+        try none.apply(configFile: "pinentry = none\n", name: "cofferd.conf")
+        #expect(none.pinentry == .none)
+        #expect(AgentPromptChannel.open(configuration: none, clock: FakeClock()).failure
+                == .noPinentry("pinentry = none in cofferd.conf: the agent shows no dialogs"), "pinentry = none: nobody to ask")
+        // Nothing installed where the default search looks: nobody to ask either, and the reason says what to install.
+        var bare = AgentConfiguration(socketPath: "/x", stateDirectory: "/y", userName: "u")
+        let empty = TemporaryDirectory("coffer-no-pinentry")
+        bare.pinentrySearch = ([empty.path], getuid())
+        guard case .noPinentry(let why)? = AgentPromptChannel.open(configuration: bare, clock: FakeClock()).failure else {
+            Issue.record("expected no pinentry"); return
+        }
+        #expect(why.contains("no graphical pinentry is installed") && why.contains("install pinentry-gnome3"), "\(why)")
     }
 
     /// A pinentry but no display: without a `prompt-display`, logind's session decides, and a logind

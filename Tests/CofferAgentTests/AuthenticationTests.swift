@@ -75,13 +75,24 @@ import Testing
         let calls = rig.verifier.callCount
         let client = ScriptedChannel([.answer(.passcode(secret("wrong"))), .answer(Self.passcode)])
         #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: client)) == "pin 1234")
-        #expect(client.asked.first?.methods == [.passcode] && client.feedbacks == ["Wrong passcode. Try again."])
+        #expect(client.asked.first?.methods == [.passcode]
+                && client.feedbacks == ["Wrong passcode. Try again (3 attempts left before a wait of 1 min)."], "\(client.feedbacks)")
         #expect(client.feedbackKinds == [.wrongPasscode], "the agent waits for another answer, and says so")
         #expect(rig.verifier.callCount == calls + 2)
         // Three wrong passcodes fail the request.
         let wrong = AuthenticationAnswer.passcode(secret("nope"))
         let stubborn = ScriptedChannel([.answer(wrong), .answer(wrong), .answer(wrong)])
-        #expect(errorStatus(rig.pipeline.handle(Self.get(), session: &s, channel: stubborn)) == .authFailed)
+        let refusal = rig.pipeline.handle(Self.get(), session: &s, channel: stubborn)
+        #expect(errorStatus(refusal) == .authFailed)
+        #expect(stubborn.feedbacks == ["Wrong passcode. Try again (3 attempts left before a wait of 1 min).",
+                                       "Wrong passcode. Try again (2 attempts left before a wait of 1 min)."], "\(stubborn.feedbacks)")
+        #expect(errorMessage(refusal)?.contains("1 attempt left before a wait of 1 min") == true, "\(String(describing: errorMessage(refusal)))")
+        // One more wrong passcode uses the last free attempt: the dialog ends at once, saying so,
+        // instead of asking for an answer the schedule would refuse untried.
+        let last = ScriptedChannel([.answer(wrong), .answer(Self.passcode)])
+        let ended = rig.pipeline.handle(Self.get(), session: &s, channel: last)
+        #expect(errorStatus(ended) == .authFailed && last.feedbacks.isEmpty, "\(last.feedbacks)")
+        #expect(errorMessage(ended)?.contains("the next attempt must wait 1 min") == true, "\(String(describing: errorMessage(ended)))")
     }
 
     @Test func fiveFailedMatchesLockBiometryOutUntilThePasscodeSucceeds() throws {
@@ -517,7 +528,8 @@ extension AuthenticationTests {
         let client = ScriptedChannel([.answer(.passcode(secret("wrong"))), .waitForStop, .waitForStop])
         let r = rig.pipeline.handle(Self.get(), session: &s, channel: client)
         #expect(Self.secretText(r) == "pin 1234", "\(r)")
-        #expect(client.feedbacks == ["Wrong passcode. Try again."] && client.feedbackKinds == [.wrongPasscode])
+        #expect(client.feedbacks == ["Wrong passcode. Try again (3 attempts left before a wait of 1 min)."]
+                && client.feedbackKinds == [.wrongPasscode], "\(client.feedbacks)")
         #expect(rig.sensor.evaluations == 2)
     }
 }

@@ -84,3 +84,9 @@ func errorStatus(_ r: AgentResponse) -> SecStatus? {
     return nil
 }
 
+
+/// The message of an error response (nil for any other response).
+func errorMessage(_ r: AgentResponse) -> String? {
+    if case .error(let e) = r { return e.message }
+    return nil
+}

@@ -58,7 +58,7 @@ import Testing
         let asked = Protected(0)
         let pipeline = Pipeline(service: rig.base.service, promptChannel: {
             asked.withLock { $0 += 1 }
-            return .failure(.noPinentry)
+            return .failure(.noPinentry("test"))
         })
         let app = CallerIdentity(pid: rig.peer.pid, uid: rig.peer.uid, establishedBy: .flatpak(appID: "org.example.App"),
                                  accessGroups: ["flatpak:org.example.App"])

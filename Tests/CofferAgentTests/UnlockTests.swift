@@ -20,6 +20,24 @@ import Testing
         #expect(AttemptSchedule.standard.eraseAfter == nil)
     }
 
+    /// Issue #43: the person learns how many attempts are left before a wait (and before an erase).
+    @Test func aWrongPasscodeSaysHowManyAttemptsAreLeftBeforeAWait() {
+        let standard = AttemptSchedule.standard
+        #expect(standard.wrongPasscodeFeedback(afterFailures: 1) == "Wrong passcode. Try again (3 attempts left before a wait of 1 min).")
+        #expect(standard.wrongPasscodeFeedback(afterFailures: 3) == "Wrong passcode. Try again (1 attempt left before a wait of 1 min).")
+        #expect(standard.attemptsNotice(afterFailures: 4) == "the next attempt must wait 1 min")
+        #expect(standard.attemptsNotice(afterFailures: 5) == "the next attempt must wait 5 min")
+        #expect(standard.attemptsNotice(afterFailures: 40) == "the next attempt must wait 1 h")
+        // A schedule that never waits says nothing of waits; erase-after is counted down.
+        let erasing = AttemptSchedule(delays: [0], eraseAfter: 3)
+        #expect(erasing.wrongPasscodeFeedback(afterFailures: 1) == "Wrong passcode. Try again (2 more wrong passcodes erase the keychain).")
+        #expect(erasing.attemptsNotice(afterFailures: 2) == "1 more wrong passcode erases the keychain")
+        #expect(AttemptSchedule(delays: [0], eraseAfter: nil).wrongPasscodeFeedback(afterFailures: 7) == "Wrong passcode. Try again.")
+        let both = AttemptSchedule(delays: [0, 30], eraseAfter: 10)
+        #expect(both.attemptsNotice(afterFailures: 1) == "1 attempt left before a wait of 30 s; 9 more wrong passcodes erase the keychain")
+        #expect(both.attemptsNotice(afterFailures: 2) == "the next attempt must wait 30 s; 8 more wrong passcodes erase the keychain")
+    }
+
     @Test func theFileRoundTripsAndADamagedOneFailsClosed() throws {
         let dir = TemporaryDirectory("coffer-attempts")
         let path = dir.file("attempts")

@@ -9,8 +9,6 @@ import Testing
 
     /// Names in code format that are not Coffer's and need not exist in the sources, each with why.
     static let foreignNames: [String: String] = [
-        "LAContext": "Apple's LocalAuthentication class, which Coffer's LocalAuthentication follows",
-        "SecAccessControl": "Apple's Security type, which Coffer's access controls follow",
         "FileProtectionType": "Apple's Foundation type, whose classes Coffer's protected directories follow",
         "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
         "TracerPid": "a field of /proc/PID/status",

@@ -122,6 +122,9 @@ import Testing
         "CofferSecretPortal": 7, "coffer-portal-secret": 8,
         // Moving in (issue #26): importers over the client library (and, for the Secret Service, the bus as a client).
         "CofferImport": 7, "CofferSecretServiceImport": 8, "coffer-secret-service-import": 9,
+        // Apple's keychain API over the client library (issue #46): Security, and LocalAuthentication on it (as on
+        // Apple platforms, where LAContext evaluates a SecAccessControl).
+        "Security": 7, "LocalAuthentication": 8,
         // Front ends: the agent (native protocol adapter) and the command-line tools.
         "CofferAgent": 8, "CofferServiceTestSupport": 8,
         "coffer": 8, "coffer-cli": 8, "coffer-secret-service": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,

@@ -209,7 +209,7 @@ struct AccessControlCLITests {
         #expect(r.status == 0 && r.stdout == "pin 1234", "\(r)")
         let log = (try? String(contentsOfFile: p.log, encoding: .utf8)) ?? ""
         #expect(log.contains("SETDESC coffer wants to read the secret of \"bank\"") && log.contains("SETPROMPT Passcode:"), "\(log)")
-        #expect(log.contains("SETERROR Wrong passcode. Try again.") && log.components(separatedBy: "GETPIN").count == 3, "\(log)")
+        #expect(log.contains("SETERROR Wrong passcode. Try again") && log.components(separatedBy: "GETPIN").count == 3, "\(log)")
         #expect(!log.contains(AgentProcess.password))
         // A long answer comes as several D lines (a pinentry splits at about 1000 bytes): they add up.
         let splitDir = TemporaryDirectory("coffer-pinentry-split")

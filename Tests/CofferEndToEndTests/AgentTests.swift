@@ -389,7 +389,10 @@ final class Locked<T>: @unchecked Sendable {
     @Test func delaysHoldAcrossARestart() throws {
         let (agent, setup) = try Self.agent("unlock-delays = 0, 0, 3\n")
         _ = setup
-        for _ in 0..<3 { #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5) }
+        // Each wrong passcode says how many attempts are left before a wait (issue #43).
+        let first = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse")
+        #expect(first.status == 5 && first.stderr.contains("(2 attempts left before a wait of 3 s)"), "\(first)")
+        for _ in 0..<2 { #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5) }
         // Too early: refused with the time to wait, PAM not even asked — also after a restart.
         var r = agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password)
         #expect(r.status == 5 && r.stderr.contains("try again in"), "\(r)")
@@ -407,13 +410,41 @@ final class Locked<T>: @unchecked Sendable {
         #expect(attempts.hasPrefix("coffer attempts v1 0 "), "\(attempts)")
     }
 
+    /// `coffer status` names the agent's prompter and why (issue #43): the configured one, none, or by
+    /// default the first graphical pinentry installed in the system's directories.
+    @Test func statusNamesThePrompterAndWhy() throws {
+        let (none, setup) = try Self.agent("pinentry = none\n")
+        _ = setup
+        let s = none.cli(["status"])
+        #expect(s.stdout.contains("prompter: none (pinentry = none in cofferd.conf: the agent shows no dialogs)"), "\(s)")
+        let json = none.cli(["status", "--json"])
+        let object = (try? JSONSerialization.jsonObject(with: Data(json.stdout.utf8))) as? [String: Any]
+        let prompter = object?["prompter"] as? [String: Any]
+        #expect(prompter?["program"] is NSNull && (prompter?["reason"] as? String)?.hasPrefix("pinentry = none") == true, "\(json)")
+        // The default: the first graphical pinentry installed, or none and what to install.
+        let (automatic, setup2) = try Self.agent("")
+        _ = setup2
+        let line = automatic.cli(["status"]).stdout.split(separator: "\n").first { $0.hasPrefix("prompter: ") }.map(String.init) ?? ""
+        let candidates = ["pinentry-gnome3", "pinentry-qt", "pinentry-gtk2", "pinentry-gtk-2", "pinentry-qt5", "pinentry-x11", "pinentry-fltk"]
+        let found = candidates.flatMap { n in ["/usr/local/bin", "/usr/bin", "/bin"].map { $0 + "/" + n } }
+            .first { FileManager.default.isExecutableFile(atPath: $0) }
+        if let found {
+            #expect(line.hasPrefix("prompter: \(found) (the first graphical pinentry installed"), "\(line)")
+        } else {
+            #expect(line.hasPrefix("prompter: none (no graphical pinentry is installed"), "\(line)")
+        }
+    }
+
     @Test func eraseAfterErasesTheKeychain() throws {
         let (agent, setup) = try Self.agent("unlock-delays = 0\nerase-after = 3\n")
         _ = setup
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
         #expect(agent.cli(["add", "--service", "doomed", "--account", "me", "--secret-stdin"], stdin: "s").status == 0)
         #expect(agent.cli(["lock"]).status == 0)
-        for _ in 0..<2 { #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5) }
+        // Each wrong passcode says how many more erase everything (issue #43).
+        let first = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse")
+        #expect(first.status == 5 && first.stderr.contains("(2 more wrong passcodes erase the keychain)"), "\(first)")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse").status == 5)
         let last = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong horse")
         #expect(last.status == 5 && last.stderr.contains("erased"), "\(last)")
         // The agent stops; started again it has a fresh keybag: no passcode, no items.

@@ -63,7 +63,9 @@ import Testing
 
         // Wrong passcode refused by PAM; right one unlocks.
         r = agent.cli(["unlock", "--passcode-stdin"], stdin: "wrong")
-        #expect(r.status == 5 && r.stderr == "coffer: errSecAuthFailed (-25293): authentication failed\n", "\(r)")
+        // ... saying how many attempts are left before a wait (issue #43), and naming nothing typed.
+        #expect(r.status == 5 && r.stderr == "coffer: errSecAuthFailed (-25293): authentication failed (3 attempts left before a wait of 1 min)\n",
+                "\(r)")
         #expect(!agent.log.contains("wrong"))
         #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
         #expect(agent.cli(["get", "--service", "wu", "--account", "a"]).stdout == "x")

@@ -23,7 +23,7 @@ struct SSHAgentPolicyTests {
             fake = try PinentryHarness.FakePinentry(in: dir, pin: pin, passcode: passcode, confirm: confirm)
             let config = dir.file("cofferd.conf")
             var lines = ["authentication-timeout = \(timeout)"]
-            if pinentry != "none" { lines.append("pinentry = \(pinentry ?? fake.path)") }
+            lines.append("pinentry = \(pinentry ?? fake.path)")
             // The agent's dialogs appear only on a display logind or the configuration names (issue #41,
             // F1): here no logind session, so a configured one, which the scripted pinentry never opens.
             lines.append("prompt-display = \(SSHAgentPolicyTests.promptDisplay)")

@@ -40,6 +40,38 @@ struct SSHOpenSSHTests {
         #expect(!f.agent.log.contains("algorithm=ssh-rsa"), "an RSA login was signed with SHA-1")
     }
 
+    /// Issue #43: user certificates work as with OpenSSH's agent. `ssh-add` of a key beside its
+    /// `-cert.pub` adds both; `ssh-add -l` lists the certificate; `ssh` logs in to an sshd that
+    /// trusts only the CA (no authorized key), the agent signing with the certified key; after
+    /// `ssh-add -D` the login is refused. For each key type.
+    @Test(.enabled(if: SSHDaemon.available, "needs /usr/sbin/sshd (apt: openssh-server)"),
+          .enabled(if: !SSHOpenSSHTests.sanitized, "the plain (unsanitized) run only: OpenSSH's programs do most of the work, and CI's 30 minutes are short"))
+    func aUserCertificateLogsInThroughTheAgent() throws {
+        let f = try SSHAgentTests.Fixture()
+        let ca = f.generate("ed25519", name: "user_ca")
+        let sshd = try SSHDaemon(authorizedKeys: [], trustedUserCAKeys: ca + ".pub")
+        for type in ["ed25519", "ecdsa", "rsa"] {
+            let key = f.generate(type, name: "id_cert_\(type)")
+            let signed = f.run("ssh-keygen", ["-q", "-s", ca, "-I", "coffer-\(type)", "-n", SSHDaemon.user, "-V", "-5m:+1h", key + ".pub"])
+            #expect(signed.status == 0, "ssh-keygen -s: \(signed)")
+            let added = f.run("ssh-add", [key])
+            #expect(added.status == 0 && added.stderr.contains("Certificate added"), "\(type): \(added)\n\(f.agent.log.suffix(2000))")
+            try FileManager.default.removeItem(atPath: key)   // only the agent can sign
+            let listed = f.run("ssh-add", ["-l"])
+            #expect(listed.stdout.contains("-CERT)"), "\(type): \(listed)")
+            let certificate = try String(contentsOfFile: key + "-cert.pub", encoding: .utf8)
+            let blob = certificate.split(separator: " ").dropFirst().first.map(String.init) ?? "?"
+            #expect(f.run("ssh-add", ["-L"]).stdout.contains(blob), "the certificate is listed as it is")
+            let r = f.run("ssh", sshd.clientArguments(in: f.dir) + ["true"])
+            #expect(r.status == 0, "\(type): ssh with the agent's certificate failed: \(r.stderr.suffix(2000))\nsshd: \(sshd.log.suffix(3000))")
+            #expect(Self.hasLine(sshd.log, "Accepted publickey for \(SSHDaemon.user)", "-CERT") && sshd.log.contains("ID coffer-\(type)"),
+                    "\(type): sshd did not accept the certificate: \(sshd.log.suffix(3000))")
+            #expect(f.run("ssh-add", ["-D"]).status == 0)
+            let refused = f.run("ssh", sshd.clientArguments(in: f.dir) + ["true"])
+            #expect(refused.status == 255 && refused.stderr.contains("Permission denied"), "\(type): logged in with no key in the agent: \(refused)")
+        }
+    }
+
     /// git signs a commit with the agent's key (`gpg.format ssh`, the signing key named by its public
     /// key), `git verify-commit` accepts it with an allowed-signers file naming that key, and refuses
     /// it when the file names another key or the commit was altered; with the key gone from the
@@ -147,16 +179,12 @@ struct SSHOpenSSHTests {
 
     static let noDSA = "cofferd holds no DSA keys (ssh-dss): issue #27 names ed25519, ECDSA and RSA; OpenSSH deprecated DSA "
         + "(off by default since 7.0, gone in 10.0), and its scripts still loop over every type `ssh -Q key-plain` lists"
-    static let noCertificates = "cofferd holds no certificates (ssh-*-cert-v01@openssh.com): ssh-add adds the plain key, the certificate "
-        + "is refused (FAILURE), so the script finds it missing and cannot remove it"
 
     static let regressOutcomes: [String: RegressOutcome] = [
         "agent": .knownFailures([
             "[overwrite authorized keys] ssh-add failed exit code 0": noDSA,
             "[connect via agent using ssh-dss key] ssh connect with failed (exit code 255)": noDSA,
             "[readd keys] ssh-add failed exit code 1": noDSA,
-            "[delete single key by file] ssh-ed25519-cert-v01@openssh.com key missing from agent": noCertificates,
-            "[delete key/cert by file] ssh-add -d - failed": noCertificates,
         ]),
         "agent-getpeereid": .notApplicable("it runs only as a non-root user with sudo to become `nobody` (as root it skips: root may "
             + "connect anyway; without sudo it cannot switch users); SSHOpenSSHTests.anotherUIDIsRefused checks the same refusal "
@@ -256,6 +284,7 @@ final class SSHDaemon: @unchecked Sendable {
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     private let hostCertificate: String?
+    private let trustedUserCAKeys: String?
 
     struct StartError: Error, CustomStringConvertible {
         let description: String
@@ -263,7 +292,9 @@ final class SSHDaemon: @unchecked Sendable {
 
     /// `authorizedKeys`: the lines of its authorized_keys file; `hostKey`: its private host key (one
     /// made for it when nil); `hostCertificate`: a certificate of the host key it presents instead.
-    init(authorizedKeys: [String], hostKey: String? = nil, hostCertificate: String? = nil) throws {
+    /// `trustedUserCAKeys`: a file of CA public keys whose user certificates it accepts.
+    init(authorizedKeys: [String], hostKey: String? = nil, hostCertificate: String? = nil, trustedUserCAKeys: String? = nil) throws {
+        self.trustedUserCAKeys = trustedUserCAKeys
         // sshd started by root needs its privilege separation directory (made at boot by
         // systemd-tmpfiles, which a container may never run).
         // Another test process may make it at the same moment: mkdir's EEXIST is success.
@@ -312,6 +343,7 @@ final class SSHDaemon: @unchecked Sendable {
             AllowUsers \(Self.user)
             LogLevel VERBOSE
             \(hostCertificate.map { "HostCertificate \($0)" } ?? "")
+            \(trustedUserCAKeys.map { "TrustedUserCAKeys \($0)" } ?? "")
 
             """.write(toFile: config, atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)

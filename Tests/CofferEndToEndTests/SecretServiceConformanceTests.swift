@@ -30,6 +30,15 @@ struct SecretServiceConformanceTests {
                 'prompt': call(a, PATH + '/prompt/nothing', PROMPT, 'Prompt', 's', ''),
                 'prompt dismissed': call(a, PATH + '/prompt/nothing', PROMPT, 'Dismiss'),
                 'session never opened': call(a, PATH + '/session/nothing', SESSION, 'Close'),
+                # Outside the service's namespace, and its bare nodes (python-secretstorage 3.3 reads only
+                # NoSuchObject as "no such item", not sd-bus's UnknownObject).
+                'item property outside the namespace': call(a, '/not/existing/path', PROPS, 'Get', 'ss', ITEM, 'Label'),
+                'item at /': call(a, '/', ITEM, 'Delete'),
+                'collection outside the namespace': call(a, PATH + '/nothing', COLL, 'Delete'),
+                'the bare item node': call(a, PATH + '/item', ITEM, 'Delete'),
+                'the bare session node': call(a, PATH + '/session', SESSION, 'Close'),
+                'the bare prompt node': call(a, PATH + '/prompt', PROMPT, 'Dismiss'),
+                'item interface on the service': call(a, PATH, ITEM, 'Delete'),
             }
             assert close(a, session)[0] == 'ok'
             cases['session closed'] = close(a, session)
@@ -41,6 +50,12 @@ struct SecretServiceConformanceTests {
             assert close(b, other)[0] == 'ok', 'the owner still closes its session'
             # The service object and the standard interfaces still answer.
             assert call(a, PATH, PROPS, 'Get', 'ss', 'org.freedesktop.Secret.Service', 'Collections')[0] == 'ok'
+            # python-secretstorage's own check (its test_non_existing_item): no such item, by its exception.
+            try:
+                secretstorage.Item(a, '/not/existing/path')
+                raise AssertionError('an item at /not/existing/path')
+            except secretstorage.exceptions.ItemNotFoundException:
+                pass
             print('done')
             """#)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")

@@ -134,6 +134,11 @@ struct SessionDisplayTests {
         let calls = rig.logind?.calls ?? []
         #expect(calls.contains { $0.contains("GetUser (\(getuid()),)") } && calls.contains { $0.contains("GetSession ('2',)") }, "\(calls)")
         #expect(SSHAgentPolicyTests.signatures(rig.f.agent).last?["reason"] as? String == "confirmed")
+        // coffer status names the prompter, why, and where its dialogs appear (issue #43).
+        let status = rig.f.agent.cli(["status"])
+        let wrapper = rig.dir.file("pinentry-on-display")
+        #expect(status.stdout.contains("prompter: \(wrapper) (pinentry = \(wrapper) in cofferd.conf)"), "\(status)")
+        #expect(status.stdout.contains("dialogs: on the login session 2's display (\(rig.session.name))"), "\(status)")
     }
 
     @Test(arguments: [Logind.unreachable, .noLocalGraphicalSession])
@@ -151,6 +156,10 @@ struct SessionDisplayTests {
         if logind == .noLocalGraphicalSession {
             #expect(rig.logind?.calls.contains { $0.contains("GetSession ('3',)") } == true, "logind was not asked: \(rig.logind?.calls ?? [])")
         }
+        // coffer status says that dialogs can appear nowhere, and why (issue #43).
+        let status = rig.f.agent.cli(["status"])
+        let dialogs = status.stdout.split(separator: "\n").first { $0.hasPrefix("dialogs: ") } ?? ""
+        #expect(dialogs.hasPrefix("dialogs: nowhere: ") && dialogs.contains("prompt-display"), "\(status)")
     }
 
     @Test func aConfiguredPromptDisplayServesAMachineWithoutLogind() throws {

@@ -136,4 +136,24 @@ import Testing
         #expect(throws: SSHAgentWireError.trailingBytes(1)) { try SSHAgentReply.decode(body: [6, 0]) }
         #expect(throws: SSHAgentWireError.truncated) { try SSHAgentReply.decode(body: [12, 0xff, 0xff, 0xff, 0xff]) }
     }
+
+    /// Issue #43: a certificate key as ssh-add sends it (captured) decodes to the certificate and the
+    /// certified key, and encodes back to the same bytes.
+    @Test func aCertificateKeyDecodesToItsCertificateAndItsCertifiedKey() throws {
+        let v = try vector("ADD_IDENTITY ed25519 certificate (ssh-add")
+        guard case .addCertificate(let certified, let comment, let constraints) = try SSHAgentRequest.decode(frame: v.frame) else {
+            Issue.record("not a certificate key"); return
+        }
+        #expect(certified.certificate.certificateType == "ssh-ed25519-cert-v01@openssh.com")
+        #expect(certified.certificate.keyID == "coffer-vector" && certified.certificate.principals == ["alice"] && certified.certificate.serial == 7)
+        #expect(certified.key.publicKey.blob == certified.certificate.publicKey.blob)
+        #expect(certified.key.publicKey.fingerprint == "SHA256:9MPb8c9qiLnM6A9LoVMIT0CdKcx4RkZtI9hkfsu6bkU", "ssh-keygen -l of the key")
+        #expect(comment == "coffer-test-cert" && constraints.isEmpty)
+        #expect(try roundTrip(.addCertificate(certified, comment: comment, constraints: [.confirm])).encodeFrame().count > v.frame.count)
+        // A certified key that is not the certificate's is refused.
+        let (pk, sk) = Ed25519.generateKeyPair()
+        #expect(throws: SSHAgentWireError.inconsistentKey) {
+            _ = try SSHCertifiedPrivateKey(certificate: certified.certificate, key: .ed25519(publicKey: pk, secret: sk))
+        }
+    }
 }

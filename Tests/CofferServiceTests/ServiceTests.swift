@@ -135,6 +135,51 @@ import Testing
     /// The core notes activity for every item operation, whichever front end asked: a call straight
     /// to the service (as the ssh-agent front end signs with a keychain key) keeps the keychain
     /// unlocked like a native request (issue #42; before, only the native adapter noted it).
+    /// A key with a reuse window (issue #42): the core keeps the grant, per caller and key, across the
+    /// caller's connections (each a new context); another program, a recreated session with the same
+    /// id, another key, or a lock asks again. No front end is involved.
+    @Test func theCoreKeepsReuseGrantsPerCallerAcrossConnectionsUntilALock() throws {
+        let (rig, _) = try Self.ready()
+        let caller = rig.signedCaller("com.example.ssh", ["keys"], sessionID: 700, leaderStart: 11)
+        func key(_ label: String, reuse: Int64) -> NewItem {
+            NewItem(itemClass: .key, attributes: [
+                "labl": .string(label), "klbl": .data(Array(label.utf8)), "kcls": .integer(KeyItem.KeyClass.private.rawValue), "extr": .bool(false),
+                KeyItem.publicKeyAttribute: .data(Array(label.utf8)), KeyItem.reuseAttribute: .integer(reuse),
+                AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded()),
+            ], secret: secret("private half of \(label)"))
+        }
+        var adding = CallerContext(caller: caller)
+        for (label, reuse) in [("reused", Int64(300)), ("other", Int64(300)), ("each time", Int64(0))] {
+            _ = try rig.service.addKey(key(label, reuse: reuse), returning: .init(), &adding, nil)
+        }
+        /// Uses key `label` as `who` on a new connection; returns how many times the person was asked.
+        func use(_ label: String, as who: CallerIdentity) throws -> Int {
+            var context = CallerContext(caller: who)
+            let channel = ScriptedChannel([.answer(Self.passcode)])
+            rig.sensor.queue(.cancelled)
+            let used = try rig.service.useKey(matching: ItemQuery(itemClass: .key, attributes: ["labl": .string(label)]), what: "sign",
+                                              &context, channel) { (secret, _) throws(SecError) in text(secret) }
+            #expect(used == "private half of \(label)")
+            return channel.asked.count
+        }
+        #expect(try use("reused", as: caller) == 1)
+        #expect(try use("reused", as: caller) == 0, "the same caller's next connection reuses the grant")
+        #expect(rig.service.sessions.count == 1)
+        // Another program, the same session id recreated (another leader start time), or no session: asked.
+        #expect(try use("reused", as: rig.signedCaller("com.example.other", ["keys"], sessionID: 700, leaderStart: 11)) == 1)
+        #expect(try use("reused", as: rig.signedCaller("com.example.ssh", ["keys"], sessionID: 700, leaderStart: 12)) == 1)
+        #expect(try use("reused", as: rig.signedCaller("com.example.ssh", ["keys"])) == 1)
+        // Another key is another grant; a key without a window asks every time and keeps nothing.
+        #expect(try use("other", as: caller) == 1)
+        #expect(try use("each time", as: caller) == 1 && (try use("each time", as: caller)) == 1)
+        #expect(try use("reused", as: caller) == 0 && (try use("other", as: caller)) == 0)
+        // A lock ends every grant.
+        rig.schedule.lockNow(reason: "test")
+        #expect(rig.service.sessions.count == 0)
+        try rig.service.unlock(secret(ServiceRig.passcode), CallerContext(caller: caller))
+        #expect(try use("reused", as: caller) == 1)
+    }
+
     @Test func everyItemOperationOfTheCoreIsActivity() throws {
         let rig = try ServiceRig(idleSeconds: 60, graceSeconds: 0)
         var context = CallerContext(caller: rig.unsignedCaller)

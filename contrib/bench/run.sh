@@ -18,6 +18,10 @@
 #                                   skipped, with the reason, without sshd from openssh-server)
 #   contrib/bench/run.sh identity   Only what identifying callers costs (also part of `coffer`): a signed
 #                                   caller vs `identify-callers = no`, SHA-256 of a 50 MiB executable (~1 min)
+#   contrib/bench/run.sh apple-api [N…]  Only Apple's API (issue #46): SecItemCopyMatching of one item through the
+#                                   Security module on a warm process against the native client's call on a
+#                                   persistent connection, at N items (default 1000 10000), and the first call
+#                                   of a process of each (connect, HELLO, identification), reported apart
 #   contrib/bench/run.sh peers [N…] Coffer, gnome-keyring, pass and keyctl at N items (default 1k/10k/100k)
 #   contrib/bench/run.sh git [N]    git's credential helpers: coffer, store, libsecret on gnome-keyring
 #                                   (also part of `all` and `peers`; N runs each, default 200)
@@ -42,8 +46,8 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|ssh|peers|git|sync|codec|secret-service|files) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | peers [N ...] | git [N] | sync [N] | codec [N] | secret-service [N ...] | files]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|ssh|peers|git|sync|codec|secret-service|apple-api|files) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | apple-api [N ...] | peers [N ...] | git [N] | sync [N] | codec [N] | secret-service [N ...] | files]" >&2; exit 2 ;;
 esac
 if [ "$what" = files ]; then
     bash contrib/deps.sh
@@ -77,6 +81,19 @@ bench_alone() {
 codec_title="The attribute codec in a search returning every item's attributes"
 if [ "$what" = sync ]; then bench_alone "The sync engine over git" sync "${2:-10000}"; fi
 if [ "$what" = codec ]; then bench_alone "$codec_title" codec "${2:-1000}"; fi
+if [ "$what" = apple-api ]; then
+    shift
+    bash contrib/deps.sh
+    for p in cofferd coffer coffer-bench; do swift build -c release --product "$p" >/dev/null; done
+    echo "## Apple's API (import Security) beside the native client"
+    echo
+    echo "One agent per size; SecItemCopyMatching (service and account, kSecReturnData) on this process's one"
+    echo "connection against AgentConnection.copyMatching on a persistent connection, alternating in blocks of 100."
+    echo
+    if [ $# -eq 0 ]; then set -- 1000 10000; fi
+    "$(swift build -c release --show-bin-path)/coffer-bench" apple-api "$(swift build -c release --show-bin-path)" "$@"
+    exit 0
+fi
 if [ "$what" != peers ]; then
     bash contrib/deps.sh
     for p in cofferd coffer coffer-cli coffer-bench coffer-plugin-host CofferPluginTest; do swift build -c release --product "$p" >/dev/null; done

@@ -58,6 +58,7 @@
 #define COFFER_MSG_SYNC_CIRCLE 0x1F /* keychain sync: approve a pairing code, remove a device, list the devices */
 #define COFFER_MSG_SYNC_STATUS 0x20 /* keychain sync: the background sync's state (or sync now, then the state) */
 #define COFFER_MSG_SYNC_CONFLICTS 0x21 /* keychain sync: the conflicts kept */
+#define COFFER_MSG_PROMPTER 0x25 /* the agent's own prompter: its pinentry and why, the display its dialogs appear on */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
@@ -82,6 +83,7 @@
 #define COFFER_MSG_SYNC_STATUS_REPLY 0x9A
 #define COFFER_MSG_SYNC_CONFLICTS_REPLY 0x9B
 #define COFFER_MSG_FILES_REPLY 0x9C
+#define COFFER_MSG_PROMPTER_REPLY 0x9D
 #define COFFER_MSG_EVENT 0xC0
 #define COFFER_MSG_ERROR 0xFF
 

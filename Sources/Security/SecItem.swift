@@ -1,0 +1,398 @@
+#if os(Linux)
+// SecItemAdd, SecItemCopyMatching, SecItemUpdate, SecItemDelete: Apple's dictionaries in, the agent's ADD,
+// COPY_MATCHING(_PAGE), UPDATE and DELETE out, Apple's result shapes back.
+public import Foundation
+import CofferClient
+import CofferCrypto
+import CofferModel
+import CofferProtocol
+
+/// An LAContext as the Security calls use it (LocalAuthentication's class conforms): the session its
+/// evaluation lives on and the options a call through it runs with.
+package protocol SecAuthenticationContext: AnyObject {
+    /// The context's own agent session.
+    var agentSession: AgentSession { get }
+    /// The options for a call with `prompt` (kSecUseOperationPrompt) that may not ask when `noUserInterface`.
+    func agentOptions(prompt: String?, noUserInterface: Bool) -> AgentSession.Options
+}
+
+/// Adds an item (kSecClass, its attributes, kSecValueData or, for a key, kSecValueRef); `result`, if given and
+/// the dictionary asks with kSecReturn…, gets the new item's parts.
+public func SecItemAdd(_ attributes: CFDictionary, _ result: UnsafeMutablePointer<CFTypeRef?>?) -> OSStatus {
+    result?.pointee = nil
+    return SecItemCall.status { () throws(SecFailure) in
+        let r = try SecItemCall.Request(parsing: attributes, for: .add)
+        let made = try r.add()
+        result?.pointee = made
+    }
+}
+
+/// Searches (kSecMatchLimit, kSecReturn…): `result` gets the match's requested part, a dictionary of parts, or
+/// an array of them for a limit other than one; errSecItemNotFound when nothing matches.
+public func SecItemCopyMatching(_ query: CFDictionary, _ result: UnsafeMutablePointer<CFTypeRef?>?) -> OSStatus {
+    result?.pointee = nil
+    return SecItemCall.status { () throws(SecFailure) in
+        let r = try SecItemCall.Request(parsing: query, for: .search)
+        // Not `result?.pointee = try …`: with no result pointer, optional chaining would skip the search itself.
+        let found = try r.copyMatching()
+        result?.pointee = found
+    }
+}
+
+/// Changes every item matching `query`: attributes, and the secret with kSecValueData.
+public func SecItemUpdate(_ query: CFDictionary, _ attributesToUpdate: CFDictionary) -> OSStatus {
+    SecItemCall.status { () throws(SecFailure) in
+        let r = try SecItemCall.Request(parsing: query, for: .search)
+        let changes = try SecItemCall.Request(parsing: attributesToUpdate, for: .changes)
+        try r.update(changes)
+    }
+}
+
+/// Deletes every item matching `query`.
+public func SecItemDelete(_ query: CFDictionary) -> OSStatus {
+    SecItemCall.status { () throws(SecFailure) in
+        let r = try SecItemCall.Request(parsing: query, for: .search)
+        try r.delete()
+    }
+}
+
+enum SecItemCall {
+    static func status(_ body: () throws(SecFailure) -> Void) -> OSStatus {
+        do {
+            try body()
+            return errSecSuccess
+        } catch {
+            return error.status
+        }
+    }
+
+    enum Use { case add, search, changes }
+    enum UI { case allow, fail, skip }
+
+    /// One Security dictionary, read and checked.
+    struct Request {
+        var itemClass: ItemClass?
+        var attributes: Attributes = [:]
+        var limit: MatchLimit = .one
+        var returnData = false, returnAttributes = false, returnRef = false, returnPersistentRef = false
+        /// kSecValueData, copied straight into secure memory (never into an array of its own).
+        var valueData: SecureBytes?
+        var valueRef: SecKey?
+        var persistentRef: [UInt8]?
+        var context: (any SecAuthenticationContext)?
+        var prompt: String?
+        var ui = UI.allow
+        var synchronizableAny = false
+        let use: Use
+
+        init(parsing dictionary: CFDictionary, for use: Use) throws(SecFailure) {
+            self.use = use
+            var accessControl: SecAccessControl?
+            var unknown: [String] = []
+            var keyClassGiven: Any?, keyTypeGiven: Any?
+            for (key, value) in try ValueConversion.entries(dictionary) {
+                switch key {
+                case "class":
+                    guard use != .changes else { throw .param("kSecClass cannot be changed") }
+                    guard let s = ValueConversion.string(value) else { throw .param("kSecClass is not a string") }
+                    if s == "idnt" { throw .unimplemented("Coffer stores no identities (kSecClassIdentity)") }
+                    guard let c = ItemClass(rawValue: s) else { throw .param("unknown kSecClass \(s)") }
+                    itemClass = c
+                case "m_Limit":
+                    guard use == .search else { throw .param("kSecMatchLimit belongs in a search") }
+                    if let s = ValueConversion.string(value) {
+                        switch s {
+                        case "m_LimitOne": limit = .one
+                        case "m_LimitAll": limit = .all
+                        default: throw .param("unknown kSecMatchLimit \(s)")
+                        }
+                    } else if let n = ValueConversion.integer(value), n >= 1 {
+                        limit = n == 1 ? .one : .count(Int(n))
+                    } else {
+                        throw .param("kSecMatchLimit is neither kSecMatchLimitOne, kSecMatchLimitAll nor a positive number")
+                    }
+                case "r_Data", "r_Attributes", "r_Ref", "r_PersistentRef":
+                    guard use != .changes else { throw .param("\(key) does not belong in the changes") }
+                    guard let b = ValueConversion.bool(value) else { throw .param("\(key) is not a boolean") }
+                    switch key {
+                    case "r_Data": returnData = b
+                    case "r_Attributes": returnAttributes = b
+                    case "r_Ref": returnRef = b
+                    default: returnPersistentRef = b
+                    }
+                case "v_Data":
+                    guard use != .search else { throw .param("kSecValueData does not belong in a search") }
+                    guard let d = ValueConversion.secret(value) else { throw .param("kSecValueData is not Data") }
+                    valueData = d
+                case "v_Ref":
+                    guard let k = ValueConversion.unwrapped(value) as? SecKey else { throw .param("kSecValueRef is not a SecKey") }
+                    valueRef = k
+                case "v_PersistentRef":
+                    guard use == .search, let d = ValueConversion.data(value) else { throw .param("kSecValuePersistentRef is not Data") }
+                    persistentRef = d
+                case "u_AuthCtx":
+                    guard use != .changes else { throw .param("kSecUseAuthenticationContext does not belong in the changes") }
+                    guard let c = ValueConversion.unwrapped(value) as? any SecAuthenticationContext else {
+                        throw .param("kSecUseAuthenticationContext is not an LAContext")
+                    }
+                    context = c
+                case "u_OpPrompt":
+                    guard let s = ValueConversion.string(value) else { throw .param("kSecUseOperationPrompt is not a string") }
+                    prompt = s
+                case "u_AuthUI":
+                    switch ValueConversion.string(value) {
+                    case "u_AuthUIA": ui = .allow
+                    case "u_AuthUIF": ui = .fail
+                    case "u_AuthUIS": ui = .skip
+                    default: throw .param("kSecUseAuthenticationUI is not kSecUseAuthenticationUIAllow, …Fail or …Skip")
+                    }
+                case "u_NoAuthUI":
+                    guard let b = ValueConversion.bool(value) else { throw .param("kSecUseNoAuthenticationUI is not a boolean") }
+                    if b { ui = .fail }
+                case "nleg":
+                    // kSecUseDataProtectionKeychain: Coffer's keychain is the data protection keychain.
+                    guard ValueConversion.bool(value) != nil else { throw .param("kSecUseDataProtectionKeychain is not a boolean") }
+                case "accc":
+                    guard let a = ValueConversion.unwrapped(value) as? SecAccessControl else {
+                        throw .param("kSecAttrAccessControl is not a SecAccessControl")
+                    }
+                    accessControl = a
+                case "sync":
+                    if ValueConversion.string(value) == "syna" {
+                        guard use == .search else { throw .param("kSecAttrSynchronizableAny belongs in a search") }
+                        synchronizableAny = true
+                    } else if let b = ValueConversion.bool(value) {
+                        attributes["sync"] = .bool(b)
+                    } else {
+                        throw .param("kSecAttrSynchronizable is not a boolean")
+                    }
+                case "tkid":
+                    // kSecAttrTokenID: only SecKeyCreateRandomKey makes keys in the agent; a search names none.
+                    guard ValueConversion.string(value) == "com.apple.setoken" else { throw .param("unknown kSecAttrTokenID") }
+                case "kcls": keyClassGiven = value
+                case "type": keyTypeGiven = value
+                default:
+                    guard let kind = AttributeCatalog.kinds[key], !GeneralAttributes.isGeneral(key) else {
+                        unknown.append(key)
+                        continue
+                    }
+                    guard use == .search || !AttributeCatalog.readOnly.contains(key) else { throw .param("\(key) is set by the keychain") }
+                    guard let v = ValueConversion.attribute(key, value) else { throw .param("\(key) is not a \(kind.rawValue)") }
+                    attributes[key] = v
+                }
+            }
+            guard unknown.isEmpty else { throw .param("unknown attribute \(unknown.sorted().joined(separator: ", "))") }
+            // kSecAttrKeyClass and kSecAttrKeyType come as Apple's strings ("1", "73") or numbers.
+            if let v = keyClassGiven {
+                guard let n = ValueConversion.integer(v) else { throw .param("kSecAttrKeyClass is not a key class") }
+                attributes["kcls"] = .integer(n)
+            }
+            if let v = keyTypeGiven {
+                guard let n = ValueConversion.integer(v) else { throw .param("kSecAttrKeyType / kSecAttrType is not a number") }
+                attributes["type"] = .integer(n)
+            }
+            // An access control in a search (Apple's samples put one there) is not a search criterion.
+            if let a = accessControl, use != .search {
+                if case .string(let given)? = attributes["pdmn"], given != a.protection.shortCode {
+                    throw .param("kSecAttrAccessible and kSecAttrAccessControl's protection disagree")
+                }
+                attributes["pdmn"] = .string(a.protection.shortCode)
+                if let rule = a.rule { attributes["accc"] = .data(rule.encoded()) }
+            }
+            if case .string(let p)? = attributes["pdmn"], ProtectionClass(parsing: p)?.shortCode != p {
+                throw .param("kSecAttrAccessible is not one of its values")
+            }
+            if let c = itemClass, let allowed = Self.allowed[c] {
+                let wrong = attributes.keys.filter { !allowed.contains($0) }
+                guard wrong.isEmpty else { throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)") }
+            }
+            if use == .search && attributes["sync"] == nil && !synchronizableAny {
+                // As on Apple platforms: a search without kSecAttrSynchronizable matches local items only.
+                attributes["sync"] = .bool(false)
+            }
+        }
+
+        /// The attributes each class takes (Coffer's catalog, which is Apple's), computed once.
+        static let allowed: [ItemClass: Set<String>] = Dictionary(uniqueKeysWithValues: ItemClass.allCases.map {
+            ($0, $0.allowedAttributes.union(["pdmn", "sync", "agrp"]))
+        })
+
+        /// The options this call runs with, and its session (the context's, or the process's).
+        private var session: (AgentSession, AgentSession.Options) {
+            let noUI = ui != .allow
+            if let context { return (context.agentSession, context.agentOptions(prompt: prompt, noUserInterface: noUI)) }
+            return (.shared, AgentSession.Options(noUserInterface: noUI, operationPrompt: prompt ?? ""))
+        }
+
+        private var returnFlags: ReturnFlags {
+            var f: ReturnFlags = []
+            if returnData { f.insert(.data) }
+            if returnAttributes || returnRef { f.insert(.attributes) }
+            if returnPersistentRef || returnRef { f.insert(.persistentRef) }
+            return f
+        }
+
+        private var query: ItemQuery {
+            ItemQuery(itemClass: itemClass, attributes: attributes, limit: limit, returnData: returnData,
+                      returnAttributes: returnAttributes || returnRef, returnPersistentRef: returnPersistentRef || returnRef,
+                      persistentRef: persistentRef)
+        }
+
+        func add() throws(SecFailure) -> CFTypeRef? {
+            guard let itemClass else { throw .param("SecItemAdd needs kSecClass") }
+            var attrs = attributes
+            let secret: SecureBytes
+            if let key = valueRef {
+                guard itemClass == .key else { throw .param("kSecValueRef of a SecKey needs kSecClassKey") }
+                guard let stored = key.storedForm else {
+                    throw SecFailure(errSecDuplicateItem, "the key is already an item of the keychain (made in the agent)")
+                }
+                for (k, v) in stored.attributes where attrs[k] == nil { attrs[k] = v }
+                secret = stored.secret
+            } else {
+                secret = valueData ?? SecureBytes(count: 0)
+            }
+            if itemClass == .certificate && valueData == nil { throw .param("a certificate item needs kSecValueData (its DER bytes)") }
+            let item = NewItem(itemClass: itemClass, attributes: attrs, secret: secret)
+            let flags = returnFlags
+            let (s, options) = session
+            let made = try s.run(options: options, retry: false) { c throws(SecError) in try c.add(item, returning: flags) }
+            guard !flags.isEmpty, let made else { return nil }
+            return try shape([made], single: true)
+        }
+
+        func copyMatching() throws(SecFailure) -> CFTypeRef? {
+            var r = self
+            if returnRef, itemClass != .key {
+                // Only keys have references here (SecKey); beside other return types the request is left out.
+                guard returnData || returnAttributes || returnPersistentRef else {
+                    throw .unimplemented("kSecReturnRef gives SecKey references only (kSecClassKey)")
+                }
+                r.returnRef = false
+            }
+            return try r.search()
+        }
+
+        private func search() throws(SecFailure) -> CFTypeRef? {
+            let q = query
+            let (s, options) = session
+            var items: [ItemResult]
+            do {
+                items = try s.run(options: options) { c throws(SecError) in try c.copyMatching(q) }
+            } catch where ui == .skip && error.status == errSecInteractionNotAllowed {
+                // kSecUseAuthenticationUISkip: what would need the person is left out.
+                items = try skippingProtected(q, session: s, options: options)
+            }
+            // A search asking for nothing back only tells whether something matched.
+            guard !items.isEmpty else { throw SecFailure(errSecItemNotFound, "no item matches") }
+            if returnRef { items = try withKeyData(items, session: s, options: options) }
+            guard returnData || returnAttributes || returnRef || returnPersistentRef else { return nil }
+            return try shape(items, single: limit == .one)
+        }
+
+        /// kSecUseAuthenticationUISkip: the matches listed by attributes (which never need the person), then
+        /// each one's data asked for alone, without asking anyone; those that would need the person are left out.
+        private func skippingProtected(_ q: ItemQuery, session s: AgentSession, options: AgentSession.Options) throws(SecFailure) -> [ItemResult] {
+            var listing = q
+            listing.limit = .all
+            listing.returnData = false
+            listing.returnAttributes = true
+            listing.returnPersistentRef = true
+            let all = try s.run(options: options) { c throws(SecError) in try c.copyMatching(listing) }
+            var out: [ItemResult] = []
+            for var item in all {
+                if let bound = q.limit.bound, out.count >= bound { break }
+                guard let ref = item.persistentRef else { continue }
+                if q.returnData {
+                    let one = ItemQuery(itemClass: item.itemClass, returnData: true, persistentRef: ref)
+                    do {
+                        item.data = try s.run(options: options) { c throws(SecError) in try c.copyMatching(one) }.first?.data
+                    } catch where error.status == errSecInteractionNotAllowed {
+                        continue
+                    }
+                }
+                if !q.returnAttributes { item.attributes = nil }
+                if !q.returnPersistentRef { item.persistentRef = nil }
+                out.append(item)
+            }
+            return out
+        }
+
+        /// Key items asked for as SecKey: a key stored in software needs its secret (read by persistent reference).
+        private func withKeyData(_ items: [ItemResult], session s: AgentSession, options: AgentSession.Options) throws(SecFailure) -> [ItemResult] {
+            var out: [ItemResult] = []
+            for var item in items {
+                if item.data == nil, let attrs = item.attributes, !KeyItem.isNonExtractable(attrs), let ref = item.persistentRef {
+                    let q = ItemQuery(itemClass: .key, returnData: true, persistentRef: ref)
+                    item.data = try s.run(options: options) { c throws(SecError) in try c.copyMatching(q) }.first?.data
+                }
+                out.append(item)
+            }
+            return out
+        }
+
+        func update(_ changes: Request) throws(SecFailure) {
+            guard changes.valueRef == nil else { throw .param("kSecValueRef cannot be changed") }
+            let c = ItemChanges(attributes: changes.attributes, secret: changes.valueData)
+            guard !c.attributes.isEmpty || c.secret != nil else { throw .param("SecItemUpdate with nothing to change") }
+            var q = query
+            q.limit = .all
+            q.returnData = false; q.returnAttributes = false; q.returnPersistentRef = false
+            let query = q
+            let (s, options) = session
+            _ = try s.run(options: options, retry: false) { conn throws(SecError) in try conn.update(query, c) }
+        }
+
+        func delete() throws(SecFailure) {
+            var q = query
+            q.limit = .all
+            q.returnData = false; q.returnAttributes = false; q.returnPersistentRef = false
+            let query = q
+            let (s, options) = session
+            _ = try s.run(options: options, retry: false) { conn throws(SecError) in try conn.delete(query) }
+        }
+
+        /// Apple's result shapes: one requested part alone, several in a dictionary; an array of those for a
+        /// search whose limit is not one.
+        private func shape(_ items: [ItemResult], single: Bool) throws(SecFailure) -> CFTypeRef? {
+            var values: [Any] = []
+            for item in items {
+                let parts = [returnData, returnAttributes, returnRef, returnPersistentRef].filter { $0 }.count
+                let attributes = item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) }
+                let data = item.data.map { s in s.withUnsafeBytes { Data($0) } }
+                let ref: SecKey? = returnRef ? SecKey(item: item) : nil
+                if returnRef && ref == nil { throw SecFailure(errSecInternalComponent, "a key item that is not a key") }
+                if parts == 1 {
+                    if returnData, let data { values.append(data) }
+                    if returnAttributes, let attributes { values.append(attributes as NSDictionary) }
+                    if returnRef, let ref { values.append(ref) }
+                    if returnPersistentRef, let p = item.persistentRef { values.append(Data(p)) }
+                } else {
+                    var d: [String: Any] = returnAttributes ? (attributes ?? [:]) : [:]
+                    if returnData, let data { d["v_Data"] = data }
+                    if returnRef, let ref { d["v_Ref"] = ref }
+                    if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = Data(p) }
+                    values.append(d as NSDictionary)
+                }
+            }
+            if single { return values.first.map { $0 as AnyObject } }
+            return values as NSArray
+        }
+
+        /// An item's attributes as Apple's dictionary: short names, Foundation values, the class, the access
+        /// control as a SecAccessControl; Coffer's general attributes are left out.
+        static func dictionary(_ attributes: Attributes, itemClass: ItemClass) -> [String: Any] {
+            var d: [String: Any] = ["class": itemClass.rawValue]
+            for (k, v) in attributes where !GeneralAttributes.isGeneral(k) {
+                if k == "accc", case .data(let bytes) = v, case .string(let p)? = attributes["pdmn"],
+                   let pc = ProtectionClass(parsing: p), let a = SecAccessControl(stored: bytes, protection: pc) {
+                    d[k] = a
+                } else {
+                    d[k] = ValueConversion.object(v)
+                }
+            }
+            return d
+        }
+    }
+}
+#endif
