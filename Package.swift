@@ -78,6 +78,10 @@ let package = Package(
         .target(name: "CTPM", path: "Sources/CTPM",
                 linkerSettings: [.linkedLibrary("tss2-esys"), .linkedLibrary("tss2-tctildr"), .linkedLibrary("tss2-mu"), .linkedLibrary("tss2-rc")]),
 
+        // The kernel's fscrypt ioctls for protected directories (issue #45): one function per ioctl, the
+        // key argument built and wiped in C; only CofferFiles imports it.
+        .target(name: "CFscrypt", path: "Sources/CFscrypt"),
+
         // Swift modules, one per trust boundary.
         .target(name: "CofferCrypto", dependencies: ["CSodium", "CofferSystem"], swiftSettings: rawMemorySettings),
         .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
@@ -94,6 +98,9 @@ let package = Package(
         .target(name: "CofferKeybag", dependencies: ["CofferCrypto", "CofferModel", "CofferSystem", "CofferTPM"],
                 swiftSettings: rawMemorySettings),
         .target(name: "CofferStore", dependencies: ["CSQLite", "CofferModel"], swiftSettings: rawMemorySettings),
+        // Protected directories on disk (issue #45): fscrypt keys and policies, the checks that refuse what
+        // cannot be protected, the crash-safe migration of a non-empty directory, who holds files open.
+        .target(name: "CofferFiles", dependencies: ["CFscrypt", "CofferCrypto", "CofferModel"], swiftSettings: rawMemorySettings),
         .target(name: "CofferKeychain",
                 dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferStore", "CofferSystem", "CofferTPM"],
                 swiftSettings: rawMemorySettings),
@@ -125,7 +132,7 @@ let package = Package(
         // an authentication channel. It imports no wire module: each front end is an adapter.
         .target(name: "CofferService",
                 dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferPAM", "CofferSystem",
-                               "CofferIdentity", "CofferPolicy", "CofferAudit", "CofferSync",
+                               "CofferIdentity", "CofferPolicy", "CofferAudit", "CofferSync", "CofferFiles",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         .target(name: "CofferAgent",
@@ -177,7 +184,7 @@ let package = Package(
         .executableTarget(name: "coffer-cli",
                           dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferCLISupport", "CofferSystem",
                                          "CofferManifest", "CofferTrust", "CofferAudit", "CofferProtocol", "CofferSSHAgentProtocol",
-                                         "CofferImport",
+                                         "CofferImport", "CofferFiles",
                                          .product(name: "ArgumentParser", package: "swift-argument-parser")],
                           swiftSettings: settings,
                           // The archives FoundationEssentials needs and the driver omits from a static link.
@@ -245,6 +252,9 @@ let package = Package(
         .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "CofferModel", "CofferTestSupport"], swiftSettings: settings),
         .testTarget(name: "CofferSecretServiceCryptoTests", dependencies: ["CofferSecretServiceCrypto", "CofferCrypto"], swiftSettings: settings),
         .testTarget(name: "CofferKeybagTests", dependencies: ["CofferCrypto", "CofferModel", "CofferKeybag", "CofferSystem", "CofferTestSupport"],
+                    swiftSettings: settings),
+        // Protected directories on a real ext4 with the encrypt feature on a loop device the tests make (root).
+        .testTarget(name: "CofferFilesTests", dependencies: ["CofferFiles", "CofferCrypto", "CofferModel", "CofferTestSupport"],
                     swiftSettings: settings),
         .testTarget(name: "CofferStoreTests", dependencies: ["CofferModel", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite"], swiftSettings: settings),
         .testTarget(name: "CofferKeychainTests", dependencies: ["CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferStore", "CofferSystem", "CofferTestSupport", "CSQLite", "CofferTPM"], exclude: ["Fixtures"],

@@ -41,6 +41,8 @@ package final class Agent: Sendable {
     let pipeline: Pipeline
     /// The keychain sync and its background worker.
     let sync: SyncService
+    /// Protected directories (issue #45): their keys added and removed with the lock state.
+    let files: FileProtectionService
     /// The trust roots and manifests (reloaded on SIGHUP).
     let trust: TrustStore
     /// Connection → caller identity.
@@ -138,12 +140,14 @@ package final class Agent: Sendable {
         // Lock events reach the sync once it exists (it needs the service). Held weakly: the sync holds
         // the service, which holds this closure (a cycle kept the keychain alive past the agent's stop).
         let syncBox = SyncReference()
+        let filesBox = FilesReference()
         let service = KeychainService.compose(
             keychain: keychain, verifier: verifier, sensor: givenSensor ?? sensor ?? NoBiometricSensor(), settings: configuration.serviceSettings,
             clock: SystemClock(), wallClock: SystemWallClock(), logger: logger,
             onEvent: { event in
                 registry.broadcast(event, refusals: refusals)
                 syncBox.sync?.observe(event)
+                filesBox.files?.observe(event)
             },
             onErase: { [logger] in
                 // Everything was erased: stop once the reply is out; the next start makes a fresh keybag.
@@ -157,6 +161,9 @@ package final class Agent: Sendable {
         let sync = SyncService(service: service, settings: configuration.sync)
         self.sync = sync
         syncBox.sync = sync
+        let files = FileProtectionService(service: service)
+        self.files = files
+        filesBox.files = files
         // One way to the person for every agent-side dialog (PROMPT_UNLOCK, PROMPT_READ, access controls
         // of ssh keys, ssh-add -c): the configured pinentry on the login session's display, or nobody.
         let openPrompt: @Sendable () -> Result<AgentPromptChannel, PromptUnavailable> = { [configuration, logger] in
@@ -168,7 +175,7 @@ package final class Agent: Sendable {
             return opened
         }
         pipeline = Pipeline(service: service, resolver: resolver, promptChannel: openPrompt, sync: sync,
-                            prompterReport: { [configuration] in AgentPromptChannel.report(configuration: configuration) })
+                            prompterReport: { [configuration] in AgentPromptChannel.report(configuration: configuration) }, files: files)
         let activation = Systemd.activationSockets()
         let nativeSocket = activation?.native.flatMap { Self.boundPath(of: $0) } ?? configuration.socketPath
         // The ssh-agent socket first: once the native socket accepts, both do (clients and tests wait
@@ -284,6 +291,8 @@ package final class Agent: Sendable {
     /// Starts every listener's accept loop and the lock timer.
     package func start() {
         started.withLock { $0 = true }
+        // Before anyone is served: the keys a crashed agent left in the kernel are removed, None's added.
+        files.start()
         for server in servers.withLock({ $0 }) { server.start() }
         sync.start()
         Threads.detach { [self] in
@@ -326,6 +335,7 @@ package final class Agent: Sendable {
         logger.info("shutting down")
         let open = registry.stop()
         sync.stop()
+        files.stop()
         for path in ownedSocketPaths.withLock({ $0 }) { unlink(path) }
         for server in servers.withLock({ $0 }) { server.stopAccepting() }
         if !registry.drain(timeout: 5) { logger.warning("requests still running after 5 s; stopping anyway") }
@@ -373,5 +383,15 @@ private final class SyncReference: Sendable {
     var sync: SyncService? {
         get { box.withLock { $0.sync } }
         set { box.withLock { $0.sync = newValue } }
+    }
+}
+
+/// The agent's protected directories, held weakly for the service's event closure (as the sync).
+private final class FilesReference: Sendable {
+    private struct Weak: Sendable { weak var files: FileProtectionService? }
+    private let box = Protected(Weak())
+    var files: FileProtectionService? {
+        get { box.withLock { $0.files } }
+        set { box.withLock { $0.files = newValue } }
     }
 }

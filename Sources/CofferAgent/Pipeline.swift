@@ -30,6 +30,8 @@ final class Pipeline: Sendable {
     let promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)?
     /// The keychain sync (nil: the SYNC requests answer that this agent does not sync).
     let sync: SyncService?
+    /// Protected directories (nil: FILES answers that this agent has none).
+    let files: FileProtectionService?
     /// What PROMPTER answers: the agent's pinentry and why, and where its dialogs appear now (nil:
     /// this agent has no prompter).
     let prompterReport: (@Sendable () -> PrompterReply)?
@@ -37,9 +39,10 @@ final class Pipeline: Sendable {
 
     init(service: KeychainService, resolver: IdentityResolver? = nil,
          promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil,
-         prompterReport: (@Sendable () -> PrompterReply)? = nil) {
+         prompterReport: (@Sendable () -> PrompterReply)? = nil, files: FileProtectionService? = nil) {
         self.service = service
         self.sync = sync
+        self.files = files
         self.resolver = resolver
         self.promptChannel = promptChannel
         self.prompterReport = prompterReport
@@ -56,7 +59,7 @@ final class Pipeline: Sendable {
         // from its end (a passcode set whose KDF outlasts the idle time is followed by `unlocked`, not
         // by a lock that raced it).
         switch request {
-        case .status, .protections, .prompter, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false):
+        case .status, .protections, .prompter, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
             return run(request, &session, channel)
         default:
             return service.asActivity { run(request, &session, channel) }
@@ -161,6 +164,8 @@ final class Pipeline: Sendable {
             return .status(try service.status())
         case .syncSetup, .syncCircle, .syncStatus, .syncConflicts:
             return try syncRequest(request, &session, channel)
+        case .files(let operation):
+            return try filesRequest(operation, session)
         case .protections:
             return .protections(service.protections())
         case .prompter:
@@ -360,6 +365,28 @@ extension Pipeline {
                 return true
             }))
         }
+    }
+
+    /// FILES (WireProtocol.md, Protected directories): one call of the core's ``FileProtectionService``;
+    /// a status reply holds as many directories as fit one frame, in path order.
+    func filesRequest(_ operation: FilesOperation, _ session: Session) throws(SecError) -> AgentResponse {
+        guard let files else { throw SecError(.unimplemented, "this agent has no protected directories") }
+        let dirs: [ProtectedDirectoryStatus]
+        switch operation {
+        case .protect(let path, let protection): dirs = [try files.protect(path: path, protection: protection, session.context)]
+        case .status(let path): dirs = try files.status(path: path, session.context)
+        case .lockAll: dirs = try files.lockAll(session.context)
+        case .drop(let path, let name, let data):
+            defer { data.wipe() }
+            dirs = [try files.drop(path: path, name: name, data: data, session.context)]
+        }
+        var room = WireFormat.maximumBodyBytes - WireFormat.filesReplyHeaderBytes
+        return .files(Array(dirs.prefix { d in
+            let size = WireFormat.encodedSize(of: d)
+            guard size <= room else { return false }
+            room -= size
+            return true
+        }))
     }
 
     /// PROMPT_UNLOCK (WireProtocol.md, Prompting for a front end): on a delegated connection only,

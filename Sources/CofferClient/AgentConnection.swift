@@ -374,6 +374,37 @@ public final class AgentConnection {
         return d
     }
 
+    /// FILES (issue #45): protects a directory, reports the protected directories, or locks them all;
+    /// every directory the request concerns, with its state.
+    public func files(_ operation: FilesOperation) throws(SecError) -> [ProtectedDirectoryStatus] {
+        let r = try roundTrip(.files(operation))
+        guard case .files(let dirs) = r else { throw unexpected(r) }
+        return dirs
+    }
+
+    /// Makes the directory at the absolute path `path` a protected directory of class `protection`
+    /// (Apple: setting `FileProtectionType` on a directory's files; FileProtectionFormat.md maps the classes).
+    public func protectDirectory(_ path: String, as protection: FileProtection) throws(SecError) -> ProtectedDirectoryStatus {
+        guard let d = try files(.protect(path: path, protection: protection)).first else { throw SecError(.decode, "FILES_REPLY without the directory") }
+        return d
+    }
+
+    /// The protection class of the absolute path `path`: that of the protected directory it is, or is
+    /// inside; nil when it is in none (Apple: the `protectionKey` resource value).
+    public func fileProtection(ofPath path: String) throws(SecError) -> FileProtection? {
+        var p = path
+        while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
+        return try files(.status(path: nil)).filter { p == $0.path || p.hasPrefix($0.path == "/" ? "/" : $0.path + "/") }
+            .max { $0.path.utf8.count < $1.path.utf8.count }?.protection
+    }
+
+    /// Writes `contents` as the file `name` of the complete-unless-open directory `directory`, also while
+    /// the keychain is locked (then sealed and written in at the next unlock; Apple: a file of class
+    /// `completeUnlessOpen` created while locked).
+    public func writeFile(_ contents: SecureBytes, named name: String, into directory: String) throws(SecError) {
+        _ = try files(.drop(path: directory, name: name, data: contents))
+    }
+
     /// SYNC_STATUS; `now`: the agent syncs first and answers when that sync ended.
     public func syncStatus(now: Bool = false) throws(SecError) -> SyncStatus {
         let r = try roundTrip(.syncStatus(now: now))

@@ -1282,7 +1282,7 @@ public final class Keychain: Sendable {
     /// Idempotent: a row whose item key already unwraps under the new key is left alone.
     private func resealRows(_ store: ItemStore, _ keys: RekeyKeys, from keybagVersion: Int) throws(SecError) -> String {
         let t0 = Self.now()
-        var resealed = 0, deleted = 0
+        var resealed = 0, deleted = 0, rewrapped = 0
         // Runs inside the keybag's mutex: nothing here may call the keybag (the keys come in `keys`).
         // The Always rows need nothing: their keys do not rotate, and `migrateAtOpen` re-padded them.
         // Rollback records: not kept incrementally here (the passcode bucket's key changes); computed
@@ -1309,6 +1309,7 @@ public final class Keychain: Sendable {
                 if try resealRow(store, row, p, keys) { resealed += 1 }
             }
             try resealSyncBlobs(store, keys)
+            rewrapped = try rewrapFileKeys(store, keys)
             if let rollback, let (d, _) = try rollback.records(store) {
                 guard rollback.ledger.verifies(d) else { throw RollbackFinding.recordsEdited.secError }
                 var epoch: Int64 = 0
@@ -1324,6 +1325,7 @@ public final class Keychain: Sendable {
             throw error
         }
         return ("keybag rekey from format \(keybagVersion): \(resealed) items re-sealed"
+            + (rewrapped > 0 ? ", \(rewrapped) protected directory keys re-wrapped" : "")
             + (deleted > 0 ? ", \(deleted) WhenPasscodeSet items deleted (passcode removed)" : "") + " in \(Int((Self.now() - t0) * 1000)) ms")
     }
 

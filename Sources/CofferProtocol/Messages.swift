@@ -106,6 +106,8 @@ public enum AgentRequest: Sendable {
     /// SYNC_CONFLICTS: the conflicts kept (the losing versions); `restore`: write back the loser of
     /// the conflict with this id (it becomes the newest version everywhere).
     case syncConflicts(restore: String?)
+    /// FILES: protected directories (issue #45): protect one, the status, lock all.
+    case files(FilesOperation)
 
     /// True if the encoded frame holds a passcode or secret (the sender wipes it after use).
     public var carriesSecret: Bool {
@@ -116,6 +118,7 @@ public enum AgentRequest: Sendable {
         case .removePasscode, .escrowUnlock, .escrowRevoke, .backupCreate, .backupRestore: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
+        case .files(.drop): true
         case .keyCreate(let k, _, _): k.key != nil
         default: false
         }
@@ -158,6 +161,17 @@ public enum AgentRequest: Sendable {
         case .syncStatus(let now):
             var f = FrameBuilder(type: .syncStatus, requestID: requestID, payloadCapacity: 1)
             f.w.u8(now ? 2 : 1)
+            return f.finish()
+        case .files(let op):
+            var capacity = 4 + FilesOperation.maximumPathBytes
+            if case .drop(_, let name, let data) = op { capacity += 6 + name.utf8.count + data.count }
+            var f = FrameBuilder(type: .files, requestID: requestID, payloadCapacity: capacity)
+            switch op {
+            case .protect(let path, let protection): f.w.u8(1); f.w.shortString(path); f.w.u8(protection.rawValue)
+            case .status(let path): f.w.u8(2); f.w.shortString(path ?? "")
+            case .lockAll: f.w.u8(3)
+            case .drop(let path, let name, let data): f.w.u8(4); f.w.shortString(path); f.w.shortString(name); f.secret(data)
+            }
             return f.finish()
         case .syncConflicts(let restore):
             var f = FrameBuilder(type: .syncConflicts, requestID: requestID, payloadCapacity: 3 + (restore?.utf8.count ?? 0))
@@ -347,6 +361,34 @@ public enum AgentRequest: Sendable {
             let op = try r.u8("operation")
             guard op == 1 || op == 2 else { throw ProtocolError("unknown SYNC_STATUS operation") }
             request = .syncStatus(now: op == 2)
+        case .files:
+            func path(_ r: inout BodyReader, empty: Bool) throws(ProtocolError) -> String {
+                let p = try r.sstr("path")
+                if empty && p.isEmpty { return p }
+                guard FilesOperation.isValidPath(p) else {
+                    throw ProtocolError("FILES: the path must be absolute, at most \(FilesOperation.maximumPathBytes) bytes, without NUL, empty, . or .. components")
+                }
+                return p
+            }
+            switch try r.u8("operation") {
+            case 1:
+                let p = try path(&r, empty: false)
+                guard let c = FileProtection(rawValue: try r.u8("class")) else { throw ProtocolError("FILES: unknown protection class (1 to 4)") }
+                request = .files(.protect(path: p, protection: c))
+            case 2:
+                let p = try path(&r, empty: true)
+                request = .files(.status(path: p.isEmpty ? nil : p))
+            case 3: request = .files(.lockAll)
+            case 4:
+                let p = try path(&r, empty: false)
+                let name = try r.sstr("file name")
+                let bytes = Array(name.utf8)
+                guard !bytes.isEmpty, bytes.count <= 255, !bytes.contains(0), !bytes.contains(UInt8(ascii: "/")), name != ".", name != ".." else {
+                    throw ProtocolError("FILES drop: the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
+                }
+                request = .files(.drop(path: p, name: name, data: try r.secret("file contents")))
+            default: throw ProtocolError("unknown FILES operation")
+            }
         case .syncConflicts:
             switch try r.u8("operation") {
             case 1: request = .syncConflicts(restore: nil)
@@ -481,7 +523,7 @@ public enum AgentRequest: Sendable {
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
              .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply,
-             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply:
+             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply, .filesReply:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -549,6 +591,8 @@ public enum AgentResponse: Sendable {
     case syncStatus(SyncStatus)
     /// SYNC_CONFLICTS_REPLY: the conflicts kept, newest first (as many as fit one frame).
     case syncConflicts([SyncConflictInfo])
+    /// FILES_REPLY: protected directories and their state.
+    case files([ProtectedDirectoryStatus])
     /// BACKUP_SUMMARY: items written (create: `added` only), or added / duplicates kept / skipped
     /// as another device's (restore).
     case backupSummary(added: UInt32, duplicates: UInt32, otherDevice: UInt32)
@@ -663,6 +707,17 @@ public enum AgentResponse: Sendable {
             f.w.u8(s.state.rawValue); f.w.u8(s.running ? 1 : 0); f.w.u64(s.lastSuccessMillis); f.w.u64(s.lastAttemptMillis)
             f.w.shortString(s.lastError); f.w.u32(s.intervalSeconds); f.w.u32(s.conflicts); f.w.u32(s.applied); f.w.u32(s.recorded)
             f.w.u8(s.phase.rawValue); f.w.u32(s.done); f.w.u32(s.total)
+            return f.finish()
+        case .files(let dirs):
+            var f = FrameBuilder(type: .filesReply, requestID: requestID, payloadCapacity: 4 + dirs.reduce(0) { $0 + WireFormat.encodedSize(of: $1) })
+            f.w.u32(UInt32(dirs.count))
+            for d in dirs {
+                f.w.shortString(d.path); f.w.u8(d.protection.rawValue); f.w.raw(d.keyIdentifier.count == 16 ? d.keyIdentifier : [UInt8](repeating: 0, count: 16))
+                f.w.u8(d.keyState.rawValue); f.w.shortString(d.problem)
+                let holders = d.holders.prefix(WireFormat.maximumFileHolders)
+                f.w.u16(UInt16(holders.count))
+                for h in holders { f.w.u32(UInt32(bitPattern: h.pid)); f.w.shortString(h.name) }
+            }
             return f.finish()
         case .syncConflicts(let conflicts):
             var f = FrameBuilder(type: .syncConflictsReply, requestID: requestID,
@@ -897,6 +952,23 @@ public enum AgentResponse: Sendable {
             guard s.running || phase == .idle else { throw ProtocolError("SYNC_STATUS_REPLY: a phase without a running sync") }
             guard s.done <= s.total else { throw ProtocolError("SYNC_STATUS_REPLY: done above total") }
             response = .syncStatus(s)
+        case .filesReply:
+            let n = try r.u32("directory count")
+            var dirs: [ProtectedDirectoryStatus] = []
+            for _ in 0..<n {
+                let path = try r.sstr("path")
+                guard FilesOperation.isValidPath(path) else { throw ProtocolError("FILES_REPLY: a path that is not absolute and normal") }
+                guard let c = FileProtection(rawValue: try r.u8("class")) else { throw ProtocolError("FILES_REPLY: unknown protection class") }
+                let id = Array(try r.bytes(16, "key identifier"))
+                guard let state = FileKeyState(rawValue: try r.u8("key state")) else { throw ProtocolError("FILES_REPLY: unknown key state") }
+                let problem = try r.sstr("problem")
+                let count = Int(try r.u16("holder count"))
+                guard count <= WireFormat.maximumFileHolders else { throw ProtocolError("FILES_REPLY: more than \(WireFormat.maximumFileHolders) holders") }
+                var holders: [FileHolder] = []
+                for _ in 0..<count { holders.append(FileHolder(pid: Int32(bitPattern: try r.u32("pid")), name: try r.sstr("process name"))) }
+                dirs.append(ProtectedDirectoryStatus(path: path, protection: c, keyIdentifier: id, keyState: state, holders: holders, problem: problem))
+            }
+            response = .files(dirs)
         case .syncConflictsReply:
             let n = try r.u32("conflict count")
             var conflicts: [SyncConflictInfo] = []

@@ -36,6 +36,16 @@ public enum WireFormat {
     /// Bytes of a SYNC_CONFLICTS_REPLY body before its first conflict (type, request id, count).
     public static let syncConflictsHeaderBytes = 9
     /// Encoded size of one conflict in SYNC_CONFLICTS_REPLY (each string clamped as the encoder clamps it).
+    public static func encodedSize(of d: ProtectedDirectoryStatus) -> Int {
+        2 + d.path.utf8.count + 1 + 16 + 1 + 2 + d.problem.utf8.count + 2 + d.holders.reduce(0) { $0 + 6 + $1.name.utf8.count }
+    }
+
+    /// The FILES_REPLY header: the message header and the directory count.
+    public static let filesReplyHeaderBytes = 9
+
+    /// At most this many holders of one directory go in a FILES_REPLY (a decoder rejects more).
+    public static let maximumFileHolders = 1024
+
     public static func encodedSize(of c: SyncConflictInfo) -> Int {
         [c.id, c.itemClass, c.service, c.account, c.loserDevice].reduce(0) { $0 + 2 + min($1.utf8.count, Int(UInt16.max)) } + 17
     }
@@ -92,14 +102,14 @@ public enum MessageType: UInt8, Sendable {
     case check = 0x17, checkPage = 0x18, keyCreate = 0x19, delegate = 0x1A, protections = 0x1B, promptUnlock = 0x1C
     case portalSecret = 0x1D
     case syncSetup = 0x1E, syncCircle = 0x1F, syncStatus = 0x20, syncConflicts = 0x21
-    case promptRead = 0x22, subscribeEvents = 0x23
+    case promptRead = 0x22, subscribeEvents = 0x23, files = 0x24
     case prompter = 0x25
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91
     case checkReport = 0x92, itemsPageSkipping = 0x93, checkReportPage = 0x94, protectionsReply = 0x95
     case portalSecretReply = 0x97
-    case syncCode = 0x98, syncDevices = 0x99, syncStatusReply = 0x9A, syncConflictsReply = 0x9B
+    case syncCode = 0x98, syncDevices = 0x99, syncStatusReply = 0x9A, syncConflictsReply = 0x9B, filesReply = 0x9C
     case prompterReply = 0x9D
     case event = 0xC0, error = 0xFF
 }

@@ -60,7 +60,7 @@ package final class ItemStore {
     package let path: String
 
     /// Schema version this code writes (PRAGMA user_version). Migrations never change once shipped.
-    package static let schemaVersion: Int64 = 6
+    package static let schemaVersion: Int64 = 7
 
     private static let schemaV1 = """
         CREATE TABLE items(
@@ -145,6 +145,31 @@ package final class ItemStore {
         PRAGMA user_version = 6;
         """
 
+    /// Version 7: protected directories (issue #45, FileProtectionFormat.md): one row per directory, its
+    /// path (UTF-8), its file protection class, the keybag class whose class key wraps its fscrypt key,
+    /// the key's identifier (not secret) and the wrapped key; for a CompleteUnlessOpen directory its drop
+    /// key pair (the public key, the secret key wrapped; empty for the others). `file_drops`: files
+    /// written into such a directory while locked, sealed to its drop key until the next unlock.
+    /// Nothing of a version-6 file changes.
+    private static let schemaV7 = """
+        CREATE TABLE file_keys(
+            id INTEGER PRIMARY KEY,
+            path BLOB NOT NULL UNIQUE,
+            fclass INTEGER NOT NULL CHECK(fclass BETWEEN 1 AND 4),
+            pclass INTEGER NOT NULL CHECK(pclass BETWEEN 1 AND 7),
+            keyid BLOB NOT NULL UNIQUE CHECK(length(keyid) = 16),
+            wrapped BLOB NOT NULL,
+            droppk BLOB NOT NULL DEFAULT x'' CHECK(length(droppk) IN (0, 32)),
+            dropsk BLOB NOT NULL DEFAULT x''
+        );
+        CREATE TABLE file_drops(
+            id INTEGER PRIMARY KEY,
+            dir BLOB NOT NULL,
+            sealed BLOB NOT NULL
+        );
+        PRAGMA user_version = 7;
+        """
+
     /// The longest reason a quarantined row keeps (bytes of UTF-8, cut at a character boundary).
     package static let maximumReasonBytes = 512
 
@@ -167,7 +192,7 @@ package final class ItemStore {
             if version < Self.schemaVersion && version >= 0 {
                 // Each migration in one transaction with the version it sets: a crash leaves the old
                 // version or the new one, never a half-migrated file.
-                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5, Self.schemaV6]
+                let steps = [Self.schemaV1, Self.schemaV2, Self.schemaV3, Self.schemaV4, Self.schemaV5, Self.schemaV6, Self.schemaV7]
                 try transaction { () throws(SecError) in for step in steps.dropFirst(Int(version)) { try db.exec(step) } }
             } else if version > Self.schemaVersion {
                 throw SecError.decode("the keychain database \(path) has format \(version), newer than this Coffer (\(Self.schemaVersion))")
@@ -574,5 +599,109 @@ package final class ItemStore {
     /// Checkpoints the WAL into the main file (on clean shutdown).
     package func checkpoint() {
         try? db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    // MARK: Protected directories (schema 7)
+
+    /// One `file_keys` row.
+    package struct FileKeyRow: Sendable, Equatable {
+        package var id: Int64
+        package var path: [UInt8]
+        package var fileClass: UInt8
+        package var protectionClass: UInt8
+        package var identifier: [UInt8]
+        package var wrapped: [UInt8]
+        /// The drop key pair: the public key and the wrapped secret key (empty: none).
+        package var dropPublicKey: [UInt8]
+        package var dropSecret: [UInt8]
+
+        package init(id: Int64 = 0, path: [UInt8], fileClass: UInt8, protectionClass: UInt8, identifier: [UInt8], wrapped: [UInt8],
+                     dropPublicKey: [UInt8] = [], dropSecret: [UInt8] = []) {
+            self.id = id
+            self.path = path
+            self.fileClass = fileClass
+            self.protectionClass = protectionClass
+            self.identifier = identifier
+            self.wrapped = wrapped
+            self.dropPublicKey = dropPublicKey
+            self.dropSecret = dropSecret
+        }
+    }
+
+    /// Every protected directory's row, by path.
+    package func fileKeys() throws(SecError) -> [FileKeyRow] {
+        let s = try db.statement("SELECT id, path, fclass, pclass, keyid, wrapped, droppk, dropsk FROM file_keys ORDER BY path")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [FileKeyRow] = []
+        while try s.step() {
+            out.append(FileKeyRow(id: s.int64(0), path: s.blob(1), fileClass: UInt8(clamping: s.int64(2)),
+                                  protectionClass: UInt8(clamping: s.int64(3)), identifier: s.blob(4), wrapped: s.blob(5),
+                                  dropPublicKey: s.blob(6), dropSecret: s.blob(7)))
+        }
+        return out
+    }
+
+    /// Adds a protected directory's row (errSecDuplicateItem for a path or key identifier already there).
+    package func insertFileKey(_ row: FileKeyRow) throws(SecError) {
+        let s = try db.statement("INSERT INTO file_keys(path, fclass, pclass, keyid, wrapped, droppk, dropsk) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+        s.bind(1, row.path)
+        s.bind(2, Int64(row.fileClass))
+        s.bind(3, Int64(row.protectionClass))
+        s.bind(4, row.identifier)
+        s.bind(5, row.wrapped)
+        s.bind(6, row.dropPublicKey)
+        s.bind(7, row.dropSecret)
+        do {
+            try s.run()
+        } catch {
+            throw SecError(.duplicateItem, "a protected directory with this path or key is already recorded")
+        }
+    }
+
+    /// Replaces row `id`'s wrapped key and wrapped drop secret key (a rekey re-wraps them). Call inside ``transaction(_:)``.
+    package func replaceFileKey(id: Int64, wrapped: [UInt8], dropSecret: [UInt8]) throws(SecError) {
+        let s = try db.statement("UPDATE file_keys SET wrapped = ?1, dropsk = ?3 WHERE id = ?2")
+        s.bind(1, wrapped)
+        s.bind(2, id)
+        s.bind(3, dropSecret)
+        try s.run()
+    }
+
+    /// Keeps a file written into the protected directory `dir` while locked (sealed to its drop key);
+    /// returns its id.
+    package func insertDrop(dir: [UInt8], sealed: [UInt8]) throws(SecError) -> Int64 {
+        let s = try db.statement("INSERT INTO file_drops(dir, sealed) VALUES (?1, ?2)")
+        s.bind(1, dir)
+        s.bind(2, sealed)
+        try s.run()
+        return db.lastInsertRowID
+    }
+
+    /// The files waiting to be written into protected directories, oldest first.
+    package func drops() throws(SecError) -> [(id: Int64, dir: [UInt8], sealed: [UInt8])] {
+        let s = try db.statement("SELECT id, dir, sealed FROM file_drops ORDER BY id")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [(id: Int64, dir: [UInt8], sealed: [UInt8])] = []
+        while try s.step() { out.append((s.int64(0), s.blob(1), s.blob(2))) }
+        return out
+    }
+
+    /// Forgets drop `id` (written into its directory and synced).
+    package func deleteDrop(id: Int64) throws(SecError) {
+        let s = try db.statement("DELETE FROM file_drops WHERE id = ?1")
+        s.bind(1, id)
+        try s.run()
+    }
+
+    /// Deletes the row of the directory `path`; false if there was none.
+    package func deleteFileKey(path: [UInt8]) throws(SecError) -> Bool {
+        let s = try db.statement("DELETE FROM file_keys WHERE path = ?1")
+        s.bind(1, path)
+        try s.run()
+        let deleted = db.changes > 0
+        let drops = try db.statement("DELETE FROM file_drops WHERE dir = ?1")
+        drops.bind(1, path)
+        try drops.run()
+        return deleted
     }
 }

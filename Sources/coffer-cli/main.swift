@@ -3,6 +3,7 @@
 import ArgumentParser
 import CofferCLISupport
 import CofferClient
+import CofferFiles
 import CofferCrypto
 import CofferModel
 import Glibc
@@ -68,7 +69,7 @@ struct Coffer: ParsableCommand {
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Move.self, Delete.self, Run.self, Inject.self, WhoAmI.self,
                       LocalAuthentication.self, Biometry.self, Escrow.self, Backup.self, ManifestCommand.self, AuditCommand.self, Check.self, SSHCommand.self,
-                      ImportCommand.self, DeviceKeyCommand.self, SyncCommand.self])
+                      ImportCommand.self, DeviceKeyCommand.self, SyncCommand.self, FilesCommand.self])
 }
 
 struct Status: ParsableCommand {
@@ -91,13 +92,22 @@ struct Status: ParsableCommand {
             // nil: an agent from before the prompter report.
             let prompter = try? c.prompter()
             let state = s.lockState.description
+            // Protected directories (nil: an agent from before them), and whether the home directory's
+            // filesystem could hold one (checked here, on this machine's kernel).
+            let protected = try? c.files(.status(path: nil))
+            let home = (getenv("HOME").map { String(cString: $0) }).flatMap { $0.hasPrefix("/") ? $0 : nil }
+            let fscrypt = home.map { Filesystems.fscryptRefusal($0).map { "not available for \($0)" } ?? "available" } ?? "unknown (no HOME)"
+            let directories = protected.map { d in
+                "\(d.count)" + (d.isEmpty ? "" : " (\(d.filter { $0.keyState == .present }.count) unlocked; coffer files list)")
+            } ?? "unknown (agent too old)"
             if json {
                 Output.print("""
                     {"state":\(Output.json(state)),"passcodeSet":\(s.passcodeSet),"passcodeOutOfSync":\(outOfSync),"items":\(s.itemCount),\
                     "version":\(Output.json(s.agentVersion)),"lockedMemoryBytes":\(s.lockedMemoryBytes),\
                     "idleLockSeconds":\(s.idleLockSeconds),"deviceKey":\(Output.json(deviceKey)),"attemptCounting":\(Output.json(attempts)),\
                     "tpmLockoutAuthorization":\(lockoutAuthorization.map(Output.json) ?? "null"),"rollbackDetection":\(Output.json(rollback)),\
-                    "prompter":\(prompter.map(Self.prompterJSON) ?? "null")}
+                    "prompter":\(prompter.map(Self.prompterJSON) ?? "null"),\
+                    "protectedDirectories":\(protected.map { "\($0.count)" } ?? "null"),"fscrypt":\(Output.json(fscrypt))}
                     """)
             } else {
                 Output.print("""
@@ -112,6 +122,8 @@ struct Status: ParsableCommand {
                     rollback detection: \(rollback)
                     prompter: \(prompter.map { $0.program ?? "none" } ?? "unknown (agent too old)")\(prompter.map { " (\($0.reason))" } ?? "")
                     dialogs: \(prompter.map { $0.hasDisplay ? "on \($0.display)" : "nowhere: \($0.display)" } ?? "unknown (agent too old)")
+                    protected directories: \(directories)
+                    fscrypt (home directory): \(fscrypt)
                     """)
             }
         }

@@ -38,9 +38,10 @@ import Testing
         rig.clock.advance(50)
         _ = rig.pipeline.handle(.status, session: &s)
         _ = rig.pipeline.handle(.subscribe, session: &s)
+        _ = rig.pipeline.handle(.files(.status(path: nil)), session: &s)
         rig.clock.advance(10)
         rig.schedule.tick()
-        #expect(rig.events.all == [.willLock(graceMillis: 0), .locked], "STATUS or SUBSCRIBE kept the keys unlocked")
+        #expect(rig.events.all == [.willLock(graceMillis: 0), .locked], "STATUS, SUBSCRIBE or FILES status kept the keys unlocked")
 
         _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)
         rig.events.clear()

@@ -9,6 +9,7 @@ import Testing
 
     /// Names in code format that are not Coffer's and need not exist in the sources, each with why.
     static let foreignNames: [String: String] = [
+        "FileProtectionType": "Apple's Foundation type, whose classes Coffer's protected directories follow",
         "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
         "TracerPid": "a field of /proc/PID/status",
         "VmLck": "a field of /proc/PID/status",

@@ -94,7 +94,7 @@ import Testing
     static let ranks: [String: Int] = [
         // C walls and outside packages.
         "CSystemShims": 0, "CSodium": 0, "CSQLite": 0, "CPAM": 0, "CCofferABI": 0, "CCofferPlugin": 0, "CSSHCrypto": 0,
-        "CSecretServiceCrypto": 0, "CSecretServiceBus": 0, "CSecretServiceClient": 0, "CTPM": 0, "CSecretServicePortal": 0,
+        "CSecretServiceCrypto": 0, "CSecretServiceBus": 0, "CSecretServiceClient": 0, "CTPM": 0, "CSecretServicePortal": 0, "CFscrypt": 0,
         "Logging": 0, "ArgumentParser": 0,
         // The POSIX layer; the plain-C plugins (they see only the plugin ABI).
         "CofferSystem": 1,
@@ -104,7 +104,7 @@ import Testing
         // below the keybag that will use it (its errors carry SecStatus numbers, not CofferModel's types).
         "CofferModel": 3, "CofferSSHKeys": 3, "CofferSecretServiceCrypto": 3, "CofferTPM": 3,
         // What the keychain is made of.
-        "CofferStore": 4, "CofferKeybag": 4,
+        "CofferStore": 4, "CofferKeybag": 4, "CofferFiles": 4,
         // The keychain and its siblings: wire formats, PAM, manifests, policy, audit, the pinentry prompter.
         "CofferKeychain": 5, "CofferProtocol": 5, "CofferPluginProtocol": 5, "CofferPAM": 5, "CofferManifest": 5,
         "CofferPolicy": 5, "CofferAudit": 5, "CofferPrompt": 5, "CofferSSHAgentProtocol": 5,
@@ -231,7 +231,7 @@ import Testing
     /// build with strict memory safety (issue #25 added the keychain and the plugin host).
     @Test func rawMemoryModulesAreStrictlyMemorySafe() throws {
         let strict: Set<String> = ["CofferSystem", "CofferCrypto", "CofferKeybag", "CofferStore", "CofferPAM", "CofferKeychain",
-                                   "CofferPluginHost", "CofferSSHKeys", "CofferTPM", "CofferSync"]
+                                   "CofferPluginHost", "CofferSSHKeys", "CofferTPM", "CofferSync", "CofferFiles"]
         let targets = try Self.targets()
         #expect(targets.count > 20, "could not read the package (swift package dump-package)")
         for t in targets where strict.contains(t.name) && !t.strictMemorySafety {

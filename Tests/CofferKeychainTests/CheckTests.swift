@@ -57,10 +57,10 @@ import Testing
         #expect(report.findings.map(\.reason) == [.index] && report.findings.map(\.quarantined) == [false], "\(report)")
 
         // The migrated file says so, and opens again as it is.
-        #expect(sqlRows(path, "PRAGMA user_version") == [Array("6".utf8)])
+        #expect(sqlRows(path, "PRAGMA user_version") == [Array("7".utf8)])
         let again = try Keychain(directory: dir.path, lockingStateDirectory: false)
         #expect(try again.check(.listQuarantine).findings.isEmpty)
-        #expect(sqlRows(path, "PRAGMA user_version") == [Array("6".utf8)])
+        #expect(sqlRows(path, "PRAGMA user_version") == [Array("7".utf8)])
     }
 
     /// A version-2 database (the format of the previous landing: a quarantine without reason codes)
@@ -90,7 +90,7 @@ import Testing
             COMMIT;
             """)
         let kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
-        #expect(sqlRows(path, "PRAGMA user_version") == [Array("6".utf8)])
+        #expect(sqlRows(path, "PRAGMA user_version") == [Array("7".utf8)])
         let listed = try kc.check(.listQuarantine).findings
         #expect(listed == [CheckFinding(persistentRef: ref, reason: .authentication, quarantined: true, detail: "its attributes fail authentication")])
         _ = try kc.check(.restore(persistentRef: ref))

@@ -167,14 +167,14 @@ import Testing
     }
 
     /// The state directory the agent and CLI of the previous format wrote (`Fixtures/schema3`: store
-    /// schema 3): it opens as schema 6 (through 4 and 5, one transaction each), every item reads back and is found by its
+    /// schema 3): it opens as schema 7 (through 4, 5, 6 and 7, one transaction each), every item reads back and is found by its
     /// attributes, a general attribute given to a migrated item finds it, and a second open changes nothing.
     @Test func aSchema3KeychainMigratesAndItsItemsTakeGeneralAttributes() throws {
         let dir = try Fixtures.copy("schema3")
         let path = dir.file("keychain.db")
         #expect(sqlRows(path, "PRAGMA user_version") == [Array("3".utf8)])
         let kc = try Keychain(directory: dir.path, lockingStateDirectory: false)
-        #expect(sqlRows(path, "PRAGMA user_version") == [Array("6".utf8)])
+        #expect(sqlRows(path, "PRAGMA user_version") == [Array("7".utf8)])
         let expected: [(ItemClass, Attributes, String)] = [
             (.genericPassword, ["svce": .string("mail"), "acct": .string("alice"), "labl": .string("Mail (alice)"), "pdmn": .string("ak")], "pw-alice"),
             (.genericPassword, ["svce": .string("mail"), "acct": .string("bob"), "desc": .string("second"), "pdmn": .string("dk")], "pw-bob"),
@@ -209,7 +209,7 @@ import Testing
         #expect(try kc.copyMatching(ItemQuery(attributes: Self.general(["application": "coffer-test"]), limit: .all), scope: .unrestricted).count == 3)
         // A second open is a no-op; everything still reads.
         let again = try Keychain(directory: dir.path, lockingStateDirectory: false)
-        #expect(sqlRows(path, "PRAGMA user_version") == [Array("6".utf8)])
+        #expect(sqlRows(path, "PRAGMA user_version") == [Array("7".utf8)])
         #expect(try Self.accounts(again, ["application": "coffer-test"]) == ["dave", "erin"])
         #expect(try again.delete(ItemQuery(attributes: ["svce": .string("new")], limit: .all), scope: .unrestricted) == 1)
         try expectIntact(again)
@@ -272,10 +272,10 @@ import Testing
     @Test func aNewerSchemaIsRefused() throws {
         let dir = try Fixtures.copy("schema3")
         let path = dir.file("keychain.db")
-        CheckTests.damage(path, "PRAGMA user_version = 7")
+        CheckTests.damage(path, "PRAGMA user_version = 8")
         do {
             _ = try Keychain(directory: dir.path, lockingStateDirectory: false)
-            Issue.record("a schema-7 database opened")
+            Issue.record("a schema-8 database opened")
         } catch {
             #expect(error.status == .decode)
         }

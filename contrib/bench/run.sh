@@ -32,6 +32,9 @@
 #   contrib/bench/run.sh codec [N]  Only the attribute codec's share of a search returning N items' attributes
 #                                   (also part of `coffer`; default 1000): the keychain's search, the agent's
 #                                   reply frame, the front end's decode of it, the codec alone
+#   contrib/bench/run.sh files      Only protected directories (issue #45; root): 256 MiB and 10,000 small files
+#                                   in a protected directory against a plain one on the same ext4, and the
+#                                   lock and unlock time per protected directory (contrib/bench/files.sh)
 #   contrib/bench/run.sh sync [N]   Only the sync engine (issue #29; also part of `all`): N item changes
 #                                   recorded and pushed to a local bare git remote, a second machine's first
 #                                   sync, one change's way across, the remote's size and growth per change,
@@ -43,9 +46,17 @@ set -eu
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
 case "$what" in
-    all|coffer|identity|access-control|ssh|peers|git|sync|codec|secret-service|apple-api) ;;
-    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | apple-api [N ...] | peers [N ...] | git [N] | sync [N] | codec [N] | secret-service [N ...]]" >&2; exit 2 ;;
+    all|coffer|identity|access-control|ssh|peers|git|sync|codec|secret-service|apple-api|files) ;;
+    *) echo "usage: contrib/bench/run.sh [all | coffer | identity | access-control | ssh | apple-api [N ...] | peers [N ...] | git [N] | sync [N] | codec [N] | secret-service [N ...] | files]" >&2; exit 2 ;;
 esac
+if [ "$what" = files ]; then
+    bash contrib/deps.sh
+    for p in cofferd coffer coffer-cli; do swift build -c release --product "$p" >/dev/null; done
+    echo "## Protected directories (fscrypt)"
+    echo
+    bash contrib/bench/files.sh "$(swift build -c release --show-bin-path)"
+    exit 0
+fi
 if [ "$what" = git ]; then
     shift
     echo "## git credential helpers"

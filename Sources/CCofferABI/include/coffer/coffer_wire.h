@@ -52,6 +52,7 @@
 #define COFFER_MSG_PROMPT_UNLOCK 0x1C /* a delegated connection: the agent asks the passcode with its own pinentry and unlocks */
 #define COFFER_MSG_PROMPT_READ 0x22 /* a delegated connection: COPY_MATCHING, the items' access controls answered by the agent's own prompter */
 #define COFFER_MSG_SUBSCRIBE_EVENTS 0x23 /* u8 topics: bit 0 lock events, bit 1 item changes, bit 2 with their groups (delegate-identity only) */
+#define COFFER_MSG_FILES 0x24 /* protected directories: protect, status, lock all */
 #define COFFER_MSG_PORTAL_SECRET 0x1D /* the portal secret backend (entitlement portal-secret): a Flatpak app's per-app secret */
 #define COFFER_MSG_SYNC_SETUP 0x1E /* keychain sync (the owner's coffer only): init or join a circle on a git remote */
 #define COFFER_MSG_SYNC_CIRCLE 0x1F /* keychain sync: approve a pairing code, remove a device, list the devices */
@@ -81,6 +82,7 @@
 #define COFFER_MSG_SYNC_DEVICES 0x99
 #define COFFER_MSG_SYNC_STATUS_REPLY 0x9A
 #define COFFER_MSG_SYNC_CONFLICTS_REPLY 0x9B
+#define COFFER_MSG_FILES_REPLY 0x9C
 #define COFFER_MSG_PROMPTER_REPLY 0x9D
 #define COFFER_MSG_EVENT 0xC0
 #define COFFER_MSG_ERROR 0xFF

@@ -1,0 +1,291 @@
+package import CofferCrypto
+import CofferFiles
+import CofferKeychain
+package import CofferModel
+import CofferSystem
+import Glibc
+import Logging
+
+/// Protected directories (issue #45, FileProtectionFormat.md): each directory's fscrypt key, kept
+/// wrapped by its class key in the keychain, is added to and removed from the kernel as its class says.
+///
+/// - Complete and CompleteUnlessOpen: added at unlock, removed at lock (the `locked` event, after the
+///   lock schedule's grace). Files still open keep the key incompletely removed: the worker asks the
+///   kernel again every ``retrySeconds`` until they are closed (the kernel cannot revoke an open file).
+/// - UntilFirstUserAuthentication: added at the first unlock after the agent starts, kept across locks,
+///   removed by ``lockAll(_:)``.
+/// - None: added when the agent starts (``start()``).
+///
+/// The decisions are here; a front end only translates FILES requests to these calls.
+package final class FileProtectionService: Sendable {
+    let service: KeychainService
+    var keychain: Keychain { service.keychain }
+    var logger: Logger { service.logger }
+    /// How often a removal that found files open is asked again.
+    package let retrySeconds: Double
+
+    private struct State {
+        /// Directories whose removal found files open (by path): asked again until absent.
+        var pending: [String: [UInt8]] = [:]
+        var stopping = false
+        var workerRunning = false
+    }
+    private let state = Protected(State())
+
+    package init(service: KeychainService, retrySeconds: Double = 0.25) {
+        self.service = service
+        self.retrySeconds = retrySeconds
+    }
+
+    // MARK: Lifecycle
+
+    /// At the agent's start: finishes migrations a crash interrupted after their swap, removes keys a
+    /// crashed agent left in the kernel for classes that are not available now, and adds the None keys
+    /// (and, with no passcode set, every key: nothing locks then).
+    package func start() {
+        let records = (try? keychain.fileKeyRecords()) ?? []
+        for r in records where policyMatches(r) {
+            do { try ProtectedDirectories.finishMigration(of: r.path) } catch {
+                logger.warning("could not remove the old copy of a migrated protected directory", metadata: ["dir": "\(r.path)", "why": "\(error)"])
+            }
+        }
+        if service.isLocked {
+            for r in records where r.protection != .none { remove(r, reason: "agent start, keychain locked") }
+            for r in records where r.protection == .none { add(r) }
+        } else {
+            for r in records { add(r) }
+            deliverDrops()
+        }
+        let running = state.withLock { s -> Bool in
+            defer { s.workerRunning = true }
+            return s.workerRunning
+        }
+        if !running { _ = Threads.detach(stackBytes: 256 << 10) { [self] in worker() } }
+    }
+
+    /// Ends the retry worker; removes the keys of every class but None (nothing enforces a lock once the
+    /// agent is gone).
+    package func stop() {
+        state.withLock { $0.stopping = true }
+        state.broadcast()
+        for r in (try? keychain.fileKeyRecords()) ?? [] where r.protection != .none { remove(r, reason: "agent stopping") }
+    }
+
+    /// A lock event (from the lock schedule, without its locks held).
+    package func observe(_ event: LockEvent) {
+        switch event {
+        case .unlocked:
+            // Cleared before the keys are added back: the retry worker removes only what is still pending.
+            state.withLock { $0.pending = [:] }
+            for r in (try? keychain.fileKeyRecords()) ?? [] { add(r) }
+            deliverDrops()
+        case .locked:
+            for r in (try? keychain.fileKeyRecords()) ?? [] where r.protection == .complete || r.protection == .completeUnlessOpen {
+                remove(r, reason: "lock")
+            }
+        case .willLock, .itemsChanged:
+            break
+        }
+    }
+
+    /// Writes the files written while locked into their (now unlocked) CompleteUnlessOpen directories,
+    /// each synced before its sealed copy is forgotten (FileProtectionFormat.md, "Writing while locked").
+    private func deliverDrops() {
+        let drops: [FileDrop]
+        do {
+            drops = try keychain.openDrops()
+        } catch {
+            logger.warning("could not open the files written while locked", metadata: ["why": "\(error)"])
+            return
+        }
+        for d in drops {
+            defer { d.data.wipe() }
+            do {
+                let written = try ProtectedDirectories.deliver(d.data, name: d.name, into: d.path, tag: d.id)
+                try keychain.removeDrop(id: d.id)
+                logger.info("wrote a file written while locked into its directory", metadata: ["dir": "\(d.path)", "name": "\(written)"])
+            } catch {
+                logger.warning("could not write a file written while locked; kept for the next unlock",
+                               metadata: ["dir": "\(d.path)", "why": "\(error)"])
+            }
+        }
+    }
+
+    /// Adds `record`'s key to its filesystem (its class key must be available); logs a failure.
+    private func add(_ record: FileKeyRecord) {
+        do {
+            let key = try keychain.fileKey(record)
+            defer { key.wipe() }
+            let id = try Fscrypt.addKey(key, filesystemOf: parent(record))
+            if id != record.identifier { logger.error("a protected directory's key has another identifier than its record", metadata: ["dir": "\(record.path)"]) }
+        } catch {
+            logger.warning("could not add a protected directory's key", metadata: ["dir": "\(record.path)", "why": "\(error)"])
+        }
+    }
+
+    /// Removes `record`'s key; files still open leave it pending for the worker.
+    private func remove(_ record: FileKeyRecord, reason: String) {
+        do {
+            let r = try Fscrypt.removeKey(record.identifier, filesystemOf: parent(record))
+            if r.filesBusy {
+                state.withLock { $0.pending[record.path] = record.identifier }
+                state.broadcast()
+                logger.info("protected directory has files open: its key is removed when they close",
+                            metadata: ["dir": "\(record.path)", "reason": "\(reason)"])
+            } else {
+                _ = state.withLock { $0.pending.removeValue(forKey: record.path) }
+            }
+        } catch {
+            logger.warning("could not remove a protected directory's key", metadata: ["dir": "\(record.path)", "why": "\(error)"])
+        }
+    }
+
+    /// Asks the kernel again, every ``retrySeconds``, to finish the removals that found files open.
+    private func worker() {
+        while true {
+            let work: [String: [UInt8]]? = state.withLock(waitingUntil: { !$0.pending.isEmpty || $0.stopping }, timeout: nil) { s in
+                s.stopping ? nil : s.pending
+            } ?? [:]
+            guard let work else { return }
+            Threads.sleep(seconds: retrySeconds)
+            for (path, id) in work {
+                // Under the lock: an unlock meanwhile cleared `pending` (and added the key back), and
+                // this retry must then not remove it.
+                let finished: Bool = state.withLock { s in
+                    guard s.pending[path] == id, let r = try? Fscrypt.removeKey(id, filesystemOf: Filesystems.parent(of: path)) else { return false }
+                    if r.filesBusy { return false }
+                    s.pending.removeValue(forKey: path)
+                    return true
+                }
+                if finished { logger.info("protected directory locked: its last open files were closed", metadata: ["dir": "\(path)"]) }
+            }
+        }
+    }
+
+    private func parent(_ record: FileKeyRecord) -> String { Filesystems.parent(of: record.path) }
+
+    /// True if the directory carries the policy its record names.
+    private func policyMatches(_ record: FileKeyRecord) -> Bool {
+        (try? Fscrypt.policy(of: record.path)) == .v2(identifier: record.identifier)
+    }
+
+    // MARK: Requests
+
+    /// Only the owner's own tools manage protected directories (as sync): not a delegated connection,
+    /// not a sandboxed or other signed app.
+    private func mayManage(_ context: CallerContext, _ what: String) throws(SecError) {
+        guard !context.isDelegated else {
+            throw SecError(.missingEntitlement, "protected directories are managed only by the owner's coffer, not on a delegated connection")
+        }
+        try service.mayManageKeychain(context.caller, what)
+    }
+
+    /// FILES protect: makes the directory `path` (absolute) a protected directory of class `protection`
+    /// with a new random key (FileProtectionFormat.md, "Protecting a directory"). Refused, with nothing
+    /// changed, for what ``ProtectedDirectories/check(_:uid:)`` refuses, for a directory that holds a
+    /// protected one, and while the class key is not available (the keychain locked).
+    package func protect(path: String, protection: FileProtection, _ context: CallerContext) throws(SecError) -> ProtectedDirectoryStatus {
+        try mayManage(context, "protect a directory")
+        if protection != .none && service.isLocked {
+            throw FileProtectionError.classLocked(path).secError
+        }
+        let records = try keychain.fileKeyRecords()
+        let candidate: ProtectedDirectories.Candidate
+        do {
+            candidate = try ProtectedDirectories.check(path, uid: getuid())
+        } catch {
+            throw error.secError
+        }
+        if let inner = records.first(where: { $0.path.hasPrefix(path == "/" ? "/" : path + "/") }) {
+            throw FileProtectionError.cannotCopy(path, what: "the protected directory \(inner.path)").secError
+        }
+        if let stale = records.first(where: { $0.path == path }) {
+            // An earlier protect that a crash interrupted before its swap: its key never encrypted anything.
+            _ = try? Fscrypt.removeKey(stale.identifier, filesystemOf: candidate.parent)
+            try keychain.removeFileKey(path: path)
+            try? ProtectedDirectories.discardStaging(of: path)
+            logger.notice("replaced the record of an interrupted protect", metadata: ["dir": "\(path)"])
+        }
+        let key = SecureBytes.random(count: Fscrypt.keyBytes)
+        defer { key.wipe() }
+        let identifier: [UInt8]
+        do {
+            identifier = try Fscrypt.addKey(key, filesystemOf: candidate.parent)
+        } catch {
+            throw error.secError
+        }
+        do {
+            // The record first: a crash after the policy is set must find the key.
+            try keychain.addFileKey(path: path, protection: protection, identifier: identifier, key: key)
+        } catch {
+            _ = try? Fscrypt.removeKey(identifier, filesystemOf: candidate.parent)
+            throw error
+        }
+        do {
+            try ProtectedDirectories.protect(candidate, identifier: identifier)
+        } catch {
+            _ = try? keychain.removeFileKey(path: path)
+            _ = try? Fscrypt.removeKey(identifier, filesystemOf: candidate.parent)
+            throw error.secError
+        }
+        logger.info("protected a directory", metadata: ["dir": "\(path)", "class": "\(protection.cliName)",
+                                                       "migrated": "\(!candidate.isEmpty)"])
+        return status(of: FileKeyRecord(path: path, protection: protection, identifier: identifier, version: 1))
+    }
+
+    /// FILES status: every protected directory (or only `path`), its class, whether its key is in the
+    /// kernel now, and who holds files open in it while its removal waits.
+    package func status(path: String?, _ context: CallerContext) throws(SecError) -> [ProtectedDirectoryStatus] {
+        try mayManage(context, "list protected directories")
+        let records = try keychain.fileKeyRecords()
+        guard let path else { return records.map(status(of:)) }
+        guard let r = records.first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
+        return [status(of: r)]
+    }
+
+    /// FILES drop: writes `data` as the file `name` of the CompleteUnlessOpen directory `path`. Unlocked
+    /// (its key in the kernel): written now. Locked: sealed to the directory's drop public key and kept in
+    /// the keychain until the next unlock writes it (no class key is needed to seal; reading needs the
+    /// unlock, as on iOS).
+    package func drop(path: String, name: String, data: SecureBytes, _ context: CallerContext) throws(SecError) -> ProtectedDirectoryStatus {
+        try mayManage(context, "write into a protected directory")
+        guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
+        guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
+        guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
+        if (try? Fscrypt.keyState(r.identifier, filesystemOf: parent(r))) == .present && !service.isLocked {
+            do {
+                try ProtectedDirectories.deliver(data, name: name, into: path, tag: Int64.random(in: 1...Int64.max))
+            } catch {
+                throw error.secError
+            }
+        } else {
+            try keychain.addDrop(path: path, name: name, data: data)
+            logger.info("kept a file written while locked for the next unlock", metadata: ["dir": "\(path)"])
+        }
+        return status(of: r)
+    }
+
+    /// FILES lock --all: removes every protected directory's key now, whatever its class (None and
+    /// UntilFirstUserAuthentication included); they come back at the next unlock.
+    package func lockAll(_ context: CallerContext) throws(SecError) -> [ProtectedDirectoryStatus] {
+        try mayManage(context, "lock protected directories")
+        let records = try keychain.fileKeyRecords()
+        for r in records { remove(r, reason: "lock --all") }
+        return records.map(status(of:))
+    }
+
+    private func status(of record: FileKeyRecord) -> ProtectedDirectoryStatus {
+        var s = ProtectedDirectoryStatus(path: record.path, protection: record.protection, keyIdentifier: record.identifier, keyState: .unknown)
+        do {
+            s.keyState = try Fscrypt.keyState(record.identifier, filesystemOf: parent(record))
+        } catch {
+            s.problem = "\(error)"
+            return s
+        }
+        if !policyMatches(record) {
+            s.problem = "the directory does not carry its encryption policy (a protect was interrupted, or it was replaced): run coffer files protect again"
+        }
+        if s.keyState == .incompletelyRemoved { s.holders = FileHolders.holding(record.path) }
+        return s
+    }
+}
