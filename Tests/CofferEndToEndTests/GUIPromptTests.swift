@@ -212,12 +212,20 @@ final class GUIPromptRig: @unchecked Sendable {
                 let title = GUIPromptRig.xdotool(display, ["search", "--sync", "--onlyvisible", "--name", "^Coffer: ", "getwindowname"], timeout: 60)
                 guard title.status == 0, !title.stdout.isEmpty else { return }
                 seen.withLock { $0.window = title.stdout.split(separator: "\n").first.map(String.init) }
-                // The pinentry grabs the keyboard: the person's keys go to it.
-                if let typing {
-                    _ = GUIPromptRig.xdotool(display, ["type", "--delay", "20", typing], timeout: 30)
-                    _ = GUIPromptRig.xdotool(display, ["key", "Return"], timeout: 10)
-                } else {
-                    _ = GUIPromptRig.xdotool(display, ["key", "Escape"], timeout: 10)
+                // The pinentry grabs the keyboard once it is up: the person's keys go to it. A window
+                // can be visible before its grab and entry are ready (a loaded machine), and keys sent
+                // then are lost: the person acts, waits for the dialog to go, and acts again (the field
+                // cleared first) while it is still there. A partial passcode that went in is a wrong
+                // one: the agent asks again in the same dialog.
+                for _ in 0..<3 {
+                    if let typing {
+                        _ = GUIPromptRig.xdotool(display, ["key", "ctrl+a", "BackSpace"], timeout: 10)
+                        _ = GUIPromptRig.xdotool(display, ["type", "--delay", "20", typing], timeout: 30)
+                        _ = GUIPromptRig.xdotool(display, ["key", "Return"], timeout: 10)
+                    } else {
+                        _ = GUIPromptRig.xdotool(display, ["key", "Escape"], timeout: 10)
+                    }
+                    if GUIPromptRig.dialogGone(display, within: 15) { return }
                 }
             }
         }
@@ -229,6 +237,17 @@ final class GUIPromptRig: @unchecked Sendable {
     }
 
     func person(typing: String?) -> Person { Person(display: display.name, typing: typing) }
+
+    /// Waits (at most `seconds`) until no dialog of the agent's prompter is visible on `display`.
+    static func dialogGone(_ display: String, within seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let shown = xdotool(display, ["search", "--onlyvisible", "--name", "^Coffer: "], timeout: 10)
+            if shown.status != 0 || shown.stdout.isEmpty { return true }
+            usleep(100_000)
+        }
+        return false
+    }
 
     /// Runs xdotool on `display` (bounded by `timeout` seconds).
     static func xdotool(_ display: String, _ arguments: [String], timeout: Int) -> CLIResult {
