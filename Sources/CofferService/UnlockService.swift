@@ -184,14 +184,11 @@ package final class UnlockService: Sendable {
     package var isOutOfSync: Bool { pendingSync.withLock { $0 != nil } }
 
     /// What the person is told after the wrong passcode just counted (``AttemptSchedule/wrongPasscodeFeedback(afterFailures:)``).
-    package var wrongPasscodeFeedback: String {
-        let failures = gate.withLock { $0.failures }
-        return schedule.wrongPasscodeFeedback(afterFailures: failures)
-    }
+    package var wrongPasscodeFeedback: String { schedule.wrongPasscodeFeedback(afterFailures: failures) }
 
     /// The reason a request that ends at a wrong passcode gives: "wrong passcode (NOTICE)".
     package var wrongPasscodeRefusal: String {
-        let notice = schedule.attemptsNotice(afterFailures: gate.withLock { $0.failures })
+        let notice = schedule.attemptsNotice(afterFailures: failures)
         return notice.isEmpty ? "wrong passcode" : "wrong passcode (\(notice))"
     }
 
