@@ -18,7 +18,7 @@
 # --enable-portal-secret also installs the desktop portal's secret backend for Flatpak apps
 # (coffer-portal-secret: its binary, manifest, man page, D-Bus activation file and coffer.portal).
 # Without systemd (PID 1 is not systemd, detected as sd_booted does: no /run/systemd/system; or
-# --no-systemd) the session line starts the agent (agent=/usr/local/bin/cofferd): see the README.
+# --no-systemd) the session line starts the agent (agent=/usr/local/bin/cofferd): see docs/INSTALL.md.
 # --replace-gnome-keyring (run after the install) makes Coffer the provider of every user's session
 # in place of what Debian's gnome-keyring (and gcr) start: Coffer's D-Bus activation file for
 # org.freedesktop.secrets, the user units gnome-keyring-daemon.socket/.service and
@@ -155,7 +155,7 @@ if [ "$bin_dir" = "$root/.build/release" ]; then
     for b in $binaries coffer-plugin-host; do [ -x "$bin_dir/$b" ] || products="$products $b"; done
     for p in Passcode Fprintd; do [ -f "$bin_dir/libCofferPlugin$p.so" ] || products="$products CofferPlugin$p"; done
     if [ -n "$products" ]; then
-        command -v swift >/dev/null || [ "$dry" = 1 ] || { echo "install.sh: swift is not in PATH: build the products first (README, Installing)" >&2; exit 1; }
+        command -v swift >/dev/null || [ "$dry" = 1 ] || { echo "install.sh: swift is not in PATH: build the products first (docs/INSTALL.md)" >&2; exit 1; }
         for b in $products; do run_quiet swift build -c release --package-path "$root" --product "$b"; done
     fi
 fi
@@ -239,8 +239,8 @@ run "$bin_dir/coffer-cli" manifest sign --key "$etc/install-signing.key" --app-i
     --executable "$D/usr/local/bin/coffer-secret-service" --installed-as /usr/local/bin/coffer-secret-service \
     --group secret-service --entitlement delegate-identity --out "$etc/manifests.d/coffer-secret-service.manifest"
 # The desktop portal's secret backend (only with --enable-portal-secret): xdg-desktop-portal finds it
-# through coffer.portal (a portals.conf must choose it for org.freedesktop.impl.portal.Secret: see the
-# README), the bus starts it; its manifest grants portal-secret, which reaches the per-app portal
+# through coffer.portal (a portals.conf must choose it for org.freedesktop.impl.portal.Secret: see
+# docs/secret-service.md), the bus starts it; its manifest grants portal-secret, which reaches the per-app portal
 # secret of the Flatpak app the portal names and nothing else.
 if [ "$portal_secret" = 1 ]; then
     run install -d "$D/usr/local/share/dbus-1/services" "$D/usr/share/xdg-desktop-portal/portals"
@@ -292,6 +292,6 @@ else
     cat <<MSG
 No systemd here: pam_coffer starts cofferd when a session opens, and makes /run/user/UID (owned by the
 user, mode 0700) when nothing else has. Without pam_coffer in the session stack, each user starts it:
-  mkdir -p -m 0700 "\${XDG_RUNTIME_DIR:?}" && cofferd   (see "Without systemd" in the README)
+  mkdir -p -m 0700 "\${XDG_RUNTIME_DIR:?}" && cofferd   (see "Without systemd" in docs/INSTALL.md)
 MSG
 fi

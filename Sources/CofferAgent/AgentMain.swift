@@ -95,7 +95,7 @@ extension AgentMain {
     /// stopped (the state directory's lock is taken like the agent's). The passcode, when one is set,
     /// is read from descriptor `passcodeFD` (standard input), never from argv or the environment.
     /// Crash-safe (see ``CofferKeychain/Keychain/migrateDeviceKey(passcode:)``): run it again after
-    /// an interruption. Returns the exit status (the error's, see the README's exit table).
+    /// an interruption. Returns the exit status (the error's, see docs/cli.md's exit table).
     package static func migrateDeviceKey(configuration cfg: AgentConfiguration, passcodeFD: Int32 = 0) -> Int32 {
         let dir = cfg.stateDirectory
         let filePath = dir + "/" + Keychain.FileNames.deviceKey

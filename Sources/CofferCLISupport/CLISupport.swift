@@ -5,7 +5,7 @@ import CofferSystem
 import Glibc
 
 /// What every Coffer command-line tool does the same way: report an error as
-/// `coffer: errSecName (code): message` (then `coffer: hint: …` when the error says what to do next) with the stable exit status of the README's table, and
+/// `coffer: errSecName (code): message` (then `coffer: hint: …` when the error says what to do next) with the stable exit status of docs/cli.md's table, and
 /// print a secret exactly (a newline after it only on a terminal, so `$(coffer get …)` and pipes get
 /// the secret byte for byte).
 ///

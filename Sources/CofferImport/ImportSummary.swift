@@ -51,7 +51,7 @@ public struct ImportSummary: Sendable {
         "\(imported.count) \(dryRun ? "would be imported" : "imported"), \(duplicates.count) skipped as duplicates, \(failed.count) failed"
     }
 
-    /// The exit status the README's table gives an import that ran to its end: 0 when nothing
+    /// The exit status docs/cli.md's table gives an import that ran to its end: 0 when nothing
     /// failed, ``ImportSummary/someFailedExitStatus`` otherwise.
     public var exitStatus: Int32 { failed.isEmpty ? 0 : Self.someFailedExitStatus }
 

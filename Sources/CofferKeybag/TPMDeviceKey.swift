@@ -194,7 +194,7 @@ public final class TPMDeviceKey: DeviceKeySource, @unchecked Sendable {
                 + "that can reach it can reset its count of wrong passcodes (tpm2_dictionarylockout --clear-lockout), so the bound on "
                 + "passcode guesses through this agent is Coffer's own attempts file, and code running as this user (which can delete "
                 + "that file, or ask the TPM itself) is bound by neither; an administrator sets a lockout authorization once, as root "
-                + "('tpm2_changeauth -c lockout', see the README's TPM section for what it costs)")
+                + "('tpm2_changeauth -c lockout', see docs/tpm.md for what it costs)")
         }
         if state.maxTries == 0 {
             out.append("the TPM at \(tcti) has no dictionary-attack lockout (TPM2_PT_MAX_AUTH_FAIL is 0): wrong passcodes are delayed by "

@@ -166,7 +166,7 @@ public enum LAErrorCode: Int32, Sendable, CaseIterable {
         }
     }
 
-    /// The `coffer la` exit status (stable; documented in the README): 20 + the code's position.
+    /// The `coffer la` exit status (stable; documented in docs/access-control.md): 20 + the code's position.
     public var exitCode: Int32 {
         switch self {
         case .authenticationFailed: 21

@@ -51,7 +51,7 @@ public enum SecStatus: Int32, Sendable, CaseIterable {
         }
     }
 
-    /// The `coffer` CLI's exit status for this result (documented in the README; stable).
+    /// The `coffer` CLI's exit status for this result (documented in docs/cli.md; stable).
     public var exitCode: Int32 {
         switch self {
         case .success: 0

@@ -249,7 +249,7 @@ struct SSHCommand: ParsableCommand {
                     + "give --access-group \(Self.sshClientsGroup) to make a key they see")
         }
 
-        /// The group unsigned programs such as `ssh` and `ssh-add` see (README, Access groups).
+        /// The group unsigned programs such as `ssh` and `ssh-add` see (docs/access-groups.md).
         static let sshClientsGroup = "unsigned"
     }
 

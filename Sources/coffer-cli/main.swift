@@ -64,7 +64,7 @@ struct Coffer: ParsableCommand {
         discussion: """
             Secrets are read from standard input or a file descriptor, never from arguments or the \
             environment. Errors print as 'coffer: errSecItemNotFound (-25300): …' with a stable exit status \
-            (see the README).
+            (see docs/cli.md).
             """,
         version: "coffer \(CofferVersion.current)",
         subcommands: [Status.self, Unlock.self, Lock.self, Passcode.self, Add.self, Get.self, Find.self, Update.self, Move.self, Delete.self, Run.self, Inject.self, WhoAmI.self,

@@ -18,7 +18,7 @@ enum FastPath {
     /// of strings: in a static binary the first use of a generic collection type instantiates its
     /// metadata and looks up its conformances by scanning the whole binary, and for these few
     /// options that start-up work cost more than the parsing itself (measured with perf on
-    /// `coffer get`, README, Performance).
+    /// `coffer get`, docs/PERFORMANCE.md).
     struct Options {
         var service: String?
         var account: String?

@@ -6,7 +6,7 @@ import Testing
 /// Issue #43: `install.sh --replace-gnome-keyring` switches what Debian's gnome-keyring (and gcr)
 /// start to Coffer — the D-Bus activation file, the user units, the XDG autostart entries for secrets
 /// and ssh — printing each step; `--restore-gnome-keyring` undoes exactly that; both idempotent. Run
-/// as the README's "Replacing gnome-keyring" section says (install, then replace), on this machine's
+/// as docs/secret-service.md's "Making Coffer the session's provider" says (install, then replace), on this machine's
 /// real /etc, /usr and /var seen through overlays in a private mount namespace, so nothing outside
 /// the test changes: the real gnome-keyring package files, the real dpkg-divert and its database,
 /// and systemctl's own reading of the units (`systemctl --global is-enabled`).

@@ -118,7 +118,7 @@ struct TerminalTests {
     }
 
     /// Ctrl-C at a prompt: the terminal gets its echo back and the command ends by SIGINT, which the
-    /// shell reports as 130 (the README's and coffer(1)'s documented status).
+    /// shell reports as 130 (docs/cli.md's and coffer(1)'s documented status).
     @Test func controlCRestoresTheTerminalAndEndsWithStatus130() throws {
         // The agent's own prompt (an item with an access control) first, while unlocked; then the CLI's.
         let agent = try AccessControlCLITests.agentWithProtectedItem()

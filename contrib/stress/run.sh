@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
 done
 if [ -z "$bin" ]; then
     bash contrib/deps.sh
-    # The full runs use release builds (the figures in the README). --short uses the debug build the
+    # The full runs use release builds (the figures in docs/TESTING.md's Reliability table). --short uses the debug build the
     # test pass already made (compiling nothing more for it; the checks are the same).
     config=release
     if $short; then config=debug; fi
