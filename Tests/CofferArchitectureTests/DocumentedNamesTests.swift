@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// The docs name what the code has: every Swift type a README or a DocC article puts in code format,
+/// The docs name what the code has: every Swift type a README, ARCHITECTURE.md, a page of docs/ or a DocC article puts in code format,
 /// and every config key it documents, still exists. A rename that leaves a doc behind (the agent's
 /// `AttemptSchedule` was once another type, and two articles kept the old name) fails here.
 @Suite struct DocumentedNamesTests {
@@ -36,12 +36,16 @@ import Testing
         "sync": "a SecItem attribute (`sync = true` is refused)",
     ]
 
-    /// The README files and every DocC article.
+    /// The README files, ARCHITECTURE.md, every page of docs/ and every DocC article.
     static func documents() -> [String] {
-        var docs = ["README.md", "Plugins/README.md", "contrib/pam.d/README.md"].map { root + "/" + $0 }
+        var docs = ["README.md", "Plugins/README.md", "contrib/pam.d/README.md", "ARCHITECTURE.md"].map { root + "/" + $0 }
+        docs += guides()
         for file in files(under: "Sources", ending: ".md") where file.contains(".docc/") { docs.append(file) }
         return docs
     }
+
+    /// The pages of docs/ (issue #42: what the README's sections became), sorted.
+    static func guides() -> [String] { files(under: "docs", ending: ".md").sorted() }
 
     /// Files under `dir` (relative to the package root) whose names end in `suffix`.
     static func files(under dir: String, ending suffix: String) -> [String] {
@@ -199,6 +203,53 @@ import Testing
         #expect(names == ["UnlockService", "PasscodeVerifier", "RetryThrottle", "Agent"], "\(names)")
         let known = try knownNamesChecked()
         #expect(!known.contains("RetryThrottle") && known.contains("AttemptSchedule") && known.contains("FailedAttempts"))
+    }
+
+    /// The README stays a front page (issue #42): what grows goes into docs/.
+    @Test func theReadmeIsAFrontPage() throws {
+        let text = Self.read(Self.root + "/README.md")
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count - (text.hasSuffix("\n") ? 1 : 0)
+        #expect(lines > 0, "README.md was not found under \(Self.root)")
+        #expect(lines <= 220, "README.md has \(lines) lines (at most 220): move sections into docs/ and link them")
+        for page in ["docs/INSTALL.md", "docs/TESTING.md", "docs/PERFORMANCE.md", "docs/cli.md", "ARCHITECTURE.md"] {
+            #expect(FileManager.default.fileExists(atPath: Self.root + "/" + page), "\(page) is missing")
+        }
+    }
+
+    /// The relative links of `text`'s prose (fenced blocks and code spans left out): the part before
+    /// any `#`, for every `[text](target)` whose target is not a URL (`http:`, `https:`, `mailto:`) or a bare `#anchor`.
+    static func relativeLinks(_ text: String) -> [String] {
+        prose(text).replacing(try! Regex(#"``[^`]+``|`[^`\n]+`"#), with: "").matches(of: try! Regex(#"\]\(<?([^)\s>]+)>?(?:\s+"[^"]*")?\)"#)).compactMap { m in
+            guard let target = m.output[1].substring.map(String.init) else { return nil }
+            if target.hasPrefix("http://") || target.hasPrefix("https://") || target.hasPrefix("mailto:") || target.hasPrefix("#") { return nil }
+            return String(target.prefix { $0 != "#" })
+        }
+    }
+
+    /// Every relative link of the README, ARCHITECTURE.md and docs/ points to a file or directory that
+    /// exists (anchors are not checked, only the file part), so moving a section cannot strand a link.
+    @Test func everyRelativeLinkResolves() throws {
+        let pages = [Self.root + "/README.md", Self.root + "/ARCHITECTURE.md"] + Self.guides()
+        #expect(Self.guides().count >= 14, "only \(Self.guides().count) pages under docs/")
+        var broken: [String] = [], checked = 0
+        for page in pages {
+            let dir = (page as NSString).deletingLastPathComponent
+            for target in Self.relativeLinks(Self.read(page)) {
+                checked += 1
+                let resolved = ((dir as NSString).appendingPathComponent(target) as NSString).standardizingPath
+                if !FileManager.default.fileExists(atPath: resolved) {
+                    broken.append("\(page.dropFirst(Self.root.count + 1)): (\(target)) points to \(resolved), which does not exist")
+                }
+            }
+        }
+        #expect(broken.isEmpty, "\(broken.joined(separator: "\n"))")
+        #expect(checked >= 40, "only \(checked) relative links found: the extraction is broken")
+    }
+
+    /// The link extraction itself.
+    @Test func relativeLinksAreExtracted() {
+        let text = "[a](docs/cli.md) [b](https://example.org/x.md) [c](../Sources/X.md#part) [d](#local) `[e](code.md)`\n```\n[f](fenced.md)\n```\n[g](<tpm.md> \"TPM\")"
+        #expect(Self.relativeLinks(text) == ["docs/cli.md", "../Sources/X.md", "tpm.md"], "\(Self.relativeLinks(text))")
     }
 
     func knownNamesChecked() throws -> Set<String> {
