@@ -36,6 +36,8 @@ final class Pipeline: Sendable {
     /// this agent has no prompter).
     let prompterReport: (@Sendable () -> PrompterReply)?
     var logger: Logger { service.logger }
+    /// Native connections greeted and requests handled (COUNTERS).
+    private let served = Protected<(connections: UInt64, requests: UInt64)>((0, 0))
 
     init(service: KeychainService, resolver: IdentityResolver? = nil,
          promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil,
@@ -51,6 +53,7 @@ final class Pipeline: Sendable {
     /// Runs one request. A refused HELLO marks the session closing (``Session/mustClose``); the server
     /// then sends this reply and closes, and a session already closing runs nothing more.
     func handle(_ request: AgentRequest, session: inout Session, channel: (any AuthChannel)? = nil) -> AgentResponse {
+        served.withLock { $0.requests &+= 1 }
         guard !session.mustClose else { return .error(.param("the connection is closing")) }
         guard session.isGreeted else { return greet(request, &session) }
         // Activity for the idle lock: requests that use the keychain, not STATUS or SUBSCRIBE
@@ -59,7 +62,7 @@ final class Pipeline: Sendable {
         // from its end (a passcode set whose KDF outlasts the idle time is followed by `unlocked`, not
         // by a lock that raced it).
         switch request {
-        case .status, .protections, .prompter, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
+        case .status, .protections, .prompter, .counters, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
             return run(request, &session, channel)
         default:
             return service.asActivity { run(request, &session, channel) }
@@ -98,6 +101,7 @@ final class Pipeline: Sendable {
             return .error(.param("no protocol version this agent speaks (\(WireFormat.minimumVersion) to \(WireFormat.version)) is in the HELLO's range"))
         }
         session.greeted(version: version, clientName: client)
+        served.withLock { $0.connections &+= 1 }
         logger.debug("hello", metadata: ["client": "\(client)", "peer": "\(session.peer)", "version": "\(version)"])
         return .helloReply(version: version, agentVersion: Agent.version)
     }
@@ -168,6 +172,10 @@ final class Pipeline: Sendable {
             return try filesRequest(operation, session)
         case .protections:
             return .protections(service.protections())
+        case .counters:
+            let (connections, requests) = served.withLock { ($0.connections, $0.requests) }
+            return .counters(AgentCounters(connections: connections, requests: requests, identifications: resolver?.identifications ?? 0,
+                                           searches: UInt64(service.keychain.searchCount)))
         case .prompter:
             return .prompter(prompterReport?() ?? PrompterReply(program: nil, reason: "this agent has no prompter", hasDisplay: false,
                                                                 display: "this agent has no prompter"))
@@ -306,12 +314,12 @@ final class Pipeline: Sendable {
     /// One ITEMS_PAGE (`paged`) or one whole ITEMS reply: as many matches after `cursor` as fit in one
     /// frame. A match that does not fit even alone is errSecAllocate; so is a whole (unpaged) result
     /// that does not fit.
-    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool, _ context: inout CallerContext,
+    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool, granting: Bool = false, _ context: inout CallerContext,
                       _ channel: (any AuthChannel)?) throws(SecError) -> AgentResponse {
         let header = !paged ? WireFormat.itemsHeaderBytes
             : query.skipUnreadable ? WireFormat.itemsPageSkippingHeaderBytes : WireFormat.itemsPageHeaderBytes
         var room = WireFormat.maximumBodyBytes - header
-        return try service.search(query, after: cursor, paged: paged, &context, channel, fits: { item in
+        return try service.search(query, after: cursor, paged: paged, granting: granting, &context, channel, fits: { item in
             // One rule for both forms: an item larger than a page can carry is refused, so that a
             // `get` (COPY_MATCHING) and a listing (pages) agree on which items can be returned.
             let size = WireFormat.encodedSize(of: item)
@@ -324,7 +332,14 @@ final class Pipeline: Sendable {
             }
             guard paged else {
                 guard page.isComplete else { throw Self.tooLarge("the whole result; use COPY_MATCHING_PAGE (paged)") }
-                return .items(page.items)
+                // PROMPT_READ: the secrets were opened to check the reads; the grant is the answer, not them.
+                guard granting else { return .items(page.items) }
+                return .items(page.items.map { item in
+                    var i = item
+                    i.data?.wipe()
+                    i.data = nil
+                    return i
+                })
             }
             let next = page.isComplete ? 0 : UInt64(page.lastRowID)
             if query.skipUnreadable { return .itemsPageSkipping(page.items, nextCursor: next, unreadable: UInt32(clamping: page.unreadable)) }
@@ -442,7 +457,10 @@ extension Pipeline {
     /// connection (the service core's rule), every authentication the items' access controls need
     /// answered by the agent's own prompter (``LazyPromptChannel``: the pinentry, opened only if the
     /// person is needed, naming the delegated app, beside the biometric sensor) instead of the client.
-    /// Nobody can be asked (no pinentry, no display): interactionNotAllowed at once. The client
+    /// The answer is a grant, not the secrets: the items the person authenticated for are the
+    /// delegated process's to read for ``CallerSessions/itemGrantSeconds`` (on any of its
+    /// connections: the front end's GetSecret reads them as any read), and the reply's items carry no
+    /// data. Nobody can be asked (no pinentry, no display): interactionNotAllowed at once. The client
     /// hanging up (a dismissed prompt) closes the pinentry: userCanceled.
     func promptRead(_ query: ItemQuery, _ session: inout Session, client: Int32) throws(SecError) -> AgentResponse {
         try service.requireDelegated(session.context, for: "PROMPT_READ")
@@ -450,7 +468,9 @@ extension Pipeline {
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }
         do {
-            return try page(query, after: 0, paged: false, &session.context, channel)
+            // Version 3: a grant to the delegated process, no secrets; an older front end gets them.
+            let granting = (session.protocolVersion ?? 0) >= WireFormat.grantingVersion
+            return try page(query, after: 0, paged: false, granting: granting, &session.context, channel)
         } catch where channel.clientHungUp {
             throw SecError(.userCanceled, "the front end went away (the prompt was dismissed)")
         }

@@ -116,6 +116,14 @@ public final class AgentConnection {
         return p.revents & Int16(0x2000 | POLLHUP | POLLERR | POLLNVAL) != 0
     }
 
+    /// True if bytes from the agent wait to be read (an EVENT not yet taken by ``nextEvent()``). One
+    /// poll, no wait; safe from another thread than the one reading.
+    public var hasUnreadBytes: Bool {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&p, 1, 0) > 0 else { return false }
+        return p.revents & Int16(POLLIN) != 0
+    }
+
     /// The connection ended (or, with a reply timeout, the agent did not answer in time).
     private func closed(_ how: String = "closed the connection") -> SecError {
         .io("the agent at \(path) \(how)" + (replyTimeout > 0 ? " or did not answer within \(replyTimeout) s" : ""))
@@ -139,6 +147,14 @@ public final class AgentConnection {
         let r = try roundTrip(.protections)
         guard case .protections(let p) = r else { throw unexpected(r) }
         return p
+    }
+
+    /// COUNTERS: what the agent has done since it started (connections, requests, identity
+    /// resolutions, keychain searches). An agent from before issue #42's counters answers errSecParam.
+    public func counters() throws(SecError) -> AgentCounters {
+        let r = try roundTrip(.counters)
+        guard case .counters(let c) = r else { throw unexpected(r) }
+        return c
     }
 
     /// PROMPTER: the pinentry the agent runs for its own dialogs and why, and where they appear. An

@@ -57,6 +57,10 @@ package struct IdentityResolver: Sendable {
         self.usePeerPIDFD = usePeerPIDFD
     }
 
+    /// Identity resolutions so far (COUNTERS: what an action costs, measured).
+    private let resolutions = Protected<UInt64>(0)
+    package var identifications: UInt64 { resolutions.withLock { $0 } }
+
     /// The identity of the peer of the connected Unix socket `fd`. Throws if the peer cannot be
     /// pinned (already reaped) or exits before identification ends. Reads the peer's credentials: a
     /// server that read them when it accepted the connection calls ``identify(socket:peer:)``.
@@ -133,7 +137,13 @@ package struct IdentityResolver: Sendable {
 
     /// The identity of a pinned process (see ``identify(socket:)``).
     package func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
-        let identity = try examine(process)
+        resolutions.withLock { $0 &+= 1 }
+        // The start time, read through the pinned process, names this process apart from any later
+        // one with its pid (what the agent grants one process is keyed by it).
+        let ticks = (try? process.read("stat", maximumBytes: 4096)).flatMap { LoginSessions.parseStat($0[...]) }.flatMap {
+            $0.pid == process.pid ? $0.startTime : nil
+        }
+        let identity = try examine(process).withProcessStartTime(ticks)
         guard process.isAlive() else {
             throw IdentityError(SystemError(refusing: "pid \(process.pid)", "exited during identification", errno: ESRCH))
         }

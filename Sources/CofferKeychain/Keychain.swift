@@ -522,22 +522,24 @@ public final class Keychain: Sendable {
     /// errSecItemNotFound when nothing matches; errSecInteractionNotAllowed when a candidate's
     /// class key is locked (its attributes cannot even be compared). Items outside `scope` are invisible.
     public func copyMatching(_ query: ItemQuery, scope: AccessScope,
-                             authorization: AuthorizationContext = .none) throws(SecError) -> [ItemResult] {
+                             authorization: AuthorizationContext = .none,
+                             grants: [[UInt8]: AuthorizationContext] = [:]) throws(SecError) -> [ItemResult] {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var results: [ItemResult] = []
-            var needs = Requirements(operation: .useSecret, authorization: authorization)
+            var needs = Requirements(operation: .useSecret, authorization: authorization, grants: grants)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, namingLocked: true, locked: { row in
                     results.append(ItemResult(itemClass: query.itemClass ?? .genericPassword, persistentRef: row.persistentRef, locked: true))
                 }) { (row, cls, attrs) throws(SecError) in
-                    if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs) else { return } }
+                    if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs, row.persistentRef) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
-                    if query.returnData { r.data = try openSecret(row, cls, attrs, authorization) }
+                    if query.reportsAccessState { r.needsAuthentication = try needs.wouldNeedPerson(attrs, row.persistentRef) }
+                    if query.returnData { r.data = try openSecret(row, cls, attrs, needs.authorization(for: row.persistentRef, attrs)) }
                     results.append(r)
                 }
             }
@@ -570,6 +572,7 @@ public final class Keychain: Sendable {
     /// outside `scope` are invisible.
     public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope, after cursor: Int64,
                                  authorization: AuthorizationContext = .none,
+                                 grants: [[UInt8]: AuthorizationContext] = [:],
                                  fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
@@ -587,7 +590,7 @@ public final class Keychain: Sendable {
                 }
                 skippedIDs.append(row.id)
             } : nil
-            var needs = Requirements(operation: .useSecret, authorization: authorization)
+            var needs = Requirements(operation: .useSecret, authorization: authorization, grants: grants)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
                                  unreadable: skip, namingLocked: true, locked: { row in
@@ -596,13 +599,14 @@ public final class Keychain: Sendable {
                     items.append(r)
                     lastRowID = row.id
                 }) { (row, cls, attrs) throws(SecError) in
-                    if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs) else { return } }
+                    if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs, row.persistentRef) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
                     if query.returnPersistentRef { r.persistentRef = row.persistentRef }
+                    if query.reportsAccessState { r.needsAuthentication = try needs.wouldNeedPerson(attrs, row.persistentRef) }
                     if query.returnData {
                         do throws(SecError) {
-                            r.data = try openSecret(row, cls, attrs, authorization)
+                            r.data = try openSecret(row, cls, attrs, needs.authorization(for: row.persistentRef, attrs))
                         } catch where error.status == .decode && skip != nil {
                             // A secret that fails authentication is damage like an attribute block's: a
                             // listing that tolerates damage skips the row and reports it.
@@ -665,29 +669,58 @@ public final class Keychain: Sendable {
     /// must ask the person for: no second search for the requirements.
     private struct Requirements {
         let operation: AccessControl.Operations
-        let authorization: AuthorizationContext
+        let held: AuthorizationContext
+        /// Per item (persistent reference): what a grant the caller holds for it carries (a Secret
+        /// Service prompt's read), which stands instead of `held` for that item alone.
+        let grants: [[UInt8]: AuthorizationContext]
         /// The distinct rules guarding `operation` on the matches so far.
         private(set) var rules: [AccessControl] = []
+        /// The persistent references of the matches those rules guard, in match order.
+        private(set) var targets: [[UInt8]] = []
         /// The first rule `authorization` does not satisfy.
         private var unsatisfied: AccessControl? = nil
 
-        init(operation: AccessControl.Operations, authorization: AuthorizationContext) {
+        init(operation: AccessControl.Operations, authorization: AuthorizationContext, grants: [[UInt8]: AuthorizationContext] = [:]) {
             self.operation = operation
-            self.authorization = authorization
+            self.held = authorization
+            self.grants = grants
+        }
+
+        /// What authorizes the operation on the item `ref` guarded by `acl`: what the caller holds if
+        /// that satisfies the rule, else the caller's grant for this item if it has one.
+        private func authorization(for ref: [UInt8]?, _ acl: AccessControl) -> AuthorizationContext {
+            guard !grants.isEmpty, !acl.isSatisfied(by: held), let ref, let g = grants[ref] else { return held }
+            return g
+        }
+
+        /// What opens the secret of the item `ref` with attributes `attrs` (an application password
+        /// among it): ``authorization(for:_:)`` for its rule.
+        func authorization(for ref: [UInt8], _ attrs: Attributes) throws(SecError) -> AuthorizationContext {
+            guard !grants.isEmpty, let acl = try Keychain.accessControl(attrs), acl.guards(operation) else { return held }
+            return authorization(for: ref, acl)
         }
 
         /// True if the operation may go on with this match (nothing unsatisfied so far, this one included).
-        mutating func admit(_ attrs: Attributes) throws(SecError) -> Bool {
+        mutating func admit(_ attrs: Attributes, _ ref: [UInt8]? = nil) throws(SecError) -> Bool {
             guard let acl = try Keychain.accessControl(attrs), acl.guards(operation) else { return unsatisfied == nil }
             if !rules.contains(acl) { rules.append(acl) }
-            if unsatisfied == nil && !acl.isSatisfied(by: authorization) { unsatisfied = acl }
+            if let ref { targets.append(ref) }
+            if unsatisfied == nil && !acl.isSatisfied(by: authorization(for: ref, acl)) { unsatisfied = acl }
             return unsatisfied == nil
+        }
+
+        /// True if `operation` on this match would need the person now: its rule is not satisfied by
+        /// what the caller holds for it (never counted as a refusal: a listing reports it).
+        func wouldNeedPerson(_ attrs: Attributes, _ ref: [UInt8]) throws(SecError) -> Bool {
+            guard let acl = try Keychain.accessControl(attrs), acl.guards(operation) else { return false }
+            return !acl.isSatisfied(by: authorization(for: ref, acl))
         }
 
         /// errSecInteractionNotAllowed (needs authentication, with the rules) if a match was not admitted.
         func throwIfUnsatisfied() throws(SecError) {
             guard let acl = unsatisfied else { return }
-            throw .authenticationNeeded("the item's access control (\(acl)) needs authentication for this operation", requirements: rules)
+            throw .authenticationNeeded("the item's access control (\(acl)) needs authentication for this operation",
+                                        requirements: rules, targets: targets)
         }
     }
 

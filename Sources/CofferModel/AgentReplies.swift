@@ -91,6 +91,27 @@ public struct StatusReply: Sendable, Equatable {
     }
 }
 
+/// COUNTERS_REPLY contents: what the agent has done since it started, counted by the agent itself, so
+/// that what one client action costs (round trips, identity resolutions, keychain searches) is
+/// measured, never estimated (issue #42). Counts only: nothing about any item or caller.
+public struct AgentCounters: Sendable, Equatable {
+    /// Native connections whose HELLO was accepted.
+    public var connections: UInt64
+    /// Native requests handled (each is one round trip; HELLO and refused ones included).
+    public var requests: UInt64
+    /// Identity resolutions (a connecting process, a delegated one).
+    public var identifications: UInt64
+    /// Keychain match passes (a search, an update's or a delete's matching).
+    public var searches: UInt64
+
+    public init(connections: UInt64, requests: UInt64, identifications: UInt64, searches: UInt64) {
+        self.connections = connections
+        self.requests = requests
+        self.identifications = identifications
+        self.searches = searches
+    }
+}
+
 /// PROMPTER_REPLY contents: how the agent reaches the person for its own dialogs (issue #43; what
 /// `coffer status` shows): the pinentry it runs and why, and the display the dialogs appear on.
 public struct PrompterReply: Sendable, Equatable {

@@ -50,6 +50,11 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
     public let pid: Int32
     /// The peer's uid.
     public let uid: UInt32
+    /// The peer process's start time (clock ticks after boot, `/proc/PID/stat` field 22), read through
+    /// the pidfd that pinned it; nil if unknown. With ``pid`` it names this one process: a pid that
+    /// comes back belongs to a process with another start time. It keys what the agent grants one
+    /// process (a Secret Service prompt's read, ``CallerSessions``).
+    public private(set) var processStartTime: UInt64? = nil
     /// How the identity was established.
     public let establishedBy: Establishment
     /// The access groups the caller may use, default (first) group first; empty for unsigned callers.
@@ -112,6 +117,13 @@ public struct CallerIdentity: Sendable, Hashable, CustomStringConvertible {
         }
         self.sessionID = sessionID ?? session?.id
         self.session = session
+    }
+
+    /// This identity with the process's start time (``processStartTime``), as the resolver read it.
+    public func withProcessStartTime(_ ticks: UInt64?) -> CallerIdentity {
+        var c = self
+        c.processStartTime = ticks
+        return c
     }
 
     /// The app identifier (manifest `app`, or Flatpak app id); nil for unsigned callers.

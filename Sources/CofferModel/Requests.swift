@@ -32,6 +32,11 @@ public struct ItemQuery: Sendable, Equatable {
     /// by its blind-index entries alone, so the query must name its class, ask for the persistent
     /// reference, and have only indexed attributes (and `pdmn`); wire return-flags bit 4.
     public var listsLockedItems = false
+    /// Tell, for each match, whether reading its secret now would need the person
+    /// (``ItemResult/needsAuthentication``): an access control that neither the caller's held
+    /// authorization nor a grant it holds for the item satisfies. A front end shows such an item locked
+    /// without deriving it from the item's attributes (WireProtocol.md, the access-state flag).
+    public var reportsAccessState = false
 
     /// A query; with no return flags, copyMatching only tells whether something matched.
     public init(itemClass: ItemClass? = nil, attributes: Attributes = [:], limit: MatchLimit = .one,
@@ -91,6 +96,9 @@ public struct ItemResult: Sendable {
     /// A match of a ``ItemQuery/listsLockedItems`` search whose class key is locked away: only its
     /// class and persistent reference are given (no attributes, no data).
     public var locked = false
+    /// With ``ItemQuery/reportsAccessState``: reading this item's secret now would need the person
+    /// (its access control is not satisfied by what the caller holds).
+    public var needsAuthentication = false
 
     /// Makes a result.
     public init(itemClass: ItemClass, attributes: Attributes? = nil, data: SecureBytes? = nil, persistentRef: [UInt8]? = nil,

@@ -89,6 +89,10 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
     /// request matched (distinct, in match order), found in the same pass that met the unsatisfied
     /// one, so the agent plans the person's authentication without searching again. Not on the wire.
     public private(set) var accessRequirements: [AccessControl] = []
+    /// With ``needsAuthentication``: the persistent references of the matches whose access control
+    /// guards the operation (in match order), so the agent can grant the caller exactly those items
+    /// once the person authenticated (a Secret Service prompt). Not on the wire.
+    public private(set) var accessTargets: [[UInt8]] = []
     /// What the person can do next (`coffer unlock`, how to start the agent, …), printed by the CLI
     /// on the line after the error. Not on the wire: a client adds it where it knows the answer.
     public private(set) var hint: String? = nil
@@ -102,10 +106,11 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
 
     /// errSecInteractionNotAllowed because an item's access control needs authentication;
     /// `requirements` are the rules the request's matches need (``accessRequirements``).
-    public static func authenticationNeeded(_ m: String, requirements: [AccessControl] = []) -> SecError {
+    public static func authenticationNeeded(_ m: String, requirements: [AccessControl] = [], targets: [[UInt8]] = []) -> SecError {
         var e = SecError(.interactionNotAllowed, m)
         e.needsAuthentication = true
         e.accessRequirements = requirements
+        e.accessTargets = targets
         return e
     }
 

@@ -11,6 +11,8 @@ public enum AgentRequest: Sendable {
     case protections
     /// PROMPTER: the agent's own prompter, why it is that one, and where its dialogs appear (issue #43).
     case prompter
+    /// COUNTERS: what the agent has done since it started (issue #42: what an action costs, measured).
+    case counters
     /// UNLOCK with the passcode.
     case unlock(passcode: SecureBytes)
     /// LOCK.
@@ -134,6 +136,7 @@ public enum AgentRequest: Sendable {
         case .status: return FrameBuilder.empty(.status, requestID: requestID)
         case .protections: return FrameBuilder.empty(.protections, requestID: requestID)
         case .prompter: return FrameBuilder.empty(.prompter, requestID: requestID)
+        case .counters: return FrameBuilder.empty(.counters, requestID: requestID)
         case .promptUnlock: return FrameBuilder.empty(.promptUnlock, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
@@ -324,6 +327,7 @@ public enum AgentRequest: Sendable {
         case .status: request = .status
         case .protections: request = .protections
         case .prompter: request = .prompter
+        case .counters: request = .counters
         case .promptUnlock: request = .promptUnlock
         case .lock: request = .lock
         case .subscribe: request = .subscribe
@@ -523,7 +527,7 @@ public enum AgentRequest: Sendable {
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
              .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply,
-             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply, .filesReply:
+             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply, .filesReply, .countersReply:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -555,6 +559,8 @@ public enum AgentResponse: Sendable {
     case protections(ProtectionsReply)
     /// PROMPTER_REPLY.
     case prompter(PrompterReply)
+    /// COUNTERS_REPLY.
+    case counters(AgentCounters)
     /// ITEMS: results of ADD or COPY_MATCHING.
     case items([ItemResult])
     /// ITEMS_PAGE: one page of a COPY_MATCHING_PAGE search and the cursor of the next one (0: none).
@@ -622,6 +628,10 @@ public enum AgentResponse: Sendable {
             var f = FrameBuilder(type: .statusReply, requestID: requestID, payloadCapacity: 26 + s.agentVersion.utf8.count)
             f.w.u8(s.lockState.rawValue); f.w.u8(s.passcodeSet ? 1 : 0); f.w.u64(s.itemCount); f.w.shortString(s.agentVersion)
             f.w.u64(s.lockedMemoryBytes); f.w.u32(s.idleLockSeconds)
+            return f.finish()
+        case .counters(let c):
+            var f = FrameBuilder(type: .countersReply, requestID: requestID, payloadCapacity: 32)
+            f.w.u64(c.connections); f.w.u64(c.requests); f.w.u64(c.identifications); f.w.u64(c.searches)
             return f.finish()
         case .prompter(let p):
             let program = p.program ?? ""
@@ -773,6 +783,7 @@ public enum AgentResponse: Sendable {
             if it.attributes != nil { present |= ReturnFlags.attributes.rawValue }
             if it.persistentRef != nil { present |= ReturnFlags.persistentRef.rawValue }
             if it.locked { present |= ReturnFlags.locked.rawValue }
+            if it.needsAuthentication && it.attributes != nil { present |= ReturnFlags.needsAuthentication.rawValue }
             f.w.u8(ItemClassCode.encode(it.itemClass)); f.w.u8(present)
             if let d = it.data { f.secret(d) }
             if let a = it.attributes { AttributeCodec.encode(a, into: &f.w) }
@@ -815,9 +826,18 @@ public enum AgentResponse: Sendable {
             // A locked match (ITEMS of a query with the locked flag): its reference and nothing else.
             let locked = presentByte == ReturnFlags.locked.rawValue | ReturnFlags.persistentRef.rawValue
             if locked { presentByte = ReturnFlags.persistentRef.rawValue }
+            // A match whose secret needs the person (a query with the access-state flag): only beside its attributes.
+            let needs = presentByte & ReturnFlags.needsAuthentication.rawValue != 0
+            if needs {
+                guard presentByte & ReturnFlags.attributes.rawValue != 0 else {
+                    throw ProtocolError("the needs-authentication flag (32) comes only with an item's attributes")
+                }
+                presentByte &= ~ReturnFlags.needsAuthentication.rawValue
+            }
             let present = try QueryCodec.flags(presentByte)
             var item = ItemResult(itemClass: cls)
             item.locked = locked
+            item.needsAuthentication = needs
             if present.contains(.data) { item.data = try r.secret("data") }
             if present.contains(.attributes) { item.attributes = try r.attributes("attributes") }
             if present.contains(.persistentRef) {
@@ -850,6 +870,9 @@ public enum AgentResponse: Sendable {
             response = .status(StatusReply(lockState: state, passcodeSet: set == 1, itemCount: try r.u64("item count"),
                                            agentVersion: try r.sstr("agent version"),
                                            lockedMemoryBytes: try r.u64("locked memory"), idleLockSeconds: try r.u32("idle lock")))
+        case .countersReply:
+            response = .counters(AgentCounters(connections: try r.u64("connections"), requests: try r.u64("requests"),
+                                               identifications: try r.u64("identifications"), searches: try r.u64("searches")))
         case .prompterReply:
             let program = try r.sstr("program")
             guard program.isEmpty || program.hasPrefix("/") else { throw ProtocolError("PROMPTER_REPLY: the program must be empty or an absolute path") }
@@ -1060,6 +1083,7 @@ enum QueryCodec {
         var flags: ReturnFlags = []
         if q.skipUnreadable && !everyMatch { flags.insert(.skipUnreadable) }
         if q.listsLockedItems && !everyMatch { flags.insert(.locked) }
+        if q.reportsAccessState && !everyMatch { flags.insert(.needsAuthentication) }
         if q.returnData && !everyMatch { flags.insert(.data) }
         if q.returnAttributes && !everyMatch { flags.insert(.attributes) }
         if q.returnPersistentRef && !everyMatch { flags.insert(.persistentRef) }
@@ -1096,6 +1120,14 @@ enum QueryCodec {
         if skip { flagByte &= ~ReturnFlags.skipUnreadable.rawValue }
         let locked = allowLocked && flagByte & ReturnFlags.locked.rawValue != 0
         if locked { flagByte &= ~ReturnFlags.locked.rawValue }
+        // The access-state flag: where locked matches may be named (the searches), and with attributes.
+        let accessState = allowLocked && flagByte & ReturnFlags.needsAuthentication.rawValue != 0
+        if accessState {
+            guard flagByte & ReturnFlags.attributes.rawValue != 0 else {
+                throw ProtocolError("the access-state flag (32) needs the attributes flag (2): it is told beside them")
+            }
+            flagByte &= ~ReturnFlags.needsAuthentication.rawValue
+        }
         let flags = try flags(flagByte)
         let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
         guard ref.isEmpty || ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 0 or 16 bytes") }
@@ -1104,6 +1136,7 @@ enum QueryCodec {
                           persistentRef: ref.isEmpty ? nil : ref)
         q.skipUnreadable = skip
         q.listsLockedItems = locked
+        q.reportsAccessState = accessState
         return q
     }
 }

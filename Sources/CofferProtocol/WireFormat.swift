@@ -3,13 +3,17 @@ public import CofferModel
 
 /// Constants and framing of the Coffer wire protocol, versions 1 and 2 (see the WireProtocol article).
 public enum WireFormat {
-    /// The highest protocol version this code speaks (2: AUTH_FEEDBACK_KIND).
-    public static let version: UInt16 = 2
+    /// The highest protocol version this code speaks (2: AUTH_FEEDBACK_KIND; 3: the access-state
+    /// flag, and PROMPT_READ answering with a grant instead of the secrets).
+    public static let version: UInt16 = 3
     /// The lowest protocol version this code still speaks: an agent answers a HELLO whose range
     /// holds only 1 as it always did.
     public static let minimumVersion: UInt16 = 1
     /// The version from which the agent sends AUTH_FEEDBACK_KIND instead of AUTH_FEEDBACK.
     public static let feedbackKindVersion: UInt16 = 2
+    /// The version from which PROMPT_READ answers with a grant to the delegated process instead of the
+    /// secrets (an older connection still gets them), and the access-state flag is defined.
+    public static let grantingVersion: UInt16 = 3
     /// Smallest frame body: type (1) + request id (4).
     public static let minimumBodyBytes = 5
     /// Largest frame body (256 KiB, like ssh-agent's AGENT_MAX_LEN): bounds what one client can make
@@ -103,14 +107,14 @@ public enum MessageType: UInt8, Sendable {
     case portalSecret = 0x1D
     case syncSetup = 0x1E, syncCircle = 0x1F, syncStatus = 0x20, syncConflicts = 0x21
     case promptRead = 0x22, subscribeEvents = 0x23, files = 0x24
-    case prompter = 0x25
+    case prompter = 0x25, counters = 0x26
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91
     case checkReport = 0x92, itemsPageSkipping = 0x93, checkReportPage = 0x94, protectionsReply = 0x95
     case portalSecretReply = 0x97
     case syncCode = 0x98, syncDevices = 0x99, syncStatusReply = 0x9A, syncConflictsReply = 0x9B, filesReply = 0x9C
-    case prompterReply = 0x9D
+    case prompterReply = 0x9D, countersReply = 0x9E
     case event = 0xC0, error = 0xFF
 }
 
@@ -143,6 +147,10 @@ public struct ReturnFlags: OptionSet, Sendable, Hashable {
     /// In a COPY_MATCHING or COPY_MATCHING_PAGE query: name the matches whose class key is locked
     /// away by their persistent reference; in an item's `present` flags: this is such a match.
     public static let locked = ReturnFlags(rawValue: 16)
+    /// In a COPY_MATCHING or COPY_MATCHING_PAGE query (version 3): tell, for each match, whether
+    /// reading its secret now would need the person; in an item's `present` flags: it would (an access
+    /// control that neither what the connection holds nor a grant of its process satisfies).
+    public static let needsAuthentication = ReturnFlags(rawValue: 32)
 }
 
 /// Item class codes on the wire: 0 any (queries only), 1 genp, 2 inet, 3 keys, 4 cert.

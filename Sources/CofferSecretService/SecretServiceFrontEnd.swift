@@ -114,9 +114,6 @@ public final class SecretServiceFrontEnd {
     var watchedLockState: LockState?
     /// The sender a signal being built is addressed to: a property's value in it is that sender's.
     var emittingTo: String?
-    /// Secrets of items with an access control that a prompt read for a sender (by sender, then item
-    /// path), each kept for that sender's next GetSecret or GetSecrets of the item.
-    var released: [String: [String: ReleasedSecret]] = [:]
     /// The server's DH key pair for the next `dh-ietf1024-sha256-aes128-cbc-pkcs7` session, made on
     /// the loop's turn after the last one was taken, so that OpenSession does not wait for it; used
     /// for one session only, its private value wiped then (or when the front end goes).
@@ -230,7 +227,6 @@ public final class SecretServiceFrontEnd {
     deinit {
         for peer in peers.values { for s in peer.sessions.values { ssb_slot_release(s.slot) } }
         for items in sessionItems.values { for i in items.values { i.secret.wipe() } }
-        for secrets in released.values { for r in secrets.values { r.secret.wipe() } }
         nextKeyPair?.privateValue.wipe()
         ssb_bus_close(bus)
         handlers.deallocate()
@@ -246,9 +242,8 @@ public final class SecretServiceFrontEnd {
             frontEnd.announceLockState()
             frontEnd.announceItemChanges()
             frontEnd.makeKeyPair()
-            // Secrets a prompt read and nobody collected go when their time is up, calls or not.
-            frontEnd.dropExpiredSecrets()
-            return frontEnd.millisecondsUntilASecretExpires()
+            // Nothing waits on a timer: what a prompt allowed is the agent's grant.
+            return -1
         }, Unmanaged.passUnretained(self).toOpaque())
     }
 
@@ -290,6 +285,7 @@ public final class SecretServiceFrontEnd {
                         try agent.subscribe()
                     }
                     completions.post(lockState: try agent.status().lockState)
+                    completions.watching(agent)
                     firstAttempt.withLock { $0 = true }
                     firstAttempt.broadcast()
                     agent.setReplyTimeout(0)
@@ -302,6 +298,7 @@ public final class SecretServiceFrontEnd {
                         }
                     }
                 } catch {
+                    completions.watching(nil)
                     completions.itemWatchEnded()
                     sleep(1)
                 }
@@ -527,7 +524,6 @@ public final class SecretServiceFrontEnd {
             ssb_slot_release(s.slot)
             owners[path] = nil
         }
-        for r in (released.removeValue(forKey: name) ?? [:]).values { r.secret.wipe() }
         // Its running prompts are cancelled: their agent connections close, and so does the pinentry.
         for (path, prompt) in prompts where prompt.sender == name {
             prompt.work?.cancel()
@@ -675,6 +671,7 @@ extension SecretServiceFrontEnd {
         guard wanted.count >= 2, wanted.count * 2 >= last.paths.count else { return [:] }
         var query = itemQuery(c, attributes: last.attributes, returnData: true)
         query.returnAttributes = false
+        query.reportsAccessState = false   // told beside attributes only
         query.returnPersistentRef = true
         guard let results = try? c.agent.copyMatching(query) else { return [:] }
         var out: [String: (Record, SecureBytes)] = [:]

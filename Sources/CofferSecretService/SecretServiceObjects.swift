@@ -207,6 +207,10 @@ extension SecretServiceFrontEnd {
         /// native API), or nil. Such an item is locked: its secret is read only through a prompt.
         var accessControl: String? = nil
         var guarded: Bool { accessControl != nil }
+        /// Reading its secret now would need the person: the agent tells it per match (the access-state
+        /// flag), from the item's control and what the caller's process holds (a prompt's grant among
+        /// it). An item found without that flag, with a control, counts as needing the person.
+        var needsAuthentication = false
         /// The path the caller named the item by, when that is its reference path (``referencePrefix``).
         var alias: String? = nil
         /// The item's persistent reference, when the search that found it asked for it.
@@ -229,6 +233,13 @@ extension SecretServiceFrontEnd {
             protection = .always
         }
 
+        /// The record of a search result that carried its attributes (and the agent's access state).
+        init?(_ r: ItemResult, for c: Caller) {
+            guard let a = r.attributes else { return nil }
+            self.init(a, for: c)
+            needsAuthentication = r.needsAuthentication
+        }
+
         init?(_ a: Attributes, for c: Caller) {
             // Only items made through the Secret Service have a path: a collection and a random id.
             let general = a.generalAttributes
@@ -249,6 +260,7 @@ extension SecretServiceFrontEnd {
             if let v = a[AccessControl.attributeName] {
                 // An access control the front end cannot decode still guards the item.
                 if case .data(let b) = v, let acl = AccessControl(encoded: b) { accessControl = acl.description } else { accessControl = "?" }
+                needsAuthentication = true
             }
         }
 
@@ -296,8 +308,11 @@ extension SecretServiceFrontEnd {
             a["agrp"] = .string(c.group)
         }
         if let id { a["acct"] = .string(id) }
-        return ItemQuery(itemClass: .genericPassword, attributes: a, limit: id == nil ? .all : .one, returnData: returnData,
-                         returnAttributes: true)
+        var q = ItemQuery(itemClass: .genericPassword, attributes: a, limit: id == nil ? .all : .one, returnData: returnData,
+                          returnAttributes: true)
+        // Whether each match needs the person is the agent's to say (its control, the caller's grants).
+        q.reportsAccessState = true
+        return q
     }
 
     /// The caller's `session` collection items that have every general attribute of `attributes`, oldest first.
@@ -316,7 +331,7 @@ extension SecretServiceFrontEnd {
 
     func keychainItems(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> [Record] {
         do {
-            return try c.agent.copyMatching(itemQuery(c, collection: collection, attributes: attributes)).compactMap { $0.attributes.flatMap { Record($0, for: c) } }
+            return try c.agent.copyMatching(itemQuery(c, collection: collection, attributes: attributes)).compactMap { Record($0, for: c) }
         } catch where error.status == .itemNotFound {
             return []
         } catch {
@@ -345,7 +360,7 @@ extension SecretServiceFrontEnd {
         for r in results {
             if r.locked, let ref = r.persistentRef {
                 locked.append(Self.referencePath(ref))
-            } else if var record = r.attributes.flatMap({ Record($0, for: c) }) {
+            } else if var record = Record(r, for: c) {
                 record.ref = r.persistentRef
                 open.append(record)
             }
@@ -377,7 +392,7 @@ extension SecretServiceFrontEnd {
         }
         let query = try itemQuery(c, path: path, returnData: withSecret)
         let found = try agentCall { () throws(SecError) in try c.agent.copyMatching(query) }
-        guard let first = found.first, var r = first.attributes.flatMap({ Record($0, for: c) }) else {
+        guard let first = found.first, var r = Record(first, for: c) else {
             found.first?.data?.wipe()
             throw BusError(name: BusError.noSuchObject, message: "no item \(path)")
         }
@@ -458,20 +473,28 @@ extension SecretServiceFrontEnd {
         return alias == "default" ? Self.loginCollection : nil
     }
 
+    /// The keybag's lock state as the agent's lock events last told it (posted by the watch thread,
+    /// announced or not yet); STATUS only before the watch has heard any: no call of a client costs a
+    /// STATUS round trip otherwise. (The agent sends a lock event before it answers the request that
+    /// locked or unlocked, so a client that saw `coffer unlock` return finds it here.)
     func lockState(_ c: Caller) throws(BusError) -> LockState {
+        if let posted = completions.current, !completions.watchIsBehind { return posted }
+        return try agentCall { () throws(SecError) in try c.agent.status().lockState }
+    }
+
+    /// The lock state from the agent itself (STATUS): where a stale answer would ask the person for
+    /// nothing (Unlock).
+    func freshLockState(_ c: Caller) throws(BusError) -> LockState {
         try agentCall { () throws(SecError) in try c.agent.status().lockState }
     }
 
-    /// Whether the item is locked for the caller: ``isLocked(_:_:)``, unless a prompt read its secret
-    /// for the caller and it waits to be read.
-    func isLocked(_ c: Caller, _ r: Record, _ state: LockState) -> Bool {
-        if r.guarded, releasedSecret(c, r.path, take: false) != nil { return false }
-        return Self.isLocked(r, state)
-    }
+    /// Whether the item is locked for the caller: ``isLocked(_:_:)``.
+    func isLocked(_ c: Caller, _ r: Record, _ state: LockState) -> Bool { Self.isLocked(r, state) }
 
-    /// Whether the item's class key is unavailable in `state`, or it has an access control.
+    /// Whether the item's class key is unavailable in `state`, or reading its secret needs the person
+    /// (as the agent said: an access control the caller's process holds no grant for).
     static func isLocked(_ r: Record, _ state: LockState) -> Bool {
-        guard !r.guarded else { return true }
+        guard !r.needsAuthentication else { return true }
         return switch r.protection.availability {
         case .whenUnlocked: state != .unlocked
         case .afterFirstUnlock: state == .boot
@@ -493,7 +516,6 @@ extension SecretServiceFrontEnd {
         let interface = ssb_message_interface(m).map { String(cString: $0) } ?? ""
         let member = ssb_message_member(m).map { String(cString: $0) } ?? ""
         let path = ssb_message_path(m).map { String(cString: $0) } ?? ""
-        dropExpiredSecrets()
         do throws(BusError) {
             let c = try caller(m)
             switch (interface, member) {
@@ -737,7 +759,7 @@ extension SecretServiceFrontEnd {
             }
             // Locked and unknown items are left out (the spec's GetSecrets).
             do {
-                let (record, secret) = try itemWithSecret(c, path)
+                let (record, secret) = try item(c, path, withSecret: true)
                 if let secret { found.append((record, secret)) }
             } catch where error.name == BusError.noSuchObject || error.name == BusError.isLocked {
                 continue
@@ -835,12 +857,17 @@ extension SecretServiceFrontEnd {
         }
         guard !persistent.isEmpty else { return replyPaths(m, [], then: Self.noPrompt) }
         try agentCall { () throws(SecError) in try c.agent.lock() }
+        // Locked now: the client's next call finds it so, whether or not the watch has heard the event.
+        completions.post(lockState: .locked)
         return replyPaths(m, persistent, then: Self.noPrompt)
     }
 
     func unlock(_ m: OpaquePointer?, _ c: Caller) throws(BusError) -> Int32 {
         let paths = try Self.readPaths(m)
-        let state = try lockState(c)
+        // The agent's events say unlocked: so it is (a lock since only costs the prompt an unlock).
+        // Locked: asked of the agent itself, so that a stale event never asks the person for nothing.
+        var state = try lockState(c)
+        if state != .unlocked { state = try freshLockState(c) }
         var unlocked: [String] = [], locked: [String] = []
         var reads: [String: ItemQuery] = [:], probes: Set<String> = []
         for path in paths {
@@ -851,7 +878,7 @@ extension SecretServiceFrontEnd {
                 do {
                     let (record, _) = try item(c, path)
                     if isLocked(c, record, state) { locked.append(path) } else { unlocked.append(path) }
-                    if record.guarded, isLocked(c, record, state) {
+                    if record.needsAuthentication {
                         reads[path] = try itemQuery(c, path: path, returnData: true)
                     }
                 } catch where error.name == BusError.isLocked {
@@ -872,7 +899,8 @@ extension SecretServiceFrontEnd {
             }
         }
         guard !locked.isEmpty else { return replyPaths(m, unlocked, then: Self.noPrompt) }
-        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked, reading: reads, probing: probes))
+        return replyPaths(m, unlocked, then: try newPrompt(c, unlocking: locked, reading: reads, probing: probes,
+                                                           keybagUnlocked: state == .unlocked))
     }
 
     // MARK: Collection
@@ -979,7 +1007,6 @@ extension SecretServiceFrontEnd {
             sessionItems[c.group]?[record.id] = item
             return
         }
-        if secret != nil { releasedSecret(c, record.path, take: true)?.wipe() }
         var changes = extra
         if attributes != nil || contentType != nil { changes.merge(record.general(attributes: attributes, contentType: contentType)) { $1 } }
         if let label { changes["labl"] = .string(label) }
@@ -989,8 +1016,6 @@ extension SecretServiceFrontEnd {
     }
 
     func remove(_ c: Caller, _ record: Record) throws(BusError) {
-        // A secret a prompt read for the item is not kept past the item.
-        releasedSecret(c, record.path, take: true)?.wipe()
         if record.collection == Self.sessionCollection {
             sessionItems[c.group]?.removeValue(forKey: record.id)?.secret.wipe()
             return
@@ -1082,7 +1107,7 @@ extension SecretServiceFrontEnd {
     func getSecret(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let sessionPath = try Self.readString(m, CChar(UInt8(ascii: "o")))
         let session = try session(c, sessionPath)
-        let (record, secret) = try itemWithSecret(c, path)
+        let (record, secret) = try item(c, path, withSecret: true)
         guard let secret else { throw BusError(name: BusError.failed, message: "the agent sent no secret") }
         defer { secret.wipe() }
         var failure: BusError?
@@ -1283,6 +1308,9 @@ extension SecretServiceFrontEnd {
         /// and those of them that may have none (locked when asked: looked at after unlocking).
         var reads: [String: ItemQuery] = [:]
         var probes: Set<String> = []
+        /// The keybag was unlocked when the prompt was made: its work reads first, and unlocks only
+        /// if the keybag has locked since (one round trip fewer for the usual protected read).
+        var keybagUnlocked = false
         var work: PromptWork? = nil
     }
 
@@ -1290,20 +1318,22 @@ extension SecretServiceFrontEnd {
     /// the items with an access control among them, whose secrets the prompt reads (`probes`: those
     /// read only if they turn out to have one).
     func newPrompt(_ c: Caller, unlocking objects: [String], reading reads: [String: ItemQuery] = [:],
-                   probing probes: Set<String> = []) throws(BusError) -> String {
+                   probing probes: Set<String> = [], keybagUnlocked: Bool = false) throws(BusError) -> String {
         guard prompts.values.count(where: { $0.sender == c.sender }) < Self.promptsPerSender else {
             throw BusError(name: BusError.limitsExceeded, message: "\(c.sender) already holds \(Self.promptsPerSender) prompts")
         }
         let path = Self.promptPrefix + "/p" + String(nextPrompt)
         nextPrompt += 1
-        prompts[path] = PendingPrompt(sender: c.sender, objects: objects, reads: reads, probes: probes)
+        prompts[path] = PendingPrompt(sender: c.sender, objects: objects, reads: reads, probes: probes, keybagUnlocked: keybagUnlocked)
         return path
     }
 
     /// Prompt(window-id) returns at once. On a thread of its own, a new agent connection is delegated
     /// to the sender's process and sends PROMPT_UNLOCK, then PROMPT_READ for each item with an access
     /// control: the agent asks the person with its own prompter, naming the app as it identified the
-    /// sender. *Completed* follows on the bus thread: (false, the objects) once unlocked and read,
+    /// sender, and grants the items to the sender's process (CallerSessions: its GetSecret then reads
+    /// them as any read, and no secret waits in the front end). *Completed* follows on the bus thread:
+    /// (false, the objects) once unlocked and granted,
     /// (true, []) when the person cancelled, nobody could be asked (the agent has no pinentry or knows
     /// no display of the person's session: at once) or the agent refused. Whether a dialog can appear is
     /// the agent's to decide, from the person's session (issue #43), never from the sender's
@@ -1322,6 +1352,7 @@ extension SecretServiceFrontEnd {
         }
         let rc = ssb_reply_empty(m)
         let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, probes: p.probes,
+                              unlockFirst: !p.keybagUnlocked || p.reads.isEmpty,
                               completions: completions)
         p.work = work
         prompts[path] = p
@@ -1340,85 +1371,22 @@ extension SecretServiceFrontEnd {
         return rc
     }
 
-    /// The prompt at `path` ends (nothing if it already has): Completed on the bus. The secrets it
-    /// read are kept for its sender (``releasedSecretSeconds``).
-    func complete(_ path: String, unlocked: Bool, secrets: [String: SecureBytes] = [:]) {
-        guard let p = prompts.removeValue(forKey: path) else {
-            secrets.values.forEach { $0.wipe() }
-            return
-        }
+    /// The prompt at `path` ends (nothing if it already has): Completed on the bus. What its reads
+    /// allowed is the agent's grant to the sender's process (CallerSessions): the front end keeps nothing.
+    func complete(_ path: String, unlocked: Bool) {
+        guard let p = prompts.removeValue(forKey: path) else { return }
         guard unlocked else {
-            secrets.values.forEach { $0.wipe() }
             _ = ssb_emit_completed(bus, p.sender, path, 1, nil, 0)
             return
-        }
-        let until = Threads.monotonicSeconds() + Self.releasedSecretSeconds
-        for (item, secret) in secrets {
-            released[p.sender, default: [:]].updateValue(ReleasedSecret(secret: secret, until: until), forKey: item)?.secret.wipe()
         }
         let cs: [UnsafePointer<CChar>?] = p.objects.map { UnsafePointer(strdup($0)) }
         defer { cs.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
         _ = cs.withUnsafeBufferPointer { ssb_emit_completed(bus, p.sender, path, 0, $0.baseAddress, p.objects.count) }
     }
 
-    /// How long (seconds) a secret a prompt read waits for its sender's GetSecret or GetSecrets.
-    static let releasedSecretSeconds = 60.0
-
-    /// The secret of an item with an access control that a prompt read: one read of it, by the
-    /// prompt's sender, within ``releasedSecretSeconds``.
-    struct ReleasedSecret {
-        let secret: SecureBytes
-        let until: Double
-    }
-
-    /// Wipes every released secret whose time is up, whoever's (at each method call).
-    func dropExpiredSecrets() {
-        guard !released.isEmpty else { return }
-        let now = Threads.monotonicSeconds()
-        for (sender, secrets) in released {
-            var kept = secrets
-            for (p, r) in secrets where r.until <= now { kept.removeValue(forKey: p)?.secret.wipe() }
-            released[sender] = kept.isEmpty ? nil : kept
-        }
-    }
-
-    /// Milliseconds until the first kept secret's time is up (-1: none kept), for the bus loop's wait.
-    func millisecondsUntilASecretExpires() -> Int32 {
-        guard let first = released.values.lazy.flatMap({ $0.values.map(\.until) }).min() else { return -1 }
-        return Int32(clamping: max(0, Int((first - Threads.monotonicSeconds()) * 1000) + 1))
-    }
-
-    /// The secret a prompt read of the item at `path` for the caller (its expired ones dropped);
-    /// with `take`, handed over (the caller wipes it) and no longer kept. None once the keychain has
-    /// locked since (the caller's kept secrets are all wiped then): a lock ends what a prompt allowed.
-    func releasedSecret(_ c: Caller, _ path: String, take: Bool) -> SecureBytes? {
-        dropExpiredSecrets()
-        guard var mine = released[c.sender] else { return nil }
-        guard (try? lockState(c)) == .unlocked else {
-            for r in mine.values { r.secret.wipe() }
-            released[c.sender] = nil
-            return nil
-        }
-        let found = take ? mine.removeValue(forKey: path)?.secret : mine[path]?.secret
-        released[c.sender] = mine.isEmpty ? nil : mine
-        return found
-    }
-
-    /// The item at `path` with its secret: the one a prompt read for the caller if it waits (an item
-    /// with an access control), else the agent's.
-    func itemWithSecret(_ c: Caller, _ path: String) throws(BusError) -> (Record, SecureBytes?) {
-        guard let secret = releasedSecret(c, path, take: true) else { return try item(c, path, withSecret: true) }
-        do {
-            return (try item(c, path).0, secret)
-        } catch {
-            secret.wipe()
-            throw error
-        }
-    }
-
     /// On the bus thread: the prompts whose threads have ended.
     func completePrompts() {
-        for e in completions.take() { complete(e.path, unlocked: e.unlocked, secrets: e.secrets) }
+        for e in completions.take() { complete(e.path, unlocked: e.unlocked) }
     }
 }
 
@@ -1426,11 +1394,28 @@ extension SecretServiceFrontEnd {
 /// threads, that items changed, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
 final class PromptCompletions: Sendable {
     private let lockState = Protected<LockState?>(nil)
+    private let latest = Protected<LockState?>(nil)
 
     func post(lockState state: LockState) {
+        latest.withLock { $0 = state }
         lockState.withLock { $0 = state }
         if wake >= 0 { ssb_wake(wake) }
     }
+
+    /// The lock state last posted (nil: none yet), whether or not the bus thread has announced it:
+    /// what a call asking for lock state is answered from, unless the watch's connection holds an
+    /// event not yet read (``watchIsBehind``).
+    var current: LockState? { latest.withLock { $0 } }
+
+    /// The watch's agent connection, while it is subscribed (nil otherwise).
+    private let watch = Protected<AgentConnection?>(nil)
+
+    func watching(_ connection: AgentConnection?) { watch.withLock { $0 = connection } }
+
+    /// True when no watch is subscribed, or an event waits unread on its connection: the agent sends
+    /// a lock event before it answers the request that locked or unlocked, so a state posted before
+    /// it may be stale, and the caller asks the agent instead.
+    var watchIsBehind: Bool { watch.withLock { $0?.hasUnreadBytes ?? true } }
 
     /// The latest lock state posted since the last call, if any.
     func takeLockState() -> LockState? { lockState.withLock { s in defer { s = nil }; return s } }
@@ -1483,27 +1468,27 @@ final class PromptCompletions: Sendable {
     var itemWatchMark: (generation: Int, count: Int)? { itemEvents.withLock { $0.live ? ($0.generation, $0.heard.count) : nil } }
 
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
-    typealias Ended = (path: String, unlocked: Bool, secrets: [String: SecureBytes])
+    typealias Ended = (path: String, unlocked: Bool)
     /// The eventfd (-1 if none could be made: every prompt then completes dismissed at once).
     let wake: Int32 = max(-1, ssb_wake_fd_open())
     private let ended = Protected<[Ended]>([])
 
-    func post(_ path: String, unlocked: Bool, secrets: [String: SecureBytes] = [:]) {
-        ended.withLock { $0.append((path, unlocked, secrets)) }
+    func post(_ path: String, unlocked: Bool) {
+        ended.withLock { $0.append((path, unlocked)) }
         if wake >= 0 { ssb_wake(wake) }
     }
 
     func take() -> [Ended] { ended.withLock { e in defer { e = [] }; return e } }
 
     deinit {
-        for e in take() { e.secrets.values.forEach { $0.wipe() } }
         if wake >= 0 { close(wake) }
     }
 }
 
 /// One prompt's work off the bus thread: its own agent connection, delegated to the sender's
 /// process, sending PROMPT_UNLOCK, then PROMPT_READ for each item with an access control (the agent's
-/// prompter asks the person for the item's control); ``cancel()`` (Dismiss, the sender leaving) shuts
+/// prompter asks the person for the item's control, and the agent grants the item to the sender's
+/// process: no secret comes back); ``cancel()`` (Dismiss, the sender leaving) shuts
 /// it down from the bus thread, and the agent's pinentry closes.
 final class PromptWork: @unchecked Sendable {
     let path: String
@@ -1513,11 +1498,15 @@ final class PromptWork: @unchecked Sendable {
     /// is unlocked, they turn out to have an access control.
     let reads: [String: ItemQuery]
     let probes: Set<String>
+    /// Sends PROMPT_UNLOCK before the reads; false when the keybag was unlocked as the prompt was made
+    /// (it is sent only if a read finds the keybag locked since).
+    let unlockFirst: Bool
     let completions: PromptCompletions
     private let state = Protected<(connection: AgentConnection?, cancelled: Bool)>((connection: nil, cancelled: false))
 
     init(path: String, process: SecretServiceFrontEnd.DelegatedProcess, socketPath: String, reads: [String: ItemQuery] = [:],
-         probes: Set<String> = [], completions: PromptCompletions) {
+         probes: Set<String> = [], unlockFirst: Bool = true, completions: PromptCompletions) {
+        self.unlockFirst = unlockFirst
         self.path = path
         self.process = process
         self.socketPath = socketPath
@@ -1538,7 +1527,6 @@ final class PromptWork: @unchecked Sendable {
 
     private func run() {
         var unlocked = false
-        var secrets: [String: SecureBytes] = [:]
         do throws(SecError) {
             let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
                                             replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
@@ -1550,28 +1538,43 @@ final class PromptWork: @unchecked Sendable {
                 try agent.delegate(pidfd: process.pidfd, pid: process.pid, startTime: process.startTime)
                 // The person takes as long as they take; the agent's prompter bounds the wait.
                 agent.setReplyTimeout(0)
-                try agent.promptUnlock()
+                // Unlocked after it: a call the client makes on Completed finds it so, whether or not
+                // the watch has heard the agent's event yet.
+                var unlockedNow = false
+                func unlockKeybag() throws(SecError) {
+                    try agent.promptUnlock()
+                    completions.post(lockState: .unlocked)
+                    unlockedNow = true
+                }
+                if unlockFirst { try unlockKeybag() }
                 for (item, query) in reads.sorted(by: { $0.key < $1.key }) {
                     if probes.contains(item) {
                         var probe = query
                         probe.returnData = false
                         probe.returnAttributes = true
+                        probe.reportsAccessState = true
                         let found: [ItemResult]
                         do { found = try agent.copyMatching(probe) } catch where error.status == .itemNotFound { continue }
-                        guard found.first?.attributes?[AccessControl.attributeName] != nil else { continue }
+                        guard found.first?.needsAuthentication == true else { continue }
                     }
-                    guard let secret = try agent.promptRead(query).first?.data else {
-                        throw SecError(.itemNotFound, "the item is gone")
+                    // The reply names the item (no data): the grant is the sender's process's. (The
+                    // access state is a search's flag, not PROMPT_READ's.)
+                    var read = query
+                    read.reportsAccessState = false
+                    let found: [ItemResult]
+                    do {
+                        found = try agent.promptRead(read)
+                    } catch where error.status == .interactionNotAllowed && !unlockedNow {
+                        // Locked since the prompt was made (or nobody can be asked: then so answers the unlock).
+                        try unlockKeybag()
+                        found = try agent.promptRead(read)
                     }
-                    secrets[item] = secret
+                    guard !found.isEmpty else { throw SecError(.itemNotFound, "the item is gone") }
                 }
                 unlocked = true
             }
-        } catch {
-            secrets.values.forEach { $0.wipe() }
-            secrets = [:]
-        }
+        } catch {}
         state.withLock { $0.connection = nil }
-        completions.post(path, unlocked: unlocked, secrets: secrets)
+        completions.post(path, unlocked: unlocked)
     }
 }

@@ -121,3 +121,18 @@ package struct CallerContext: Sendable {
         if nextCursor == 0 { pagingAuthorization = nil } else { pagingAuthorization?.nextCursor = nextCursor }
     }
 }
+
+extension CallerContext.CarriedAuthorization {
+    /// An authorization kept for a caller outside any conversation (a Secret Service prompt's grant:
+    /// ``CallerSessions``), until `until`, in lock generation `generation`.
+    package init(_ context: AuthorizationContext, until: Double, generation: Int) {
+        self.context = context
+        self.until = until
+        self.generation = generation
+    }
+
+    /// What it authorizes, while it lives: before its end and in the lock generation it was given in.
+    package func live(now: Double, generation: Int) -> AuthorizationContext? {
+        until > now && self.generation == generation ? context : nil
+    }
+}

@@ -63,8 +63,63 @@ package final class CallerSessions: Sendable {
     }
 
     /// How many grants are kept (for tests and the architecture's counters).
-    package var count: Int { grants.withLock { $0.count } }
+    package var count: Int { grants.withLock { $0.count } + itemGrants.withLock { $0.count } }
 
     /// Forgets every grant (a lock: they could not be served after it anyway).
-    package func endAll() { grants.withLock { $0.removeAll() } }
+    package func endAll() {
+        grants.withLock { $0.removeAll() }
+        itemGrants.withLock { $0.removeAll() }
+    }
+
+    // MARK: Item grants of one process
+
+    /// One process, as nothing else can be: its caller (identity, uid, login session), its pid and
+    /// that process's start time. A pid that comes back belongs to a process with another start time.
+    package struct Process: Hashable, Sendable {
+        let caller: Caller
+        let pid: Int32
+        let startTime: UInt64
+
+        /// The process `identity` names; nil when its start time is unknown (nothing is granted then).
+        package init?(_ identity: CallerIdentity) {
+            guard let t = identity.processStartTime, identity.pid > 0 else { return nil }
+            caller = Caller(identity)
+            pid = identity.pid
+            startTime = t
+        }
+    }
+
+    /// How long an item grant lasts (seconds): a Secret Service prompt's read is the client's for
+    /// this long after the person answered (its GetSecret follows at once; Chromium's, a script's).
+    package static let itemGrantSeconds = 60.0
+    /// Most item grants kept (the oldest go first).
+    package static let maximumItemGrants = 1024
+
+    /// The item grants in the order they were given (oldest first).
+    private let itemGrants = Protected<[(process: Process, item: [UInt8], carried: CallerContext.CarriedAuthorization)]>([])
+
+    /// Grants `identity`'s process the items `items` (persistent references) with `carried`: what
+    /// the person's authentication for a prompt's read authorized. A process whose start time is
+    /// unknown gets nothing (its later reads ask again).
+    package func grant(_ items: [[UInt8]], to identity: CallerIdentity, _ carried: CallerContext.CarriedAuthorization) {
+        guard let process = Process(identity), !items.isEmpty else { return }
+        itemGrants.withLock { g in
+            g.removeAll { $0.process == process && items.contains($0.item) }
+            for item in items { g.append((process, item, carried)) }
+            if g.count > Self.maximumItemGrants { g.removeFirst(g.count - Self.maximumItemGrants) }
+        }
+    }
+
+    /// The live item grants of `identity`'s process (item → what it authorizes); expired ones are
+    /// dropped. Empty for any other process, a recreated pid among them.
+    package func itemGrants(for identity: CallerIdentity, now: Double, generation: Int) -> [[UInt8]: AuthorizationContext] {
+        guard let process = Process(identity) else { return [:] }
+        return itemGrants.withLock { g in
+            guard !g.isEmpty else { return [:] }
+            g.removeAll { $0.carried.live(now: now, generation: generation) == nil }
+            var out: [[UInt8]: AuthorizationContext] = [:]
+            for e in g where e.process == process { out[e.item] = e.carried.live(now: now, generation: generation) }
+            return out
+        }
+    }
 }

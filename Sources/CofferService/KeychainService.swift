@@ -375,7 +375,13 @@ package final class KeychainService: Sendable {
     /// offered to `fits` (a front end's reply size); `reply` turns the page into the front end's
     /// answer inside the audited operation (so a page that cannot be sent is audited as failing).
     /// A `paged` search keeps its first page's authorization for its later pages.
-    package func search<R>(_ query: ItemQuery, after cursor: UInt64 = 0, paged: Bool = false, _ context: inout CallerContext,
+    ///
+    /// Items the caller's process holds a grant for (``CallerSessions``: a Secret Service prompt read
+    /// them for it) are read with that grant, without asking again. With `granting`, the items the
+    /// person authenticated for are granted to the caller's process for
+    /// ``CallerSessions/itemGrantSeconds`` (PROMPT_READ: the front end's client reads them next).
+    package func search<R>(_ query: ItemQuery, after cursor: UInt64 = 0, paged: Bool = false, granting: Bool = false,
+                           _ context: inout CallerContext,
                            _ channel: (any AuthChannel)?, fits: (ItemResult) -> Bool = { _ in true },
                            reply: (Keychain.MatchPage) throws(SecError) -> R) throws(SecError) -> R {
         // Activity for the idle lock, from its start to its end, whichever front end asked.
@@ -385,10 +391,13 @@ package final class KeychainService: Sendable {
             (scope, context) throws(SecError) in
             var used = AuthorizationContext.none
             let what = Self.describe(paged ? "read the secrets of" : "read the secret of", query)
-            let page = try authorized(query, scope, &context, channel, what: what, continuing: paged ? cursor : 0) { (auth) throws(SecError) in
+            let grants = query.returnData || query.reportsAccessState
+                ? sessions.itemGrants(for: context.caller, now: clock.now(), generation: gate.lockGeneration) : [:]
+            let page = try authorized(query, scope, &context, channel, what: what, continuing: paged ? cursor : 0, granting: granting) {
+                (auth) throws(SecError) in
                 used = auth
                 return try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max,
-                                                     authorization: auth, fits: fits)
+                                                     authorization: auth, grants: grants, fits: fits)
             }
             let r = try reply(page)
             guard paged else { return r }
@@ -487,7 +496,7 @@ package final class KeychainService: Sendable {
     /// nothing extra, one inside its reuse window does not search twice, and one that needs the
     /// person searches twice (the attempt and the operation).
     func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ context: inout CallerContext,
-                               _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0,
+                               _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0, granting: Bool = false,
                                _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
         let now = clock.now()
         var held = context.reusableAuthorization(now: now, generation: gate.lockGeneration) ?? .none
@@ -504,6 +513,13 @@ package final class KeychainService: Sendable {
                 () throws(SecError) in try authenticator.authorize(rules: rules, context: &context, channel: channel, what: what)
             }
             let result = try body(auditingApplicationPasswords(authorization, caller))
+            if granting {
+                // The items the person authenticated for are the caller's process's to read again for
+                // a while (CallerSessions); a lock ends the grant.
+                sessions.grant(error.accessTargets, to: caller,
+                               CallerContext.CarriedAuthorization(authorization, until: clock.now() + CallerSessions.itemGrantSeconds,
+                                                                  generation: gate.lockGeneration))
+            }
             // What the authentication stage cost (the benchmark reads it from a debug log): searches
             // including the attempt, and round trips to the plugin host.
             logger.debug("authenticated operation", metadata: ["searches": "\(1 + keychain.searchCount - searches)",

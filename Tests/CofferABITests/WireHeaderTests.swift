@@ -34,6 +34,7 @@ import Testing
             (COFFER_MSG_SYNC_STATUS_REPLY, .syncStatusReply), (COFFER_MSG_SYNC_CONFLICTS_REPLY, .syncConflictsReply),
             (COFFER_MSG_FILES, .files), (COFFER_MSG_FILES_REPLY, .filesReply),
             (COFFER_MSG_PROMPTER, .prompter), (COFFER_MSG_PROMPTER_REPLY, .prompterReply),
+            (COFFER_MSG_COUNTERS, .counters), (COFFER_MSG_COUNTERS_REPLY, .countersReply),
             (COFFER_MSG_OK, .ok), (COFFER_MSG_HELLO_REPLY, .helloReply), (COFFER_MSG_STATUS_REPLY, .statusReply),
             (COFFER_MSG_ITEMS, .items), (COFFER_MSG_COUNT, .count), (COFFER_MSG_ITEMS_PAGE, .itemsPage),
             (COFFER_MSG_EVENT, .event), (COFFER_MSG_ERROR, .error),

@@ -18,8 +18,7 @@ import Testing
     }
 
     /// The ssh-agent front end's files and the native front end's (cofferd's CofferAgent module):
-    /// they call the core, which keeps the grants. (The Secret Service front end's released-secret
-    /// cache is the part of issue #42 still to move; it is in another process and names no core type.)
+    /// they call the core, which keeps the grants.
     @Test func theFrontEndsOfCofferdKeepNoGrants() {
         let files = DocumentedNamesTests.files(under: "Sources/CofferAgent", ending: ".swift")
         #expect(files.count > 10, "could not list Sources/CofferAgent")
@@ -27,6 +26,32 @@ import Testing
         for file in files {
             for hit in Self.grantLines(in: DocumentedNamesTests.read(file)) {
                 Issue.record("\((file as NSString).lastPathComponent) \(hit): grants are the core's (CallerSessions), not a front end's")
+            }
+        }
+    }
+
+    /// What keeping a released secret looks like: a table of secrets a prompt read, kept for a sender
+    /// until it asks (the Secret Service front end had one, 60 s per sender, until issue #42 moved the
+    /// decision to the core's grants), or a timer to wipe them.
+    static let releasedSecretState = ["ReleasedSecret", "releasedSecret", "released[", "releasedSecretSeconds", "SecretExpires"]
+
+    /// The Secret Service front end (its own process) keeps no grant and no secret past its reply: a
+    /// prompt's read is the agent's grant to the client's process (CallerSessions), and GetSecret reads
+    /// through the agent as any read.
+    @Test func theSecretServiceFrontEndKeepsNoGrantsAndNoReleasedSecrets() {
+        let files = DocumentedNamesTests.files(under: "Sources/CofferSecretService", ending: ".swift")
+        #expect(files.contains { $0.hasSuffix("SecretServiceObjects.swift") }, "could not list Sources/CofferSecretService")
+        for file in files {
+            let text = DocumentedNamesTests.read(file)
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+            for hit in Self.grantLines(in: text) {
+                Issue.record("\((file as NSString).lastPathComponent) \(hit): grants are the core's (CallerSessions), not a front end's")
+            }
+            for (n, raw) in lines.enumerated() {
+                let code = raw.range(of: "//").map { raw[..<$0.lowerBound] } ?? raw
+                for word in Self.releasedSecretState where code.contains(word) {
+                    Issue.record("\((file as NSString).lastPathComponent) line \(n + 1): \(word): a front end keeps no secret past its reply")
+                }
             }
         }
     }

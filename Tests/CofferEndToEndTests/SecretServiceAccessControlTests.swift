@@ -256,8 +256,8 @@ struct SecretServiceAccessControlTests {
         }
     }
 
-    /// A secret a prompt read and the client has not collected yet is gone once the keychain locks:
-    /// the item reads as locked again and GetSecret hands out nothing (it used to wait out its 60 s).
+    /// What a prompt granted the client's process ends when the keychain locks: the item reads as
+    /// locked again and GetSecret hands out nothing (the grant's 60 s are not waited out).
     @Test func aLockEndsWhatAPromptReleased() throws {
         // AfterFirstUnlock: its class stays open after the lock, so only the lock check can end the release.
         let f = try Guarded(rule: "device-passcode", accessible: "after-first-unlock-this-device-only")
@@ -278,6 +278,78 @@ struct SecretServiceAccessControlTests {
         #expect(r.stdout.contains("get ('error', 'org.freedesktop.Secret.Error.IsLocked')"), "the released secret outlived the lock: \(r)")
         #expect(r.stdout.contains("locked ('ok', (('b', True),))"), "\(r)")
         #expect(!r.stdout.contains("guarded secret"))
+    }
+
+    /// Issue #42: a prompt's read is the agent's grant to the client's process, not a secret the front
+    /// end keeps. The process reads the item (twice: the grant lasts its window) and sees it unlocked;
+    /// another process of the same program in the same session, started after it, is refused
+    /// (IsLocked, Locked true) and nobody is asked for it.
+    @Test func aPromptsGrantIsTheClientProcesssAlone() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let item = Self.itemPath
+        let first = try f.bus.python(SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            before = call(a, '\(item)', 'org.freedesktop.DBus.Properties', 'Get', 'ss', 'org.freedesktop.Secret.Item', 'Locked')
+            assert before == ('ok', (('b', True),)), before
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(item)'])
+            assert unlocked[0] == 'ok' and unlocked[1][1] != '/', unlocked
+            assert exec_prompt(a, unlocked[1][1]) == (False, ('ao', ['\(item)']))
+            after = call(a, '\(item)', 'org.freedesktop.DBus.Properties', 'Get', 'ss', 'org.freedesktop.Secret.Item', 'Locked')
+            assert after == ('ok', (('b', False),)), after
+            for n in range(2):
+                got = call(a, '\(item)', 'org.freedesktop.Secret.Item', 'GetSecret', 'o', open_plain(a)[1][1])
+                assert got[0] == 'ok' and got[1][0][2] == b'guarded secret', got
+            print('done')
+
+            """)
+        #expect(first.status == 0 && first.stdout.contains("done"), "\(first)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1, "the person is asked once for the grant")
+        let second = try f.bus.python(SecretServiceBusTests.prelude + """
+            locked = call(a, '\(item)', 'org.freedesktop.DBus.Properties', 'Get', 'ss', 'org.freedesktop.Secret.Item', 'Locked')
+            assert locked == ('ok', (('b', True),)), locked
+            got = call(a, '\(item)', 'org.freedesktop.Secret.Item', 'GetSecret', 'o', open_plain(a)[1][1])
+            assert got == ('error', 'org.freedesktop.Secret.Error.IsLocked'), got
+            print('done')
+
+            """)
+        #expect(second.status == 0 && second.stdout.contains("done"), "another process was served the first one's grant: \(second)\n\(f.log)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.isEmpty)
+    }
+
+    /// Issue #42: what a `secret-tool lookup` costs, from the agent's own counters (COUNTERS): round
+    /// trips, connections, identity resolutions and keychain searches, for a plain item and for one
+    /// with an access control (the prompt, the person's passcode, the granted read). The bounds are
+    /// what the front end does today (printed with the measured figures); a change that adds a round
+    /// trip or a search to a lookup fails here.
+    @Test func whatALookupCostsIsCountedByTheAgent() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let stored = f.bus.run("/usr/bin/secret-tool", ["store", "--label", "Plain", "kind", "plain"], stdin: "plain secret")
+        #expect(stored.status == 0, "\(stored)")
+        let meter = try AgentConnection(path: f.agent.socketPath, clientName: "meter")
+        func cost(_ body: () -> CLIResult) throws -> (CLIResult, AgentCounters) {
+            let before = try meter.counters()
+            let r = body()
+            let after = try meter.counters()
+            // The meter's own second COUNTERS is one request.
+            return (r, AgentCounters(connections: after.connections - before.connections, requests: after.requests - before.requests - 1,
+                                     identifications: after.identifications - before.identifications,
+                                     searches: after.searches - before.searches))
+        }
+        let (plain, p) = try cost { f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "plain"]) }
+        #expect(plain.status == 0 && plain.stdout == "plain secret", "\(plain)")
+        let (guarded, g) = try cost { f.lookup() }
+        #expect(guarded.status == 0 && guarded.stdout == "guarded secret", "\(guarded)\n\(f.log)")
+        print("secret-tool lookup, plain: \(p.requests) round trips, \(p.connections) connections, \(p.identifications) identity resolutions, \(p.searches) searches")
+        print("secret-tool lookup, protected: \(g.requests) round trips, \(g.connections) connections, \(g.identifications) identity resolutions, \(g.searches) searches")
+        // A plain lookup: the front end's connection for the sender (HELLO, DELEGATE: the front end and
+        // secret-tool identified once each), the default alias, the search, the read.
+        #expect(p.requests <= 5 && p.connections <= 1 && p.identifications <= 2 && p.searches <= 3, "plain: \(p)")
+        // A protected one adds the prompt's connection (HELLO, DELEGATE, PROMPT_READ: no PROMPT_UNLOCK
+        // while unlocked, no STATUS: the lock state comes from the agent's events) and the granted read.
+        // (Issue #42's target, 5 round trips and one identification per process, needs the prompt to
+        // resume the sender's delegation instead of a connection of its own.)
+        #expect(g.requests <= 8 && g.connections <= 2 && g.identifications <= 4 && g.searches <= 6, "protected: \(g)")
+        #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
     }
 
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.

@@ -103,6 +103,52 @@ import Testing
         #expect(status { try f.keychain.copyMatching(searchOnRule, scope: .unrestricted) } == .param)
     }
 
+    /// Issue #42: a grant for one item (what a Secret Service prompt gives the client's process) opens
+    /// that item alone; the refusal names the protected matches (the grant's targets); the access-state
+    /// flag tells per match whether its secret needs the person, grants and held authorization counted.
+    @Test func aGrantOpensItsItemAloneAndTheAccessStateTellsWhichNeedThePerson() throws {
+        let f = try Fixture(passcode: "pw")
+        let a = try f.keychain.add(Self.item(Self.presence, service: "bank"), scope: .unrestricted, returnPersistentRef: true)
+        let b = try f.keychain.add(Self.item(Self.presence, service: "shop"), scope: .unrestricted, returnPersistentRef: true)
+        try f.keychain.add(Self.item(nil, service: "plain"), scope: .unrestricted)
+        let refA = try #require(a.persistentRef), refB = try #require(b.persistentRef)
+        let every = ItemQuery(itemClass: .genericPassword, limit: .all, returnData: true)
+        // The refusal names both protected matches, never the plain one.
+        do {
+            _ = try f.keychain.copyMatching(every, scope: .unrestricted)
+            Issue.record("a protected read was answered without authentication")
+        } catch {
+            #expect(error.needsAuthentication && Set(error.accessTargets) == [refA, refB], "\(error)")
+        }
+        // A grant for `bank` reads `bank` (and the plain item), not `shop`.
+        let granted: [[UInt8]: AuthorizationContext] = [refA: AuthorizationContext(passcodeVerified: true)]
+        let bank = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("bank")], limit: .all, returnData: true)
+        #expect(text(try f.keychain.copyMatching(bank, scope: .unrestricted, grants: granted).first?.data) == "pin 1234")
+        #expect(text(try f.keychain.copyMatchingPage(bank, scope: .unrestricted, after: 0, grants: granted) { _ in true }.items.first?.data) == "pin 1234")
+        #expect(status { try f.keychain.copyMatching(every, scope: .unrestricted, grants: granted) } == .interactionNotAllowed)
+        // A grant that does not satisfy the rule (biometry for a passcode-only rule) opens nothing.
+        let passcodeOnly = try f.keychain.add(Self.item(AccessControl(parsing: "device-passcode")!, service: "tax"), scope: .unrestricted,
+                                              returnPersistentRef: true)
+        let wrong: [[UInt8]: AuthorizationContext] = [try #require(passcodeOnly.persistentRef): AuthorizationContext(biometryVerified: true)]
+        let tax = ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("tax")], limit: .all, returnData: true)
+        #expect(status { try f.keychain.copyMatching(tax, scope: .unrestricted, grants: wrong) } == .interactionNotAllowed)
+        // The access state: per match, with the grants and with what the caller holds.
+        var listing = ItemQuery(itemClass: .genericPassword, limit: .all, returnAttributes: true, returnPersistentRef: true)
+        listing.reportsAccessState = true
+        func needs(_ results: [ItemResult]) -> [String: Bool] {
+            var out: [String: Bool] = [:]
+            for r in results { if case .string(let s)? = r.attributes?["svce"] { out[s] = r.needsAuthentication } }
+            return out
+        }
+        #expect(needs(try f.keychain.copyMatching(listing, scope: .unrestricted)) == ["bank": true, "shop": true, "plain": false, "tax": true])
+        #expect(needs(try f.keychain.copyMatching(listing, scope: .unrestricted, grants: granted)) == ["bank": false, "shop": true, "plain": false, "tax": true])
+        #expect(needs(try f.keychain.copyMatchingPage(listing, scope: .unrestricted, after: 0, authorization: AuthorizationContext(passcodeVerified: true)) { _ in true }.items)
+                == ["bank": false, "shop": false, "plain": false, "tax": false])
+        // Without the flag nothing is told.
+        listing.reportsAccessState = false
+        #expect(try f.keychain.copyMatching(listing, scope: .unrestricted).allSatisfy { !$0.needsAuthentication })
+    }
+
     @Test func theSecretNeedsTheAuthenticationButTheAttributesDoNot() throws {
         let f = try Fixture(passcode: "pw")
         try f.keychain.add(Self.item(Self.presence), scope: .unrestricted)

@@ -11,8 +11,8 @@
 #define COFFER_WIRE_H
 
 /* Protocol versions this header describes: the highest, and the lowest an agent still speaks (a C
- * client that needs nothing of version 2 announces COFFER_WIRE_MIN_VERSION..COFFER_WIRE_VERSION). */
-#define COFFER_WIRE_VERSION 2
+ * client that needs nothing of versions 2 and 3 announces COFFER_WIRE_MIN_VERSION..COFFER_WIRE_VERSION). */
+#define COFFER_WIRE_VERSION 3
 #define COFFER_WIRE_MIN_VERSION 1
 
 /* Frames: u32 big-endian body length, then body = u8 type || u32 request id || payload. */
@@ -59,6 +59,7 @@
 #define COFFER_MSG_SYNC_STATUS 0x20 /* keychain sync: the background sync's state (or sync now, then the state) */
 #define COFFER_MSG_SYNC_CONFLICTS 0x21 /* keychain sync: the conflicts kept */
 #define COFFER_MSG_PROMPTER 0x25 /* the agent's own prompter: its pinentry and why, the display its dialogs appear on */
+#define COFFER_MSG_COUNTERS 0x26 /* what the agent has done since it started: connections, requests, identity resolutions, searches */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
@@ -84,6 +85,7 @@
 #define COFFER_MSG_SYNC_CONFLICTS_REPLY 0x9B
 #define COFFER_MSG_FILES_REPLY 0x9C
 #define COFFER_MSG_PROMPTER_REPLY 0x9D
+#define COFFER_MSG_COUNTERS_REPLY 0x9E
 #define COFFER_MSG_EVENT 0xC0
 #define COFFER_MSG_ERROR 0xFF
 
