@@ -416,30 +416,10 @@ extension Pipeline {
         let prompter = try openPrompter()
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }
-        let app = Authenticator.appName(session.context.caller)
-        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain",
-                                          identity: Authenticator.identityDescription(session.context.caller)))
-        // The prompter's own deadline (authentication-timeout) ends the wait first.
-        let deadline = Threads.monotonicSeconds() + 24 * 3600
-        var wrong = 0
-        while true {
-            switch channel.awaitAnswer(stop: { false }, wake: -1, deadline: deadline) {
-            case .answer(.passcode(let passcode)):
-                do {
-                    try service.unlock(passcode, session.context)
-                    return
-                } catch where error.status == .authFailed && wrong + 1 < Authenticator.passcodeAttempts
-                            && service.unlocking.retryAfter == 0 {
-                    wrong += 1
-                    channel.feedback(service.unlocking.wrongPasscodeFeedback, kind: .wrongPasscode)
-                }
-            case .stopped:
-                continue
-            case .timedOut:
-                throw SecError(.userCanceled, "nobody answered the passcode prompt in time")
-            case .answer, .gone:
-                throw SecError(.userCanceled, channel.clientHungUp ? "the front end went away (the prompt was dismissed)" : "the person cancelled")
-            }
+        // The loop is the core's (one prompted unlock for every front end); this adapter only opens
+        // the prompter and tells a hung-up client from a person who cancelled.
+        try service.unlockPrompted(session.context, channel) {
+            channel.clientHungUp ? "the front end went away (the prompt was dismissed)" : "the person cancelled"
         }
     }
 

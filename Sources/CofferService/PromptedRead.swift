@@ -1,4 +1,5 @@
 package import CofferModel
+import CofferSystem
 
 extension KeychainService {
     /// The service core's rule for the requests a front end sends so that the agent's own prompter
@@ -19,5 +20,45 @@ extension KeychainService {
     package func mayPromptUnlock(_ context: CallerContext) throws(SecError) {
         try requireDelegated(context, for: "PROMPT_UNLOCK")
         try mayTryPasscode(context.caller, "unlock the keychain")
+    }
+}
+
+extension KeychainService {
+    /// The prompted unlock (PROMPT_UNLOCK, and any front end that unlocks for a client that cannot ask
+    /// the person itself): the core's one loop. Already unlocked: returns without asking. Otherwise the
+    /// passcode is asked through `channel` (the agent's own prompter, naming the caller as the agent
+    /// identified it) and checked exactly as UNLOCK checks one (PAM, the attempt schedule); at most
+    /// ``Authenticator/passcodeAttempts`` answers, each wrong one told with the attempts left before a
+    /// wait, and none once the schedule would make the next one wait. The person cancelling, the
+    /// prompter's own deadline or the channel going away end it errSecUserCanceled (`gone` says why for
+    /// the last: a front end whose client hung up).
+    package func unlockPrompted(_ context: CallerContext, _ channel: any AuthChannel,
+                                gone: () -> String = { "the person cancelled" }) throws(SecError) {
+        try mayPromptUnlock(context)
+        guard try status().lockState != .unlocked else { return }
+        let app = Authenticator.appName(context.caller)
+        channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain",
+                                          identity: Authenticator.identityDescription(context.caller)))
+        // The prompter's own deadline (authentication-timeout) ends the wait first.
+        let deadline = Threads.monotonicSeconds() + 24 * 3600
+        var wrong = 0
+        while true {
+            switch channel.awaitAnswer(stop: { false }, wake: -1, deadline: deadline) {
+            case .answer(.passcode(let passcode)):
+                do {
+                    try unlock(passcode, context)
+                    return
+                } catch where error.status == .authFailed && wrong + 1 < Authenticator.passcodeAttempts && unlocking.retryAfter == 0 {
+                    wrong += 1
+                    channel.feedback(unlocking.wrongPasscodeFeedback, kind: .wrongPasscode)
+                }
+            case .stopped:
+                continue
+            case .timedOut:
+                throw SecError(.userCanceled, "nobody answered the passcode prompt in time")
+            case .answer, .gone:
+                throw SecError(.userCanceled, gone())
+            }
+        }
     }
 }

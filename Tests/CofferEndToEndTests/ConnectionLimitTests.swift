@@ -105,10 +105,10 @@ import Testing
         let added = status { try AgentConnection(path: path).add(newPassword("big", "one", big)) }
         let addTook = Self.now() - t1
         #expect(added == nil, "the large frame was not served: \(String(describing: added))\n\(agent.log)")
-        #expect(addTook < 4, "the large frame waited \(addTook) s")
+        #expect(addTook < 30, "the large frame waited \(addTook) s")   // a failure bound: the defect waits for good
         while dripper.isExecuting { usleep(10_000) }
         let cut = cutAfter.value ?? 99
-        #expect(cut < 1.5 + 1.0, "the dripping client was cut after \(cut) s (deadline 1.5 s)")
+        #expect(cut > 1.0 && cut < 12, "the dripping client was cut after \(cut) s (deadline 1.5 s; it drips for 15 s if never cut)")
         #expect(agent.log.contains("frame did not arrive within 1.5 s"), "\(agent.log)")
         #expect(text(try AgentConnection(path: path).copyMatching(password("big", "one")).first?.data)?.count == big.count)
     }
@@ -120,10 +120,12 @@ import Testing
         let fd = try UnixSocket.connect(path: agent.socketPath)
         defer { close(fd) }
         let t0 = Self.now()
-        #expect(Self.closedByAgent(fd, within: 5), "a connection without HELLO was kept open")
+        // 60 s is a failure bound, not the expected time: the defect this catches keeps the connection
+        // open for good, and a loaded machine (stress-ng beside three test processes) once took over 4 s
+        // to run the agent's timer. What is asserted is the order: not before the timeout, and because of it.
+        #expect(Self.closedByAgent(fd, within: 60), "a connection without HELLO was kept open")
         let took = Self.now() - t0
-        // The upper bound leaves a loaded machine room: the defect this catches keeps the connection (the 5 s above).
-        #expect(took > 0.3 && took < 4, "closed after \(took) s (timeout 0.5 s)")
+        #expect(took > 0.3, "closed after \(took) s, before the timeout (0.5 s)")
         #expect(agent.log.contains("sent no HELLO within 0.5 s"), "\(agent.log)")
         // A greeted client may stay idle.
         let c = try AgentConnection(path: agent.socketPath)
@@ -199,8 +201,8 @@ import Testing
         let t0 = Self.now()
         try c.lock()
         let lockTook = Self.now() - t0
-        // Bounds with room for a loaded machine, well under the 10 s send timeout the old code waited out.
-        #expect(lockTook < 5, "coffer lock took \(lockTook) s behind a subscriber that stopped reading")
+        // Room for a loaded machine, still under the 10 s send timeout the old code waited out.
+        #expect(lockTook < 8, "coffer lock took \(lockTook) s behind a subscriber that stopped reading")
         let t1 = Self.now()
         #expect(try AgentConnection(path: path).status().lockState == .locked)
         #expect(Self.now() - t1 < 5)

@@ -326,7 +326,20 @@ struct SecretServiceAccessControlTests {
         let stored = f.bus.run("/usr/bin/secret-tool", ["store", "--label", "Plain", "kind", "plain"], stdin: "plain secret")
         #expect(stored.status == 0, "\(stored)")
         let meter = try AgentConnection(path: f.agent.socketPath, clientName: "meter")
+        // The front end announces the stored item to its senders when the agent's change event reaches
+        // it (a search of its own): measured from the moment the agent is quiet again, nothing but the
+        // meter's own request between two looks.
+        func awaitQuiet() throws {
+            for _ in 0..<100 {
+                let a = try meter.counters()
+                Thread.sleep(forTimeInterval: 0.2)
+                let b = try meter.counters()
+                if b.requests - a.requests == 1 && b.searches == a.searches && b.connections == a.connections { return }
+            }
+            Issue.record("the agent never went quiet")
+        }
         func cost(_ body: () -> CLIResult) throws -> (CLIResult, AgentCounters) {
+            try awaitQuiet()
             let before = try meter.counters()
             let r = body()
             let after = try meter.counters()
