@@ -173,6 +173,7 @@ final class Pipeline: Sendable {
         case .protections:
             return .protections(service.protections())
         case .counters:
+            try service.mayReadCounters(session.context)
             let (connections, requests) = served.withLock { ($0.connections, $0.requests) }
             return .counters(AgentCounters(connections: connections, requests: requests, identifications: resolver?.identifications ?? 0,
                                            searches: UInt64(service.keychain.searchCount)))
@@ -444,6 +445,7 @@ extension Pipeline {
     /// hanging up (a dismissed prompt) closes the pinentry: userCanceled.
     func promptRead(_ query: ItemQuery, _ session: inout Session, client: Int32) throws(SecError) -> AgentResponse {
         try service.requireDelegated(session.context, for: "PROMPT_READ")
+        guard query.returnData else { throw .param("PROMPT_READ authorizes reading secrets: its query must ask for data (return flag 0)") }
         let prompter = try openPrompter()
         let channel = LazyPromptChannel({ prompter }, client: client)
         defer { channel.end() }

@@ -116,6 +116,10 @@ public final class AgentConnection {
         return p.revents & Int16(0x2000 | POLLHUP | POLLERR | POLLNVAL) != 0
     }
 
+    /// True if the agent speaks protocol version 3 on this connection: PROMPT_READ answers with a
+    /// grant to the delegated process, and a search may ask for each match's access state.
+    public var grantsPromptReads: Bool { version >= WireFormat.grantingVersion }
+
     /// True if bytes from the agent wait to be read (an EVENT not yet taken by ``nextEvent()``). One
     /// poll, no wait; safe from another thread than the one reading.
     public var hasUnreadBytes: Bool {

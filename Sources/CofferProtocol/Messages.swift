@@ -1083,7 +1083,8 @@ enum QueryCodec {
         var flags: ReturnFlags = []
         if q.skipUnreadable && !everyMatch { flags.insert(.skipUnreadable) }
         if q.listsLockedItems && !everyMatch { flags.insert(.locked) }
-        if q.reportsAccessState && !everyMatch { flags.insert(.needsAuthentication) }
+        // Told beside attributes only (a query that asks for none sends no access-state flag).
+        if q.reportsAccessState && q.returnAttributes && !everyMatch { flags.insert(.needsAuthentication) }
         if q.returnData && !everyMatch { flags.insert(.data) }
         if q.returnAttributes && !everyMatch { flags.insert(.attributes) }
         if q.returnPersistentRef && !everyMatch { flags.insert(.persistentRef) }

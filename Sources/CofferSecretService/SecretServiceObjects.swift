@@ -310,8 +310,9 @@ extension SecretServiceFrontEnd {
         if let id { a["acct"] = .string(id) }
         var q = ItemQuery(itemClass: .genericPassword, attributes: a, limit: id == nil ? .all : .one, returnData: returnData,
                           returnAttributes: true)
-        // Whether each match needs the person is the agent's to say (its control, the caller's grants).
-        q.reportsAccessState = true
+        // Whether each match needs the person is the agent's to say (its control, the caller's grants);
+        // an agent older than protocol 3 cannot, and its items with a control read as locked.
+        q.reportsAccessState = c.agent.grantsPromptReads
         return q
     }
 
@@ -856,9 +857,10 @@ extension SecretServiceFrontEnd {
             }
         }
         guard !persistent.isEmpty else { return replyPaths(m, [], then: Self.noPrompt) }
+        let events = completions.eventCount
         try agentCall { () throws(SecError) in try c.agent.lock() }
         // Locked now: the client's next call finds it so, whether or not the watch has heard the event.
-        completions.post(lockState: .locked)
+        completions.post(inferred: .locked, ifNoEventSince: events)
         return replyPaths(m, persistent, then: Self.noPrompt)
     }
 
@@ -1352,7 +1354,7 @@ extension SecretServiceFrontEnd {
         }
         let rc = ssb_reply_empty(m)
         let work = PromptWork(path: path, process: c.peer.process, socketPath: socketPath, reads: p.reads, probes: p.probes,
-                              unlockFirst: !p.keybagUnlocked || p.reads.isEmpty,
+                              unlockFirst: !p.keybagUnlocked || p.reads.isEmpty || !p.probes.isEmpty,
                               completions: completions)
         p.work = work
         prompts[path] = p
@@ -1393,19 +1395,40 @@ extension SecretServiceFrontEnd {
 /// What other threads hand the bus thread, an eventfd waking its loop: prompts that ended on their
 /// threads, that items changed, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
 final class PromptCompletions: Sendable {
-    private let lockState = Protected<LockState?>(nil)
-    private let latest = Protected<LockState?>(nil)
+    /// The lock state: the one to announce (taken by the bus thread), the latest known, and how many
+    /// the watch has posted (an event or its first STATUS).
+    private let lockState = Protected<(posted: LockState?, latest: LockState?, events: UInt64)>((nil, nil, 0))
 
+    /// The watch's post: what the agent said.
     func post(lockState state: LockState) {
-        latest.withLock { $0 = state }
-        lockState.withLock { $0 = state }
+        lockState.withLock { s in
+            s.posted = state
+            s.latest = state
+            s.events &+= 1
+        }
         if wake >= 0 { ssb_wake(wake) }
+    }
+
+    /// How many states the watch has posted so far (for ``post(inferred:ifNoEventSince:)``).
+    var eventCount: UInt64 { lockState.withLock { $0.events } }
+
+    /// A state the front end knows from a request of its own (its Lock, a prompt's unlock), posted only
+    /// if the watch has posted nothing since `count` was read before that request: an event since is
+    /// newer than the inference (a lock right after the prompt's unlock), and wins.
+    func post(inferred state: LockState, ifNoEventSince count: UInt64) {
+        let posted = lockState.withLock { s -> Bool in
+            guard s.events == count else { return false }
+            s.posted = state
+            s.latest = state
+            return true
+        }
+        if posted && wake >= 0 { ssb_wake(wake) }
     }
 
     /// The lock state last posted (nil: none yet), whether or not the bus thread has announced it:
     /// what a call asking for lock state is answered from, unless the watch's connection holds an
     /// event not yet read (``watchIsBehind``).
-    var current: LockState? { latest.withLock { $0 } }
+    var current: LockState? { lockState.withLock { $0.latest } }
 
     /// The watch's agent connection, while it is subscribed (nil otherwise).
     private let watch = Protected<AgentConnection?>(nil)
@@ -1418,7 +1441,7 @@ final class PromptCompletions: Sendable {
     var watchIsBehind: Bool { watch.withLock { $0?.hasUnreadBytes ?? true } }
 
     /// The latest lock state posted since the last call, if any.
-    func takeLockState() -> LockState? { lockState.withLock { s in defer { s = nil }; return s } }
+    func takeLockState() -> LockState? { lockState.withLock { s in defer { s.posted = nil }; return s.posted } }
 
     /// The item-change events of the watch's agent connection: which connection (a generation),
     /// whether its events name their access groups, how many events it brought (``HeardChanges``),
@@ -1536,14 +1559,20 @@ final class PromptWork: @unchecked Sendable {
             }
             if go {
                 try agent.delegate(pidfd: process.pidfd, pid: process.pid, startTime: process.startTime)
+                // An agent older than this front end (protocol 3) answers PROMPT_READ with secrets and
+                // grants nothing: the front end, which keeps no secret, asks it for nothing then.
+                guard agent.grantsPromptReads || reads.isEmpty else {
+                    throw SecError(.notAvailable, "the agent speaks protocol \(agent.version), older than this front end: restart cofferd")
+                }
                 // The person takes as long as they take; the agent's prompter bounds the wait.
                 agent.setReplyTimeout(0)
                 // Unlocked after it: a call the client makes on Completed finds it so, whether or not
                 // the watch has heard the agent's event yet.
                 var unlockedNow = false
                 func unlockKeybag() throws(SecError) {
+                    let events = completions.eventCount
                     try agent.promptUnlock()
-                    completions.post(lockState: .unlocked)
+                    completions.post(inferred: .unlocked, ifNoEventSince: events)
                     unlockedNow = true
                 }
                 if unlockFirst { try unlockKeybag() }

@@ -101,10 +101,13 @@ package final class CallerSessions: Sendable {
     /// Grants `identity`'s process the items `items` (persistent references) with `carried`: what
     /// the person's authentication for a prompt's read authorized. A process whose start time is
     /// unknown gets nothing (its later reads ask again).
-    package func grant(_ items: [[UInt8]], to identity: CallerIdentity, _ carried: CallerContext.CarriedAuthorization) {
+    package func grant(_ items: [[UInt8]], to identity: CallerIdentity, _ carried: CallerContext.CarriedAuthorization,
+                       now: Double, generation: Int) {
         guard let process = Process(identity), !items.isEmpty else { return }
         itemGrants.withLock { g in
-            g.removeAll { $0.process == process && items.contains($0.item) }
+            // Expired ones go here too (an application password a grant holds is not kept past its end
+            // for longer than the next grant or read).
+            g.removeAll { ($0.process == process && items.contains($0.item)) || $0.carried.live(now: now, generation: generation) == nil }
             for item in items { g.append((process, item, carried)) }
             if g.count > Self.maximumItemGrants { g.removeFirst(g.count - Self.maximumItemGrants) }
         }

@@ -499,7 +499,10 @@ package final class KeychainService: Sendable {
                                _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0, granting: Bool = false,
                                _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
         let now = clock.now()
-        var held = context.reusableAuthorization(now: now, generation: gate.lockGeneration) ?? .none
+        // The lock generation the operation starts in: a grant made from it is stamped with it, so a lock
+        // anywhere between here and the grant (which ends every grant) also voids this one.
+        let generation = gate.lockGeneration
+        var held = context.reusableAuthorization(now: now, generation: generation) ?? .none
         if cursor > 0, let p = context.pagingAuthorization(for: query, cursor: cursor, now: now, generation: gate.lockGeneration) { held = p }
         let caller = context.caller
         do {
@@ -516,9 +519,11 @@ package final class KeychainService: Sendable {
             if granting {
                 // The items the person authenticated for are the caller's process's to read again for
                 // a while (CallerSessions); a lock ends the grant.
+                let now = clock.now()
                 sessions.grant(error.accessTargets, to: caller,
-                               CallerContext.CarriedAuthorization(authorization, until: clock.now() + CallerSessions.itemGrantSeconds,
-                                                                  generation: gate.lockGeneration))
+                               CallerContext.CarriedAuthorization(authorization, until: now + CallerSessions.itemGrantSeconds,
+                                                                  generation: generation),
+                               now: now, generation: gate.lockGeneration)
             }
             // What the authentication stage cost (the benchmark reads it from a debug log): searches
             // including the attempt, and round trips to the plugin host.

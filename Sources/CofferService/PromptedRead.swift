@@ -14,6 +14,13 @@ extension KeychainService {
 }
 
 extension KeychainService {
+    /// COUNTERS' rule: the agent's counts move with every client's activity, so they are for the
+    /// owner's own tools (the shell helper, unsigned callers where they share the keychain), never a
+    /// sandboxed or other signed app, which could watch other apps' reads through them.
+    package func mayReadCounters(_ context: CallerContext) throws(SecError) {
+        try mayManageKeychain(context.caller, "read the agent's counters")
+    }
+
     /// PROMPT_UNLOCK's rules, checked before anybody is asked: a delegated conversation, and a caller
     /// that may try the passcode (a Flatpak app may not: no dialog asks a person for a password that
     /// would then be refused).

@@ -57,6 +57,22 @@ import Testing
         #expect(v == range.2 && s.protocolVersion == range.2)
     }
 
+    /// COUNTERS: the agent's own counts, each request one (this one included), and only for the
+    /// owner's tools: a signed app or a Flatpak app is refused -34018 (the counts move with other apps' reads).
+    @Test func countersCountAndAreTheOwnersToolsAlone() throws {
+        let rig = try AgentRig()
+        var s = rig.greetedSession()
+        guard case .counters(let a) = rig.pipeline.handle(.counters, session: &s),
+              case .counters(let b) = rig.pipeline.handle(.counters, session: &s) else { Issue.record("COUNTERS was not answered"); return }
+        #expect(a.connections >= 1 && b.requests == a.requests + 1 && b.connections == a.connections && b.searches == a.searches)
+        _ = rig.pipeline.handle(.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["svce": .string("none")])), session: &s)
+        guard case .counters(let c) = rig.pipeline.handle(.counters, session: &s) else { Issue.record("COUNTERS was not answered"); return }
+        #expect(c.requests == b.requests + 2 && c.searches > b.searches, "\(b) then \(c)")
+        var app = rig.greetedSession(as: rig.signedCaller("org.example.App", ["org.example.App"]))
+        guard case .error(let e) = rig.pipeline.handle(.counters, session: &app) else { Issue.record("a signed app read the counters"); return }
+        #expect(e.status == .missingEntitlement)
+    }
+
     @Test func aSecondHelloIsAnErrorButKeepsTheSession() throws {
         let rig = try AgentRig()
         var s = rig.greetedSession()
