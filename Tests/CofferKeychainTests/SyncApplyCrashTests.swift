@@ -21,7 +21,7 @@ import Testing
     }
 
     /// The child: applies the pull to the keychain in `$COFFER_SYNC_APPLY_CHILD`.
-    @Test(.enabled(if: ProcessInfo.processInfo.environment[childVariable] != nil))
+    @Test(.enabled(if: ProcessInfo.processInfo.environment[childVariable] != nil, "the crash trial's child: runs only inside the process the trial starts"))
     func child() throws {
         let kc = try Keychain(directory: ProcessInfo.processInfo.environment[Self.childVariable]!, lockingStateDirectory: false)
         try kc.applySync(Self.changes(), state: [9])
