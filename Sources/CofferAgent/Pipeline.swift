@@ -412,16 +412,19 @@ extension Pipeline {
     /// Nobody can be asked (no pinentry, no display): interactionNotAllowed at once. The client
     /// hanging up (a front end whose caller dismissed the prompt) closes the pinentry: userCanceled.
     func promptUnlock(_ session: Session, client: Int32) throws(SecError) {
-        try service.mayPromptUnlock(session.context)
-        guard try service.status().lockState != .unlocked else { return }
-        let prompter = try openPrompter()
-        let channel = LazyPromptChannel({ prompter }, client: client)
-        defer { channel.end() }
-        // The loop is the core's (one prompted unlock for every front end); this adapter only opens
-        // the prompter and tells a hung-up client from a person who cancelled.
-        try service.unlockPrompted(session.context, channel) {
-            channel.clientHungUp ? "the front end went away (the prompt was dismissed)" : "the person cancelled"
-        }
+        // The rules and the loop are the core's (one prompted unlock for every front end); this adapter
+        // opens the prompter when the core asks for it and tells a hung-up client from a person who
+        // cancelled.
+        var channel: LazyPromptChannel? = nil
+        defer { channel?.end() }
+        try service.unlockPrompted(session.context, channel: { () throws(SecError) -> any AuthChannel in
+            let prompter = try openPrompter()
+            let opened = LazyPromptChannel({ prompter }, client: client)
+            channel = opened
+            return opened
+        }, gone: {
+            channel?.clientHungUp == true ? "the front end went away (the prompt was dismissed)" : "the person cancelled"
+        })
     }
 
     /// The agent's prompter for a request that needs the person now; interactionNotAllowed when

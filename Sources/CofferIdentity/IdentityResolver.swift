@@ -101,7 +101,7 @@ package struct IdentityResolver: Sendable {
         let process: ProcessHandle
         do { process = try ProcessHandle.open(pid: pid) } catch { throw IdentityError(error) }
         try Self.recheck(process, pid: pid, uid: uid, startTime: expected)
-        return try identify(process)
+        return try identify(process, startTime: expected)
     }
 
     /// The identity of the process behind `pidfd`, handed over by a front end (DELEGATE) that says it
@@ -117,7 +117,7 @@ package struct IdentityResolver: Sendable {
         let process: ProcessHandle
         do { process = try ProcessHandle.open(pidfd: pidfd) } catch { throw IdentityError(error) }
         try Self.recheck(process, pid: pid, uid: uid, startTime: startTime)
-        return try identify(process)
+        return try identify(process, startTime: startTime)
     }
 
     /// Checks through the pinned `process` what the caller knew of it: its pid, its effective uid
@@ -135,12 +135,13 @@ package struct IdentityResolver: Sendable {
     /// The start time of the live process `pid` (clock ticks after boot), for ``identify(pid:uid:startTime:)``.
     package static func startTime(ofPID pid: Int32) -> UInt64? { ProcessStat.of(pid: pid)?.startTime }
 
-    /// The identity of a pinned process (see ``identify(socket:)``).
-    package func identify(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
+    /// The identity of a pinned process (see ``identify(socket:)``); `startTime` is its start time when
+    /// the caller has already checked it through the pinned process (``recheck(_:pid:uid:startTime:)``).
+    package func identify(_ process: borrowing ProcessHandle, startTime: UInt64? = nil) throws(IdentityError) -> CallerIdentity {
         resolutions.withLock { $0 &+= 1 }
         // The start time, read through the pinned process, names this process apart from any later
         // one with its pid (what the agent grants one process is keyed by it).
-        let ticks = (try? process.read("stat", maximumBytes: 4096)).flatMap { LoginSessions.parseStat($0[...]) }.flatMap {
+        let ticks = startTime ?? (try? process.read("stat", maximumBytes: 4096)).flatMap { LoginSessions.parseStat($0[...]) }.flatMap {
             $0.pid == process.pid ? $0.startTime : nil
         }
         let identity = try examine(process).withProcessStartTime(ticks)

@@ -206,7 +206,6 @@ extension SecretServiceFrontEnd {
         /// The item's access control in the CLI's `--access-control` form (one made through the
         /// native API), or nil. Such an item is locked: its secret is read only through a prompt.
         var accessControl: String? = nil
-        var guarded: Bool { accessControl != nil }
         /// Reading its secret now would need the person: the agent tells it per match (the access-state
         /// flag), from the item's control and what the caller's process holds (a prompt's grant among
         /// it). An item found without that flag, with a control, counts as needing the person.
@@ -480,7 +479,7 @@ extension SecretServiceFrontEnd {
     /// locked or unlocked, so a client that saw `coffer unlock` return finds it here.)
     func lockState(_ c: Caller) throws(BusError) -> LockState {
         if let posted = completions.current, !completions.watchIsBehind { return posted }
-        return try agentCall { () throws(SecError) in try c.agent.status().lockState }
+        return try freshLockState(c)
     }
 
     /// The lock state from the agent itself (STATUS): where a stale answer would ask the person for
@@ -488,9 +487,6 @@ extension SecretServiceFrontEnd {
     func freshLockState(_ c: Caller) throws(BusError) -> LockState {
         try agentCall { () throws(SecError) in try c.agent.status().lockState }
     }
-
-    /// Whether the item is locked for the caller: ``isLocked(_:_:)``.
-    func isLocked(_ c: Caller, _ r: Record, _ state: LockState) -> Bool { Self.isLocked(r, state) }
 
     /// Whether the item's class key is unavailable in `state`, or reading its secret needs the person
     /// (as the agent said: an access control the caller's process holds no grant for).
@@ -736,7 +732,7 @@ extension SecretServiceFrontEnd {
         rememberSearch(c, attributes: attributes, found: found, mark: mark)
         let state = try lockState(c)
         var locked: [String] = [], unlocked: [String] = []
-        for r in found { if isLocked(c, r, state) { locked.append(r.path) } else { unlocked.append(r.path) } }
+        for r in found { if Self.isLocked(r, state) { locked.append(r.path) } else { unlocked.append(r.path) } }
         locked += lockedAway
         return replyWith(m) { r in
             let rc = Self.appendStrings(r, "o", unlocked)
@@ -879,7 +875,7 @@ extension SecretServiceFrontEnd {
                 // An item with an access control is read by the prompt (the person answers its control).
                 do {
                     let (record, _) = try item(c, path)
-                    if isLocked(c, record, state) { locked.append(path) } else { unlocked.append(path) }
+                    if Self.isLocked(record, state) { locked.append(path) } else { unlocked.append(path) }
                     if record.needsAuthentication {
                         reads[path] = try itemQuery(c, path: path, returnData: true)
                     }
@@ -1188,7 +1184,7 @@ extension SecretServiceFrontEnd {
                 // An item whose attributes the agent cannot read now is locked.
                 do {
                     let (record, _) = try item(c, path)
-                    return ssb_append_bool(reply, isLocked(c, record, try lockState(c)) ? 1 : 0)
+                    return ssb_append_bool(reply, Self.isLocked(record, try lockState(c)) ? 1 : 0)
                 } catch where error.name == BusError.isLocked {
                     return ssb_append_bool(reply, 1)
                 }

@@ -24,7 +24,7 @@ extension KeychainService {
     /// PROMPT_UNLOCK's rules, checked before anybody is asked: a delegated conversation, and a caller
     /// that may try the passcode (a Flatpak app may not: no dialog asks a person for a password that
     /// would then be refused).
-    package func mayPromptUnlock(_ context: CallerContext) throws(SecError) {
+    func mayPromptUnlock(_ context: CallerContext) throws(SecError) {
         try requireDelegated(context, for: "PROMPT_UNLOCK")
         try mayTryPasscode(context.caller, "unlock the keychain")
     }
@@ -33,16 +33,18 @@ extension KeychainService {
 extension KeychainService {
     /// The prompted unlock (PROMPT_UNLOCK, and any front end that unlocks for a client that cannot ask
     /// the person itself): the core's one loop. Already unlocked: returns without asking. Otherwise the
-    /// passcode is asked through `channel` (the agent's own prompter, naming the caller as the agent
+    /// passcode is asked through the channel `open` makes (the agent's own prompter, naming the caller as the agent
     /// identified it) and checked exactly as UNLOCK checks one (PAM, the attempt schedule); at most
     /// ``Authenticator/passcodeAttempts`` answers, each wrong one told with the attempts left before a
     /// wait, and none once the schedule would make the next one wait. The person cancelling, the
     /// prompter's own deadline or the channel going away end it errSecUserCanceled (`gone` says why for
-    /// the last: a front end whose client hung up).
-    package func unlockPrompted(_ context: CallerContext, _ channel: any AuthChannel,
+    /// the last: a front end whose client hung up). `open` is called only once the rules allowed the
+    /// unlock and the keybag is locked: no prompter is opened for nothing.
+    package func unlockPrompted(_ context: CallerContext, channel open: () throws(SecError) -> any AuthChannel,
                                 gone: () -> String = { "the person cancelled" }) throws(SecError) {
         try mayPromptUnlock(context)
         guard try status().lockState != .unlocked else { return }
+        let channel = try open()
         let app = Authenticator.appName(context.caller)
         channel.ask(AuthenticationRequest(methods: .passcode, app: app, prompt: "\(app) wants to unlock the keychain",
                                           identity: Authenticator.identityDescription(context.caller)))
