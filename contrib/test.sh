@@ -8,14 +8,18 @@
 #   deps       the Debian packages (contrib/deps.sh)
 #   build      `swift build --build-tests`: the one build of the package; nothing later rebuilds it
 #   pam        pam_coffer.so (cc only)
-#   tests      every Swift Testing suite, JOBS processes at once (contrib/testrun.py; default 3): one line per
+#   tests      every Swift Testing suite, JOBS processes at once (contrib/testrun.py; default 4): one line per
 #              suite, then what failed, the quarantine list and `tests: N passed, N failed, N skipped`
 # With CI=true (what .ci/run sets) or --full, the short reliability runs follow:
 #   stress     the short stress run on the binaries of the build above (64 clients x 300 operations,
 #              2,000 hostile frames beside a working client, 10 kill -9 crash trials)
-#   fuzz-build the fuzz harnesses (release, libFuzzer + AddressSanitizer, .build-fuzz; incremental), started
-#              at a lower priority beside the test pass so that it takes the cycles the tests leave idle
-#   fuzz       15 s of libFuzzer per decoder (three decoders)
+#   fuzz-build the fuzz harnesses (release, libFuzzer + AddressSanitizer, .build-fuzz; incremental), and
+#   fuzz       1,000,000 libFuzzer inputs per decoder (three decoders, at once): both started at the lowest
+#              priority beside the test pass, so that they take the cycles the tests leave idle; each phase's
+#              time is its own, beside the tests
+#   fuzz-wait  how long the run then still waited for them: what fuzzing adds to CI's time
+# With CI=true the build has no debug information (-gnone): DWARF costs about a fifth of the build's time,
+# and a CI log needs none (failures carry Swift Testing's file:line; a crash's backtrace names functions).
 # --full adds what CI has no room for (run it before a change that touches those areas):
 #   stress-full  contrib/stress/run.sh (release build; 64 x 10,000, 10,000 frames, 100 crash trials)
 #   fuzz-long    contrib/fuzz/run 300 (five minutes per decoder) instead of 15 s
@@ -24,7 +28,7 @@
 # regular expressions) and skip the reliability runs. Exit status: that of the first phase that failed.
 set -eu
 cd "$(dirname "$0")/.."
-full=false timings=() runner=() jobs=3 selected=false
+full=false timings=() runner=() jobs=4 selected=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --full) full=true ;;
@@ -69,21 +73,26 @@ summary() {
 
 phase deps bash contrib/deps.sh
 # In CI every compiler warning is an error (Package.swift reads COFFER_CI).
-if [ "${CI:-}" = true ]; then export COFFER_CI=1; fi
+flags=()
+if [ "${CI:-}" = true ]; then export COFFER_CI=1; flags=(-Xswiftc -gnone); fi
 # SwiftPM refuses a target that imports a package target outside its dependencies' closure; the
 # CofferArchitectureTests suite checks the rest (every import declared, layers one way).
-phase build swift build --build-tests --explicit-target-dependency-import-check error
-bin="$(swift build --show-bin-path)"
+phase build swift build --build-tests --explicit-target-dependency-import-check error ${flags[@]+"${flags[@]}"}
+bin="$(swift build --show-bin-path ${flags[@]+"${flags[@]}"})"
 if [ -x contrib/pam_coffer/build.sh ]; then phase pam bash contrib/pam_coffer/build.sh; fi
 
-# The fuzz harnesses build beside the test pass, niced: the tests wait more than they compute.
-# In a session of its own (setsid), so that a run that stops early ends the whole build with it.
-fuzzlog="$(mktemp /tmp/coffer-fuzz-build-XXXXXX)"
+# The fuzz harnesses build and then fuzz beside the test pass, at the lowest priority: the tests wait more
+# than they compute. In a session of its own (setsid), so that a run that stops early ends it all with it.
+fuzzdir="$(mktemp -d /tmp/coffer-fuzz-XXXXXX)"
 fuzz_pid=""
-trap 'rm -f "$fuzzlog"; if [ -n "$fuzz_pid" ]; then kill -- -"$fuzz_pid" 2>/dev/null || true; fi' EXIT
+trap 'rm -rf "$fuzzdir"; if [ -n "$fuzz_pid" ]; then kill -- -"$fuzz_pid" 2>/dev/null || true; fi' EXIT
 if $reliability; then
-    fuzz_t0=$(now_ms)
-    setsid nice -n 15 bash contrib/fuzz/run --build-only > "$fuzzlog" 2>&1 &
+    # Each step writes "MILLISECONDS STATUS" to its own file as it ends; fuzzing starts only on a good build.
+    setsid nice -n 19 bash -c '
+        t0=$(date +%s%N); bash contrib/fuzz/run --build-only > "$1/build.log" 2>&1; rc=$?
+        echo "$(( ($(date +%s%N) - t0) / 1000000 )) $rc" > "$1/build.time"; [ "$rc" -eq 0 ] || exit "$rc"
+        t0=$(date +%s%N); bash contrib/fuzz/run --no-build --parallel --runs 1000000 > "$1/fuzz.log" 2>&1; rc=$?
+        echo "$(( ($(date +%s%N) - t0) / 1000000 )) $rc" > "$1/fuzz.time"; exit "$rc"' fuzz "$fuzzdir" &
     fuzz_pid=$!
 fi
 
@@ -92,17 +101,22 @@ phase tests python3 contrib/testrun.py --bundle "$bin/CofferPackageTests.xctest"
 
 if $reliability; then
     phase stress bash contrib/stress/run.sh --short --bin "$bin"
-    echo; echo "== fuzz-build (started beside the tests, niced; waiting for it at $(date +%T))"
-    set +e; wait "$fuzz_pid"; rc=$?; set -e
+    echo; echo "== fuzz-build and fuzz (started beside the tests at the lowest priority; waiting for them at $(date +%T))"
+    wait_t0=$(now_ms)
+    set +e; wait "$fuzz_pid"; set -e
     fuzz_pid=""
-    cat "$fuzzlog"
-    record fuzz-build $(( $(now_ms) - fuzz_t0 )) "$rc"
+    waited=$(( $(now_ms) - wait_t0 ))
+    cat "$fuzzdir/build.log"
+    read -r ms rc < "$fuzzdir/build.time" || { ms=0 rc=1; }
+    record fuzz-build "$ms" "$rc"
+    cat "$fuzzdir/fuzz.log"
+    read -r ms rc < "$fuzzdir/fuzz.time" || { ms=0 rc=1; }
+    record fuzz "$ms" "$rc"
+    record fuzz-wait "$waited" 0
     if $full; then
-        phase fuzz-long bash contrib/fuzz/run 300
+        phase fuzz-long bash contrib/fuzz/run --no-build 300
         phase stress-full bash contrib/stress/run.sh
         phase sanitizers bash contrib/sanitizers.sh
-    else
-        phase fuzz bash contrib/fuzz/run 15
     fi
 fi
 summary

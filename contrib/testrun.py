@@ -265,6 +265,10 @@ def main():
         print("\n== the 25 slowest suites (wall time of the suite's process; CPU time of it and its children)")
         for r in sorted(results, key=lambda r: -r.seconds)[:25]:
             print(f"{r.seconds:8.2f} s  {r.cpu:8.2f} s CPU  {r.suite}")
+        print("\n== the 25 suites that used the most CPU (of %.0f s CPU in all, %.0f s wall)"
+              % (sum(r.cpu for r in results), wall))
+        for r in sorted(results, key=lambda r: -r.cpu)[:25]:
+            print(f"{r.cpu:8.2f} s CPU  {r.seconds:8.2f} s  {r.suite}")
     if args.write_weights:
         with open(args.write_weights, "w", encoding="utf-8") as f:
             f.write("# Each suite's wall time (s) in a run of contrib/testrun.py: the order suites are handed out in,\n"
