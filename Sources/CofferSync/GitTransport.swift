@@ -117,7 +117,13 @@ public struct GitTransport: Sendable {
         Self.removeLockFiles(in: directory + "/.git", recursing: false)
         Self.removeLockFiles(in: directory + "/.git/refs", recursing: true)
         if Files.exists(dot + "rebase-merge") || Files.exists(dot + "rebase-apply") {
-            try run(["rebase", "--abort"], allowFailure: true)
+            // A rebase killed while it wrote its state (before it moved HEAD) leaves a directory that
+            // `--abort` cannot read ("could not read 'rebase-merge/head-name'") and leaves in place, as a
+            // run under load met: `--quit` then removes it without touching HEAD, the index or the
+            // files (an autostash it made goes to the stash list).
+            if !(try run(["rebase", "--abort"], allowFailure: true).ok) {
+                try run(["rebase", "--quit"], allowFailure: true)
+            }
         }
     }
 

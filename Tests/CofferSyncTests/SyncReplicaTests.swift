@@ -187,6 +187,29 @@ func makeBareRemote(_ tmp: TemporaryDirectory) throws -> String {
         #expect(a.items["genp/mail"] == "correct horse")
     }
 
+    /// A rebase killed while it wrote its state leaves `.git/rebase-merge` without `head-name` or
+    /// `onto`: `git rebase --abort` cannot read it and leaves it, and every later rebase refused ("there
+    /// is already a rebase-merge directory"), as the three-agent kill test met under load. The next
+    /// pull clears it and works, and B's own unpushed change survives.
+    @Test func aRebaseKilledWhileWritingItsStateDoesNotStopTheNextSync() throws {
+        let remote = try bareRemote()
+        let (a, b) = try circleOfTwo(remote: remote)
+        try a.write("genp/mail", "hunter2", now: 2_000)
+        try a.push()
+        try b.write("genp/other", "b's own", now: 2_100)
+        let dot = b.git!.directory + "/.git"
+        for partial in [[], ["interactive"], ["orig-head"]] as [[String]] {
+            #expect(mkdir(dot + "/rebase-merge", 0o755) == 0)
+            for name in partial { writeFileBytes(dot + "/rebase-merge/" + name, []) }
+            let p = try b.pull()
+            #expect(p.refused.isEmpty && b.items["genp/mail"] == "hunter2", "\(partial)")
+            #expect(!FileManager.default.fileExists(atPath: dot + "/rebase-merge"), "\(partial)")
+        }
+        try b.push()
+        _ = try a.pull()
+        #expect(a.items["genp/other"] == "b's own")
+    }
+
     @Test func concurrentEditsPickTheLaterWriterEverywhereAndKeepTheLoser() throws {
         let remote = try bareRemote()
         let (a, b) = try circleOfTwo(remote: remote)
