@@ -46,6 +46,16 @@ final class Connection: @unchecked Sendable {
         var pendingEvents: [[UInt8]] = []
         /// When the write in progress began (nil: none), to tell a busy writer from a stuck one.
         var writingSince: Double? = nil
+        /// The largest frame body the conversation accepts now (see ``maximumBody``).
+        var maximumBody: Int? = nil
+    }
+
+    /// The largest frame body this conversation accepts now, both ways, once its front end has set one
+    /// (nil: the framing's own limit). The native front end sets it after a HELLO: 256 KiB, or 1.5 MiB
+    /// at version 4.
+    var maximumBody: Int? {
+        get { state.withLock { $0.maximumBody } }
+        set { state.withLock { $0.maximumBody = newValue } }
     }
 
     /// Seconds a reply may take to be accepted by the peer (SO_SNDTIMEO), and the longest wait for frame budget.

@@ -6,10 +6,10 @@ import Glibc
 /// Locked memory for large frame bodies, shared by all connections.
 ///
 /// Frame bodies are read into locked memory because they may carry secrets. Small ones come from
-/// the secure pool; a large one (up to ``WireFormat/maximumBodyBytes``) is a dedicated locked
-/// region. Without a cap, 64 clients each sending a 256 KiB frame would ask for 16 MiB of locked
-/// memory, twice the usual RLIMIT_MEMLOCK, and push key material out of it. So large bodies draw
-/// on this budget (a quarter of the lock budget, at least one maximal frame): a frame that does not
+/// the secure pool; a large one (up to ``WireFormat/maximumLargeBodyBytes``, 1.5 MiB at version 4) is a
+/// dedicated locked region. Without a cap, 64 clients each sending a 256 KiB frame would ask for 16 MiB
+/// of locked memory, twice the usual RLIMIT_MEMLOCK, and push key material out of it. So large bodies
+/// draw on this budget (a quarter of the lock budget, at least one maximal frame): a frame that does not
 /// fit waits for others to finish (the rest of it stays in the socket buffer: backpressure), and
 /// a connection that cannot get its budget within the I/O timeout is closed.
 ///
@@ -36,14 +36,14 @@ final class FrameBudget: Sendable {
 
     init(capacity: Int) {
         self.capacity = capacity
-        perOwnerCap = min(capacity, max(WireFormat.maximumBodyBytes, capacity / 2))
+        perOwnerCap = min(capacity, max(WireFormat.maximumLargeBodyBytes, capacity / 2))
         state = Protected(Holdings(available: capacity))
     }
 
     /// The default: a quarter of the process's lock budget, and room for at least one maximal frame.
     static func standard() -> FrameBudget {
         let lockBudget = SecureMemory.lockBudget ?? (8 << 20)
-        return FrameBudget(capacity: max(WireFormat.maximumBodyBytes, lockBudget / 4))
+        return FrameBudget(capacity: max(WireFormat.maximumLargeBodyBytes, lockBudget / 4))
     }
 
     /// What ``acquire(_:owner:timeout:)`` granted: give it back with ``release(_:)``.

@@ -9,8 +9,9 @@ import Logging
 /// The native protocol's framing: a 4-byte big-endian length, then the body (WireProtocol.md).
 struct NativeFraming: Framing {
     func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd> {
-        conn.readLengthPrefixedFrame(headerBytes: 4, bodyLength: { header in
-            guard case .success(let n) = WireFormat.bodyLength(header: header) else { return nil }
+        let maximum = conn.maximumBody ?? WireFormat.maximumBodyBytes
+        return conn.readLengthPrefixedFrame(headerBytes: 4, bodyLength: { header in
+            guard case .success(let n) = WireFormat.bodyLength(header: header, maximum: maximum) else { return nil }
             return n
         }, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
     }
@@ -99,6 +100,9 @@ struct NativeFrontEnd: ConnectionHandler {
                                             feedbackKinds: (session.protocolVersion ?? 0) >= WireFormat.feedbackKindVersion)
         let response = pipeline.handle(request, session: &session, channel: replying ? channel : nil)
         if channel.broken { session.close() }
+        // After a HELLO of version 4, frames up to 1.5 MiB both ways (its reply is small either way).
+        let limit = WireFormat.maximumBodyBytes(version: session.protocolVersion)
+        if limit != conn.maximumBody { conn.maximumBody = limit }
         if !session.eventTopics.isEmpty, conn.subscribedTopics != session.eventTopics {
             conn.subscribe(to: session.eventTopics) { AgentResponse.event($0).encodeFrame(requestID: 0) }
         }
@@ -109,7 +113,7 @@ struct NativeFrontEnd: ConnectionHandler {
     private func reply(_ response: AgentResponse, id: UInt32, on conn: Connection) -> Bool {
         var frame = response.encodeFrame(requestID: id)
         defer { if response.carriesSecret { secureZero(&frame) } }
-        guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
+        guard frame.count - 4 <= conn.maximumBody ?? WireFormat.maximumBodyBytes else {
             // Never reached by design (each reply is sized before it is built); a last guard, so the
             // agent never sends a frame the client must refuse.
             logger.error("a reply exceeded the frame limit", metadata: ["bytes": "\(frame.count - 4)", "peer": "\(conn.peer)"])

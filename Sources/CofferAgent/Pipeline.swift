@@ -71,6 +71,7 @@ final class Pipeline: Sendable {
 
     private func run(_ request: AgentRequest, _ session: inout Session, _ channel: (any AuthChannel)?) -> AgentResponse {
         do {
+            try Self.requireCarried(request, version: session.protocolVersion)
             return try respond(to: request, &session, channel)
         } catch {
             service.logFailure(error, peer: "\(session.peer)")
@@ -202,6 +203,7 @@ final class Pipeline: Sendable {
         case .add(let item, let flags):
             let returning = KeychainService.Returning(data: flags.contains(.data), attributes: flags.contains(.attributes),
                                                       persistentRef: flags.contains(.persistentRef))
+            let limit = WireFormat.maximumBodyBytes(version: session.protocolVersion)
             let r = try service.add(item, returning: returning, &session.context, channel) { (scope) throws(SecError) in
                 guard !flags.isEmpty else { return }
                 // Refuse before adding an item whose reply could not be sent: the reply holds the
@@ -211,7 +213,7 @@ final class Pipeline: Sendable {
                     itemClass: item.itemClass, attributes: flags.contains(.attributes) ? item.attributes : nil,
                     data: flags.contains(.data) ? item.secret : nil,
                     persistentRef: flags.contains(.persistentRef) ? [UInt8](repeating: 0, count: WireFormat.persistentRefBytes) : nil))
-                guard bound <= WireFormat.maximumBodyBytes else { throw Self.tooLarge("the new item (with the parts asked for)") }
+                guard bound <= limit else { throw Self.tooLarge("the new item (with the parts asked for)", limit: limit) }
             }
             return .items(flags.isEmpty ? [] : [r])
         case .keyCreate(let creation, let attributes, let flags):
@@ -228,9 +230,9 @@ final class Pipeline: Sendable {
                                        &session.context, channel)
             return .items(flags.isEmpty ? [] : [r])
         case .copyMatching(let query):
-            return try page(query, after: 0, paged: false, &session.context, channel)
+            return try page(query, after: 0, paged: false, version: session.protocolVersion, &session.context, channel)
         case .copyMatchingPage(let query, let cursor):
-            return try page(query, after: cursor, paged: true, &session.context, channel)
+            return try page(query, after: cursor, paged: true, version: session.protocolVersion, &session.context, channel)
         case .update(let query, let changes):
             return .count(UInt64(try service.update(query, changes, &session.context, channel)))
         case .delete(let query):
@@ -296,6 +298,24 @@ final class Pipeline: Sendable {
         return .ok
     }
 
+    /// Below version 4 a request's attributes keep to what those versions' decoders take (names of at
+    /// most 32 bytes, at most 128 of them), as before: longer names and more attributes are version 4's
+    /// (WireProtocol.md, Versioning). Names no attribute.
+    static func requireCarried(_ request: AgentRequest, version: UInt16?) throws(SecError) {
+        let attributes: [Attributes]
+        switch request {
+        case .add(let item, _): attributes = [item.attributes]
+        case .copyMatching(let q), .copyMatchingPage(let q, _), .delete(let q), .promptRead(let q): attributes = [q.attributes]
+        case .update(let q, let changes): attributes = [q.attributes, changes.attributes]
+        case .keyCreate(_, let a, _): attributes = [a]
+        default: return
+        }
+        guard attributes.allSatisfy({ WireFormat.carries($0, version: version) }) else {
+            throw .param("attribute names longer than \(WireFormat.legacyMaximumAttributeNameBytes) bytes, and more than "
+                         + "\(WireFormat.legacyMaximumAttributes) attributes, need protocol version \(WireFormat.largeFramesVersion)")
+        }
+    }
+
     /// A budget of findings for one CHECK_REPORT(_PAGE) frame after `header` bytes.
     static func findingsFit(header: Int) -> (CheckFinding) -> Bool {
         var room = WireFormat.maximumBodyBytes - header
@@ -307,32 +327,37 @@ final class Pipeline: Sendable {
         }
     }
 
-    /// errSecAllocate for a reply that cannot fit in one frame (names no value).
-    static func tooLarge(_ what: String) -> SecError {
-        SecError(.allocate, "\(what) does not fit in one reply (\(WireFormat.maximumBodyBytes) bytes)")
+    /// errSecAllocate for a reply that cannot fit in one frame of `limit` bytes (names no value).
+    static func tooLarge(_ what: String, limit: Int = WireFormat.maximumBodyBytes) -> SecError {
+        SecError(.allocate, "\(what) does not fit in one reply (\(limit) bytes)")
     }
 
     /// One ITEMS_PAGE (`paged`) or one whole ITEMS reply: as many matches after `cursor` as fit in one
-    /// frame. A match that does not fit even alone is errSecAllocate; so is a whole (unpaged) result
-    /// that does not fit.
-    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool, granting: Bool = false, _ context: inout CallerContext,
-                      _ channel: (any AuthChannel)?) throws(SecError) -> AgentResponse {
+    /// frame of the connection's `version`. A match that does not fit even alone is errSecAllocate; so
+    /// is a whole (unpaged) result that does not fit.
+    private func page(_ query: ItemQuery, after cursor: UInt64, paged: Bool, granting: Bool = false, version: UInt16?,
+                      _ context: inout CallerContext, _ channel: (any AuthChannel)?) throws(SecError) -> AgentResponse {
         let header = !paged ? WireFormat.itemsHeaderBytes
             : query.skipUnreadable ? WireFormat.itemsPageSkippingHeaderBytes : WireFormat.itemsPageHeaderBytes
-        var room = WireFormat.maximumBodyBytes - header
+        let limit = WireFormat.maximumBodyBytes(version: version)
+        let itemLimit = WireFormat.maximumItemBytesPerPage(version: version)
+        var room = limit - header
         return try service.search(query, after: cursor, paged: paged, granting: granting, &context, channel, fits: { item in
             // One rule for both forms: an item larger than a page can carry is refused, so that a
             // `get` (COPY_MATCHING) and a listing (pages) agree on which items can be returned.
             let size = WireFormat.encodedSize(of: item)
-            guard size <= room, size <= WireFormat.maximumItemBytesPerPage else { return false }
+            guard size <= room, size <= itemLimit, WireFormat.carries(item.attributes ?? [:], version: version) else { return false }
             room -= size
             return true
         }) { (page) throws(SecError) -> AgentResponse in
             if page.items.isEmpty && !page.isComplete {
-                throw Self.tooLarge("a matching item (with the parts asked for)")
+                throw (version ?? 0) < WireFormat.largeFramesVersion
+                    ? SecError(.allocate, "a matching item (with the parts asked for) does not fit in one reply (\(limit) bytes), "
+                               + "or has attributes only protocol version \(WireFormat.largeFramesVersion) carries")
+                    : Self.tooLarge("a matching item (with the parts asked for)", limit: limit)
             }
             guard paged else {
-                guard page.isComplete else { throw Self.tooLarge("the whole result; use COPY_MATCHING_PAGE (paged)") }
+                guard page.isComplete else { throw Self.tooLarge("the whole result; use COPY_MATCHING_PAGE (paged)", limit: limit) }
                 // PROMPT_READ: the secrets were opened to check the reads; the grant is the answer, not them.
                 guard granting else { return .items(page.items) }
                 return .items(page.items.map { item in
@@ -455,7 +480,8 @@ extension Pipeline {
         do {
             // Version 3: a grant to the delegated process, no secrets; an older front end gets them.
             let granting = (session.protocolVersion ?? 0) >= WireFormat.grantingVersion
-            return try page(query, after: 0, paged: false, granting: granting, &session.context, channel)
+            return try page(query, after: 0, paged: false, granting: granting, version: session.protocolVersion,
+                            &session.context, channel)
         } catch where channel.clientHungUp {
             throw SecError(.userCanceled, "the front end went away (the prompt was dismissed)")
         }

@@ -42,8 +42,10 @@ public final class AgentConnection {
     /// With a `replyTimeout` (seconds, 0: none), a reply that does not come in time fails the
     /// request with errSecIO instead of waiting for it: for a caller that must never hang on a stuck
     /// agent, such as shell completion.
+    /// `maximumVersion` caps the protocol versions announced (default: every version this library
+    /// speaks): a client may keep to an older version's limits, as tests of those versions do.
     public init(path: String, clientName: String = "CofferClient", pipelineHello: Bool = false,
-                replyTimeout: Double = 0) throws(SecError) {
+                replyTimeout: Double = 0, maximumVersion: UInt16 = WireFormat.version) throws(SecError) {
         self.path = path
         let socket: Int32
         do {
@@ -60,7 +62,8 @@ public final class AgentConnection {
         fd = socket
         if replyTimeout > 0 { setReplyTimeout(replyTimeout) }
         // Any version this library speaks: an agent of version 1 answers 1 (feedback then has no kind).
-        let hello = AgentRequest.hello(minVersion: WireFormat.minimumVersion, maxVersion: WireFormat.version, clientName: clientName)
+        let hello = AgentRequest.hello(minVersion: WireFormat.minimumVersion, maxVersion: min(maximumVersion, WireFormat.version),
+                                       clientName: clientName)
         if pipelineHello {
             try send(hello, id: takeID())
             helloPending = true
@@ -546,16 +549,36 @@ public final class AgentConnection {
 
     private func send(_ request: AgentRequest, id: UInt32, passing descriptors: [Int32] = []) throws(SecError) {
         var frame = request.encodeFrame(requestID: id)
+        // A request larger than a version 1-3 frame behind a pipelined HELLO waits for the HELLO's
+        // reply: only an agent of version 4 takes it.
+        if frame.count - 4 > WireFormat.maximumBodyBytes, helloPending {
+            do { try awaitHello() } catch {
+                if request.carriesSecret { secureZero(&frame) }
+                throw error
+            }
+        }
         // A frame the agent could only close the connection over (WireProtocol.md, Frames) is not
         // sent: the caller gets -50 naming the limits, and the connection stays usable.
-        guard frame.count - 4 <= WireFormat.maximumBodyBytes else {
+        let limit = WireFormat.maximumBodyBytes(version: version)
+        guard frame.count - 4 <= limit else {
             if request.carriesSecret { secureZero(&frame) }
-            throw .param("the request is too large to send: a frame is at most \(WireFormat.maximumBodyBytes) bytes "
-                         + "(a secret at most \(WireFormat.maximumSecretBytes) bytes, attributes the rest)")
+            throw .param("the request is too large to send: a frame is at most \(limit) bytes "
+                         + (version < WireFormat.largeFramesVersion
+                            ? "(the agent speaks protocol version \(version); large frames, for secrets up to \(WireFormat.maximumSecretBytes) bytes, need version \(WireFormat.largeFramesVersion))"
+                            : "(a secret at most \(WireFormat.maximumSecretBytes) bytes, attributes the rest)"))
         }
         let sent = frame.withUnsafeBytes { UnixSocket.writeAll(fd, $0, passing: descriptors) }
         if request.carriesSecret { secureZero(&frame) }
         guard sent else { throw closed() }
+    }
+
+    /// Reads the reply to a pipelined HELLO. The agent answers in order: HELLO's reply first. If it
+    /// refused HELLO it has closed, without running what followed.
+    private func awaitHello() throws(SecError) {
+        helloPending = false
+        let (_, reply) = try readResponse()
+        if case .error(let e) = reply { throw e }
+        try acceptHello(reply)
     }
 
     /// Sends `request` and waits for its reply (events that arrive meanwhile are kept for ``nextEvent()``).
@@ -568,14 +591,7 @@ public final class AgentConnection {
     /// The reply to request `id`, sent already (HELLO's first if it was pipelined; events on the way
     /// are kept for ``nextEvent()``).
     private func reply(to id: UInt32) throws(SecError) -> AgentResponse {
-        if helloPending {
-            // The agent answers in order: HELLO's reply first. If it refused HELLO it has closed,
-            // without running the request.
-            helloPending = false
-            let (_, reply) = try readResponse()
-            if case .error(let e) = reply { throw e }
-            try acceptHello(reply)
-        }
+        if helloPending { try awaitHello() }
         while true {
             let (rid, r) = try readResponse()
             if case .event(let e) = r { pendingEvents.append(e); continue }
@@ -648,7 +664,7 @@ public final class AgentConnection {
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
         guard ok else { throw closed() }
         let length: Int
-        switch withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0) }) {
+        switch withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0, maximum: WireFormat.maximumBodyBytes(version: version)) }) {
         case .success(let n): length = n
         case .failure(let bad): throw SecError(.decode, "the agent sent a frame of \(bad.length) bytes")
         }

@@ -14,16 +14,18 @@ public enum SecretInput {
     /// Reads all of `fd` (up to ``maxBytes``) into secure memory, dropping one trailing newline
     /// (`\n` only: every other byte, `\r` included, belongs to the secret).
     public static func read(fd: Int32, what: String) throws(SecError) -> SecureBytes {
-        let buffer = SecureBytes(count: maxBytes + 1)
+        // Room for a secret of the largest size, its trailing newline, and one byte more to tell that
+        // the input was longer.
+        let buffer = SecureBytes(count: maxBytes + 2)
         let read = buffer.withUnsafeMutableBytes { b in Result { () throws(SystemError) in try Files.readAll(fd: fd, into: b) } }
         guard case .success(let total) = read else { throw .io("cannot read the \(what) from file descriptor \(fd)") }
-        guard total <= maxBytes else { throw .param("the \(what) is larger than \(maxBytes) bytes") }
         let trimmed = buffer.withUnsafeBytes { b -> Int in
             var n = total
             // Exactly one trailing "\n", as documented; a "\r" before it is part of the secret.
             if n > 0 && b[n - 1] == 0x0A { n -= 1 }
             return n
         }
+        guard total <= maxBytes + 1, trimmed <= maxBytes else { throw .param("the \(what) is larger than \(maxBytes) bytes") }
         guard trimmed > 0 else { throw .param("the \(what) is empty") }
         return buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<trimmed])) }
     }

@@ -64,14 +64,15 @@ public enum AttributeCatalog {
 public enum GeneralAttributes {
     /// What starts a general attribute's name in an attribute dictionary.
     public static let prefix = "@"
-    /// Longest name (bytes of UTF-8, without the prefix: the wire's 32-byte names less the `@`).
-    public static let maxNameBytes = 31
+    /// Longest name (bytes of UTF-8, without the prefix: the wire's 256-byte names less the `@`).
+    public static let maxNameBytes = 255
     /// Longest value (bytes of UTF-8), as for every string attribute.
     public static let maxValueBytes = 4096
-    /// Most general attributes one item (or one query) carries.
-    public static let maxCount = 64
+    /// Most general attributes one item (or one query) carries: 128 of a program's own, and room for
+    /// those a front end adds (the Secret Service's collection and content type).
+    public static let maxCount = 160
     /// Most bytes of names and values (without prefixes) one item's general attributes hold together.
-    public static let maxTotalBytes = 16 * 1024
+    public static let maxTotalBytes = 64 * 1024
 
     /// In an update's changes, this key (`@` alone) with the empty string as its value names the empty
     /// set: the item is left no general attributes (an update naming general attributes replaces the

@@ -149,8 +149,10 @@ extension String {
 public enum AttributeCodec {
     /// Largest encoded value (64 KiB).
     public static let maxValueBytes = 64 * 1024
-    /// Most attributes in one dictionary.
-    public static let maxCount = 128
+    /// Most attributes in one dictionary (128 general attributes and the catalog's).
+    public static let maxCount = 256
+    /// Longest attribute name (bytes of UTF-8): a general attribute's 255 and its `@`.
+    public static let maxNameBytes = 256
 
     /// Encodes one value (tag + body).
     public static func encode(_ v: AttributeValue, into w: inout ByteWriter) {
@@ -259,7 +261,7 @@ public enum AttributeCodec {
         for i in 0..<n {
             let bytes = try r.raw(Int(try r.u16("attribute name length")), "attribute name")
             let name = try ByteReader.utf8(bytes, "attribute name")
-            guard bytes.count <= 32, !bytes.isEmpty else { throw DecodeError("bad attribute name length (names are 1 to 32 bytes; a general attribute's 1 to 31 after the @)") }
+            guard bytes.count <= maxNameBytes, !bytes.isEmpty else { throw DecodeError("bad attribute name length (names are 1 to \(maxNameBytes) bytes; a general attribute's 1 to \(maxNameBytes - 1) after the @)") }
             if i > 0, !(last.withUnsafeBufferPointer { l in bytes.withUnsafeBufferPointer { precedes(l, $0) } }) {
                 throw DecodeError("attribute names not sorted or repeated")
             }

@@ -1,11 +1,11 @@
 import CofferCrypto
 public import CofferModel
 
-/// Constants and framing of the Coffer wire protocol, versions 1 and 2 (see the WireProtocol article).
+/// Constants and framing of the Coffer wire protocol, versions 1 to 4 (see the WireProtocol article).
 public enum WireFormat {
     /// The highest protocol version this code speaks (2: AUTH_FEEDBACK_KIND; 3: the access-state
-    /// flag, and PROMPT_READ answering with a grant instead of the secrets).
-    public static let version: UInt16 = 3
+    /// flag, and PROMPT_READ answering with a grant instead of the secrets; 4: large frames).
+    public static let version: UInt16 = 4
     /// The lowest protocol version this code still speaks: an agent answers a HELLO whose range
     /// holds only 1 as it always did.
     public static let minimumVersion: UInt16 = 1
@@ -14,13 +14,38 @@ public enum WireFormat {
     /// The version from which PROMPT_READ answers with a grant to the delegated process instead of the
     /// secrets (an older connection still gets them), and the access-state flag is defined.
     public static let grantingVersion: UInt16 = 3
+    /// The version from which a frame body may be up to ``maximumLargeBodyBytes`` in both directions
+    /// (a 1 MiB secret travels whole); below it, and before the HELLO reply, ``maximumBodyBytes``.
+    public static let largeFramesVersion: UInt16 = 4
     /// Smallest frame body: type (1) + request id (4).
     public static let minimumBodyBytes = 5
-    /// Largest frame body (256 KiB, like ssh-agent's AGENT_MAX_LEN): bounds what one client can make
-    /// the agent allocate; a length outside 5...256 KiB is a framing error and closes the connection.
+    /// Largest frame body at versions 1 to 3 and before the HELLO reply (256 KiB, like ssh-agent's
+    /// AGENT_MAX_LEN): bounds what one client can make the agent allocate; a length outside 5...256 KiB
+    /// is then a framing error and closes the connection.
     public static let maximumBodyBytes = 256 * 1024
-    /// Largest passcode or secret field.
-    public static let maximumSecretBytes = 192 * 1024
+    /// Largest frame body on a connection at version 4 or later (1.5 MiB): a secret of
+    /// ``maximumSecretBytes`` with its item's attributes (general attributes at most 64 KiB, and the
+    /// catalog's).
+    public static let maximumLargeBodyBytes = 1536 * 1024
+    /// The largest frame body either side may send or receive on a connection at `version` (nil:
+    /// before the HELLO reply).
+    public static func maximumBodyBytes(version: UInt16?) -> Int {
+        (version ?? 0) >= largeFramesVersion ? maximumLargeBodyBytes : maximumBodyBytes
+    }
+    /// Longest attribute name and most attributes in one `attributes` at versions 1 to 3: what their
+    /// decoders accept. From version 4 (``largeFramesVersion``), ``AttributeCodec/maxNameBytes`` and
+    /// ``AttributeCodec/maxCount``.
+    public static let legacyMaximumAttributeNameBytes = 32
+    public static let legacyMaximumAttributes = 128
+    /// True if a connection at `version` can carry `attributes`: always from version 4; below it, only
+    /// names of at most 32 bytes and at most 128 of them.
+    public static func carries(_ attributes: Attributes, version: UInt16?) -> Bool {
+        guard (version ?? 0) < largeFramesVersion else { return true }
+        return attributes.count <= legacyMaximumAttributes && attributes.keys.allSatisfy { $0.utf8.count <= legacyMaximumAttributeNameBytes }
+    }
+    /// Largest passcode or secret field (1 MiB: kubeconfigs, PEM chains, GnuPG exports). At versions 1
+    /// to 3 the 256 KiB frame bounds it lower.
+    public static let maximumSecretBytes = 1 << 20
     /// Length of a persistent reference.
     public static let persistentRefBytes = 16
     /// Body bytes of an ITEMS frame before its first item: type, request id, u32 n.
@@ -57,9 +82,9 @@ public enum WireFormat {
     public static func encodedSize(of d: SyncDeviceInfo) -> Int {
         [d.id, d.name].reduce(0) { $0 + 2 + min($1.utf8.count, Int(UInt16.max)) } + 1
     }
-    /// The most item bytes one ITEMS_PAGE can carry: a single item whose encoding is larger than
-    /// this can never be sent (errSecAllocate), however the search is paged.
-    public static let maximumItemBytesPerPage = maximumBodyBytes - itemsPageHeaderBytes
+    /// The most item bytes one ITEMS_PAGE can carry on a connection at `version`: a single item whose
+    /// encoding is larger than this can never be sent on it (errSecAllocate), however the search is paged.
+    public static func maximumItemBytesPerPage(version: UInt16?) -> Int { maximumBodyBytes(version: version) - itemsPageHeaderBytes }
 
     /// Bytes `item` takes inside an ITEMS or ITEMS_PAGE payload (class, present flags and the parts
     /// it carries), so a sender can fill a frame up to ``maximumBodyBytes`` and never beyond.
@@ -81,12 +106,13 @@ public enum WireFormat {
     public static let headerBytes = 4
 
     /// The body length a frame header announces (big-endian u32), checked against
-    /// ``minimumBodyBytes``...``maximumBodyBytes``. The one parse of a frame header, for both the
-    /// agent's and the client's frame readers. `header` must hold exactly ``headerBytes`` bytes.
-    public static func bodyLength(header: UnsafeRawBufferPointer) -> Result<Int, BadLength> {
+    /// ``minimumBodyBytes``...`maximum` (the connection's: ``maximumBodyBytes(version:)``). The one
+    /// parse of a frame header, for both the agent's and the client's frame readers. `header` must
+    /// hold exactly ``headerBytes`` bytes.
+    public static func bodyLength(header: UnsafeRawBufferPointer, maximum: Int = maximumBodyBytes) -> Result<Int, BadLength> {
         precondition(header.count == headerBytes, "a frame header is 4 bytes")
         let length = Int(header.reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
-        guard length >= minimumBodyBytes, length <= maximumBodyBytes else { return .failure(BadLength(length: length)) }
+        guard length >= minimumBodyBytes, length <= maximum else { return .failure(BadLength(length: length)) }
         return .success(length)
     }
 

@@ -38,6 +38,9 @@ extension SecretServiceFrontEnd {
     static let sessionItemsPerIdentity = 1024
     /// Reserved general attributes (never taken from or shown to a caller).
     static let reservedPrefix = "coffer:"
+    /// Most attributes a client gives one item (the agent's limit on general attributes leaves room
+    /// for the two this front end adds: collection and content type).
+    static let maximumAttributes = 128
     static let collectionKey = GeneralAttributes.key("coffer:collection")
     static let contentTypeKey = GeneralAttributes.key("coffer:content-type")
     static let defaultContentType = "text/plain"
@@ -280,6 +283,9 @@ extension SecretServiceFrontEnd {
 
     /// Refuses reserved names (`coffer:…`); the agent checks the rest of the general attributes' limits.
     static func callerAttributes(_ pairs: [String: String]) throws(BusError) -> Attributes {
+        guard pairs.count <= maximumAttributes else {
+            throw BusError(name: BusError.invalidArgs, message: "an item has at most \(maximumAttributes) attributes")
+        }
         var out: Attributes = [:]
         for (k, v) in pairs {
             guard !k.hasPrefix(reservedPrefix) else {

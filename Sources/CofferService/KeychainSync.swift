@@ -240,7 +240,11 @@ public final class KeychainSync {
             }
             // Local changes first.
             let pending = try keychain.pendingSyncChanges(limit: Int.max)
-            let changes = pending.changes
+            // A record carries at most SyncChange.maxPayloadBytes (1 MiB; what every release reads): an
+            // item larger than that (a secret near the 1 MiB limit with its attributes) stays on this
+            // machine, and the report says so; the rest sync as ever.
+            let changes = pending.changes.filter { ($0.payload?.count ?? 0) <= SyncChange.maxPayloadBytes }
+            let tooLarge = pending.changes.count - changes.count
             if !changes.isEmpty { try replica.record(changes.map { ($0.itemKey, $0.payload) }, now: now) }
             try keychain.commitSyncRecorded(through: pending.through, state: replica.state.encoded())
             report.recorded = changes.count
@@ -256,6 +260,10 @@ public final class KeychainSync {
             report.applied = result.applied
             report.conflicts = p.conflicts.count
             report.refused = p.refused.map { "\($0.path): \($0.error.message)" } + result.refused
+            if tooLarge > 0 {
+                report.refused.append("\(tooLarge) changed item\(tooLarge == 1 ? " is" : "s are") larger than a sync record carries "
+                                      + "(\(SyncChange.maxPayloadBytes) bytes sealed) and stay\(tooLarge == 1 ? "s" : "") on this machine only")
+            }
         } catch {
             throw Self.mapped(error)
         }

@@ -12,6 +12,8 @@ import Testing
         #expect(Int(COFFER_MIN_BODY_BYTES) == WireFormat.minimumBodyBytes)
         #expect(Int(COFFER_MAX_BODY_BYTES) == WireFormat.maximumBodyBytes)
         #expect(Int(COFFER_MAX_SECRET_BYTES) == WireFormat.maximumSecretBytes)
+        #expect(Int(COFFER_LARGE_FRAMES_VERSION) == Int(WireFormat.largeFramesVersion))
+        #expect(Int(COFFER_MAX_LARGE_BODY_BYTES) == WireFormat.maximumLargeBodyBytes)
         #expect(Int(COFFER_PERSISTENT_REF_BYTES) == WireFormat.persistentRefBytes)
     }
 

@@ -244,7 +244,7 @@ import Testing
     /// only that query's, from the cursor the last page returned, without a lock in between.
     @Test func aPagedSearchsAuthenticationCoversOnlyItsOwnNextPages() throws {
         var (rig, s) = try Self.ready(FakeSensor(enrolled: false))
-        let big = String(repeating: "x", count: 100 * 1024)   // two such items fill a page
+        let big = String(repeating: "x", count: 600 * 1024)   // two such items fill a page (1.5 MiB at version 4)
         for service in ["bank", "other"] {
             for account in ["a", "b", "c"] {
                 let attrs: Attributes = ["svce": .string(service), "acct": .string(account),

@@ -47,7 +47,7 @@ import Testing
     /// The connection speaks the highest version in both ranges: a client of version 1 alone gets 1
     /// (and AUTH_FEEDBACK without a kind), one that announces 2 gets 2, one that announces 3 gets 3
     /// (PROMPT_READ's grant, the access-state flag).
-    @Test(arguments: [(UInt16(1), UInt16(1), UInt16(1)), (1, 2, 2), (2, 2, 2), (1, 3, 3), (3, 3, 3), (1, 9, 3), (0, 1, 1)])
+    @Test(arguments: [(UInt16(1), UInt16(1), UInt16(1)), (1, 2, 2), (2, 2, 2), (1, 3, 3), (3, 3, 3), (1, 3, 3), (1, 9, 4), (4, 4, 4), (0, 1, 1)])
     func theHighestCommonVersionIsChosen(range: (UInt16, UInt16, UInt16)) throws {
         let rig = try AgentRig()
         var s = rig.newSession()

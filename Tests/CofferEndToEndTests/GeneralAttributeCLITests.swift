@@ -1,3 +1,4 @@
+import CofferModel
 import CofferSystem
 import CofferTestSupport
 import Foundation
@@ -49,12 +50,12 @@ import Testing
         #expect(r.status == 0 && r.stdout.contains("acct: bob") && !r.stdout.contains("@"), "\(r)")
 
         // Limits: errSecParam (exit 2), naming the limit and not the caller's name; nothing added.
-        let longName = String(repeating: "n", count: 32)
+        let longName = String(repeating: "n", count: GeneralAttributes.maxNameBytes + 1)
         r = agent.cli(["add", "--service", "web", "--account", "carol", "--attr", "\(longName)=v", "--secret-stdin"], stdin: "x")
-        #expect(r.status == 2 && r.stderr.contains("errSecParam (-50)") && r.stderr.contains("1 to 31") && !r.stderr.contains(longName), "\(r)")
+        #expect(r.status == 2 && r.stderr.contains("errSecParam (-50)") && r.stderr.contains("1 to \(GeneralAttributes.maxNameBytes)") && !r.stderr.contains(longName), "\(r)")
         r = agent.cli(["add", "--service", "web", "--account", "carol", "--attr", "big=" + String(repeating: "v", count: 4097), "--secret-stdin"], stdin: "x")
         #expect(r.status == 2 && r.stderr.contains("errSecParam (-50)") && r.stderr.contains("4096"), "\(r)")
-        let many = (0...64).flatMap { ["--attr", "k\($0)=v"] }
+        let many = (0...GeneralAttributes.maxCount).flatMap { ["--attr", "k\($0)=v"] }
         r = agent.cli(["add", "--service", "web", "--account", "carol"] + many + ["--secret-stdin"], stdin: "x")
         #expect(r.status == 2 && r.stderr.contains("errSecParam (-50)") && r.stderr.contains("too many general attributes"), "\(r)")
         #expect(agent.cli(["find", "--account", "carol"]).status == 3)

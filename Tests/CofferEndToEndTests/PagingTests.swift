@@ -8,7 +8,8 @@ import Foundation
 import Testing
 
 /// Replies larger than one frame: a real agent pages them (COPY_MATCHING_PAGE / ITEMS_PAGE), never
-/// sends a frame above 256 KiB, and refuses explicitly what cannot fit at all.
+/// sends a frame above the connection's limit (256 KiB below version 4, as these tests' connections
+/// are unless they say otherwise; 1.5 MiB at version 4), and refuses explicitly what cannot fit at all.
 @Suite struct PagingTests {
     static let itemCount = 120
     static let long = String(repeating: "L", count: 4000)
@@ -16,7 +17,7 @@ import Testing
     /// `itemCount` generic passwords, each with three 4,000-byte attributes and an 8 KiB secret:
     /// listing their attributes unpaged would be a 1.4 MiB ITEMS frame, with their secrets 2.4 MiB.
     static func fill(_ agent: AgentProcess) throws -> AgentConnection {
-        let c = try AgentConnection(path: agent.socketPath)
+        let c = try AgentConnection(path: agent.socketPath, maximumVersion: 3)
         for i in 0..<itemCount {
             let attrs: Attributes = ["svce": .string("paged"), "acct": .string(String(format: "user-%03d", i)),
                                      "labl": .string(long), "desc": .string(long), "icmt": .string(long)]
@@ -131,13 +132,14 @@ import Testing
         if case .error(let e) = try receive().response { #expect(e.status == .itemNotFound) } else { Issue.record("no match") }
     }
 
-    /// A secret of up to 192 KiB and a data attribute of up to 64 KiB are both allowed, so one item
-    /// with both (set through UPDATE: no ADD frame holds both) encodes to more than any frame holds.
-    /// Asking for its data and attributes together is errSecAllocate, never an oversized frame; each
-    /// part alone still arrives. An item exactly as large as a page can carry still arrives.
+    /// Below version 4: a secret of up to 1 MiB (stored through a version 4 connection) and a data
+    /// attribute of up to 64 KiB are both allowed, so one item with both encodes to more than a version
+    /// 3 frame holds. Asking for its data and attributes together is errSecAllocate, never an oversized
+    /// frame; each part alone still arrives. An item exactly as large as a page can carry still arrives.
     @Test func anItemThatCannotFitInAnyReplyIsAnExplicitError() throws {
         let agent = try AgentProcess()
-        let c = try AgentConnection(path: agent.socketPath)
+        let c = try AgentConnection(path: agent.socketPath, maximumVersion: 3)
+        let large = try AgentConnection(path: agent.socketPath)
         try c.add(NewItem(itemClass: .genericPassword, attributes: ["svce": .string("big"), "acct": .string("0-small")],
                           secret: secret("x")))
         let gena = [UInt8](repeating: 0xAB, count: AttributeCodec.maxValueBytes)
@@ -150,7 +152,7 @@ import Testing
         attrsOnly.returnData = false
         let attrResults = try c.copyMatching(attrsOnly)
         let attrBytes = WireFormat.encodedSize(of: attrResults[0]) - 2
-        let fitting = WireFormat.maximumItemBytesPerPage - 2 - 4 - attrBytes
+        let fitting = WireFormat.maximumItemBytesPerPage(version: 3) - 2 - 4 - attrBytes
         #expect(fitting <= WireFormat.maximumSecretBytes)
         try c.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: secret(count: fitting)))
         let page = try c.copyMatchingPage(huge, cursor: 0)
@@ -160,7 +162,7 @@ import Testing
 
         // One byte more, or the largest secret: no reply can hold the item with its attributes.
         for size in [fitting + 1, WireFormat.maximumSecretBytes] {
-            try c.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: secret(count: size)))
+            try large.update(ItemQuery(itemClass: .genericPassword, attributes: key), ItemChanges(secret: secret(count: size)))
             let paged = failure { () throws(SecError) in _ = try c.copyMatchingPage(huge, cursor: 0) }
             let whole = failure { () throws(SecError) in _ = try c.copyMatching(huge) }
             #expect(paged?.status == .allocate && whole?.status == .allocate, "\(String(describing: paged)) \(String(describing: whole))")
@@ -173,23 +175,26 @@ import Testing
         let listing = failure { () throws(SecError) in try c.forEachPage(all) { pages.append($0) } }
         #expect(listing?.status == .allocate, "\(String(describing: listing))")
         #expect(Self.accounts(pages.flatMap { $0 }) == ["0-small"])
-        // Each part alone fits: the secret (coffer get) and the attributes (coffer find).
+        // Each part alone fits at version 3 (the attributes), and the whole item at version 4 (coffer get).
+        #expect(try large.copyMatching(huge).first?.data?.count == WireFormat.maximumSecretBytes)
         let get = agent.cli(["get", "--service", "big", "--account", "1-huge"])
         #expect(get.status == 0 && get.stdout.utf8.count == WireFormat.maximumSecretBytes, "\(get.stderr)")
-        let find = agent.cli(["find", "--service", "big", "--json"])
-        #expect(find.status == 0 && find.stdout.contains("\"acct\":\"1-huge\""), "\(find.stderr)")
+        let attrs = try c.copyMatching(attrsOnly)
+        #expect(attrs.count == 1 && attrs[0].data == nil)
         #expect(try c.status().itemCount == 2)
 
-        // Attributes alone can be too large too: a certificate may carry six 64 KiB data
+        // Attributes alone can be too large too: a certificate may carry five 64 KiB data
         // attributes, added through an ADD and an UPDATE that each fit in a frame.
         let blob = AttributeValue.data([UInt8](repeating: 0xCD, count: AttributeCodec.maxValueBytes))
         try c.add(NewItem(itemClass: .certificate, attributes: ["issr": blob, "slnr": blob, "subj": blob], secret: secret("c")))
         try c.update(ItemQuery(itemClass: .certificate), ItemChanges(attributes: ["skid": blob, "pkhh": blob]))
-        let cert = agent.cli(["find", "--class", "cert"])
-        #expect(cert.status == 13 && cert.stdout.isEmpty && cert.stderr.hasPrefix("coffer: errSecAllocate (-108)")
-                && !cert.stderr.contains("cdcd"), "\(cert.stderr)")
+        let cert = failure { () throws(SecError) in _ = try c.copyMatching(ItemQuery(itemClass: .certificate, limit: .all, returnAttributes: true)) }
+        #expect(cert?.status == .allocate && cert?.message.contains("cdcd") == false, "\(String(describing: cert))")
         let refs = try c.copyMatching(ItemQuery(itemClass: .certificate, limit: .all, returnPersistentRef: true))
         #expect(refs.count == 1)
+        // The CLI speaks version 4: the certificate lists whole.
+        let found = agent.cli(["find", "--class", "cert"])
+        #expect(found.status == 0, "\(found.stderr)")
         #expect(agent.cli(["find", "--service", "big", "--json"]).status == 0) // the others still list
     }
 
@@ -197,7 +202,7 @@ import Testing
     /// added (the original agent added it, then sent a frame the client had to reject).
     @Test func anAddWhoseReplyCannotFitIsRefusedAndAddsNothing() throws {
         let agent = try AgentProcess()
-        let c = try AgentConnection(path: agent.socketPath)
+        let c = try AgentConnection(path: agent.socketPath, maximumVersion: 3)
         let attrs: Attributes = ["svce": .string("add"), "acct": .string("a"),
                                  "gena": .data([UInt8](repeating: 1, count: AttributeCodec.maxValueBytes))]
         // The largest ADD frame: type, id, class, attributes, secret length, secret, flags.

@@ -306,14 +306,21 @@ import Testing
 
     /// A request too large for one frame is never sent: the client library answers -50 naming the
     /// limits, and the connection stays usable (the agent would have closed it as a framing error).
+    /// At version 3 a 300 KB secret is too large; at version 4 a 1.5 MiB one (whatever the agent would
+    /// say of its size, the frame itself cannot be sent).
     @Test func aRequestTooLargeForAFrameIsRefusedBeforeItIsSent() throws {
         let agent = try AgentProcess()
         agent.setPasscode()
-        let c = try AgentConnection(path: agent.socketPath)
+        let v3 = try AgentConnection(path: agent.socketPath, maximumVersion: 3)
         let huge = NewItem(itemClass: .genericPassword, attributes: ["svce": .string("huge"), "acct": .string("a")],
                            secret: secret(String(repeating: "x", count: 300_000)))
-        let refused = failure { () throws(SecError) in _ = try c.add(huge) }
-        #expect(refused?.status == .param && refused?.message.contains("\(WireFormat.maximumBodyBytes)") == true, "\(String(describing: refused))")
+        let refused3 = failure { () throws(SecError) in _ = try v3.add(huge) }
+        #expect(refused3?.status == .param && refused3?.message.contains("\(WireFormat.maximumBodyBytes)") == true, "\(String(describing: refused3))")
+        let c = try AgentConnection(path: agent.socketPath)
+        let larger = NewItem(itemClass: .genericPassword, attributes: ["svce": .string("huge"), "acct": .string("a")],
+                             secret: secret(count: WireFormat.maximumLargeBodyBytes))
+        let refused = failure { () throws(SecError) in _ = try c.add(larger) }
+        #expect(refused?.status == .param && refused?.message.contains("\(WireFormat.maximumLargeBodyBytes)") == true, "\(String(describing: refused))")
         try c.add(newPassword("huge", "b", "small"))
         #expect(text(try c.copyMatching(password("huge", "b")).first?.data) == "small")
     }

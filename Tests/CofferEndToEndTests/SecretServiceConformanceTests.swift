@@ -90,7 +90,8 @@ struct SecretServiceConformanceTests {
     }
     /// A secret, an attribute value or an attribute count over the limits is refused with
     /// `org.freedesktop.DBus.Error.InvalidArgs` naming the limit; the caller's next call is served
-    /// (a 1 MB value used to drop the front end's agent connection: the client saw an I/O error).
+    /// (a 1 MB value used to drop the front end's agent connection: the client saw an I/O error), and
+    /// the limits themselves round-trip: a 1 MiB secret, 128 attributes with 255-byte names.
     @Test func valuesOverTheLimitsAreRefusedByNameAndTheCallerIsServedOn() throws {
         let (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(arguments: [], agentConfig: [])
         defer { withExtendedLifetime((apps, agent)) {} }
@@ -104,15 +105,23 @@ struct SecretServiceConformanceTests {
                 except Exception as e:
                     return str(e)
                 return None
-            big = refused('big', {'k': 'v'}, b'x' * 1000000)
-            assert big is not None and 'InvalidArgs' in big and '196608' in big, big
-            many = refused('many', {'a%d' % i: 'v' for i in range(200)}, b's')
-            assert many is not None and 'InvalidArgs' in many, many
+            big = refused('big', {'k': 'v'}, b'x' * 1048577)
+            assert big is not None and 'InvalidArgs' in big and '1048576' in big, big
+            many = refused('many', {'a%d' % i: 'v' for i in range(129)}, b's')
+            assert many is not None and 'InvalidArgs' in many and '128' in many, many
+            long_name = refused('long name', {'n' * 256: 'v'}, b's')
+            assert long_name is not None and 'InvalidArgs' in long_name and '255' in long_name, long_name
             long_value = refused('long', {'k': 'v' * 70000}, b's')
             assert long_value is not None and 'InvalidArgs' in long_value, long_value
-            # The caller is served on, at the limits' edge too.
-            item = c.create_item('fits', {'k': 'v'}, b'y' * 196608)
-            assert item.get_secret() == b'y' * 196608
+            # The caller is served on, at the limits' edge too: a 1 MiB secret, 128 attributes whose
+            # names are 255 bytes (what people store: kubeconfigs, PEM chains, many-field records).
+            item = c.create_item('fits', {'k': 'v'}, b'y' * 1048576)
+            assert item.get_secret() == b'y' * 1048576
+            wide = {('%03d' % i) + 'n' * 252: 'v%d' % i for i in range(128)}
+            item = c.create_item('wide', wide, b'w')
+            assert item.get_attributes() == wide, sorted(item.get_attributes())[:3]
+            found = list(c.search_items({('%03d' % 7) + 'n' * 252: 'v7'}))
+            assert len(found) == 1 and found[0].get_secret() == b'w', found
             print('done')
             """#)
         #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")

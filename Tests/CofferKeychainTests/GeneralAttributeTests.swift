@@ -132,10 +132,11 @@ import Testing
         many["one-more"] = "v"
         #expect(refused(Self.general(many)))
         var large: [String: String] = [:]
-        for i in 0..<4 { large["k\(i)"] = String(repeating: "v", count: 4000) }
-        #expect(!refused(Self.general(large)))                                                 // 16,008 bytes
-        large["k4"] = String(repeating: "v", count: 400)
-        #expect(refused(Self.general(large)))                                                  // 16,410 bytes
+        for i in 0..<16 { large["k\(i)"] = String(repeating: "v", count: 4090) }               // 65,478 bytes
+        large["k16"] = String(repeating: "v", count: 55)
+        #expect(!refused(Self.general(large)))                                                 // 65,536 bytes
+        large["k17"] = "v"
+        #expect(refused(Self.general(large)))                                                  // 65,540 bytes
         // A query is held to the same limits; an update too.
         do {
             _ = try f.keychain.copyMatching(ItemQuery(attributes: Self.general([longName + "n": "v"])), scope: .unrestricted)

@@ -1,5 +1,5 @@
 /*
- * coffer_wire.h -- the constants of Coffer's wire protocol, versions 1 and 2, for C clients: pam_coffer
+ * coffer_wire.h -- the constants of Coffer's wire protocol, versions 1 to 4, for C clients: pam_coffer
  * and, later, authenticator plugins and bridges. The specification is
  * Sources/CofferProtocol/CofferProtocol.docc/WireProtocol.md; the Swift constants are in
  * CofferProtocol (WireFormat, MessageType) and CofferModel (SecStatus). A test
@@ -11,14 +11,18 @@
 #define COFFER_WIRE_H
 
 /* Protocol versions this header describes: the highest, and the lowest an agent still speaks (a C
- * client that needs nothing of versions 2 and 3 announces COFFER_WIRE_MIN_VERSION..COFFER_WIRE_VERSION). */
-#define COFFER_WIRE_VERSION 3
+ * client that needs nothing of versions 2 to 4 announces COFFER_WIRE_MIN_VERSION..COFFER_WIRE_VERSION,
+ * and keeps its frames within COFFER_MAX_BODY_BYTES, which holds at every version). */
+#define COFFER_WIRE_VERSION 4
 #define COFFER_WIRE_MIN_VERSION 1
 
 /* Frames: u32 big-endian body length, then body = u8 type || u32 request id || payload. */
 #define COFFER_MIN_BODY_BYTES 5
 #define COFFER_MAX_BODY_BYTES (256 * 1024)
-#define COFFER_MAX_SECRET_BYTES (192 * 1024)
+/* At version 4 (COFFER_LARGE_FRAMES_VERSION) and later, frames up to this, both ways. */
+#define COFFER_LARGE_FRAMES_VERSION 4
+#define COFFER_MAX_LARGE_BODY_BYTES (1536 * 1024)
+#define COFFER_MAX_SECRET_BYTES (1024 * 1024)
 #define COFFER_PERSISTENT_REF_BYTES 16
 
 /* Message types (never renumbered). */
