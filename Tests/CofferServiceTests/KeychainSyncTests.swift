@@ -123,6 +123,23 @@ import Testing
         #expect(!log.stdout.contains("pw0") && !log.stdout.contains("tdo-only"))
     }
 
+    /// An item whose sealed content is over a record's 1 MiB (a secret at the wire's 1 MiB limit) stays
+    /// on its machine, the report says so, and the items beside it sync as ever.
+    @Test func anItemLargerThanARecordStaysHereAndTheReportSaysSo() throws {
+        let (a, b, _) = try circle()
+        let big = String(repeating: "k", count: 1 << 20)
+        try Self.add(a.keychain, "kubeconfig", big)
+        try Self.add(a.keychain, "small", "pw1")
+        let report = try a.sync(now: 2_000)
+        #expect(report.recorded == 1 && report.refused.count == 1 && report.refused[0].contains("1 changed item is larger"),
+                "\(report.recorded) \(report.refused)")
+        _ = try b.sync(now: 2_001)
+        #expect(Self.password(b.keychain, "small") == "pw1" && Self.password(b.keychain, "kubeconfig") == nil)
+        #expect(Self.password(a.keychain, "kubeconfig") == big)
+        // Reported once, not at every sync.
+        #expect(try a.sync(now: 2_002).refused.isEmpty)
+    }
+
     @Test func concurrentEditsKeepTheLaterWriterAndTheLoser() throws {
         let (a, b, c) = try circle()
         let q = ItemQuery(attributes: ["acct": .string("before"), "sync": .bool(true)])
