@@ -222,7 +222,12 @@ final class GUIPromptRig: @unchecked Sendable {
                 // then are lost: the person acts, waits for the dialog to go, and acts again (the field
                 // cleared first) while it is still there. A partial passcode that went in is a wrong
                 // one: the agent asks again in the same dialog.
+                // Each attempt first gives the dialog the input focus itself: if the pinentry's own grab
+                // did not take (as in one CI run: the dialog stayed up, every key lost, until the agent's
+                // 60 s timeout), keys would go to the root window. There is no window manager on Xvfb;
+                // XSetInputFocus needs none.
                 for _ in 0..<3 {
+                    _ = GUIPromptRig.xdotool(display, ["search", "--onlyvisible", "--name", "^Coffer: ", "windowfocus", "--sync"], timeout: 10)
                     if let typing {
                         _ = GUIPromptRig.xdotool(display, ["key", "ctrl+a", "BackSpace"], timeout: 10)
                         _ = GUIPromptRig.xdotool(display, ["type", "--delay", "20", typing], timeout: 30)

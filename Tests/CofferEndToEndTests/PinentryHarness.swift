@@ -160,18 +160,22 @@ enum PinentryHarness {
                 """.write(toFile: wrapper, atomically: true, encoding: .utf8)
             chmod(wrapper, 0o755)
             try setSave(save)
-            try """
+            let conf = """
                 pinentry-program \(wrapper)
-                default-cache-ttl 0
-                max-cache-ttl 0
                 log-file \(dir.file("gpg-agent.log"))
                 debug-pinentry
                 debug ipc
 
-                """.write(toFile: home + "/gpg-agent.conf", atomically: true, encoding: .utf8)
+                """
+            // The key is made by an agent that may cache: generation signs the new key right after
+            // protecting it, with the passphrase the agent just cached. Under `max-cache-ttl 0` that
+            // entry can expire in between on a loaded machine (a CI run: "signing failed: Corrupted
+            // protection"); the no-cache configuration the tests need comes after, with a new agent.
+            try conf.write(toFile: home + "/gpg-agent.conf", atomically: true, encoding: .utf8)
             let gen = gpg(["--batch", "--pinentry-mode", "loopback", "--passphrase-fd", "0", "--quick-gen-key", Self.userID,
                            "ed25519", "sign", "never"], stdin: Self.passphrase + "\n")
             guard gen.status == 0 else { throw Failure("gpg --quick-gen-key: \(gen)") }
+            try (conf + "default-cache-ttl 0\nmax-cache-ttl 0\n").write(toFile: home + "/gpg-agent.conf", atomically: true, encoding: .utf8)
             let list = gpg(["--batch", "--with-colons", "--with-keygrip", "-K"])
             guard let grp = list.stdout.split(separator: "\n").first(where: { $0.hasPrefix("grp:") }) else {
                 throw Failure("no keygrip in \(list)")
