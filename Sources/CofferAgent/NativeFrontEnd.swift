@@ -58,7 +58,8 @@ struct NativeFrontEnd: ConnectionHandler {
     private func handle(frame: Connection.Frame, session: inout Session, on conn: Connection, server: SocketServer, replying: Bool) -> Bool {
         let budget = server.budget
         let body = frame.body
-        let firstAfterHello = session.isGreeted && !session.hasRequestAfterHello
+        let wasGreeted = session.isGreeted
+        let firstAfterHello = wasGreeted && !session.hasRequestAfterHello
         if session.isGreeted { session.noteRequestAfterHello() }
         let requestID: UInt32
         let request: AgentRequest
@@ -100,9 +101,9 @@ struct NativeFrontEnd: ConnectionHandler {
                                             feedbackKinds: (session.protocolVersion ?? 0) >= WireFormat.feedbackKindVersion)
         let response = pipeline.handle(request, session: &session, channel: replying ? channel : nil)
         if channel.broken { session.close() }
-        // After a HELLO of version 4, frames up to 1.5 MiB both ways (its reply is small either way).
-        let limit = WireFormat.maximumBodyBytes(version: session.protocolVersion)
-        if limit != conn.maximumBody { conn.maximumBody = limit }
+        // The HELLO sets the connection's frame limit, once: 1.5 MiB both ways at version 4 (its reply
+        // is small either way).
+        if !wasGreeted, session.isGreeted { conn.maximumBody = WireFormat.maximumBodyBytes(version: session.protocolVersion) }
         if !session.eventTopics.isEmpty, conn.subscribedTopics != session.eventTopics {
             conn.subscribe(to: session.eventTopics) { AgentResponse.event($0).encodeFrame(requestID: 0) }
         }

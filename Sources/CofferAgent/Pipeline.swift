@@ -302,6 +302,7 @@ final class Pipeline: Sendable {
     /// most 32 bytes, at most 128 of them), as before: longer names and more attributes are version 4's
     /// (WireProtocol.md, Versioning). Names no attribute.
     static func requireCarried(_ request: AgentRequest, version: UInt16?) throws(SecError) {
+        guard (version ?? 0) < WireFormat.largeFramesVersion else { return }
         let attributes: [Attributes]
         switch request {
         case .add(let item, _): attributes = [item.attributes]
