@@ -26,6 +26,17 @@ import Testing
 
     static func bytes(_ n: Int) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) } }
 
+    /// The harness feeds a large input to a program that exits without reading it (as `secret-tool
+    /// store` does past 8 KiB): the runner gets the program's status, and is neither blocked nor
+    /// killed by SIGPIPE (which once ended a whole test process).
+    @Test func aChildThatLeavesALargeInputUnreadDoesNotStopTheRunner() {
+        let big = String(repeating: "x", count: 2 * 1_048_576)
+        let r = runProcess("/bin/sh", ["-c", "head -c 10 >/dev/null; echo read; exit 3"], stdin: big, timeout: 60)
+        #expect(r.status == 3 && r.stdout == "read\n", "\(r)")
+        let quiet = runProcess("/bin/true", [], stdin: big, timeout: 60)
+        #expect(quiet.status == 0, "\(quiet)")
+    }
+
     @Test func aOneMebibyteSecretAndTheWidestItemRoundTripAndOneMoreIsRefused() throws {
         let agent = try AgentProcess()
         let c = try AgentConnection(path: agent.socketPath)

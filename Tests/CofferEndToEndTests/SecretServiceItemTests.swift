@@ -58,6 +58,51 @@ struct SecretServiceItemTests {
         #expect(frontEnd.isRunning, "\(bus.read("front-end.log"))")
     }
 
+    /// The size limits (protocol version 4) through libsecret's own `secret-tool`: a secret of exactly
+    /// 1 MiB comes back from `secret-tool lookup` byte for byte, 128 attributes with a 255-byte name
+    /// are stored and searched, and one attribute or one name byte more is refused with the front
+    /// end's InvalidArgs naming the limit, the service going on serving.
+    ///
+    /// `secret-tool store` itself reads at most 8,192 bytes from a pipe (libsecret 0.20.5,
+    /// `read_password_stdin`: at 8,192 it says "password is too long" on standard error, stores the first
+    /// 8,192 bytes and exits 0), so the 1 MiB secret is stored through python-secretstorage, and what
+    /// `secret-tool store` sends without that warning (8,191 bytes) round-trips through it alone.
+    @Test func secretToolRoundTripsTheMaximaAndIsRefusedJustAboveThem() throws {
+        let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
+        defer { withExtendedLifetime(agent) {} }
+        let tool = "/usr/bin/secret-tool"
+        let stored = try bus.python(SecretServiceBusTests.prelude + #"""
+            c = secretstorage.get_default_collection(a)
+            c.create_item('kubeconfig', {'kind': 'big'}, b'0123456789abcdef' * 65536)
+            print('stored')
+            """#)
+        #expect(stored.status == 0 && stored.stdout.contains("stored"), "\(stored)")
+        let big = String(repeating: "0123456789abcdef", count: 65_536)
+        let lookup = bus.run(tool, ["lookup", "kind", "big"])
+        #expect(lookup.status == 0 && lookup.stdout.utf8.count == 1_048_576 && lookup.stdout == big,
+                "status \(lookup.status), \(lookup.stdout.utf8.count) bytes back, stderr \(lookup.stderr)")
+        let most = String(repeating: "s", count: 8_191)
+        let storedByTool = bus.run(tool, ["store", "--label=8 KiB", "kind", "tool"], stdin: most)
+        #expect(storedByTool.status == 0 && storedByTool.stderr.isEmpty, "\(storedByTool)")
+        #expect(bus.run(tool, ["lookup", "kind", "tool"]).stdout == most)
+
+        // 128 attributes (secret-tool adds no schema attribute of its own), one with a 255-byte name.
+        let longName = String(repeating: "n", count: 255)
+        var wide = [longName, "v-long"]
+        for i in 0..<127 { wide += [String(format: "a%03d", i), "v\(i)"] }
+        let storedWide = bus.run(tool, ["store", "--label=wide"] + wide, stdin: "w-secret")
+        #expect(storedWide.status == 0, "\(storedWide.status) \(storedWide.stderr)")
+        let byLongName = bus.run(tool, ["lookup", longName, "v-long"])
+        #expect(byLongName.status == 0 && byLongName.stdout == "w-secret", "\(byLongName)")
+        let shown = bus.run(tool, ["search", "--all", "a125", "v125"])
+        #expect(shown.status == 0 && (shown.stdout + shown.stderr).contains("attribute.\(longName) = v-long"), "\(shown.status) \(shown.stderr.prefix(500))")
+        let tooMany = bus.run(tool, ["store", "--label=too wide"] + wide + ["a127", "v127"], stdin: "s")
+        #expect(tooMany.status != 0 && tooMany.stderr.contains("128"), "\(tooMany.status) \(tooMany.stderr)")
+        let tooLong = bus.run(tool, ["store", "--label=too long", longName + "n", "v"], stdin: "s")
+        #expect(tooLong.status != 0 && tooLong.stderr.contains("255"), "\(tooLong.status) \(tooLong.stderr)")
+        #expect(frontEnd.isRunning, "\(bus.read("front-end.log").suffix(2000))")
+    }
+
     @Test func libsecretThroughIntrospectionStoresLooksUpAndClears() throws {
         let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
         defer { withExtendedLifetime(agent) {} }

@@ -63,8 +63,14 @@ public func runProcess(_ executable: String, _ args: [String], stdin: String? = 
     nonisolated(unsafe) var errData = Data()
     let group = DispatchGroup()
     DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
-    if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try? inp.fileHandleForWriting.close()
+    // Standard input is written on its own thread, beside the reads: a child that answers before it has
+    // read all of a large input (or never reads it) must not block this writer, nor kill the test
+    // process with SIGPIPE when it exits first (EPIPE is then only the end of the write).
+    signal(SIGPIPE, SIG_IGN)
+    DispatchQueue.global().async(group: group) {
+        if let stdin { try? inp.fileHandleForWriting.write(contentsOf: Data(stdin.utf8)) }
+        try? inp.fileHandleForWriting.close()
+    }
     let o = out.fileHandleForReading.readDataToEndOfFile()
     group.wait()
     p.waitUntilExit()
