@@ -86,6 +86,17 @@ extension Keychain {
     /// A CompleteUnlessOpen directory also gets a drop key pair (X25519): files written into it while
     /// locked are sealed to the public key (``addDrop(path:name:data:)``) and opened at the next unlock.
     package func addFileKey(path: String, protection: FileProtection, identifier: [UInt8], key: SecureBytes) throws(SecError) {
+        let row = try fileKeyRow(path: path, protection: protection, identifier: identifier, key: key)
+        try guarded.withLock { (s: inout State) throws(SecError) in
+            let store = s.store
+            try writing(store) { () throws(SecError) in try store.insertFileKey(row) }
+        }
+    }
+
+    /// The row recording the directory `path`: its key wrapped by the class key of
+    /// ``FileProtection/keybagClass`` (errSecInteractionNotAllowed while that is unavailable) and, for
+    /// CompleteUnlessOpen, a new drop key pair.
+    func fileKeyRow(path: String, protection: FileProtection, identifier: [UInt8], key: SecureBytes) throws(SecError) -> ItemStore.FileKeyRow {
         let keybagClass = protection.keybagClass
         var dropPublicKey: [UInt8] = [], dropSecret: [UInt8] = []
         let wrapped = try unsafe keybag.withClassKey(keybagClass) { k in
@@ -98,14 +109,8 @@ extension Keychain {
             }
             return unsafe FileKeyCrypto.wrap(key, classKey: k, identifier, protection, keybagClass)
         }
-        try guarded.withLock { (s: inout State) throws(SecError) in
-            let store = s.store
-            try writing(store) { () throws(SecError) in
-                try store.insertFileKey(ItemStore.FileKeyRow(path: Array(path.utf8), fileClass: protection.rawValue,
-                                                             protectionClass: keybagClass.rawValue, identifier: identifier, wrapped: wrapped,
-                                                             dropPublicKey: dropPublicKey, dropSecret: dropSecret))
-            }
-        }
+        return ItemStore.FileKeyRow(path: Array(path.utf8), fileClass: protection.rawValue, protectionClass: keybagClass.rawValue,
+                                    identifier: identifier, wrapped: wrapped, dropPublicKey: dropPublicKey, dropSecret: dropSecret)
     }
 
     /// The most a drop carries (its name and contents): what one request can carry.

@@ -451,17 +451,43 @@ public final class Keychain: Sendable {
     /// is already present is kept as it is and the backup's copy counted as a duplicate (the documented
     /// policy). `dryRun` does the same work and rolls it back: what a restore would do, changing nothing.
     public func restore(_ items: [NewItem], dryRun: Bool) throws(SecError) -> (added: Int, duplicates: Int) {
+        let r = try restore(items, directories: [], dryRun: dryRun)
+        return (r.added, r.duplicates)
+    }
+
+    /// Restores `items` and the protected directories `directories` in one transaction: a directory
+    /// whose path is already recorded is kept as it is and counted as a duplicate. Returns the records
+    /// of the directories restored.
+    func restore(_ items: [NewItem], directories: [RestoredDirectory], dryRun: Bool) throws(SecError)
+        -> (added: Int, duplicates: Int, directories: [FileKeyRecord]) {
         var prepared: [(NewItem, Attributes, ProtectionClass)] = []
         for item in items {
             try Validation.check(item.attributes, for: item.itemClass, writing: true)
             let (attrs, protection) = try completed(item.attributes, .unrestricted)
             prepared.append((item, attrs, protection))
         }
+        var directoryRows: [ItemStore.FileKeyRow] = []
+        for d in directories {
+            directoryRows.append(try fileKeyRow(path: d.path, protection: d.protection, identifier: d.identifier, key: d.key))
+        }
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var added = 0, duplicates = 0
+            var restoredDirectories: [FileKeyRecord] = []
             do throws(SecError) {
                 try writing(store) { () throws(SecError) in
+                    let recorded = Set(try store.fileKeys().map(\.path))
+                    for row in directoryRows {
+                        if recorded.contains(row.path) {
+                            duplicates += 1
+                            continue
+                        }
+                        try store.insertFileKey(row)
+                        restoredDirectories.append(FileKeyRecord(path: String(decoding: row.path, as: UTF8.self),
+                                                                 protection: FileProtection(rawValue: row.fileClass)!,
+                                                                 identifier: row.identifier, version: row.wrapped.first ?? 0))
+                        added += 1
+                    }
                     for (item, attrs, protection) in prepared {
                         let (content, otherTiers) = try unsafe item.secret.withUnsafeBytes { s throws(SecError) in
                             try unsafe seal(itemClass: item.itemClass, attributes: attrs, secret: s, protection: protection, ref: Random.bytes(16))
@@ -485,8 +511,9 @@ public final class Keychain: Sendable {
             } catch {
                 // A dry run rolls back on purpose; anything else is a failure (nothing was written).
                 guard dryRun && error.status == .userCanceled && error.message == "dry run" else { throw error }
+                restoredDirectories = []
             }
-            return (added, duplicates)
+            return (added, duplicates, restoredDirectories)
         }
     }
 

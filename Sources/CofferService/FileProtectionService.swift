@@ -43,6 +43,7 @@ package final class FileProtectionService: Sendable {
     /// crashed agent left in the kernel for classes that are not available now, and adds the None keys
     /// (and, with no passcode set, every key: nothing locks then).
     package func start() {
+        service.onDirectoriesRestored { [weak self] restored in self?.restored(restored) }
         let records = (try? keychain.fileKeyRecords()) ?? []
         for r in records where policyMatches(r) {
             do { try ProtectedDirectories.finishMigration(of: r.path) } catch {
@@ -85,6 +86,22 @@ package final class FileProtectionService: Sendable {
             }
         case .willLock, .itemsChanged:
             break
+        }
+    }
+
+    /// Directories a backup restore recorded: each whose directory carries its policy gets its key as its
+    /// class says now (the restore needed the keychain unlocked, so every class is available: Complete
+    /// and CompleteUnlessOpen are added while it stays unlocked, and removed at the next lock as usual).
+    private func restored(_ records: [FileKeyRecord]) {
+        for r in records {
+            guard policyMatches(r) else {
+                logger.warning("a restored protected directory does not carry its encryption policy here; its key is kept for when it does",
+                               metadata: ["dir": "\(r.path)"])
+                continue
+            }
+            if service.isLocked && r.protection != .none { continue }
+            add(r)
+            logger.info("restored a protected directory's key", metadata: ["dir": "\(r.path)", "class": "\(r.protection)"])
         }
     }
 

@@ -57,6 +57,15 @@ package final class KeychainService: Sendable {
         itemsWritten.withLock { $0 }?.run()
     }
 
+    /// What runs after a restore that recorded protected directories (the file protection service adds
+    /// their keys to the kernel as their classes say); held in a class for the reason given above.
+    private let directoriesRestored = Protected<DirectoriesRestoredHandler?>(nil)
+
+    /// Sets what runs after a backup restore recorded protected directories.
+    package func onDirectoriesRestored(_ run: @escaping @Sendable ([FileKeyRecord]) -> Void) {
+        directoriesRestored.withLock { $0 = DirectoriesRestoredHandler(run) }
+    }
+
     package init(keychain: Keychain, unlocking: UnlockService, schedule: LockSchedule, gate: AccessGate, authenticator: Authenticator,
                  clock: any MonotonicClock, logger: Logger, idleLockSeconds: UInt32, agentVersion: String) {
         self.keychain = keychain
@@ -221,8 +230,12 @@ package final class KeychainService: Sendable {
             let bytes: [UInt8]
             do { bytes = try Files.read(path, maxBytes: 1 << 30) } catch { throw SecError(.io, "cannot read the backup: \(error)") }
             let r = try keychain.restoreBackup(bytes, password: password, dryRun: dryRun)
-            if !dryRun { logger.notice("backup restored", metadata: ["added": "\(r.added)", "duplicates": "\(r.duplicates)"]) }
-            if !dryRun, r.added > 0 { schedule.announceItemsChanged() }
+            if !dryRun {
+                logger.notice("backup restored", metadata: ["added": "\(r.added)", "duplicates": "\(r.duplicates)",
+                                                            "directories": "\(r.directories.count)"])
+            }
+            if !dryRun, r.added > r.directories.count { schedule.announceItemsChanged() }
+            if !dryRun, !r.directories.isEmpty { directoriesRestored.withLock { $0 }?.run(r.directories) }
             return r
         }
     }
@@ -611,4 +624,10 @@ package final class KeychainService: Sendable {
 final class ItemsWrittenHandler: Sendable {
     let run: @Sendable () -> Void
     init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+}
+
+/// ``KeychainService/onDirectoriesRestored(_:)``'s handler.
+final class DirectoriesRestoredHandler: Sendable {
+    let run: @Sendable ([FileKeyRecord]) -> Void
+    init(_ run: @escaping @Sendable ([FileKeyRecord]) -> Void) { self.run = run }
 }

@@ -114,6 +114,126 @@ import Testing
         expectReadable(["none"], "after the agent stopped")
     }
 
+    /// A backup carries the protected directories (issue #45): after the keychain is lost (its database
+    /// and keybag gone, the device key kept, as after a reinstall on the same machine), `coffer backup
+    /// restore` brings back each directory's record and key, its files are readable again at once, and
+    /// the classes apply as before (Complete goes at the lock). A dry run and a second restore add
+    /// nothing; on another device (another device key) the directories are skipped and counted.
+    @Test func aBackupRestoreBringsBackTheProtectedDirectories() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let dirs = ["complete": fs.file("c"), "none": fs.file("n"), "complete-unless-open": fs.file("o")]
+        for (cls, dir) in dirs {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            let r = agent.cli(["files", "protect", dir, "--class", cls])
+            #expect(r.status == 0, "\(cls): \(r)\n\(agent.log)")
+            try "secret \(cls)".write(toFile: dir + "/file.txt", atomically: false, encoding: .utf8)
+        }
+        #expect(agent.cli(["add", "--service", "mail", "--account", "me", "--secret-stdin"], stdin: "m-1").status == 0)
+        let files = TemporaryDirectory("coffer-files-backup")
+        try "backup pw".write(toFile: files.file("pw"), atomically: true, encoding: .utf8)
+        let coffer = Binaries.coffer, pw = AgentProcess.password
+        func run(_ a: AgentProcess, _ args: String) -> CLIResult {
+            runShell("printf '%s' '\(pw)' | '\(coffer)' \(args) --auth-passcode-fd 0 3<'\(files.file("pw"))'", socket: a.socketPath)
+        }
+        var r = run(agent, "backup create --out '\(files.file("all.cfbu"))' --password-fd 3")
+        #expect(r.status == 0 && r.stderr.contains("backed up 4 items"), "\(r)\n\(agent.log)")
+        #expect(fileBytes(files.file("all.cfbu")).prefix(5) == [0x43, 0x46, 0x42, 0x55, 2], "a backup with directories is version 2")
+
+        // The keychain is lost: the agent stops (removing every key but None's), its database and keybag go.
+        #expect(agent.stop() == 0)
+        for f in (try FileManager.default.contentsOfDirectory(atPath: agent.stateDir)) where f.hasPrefix("keychain.db") || f.hasPrefix("keybag") {
+            try FileManager.default.removeItem(atPath: agent.stateDir + "/" + f)
+        }
+        try agent.start()
+        agent.setPasscode()
+        #expect(agent.cli(["files", "list"]).stdout.isEmpty, "a new keychain knows no directory")
+        #expect(Self.cat(dirs["complete"]! + "/file.txt").0 == nil, "the key went with the old agent")
+
+        r = run(agent, "backup restore '\(files.file("all.cfbu"))' --password-fd 3 --dry-run")
+        #expect(r.status == 0 && r.stdout.contains("would add: 4"), "\(r)")
+        #expect(agent.cli(["files", "list"]).stdout.isEmpty, "a dry run restored a directory")
+        r = run(agent, "backup restore '\(files.file("all.cfbu"))' --password-fd 3")
+        #expect(r.status == 0 && r.stdout.contains("added: 4"), "\(r)\n\(agent.log)")
+        #expect(agent.cli(["get", "--service", "mail", "--account", "me"]).stdout == "m-1")
+        let listed = agent.cli(["files", "list"])
+        #expect(listed.stdout.split(separator: "\n").count == 3, "\(listed)")
+        for (cls, dir) in dirs {
+            #expect(Self.eventually { Self.cat(dir + "/file.txt").0 == "secret \(cls)" }, "\(cls) is not readable after the restore: \(Self.cat(dir + "/file.txt").1)\n\(agent.log)")
+        }
+        // The classes hold as before: Complete goes at the lock and comes back at the unlock.
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.status(agent, dirs["complete"]!)?["key"] as? String == "absent" })
+        #expect(Self.cat(dirs["none"]! + "/file.txt").0 == "secret none")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { Self.cat(dirs["complete"]! + "/file.txt").0 == "secret complete" })
+        // Restored again: everything is already there.
+        r = run(agent, "backup restore '\(files.file("all.cfbu"))' --password-fd 3")
+        #expect(r.status == 0 && r.stdout.contains("added: 0") && r.stdout.contains("already present): 4"), "\(r)")
+
+        // Another machine (another device key): the directories and nothing else this-device-only are skipped.
+        let other = try AgentProcess()
+        other.setPasscode()
+        r = run(other, "backup restore '\(files.file("all.cfbu"))' --password-fd 3")
+        #expect(r.status == 0 && r.stdout.contains("added: 1") && r.stdout.contains("another device's): 3"), "\(r)")
+        #expect(other.cli(["files", "list"]).stdout.isEmpty)
+    }
+
+    /// With the device key in a TPM (swtpm), protected directories keep working as with a file: readable
+    /// after an agent restart and its first unlock, after a passcode change, and after a lost keychain is
+    /// restored from a backup (the TPM's device key opens the backup's directories).
+    @Test(.enabled(if: SoftwareTPM.available, "\(SoftwareTPM.unavailableReason)"))
+    func aTPMDeviceKeyKeepsEveryDirectoryReadableAcrossRestartsPasscodeChangesAndRestores() throws {
+        guard let fs = try Self.filesystem() else { return }
+        let sw = try SoftwareTPM()
+        let control = TemporaryDirectory("coffer-files-tpm")
+        let agent = try AgentProcess(extraArguments: ["--config", TPMAgentTests.config(control, tcti: sw.tcti)])
+        agent.setPasscode()
+        #expect(FileManager.default.fileExists(atPath: agent.stateDir + "/device-key.tpm"), "the device key is not the TPM's")
+        let dirs = ["complete": fs.file("c"), "until-first-auth": fs.file("u"), "none": fs.file("n")]
+        for (cls, dir) in dirs {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            let r = agent.cli(["files", "protect", dir, "--class", cls])
+            #expect(r.status == 0, "\(cls): \(r)\n\(agent.log)")
+            try "secret \(cls)".write(toFile: dir + "/file.txt", atomically: false, encoding: .utf8)
+        }
+        func expectAllReadable(_ when: String) {
+            for (cls, dir) in dirs {
+                #expect(Self.eventually { Self.cat(dir + "/file.txt").0 == "secret \(cls)" }, "\(cls) \(when): \(Self.cat(dir + "/file.txt").1)\n\(agent.log)")
+            }
+        }
+        let files = TemporaryDirectory("coffer-files-tpm-backup")
+        try "backup pw".write(toFile: files.file("pw"), atomically: true, encoding: .utf8)
+        let coffer = Binaries.coffer, pw = AgentProcess.password
+        let made = runShell("printf '%s' '\(pw)' | '\(coffer)' backup create --out '\(files.file("b.cfbu"))' --password-fd 3 --auth-passcode-fd 0 3<'\(files.file("pw"))'",
+                            socket: agent.socketPath)
+        #expect(made.status == 0 && made.stderr.contains("backed up 3 items"), "\(made)")
+
+        #expect(agent.stop() == 0)
+        #expect(Self.cat(dirs["complete"]! + "/file.txt").0 == nil, "Complete stayed readable with the agent stopped")
+        try agent.start()
+        #expect(Self.eventually { Self.cat(dirs["none"]! + "/file.txt").0 == "secret none" }, "None is added when the agent starts")
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0, "\(agent.log)")
+        expectAllReadable("after a restart and the first unlock")
+        #expect(agent.cli(["passcode", "change", "--passcode-stdin"], stdin: "\(pw)\n\(pw)\n").status == 0)
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        expectAllReadable("after a passcode change, a lock and an unlock")
+
+        // The keychain lost, the TPM's device key kept: the backup brings every directory back.
+        #expect(agent.stop() == 0)
+        for f in (try FileManager.default.contentsOfDirectory(atPath: agent.stateDir)) where f.hasPrefix("keychain.db") || f.hasPrefix("keybag") {
+            try FileManager.default.removeItem(atPath: agent.stateDir + "/" + f)
+        }
+        try agent.start()
+        agent.setPasscode()
+        let restored = runShell("printf '%s' '\(pw)' | '\(coffer)' backup restore '\(files.file("b.cfbu"))' --password-fd 3 --auth-passcode-fd 0 3<'\(files.file("pw"))'",
+                                socket: agent.socketPath)
+        #expect(restored.status == 0 && restored.stdout.contains("added: 3"), "\(restored)\n\(agent.log)")
+        expectAllReadable("after the restore")
+    }
+
     @Test func anOpenFileSurvivesALockAndTheRemovalCompletesWhenItCloses() throws {
         guard let fs = try Self.filesystem() else { return }
         let agent = try AgentProcess()
