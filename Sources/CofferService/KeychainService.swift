@@ -404,8 +404,11 @@ package final class KeychainService: Sendable {
             (scope, context) throws(SecError) in
             var used = AuthorizationContext.none
             let what = Self.describe(paged ? "read the secrets of" : "read the secret of", query)
+            // A grant's application password is tried like any other: counted by the throttle, and
+            // its failures and refusals audited.
             let grants = query.returnData || query.reportsAccessState
-                ? sessions.itemGrants(for: context.caller, now: clock.now(), generation: gate.lockGeneration) : [:]
+                ? sessions.itemGrants(for: context.caller, now: clock.now(), generation: gate.lockGeneration)
+                    .mapValues { auditingApplicationPasswords($0, context.caller) } : [:]
             let page = try authorized(query, scope, &context, channel, what: what, continuing: paged ? cursor : 0, granting: granting) {
                 (auth) throws(SecError) in
                 used = auth

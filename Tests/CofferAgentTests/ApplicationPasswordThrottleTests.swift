@@ -75,6 +75,36 @@ import Testing
         #expect(file.hasPrefix("coffer app-password-attempts v1\n") && !file.contains("again") && !file.contains("sesame"), "\(file)")
     }
 
+    /// A read through a grant (PROMPT_READ's, CallerSessions) carries the application password the
+    /// person gave: the throttle counts its attempts as any other, and the audit log records them as
+    /// any other (a grant's read refused while another process's wrong guesses hold the item back).
+    @Test func anAttemptMadeThroughAGrantIsAudited() throws {
+        let rig = try AgentRig(sensor: FakeSensor(enrolled: false))
+        // A process known by its start time, as the identity resolver knows every real caller.
+        var s = rig.greetedSession(as: rig.signedCaller("com.example.bank", ["bank"]).withProcessStartTime(4711))
+        #expect(errorStatus(rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)) == nil)
+        let (request, channel) = Self.add("a", password: "open sesame")
+        #expect(errorStatus(rig.pipeline.handle(request, session: &s, channel: channel)) == nil)
+        // The person approves item a for this process (as PROMPT_READ does): a 60 s grant.
+        guard case .copyMatching(let query) = AuthenticationTests.get("a") else { return }
+        let granted: Int = try rig.base.service.search(query, granting: true, &s.context,
+                                                       ScriptedChannel([.answer(.applicationPassword(secret("open sesame")))])) { page in
+            page.items.count
+        }
+        #expect(granted == 1)
+        // Another process (another login session) guesses wrong until item a is held back.
+        var other = rig.greetedSession(as: rig.signedCaller("com.example.bank", ["bank"]).withProcessStartTime(4712))
+        for n in 1...4 { #expect(errorStatus(Self.guess(rig, &other, "a", "guess \(n)")) == .authFailed) }
+        #expect(Self.message(Self.guess(rig, &other, "a", "guess 5")).contains("try again"))
+        func refusals() -> Int { AuditReader.read(directory: rig.dir.path).records.filter { $0.operation == "app-password-refused" }.count }
+        let before = refusals()
+        // The granted process reads a with no password of its own: the grant's is tried, refused as too
+        // early, and that refusal is audited like the other process's.
+        let r = rig.pipeline.handle(AuthenticationTests.get("a"), session: &s, channel: ScriptedChannel([]))
+        #expect(errorStatus(r) == .authFailed && Self.message(r).contains("try again"), "\(r)")
+        #expect(refusals() == before + 1, "the grant's attempt was not audited")
+    }
+
     @Test func anAttemptIsWrittenDownBeforeItsCheckAndADamagedFileFailsClosed() throws {
         let dir = TemporaryDirectory("coffer-app-attempts")
         let path = dir.file(ApplicationPasswordAttempts.fileName)
