@@ -10,6 +10,9 @@ import Testing
     /// Names in code format that are not Coffer's and need not exist in the sources, each with why.
     static let foreignNames: [String: String] = [
         "FileProtectionType": "Apple's Foundation type, whose classes Coffer's protected directories follow",
+        "FileManager": "Foundation's class (the Security module's file protection methods extend it)",
+        "Data": "Foundation's type (the Security module's writeProtected(to:) extends it)",
+        "NSOSStatusErrorDomain": "the NSError domain of Apple's Security errors",
         "Synchronization": "the Swift standard library module (`Synchronization.Mutex`)",
         "TracerPid": "a field of /proc/PID/status",
         "VmLck": "a field of /proc/PID/status",
