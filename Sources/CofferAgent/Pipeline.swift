@@ -421,6 +421,9 @@ extension Pipeline {
         case .drop(let path, let name, let data):
             defer { data.wipe() }
             dirs = [try files.drop(path: path, name: name, data: data, session.context)]
+        case .dropPart(let path, let name, let part, let data):
+            defer { data.wipe() }
+            dirs = [try files.dropPart(path: path, name: name, part: part, data: data, session.context)]
         }
         var room = WireFormat.maximumBodyBytes - WireFormat.filesReplyHeaderBytes
         return .files(Array(dirs.prefix { d in

@@ -424,9 +424,44 @@ public final class AgentConnection {
     /// Writes `contents` as the file `name` of the complete-unless-open directory `directory`, also while
     /// the keychain is locked (then sealed and written in at the next unlock; Apple: a file of class
     /// `completeUnlessOpen` created while locked).
+    /// A file larger than one request carries (``maximumFileDropBytes``) goes in parts (FILES drop part), up
+    /// to ``maximumPartedFileBytes``.
     public func writeFile(_ contents: SecureBytes, named name: String, into directory: String) throws(SecError) {
-        _ = try files(.drop(path: directory, name: name, data: contents))
+        if contents.count <= Self.maximumFileDropBytes {
+            _ = try files(.drop(path: directory, name: name, data: contents))
+            return
+        }
+        var offset = 0
+        try writeFile(named: name, into: directory) { () throws(SecError) -> SecureBytes? in
+            guard offset < contents.count else { return nil }
+            let n = min(Self.maximumFileDropBytes, contents.count - offset)
+            defer { offset += n }
+            return contents.slice(offset..<offset + n)
+        }
     }
+
+    /// Writes the file `name` of the complete-unless-open directory `directory` from the pieces `next`
+    /// gives (nil: the end), each at most ``maximumFileDropBytes``, in FILES drop parts, also while locked;
+    /// at most ``maximumPartedFileBytes`` in all. The file appears once its last part reached the agent
+    /// (at the next unlock, if locked). Each piece is wiped once sent.
+    public func writeFile(named name: String, into directory: String, from next: () throws(SecError) -> SecureBytes?) throws(SecError) {
+        let dropID = Random.bytes(16)
+        var index: UInt32 = 0
+        var current = try next()
+        repeat {
+            let piece = current ?? SecureBytes(count: 0)
+            defer { piece.wipe() }
+            guard piece.count <= Self.maximumFileDropBytes else { throw SecError(.param, "a part holds at most \(Self.maximumFileDropBytes) bytes") }
+            current = current == nil ? nil : try next()
+            _ = try files(.dropPart(path: directory, name: name, part: FileDropPart(dropID: dropID, index: index, final: current == nil), data: piece))
+            index += 1
+        } while current != nil
+    }
+
+    /// The most one FILES drop (or drop part) carries.
+    public static let maximumFileDropBytes = 196_096 - 256
+    /// The most a file written in parts holds.
+    public static let maximumPartedFileBytes = 64 << 20
 
     /// SYNC_STATUS; `now`: the agent syncs first and answers when that sync ended.
     public func syncStatus(now: Bool = false) throws(SecError) -> SyncStatus {

@@ -169,20 +169,33 @@ package enum ProtectedDirectories {
     /// `name (N)` with the first free N. Returns the name written (or found).
     @discardableResult
     package static func deliver(_ data: SecureBytes, name: String, into directory: String, tag: Int64) throws(FileProtectionError) -> String {
+        try deliver(parts: 1, { (_: Int) throws(FileProtectionError) -> SecureBytes in data.slice(0..<data.count) }, name: name, into: directory, tag: tag)
+    }
+
+    /// ``deliver(_:name:into:tag:)`` for a file given in `parts` pieces, each `part(i)` asked for in order
+    /// (and wiped once written), so a large file is never in memory whole.
+    @discardableResult
+    package static func deliver(parts: Int, _ part: (Int) throws(FileProtectionError) -> SecureBytes, name: String, into directory: String,
+                                tag: Int64) throws(FileProtectionError) -> String {
         guard isFileName(name) else { throw .badFileName(name) }
         let target = directory + "/" + name
-        if let existing = try? contents(of: target), unsafe data.withUnsafeBytes({ unsafe Array($0) }) == existing { return name }
+        if try holds(target, parts: parts, part) { return name }
         let temporary = directory + "/.\(tag).coffer-drop"
         let fd = unsafe open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .system(operation: "create", path: temporary, errno: errno) }
-        var done = 0
-        while done < data.count {
-            let w = unsafe data.withUnsafeBytes { unsafe write(fd, $0.baseAddress! + done, data.count - done) }
-            if w < 0 && errno == EINTR { continue }
-            guard w > 0 else { let e = errno; _ = close(fd); throw .system(operation: "write", path: temporary, errno: w < 0 ? e : ENOSPC) }
-            done += w
+        for i in 0..<parts {
+            let data: SecureBytes
+            do { data = try part(i) } catch { _ = close(fd); _ = unlink(temporary); throw error }
+            defer { data.wipe() }
+            var done = 0
+            while done < data.count {
+                let w = unsafe data.withUnsafeBytes { unsafe write(fd, $0.baseAddress! + done, data.count - done) }
+                if w < 0 && errno == EINTR { continue }
+                guard w > 0 else { let e = errno; _ = close(fd); _ = unlink(temporary); throw .system(operation: "write", path: temporary, errno: w < 0 ? e : ENOSPC) }
+                done += w
+            }
         }
-        guard fsync(fd) == 0 else { let e = errno; _ = close(fd); throw .system(operation: "fsync", path: temporary, errno: e) }
+        guard fsync(fd) == 0 else { let e = errno; _ = close(fd); _ = unlink(temporary); throw .system(operation: "fsync", path: temporary, errno: e) }
         _ = close(fd)
         var final = name
         var n = 0
@@ -195,20 +208,30 @@ package enum ProtectedDirectories {
         return final
     }
 
-    /// A file's bytes (for comparing a delivery with what is there).
-    private static func contents(of path: String) throws(FileProtectionError) -> [UInt8] {
+    /// True if the file at `path` holds exactly the bytes of the `parts` pieces (a delivery a crash
+    /// interrupted after its rename); false when it is absent or differs.
+    private static func holds(_ path: String, parts: Int, _ part: (Int) throws(FileProtectionError) -> SecureBytes) throws(FileProtectionError) -> Bool {
         let fd = unsafe open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw .system(operation: "open", path: path, errno: errno) }
+        guard fd >= 0 else { return false }
         defer { _ = close(fd) }
-        var out: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
-        while out.count <= 1 << 20 {
-            let n = unsafe buffer.withUnsafeMutableBytes { unsafe read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            out += buffer[0..<n]
+        defer { secureZero(&buffer) }
+        for i in 0..<parts {
+            let data = try part(i)
+            defer { data.wipe() }
+            var compared = 0
+            while compared < data.count {
+                let want = min(buffer.count, data.count - compared)
+                let r = unsafe buffer.withUnsafeMutableBytes { unsafe read(fd, $0.baseAddress, want) }
+                if r < 0 && errno == EINTR { continue }
+                guard r > 0 else { return false }
+                let same = unsafe data.withUnsafeBytes { d in unsafe buffer.withUnsafeBytes { b in unsafe memcmp(d.baseAddress! + compared, b.baseAddress!, r) == 0 } }
+                guard same else { return false }
+                compared += r
+            }
         }
-        return out
+        var one: UInt8 = 0
+        return unsafe read(fd, &one, 1) == 0
     }
 
     // MARK: Copying

@@ -34,6 +34,16 @@ public struct FileDrop: Sendable {
     public var name: String
     /// Its contents.
     public var data: SecureBytes
+    /// For a file written in several requests (FILES drop part): which part this is.
+    public var part: FileDropPart? = nil
+}
+
+/// A waiting drop as its sealed header says (its contents are not kept): which file, which part.
+public struct FileDropEntry: Sendable {
+    public var id: Int64
+    public var path: String
+    public var name: String
+    public var part: FileDropPart?
 }
 
 /// How a directory key is wrapped (FileProtectionFormat.md): `u8 version (1) ‖ AEAD(classKey, key)`
@@ -115,15 +125,21 @@ extension Keychain {
 
     /// The most a drop carries (its name and contents): what one request can carry.
     package static let maximumDropBytes = 192 * 1024 - 512
+    /// The most the files written while locked take together until the next unlock writes them in.
+    package static let maximumPendingDropBytes: Int64 = 256 << 20
 
     /// Keeps `data` as the file `name` of the CompleteUnlessOpen directory `path`, sealed to the
     /// directory's drop public key (no class key needed: this works while locked). Sealed plaintext:
     /// u16 name length ‖ name (UTF-8) ‖ contents.
-    package func addDrop(path: String, name: String, data: SecureBytes) throws(SecError) {
+    package func addDrop(path: String, name: String, data: SecureBytes, part: FileDropPart? = nil) throws(SecError) {
         let nameBytes = Array(name.utf8)
         guard nameBytes.count <= 255, data.count <= Self.maximumDropBytes else {
-            throw SecError(.param, "a file written while locked holds at most \(Self.maximumDropBytes) bytes")
+            throw SecError(.param, "a file written while locked holds at most \(Self.maximumDropBytes) bytes per request")
         }
+        guard part.map({ $0.dropID.count == 16 }) ?? true else { throw SecError(.param, "a drop identifier is 16 bytes") }
+        let header: [UInt8] = part.map { p in
+            [0xFF, 0xFF, 1] + p.dropID + withUnsafeBytes(of: p.index.bigEndian) { Array($0) } + [p.final ? 1 : 0]
+        } ?? []
         try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             guard let row = try store.fileKeys().first(where: { $0.path == Array(path.utf8) }) else {
@@ -132,13 +148,18 @@ extension Keychain {
             guard row.dropPublicKey.count == SealedBox.publicKeyBytes else {
                 throw .param("only a complete-unless-open directory takes files while locked")
             }
-            let plain = SecureBytes(count: 2 + nameBytes.count + data.count)
+            guard try store.dropBytes() + Int64(header.count + 2 + nameBytes.count + data.count) <= Self.maximumPendingDropBytes else {
+                throw SecError(.allocate, "the files written while locked already take \(Self.maximumPendingDropBytes >> 20) MiB: unlock to write them in first")
+            }
+            let h = header.count
+            let plain = SecureBytes(count: h + 2 + nameBytes.count + data.count)
             unsafe plain.withUnsafeMutableBytes { p in
-                unsafe p[0] = UInt8(nameBytes.count >> 8)
-                unsafe p[1] = UInt8(nameBytes.count & 0xff)
-                for (i, b) in nameBytes.enumerated() { unsafe p[2 + i] = b }
+                for (i, b) in header.enumerated() { unsafe p[i] = b }
+                unsafe p[h] = UInt8(nameBytes.count >> 8)
+                unsafe p[h + 1] = UInt8(nameBytes.count & 0xff)
+                for (i, b) in nameBytes.enumerated() { unsafe p[h + 2 + i] = b }
                 unsafe data.withUnsafeBytes { d in
-                    if d.count > 0 { unsafe (p.baseAddress! + 2 + nameBytes.count).copyMemory(from: d.baseAddress!, byteCount: d.count) }
+                    if d.count > 0 { unsafe (p.baseAddress! + h + 2 + nameBytes.count).copyMemory(from: d.baseAddress!, byteCount: d.count) }
                 }
             }
             defer { plain.wipe() }
@@ -148,38 +169,71 @@ extension Keychain {
     }
 
     /// The files waiting for their directory (oldest first), opened (their class key must be available).
+    /// Whole files only: the parts of a file written in several requests are ``dropEntries()``'s.
     package func openDrops() throws(SecError) -> [FileDrop] {
-        let (rows, drops) = try guarded.withLock { (s: inout State) throws(SecError) in (try s.store.fileKeys(), try s.store.drops()) }
         var out: [FileDrop] = []
-        for d in drops {
-            guard let row = rows.first(where: { $0.path == d.dir }), let p = FileProtection(rawValue: row.fileClass),
-                  let c = ProtectionClass(rawValue: row.protectionClass), row.dropSecret.first == FileKeyCrypto.version else { continue }
-            let secretKey = try unsafe keybag.withClassKey(c) { k throws(SecError) in
-                do {
-                    return try unsafe AEAD.open(row.dropSecret[1...], key: k, ad: FileKeyCrypto.dropAD(row.identifier, p, c))
-                } catch {
-                    throw .decode("a protected directory's drop key does not open under its class key")
-                }
-            }
-            defer { secretKey.wipe() }
-            let plain: SecureBytes
-            do {
-                plain = try SealedBox.open(d.sealed[...], publicKey: row.dropPublicKey, secretKey: secretKey)
-            } catch {
-                throw .decode("a file written while locked does not open under its directory's drop key")
-            }
-            defer { plain.wipe() }
-            let parsed: (String, SecureBytes)? = unsafe plain.withUnsafeBytes { b in
-                guard b.count >= 2 else { return nil }
-                let n = unsafe Int(b[0]) << 8 | Int(b[1])
-                guard b.count >= 2 + n else { return nil }
-                let name = unsafe String(decoding: UnsafeRawBufferPointer(rebasing: b[2..<2 + n]), as: UTF8.self)
-                return unsafe (name, SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[(2 + n)...])))
-            }
-            guard let (name, data) = parsed else { throw .decode("a file written while locked is malformed") }
-            out.append(FileDrop(id: d.id, path: String(decoding: d.dir, as: UTF8.self), name: name, data: data))
+        for e in try dropEntries() where e.part == nil {
+            if let d = try openDrop(id: e.id) { out.append(d) }
         }
         return out
+    }
+
+    /// Every waiting drop's directory, name and part, oldest first (each opened in turn for its header,
+    /// its contents wiped at once: their class keys must be available).
+    package func dropEntries() throws(SecError) -> [FileDropEntry] {
+        let rows = try guarded.withLock { (s: inout State) throws(SecError) in try s.store.dropRows() }
+        var out: [FileDropEntry] = []
+        for row in rows {
+            guard let d = try openDrop(id: row.id) else { continue }
+            d.data.wipe()
+            out.append(FileDropEntry(id: d.id, path: d.path, name: d.name, part: d.part))
+        }
+        return out
+    }
+
+    /// Drop `id`, opened (its class key must be available); nil when it is gone or its directory is
+    /// no longer recorded.
+    package func openDrop(id: Int64) throws(SecError) -> FileDrop? {
+        let found = try guarded.withLock { (s: inout State) throws(SecError) in
+            (try s.store.drop(id: id), try s.store.fileKeys())
+        }
+        guard let d = found.0 else { return nil }
+        let rows = found.1
+        guard let row = rows.first(where: { $0.path == d.dir }), let p = FileProtection(rawValue: row.fileClass),
+              let c = ProtectionClass(rawValue: row.protectionClass), row.dropSecret.first == FileKeyCrypto.version else { return nil }
+        let secretKey = try unsafe keybag.withClassKey(c) { k throws(SecError) in
+            do {
+                return try unsafe AEAD.open(row.dropSecret[1...], key: k, ad: FileKeyCrypto.dropAD(row.identifier, p, c))
+            } catch {
+                throw .decode("a protected directory's drop key does not open under its class key")
+            }
+        }
+        defer { secretKey.wipe() }
+        let plain: SecureBytes
+        do {
+            plain = try SealedBox.open(d.sealed[...], publicKey: row.dropPublicKey, secretKey: secretKey)
+        } catch {
+            throw .decode("a file written while locked does not open under its directory's drop key")
+        }
+        defer { plain.wipe() }
+        // u16 name length ‖ name ‖ contents; a part: 0xFFFF ‖ u8 1 ‖ drop id (16) ‖ u32 index ‖ u8 final, then the same.
+        let parsed: (String, FileDropPart?, SecureBytes)? = unsafe plain.withUnsafeBytes { b in
+            var at = 0
+            var part: FileDropPart? = nil
+            if b.count >= 2, unsafe b[0] == 0xFF, unsafe b[1] == 0xFF {
+                guard b.count >= 24, unsafe b[2] == 1, unsafe b[23] <= 1 else { return nil }
+                let index = unsafe (3..<7).reduce(UInt32(0)) { $0 << 8 | UInt32(b[$1 + 16]) }
+                part = unsafe FileDropPart(dropID: Array(b[3..<19]), index: index, final: b[23] == 1)
+                at = 24
+            }
+            guard b.count >= at + 2 else { return nil }
+            let n = unsafe Int(b[at]) << 8 | Int(b[at + 1])
+            guard n <= 255, b.count >= at + 2 + n else { return nil }
+            let name = unsafe String(decoding: UnsafeRawBufferPointer(rebasing: b[(at + 2)..<(at + 2 + n)]), as: UTF8.self)
+            return unsafe (name, part, SecureBytes(copying: UnsafeRawBufferPointer(rebasing: b[(at + 2 + n)...])))
+        }
+        guard let (name, part, data) = parsed else { throw .decode("a file written while locked is malformed") }
+        return FileDrop(id: id, path: String(decoding: d.dir, as: UTF8.self), name: name, data: data, part: part)
     }
 
     /// Forgets drop `id` (once written into its directory and synced).

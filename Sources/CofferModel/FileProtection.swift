@@ -112,6 +112,9 @@ public enum FilesOperation: Sendable {
     case lockAll
     /// Write `data` as the file `name` of the CompleteUnlessOpen directory at `path`, also while locked.
     case drop(path: String, name: String, data: SecureBytes)
+    /// One part of the file `name` of the CompleteUnlessOpen directory at `path`, written in several
+    /// requests (a file larger than one request carries), also while locked.
+    case dropPart(path: String, name: String, part: FileDropPart, data: SecureBytes)
 
     /// The longest path a FILES request carries (bytes of UTF-8; Linux's PATH_MAX less its NUL).
     public static let maximumPathBytes = 4095
@@ -124,5 +127,19 @@ public enum FilesOperation: Sendable {
         if path == "/" { return true }
         let parts = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         return !parts.contains { $0.isEmpty || $0 == "." || $0 == ".." }
+    }
+}
+
+/// One part of a file written while locked in several requests (FILES operation 5): the parts of one
+/// `dropID`, numbered from 0, the last marked `final`, make one file, written when all are there.
+public struct FileDropPart: Sendable, Equatable {
+    /// The client's random 16-byte identifier of the file.
+    public var dropID: [UInt8]
+    public var index: UInt32
+    public var final: Bool
+    public init(dropID: [UInt8], index: UInt32, final: Bool) {
+        self.dropID = dropID
+        self.index = index
+        self.final = final
     }
 }

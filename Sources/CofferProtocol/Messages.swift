@@ -120,7 +120,7 @@ public enum AgentRequest: Sendable {
         case .removePasscode, .escrowUnlock, .escrowRevoke, .backupCreate, .backupRestore: true
         case .authResponse(let a): a.carriesSecret
         case .update(_, let c): c.secret != nil
-        case .files(.drop): true
+        case .files(.drop), .files(.dropPart): true
         case .keyCreate(let k, _, _): k.key != nil
         default: false
         }
@@ -168,12 +168,16 @@ public enum AgentRequest: Sendable {
         case .files(let op):
             var capacity = 4 + FilesOperation.maximumPathBytes
             if case .drop(_, let name, let data) = op { capacity += 6 + name.utf8.count + data.count }
+            if case .dropPart(_, let name, _, let data) = op { capacity += 27 + name.utf8.count + data.count }
             var f = FrameBuilder(type: .files, requestID: requestID, payloadCapacity: capacity)
             switch op {
             case .protect(let path, let protection): f.w.u8(1); f.w.shortString(path); f.w.u8(protection.rawValue)
             case .status(let path): f.w.u8(2); f.w.shortString(path ?? "")
             case .lockAll: f.w.u8(3)
             case .drop(let path, let name, let data): f.w.u8(4); f.w.shortString(path); f.w.shortString(name); f.secret(data)
+            case .dropPart(let path, let name, let part, let data):
+                f.w.u8(5); f.w.shortString(path); f.w.shortString(name); f.w.raw(part.dropID); f.w.u32(part.index)
+                f.w.u8(part.final ? 1 : 0); f.secret(data)
             }
             return f.finish()
         case .syncConflicts(let restore):
@@ -391,6 +395,19 @@ public enum AgentRequest: Sendable {
                     throw ProtocolError("FILES drop: the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
                 }
                 request = .files(.drop(path: p, name: name, data: try r.secret("file contents")))
+            case 5:
+                let p = try path(&r, empty: false)
+                let name = try r.sstr("file name")
+                let bytes = Array(name.utf8)
+                guard !bytes.isEmpty, bytes.count <= 255, !bytes.contains(0), !bytes.contains(UInt8(ascii: "/")), name != ".", name != ".." else {
+                    throw ProtocolError("FILES drop part: the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
+                }
+                let dropID = Array(try r.bytes(16, "drop id"))
+                let index = try r.u32("part index")
+                let final = try r.u8("final")
+                guard final <= 1 else { throw ProtocolError("FILES drop part: final is 0 or 1") }
+                request = .files(.dropPart(path: p, name: name, part: FileDropPart(dropID: dropID, index: index, final: final == 1),
+                                           data: try r.secret("file contents")))
             default: throw ProtocolError("unknown FILES operation")
             }
         case .syncConflicts:

@@ -27,10 +27,28 @@ package final class FileProtectionService: Sendable {
     private struct State {
         /// Directories whose removal found files open (by path): asked again until absent.
         var pending: [String: [UInt8]] = [:]
+        /// Files being written in parts (FILES drop part), by drop id: the next part expected.
+        var uploads: [[UInt8]: Upload] = [:]
         var stopping = false
         var workerRunning = false
     }
     private let state = Protected(State())
+
+    /// A file being written in parts: where to, the next index, the bytes so far, and when its last
+    /// part came (seconds, monotonic).
+    private struct Upload {
+        let path: String
+        let name: String
+        var next: UInt32
+        var bytes: Int
+        var touched: Double
+    }
+
+    /// The most one file written in parts holds (its parts together).
+    package static let maximumPartedFileBytes = 64 << 20
+    /// An upload without a new part for this long is abandoned: its parts are discarded at the next delivery.
+    package static let abandonedUploadSeconds = 600.0
+    private let clock = SystemClock()
 
     package init(service: KeychainService, retrySeconds: Double = 0.25) {
         self.service = service
@@ -107,15 +125,27 @@ package final class FileProtectionService: Sendable {
 
     /// Writes the files written while locked into their (now unlocked) CompleteUnlessOpen directories,
     /// each synced before its sealed copy is forgotten (FileProtectionFormat.md, "Writing while locked").
+    /// A file written in parts goes in once all its parts are there, one part in memory at a time; the
+    /// parts of an upload that was abandoned (no part for ``abandonedUploadSeconds``, or begun before the
+    /// agent restarted) are discarded.
     private func deliverDrops() {
-        let drops: [FileDrop]
+        // One delivery at a time (an unlock and a last part may ask at once): a file is written once.
+        delivering.withLock { _ in deliverDropsNow() }
+    }
+
+    /// One file delivery at a time (``deliverDrops()``).
+    private let delivering = Protected(())
+
+    private func deliverDropsNow() {
+        let entries: [FileDropEntry]
         do {
-            drops = try keychain.openDrops()
+            entries = try keychain.dropEntries()
         } catch {
             logger.warning("could not open the files written while locked", metadata: ["why": "\(error)"])
             return
         }
-        for d in drops {
+        for e in entries where e.part == nil {
+            guard let d = try? keychain.openDrop(id: e.id) else { continue }
             defer { d.data.wipe() }
             do {
                 let written = try ProtectedDirectories.deliver(d.data, name: d.name, into: d.path, tag: d.id)
@@ -124,6 +154,46 @@ package final class FileProtectionService: Sendable {
             } catch {
                 logger.warning("could not write a file written while locked; kept for the next unlock",
                                metadata: ["dir": "\(d.path)", "why": "\(error)"])
+            }
+        }
+        let now = clock.now()
+        let inProgress = state.withLock { s -> Set<[UInt8]> in
+            s.uploads = s.uploads.filter { now - $0.value.touched < Self.abandonedUploadSeconds }
+            return Set(s.uploads.keys)
+        }
+        var groups: [[UInt8]: [FileDropEntry]] = [:]
+        var order: [[UInt8]] = []
+        for e in entries {
+            guard let p = e.part else { continue }
+            if groups[p.dropID] == nil { order.append(p.dropID) }
+            groups[p.dropID, default: []].append(e)
+        }
+        for id in order {
+            let parts = groups[id]!.sorted { $0.part!.index < $1.part!.index }
+            let first = parts[0]
+            let complete = parts.enumerated().allSatisfy { i, e in
+                e.part!.index == UInt32(i) && e.path == first.path && e.name == first.name && e.part!.final == (i == parts.count - 1)
+            }
+            if !complete {
+                if inProgress.contains(id) { continue }
+                for e in parts { try? keychain.removeDrop(id: e.id) }
+                logger.warning("discarded the parts of a file written while locked whose upload did not finish",
+                               metadata: ["dir": "\(first.path)", "parts": "\(parts.count)"])
+                continue
+            }
+            do {
+                let written = try ProtectedDirectories.deliver(parts: parts.count, { (i: Int) throws(FileProtectionError) -> SecureBytes in
+                    guard let d = try? keychain.openDrop(id: parts[i].id) else {
+                        throw FileProtectionError.system(operation: "open a part of", path: first.path + "/" + first.name, errno: EIO)
+                    }
+                    return d.data
+                }, name: first.name, into: first.path, tag: first.id)
+                for e in parts { try keychain.removeDrop(id: e.id) }
+                logger.info("wrote a file written while locked into its directory", metadata: ["dir": "\(first.path)", "name": "\(written)",
+                                                                                              "parts": "\(parts.count)"])
+            } catch {
+                logger.warning("could not write a file written while locked; kept for the next unlock",
+                               metadata: ["dir": "\(first.path)", "why": "\(error)"])
             }
         }
     }
@@ -267,6 +337,10 @@ package final class FileProtectionService: Sendable {
     package func drop(path: String, name: String, data: SecureBytes, _ context: CallerContext) throws(SecError) -> ProtectedDirectoryStatus {
         try mayManage(context, "write into a protected directory")
         guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
+        // The size is the request's own rule: refused before the directory is looked at, locked or not.
+        guard data.count <= Keychain.maximumDropBytes else {
+            throw SecError(.param, "a file written with one request holds at most \(Keychain.maximumDropBytes) bytes (a larger one goes in parts)")
+        }
         guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
         guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
         if (try? Fscrypt.keyState(r.identifier, filesystemOf: parent(r))) == .present && !service.isLocked {
@@ -278,6 +352,50 @@ package final class FileProtectionService: Sendable {
         } else {
             try keychain.addDrop(path: path, name: name, data: data)
             logger.info("kept a file written while locked for the next unlock", metadata: ["dir": "\(path)"])
+        }
+        return status(of: r)
+    }
+
+    /// FILES drop part: one part of the file `name` of the CompleteUnlessOpen directory `path`, written in
+    /// several requests (a file larger than one request). The parts of one drop id come in order from
+    /// index 0, the last one `final`, at most ``maximumPartedFileBytes`` together. Each is sealed to the
+    /// directory's drop key and kept, locked or not; the file is written in once its last part is there
+    /// and the directory is unlocked (else at the next unlock). A part out of order, of an unknown upload
+    /// (one the agent did not see begin: it restarted) or past the size is `-50`, and the upload is over.
+    package func dropPart(path: String, name: String, part: FileDropPart, data: SecureBytes, _ context: CallerContext) throws(SecError)
+        -> ProtectedDirectoryStatus {
+        try mayManage(context, "write into a protected directory")
+        guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
+        guard part.dropID.count == 16 else { throw SecError(.param, "a drop id is 16 bytes") }
+        guard data.count <= Keychain.maximumDropBytes else { throw SecError(.param, "a part holds at most \(Keychain.maximumDropBytes) bytes") }
+        guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
+        guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
+        let now = clock.now()
+        try state.withLock { (s: inout State) throws(SecError) in
+            let upload = s.uploads[part.dropID]
+            if part.index == 0 {
+                guard upload == nil else { throw SecError(.param, "this drop id was already used for a file being written") }
+            } else {
+                guard let upload, upload.path == path, upload.name == name, upload.next == part.index else {
+                    s.uploads[part.dropID] = nil
+                    throw SecError(.param, "part \(part.index) does not continue a file being written (the agent restarted, or a part is missing): write the file again from its first part")
+                }
+            }
+            let bytes = (upload?.bytes ?? 0) + data.count
+            guard bytes <= Self.maximumPartedFileBytes else {
+                s.uploads[part.dropID] = nil
+                throw SecError(.param, "a file written this way holds at most \(Self.maximumPartedFileBytes >> 20) MiB")
+            }
+            // Kept under the upload's lock, so two parts of one file never interleave.
+            try keychain.addDrop(path: path, name: name, data: data, part: part)
+            s.uploads[part.dropID] = part.final ? nil : Upload(path: path, name: name, next: part.index + 1, bytes: bytes, touched: now)
+        }
+        if part.final {
+            if (try? Fscrypt.keyState(r.identifier, filesystemOf: parent(r))) == .present && !service.isLocked {
+                deliverDrops()
+            } else {
+                logger.info("kept a file written while locked for the next unlock", metadata: ["dir": "\(path)", "parts": "\(part.index + 1)"])
+            }
         }
         return status(of: r)
     }

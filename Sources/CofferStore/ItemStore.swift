@@ -686,6 +686,32 @@ package final class ItemStore {
         return out
     }
 
+    /// The drops waiting, oldest first, without their contents: row and directory.
+    package func dropRows() throws(SecError) -> [(id: Int64, dir: [UInt8])] {
+        let s = try db.statement("SELECT id, dir FROM file_drops ORDER BY id")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        var out: [(id: Int64, dir: [UInt8])] = []
+        while try s.step() { out.append((s.int64(0), s.blob(1))) }
+        return out
+    }
+
+    /// Drop `id`'s directory and sealed contents; nil when there is no such row.
+    package func drop(id: Int64) throws(SecError) -> (dir: [UInt8], sealed: [UInt8])? {
+        let s = try db.statement("SELECT dir, sealed FROM file_drops WHERE id = ?1")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        s.bind(1, id)
+        guard try s.step() else { return nil }
+        return (s.blob(0), s.blob(1))
+    }
+
+    /// The bytes every waiting drop's sealed contents take together.
+    package func dropBytes() throws(SecError) -> Int64 {
+        let s = try db.statement("SELECT COALESCE(SUM(length(sealed)), 0) FROM file_drops")
+        defer { unsafe sqlite3_reset(s.stmt) }
+        guard try s.step() else { return 0 }
+        return s.int64(0)
+    }
+
     /// Forgets drop `id` (written into its directory and synced).
     package func deleteDrop(id: Int64) throws(SecError) {
         let s = try db.statement("DELETE FROM file_drops WHERE id = ?1")

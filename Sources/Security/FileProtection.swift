@@ -122,7 +122,7 @@ extension Data {
     }
 
     /// The most a file written while locked holds (what one request carries to the agent).
-    public static let maximumProtectedDropBytes = 192 * 1024 - 512 - 256
+    public static let maximumProtectedDropBytes = AgentConnection.maximumPartedFileBytes
 
     /// Whether `error` (from Foundation's write) is fscrypt's "Required key not available" (ENOKEY).
     private static func isKeyUnavailable(_ error: NSError) -> Bool {

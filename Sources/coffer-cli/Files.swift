@@ -133,7 +133,8 @@ struct FilesCommand: ParsableCommand {
             abstract: "Write standard input as the file NAME of a complete-unless-open directory, also while locked.",
             discussion: """
                 While the keychain is locked the file is sealed to the directory's drop key and written into the \
-                directory at the next unlock (reading it needs the unlock, as on iOS). At most 192 KiB.
+                directory at the next unlock (reading it needs the unlock, as on iOS). At most 64 MiB (a file over \
+                191 KiB goes in parts, and appears once all of it reached the agent).
                 """)
         @OptionGroup var connect: Connect
         @Argument(help: "The complete-unless-open directory.") var directory: String
@@ -141,21 +142,43 @@ struct FilesCommand: ParsableCommand {
 
         func run() throws {
             try reporting { () throws(SecError) in
-                let limit = 192 * 1024 - 512
-                let buffer = SecureBytes(count: limit + 1)
-                var n = 0
-                while n <= limit {
-                    let r = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + n, limit + 1 - n) }
-                    if r < 0 && errno == EINTR { continue }
-                    guard r >= 0 else { throw SecError(.io, "cannot read standard input") }
-                    if r == 0 { break }
-                    n += r
+                let path = try FilesCommand.absolute(directory)
+                let connection = try connect.open()
+                // Standard input in pieces of what one request carries: a file that fits one is one drop,
+                // a larger one goes in parts (at most AgentConnection.maximumPartedFileBytes), one piece
+                // in memory at a time.
+                let limit = AgentConnection.maximumFileDropBytes
+                var total = 0
+                func piece() throws(SecError) -> SecureBytes? {
+                    let buffer = SecureBytes(count: limit)
+                    var n = 0
+                    while n < limit {
+                        let r = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress! + n, limit - n) }
+                        if r < 0 && errno == EINTR { continue }
+                        guard r >= 0 else { buffer.wipe(); throw SecError(.io, "cannot read standard input") }
+                        if r == 0 { break }
+                        n += r
+                    }
+                    defer { buffer.wipe() }
+                    total += n
+                    guard total <= AgentConnection.maximumPartedFileBytes else {
+                        throw SecError(.param, "a file written this way holds at most \(AgentConnection.maximumPartedFileBytes >> 20) MiB")
+                    }
+                    guard n > 0 else { return nil }
+                    return buffer.slice(0..<n)
                 }
-                defer { buffer.wipe() }
-                guard n <= limit else { throw SecError(.param, "a file written this way holds at most \(limit) bytes") }
-                let data = buffer.withUnsafeBytes { SecureBytes(copying: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-                defer { data.wipe() }
-                let dirs = try connect.open().files(.drop(path: try FilesCommand.absolute(directory), name: name, data: data))
+                let first = try piece() ?? SecureBytes(count: 0)
+                if first.count < limit {
+                    defer { first.wipe() }
+                    _ = try connection.files(.drop(path: path, name: name, data: first))
+                } else {
+                    var pending: SecureBytes? = first
+                    try connection.writeFile(named: name, into: path) { () throws(SecError) -> SecureBytes? in
+                        if let p = pending { pending = nil; return p }
+                        return try piece()
+                    }
+                }
+                let dirs = try connection.files(.status(path: path))
                 FilesCommand.print(dirs, json: false)
             }
         }

@@ -412,6 +412,67 @@ import Testing
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).sorted() == ["later.txt", "now.txt"])
     }
 
+    /// A file larger than one request (191 KiB) written while locked goes in parts (FILES drop part) and
+    /// appears whole, byte for byte, after the unlock, never in memory whole; written while unlocked, it is
+    /// there at once. A part out of order, or one continuing an upload the agent did not see begin, is
+    /// refused; the parts of an upload that never finished are discarded at the next unlock after a
+    /// restart, and nothing else is lost.
+    @Test func aFileLargerThanOneRequestWrittenWhileLockedAppearsWhole() throws {
+        guard let fs = try Self.filesystem(megabytes: 96) else { return }
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let dir = fs.file("inbox")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        #expect(agent.cli(["files", "protect", dir, "--class", "complete-unless-open"]).status == 0)
+        let files = TemporaryDirectory("coffer-large-drop")
+        var bytes = [UInt8](repeating: 0, count: 5 * 1_048_576 + 12_345)
+        for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: (i &* 2_654_435_761) >> 13) }
+        let source = files.file("big.bin")
+        writeFileBytes(source, bytes)
+        func drop(_ name: String) -> CLIResult {
+            runShell("'\(Binaries.coffer)' files drop '\(dir)' '\(name)' < '\(source)'", socket: agent.socketPath)
+        }
+        // Unlocked: there at once.
+        var r = drop("now.bin")
+        #expect(r.status == 0, "\(r)\n\(agent.log)")
+        #expect(fileBytes(dir + "/now.bin") == bytes)
+
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "absent" })
+        r = drop("later.bin")
+        #expect(r.status == 0, "\(r)\n\(agent.log)")
+        // An upload that never finishes (a client gone after two parts), and parts that break the order.
+        let c = try AgentConnection(path: agent.socketPath)
+        let id = [UInt8](repeating: 7, count: 16)
+        for index in [UInt32(0), 1] {
+            _ = try c.files(.dropPart(path: dir, name: "never.bin", part: FileDropPart(dropID: id, index: index, final: false), data: secret("part \(index)")))
+        }
+        #expect(throws: SecError.self) {
+            _ = try c.files(.dropPart(path: dir, name: "never.bin", part: FileDropPart(dropID: id, index: 3, final: true), data: secret("gap")))
+        }
+        let stranger = [UInt8](repeating: 9, count: 16)
+        do {
+            _ = try c.files(.dropPart(path: dir, name: "x.bin", part: FileDropPart(dropID: stranger, index: 1, final: true), data: secret("x")))
+            Issue.record("a part continuing an unknown upload was taken")
+        } catch {
+            #expect(error.status == .param && error.message.contains("from its first part"), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/later.bin") || fileBytes(dir + "/later.bin").isEmpty)
+
+        // A restart: the finished file is kept, the unfinished upload is discarded at the unlock.
+        agent.kill9()
+        try agent.start()
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually(20) { fileBytes(dir + "/later.bin") == bytes }, "\(agent.log)")
+        #expect(Self.eventually { agent.log.contains("discarded the parts of a file written while locked") }, "\(agent.log)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).sorted() == ["later.bin", "now.bin"])
+        // Delivered once: another lock and unlock adds nothing.
+        #expect(agent.cli(["lock"]).status == 0)
+        #expect(agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
+        #expect(Self.eventually { fileBytes(dir + "/now.bin") == bytes })
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).sorted() == ["later.bin", "now.bin"])
+    }
+
     /// The client library's API for programs: protect a directory, ask a path's class, write a file
     /// into a complete-unless-open directory while locked.
     @Test func programsUseTheClientLibrary() throws {
