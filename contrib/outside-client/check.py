@@ -56,6 +56,31 @@ DEFAULT_SPEC = os.path.normpath(os.path.join(
 # listed here that fails is XFAIL; one that passes is XPASS and fails the run (the entry must go).
 
 KNOWN_DISAGREEMENTS = {
+    "Sync: SYNC_CIRCLE operation 4 while sync is not set up: -25291":
+        'Errors: "| SYNC_CIRCLE, SYNC_CONFLICTS | -25291 | sync is not set up on this machine |". The agent answers '
+        'SYNC_CIRCLE circle (4) without sync set up with SYNC_CODE, an empty name and an empty fingerprint '
+        '(00000009 98 <id> 0000 0000), as Sync\'s "SYNC_CIRCLE circle answers SYNC_CODE with an empty name and the '
+        'circle\'s fingerprint as this machine knows it (empty while its pairing has not proved a circle)" allows. '
+        'The table should except operation 4 (or the agent answer -25291): the spec says both.',
+    "Protected directories: FILES drop with 196097 bytes (v3): ERROR -50 with its id, a message, and the connection stays":
+        'Protected directories: "drop (4): ... fileName MUST be 1 to 255 bytes ... (else -50); contents at most 196,096 '
+        'bytes." The text bounds contents but does not say that more is malformed; the agent looks the directory up '
+        'first and answers -25300 "/d is not a protected directory [files error 13]" for a directory that is not '
+        'protected, so the bound is not a decoding rule. Which comes first is unspecified.',
+    "Protected directories: FILES drop with 196097 bytes (v4): ERROR -50 with its id, a message, and the connection stays":
+        'As for version 3 (the same frame on a version 4 connection).',
+    "Authentication: a touch right after AUTH_NEEDED (biometry among the methods) is taken: the agent is already waiting":
+        'Authentication, step 1: "If biometry is among the methods, the agent is already waiting for a finger." and '
+        'Biometry: "BIO present ... touches the sensor while an evaluation waits (-25291 if none waits: a touch is not '
+        'remembered)". A BIO present sent as soon as AUTH_NEEDED is read is refused with ERROR -25291 "the sensor did '
+        'not take the touch: no evaluation is waiting for a touch" in about half of the tries: the agent sends '
+        'AUTH_NEEDED before the plugin host\'s evaluation waits (an AUTH_FEEDBACK_KIND notice, kind 0 "touch the '
+        'sensor", follows when it does). A race: the check is in FLAKY.',
+}
+
+# Known disagreements that show only sometimes (a race): passing is not reported as an XPASS failure.
+FLAKY = {
+    "Authentication: a touch right after AUTH_NEEDED (biometry among the methods) is taken: the agent is already waiting",
 }
 
 
@@ -82,7 +107,7 @@ class Results:
             known = KNOWN_DISAGREEMENTS.get(base)
             cond = bool(cond)
             if cond:
-                status = "XPASS" if known else "PASS"
+                status = "XPASS" if known and base not in FLAKY else "PASS"
             else:
                 status = "XFAIL" if known else "FAIL"
             ok = status in ("PASS", "XFAIL")
@@ -93,6 +118,8 @@ class Results:
                 line += " -- " + str(detail)[:400]
             if status == "XPASS":
                 line += " -- listed in KNOWN_DISAGREEMENTS but passes now: remove it"
+            if status == "XFAIL":
+                line += " -- KNOWN DISAGREEMENT: " + known
             if not ok:
                 self.failures.append(line)
             if self.verbose or not ok or status == "XFAIL":
@@ -1177,6 +1204,20 @@ def e2e_attributes(L):
                   c.add(cls, a, b"s"), errSecParam)
             L.err(A, "a query for class %s naming %s: -50" % (CLASS_NAMES_[cls], name),
                   c.copy(query(cls, {name: sample(kind)}, flags=R_ATTRS)), errSecParam)
+    for cls, tag_attr in ((GENP, "svce"), (INET, "srvr")):
+        key = L.svc("upd-cls-%d" % cls)
+        c.add(cls, {tag_attr: S(key)}, b"s")
+        for name in ("ctyp", "kcls", "issr", "gena" if cls == INET else "port", "pubk"):
+            kind = CATALOG[name][0]
+            L.err(A, "UPDATE of a %s item giving %s (another class's attribute): -50" % (CLASS_NAMES_[cls], name),
+                  c.update(query(cls, {tag_attr: S(key)}), {name: sample(kind)}), errSecParam)
+        for name in ("labl", "acct", "crtr", "invi", "alis"):
+            kind = CATALOG[name][0]
+            L.err(A, "UPDATE of a %s item giving %s of the wrong type: -50" % (CLASS_NAMES_[cls], name),
+                  c.update(query(cls, {tag_attr: S(key)}), {name: wrong(kind)}), errSecParam)
+        r = c.copy(query(cls, {tag_attr: S(key)}, flags=R_ATTRS))
+        L.E(A, "... the refused UPDATEs changed nothing (%s)" % CLASS_NAMES_[cls],
+            r.name == "ITEMS" and not ({"labl", "acct", "crtr", "invi", "alis", "gena", "port"} & set(r["items"][0]["attrs"])), r)
     for name in ("svce", "port", "ctyp", "kcls", "gena"):
         kind = CATALOG[name][0]
         L.err(A, "a query of any class (0) naming %s is valid (nothing matches: -25300)" % name,
@@ -1432,6 +1473,7 @@ def e2e_access_groups(L):
     L.E(AG, "WHOAMI: the executable is this process's", w["exe"] == exe, (w["exe"], exe))
     L.E(AG, "WHOAMI: an unsigned caller's groups are the one shared group unsigned", w["groups"] == ["unsigned"], w["groups"])
     L.E(AG, "WHOAMI: an unsigned caller may not AUTHORIZE", w["may_authorize"] == 0, w.f)
+    L.E(AG, "WHOAMI: the note says why the caller is unsigned (not empty)", w["note"] != "", w.f)
     L.default_group = w["groups"][0] if w["groups"] else "unsigned"
     L.err(AG, "AUTHORIZE from a caller that is not the shell helper: -34018",
           c.request("AUTHORIZE", {"group": "mail", "passcode": L.pw}, timeout=120), errSecMissingEntitlement)
@@ -1468,6 +1510,18 @@ def e2e_queries(L):
     L.E("Status", "itemCount grows by one per ADD", c.status()["items"] == before + 5, (before, c.status()["items"]))
     L.E(F, "ADD with return flag persistent reference: a 16-byte reference each, all different",
         all(r is not None and len(r) == 16 for r in refs) and len(set(refs)) == 5, refs)
+    for flags in range(8):
+        rep = c.add(GENP, {"svce": S(L.svc("addflags")), "acct": S("f%d" % flags)}, b"f%d" % flags, flags)
+        it = rep["items"] if rep.name == "ITEMS" else None
+        if flags == 0:
+            ok = it == []
+        else:
+            ok = (it is not None and len(it) == 1 and it[0]["present"] == flags and it[0]["cls"] == GENP and
+                  (not flags & R_DATA or it[0]["data"] == b"f%d" % flags) and
+                  (not flags & R_ATTRS or it[0]["attrs"].get("acct") == S("f%d" % flags)) and
+                  (not flags & R_REF or len(it[0]["pref"]) == 16))
+        L.E("Messages", "ADD with return flags %d: ITEMS with %s" % (flags, "no item" if flags == 0 else "the requested parts"),
+            ok, repr(rep))
     q = lambda **kw: query(GENP, {"svce": S(svce)}, **kw)
     for limit, count, want in ((LIMIT_ONE, 0, 1), (LIMIT_COUNT, 3, 3), (LIMIT_ALL, 0, 5), (LIMIT_COUNT, 10, 5), (LIMIT_COUNT, 1, 1)):
         r = c.copy(q(limit=limit, count=count, flags=R_ATTRS))
@@ -1779,18 +1833,22 @@ def e2e_events(L):
     L.E(EV, "the other subscriber gets EVENT locked (request id 0)", ev(next_event(s2), 2))
     st = actor.status()
     L.E("Status", "after LOCK: lockState 1 (locked)", st["lock"] == 1, st.f)
+    # "no event" is checked with a sentinel: the next event a subscriber reads must be the later one
     L.kind(EV, "LOCK while already locked: OK", actor.request("LOCK"), "OK")
-    L.E(EV, "LOCK while already locked sends no event", no_frame(s2, 0.3) and no_frame(s1, 0.05))
+    actor.request("UNLOCK", {"passcode": L.pw}, timeout=120)
+    L.E(EV, "LOCK while already locked sends no event (the next event is the later unlocked)",
+        ev(next_event(s2), 3) and ev(next_event(s1), 3))
+    actor.request("LOCK")
+    next_event(s1), next_event(s2)
     rep = actor.request("UNLOCK", {"passcode": L.pw + b"x"}, timeout=120)
     L.err("Errors", "UNLOCK with a wrong passcode: -25293", rep, errSecAuthFailed)
     L.failed_attempt()
-    L.E(EV, "a failed UNLOCK sends no event", no_frame(s2, 0.3))
     rid = s1.send("UNLOCK", {"passcode": L.pw})
     a, b = s1.read_frame(timeout=120), s1.read_frame(timeout=120)
     L.failures_in_a_row = 0
     L.E(EV, "a subscriber that sends UNLOCK reads EVENT unlocked, then OK", ev(a, 3) and b.name == "OK" and b.rid == rid,
         "%r %r" % (a, b))
-    L.E(EV, "the other subscriber gets EVENT unlocked", ev(next_event(s2), 3))
+    L.E(EV, "a failed UNLOCK sends no event (the other subscriber's next event is the later unlocked)", ev(next_event(s2), 3))
     L.kind(EV, "UNLOCK while unlocked: OK", actor.request("UNLOCK", {"passcode": L.pw}, timeout=120), "OK")
     L.E(EV, "UNLOCK while already unlocked still sends unlocked", ev(next_event(s2), 3) and ev(next_event(s1), 3))
     # order
@@ -1804,7 +1862,11 @@ def e2e_events(L):
     s2.add(GENP, {"svce": S(L.svc("ev-add"))}, b"s")
     actor.add(GENP, {"svce": S(L.svc("ev-add2"))}, b"s")
     actor.delete(query(GENP, {"svce": S(L.svc("ev-add2"))}))
-    L.E(EV, "a connection subscribed to lock events only receives no itemsChanged", no_frame(s2, 0.3) and no_frame(s1, 0.05))
+    actor.request("LOCK")
+    L.E(EV, "a connection subscribed to lock events only receives no itemsChanged (its next event is the later locked)",
+        ev(next_event(s2), 2) and ev(next_event(s1), 2))
+    L.unlock(actor)
+    next_event(s1), next_event(s2)
     # item-change topics are for delegating front ends only
     for topics in (2, 3, 4, 5, 6, 7):
         rep = s2.request("SUBSCRIBE_EVENTS", {"topics": topics})
@@ -1815,7 +1877,12 @@ def e2e_events(L):
         L.err("Test vectors", "vector subscribe_events %s: -34018 (no delegate-identity)" % vec[-2:], s2.read_reply(),
               errSecMissingEntitlement)
     s2.add(GENP, {"svce": S(L.svc("ev-add3"))}, b"s")
-    L.E(EV, "a refused SUBSCRIBE_EVENTS changes none of the connection's topics (no itemsChanged)", no_frame(s2, 0.3))
+    actor.request("LOCK")
+    L.E(EV, "a refused SUBSCRIBE_EVENTS changes none of the connection's topics (no itemsChanged before the later locked)",
+        ev(next_event(s2), 2))
+    next_event(s1)
+    L.unlock(actor)
+    next_event(s1), next_event(s2)
     L.kind(EV, "a SUBSCRIBE adding nothing: OK", s2.request("SUBSCRIBE"), "OK")
     L.kind(EV, "SUBSCRIBE_EVENTS 1 again: OK", s2.request("SUBSCRIBE_EVENTS", {"topics": 1}), "OK")
     s2.send_raw(bytes.fromhex("00000006230000000b01"))
@@ -1828,9 +1895,9 @@ def e2e_events(L):
     L.E(EV, "a request with id 0 on a subscribed connection: the EVENT and the reply are told apart by type",
         ev(a, 2) and b.name == "STATUS_REPLY" and b.rid == 0, "%r %r" % (a, b))
     next_event(s1)
-    L.E(EV, "a connection that did not subscribe gets no event", no_frame(actor, 0.2))
     rep = actor.request("UNLOCK", {"passcode": L.pw}, timeout=120)
-    L.E(EV, "its UNLOCK's reply is OK, not an event", rep.name == "OK" and not actor.events, repr(rep))
+    L.E(EV, "a connection that did not subscribe gets no event (its LOCKs and UNLOCKs brought none)",
+        rep.name == "OK" and not actor.events, repr(actor.events))
     next_event(s1), next_event(s2)
     s1.close()
     s2.close()
@@ -1849,6 +1916,7 @@ def e2e_locked(L):
     for code in LOCK_CLASSES:
         rep = c.add(GENP, {"svce": S(svce), "acct": S(code), "pdmn": S(code), "@kind": S("guarded")}, b"s-" + code.encode(), R_REF)
         refs[code] = rep["items"][0]["pref"]
+    c.add(GENP, {"svce": S(L.svc("lock-acc")), "accc": D(accc([4]))}, b"acc")
     total = c.status()["items"]
     L.kind(LS, "LOCK: OK", c.request("LOCK"), "OK")
     st = c.status()
@@ -1887,6 +1955,9 @@ def e2e_locked(L):
             locked == {"ak", "aku", "akpu"}, sorted(locked))
         L.E(LM, "%s with the locked flag: the readable matches come with their attributes" % form,
             all(by_ref.get(refs[code], {}).get("present") == R_ATTRS | R_REF for code in READABLE_LOCKED), items)
+    r = c.copy(query(GENP, {"svce": S(L.svc("lock-acc"))}, flags=R_ATTRS | R_REF | R_LOCKED | R_ACCESS))
+    L.E(LM, "a locked match with the access-state flag too: present exactly 0x14 (never bit 5)",
+        r.name == "ITEMS" and [i["present"] for i in r["items"]] == [0x14], repr(r))
     q = query(GENP, {"svce": S(svce), "pdmn": S("ak")}, flags=R_REF | R_LOCKED)
     r = c.copy(q)
     L.E(LM, "the locked flag with pdmn named: only the row of that class",
@@ -1998,6 +2069,12 @@ def e2e_authentication(L):
         kinds == [("AUTH_NEEDED", None), ("AUTH_FEEDBACK_KIND", 1), ("AUTH_FEEDBACK_KIND", 1)] and L.is_err(r, errSecAuthFailed),
         "%r %r" % (kinds, r))
     L.unlock()
+    # an AUTH_RESPONSE for a request that is no longer waiting: ignored, no reply
+    seen, r = talk(c, "COPY_MATCHING", {"query": q}, [PW(L.pw)])
+    c.send_raw(encode_frame("AUTH_RESPONSE", r.rid, PW(L.pw)) + encode_frame("STATUS", r.rid + 1))
+    r2 = c.read_reply()
+    L.E(AU, "an AUTH_RESPONSE for a request that already ended is ignored (no reply); the next request is answered",
+        r.name == "ITEMS" and r2.name == "STATUS_REPLY" and r2.rid == r.rid + 1, "%r %r" % (r, r2))
     # cancel, wait for biometry without a sensor, an application password not offered
     for label, answer, want in (("cancel", CANCEL, errSecUserCanceled),
                                 ("wait for biometry with no evaluation running", WAIT_BIO, errSecUserCanceled),
@@ -2104,6 +2181,32 @@ def e2e_authentication(L):
     L.E(AU, "a new AUTH_OPTIONS ends the reuse (the read asks again)", [s.name for s in seen] == ["AUTH_NEEDED"] and r.name == "ITEMS",
         "%r %r" % (seen, r))
     d.close()
+    # later pages of a paged search reuse the first page's authentication
+    pg = L.svc("auth-pages")
+    for i in range(3):
+        c.add(GENP, {"svce": S(pg), "acct": S("p%d" % i), "accc": D(accc([4]))}, pattern(100 * 1024, i + 1))
+    v3 = L.conn(1, 3)
+    qp = query(GENP, {"svce": S(pg)}, flags=R_DATA | R_ATTRS)
+    seen1, p1 = talk(v3, "COPY_MATCHING_PAGE", {"query": qp, "cursor": 0}, [PW(L.pw)] * 3, query_flags=qp["flags"])
+    seen2, p2 = talk(v3, "COPY_MATCHING_PAGE", {"query": qp, "cursor": p1.get("next", 0)}, [PW(L.pw)] * 3,
+                     query_flags=qp["flags"]) if p1.name == "ITEMS_PAGE" and p1["next"] else ([], None)
+    L.E(AU, "a paged search of protected items: the first page asks (AUTH_NEEDED) and has a next cursor",
+        any(x.name == "AUTH_NEEDED" for x in seen1) and p1.name == "ITEMS_PAGE" and p1["next"] != 0, "%r %r" % (seen1, p1))
+    L.E(AU, "the next page with the same query and that nextCursor reuses the authentication (no AUTH_NEEDED)",
+        p2 is not None and p2.name == "ITEMS_PAGE" and not seen2, "%r %r" % (seen2, p2))
+    if p1.name == "ITEMS_PAGE" and p1["next"]:
+        qo = query(GENP, {"svce": S(pg)}, flags=R_DATA)
+        seen3, p3 = talk(v3, "COPY_MATCHING_PAGE", {"query": qo, "cursor": p1["next"]}, [PW(L.pw)] * 3, query_flags=qo["flags"])
+        L.E(AU, "a page request with another query and that cursor is authenticated afresh",
+            any(x.name == "AUTH_NEEDED" for x in seen3) and p3.name == "ITEMS_PAGE", "%r %r" % (seen3, p3))
+        seen1, p1 = talk(v3, "COPY_MATCHING_PAGE", {"query": qp, "cursor": 0}, [PW(L.pw)] * 3, query_flags=qp["flags"])
+        v3.request("LOCK")
+        L.unlock(v3)
+        seen4, p4 = talk(v3, "COPY_MATCHING_PAGE", {"query": qp, "cursor": p1["next"]}, [PW(L.pw)] * 3, query_flags=qp["flags"])
+        L.E(AU, "after a lock between pages the next page is authenticated afresh",
+            any(x.name == "AUTH_NEEDED" for x in seen4) and p4.name == "ITEMS_PAGE", "%r %r" % (seen4, p4))
+    v3.close()
+    L.failures_in_a_row = 0
     # UPDATE and DELETE need the authentication the control names
     up = L.svc("auth-ops")
     c.add(GENP, {"svce": S(up), "acct": S("all"), "accc": D(accc([4], operations=7))}, b"s")
@@ -2125,6 +2228,11 @@ def e2e_authentication(L):
         [s.name for s in seen] == ["AUTH_NEEDED"] and r.name == "COUNT" and r["n"] == 1, "%r %r" % (seen, r))
     seen, r = talk(c, "DELETE", {"query": query(GENP, {"svce": S(up), "acct": S("use")})}, [CANCEL])
     L.E(AU, "DELETE of an item whose control covers only use: no AUTH_NEEDED", not seen and r.name == "COUNT", "%r %r" % (seen, r))
+    # biometry unusable: the sensor's reason comes first
+    c.add(GENP, {"svce": S(L.svc("auth-bio")), "accc": D(accc([2]))}, b"b")
+    seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(L.svc("auth-bio"))}, flags=R_DATA)}, [CANCEL])
+    L.E(AU, "a biometryAny item without a biometric authenticator: -25291 without asking", not seen and
+        L.is_err(r, errSecNotAvailable), "%r %r" % (seen, r))
     # userPresence without biometry takes the passcode
     c.add(GENP, {"svce": S(L.svc("auth-presence")), "accc": D(accc([1]))}, b"p")
     seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(L.svc("auth-presence"))}, flags=R_DATA)}, [PW(L.pw)])
@@ -2164,9 +2272,6 @@ def e2e_app_password(L):
         "%r %r" % ([s.f for s in seen], r))
     seen, r = talk(d, "COPY_MATCHING", {"query": q}, [AP(b"wrong-ap")])
     L.err(AU, "a wrong application password: -25293", r, errSecAuthFailed)
-    seen, r = talk(d, "COPY_MATCHING", {"query": q}, [PW(L.pw)])
-    L.E(AU, "a passcode where only the application password is accepted ends the request",
-        r.name == "ERROR", "%r %r" % (seen, r))
     d.close()
     d = L.conn()
     d.ok("AUTH_OPTIONS", {"app_password": b"ap-one"})
@@ -2183,6 +2288,16 @@ def e2e_app_password(L):
     r = d.copy(q)
     L.E(AU, "... the item is unchanged, and the right password (a success) resets its count",
         r.name == "ITEMS" and r["items"][0]["data"] == b"apsecret", repr(r))
+    d.ok("AUTH_OPTIONS", {"app_password": b"wrong-ap"})
+    three = [d.copy(q) for _ in range(3)]
+    d.ok("AUTH_OPTIONS", {"app_password": b"ap-one"})
+    r = d.copy(q)
+    L.E(AU, "a success reset the item's count: three more failures, and the right password still opens it",
+        all(L.is_err(x, errSecAuthFailed) for x in three) and r.name == "ITEMS", "%r %r" % (three, r))
+    r = d.update(query(GENP, {"svce": S(svce), "acct": S("one")}), {}, b"apsecret2")
+    r2 = d.copy(q)
+    L.E(AU, "UPDATE replacing the secret with the right application password: COUNT 1, and the new secret reads",
+        r.name == "COUNT" and r2.name == "ITEMS" and r2["items"][0]["data"] == b"apsecret2", "%r %r" % (r, r2))
     # the attempt schedule, per item: 4 free failures, then a wait; other items are not delayed
     q2 = query(GENP, {"svce": S(svce), "acct": S("two")}, limit=LIMIT_ONE, flags=R_DATA)
     d.ok("AUTH_OPTIONS", {"app_password": b"bad"})
@@ -2194,7 +2309,7 @@ def e2e_app_password(L):
     L.E("Authentication", "the 5th attempt, even with the right password, is refused during the item's delay: -25293",
         L.is_err(r, errSecAuthFailed), repr(r))
     r = d.copy(q)
-    L.E("Authentication", "another item is not delayed", r.name == "ITEMS" and r["items"][0]["data"] == b"apsecret", repr(r))
+    L.E("Authentication", "another item is not delayed", r.name == "ITEMS" and r["items"][0]["data"] == b"apsecret2", repr(r))
     d.close()
 
 
@@ -2332,6 +2447,9 @@ def e2e_escrow(L):
     L.E("Events", "SET_PASSCODE (a passcode change): OK, and subscribers get unlocked", r.name == "OK" and ev(next_event(sub), 3), repr(r))
     L.failures_in_a_row = 0
     refs2 = c.copy(query(GENP, {"svce": S(L.svc("lock"))}, flags=R_REF))
+    r = c.copy(query(GENP, {"svce": S(L.svc("lock")), "acct": S("ak")}, flags=R_DATA))
+    L.E("Escrow", "after a passcode change (keys re-wrapped) the items still read",
+        r.name == "ITEMS" and r["items"][0]["data"] == b"s-ak", repr(r))
     L.E("Fields", "persistent references survive a passcode change",
         refs.name == "ITEMS" and [i["pref"] for i in refs["items"]] == [i["pref"] for i in refs2.get("items", [])], (refs, refs2))
     r = c.request("ESCROW", {"op": 2, "secret": secret}, timeout=120)
@@ -2339,6 +2457,8 @@ def e2e_escrow(L):
     L.failed_attempt()
     L.unlock()
     next_event(sub)
+    L.err("Errors", "SET_PASSCODE with an empty new passcode while one is set: -50",
+          c.request("SET_PASSCODE", {"current": L.pw, "new": b""}, timeout=120), errSecParam)
     r = c.request("SET_PASSCODE", {"current": b"", "new": L.pw}, timeout=120)
     L.err("Errors", "SET_PASSCODE with an empty current passcode while one is set: -25293", r, errSecAuthFailed)
     L.failed_attempt()
@@ -2486,6 +2606,12 @@ def e2e_misc(L):
         L.err("Sync", "SYNC_CIRCLE operation %d while sync is not set up: -25291" % op, c.request("SYNC_CIRCLE", {"op": op}),
               errSecNotAvailable)
     L.err("Sync", "SYNC_CONFLICTS list while sync is not set up: -25291", c.request("SYNC_CONFLICTS", {"op": 1}), errSecNotAvailable)
+    for op, label in ((2, "join"), (1, "init")):
+        r = c.request("SYNC_SETUP", {"op": op, "remote": "/nonexistent-%s/keys.git" % L.tag, "device": "laptop"}, timeout=60)
+        L.err("Sync", "SYNC_SETUP %s with a remote git cannot reach: -36" % label, r, -36)
+        r = c.request("SYNC_STATUS", {"op": 1})
+        L.E("Sync", "a failed SYNC_SETUP %s leaves nothing behind (sync still off)" % label,
+            r.name == "SYNC_STATUS_REPLY" and r["state"] == 0, r.f)
     c.send_raw(bytes.fromhex("00000006200000003a01"))
     L.kind("Test vectors", "vector 'sync status': SYNC_STATUS_REPLY", c.read_reply(), "SYNC_STATUS_REPLY")
     # protected directories
@@ -2539,6 +2665,17 @@ def e2e_misc(L):
     L.E(DI, "two descriptors beside ADD are closed too", eof)
     L.E(DI, "the connection is served on after passing descriptors", L.answers(c))
     c.close()
+    rfd, wfd = os.pipe()
+    d = L.raw()
+    d.send_raw(encode_frame("HELLO", 1, {"min": 1, "max": 4, "client": "fd"}), fds=[wfd])
+    os.close(wfd)
+    r = d.read_frame()
+    readable, _, _ = select.select([rfd], [], [], 2.0)
+    eof = bool(readable) and os.read(rfd, 1) == b""
+    os.close(rfd)
+    L.E(DI, "a descriptor passed beside HELLO is closed by the time HELLO_REPLY is read", r.name == "HELLO_REPLY" and eof,
+        "%r eof=%s" % (r, eof))
+    d.close()
     # DELEGATE from a caller without delegate-identity
     for label, fds, pre in (("with no descriptor", [], False), ("with a pidfd of this process", "pidfd", False),
                             ("with a pipe", "pipe", False), ("not as the first request", [], True)):
@@ -2591,14 +2728,16 @@ def proc_start_time(pid):
     return int(stat[stat.rindex(")") + 2:].split()[19])
 
 
-def e2e_session_lock(L):
+def e2e_session_lock(L, grace=None):
     """Events: willLock when a session lock (SIGUSR1) starts its grace period."""
     EV = "Events"
     c = L.conn()
     sub = L.conn()
     sub.ok("SUBSCRIBE")
     pid = struct.unpack("3i", c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-    grace = L.args.lock_grace
+    grace = L.args.lock_grace if grace is None else grace
+    L.unlock(c)
+    next_event(sub)
     os.kill(pid, signal.SIGUSR1)
     e1 = next_event(sub, 5)
     L.E(EV, "a session lock (SIGUSR1): willLock with graceMillis of the configured grace",
@@ -2613,7 +2752,14 @@ def e2e_session_lock(L):
     L.unlock(c)
     e2 = next_event(sub, 5)
     L.E(EV, "an UNLOCK during the grace period: subscribers get unlocked", ev(e1, 1) and ev(e2, 3), "%r %r" % (e1, e2))
-    L.E(EV, "... and no locked follows", no_frame(sub, grace + 1.0))
+    late = []
+    deadline = time.monotonic() + grace + 0.5
+    while time.monotonic() < deadline:
+        try:
+            late.append(sub.read_frame(timeout=max(0.01, deadline - time.monotonic())))
+        except TimeoutError:
+            break
+    L.E(EV, "... and no locked follows", not [x for x in late if ev(x, 2)], late)
     L.E("Status", "... and the keybag stays unlocked", c.status()["lock"] == 2)
     c.close()
     sub.close()
@@ -2654,6 +2800,9 @@ def e2e_remove_passcode(L):
     r = c.request("SET_PASSCODE", {"current": b"", "new": L.pw}, timeout=120)
     L.E(RP, "a passcode can be set again (SET_PASSCODE with an empty current one): OK", r.name == "OK", repr(r))
     L.failures_in_a_row = 0
+    seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(svce), "acct": S("guarded")}, flags=R_DATA)}, [PW(L.pw)])
+    L.E(RP, "once a passcode is set again, the item with an access control opens",
+        r.name == "ITEMS" and r["items"][0]["data"] == b"kept", "%r %r" % (seen, r))
     sub.close()
     c.close()
 
@@ -2748,6 +2897,8 @@ def e2e_attempt_schedule(L):
     T_ = "Errors"
     L.unlock()
     c = L.conn()
+    svce = L.svc("schedule")
+    c.add(GENP, {"svce": S(svce), "accc": D(accc([4]))}, b"s")
     codes = [c.request("UNLOCK", {"passcode": L.pw + b"-wrong%d" % i}, timeout=120) for i in range(4)]
     L.E(T_, "four wrong UNLOCKs in a row: -25293 each", all(L.is_err(r, errSecAuthFailed) for r in codes), codes)
     t0 = time.monotonic()
@@ -2755,6 +2906,17 @@ def e2e_attempt_schedule(L):
     L.E(T_, "the fifth attempt within a minute, the right passcode included, is refused at once: -25293 (not tried)",
         L.is_err(r, errSecAuthFailed) and time.monotonic() - t0 < 5, repr(r))
     L.E(T_, "... the refusal's message says how long to wait (it is not empty)", r.name == "ERROR" and r["message"] != "")
+    AU = "Authentication"
+    seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(svce)}, flags=R_DATA)}, [PW(L.pw)])
+    L.E(AU, "a passcode answered while the schedule makes attempts wait: -25293 at once, no feedback frame before it",
+        [x.name for x in seen] == ["AUTH_NEEDED"] and L.is_err(r, errSecAuthFailed), "%r %r" % (seen, r))
+    seen, r = talk(c, "LA_EVALUATE", {"policy": 2, "reason": "waiting"}, [PW(L.pw)])
+    L.E(AU, "LA_EVALUATE answered with a passcode while attempts wait: authenticationFailed (-1)",
+        [x.name for x in seen] == ["AUTH_NEEDED"] and r.name == "LA_RESULT" and r["code"] == -1, "%r %r" % (seen, r))
+    c.ok("AUTH_OPTIONS", {"passcode": L.pw})
+    seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(svce)}, flags=R_DATA)}, [CANCEL])
+    L.E(AU, "a passcode given in advance while attempts wait is refused the same way: -25293",
+        not seen and L.is_err(r, errSecAuthFailed), "%r %r" % (seen, r))
     c.close()
 
 
@@ -2769,8 +2931,11 @@ E2E_GROUPS = [
 
 
 def run_group(L, part, section, fn):
+    t0 = time.monotonic()
     try:
         fn(L)
+        if L.R.verbose:
+            print("# %s: %.2f s" % (fn.__name__, time.monotonic() - t0), flush=True)
     except Exception as e:       # a group that breaks off is one failed check, with where it stopped
         tb = traceback.extract_tb(e.__traceback__)[-1]
         L.R.check(part, section, "%s ran to its end" % fn.__name__, False,
@@ -2780,15 +2945,26 @@ def run_group(L, part, section, fn):
 def run_e2e(L):
     timing = []
     threads = e2e_time_limits(L, timing) if not L.args.no_time_limits else []
+    if L.args.idle_socket:
+        threads.append(idle_thread(Live(L.R, L.args.idle_socket, L.pw, L.args), timing))
+    if L.args.bio_socket:
+        # the biometry agent is another agent: its checks run beside the main ones
+        bio = Live(L.R, L.args.bio_socket, L.pw, L.args)
+        bio.background = (threads, timing)
+        t = threading.Thread(target=run_group, args=(bio, "e2e", "Biometry", e2e_biometry), daemon=True)
+        t.start()
+        threads.append(t)
     for section, fn in E2E_GROUPS:
         run_group(L, "e2e", section, fn)
-    if L.args.session_lock:
+    if L.args.session_lock and not L.args.idle_socket:
         run_group(L, "e2e", "Events", e2e_session_lock)
     for t in threads:
         t.join()
     for section, desc, ok, detail in timing:
         L.E(section, desc, ok, detail)
     run_group(L, "e2e", "Connection lifecycle", e2e_connection_limit)
+    if L.args.passdb:
+        run_group(L, "e2e", "Passcode sync", e2e_passcode_sync)
     run_group(L, "e2e", "Removing the passcode", e2e_remove_passcode)
 
 
@@ -2816,6 +2992,12 @@ def main(argv=None):
     ap.add_argument("--lock-grace", type=float, default=10.0, help="the agent's lock-grace (default 10)")
     ap.add_argument("--idle-lock", type=int, default=0, help="the agent's idle lock (default 0: none)")
     ap.add_argument("--max-per-process", type=int, default=128, help="the agent's max-connections-per-process (default 128)")
+    ap.add_argument("--bio-socket", help="a second agent configured with biometry = biometric-emulator (Biometry checks)")
+    ap.add_argument("--idle-socket", help="a third agent with a short idle lock (idle-lock, lock-grace, authentication-timeout)")
+    ap.add_argument("--idle-lock-seconds", type=int, default=2, help="that agent's idle-lock (default 2)")
+    ap.add_argument("--idle-lock-grace", type=float, default=1.0, help="that agent's lock-grace (default 1)")
+    ap.add_argument("--auth-timeout", type=float, default=1.0, help="that agent's authentication-timeout (default 1)")
+    ap.add_argument("--passdb", help="the pam_matrix passdb of the --socket agent: passcode sync changes the login password there")
     ap.add_argument("--session-lock", action="store_true", help="also send the agent SIGUSR1 to check willLock")
     ap.add_argument("--attempt-schedule", action="store_true",
                     help="finally check the attempt schedule (leaves the passcode refused for a minute)")
@@ -2844,6 +3026,401 @@ def main(argv=None):
         for line in R.failures:
             print("  " + line)
     return 1 if R.failures else 0
+
+
+
+
+def is_notice(rep):
+    """Authentication: feedback kind 0, the sensor's own message ("nothing changed")."""
+    return rep.name == "AUTH_FEEDBACK_KIND" and rep["kind"] == 0
+
+
+def e2e_biometry(L):
+    """Biometry and the Authentication conversation with the biometric emulator (an agent configured with
+    `biometry = biometric-emulator`, --bio-socket)."""
+    BI, AU = "Biometry", "Authentication"
+    c = L.conn()
+    st = c.status()
+    if st["passcode_set"] == 0:
+        c.ok("SET_PASSCODE", {"current": b"", "new": L.pw}, timeout=120)
+    else:
+        L.unlock(c)
+    if getattr(L, "background", None):
+        threads, out = L.background
+        threads.append(reuse_window_thread(L, out))
+    r = c.request("BIO", {"op": 5})
+    L.E(BI, "BIO status with the emulator: its name, available, no finger, not locked out, no domain state",
+        r.name == "BIO_STATUS" and r["authenticator"] != "" and r["available"] == 1 and r["enrolled"] == 0 and
+        r["locked_out"] == 0 and r["domain"] == b"", r.f)
+    r = c.request("LA_CAN_EVALUATE", {"policy": 1})
+    L.E(AU, "LA_CAN_EVALUATE biometrics with no finger enrolled: biometryNotEnrolled (-7), biometryType 1, no domain state",
+        r.name == "LA_RESULT" and r["code"] == -7 and r["biometry"] == 1 and r["domain"] == b"", r.f)
+    svce = L.svc("bio")
+    c.add(GENP, {"svce": S(svce), "acct": S("any0"), "accc": D(accc([2]))}, b"any0")
+    seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(svce), "acct": S("any0")}, flags=R_DATA)}, [CANCEL])
+    L.E(AU, "a biometryAny item with no finger enrolled: -25291 without asking", not seen and L.is_err(r, errSecNotAvailable),
+        "%r %r" % (seen, r))
+    L.err(BI, "BIO present while no evaluation waits: -25291", c.request("BIO", {"op": 3, "name": "right-thumb"}), errSecNotAvailable)
+    seen, r = talk(c, "BIO", {"op": 1, "name": "right-thumb"}, [CANCEL])
+    L.E(BI, "BIO enroll asks for the passcode (AUTH_NEEDED, method passcode); a cancel: -128",
+        seen and seen[0].name == "AUTH_NEEDED" and seen[0]["methods"] == 1 and L.is_err(r, errSecUserCanceled), "%r %r" % (seen, r))
+    seen, r = talk(c, "BIO", {"op": 1, "name": "right-thumb"}, [PW(L.pw)])
+    L.kind(BI, "BIO enroll right-thumb with the passcode: OK", r, "OK")
+    L.failures_in_a_row = 0
+    st1 = c.request("BIO", {"op": 5})
+    L.E(BI, "BIO status after the enrolment: 1 finger and a domain state (at most 64 bytes)",
+        st1["enrolled"] == 1 and 0 < len(st1["domain"]) <= 64, st1.f)
+    for pol in (1, 2):
+        r = c.request("LA_CAN_EVALUATE", {"policy": pol})
+        L.E(AU, "LA_CAN_EVALUATE policy %d with a finger enrolled: 0, biometryType 1, the enrolled set's domain state" % pol,
+            r.name == "LA_RESULT" and r["code"] == 0 and r["biometry"] == 1 and r["domain"] == st1["domain"], r.f)
+    for acct, factors in (("any", [2]), ("current", [3]), ("presence", [1]), ("current-or-passcode", [3, 4])):
+        c.add(GENP, {"svce": S(svce), "acct": S(acct), "accc": D(accc(factors))}, acct.encode())
+    toucher = L.conn()
+
+    def q(acct):
+        return {"query": query(GENP, {"svce": S(svce), "acct": S(acct)}, limit=LIMIT_ONE, flags=R_DATA)}
+
+    def touch(op, patience=3.0):
+        """BIO present (3) or present an unknown finger (4); a touch is not remembered, so one the sensor
+        did not take (-25291) is made again, for up to `patience` seconds. Returns (reply, refusals)."""
+        refused = 0
+        deadline = time.monotonic() + patience
+        while True:
+            t = toucher.request("BIO", {"op": op, "name": "right-thumb" if op == 3 else ""})
+            if not L.is_err(t, errSecNotAvailable) or time.monotonic() > deadline:
+                return t, refused
+            refused += 1
+            time.sleep(0.02)
+
+    def conversation(conn, steps, name="COPY_MATCHING", m=None):
+        """Sends the request; each AUTH_NEEDED and each feedback that is not a notice (kind 0) runs the
+        next step: ("touch", op), ("answer", AUTH_RESPONSE fields), ("stop",): return (frames, request
+        id) with the request still waiting. Returns (frames, final reply)."""
+        rid = conn.send(name, m)
+        frames = []
+        todo = list(steps)
+        while True:
+            rep = conn.read_reply(timeout=30)
+            if rep.name not in ("AUTH_NEEDED", "AUTH_FEEDBACK", "AUTH_FEEDBACK_KIND"):
+                return frames, rep
+            frames.append(rep)
+            if is_notice(rep) or rep.name == "AUTH_FEEDBACK":
+                continue
+            step = todo.pop(0) if todo else ("none",)
+            if step[0] == "stop":
+                return frames, rid
+            if step[0] == "touch":
+                frames.append(touch(step[1])[0])
+            elif step[0] == "answer":
+                conn.send("AUTH_RESPONSE", step[1], rid=rid)
+
+    def meaningful(frames):
+        return [f for f in frames if not is_notice(f)]
+
+    # AUTH_NEEDED with biometry: "the agent is already waiting for a finger"
+    refusals, trials = 0, 20
+    for _ in range(trials):
+        rid = c.send("COPY_MATCHING", q("any"))
+        need = c.read_reply()
+        t = toucher.request("BIO", {"op": 3, "name": "right-thumb"})
+        if L.is_err(t, errSecNotAvailable):
+            refusals += 1
+            t, _ = touch(3)
+        r = c.read_reply()
+        while r.name != "ITEMS" and r.name != "ERROR":
+            r = c.read_reply()
+    L.E(AU, "a touch right after AUTH_NEEDED (biometry among the methods) is taken: the agent is already waiting",
+        refusals == 0, "%d of %d touches sent right after AUTH_NEEDED were refused with -25291 (no evaluation waiting)"
+        % (refusals, trials))
+    frames, r = conversation(c, [("touch", 3)], m=q("any"))
+    L.E(AU, "a biometryAny item: AUTH_NEEDED offering biometry alone (bit 1)",
+        frames and frames[0].name == "AUTH_NEEDED" and frames[0]["methods"] == 2, frames)
+    L.E(BI, "BIO present while the evaluation waits: OK, and the read ends with ITEMS",
+        len(frames) > 1 and frames[1].name == "OK" and r.name == "ITEMS" and r["items"][0]["data"] == b"any", "%r %r" % (frames, r))
+    frames, r = conversation(c, [("touch", 4), ("touch", 3)], m=q("any"))
+    L.E(AU, "an unknown finger: AUTH_FEEDBACK_KIND kind 2 (no match), the sensor waits again; a match then ends it",
+        [(f.name, f.get("kind")) for f in meaningful(frames)] == [("AUTH_NEEDED", None), ("OK", None), ("AUTH_FEEDBACK_KIND", 2),
+                                                                  ("OK", None)] and r.name == "ITEMS",
+        "%r %r" % ([(f.name, f.f) for f in frames], r))
+    L.E(AU, "feedback frames carry the request's id", all(f.rid == r.rid for f in frames if f.name.startswith("AUTH")), frames)
+    v1 = L.conn(1, 1)
+    rid = v1.send("COPY_MATCHING", q("any"))
+    need = v1.read_reply()
+    touch(4)
+    fb = v1.read_reply()
+    touch(3)
+    rest = [v1.read_reply()]
+    while rest[-1].name == "AUTH_FEEDBACK":
+        rest.append(v1.read_reply())
+    L.E(AU, "version 1: feedback comes as AUTH_FEEDBACK (no kind), never AUTH_FEEDBACK_KIND",
+        need.name == "AUTH_NEEDED" and fb.name == "AUTH_FEEDBACK" and rest[-1].name == "ITEMS" and
+        all(x.name != "AUTH_FEEDBACK_KIND" for x in rest), "%r %r %r" % (need, fb, rest))
+    v1.close()
+    rid = c.send("COPY_MATCHING", q("any"))
+    need = c.read_reply()
+    c.send("AUTH_RESPONSE", WAIT_BIO, rid=rid)
+    time.sleep(0.3)
+    t, _ = touch(3)
+    r = c.read_reply()
+    while is_notice(r):
+        r = c.read_reply()
+    L.E(AU, "wait for biometry: the agent keeps waiting (no reply of its own); a finger then ends it",
+        need.name == "AUTH_NEEDED" and t.name == "OK" and r.name == "ITEMS" and r.rid == rid, "%r %r %r" % (need, t, r))
+    frames, r = conversation(c, [("answer", PW(L.pw))], m=q("any"))
+    L.err(AU, "a passcode where only biometry is accepted ends the request as fallback does: -128", r, errSecUserCanceled)
+    frames, r = conversation(c, [("answer", FALLBACK)], m=q("any"))
+    L.err(AU, "fallback on a biometry-only item: -128", r, errSecUserCanceled)
+    frames, r = conversation(c, [("answer", PW(L.pw))], m=q("presence"))
+    L.E(AU, "userPresence with a finger enrolled: AUTH_NEEDED offering biometry and the passcode (3); the passcode opens it",
+        frames and frames[0]["methods"] == 3 and r.name == "ITEMS", "%r %r" % (frames, r))
+    frames, r = conversation(c, [("touch", 3)], m=q("presence"))
+    L.E(AU, "userPresence: a finger opens it too", r.name == "ITEMS" and r["items"][0]["data"] == b"presence", "%r %r" % (frames, r))
+    rid = c.send("COPY_MATCHING", q("presence"))
+    need = c.read_reply()
+    c.send("AUTH_RESPONSE", FALLBACK, rid=rid)
+    time.sleep(0.2)
+    late = [x for x in c.events]
+    quiet = True
+    try:
+        while True:
+            x = c.read_frame(timeout=0.3)
+            if not is_notice(x):
+                quiet = False
+                break
+    except TimeoutError:
+        pass
+    c.send("AUTH_RESPONSE", PW(L.pw), rid=rid)
+    r = c.read_reply()
+    while is_notice(r):
+        r = c.read_reply()
+    L.E(AU, "userPresence, fallback: the agent waits silently (nothing but notices), then the passcode gives ITEMS",
+        need.name == "AUTH_NEEDED" and quiet and r.name == "ITEMS" and r.rid == rid and not late, "%r %s %r" % (need, quiet, r))
+    frames, r = conversation(c, [("touch", 3)], m=q("current"))
+    L.E(AU, "biometryCurrentSet: the enrolled finger opens it", r.name == "ITEMS" and r["items"][0]["data"] == b"current", r)
+    # LocalAuthentication with the sensor
+    frames, r = conversation(c, [("touch", 3)], "LA_EVALUATE", {"policy": 1, "reason": "finger"})
+    L.E(AU, "LA_EVALUATE biometrics: AUTH_NEEDED (biometry), a finger, LA_RESULT 0 with biometryType 1 and the domain state",
+        frames and frames[0]["methods"] == 2 and r.name == "LA_RESULT" and r["code"] == 0 and r["biometry"] == 1 and
+        r["domain"] == st1["domain"], "%r %r" % (frames, r.f))
+    for label, answer in (("fallback", FALLBACK), ("a passcode", PW(L.pw))):
+        frames, r = conversation(c, [("answer", answer)], "LA_EVALUATE", {"policy": 1, "reason": "finger"})
+        L.E(AU, "LA_EVALUATE biometrics answered with %s: userFallback (-3)" % label,
+            r.name == "LA_RESULT" and r["code"] == -3 and r["domain"] == b"", r.f)
+    frames, r = conversation(c, [("answer", CANCEL)], "LA_EVALUATE", {"policy": 1, "reason": "finger"})
+    L.E(AU, "LA_EVALUATE biometrics cancelled: userCancel (-2), biometryType 1, no domain state (sent on success only)",
+        r.name == "LA_RESULT" and r["code"] == -2 and r["biometry"] == 1 and r["domain"] == b"", r.f)
+    frames, r = conversation(c, [("touch", 3)], "LA_EVALUATE", {"policy": 2, "reason": "owner"})
+    L.E(AU, "LA_EVALUATE device owner with a finger enrolled: biometry or passcode (3); a finger gives 0",
+        frames and frames[0]["methods"] == 3 and r.get("code") == 0, "%r %r" % (frames, r))
+    # lockout: five failed matches in a row
+    frames, r = conversation(c, [("touch", 4)] * 5 + [("answer", PW(L.pw))], m=q("presence"))
+    kinds = [f.get("kind") for f in frames if f.name == "AUTH_FEEDBACK_KIND" and f["kind"] != 0]
+    L.E(AU, "five unknown fingers in a row: four no-match feedbacks (kind 2), then kind 3 (passcode only)",
+        kinds == [2, 2, 2, 2, 3], kinds)
+    L.E(AU, "... after kind 3 the passcode ends it with ITEMS", r.name == "ITEMS", repr(r))
+    st = c.request("BIO", {"op": 5})
+    L.E(BI, "a passcode success ends the lockout (lockedOut 0)", st["locked_out"] == 0, st.f)
+    frames, pending = conversation(c, [("touch", 4)] * 5 + [("stop",)], m=q("presence"))
+    st = toucher.request("BIO", {"op": 5})
+    L.E(BI, "after five failed matches in a row: lockedOut 1", st["locked_out"] == 1, st.f)
+    r2 = toucher.request("LA_CAN_EVALUATE", {"policy": 1})
+    L.E(AU, "LA_CAN_EVALUATE biometrics while locked out: biometryLockout (-8), biometryType 1", r2.get("code") == -8 and
+        r2.get("biometry") == 1, r2.f)
+    L.E(AU, "... with the domain state all the same (sent whenever a finger is enrolled, whatever the code)",
+        r2.get("domain") == st1["domain"], r2.f)
+    seen, r3 = talk(toucher, "COPY_MATCHING", q("any"), [CANCEL])
+    L.E(AU, "a biometry-only item while biometry is locked out: -25293 without asking",
+        not [x for x in seen if x.name == "AUTH_NEEDED"] and L.is_err(r3, errSecAuthFailed), "%r %r" % (seen, r3))
+    c.send("AUTH_RESPONSE", PW(L.pw), rid=pending)
+    r = c.read_reply(timeout=30)
+    while is_notice(r):
+        r = c.read_reply(timeout=30)
+    L.E(AU, "... the request waiting after kind 3 takes the passcode", r.name == "ITEMS", repr(r))
+    st = toucher.request("BIO", {"op": 5})
+    L.E(BI, "... and the lockout ends (lockedOut 0)", st["locked_out"] == 0, st.f)
+    # a new enrolment makes biometryCurrentSet items unusable
+    seen, r = talk(toucher, "BIO", {"op": 1, "name": "left-thumb"}, [PW(L.pw)])
+    L.kind(BI, "BIO enroll left-thumb: OK", r, "OK")
+    st2 = c.request("BIO", {"op": 5})
+    L.E(BI, "the enrolment changed the domain state", st2["enrolled"] == 2 and st2["domain"] != st1["domain"], st2.f)
+    seen, r = talk(c, "COPY_MATCHING", q("current"), [CANCEL])
+    L.E(AU, "biometryCurrentSet after a change of fingers: -25293 at once, without AUTH_NEEDED",
+        not seen and L.is_err(r, errSecAuthFailed), "%r %r" % (seen, r))
+    frames, r = conversation(c, [("answer", PW(L.pw))], m=q("current-or-passcode"))
+    L.E(AU, "biometryCurrentSet or devicePasscode after the change: asks for the passcode instead (methods 1)",
+        frames and frames[0]["methods"] == 1 and r.name == "ITEMS", "%r %r" % (frames, r))
+    frames, r = conversation(c, [("touch", 3)], m=q("any"))
+    L.E(AU, "biometryAny still opens with a finger after the change", r.name == "ITEMS", r)
+    seen, r = talk(toucher, "BIO", {"op": 2, "name": "left-thumb"}, [PW(L.pw)])
+    L.kind(BI, "BIO remove left-thumb with the passcode: OK", r, "OK")
+    st3 = c.request("BIO", {"op": 5})
+    L.E(BI, "the removal changed the domain state again (the emulator never returns to the old one)",
+        st3["enrolled"] == 1 and st3["domain"] not in (st1["domain"], st2["domain"]), st3.f)
+    seen, r = talk(c, "COPY_MATCHING", q("current"), [CANCEL])
+    L.err(AU, "removing the new finger does not bring the old state back: still -25293", r, errSecAuthFailed)
+    toucher.close()
+    c.close()
+
+
+
+def reuse_window_thread(L, out):
+    """Authentication: the reuse window runs from the person's passcode; using it MUST NOT move its end.
+    Run beside the biometry checks (an agent that does not lock meanwhile)."""
+    AU = "Authentication"
+
+    def body():
+        c = L.conn()
+        svce = L.svc("reuse-window")
+        c.add(GENP, {"svce": S(svce), "accc": D(accc([4]))}, b"w")
+        c.ok("AUTH_OPTIONS", {"reuse": 2})
+        q = {"query": query(GENP, {"svce": S(svce)}, flags=R_DATA)}
+        seen1, r1 = talk(c, "COPY_MATCHING", q, [PW(L.pw)])
+        t_auth = time.monotonic()
+        time.sleep(1.0)
+        seen2, r2 = talk(c, "COPY_MATCHING", q, [CANCEL])
+        time.sleep(max(0.0, t_auth + 2.4 - time.monotonic()))
+        seen3, r3 = talk(c, "COPY_MATCHING", q, [PW(L.pw)])
+        out.append((AU, "reuse 2 s: asked once, not asked 1 s later (inside the window)",
+                    [x.name for x in seen1 if x.name == "AUTH_NEEDED"] == ["AUTH_NEEDED"] and r1.name == "ITEMS" and
+                    not seen2 and r2.name == "ITEMS", "%r %r %r %r" % (seen1, r1, seen2, r2)))
+        out.append((AU, "reuse 2 s: 2.4 s after the passcode it asks again (using the window did not move its end)",
+                    any(x.name == "AUTH_NEEDED" for x in seen3) and r3.name == "ITEMS", "%r %r" % (seen3, r3)))
+        c.close()
+
+    def run():
+        try:
+            body()
+        except Exception as e:
+            out.append((AU, "the reuse-window checks ran to their end", False, "%s: %s" % (type(e).__name__, e)))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def e2e_passcode_sync(L):
+    """Passcode sync: the login password changed outside Coffer (the test's pam_matrix passdb rewritten)."""
+    PS = "Passcode sync"
+    path = L.args.passdb
+    with open(path) as f:
+        original = f.read()
+    first = original.split("\n")[0]
+    user, rest = first.split(":", 1)
+    service = rest.rsplit(":", 1)[1]
+    new_pw = ("outside-%s" % L.tag).encode()
+    L.unlock()
+    c = L.conn()
+    sub = L.conn()
+    sub.ok("SUBSCRIBE")
+    svce = L.svc("psync")
+    c.add(GENP, {"svce": S(svce)}, b"kept")
+    try:
+        with open(path, "w") as f:
+            f.write("%s:%s:%s\n" % (user, new_pw.decode(), service))
+        r = c.request("UNLOCK", {"passcode": new_pw}, timeout=120)
+        L.err(PS, "UNLOCK with the changed login password (PAM accepts it, the keybag does not open): -25293", r, errSecAuthFailed)
+        L.E(PS, "... no unlocked event", no_frame(sub, 0.2))
+        r = c.request("PASSCODE_SYNC", {"op": 0})
+        L.E(PS, "PASSCODE_SYNC query after that: COUNT 1 (out of sync)", r.name == "COUNT" and r["n"] == 1, repr(r))
+        r = c.request("PASSCODE_SYNC", {"op": 1, "previous": b"not-the-previous"}, timeout=120)
+        L.err(PS, "PASSCODE_SYNC sync with a wrong previous passcode: -25293", r, errSecAuthFailed)
+        rid = sub.send("PASSCODE_SYNC", {"op": 1, "previous": L.pw})
+        a = sub.read_frame(timeout=120)
+        b = sub.read_frame(timeout=120)
+        L.E(PS, "PASSCODE_SYNC sync with the previous passcode: EVENT unlocked, then OK",
+            ev(a, 3) and b.name == "OK" and b.rid == rid, "%r %r" % (a, b))
+        r = c.request("PASSCODE_SYNC", {"op": 0})
+        L.E(PS, "PASSCODE_SYNC query afterwards: COUNT 0", r.name == "COUNT" and r["n"] == 0, repr(r))
+        c.ok("LOCK")
+        r = c.request("UNLOCK", {"passcode": new_pw}, timeout=120)
+        L.kind(PS, "UNLOCK with the new login password now opens the keybag: OK", r, "OK")
+        r = c.copy(query(GENP, {"svce": S(svce)}, flags=R_DATA))
+        L.E(PS, "nothing is lost: the items read", r.name == "ITEMS" and r["items"][0]["data"] == b"kept", repr(r))
+        r = c.request("UNLOCK", {"passcode": L.pw}, timeout=120)
+        L.err(PS, "the old password no longer unlocks: -25293", r, errSecAuthFailed)
+        L.err(PS, "PASSCODE_SYNC sync while in sync: -25291", c.request("PASSCODE_SYNC", {"op": 1, "previous": L.pw}, timeout=120),
+              errSecNotAvailable)
+    finally:
+        with open(path, "w") as f:
+            f.write(original)
+        r = c.request("SET_PASSCODE", {"current": new_pw, "new": L.pw}, timeout=120)
+    L.kind(PS, "back to the original login password with SET_PASSCODE: OK", r, "OK")
+    L.failures_in_a_row = 0
+    sub.close()
+    c.close()
+
+
+def idle_thread(L, out):
+    """Status and Events with an agent whose idle lock is short (--idle-socket): status requests do not
+    count as activity, the idle lock announces willLock, and the authentication timeout ends a conversation."""
+
+    def check(section, desc, cond, detail=""):
+        out.append((section, desc, cond, detail))
+
+    def body():
+        c = L.conn()
+        st = c.status()
+        if st["passcode_set"] == 0:
+            c.ok("SET_PASSCODE", {"current": b"", "new": L.pw}, timeout=120)
+        else:
+            L.unlock(c)
+        check("Status", "STATUS: idleLockSeconds is the configured idle lock (%d)" % L.args.idle_lock_seconds,
+              c.status()["idle_lock"] == L.args.idle_lock_seconds)
+        svce = L.svc("timeout")
+        c.add(GENP, {"svce": S(svce), "accc": D(accc([4]))}, b"t")
+        t0 = time.monotonic()
+        seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(svce)}, flags=R_DATA)}, [], timeout=30)
+        dt = time.monotonic() - t0
+        check("Authentication", "nobody answering within the authentication timeout: -128",
+              [x.name for x in seen] == ["AUTH_NEEDED"] and L.is_err(r, errSecUserCanceled) and dt < L.args.auth_timeout + 5,
+              "%r %r %.1fs" % (seen, r, dt))
+        seen, r = talk(c, "LA_EVALUATE", {"policy": 2, "reason": "nobody"}, [], timeout=30)
+        check("Authentication", "LA_EVALUATE nobody answers within the authentication timeout: systemCancel (-4)",
+              r.name == "LA_RESULT" and r["code"] == -4, "%r %s" % (r, r.f))
+        sub = L.conn()
+        sub.ok("SUBSCRIBE")
+        poll = L.conn()
+        L.unlock(c)
+        next_event(sub)
+        t0 = time.monotonic()
+        polls = [("STATUS", None), ("PROTECTIONS", None), ("PROMPTER", None), ("COUNTERS", None),
+                 ("SYNC_STATUS", {"op": 1}), ("FILES", {"op": 2, "path": ""})]
+        names = set()
+        got, i = None, 0
+        deadline = t0 + L.args.idle_lock_seconds + 4
+        while time.monotonic() < deadline:
+            name, m = polls[i % len(polls)]
+            i += 1
+            rep = poll.request(name, m)
+            names.add(rep.name)
+            try:
+                got = sub.read_frame(timeout=0.25)
+                break
+            except TimeoutError:
+                pass
+        dt = time.monotonic() - t0
+        check("Status", "STATUS, PROTECTIONS, PROMPTER, COUNTERS, SYNC_STATUS and FILES status every 0.25 s do not count as "
+              "activity: the idle lock starts all the same", ev(got, 1) and dt <= L.args.idle_lock_seconds + 2,
+              "%r after %.1fs, replies %s" % (got, dt, sorted(names)))
+        check("Events", "an idle lock's willLock carries the grace period in milliseconds",
+              ev(got, 1) and got["grace"] == int(L.args.idle_lock_grace * 1000), got.f if got else None)
+        e2 = next_event(sub, L.args.idle_lock_grace + 3)
+        check("Events", "the idle lock's grace period ends in locked", ev(e2, 2), repr(e2))
+        check("Status", "after the idle lock: lockState 1", c.status()["lock"] == 1)
+        for x in (c, sub, poll):
+            x.close()
+        if L.args.session_lock:
+            e2e_session_lock(L, L.args.idle_lock_grace)
+
+    def run():
+        try:
+            body()
+        except Exception as e:
+            tb = traceback.extract_tb(e.__traceback__)[-1]
+            out.append(("Status", "the idle-lock checks ran to their end", False, "%s: %s (line %d)" % (type(e).__name__, e, tb.lineno)))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
 
 
 if __name__ == "__main__":
