@@ -47,19 +47,27 @@ import Testing
         let idle = try AgentProcess(extraArguments: ["--config", idleConfig])
 
         // The passcode (the PAM password) goes over standard input, never the command line.
-        let started = Date()
-        let r = withExtendedLifetime((setup, main, bio, idle)) { runProcess(Self.python3!, [Self.checker, "--quiet",
-                                           "--socket", main.socketPath, "--passdb", main.passdb,
-                                           "--hello-timeout", "2", "--frame-deadline", "3", "--lock-grace", "1",
-                                           "--session-lock", "--attempt-schedule",
-                                           "--bio-socket", bio.socketPath,
-                                           "--idle-socket", idle.socketPath, "--idle-lock-seconds", "2",
-                                           "--idle-lock-grace", "1", "--auth-timeout", "1"],
-                           stdin: AgentProcess.password, timeout: 300) }
-        let seconds = Date().timeIntervalSince(started)
-        let failing = r.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL") || $0.hasPrefix("XPASS") }
-        #expect(r.status == 0 && failing.isEmpty,
-                "the outside client's checker failed (\(String(format: "%.1f", seconds)) s):\n\(failing.joined(separator: "\n"))\n\(r.stderr)\n--- main agent ---\n\(main.log.suffix(4000))")
+        let state = setup.file("state.json")
+        func check(_ arguments: [String]) -> CLIResult {
+            let started = Date()
+            let r = runProcess(Self.python3!, [Self.checker, "--quiet", "--socket", main.socketPath, "--state-file", state] + arguments,
+                               stdin: AgentProcess.password, timeout: 300)
+            let failing = r.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL") || $0.hasPrefix("XPASS") }
+            #expect(r.status == 0 && failing.isEmpty,
+                    "the outside client's checker failed (\(arguments.first ?? ""), \(String(format: "%.1f", Date().timeIntervalSince(started))) s):\n\(failing.joined(separator: "\n"))\n\(r.stderr)\n--- main agent ---\n\(main.log.suffix(4000))")
+            return r
+        }
+        let r = withExtendedLifetime((setup, bio, idle)) {
+            check(["--passdb", main.passdb, "--hello-timeout", "2", "--frame-deadline", "3", "--lock-grace", "1", "--session-lock",
+                   "--bio-socket", bio.socketPath,
+                   "--idle-socket", idle.socketPath, "--idle-lock-seconds", "2", "--idle-lock-grace", "1", "--auth-timeout", "1"])
+        }
+        // The same agent restarted: before the first unlock, what survives a restart, then the attempt
+        // schedule; restarted again: the failures in a row were kept.
+        try main.restart()
+        let boot = check(["--part", "boot"])
+        try main.restart()
+        let restarted = check(["--part", "restarted"])
 
         // It cannot pass vacuously: every vector block of the spec ran, and the live parts ran in earnest.
         let counts = Self.counts(r.stdout)
@@ -69,5 +77,8 @@ import Testing
         #expect(vectors?.1 == blocks && vectors?.0 == blocks, "vectors \(String(describing: vectors)) of \(blocks) blocks")
         #expect((e2e?.1 ?? 0) >= 1200 && e2e?.0 == e2e?.1, "e2e \(String(describing: e2e))")
         #expect((malformed?.1 ?? 0) >= 900 && malformed?.0 == malformed?.1, "malformed \(String(describing: malformed))")
+        let afterBoot = Self.counts(boot.stdout)["e2e"], afterRestart = Self.counts(restarted.stdout)["e2e"]
+        #expect((afterBoot?.1 ?? 0) >= 30 && afterBoot?.0 == afterBoot?.1, "boot \(String(describing: afterBoot))")
+        #expect((afterRestart?.1 ?? 0) >= 2 && afterRestart?.0 == afterRestart?.1, "restarted \(String(describing: afterRestart))")
     }
 }

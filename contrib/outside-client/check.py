@@ -76,10 +76,18 @@ KNOWN_DISAGREEMENTS = {
         'not take the touch: no evaluation is waiting for a touch" in about half of the tries: the agent sends '
         'AUTH_NEEDED before the plugin host\'s evaluation waits (an AUTH_FEEDBACK_KIND notice, kind 0 "touch the '
         'sensor", follows when it does). A race: the check is in FLAKY.',
+    "Authentication: a touch the agent takes (BIO present: OK) while a request waits for a finger reaches that request":
+        'Biometry: "BIO present (the emulator only) touches the sensor while an evaluation waits (-25291 if none waits: '
+        'a touch is not remembered)", and Authentication: "If biometry is among the methods, the agent is already waiting '
+        'for a finger." Right after a request (userPresence) that the passcode ended while its sensor ran, the next '
+        'request\'s AUTH_NEEDED is sent, BIO present answers OK, and yet that request gets nothing: it waits on until the '
+        'authentication timeout (ERROR -128 "nobody authenticated in time"; LA_RESULT -4). The touch went to the ended '
+        'request\'s evaluation, which the agent had not stopped yet. Seen in about 1 of 15 tries: the check is in FLAKY.',
 }
 
 # Known disagreements that show only sometimes (a race): passing is not reported as an XPASS failure.
 FLAKY = {
+    "Authentication: a touch the agent takes (BIO present: OK) while a request waits for a finger reaches that request",
     "Authentication: a touch right after AUTH_NEEDED (biometry among the methods) is taken: the agent is already waiting",
 }
 
@@ -1110,6 +1118,22 @@ def e2e_lifecycle(L):
         found = sorted(i["attrs"]["acct"][1] for i in rep["items"]) if rep.name == "ITEMS" else []
         L.E(LC, "HELLO, ADD, ADD and a cut frame, then an immediate close: both complete ADDs ran", found[:2] == ["1", "2"], found)
         L.E(LC, "... and the frame cut off by the close had no effect", "cut" not in found, found)
+        # ... a malformed complete frame among them does not stop the ones after it
+        svce2 = svce + "-m"
+        c2 = L.raw()
+        c2.send_raw(encode_frame("HELLO", 1, {"min": 1, "max": 4, "client": "x"}) +
+                    encode_frame("ADD", 2, {"cls": GENP, "attrs": {"svce": S(svce2), "acct": S("1")}, "secret": b"s", "flags": 0}) +
+                    frame_bytes(0x42, 3, b"") +
+                    encode_frame("ADD", 4, {"cls": GENP, "attrs": {"svce": S(svce2), "acct": S("2")}, "secret": b"s", "flags": 0}))
+        c2.close()
+        got = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(got) < 2:
+            rep = d.copy(query(GENP, {"svce": S(svce2)}, flags=R_ATTRS))
+            got = sorted(i["attrs"]["acct"][1] for i in rep["items"]) if rep.name == "ITEMS" else []
+            time.sleep(0.05)
+        L.E(LC, "HELLO, ADD, a malformed frame, ADD, then a close: both ADDs ran (every complete frame is executed)",
+            got == ["1", "2"], got)
         # a retried ADD after a lost reply may get -25299
         L.err(LC, "the ADD retried after the lost reply: -25299", d.add(GENP, {"svce": S(svce), "acct": S("1")}, b"s"),
               errSecDuplicateItem)
@@ -1687,6 +1711,85 @@ def ssh_string(b):
     return u32(len(b)) + b
 
 
+def mpint(n):
+    """RFC 4251 mpint of a non-negative integer."""
+    if n == 0:
+        return u32(0)
+    b = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    if b[0] & 0x80:
+        b = b"\0" + b
+    return ssh_string(b)
+
+
+# Test RSA keys (fixed primes, made for this checker; public test data).
+RSA_2048 = (int(
+    "fdde2d96b81383719e87a9eb91d81074fc28d071cfc1d8ab06ff230c4df3133bbedd501419e7b9bf9d861721948aacd5"
+    "fc6cbdbf2d96fae0aa6cbd44cb2a842684e3e13261bbe65ca33b8d68f2ce158d9fb644a100001a4402be23685a40c95f"
+    "cb7e04f3cf0afd86a765f184b8e62e4b0bdb62768a3993b9cf457b660aece551", 16), int(
+    "f52f6dd8f9006f0ff8e41732960545327ac47622d18b0422ce28095ecf86055d54bf8ea88dc097872245913cd6ebb5ef"
+    "a72330970ca1bbfca5db4e9c62dff434f8fdc5ccd056f14e20022a3a193c643dccd42083bc07846093e9e1e6ebdce90e"
+    "c54b3ae63667f1f47f805b3a188e59bae52c76a29fbdbc229133e66cfed2fbaf", 16))
+RSA_1024 = (int(
+    "d8da7fa0474911c7dab2b654f162012e7ee29d9ce2da40b7e19ae7602d7277b2ff60a8e89897796a996720822e7b5302"
+    "921e4ce438cc14b52ec08a2892ba4b61", 16), int(
+    "d86a57efe98b4718ae76cd24bc90cc720b48236e2f55e08668e442e044ba224d214b368761ca9a7e585ba191a0663748"
+    "c05fb05588a54e66f1526f7327295517", 16))
+
+
+def rsa_key(primes, e=65537, break_it=False):
+    """The ssh-agent ADD_IDENTITY key fields of ssh-rsa (n, e, d, iqmp, p, q) and the public blob."""
+    p, q = primes
+    n = p * q
+    d = pow(e, -1, (p - 1) * (q - 1))
+    iqmp = pow(q, -1, p)
+    if break_it:
+        n += 2
+    key = ssh_string(b"ssh-rsa") + mpint(n) + mpint(e) + mpint(d) + mpint(iqmp) + mpint(p) + mpint(q)
+    return key, ssh_string(b"ssh-rsa") + mpint(e) + mpint(n)
+
+
+# NIST P-256 (FIPS 186-4, D.1.2.3)
+P256 = (0xffffffff00000001000000000000000000000000ffffffffffffffffffffffff,
+        0xffffffff00000001000000000000000000000000fffffffffffffffffffffffc,
+        0x6b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296,
+        0x4fe342e2fe1a7f9b8ee7eb4a7c0f9e162bce33576b315ececbb6406837bf51f5,
+        0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551)
+
+
+def p256_mul(k):
+    p, a, gx, gy, _ = P256
+
+    def add(P, Q):
+        if P is None:
+            return Q
+        if Q is None:
+            return P
+        if P[0] == Q[0] and (P[1] + Q[1]) % p == 0:
+            return None
+        if P == Q:
+            m = (3 * P[0] * P[0] + a) * pow(2 * P[1], -1, p) % p
+        else:
+            m = (Q[1] - P[1]) * pow(Q[0] - P[0], -1, p) % p
+        x = (m * m - P[0] - Q[0]) % p
+        return (x, (m * (P[0] - x) - P[1]) % p)
+    R, Pt = None, (gx, gy)
+    while k:
+        if k & 1:
+            R = add(R, Pt)
+        Pt = add(Pt, Pt)
+        k >>= 1
+    return R
+
+
+def ecdsa_key(d=0x1f2e3d4c5b6a798897a6b5c4d3e2f1000112233445566778899aabbccddeeff, break_it=False):
+    x, y = p256_mul(d)
+    q = b"\x04" + x.to_bytes(32, "big") + y.to_bytes(32, "big")
+    if break_it:
+        q = b"\x04" + x.to_bytes(32, "big") + ((y + 1) % P256[0]).to_bytes(32, "big")
+    t = b"ecdsa-sha2-nistp256"
+    return ssh_string(t) + ssh_string(b"nistp256") + ssh_string(q) + mpint(d), ssh_string(t) + ssh_string(b"nistp256") + ssh_string(q)
+
+
 def ed_key(pub=ED_PUB, priv=ED_PRIV):
     return ssh_string(b"ssh-ed25519") + ssh_string(pub) + ssh_string(priv)
 
@@ -1777,6 +1880,19 @@ def e2e_keys(L):
                      ("a key cut short", ed_key()[:-5]), ("an unknown key type", ssh_string(b"ssh-dss") + ed_key()[15:]),
                      ("a trailing byte", ed_key() + b"\0"), ("garbage", b"\x01\x02\x03")):
         L.err(K, "import of %s: -50" % why, imp({"labl": S(L.svc("bad-import"))}, key), errSecParam)
+    for label, (key, blob_, bits, typ) in (("RSA 2048", rsa_key(RSA_2048) + (2048, 42)),
+                                          ("ECDSA P-256", ecdsa_key() + (256, 73))):
+        r = imp({"labl": S(L.svc("import-" + label))}, key)
+        a = r["items"][0]["attrs"] if r.name == "ITEMS" and r["items"] else {}
+        L.E(K, "import %s: pubk is its public blob, klbl its SHA-256" % label,
+            a.get("pubk") == D(blob_) and a.get("klbl") == D(hashlib.sha256(blob_).digest()), "%r %r" % (r, a.get("pubk")))
+        L.E(K, "import %s: type %d, bsiz %d" % (label, typ, bits), a.get("type") == I(typ) and a.get("bsiz") == I(bits), a)
+    L.err(K, "import of an RSA key below 2048 bits (1024): -50", imp({"labl": S(L.svc("rsa1024"))}, rsa_key(RSA_1024)[0]),
+          errSecParam)
+    L.err(K, "import of an RSA key whose modulus is not p*q: -50",
+          imp({"labl": S(L.svc("rsa-broken"))}, rsa_key(RSA_2048, break_it=True)[0]), errSecParam)
+    L.err(K, "import of an ECDSA key whose public point is not d*G: -50",
+          imp({"labl": S(L.svc("ec-broken"))}, ecdsa_key(break_it=True)[0]), errSecParam)
     L.err(K, "import giving type: -50", imp({"labl": S(L.svc("bad-import-t")), "type": I(2100)}, ed_key()), errSecParam)
     L.err(K, "import giving bsiz: -50", imp({"labl": S(L.svc("bad-import-b")), "bsiz": I(256)}, ed_key()), errSecParam)
     L.err(K, "nothing stored by the refused imports", c.copy(query(KEYS, {"labl": S(L.svc("bad-import"))}, flags=R_ATTRS)),
@@ -1916,6 +2032,7 @@ def e2e_locked(L):
     for code in LOCK_CLASSES:
         rep = c.add(GENP, {"svce": S(svce), "acct": S(code), "pdmn": S(code), "@kind": S("guarded")}, b"s-" + code.encode(), R_REF)
         refs[code] = rep["items"][0]["pref"]
+    L.lock_refs = refs
     c.add(GENP, {"svce": S(L.svc("lock-acc")), "accc": D(accc([4]))}, b"acc")
     total = c.status()["items"]
     L.kind(LS, "LOCK: OK", c.request("LOCK"), "OK")
@@ -2899,11 +3016,16 @@ def e2e_attempt_schedule(L):
     c = L.conn()
     svce = L.svc("schedule")
     c.add(GENP, {"svce": S(svce), "accc": D(accc([4]))}, b"s")
-    codes = [c.request("UNLOCK", {"passcode": L.pw + b"-wrong%d" % i}, timeout=120) for i in range(4)]
-    L.E(T_, "four wrong UNLOCKs in a row: -25293 each", all(L.is_err(r, errSecAuthFailed) for r in codes), codes)
+    codes = [c.request("UNLOCK", {"passcode": L.pw + b"-wrong%d" % i}, timeout=120) for i in range(2)]
+    L.E(T_, "two wrong UNLOCKs in a row: -25293 each", all(L.is_err(r, errSecAuthFailed) for r in codes), codes)
+    seen, r = talk(c, "COPY_MATCHING", {"query": query(GENP, {"svce": S(svce)}, flags=R_DATA)}, [PW(b"w3"), PW(b"w4"), PW(b"w5")])
+    L.E("Authentication", "then a request's 1st wrong passcode (3rd in a row) gets feedback kind 1; its 2nd (the 4th, after "
+        "which the schedule makes the next attempt wait) ends the request with -25293",
+        [(x.name, x.get("kind")) for x in seen] == [("AUTH_NEEDED", None), ("AUTH_FEEDBACK_KIND", 1)] and
+        L.is_err(r, errSecAuthFailed), "%r %r" % ([(x.name, x.f) for x in seen], r))
     t0 = time.monotonic()
     r = c.request("UNLOCK", {"passcode": L.pw}, timeout=120)
-    L.E(T_, "the fifth attempt within a minute, the right passcode included, is refused at once: -25293 (not tried)",
+    L.E(T_, "the fifth attempt in a row within a minute, the right passcode included, is refused at once: -25293 (not tried)",
         L.is_err(r, errSecAuthFailed) and time.monotonic() - t0 < 5, repr(r))
     L.E(T_, "... the refusal's message says how long to wait (it is not empty)", r.name == "ERROR" and r["message"] != "")
     AU = "Authentication"
@@ -2928,6 +3050,91 @@ E2E_GROUPS = [
     ("Authentication", e2e_app_password), ("Authentication", e2e_la), ("Checking the keychain", e2e_checking),
     ("Escrow", e2e_escrow), ("Backups", e2e_backup), ("Messages", e2e_misc),
 ]
+
+
+def save_state(L, path):
+    """What the checks after a restart of the agent need (--state-file)."""
+    import json
+    with L.conn() as c:
+        for acct, code in (("unlocked", "ak"), ("always", "dk")):
+            c.add(GENP, {"svce": S("db"), "acct": S(acct), "pdmn": S(code)}, b"db-" + code.encode())
+        state = {"tag": L.tag, "items": c.status()["items"], "lock_svce": L.svc("lock"),
+                 "refs": {k: v.hex() for k, v in getattr(L, "lock_refs", {}).items() if k != "akpu"},
+                 "ap_svce": L.svc("ap")}
+    with open(path, "w") as f:
+        json.dump(state, f)
+
+
+def e2e_boot(L, state):
+    """Status and Checking the keychain before the first unlock (the agent restarted with a passcode set),
+    what survives a restart, then the attempt schedule."""
+    LS, LM = "Status", "Checking the keychain"
+    c = L.conn()
+    st = c.status()
+    L.E(LS, "after a restart with a passcode set: lockState 0 (boot), passcodeSet 1", st["lock"] == 0 and st["passcode_set"] == 1, st.f)
+    L.E(LS, "after a restart: itemCount is what it was", st["items"] == state["items"], (st["items"], state["items"]))
+    svce = state["lock_svce"]
+    L.err(LS, "boot: a search matching items of a non-Always class: -25308",
+          c.copy(query(GENP, {"svce": S(svce)}, flags=R_ATTRS)), errSecInteractionNotAllowed)
+    for code in ("dk", "dku"):
+        r = c.copy(query(GENP, {"svce": S(svce), "pdmn": S(code)}, flags=R_DATA | R_ATTRS))
+        L.E(LS, "boot: the Always (%s) item is readable" % code, r.name == "ITEMS" and len(r["items"]) == 1 and
+            r["items"][0]["data"] == b"s-" + code.encode(), repr(r))
+    for code in ("ck", "cku", "ak"):
+        L.err(LS, "boot: the %s item is not readable before the first unlock: -25308" % code,
+              c.copy(query(GENP, {"svce": S(svce), "acct": S(code)}, flags=R_DATA)), errSecInteractionNotAllowed)
+    L.err(LM, "boot: the locked flag cannot search before the first unlock: -25308",
+          c.copy(query(GENP, {"svce": S(svce)}, flags=R_REF | R_LOCKED)), errSecInteractionNotAllowed)
+    L.err("Errors", "boot: ADD of an AfterFirstUnlock (ck) item: -25308",
+          c.add(GENP, {"svce": S(L.svc("boot-add")), "pdmn": S("ck")}, b"s"), errSecInteractionNotAllowed)
+    L.kind(LS, "boot: ADD of an Always (dk) item works", c.add(GENP, {"svce": S(L.svc("boot-add")), "pdmn": S("dk")}, b"s"), "ITEMS")
+    c.send_raw(bytes.fromhex("0000001f07000000060100010004737663650100000002646201000000000200000000"))
+    L.err("Test vectors", "vector 'copy-matching genp svce=db ... (before the first unlock)': -25308", c.read_reply(),
+          errSecInteractionNotAllowed)
+    c.send_raw(bytes.fromhex("0000002c0700000007010002000470646d6e0100000002646b0004737663650100000002646201000000000200000000"))
+    r = c.read_reply()
+    L.E("Test vectors", "vector 'copy-matching genp pdmn=dk svce=db ... (before the first unlock)': ITEMS with the Always match",
+        r.name == "ITEMS" and [i["attrs"]["pdmn"] for i in r["items"]] == [S("dk")], repr(r))
+    if L.whole_keychain:
+        r = c.request("CHECK", {"op": 1})
+        n = c.status()["items"]
+        L.E(LM, "boot: CHECK verify counts every item as checked or skipped, the locked-away ones skipped",
+            r.name == "CHECK_REPORT" and r["checked"] + r["skipped"] == n and r["skipped"] > 0, "%r %s" % (r, r.f))
+    sub = L.conn()
+    sub.ok("SUBSCRIBE")
+    L.kind("Events", "LOCK before the first unlock: OK", c.request("LOCK"), "OK")
+    L.E(LS, "... and the keybag stays in boot (lockState 0)", c.status()["lock"] == 0)
+    rid = c.send("UNLOCK", {"passcode": L.pw})
+    r = c.read_reply(timeout=120)
+    L.E("Events", "LOCK before the first unlock sends no event (the first event is the later unlocked)",
+        r.name == "OK" and ev(next_event(sub), 3), repr(r))
+    L.failures_in_a_row = 0
+    L.E(LS, "after the first unlock: lockState 2", c.status()["lock"] == 2)
+    c.send_raw(bytes.fromhex("0000001f07000000060100010004737663650100000002646201000000000200000000"))
+    r = c.read_reply()
+    L.E("Test vectors", "vector 'copy-matching genp svce=db ...' once unlocked: ITEMS", r.name == "ITEMS" and len(r["items"]) == 2,
+        repr(r))
+    for code, ref in sorted(state["refs"].items()):
+        r = c.copy(query(0, {}, flags=R_DATA, pref=bytes.fromhex(ref)))
+        L.E("Fields", "a persistent reference survives a restart of the agent (%s)" % code,
+            r.name == "ITEMS" and r["items"][0]["data"] == b"s-" + code.encode(), repr(r))
+    c.ok("AUTH_OPTIONS", {"app_password": b"ap-one"})
+    r = c.copy(query(GENP, {"svce": S(state["ap_svce"]), "acct": S("two")}, flags=R_DATA))
+    L.E("Authentication", "an item's application-password delay survives a restart (the right password still refused: -25293)",
+        L.is_err(r, errSecAuthFailed), repr(r))
+    sub.close()
+    c.close()
+    e2e_attempt_schedule(L)
+
+
+def e2e_restarted(L, state):
+    """Timeouts a client must allow: failures in a row are kept in the state directory, across restarts."""
+    c = L.conn()
+    r = c.request("UNLOCK", {"passcode": L.pw}, timeout=120)
+    L.err("Errors", "after a restart within the minute the schedule imposes, the right passcode is still refused: -25293", r,
+          errSecAuthFailed)
+    L.E("Status", "... and the keybag stays in boot (lockState 0)", c.status()["lock"] == 0)
+    c.close()
 
 
 def run_group(L, part, section, fn):
@@ -2986,7 +3193,9 @@ def main(argv=None):
     ap.add_argument("--spec", default=DEFAULT_SPEC, help="WireProtocol.md (default: the checkout's)")
     ap.add_argument("--socket", help="the agent's native socket (needed for e2e and malformed)")
     ap.add_argument("--passcode-fd", type=int, default=0, help="read the passcode from this descriptor (default 0: stdin)")
-    ap.add_argument("--part", default="vectors,e2e,malformed")
+    ap.add_argument("--part", default="vectors,e2e,malformed",
+                    help="vectors,e2e,malformed; or, after a restart of the agent, boot (then restarted after another)")
+    ap.add_argument("--state-file", help="where e2e leaves what the boot and restarted parts need")
     ap.add_argument("--hello-timeout", type=float, default=5.0, help="the agent's hello-timeout (default 5)")
     ap.add_argument("--frame-deadline", type=float, default=10.0, help="the agent's frame-deadline (default 10)")
     ap.add_argument("--lock-grace", type=float, default=10.0, help="the agent's lock-grace (default 10)")
@@ -3010,7 +3219,7 @@ def main(argv=None):
     t0 = time.monotonic()
     if "vectors" in parts:
         run_vectors(R, spec_vectors(args.spec))
-    if parts & {"e2e", "malformed"}:
+    if parts & {"e2e", "malformed", "boot", "restarted"}:
         if not args.socket:
             ap.error("--socket is needed for the e2e and malformed parts")
         L = Live(R, args.socket, read_passcode(args.passcode_fd), args)
@@ -3020,6 +3229,19 @@ def main(argv=None):
             run_group(L, "malformed", "Connection lifecycle", run_malformed)
         if "e2e" in parts and args.attempt_schedule:
             run_group(L, "e2e", "Errors", e2e_attempt_schedule)
+        if "e2e" in parts and args.state_file:
+            save_state(L, args.state_file)
+        if parts & {"boot", "restarted"}:
+            import json
+            with open(args.state_file) as f:
+                state = json.load(f)
+            L.tag = state["tag"]
+            fn = e2e_boot if "boot" in parts else e2e_restarted
+
+            def phase(L_):
+                fn(L_, state)
+            phase.__name__ = fn.__name__
+            run_group(L, "e2e", "Status", phase)
     print("summary: %s (%.1f s)" % (R.summary(), time.monotonic() - t0), flush=True)
     if R.failures:
         print("%d failing check(s):" % len(R.failures))
@@ -3100,23 +3322,77 @@ def e2e_biometry(L):
         rid = conn.send(name, m)
         frames = []
         todo = list(steps)
+        last_touch, retries = None, 0
         while True:
-            rep = conn.read_reply(timeout=30)
+            try:
+                rep = conn.read_reply(timeout=2.0 if last_touch else 30)
+            except TimeoutError:
+                # a touch the agent took (OK) that reached no evaluation (KNOWN_DISAGREEMENTS): touch again
+                if last_touch is None or retries >= 3:
+                    raise
+                lost[0] += 1
+                retries += 1
+                touch(last_touch)
+                continue
             if rep.name not in ("AUTH_NEEDED", "AUTH_FEEDBACK", "AUTH_FEEDBACK_KIND"):
                 return frames, rep
             frames.append(rep)
             if is_notice(rep) or rep.name == "AUTH_FEEDBACK":
                 continue
+            last_touch = None
             step = todo.pop(0) if todo else ("none",)
             if step[0] == "stop":
                 return frames, rid
             if step[0] == "touch":
                 frames.append(touch(step[1])[0])
+                last_touch = step[1]
             elif step[0] == "answer":
                 conn.send("AUTH_RESPONSE", step[1], rid=rid)
 
+    def finish(conn, op=3):
+        """Touches the sensor and reads the request's final reply, touching again when a taken touch reached
+        no evaluation. Returns (frames read, final reply)."""
+        frames = []
+        touch(op)
+        retries = 0
+        while True:
+            try:
+                rep = conn.read_reply(timeout=2.0)
+            except TimeoutError:
+                if retries >= 3:
+                    raise
+                lost[0] += 1
+                retries += 1
+                touch(op)
+                continue
+            if rep.name not in ("AUTH_NEEDED", "AUTH_FEEDBACK", "AUTH_FEEDBACK_KIND"):
+                return frames, rep
+            frames.append(rep)
+
     def meaningful(frames):
         return [f for f in frames if not is_notice(f)]
+
+    lost = [0]
+    # a touch the agent takes while a request's evaluation waits reaches that request: the request
+    # before ended by a passcode while its sensor was running
+    c.add(GENP, {"svce": S(svce), "acct": S("presence-probe"), "accc": D(accc([1]))}, b"probe")
+    probe_lost = 0
+    for _ in range(10):
+        f0, r0 = conversation(c, [("answer", PW(L.pw))], m=q("presence-probe"))
+        rid = c.send("COPY_MATCHING", q("presence-probe"))
+        need = c.read_reply()
+        time.sleep(0.1)
+        touch(3)
+        try:
+            r = c.read_reply(timeout=2.0)
+            while r.name in ("AUTH_FEEDBACK", "AUTH_FEEDBACK_KIND"):
+                r = c.read_reply(timeout=2.0)
+        except TimeoutError:
+            probe_lost += 1
+            f1, r = finish(c)
+    L.E(AU, "a touch the agent takes (BIO present: OK) while a request waits for a finger reaches that request",
+        probe_lost == 0, "%d of 10 touches, 0.1 s after AUTH_NEEDED and right after a request answered by the passcode, were "
+        "taken (OK) and reached no evaluation: the request waited on" % probe_lost)
 
     # AUTH_NEEDED with biometry: "the agent is already waiting for a finger"
     refusals, trials = 0, 20
@@ -3149,10 +3425,8 @@ def e2e_biometry(L):
     need = v1.read_reply()
     touch(4)
     fb = v1.read_reply()
-    touch(3)
-    rest = [v1.read_reply()]
-    while rest[-1].name == "AUTH_FEEDBACK":
-        rest.append(v1.read_reply())
+    frames, final = finish(v1)
+    rest = frames + [final]
     L.E(AU, "version 1: feedback comes as AUTH_FEEDBACK (no kind), never AUTH_FEEDBACK_KIND",
         need.name == "AUTH_NEEDED" and fb.name == "AUTH_FEEDBACK" and rest[-1].name == "ITEMS" and
         all(x.name != "AUTH_FEEDBACK_KIND" for x in rest), "%r %r %r" % (need, fb, rest))
@@ -3161,12 +3435,10 @@ def e2e_biometry(L):
     need = c.read_reply()
     c.send("AUTH_RESPONSE", WAIT_BIO, rid=rid)
     time.sleep(0.3)
-    t, _ = touch(3)
-    r = c.read_reply()
-    while is_notice(r):
-        r = c.read_reply()
+    frames, r = finish(c)
     L.E(AU, "wait for biometry: the agent keeps waiting (no reply of its own); a finger then ends it",
-        need.name == "AUTH_NEEDED" and t.name == "OK" and r.name == "ITEMS" and r.rid == rid, "%r %r %r" % (need, t, r))
+        need.name == "AUTH_NEEDED" and all(is_notice(x) for x in frames) and r.name == "ITEMS" and r.rid == rid,
+        "%r %r %r" % (need, frames, r))
     frames, r = conversation(c, [("answer", PW(L.pw))], m=q("any"))
     L.err(AU, "a passcode where only biometry is accepted ends the request as fallback does: -128", r, errSecUserCanceled)
     frames, r = conversation(c, [("answer", FALLBACK)], m=q("any"))
@@ -3212,7 +3484,7 @@ def e2e_biometry(L):
         r.name == "LA_RESULT" and r["code"] == -2 and r["biometry"] == 1 and r["domain"] == b"", r.f)
     frames, r = conversation(c, [("touch", 3)], "LA_EVALUATE", {"policy": 2, "reason": "owner"})
     L.E(AU, "LA_EVALUATE device owner with a finger enrolled: biometry or passcode (3); a finger gives 0",
-        frames and frames[0]["methods"] == 3 and r.get("code") == 0, "%r %r" % (frames, r))
+        frames and frames[0]["methods"] == 3 and r.get("code") == 0, "%r %r" % ([(f.name, f.f) for f in frames], r.f))
     # lockout: five failed matches in a row
     frames, r = conversation(c, [("touch", 4)] * 5 + [("answer", PW(L.pw))], m=q("presence"))
     kinds = [f.get("kind") for f in frames if f.name == "AUTH_FEEDBACK_KIND" and f["kind"] != 0]
