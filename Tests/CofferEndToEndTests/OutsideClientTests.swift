@@ -48,26 +48,26 @@ import Testing
 
         // The passcode (the PAM password) goes over standard input, never the command line.
         let state = setup.file("state.json")
-        func check(_ arguments: [String]) -> CLIResult {
+        func check(_ phase: String, _ arguments: [String]) -> CLIResult {
             let started = Date()
             let r = runProcess(Self.python3!, [Self.checker, "--quiet", "--socket", main.socketPath, "--state-file", state] + arguments,
                                stdin: AgentProcess.password, timeout: 300)
             let failing = r.stdout.split(separator: "\n").filter { $0.hasPrefix("FAIL") || $0.hasPrefix("XPASS") }
             #expect(r.status == 0 && failing.isEmpty,
-                    "the outside client's checker failed (\(arguments.first ?? ""), \(String(format: "%.1f", Date().timeIntervalSince(started))) s):\n\(failing.joined(separator: "\n"))\n\(r.stderr)\n--- main agent ---\n\(main.log.suffix(4000))")
+                    "the outside client's checker failed (\(phase), \(String(format: "%.1f", Date().timeIntervalSince(started))) s):\n\(failing.joined(separator: "\n"))\n\(r.stderr)\n--- main agent ---\n\(main.log.suffix(4000))")
             return r
         }
         let r = withExtendedLifetime((setup, bio, idle)) {
-            check(["--passdb", main.passdb, "--hello-timeout", "2", "--frame-deadline", "3", "--lock-grace", "1", "--session-lock",
+            check("the first run", ["--passdb", main.passdb, "--hello-timeout", "2", "--frame-deadline", "3", "--lock-grace", "1", "--session-lock",
                    "--bio-socket", bio.socketPath,
                    "--idle-socket", idle.socketPath, "--idle-lock-seconds", "2", "--idle-lock-grace", "1", "--auth-timeout", "1"])
         }
         // The same agent restarted: before the first unlock, what survives a restart, then the attempt
         // schedule; restarted again: the failures in a row were kept.
         try main.restart()
-        let boot = check(["--part", "boot"])
+        let boot = check("after a restart", ["--part", "boot"])
         try main.restart()
-        let restarted = check(["--part", "restarted"])
+        let restarted = check("after a second restart", ["--part", "restarted"])
 
         // It cannot pass vacuously: every vector block of the spec ran, and the live parts ran in earnest.
         let counts = Self.counts(r.stdout)

@@ -773,6 +773,78 @@ WAIT_BIO = {"kind": 2}
 FALLBACK = {"kind": 3}
 
 
+def vector_frame(L, name):
+    """The frame of the spec's vector called `name`."""
+    for v in spec_vectors(L.args.spec):
+        if v.get("name") == name:
+            return bytes.fromhex(v["frame"])
+    raise KeyError("no vector named %r" % name)
+
+
+def replay(L, c, name, timeout=30):
+    """Sends the vector's frame on `c` and returns the reply (events kept aside)."""
+    c.send_raw(vector_frame(L, name))
+    return c.read_reply(timeout=timeout)
+
+
+def e2e_vectors_live(L):
+    """Test vectors: the request vectors replayed on a live agent, in the order a client would send them."""
+    TV = "Test vectors"
+    c = L.conn(1, 3)
+    r = replay(L, c, "add genp svce=mail acct=alice secret \"pw\", no return flags")
+    L.E(TV, "live 'add genp svce=mail acct=alice': ITEMS with no item (or -25299 if it exists)",
+        (r.name == "ITEMS" and r["items"] == []) or L.is_err(r, errSecDuplicateItem), repr(r))
+    r = replay(L, c, "copy-matching genp svce=mail acct=alice, limit one, return data")
+    L.E(TV, "live 'copy-matching ... limit one, return data': ITEMS with the secret pw and the vector's id",
+        r.name == "ITEMS" and r.rid == 5 and [i.get("data") for i in r["items"]] == [b"pw"], repr(r))
+    r = replay(L, c, "copy-matching-page genp svce=mail acct=alice, limit all, return attributes, first page")
+    L.E(TV, "live 'copy-matching-page ... first page': ITEMS_PAGE with alice's attributes, nextCursor 0",
+        r.name == "ITEMS_PAGE" and r["next"] == 0 and [i["attrs"].get("acct") for i in r["items"]] == [S("alice")], repr(r))
+    r = replay(L, c, "copy-matching-page, the same query, next page after cursor 42")
+    L.kind(TV, "live 'copy-matching-page ... after cursor 42': ITEMS_PAGE (any cursor is accepted)", r, "ITEMS_PAGE")
+    r = replay(L, c, "copy-matching genp svce=mail, limit all, return flags 0")
+    L.E(TV, "live 'copy-matching genp svce=mail, return flags 0': one bare item per match",
+        r.name == "ITEMS" and r["items"] and all(i["present"] == 0 and i["cls"] == GENP for i in r["items"]), repr(r))
+    r = replay(L, c, "copy-matching genp svce=mail, limit count 3, return attributes")
+    L.E(TV, "live 'copy-matching ... limit count 3': ITEMS with at most 3", r.name == "ITEMS" and 1 <= len(r["items"]) <= 3, repr(r))
+    r = replay(L, c, "update genp svce=mail, limit all: set labl=work and secret \"new\"")
+    L.E(TV, "live 'update genp svce=mail: labl=work, secret new': COUNT of the matches", r.name == "COUNT" and r["n"] >= 1, repr(r))
+    r = replay(L, c, "update genp svce=mail, limit all: set pdmn=ck, keep the secret")
+    L.E(TV, "live 'update genp svce=mail: pdmn=ck': COUNT", r.name == "COUNT" and r["n"] >= 1, repr(r))
+    r = c.copy(query(GENP, {"svce": S("mail"), "acct": S("alice")}, limit=LIMIT_ONE, flags=R_DATA | R_ATTRS))
+    L.E(TV, "... alice's item now has labl work, pdmn ck and the secret new",
+        r.name == "ITEMS" and r["items"][0]["data"] == b"new" and r["items"][0]["attrs"].get("labl") == S("work") and
+        r["items"][0]["attrs"].get("pdmn") == S("ck"), repr(r))
+    r = replay(L, c, "delete genp svce=mail, limit all")
+    L.E(TV, "live 'delete genp svce=mail': COUNT", r.name == "COUNT" and r["n"] >= 1, repr(r))
+    L.err(TV, "live 'delete any class svce=mail' after it: -25300", replay(L, c, "delete any class svce=mail, limit all"),
+          errSecItemNotFound)
+    r = replay(L, c, "add genp svce=web with general attributes xdg:schema=org.example.Password and user=alice, secret \"pw\", no return flags")
+    L.E(TV, "live 'add genp svce=web with general attributes': ITEMS (or -25299 if it exists)",
+        r.name == "ITEMS" or L.is_err(r, errSecDuplicateItem), repr(r))
+    r = replay(L, c, "copy-matching any class by two general attributes (xdg:schema, user), limit all, return data and attributes")
+    L.E(TV, "live 'copy-matching any class by two general attributes': ITEMS with that item, its data pw",
+        r.name == "ITEMS" and any(i["data"] == b"pw" and i["attrs"].get("svce") == S("web") for i in r["items"]), repr(r))
+    r = replay(L, c, "update genp svce=web, limit all: general attributes none (@ alone, the empty string)")
+    after = c.copy(query(GENP, {"svce": S("web")}, flags=R_ATTRS))
+    L.E(TV, "live 'update genp svce=web: general attributes none': COUNT, and the items keep no general attribute",
+        r.name == "COUNT" and after.name == "ITEMS" and not any(n.startswith("@") for i in after["items"] for n in i["attrs"]),
+        "%r %r" % (r, after))
+    r = replay(L, c, "add keys item with attributes of every type (atag data, kcls integer, klbl data, labl string \"kéy\", perm bool, sdat date 1700000000.5), secret \"k\", return attributes and persistent reference")
+    ok = r.name == "ITEMS" and len(r["items"]) == 1
+    a = r["items"][0]["attrs"] if ok else {}
+    L.E(TV, "live 'add keys item with attributes of every type': the attributes of the reply vector (agrp unsigned, "
+        "pdmn ak, sync false, the given ones) and a 16-byte reference",
+        ok and a.get("agrp") == S(L.default_group) and a.get("pdmn") == S("ak") and a.get("sync") == B(False) and
+        a.get("labl") == S("k\u00e9y") and a.get("sdat") == T(1700000000.5) and a.get("perm") == B(True) and
+        a.get("kcls") == I(1) and a.get("klbl") == D(b"\xff") and a.get("atag") == D(b"\x01\x02") and
+        len(r["items"][0]["pref"]) == 16 and r["items"][0]["present"] == R_ATTRS | R_REF, repr(r) + repr(a))
+    if not os.path.exists("/d"):
+        L.err(TV, "live 'files protect /d class complete' where /d does not exist: -25300",
+              replay(L, c, "files protect /d class complete"), errSecItemNotFound)
+    c.close()
+
+
 def e2e_no_passcode(L):
     """The state of a fresh agent, then SET_PASSCODE (or UNLOCK when a passcode is already set)."""
     st = L.status()
@@ -796,6 +868,11 @@ def e2e_no_passcode(L):
         rep = c.request("SET_PASSCODE", {"current": b"", "new": L.pw + b"-not-the-login-password"}, timeout=120)
         L.err(ER, "SET_PASSCODE whose new passcode PAM refuses: -25293", rep, errSecAuthFailed)
         L.failed_attempt()
+        r = replay(L, c, "set first passcode \"pw\"", timeout=120)
+        L.err("Test vectors", "live 'set first passcode \"pw\"' (PAM refuses pw): -25293", r, errSecAuthFailed)
+        L.failed_attempt()
+        r = replay(L, c, "set-passcode: change \"old\" to \"new\"", timeout=120)
+        L.err("Test vectors", "live 'set-passcode: change old to new' while no passcode is set: -50", r, errSecParam)
         L.err(ER, "ADD with pdmn akpu while no passcode is set: -25291",
               c.add(GENP, {"svce": S(L.svc("akpu0")), "pdmn": S("akpu")}, b"s"), errSecNotAvailable)
         # the vector "add genp svce=mail pdmn=ak with an access control": -25291 while no passcode is set
@@ -853,6 +930,12 @@ def e2e_hello(L):
         if lo == 4660:
             L.E(LC, "rule 4: the refusal of HELLO 4660...4661 quotes neither version number",
                 "4660" not in rep["message"] and "4661" not in rep["message"], rep["message"])
+        c.close()
+    for name, want in (("hello", 1), ("hello announcing versions 1 to 2", 2), ("hello announcing versions 1 to 4", 4)):
+        c = L.raw()
+        r = replay(L, c, name)
+        L.E("Test vectors", "live %r as the first frame: HELLO_REPLY version %d" % (name, want),
+            r.name == "HELLO_REPLY" and r["version"] == want and r.rid == 1, repr(r))
         c.close()
     for rid in (0, 0xFFFFFFFF):
         c = L.raw()
@@ -2058,6 +2141,8 @@ def e2e_locked(L):
                c.add(GENP, {"svce": S(L.svc("lock-add")), "acct": S(code), "pdmn": S(code)}, b"s"), "ITEMS")
     L.err("Errors", "locked: UPDATE of a WhenUnlocked item: -25308",
           c.update(query(GENP, {"svce": S(svce), "acct": S("ak")}), {"labl": S("x")}), errSecInteractionNotAllowed)
+    L.err("Test vectors", "live 'sync setup: init on /srv/keys.git as laptop' while locked: -25308",
+          replay(L, c, "sync setup: init on /srv/keys.git as laptop"), errSecInteractionNotAllowed)
     L.err("Sync", "SYNC_SETUP while locked: -25308", c.request("SYNC_SETUP", {"op": 1, "remote": "/nonexistent/k.git",
                                                                               "device": "laptop"}), errSecInteractionNotAllowed)
     # locked matches by reference
@@ -3048,7 +3133,7 @@ E2E_GROUPS = [
     ("General attributes", e2e_general), ("Fields", e2e_queries), ("Paging", e2e_paging), ("Keys", e2e_keys),
     ("Events", e2e_events), ("Status", e2e_locked), ("Authentication", e2e_authentication),
     ("Authentication", e2e_app_password), ("Authentication", e2e_la), ("Checking the keychain", e2e_checking),
-    ("Escrow", e2e_escrow), ("Backups", e2e_backup), ("Messages", e2e_misc),
+    ("Escrow", e2e_escrow), ("Backups", e2e_backup), ("Messages", e2e_misc), ("Test vectors", e2e_vectors_live),
 ]
 
 
