@@ -62,13 +62,6 @@ KNOWN_DISAGREEMENTS = {
         '(00000009 98 <id> 0000 0000), as Sync\'s "SYNC_CIRCLE circle answers SYNC_CODE with an empty name and the '
         'circle\'s fingerprint as this machine knows it (empty while its pairing has not proved a circle)" allows. '
         'The table should except operation 4 (or the agent answer -25291): the spec says both.',
-    "Protected directories: FILES drop with 196097 bytes (v3): ERROR -50 with its id, a message, and the connection stays":
-        'Protected directories: "drop (4): ... fileName MUST be 1 to 255 bytes ... (else -50); contents at most 196,096 '
-        'bytes." The text bounds contents but does not say that more is malformed; the agent looks the directory up '
-        'first and answers -25300 "/d is not a protected directory [files error 13]" for a directory that is not '
-        'protected, so the bound is not a decoding rule. Which comes first is unspecified.',
-    "Protected directories: FILES drop with 196097 bytes (v4): ERROR -50 with its id, a message, and the connection stays":
-        'As for version 3 (the same frame on a version 4 connection).',
     "Authentication: a touch right after AUTH_NEEDED (biometry among the methods) is taken: the agent is already waiting":
         'Authentication, step 1: "If biometry is among the methods, the agent is already waiting for a finger." and '
         'Biometry: "BIO present ... touches the sensor while an evaluation waits (-25291 if none waits: a touch is not '
@@ -540,7 +533,8 @@ def malformed_cases(version):
     # FILES
     FI = "Protected directories"
     add(FI, "FILES with operation 0", "FILES", u8(0))
-    add(FI, "FILES with operation 5", "FILES", u8(5))
+    add(FI, "FILES with operation 6", "FILES", u8(6))
+    add(FI, "FILES drop part without its fields", "FILES", u8(5))
     for label, path in (("a relative path", "d"), ("a trailing slash", "/d/"), ("an empty component", "/a//d"),
                         ("a . component", "/a/./d"), ("a .. component", "/a/../d"), ("a NUL", "/a\0d"),
                         ("4096 bytes", "/" + "p" * 4095), ("an empty path", "")):
@@ -553,6 +547,13 @@ def malformed_cases(version):
                         ("256 bytes", "f" * 256), ("a NUL", "a\0b")):
         add(FI, "FILES drop with a file name of %s" % label, "FILES", u8(4) + sstr("/d") + sstr(name) + blob(b"hi"))
     add(FI, "FILES drop with 196097 bytes", "FILES", u8(4) + sstr("/d") + sstr("n") + blob(b"c" * 196097))
+    part = lambda final, contents: u8(5) + sstr("/d") + sstr("n") + bytes(range(16)) + u32(0) + u8(final) + blob(contents)
+    add(FI, "FILES drop part with final 2", "FILES", part(2, b"hi"))
+    add(FI, "FILES drop part with 196097 bytes", "FILES", part(1, b"c" * 196097))
+    add(FI, "FILES drop part with a 15-byte drop id", "FILES", u8(5) + sstr("/d") + sstr("n") + bytes(15))
+    for label, name in (("a slash", "a/b"), ("an empty name", "")):
+        add(FI, "FILES drop part with a file name of %s" % label, "FILES",
+            u8(5) + sstr("/d") + sstr(name) + bytes(range(16)) + u32(0) + u8(1) + blob(b"hi"))
     # HELLO
     add("Connection lifecycle", "a second HELLO", "HELLO", u16(1) + u16(4) + sstr("again"))
     return L

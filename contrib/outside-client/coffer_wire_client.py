@@ -552,18 +552,24 @@ def decode_request_payload(name, r, version):
         _need(1 <= m["topics"] <= 7, "topics")
     elif name == "FILES":
         m["op"] = r.u8()
-        _need(1 <= m["op"] <= 4, "unknown operation")
-        if m["op"] in (1, 2, 4):
+        _need(1 <= m["op"] <= 5, "unknown operation")
+        if m["op"] in (1, 2, 4, 5):
             m["path"] = r.sstr()
             _need(is_normal_path(m["path"], allow_empty=(m["op"] == 2)), "path")
         if m["op"] == 1:
             m["fclass"] = r.u8()
             _need(1 <= m["fclass"] <= 4, "unknown class")
-        if m["op"] == 4:
+        if m["op"] in (4, 5):
             m["file"] = r.sstr()
             fb = m["file"].encode()
             _need(1 <= len(fb) <= 255 and b"/" not in fb and b"\0" not in fb and m["file"] not in (".", ".."),
                   "file name")
+        if m["op"] == 5:
+            m["dropId"] = r.take(16)
+            m["index"] = r.u32()
+            m["final"] = r.u8()
+            _need(m["final"] in (0, 1), "final is 0 or 1")
+        if m["op"] in (4, 5):
             m["contents"] = r.blob(196096)
     else:
         raise Malformed("not a request")
@@ -634,12 +640,14 @@ def encode_request_payload(name, m):
         return u8(m["topics"])
     if name == "FILES":
         out = u8(m["op"])
-        if m["op"] in (1, 2, 4):
+        if m["op"] in (1, 2, 4, 5):
             out += sstr(m["path"])
         if m["op"] == 1:
             out += u8(m["fclass"])
         if m["op"] == 4:
             out += sstr(m["file"]) + blob(m["contents"])
+        if m["op"] == 5:
+            out += sstr(m["file"]) + bytes(m["dropId"]) + u32(m["index"]) + u8(m["final"]) + blob(m["contents"])
         return out
     raise ValueError("not a request: " + name)
 
