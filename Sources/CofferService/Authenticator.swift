@@ -253,11 +253,14 @@ package final class Authenticator: Sendable {
         guard !caller.authOptions.noUserInterface, let channel else {
             throw LAError(.notInteractive, "authentication is needed and the client asked for no user interface")
         }
-        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt,
-                                          identity: Self.identityDescription(caller.caller)))
+        // The sensor starts before AUTH_NEEDED goes out ("the agent is already waiting for a finger"): a
+        // touch the client makes on reading it finds this evaluation running (its feedback waits in the
+        // evaluation until the loop below shows it, after AUTH_NEEDED).
         var evaluation: BiometricEvaluation? = methods.contains(.biometry) && biometry.usable
             ? startEvaluation(prompt, caller.caller, channel) : nil
         defer { evaluation?.stop() }
+        channel.ask(AuthenticationRequest(methods: methods, app: Self.appName(caller.caller), prompt: prompt,
+                                          identity: Self.identityDescription(caller.caller)))
         var wrongPasscodes = 0
         while true {
             let event = channel.awaitAnswer(stop: { (evaluation?.isDone ?? false) || (evaluation?.hasFeedback ?? false) },
@@ -292,8 +295,9 @@ package final class Authenticator: Sendable {
                     if lockedNow || biometry.lockedOut {
                         try Self.passcodeAfterLockout(methods, biometryOnly: biometryOnly, channel)
                     } else {
-                        channel.feedback("No match. Try again.", kind: .noMatch)
+                        // The sensor waits again before the client hears "try again" (its next touch finds it).
                         evaluation = startEvaluation(prompt, caller.caller, channel)
+                        channel.feedback("No match. Try again.", kind: .noMatch)
                     }
                 case .cancelled:
                     if clock.now() >= deadline { throw LAError(.systemCancel, "nobody authenticated in time") }
@@ -312,7 +316,9 @@ package final class Authenticator: Sendable {
                 }
             case .answer(.passcode(let p)):
                 guard methods.contains(.passcode) && !biometryOnly else {
-                    throw LAError(.userFallback, "a passcode was given where only biometry is accepted")
+                    throw LAError(.userFallback, methods.contains(.biometry) || biometryOnly
+                                  ? "a passcode was given where only biometry is accepted"
+                                  : "a passcode was given where only the item's application password is accepted")
                 }
                 evaluation?.stop()
                 if try verify(p) {
@@ -422,8 +428,14 @@ package final class BiometricEvaluation: Sendable {
     /// The sensor's messages not yet shown (bounded: a chatty plugin cannot fill the agent's memory).
     private let feedback = Protected([String]())
 
+    /// How many evaluations run in this agent now (started, not yet ended): a touch of the emulator that
+    /// finds none waiting in the plugin while one is starting waits for it (``KeychainService/presentFinger(_:)``).
+    package static var running: Int { runningCount.withLock { $0 } }
+    private static let runningCount = Protected(0)
+
     package func start(reason: String, app: String, timeoutSeconds: Double) {
         let id = self.id
+        Self.runningCount.withLock { $0 += 1 }
         let started = Threads.detach { [self] in
             let outcome = sensor.evaluate(id: id, reason: reason, app: app, timeoutSeconds: timeoutSeconds) { [self] text in
                 let added = feedback.withLock { f -> Bool in
@@ -434,9 +446,14 @@ package final class BiometricEvaluation: Sendable {
                 if added { wakeUp() }
             }
             result.withLock { $0 = outcome }
+            result.broadcast()
+            Self.runningCount.withLock { $0 -= 1 }
             wakeUp()
         }
-        if !started { result.withLock { $0 = .unavailable(LAError(.biometryNotAvailable, "cannot start an evaluation")) } }
+        if !started {
+            result.withLock { $0 = .unavailable(LAError(.biometryNotAvailable, "cannot start an evaluation")) }
+            Self.runningCount.withLock { $0 -= 1 }
+        }
     }
 
     /// Makes ``wakeDescriptor`` readable (one byte; a full pipe is readable already).
@@ -459,9 +476,16 @@ package final class BiometricEvaluation: Sendable {
     /// True once ``stop()`` was called (the agent, not the sensor, ended it).
     package var wasStopped: Bool { stopped.withLock { $0 } }
 
-    /// Cancels a running evaluation (once).
+    /// Cancels a running evaluation (once), and waits (at most ``stopWaitSeconds``) until the sensor has
+    /// ended it: the request's answer goes out only then, so the client's next request never starts an
+    /// evaluation while this one still waits in the plugin for a touch (which would take it, and lose it).
     package func stop() {
         let first = stopped.withLock { s in defer { s = true }; return !s }
-        if first && !isDone { sensor.cancel(id) }
+        guard first && !isDone else { return }
+        sensor.cancel(id)
+        _ = result.withLock(waitingUntil: { $0 != nil }, timeout: Self.stopWaitSeconds) { _ in () }
     }
+
+    /// The longest ``stop()`` waits for the sensor to end a cancelled evaluation.
+    package static let stopWaitSeconds = 2.0
 }

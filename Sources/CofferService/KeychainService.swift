@@ -341,10 +341,26 @@ package final class KeychainService: Sendable {
     }
 
     /// A touch of the sensor (the biometric emulator): `name`'s finger, or nil for an unknown one.
+    /// An evaluation this agent has started may not be waiting in the plugin yet (the plugin host starts it
+    /// a round trip after `AUTH_NEEDED` went out): while one is running, a touch that finds none waiting is
+    /// tried again for up to ``touchWaitSeconds``. With no evaluation running it is refused at once (a
+    /// touch is never remembered for a later evaluation).
     package func presentFinger(_ name: String?) throws(SecError) {
-        let (code, text) = try authenticator.sensor.control("present", name.map { [$0] } ?? ["--unknown"])
-        guard code == 0 else { throw .notAvailable("the sensor did not take the touch: \(TerminalSafeText.escaped(String(text.prefix(256))))") }
+        // Real time (the plugin host's), not the service's clock, which tests drive by hand.
+        let realTime = SystemClock()
+        let deadline = realTime.now() + Self.touchWaitSeconds
+        while true {
+            let (code, text) = try authenticator.sensor.control("present", name.map { [$0] } ?? ["--unknown"])
+            if code == 0 { return }
+            guard BiometricEvaluation.running > 0, realTime.now() < deadline else {
+                throw .notAvailable("the sensor did not take the touch: \(TerminalSafeText.escaped(String(text.prefix(256))))")
+            }
+            Threads.sleep(seconds: 0.02)
+        }
     }
+
+    /// How long a touch waits for an evaluation that is starting.
+    package static let touchWaitSeconds = 2.0
 
     // MARK: Items
 
