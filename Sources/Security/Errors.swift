@@ -34,6 +34,8 @@ public let errSecItemNotFound: OSStatus = -25300
 /// The person would have to be asked and may not be (kSecUseAuthenticationUIFail, an LAContext with
 /// interactionNotAllowed, no terminal or pinentry), or the keychain is locked.
 public let errSecInteractionNotAllowed: OSStatus = -25308
+/// An internal error of the Security functions (Apple's code; SecCertificateCopyCommonName without a common name).
+public let errSecInternal: OSStatus = -26276
 /// Data could not be decoded (a malformed key representation).
 public let errSecDecode: OSStatus = -26275
 /// The program is not entitled to the access group it named (its signed manifest does not grant it).
@@ -69,6 +71,7 @@ enum SecurityErrors {
         case errSecDuplicateItem: "The specified item already exists in the keychain."
         case errSecItemNotFound: "The specified item could not be found in the keychain."
         case errSecInteractionNotAllowed: "User interaction is not allowed."
+        case errSecInternal: "An internal error occurred in the Security framework."
         case errSecDecode: "Unable to decode the provided data."
         case errSecMissingEntitlement: "A required entitlement isn't present."
         case errSecInvalidEncoding: "The encoding is not valid."
