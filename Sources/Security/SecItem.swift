@@ -289,16 +289,13 @@ enum SecItemCall {
             return try shape([made], single: true)
         }
 
+        /// kSecReturnRef gives a SecKey for a key item and a SecCertificate for a certificate item. A password item
+        /// has no reference on Apple's data protection keychain (Apple's SecItem makes none for genp and inet):
+        /// as there, the request is ignored for it — alone it gives no value (nil for kSecMatchLimitOne, an
+        /// empty array otherwise) and errSecSuccess when something matched; beside other return types, the
+        /// other parts.
         func copyMatching() throws(SecFailure) -> CFTypeRef? {
-            var r = self
-            if returnRef, itemClass != .key, itemClass != .certificate {
-                // Only keys and certificates have references here; beside other return types the request is left out.
-                guard returnData || returnAttributes || returnPersistentRef else {
-                    throw .unimplemented("kSecReturnRef gives SecKey and SecCertificate references only (kSecClassKey, kSecClassCertificate)")
-                }
-                r.returnRef = false
-            }
-            return try r.search()
+            try search()
         }
 
         private func search() throws(SecFailure) -> CFTypeRef? {
