@@ -166,7 +166,7 @@ open class LAContext: NSObject, @unchecked Sendable, SecAuthenticationContext {
 
     /// Ends the context: its connection closes (the agent forgets its evaluation), an evaluation still
     /// waiting for the person ends with appCancel, later evaluations fail with invalidContext, and a SecItem
-    /// call through the context fails with errSecAuthFailed without asking anyone.
+    /// call or a signature through the context fails with errSecAuthFailed without asking anyone.
     open func invalidate() {
         locked { _invalidated = true }
         agentSession.invalidate()

@@ -235,12 +235,11 @@ enum SecItemCall {
             ($0, $0.allowedAttributes.union(["pdmn", "sync", "agrp"]))
         })
 
+        /// The call's LAContext, prompt and UI choice (a key reference it returns keeps them for its signatures).
+        var authentication: KeyAuthentication { KeyAuthentication(context: context, prompt: prompt, noUserInterface: ui != .allow) }
+
         /// The options this call runs with, and its session (the context's, or the process's).
-        private var session: (AgentSession, AgentSession.Options) {
-            let noUI = ui != .allow
-            if let context { return (context.agentSession, context.agentOptions(prompt: prompt, noUserInterface: noUI)) }
-            return (.shared, AgentSession.Options(noUserInterface: noUI, operationPrompt: prompt ?? ""))
-        }
+        private var session: (AgentSession, AgentSession.Options) { authentication.session }
 
         private var returnFlags: ReturnFlags {
             var f: ReturnFlags = []
@@ -395,7 +394,9 @@ enum SecItemCall {
                 let ref: AnyObject?
                 switch (returnRef, item.itemClass) {
                 case (true, .key):
-                    guard let k = SecKey(item: item) else { throw SecFailure(errSecInternalComponent, "a key item that is not a key") }
+                    guard let k = SecKey(item: item, authentication: authentication) else {
+                        throw SecFailure(errSecInternalComponent, "a key item that is not a key")
+                    }
                     ref = k
                 case (true, .certificate):
                     // As Apple's: an item whose data is not a certificate gives no reference (it is left out).

@@ -202,4 +202,31 @@ extension AppleSecurityAPITests {
             #expect(read("any", after).1 == Data("any".utf8), "biometryAny takes any enrolled finger")
         }
     }
+
+    /// A key made in the agent that needs a finger to sign: found through an evaluated biometry context it signs
+    /// with no second touch (a touch it did need would wait out the agent's 15 s and fail).
+    @Test(.enabled(if: biometryBuilt, "needs the built plugin host and biometric emulator"))
+    func anEvaluatedBiometryContextSignsWithABiometryKey() async throws {
+        let bio = try TestAgent(biometry: true)
+        try bio.enroll("alice")
+        try await bio.serving {
+            let (made, tag) = try agentKey(.biometryAny)
+            let publicKey = try #require(SecKeyCopyPublicKey(made))
+            let context = LAContext()
+            let pending = PendingEvaluation(context, .deviceOwnerAuthenticationWithBiometrics, reason: "Sign with your finger")
+            #expect(bio.touch("alice"))
+            #expect((try? pending.result()?.get()) == true)
+            let key = try findKey(tag, [kSecUseAuthenticationContext as String: context])
+            let started = Date()
+            #expect(sign(key, Data("payment 1".utf8), verifyingWith: publicKey).ok)
+            #expect(sign(key, Data("payment 2".utf8), verifyingWith: publicKey).ok)
+            #expect(Date().timeIntervalSince(started) < 5, "no touch was waited for")
+            // Without the context the signature waits for a finger.
+            let plain = try findKey(tag)
+            nonisolated(unsafe) let message = Data("payment 3".utf8)
+            let waiting = Pending { [self] in sign(plain, message, verifyingWith: publicKey).ok }
+            #expect(bio.touch("alice"))
+            #expect(waiting.result() == true)
+        }
+    }
 }
