@@ -91,7 +91,10 @@ enum SecItemCall {
             var accessControl: SecAccessControl?
             var unknown: [String] = []
             var keyClassGiven: Any?, keyTypeGiven: Any?
-            for (key, value) in try ValueConversion.entries(dictionary) {
+            let entries = try ValueConversion.entries(dictionary)
+            // Room for every attribute given and the `sync` a search adds: no rehashing while filling.
+            attributes.reserveCapacity(entries.count + 1)
+            for (key, value) in entries {
                 switch key {
                 case "class":
                     guard use != .changes else { throw .param("kSecClass cannot be changed") }
@@ -182,7 +185,7 @@ enum SecItemCall {
                         continue
                     }
                     guard use == .search || !AttributeCatalog.readOnly.contains(key) else { throw .param("\(key) is set by the keychain") }
-                    guard let v = ValueConversion.attribute(key, value) else { throw .param("\(key) is not a \(kind.rawValue)") }
+                    guard let v = ValueConversion.attribute(kind, value) else { throw .param("\(key) is not a \(kind.rawValue)") }
                     attributes[key] = v
                 }
             }
@@ -220,9 +223,9 @@ enum SecItemCall {
             if case .string(let p)? = attributes["pdmn"], ProtectionClass(parsing: p)?.shortCode != p {
                 throw .param("kSecAttrAccessible is not one of its values")
             }
-            if let c = itemClass, let allowed = Self.allowed[c] {
+            if let c = itemClass, let allowed = Self.allowed[c], !attributes.keys.allSatisfy(allowed.contains) {
                 let wrong = attributes.keys.filter { !allowed.contains($0) }
-                guard wrong.isEmpty else { throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)") }
+                throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)")
             }
             if use == .search && attributes["sync"] == nil && !synchronizableAny {
                 // As on Apple platforms: a search without kSecAttrSynchronizable matches local items only.
@@ -384,13 +387,14 @@ enum SecItemCall {
         }
 
         /// Apple's result shapes: one requested part alone, several in a dictionary; an array of those for a
-        /// search whose limit is not one.
+        /// search whose limit is not one. The values are made as the Foundation objects the caller's casts read
+        /// (NSData straight from the secret's secure memory: one copy, not a Data bridged again).
         private func shape(_ items: [ItemResult], single: Bool) throws(SecFailure) -> CFTypeRef? {
-            var values: [Any] = []
+            let parts = (returnData ? 1 : 0) + (returnAttributes ? 1 : 0) + (returnRef ? 1 : 0) + (returnPersistentRef ? 1 : 0)
+            var values: [AnyObject] = []
+            values.reserveCapacity(single ? 1 : items.count)
             for item in items {
-                let parts = [returnData, returnAttributes, returnRef, returnPersistentRef].filter { $0 }.count
-                let attributes = item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) }
-                let data = item.data.map { s in s.withUnsafeBytes { Data($0) } }
+                let data: NSData? = returnData ? item.data.map { s in s.withUnsafeBytes { NSData(bytes: $0.baseAddress, length: $0.count) } } : nil
                 let ref: AnyObject?
                 switch (returnRef, item.itemClass) {
                 case (true, .key):
@@ -406,19 +410,20 @@ enum SecItemCall {
                 }
                 if parts == 1 {
                     if returnData, let data { values.append(data) }
-                    if returnAttributes, let attributes { values.append(attributes as NSDictionary) }
+                    if returnAttributes, let a = item.attributes { values.append(Self.dictionary(a, itemClass: item.itemClass) as NSDictionary) }
                     if returnRef, let ref { values.append(ref) }
-                    if returnPersistentRef, let p = item.persistentRef { values.append(Data(p)) }
+                    if returnPersistentRef, let p = item.persistentRef { values.append(NSData(bytes: p, length: p.count)) }
                 } else {
-                    var d: [String: Any] = returnAttributes ? (attributes ?? [:]) : [:]
-                    if returnData, let data { d["v_Data"] = data }
-                    if returnRef, let ref { d["v_Ref"] = ref }
-                    if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = Data(p) }
+                    var d: [String: Any] = returnAttributes ? (item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) } ?? [:]) : [:]
+                    if let data { d["v_Data"] = data }
+                    if let ref { d["v_Ref"] = ref }
+                    if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = NSData(bytes: p, length: p.count) }
                     values.append(d as NSDictionary)
                 }
+                if single && !values.isEmpty { break }
             }
-            if single { return values.first.map { $0 as AnyObject } }
-            return values as NSArray
+            if single { return values.first }
+            return NSArray(array: values)
         }
 
         /// An item's attributes as Apple's dictionary: short names, Foundation values, the class, the access
