@@ -67,6 +67,9 @@ let package = Package(
         .target(name: "CSSHCrypto", path: "Sources/CSSHCrypto", linkerSettings: [.linkedLibrary("crypto")]),
         // OpenSSL 3 libcrypto for the Secret Service's transport encryption (issue #26): the RFC 2409 DH group, HKDF-SHA256, AES-128-CBC.
         .target(name: "CSecretServiceCrypto", path: "Sources/CSecretServiceCrypto", linkerSettings: [.linkedLibrary("crypto")]),
+        // OpenSSL 3 libcrypto's X.509 parser for the Security module's SecCertificate (issue #46): one certificate's
+        // names, serial number, key identifiers and public key copied out as bytes; only Security imports it.
+        .target(name: "CSecurityX509", path: "Sources/CSecurityX509", linkerSettings: [.linkedLibrary("crypto")]),
         // sd-bus from libsystemd for the Secret Service front end (issue #26): one fixed signature per
         // function, because Swift cannot call sd-bus's varargs readers and writers. No marshalling of its own.
         .target(name: "CSecretServiceBus", path: "Sources/CSecretServiceBus", linkerSettings: [.linkedLibrary("systemd")]),
@@ -143,8 +146,8 @@ let package = Package(
                 swiftSettings: settings),
         // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
         // Swift code written for Apple sees them, on swift-corelibs-foundation; one agent connection per process.
-        .target(name: "Security", dependencies: ["CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys", "CofferSSHAgentProtocol",
-                                                 "CofferSystem"],
+        .target(name: "Security", dependencies: ["CSecurityX509", "CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys",
+                                                 "CofferSSHAgentProtocol", "CofferSystem"],
                 swiftSettings: settings),
         // Apple's LocalAuthentication over the agent (issue #46): LAContext, each with a connection of its own that
         // carries its evaluation into the SecItem calls it is passed to.

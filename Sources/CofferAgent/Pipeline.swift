@@ -229,6 +229,8 @@ final class Pipeline: Sendable {
                                                                                   persistentRef: flags.contains(.persistentRef)),
                                        &session.context, channel)
             return .items(flags.isEmpty ? [] : [r])
+        case .keySign(let query, let data, let flags):
+            return .signature(try signWithKey(query, data: data, flags: flags, &session.context, channel))
         case .copyMatching(let query):
             return try page(query, after: 0, paged: false, version: session.protocolVersion, &session.context, channel)
         case .copyMatchingPage(let query, let cursor):
@@ -306,7 +308,7 @@ final class Pipeline: Sendable {
         let attributes: [Attributes]
         switch request {
         case .add(let item, _): attributes = [item.attributes]
-        case .copyMatching(let q), .copyMatchingPage(let q, _), .delete(let q), .promptRead(let q): attributes = [q.attributes]
+        case .copyMatching(let q), .copyMatchingPage(let q, _), .delete(let q), .promptRead(let q), .keySign(let q, _, _): attributes = [q.attributes]
         case .update(let q, let changes): attributes = [q.attributes, changes.attributes]
         case .keyCreate(_, let a, _): attributes = [a]
         default: return

@@ -47,18 +47,7 @@ extension SSHAgentFrontEnd {
             // A key's reuse window (its `reus`) is the core's: it keeps the grant per caller and key.
             let signature = try service.useKey(matching: SSHKeyItems.query(blob: blob), what: Self.describeUse(publicKey, state),
                                                &state.context, channel) { (secret, attributes) throws(SecError) in
-                let key = try SSHKeyItems.signingKey(stored: secret, attributes: attributes)
-                let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
-                do {
-                    guard let s = SSHWireSignature(try key.sign(data: data, hash: hash, allowSHA1: true), by: publicKey) else {
-                        throw SecError(.internalComponent, "the signature does not match the key")
-                    }
-                    return s
-                } catch let e as SecError {
-                    throw e
-                } catch {
-                    throw SecError(.internalComponent, "signing failed: \(error)")
-                }
+                try SSHKeyItems.sign(stored: secret, attributes: attributes, data: data, flags: flags, publicKey: publicKey)
             }
             logger.info("ssh-agent: signed with a keychain key", metadata: ["key": "\(publicKey.fingerprint)", "algorithm": "\(signature.algorithm)",
                                                                         "pid": "\(pid)"])

@@ -105,6 +105,24 @@ enum SSHKeyItems {
         ItemQuery(itemClass: .key, attributes: ["kcls": .integer(KeyItem.KeyClass.private.rawValue), "klbl": .data(SHA256.hash(blob))])
     }
 
+    /// `data` signed by a key item's private half (its secret and attributes, lent by the core for this one
+    /// use), in the SSH signature blob's form; `flags` are ssh-agent's signature flags (RSA's hash).
+    static func sign(stored: SecureBytes, attributes: Attributes, data: [UInt8], flags: UInt32,
+                     publicKey: SSHWirePublicKey) throws(SecError) -> SSHWireSignature {
+        let key = try signingKey(stored: stored, attributes: attributes)
+        let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
+        do {
+            guard let s = SSHWireSignature(try key.sign(data: data, hash: hash, allowSHA1: true), by: publicKey) else {
+                throw SecError(.internalComponent, "the signature does not match the key")
+            }
+            return s
+        } catch let e as SecError {
+            throw e
+        } catch {
+            throw SecError(.internalComponent, "signing failed: \(error)")
+        }
+    }
+
     /// The signing key in a key item's secret, checked to be the key its attributes name (a row whose
     /// public half was altered signs nothing).
     static func signingKey(stored: SecureBytes, attributes: Attributes) throws(SecError) -> SSHPrivateKey {

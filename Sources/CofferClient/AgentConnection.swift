@@ -237,6 +237,17 @@ public final class AgentConnection {
         return items.first
     }
 
+    /// SecKeyCreateSignature with a key made in the agent (KEY_SIGN): the SSH signature blob (string
+    /// algorithm ‖ string signature) of `data` by the key item `query` names. The key's access control is
+    /// answered on this connection, as for COPY_MATCHING: an evaluation it holds (LA_EVALUATE with a reuse
+    /// duration) covers it. `flags`: ssh-agent's signature flags (RSA's hash; 0 for other keys). An agent
+    /// older than KEY_SIGN answers errSecParam "unknown message type".
+    public func signWithKey(_ query: ItemQuery, data: [UInt8], flags: UInt32 = 0) throws(SecError) -> [UInt8] {
+        let r = try roundTrip(.keySign(query, data: data, flags: flags))
+        guard case .signature(let blob) = r else { throw unexpected(r) }
+        return blob
+    }
+
     /// SecItemCopyMatching. A search for one item is one COPY_MATCHING round trip; any other
     /// limit is fetched page by page (``forEachPage(_:_:)``), so a result of any size arrives.
     public func copyMatching(_ query: ItemQuery) throws(SecError) -> [ItemResult] {

@@ -76,6 +76,12 @@ public enum AgentRequest: Sendable {
     /// `attributes`' `type` and `bsiz`) or imported through it (`key`: the private key in the ssh-agent
     /// wire form). The key is non-extractable: the reply never carries its private half.
     case keyCreate(KeyCreation, attributes: Attributes, ReturnFlags)
+    /// KEY_SIGN: a signature of `data` by the private key item the query names (one match, no return
+    /// flags), a key made or imported in the agent (KEY_CREATE), after the caller's access groups, the
+    /// keybag's lock and the key's access control allowed it; the person is asked on this connection
+    /// (AUTH_NEEDED), so an evaluation it holds covers the signature. `flags`: the ssh-agent protocol's
+    /// signature flags (2 rsa-sha2-256, 4 rsa-sha2-512; 0 for the other key types).
+    case keySign(ItemQuery, data: [UInt8], flags: UInt32)
     /// DELEGATE: a front end (a caller whose manifest grants `delegate-identity`) hands the agent,
     /// as the first request after HELLO, the process it serves: a pidfd passed with `SCM_RIGHTS`
     /// beside this frame, and the pid and start time (field 22 of `/proc/PID/stat`, clock ticks after
@@ -312,6 +318,14 @@ public enum AgentRequest: Sendable {
             var f = FrameBuilder(type: .copyMatchingPage, requestID: requestID, payloadCapacity: query.count + 8)
             f.w.raw(query); f.w.u64(cursor)
             return f.finish()
+        case .keySign(let q, let data, let flags):
+            var one = q
+            one.limit = .one
+            one.returnData = false; one.returnAttributes = false; one.returnPersistentRef = false
+            let query = QueryCodec.encode(one)
+            var f = FrameBuilder(type: .keySign, requestID: requestID, payloadCapacity: query.count + 8 + data.count)
+            f.w.raw(query); f.w.blob(data); f.w.u32(flags)
+            return f.finish()
         }
     }
 
@@ -542,9 +556,19 @@ public enum AgentRequest: Sendable {
             let flags = try QueryCodec.flags(try r.u8("return flags"))
             guard !flags.contains(.data) else { throw ProtocolError("KEY_CREATE never returns the private key (return flag data)") }
             request = .keyCreate(op == 1 ? .generate : .importing(key), attributes: attrs, flags)
+        case .keySign:
+            let q = try QueryCodec.decode(&r)
+            guard q.itemClass == nil || q.itemClass == .key else { throw ProtocolError("KEY_SIGN: the query's class must be keys or any") }
+            guard q.limit == .one, !q.returnData, !q.returnAttributes, !q.returnPersistentRef else {
+                throw ProtocolError("KEY_SIGN signs with one key: its query's match limit must be one (kind 0) and its return flags 0")
+            }
+            let data = try r.blob(max: WireFormat.maximumLargeBodyBytes, "data")
+            let flags = try r.u32("signature flags")
+            guard flags & ~UInt32(6) == 0 else { throw ProtocolError("KEY_SIGN: undefined signature flag bits (2 rsa-sha2-256, 4 rsa-sha2-512)") }
+            request = .keySign(q, data: data, flags: flags)
         case .ok, .helloReply, .statusReply, .items, .count, .itemsPage, .whoamiReply, .authNeeded, .authFeedback, .authFeedbackKind, .laResult,
              .bioStatus, .escrowSecret, .backupSummary, .event, .error, .checkReport, .itemsPageSkipping, .checkReportPage, .protectionsReply, .portalSecretReply,
-             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply, .filesReply, .countersReply:
+             .syncCode, .syncDevices, .syncStatusReply, .syncConflictsReply, .prompterReply, .filesReply, .countersReply, .keySignature:
             throw ProtocolError("the message type is a reply, not a request")
         }
         try r.expectEnd("message")
@@ -606,6 +630,8 @@ public enum AgentResponse: Sendable {
     case escrowSecret(SecureBytes)
     /// PORTAL_SECRET_REPLY: a Flatpak app's portal secret (64 bytes when the agent made it).
     case portalSecret(SecureBytes)
+    /// KEY_SIGNATURE: KEY_SIGN's signature, as an SSH signature blob (string algorithm ‖ string signature).
+    case signature([UInt8])
     /// SYNC_CODE: a device's name and pairing code (SYNC_SETUP, SYNC_CIRCLE approve).
     case syncCode(SyncCode)
     /// SYNC_DEVICES: the circle's devices.
@@ -717,6 +743,10 @@ public enum AgentResponse: Sendable {
         case .portalSecret(let secret):
             var f = FrameBuilder(type: .portalSecretReply, requestID: requestID, payloadCapacity: 4 + secret.count)
             f.secret(secret)
+            return f.finish()
+        case .signature(let blob):
+            var f = FrameBuilder(type: .keySignature, requestID: requestID, payloadCapacity: 4 + blob.count)
+            f.w.blob(blob)
             return f.finish()
         case .syncCode(let c):
             var f = FrameBuilder(type: .syncCode, requestID: requestID, payloadCapacity: 4 + c.name.utf8.count + c.code.utf8.count)
@@ -966,6 +996,10 @@ public enum AgentResponse: Sendable {
             response = .escrowSecret(try r.secret("escrow secret"))
         case .portalSecretReply:
             response = .portalSecret(try r.secret("portal secret"))
+        case .keySignature:
+            let blob = try r.blob(max: WireFormat.maximumSignatureBytes, "signature")
+            guard !blob.isEmpty else { throw ProtocolError("KEY_SIGNATURE: an empty signature") }
+            response = .signature(blob)
         case .syncCode:
             response = .syncCode(SyncCode(name: try r.sstr("device name"), code: try r.sstr("pairing code")))
         case .syncDevices:

@@ -48,6 +48,9 @@ public enum WireFormat {
     public static let maximumSecretBytes = 1 << 20
     /// Length of a persistent reference.
     public static let persistentRefBytes = 16
+    /// Longest signature blob KEY_SIGNATURE carries (an SSH signature blob of a 16384-bit RSA key is
+    /// about 2 KiB).
+    public static let maximumSignatureBytes = 8192
     /// Body bytes of an ITEMS frame before its first item: type, request id, u32 n.
     public static let itemsHeaderBytes = 9
     /// Body bytes of an ITEMS_PAGE frame before its first item: type, request id, u64 next cursor, u32 n.
@@ -133,14 +136,14 @@ public enum MessageType: UInt8, Sendable {
     case portalSecret = 0x1D
     case syncSetup = 0x1E, syncCircle = 0x1F, syncStatus = 0x20, syncConflicts = 0x21
     case promptRead = 0x22, subscribeEvents = 0x23, files = 0x24
-    case prompter = 0x25, counters = 0x26
+    case prompter = 0x25, counters = 0x26, keySign = 0x27
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91
     case checkReport = 0x92, itemsPageSkipping = 0x93, checkReportPage = 0x94, protectionsReply = 0x95
     case portalSecretReply = 0x97
     case syncCode = 0x98, syncDevices = 0x99, syncStatusReply = 0x9A, syncConflictsReply = 0x9B, filesReply = 0x9C
-    case prompterReply = 0x9D, countersReply = 0x9E
+    case prompterReply = 0x9D, countersReply = 0x9E, keySignature = 0x9F
     case event = 0xC0, error = 0xFF
 }
 

@@ -131,6 +131,8 @@ open class LAContext: NSObject, @unchecked Sendable, SecAuthenticationContext {
                 try c.evaluate(p, reason: reason)
             }
         } catch {
+            // invalidate() cut the evaluation off: Apple's appCancel.
+            if locked({ _invalidated }) { throw LAError(.appCancel, message: "the context was invalidated during the evaluation") }
             throw LAError(error.status == errSecNotAvailable ? .biometryNotAvailable : .systemCancel, message: error.detail)
         }
         locked { _biometryType = r.biometryType == 1 ? .touchID : .none }
@@ -162,11 +164,12 @@ open class LAContext: NSObject, @unchecked Sendable, SecAuthenticationContext {
         }
     }
 
-    /// Ends the context: its connection closes (the agent forgets its evaluation); later evaluations fail
-    /// with invalidContext.
+    /// Ends the context: its connection closes (the agent forgets its evaluation), an evaluation still
+    /// waiting for the person ends with appCancel, later evaluations fail with invalidContext, and a SecItem
+    /// call or a signature through the context fails with errSecAuthFailed without asking anyone.
     open func invalidate() {
         locked { _invalidated = true }
-        agentSession.disconnect()
+        agentSession.invalidate()
     }
 
     /// Sets (data) or clears (nil) the application password for items whose access control has

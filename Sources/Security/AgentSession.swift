@@ -13,7 +13,14 @@ import Glibc
 package final class AgentSession: @unchecked Sendable {
     // @unchecked Sendable: every mutable field is guarded by `mutex`.
     private let mutex = PThreadMutex()
-    private var connection: AgentConnection?
+    private var connection: AgentConnection? {
+        didSet { liveMutex.withLock { live = connection } }
+    }
+    /// The connection as ``invalidate()`` sees it while a call holds `mutex`, and whether the session was
+    /// invalidated; guarded by `liveMutex` (never held while waiting for the agent).
+    private let liveMutex = PThreadMutex()
+    private var live: AgentConnection?
+    private var invalidated = false
     /// The options the connection was last given (nil: none sent, the agent's defaults).
     private var applied: OptionsKey?
     /// Bumped when a credential changes, so that options with a new credential are sent again.
@@ -86,20 +93,42 @@ package final class AgentSession: @unchecked Sendable {
         }
     }
 
+    /// Ends the session for good (LAContext.invalidate): a call waiting on its connection (an evaluation
+    /// waiting for the person) is cut off at once, the agent sees the connection end and forgets what it
+    /// held for it, and every later call fails with errSecAuthFailed without connecting.
+    package func invalidate() {
+        let c = liveMutex.withLock { () -> AgentConnection? in
+            invalidated = true
+            return live
+        }
+        c?.cancel()
+    }
+
+    /// True once ``invalidate()`` ran.
+    package var isInvalidated: Bool { liveMutex.withLock { invalidated } }
+
+    private static let invalidatedFailure = SecFailure(errSecAuthFailed, "the LAContext was invalidated")
+
     /// Runs `body` on the connection with `options` in force. A connection the agent hung up is reopened
     /// first; a request that fails because the connection broke under it is retried once on a new
-    /// connection only when `retry` (a search: running it twice changes nothing).
+    /// connection only when `retry` (a search: running it twice changes nothing). An invalidated session
+    /// runs nothing: errSecAuthFailed.
     package func run<T>(options: Options = Options(), retry: Bool = true,
                         _ body: (AgentConnection) throws(AgentError) -> T) throws(SecFailure) -> T {
         try mutex.withLock { () throws(SecFailure) -> T in
+            guard !isInvalidated else {
+                connection = nil
+                throw Self.invalidatedFailure
+            }
             do throws(SecError) {
                 return try attempt(options, retry: retry, body)
-            } catch let e where retry && e.brokeConnection {
+            } catch let e where retry && e.brokeConnection && !isInvalidated {
                 connection = nil
                 applied = nil
                 do throws(SecError) { return try attempt(options, retry: false, body) } catch { throw SecFailure(error) }
             } catch {
-                if error.brokeConnection { connection = nil; applied = nil }
+                if error.brokeConnection || isInvalidated { connection = nil; applied = nil }
+                if isInvalidated { throw Self.invalidatedFailure }
                 throw SecFailure(error)
             }
         }

@@ -1,14 +1,43 @@
 #if os(Linux)
-// Signing with a key the agent holds (kSecAttrTokenIDSecureEnclave): the native wire has no signing message; the
-// agent signs with its key items on its ssh-agent socket (SSH_AGENTC_SIGN_REQUEST), after the caller's access
-// groups, the keybag's lock and the key's access control allowed it. The private half never leaves the agent.
+// Signing with a key the agent holds (kSecAttrTokenIDSecureEnclave): the native wire's KEY_SIGN on the session
+// the key came with (an LAContext's, whose evaluation then covers the signature, or the process's), after the
+// caller's access groups, the keybag's lock and the key's access control allowed it; the person is asked the way
+// the program asks for its items (its pinentry or terminal). An agent older than KEY_SIGN signs on its ssh-agent
+// socket (SSH_AGENTC_SIGN_REQUEST), asking through its own prompter. The private half never leaves the agent.
 import CofferClient
+import CofferModel
 import CofferSSHAgentProtocol
 import CofferSSHKeys
 import CofferSystem
 import Glibc
 
 enum AgentSigning {
+    /// The agent's signature of `data` with its key item `persistentRef` (whose SSH public key blob is `blob`),
+    /// authenticated as `authentication` says (an invalidated LAContext: errSecAuthFailed, nobody asked).
+    static func sign(persistentRef: [UInt8], blob: [UInt8], data: [UInt8], authentication: KeyAuthentication?) throws(SecFailure) -> SSHSignature {
+        let (session, options) = (authentication ?? KeyAuthentication(context: nil, prompt: nil, noUserInterface: false)).session
+        let query = ItemQuery(itemClass: .key, persistentRef: persistentRef)
+        let signatureBlob: [UInt8]
+        do {
+            signatureBlob = try session.run(options: options) { c throws(SecError) in try c.signWithKey(query, data: data) }
+        } catch where error.status == errSecParam && error.detail.contains("unknown message type") {
+            // An agent from before KEY_SIGN.
+            return try sign(blob: blob, data: data)
+        } catch where authentication?.context?.agentSession.isInvalidated == true {
+            throw SecFailure(error.status, error.detail, underlying: (domain: "com.apple.LocalAuthentication", code: -10))
+        }
+        return try decode(signatureBlob)
+    }
+
+    /// An SSH signature blob as the SecKey form.
+    private static func decode(_ signatureBlob: [UInt8]) throws(SecFailure) -> SSHSignature {
+        switch try? SSHWireSignature(blob: signatureBlob) {
+        case .ed25519(let s)?: return .ed25519(s)
+        case .ecdsa(_, let r, let s)?: return .ecdsa(r: Array(r.drop { $0 == 0 }), s: Array(s.drop { $0 == 0 }))
+        default: throw SecFailure(errSecDecode, "the agent's signature is not of the key's kind")
+        }
+    }
+
     /// The agent's ssh-agent socket: `ssh-agent.sock` beside the native socket (the agent's default).
     static var socketPath: String {
         let native = AgentConnection.socketPath(explicit: AgentSession.socket)
@@ -16,8 +45,8 @@ enum AgentSigning {
         return dir + "/ssh-agent.sock"
     }
 
-    /// The agent's signature of `data` with the key item whose SSH public key blob is `blob`.
-    static func sign(blob: [UInt8], data: [UInt8]) throws(SecFailure) -> SSHSignature {
+    /// The agent's signature of `data` with the key item whose SSH public key blob is `blob`, on its ssh-agent socket.
+    private static func sign(blob: [UInt8], data: [UInt8]) throws(SecFailure) -> SSHSignature {
         let path = socketPath
         let fd: Int32
         do { fd = try UnixSocket.connect(path: path) } catch {
@@ -49,11 +78,7 @@ enum AgentSigning {
             throw SecFailure(errSecAuthFailed, "the agent refused to sign (the key is not this program's, the keychain is locked, "
                              + "or the authentication its access control needs did not happen)")
         }
-        switch try? SSHWireSignature(blob: signatureBlob) {
-        case .ed25519(let s)?: return .ed25519(s)
-        case .ecdsa(_, let r, let s)?: return .ecdsa(r: Array(r.drop { $0 == 0 }), s: Array(s.drop { $0 == 0 }))
-        default: throw SecFailure(errSecDecode, "the agent's signature is not of the key's kind")
-        }
+        return try decode(signatureBlob)
     }
 }
 #endif

@@ -34,6 +34,8 @@ public let errSecItemNotFound: OSStatus = -25300
 /// The person would have to be asked and may not be (kSecUseAuthenticationUIFail, an LAContext with
 /// interactionNotAllowed, no terminal or pinentry), or the keychain is locked.
 public let errSecInteractionNotAllowed: OSStatus = -25308
+/// An internal error of the Security functions (Apple's code; SecCertificateCopyCommonName without a common name).
+public let errSecInternal: OSStatus = -26276
 /// Data could not be decoded (a malformed key representation).
 public let errSecDecode: OSStatus = -26275
 /// The program is not entitled to the access group it named (its signed manifest does not grant it).
@@ -69,6 +71,7 @@ enum SecurityErrors {
         case errSecDuplicateItem: "The specified item already exists in the keychain."
         case errSecItemNotFound: "The specified item could not be found in the keychain."
         case errSecInteractionNotAllowed: "User interaction is not allowed."
+        case errSecInternal: "An internal error occurred in the Security framework."
         case errSecDecode: "Unable to decode the provided data."
         case errSecMissingEntitlement: "A required entitlement isn't present."
         case errSecInvalidEncoding: "The encoding is not valid."
@@ -78,10 +81,12 @@ enum SecurityErrors {
         }
     }
 
-    /// The error a CFError out-parameter gets: NSOSStatusErrorDomain with the code, as on Apple platforms.
-    static func cfError(_ status: OSStatus, _ detail: String? = nil) -> CFError {
+    /// The error a CFError out-parameter gets: NSOSStatusErrorDomain with the code, as on Apple platforms;
+    /// `underlying` goes under NSUnderlyingErrorKey (an LAError's domain and code).
+    static func cfError(_ status: OSStatus, _ detail: String? = nil, underlying: (domain: String, code: Int)? = nil) -> CFError {
         var info: [String: Any] = [:]
         if let m = detail ?? message(status) { info[NSLocalizedDescriptionKey] = m }
+        if let u = underlying { info[NSUnderlyingErrorKey] = NSError(domain: u.domain, code: u.code, userInfo: [:]) }
         return NSError(domain: "NSOSStatusErrorDomain", code: Int(status), userInfo: info)
     }
 
@@ -89,15 +94,23 @@ enum SecurityErrors {
     static func store(_ status: OSStatus, _ detail: String?, in out: UnsafeMutablePointer<Unmanaged<CFError>?>?) {
         out?.pointee = Unmanaged.passRetained(cfError(status, detail))
     }
+
+    /// Stores `failure` in a CFError out-parameter.
+    static func store(_ failure: SecFailure, in out: UnsafeMutablePointer<Unmanaged<CFError>?>?) {
+        out?.pointee = Unmanaged.passRetained(cfError(failure.status, failure.detail, underlying: failure.underlying))
+    }
 }
 
 /// A failed call: the status to return (the agent's SecError carries Apple's number already).
 package struct SecFailure: Error {
     package let status: OSStatus
     package let detail: String
-    package init(_ status: OSStatus, _ detail: String) {
+    /// The error beneath (a CFError's NSUnderlyingErrorKey): an invalidated LAContext's LAError.
+    package let underlying: (domain: String, code: Int)?
+    package init(_ status: OSStatus, _ detail: String, underlying: (domain: String, code: Int)? = nil) {
         self.status = status
         self.detail = detail
+        self.underlying = underlying
     }
     init(_ e: SecError) { self.init(e.status.rawValue, e.message) }
     static func param(_ detail: String) -> SecFailure { SecFailure(errSecParam, detail) }

@@ -77,7 +77,8 @@ enum SecItemCall {
         var returnData = false, returnAttributes = false, returnRef = false, returnPersistentRef = false
         /// kSecValueData, copied straight into secure memory (never into an array of its own).
         var valueData: SecureBytes?
-        var valueRef: SecKey?
+        /// kSecValueRef: a SecKey or a SecCertificate.
+        var valueRef: ValueRef?
         var persistentRef: [UInt8]?
         var context: (any SecAuthenticationContext)?
         var prompt: String?
@@ -90,7 +91,10 @@ enum SecItemCall {
             var accessControl: SecAccessControl?
             var unknown: [String] = []
             var keyClassGiven: Any?, keyTypeGiven: Any?
-            for (key, value) in try ValueConversion.entries(dictionary) {
+            let entries = try ValueConversion.entries(dictionary)
+            // Room for every attribute given and the `sync` a search adds: no rehashing while filling.
+            attributes.reserveCapacity(entries.count + 1)
+            for (key, value) in entries {
                 switch key {
                 case "class":
                     guard use != .changes else { throw .param("kSecClass cannot be changed") }
@@ -125,8 +129,12 @@ enum SecItemCall {
                     guard let d = ValueConversion.secret(value) else { throw .param("kSecValueData is not Data") }
                     valueData = d
                 case "v_Ref":
-                    guard let k = ValueConversion.unwrapped(value) as? SecKey else { throw .param("kSecValueRef is not a SecKey") }
-                    valueRef = k
+                    guard use != .changes else { throw .param("kSecValueRef cannot be changed") }
+                    switch ValueConversion.unwrapped(value) {
+                    case let k as SecKey: valueRef = .key(k)
+                    case let c as SecCertificate: valueRef = .certificate(c)
+                    default: throw .param("kSecValueRef is neither a SecKey nor a SecCertificate")
+                    }
                 case "v_PersistentRef":
                     guard use == .search, let d = ValueConversion.data(value) else { throw .param("kSecValuePersistentRef is not Data") }
                     persistentRef = d
@@ -177,11 +185,24 @@ enum SecItemCall {
                         continue
                     }
                     guard use == .search || !AttributeCatalog.readOnly.contains(key) else { throw .param("\(key) is set by the keychain") }
-                    guard let v = ValueConversion.attribute(key, value) else { throw .param("\(key) is not a \(kind.rawValue)") }
+                    guard let v = ValueConversion.attribute(kind, value) else { throw .param("\(key) is not a \(kind.rawValue)") }
                     attributes[key] = v
                 }
             }
             guard unknown.isEmpty else { throw .param("unknown attribute \(unknown.sorted().joined(separator: ", "))") }
+            if let ref = valueRef {
+                // As Apple's: the reference brings its class (kSecClass may be left out) and, in a search, what
+                // identifies its item; attributes the dictionary gives win.
+                guard itemClass == nil || itemClass == ref.itemClass else {
+                    throw .param("kSecValueRef is a \(ref.itemClass == .key ? "SecKey" : "SecCertificate"), not an item of kSecClass \(itemClass!.rawValue)")
+                }
+                itemClass = ref.itemClass
+                if use == .search {
+                    let (match, reference) = try ref.searchAttributes()
+                    for (k, v) in match where attributes[k] == nil { attributes[k] = v }
+                    if persistentRef == nil { persistentRef = reference }
+                }
+            }
             // kSecAttrKeyClass and kSecAttrKeyType come as Apple's strings ("1", "73") or numbers.
             if let v = keyClassGiven {
                 guard let n = ValueConversion.integer(v) else { throw .param("kSecAttrKeyClass is not a key class") }
@@ -202,9 +223,9 @@ enum SecItemCall {
             if case .string(let p)? = attributes["pdmn"], ProtectionClass(parsing: p)?.shortCode != p {
                 throw .param("kSecAttrAccessible is not one of its values")
             }
-            if let c = itemClass, let allowed = Self.allowed[c] {
+            if let c = itemClass, let allowed = Self.allowed[c], !attributes.keys.allSatisfy(allowed.contains) {
                 let wrong = attributes.keys.filter { !allowed.contains($0) }
-                guard wrong.isEmpty else { throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)") }
+                throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)")
             }
             if use == .search && attributes["sync"] == nil && !synchronizableAny {
                 // As on Apple platforms: a search without kSecAttrSynchronizable matches local items only.
@@ -217,12 +238,11 @@ enum SecItemCall {
             ($0, $0.allowedAttributes.union(["pdmn", "sync", "agrp"]))
         })
 
+        /// The call's LAContext, prompt and UI choice (a key reference it returns keeps them for its signatures).
+        var authentication: KeyAuthentication { KeyAuthentication(context: context, prompt: prompt, noUserInterface: ui != .allow) }
+
         /// The options this call runs with, and its session (the context's, or the process's).
-        private var session: (AgentSession, AgentSession.Options) {
-            let noUI = ui != .allow
-            if let context { return (context.agentSession, context.agentOptions(prompt: prompt, noUserInterface: noUI)) }
-            return (.shared, AgentSession.Options(noUserInterface: noUI, operationPrompt: prompt ?? ""))
-        }
+        private var session: (AgentSession, AgentSession.Options) { authentication.session }
 
         private var returnFlags: ReturnFlags {
             var f: ReturnFlags = []
@@ -233,7 +253,8 @@ enum SecItemCall {
         }
 
         private var query: ItemQuery {
-            ItemQuery(itemClass: itemClass, attributes: attributes, limit: limit, returnData: returnData,
+            // A certificate's reference is made from its data: asked for with the search.
+            ItemQuery(itemClass: itemClass, attributes: attributes, limit: limit, returnData: returnData || (returnRef && itemClass == .certificate),
                       returnAttributes: returnAttributes || returnRef, returnPersistentRef: returnPersistentRef || returnRef,
                       persistentRef: persistentRef)
         }
@@ -242,35 +263,41 @@ enum SecItemCall {
             guard let itemClass else { throw .param("SecItemAdd needs kSecClass") }
             var attrs = attributes
             let secret: SecureBytes
-            if let key = valueRef {
-                guard itemClass == .key else { throw .param("kSecValueRef of a SecKey needs kSecClassKey") }
+            switch valueRef {
+            case .key(let key)?:
                 guard let stored = key.storedForm else {
                     throw SecFailure(errSecDuplicateItem, "the key is already an item of the keychain (made in the agent)")
                 }
                 for (k, v) in stored.attributes where attrs[k] == nil { attrs[k] = v }
                 secret = stored.secret
-            } else {
+            case .certificate(let certificate)?:
+                guard valueData == nil else { throw .param("kSecValueRef and kSecValueData both give the certificate") }
+                // Apple's attributes of a certificate item; those the dictionary gives win.
+                for (k, v) in certificate.itemAttributes where attrs[k] == nil { attrs[k] = v }
+                secret = certificate.der.withUnsafeBytes { SecureBytes(copying: $0) }
+            case nil:
+                if itemClass == .certificate && valueData == nil {
+                    throw .param("a certificate item needs kSecValueRef (a SecCertificate) or kSecValueData (its DER bytes)")
+                }
                 secret = valueData ?? SecureBytes(count: 0)
             }
-            if itemClass == .certificate && valueData == nil { throw .param("a certificate item needs kSecValueData (its DER bytes)") }
             let item = NewItem(itemClass: itemClass, attributes: attrs, secret: secret)
             let flags = returnFlags
             let (s, options) = session
             let made = try s.run(options: options, retry: false) { c throws(SecError) in try c.add(item, returning: flags) }
-            guard !flags.isEmpty, let made else { return nil }
+            guard !flags.isEmpty, var made else { return nil }
+            // A reference is made from what was added (the agent need not send the secret back for it).
+            if returnRef && made.data == nil && (itemClass == .certificate || itemClass == .key) { made.data = secret }
             return try shape([made], single: true)
         }
 
+        /// kSecReturnRef gives a SecKey for a key item and a SecCertificate for a certificate item. A password item
+        /// has no reference on Apple's data protection keychain (Apple's SecItem makes none for genp and inet):
+        /// as there, the request is ignored for it — alone it gives no value (nil for kSecMatchLimitOne, an
+        /// empty array otherwise) and errSecSuccess when something matched; beside other return types, the
+        /// other parts.
         func copyMatching() throws(SecFailure) -> CFTypeRef? {
-            var r = self
-            if returnRef, itemClass != .key {
-                // Only keys have references here (SecKey); beside other return types the request is left out.
-                guard returnData || returnAttributes || returnPersistentRef else {
-                    throw .unimplemented("kSecReturnRef gives SecKey references only (kSecClassKey)")
-                }
-                r.returnRef = false
-            }
-            return try r.search()
+            try search()
         }
 
         private func search() throws(SecFailure) -> CFTypeRef? {
@@ -285,7 +312,7 @@ enum SecItemCall {
             }
             // A search asking for nothing back only tells whether something matched.
             guard !items.isEmpty else { throw SecFailure(errSecItemNotFound, "no item matches") }
-            if returnRef { items = try withKeyData(items, session: s, options: options) }
+            if returnRef { items = try withReferenceData(items, session: s, options: options) }
             guard returnData || returnAttributes || returnRef || returnPersistentRef else { return nil }
             return try shape(items, single: limit == .one)
         }
@@ -318,12 +345,19 @@ enum SecItemCall {
             return out
         }
 
-        /// Key items asked for as SecKey: a key stored in software needs its secret (read by persistent reference).
-        private func withKeyData(_ items: [ItemResult], session s: AgentSession, options: AgentSession.Options) throws(SecFailure) -> [ItemResult] {
+        /// Items asked for as references whose reference needs their data: a certificate (its DER bytes) and a
+        /// key stored in software (its secret), each read by persistent reference when the search did not return it.
+        private func withReferenceData(_ items: [ItemResult], session s: AgentSession, options: AgentSession.Options) throws(SecFailure) -> [ItemResult] {
             var out: [ItemResult] = []
+            out.reserveCapacity(items.count)
             for var item in items {
-                if item.data == nil, let attrs = item.attributes, !KeyItem.isNonExtractable(attrs), let ref = item.persistentRef {
-                    let q = ItemQuery(itemClass: .key, returnData: true, persistentRef: ref)
+                let needsData = switch item.itemClass {
+                case .certificate: true
+                case .key: item.attributes.map { !KeyItem.isNonExtractable($0) } ?? false
+                default: false
+                }
+                if needsData, item.data == nil, let ref = item.persistentRef {
+                    let q = ItemQuery(itemClass: item.itemClass, returnData: true, persistentRef: ref)
                     item.data = try s.run(options: options) { c throws(SecError) in try c.copyMatching(q) }.first?.data
                 }
                 out.append(item)
@@ -353,30 +387,43 @@ enum SecItemCall {
         }
 
         /// Apple's result shapes: one requested part alone, several in a dictionary; an array of those for a
-        /// search whose limit is not one.
+        /// search whose limit is not one. The values are made as the Foundation objects the caller's casts read
+        /// (NSData straight from the secret's secure memory: one copy, not a Data bridged again).
         private func shape(_ items: [ItemResult], single: Bool) throws(SecFailure) -> CFTypeRef? {
-            var values: [Any] = []
+            let parts = (returnData ? 1 : 0) + (returnAttributes ? 1 : 0) + (returnRef ? 1 : 0) + (returnPersistentRef ? 1 : 0)
+            var values: [AnyObject] = []
+            values.reserveCapacity(single ? 1 : items.count)
             for item in items {
-                let parts = [returnData, returnAttributes, returnRef, returnPersistentRef].filter { $0 }.count
-                let attributes = item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) }
-                let data = item.data.map { s in s.withUnsafeBytes { Data($0) } }
-                let ref: SecKey? = returnRef ? SecKey(item: item) : nil
-                if returnRef && ref == nil { throw SecFailure(errSecInternalComponent, "a key item that is not a key") }
+                let data: NSData? = returnData ? item.data.map { s in s.withUnsafeBytes { NSData(bytes: $0.baseAddress, length: $0.count) } } : nil
+                let ref: AnyObject?
+                switch (returnRef, item.itemClass) {
+                case (true, .key):
+                    guard let k = SecKey(item: item, authentication: authentication) else {
+                        throw SecFailure(errSecInternalComponent, "a key item that is not a key")
+                    }
+                    ref = k
+                case (true, .certificate):
+                    // As Apple's: an item whose data is not a certificate gives no reference (it is left out).
+                    ref = item.data.flatMap { d in d.withUnsafeBytes { SecCertificate(der: [UInt8]($0)) } }
+                default:
+                    ref = nil
+                }
                 if parts == 1 {
                     if returnData, let data { values.append(data) }
-                    if returnAttributes, let attributes { values.append(attributes as NSDictionary) }
+                    if returnAttributes, let a = item.attributes { values.append(Self.dictionary(a, itemClass: item.itemClass) as NSDictionary) }
                     if returnRef, let ref { values.append(ref) }
-                    if returnPersistentRef, let p = item.persistentRef { values.append(Data(p)) }
+                    if returnPersistentRef, let p = item.persistentRef { values.append(NSData(bytes: p, length: p.count)) }
                 } else {
-                    var d: [String: Any] = returnAttributes ? (attributes ?? [:]) : [:]
-                    if returnData, let data { d["v_Data"] = data }
-                    if returnRef, let ref { d["v_Ref"] = ref }
-                    if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = Data(p) }
+                    var d: [String: Any] = returnAttributes ? (item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) } ?? [:]) : [:]
+                    if let data { d["v_Data"] = data }
+                    if let ref { d["v_Ref"] = ref }
+                    if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = NSData(bytes: p, length: p.count) }
                     values.append(d as NSDictionary)
                 }
+                if single && !values.isEmpty { break }
             }
-            if single { return values.first.map { $0 as AnyObject } }
-            return values as NSArray
+            if single { return values.first }
+            return NSArray(array: values)
         }
 
         /// An item's attributes as Apple's dictionary: short names, Foundation values, the class, the access
@@ -392,6 +439,35 @@ enum SecItemCall {
                 }
             }
             return d
+        }
+    }
+}
+/// kSecValueRef: what an item is made from (SecItemAdd) or what a search, an update or a delete names.
+enum ValueRef {
+    case key(SecKey)
+    case certificate(SecCertificate)
+
+    var itemClass: ItemClass {
+        switch self {
+        case .key: .key
+        case .certificate: .certificate
+        }
+    }
+
+    /// What identifies the reference's item in a search (as Apple's query from a reference, its attribute
+    /// dictionary): a certificate's primary key; a key held by the agent its persistent reference; a key of
+    /// this process its class, type and application label (the SHA-256 of its public key, as SecItemAdd
+    /// stores it).
+    func searchAttributes() throws(SecFailure) -> (Attributes, [UInt8]?) {
+        switch self {
+        case .certificate(let c):
+            return (c.searchAttributes, nil)
+        case .key(let k):
+            if case .agent(let ref, _, _) = k.storage { return ([:], ref) }
+            guard let type = KeyEncoding.keyType(k.algorithm) else { throw .param("kSecValueRef is a key of no stored type") }
+            let cls: KeyItem.KeyClass = k.isPrivate ? .private : .public
+            return (["kcls": .integer(cls.rawValue), "type": .integer(type.rawValue),
+                     "klbl": .data(SHA256.hash(KeyEncoding.publicRepresentation(k.publicComponents)))], nil)
         }
     }
 }

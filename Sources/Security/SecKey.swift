@@ -18,17 +18,24 @@ public final class SecKey: @unchecked Sendable, CustomStringConvertible {
         case agent(persistentRef: [UInt8], publicKey: SSHPublicKey, attributes: Attributes)
     }
     let storage: Storage
+    /// For a key held by the agent: how its signatures authenticate (the LAContext, operation prompt and
+    /// kSecUseAuthenticationUI of the search or creation that gave it); nil: the process's session, no prompt.
+    let authentication: KeyAuthentication?
 
-    init(_ storage: Storage) { self.storage = storage }
+    init(_ storage: Storage, authentication: KeyAuthentication? = nil) {
+        self.storage = storage
+        self.authentication = authentication
+    }
 
     /// A SecKey for a key item a search returned (attributes and persistent reference, and the secret of a key
-    /// stored in software); nil if the item is not a key this implementation reads.
-    convenience init?(item: ItemResult) {
+    /// stored in software); nil if the item is not a key this implementation reads. A key held by the agent
+    /// keeps `authentication` for its signatures.
+    convenience init?(item: ItemResult, authentication: KeyAuthentication? = nil) {
         guard item.itemClass == .key, let attrs = item.attributes else { return nil }
         if KeyItem.isNonExtractable(attrs) {
             guard case .data(let blob)? = attrs[KeyItem.publicKeyAttribute], let pk = SSHBlob.publicKey(blob),
                   let ref = item.persistentRef else { return nil }
-            self.init(.agent(persistentRef: ref, publicKey: pk, attributes: attrs))
+            self.init(.agent(persistentRef: ref, publicKey: pk, attributes: attrs), authentication: authentication)
             return
         }
         guard case .integer(let type)? = attrs["type"], case .integer(let cls)? = attrs["kcls"], let data = item.data,
@@ -75,6 +82,20 @@ public final class SecKey: @unchecked Sendable, CustomStringConvertible {
         case .agent: "private, held by the agent"
         }
         return "<SecKey \(algorithm); \(where_)>"
+    }
+}
+
+/// How a key held by the agent authenticates its signatures: the LAContext, operation prompt and UI choice the
+/// search (or SecKeyCreateRandomKey) that gave it was made with, as Apple's key references keep them.
+struct KeyAuthentication {
+    let context: (any SecAuthenticationContext)?
+    let prompt: String?
+    let noUserInterface: Bool
+
+    /// The session a call runs on (the context's, or the process's) and its options.
+    var session: (AgentSession, AgentSession.Options) {
+        if let context { return (context.agentSession, context.agentOptions(prompt: prompt, noUserInterface: noUserInterface)) }
+        return (.shared, AgentSession.Options(noUserInterface: noUserInterface, operationPrompt: prompt ?? ""))
     }
 }
 
@@ -192,9 +213,9 @@ public func SecKeyCreateSignature(_ key: SecKey, _ algorithm: SecKeyAlgorithm, _
         case .publicKey: throw SecFailure(errSecInvalidKeyRef, "a public key does not sign")
         case .software(let k):
             do throws(SSHKeyError) { signature = try k.sign(data: message) } catch { throw SecFailure(errSecInternalComponent, error.description) }
-        case .agent(_, _, let attributes):
+        case .agent(let persistentRef, _, let attributes):
             guard case .data(let blob)? = attributes[KeyItem.publicKeyAttribute] else { throw SecFailure(errSecInvalidKeyRef, "no public key") }
-            signature = try AgentSigning.sign(blob: blob, data: message)
+            signature = try AgentSigning.sign(persistentRef: persistentRef, blob: blob, data: message, authentication: key.authentication)
         }
         return Data(try KeyCalls.encode(signature, form)) as CFData
     }
@@ -233,7 +254,7 @@ enum KeyCalls {
     /// Runs a key function: its value, or nil with `error` set.
     static func run<T>(_ out: UnsafeMutablePointer<Unmanaged<CFError>?>?, _ body: () throws(SecFailure) -> T) -> T? {
         do { return try body() } catch {
-            SecurityErrors.store(error.status, error.detail, in: out)
+            SecurityErrors.store(error, in: out)
             return nil
         }
     }
@@ -335,7 +356,10 @@ enum KeyCalls {
         let made = try AgentSession.shared.run(retry: false) { c throws(SecError) in
             try c.createKey(.generate, attributes: a, returning: [.attributes, .persistentRef])
         }
-        guard let made, let key = SecKey(item: made) else { throw SecFailure(errSecInternalComponent, "the agent did not return the key") }
+        // The key signs as the creation asked (kSecUseAuthenticationContext, kSecUseOperationPrompt), as Apple's.
+        guard let made, let key = SecKey(item: made, authentication: r.authentication) else {
+            throw SecFailure(errSecInternalComponent, "the agent did not return the key")
+        }
         return key
     }
 }

@@ -1,9 +1,11 @@
 @testable import CofferAgent
+import CofferCrypto
 import CofferKeychain
 import CofferServiceTestSupport
 import CofferTestSupport
 import CofferModel
 import CofferProtocol
+import CofferSSHAgentProtocol
 import Testing
 
 /// The HELLO rules and the idle-lock activity rule, through `Pipeline.handle` without a socket.
@@ -124,5 +126,33 @@ import Testing
         #expect(s.eventTopics.isEmpty)
         guard case .ok = rig.pipeline.handle(.subscribeTo(.lock), session: &s) else { Issue.record("SUBSCRIBE to lock not OK"); return }
         #expect(s.eventTopics == .lock)
+    }
+}
+
+/// KEY_SIGN (issue #46): a key made with KEY_CREATE signs through the pipeline; a key item the caller stored
+/// itself, or no match, is refused before anyone would be asked.
+@Suite struct KeySignTests {
+    @Test func aKeyMadeInTheAgentSignsAndOthersAreRefused() throws {
+        let rig = try AgentRig()
+        var s = rig.greetedSession()
+        let made = rig.pipeline.handle(.keyCreate(.generate, attributes: ["type": .integer(2100), "atag": .data([1])], [.attributes, .persistentRef]),
+                                       session: &s)
+        guard case .items(let items) = made, let ref = items.first?.persistentRef,
+              case .data(let blob)? = items.first?.attributes?[KeyItem.publicKeyAttribute] else { Issue.record("\(made)"); return }
+        let data: [UInt8] = Array("to be signed".utf8)
+        let r = rig.pipeline.handle(.keySign(ItemQuery(itemClass: .key, persistentRef: ref), data: data, flags: 0), session: &s)
+        guard case .signature(let signatureBlob) = r else { Issue.record("\(r)"); return }
+        guard case .ed25519(let publicKey) = try SSHWirePublicKey(blob: blob),
+              case .ed25519(let signature) = try SSHWireSignature(blob: signatureBlob) else { Issue.record("not Ed25519"); return }
+        #expect(Ed25519.verify(signature: signature, message: data, publicKey: publicKey))
+        #expect(!Ed25519.verify(signature: signature, message: data + [0], publicKey: publicKey))
+
+        // A key item whose private half the caller gave (ADD): not the agent's to sign with.
+        _ = rig.pipeline.handle(.add(NewItem(itemClass: .key, attributes: ["kcls": .integer(1), "type": .integer(2100), "atag": .data([2])],
+                                             secret: secret(String(repeating: "k", count: 32))), []), session: &s)
+        #expect(errorStatus(rig.pipeline.handle(.keySign(ItemQuery(itemClass: .key, attributes: ["atag": .data([2])]), data: data, flags: 0),
+                                                session: &s)) == .param)
+        #expect(errorStatus(rig.pipeline.handle(.keySign(ItemQuery(itemClass: .key, attributes: ["atag": .data([3])]), data: data, flags: 0),
+                                                session: &s)) == .itemNotFound)
     }
 }

@@ -12,7 +12,7 @@ final class TestAgent: @unchecked Sendable {
     static let password = "correct horse"
     let dir = TemporaryDirectory("coffer-apple-api")
     private(set) var process: Process
-    let arguments: [String]
+    private(set) var arguments: [String] = []
     let socket: String
     let binaries: String
     let pinentry: ScriptedPinentry
@@ -33,10 +33,13 @@ final class TestAgent: @unchecked Sendable {
         }
     }()
 
-    init() throws {
+    /// `biometry`: the agent's biometric authenticator is Coffer's emulator (copies of the built plugins in
+    /// the agent's private directory), and the scripted pinentry leaves a "touch the sensor" dialog open
+    /// (``touch(_:)`` answers it) instead of dismissing it.
+    init(biometry: Bool = false) throws {
         socket = dir.file("run/coffer/agent.sock")
         // The person's answers come from a scripted pinentry: the login password, every time.
-        pinentry = try ScriptedPinentry(in: dir, pins: [Self.password])
+        pinentry = try ScriptedPinentry(in: dir, pins: [Self.password], biometry ? .waitAtConfirm : .answer)
         let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         binaries = URL(fileURLWithPath: exe).deletingLastPathComponent().path
         let pam = dir.file("pam"), passdb = dir.file("passdb")
@@ -44,14 +47,65 @@ final class TestAgent: @unchecked Sendable {
         try "\(currentUser):\(Self.password):coffer\n".write(toFile: passdb, atomically: true, encoding: .utf8)
         try "auth required \(PAMWrapper.matrix) passdb=\(passdb)\naccount required \(PAMWrapper.matrix) passdb=\(passdb)\n"
             .write(toFile: pam + "/coffer", atomically: true, encoding: .utf8)
-        arguments = ["--foreground", "--socket", socket, "--state-dir", dir.file("state"), "--pam-confdir", pam,
-                     "--pam-service", "coffer", "--kdf-ops", "1"]
+        var arguments = ["--foreground", "--socket", socket, "--state-dir", dir.file("state"), "--pam-confdir", pam,
+                         "--pam-service", "coffer", "--kdf-ops", "1"]
+        if biometry {
+            let plugins = dir.file("plugins")
+            try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            for so in ["libCofferPluginBiometricEmulator.so"] {
+                try FileManager.default.copyItem(atPath: binaries + "/" + so, toPath: plugins + "/" + so)
+                chmod(plugins + "/" + so, 0o644)
+            }
+            let config = dir.file("cofferd.conf")
+            try ["biometry = biometric-emulator", "plugin-dir = \(plugins)", "plugin-host = \(binaries)/coffer-plugin-host",
+                 "authentication-timeout = 15", ""].joined(separator: "\n").write(toFile: config, atomically: true, encoding: .utf8)
+            arguments += ["--config", config]
+        }
+        self.arguments = arguments
         process = try Self.start(binaries + "/cofferd", arguments, socket: socket)
-        let r = runProcess(binaries + "/coffer", ["passcode", "set", "--passcode-stdin"], stdin: Self.password,
-                           environment: ["COFFER_SOCKET": socket])
+        let r = cli(["passcode", "set", "--passcode-stdin"], stdin: Self.password)
         guard r.status == 0 else { throw SetupError(text: "passcode set: \(r)") }
-        AgentSession.pinentry = pinentry.program
+        if !biometry {
+            AgentSession.pinentry = pinentry.program
+            AgentSession.socket = socket
+        }
+    }
+
+    /// `coffer ARGS` against this agent.
+    func cli(_ args: [String], stdin: String? = nil) -> CLIResult {
+        runProcess(binaries + "/coffer", args, stdin: stdin, environment: ["COFFER_SOCKET": socket])
+    }
+
+    /// Runs `body` with the Security module's sessions (the process's and new LAContexts') pointed at this
+    /// agent and its pinentry; then back at the shared agent.
+    func serving<T>(_ body: () async throws -> T) async rethrows -> T {
+        let saved = (AgentSession.socket, AgentSession.pinentry)
         AgentSession.socket = socket
+        AgentSession.pinentry = pinentry.program
+        defer {
+            AgentSession.socket = saved.0
+            AgentSession.pinentry = saved.1
+        }
+        return try await body()
+    }
+
+    /// Enrolls finger `name` with the emulator (the passcode given).
+    func enroll(_ name: String) throws {
+        let r = cli(["bio", "enroll", name, "--auth-passcode-fd", "0"], stdin: Self.password)
+        guard r.status == 0 else { throw SetupError(text: "bio enroll: \(r)") }
+    }
+
+    /// Touches the emulated sensor with finger `name` (nil: a finger that is not enrolled) as soon as an
+    /// evaluation waits for one; false if none did within `seconds`.
+    @discardableResult
+    func touch(_ name: String?, within seconds: Double = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if cli(["bio", "present"] + [name ?? "--unknown"]).status == 0 { return true }
+            usleep(30_000)
+        }
+        return false
     }
 
     struct SetupError: Error { let text: String }
@@ -77,7 +131,7 @@ final class TestAgent: @unchecked Sendable {
         process.waitUntilExit()
         process = try Self.start(binaries + "/cofferd", arguments, socket: socket)
         runningAgent = process.processIdentifier
-        let r = runProcess(binaries + "/coffer", ["unlock", "--passcode-stdin"], stdin: Self.password, environment: ["COFFER_SOCKET": socket])
+        let r = cli(["unlock", "--passcode-stdin"], stdin: Self.password)
         guard r.status == 0 else { throw SetupError(text: "unlock: \(r)") }
     }
 

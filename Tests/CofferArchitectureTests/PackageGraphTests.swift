@@ -98,6 +98,7 @@ import Testing
         // C walls and outside packages.
         "CSystemShims": 0, "CSodium": 0, "CSQLite": 0, "CPAM": 0, "CCofferABI": 0, "CCofferPlugin": 0, "CSSHCrypto": 0,
         "CSecretServiceCrypto": 0, "CSecretServiceBus": 0, "CSecretServiceClient": 0, "CTPM": 0, "CSecretServicePortal": 0, "CFscrypt": 0,
+        "CSecurityX509": 0,
         "Logging": 0, "ArgumentParser": 0,
         // The POSIX layer; the plain-C plugins (they see only the plugin ABI).
         "CofferSystem": 1,
@@ -240,7 +241,7 @@ import Testing
         let owners = ["CSodium": "CofferCrypto", "CSQLite": "CofferStore", "CPAM": "CofferPAM", "CSystemShims": "CofferSystem",
                       "CSSHCrypto": "CofferSSHKeys", "CSecretServiceCrypto": "CofferSecretServiceCrypto",
                       "CSecretServiceBus": "CofferSecretService", "CSecretServiceClient": "CofferSecretServiceImport", "CTPM": "CofferTPM",
-                      "CSecretServicePortal": "CofferSecretPortal"]
+                      "CSecretServicePortal": "CofferSecretPortal", "CSecurityX509": "Security"]
         for t in try Self.targets() where !t.path.hasPrefix("Tests") {
             for (wall, owner) in owners where t.name != owner && (t.dependencies.contains(wall) || Self.imports(of: t)[wall] != nil) {
                 Issue.record("\(t.name) reaches through the \(wall) wall (only \(owner) may)")

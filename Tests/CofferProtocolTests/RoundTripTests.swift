@@ -57,6 +57,38 @@ func roundTrip(_ r: AgentResponse, id: UInt32 = 42) throws -> AgentResponse {
         for r in [AgentRequest.status, .lock, .subscribe] { _ = try roundTrip(r) }
     }
 
+    /// KEY_SIGN: a query for one key (whatever limit or return flags the caller's query had: the encoder
+    /// sends limit one and no flags), the data and ssh-agent's signature flags; KEY_SIGNATURE: the blob.
+    /// The decoder refuses another limit, return flags, a class other than keys, undefined flags.
+    @Test func keySignAndItsSignature() throws {
+        let ref = [UInt8](repeating: 7, count: 16)
+        let asked = ItemQuery(itemClass: .key, attributes: ["atag": .data([1, 2])], limit: .all, returnData: true, persistentRef: ref)
+        guard case .keySign(let q, let data, let flags) = try roundTrip(.keySign(asked, data: [9, 8, 7], flags: 4)) else {
+            Issue.record("keySign"); return
+        }
+        #expect(q.itemClass == .key && q.persistentRef == ref && q.attributes == ["atag": .data([1, 2])])
+        #expect(q.limit == .one && !q.returnData && !q.returnAttributes && !q.returnPersistentRef)
+        #expect(data == [9, 8, 7] && flags == 4)
+        guard case .signature(let blob) = try roundTrip(AgentResponse.signature([1, 2, 3])), blob == [1, 2, 3] else { Issue.record("signature"); return }
+
+        func refused(_ edit: (inout [UInt8]) -> Void) -> Bool {
+            var frame = AgentRequest.keySign(ItemQuery(itemClass: .key, persistentRef: ref), data: [1], flags: 0).encodeFrame(requestID: 1)
+            edit(&frame)
+            return (try? Array(frame[4...]).withUnsafeBytes { try AgentRequest.decodeBody($0) }) == nil
+        }
+        // Body offsets: type 4, id 5-8, class 9, attribute count 10-11, limit kind 12, count 13-16, flags 17.
+        #expect(!refused { _ in })
+        #expect(refused { $0[12] = 1 }, "limit all")
+        #expect(refused { $0[17] = 1 }, "return data")
+        #expect(refused { $0[9] = 4 }, "class cert")
+        #expect(refused { $0[$0.count - 1] = 1 }, "undefined signature flag bit 0")
+        var empty = AgentResponse.signature([1]).encodeFrame(requestID: 1)
+        empty[12] = 0
+        empty.removeLast()
+        empty[3] -= 1
+        #expect(throws: ProtocolError.self) { try Array(empty[4...]).withUnsafeBytes { try AgentResponse.decodeBody($0) } }
+    }
+
     @Test func everyResponseKind() throws {
         let s = StatusReply(lockState: .unlocked, passcodeSet: true, itemCount: 1 << 40, agentVersion: "v", lockedMemoryBytes: 8192, idleLockSeconds: 60)
         guard case .status(let s2) = try roundTrip(.status(s)), s2 == s else { Issue.record("status"); return }

@@ -27,6 +27,9 @@ public struct ScriptedPinentry: Sendable {
         case endlessLine
         /// Hangs at the first MESSAGE (a message dialog nobody closes).
         case hangAtMessage
+        /// Answers each GETPIN with the next pin, and leaves a CONFIRM open (a "touch the sensor" dialog
+        /// nobody dismisses: the sensor answers, and the client stops the pinentry).
+        case waitAtConfirm
     }
 
     /// The executable.
@@ -44,7 +47,7 @@ public struct ScriptedPinentry: Sendable {
         let answers = pins.map { "'\($0)'" }.joined(separator: " ")
         let getpin: String
         switch behaviour {
-        case .answer: getpin = "printf '%s\\n' \"$1\" | sed 's/\\^\\^/\\nD /g; s/^/D /'; echo OK; shift"
+        case .answer, .waitAtConfirm: getpin = "printf '%s\\n' \"$1\" | sed 's/\\^\\^/\\nD /g; s/^/D /'; echo OK; shift"
         case .cancel: getpin = "echo 'ERR 83886179 Operation cancelled'"
         case .hangAtGetpin: getpin = "exec sleep 3600"
         case .hangIgnoringTerm: getpin = "trap '' TERM; exec sleep 3600"
@@ -68,7 +71,7 @@ public struct ScriptedPinentry: Sendable {
               printf '%s\\n' "$line" >> '\(log)'
               case "$line" in
                 GETPIN) \(getpin);;
-                CONFIRM*) echo OK;;
+                CONFIRM*) \(behaviour == .waitAtConfirm ? "exec sleep 3600" : "echo OK");;
                 MESSAGE) \(behaviour == .hangAtMessage ? "exec sleep 3600" : "echo OK");;
                 BYE) echo OK; exit 0;;
                 *) echo OK;;

@@ -64,6 +64,7 @@
 #define COFFER_MSG_SYNC_CONFLICTS 0x21 /* keychain sync: the conflicts kept */
 #define COFFER_MSG_PROMPTER 0x25 /* the agent's own prompter: its pinentry and why, the display its dialogs appear on */
 #define COFFER_MSG_COUNTERS 0x26 /* what the agent has done since it started: connections, requests, identity resolutions, searches */
+#define COFFER_MSG_KEY_SIGN 0x27 /* a signature by a key item made in the agent, its access control answered on this connection */
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
@@ -90,6 +91,7 @@
 #define COFFER_MSG_FILES_REPLY 0x9C
 #define COFFER_MSG_PROMPTER_REPLY 0x9D
 #define COFFER_MSG_COUNTERS_REPLY 0x9E
+#define COFFER_MSG_KEY_SIGNATURE 0x9F
 #define COFFER_MSG_EVENT 0xC0
 #define COFFER_MSG_ERROR 0xFF
 
