@@ -44,7 +44,7 @@ from coffer_wire_client import (  # noqa: E402
     encode_attributes, encode_frame, encode_query, encode_value, errSecAllocate, errSecAuthFailed,
     errSecDuplicateItem, errSecInteractionNotAllowed, errSecItemNotFound, errSecMissingEntitlement,
     errSecNotAvailable, errSecParam, errSecUserCanceled, errSecDecode, frame_bytes, i64, query, sstr,
-    u16, u32, u64, u8,
+    u16, u32, u64, u8, Reader,
 )
 
 DEFAULT_SPEC = os.path.normpath(os.path.join(
@@ -1856,6 +1856,23 @@ def ecdsa_key(d=0x1f2e3d4c5b6a798897a6b5c4d3e2f1000112233445566778899aabbccddeef
     return ssh_string(t) + ssh_string(b"nistp256") + ssh_string(q) + mpint(d), ssh_string(t) + ssh_string(b"nistp256") + ssh_string(q)
 
 
+def verify_ed25519(public, data, signature):
+    """True/False as OpenSSL verifies an Ed25519 signature; None when no openssl can be run."""
+    import subprocess, tempfile
+    spki = bytes.fromhex("302a300506032b6570032100") + public
+    with tempfile.TemporaryDirectory() as d:
+        for name, content in (("pub.der", spki), ("data", data), ("sig", signature)):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(content)
+        try:
+            r = subprocess.run(["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", os.path.join(d, "pub.der"), "-keyform", "DER",
+                                "-rawin", "-in", os.path.join(d, "data"), "-sigfile", os.path.join(d, "sig")],
+                               capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.returncode == 0
+
+
 def ed_key(pub=ED_PUB, priv=ED_PRIV):
     return ssh_string(b"ssh-ed25519") + ssh_string(pub) + ssh_string(priv)
 
@@ -1893,6 +1910,20 @@ def e2e_keys(L):
         L.err(K, "UPDATE of a generated key's pdmn to ak (not ThisDeviceOnly): -50", c.update(qk, {"pdmn": S("ak")}), errSecParam)
         r = c.update(qk, {"atag": D(b"renamed")})
         L.E(K, "UPDATE of a caller's attribute: COUNT 1", r.name == "COUNT" and r["n"] == 1, repr(r))
+        # KEY_SIGN: SecKeyCreateSignature with the agent's key, checked with OpenSSL against pubk.
+        sign = lambda q, data, flags=0: c.request("KEY_SIGN", {"query": q, "data": data, "flags": flags})
+        r = sign(query(KEYS, {"labl": S(L.svc("ed"))}, limit=LIMIT_ONE), b"hello")
+        ok = L.kind(K, "KEY_SIGN with the generated Ed25519 key: KEY_SIGNATURE", r, "KEY_SIGNATURE")
+        if ok:
+            sig = Reader(r["signature"])
+            algorithm, raw = sig.take(sig.u32()), sig.take(sig.u32())
+            L.E(K, "the signature blob is string \"ssh-ed25519\" then its 64 bytes", algorithm == b"ssh-ed25519" and len(raw) == 64,
+                r["signature"].hex())
+            verified = verify_ed25519(pubk[19:], b"hello", raw)
+            if verified is not None:
+                L.E(K, "OpenSSL verifies the signature with the key's pubk", verified, raw.hex())
+        L.err(K, "KEY_SIGN whose query matches no key: -25300",
+              sign(query(KEYS, {"labl": S(L.svc("no such key"))}, limit=LIMIT_ONE), b"x"), errSecItemNotFound)
         r = c.delete(query(KEYS, {"labl": S(L.svc("ed"))}))
         L.E(K, "DELETE of a generated key: COUNT 1", r.name == "COUNT" and r["n"] == 1, repr(r))
     rep = gen({"labl": S(L.svc("ed256")), "type": I(2100), "bsiz": I(256)}, 0)

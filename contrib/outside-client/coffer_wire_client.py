@@ -44,7 +44,7 @@ REQUESTS = {
     "CHECK_PAGE": 0x18, "KEY_CREATE": 0x19, "DELEGATE": 0x1A, "PROTECTIONS": 0x1B,
     "PROMPT_UNLOCK": 0x1C, "PORTAL_SECRET": 0x1D, "SYNC_SETUP": 0x1E, "SYNC_CIRCLE": 0x1F,
     "SYNC_STATUS": 0x20, "SYNC_CONFLICTS": 0x21, "PROMPT_READ": 0x22, "SUBSCRIBE_EVENTS": 0x23,
-    "FILES": 0x24, "PROMPTER": 0x25, "COUNTERS": 0x26,
+    "FILES": 0x24, "PROMPTER": 0x25, "COUNTERS": 0x26, "KEY_SIGN": 0x27,
 }
 REPLIES = {
     "OK": 0x80, "HELLO_REPLY": 0x81, "STATUS_REPLY": 0x82, "ITEMS": 0x87, "COUNT": 0x88,
@@ -54,7 +54,7 @@ REPLIES = {
     "CHECK_REPORT_PAGE": 0x94, "PROTECTIONS_REPLY": 0x95, "PORTAL_SECRET_REPLY": 0x97,
     "SYNC_CODE": 0x98, "SYNC_DEVICES": 0x99, "SYNC_STATUS_REPLY": 0x9A,
     "SYNC_CONFLICTS_REPLY": 0x9B, "FILES_REPLY": 0x9C, "PROMPTER_REPLY": 0x9D,
-    "COUNTERS_REPLY": 0x9E, "EVENT": 0xC0, "ERROR": 0xFF,
+    "COUNTERS_REPLY": 0x9E, "KEY_SIGNATURE": 0x9F, "EVENT": 0xC0, "ERROR": 0xFF,
 }
 NAMES = {v: k for k, v in list(REQUESTS.items()) + list(REPLIES.items())}
 
@@ -274,6 +274,7 @@ QUERY_FLAGS = {
     "PROMPT_READ": R_DATA | R_ATTRS | R_REF,
     "UPDATE": 0,
     "DELETE": 0,
+    "KEY_SIGN": 0,
 }
 
 
@@ -442,6 +443,13 @@ def decode_request_payload(name, r, version):
     elif name == "COPY_MATCHING_PAGE":
         m["query"] = decode_query(r, version, name)
         m["cursor"] = r.u64()
+    elif name == "KEY_SIGN":
+        # Keys: a query of limit one and return flags 0, the data, ssh-agent's signature flags (bits 1, 2).
+        m["query"] = decode_query(r, version, name)
+        _need(m["query"]["limit"] == LIMIT_ONE, "KEY_SIGN's query has limit one")
+        m["data"] = r.blob()
+        m["flags"] = r.u32()
+        _need(m["flags"] & ~0x6 == 0, "undefined signature flag")
     elif name == "UPDATE":
         m["query"] = decode_query(r, version, name)
         m["changes"] = decode_attributes(r, version)
@@ -590,6 +598,8 @@ def encode_request_payload(name, m):
         return u8(m["cls"]) + encode_attributes(m["attrs"]) + blob(m["secret"]) + u8(m["flags"])
     if name in ("COPY_MATCHING", "DELETE", "PROMPT_READ"):
         return encode_query(m["query"])
+    if name == "KEY_SIGN":
+        return encode_query(m["query"]) + blob(m["data"]) + u32(m["flags"])
     if name == "COPY_MATCHING_PAGE":
         return encode_query(m["query"]) + u64(m["cursor"])
     if name == "UPDATE":
@@ -770,6 +780,9 @@ def decode_reply_payload(name, r, version, query_flags=None):
         m["display"] = r.sstr()
     elif name == "COUNTERS_REPLY":
         m["connections"], m["requests"], m["identifications"], m["searches"] = r.u64(), r.u64(), r.u64(), r.u64()
+    elif name == "KEY_SIGNATURE":
+        m["signature"] = r.blob()
+        _need(1 <= len(m["signature"]) <= 8192, "signature of 1 to 8192 bytes")
     elif name == "EVENT":
         m["kind"] = r.u8()
         _need(1 <= m["kind"] <= 5, "event kind")
@@ -860,6 +873,8 @@ def encode_reply_payload(name, m):
         return out
     if name == "PROMPTER_REPLY":
         return sstr(m["program"]) + sstr(m["reason"]) + u8(m["display_known"]) + sstr(m["display"])
+    if name == "KEY_SIGNATURE":
+        return blob(m["signature"])
     if name == "COUNTERS_REPLY":
         return u64(m["connections"]) + u64(m["requests"]) + u64(m["identifications"]) + u64(m["searches"])
     if name == "EVENT":
