@@ -93,6 +93,10 @@ public struct AuthenticationOptions: Sendable {
     /// Seconds a successful authentication covers later requests of this connection (0: none; at
     /// most ``maximumReuseSeconds``).
     public var reuseSeconds: UInt32
+    /// The authentication covers this connection's later requests until it closes, the keybag locks or
+    /// other options arrive (an evaluated LAContext, valid until `invalidate()` as on Apple platforms);
+    /// ``reuseSeconds`` is then 0.
+    public var keepsForConnection: Bool
     /// The application password for items that need one (kSecUseAuthenticationContext with
     /// `setCredential(_:type: .applicationPassword)`): used to make such an item and to open it.
     public var applicationPassword: SecureBytes?
@@ -103,11 +107,12 @@ public struct AuthenticationOptions: Sendable {
     public static let maximumPromptBytes = 512
 
     public init(noUserInterface: Bool = false, operationPrompt: String = "", passcode: SecureBytes? = nil, reuseSeconds: UInt32 = 0,
-                applicationPassword: SecureBytes? = nil) {
+                applicationPassword: SecureBytes? = nil, keepsForConnection: Bool = false) {
         self.noUserInterface = noUserInterface
         self.operationPrompt = operationPrompt
         self.passcode = passcode
-        self.reuseSeconds = reuseSeconds
+        self.reuseSeconds = keepsForConnection ? 0 : reuseSeconds
+        self.keepsForConnection = keepsForConnection
         self.applicationPassword = applicationPassword
     }
 }

@@ -193,7 +193,7 @@ public enum AgentRequest: Sendable {
         case .authOptions(let o):
             var f = FrameBuilder(type: .authOptions, requestID: requestID,
                                  payloadCapacity: 17 + o.operationPrompt.utf8.count + (o.passcode?.count ?? 0) + (o.applicationPassword?.count ?? 0))
-            f.w.u8(o.noUserInterface ? 1 : 0); f.w.shortString(o.operationPrompt); f.w.u32(o.reuseSeconds)
+            f.w.u8((o.noUserInterface ? 1 : 0) | (o.keepsForConnection ? 2 : 0)); f.w.shortString(o.operationPrompt); f.w.u32(o.reuseSeconds)
             if let p = o.passcode { f.w.u8(1); f.secret(p) } else { f.w.u8(0) }
             if let p = o.applicationPassword { f.w.u8(1); f.secret(p) } else { f.w.u8(0) }
             return f.finish()
@@ -439,19 +439,20 @@ public enum AgentRequest: Sendable {
             request = .authorize(accessGroup: group, passcode: try r.secret("passcode"))
         case .authOptions:
             let flags = try r.u8("flags")
-            guard flags <= 1 else { throw ProtocolError("unknown AUTH_OPTIONS flags") }
+            guard flags <= 3 else { throw ProtocolError("unknown AUTH_OPTIONS flags") }
             let prompt = try r.sstr("operation prompt")
             guard prompt.utf8.count <= AuthenticationOptions.maximumPromptBytes else { throw ProtocolError("operation prompt too long") }
             let reuse = try r.u32("reuse seconds")
             guard reuse <= AuthenticationOptions.maximumReuseSeconds else { throw ProtocolError("reuse duration above 300 seconds") }
+            guard flags & 2 == 0 || reuse == 0 else { throw ProtocolError("a reuse duration with the keep-for-the-connection flag") }
             let has = try r.u8("credential flag")
             guard has <= 1 else { throw ProtocolError("credential flag must be 0 or 1") }
             let passcode = has == 1 ? try r.secret("passcode") : nil
             let hasApp = try r.u8("application password flag")
             guard hasApp <= 1 else { throw ProtocolError("application password flag must be 0 or 1") }
             let app = hasApp == 1 ? try r.secret("application password") : nil
-            request = .authOptions(AuthenticationOptions(noUserInterface: flags == 1, operationPrompt: prompt, passcode: passcode,
-                                                         reuseSeconds: reuse, applicationPassword: app))
+            request = .authOptions(AuthenticationOptions(noUserInterface: flags & 1 != 0, operationPrompt: prompt, passcode: passcode,
+                                                         reuseSeconds: reuse, applicationPassword: app, keepsForConnection: flags & 2 != 0))
         case .authResponse:
             switch try r.u8("answer kind") {
             case 0: request = .authResponse(.cancel)

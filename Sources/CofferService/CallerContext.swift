@@ -94,8 +94,9 @@ package struct CallerContext: Sendable {
 
     /// Keeps `context` for reuse if the options ask for it.
     package mutating func recordAuthorization(_ context: AuthorizationContext, now: Double, generation: Int) {
-        guard authOptions.reuseSeconds > 0, context != .none else { return }
-        reuse = (context, now + Double(authOptions.reuseSeconds), generation)
+        guard authOptions.reuseSeconds > 0 || authOptions.keepsForConnection, context != .none else { return }
+        // Kept for the connection: until it closes, the keybag locks (the generation) or other options arrive.
+        reuse = (context, authOptions.keepsForConnection ? .infinity : now + Double(authOptions.reuseSeconds), generation)
     }
 
     /// Keeps the authorization of a paged search's first page for its later pages (a minute at most):

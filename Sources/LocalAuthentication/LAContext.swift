@@ -10,10 +10,10 @@ import CofferModel
 
 /// Apple's LAContext over the agent.
 ///
-/// An evaluation covers later SecItem calls through this context for the context's reuse window: the agent
-/// keeps it ``touchIDAuthenticationAllowableReuseDuration`` seconds, or, when that is 0, the agent's most
-/// (LATouchIDAuthenticationMaximumAllowableReuseDuration, 5 minutes), where Apple keeps it until
-/// ``invalidate()``. Changing a property that changes what the agent is told (``interactionNotAllowed``,
+/// An evaluation covers later SecItem calls through this context as on Apple platforms: until
+/// ``invalidate()`` (or until the keychain locks, which ends every reuse), however long that is; a
+/// ``touchIDAuthenticationAllowableReuseDuration`` above 0 bounds it to that many seconds instead (an
+/// agent from before the keep-for-the-connection option keeps it 5 minutes). Changing a property that changes what the agent is told (``interactionNotAllowed``,
 /// ``localizedReason``, the reuse duration, a credential) after an evaluation ends that reuse.
 open class LAContext: NSObject, @unchecked Sendable, SecAuthenticationContext {
     // @unchecked Sendable: the settable properties are guarded by `mutex`; the session has its own lock.
@@ -71,7 +71,8 @@ open class LAContext: NSObject, @unchecked Sendable, SecAuthenticationContext {
         locked {
             AgentSession.Options(noUserInterface: noUserInterface || _interactionNotAllowed,
                                  operationPrompt: prompt ?? _localizedReason,
-                                 reuseSeconds: _reuse > 0 ? UInt32(_reuse.rounded(.up)) : UInt32(LATouchIDAuthenticationMaximumAllowableReuseDuration))
+                                 reuseSeconds: _reuse > 0 ? UInt32(_reuse.rounded(.up)) : 0,
+                                 keepsForConnection: _reuse == 0)
         }
     }
 

@@ -63,10 +63,13 @@ package final class AgentSession: @unchecked Sendable {
         package var noUserInterface = false
         package var operationPrompt = ""
         package var reuseSeconds: UInt32 = 0
-        package init(noUserInterface: Bool = false, operationPrompt: String = "", reuseSeconds: UInt32 = 0) {
+        /// An evaluation covers the session's later calls until it closes (an LAContext's, until `invalidate()`).
+        package var keepsForConnection = false
+        package init(noUserInterface: Bool = false, operationPrompt: String = "", reuseSeconds: UInt32 = 0, keepsForConnection: Bool = false) {
             self.noUserInterface = noUserInterface
             self.operationPrompt = operationPrompt
             self.reuseSeconds = reuseSeconds
+            self.keepsForConnection = keepsForConnection
         }
     }
 
@@ -143,9 +146,16 @@ package final class AgentSession: @unchecked Sendable {
         let key = OptionsKey(options: options, credentials: credentialGeneration)
         // A fresh connection has the agent's defaults: nothing to send for default options.
         if applied != key && !(applied == nil && options == Options() && passcode == nil && applicationPassword == nil) {
-            try c.setAuthenticationOptions(AuthenticationOptions(
-                noUserInterface: options.noUserInterface, operationPrompt: options.operationPrompt, passcode: passcode,
-                reuseSeconds: options.reuseSeconds, applicationPassword: applicationPassword))
+            do {
+                try c.setAuthenticationOptions(AuthenticationOptions(
+                    noUserInterface: options.noUserInterface, operationPrompt: options.operationPrompt, passcode: passcode,
+                    reuseSeconds: options.reuseSeconds, applicationPassword: applicationPassword, keepsForConnection: options.keepsForConnection))
+            } catch where options.keepsForConnection && error.status == .param {
+                // An agent from before the keep-for-the-connection flag: its longest window instead.
+                try c.setAuthenticationOptions(AuthenticationOptions(
+                    noUserInterface: options.noUserInterface, operationPrompt: options.operationPrompt, passcode: passcode,
+                    reuseSeconds: AuthenticationOptions.maximumReuseSeconds, applicationPassword: applicationPassword))
+            }
             applied = key
         } else if applied == nil {
             applied = key

@@ -240,6 +240,33 @@ import Testing
         #expect(fresh.asked.count == 1)
     }
 
+    /// AUTH_OPTIONS' keep-for-the-connection flag (an evaluated LAContext, valid until invalidate on Apple
+    /// platforms): no window at all — an hour later the authentication still covers the connection — until a
+    /// lock or new options end it; another connection of the same caller holds nothing.
+    @Test func anAuthenticationKeptForTheConnectionOutlivesAnyWindowButNotALockOrNewOptions() throws {
+        var (rig, s) = try Self.ready()
+        _ = rig.pipeline.handle(Self.add("user-presence"), session: &s)
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions(keepsForConnection: true)), session: &s)
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: ScriptedChannel([.answer(Self.passcode)]))) == "pin 1234")
+        rig.clock.advance(3600)
+        let later = ScriptedChannel([])
+        #expect(Self.secretText(rig.pipeline.handle(Self.get(), session: &s, channel: later)) == "pin 1234")
+        #expect(later.asked.isEmpty, "an hour later (beyond the 300 s cap of a window) the connection's authentication still holds")
+        var other = rig.greetedSession(as: s.caller)
+        let elsewhere = ScriptedChannel([.answer(Self.passcode)])
+        _ = rig.pipeline.handle(Self.get(), session: &other, channel: elsewhere)
+        #expect(elsewhere.asked.count == 1, "another connection holds nothing")
+        rig.schedule.lockNow(reason: "test")
+        _ = rig.pipeline.handle(.unlock(passcode: secret(AgentRig.passcode)), session: &s)
+        let afterLock = ScriptedChannel([.answer(Self.passcode)])
+        _ = rig.pipeline.handle(Self.get(), session: &s, channel: afterLock)
+        #expect(afterLock.asked.count == 1, "a lock ends it")
+        _ = rig.pipeline.handle(.authOptions(AuthenticationOptions()), session: &s)
+        let fresh = ScriptedChannel([.answer(Self.passcode)])
+        _ = rig.pipeline.handle(Self.get(), session: &s, channel: fresh)
+        #expect(fresh.asked.count == 1, "new options end it")
+    }
+
     /// A paged search authenticates once, on its first page; the later pages of that search reuse it —
     /// only that query's, from the cursor the last page returned, without a lock in between.
     @Test func aPagedSearchsAuthenticationCoversOnlyItsOwnNextPages() throws {

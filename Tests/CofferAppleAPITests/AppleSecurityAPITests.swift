@@ -349,6 +349,30 @@ import Testing
         #expect(pinentryPrompts() == before + 2, "the window had ended: the person was asked again")
     }
 
+    /// With no reuse duration set, an evaluated context covers its calls as on Apple platforms, until
+    /// invalidate: past what a 1 s window would allow, nobody is asked again; after invalidate the context
+    /// opens nothing.
+    @Test func anEvaluatedContextLastsUntilInvalidated() async throws {
+        let svc = service()
+        let access = try #require(SecAccessControlCreateWithFlags(nil, kSecAttrAccessibleWhenUnlockedThisDeviceOnly, .devicePasscode, nil))
+        let add: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                  kSecValueData as String: Data("kept".utf8), kSecAttrAccessControl as String: access]
+        #expect(SecItemAdd(add as CFDictionary, nil) == errSecSuccess)
+        let context = LAContext()
+        let before = pinentryPrompts()
+        #expect(try await context.evaluatePolicy(.deviceOwnerAuthentication, localizedReason: "until invalidated"))
+        let query: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                    kSecReturnData as String: true, kSecUseAuthenticationContext as String: context]
+        var result: CFTypeRef?
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+        try await Task.sleep(nanoseconds: 1_300_000_000)
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) == errSecSuccess)
+        #expect(result as? Data == Data("kept".utf8))
+        #expect(pinentryPrompts() == before + 1, "the evaluation alone asked")
+        context.invalidate()
+        #expect(SecItemCopyMatching(query as CFDictionary, &result) != errSecSuccess, "an invalidated context opened the item")
+    }
+
     @Test func aContextThatMayNotAskIsNotInteractive() {
         let context = LAContext()
         context.interactionNotAllowed = true

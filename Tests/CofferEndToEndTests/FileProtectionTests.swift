@@ -567,3 +567,28 @@ import Testing
         }
     }
 }
+
+/// Where protected directories cannot be tested (issue #45): a test run that is not root skips every
+/// FileProtectionTests test with the reason, never passing one silently. This runner's own bundle is copied
+/// where another user can reach it and run as `nobody` (setpriv), filtered to FileProtectionTests.
+@Suite(.enabled(if: getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0, "needs root and setpriv to run the tests as another user"))
+struct FileProtectionSkipTests {
+    @Test func withoutRootEveryProtectedDirectoryTestSkipsSayingWhy() throws {
+        let bundle = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let shared = try SharedDirectory("coffer-fp-skip")
+        defer { try? FileManager.default.removeItem(atPath: shared.path) }
+        let copy = try shared.copyExecutable(bundle, named: "tests.xctest")
+        let tmp = shared.file("tmp")
+        try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
+        chown(tmp, 65534, 65534)
+        let r = runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", copy,
+                                                "--testing-library", "swift-testing", "--filter", "FileProtectionTests"],
+                           environment: ["TMPDIR": tmp, "HOME": tmp], timeout: 120)
+        let out = r.stdout + r.stderr
+        #expect(r.status == 0, "\(out.suffix(3000))")
+        #expect(out.contains("Suite FileProtectionTests") && out.contains("skipped") && out.contains("the tests must run as root"),
+                "\(out.suffix(3000))")
+        #expect(!out.contains("✔ Test everyClassFollowsTheLockState"), "a protected-directory test passed without root: \(out.suffix(3000))")
+    }
+}
+

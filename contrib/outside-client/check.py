@@ -404,7 +404,8 @@ def malformed_cases(version):
     add("Access groups", "AUTHORIZE with a trailing byte", "AUTHORIZE", sstr("g") + blob(b"x") + b"\0")
     # AUTH_OPTIONS
     AU = "Authentication"
-    add(AU, "AUTH_OPTIONS with flag bit 1", "AUTH_OPTIONS", u8(2) + sstr("") + u32(0) + u8(0) + u8(0))
+    add(AU, "AUTH_OPTIONS with flag bit 2", "AUTH_OPTIONS", u8(4) + sstr("") + u32(0) + u8(0) + u8(0))
+    add(AU, "AUTH_OPTIONS keeping for the connection with a reuse of 60 s", "AUTH_OPTIONS", u8(2) + sstr("") + u32(60) + u8(0) + u8(0))
     add(AU, "AUTH_OPTIONS with flag bit 7", "AUTH_OPTIONS", u8(0x80) + sstr("") + u32(0) + u8(0) + u8(0))
     add(AU, "AUTH_OPTIONS with a 513-byte prompt", "AUTH_OPTIONS", u8(0) + sstr("p" * 513) + u32(0) + u8(0) + u8(0))
     add(AU, "AUTH_OPTIONS with reuse 301 s", "AUTH_OPTIONS", u8(0) + sstr("") + u32(301) + u8(0) + u8(0))
@@ -3661,6 +3662,25 @@ def reuse_window_thread(L, out):
         out.append((AU, "reuse 2 s: 2.4 s after the passcode it asks again (using the window did not move its end)",
                     any(x.name == "AUTH_NEEDED" for x in seen3) and r3.name == "ITEMS", "%r %r" % (seen3, r3)))
         c.close()
+        # Flag bit 1: no window at all; the authentication lasts as long as the connection.
+        k = L.conn()
+        k.ok("AUTH_OPTIONS", {"flags": 2})
+        seen1, r1 = talk(k, "COPY_MATCHING", q, [PW(L.pw)])
+        time.sleep(2.5)
+        seen2, r2 = talk(k, "COPY_MATCHING", q, [CANCEL])
+        out.append((AU, "keep for the connection: asked once, not asked again after the longest window the test uses",
+                    [x.name for x in seen1 if x.name == "AUTH_NEEDED"] == ["AUTH_NEEDED"] and r1.name == "ITEMS" and
+                    not seen2 and r2.name == "ITEMS", "%r %r %r %r" % (seen1, r1, seen2, r2)))
+        k.ok("AUTH_OPTIONS", {})
+        seen3, r3 = talk(k, "COPY_MATCHING", q, [CANCEL])
+        out.append((AU, "keep for the connection: new AUTH_OPTIONS end it (asked again)",
+                    any(x.name == "AUTH_NEEDED" for x in seen3), "%r %r" % (seen3, r3)))
+        k.close()
+        other = L.conn()
+        seen4, r4 = talk(other, "COPY_MATCHING", q, [CANCEL])
+        out.append((AU, "keep for the connection: another connection holds nothing (asked)",
+                    any(x.name == "AUTH_NEEDED" for x in seen4), "%r %r" % (seen4, r4)))
+        other.close()
 
     def run():
         try:

@@ -462,11 +462,12 @@ def decode_request_payload(name, r, version):
         m["passcode"] = r.blob()
     elif name == "AUTH_OPTIONS":
         m["flags"] = r.u8()
-        _need(m["flags"] & ~1 == 0, "undefined flag")
+        _need(m["flags"] & ~3 == 0, "undefined flag")
         m["prompt"] = r.sstr()
         _need(len(m["prompt"].encode()) <= 512, "operation prompt too long")
         m["reuse"] = r.u32()
         _need(m["reuse"] <= 300, "reuse above 300 s")
+        _need(not (m["flags"] & 2) or m["reuse"] == 0, "keep for the connection with a reuse duration")
         m["passcode"] = r.blob() if r.flag() else None
         m["app_password"] = r.blob() if r.flag() else None
     elif name == "AUTH_RESPONSE":
