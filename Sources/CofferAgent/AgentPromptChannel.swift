@@ -116,3 +116,22 @@ final class AgentPromptChannel: AuthChannel {
     /// The request ended: the pinentry goes.
     func end() { prompter.end() }
 }
+
+/// The agent's prompter as the core's ``ConfirmationChannel`` (the signature witness's dialog): the
+/// dialog ends at once if the client's socket `client` hangs up.
+struct AgentConfirmation: ConfirmationChannel {
+    let channel: AgentPromptChannel
+    let client: Int32
+
+    func confirm(_ description: String, app: String) -> ConfirmationOutcome {
+        switch channel.confirm(description, app: app, client: client) {
+        case .allowed: .allowed
+        case .refused: .refused
+        case .hungUp: .clientGone
+        case .timedOut: .timedOut
+        case .failed(let why): .failed("\(why)")
+        }
+    }
+
+    func end() { channel.end() }
+}

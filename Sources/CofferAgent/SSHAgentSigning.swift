@@ -22,78 +22,35 @@ struct SSHSigningKey: Sendable {
     let destinations: [SSHDestinationConstraint]
 }
 
-/// Why a signature was allowed or refused: the audit record's `reason` (a fixed word) and its result.
-enum SSHSignatureDecision: Equatable {
-    case allowed(reason: String)
-    case refused(reason: String, status: SecStatus)
-
-    var reason: String {
-        switch self {
-        case .allowed(let r), .refused(let r, _): r
-        }
-    }
-
-    static let unconditional = SSHSignatureDecision.allowed(reason: "no-confirmation-needed")
-    static let confirmed = SSHSignatureDecision.allowed(reason: "confirmed")
-}
-
 extension SSHAgentFrontEnd {
-    /// Authorizes one signature by `key` over `data` for this connection's caller, as OpenSSH
-    /// 9.x's ssh-agent does (`process_sign_request2`): a destination-constrained key signs only a
-    /// userauth request on a connection whose session-binds its hops permit
-    /// (``destinationPermits(_:data:state:)``); a confirm key asks the person through the agent's own
-    /// prompter (``confirm(_:destination:state:)``). Writes the audit record of the decision (key,
-    /// caller, destination, allowed or refused and why) and returns it. Locking and key lookup are the
-    /// caller's: this sees only a key that exists.
-    func authorizeSignature(_ key: SSHSigningKey, data: [UInt8], state: ConnectionState) -> SSHSignatureDecision {
+    /// Authorizes one signature by `key` over `data` for this connection's caller, as OpenSSH 9.x's
+    /// ssh-agent does (`process_sign_request2`): a destination-constrained key signs only a userauth
+    /// request on a connection whose session-binds its hops permit (``destinationPermits(_:data:state:)``,
+    /// the ssh protocol's own rules, read here); everything else — a confirm key's dialog, its wording, the
+    /// audit record — is the core's signature witness (``KeychainService/witnessSignature``). Locking and key
+    /// lookup are the caller's: this sees only a key that exists.
+    func authorizeSignature(_ key: SSHSigningKey, data: [UInt8], state: ConnectionState) -> SignatureDecision {
         var destination = Self.boundDestination(state)
-        var decision = SSHSignatureDecision.unconditional
+        var refusal: SignatureDecision? = nil
         if !key.destinations.isEmpty {
             switch destinationPermits(key, data: data, state: state) {
             case .success(let host):
                 destination = host
-            case .failure(let refusal):
-                decision = .refused(reason: refusal.reason, status: .missingEntitlement)
+            case .failure(let r):
+                refusal = .refused(reason: r.reason, status: .missingEntitlement)
             }
         }
-        if decision == .unconditional, key.confirm { decision = confirm(key, destination: destination, state: state) }
-        auditSignature(key, destination: destination, decision, state: state)
-        return decision
-    }
-
-    /// Writes a signature's audit record (and a log line: info when allowed, notice when refused).
-    func auditSignature(_ key: SSHSigningKey, destination: String?, _ decision: SSHSignatureDecision, state: ConnectionState) {
-        switch decision {
-        case .allowed(let reason):
-            service.auditSignature(state.context, key: key.fingerprint, destination: destination, status: .success, reason: reason)
-        case .refused(let reason, let status):
-            service.auditSignature(state.context, key: key.fingerprint, destination: destination, status: status, reason: reason)
-            logger.notice("ssh-agent: refused to sign", metadata: ["key": "\(key.fingerprint)", "reason": "\(reason)",
-                                                                   "destination": "\(destination ?? "-")", "pid": "\(state.caller.pid)"])
+        let subject = SignatureSubject(keyType: key.keyType, fingerprint: key.fingerprint, comment: key.comment, destination: destination)
+        return service.witnessSignature(subject, confirm: key.confirm, refusal: refusal, state.context) {
+            promptChannel().map { AgentConfirmation(channel: $0, client: state.clientDescriptor) }
         }
     }
 
-    /// Asks the person to allow one signature: a CONFIRM dialog naming the key (fingerprint and
-    /// comment), the requesting program as the agent identified it and the destination when known.
-    /// Anything but OK refuses: no pinentry configured or no login session to show it on (nobody can be
-    /// asked), a cancel, a pinentry that fails, the deadline (`authentication-timeout`), the client
-    /// hanging up meanwhile.
-    func confirm(_ key: SSHSigningKey, destination: String?, state: ConnectionState) -> SSHSignatureDecision {
-        guard let channel = promptChannel() else { return .refused(reason: "nobody-to-ask", status: .interactionNotAllowed) }
-        defer { channel.end() }
-        let app = Authenticator.appName(state.caller)
-        var text = "\(TerminalSafeText.escaped(app)) wants to sign with your SSH key \u{201C}\(TerminalSafeText.escaped(key.comment))\u{201D}"
-            + "\n\(key.keyType) \(key.fingerprint)"
-        if let destination { text += "\nfor \(TerminalSafeText.escaped(destination))" }
-        switch channel.confirm(text + "\n\nAllow this signature?", app: app, client: state.clientDescriptor) {
-        case .allowed: return .confirmed
-        case .refused: return .refused(reason: "cancelled", status: .userCanceled)
-        case .hungUp: return .refused(reason: "client-gone", status: .userCanceled)
-        case .timedOut: return .refused(reason: "timed-out", status: .interactionNotAllowed)
-        case .failed(let why):
-            logger.warning("ssh-agent: the pinentry failed", metadata: ["error": "\(why)", "pid": "\(state.caller.pid)"])
-            return .refused(reason: "pinentry-failed", status: .interactionNotAllowed)
-        }
+    /// Writes the audit record of a signature refused before its key was found usable (a locked agent,
+    /// a key gone): the witness's record, with no dialog.
+    func auditSignature(_ key: SSHSigningKey, destination: String?, _ decision: SignatureDecision, state: ConnectionState) {
+        let subject = SignatureSubject(keyType: key.keyType, fingerprint: key.fingerprint, comment: key.comment, destination: destination)
+        _ = service.witnessSignature(subject, confirm: false, refusal: decision, state.context) { nil }
     }
 
     /// The destination this connection's session-binds name, when no constraint gives a host name:

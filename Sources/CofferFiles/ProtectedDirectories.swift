@@ -185,17 +185,17 @@ package enum ProtectedDirectories {
         guard fd >= 0 else { throw .system(operation: "create", path: temporary, errno: errno) }
         for i in 0..<parts {
             let data: SecureBytes
-            do { data = try part(i) } catch { _ = close(fd); _ = unlink(temporary); throw error }
+            do { data = try part(i) } catch { _ = close(fd); _ = unsafe unlink(temporary); throw error }
             defer { data.wipe() }
             var done = 0
             while done < data.count {
                 let w = unsafe data.withUnsafeBytes { unsafe write(fd, $0.baseAddress! + done, data.count - done) }
                 if w < 0 && errno == EINTR { continue }
-                guard w > 0 else { let e = errno; _ = close(fd); _ = unlink(temporary); throw .system(operation: "write", path: temporary, errno: w < 0 ? e : ENOSPC) }
+                guard w > 0 else { let e = errno; _ = close(fd); _ = unsafe unlink(temporary); throw .system(operation: "write", path: temporary, errno: w < 0 ? e : ENOSPC) }
                 done += w
             }
         }
-        guard fsync(fd) == 0 else { let e = errno; _ = close(fd); _ = unlink(temporary); throw .system(operation: "fsync", path: temporary, errno: e) }
+        guard fsync(fd) == 0 else { let e = errno; _ = close(fd); _ = unsafe unlink(temporary); throw .system(operation: "fsync", path: temporary, errno: e) }
         _ = close(fd)
         var final = name
         var n = 0

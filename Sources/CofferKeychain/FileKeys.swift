@@ -138,7 +138,8 @@ extension Keychain {
         }
         guard part.map({ $0.dropID.count == 16 }) ?? true else { throw SecError(.param, "a drop identifier is 16 bytes") }
         let header: [UInt8] = part.map { p in
-            [0xFF, 0xFF, 1] + p.dropID + withUnsafeBytes(of: p.index.bigEndian) { Array($0) } + [p.final ? 1 : 0]
+            [0xFF, 0xFF, 1] + p.dropID + [UInt8(p.index >> 24), UInt8(p.index >> 16 & 0xff), UInt8(p.index >> 8 & 0xff), UInt8(p.index & 0xff)]
+                + [p.final ? 1 : 0]
         } ?? []
         try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
@@ -222,7 +223,8 @@ extension Keychain {
             var part: FileDropPart? = nil
             if b.count >= 2, unsafe b[0] == 0xFF, unsafe b[1] == 0xFF {
                 guard b.count >= 24, unsafe b[2] == 1, unsafe b[23] <= 1 else { return nil }
-                let index = unsafe (3..<7).reduce(UInt32(0)) { $0 << 8 | UInt32(b[$1 + 16]) }
+                var index: UInt32 = 0
+                for k in 19..<23 { index = index << 8 | UInt32(unsafe b[k]) }
                 part = unsafe FileDropPart(dropID: Array(b[3..<19]), index: index, final: b[23] == 1)
                 at = 24
             }

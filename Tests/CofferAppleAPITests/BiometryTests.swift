@@ -223,7 +223,7 @@ extension AppleSecurityAPITests {
             #expect(Date().timeIntervalSince(started) < 5, "no touch was waited for")
             // Without the context the signature waits for a finger.
             let plain = try findKey(tag)
-            nonisolated(unsafe) let message = Data("payment 3".utf8)
+            let message = Data("payment 3".utf8)
             let waiting = Pending { [self] in sign(plain, message, verifyingWith: publicKey).ok }
             #expect(bio.touch("alice"))
             #expect(waiting.result() == true)
