@@ -173,6 +173,9 @@ final class Pipeline: Sendable {
             return try filesRequest(operation, session)
         case .protections:
             return .protections(service.protections())
+        case .loginSession(let opened):
+            try service.loginSession(opened: opened, session.context)
+            return .ok
         case .counters:
             try service.mayReadCounters(session.context)
             let (connections, requests) = served.withLock { ($0.connections, $0.requests) }

@@ -82,6 +82,8 @@ public enum AgentRequest: Sendable {
     /// (AUTH_NEEDED), so an evaluation it holds covers the signature. `flags`: the ssh-agent protocol's
     /// signature flags (2 rsa-sha2-256, 4 rsa-sha2-512; 0 for the other key types).
     case keySign(ItemQuery, data: [UInt8], flags: UInt32)
+    /// SESSION: a login session of the user opened (true) or closed (pam_coffer's open and close_session).
+    case loginSession(opened: Bool)
     /// DELEGATE: a front end (a caller whose manifest grants `delegate-identity`) hands the agent,
     /// as the first request after HELLO, the process it serves: a pidfd passed with `SCM_RIGHTS`
     /// beside this frame, and the pid and start time (field 22 of `/proc/PID/stat`, clock ticks after
@@ -143,6 +145,10 @@ public enum AgentRequest: Sendable {
         case .protections: return FrameBuilder.empty(.protections, requestID: requestID)
         case .prompter: return FrameBuilder.empty(.prompter, requestID: requestID)
         case .counters: return FrameBuilder.empty(.counters, requestID: requestID)
+        case .loginSession(let opened):
+            var f = FrameBuilder(type: .session, requestID: requestID, payloadCapacity: 1)
+            f.w.u8(opened ? 1 : 2)
+            return f.finish()
         case .promptUnlock: return FrameBuilder.empty(.promptUnlock, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
         case .subscribe: return FrameBuilder.empty(.subscribe, requestID: requestID)
@@ -346,6 +352,12 @@ public enum AgentRequest: Sendable {
         case .protections: request = .protections
         case .prompter: request = .prompter
         case .counters: request = .counters
+        case .session:
+            switch try r.u8("session event") {
+            case 1: request = .loginSession(opened: true)
+            case 2: request = .loginSession(opened: false)
+            default: throw ProtocolError("SESSION: the event is 1 (opened) or 2 (closed)")
+            }
         case .promptUnlock: request = .promptUnlock
         case .lock: request = .lock
         case .subscribe: request = .subscribe

@@ -62,6 +62,7 @@ package final class FileProtectionService: Sendable {
     /// (and, with no passcode set, every key: nothing locks then).
     package func start() {
         service.onDirectoriesRestored { [weak self] restored in self?.restored(restored) }
+        service.onLastSessionEnded { [weak self] in self?.lastSessionEnded() }
         let records = (try? keychain.fileKeyRecords()) ?? []
         for r in records where policyMatches(r) {
             do { try ProtectedDirectories.finishMigration(of: r.path) } catch {
@@ -104,6 +105,14 @@ package final class FileProtectionService: Sendable {
             }
         case .willLock, .itemsChanged:
             break
+        }
+    }
+
+    /// The user's last login session closed (pam_coffer's SESSION): UntilFirstUserAuthentication keys go
+    /// (the lock that follows removes Complete and CompleteUnlessOpen's); the next unlock adds them back.
+    private func lastSessionEnded() {
+        for r in (try? keychain.fileKeyRecords()) ?? [] where r.protection == .untilFirstUserAuthentication {
+            remove(r, reason: "last login session closed")
         }
     }
 

@@ -61,6 +61,41 @@ package final class KeychainService: Sendable {
     /// their keys to the kernel as their classes say); held in a class for the reason given above.
     private let directoriesRestored = Protected<DirectoriesRestoredHandler?>(nil)
 
+    /// The user's login sessions as pam_coffer tells them (SESSION: opened minus closed, never below 0).
+    private let loginSessions = Protected(0)
+    /// What runs when the last of them closes (the file protection service removes the keys that last
+    /// until the last logout); held in a class for the reason given above.
+    private let lastSessionEnded = Protected<ItemsWrittenHandler?>(nil)
+
+    /// Sets what runs when the user's last login session closes.
+    package func onLastSessionEnded(_ run: @escaping @Sendable () -> Void) {
+        lastSessionEnded.withLock { $0 = ItemsWrittenHandler(run) }
+    }
+
+    /// SESSION (pam_coffer's open and close_session): counts the user's login sessions. When the last one
+    /// closes the person has logged out everywhere: the keychain locks (after its grace, as any lock
+    /// request) and what lasts until the last logout ends (UntilFirstUserAuthentication directories'
+    /// keys). Only the owner's tools (pam_coffer runs as the user), never a delegated connection. Returns
+    /// the sessions open now.
+    @discardableResult
+    package func loginSession(opened: Bool, _ context: CallerContext) throws(SecError) -> Int {
+        guard !context.isDelegated else { throw SecError(.missingEntitlement, "login sessions are reported by pam_coffer, not on a delegated connection") }
+        try mayManageKeychain(context.caller, "report a login session")
+        let (open, last) = loginSessions.withLock { n -> (Int, Bool) in
+            if opened { n += 1; return (n, false) }
+            guard n > 0 else { return (0, false) }
+            n -= 1
+            return (n, n == 0)
+        }
+        logger.info(opened ? "a login session opened" : "a login session closed", metadata: ["open": "\(open)"])
+        if last {
+            logger.notice("the last login session closed: locking")
+            schedule.requestLock(reason: "the last login session closed")
+            lastSessionEnded.withLock { $0 }?.run()
+        }
+        return open
+    }
+
     /// Sets what runs after a backup restore recorded protected directories.
     package func onDirectoriesRestored(_ run: @escaping @Sendable ([FileKeyRecord]) -> Void) {
         directoriesRestored.withLock { $0 = DirectoriesRestoredHandler(run) }

@@ -98,6 +98,59 @@ import Testing
         #expect(!agent.log.contains(pw) && !agent.log.contains("new secret"))
     }
 
+    /// The last logout (issue #45, without systemd stopping the agent): pam_coffer tells the agent of every
+    /// session it opens and closes (SESSION); while one stays open nothing changes, and when the last one
+    /// closes the keychain locks and until-first-auth directories lose their key with Complete's, None's
+    /// staying. The next login brings every key back. On a real fscrypt ext4 (root; skipped otherwise).
+    @Test(.enabled(if: LoopFilesystem.unavailable == nil, "\(LoopFilesystem.unavailable ?? "")"))
+    func theLastLogoutLocksAndEndsWhatLastsUntilIt() throws {
+        let fs = try LoopFilesystem()
+        let agent = try AgentProcess(extraArguments: ["--lock-grace", "0"], pamService: "coffer-login")
+        agent.setPasscode()
+        let tmp = TemporaryDirectory("coffer-pam-sessions")
+        let module = try Self.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        try Self.writeLoginService(dir: services, module: module, passdb: agent.passdb, moduleArgs: "socket=\(agent.socketPath)")
+        let pw = AgentProcess.password
+        let dirs = ["until-first-auth": fs.file("u"), "complete": fs.file("c"), "none": fs.file("n")]
+        for (cls, dir) in dirs {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+            #expect(agent.cli(["files", "protect", dir, "--class", cls]).status == 0, "\(agent.log)")
+            try "in \(cls)".write(toFile: dir + "/f.txt", atomically: false, encoding: .utf8)
+        }
+        func readable() -> Set<String> {
+            Set(dirs.filter { runProcess("/bin/cat", [$0.value + "/f.txt"]).stdout == "in \($0.key)" }.map(\.key))
+        }
+        func eventually(_ wanted: Set<String>) -> Bool {
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline { if readable() == wanted { return true }; usleep(50_000) }
+            return readable() == wanted
+        }
+        // Two logins (a desktop and an ssh session, say).
+        for _ in 0..<2 {
+            let r = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n")
+            #expect(r.status == 0, "\(r)")
+        }
+        #expect(readable() == ["until-first-auth", "complete", "none"])
+        // One logs out: the other still works.
+        #expect(Self.pamtester(serviceDir: services, ["close_session"], input: "").status == 0)
+        usleep(300_000)
+        #expect(readable() == ["until-first-auth", "complete", "none"], "\(agent.log.suffix(2000))")
+        #expect(agent.cli(["status"]).stdout.contains("state: unlocked"))
+        // The last one logs out: locked, and until-first-auth goes with Complete.
+        #expect(Self.pamtester(serviceDir: services, ["close_session"], input: "").status == 0)
+        #expect(eventually(["none"]), "readable after the last logout: \(readable())\n\(agent.log.suffix(3000))")
+        #expect(agent.cli(["status"]).stdout.contains("state: locked"))
+        // A close with no session open changes nothing (the count never goes below zero).
+        #expect(Self.pamtester(serviceDir: services, ["close_session"], input: "").status == 0)
+        // The next login brings every key back.
+        let again = Self.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n")
+        #expect(again.status == 0, "\(again)")
+        #expect(eventually(["until-first-auth", "complete", "none"]), "\(readable())\n\(agent.log.suffix(2000))")
+        #expect(agent.log.contains("the last login session closed"))
+    }
+
     /// sshd's keyboard-interactive authentication runs authentication and account management in a
     /// process of their own, apart from the session: with an account line, pam_coffer unlocks the
     /// running agent at account management (after a successful authentication only), so such an ssh
@@ -351,6 +404,18 @@ import Testing
 
         """
 
+    /// The message types of the frames in `bytes` (what a recorder received, frames end to end).
+    static func messageTypes(_ bytes: [UInt8]) -> [UInt8] {
+        var types: [UInt8] = [], i = 0
+        while i + 5 <= bytes.count {
+            let length = Int(bytes[i]) << 24 | Int(bytes[i + 1]) << 16 | Int(bytes[i + 2]) << 8 | Int(bytes[i + 3])
+            types.append(bytes[i + 4])
+            guard length >= 5 else { break }
+            i += 4 + length
+        }
+        return types
+    }
+
     static func buildSudoLike(in dir: String) throws -> String {
         let c = dir + "/sudo-like.c", out = dir + "/sudo-like"
         try sudoLikeSource.write(toFile: c, atomically: true, encoding: .utf8)
@@ -387,7 +452,10 @@ import Testing
         #expect(r.status == 0, "the session must still open: \(r)")
         usleep(300_000)
         #expect(!containsSubsequence(bobsAgent.bytes, Array(alicePassword.utf8)), "alice's password reached bob's agent")
-        #expect(bobsAgent.connections == 0 && bobsAgent.bytes.isEmpty, "pam_coffer talked to bob's agent for alice's password")
+        // The session is bob's, so his agent may hear that it opened and closed (SESSION), and nothing else:
+        // no UNLOCK, no SET_PASSCODE, no password.
+        let types = Self.messageTypes(bobsAgent.bytes)
+        #expect(Set(types).isSubset(of: [0x01, 0x28]), "pam_coffer sent bob's agent more than HELLO and SESSION for alice's login: \(types)")
 
         // bob logging in himself: his own password reaches his agent.
         r = Self.sudoLike(app, serviceDir: services, user: bob.name, sessionUser: bob.name, password: bobPassword)

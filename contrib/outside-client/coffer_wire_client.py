@@ -44,7 +44,7 @@ REQUESTS = {
     "CHECK_PAGE": 0x18, "KEY_CREATE": 0x19, "DELEGATE": 0x1A, "PROTECTIONS": 0x1B,
     "PROMPT_UNLOCK": 0x1C, "PORTAL_SECRET": 0x1D, "SYNC_SETUP": 0x1E, "SYNC_CIRCLE": 0x1F,
     "SYNC_STATUS": 0x20, "SYNC_CONFLICTS": 0x21, "PROMPT_READ": 0x22, "SUBSCRIBE_EVENTS": 0x23,
-    "FILES": 0x24, "PROMPTER": 0x25, "COUNTERS": 0x26, "KEY_SIGN": 0x27,
+    "FILES": 0x24, "PROMPTER": 0x25, "COUNTERS": 0x26, "KEY_SIGN": 0x27, "SESSION": 0x28,
 }
 REPLIES = {
     "OK": 0x80, "HELLO_REPLY": 0x81, "STATUS_REPLY": 0x82, "ITEMS": 0x87, "COUNT": 0x88,
@@ -443,6 +443,9 @@ def decode_request_payload(name, r, version):
     elif name == "COPY_MATCHING_PAGE":
         m["query"] = decode_query(r, version, name)
         m["cursor"] = r.u64()
+    elif name == "SESSION":
+        m["event"] = r.u8()
+        _need(m["event"] in (1, 2), "SESSION's event is 1 (opened) or 2 (closed)")
     elif name == "KEY_SIGN":
         # Keys: a query of limit one and return flags 0, the data, ssh-agent's signature flags (bits 1, 2).
         m["query"] = decode_query(r, version, name)
@@ -599,6 +602,8 @@ def encode_request_payload(name, m):
         return u8(m["cls"]) + encode_attributes(m["attrs"]) + blob(m["secret"]) + u8(m["flags"])
     if name in ("COPY_MATCHING", "DELETE", "PROMPT_READ"):
         return encode_query(m["query"])
+    if name == "SESSION":
+        return u8(m["event"])
     if name == "KEY_SIGN":
         return encode_query(m["query"]) + blob(m["data"]) + u32(m["flags"])
     if name == "COPY_MATCHING_PAGE":

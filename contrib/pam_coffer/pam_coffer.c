@@ -86,6 +86,7 @@
 
 #define MSG_HELLO COFFER_MSG_HELLO
 #define MSG_UNLOCK COFFER_MSG_UNLOCK
+#define MSG_SESSION COFFER_MSG_SESSION
 #define MSG_LOCK COFFER_MSG_LOCK
 #define MSG_SET_PASSCODE COFFER_MSG_SET_PASSCODE
 #define MSG_OK COFFER_MSG_OK
@@ -387,9 +388,16 @@ static int drop_privileges(const struct passwd *pw) {
     return 0;
 }
 
-enum op { OP_UNLOCK, OP_LOCK, OP_CHANGE };
+enum op { OP_NONE, OP_UNLOCK, OP_LOCK, OP_CHANGE };
 
-static int child_main(const struct options *o, const char *socket_path, const struct agent_env *env, enum op op,
+/* SESSION: one byte, the event (COFFER_SESSION_OPENED or COFFER_SESSION_CLOSED). */
+static int send_session(int fd, int64_t deadline, uint32_t id, uint8_t event) {
+    unsigned char f[10] = { 0, 0, 0, 6, MSG_SESSION, (unsigned char)(id >> 24), (unsigned char)(id >> 16),
+                            (unsigned char)(id >> 8), (unsigned char)id, event };
+    return write_all(fd, f, sizeof f, deadline) ? -1 : 0;
+}
+
+static int child_main(const struct options *o, const char *socket_path, const struct agent_env *env, enum op op, int session,
                       const char *old_tok, const char *new_tok, int64_t start_deadline, int64_t deadline) {
     int fd = connect_or_start(o, socket_path, env, start_deadline, deadline);
     if (fd == NOT_THE_USERS_AGENT) return CHILD_IMPOSTOR;
@@ -419,6 +427,14 @@ static int child_main(const struct options *o, const char *socket_path, const st
     default:
         break;
     }
+    /* The login session's opening or closing, told after the operation (an agent from before SESSION
+       answers it -50: the operation's own answer decides the result). */
+    if (session) {
+        int32_t session_status = 0;
+        if (send_session(fd, deadline, 4, (uint8_t)session)) goto failed;
+        int session_type = read_reply(fd, deadline, 4, &session_status);
+        if (op == OP_NONE) type = session_type;
+    }
     close(fd);
     if (type == MSG_OK) return CHILD_OK;
     if (type == MSG_ERROR) return CHILD_REFUSED;
@@ -439,7 +455,7 @@ static void resolve_socket(pam_handle_t *pamh, const struct options *o, const st
 
 /* Runs `op` against the agent of the current PAM user. With `expected_uid`, only if that user is
    still the one with this uid; otherwise nothing is sent anywhere. */
-static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op, const uid_t *expected_uid,
+static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op, int session, const uid_t *expected_uid,
                          const char *old_tok, const char *new_tok) {
     const char *user = NULL;
     struct passwd pwbuf, *pw;
@@ -448,7 +464,11 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
     if (expected_uid && pw->pw_uid != *expected_uid) {
         pam_syslog(pamh, LOG_NOTICE, "the PAM user changed to %s (uid %u) after uid %u gave the password; "
                    "the password was not handed to any agent", user, (unsigned)pw->pw_uid, (unsigned)*expected_uid);
-        return -1;
+        if (!session) return -1;
+        /* The session is still this user's: its agent hears of it, without any password. */
+        op = OP_NONE;
+        old_tok = NULL;
+        new_tok = NULL;
     }
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path) + 64];
     resolve_socket(pamh, o, pw, socket_path, sizeof socket_path);
@@ -471,7 +491,7 @@ static int talk_to_agent(pam_handle_t *pamh, const struct options *o, enum op op
         signal(SIGPIPE, SIG_IGN);
         if (drop_privileges(pw) != 0) _exit(CHILD_PRIVS);
         prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* a uid change resets it to fs.suid_dumpable */
-        _exit(child_main(o, socket_path, &env, op, old_tok, new_tok, start_deadline, deadline));
+        _exit(child_main(o, socket_path, &env, op, session, old_tok, new_tok, start_deadline, deadline));
     }
     int status = 0;
     for (;;) {
@@ -652,7 +672,7 @@ PAM_EXTERN int pam_sm_acct_mgmt(pam_handle_t *pamh, int flags, int argc, const c
     const void *data = NULL;
     if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) return PAM_IGNORE;
     const struct stash *s = data;
-    talk_to_agent(pamh, &o, OP_UNLOCK, &s->uid, NULL, s->tok);
+    talk_to_agent(pamh, &o, OP_UNLOCK, 0, &s->uid, NULL, s->tok);
     pam_set_data(pamh, DATA_KEY, NULL, NULL); /* runs the wiping cleanup now */
     return PAM_IGNORE;
 }
@@ -699,10 +719,14 @@ PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, cons
     }
     export_sockets(pamh, &o);
     const void *data = NULL;
-    if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) return PAM_SUCCESS;
+    if (pam_get_data(pamh, DATA_KEY, &data) != PAM_SUCCESS || !data) {
+        /* No password (a key login): the agent still counts the session, so it knows the last logout. */
+        talk_to_agent(pamh, &o, OP_NONE, COFFER_SESSION_OPENED, NULL, NULL, NULL);
+        return PAM_SUCCESS;
+    }
     const struct stash *s = data;
     /* Only to the agent of the uid that authenticated (talk_to_agent checks the PAM user again). */
-    talk_to_agent(pamh, &o, OP_UNLOCK, &s->uid, NULL, s->tok);
+    talk_to_agent(pamh, &o, OP_UNLOCK, COFFER_SESSION_OPENED, &s->uid, NULL, s->tok);
     pam_set_data(pamh, DATA_KEY, NULL, NULL); /* runs the wiping cleanup now */
     return PAM_SUCCESS;
 }
@@ -711,7 +735,9 @@ PAM_EXTERN int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, con
     (void)flags;
     struct options o;
     parse_options(pamh, argc, argv, &o);
-    if (o.lock_on_close) talk_to_agent(pamh, &o, OP_LOCK, NULL, NULL, NULL);
+    /* The agent counts the user's sessions: at the close of the last it locks and ends what lasts until
+       the last logout (until-first-auth directories); lock_on_close locks at every close. */
+    talk_to_agent(pamh, &o, o.lock_on_close ? OP_LOCK : OP_NONE, COFFER_SESSION_CLOSED, NULL, NULL, NULL);
     return PAM_SUCCESS;
 }
 
@@ -751,6 +777,6 @@ PAM_EXTERN int pam_sm_chauthtok(pam_handle_t *pamh, int flags, int argc, const c
         pam_syslog(pamh, LOG_NOTICE, "password change without old and new passwords; the Coffer passcode is unchanged");
         return PAM_SUCCESS;
     }
-    talk_to_agent(pamh, &o, OP_CHANGE, &expected, old_tok, new_tok);
+    talk_to_agent(pamh, &o, OP_CHANGE, 0, &expected, old_tok, new_tok);
     return PAM_SUCCESS;
 }

@@ -65,6 +65,9 @@
 #define COFFER_MSG_PROMPTER 0x25 /* the agent's own prompter: its pinentry and why, the display its dialogs appear on */
 #define COFFER_MSG_COUNTERS 0x26 /* what the agent has done since it started: connections, requests, identity resolutions, searches */
 #define COFFER_MSG_KEY_SIGN 0x27 /* a signature by a key item made in the agent, its access control answered on this connection */
+#define COFFER_MSG_SESSION 0x28 /* pam_coffer: u8 event, 1 a login session of the user opened, 2 one closed (the last: lock) */
+#define COFFER_SESSION_OPENED 1
+#define COFFER_SESSION_CLOSED 2
 #define COFFER_MSG_OK 0x80
 #define COFFER_MSG_HELLO_REPLY 0x81
 #define COFFER_MSG_STATUS_REPLY 0x82
