@@ -516,6 +516,9 @@ def malformed_cases(version):
     # FILES
     FI = "Protected directories"
     add(FI, "FILES with operation 0", "FILES", u8(0))
+    add(FI, "SESSION with event 0", "SESSION", u8(0))
+    add(FI, "SESSION with event 3", "SESSION", u8(3))
+    add(FI, "SESSION without its event", "SESSION", b"")
     add(FI, "FILES with operation 6", "FILES", u8(6))
     add(FI, "FILES drop part without its fields", "FILES", u8(5))
     for label, path in (("a relative path", "d"), ("a trailing slash", "/d/"), ("an empty component", "/a//d"),
@@ -2820,6 +2823,9 @@ def e2e_misc(L):
     L.E("Sync", "SYNC_STATUS: no sync since the start (lastSuccess and lastAttempt 0)",
         r.get("last_success") == 0 and r.get("last_attempt") == 0, r.f)
     L.err("Sync", "SYNC_CIRCLE operation 3 while sync is not set up: -25291", c.request("SYNC_CIRCLE", {"op": 3}), errSecNotAvailable)
+    # Login sessions (two opened, one closed: the count stays above 0, so nothing locks here).
+    for event, label in ((1, "opened"), (1, "opened again"), (2, "closed")):
+        L.kind("Protected directories", "SESSION %s: OK" % label, c.request("SESSION", {"event": event}), "OK")
     r = c.request("SYNC_CIRCLE", {"op": 4})
     L.E("Sync", "SYNC_CIRCLE circle (4) while sync is not set up: SYNC_CODE with an empty name and an empty fingerprint",
         r.name == "SYNC_CODE" and r.get("device") == "" and r.get("code") == "", "%r %r" % (r, r.f))
