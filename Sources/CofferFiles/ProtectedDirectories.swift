@@ -211,9 +211,12 @@ package enum ProtectedDirectories {
     /// True if the file at `path` holds exactly the bytes of the `parts` pieces (a delivery a crash
     /// interrupted after its rename); false when it is absent or differs.
     private static func holds(_ path: String, parts: Int, _ part: (Int) throws(FileProtectionError) -> SecureBytes) throws(FileProtectionError) -> Bool {
-        let fd = unsafe open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        // Non-blocking, and only a regular file: a FIFO or device put at the name must not hold the delivery.
+        let fd = unsafe open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { return false }
         defer { _ = close(fd) }
+        var st = stat()
+        guard unsafe fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return false }
         var buffer = [UInt8](repeating: 0, count: 65536)
         defer { secureZero(&buffer) }
         for i in 0..<parts {

@@ -185,7 +185,17 @@ extension Keychain {
         let rows = try guarded.withLock { (s: inout State) throws(SecError) in try s.store.dropRows() }
         var out: [FileDropEntry] = []
         for row in rows {
-            guard let d = try openDrop(id: row.id) else { continue }
+            // One that does not open (damaged) is left where it is: it must not stop every other delivery.
+            // A class key not available (locked) is the caller's to hear.
+            let opened: FileDrop?
+            do {
+                opened = try openDrop(id: row.id)
+            } catch where error.status == .interactionNotAllowed {
+                throw error
+            } catch {
+                continue
+            }
+            guard let d = opened else { continue }
             d.data.wipe()
             out.append(FileDropEntry(id: d.id, path: d.path, name: d.name, part: d.part))
         }

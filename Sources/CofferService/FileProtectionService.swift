@@ -29,6 +29,8 @@ package final class FileProtectionService: Sendable {
         var pending: [String: [UInt8]] = [:]
         /// Files being written in parts (FILES drop part), by drop id: the next part expected.
         var uploads: [[UInt8]: Upload] = [:]
+        /// Drop ids whose last part came and whose file is not written yet: not to be used again.
+        var finished: Set<[UInt8]> = []
         var stopping = false
         var workerRunning = false
     }
@@ -138,14 +140,24 @@ package final class FileProtectionService: Sendable {
     /// parts of an upload that was abandoned (no part for ``abandonedUploadSeconds``, or begun before the
     /// agent restarted) are discarded.
     private func deliverDrops() {
-        // One delivery at a time (an unlock and a last part may ask at once): a file is written once.
-        delivering.withLock { _ in deliverDropsNow() }
+        // On a thread of its own: the unlock (or last part) that asked answers at once, however much there
+        // is to write. One delivery at a time (an unlock and a last part may ask at once): a file is written once.
+        let started = Threads.detach(stackBytes: 256 << 10) { [self] in delivering.withLock { _ in deliverDropsNow() } }
+        if !started { delivering.withLock { _ in deliverDropsNow() } }
     }
 
     /// One file delivery at a time (``deliverDrops()``).
     private let delivering = Protected(())
 
     private func deliverDropsNow() {
+        // Which uploads are still being written, taken BEFORE the list of drops: an upload that ends after
+        // this counts as in progress here (its last part's own delivery, after this one, writes it), and
+        // one that ended before has all its parts in the list.
+        let now = clock.now()
+        let inProgress = state.withLock { s -> Set<[UInt8]> in
+            s.uploads = s.uploads.filter { now - $0.value.touched < Self.abandonedUploadSeconds }
+            return Set(s.uploads.keys)
+        }
         let entries: [FileDropEntry]
         do {
             entries = try keychain.dropEntries()
@@ -165,11 +177,6 @@ package final class FileProtectionService: Sendable {
                                metadata: ["dir": "\(d.path)", "why": "\(error)"])
             }
         }
-        let now = clock.now()
-        let inProgress = state.withLock { s -> Set<[UInt8]> in
-            s.uploads = s.uploads.filter { now - $0.value.touched < Self.abandonedUploadSeconds }
-            return Set(s.uploads.keys)
-        }
         var groups: [[UInt8]: [FileDropEntry]] = [:]
         var order: [[UInt8]] = []
         for e in entries {
@@ -186,6 +193,7 @@ package final class FileProtectionService: Sendable {
             if !complete {
                 if inProgress.contains(id) { continue }
                 for e in parts { try? keychain.removeDrop(id: e.id) }
+                _ = state.withLock { $0.finished.remove(id) }
                 logger.warning("discarded the parts of a file written while locked whose upload did not finish",
                                metadata: ["dir": "\(first.path)", "parts": "\(parts.count)"])
                 continue
@@ -198,6 +206,7 @@ package final class FileProtectionService: Sendable {
                     return d.data
                 }, name: first.name, into: first.path, tag: first.id)
                 for e in parts { try keychain.removeDrop(id: e.id) }
+                _ = state.withLock { $0.finished.remove(id) }
                 logger.info("wrote a file written while locked into its directory", metadata: ["dir": "\(first.path)", "name": "\(written)",
                                                                                               "parts": "\(parts.count)"])
             } catch {
@@ -383,7 +392,9 @@ package final class FileProtectionService: Sendable {
         try state.withLock { (s: inout State) throws(SecError) in
             let upload = s.uploads[part.dropID]
             if part.index == 0 {
-                guard upload == nil else { throw SecError(.param, "this drop id was already used for a file being written") }
+                guard upload == nil, !s.finished.contains(part.dropID) else {
+                    throw SecError(.param, "this drop id was already used for a file being written")
+                }
             } else {
                 guard let upload, upload.path == path, upload.name == name, upload.next == part.index else {
                     s.uploads[part.dropID] = nil
@@ -398,6 +409,7 @@ package final class FileProtectionService: Sendable {
             // Kept under the upload's lock, so two parts of one file never interleave.
             try keychain.addDrop(path: path, name: name, data: data, part: part)
             s.uploads[part.dropID] = part.final ? nil : Upload(path: path, name: name, next: part.index + 1, bytes: bytes, touched: now)
+            if part.final { s.finished.insert(part.dropID) }
         }
         if part.final {
             if (try? Fscrypt.keyState(r.identifier, filesystemOf: parent(r))) == .present && !service.isLocked {

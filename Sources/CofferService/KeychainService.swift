@@ -88,7 +88,8 @@ package final class KeychainService: Sendable {
             return (n, n == 0)
         }
         logger.info(opened ? "a login session opened" : "a login session closed", metadata: ["open": "\(open)"])
-        if last {
+        // With no passcode nothing locks, and nothing would add the keys back: the last logout changes nothing.
+        if last && keychain.status.passcodeSet {
             logger.notice("the last login session closed: locking")
             schedule.requestLock(reason: "the last login session closed")
             lastSessionEnded.withLock { $0 }?.run()

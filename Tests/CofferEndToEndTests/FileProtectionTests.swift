@@ -435,7 +435,7 @@ import Testing
         // Unlocked: there at once.
         var r = drop("now.bin")
         #expect(r.status == 0, "\(r)\n\(agent.log)")
-        #expect(fileBytes(dir + "/now.bin") == bytes)
+        #expect(Self.eventually(20) { fileBytes(dir + "/now.bin") == bytes }, "\(agent.log)")
 
         #expect(agent.cli(["lock"]).status == 0)
         #expect(Self.eventually { Self.status(agent, dir)?["key"] as? String == "absent" })

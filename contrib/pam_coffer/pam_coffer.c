@@ -406,13 +406,22 @@ static int child_main(const struct options *o, const char *socket_path, const st
     int type = -1;
     if (send_request(fd, deadline, MSG_HELLO, 1, NULL, NULL, 0) || read_reply(fd, deadline, 1, &status) != MSG_HELLO_REPLY)
         goto failed;
+    /* The login session's opening or closing goes first, pipelined with the operation (no wait between
+       them): the agent counts the session even when the operation (an unlock, which may take a while)
+       runs out of time. Its reply comes first; an agent from before SESSION answers it -50, and the
+       operation's own answer decides the result. */
+    int32_t session_status = 0;
+    if (session && send_session(fd, deadline, 4, (uint8_t)session)) goto failed;
+#define SESSION_REPLY() do { if (session && read_reply(fd, deadline, 4, &session_status) < 0) goto failed; } while (0)
     switch (op) {
     case OP_LOCK:
         if (send_request(fd, deadline, MSG_LOCK, 2, NULL, NULL, 0)) goto failed;
+        SESSION_REPLY();
         type = read_reply(fd, deadline, 2, &status);
         break;
     case OP_UNLOCK:
         if (send_request(fd, deadline, MSG_UNLOCK, 2, new_tok, NULL, 1)) goto failed;
+        SESSION_REPLY();
         type = read_reply(fd, deadline, 2, &status);
         if (type == MSG_ERROR && status == ERR_SEC_NOT_AVAILABLE) {
             /* No passcode yet: from now on the keybag follows the login password. */
@@ -422,19 +431,14 @@ static int child_main(const struct options *o, const char *socket_path, const st
         break;
     case OP_CHANGE:
         if (send_request(fd, deadline, MSG_SET_PASSCODE, 2, old_tok, new_tok, 2)) goto failed;
+        SESSION_REPLY();
         type = read_reply(fd, deadline, 2, &status);
         break;
     default:
+        if (session) type = read_reply(fd, deadline, 4, &session_status);
         break;
     }
-    /* The login session's opening or closing, told after the operation (an agent from before SESSION
-       answers it -50: the operation's own answer decides the result). */
-    if (session) {
-        int32_t session_status = 0;
-        if (send_session(fd, deadline, 4, (uint8_t)session)) goto failed;
-        int session_type = read_reply(fd, deadline, 4, &session_status);
-        if (op == OP_NONE) type = session_type;
-    }
+#undef SESSION_REPLY
     close(fd);
     if (type == MSG_OK) return CHILD_OK;
     if (type == MSG_ERROR) return CHILD_REFUSED;
@@ -725,6 +729,20 @@ PAM_EXTERN int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, cons
         return PAM_SUCCESS;
     }
     const struct stash *s = data;
+    {
+        /* The session is another user's than the one who gave the password (sudo -i -u OTHER): the
+           password is wiped before any child exists, and that user's agent only hears of the session. */
+        const char *user = NULL;
+        struct passwd pwbuf, *pw;
+        char strbuf[4096];
+        if ((pw = pam_user_entry(pamh, &pwbuf, strbuf, sizeof strbuf, &user, 1)) && pw->pw_uid != s->uid) {
+            pam_syslog(pamh, LOG_NOTICE, "the PAM user changed to %s (uid %u) after uid %u gave the password; "
+                       "the password was not handed to any agent", user, (unsigned)pw->pw_uid, (unsigned)s->uid);
+            pam_set_data(pamh, DATA_KEY, NULL, NULL); /* runs the wiping cleanup now */
+            talk_to_agent(pamh, &o, OP_NONE, COFFER_SESSION_OPENED, NULL, NULL, NULL);
+            return PAM_SUCCESS;
+        }
+    }
     /* Only to the agent of the uid that authenticated (talk_to_agent checks the PAM user again). */
     talk_to_agent(pamh, &o, OP_UNLOCK, COFFER_SESSION_OPENED, &s->uid, NULL, s->tok);
     pam_set_data(pamh, DATA_KEY, NULL, NULL); /* runs the wiping cleanup now */
@@ -737,6 +755,7 @@ PAM_EXTERN int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, con
     parse_options(pamh, argc, argv, &o);
     /* The agent counts the user's sessions: at the close of the last it locks and ends what lasts until
        the last logout (until-first-auth directories); lock_on_close locks at every close. */
+    o.agent = NULL; /* never start an agent to tell it a session closed */
     talk_to_agent(pamh, &o, o.lock_on_close ? OP_LOCK : OP_NONE, COFFER_SESSION_CLOSED, NULL, NULL, NULL);
     return PAM_SUCCESS;
 }
