@@ -96,9 +96,10 @@ extension Keychain {
     /// A CompleteUnlessOpen directory also gets a drop key pair (X25519): files written into it while
     /// locked are sealed to the public key (``addDrop(path:name:data:)``) and opened at the next unlock.
     package func addFileKey(path: String, protection: FileProtection, identifier: [UInt8], key: SecureBytes) throws(SecError) {
-        let row = try fileKeyRow(path: path, protection: protection, identifier: identifier, key: key)
         try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            // Wrapped inside the lock, for the reason given in restore(_:directories:dryRun:).
+            let row = try fileKeyRow(path: path, protection: protection, identifier: identifier, key: key)
             try writing(store) { () throws(SecError) in try store.insertFileKey(row) }
         }
     }

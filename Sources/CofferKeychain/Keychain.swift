@@ -466,12 +466,14 @@ public final class Keychain: Sendable {
             let (attrs, protection) = try completed(item.attributes, .unrestricted)
             prepared.append((item, attrs, protection))
         }
-        var directoryRows: [ItemStore.FileKeyRow] = []
-        for d in directories {
-            directoryRows.append(try fileKeyRow(path: d.path, protection: d.protection, identifier: d.identifier, key: d.key))
-        }
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
+            // Wrapped under the class keys inside the lock: a passcode change (a rekey of the class keys)
+            // cannot slip between the wrap and the insert and leave a key wrapped under the old class key.
+            var directoryRows: [ItemStore.FileKeyRow] = []
+            for d in directories {
+                directoryRows.append(try fileKeyRow(path: d.path, protection: d.protection, identifier: d.identifier, key: d.key))
+            }
             var added = 0, duplicates = 0
             var restoredDirectories: [FileKeyRecord] = []
             do throws(SecError) {

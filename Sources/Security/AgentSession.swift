@@ -172,12 +172,20 @@ package final class AgentSession: @unchecked Sendable {
             applied = nil
         }
         let path = AgentConnection.socketPath(explicit: Self.socket)
-        do {
+        do throws(SecError) {
             let c = try AgentConnection(path: path, clientName: Self.clientName)
             // A program using Apple's API is usually an app: the pinentry it names (a dialog) first, else its terminal.
             c.authenticationDelegate = Self.pinentry.map { PinentryAuthentication(program: $0) }
                 ?? PinentryAuthentication.fromEnvironment() ?? PinentryAuthentication.standard()
             connection = c
+            // An invalidate() that ran while this connection was being made saw no live connection to cut
+            // off: the connection is published first (`live`), then the flag is read, so one of the two
+            // always sees the other.
+            if isInvalidated {
+                c.cancel()
+                connection = nil
+                throw SecError(.authFailed, "the LAContext was invalidated")
+            }
             return c
         } catch {
             guard error.status == .io else { throw error }
