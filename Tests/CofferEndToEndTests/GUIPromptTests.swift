@@ -25,6 +25,58 @@ struct GUIPromptTests {
         #expect(rig.agent.cli(["status"]).stdout.contains("state: unlocked"))
     }
 
+    /// The agent as a login starts it (issue #43: "an agent started by PAM at login has no display"):
+    /// pam_coffer starts cofferd at the session's open (agent=), with no DISPLAY of its own, and sets the
+    /// passcode to the login password. The Secret Service front end asks it for an item while it is
+    /// locked: its dialog appears on the session's display all the same (prompt-display), the person's
+    /// answer unlocks, and secret-tool gets the secret.
+    @Test func anAgentStartedByTheLoginShowsItsDialogOnTheSessionsDisplay() throws {
+        let display = try VirtualDisplay(width: 800, height: 600)
+        let apps = try SignedApps()
+        let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
+        try apps.sign("secret-service", appID: SecretServiceBusTests.frontEndApp, groups: ["secret-service"], path: executable,
+                      entitlements: ["delegate-identity"])
+        // What the harness passes on the command line goes into the configuration (pam_coffer passes at
+        // most 8 agentarg= tokens): the agent is started as an administrator's pam.d line would start it.
+        let agent = try AgentProcess(pamService: "coffer-login", start: false)
+        let config = try apps.writeAgentConfig(["authentication-timeout = 60", "pinentry = \(GUIPromptRig.pinentry)",
+                                                "prompt-display = \(display.name)", "state-dir = \(agent.stateDir)",
+                                                "pam-confdir = \(agent.pamDir)", "pam-service = coffer-login"])
+        let tmp = TemporaryDirectory("coffer-gui-pam")
+        let module = try PAMModuleTests.buildModule(into: tmp)
+        let services = tmp.path + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        let extra = ["--config", config, "--kdf-ops", "1", "--log-level", "debug"].map { "agentarg=\($0)" }.joined(separator: " ")
+        try PAMModuleTests.writeLoginService(dir: services, module: module, passdb: agent.passdb,
+                                             moduleArgs: "socket=\(agent.socketPath) budget_ms=60000 agent=\(Binaries.cofferd) \(extra)")
+        try FileManager.default.createDirectory(atPath: Files.directoryName(agent.socketPath), withIntermediateDirectories: true)
+        defer {
+            // The agent the login started is no child of this test: stop it by its socket.
+            let pids = runShell("pgrep -f -- '--socket \(agent.socketPath)'", socket: "").stdout.split(separator: "\n").compactMap { Int32($0) }
+            for pid in pids { kill(pid, SIGTERM) }
+        }
+        let pw = AgentProcess.password
+        // The login: pam_coffer starts the agent (its environment has no DISPLAY) and sets the passcode.
+        let login = PAMModuleTests.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n",
+                                             environment: "env -u DISPLAY -u WAYLAND_DISPLAY")
+        #expect(login.status == 0, "\(login)")
+        #expect(agent.cli(["status"]).stdout.contains("state: unlocked"), "the login did not start and unlock the agent")
+        let bus = try PrivateSessionBus()
+        let frontEnd = try bus.startFrontEnd(executable, agent: agent)
+        defer { frontEnd.terminate() }
+        let store = bus.run("/usr/bin/secret-tool", ["store", "--label=Mail", "server", "mail.example.com"], stdin: "s3cret")
+        #expect(store.status == 0, "\(store)\n\(bus.read("front-end.log"))\n\(agent.log.suffix(3000))\n\(String(decoding: fileBytes(agent.stateDir + "/cofferd.log").suffix(3000), as: UTF8.self))")
+        #expect(agent.cli(["lock"]).status == 0)
+        // A locked keychain: the dialog appears on the session's display and the person answers it.
+        let person = GUIPromptRig.Person(display: display.name, typing: pw)
+        let found = bus.run("/usr/bin/secret-tool", ["lookup", "server", "mail.example.com"])
+        let saw = person.finish()
+        #expect(saw.window?.hasPrefix("Coffer: ") == true, "\(saw)\n\(bus.read("front-end.log").suffix(2000))")
+        #expect(found.status == 0 && found.stdout == "s3cret", "\(found)\n\(bus.read("front-end.log").suffix(2000))")
+        #expect(agent.cli(["status"]).stdout.contains("state: unlocked"))
+        withExtendedLifetime((apps, display, tmp)) {}
+    }
+
     @Test func aCancelledDialogIsAClearFailureAndLosesNothing() throws {
         let rig = try GUIPromptRig()
         let person = rig.person(typing: nil)

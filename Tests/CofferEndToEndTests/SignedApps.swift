@@ -79,9 +79,14 @@ final class SignedApps: @unchecked Sendable {
 
     /// Writes the agent's config file (only these trust roots, plus `extra` lines) and starts the agent.
     func startAgent(_ extra: [String] = []) throws -> AgentProcess {
+        try AgentProcess(extraArguments: ["--config", writeAgentConfig(extra)])
+    }
+
+    /// Writes the agent's configuration (these trust and manifest directories, and `extra` lines); its path.
+    func writeAgentConfig(_ extra: [String] = []) throws -> String {
         try (["standard-trust-dirs = no", "trusted-keys-dir = \(keysDir)", "manifests-dir = \(manifestsDir)"] + extra)
             .joined(separator: "\n").appending("\n").write(toFile: configPath, atomically: true, encoding: .utf8)
-        return try AgentProcess(extraArguments: ["--config", configPath])
+        return configPath
     }
 
     struct Failure: Error, CustomStringConvertible {
