@@ -3638,8 +3638,6 @@ def e2e_biometry(L):
         st3["enrolled"] == 1 and st3["domain"] not in (st1["domain"], st2["domain"]), st3.f)
     seen, r = talk(c, "COPY_MATCHING", q("current"), [CANCEL])
     L.err(AU, "removing the new finger does not bring the old state back: still -25293", r, errSecAuthFailed)
-    L.E(AU, "every touch the agent took (BIO present: OK) while a request waited reached that request (none touched again)",
-        lost[0] == 0, "%d touches were taken and reached no evaluation" % lost[0])
     toucher.close()
     c.close()
 
