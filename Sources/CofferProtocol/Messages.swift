@@ -404,6 +404,15 @@ public enum AgentRequest: Sendable {
                 }
                 return p
             }
+            /// A drop's file name: 1 to 255 bytes without a slash or NUL, not . or ..
+            func fileName(_ r: inout BodyReader, _ what: String) throws(ProtocolError) -> String {
+                let name = try r.sstr("file name")
+                let bytes = Array(name.utf8)
+                guard !bytes.isEmpty, bytes.count <= 255, !bytes.contains(0), !bytes.contains(UInt8(ascii: "/")), name != ".", name != ".." else {
+                    throw ProtocolError("\(what): the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
+                }
+                return name
+            }
             switch try r.u8("operation") {
             case 1:
                 let p = try path(&r, empty: false)
@@ -415,19 +424,11 @@ public enum AgentRequest: Sendable {
             case 3: request = .files(.lockAll)
             case 4:
                 let p = try path(&r, empty: false)
-                let name = try r.sstr("file name")
-                let bytes = Array(name.utf8)
-                guard !bytes.isEmpty, bytes.count <= 255, !bytes.contains(0), !bytes.contains(UInt8(ascii: "/")), name != ".", name != ".." else {
-                    throw ProtocolError("FILES drop: the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
-                }
+                let name = try fileName(&r, "FILES drop")
                 request = .files(.drop(path: p, name: name, data: try r.secret("file contents")))
             case 5:
                 let p = try path(&r, empty: false)
-                let name = try r.sstr("file name")
-                let bytes = Array(name.utf8)
-                guard !bytes.isEmpty, bytes.count <= 255, !bytes.contains(0), !bytes.contains(UInt8(ascii: "/")), name != ".", name != ".." else {
-                    throw ProtocolError("FILES drop part: the file name is 1 to 255 bytes without a slash or NUL, not . or ..")
-                }
+                let name = try fileName(&r, "FILES drop part")
                 let dropID = Array(try r.bytes(16, "drop id"))
                 let index = try r.u32("part index")
                 let final = try r.u8("final")

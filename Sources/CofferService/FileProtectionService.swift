@@ -353,14 +353,8 @@ package final class FileProtectionService: Sendable {
     /// the keychain until the next unlock writes it (no class key is needed to seal; reading needs the
     /// unlock, as on iOS).
     package func drop(path: String, name: String, data: SecureBytes, _ context: CallerContext) throws(SecError) -> ProtectedDirectoryStatus {
-        try mayManage(context, "write into a protected directory")
-        guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
-        // The size is the request's own rule: refused before the directory is looked at, locked or not.
-        guard data.count <= Keychain.maximumDropBytes else {
-            throw SecError(.param, "a file written with one request holds at most \(Keychain.maximumDropBytes) bytes (a larger one goes in parts)")
-        }
-        guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
-        guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
+        let r = try dropTarget(path: path, name: name, bytes: data.count, context,
+                               tooLarge: "a file written with one request holds at most \(Keychain.maximumDropBytes) bytes (a larger one goes in parts)")
         if (try? Fscrypt.keyState(r.identifier, filesystemOf: parent(r))) == .present && !service.isLocked {
             do {
                 try ProtectedDirectories.deliver(data, name: name, into: path, tag: Int64.random(in: 1...Int64.max))
@@ -382,12 +376,9 @@ package final class FileProtectionService: Sendable {
     /// (one the agent did not see begin: it restarted) or past the size is `-50`, and the upload is over.
     package func dropPart(path: String, name: String, part: FileDropPart, data: SecureBytes, _ context: CallerContext) throws(SecError)
         -> ProtectedDirectoryStatus {
-        try mayManage(context, "write into a protected directory")
-        guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
+        let r = try dropTarget(path: path, name: name, bytes: data.count, context,
+                               tooLarge: "a part holds at most \(Keychain.maximumDropBytes) bytes")
         guard part.dropID.count == 16 else { throw SecError(.param, "a drop id is 16 bytes") }
-        guard data.count <= Keychain.maximumDropBytes else { throw SecError(.param, "a part holds at most \(Keychain.maximumDropBytes) bytes") }
-        guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
-        guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
         let now = clock.now()
         try state.withLock { (s: inout State) throws(SecError) in
             let upload = s.uploads[part.dropID]
@@ -419,6 +410,18 @@ package final class FileProtectionService: Sendable {
             }
         }
         return status(of: r)
+    }
+
+    /// What FILES drop and drop part check first, in this order: the caller may manage, the file name, the
+    /// request's size (refused before the directory is looked at, locked or not), then the directory: a
+    /// protected one of class CompleteUnlessOpen. Its record.
+    private func dropTarget(path: String, name: String, bytes: Int, _ context: CallerContext, tooLarge: String) throws(SecError) -> FileKeyRecord {
+        try mayManage(context, "write into a protected directory")
+        guard ProtectedDirectories.isFileName(name) else { throw FileProtectionError.badFileName(name).secError }
+        guard bytes <= Keychain.maximumDropBytes else { throw SecError(.param, tooLarge) }
+        guard let r = try keychain.fileKeyRecords().first(where: { $0.path == path }) else { throw FileProtectionError.notProtected(path).secError }
+        guard r.protection == .completeUnlessOpen else { throw FileProtectionError.notCompleteUnlessOpen(path, r.protection).secError }
+        return r
     }
 
     /// FILES lock --all: removes every protected directory's key now, whatever its class (None and
