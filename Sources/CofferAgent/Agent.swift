@@ -356,6 +356,7 @@ package final class Agent: Sendable {
 struct TrustedManifests: ManifestSource {
     let store: TrustStore
     func manifests(forExecutable path: String) -> [Manifest] { store.manifests(forExecutable: path) }
+    var generation: UInt64 { store.generation }
 }
 
 /// Lines about refused requests or dropped connections, at most one per kind per interval

@@ -73,7 +73,8 @@ package final class ExecutableHashCache: Sendable {
     /// Forgets every hash.
     package func removeAll() { state.withLock { $0.entries.removeAll() } }
 
-    private func isRacy(_ st: stat) -> Bool {
+    /// True if the file was changed within ``racyWindowSeconds``: what is learnt of it is not remembered.
+    func isRacy(_ st: stat) -> Bool {
         guard racyWindowSeconds > 0 else { return false }
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)

@@ -8,6 +8,14 @@ import Glibc
 package protocol ManifestSource: Sendable {
     /// The verified manifests whose `executable` is `path` (others are ignored anyway).
     func manifests(forExecutable path: String) -> [Manifest]
+    /// Moves whenever the set of manifests may have changed (a reload): identities the resolver
+    /// remembers (``KnownProcesses``) from an earlier generation are established afresh.
+    var generation: UInt64 { get }
+}
+
+extension ManifestSource {
+    /// A source that never changes.
+    package var generation: UInt64 { 0 }
 }
 
 /// A fixed list of already verified manifests.
@@ -48,16 +56,22 @@ package struct IdentityError: Error, Equatable, Sendable, CustomStringConvertibl
 package struct IdentityResolver: Sendable {
     package let manifests: any ManifestSource
     package let hashes: ExecutableHashCache
+    /// The identities established so far, by pinned process: a process's next connection (a front
+    /// end's, a DELEGATE naming the same client) reuses its identity while it reads the same.
+    package let known: KnownProcesses
     /// False forces the `pidfd_open` fallback of kernels before 6.5 (for tests).
     package let usePeerPIDFD: Bool
 
-    package init(manifests: any ManifestSource, hashes: ExecutableHashCache = ExecutableHashCache(), usePeerPIDFD: Bool = true) {
+    package init(manifests: any ManifestSource, hashes: ExecutableHashCache = ExecutableHashCache(),
+                 known: KnownProcesses = KnownProcesses(), usePeerPIDFD: Bool = true) {
         self.manifests = manifests
         self.hashes = hashes
+        self.known = known
         self.usePeerPIDFD = usePeerPIDFD
     }
 
-    /// Identity resolutions so far (COUNTERS: what an action costs, measured).
+    /// Identity resolutions so far (COUNTERS: what an action costs, measured): a connection given a
+    /// remembered identity (``KnownProcesses``) is not one.
     private let resolutions = Protected<UInt64>(0)
     package var identifications: UInt64 { resolutions.withLock { $0 } }
 
@@ -138,20 +152,23 @@ package struct IdentityResolver: Sendable {
     /// The identity of a pinned process (see ``identify(socket:)``); `startTime` is its start time when
     /// the caller has already checked it through the pinned process (``recheck(_:pid:uid:startTime:)``).
     package func identify(_ process: borrowing ProcessHandle, startTime: UInt64? = nil) throws(IdentityError) -> CallerIdentity {
-        resolutions.withLock { $0 &+= 1 }
         // The start time, read through the pinned process, names this process apart from any later
         // one with its pid (what the agent grants one process is keyed by it).
         let ticks = startTime ?? (try? process.read("stat", maximumBytes: 4096)).flatMap { LoginSessions.parseStat($0[...]) }.flatMap {
             $0.pid == process.pid ? $0.startTime : nil
         }
-        let identity = try examine(process).withProcessStartTime(ticks)
+        let identity = try examine(process, startTime: ticks).withProcessStartTime(ticks)
         guard process.isAlive() else {
             throw IdentityError(SystemError(refusing: "pid \(process.pid)", "exited during identification", errno: ESRCH))
         }
         return identity
     }
 
-    private func examine(_ process: borrowing ProcessHandle) throws(IdentityError) -> CallerIdentity {
+    /// The process's identity: remembered (``known``) if it was established for this process (its
+    /// `startTime`) and what it rested on reads the same, else resolved (counted) and remembered.
+    private func examine(_ process: borrowing ProcessHandle, startTime: UInt64?) throws(IdentityError) -> CallerIdentity {
+        var reused = false
+        defer { if !reused { resolutions.withLock { $0 &+= 1 } } }
         // The status file is world-readable: what it says is known even of a process whose
         // executable and root only its owner with ptrace rights may see. Without it, nothing is.
         let status: [String: String]
@@ -186,6 +203,41 @@ package struct IdentityResolver: Sendable {
                            accessGroups: [], sessionID: sessionID, session: session)
         }
 
+        // A process seen before, untraced, running the same file in the same session: its identity
+        // then stands (KnownProcesses says what is read again, and why the rest cannot change).
+        // The executable is opened once, for this and for step 3.
+        let untraced = status["TracerPid"] == "0"
+        if !untraced, let startTime { known.forget(uid: process.uid, pid: process.pid, startTime: startTime) }
+        var exe: FileDescriptor? = nil
+        var exeStatus: stat? = nil
+        if untraced, let e = try? process.openExecutable() {
+            exeStatus = try? e.status(path: "/proc/\(process.pid)/exe")
+            if exeStatus != nil { exe = consume e }
+        }
+        let evidence = startTime == nil ? nil : exeStatus.map {
+            KnownProcesses.Evidence(executablePath: pathBytes, status: $0, sessionID: sessionID, session: session, nested: nested)
+        }
+        let generation = manifests.generation
+        if let startTime, let evidence,
+           let known = known.identity(uid: process.uid, pid: process.pid, startTime: startTime, evidence: evidence, generation: generation) {
+            reused = true
+            return known
+        }
+        let identity = try resolve(process, status: status, path: path, pathBytes: pathBytes, exe: exe.take(), exeStatus: exeStatus, nested: nested,
+                                   unsigned: unsigned, refuse: refuse, sessionID: sessionID, session: session)
+        if let startTime, let evidence, let st = exeStatus, !hashes.isRacy(st) {
+            known.remember(identity, uid: process.uid, pid: process.pid, startTime: startTime, evidence: evidence, generation: generation)
+        }
+        return identity
+    }
+
+    /// Steps 1 to 5 of the type's documentation, for a process whose status, executable path and
+    /// session were read (the executable opened, when it could be: `exe`, whose status is `exeStatus`).
+    private func resolve(_ process: borrowing ProcessHandle, status: [String: String], path: String, pathBytes: [UInt8],
+                         exe opened: consuming FileDescriptor?, exeStatus: stat?, nested: Bool,
+                         unsigned: (String, CallerIdentity.UnsignedReason) -> CallerIdentity, refuse: (String) -> IdentityError,
+                         sessionID: Int32?, session: CallerIdentity.LoginSession?) throws(IdentityError) -> CallerIdentity {
+
         // 1. Flatpak: the sandbox is the boundary, no manifest needed (and a tracer inside it changes
         //    nothing: the app id is the sandbox's, not the executable's).
         do {
@@ -213,10 +265,14 @@ package struct IdentityResolver: Sendable {
         if tracer != 0 { return unsigned(path, .traced(tracerPID: tracer)) }
 
         // 3. The running file itself, never its path.
-        let exe: FileDescriptor
-        do { exe = try process.openExecutable() } catch { return unsigned(path, .unreadable("\(error)")) }
-        let st: stat
-        do { st = try exe.status(path: "/proc/\(process.pid)/exe") } catch { return unsigned(path, .unreadable("\(error)")) }
+        let exe: FileDescriptor, st: stat
+        if let given = opened.take(), let known = exeStatus {
+            exe = given
+            st = known
+        } else {
+            do { exe = try process.openExecutable() } catch { return unsigned(path, .unreadable("\(error)")) }
+            do { st = try exe.status(path: "/proc/\(process.pid)/exe") } catch { return unsigned(path, .unreadable("\(error)")) }
+        }
         if st.st_nlink == 0 || pathBytes.reversed().starts(with: Array(" (deleted)".utf8).reversed()) {
             return unsigned(path, .executableDeleted)
         }

@@ -153,6 +153,11 @@ package struct TrustSnapshot: Sendable {
 package final class TrustStore: Sendable {
     package let configuration: TrustConfiguration
     private let current: Protected<TrustSnapshot>
+    private let reloads = Protected<UInt64>(0)
+
+    /// How many times the roots were reloaded: identities established under an earlier count are
+    /// established again (a reload may add, replace or withdraw a manifest).
+    package var generation: UInt64 { reloads.withLock { $0 } }
 
     /// Loads the trust roots once.
     package init(configuration: TrustConfiguration) {
@@ -165,6 +170,7 @@ package final class TrustStore: Sendable {
     package func reload() -> TrustSnapshot {
         let fresh = TrustSnapshot.load(configuration)
         current.withLock { $0 = fresh }
+        reloads.withLock { $0 &+= 1 }
         return fresh
     }
 

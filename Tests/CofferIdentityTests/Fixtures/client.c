@@ -2,7 +2,9 @@
    exits at once, with "hold" it stays until the server closes the connection, with "zombie" a child
    connects and exits while this process holds the socket unreaped, with "session" a child makes a
    new session (setsid: it is the session's leader; this process, a process group leader, could not)
-   and holds, while this process waits for it. Built static, so it also runs in a bare bwrap root. */
+   and holds, while this process waits for it, with "exec" it waits for one byte from the server, then
+   execs /bin/sh reading the connection (the same process, another executable), which exits when the
+   server closes it. Built static, so it also runs in a bare bwrap root. */
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -37,6 +39,12 @@ int main(int argc, char **argv) {
     }
     if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) return 2;
     if (strcmp(argv[2], "exit") == 0) return 0;
+    if (strcmp(argv[2], "exec") == 0) {
+        char go;
+        if (read(s, &go, 1) != 1 || dup2(s, 0) != 0) return 6;
+        execl("/bin/sh", "sh", "-c", "while read x; do :; done", (char *)0);
+        return 7;
+    }
     char c;
     while (read(s, &c, 1) > 0) {}
     return 0;
