@@ -263,6 +263,7 @@ final class Pipeline: Sendable {
     /// every outcome is audited (operation `delegate`, the front end as the caller).
     func delegate(pid: Int32, startTime: UInt64, descriptors: PassedDescriptors, firstAfterHello: Bool,
                   session: inout Session) -> AgentResponse {
+        served.withLock { $0.requests &+= 1 }
         guard !session.mustClose else { return .error(.param("the connection is closing")) }
         let frontEnd = session.caller
         func refuse(_ error: SecError, _ why: String) -> AgentResponse {

@@ -135,7 +135,6 @@ extension Keychain {
                               unreadable: ((StoredRow) throws(SecError) -> Void)? = nil,
                               namingLocked: Bool = false, locked lockedMatch: (StoredRow) throws(SecError) -> Void = { _ in },
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
-        searches.withLock { $0 += 1 }
         var found = 0
         /// A locked row a ``ItemQuery/listsLockedItems`` search names (to `lockedMatch`): its index
         /// entries, under its own tier's key, hold the query's class, every attribute it names, and
@@ -217,6 +216,9 @@ extension Keychain {
             }
             return true
         }
+        // A search of the blind indexes (what the agent's counters call a search); opening one row by
+        // its reference is not one.
+        searches.withLock { $0 += 1 }
         var probe = q.attributes.filter { AttributeCatalog.isIndexed($0.key) }
         if let c = q.itemClass { probe["class"] = .string(c.rawValue) }
         // The tiers that can hold a match: the one of the query's protection class, or both.
