@@ -221,7 +221,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
                 return .failure
             }
 
-        case .addSmartcardKey, .removeSmartcardKey:
+        case .addSmartcardKey, .removeSmartcardKey, .addSecurityKey:
             return .failure
 
         case .extension(let ext):
