@@ -15,22 +15,28 @@ import Glibc
 /// Which middlewares a key may name is OpenSSH ssh-agent's rule (`-P`): the path is resolved
 /// (`realpath`) when the key is added and must match the allow-list (``AgentConfiguration/sshAllowedProviders``,
 /// OpenSSH's default `/usr/lib*/*,/usr/local/lib*/*`). `internal` (OpenSSH's built-in libfido2
-/// support, what `ssh-add` names when `SSH_SK_PROVIDER` is unset) passes the allow-list as in OpenSSH,
-/// but this agent has no built-in middleware: such a key is refused when added, with the reason
-/// logged, rather than accepted and failing at each signature.
+/// support, what `ssh-add` names when `SSH_SK_PROVIDER` is unset) is always allowed, as in OpenSSH,
+/// and runs where OpenSSH runs it: in OpenSSH's own `ssh-sk-helper` (``OpenSSHSecurityKeyHelper``), one
+/// process per signature; without that program such a key is refused when added.
 final class SSHSecurityKeySigner: Sendable {
     /// The allow-list's patterns, as given (comma-separated).
     let allowedProviders: String
     /// The helper that runs a middleware; nil when `coffer-plugin-host` could not be found.
     let middleware: SecurityKeyMiddleware?
+    /// OpenSSH's `ssh-sk-helper`, for `internal`; nil when it is not installed.
+    let openSSHHelper: OpenSSHSecurityKeyHelper?
     /// Signatures running at once (each holds a process): at most ``maximumConcurrentSignatures``.
     private let running = Protected(0)
     static let maximumConcurrentSignatures = 8
 
-    init(allowedProviders: String, middleware: SecurityKeyMiddleware?) {
+    init(allowedProviders: String, middleware: SecurityKeyMiddleware?, openSSHHelper: OpenSSHSecurityKeyHelper? = nil) {
         self.allowedProviders = allowedProviders
         self.middleware = middleware
+        self.openSSHHelper = openSSHHelper
     }
+
+    /// The name a key gives for OpenSSH's built-in FIDO support (compared without case, as OpenSSH does).
+    static let internalProvider = "internal"
 
     /// The agent's: the configured allow-list, and `coffer-plugin-host` where the plugin host is
     /// found (the `plugin-host` key, else beside `cofferd`), logging to `plugin-host.log` in the
@@ -38,7 +44,8 @@ final class SSHSecurityKeySigner: Sendable {
     convenience init(configuration: AgentConfiguration) {
         let executable = configuration.pluginHost ?? ThisProcess.executablePath().map { Files.directoryName($0) + "/coffer-plugin-host" }
         self.init(allowedProviders: configuration.sshAllowedProviders,
-                  middleware: executable.map { SecurityKeyMiddleware(executable: $0, logFile: configuration.stateDirectory + "/plugin-host.log") })
+                  middleware: executable.map { SecurityKeyMiddleware(executable: $0, logFile: configuration.stateDirectory + "/plugin-host.log") },
+                  openSSHHelper: OpenSSHSecurityKeyHelper.installed)
     }
 
     /// Why a FIDO key is not added (the log line's reason).
@@ -48,10 +55,15 @@ final class SSHSecurityKeySigner: Sendable {
 
     /// The middleware a key added with `sk-provider@openssh.com` = `provider` signs through: its
     /// resolved path, if the allow-list permits it (OpenSSH's `process_add_identity`).
+    /// `internal` resolves to itself, when OpenSSH's `ssh-sk-helper` is there to run it.
     func resolve(provider: String) -> Result<String, Refusal> {
-        if provider.lowercased() == "internal" {
-            return .failure(Refusal(reason: "it names OpenSSH's built-in FIDO support (\"internal\"), which this agent does not have: "
-                                    + "name a middleware library with SSH_SK_PROVIDER or ssh-add -S"))
+        if provider.lowercased() == Self.internalProvider {
+            guard openSSHHelper != nil else {
+                return .failure(Refusal(reason: "it names OpenSSH's built-in FIDO support (\"internal\"), which runs in OpenSSH's "
+                                        + "\(OpenSSHSecurityKeyHelper.defaultPath), and that is not installed: install it "
+                                        + "(apt: openssh-client) or name a middleware library with SSH_SK_PROVIDER or ssh-add -S"))
+            }
+            return .success(Self.internalProvider)
         }
         guard let canonical = Self.realPath(provider) else {
             return .failure(Refusal(reason: "its middleware \(provider) cannot be resolved (realpath: \(String(cString: strerror(errno))))"))
@@ -116,7 +128,7 @@ final class SSHSecurityKeySigner: Sendable {
 
         var description: String {
             switch self {
-            case .noHelper: "coffer-plugin-host was not found (set plugin-host)"
+            case .noHelper: "the helper that runs the middleware was not found (coffer-plugin-host: set plugin-host; for internal, OpenSSH's ssh-sk-helper)"
             case .busy: "\(SSHSecurityKeySigner.maximumConcurrentSignatures) FIDO signatures are running already"
             case .middleware(let e): e.description
             case .badSignature(let why): "the middleware's answer is not a valid signature (\(why))"
@@ -128,7 +140,8 @@ final class SSHSecurityKeySigner: Sendable {
     /// it must verify with the key's public key over what the authenticator signs
     /// (``CofferSSHAgentProtocol/SSHSecurityKeySignature/signedBytes(application:flags:counter:data:)``).
     func sign(_ key: SSHSecurityKeyPrivateKey, middleware path: String, data: [UInt8]) -> Result<SSHSecurityKeySignature, SignFailure> {
-        guard let middleware else { return .failure(.noHelper) }
+        let builtIn = path == Self.internalProvider
+        guard builtIn ? openSSHHelper != nil : middleware != nil else { return .failure(.noHelper) }
         let admitted = running.withLock { n -> Bool in
             guard n < Self.maximumConcurrentSignatures else { return false }
             n += 1
@@ -137,6 +150,22 @@ final class SSHSecurityKeySigner: Sendable {
         guard admitted else { return .failure(.busy) }
         defer { running.withLock { $0 -= 1 } }
         let publicKey = key.publicKey
+        let signature: SSHSecurityKeySignature
+        if let helper = openSSHHelper, builtIn {
+            // OpenSSH's helper answers the signature blob itself.
+            do {
+                let blob = try helper.sign(key: key.encodeWire(), provider: Self.internalProvider, data: data)
+                signature = try SSHSecurityKeySignature(blob: blob)
+            } catch let error as SecurityKeyError {
+                return .failure(.middleware(error))
+            } catch {
+                return .failure(.badSignature("\(error)"))
+            }
+            guard signature.algorithm == publicKey.algorithm else { return .failure(.badSignature("it is of another key type")) }
+            guard Self.verify(signature, by: publicKey, data: data) else { return .failure(.badSignature("it does not verify")) }
+            return .success(signature)
+        }
+        guard let middleware else { return .failure(.noHelper) }
         let request = SecurityKeySignRequest(middleware: path, algorithm: publicKey.algorithm.middlewareAlgorithm,
                                              application: publicKey.application, flags: key.flags, keyHandle: key.keyHandle, data: data)
         let response: SecurityKeyResponse
@@ -145,7 +174,6 @@ final class SSHSecurityKeySigner: Sendable {
         } catch {
             return .failure(.middleware(error))
         }
-        let signature: SSHSecurityKeySignature
         do {
             let body: SSHSecurityKeySignature.Body = switch publicKey.algorithm {
             case .ed25519: .ed25519(response.r)

@@ -18,6 +18,9 @@ package enum SecurityKeyError: Error, Equatable, Sendable, CustomStringConvertib
     case unavailable(String)
     /// The helper's answer was not one this client can read.
     case malformedReply
+    /// OpenSSH's `ssh-sk-helper` answered this error (OpenSSH's negative `SSH_ERR_*` code, e.g. -60:
+    /// no device).
+    case openSSH(code: Int32)
 
     package var description: String {
         switch self {
@@ -35,6 +38,16 @@ package enum SecurityKeyError: Error, Equatable, Sendable, CustomStringConvertib
         case .timedOut(let s): return "no answer from the authenticator within \(Int(s)) s (its process was killed)"
         case .unavailable(let why): return "the middleware's process could not start: \(why)"
         case .malformedReply: return "the middleware's process answered something unreadable"
+        case .openSSH(let code):
+            let meaning: String = switch code {
+            case -60: "no authenticator found"
+            case -59: "unsupported"
+            case -43: "a PIN is required"
+            case -44: "the credential exists"
+            case -24: "a system error"
+            default: "error"
+            }
+            return "OpenSSH's ssh-sk-helper failed: \(meaning) (\(code))"
         }
     }
 }
@@ -104,9 +117,6 @@ package struct SecurityKeyMiddleware: Sendable {
     /// How long a signature may take: a person has this long to touch the key.
     package var timeout: Double
 
-    /// A longer answer than any signature needs is malformed.
-    static let maximumReplyBytes = 16 * 1024
-
     package init(executable: String, logFile: String? = nil, timeout: Double = 60) {
         self.executable = executable
         self.logFile = logFile
@@ -115,84 +125,13 @@ package struct SecurityKeyMiddleware: Sendable {
 
     /// Asks the middleware for one signature.
     package func sign(_ request: SecurityKeySignRequest) throws(SecurityKeyError) -> SecurityKeyResponse {
-        let child: Subprocess.Child
-        do {
-            // Its environment is empty but for this: a crash (a middleware's) writes no backtrace, whose
-            // register and memory dumps could carry the key handle into the log.
-            child = try Subprocess.spawn(executable: executable, arguments: ["--sk-sign"] + (logFile.map { ["--log-file", $0] } ?? []),
-                                         environment: ["SWIFT_BACKTRACE=enable=no"])
-        } catch {
-            throw .unavailable("\(error)")
-        }
-        let pid = child.pid
-        let socket = child.takeSocket()
-        let deadline = Threads.monotonicSeconds() + timeout
         var frame = request.encodeFrame()
-        let written = UnixSocket.writeAll(socket.rawValue, frame)
-        secureZero(&frame)
-        let reply = written ? readReply(socket.rawValue, deadline: deadline) : .failure(.eof)
-        try? socket.close()
-        let status = Self.reap(pid, deadline: reply.isTimeout ? 0 : deadline)
-        switch reply {
-        case .success(let body): return try Self.decodeReply(body)
-        case .failure(.timeout): throw .timedOut(seconds: timeout)
-        case .failure(.eof): throw .helperEnded(Self.describe(status))
-        case .failure(.tooLong): throw .malformedReply
-        }
-    }
-
-    enum ReadFailure: Error { case eof, timeout, tooLong }
-
-    /// Reads one frame (`uint32 length ‖ body`) by `deadline`.
-    func readReply(_ fd: Int32, deadline: Double) -> Result<[UInt8], ReadFailure> {
-        var header = [UInt8](repeating: 0, count: 4)
-        if case .failure(let e) = readExactly(fd, into: &header, deadline: deadline) { return .failure(e) }
-        let n = header.reduce(0) { $0 << 8 | Int($1) }
-        guard n > 0, n <= Self.maximumReplyBytes else { return .failure(.tooLong) }
-        var body = [UInt8](repeating: 0, count: n)
-        if case .failure(let e) = readExactly(fd, into: &body, deadline: deadline) { return .failure(e) }
-        return .success(body)
-    }
-
-    private func readExactly(_ fd: Int32, into buffer: inout [UInt8], deadline: Double) -> Result<Void, ReadFailure> {
-        var done = 0
-        while done < buffer.count {
-            let left = deadline - Threads.monotonicSeconds()
-            guard left > 0 else { return .failure(.timeout) }
-            guard let ready = try? Poll.readable([fd], timeoutMillis: Int32(min(left, 3600) * 1000) + 1, what: "the sk helper"),
-                  ready[0] else { continue }
-            let n = buffer.withUnsafeMutableBytes { p in recv(fd, p.baseAddress! + done, p.count - done, 0) }
-            if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
-            guard n > 0 else { return .failure(.eof) }
-            done += n
-        }
-        return .success(())
-    }
-
-    /// Waits for the helper to exit until `deadline`, then kills it; its exit status (128 + signal).
-    static func reap(_ pid: Int32, deadline: Double) -> Int32 {
-        var status: Int32 = 0
-        while true {
-            let r = waitpid(pid, &status, WNOHANG)
-            if r == pid { break }
-            if r < 0 && errno != EINTR { return -1 }
-            if r == 0 && Threads.monotonicSeconds() >= deadline {
-                kill(pid, SIGKILL)
-                _ = try? Syscall.retrying("waitpid", "the sk helper") { waitpid(pid, &status, 0) }
-                break
-            }
-            if r == 0 { Threads.sleep(seconds: 0.005) }
-        }
-        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
-    }
-
-    static func describe(_ status: Int32) -> String {
-        if status > 128 {
-            let signal = status - 128
-            let name = strsignal(signal).map { String(cString: $0) } ?? "signal"
-            return "killed by signal \(signal), \(name)"
-        }
-        return status < 0 ? "its exit status is unknown" : "exit status \(status)"
+        defer { secureZero(&frame) }
+        // Its environment is empty but for this: a crash (a middleware's) writes no backtrace, whose
+        // register and memory dumps could carry the key handle into the log.
+        let body = try HelperExchange.run(executable: executable, arguments: ["--sk-sign"] + (logFile.map { ["--log-file", $0] } ?? []),
+                                          environment: ["SWIFT_BACKTRACE=enable=no"], socketAt: [3], frame: frame, timeout: timeout)
+        return try Self.decodeReply(body)
     }
 
     /// Decodes the helper's reply body.
@@ -232,7 +171,93 @@ package struct SecurityKeyMiddleware: Sendable {
     }
 }
 
-extension Result where Failure == SecurityKeyMiddleware.ReadFailure {
+/// One request to a helper process started for it, and its answer: the frame is written on the
+/// socket the child has on `socketAt`, one `uint32 length ‖ body` answer (at most
+/// ``maximumReplyBytes``) is read by the deadline, and the child is reaped (killed at the deadline).
+enum HelperExchange {
+    /// A longer answer than any signature needs is malformed.
+    static let maximumReplyBytes = 16 * 1024
+
+    enum ReadFailure: Error { case eof, timeout, tooLong }
+
+    /// The answer's body; ``SecurityKeyError/helperEnded(_:)`` (how it ended), ``SecurityKeyError/timedOut(seconds:)``
+    /// or ``SecurityKeyError/malformedReply`` without one.
+    static func run(executable: String, arguments: [String], environment: [String], socketAt: [Int32], frame: [UInt8],
+                    timeout: Double) throws(SecurityKeyError) -> [UInt8] {
+        let child: Subprocess.Child
+        do {
+            child = try Subprocess.spawn(executable: executable, arguments: arguments, environment: environment, socketAt: socketAt)
+        } catch {
+            throw .unavailable("\(error)")
+        }
+        let pid = child.pid
+        let socket = child.takeSocket()
+        let deadline = Threads.monotonicSeconds() + timeout
+        let reply = UnixSocket.writeAll(socket.rawValue, frame) ? readReply(socket.rawValue, deadline: deadline) : .failure(.eof)
+        try? socket.close()
+        let status = reap(pid, deadline: reply.isTimeout ? 0 : deadline)
+        switch reply {
+        case .success(let body): return body
+        case .failure(.timeout): throw .timedOut(seconds: timeout)
+        case .failure(.eof): throw .helperEnded(describe(status))
+        case .failure(.tooLong): throw .malformedReply
+        }
+    }
+
+    /// Reads one frame (`uint32 length ‖ body`) by `deadline`.
+    static func readReply(_ fd: Int32, deadline: Double) -> Result<[UInt8], ReadFailure> {
+        var header = [UInt8](repeating: 0, count: 4)
+        if case .failure(let e) = readExactly(fd, into: &header, deadline: deadline) { return .failure(e) }
+        let n = header.reduce(0) { $0 << 8 | Int($1) }
+        guard n > 0, n <= maximumReplyBytes else { return .failure(.tooLong) }
+        var body = [UInt8](repeating: 0, count: n)
+        if case .failure(let e) = readExactly(fd, into: &body, deadline: deadline) { return .failure(e) }
+        return .success(body)
+    }
+
+    private static func readExactly(_ fd: Int32, into buffer: inout [UInt8], deadline: Double) -> Result<Void, ReadFailure> {
+        var done = 0
+        while done < buffer.count {
+            let left = deadline - Threads.monotonicSeconds()
+            guard left > 0 else { return .failure(.timeout) }
+            guard let ready = try? Poll.readable([fd], timeoutMillis: Int32(min(left, 3600) * 1000) + 1, what: "the sk helper"),
+                  ready[0] else { continue }
+            let n = buffer.withUnsafeMutableBytes { p in recv(fd, p.baseAddress! + done, p.count - done, 0) }
+            if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+            guard n > 0 else { return .failure(.eof) }
+            done += n
+        }
+        return .success(())
+    }
+
+    /// Waits for the helper to exit until `deadline`, then kills it; its exit status (128 + signal).
+    static func reap(_ pid: Int32, deadline: Double) -> Int32 {
+        var status: Int32 = 0
+        while true {
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == pid { break }
+            if r < 0 && errno != EINTR { return -1 }
+            if r == 0 && Threads.monotonicSeconds() >= deadline {
+                kill(pid, SIGKILL)
+                _ = try? Syscall.retrying("waitpid", "the sk helper") { waitpid(pid, &status, 0) }
+                break
+            }
+            if r == 0 { Threads.sleep(seconds: 0.005) }
+        }
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    }
+
+    static func describe(_ status: Int32) -> String {
+        if status > 128 {
+            let signal = status - 128
+            let name = strsignal(signal).map { String(cString: $0) } ?? "signal"
+            return "killed by signal \(signal), \(name)"
+        }
+        return status < 0 ? "its exit status is unknown" : "exit status \(status)"
+    }
+}
+
+extension Result where Failure == HelperExchange.ReadFailure {
     var isTimeout: Bool {
         if case .failure(.timeout) = self { return true }
         return false

@@ -146,6 +146,16 @@ public struct SSHSecurityKeyPrivateKey: Sendable {
 
     /// An upper bound of the encoded size (so a writer never reallocates over the key handle).
     var encodedSizeBound: Int { publicKey.blob.count + keyHandle.count + reserved.count + 64 }
+
+    /// The key as ADD_IDENTITY carries it (OpenSSH's `sshkey_private_serialize`: what OpenSSH's
+    /// `ssh-sk-helper` takes), in guarded memory.
+    public func encodeWire() -> SecureBytes {
+        var w = SSHWireWriter(capacity: encodedSizeBound)
+        write(to: &w)
+        var out = w.bytes
+        w = SSHWireWriter()
+        return SecureBytes(consuming: &out)
+    }
 }
 
 /// A FIDO key's signature blob (PROTOCOL.u2f): `string algorithm`, the signature as the plain key's

@@ -1,5 +1,6 @@
 @testable import CofferAgent
 import CofferCrypto
+import CofferPluginClient
 import CofferSSHAgentProtocol
 import CofferTestSupport
 import Foundation
@@ -50,9 +51,13 @@ import Testing
         #expect(link.reason.contains(otherPath + "/sk.so is not in ssh-allowed-providers"), "\(link)")
         guard case .failure(let missing) = s.resolve(provider: allowedPath + "/none.so") else { Issue.record("a missing file was taken"); return }
         #expect(missing.reason.contains("cannot be resolved"), "\(missing)")
+        // internal: OpenSSH's built-in support, in its ssh-sk-helper (whatever the allow-list says), or refused without it.
+        let withHelper = SSHSecurityKeySigner(allowedProviders: allowedPath + "/*", middleware: nil,
+                                              openSSHHelper: OpenSSHSecurityKeyHelper(executable: "/nonexistent/ssh-sk-helper"))
         for name in ["internal", "INTERNAL"] {
             guard case .failure(let builtIn) = s.resolve(provider: name) else { Issue.record("\(name) was taken"); continue }
-            #expect(builtIn.reason.contains("\"internal\""))
+            #expect(builtIn.reason.contains("\"internal\"") && builtIn.reason.contains("ssh-sk-helper"))
+            #expect(withHelper.resolve(provider: name) == .success("internal"))
         }
     }
 
@@ -116,6 +121,6 @@ import Testing
         guard case .failure(let why) = Self.signer("/usr/lib*/*").sign(key, middleware: "/usr/lib/sk.so", data: [1]) else {
             Issue.record("signed without a helper"); return
         }
-        #expect("\(why)".contains("coffer-plugin-host was not found"))
+        #expect("\(why)".contains("the helper that runs the middleware was not found"))
     }
 }

@@ -231,9 +231,9 @@ struct SSHSecurityKeyTests {
     }
 
     /// The middleware a key names must resolve into the allow-list (OpenSSH ssh-agent's `-P` rule):
-    /// a copy elsewhere, a symbolic link in the allowed directory to one elsewhere, `internal` (ssh-add
-    /// without a provider), a verify-required key, and any test path under the default allow-list
-    /// (`/usr/lib*/*,/usr/local/lib*/*`) are refused, each with its reason in the log.
+    /// a copy elsewhere, a symbolic link in the allowed directory to one elsewhere, a verify-required
+    /// key, and any test path under the default allow-list (`/usr/lib*/*,/usr/local/lib*/*`) are
+    /// refused, each with its reason in the log.
     @Test func middlewaresOutsideTheAllowListAreRefused() throws {
         let s = try Fixture()
         let f = s.f
@@ -250,11 +250,6 @@ struct SSHSecurityKeyTests {
         #expect(s.add(key, provider: link).status != 0, "a link out of the allowed directory was followed")
         #expect(s.logLines("refused a FIDO key", "\(elsewhere) is not in ssh-allowed-providers").count == 2, "\(f.agent.log.suffix(2000))")
 
-        // ssh-add without a provider names OpenSSH's built-in support, "internal", which this agent has not.
-        let builtIn = f.run("ssh-add", [key])
-        #expect(builtIn.status != 0, "\(builtIn)")
-        #expect(!s.logLines("refused a FIDO key", "\"internal\"").isEmpty, "\(f.agent.log.suffix(2000))")
-
         // A key that wants a PIN or a fingerprint for each signature.
         let verifying = s.generate("ecdsa-sk", name: "id_verify", options: ["verify-required"])
         #expect(s.add(verifying).status != 0)
@@ -270,6 +265,29 @@ struct SSHSecurityKeyTests {
         #expect(defaults.add(other).status != 0)
         #expect(!defaults.logLines("refused a FIDO key", "is not in ssh-allowed-providers (/usr/lib*/*,/usr/local/lib*/*)").isEmpty,
                 "\(defaults.f.agent.log.suffix(2000))")
+    }
+
+    /// `ssh-add` without a middleware names OpenSSH's built-in support, `internal`, which runs in
+    /// OpenSSH's own ssh-sk-helper, as with OpenSSH's agent: the key is taken (whatever the allow-list
+    /// says), and a signature goes to that helper, which finds no authenticator here (no device): the
+    /// helper's answer is in the log, the client gets SSH_AGENT_FAILURE, and the agent goes on.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/lib/openssh/ssh-sk-helper"),
+                   "needs OpenSSH's /usr/lib/openssh/ssh-sk-helper (apt: openssh-client)"))
+    func internalRunsInOpenSSHsOwnHelper() throws {
+        let s = try Fixture()
+        let f = s.f
+        let key = s.generate("ecdsa-sk", name: "id_internal")
+        let fingerprint = f.fingerprint(key + ".pub")
+        let added = f.run("ssh-add", [key])
+        #expect(added.status == 0, "\(added)\n\(f.agent.log.suffix(2000))")
+        #expect(!s.logLines("ssh-agent: added a key", "key=\(fingerprint)", "middleware=internal").isEmpty, "\(f.agent.log.suffix(2000))")
+        let document = f.dir.file("document")
+        try "x\n".write(toFile: document, atomically: true, encoding: .utf8)
+        try FileManager.default.removeItem(atPath: key)
+        #expect(f.signAndVerify(publicKey: key + ".pub", file: document).signed.status != 0, "signed with no authenticator")
+        #expect(!s.logLines("ssh-agent: the authenticator did not sign", "key=\(fingerprint)", "middleware=internal",
+                            "OpenSSH's ssh-sk-helper failed: no authenticator found (-60)").isEmpty, "\(f.agent.log.suffix(2000))")
+        #expect(f.listed() == [fingerprint])
     }
 
     /// A middleware that crashes, returns a signature that does not verify, implements another API

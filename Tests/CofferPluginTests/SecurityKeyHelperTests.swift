@@ -58,6 +58,8 @@ import Testing
         #include <unistd.h>
         #include "coffer/coffer_sk_api.h"
         uint32_t sk_api_version(void) { return \(version); }
+        int sk_enroll(void) { return COFFER_SK_ERR_UNSUPPORTED; }
+        int sk_load_resident_keys(void) { return COFFER_SK_ERR_UNSUPPORTED; }
         int sk_sign(uint32_t alg, const uint8_t *data, size_t data_len, const char *application, const uint8_t *key_handle,
                     size_t key_handle_len, uint8_t flags, const char *pin, struct coffer_sk_option **options,
                     struct coffer_sk_sign_response **sign_response) {
@@ -137,5 +139,52 @@ import Testing
         // No helper is left running.
         let left = runProcess("/usr/bin/pgrep", ["-f", "coffer-plugin-host --sk-sign --log-file \(sandbox.logFile)"], timeout: 60)
         #expect(left.stdout.isEmpty, "\(left)")
+    }
+
+    // MARK: OpenSSH's ssh-sk-helper, for `internal`
+
+    /// An sk-ssh-ed25519@openssh.com key as `sshkey_private_serialize` writes it (ADD_IDENTITY's form).
+    static func serializedKey(handle: [UInt8]) -> SecureBytes {
+        var b: [UInt8] = []
+        func string(_ x: [UInt8]) { b += [UInt8(x.count >> 24), UInt8(x.count >> 16 & 0xff), UInt8(x.count >> 8 & 0xff), UInt8(x.count & 0xff)] + x }
+        string(Array("sk-ssh-ed25519@openssh.com".utf8)); string([UInt8](repeating: 0x11, count: 32)); string(Array("ssh:test".utf8))
+        b.append(0x01); string(handle); string([])
+        return secure(b)
+    }
+
+    static let openSSHHelperInstalled = FileManager.default.isExecutableFile(atPath: OpenSSHSecurityKeyHelper.defaultPath)
+
+    /// Through OpenSSH's own helper, with a test middleware it loads: the key, the application, the
+    /// data and the flags arrive (as the echo middleware shows), and the signature blob comes back as
+    /// OpenSSH assembles it (type, signature, flags, counter).
+    @Test(.enabled(if: PluginBinaries.haveCC && SecurityKeyHelperTests.openSSHHelperInstalled,
+                   "needs a C compiler and OpenSSH's ssh-sk-helper (apt: openssh-client)"))
+    func openSSHsHelperSignsThroughTheMiddlewareItIsGiven() throws {
+        let sandbox = try PluginSandbox(plugins: [:])
+        try sandbox.compile(Self.echo, as: "echo.so")
+        let data = [UInt8](repeating: 0x5A, count: 1000)
+        let blob = try OpenSSHSecurityKeyHelper().sign(key: Self.serializedKey(handle: [9, 8, 7]), provider: sandbox.pluginDir + "/echo.so", data: data)
+        var expected: [UInt8] = []
+        func string(_ x: [UInt8]) { expected += [UInt8(x.count >> 24), UInt8(x.count >> 16 & 0xff), UInt8(x.count >> 8 & 0xff), UInt8(x.count & 0xff)] + x }
+        string(Array("sk-ssh-ed25519@openssh.com".utf8))
+        string([9, 8, 7] + Array("ssh:test".utf8))
+        expected.append(0x81)
+        let counter = UInt32(1_000_000 + data.count)
+        expected += [UInt8(counter >> 24), UInt8(counter >> 16 & 0xff), UInt8(counter >> 8 & 0xff), UInt8(counter & 0xff)]
+        #expect(blob == expected)
+        // The middleware's error comes back as OpenSSH's (SSH_SK_ERR_DEVICE_NOT_FOUND → SSH_ERR_DEVICE_NOT_FOUND).
+        try sandbox.compile(Self.middleware(body: "return COFFER_SK_ERR_DEVICE_NOT_FOUND;"), as: "nodevice.so")
+        #expect(throws: SecurityKeyError.openSSH(code: -60)) {
+            try OpenSSHSecurityKeyHelper().sign(key: Self.serializedKey(handle: [1]), provider: sandbox.pluginDir + "/nodevice.so", data: [1])
+        }
+        #expect(SecurityKeyError.openSSH(code: -60).description.contains("no authenticator found"))
+    }
+
+    @Test func openSSHsHelperRepliesAreRead() throws {
+        #expect(try OpenSSHSecurityKeyHelper.decodeReply([5, 0, 0, 0, 1, 0, 0, 0, 2, 0xAB, 0xCD]) == [0xAB, 0xCD])
+        #expect(throws: SecurityKeyError.openSSH(code: -60)) { try OpenSSHSecurityKeyHelper.decodeReply([5, 0, 0, 0, 0, 0, 0, 0, 60]) }
+        for bad: [UInt8] in [[4, 0, 0, 0, 1, 0, 0, 0, 0], [5, 0, 0, 0, 1, 0, 0, 0, 2, 0xAB], [5, 0, 0, 0, 1, 0, 0, 0, 0, 0], [5, 0, 0, 0, 2], [5]] {
+            #expect(throws: SecurityKeyError.malformedReply) { try OpenSSHSecurityKeyHelper.decodeReply(bad) }
+        }
     }
 }
