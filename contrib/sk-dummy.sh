@@ -42,7 +42,8 @@ fill() {
         --with-security-key-builtin=no > "$2/configure.log" 2>&1) || { tail -30 "$2/configure.log" >&2; exit 1; }
     # The flags configure chose, as its Makefile compiles sk-dummy's objects (.c.lo: CFLAGS_NOPIE PICFLAG CPPFLAGS).
     local flags
-    flags="$(cd "$src" && printf 'print-flags:\n\t@echo $(CFLAGS_NOPIE) $(PICFLAG) $(CPPFLAGS)\n' | make -s -f Makefile -f - print-flags)"
+    flags="$(cd "$src" && printf 'print-flags:\n\t@echo $(CFLAGS_NOPIE) $(PICFLAG) $(CPPFLAGS)\n' | make -s -f Makefile -f - print-flags 2>/dev/null)" || true
+    [ -n "$flags" ] || { echo "sk-dummy.sh: cannot read the compiler flags from OpenSSH's configured Makefile" >&2; exit 1; }
     # shellcheck disable=SC2086 # the flags are words
     (cd "$src" && cc $flags -shared -o "$2/sk-dummy.so" regress/misc/sk-dummy/sk-dummy.c regress/misc/sk-dummy/fatal.c \
         ed25519.c hash.c openbsd-compat/sha2.c -lcrypto -Wl,--no-undefined > "$2/build.log" 2>&1) \
