@@ -6,22 +6,24 @@
 #                                            SSH_AUTH_SOCK / SSH_AGENT_PID lines `ssh-agent -s` prints
 #   ssh-regress-agent.sh -d|-D [-a SOCKET]  the same agent in the foreground (this process becomes cofferd)
 #   ssh-regress-agent.sh -k                 stop the agent named by SSH_AGENT_PID
+#   -P PATTERNS (with -s or -d)              the FIDO middlewares keys may name (cofferd's ssh-allowed-providers)
 #
 # Each agent gets a private directory under $COFFER_SSH_REGRESS_RUN (state, native socket, a PAM
 # service that refuses everything: nothing here needs a passcode) and serves the ssh-agent protocol
 # on SOCKET (default: ssh-agent.sock in that directory). Every agent started is listed in
 # $COFFER_SSH_REGRESS_RUN/agents, so the harness can stop any a script left running; -k stops only
-# agents listed there. Options of ssh-agent these scripts do not use (-c, -t, -E, -P, -O, a command
-# to run) are refused, not ignored.
+# agents listed there. Options of ssh-agent these scripts do not use (-c, -t, -E, -O, a command to
+# run) are refused, not ignored.
 set -u
 cofferd="${COFFER_SSH_REGRESS_COFFERD:?COFFER_SSH_REGRESS_COFFERD names the cofferd to run}"
 run="${COFFER_SSH_REGRESS_RUN:?COFFER_SSH_REGRESS_RUN names the run directory of contrib/ssh-regress.sh}"
 me="ssh-agent (cofferd)"
 
-mode=background socket=""
-while getopts ":a:dDks" o; do
+mode=background socket="" providers=""
+while getopts ":a:dDksP:" o; do
     case "$o" in
     a) socket="$OPTARG" ;;
+    P) providers="$OPTARG" ;;
     d|D) mode=foreground ;;
     k) mode=kill ;;
     s) ;;
@@ -55,6 +57,11 @@ printf 'auth requisite pam_deny.so\naccount requisite pam_deny.so\n' > "$dir/pam
 [ -n "$socket" ] || socket="$dir/run/ssh-agent.sock"
 args=(--foreground --socket "$dir/run/agent.sock" --ssh-agent-socket "$socket" --state-dir "$dir/state"
       --pam-confdir "$dir/pam" --pam-service coffer-regress --log-level debug --kdf-ops 1)
+if [ -n "$providers" ]; then
+    # ssh-agent -P: the same allow-list, as cofferd's configuration key.
+    printf 'ssh-allowed-providers = %s\n' "$providers" > "$dir/cofferd.conf"
+    args+=(--config "$dir/cofferd.conf")
+fi
 
 if [ "$mode" = foreground ]; then
     # ssh-agent -d prints the variables, then serves in the foreground with its log on stderr.

@@ -8,7 +8,8 @@
 # regress/ at the installed OpenSSH's version comes from Debian's source archive through apt with a
 # private sources list (contrib/debian-source.sh; nothing under /etc changes, nothing lands in the
 # checkout) and is cached in ${COFFER_SSH_REGRESS_CACHE:-/var/tmp/coffer-openssh-regress}/VERSION.
-# Nothing is compiled: each script runs under regress/test-exec.sh with the TEST_SSH_* variables
+# Nothing else is compiled (OpenSSH's sk-dummy FIDO middleware aside, contrib/sk-dummy.sh, so that the
+# scripts' loops include FIDO keys): each script runs under regress/test-exec.sh with the TEST_SSH_* variables
 # naming /usr/bin/ssh, ssh-add, ssh-keygen and /usr/sbin/sshd, and TEST_SSH_SSHAGENT naming
 # contrib/ssh-regress-agent.sh, which gives ssh-agent's command line (-s, -a, -d, -k) to cofferd.
 # sshd runs in inetd mode under each connection's ProxyCommand, as test-exec.sh sets it up: no port.
@@ -16,7 +17,8 @@
 # COFFER_SSH_REGRESS_AGENT=openssh runs the same scripts with /usr/bin/ssh-agent instead (a baseline:
 # every difference between the two runs is cofferd's).
 #
-# Output: each script's own output, then one line per script:
+# Output: `FIDO-KEYS yes` (the scripts' loops include FIDO keys) or `FIDO-KEYS no`, each script's own
+# output, then one line per script:
 #   RESULT <script> pass
 #   RESULT <script> fail: <each failure the script reported, separated by " | ">
 #   RESULT <script> skip: <the script's own reason>
@@ -58,7 +60,7 @@ run="$(mktemp -d /tmp/coffer-ssh-regress-XXXXXX)"
 # Stops every agent a script left running (a script that stops at `fatal` never runs ssh-agent -k),
 # and only those: the agents file lists what ssh-regress-agent.sh started, and a pid counts only
 # while its command line still names this run's directory (a pid reused by another process does not).
-ours() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF "$run/"; }
+ours() { tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline" | grep -qF "$run/"; }
 cleanup() {
     if [ -f "$run/agents" ]; then
         while read -r pid _; do
@@ -78,6 +80,22 @@ trap cleanup EXIT
 mkdir -p "$run/build"
 printf '#define HAVE_SO_PEERCRED 1\n' > "$run/build/config.h"
 
+# FIDO keys: Debian's OpenSSH is built with them (ENABLE_SK), and test-exec.sh adds the sk-* key types to
+# every script's loops when it finds OpenSSH's sk-dummy middleware in the script's object directory (it
+# then starts the agent with -P/*). contrib/sk-dummy.sh builds it from the same source (cached); where
+# it cannot (no compiler), the scripts run without FIDO keys, as test-exec.sh does without sk-dummy.
+# COFFER_SSH_REGRESS_SK=no leaves them out.
+sk_dummy=""
+if [ "${COFFER_SSH_REGRESS_SK:-yes}" != no ]; then
+    if sk_dummy="$("$here/sk-dummy.sh")"; then
+        printf '#define ENABLE_SK 1\n' >> "$run/build/config.h"
+    else
+        echo "ssh-regress.sh: running without FIDO keys: contrib/sk-dummy.sh could not build sk-dummy (above)" >&2
+        sk_dummy=""
+    fi
+fi
+echo "FIDO-KEYS $([ -n "$sk_dummy" ] && echo yes || echo no)"
+
 if [ "${COFFER_SSH_REGRESS_AGENT:-cofferd}" = openssh ]; then
     agent=/usr/bin/ssh-agent
 else
@@ -92,6 +110,9 @@ for script in "${scripts[@]}"; do
     [ -f "$tree/regress/$script.sh" ] || { echo "ssh-regress.sh: no regress/$script.sh in $tree" >&2; exit 1; }
     obj="$run/$script"
     mkdir -p "$obj"
+    if [ -n "$sk_dummy" ]; then
+        mkdir -p "$obj/misc/sk-dummy" && cp "$sk_dummy" "$obj/misc/sk-dummy/sk-dummy.so"
+    fi
     echo "== $script.sh"
     out="$run/$script.out"
     rc=0

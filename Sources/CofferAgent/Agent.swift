@@ -182,7 +182,8 @@ package final class Agent: Sendable {
         // for the native one). Under socket activation, the one systemd passed (coffer-ssh-agent.socket,
         // FileDescriptorName=ssh-agent); when it passed none, one of our own beside the native socket.
         var sshAgentSocket = configuration.sshAgentSocketPath(beside: nativeSocket)
-        let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, service: service, promptChannel: { try? openPrompt().get() },
+        let sshFrontEnd = SSHAgentFrontEnd(keys: sshKeys, securityKeys: SSHSecurityKeySigner(configuration: configuration),
+                                           service: service, promptChannel: { try? openPrompt().get() },
                                            refusals: refusals, logger: logger)
         if let fd = activation?.sshAgent {
             if sshAgentSocket == nil {

@@ -14,6 +14,10 @@ package struct AgentConfiguration: Sendable {
     package var socketPath: String
     /// The ssh-agent socket (config key `ssh-agent-socket`, flag `--ssh-agent-socket`; `none` turns it off).
     package var sshAgentSocket: SSHAgentSocket = .besideNativeSocket
+    /// The FIDO middlewares an `ssh-add` key may name (config key `ssh-allowed-providers`, OpenSSH
+    /// ssh-agent's `-P`): comma-separated `*`/`?` patterns, `!` excluding, matched against the
+    /// middleware's resolved path; OpenSSH's default. `internal` is always accepted by the allow-list.
+    package var sshAllowedProviders: String = "/usr/lib*/*,/usr/local/lib*/*"
     /// Where the keybag, device key and database live (mode 0700).
     package var stateDirectory: String
     /// The PAM service that verifies passcodes.
@@ -152,7 +156,7 @@ package struct AgentConfiguration: Sendable {
 
     /// Every key a config file may set (``apply(configFile:name:)``).
     package static let configurationKeys = [
-        "socket", "ssh-agent-socket", "state-dir", "pam-service", "pam-confdir", "idle-lock", "lock-grace", "max-connections",
+        "socket", "ssh-agent-socket", "ssh-allowed-providers", "state-dir", "pam-service", "pam-confdir", "idle-lock", "lock-grace", "max-connections",
         "max-connections-per-process", "hello-timeout", "frame-deadline", "log-repeat-interval", "log-max-bytes", "log-keep",
         "unsigned-callers", "flatpak-callers", "shell-app", "authorization-reuse", "user-trusted-keys", "standard-trust-dirs",
         "trusted-keys-dir", "manifests-dir", "audit", "rollback-detection", "rollback-tcti", "rollback-nv-index", "rollback-interval",
@@ -180,7 +184,8 @@ package struct AgentConfiguration: Sendable {
         try apply(configFile: String(decoding: bytes, as: UTF8.self), name: path)
     }
 
-    /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, ssh-agent-socket, state-dir,
+    /// Applies `key = value` lines from a config file (`#` comments). Keys: socket, ssh-agent-socket,
+    /// ssh-allowed-providers, state-dir,
     /// pam-service, pam-confdir, idle-lock, lock-grace, max-connections, max-connections-per-process,
     /// hello-timeout, frame-deadline, log-repeat-interval (the last three mostly for tests), log-max-bytes, log-keep;
     /// unsigned-callers (`unsigned` or `deny`), flatpak-callers (`allow` or `deny`; unset: `deny` when
@@ -216,6 +221,9 @@ package struct AgentConfiguration: Sendable {
             switch key {
             case "socket": socketPath = value
             case "ssh-agent-socket": sshAgentSocket = try SSHAgentSocket(value, where: "\(name):\(n + 1)")
+            case "ssh-allowed-providers":
+                guard !value.isEmpty else { throw AgentError("\(name):\(n + 1): 'ssh-allowed-providers' needs patterns (e.g. /usr/lib*/*)") }
+                sshAllowedProviders = value
             case "state-dir": stateDirectory = value
             case "pam-service": pamService = value
             case "pam-confdir": pamConfdir = value

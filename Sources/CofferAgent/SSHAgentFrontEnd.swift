@@ -23,8 +23,9 @@ struct SSHAgentFraming: Framing {
 ///
 /// Every well-framed message gets an answer: a malformed one, an unknown type, a smartcard request, a
 /// constraint this agent cannot enforce get SSH_AGENT_FAILURE (a constraint is never ignored: that
-/// would silently weaken what the person asked for). Refused constraints: max-signatures, sk-provider
-/// and associated certificates. Honoured: lifetime (`ssh-add -t`), confirm (`ssh-add -c`: the person
+/// would silently weaken what the person asked for). Refused constraints: max-signatures, associated
+/// certificates, and sk-provider on a key that is not a FIDO key. FIDO keys (``SSHSecurityKeySigner``)
+/// sign through the middleware their sk-provider names, in a helper process. Honoured: lifetime (`ssh-add -t`), confirm (`ssh-add -c`: the person
 /// allows each signature in the agent's own pinentry) and restrict-destination (`ssh-add -h`, as
 /// OpenSSH 9.x enforces it against the connection's `session-bind@openssh.com` records): both decided
 /// by ``authorizeSignature(_:data:state:)``, which also audits every signature. A frame-level
@@ -45,6 +46,8 @@ struct SSHAgentFraming: Framing {
 /// caller's access groups see them, and sign through the service core (``signWithItem(blob:data:flags:_:)``).
 struct SSHAgentFrontEnd: ConnectionHandler {
     let keys: SSHAgentKeyStore
+    /// FIDO keys' middlewares: which a key may name, and the helper process each signature runs in.
+    let securityKeys: SSHSecurityKeySigner
     /// The protocol-free service core: the keychain, its lock and the authentication every front end shares.
     let service: KeychainService
     /// Opens the channel through which the agent itself asks a person (its pinentry), one per
@@ -136,27 +139,51 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             guard let key = keys.key(blob: blob) else {
                 // debug, not info: a client asking again and again must not grow the log.
                 logger.debug("ssh-agent: refused to sign", metadata: ["reason": "\(keys.isLocked ? "locked" : "unknown key")", "pid": "\(pid)"])
-                if keys.isLocked, let publicKey = try? SSHWirePublicKey(blob: blob) {
-                    service.auditSignature(state.context, key: publicKey.fingerprint, destination: Self.boundDestination(state),
+                if keys.isLocked, let fingerprint = Self.fingerprint(ofBlob: blob) {
+                    service.auditSignature(state.context, key: fingerprint, destination: Self.boundDestination(state),
                                            status: .interactionNotAllowed, reason: "locked")
                 }
                 return .failure
             }
-            // The person (ssh-add -c), the destination (ssh-add -h), and the audit record.
-            guard case .allowed = authorizeSignature(key.signing, data: data, state: state) else { return .failure }
-            // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.
-            let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
-            let signature: SSHWireSignature
-            do {
-                guard let s = SSHWireSignature(try key.key.sign(data: data, hash: hash, allowSHA1: true), by: key.publicKey)
-                else { return .failure }
-                signature = s
-            } catch {
-                logger.error("ssh-agent: signing failed", metadata: ["key": "\(key.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
+            // A FIDO key made for a web site signs only what ssh signs (OpenSSH's restrict_websafe).
+            if case .securityKey(let skKey, _) = key.signer,
+               !SSHSecurityKeySigner.webSafe(key.signing, application: skKey.publicKey.application, data: data) {
+                logger.info("ssh-agent: refused to sign: a FIDO key of a web application asked to sign a non-ssh message",
+                            metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
+                auditSignature(key.signing, destination: Self.boundDestination(state),
+                               .refused(reason: "web-origin-key", status: .missingEntitlement), state: state)
                 return .failure
             }
-            logger.info("ssh-agent: signed", metadata: ["key": "\(key.fingerprint)", "algorithm": "\(signature.algorithm)", "pid": "\(pid)"])
-            return .signResponse(signatureBlob: signature.blob)
+            // The person (ssh-add -c), the destination (ssh-add -h), and the audit record.
+            guard case .allowed = authorizeSignature(key.signing, data: data, state: state) else { return .failure }
+            switch key.signer {
+            case .software(let privateKey, let publicKey):
+                // OpenSSH: the RSA flags pick the hash; no flag means ssh-rsa (SHA-1). Other types ignore them.
+                let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash
+                let signature: SSHWireSignature
+                do {
+                    guard let s = SSHWireSignature(try privateKey.sign(data: data, hash: hash, allowSHA1: true), by: publicKey)
+                    else { return .failure }
+                    signature = s
+                } catch {
+                    logger.error("ssh-agent: signing failed", metadata: ["key": "\(key.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
+                    return .failure
+                }
+                logger.info("ssh-agent: signed", metadata: ["key": "\(key.fingerprint)", "algorithm": "\(signature.algorithm)", "pid": "\(pid)"])
+                return .signResponse(signatureBlob: signature.blob)
+            case .securityKey(let skKey, let middleware):
+                // The authenticator signs (a touch on a real device), in a process of its own.
+                switch securityKeys.sign(skKey, middleware: middleware, data: data) {
+                case .success(let signature):
+                    logger.info("ssh-agent: signed", metadata: ["key": "\(key.fingerprint)", "algorithm": "\(signature.algorithm.keyType)",
+                                                              "counter": "\(signature.counter)", "pid": "\(pid)"])
+                    return .signResponse(signatureBlob: signature.blob)
+                case .failure(let failure):
+                    logger.info("ssh-agent: the authenticator did not sign", metadata: ["key": "\(key.fingerprint)", "middleware": "\(middleware)",
+                                                                                       "error": "\(failure)", "pid": "\(pid)"])
+                    return .failure
+                }
+            }
 
         case .addIdentity(let wireKey, let comment, let constraints):
             return add(wireKey, listedAs: wireKey.publicKey.blob, comment: comment, constraints: constraints, pid: pid)
@@ -165,6 +192,9 @@ struct SSHAgentFrontEnd: ConnectionHandler {
             // Listed by its certificate, signing with the certified key (OpenSSH's agent keeps the two apart).
             return add(certified.key, listedAs: certified.certificate.blob, comment: comment, constraints: constraints, pid: pid,
                        certificate: certified.certificate.certificateType)
+
+        case .addSecurityKey(let skKey, let comment, let constraints):
+            return addSecurityKey(skKey, comment: comment, constraints: constraints, pid: pid)
 
         case .removeIdentity(let blob):
             guard let key = keys.remove(blob: blob) else { return .failure }
@@ -300,6 +330,12 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         return Array(identities.prefix(kept))
     }
 
+    /// The fingerprint of a key blob the agent can read (a plain key or a FIDO key), for logs and audit records.
+    static func fingerprint(ofBlob blob: [UInt8]) -> String? {
+        if let key = try? SSHWirePublicKey(blob: blob) { return key.fingerprint }
+        return (try? SSHSecurityKeyPublicKey(blob: blob))?.fingerprint
+    }
+
     /// A constraint's name in logs (never its contents).
     static func name(of constraint: SSHKeyConstraint) -> String {
         switch constraint {
@@ -325,6 +361,56 @@ extension SSHAgentFrontEnd {
     /// constraints this agent enforces (any other refuses the key).
     func add(_ wireKey: SSHWirePrivateKey, listedAs blob: [UInt8], comment: String, constraints: [SSHKeyConstraint], pid: String,
              certificate: String? = nil) -> SSHAgentReply {
+        guard let c = enforceable(constraints, fingerprint: wireKey.publicKey.fingerprint, pid: pid) else { return .failure }
+        let crypto: SSHPrivateKey
+        do {
+            crypto = try wireKey.cryptoKey()
+        } catch {
+            logger.info("ssh-agent: refused a key", metadata: ["key": "\(wireKey.publicKey.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
+            return .failure
+        }
+        let key = SSHAgentKeyStore.Key(signer: .software(crypto, wireKey.publicKey), blob: blob, comment: comment,
+                                       expiresAt: c.lifetime.map { Threads.monotonicSeconds() + Double($0) },
+                                       confirm: c.confirm, destinations: c.destinations)
+        return store(key, type: certificate ?? wireKey.publicKey.keyType, lifetime: c.lifetime, pid: pid)
+    }
+
+    /// ADD_IDENTITY / ADD_ID_CONSTRAINED of a FIDO key, as OpenSSH's agent takes one: it must name its
+    /// middleware (`sk-provider@openssh.com`), which is resolved and must be in the allow-list
+    /// (``SSHSecurityKeySigner/resolve(provider:)``); the other constraints are as for any key. A
+    /// `verify-required` key (the device wants a PIN or a fingerprint for each signature) is refused:
+    /// the agent passes no PIN, as OpenSSH's does not (and its ssh-add refuses to send one).
+    func addSecurityKey(_ skKey: SSHSecurityKeyPrivateKey, comment: String, constraints: [SSHKeyConstraint], pid: String) -> SSHAgentReply {
+        let fingerprint = skKey.publicKey.fingerprint
+        func refuse(_ reason: String) -> SSHAgentReply {
+            logger.info("ssh-agent: refused a FIDO key: \(reason)", metadata: ["key": "\(fingerprint)", "pid": "\(pid)"])
+            return .failure
+        }
+        var provider: String? = nil
+        var others: [SSHKeyConstraint] = []
+        for c in constraints {
+            if case .skProvider(let p) = c { provider = p } else { others.append(c) }
+        }
+        guard let c = enforceable(others, fingerprint: fingerprint, pid: pid) else { return .failure }
+        guard let provider else { return refuse("it names no middleware (sk-provider@openssh.com)") }
+        guard skKey.flags & SSHSecurityKeyFlags.userVerificationRequired == 0 else {
+            return refuse("it is verify-required (a PIN or fingerprint for each signature), which this agent does not support, as OpenSSH's does not")
+        }
+        let middleware: String
+        switch securityKeys.resolve(provider: provider) {
+        case .success(let path): middleware = path
+        case .failure(let refusal): return refuse(refusal.reason)
+        }
+        let key = SSHAgentKeyStore.Key(signer: .securityKey(skKey, middleware: middleware), blob: skKey.publicKey.blob, comment: comment,
+                                       expiresAt: c.lifetime.map { Threads.monotonicSeconds() + Double($0) },
+                                       confirm: c.confirm, destinations: c.destinations)
+        return store(key, type: skKey.publicKey.keyType, lifetime: c.lifetime, pid: pid, middleware: middleware)
+    }
+
+    /// The constraints this agent enforces for any key (lifetime, confirm, restrict-destination), or
+    /// nil (logged) if one is not: a key is never accepted without a restriction the person asked for.
+    private func enforceable(_ constraints: [SSHKeyConstraint], fingerprint: String, pid: String)
+        -> (lifetime: UInt32?, confirm: Bool, destinations: [SSHDestinationConstraint])? {
         var lifetime: UInt32? = nil
         var confirm = false
         var destinations: [SSHDestinationConstraint] = []
@@ -335,21 +421,15 @@ extension SSHAgentFrontEnd {
             case .restrictDestination(let list) where SSHDestinationPolicy.acceptable(list): destinations = list
             default:
                 logger.info("ssh-agent: refused a key with a constraint this agent cannot enforce",
-                            metadata: ["key": "\(wireKey.publicKey.fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
-                return .failure
+                            metadata: ["key": "\(fingerprint)", "constraint": "\(Self.name(of: c))", "pid": "\(pid)"])
+                return nil
             }
         }
-        let crypto: SSHPrivateKey
-        do {
-            crypto = try wireKey.cryptoKey()
-        } catch {
-            logger.info("ssh-agent: refused a key", metadata: ["key": "\(wireKey.publicKey.fingerprint)", "error": "\(error)", "pid": "\(pid)"])
-            return .failure
-        }
-        let publicKey = wireKey.publicKey
-        let key = SSHAgentKeyStore.Key(key: crypto, blob: blob, publicKey: publicKey, comment: comment,
-                                       expiresAt: lifetime.map { Threads.monotonicSeconds() + Double($0) },
-                                       confirm: confirm, destinations: destinations)
+        return (lifetime, confirm, destinations)
+    }
+
+    /// Puts `key` in the store and logs the outcome.
+    private func store(_ key: SSHAgentKeyStore.Key, type: String, lifetime: UInt32?, pid: String, middleware: String? = nil) -> SSHAgentReply {
         switch keys.add(key) {
         case .locked:
             logger.info("ssh-agent: refused a key: the agent is locked", metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
@@ -359,9 +439,10 @@ extension SSHAgentFrontEnd {
                            metadata: ["key": "\(key.fingerprint)", "pid": "\(pid)"])
             return .failure
         case .added, .replaced:
-            logger.info("ssh-agent: added a key", metadata: ["key": "\(key.fingerprint)", "type": "\(certificate ?? publicKey.keyType)",
-                                                           "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")", "confirm": "\(confirm)",
-                                                           "destinations": "\(destinations.count)", "pid": "\(pid)"])
+            var metadata: Logger.Metadata = ["key": "\(key.fingerprint)", "type": "\(type)", "lifetime": "\(lifetime.map { "\($0) s" } ?? "none")",
+                                             "confirm": "\(key.confirm)", "destinations": "\(key.destinations.count)", "pid": "\(pid)"]
+            if let middleware { metadata["middleware"] = "\(middleware)" }
+            logger.info("ssh-agent: added a key", metadata: metadata)
             return .success
         }
     }

@@ -8,15 +8,22 @@ import CofferSystem
 /// optional lifetime, and LOCK / UNLOCK with a passphrase.
 ///
 /// Secret key parts live in ``SecureBytes`` inside ``CofferSSHKeys/SSHPrivateKey`` (wiped when a key
-/// goes). The lock passphrase is never kept: only its keyed BLAKE2b hash under a random key made at
+/// goes); a FIDO key's handle in ``CofferSSHAgentProtocol/SSHSecurityKeyPrivateKey`` likewise. The lock passphrase is never kept: only its keyed BLAKE2b hash under a random key made at
 /// LOCK, compared in constant time (`sodium_memcmp`) at UNLOCK.
 final class SSHAgentKeyStore: Sendable {
     /// One key added with ADD_IDENTITY / ADD_ID_CONSTRAINED.
     struct Key: Sendable {
-        let key: SSHPrivateKey
-        /// The public key blob (how clients name the key).
+        /// What signs: a private key in the agent's memory, or an authenticator through its middleware.
+        enum Signer: Sendable {
+            /// The private key (wiped when the key goes) and its public half.
+            case software(SSHPrivateKey, SSHWirePublicKey)
+            /// A FIDO key: its key handle, and the middleware's resolved path (the `sk-provider@openssh.com` constraint).
+            case securityKey(SSHSecurityKeyPrivateKey, middleware: String)
+        }
+
+        let signer: Signer
+        /// The public key blob (how clients name the key: a certificate's, for a certificate key).
         let blob: [UInt8]
-        let publicKey: SSHWirePublicKey
         let comment: String
         /// Monotonic seconds at which the key goes (nil: kept until removed or the agent exits).
         let expiresAt: Double?
@@ -24,11 +31,26 @@ final class SSHAgentKeyStore: Sendable {
         var confirm = false
         /// `ssh-add -h`: the hops the key may be used on (empty: anywhere).
         var destinations: [SSHDestinationConstraint] = []
-        var fingerprint: String { publicKey.fingerprint }
+
+        /// The fingerprint of the key that signs (a certificate key's: its certified key's).
+        var fingerprint: String {
+            switch signer {
+            case .software(_, let publicKey): publicKey.fingerprint
+            case .securityKey(let key, _): key.publicKey.fingerprint
+            }
+        }
+
+        /// The signing key's type name (`ssh-ed25519`, `sk-ssh-ed25519@openssh.com`, …).
+        var keyType: String {
+            switch signer {
+            case .software(_, let publicKey): publicKey.keyType
+            case .securityKey(let key, _): key.publicKey.keyType
+            }
+        }
 
         /// The key as the signature policy sees it.
         var signing: SSHSigningKey {
-            SSHSigningKey(blob: blob, fingerprint: fingerprint, keyType: publicKey.keyType, comment: comment, confirm: confirm,
+            SSHSigningKey(blob: blob, fingerprint: fingerprint, keyType: keyType, comment: comment, confirm: confirm,
                           destinations: destinations)
         }
     }

@@ -228,8 +228,11 @@ final class FeedbackSink {
 /// The `coffer-plugin-host` executable's main: non-dumpable, load, serve fd 3 until the agent closes it.
 package enum PluginHostMain {
     package static let usage = "usage: coffer-plugin-host --state-dir DIR [--log-file FILE] [--system-dir DIR]... [PLUGIN_DIR...]"
+        + ", or: coffer-plugin-host --sk-sign [--log-file FILE]"
 
     package static func run(_ arguments: [String]) -> Int32 {
+        // One FIDO signature through a middleware, in a process of its own (the agent starts one per signature).
+        if arguments.first == "--sk-sign" { return SecurityKeyHelper.run(Array(arguments.dropFirst())) }
         do { try ProcessHardening.disableCoreDumps() } catch {
             hostLog("cannot make the process non-dumpable: \(error)")
             return 1

@@ -245,6 +245,10 @@ public enum SSHAgentRequest: Sendable {
     /// ADD_IDENTITY / ADD_ID_CONSTRAINED of a certificate key (`*-cert-v01@openssh.com`): the key is
     /// listed by its certificate and signs with the certified key.
     case addCertificate(SSHCertifiedPrivateKey, comment: String, constraints: [SSHKeyConstraint])
+    /// ADD_IDENTITY / ADD_ID_CONSTRAINED of a FIDO key (`sk-ssh-ed25519@openssh.com`,
+    /// `sk-ecdsa-sha2-nistp256@openssh.com`): its key handle, which an authenticator signs with
+    /// through the middleware the `sk-provider@openssh.com` constraint names.
+    case addSecurityKey(SSHSecurityKeyPrivateKey, comment: String, constraints: [SSHKeyConstraint])
     case removeIdentity(keyBlob: [UInt8])
     case removeAllIdentities
     case lock(passphrase: SecureBytes)
@@ -269,7 +273,13 @@ public enum SSHAgentRequest: Sendable {
             // A certificate key type names the certificate that follows.
             var peek = r
             let keyType = String(decoding: try peek.readString(), as: UTF8.self)
-            if SSHCertificate.plainKeyType(of: keyType) != nil {
+            if let algorithm = SSHSecurityKeyAlgorithm(keyType: keyType) {
+                r = peek
+                let key = try SSHSecurityKeyPrivateKey.read(algorithm, from: &r)
+                let comment = try r.readText()
+                let constraints = type == SSHAgentMessageType.addIDConstrained ? try SSHKeyConstraint.readAll(from: &r) : []
+                request = .addSecurityKey(key, comment: comment, constraints: constraints)
+            } else if SSHCertificate.plainKeyType(of: keyType) != nil {
                 r = peek
                 let certified = try SSHCertifiedPrivateKey.read(certificateType: keyType, from: &r)
                 let comment = try r.readText()
@@ -330,6 +340,11 @@ public enum SSHAgentRequest: Sendable {
             certified.write(to: &w)
             w.writeText(comment)
             for c in constraints { c.write(to: &w) }
+        case .addSecurityKey(let key, let comment, let constraints):
+            w.writeByte(constraints.isEmpty ? SSHAgentMessageType.addIdentity : SSHAgentMessageType.addIDConstrained)
+            key.write(to: &w)
+            w.writeText(comment)
+            for c in constraints { c.write(to: &w) }
         case .removeIdentity(let blob): w.writeByte(SSHAgentMessageType.removeIdentity); w.writeString(blob)
         case .removeAllIdentities: w.writeByte(SSHAgentMessageType.removeAllIdentities)
         case .lock(let p): w.writeByte(SSHAgentMessageType.lock); w.writeSecretString(p)
@@ -366,6 +381,7 @@ public enum SSHAgentRequest: Sendable {
         switch self {
         case .addIdentity(let key, let comment, _): key.encodedSizeBound + comment.utf8.count + 4096
         case .addCertificate(let certified, let comment, _): certified.encodedSizeBound + comment.utf8.count + 4096
+        case .addSecurityKey(let key, let comment, _): key.encodedSizeBound + comment.utf8.count + 4096
         case .lock(let p), .unlock(let p), .removeSmartcardKey(_, let p), .addSmartcardKey(_, let p, _): p.count + 4096
         default: 0
         }

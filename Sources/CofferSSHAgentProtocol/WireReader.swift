@@ -42,6 +42,8 @@ public enum SSHAgentWireError: Error, Equatable, Sendable {
     /// An OpenSSH certificate whose type is neither user (1) nor host (2), with more than 256
     /// principals, a principal or key id holding a NUL, or a malformed options section.
     case badCertificate
+    /// A FIDO key whose application string is empty or holds a NUL (OpenSSH reads it as a C string).
+    case badApplication
 }
 
 /// Reads SSH wire primitives (RFC 4251 §5) from a byte array, bounds-checked: every read throws

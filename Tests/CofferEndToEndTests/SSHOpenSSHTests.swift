@@ -180,6 +180,19 @@ struct SSHOpenSSHTests {
     static let noDSA = "cofferd holds no DSA keys (ssh-dss): issue #27 names ed25519, ECDSA and RSA; OpenSSH deprecated DSA "
         + "(off by default since 7.0, gone in 10.0), and its scripts still loop over every type `ssh -Q key-plain` lists"
 
+    /// With FIDO keys (contrib/sk-dummy.sh built OpenSSH's sk-dummy, and the scripts' loops include the
+    /// two sk-* key types, which cofferd serves: `FIDO-KEYS yes`), agent-timeout.sh counts two keys more.
+    static func regressOutcomes(fido: Bool) -> [String: RegressOutcome] {
+        var outcomes = regressOutcomes
+        if fido {
+            outcomes["agent-timeout"] = .knownFailures([
+                "[add keys with timeout] ssh-add did succeed exit code 0": noDSA,
+                "[agent has 7 keys] ssh-add -l did not return 8 keys: 7": noDSA,
+            ])
+        }
+        return outcomes
+    }
+
     static let regressOutcomes: [String: RegressOutcome] = [
         "agent": .knownFailures([
             "[overwrite authorized keys] ssh-add failed exit code 0": noDSA,
@@ -236,7 +249,8 @@ struct SSHOpenSSHTests {
         guard let line = r.stdout.split(separator: "\n").last(where: { $0.hasPrefix(prefix) }).map({ String($0.dropFirst(prefix.count)) }) else {
             Issue.record("no result for \(script).sh:\n\(r.stdout.suffix(6000))\n\(r.stderr.suffix(3000))"); return
         }
-        let expected = try #require(Self.regressOutcomes[script])
+        let fido = r.stdout.split(separator: "\n").contains("FIDO-KEYS yes")
+        let expected = try #require(Self.regressOutcomes(fido: fido)[script])
         switch expected {
         case .pass:
             #expect(line == "pass", "\(script).sh: \(line)\n\(r.stdout.suffix(6000))")
