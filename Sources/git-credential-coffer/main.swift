@@ -61,10 +61,14 @@ struct Helper {
     /// control fails at once, and git goes on without it.
     let asksNobody: Bool
 
-    init(request: GitCredential, socket: String?) throws(SecError) {
+    /// Connects and sends HELLO without waiting for its reply (read with the first request's).
+    static func connect(socket: String?) throws(SecError) -> AgentConnection {
+        try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "git-credential-coffer", pipelineHello: true)
+    }
+
+    init(request: GitCredential, connection: AgentConnection) {
         self.request = request
-        connection = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "git-credential-coffer",
-                                         pipelineHello: true)
+        self.connection = connection
         // GIT_TERMINAL_PROMPT=0 (set by go, cargo and CI scripts around git) means no terminal
         // prompt even where one could open, as git itself honours it.
         let promptsRefused = getenv("GIT_TERMINAL_PROMPT").map { GitCredential.isFalse(String(cString: $0)) } ?? false
@@ -231,6 +235,12 @@ func readRequest() -> SecureBytes? {
     return buffer.slice(0..<length)
 }
 
+// The agent first, git's request after: HELLO goes out now, and the agent identifies this process
+// (its pidfd, /proc, the executable's hash: about a tenth of a millisecond) while the request is
+// read and parsed, instead of after. A failure to connect is reported only once the request has
+// been read and found well-formed, as when the connection came second.
+let connection = Result { () throws(SecError) in try Helper.connect(socket: invocation.socket) }
+
 guard let input = readRequest() else {
     StandardStreams.printError("git-credential-coffer: cannot read git's request (larger than \(GitCredential.maximumInputBytes) bytes?)")
     exit(0)
@@ -245,7 +255,7 @@ do {
 input.wipe()
 
 do {
-    let helper = try Helper(request: request, socket: invocation.socket)
+    let helper = Helper(request: request, connection: try connection.get())
     switch action {
     case "get": try helper.get()
     case "store": try helper.store()
