@@ -144,16 +144,19 @@ struct Helper {
     /// `store`: adds the credential, or replaces the secret (and expiry) of the same one — unless that
     /// one has an access control: git stores after every use, and replacing would ask the person a
     /// second time for what they just unlocked (such an item is changed with `coffer update`).
+    ///
+    /// None of these requests can need the person (the new item has no access control, and only
+    /// items without one are changed), so the agent is not told first that nobody may be asked: a
+    /// store is one request after HELLO, three when the credential was there already.
     func store() throws(SecError) {
         guard request.isStorable, let secret = request.encodedSecret() else { return }
         defer { secret.wipe() }
-        try refuseInteractionIfNobodyAsks()
         do {
             _ = try connection.add(NewItem(itemClass: .internetPassword, attributes: request.itemAttributes, secret: secret))
         } catch where error.status == .duplicateItem {
             var changes = request.itemAttributes
             for key in ItemClass.internetPassword.primaryKey { changes[key] = nil }
-            for item in try candidates() where request.isSame(item.attributes ?? [:]) && item.attributes?["accc"] == nil {
+            for item in try candidates() where request.isSame(item.attributes ?? [:]) && item.attributes?[AccessControl.attributeName] == nil {
                 _ = try connection.update(ItemQuery(itemClass: .internetPassword, persistentRef: item.persistentRef),
                                           ItemChanges(attributes: changes, secret: secret))
             }

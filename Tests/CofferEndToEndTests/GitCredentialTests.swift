@@ -260,7 +260,8 @@ struct GitCredentialTests {
     /// need be asked about is found with HELLO, one search (attributes only: no secret is opened to
     /// choose) and the read of the one chosen, on one connection; where nobody may be asked (no
     /// terminal), the agent is told so (AUTH_OPTIONS) only before reading a credential behind an
-    /// access control, which then fails at once. A change that adds a round trip to a get fails here.
+    /// access control, which then fails at once; a store never needs the person and never tells it.
+    /// A change that adds a round trip to a get or a store fails here.
     @Test func whatAGetCostsIsCountedByTheAgent() throws {
         let agent = try Self.agentWithGuardedItem()
         let r = GitRun.helper(agent, "store", "protocol=https\nhost=plain.example\nusername=u\npassword=pw-plain\n")
@@ -286,8 +287,17 @@ struct GitCredentialTests {
                    executable: GitRun.helperBinary)
         }
         #expect(quiet.status == 0 && quiet.stdout == "username=u\npassword=pw-plain\n", "\(quiet)")
+        // git stores what worked after every use: the credential is there already, so the add is
+        // refused as a duplicate and the same one is found and changed. No AUTH_OPTIONS: none of
+        // these can need the person.
+        let (stored, s) = try cost {
+            GitRun.detachedHelper(agent, "store", "protocol=https\nhost=plain.example\nusername=u\npassword=pw-plain\n")
+        }
+        #expect(stored.status == 0 && stored.stderr.isEmpty, "\(stored)")
         print("git-credential-coffer get, plain: \(p.requests) round trips, \(p.connections) connections, \(p.searches) searches; "
-              + "protected, nobody to ask: \(g.requests) round trips, \(g.searches) searches")
+              + "protected, nobody to ask: \(g.requests) round trips, \(g.searches) searches; store of a stored one: \(s.requests) round trips")
+        // HELLO, ADD (a duplicate), the search, UPDATE.
+        #expect(s.connections == 1 && s.requests == 4, "store: \(s)")
         #expect(p.connections == 1 && p.identifications <= 1 && p.requests == 3 && p.searches <= 2, "plain: \(p)")
         #expect(q.connections == 1 && q.requests == 3 && q.searches <= 2, "GIT_TERMINAL_PROMPT=0: \(q)")
         // HELLO, the search, AUTH_OPTIONS (nobody may be asked), the read refused without asking.
