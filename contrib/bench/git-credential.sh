@@ -120,13 +120,16 @@ common_env() { # HOME
     "$bin/cofferd" --socket "$COFFER_SOCKET" --state-dir "$work/coffer/state" --pam-confdir "$HOME/pam"
     "$bin/coffer" passcode set --passcode-stdin < "$work/password"
     measure coffer "$bin/git-credential-coffer" "$bin/git-credential-coffer"
-    # The helper beside a fetch of the same item by `coffer get`, one after the other in each round,
-    # so that both see the same machine.
+    # The helper beside a fetch of the same item by `coffer get`, one after the other in each round
+    # (which goes first alternates), so that both see the same machine.
     got="$("$bin/coffer" get --server git.example.com --account alice)"
     [ "$got" = "s3cret-coffer" ] || { echo "git-credential.sh: coffer get printed '$got'" >&2; exit 1; }
+    pair_helper() { IN="$work/fill" time_us "$bin/git-credential-coffer" get >> "$results/pair.helper"; }
+    pair_fetch() { time_us "$bin/coffer" get --server git.example.com --account alice >> "$results/pair.fetch"; }
+    for r in $(seq "$WARMUP"); do pair_helper; pair_fetch; done
+    : > "$results/pair.helper"; : > "$results/pair.fetch"
     for r in $(seq "$N"); do
-        IN="$work/fill" time_us "$bin/git-credential-coffer" get >> "$results/pair.helper"
-        time_us "$bin/coffer" get --server git.example.com --account alice >> "$results/pair.fetch"
+        if [ $((r % 2)) = 1 ]; then pair_helper; pair_fetch; else pair_fetch; pair_helper; fi
     done
 )
 (   # git alone: the shell git runs a helper with answers itself; nothing else is started.
