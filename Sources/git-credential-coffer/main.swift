@@ -241,8 +241,13 @@ func readRequest() -> SecureBytes? {
 // The agent first, git's request after: HELLO goes out now, and the agent identifies this process
 // (its pidfd, /proc, the executable's hash: about a tenth of a millisecond) while the request is
 // read and parsed, instead of after. A failure to connect is reported only once the request has
-// been read and found well-formed, as when the connection came second.
-let connection = Result { () throws(SecError) in try Helper.connect(socket: invocation.socket) }
+// been read and found well-formed, as when the connection came second. (Two optionals, not a
+// `Result<AgentConnection, SecError>`: building that generic type's metadata looks up SecError's
+// conformance to Error by scanning the binary's conformance records, a tenth of the helper's
+// instructions in callgrind.)
+var connection: AgentConnection?
+var connectionFailure: SecError?
+do { connection = try Helper.connect(socket: invocation.socket) } catch { connectionFailure = error }
 
 guard let input = readRequest() else {
     StandardStreams.printError("git-credential-coffer: cannot read git's request (larger than \(GitCredential.maximumInputBytes) bytes?)")
@@ -257,8 +262,9 @@ do {
 }
 input.wipe()
 
-do {
-    let helper = Helper(request: request, connection: try connection.get())
+do throws(SecError) {
+    guard let connection else { throw connectionFailure ?? .io("no connection to the agent") }
+    let helper = Helper(request: request, connection: connection)
     switch action {
     case "get": try helper.get()
     case "store": try helper.store()
