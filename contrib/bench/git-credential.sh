@@ -39,7 +39,11 @@ skip_coffer="${COFFER_BENCH_SKIP_COFFER:-}"
 
 work="$(mktemp -d /tmp/coffer-gitbench-XXXXXX)"
 cleanup() {
-    pkill -TERM -f -- "--state-dir $work/" 2>/dev/null || true
+    # The agent this script started, by its pid (nothing else is stopped).
+    if [ -s "$work/cofferd.pid" ]; then
+        agent=$(cat "$work/cofferd.pid"); kill -TERM "$agent" 2>/dev/null || true
+        while kill -0 "$agent" 2>/dev/null; do sleep 0.01; done
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -117,7 +121,15 @@ common_env() { # HOME
     matrix=/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so
     printf '%s:%s:coffer\n' "$(id -un)" "$PASSWORD" > "$HOME/passdb"
     printf 'auth required %s passdb=%s\naccount required %s passdb=%s\n' $matrix "$HOME/passdb" $matrix "$HOME/passdb" > "$HOME/pam/coffer"
-    "$bin/cofferd" --socket "$COFFER_SOCKET" --state-dir "$work/coffer/state" --pam-confdir "$HOME/pam"
+    # In the foreground, in the background of this shell: its pid is known, and it is ready once its
+    # log says so.
+    "$bin/cofferd" --foreground --socket "$COFFER_SOCKET" --state-dir "$work/coffer/state" --pam-confdir "$HOME/pam" \
+        2>"$work/cofferd.log" </dev/null >/dev/null &
+    echo $! > "$work/cofferd.pid"
+    until grep -q 'agent ready' "$work/cofferd.log"; do
+        kill -0 "$(cat "$work/cofferd.pid")" 2>/dev/null || { echo "git-credential.sh: cofferd exited:" >&2; cat "$work/cofferd.log" >&2; exit 1; }
+        sleep 0.01
+    done
     "$bin/coffer" passcode set --passcode-stdin < "$work/password"
     measure coffer "$bin/git-credential-coffer" "$bin/git-credential-coffer"
     # The helper beside a fetch of the same item by `coffer get`, one after the other in each round
