@@ -55,12 +55,40 @@ package struct GitCredential {
     /// The largest request read: a secret's limit and room for the other fields.
     package static let maximumInputBytes = 1 << 20
 
-    /// The keys whose values are secrets, kept in secure memory.
-    private static let password = Array("password".utf8), refreshToken = Array("oauth_refresh_token".utf8)
-
     /// The keys this helper reads; every other key (`wwwauth[]`, `capability[]`, `quit`, …) is skipped unread.
-    private static let usedKeys: Set<[UInt8]> = Set(["protocol", "host", "path", "username", "password", "password_expiry_utc",
-                                                    "oauth_refresh_token", "url"].map { Array($0.utf8) })
+    private enum Field {
+        case `protocol`, host, path, username, password, passwordExpiryUTC, oauthRefreshToken, url
+
+        /// The key as git spells it.
+        var name: String {
+            switch self {
+            case .protocol: "protocol"
+            case .host: "host"
+            case .path: "path"
+            case .username: "username"
+            case .password: "password"
+            case .passwordExpiryUTC: "password_expiry_utc"
+            case .oauthRefreshToken: "oauth_refresh_token"
+            case .url: "url"
+            }
+        }
+
+        /// The field `key` names; nil for a key this helper does not read. Compared byte for byte, not
+        /// looked up in a `Set<[UInt8]>`: in a static binary the first use of such a set builds its
+        /// generic metadata at run time, which cost `git-credential-coffer get` more than the rest of
+        /// the parse (callgrind, docs/PERFORMANCE.md).
+        init?(_ key: UnsafeRawBufferPointer) {
+            func named(_ field: Field) -> Bool {
+                let name = field.name.utf8
+                return name.count == key.count && name.elementsEqual(key)
+            }
+            // (A chain, not a search through an array of the cases: that array's type is generic too.)
+            if named(.protocol) { self = .protocol } else if named(.host) { self = .host } else if named(.path) { self = .path }
+            else if named(.username) { self = .username } else if named(.password) { self = .password }
+            else if named(.passwordExpiryUTC) { self = .passwordExpiryUTC } else if named(.oauthRefreshToken) { self = .oauthRefreshToken }
+            else if named(.url) { self = .url } else { return nil }
+        }
+    }
 
     /// Parses git's `key=value` lines (up to a blank line or the end). Secrets never leave secure
     /// memory; a field given twice keeps its last value, as git does.
@@ -78,22 +106,21 @@ package struct GitCredential {
                 if stop == start { break }                       // a blank line ends the request
                 let line = UnsafeRawBufferPointer(rebasing: bytes[start..<stop])
                 guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { continue }   // git ignores such lines too
-                let key = Array(line[..<eq])
                 // Only the fields this helper uses are checked: git passes other values (a server's
                 // wwwauth[] realm in Latin-1, say) byte for byte, and they are none of our business.
-                guard Self.usedKeys.contains(key) else { continue }
-                let name = String(decoding: key, as: UTF8.self)
+                guard let field = Field(UnsafeRawBufferPointer(rebasing: line[..<eq])) else { continue }
+                let name = field.name
                 let value = UnsafeRawBufferPointer(rebasing: line[(eq + 1)...])
                 guard !value.contains(0) else { failure = ParseError(description: "the value of \(name) holds a NUL byte"); return }
-                if key == Self.password {
+                if field == .password {
                     password = SecureBytes(copying: value)
                     continue
                 }
-                if key == Self.refreshToken {
+                if field == .oauthRefreshToken {
                     oauthRefreshToken = SecureBytes(copying: value)
                     continue
                 }
-                if name == "url" {
+                if field == .url {
                     // git's credential_from_url: the URL's fields replace every earlier one. Parsed
                     // from the bytes, so a password in the URL never becomes an ordinary string.
                     guard let url = Self.fields(ofURL: value) else {
@@ -113,13 +140,13 @@ package struct GitCredential {
                     failure = ParseError(description: "the value of \(name) is not UTF-8")
                     return
                 }
-                switch name {
-                case "protocol": self.protocol = text
-                case "host": (host, port) = Self.splitHost(text)
-                case "path": path = text
-                case "username": username = text
-                case "password_expiry_utc": passwordExpiryUTC = Int64(text)
-                default: break
+                switch field {
+                case .protocol: self.protocol = text
+                case .host: (host, port) = Self.splitHost(text)
+                case .path: path = text
+                case .username: username = text
+                case .passwordExpiryUTC: passwordExpiryUTC = Int64(text)
+                case .password, .oauthRefreshToken, .url: break
                 }
             }
         }

@@ -57,21 +57,32 @@ struct Invocation {
 struct Helper {
     let request: GitCredential
     let connection: AgentConnection
+    /// Nobody may be asked (an IDE, a cron job, GIT_TERMINAL_PROMPT=0): an item with an access
+    /// control fails at once, and git goes on without it.
+    let asksNobody: Bool
 
-    init(request: GitCredential, socket: String?) throws(SecError) {
+    /// Connects and sends HELLO without waiting for its reply (read with the first request's).
+    static func connect(socket: String?) throws(SecError) -> AgentConnection {
+        try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "git-credential-coffer", pipelineHello: true)
+    }
+
+    init(request: GitCredential, connection: AgentConnection) {
         self.request = request
-        connection = try AgentConnection(path: AgentConnection.socketPath(explicit: socket), clientName: "git-credential-coffer",
-                                         pipelineHello: true)
+        self.connection = connection
         // GIT_TERMINAL_PROMPT=0 (set by go, cargo and CI scripts around git) means no terminal
         // prompt even where one could open, as git itself honours it.
         let promptsRefused = getenv("GIT_TERMINAL_PROMPT").map { GitCredential.isFalse(String(cString: $0)) } ?? false
-        if TerminalAuthentication.isAvailable && !promptsRefused {
+        asksNobody = promptsRefused || !TerminalAuthentication.isAvailable
+        if !asksNobody {
             // An item with an access control asks the person at git's terminal.
             connection.authenticationDelegate = TerminalAuthentication(name: "git-credential-coffer")
-        } else {
-            // Nobody to ask (an IDE, a cron job): such items fail at once, and git goes on without them.
-            try connection.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
         }
+    }
+
+    /// Tells the agent, when nobody may be asked, that it must not try (no prompt, no sensor started):
+    /// one round trip, made only before a request that can need the person.
+    func refuseInteractionIfNobodyAsks() throws(SecError) {
+        if asksNobody { try connection.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true)) }
     }
 
     /// The stored credentials this request matches (attributes and persistent references only: no
@@ -114,6 +125,12 @@ struct Helper {
         }
         let writable = live.filter { GitCredential.isWritable(username: username($0)) }
         guard let best = writable.min(by: { rank($0) < rank($1) }), let attrs = best.attributes else { throw .itemNotFound() }
+        // Only a secret behind an access control can need the person (the search above never does):
+        // the agent is told nobody may be asked just before reading such a one, and a get of an
+        // ordinary credential makes two requests, the search and the read. (One given an access
+        // control between the two is not read either: without a delegate the connection answers the
+        // agent's request to authenticate with a cancel at once.)
+        if attrs[AccessControl.attributeName] != nil { try refuseInteractionIfNobodyAsks() }
         let data = try secret(of: best)
         defer { data.wipe() }
         guard let answer = GitCredential.answer(username: username(best), secret: data, expiry: GitCredential.expiry(of: attrs),
@@ -127,6 +144,10 @@ struct Helper {
     /// `store`: adds the credential, or replaces the secret (and expiry) of the same one — unless that
     /// one has an access control: git stores after every use, and replacing would ask the person a
     /// second time for what they just unlocked (such an item is changed with `coffer update`).
+    ///
+    /// None of these requests can need the person (the new item has no access control, and only
+    /// items without one are changed), so the agent is not told first that nobody may be asked: a
+    /// store is one request after HELLO, three when the credential was there already.
     func store() throws(SecError) {
         guard request.isStorable, let secret = request.encodedSecret() else { return }
         defer { secret.wipe() }
@@ -135,7 +156,7 @@ struct Helper {
         } catch where error.status == .duplicateItem {
             var changes = request.itemAttributes
             for key in ItemClass.internetPassword.primaryKey { changes[key] = nil }
-            for item in try candidates() where request.isSame(item.attributes ?? [:]) && item.attributes?["accc"] == nil {
+            for item in try candidates() where request.isSame(item.attributes ?? [:]) && item.attributes?[AccessControl.attributeName] == nil {
                 _ = try connection.update(ItemQuery(itemClass: .internetPassword, persistentRef: item.persistentRef),
                                           ItemChanges(attributes: changes, secret: secret))
             }
@@ -181,13 +202,18 @@ guard let action = invocation.action else {
 // Actions this helper does not know are ignored, as git asks of helpers.
 guard ["get", "store", "erase"].contains(action) else { exit(0) }
 
-/// git's request from standard input, in secure memory: a small buffer first (a request is a few
-/// hundred bytes, and locking a megabyte up front cost more than the whole lookup), grown up to
+/// git's request from standard input, in secure memory: a small buffer first, grown up to
 /// ``GitCredential/maximumInputBytes``. Reading ends at the blank line that ends the request or at
 /// the end of input (a caller may keep its end open, waiting for the answer). nil if it cannot be
 /// read or is larger.
+///
+/// A request is a few dozen to a few hundred bytes, and every size class of locked memory costs a
+/// locked slab the first time it is used (mapped, filled, locked page by page): 256 bytes shares the
+/// slab the agent's reply to the search takes anyway, where 4096 bytes took a 64 KiB slab of its
+/// own, the largest single cost of a `get` besides the round trips (measured with callgrind,
+/// docs/PERFORMANCE.md). Locking a megabyte up front cost more than the whole lookup.
 func readRequest() -> SecureBytes? {
-    var buffer = SecureBytes(count: 4096)
+    var buffer = SecureBytes(count: 256)
     var length = 0
     while true {
         if length == buffer.count {
@@ -212,6 +238,17 @@ func readRequest() -> SecureBytes? {
     return buffer.slice(0..<length)
 }
 
+// The agent first, git's request after: HELLO goes out now, and the agent identifies this process
+// (its pidfd, /proc, the executable's hash: about a tenth of a millisecond) while the request is
+// read and parsed, instead of after. A failure to connect is reported only once the request has
+// been read and found well-formed, as when the connection came second. (Two optionals, not a
+// `Result<AgentConnection, SecError>`: building that generic type's metadata looks up SecError's
+// conformance to Error by scanning the binary's conformance records, a tenth of the helper's
+// instructions in callgrind.)
+var connection: AgentConnection?
+var connectionFailure: SecError?
+do { connection = try Helper.connect(socket: invocation.socket) } catch { connectionFailure = error }
+
 guard let input = readRequest() else {
     StandardStreams.printError("git-credential-coffer: cannot read git's request (larger than \(GitCredential.maximumInputBytes) bytes?)")
     exit(0)
@@ -225,8 +262,9 @@ do {
 }
 input.wipe()
 
-do {
-    let helper = try Helper(request: request, socket: invocation.socket)
+do throws(SecError) {
+    guard let connection else { throw connectionFailure ?? .io("no connection to the agent") }
+    let helper = Helper(request: request, connection: connection)
     switch action {
     case "get": try helper.get()
     case "store": try helper.store()

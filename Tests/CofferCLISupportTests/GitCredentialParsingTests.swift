@@ -135,6 +135,15 @@ import Testing
         #expect(d.protocol == "https" && d.host == "h")
     }
 
+    /// Only a key spelled exactly as git spells it is read (compared byte for byte): one differing in
+    /// case, in length or in its last byte, or an empty one, is another field, skipped unread.
+    @Test func onlyExactKeysAreRead() throws {
+        let c = try Self.parse("Host=a\nhos=b\nhosts=c\nhosx=d\nusernames=e\npasswore=f\npassword_=f\nurl2=https://x/\nur=https://y/\n"
+                               + "oauth_refresh_tokem=g\npassword_expiry_utx=5\npat=p\nPROTOCOL=http\n=h\nprotocol=https\nhost=h\n")
+        #expect(c.protocol == "https" && c.host == "h" && c.port == nil && c.username == nil && c.password == nil)
+        #expect(c.oauthRefreshToken == nil && c.passwordExpiryUTC == nil && c.path == nil)
+    }
+
     @Test func storeAndEraseNeedSomethingToName() throws {
         #expect(try !Self.parse("protocol=https\nhost=h\npassword=p\n").isStorable, "no username")
         #expect(try !Self.parse("protocol=https\nhost=h\nusername=u\n").isStorable, "no password")

@@ -1,3 +1,5 @@
+import CofferClient
+import CofferModel
 import CofferSystem
 import CofferTestSupport
 import Foundation
@@ -232,21 +234,115 @@ struct GitCredentialTests {
         #expect(r.stdout == "username=u\npassword=p1\n", "\(r)")
 
         // The request's end is its blank line: a caller that keeps standard input open is answered.
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: GitRun.helperBinary)
-        p.arguments = ["--socket", agent.socketPath, "get"]
-        let out = Pipe(), inp = Pipe()
-        p.standardOutput = out
-        p.standardInput = inp
-        try p.run()
-        inp.fileHandleForWriting.write(Data("protocol=https\nhost=h.example\n\n".utf8))
-        let deadline = Date().addingTimeInterval(15)
-        while p.isRunning && Date() < deadline { usleep(10_000) }
-        let answered = !p.isRunning
-        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
-        p.waitUntilExit()
-        try? inp.fileHandleForWriting.close()
-        #expect(answered && String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) == "username=u\npassword=p1\n")
+        let kept = try GitRun.getKeepingInputOpen(agent, "protocol=https\nhost=h.example\n\n")
+        #expect(kept.answered && kept.stdout == "username=u\npassword=p1\n", "\(kept)")
+    }
+
+    /// The request is read into a small buffer that grows (256 bytes first, then 2,048, …): a blank
+    /// line that ends the request just before, at, or just after a buffer's end is found, with the
+    /// caller keeping standard input open (so only the blank line can end the reading).
+    @Test func aRequestEndingAtTheFirstBuffersEdgeIsAnswered() throws {
+        let agent = try AgentProcess()
+        let r = GitRun.helper(agent, "store", "protocol=https\nhost=h.example\nusername=u\npassword=p1\n")
+        #expect(r.status == 0 && r.stderr.isEmpty, "\(r)")
+        let head = "protocol=https\nhost=h.example\nwwwauth[]=Basic realm=\""
+        for size in [254, 255, 256, 257, 258, 2047, 2048, 2049] {
+            // The realm pads the request to `size` bytes, its blank line included.
+            let tail = "\"\n\n"
+            let request = head + String(repeating: "r", count: size - head.utf8.count - tail.utf8.count) + tail
+            #expect(request.utf8.count == size)
+            let kept = try GitRun.getKeepingInputOpen(agent, request)
+            #expect(kept.answered && kept.stdout == "username=u\npassword=p1\n", "\(size) bytes: \(kept)")
+        }
+    }
+
+    /// Issue #42: what a `get` costs, from the agent's own counters (COUNTERS): a credential nobody
+    /// need be asked about is found with HELLO, one search (attributes only: no secret is opened to
+    /// choose) and the read of the one chosen, on one connection; where nobody may be asked (no
+    /// terminal), the agent is told so (AUTH_OPTIONS) only before reading a credential behind an
+    /// access control, which then fails at once; a store never needs the person and never tells it.
+    /// A change that adds a round trip to a get or a store fails here.
+    @Test func whatAGetCostsIsCountedByTheAgent() throws {
+        let agent = try Self.agentWithGuardedItem()
+        let r = GitRun.helper(agent, "store", "protocol=https\nhost=plain.example\nusername=u\npassword=pw-plain\n")
+        #expect(r.status == 0 && r.stderr.isEmpty, "\(r)")
+        let meter = try AgentConnection(path: agent.socketPath, clientName: "meter")
+        func cost(_ body: () -> CLIResult) throws -> (CLIResult, AgentCounters) {
+            let before = try meter.counters()
+            let r = body()
+            let after = try meter.counters()
+            // The meter's own second COUNTERS is one request.
+            return (r, AgentCounters(connections: after.connections - before.connections, requests: after.requests - before.requests - 1,
+                                     identifications: after.identifications - before.identifications,
+                                     searches: after.searches - before.searches))
+        }
+        // Without a terminal (a new session), as from an IDE or a cron job.
+        let (plain, p) = try cost { GitRun.detachedHelper(agent, "get", "protocol=https\nhost=plain.example\n") }
+        #expect(plain.status == 0 && plain.stdout == "username=u\npassword=pw-plain\n", "\(plain)")
+        let (guarded, g) = try cost { GitRun.detachedHelper(agent, "get", "protocol=https\nhost=git.example.com\n") }
+        #expect(guarded.status == 0 && guarded.stdout.isEmpty, "\(guarded)")
+        // GIT_TERMINAL_PROMPT=0 is the same as no terminal.
+        let (quiet, q) = try cost {
+            runCLI(["--socket", agent.socketPath, "get"], stdin: "protocol=https\nhost=plain.example\n\n", environment: ["GIT_TERMINAL_PROMPT": "0"],
+                   executable: GitRun.helperBinary)
+        }
+        #expect(quiet.status == 0 && quiet.stdout == "username=u\npassword=pw-plain\n", "\(quiet)")
+        // git stores what worked after every use: the credential is there already, so the add is
+        // refused as a duplicate and the same one is found and changed. No AUTH_OPTIONS: none of
+        // these can need the person.
+        let (stored, s) = try cost {
+            GitRun.detachedHelper(agent, "store", "protocol=https\nhost=plain.example\nusername=u\npassword=pw-plain\n")
+        }
+        #expect(stored.status == 0 && stored.stderr.isEmpty, "\(stored)")
+        print("git-credential-coffer get, plain: \(p.requests) round trips, \(p.connections) connections, \(p.searches) searches; "
+              + "protected, nobody to ask: \(g.requests) round trips, \(g.searches) searches; store of a stored one: \(s.requests) round trips")
+        // HELLO, ADD (a duplicate), the search, UPDATE.
+        #expect(s.connections == 1 && s.requests == 4, "store: \(s)")
+        #expect(p.connections == 1 && p.identifications <= 1 && p.requests == 3 && p.searches <= 2, "plain: \(p)")
+        #expect(q.connections == 1 && q.requests == 3 && q.searches <= 2, "GIT_TERMINAL_PROMPT=0: \(q)")
+        // HELLO, the search, AUTH_OPTIONS (nobody may be asked), the read refused without asking.
+        #expect(g.connections == 1 && g.requests == 4 && g.searches <= 2, "protected: \(g)")
+    }
+
+    /// The credential `get` answers with when several match: the one for the request's path (or a
+    /// pathless one when git sent no path), then the most recently changed; a credential behind an
+    /// access control among them changes nothing about the choice, and without a terminal it is
+    /// neither read nor asked for unless it is the one chosen (then nothing is answered).
+    @Test func theChosenCredentialAmongSeveralIsTheNewestOneGitCanUse() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        func add(_ account: String, _ password: String, path: String? = nil, guarded: Bool = false) {
+            var args = ["add", "--server", "multi.example", "--protocol", "https", "--account", account, "--secret-stdin"]
+            if let path { args += ["--path", path] }
+            if guarded { args += ["--access-control", "user-presence"] }
+            let r = agent.cli(args, stdin: password)
+            #expect(r.status == 0, "\(r)")
+            usleep(20_000)   // distinct modification dates
+        }
+        let request = "protocol=https\nhost=multi.example\n"
+        add("old", "pw-old")
+        add("repo", "pw-repo", path: "org/repo.git")
+        add("new", "pw-new")
+        // A credential for the whole host before a repository's, though the repository's is not the oldest.
+        #expect(GitRun.detachedHelper(agent, "get", request).stdout == "username=new\npassword=pw-new\n")
+        #expect(GitRun.detachedHelper(agent, "get", request + "path=org/repo.git\n").stdout == "username=repo\npassword=pw-repo\n")
+        #expect(GitRun.detachedHelper(agent, "get", request + "username=old\n").stdout == "username=old\npassword=pw-old\n")
+        // The newest one changed last wins.
+        var r = agent.cli(["update", "--server", "multi.example", "--account", "old", "--secret-stdin"], stdin: "pw-old-2")
+        #expect(r.status == 0, "\(r)")
+        #expect(GitRun.detachedHelper(agent, "get", request).stdout == "username=old\npassword=pw-old-2\n")
+        // A protected credential, older than the chosen one, is passed over without a word.
+        usleep(20_000)
+        add("guarded-old", "pw-guarded", guarded: true)
+        r = agent.cli(["update", "--server", "multi.example", "--account", "new", "--secret-stdin"], stdin: "pw-new-2")
+        #expect(r.status == 0, "\(r)")
+        r = GitRun.detachedHelper(agent, "get", request)
+        #expect(r.status == 0 && r.stdout == "username=new\npassword=pw-new-2\n" && r.stderr.isEmpty, "\(r)")
+        // The newest being protected, nobody to ask: nothing (git asks the person), not the next one.
+        usleep(20_000)
+        add("guarded-new", "pw-guarded-new", guarded: true)
+        r = GitRun.detachedHelper(agent, "get", request)
+        #expect(r.status == 0 && r.stdout.isEmpty, "\(r)")
     }
 
     /// An ordinary user's agent has no CAP_SYS_PTRACE: it reads a client's /proc/PID/exe (to find its
@@ -303,6 +399,10 @@ struct GitCredentialTests {
         agent.stop()
         r = GitRun.helper(agent, "get", "protocol=https\nhost=git.example.com\n")
         #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("keychain not used") && !r.stderr.contains("pw"), "\(r)")
+        // The helper connects before it reads git's request, but a malformed request is still what it
+        // names, in its one line.
+        r = GitRun.helper(agent, "get", "protocol=https\nhost=h.ex\u{0}ample\n")
+        #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.contains("malformed") && !r.stderr.contains("keychain not used"), "\(r)")
         r = Self.credential(agent, "fill", "protocol=https\nhost=git.example.com")
         #expect(r.status != 0 && r.stderr.contains("terminal prompts disabled"), "\(r)")
     }
@@ -447,6 +547,26 @@ enum GitRun {
     /// The helper itself, as git would run it.
     static func helper(_ agent: AgentProcess, _ action: String?, _ input: String) -> CLIResult {
         runCLI(["--socket", agent.socketPath] + (action.map { [$0] } ?? []), stdin: input, executable: helperBinary)
+    }
+
+    /// `get` of `request` written to the helper's standard input, which stays open until it exits:
+    /// whether it answered (within 15 s) and what it printed.
+    static func getKeepingInputOpen(_ agent: AgentProcess, _ request: String) throws -> (answered: Bool, stdout: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: helperBinary)
+        p.arguments = ["--socket", agent.socketPath, "get"]
+        let out = Pipe(), inp = Pipe()
+        p.standardOutput = out
+        p.standardInput = inp
+        try p.run()
+        inp.fileHandleForWriting.write(Data(request.utf8))
+        let deadline = Date().addingTimeInterval(15)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        let answered = !p.isRunning
+        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        p.waitUntilExit()
+        try? inp.fileHandleForWriting.close()
+        return (answered, String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
     }
 
     /// The helper in a new session: no controlling terminal.
