@@ -126,7 +126,7 @@ public final class SecretServiceFrontEnd {
     /// The item-change events of the watch's current agent connection that ``announceItemChanges()``
     /// accounted for: its generation, the front end's writes when it began, and how many events
     /// were others' changes already announced.
-    private var itemWatch = ItemWatch(generation: 0, ownAtStart: OwnWrites())
+    var itemWatch = ItemWatch(generation: 0, ownAtStart: OwnWrites())
     struct ItemWatch {
         let generation: Int
         let ownAtStart: OwnWrites
@@ -141,6 +141,16 @@ public final class SecretServiceFrontEnd {
     }
     /// The `session` collection: each identity's (default group's) items, by identifier.
     var sessionItems: [String: [String: SessionItem]] = [:]
+    /// Record listings (a group's collections, its aliases) kept for the next caller of the group
+    /// while ``recordsMark(group:)`` is unchanged: a client's first look at the service (its
+    /// `Collections`) costs no agent round trip.
+    var recordListings: [ListingKey: RecordListing] = [:]
+    struct ListingKey: Hashable { let group: String, service: String }
+    struct RecordListing { let records: [Attributes], mark: RecordsMark }
+    struct RecordsMark: Equatable { let generation: Int, others: Int, anywhere: Int, recordWrites: Int }
+    /// Record writes (a collection's or an alias's record, an item deletion) the front end started
+    /// or ended: each moves the marks of record listings.
+    var recordWrites = 0
     /// How many prompts one sender may hold at once.
     static let promptsPerSender = 16
 

@@ -406,6 +406,13 @@ extension SecretServiceFrontEnd {
         return (r, first.data)
     }
 
+    /// The record of the item at `path` as the sender's last search found it, if it did and nothing
+    /// changed since as far as the front end knows (``changeMark()``).
+    func searchedRecord(_ c: Caller, _ path: String) -> Record? {
+        guard let last = c.peer.lastSearch, last.paths.contains(path), let mark = last.mark, mark == changeMark() else { return nil }
+        return last.byRef.values.first { $0.path == path }
+    }
+
     /// A small record item (a collection's or an alias's): its service, account and group (the
     /// caller's default one unless given).
     func recordQuery(_ c: Caller, service: String, account: String?, group: String? = nil) -> ItemQuery {
@@ -415,18 +422,48 @@ extension SecretServiceFrontEnd {
     }
 
     func records(_ c: Caller, service: String, account: String? = nil, group: String? = nil) throws(BusError) -> [Attributes] {
+        let listing = ListingKey(group: group ?? c.group, service: service)
+        let mark = recordsMark(group: listing.group)
+        if let mark, let known = recordListings[listing], known.mark == mark {
+            guard let account else { return known.records }
+            return known.records.filter { $0["acct"] == .string(account) }
+        }
+        let found: [Attributes]
         do {
-            return try c.agent.copyMatching(recordQuery(c, service: service, account: account, group: group)).compactMap(\.attributes)
+            found = try c.agent.copyMatching(recordQuery(c, service: service, account: account, group: group)).compactMap(\.attributes)
         } catch where error.status == .itemNotFound {
-            return []
+            found = []
         } catch {
             throw Self.busError(error)
         }
+        // A whole listing is kept for the next caller of the group while nothing may have changed it.
+        if account == nil, let mark, mark == recordsMark(group: listing.group) {
+            if recordListings.count >= Self.maxRecordListings { recordListings.removeAll() }
+            recordListings[listing] = RecordListing(records: found, mark: mark)
+        }
+        return found
+    }
+
+    /// How many groups' record listings are kept at most.
+    static let maxRecordListings = 256
+
+    /// What a record listing (a group's collections or aliases) rests on: the watch's connection, the
+    /// item changes it heard in the group that were not the front end's own writes (nor any that named
+    /// no group), and the front end's own record writes. Nil (nothing kept) without a watch of item
+    /// changes that names groups. The front end's own other writes (an item stored through it) leave
+    /// it as it is: the collections did not change. As with a search's reuse, "nothing changed" is as
+    /// far as the front end knows: a change the agent has not yet told it of is not seen.
+    func recordsMark(group: String) -> RecordsMark? {
+        guard let (generation, heard) = completions.heardSoFar, generation == itemWatch.generation else { return nil }
+        let own = ownWritesByGroup()
+        let others = heard.byGroup[group, default: 0] - ((own.byGroup[group] ?? 0) - (itemWatch.ownAtStart.byGroup[group] ?? 0))
+        return RecordsMark(generation: generation, others: others, anywhere: heard.anywhere, recordWrites: recordWrites)
     }
 
     /// Sets a record's attributes, adding the record if there is none. Record items are
     /// *AfterFirstUnlock*, so a collection's label and an alias stay readable while the keybag is locked.
     func putRecord(_ c: Caller, service: String, account: String, group: String? = nil, _ attributes: Attributes) throws(BusError) {
+        recordWrites += 1
         let q = recordQuery(c, service: service, account: account, group: group)
         do {
             _ = try c.agent.update(q, ItemChanges(attributes: attributes))
@@ -443,6 +480,7 @@ extension SecretServiceFrontEnd {
     }
 
     func deleteRecords(_ c: Caller, _ query: ItemQuery) throws(BusError) {
+        recordWrites += 1
         do { _ = try c.agent.delete(query) } catch where error.status == .itemNotFound {} catch { throw Self.busError(error) }
     }
 
@@ -880,10 +918,17 @@ extension SecretServiceFrontEnd {
                 // An item the agent cannot read while locked is locked; one that is not there is left out.
                 // An item with an access control is read by the prompt (the person answers its control).
                 do {
-                    let (record, _) = try item(c, path)
+                    // The sender's search just named it (libsecret unlocks what SearchItems said is
+                    // locked): its record then, if nothing changed since, else the agent's.
+                    let record: Record
+                    if let searched = searchedRecord(c, path) { record = searched } else { record = try item(c, path).0 }
                     if Self.isLocked(record, state) { locked.append(path) } else { unlocked.append(path) }
                     if record.needsAuthentication {
-                        reads[path] = try itemQuery(c, path: path, returnData: true)
+                        var read = try itemQuery(c, path: path, returnData: true)
+                        // The prompt's read opens that row by reference (no index search), checked
+                        // against the path's query as well.
+                        if let ref = record.ref { read.persistentRef = ref }
+                        reads[path] = read
                     }
                 } catch where error.name == BusError.isLocked {
                     locked.append(path)
@@ -1492,6 +1537,12 @@ final class PromptCompletions: Sendable {
     /// does: equal values at two moments mean the agent told of no change in between.
     var itemWatchMark: (generation: Int, count: Int)? { itemEvents.withLock { $0.live ? ($0.generation, $0.heard.count) : nil } }
 
+    /// The watch's generation and everything it heard, while a watch of item changes that names
+    /// groups runs (nil otherwise); nothing is taken (``takeItemEvents()`` still reports it).
+    var heardSoFar: (generation: Int, heard: HeardChanges)? {
+        itemEvents.withLock { $0.live && $0.heard.namesGroups ? ($0.generation, $0.heard) : nil }
+    }
+
     /// A prompt that ended: whether it was granted, and the secrets it read (item path → secret).
     typealias Ended = (path: String, unlocked: Bool)
     /// The eventfd (-1 if none could be made: every prompt then completes dismissed at once).
@@ -1553,7 +1604,8 @@ final class PromptWork: @unchecked Sendable {
     private func run() {
         var unlocked = false
         do throws(SecError) {
-            let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service",
+            // HELLO goes out with DELEGATE (one round trip; the agent knows both processes already).
+            let agent = try AgentConnection(path: socketPath, clientName: "coffer-secret-service", pipelineHello: true,
                                             replyTimeout: SecretServiceFrontEnd.agentReplyTimeout)
             let go = state.withLock { s -> Bool in
                 s.connection = agent
