@@ -29,13 +29,14 @@ public final class Keychain: Sendable {
         var reported = 0
     }
 
-    /// Match passes so far (``searchCount``).
+    /// Index searches so far (``searchCount``).
     let searches = Protected(0)
 
-    /// How many passes over the items matching a query (a search, an update's or a delete's matching,
-    /// ``accessRequirements(_:scope:for:)``) this keychain has made: a protected read costs two (the
-    /// attempt, which finds what the items need, and the read once the person authenticated), which
-    /// the agent's tests and the benchmark check.
+    /// How many searches of the blind indexes (a search, an update's or a delete's matching,
+    /// ``accessRequirements(_:scope:for:)``) this keychain has made; an item opened by its persistent
+    /// reference, or the rows of a ``MatchHandle``, is not one. A protected read costs one (the
+    /// attempt, which finds what the items need; the read once the person authenticated opens the
+    /// attempt's matches), which the agent's tests and the benchmark check.
     public var searchCount: Int { searches.withLock { $0 } }
 
     /// Argon2id settings for new application-password items.

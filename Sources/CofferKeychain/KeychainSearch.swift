@@ -59,16 +59,24 @@ extension Keychain {
     /// refuses ends the page (incomplete; that result is dropped). errSecItemNotFound only when
     /// nothing matches from the start (`cursor` 0); a later page may be empty and complete. Items
     /// outside `scope` are invisible.
+    ///
+    /// A first page (cursor 0) that needs authentication fails with a ``MatchHandle`` of every match
+    /// (unless `fits` cut it short or unreadable rows are skipped); given back as `handle` while the
+    /// database is unchanged, the page opens those rows instead of searching the indexes again.
     public func copyMatchingPage(_ query: ItemQuery, scope: AccessScope, after cursor: Int64,
                                  authorization: AuthorizationContext = .none,
                                  grants: [[UInt8]: AuthorizationContext] = [:],
+                                 matching handle: MatchHandle? = nil,
                                  fits: (ItemResult) -> Bool) throws(SecError) -> MatchPage {
         try Validation.check(query)
         try Validation.checkEntitled(query.attributes, in: scope)
         return try guarded.withLock { (s: inout State) throws(SecError) in
             let store = s.store
             var items: [ItemResult] = []
-            var lastRowID = cursor, refused = false, skippedIDs: [Int64] = []
+            var lastRowID = cursor, refused = false, skippedIDs: [Int64] = [], matched: [Int64] = []
+            // A handle from this store, with nothing written since it was made.
+            var only: MatchHandle? = nil
+            if let handle, handle.store == ObjectIdentifier(store), handle.stamp == (try store.changeStamp()) { only = handle }
             let skip: ((StoredRow) throws(SecError) -> Void)? = query.skipUnreadable ? { [keybag] row throws(SecError) in
                 // Counted for the caller unless its index says another group's (a row without index
                 // entries, forged or damaged, may be anyone's: counted).
@@ -82,12 +90,14 @@ extension Keychain {
             var needs = Requirements(operation: .useSecret, authorization: authorization, grants: grants)
             let complete = try store.reading { () throws(SecError) in
                 try forEachMatch(store, query, scope, limit: query.limit.bound, after: cursor, until: { refused },
-                                 unreadable: skip, namingLocked: true, locked: { row in
+                                 unreadable: skip, only: only, namingLocked: true, locked: { row in
+                    matched.append(row.id)
                     let r = ItemResult(itemClass: query.itemClass ?? .genericPassword, persistentRef: row.persistentRef, locked: true)
                     guard fits(r) else { refused = true; return }
                     items.append(r)
                     lastRowID = row.id
                 }) { (row, cls, attrs) throws(SecError) in
+                    matched.append(row.id)
                     if query.returnData { try Self.checkExtractable(query, cls, attrs); guard try needs.admit(attrs, row.persistentRef) else { return } }
                     var r = ItemResult(itemClass: cls)
                     if query.returnAttributes { r.attributes = attrs }
@@ -108,7 +118,12 @@ extension Keychain {
                     lastRowID = row.id
                 }
             }
-            try needs.throwIfUnsatisfied()
+            do throws(SecError) { try needs.throwIfUnsatisfied() } catch {
+                // The attempt of a first page saw every match: the retry may open just those.
+                guard error.needsAuthentication, cursor == 0, !refused, skip == nil else { throw error }
+                throw error.withMatchHandle(MatchHandle(rowIDs: matched, complete: complete, store: ObjectIdentifier(store),
+                                                        stamp: try store.changeStamp()))
+            }
             // A page cut short by `fits` is resumed after its last item: rows skipped beyond it are met
             // (and counted) again by the next page, so this one does not count them.
             let unreadable = refused ? skippedIDs.count(where: { $0 < lastRowID }) : skippedIDs.count
@@ -128,11 +143,12 @@ extension Keychain {
     /// false if a tier that could hold matches was not searchable (tier P before the first unlock).
     ///
     /// Paging: only rows after row id `cursor`, and `done` (asked after each match) ends the visit early.
+    /// With `only` (a valid ``MatchHandle``), the handle's rows are visited instead of the indexes: no search.
     /// The visit is lazy (a page decrypts what it returns plus at most ``mergeChunk`` rows per tier),
     /// so listing a large keychain page by page stays linear.
     @discardableResult
     func forEachMatch(_ store: ItemStore, _ q: ItemQuery, _ scope: AccessScope, limit: Int?, after cursor: Int64 = 0, until done: () -> Bool = { false },
-                              unreadable: ((StoredRow) throws(SecError) -> Void)? = nil,
+                              unreadable: ((StoredRow) throws(SecError) -> Void)? = nil, only: MatchHandle? = nil,
                               namingLocked: Bool = false, locked lockedMatch: (StoredRow) throws(SecError) -> Void = { _ in },
                               _ body: (StoredRow, ItemClass, Attributes) throws(SecError) -> Void) throws(SecError) -> Bool {
         var found = 0
@@ -215,6 +231,13 @@ extension Keychain {
                 _ = try deliver(row, match)
             }
             return true
+        }
+        if let only {
+            for id in only.rowIDs {
+                guard let row = try store.row(id: id), row.id > cursor, let match = try candidate(row) else { continue }
+                guard try deliver(row, match) else { break }
+            }
+            return only.complete
         }
         // A search of the blind indexes (what the agent's counters call a search); opening one row by
         // its reference is not one.

@@ -93,9 +93,20 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
     /// guards the operation (in match order), so the agent can grant the caller exactly those items
     /// once the person authenticated (a Secret Service prompt). Not on the wire.
     public private(set) var accessTargets: [[UInt8]] = []
+    /// With ``needsAuthentication``, from a search: the rows the attempt matched (``MatchHandle``), so
+    /// that the operation, run again once the person authenticated, opens those rows instead of
+    /// searching again. Not on the wire.
+    package private(set) var matchHandle: MatchHandle? = nil
     /// What the person can do next (`coffer unlock`, how to start the agent, …), printed by the CLI
     /// on the line after the error. Not on the wire: a client adds it where it knows the answer.
     public private(set) var hint: String? = nil
+
+    /// This error with the search's `handle` attached (``matchHandle``).
+    package func withMatchHandle(_ handle: MatchHandle) -> SecError {
+        var e = self
+        e.matchHandle = handle
+        return e
+    }
 
     /// This error with `hint` attached.
     public func withHint(_ hint: String) -> SecError {
@@ -132,4 +143,24 @@ public struct SecError: Error, Equatable, Sendable, CustomStringConvertible {
     public static func decode(_ m: String) -> SecError { SecError(.decode, m) }
     public static func notAvailable(_ m: String) -> SecError { SecError(.notAvailable, m) }
     public static func io(_ m: String) -> SecError { SecError(.io, m) }
+}
+
+/// What a search that stopped for authentication matched: its rows, in match order, and whether the
+/// search was complete, valid only while the keychain's database reads as it did then (the same store,
+/// no change since: `stamp`). The agent runs the operation again with it once the person
+/// authenticated, and the keychain then opens these rows (each compared with the query in full
+/// again) instead of searching its indexes a second time; a handle that is no longer valid is
+/// ignored and the search runs again (issue #42: a protected read costs one search).
+public struct MatchHandle: Sendable, Equatable {
+    package let rowIDs: [Int64]
+    package let complete: Bool
+    package let store: ObjectIdentifier
+    package let stamp: [Int64]
+
+    package init(rowIDs: [Int64], complete: Bool, store: ObjectIdentifier, stamp: [Int64]) {
+        self.rowIDs = rowIDs
+        self.complete = complete
+        self.store = store
+        self.stamp = stamp
+    }
 }

@@ -88,7 +88,7 @@ extension KeychainService {
                 grant = g
                 if let carried = sessions.take(g) { context.adopt(carried) }
             }
-            let page = try authorized(q, scope, &context, channel, what: what) { (auth) throws(SecError) in
+            let page = try authorized(q, scope, &context, channel, what: what) { (auth, _) throws(SecError) in
                 try keychain.copyMatchingPage(q, scope: scope, after: 0, authorization: auth, fits: { _ in true })
             }
             guard let item = page.items.first, let secret = item.data else { throw .itemNotFound() }

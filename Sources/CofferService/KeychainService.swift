@@ -462,10 +462,10 @@ package final class KeychainService: Sendable {
                 ? sessions.itemGrants(for: context.caller, now: clock.now(), generation: gate.lockGeneration)
                     .mapValues { auditingApplicationPasswords($0, context.caller) } : [:]
             let page = try authorized(query, scope, &context, channel, what: what, continuing: paged ? cursor : 0, granting: granting) {
-                (auth) throws(SecError) in
+                (auth, handle) throws(SecError) in
                 used = auth
                 return try keychain.copyMatchingPage(query, scope: scope, after: Int64(exactly: cursor) ?? Int64.max,
-                                                     authorization: auth, grants: grants, fits: fits)
+                                                     authorization: auth, grants: grants, matching: handle, fits: fits)
             }
             let r = try reply(page)
             guard paged else { return r }
@@ -488,7 +488,7 @@ package final class KeychainService: Sendable {
         var groups = Set<String>()
         let count = try itemOperation(&context, "update", group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
-            try authorized(query, scope, &context, channel, what: Self.describe("change", query)) { (auth) throws(SecError) in
+            try authorized(query, scope, &context, channel, what: Self.describe("change", query)) { (auth, _) throws(SecError) in
                 try keychain.update(query, changes, scope: scope, authorization: auth) { groups.insert($0) }
             }
         }
@@ -504,7 +504,7 @@ package final class KeychainService: Sendable {
         var groups = Set<String>()
         let count = try itemOperation(&context, "delete", group: query.attributes.accessGroup, itemClass: query.itemClass) {
             (scope, context) throws(SecError) in
-            try authorized(query, scope, &context, channel, what: Self.describe("delete", query)) { (auth) throws(SecError) in
+            try authorized(query, scope, &context, channel, what: Self.describe("delete", query)) { (auth, _) throws(SecError) in
                 try keychain.delete(query, scope: scope, authorization: auth) { groups.insert($0) }
             }
         }
@@ -562,10 +562,10 @@ package final class KeychainService: Sendable {
     /// needs more (``SecError/needsAuthentication``, carrying the rules of every match) lets the person
     /// authenticate (``Authenticator``) and runs it again: a request touching no protected item costs
     /// nothing extra, one inside its reuse window does not search twice, and one that needs the
-    /// person searches twice (the attempt and the operation).
+    /// person searches once (a search's retry opens the attempt's matches: ``MatchHandle``).
     func authorized<T>(_ query: ItemQuery, _ scope: AccessScope, _ context: inout CallerContext,
                                _ channel: (any AuthChannel)?, what: String, continuing cursor: UInt64 = 0, granting: Bool = false,
-                               _ body: (AuthorizationContext) throws(SecError) -> T) throws(SecError) -> T {
+                               _ body: (AuthorizationContext, MatchHandle?) throws(SecError) -> T) throws(SecError) -> T {
         let now = clock.now()
         // The lock generation the operation starts in: a grant made from it is stamped with it, so a lock
         // anywhere between here and the grant (which ends every grant) also voids this one.
@@ -574,7 +574,7 @@ package final class KeychainService: Sendable {
         if cursor > 0, let p = context.pagingAuthorization(for: query, cursor: cursor, now: now, generation: gate.lockGeneration) { held = p }
         let caller = context.caller
         do {
-            return try body(auditingApplicationPasswords(held, caller))
+            return try body(auditingApplicationPasswords(held, caller), nil)
         } catch where error.needsAuthentication {
             // The attempt's answer names what the matches need: no second search for it.
             let rules = error.accessRequirements
@@ -583,7 +583,8 @@ package final class KeychainService: Sendable {
             let authorization = try audited(caller, "authenticate", group: query.attributes.accessGroup, itemClass: query.itemClass) {
                 () throws(SecError) in try authenticator.authorize(rules: rules, context: &context, channel: channel, what: what)
             }
-            let result = try body(auditingApplicationPasswords(authorization, caller))
+            // The attempt's matches, opened again without a second search while nothing changed.
+            let result = try body(auditingApplicationPasswords(authorization, caller), error.matchHandle)
             if granting {
                 // The items the person authenticated for are the caller's process's to read again for
                 // a while (CallerSessions); a lock ends the grant.
@@ -593,8 +594,9 @@ package final class KeychainService: Sendable {
                                                                   generation: generation),
                                now: now, generation: gate.lockGeneration)
             }
-            // What the authentication stage cost (the benchmark reads it from a debug log): searches
-            // including the attempt, and round trips to the plugin host.
+            // What the authentication stage cost (the benchmark reads it from a debug log): index searches
+            // including the attempt's (the retry of a search opens its matches: none), and round trips
+            // to the plugin host.
             logger.debug("authenticated operation", metadata: ["searches": "\(1 + keychain.searchCount - searches)",
                                                                "host-round-trips": "\(authenticator.sensor.roundTrips - trips)"])
             return result

@@ -323,6 +323,12 @@ package final class ItemStore {
         return out
     }
 
+    /// What moves with every change to the database: the rows this connection changed, and SQLite's
+    /// `data_version` (a commit by any other connection). Equal stamps: nothing was written between them.
+    package func changeStamp() throws(SecError) -> [Int64] {
+        [db.totalChanges, try db.statement("PRAGMA data_version").scalarInt()]
+    }
+
     /// The row with this id, if any.
     package func row(id: Int64) throws(SecError) -> StoredRow? {
         let s = try db.statement("SELECT id, pref, pclass, meta, secret FROM items WHERE id = ?1")

@@ -56,6 +56,8 @@ import CofferModel
 
     var lastInsertRowID: Int64 { unsafe sqlite3_last_insert_rowid(handle) }
     var changes: Int { unsafe Int(sqlite3_changes(handle)) }
+    /// Rows this connection has changed since it opened.
+    var totalChanges: Int64 { unsafe sqlite3_total_changes64(handle) }
 
     /// Maps an SQLite result code to a SecError: corruption is errSecDecode, constraint errSecDuplicateItem.
     func error(_ rc: Int32, _ context: String) -> SecError {

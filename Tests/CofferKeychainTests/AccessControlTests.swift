@@ -103,6 +103,53 @@ import Testing
         #expect(status { try f.keychain.copyMatching(searchOnRule, scope: .unrestricted) } == .param)
     }
 
+    /// Issue #42: the refusal of a first page that needs the person carries a match handle; given back
+    /// with the authentication, the page opens the attempt's rows without searching the indexes again
+    /// (one search for a protected read). Anything written in between voids the handle: the page then
+    /// searches again and sees the change. A handle never widens a query: each row is compared in full.
+    @Test func theRetryOpensTheAttemptsMatchesUnlessTheKeychainChanged() throws {
+        let f = try Fixture(passcode: "pw")
+        try f.keychain.add(Self.item(Self.presence, service: "bank"), scope: .unrestricted)
+        try f.keychain.add(Self.item(nil, service: "bank", ["acct": .string("other")]), scope: .unrestricted)
+        try f.keychain.add(Self.item(Self.presence, service: "shop"), scope: .unrestricted)
+        let passcode = AuthorizationContext(passcodeVerified: true)
+        func attempt(_ q: ItemQuery) throws -> MatchHandle {
+            do {
+                _ = try f.keychain.copyMatchingPage(q, scope: .unrestricted, after: 0) { _ in true }
+            } catch {
+                #expect(error.needsAuthentication)
+                return try #require(error.matchHandle, "\(error)")
+            }
+            Issue.record("a protected read was answered without authentication")
+            throw SecError.itemNotFound()
+        }
+        func secrets(_ page: Keychain.MatchPage) -> [String] { page.items.map { text($0.data) ?? "?" } }
+        let bank = Self.query
+        let handle = try attempt(bank)
+        #expect(handle.rowIDs.count == 2 && handle.complete)
+        var searches = f.keychain.searchCount
+        let retried = try f.keychain.copyMatchingPage(bank, scope: .unrestricted, after: 0, authorization: passcode, matching: handle) { _ in true }
+        #expect(f.keychain.searchCount == searches, "the retry searched the indexes again")
+        let searched = try f.keychain.copyMatchingPage(bank, scope: .unrestricted, after: 0, authorization: passcode) { _ in true }
+        #expect(secrets(retried) == secrets(searched) && retried.items.count == 2 && retried.isComplete)
+        // Another query given this handle still gets only its own matches.
+        var narrower = bank
+        narrower.attributes["acct"] = .string("other")
+        #expect(secrets(try f.keychain.copyMatchingPage(narrower, scope: .unrestricted, after: 0, authorization: passcode, matching: handle) { _ in true }) == ["pin 1234"])
+        // A write between the attempt and the retry (another match added while the person was asked):
+        // the handle is void, the retry searches and finds the new item too.
+        let stale = try attempt(bank)
+        try f.keychain.add(Self.item(nil, service: "bank", ["acct": .string("third")]), scope: .unrestricted)
+        searches = f.keychain.searchCount
+        let after = try f.keychain.copyMatchingPage(bank, scope: .unrestricted, after: 0, authorization: passcode, matching: stale) { _ in true }
+        #expect(f.keychain.searchCount == searches + 1 && after.items.count == 3)
+        // A deleted match: void too, and the deleted item is not returned.
+        let beforeDelete = try attempt(bank)
+        #expect(try f.keychain.delete(ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("third")], limit: .all),
+                                      scope: .unrestricted) == 1)
+        #expect(try f.keychain.copyMatchingPage(bank, scope: .unrestricted, after: 0, authorization: passcode, matching: beforeDelete) { _ in true }.items.count == 2)
+    }
+
     /// Issue #42: a grant for one item (what a Secret Service prompt gives the client's process) opens
     /// that item alone; the refusal names the protected matches (the grant's targets); the access-state
     /// flag tells per match whether its secret needs the person, grants and held authorization counted.
