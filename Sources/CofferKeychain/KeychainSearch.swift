@@ -226,9 +226,19 @@ extension Keychain {
             found += 1
             return !done() && (limit.map { found < $0 } ?? true)
         }
-        if let ref = q.persistentRef {
+        if let ref = q.persistentRef, ref.count == 16 {
             if let row = try store.row(persistentRef: ref), row.id > cursor, let match = try candidate(row) {
                 _ = try deliver(row, match)
+            }
+            return true
+        }
+        if q.persistentRef != nil {
+            // Several items by reference: each row opened by its reference, oldest first as always.
+            var rows: [StoredRow] = []
+            for ref in q.persistentRefs { if let row = try store.row(persistentRef: ref), row.id > cursor { rows.append(row) } }
+            for row in rows.sorted(by: { $0.id < $1.id }) {
+                guard let match = try candidate(row) else { continue }
+                guard try deliver(row, match) else { break }
             }
             return true
         }

@@ -58,7 +58,13 @@ enum Validation {
         try check(q.attributes, for: q.itemClass, writing: false)
         if q.attributes[AccessControl.attributeName] != nil { throw .param("an access control (accc) cannot be searched for") }
         if case .count(let n) = q.limit, n < 1 { throw .param("kSecMatchLimit must be at least 1") }
-        if let r = q.persistentRef, r.count != 16 { throw .param("a persistent reference is 16 bytes") }
+        if let r = q.persistentRef {
+            guard !r.isEmpty, r.count % 16 == 0, r.count / 16 <= ItemQuery.maximumPersistentRefs else {
+                throw .param("a persistent reference is 16 bytes (several: at most \(ItemQuery.maximumPersistentRefs), one after the other)")
+            }
+            let refs = q.persistentRefs
+            if Set(refs).count != refs.count { throw .param("a persistent reference is named twice") }
+        }
         if q.listsLockedItems {
             // A locked match is told by its blind-index entries alone: every attribute must have one.
             guard q.itemClass != nil, q.returnPersistentRef else {

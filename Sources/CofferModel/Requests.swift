@@ -14,8 +14,17 @@ public struct ItemQuery: Sendable, Equatable {
     public var returnAttributes: Bool
     /// kSecReturnPersistentRef: return each item's persistent reference.
     public var returnPersistentRef: Bool
-    /// kSecValuePersistentRef: match exactly this item.
+    /// kSecValuePersistentRef: match exactly this item; or several 16-byte references one after the
+    /// other (at most ``maximumPersistentRefs``, distinct): match any of these items
+    /// (``persistentRefs``), as a Secret Service GetSecrets of several items asks.
     public var persistentRef: [UInt8]?
+    /// The references ``persistentRef`` holds, 16 bytes each (empty for none).
+    public var persistentRefs: [[UInt8]] {
+        guard let p = persistentRef else { return [] }
+        return stride(from: 0, to: p.count, by: 16).map { Array(p[$0..<min($0 + 16, p.count)]) }
+    }
+    /// The most items one query may name by reference.
+    public static let maximumPersistentRefs = 256
     /// A listing that skips items failing authentication (counting them) instead of failing
     /// (COPY_MATCHING_PAGE only; `coffer check` reports and quarantines them).
     public var skipUnreadable = false

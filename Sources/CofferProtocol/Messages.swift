@@ -1195,8 +1195,18 @@ enum QueryCodec {
             flagByte &= ~ReturnFlags.needsAuthentication.rawValue
         }
         let flags = try flags(flagByte)
-        let ref = try r.blob(max: WireFormat.persistentRefBytes, "persistent reference")
-        guard ref.isEmpty || ref.count == WireFormat.persistentRefBytes else { throw ProtocolError("persistent reference must be 0 or 16 bytes") }
+        // One reference, or several one after the other (any of these items), each named once.
+        let ref = try r.blob(max: WireFormat.persistentRefBytes * ItemQuery.maximumPersistentRefs, "persistent reference")
+        guard ref.count % WireFormat.persistentRefBytes == 0 else {
+            throw ProtocolError("persistent reference must be 0 bytes or a multiple of 16 (one or more references)")
+        }
+        if ref.count > WireFormat.persistentRefBytes {
+            var seen = Set<ArraySlice<UInt8>>()
+            for start in stride(from: 0, to: ref.count, by: WireFormat.persistentRefBytes)
+            where !seen.insert(ref[start..<start + WireFormat.persistentRefBytes]).inserted {
+                throw ProtocolError("a persistent reference is named twice")
+            }
+        }
         var q = ItemQuery(itemClass: cls, attributes: attrs, limit: limit, returnData: flags.contains(.data),
                           returnAttributes: flags.contains(.attributes), returnPersistentRef: flags.contains(.persistentRef),
                           persistentRef: ref.isEmpty ? nil : ref)

@@ -42,8 +42,8 @@ public final class SecretServiceFrontEnd {
         /// The sender's process, as DELEGATE named it: a prompt's own connection delegates to it again.
         var process: DelegatedProcess
         var sessions: [String: OpenSession] = [:]
-        /// The sender's last Service.SearchItems (its attributes and the keychain items it found), so
-        /// that a GetSecrets of those items is one agent query instead of one per item.
+        /// The sender's last Service.SearchItems (its attributes and the keychain items it found, with
+        /// their references), so that a GetSecrets of any of those items is one agent query.
         var lastSearch: LastSearch?
         /// The persistent collections the sender was shown (`login`, and every name Collections gave
         /// it): those whose `Locked` and changes are announced to it.
@@ -82,10 +82,11 @@ public final class SecretServiceFrontEnd {
     struct LastSearch {
         let attributes: Attributes
         let paths: Set<String>
-        /// The keychain items found, by persistent reference.
+        /// The keychain items found, by persistent reference (GetSecrets reads them by reference).
         let byRef: [[UInt8]: Record]
         /// Every write the front end had made, and every change the agent had told, before the
-        /// search; nil if no watch of item changes ran (the search's records are then never reused).
+        /// search; nil if no watch of item changes ran (the search's records are then never reused
+        /// as they are: GetSecrets still reads the items afresh by their references).
         let mark: ChangeMark?
     }
 
@@ -122,6 +123,9 @@ public final class SecretServiceFrontEnd {
     /// by access group: with those of the peers', every change the front end made
     /// (``announceItemChanges()``).
     private var retiredWrites = 0
+    /// The agent answered a query by several references errSecParam (an agent from before them):
+    /// GetSecrets reads one item at a time.
+    var severalReferencesRefused = false
     private var retiredWritesByGroup: [String: Int] = [:]
     /// The item-change events of the watch's current agent connection that ``announceItemChanges()``
     /// accounted for: its generation, the front end's writes when it began, and how many events
@@ -646,7 +650,7 @@ extension SecretServiceFrontEnd {
     func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record], mark: ChangeMark?) {
         let kept = found.filter { $0.collection != Self.sessionCollection }
         var byRef: [[UInt8]: Record] = [:]
-        if mark != nil { for r in kept { if let ref = r.ref { byRef[ref] = r } } }
+        for r in kept { if let ref = r.ref { byRef[ref] = r } }
         c.peer.lastSearch = LastSearch(attributes: attributes, paths: Set(kept.map(\.path)), byRef: byRef, mark: mark)
     }
 
@@ -666,32 +670,63 @@ extension SecretServiceFrontEnd {
         retiredWritesByGroup.merge(agent.writesByGroup, uniquingKeysWith: +)
     }
 
-    /// The secrets of those of `paths` that one agent query gives: when two or more of them are at
-    /// least half of the sender's last search's keychain items (so the query reads at most twice what
-    /// was asked for, all of it the caller's own), that search again with the secrets and the items'
-    /// references only (each item is then the record the search found: no attributes are sent twice),
-    /// keeping the items asked for; the others' secrets are wiped at once. Only while no item changed
-    /// since the search began, as far as the front end knows (none of its writes, no change the agent
-    /// told, the watch of changes running all along): a record then is the item as it is. What it does not give (an item changed or gone since; a
-    /// locked or access-controlled item, which fails the whole query; any error) is left to the
-    /// per-item path, which answers exactly as before.
+    /// The secrets of those of `paths` that one agent query gives: every item whose persistent
+    /// reference the front end knows (a reference path names it; the sender's last search found a
+    /// collection's item), read together by their references (WireProtocol.md: a query naming several
+    /// references), each answered with the record the search found while nothing changed since it,
+    /// else with one made from its attributes as they are now (its content type included). An item whose path is no longer the one asked for (changed or gone
+    /// since the search), and anything the query does not give (a locked or access-controlled item,
+    /// which fails the whole query; an agent from before queries by several references; any error),
+    /// is left to the per-item path, which answers exactly as before. Secrets not kept are wiped at once.
     func batchSecrets(_ c: Caller, _ paths: [String]) -> [String: (Record, SecureBytes)] {
-        guard let last = c.peer.lastSearch, let mark = last.mark, let now = changeMark(), mark == now else { return [:] }
-        let wanted = Set(paths).intersection(last.paths)
-        guard wanted.count >= 2, wanted.count * 2 >= last.paths.count else { return [:] }
-        var query = itemQuery(c, attributes: last.attributes, returnData: true)
-        query.returnAttributes = false
-        query.reportsAccessState = false   // told beside attributes only
+        guard !severalReferencesRefused else { return [:] }
+        var searched: [String: [UInt8]] = [:]
+        if let last = c.peer.lastSearch { for (ref, record) in last.byRef { searched[record.path] = ref } }
+        var asked: [[UInt8]: String] = [:]
+        for path in paths {
+            if case .reference(let ref)? = Self.parse(path) {
+                asked[ref] = asked[ref] ?? path
+            } else if let ref = searched[path] {
+                asked[ref] = asked[ref] ?? path
+            }
+        }
+        guard asked.count >= 2, asked.count <= ItemQuery.maximumPersistentRefs else { return [:] }
+        // The search's records stand for the items while nothing changed since it (as far as the
+        // front end knows: ``changeMark()``): then only secrets and references come back, else the
+        // attributes too, and each record is made afresh.
+        let searchedRecords = c.peer.lastSearch.flatMap { last in
+            last.mark != nil && last.mark == changeMark() && asked.keys.allSatisfy { last.byRef[$0] != nil } ? last.byRef : nil
+        }
+        var query = itemQuery(c, returnData: true)
+        query.returnAttributes = searchedRecords == nil
+        query.reportsAccessState = false
         query.returnPersistentRef = true
-        guard let results = try? c.agent.copyMatching(query) else { return [:] }
+        query.persistentRef = asked.keys.flatMap { $0 }
+        query.limit = .all
+        let results: [ItemResult]
+        do {
+            results = try c.agent.copyMatching(query)
+        } catch {
+            // An agent from before several references answers errSecParam: one item at a time, from now on.
+            if error.status == .param { severalReferencesRefused = true }
+            return [:]
+        }
         var out: [String: (Record, SecureBytes)] = [:]
         for r in results {
             guard let data = r.data else { continue }
-            guard let ref = r.persistentRef, let record = last.byRef[ref], wanted.contains(record.path), out[record.path] == nil else {
+            guard let ref = r.persistentRef, let path = asked[ref], out[path] == nil,
+                  var record = searchedRecords.map({ $0[ref] }) ?? Record(r, for: c) else {
                 data.wipe()
                 continue
             }
-            out[record.path] = (record, data)
+            record.ref = ref
+            if case .reference? = Self.parse(path) {
+                record.alias = path
+            } else if record.path != path {
+                data.wipe()
+                continue
+            }
+            out[path] = (record, data)
         }
         return out
     }

@@ -330,29 +330,8 @@ struct SecretServiceAccessControlTests {
         let f = try Guarded(rule: "device-passcode")
         let stored = f.bus.run("/usr/bin/secret-tool", ["store", "--label", "Plain", "kind", "plain"], stdin: "plain secret")
         #expect(stored.status == 0, "\(stored)")
-        let meter = try AgentConnection(path: f.agent.socketPath, clientName: "meter")
-        // The front end announces the stored item to its senders when the agent's change event reaches
-        // it (a search of its own): measured from the moment the agent is quiet again, nothing but the
-        // meter's own request between two looks.
-        func awaitQuiet() throws {
-            for _ in 0..<100 {
-                let a = try meter.counters()
-                Thread.sleep(forTimeInterval: 0.2)
-                let b = try meter.counters()
-                if b.requests - a.requests == 1 && b.searches == a.searches && b.connections == a.connections { return }
-            }
-            Issue.record("the agent never went quiet")
-        }
-        func cost(_ body: () -> CLIResult) throws -> (CLIResult, AgentCounters) {
-            try awaitQuiet()
-            let before = try meter.counters()
-            let r = body()
-            let after = try meter.counters()
-            // The meter's own second COUNTERS is one request.
-            return (r, AgentCounters(connections: after.connections - before.connections, requests: after.requests - before.requests - 1,
-                                     identifications: after.identifications - before.identifications,
-                                     searches: after.searches - before.searches))
-        }
+        let meter = try AgentMeter(f.agent)
+        let cost = meter.cost
         // The client's connection pipelines two requests behind its HELLO, each prompt's one.
         func roundTrips(_ c: AgentCounters) -> UInt64 { c.requests - (c.connections > 0 ? 2 + (c.connections - 1) : 0) }
         let (plain, p) = try cost { f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "plain"]) }
@@ -376,6 +355,61 @@ struct SecretServiceAccessControlTests {
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
     }
 
+    /// Issue #42: a GetSecrets of several items the sender found is one agent request (the items
+    /// read by their references, no search), whatever their number; each secret and content type is
+    /// the item's, an item changed since the search is answered as it is now, and an unknown path is
+    /// left out.
+    @Test func getSecretsOfSeveralItemsIsOneAgentRequest() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let made = try f.bus.python(SecretServiceBusTests.prelude + """
+            coll = secretstorage.get_default_collection(a)
+            for i in range(6):
+                coll.create_item('many %d' % i, {'kind': 'many', 'n': str(i)}, b'secret %d' % i, content_type='text/x-%d' % i)
+            print('made')
+
+            """)
+        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
+        func script(_ then: String) -> String {
+            SecretServiceBusTests.prelude + """
+            SVC = 'org.freedesktop.Secret.Service'
+            session = open_plain(a)[1][1]
+            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': 'many'})[1][0]
+            assert len(found) == 6, found
+            def secrets(paths):
+                got = call(a, PATH, SVC, 'GetSecrets', 'aoo', paths, session)
+                assert got[0] == 'ok', got
+                return got[1][0]
+            \(then)
+            print('done')
+
+            """
+        }
+        // The same client without and with the GetSecrets: the difference is what it costs.
+        let meter = try AgentMeter(f.agent)
+        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
+        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
+        let (both, g) = try meter.cost { try f.bus.python(script("""
+            # Two of the six, then all six: two requests (one each), whatever the share of the search.
+            assert sorted(secrets(list(found)[:2])) == sorted(found[:2])
+            got = secrets(list(found))
+            assert sorted(got) == sorted(found), got
+            values = sorted((bytes(v[2]), v[3]) for v in got.values())
+            assert values == sorted((b'secret %d' % i, 'text/x-%d' % i) for i in range(6)), values
+            """)) }
+        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+        print("GetSecrets of 2, then of 6 items: \(g.requests - s.requests) agent requests, \(g.searches - s.searches) searches")
+        #expect(g.requests - s.requests == 2 && g.searches == s.searches, "search only: \(s), with GetSecrets: \(g)")
+        // Changed by another connection after the search: answered as it is now; an unknown path left out.
+        let changed = try f.bus.python(script("""
+            list(secretstorage.search_items(b, {'n': '5'}))[0].set_secret(b'changed', 'text/x-changed')
+            got = secrets(list(found) + ['/org/freedesktop/secrets/collection/login/nothing'])
+            assert sorted(got) == sorted(found), got
+            values = sorted((bytes(v[2]), v[3]) for v in got.values())
+            assert (b'changed', 'text/x-changed') in values and (b'secret 5', 'text/x-5') not in values, values
+            """))
+        #expect(changed.status == 0 && changed.stdout.contains("done"), "\(changed)\n\(f.bus.read("front-end.log"))")
+    }
+
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.
     @Test func promptReadOnAConnectionThatWasNotDelegatedIsRefused() throws {
         let f = try Guarded(rule: "device-passcode")
@@ -389,5 +423,39 @@ struct SecretServiceAccessControlTests {
             #expect(error.status == .missingEntitlement, "\(error)")
         }
         #expect(f.fake.takeQuestions().isEmpty)
+    }
+}
+
+/// The agent's own counters (COUNTERS) around something a client does: what it cost, measured from a
+/// moment the agent is quiet (the front end announces stored items to its senders when the agent's
+/// change event reaches it, a search of its own).
+final class AgentMeter {
+    let connection: AgentConnection
+
+    init(_ agent: AgentProcess) throws {
+        connection = try AgentConnection(path: agent.socketPath, clientName: "meter")
+    }
+
+    /// Waits until nothing but the meter's own request happens between two looks.
+    func awaitQuiet() throws {
+        for _ in 0..<100 {
+            let a = try connection.counters()
+            Thread.sleep(forTimeInterval: 0.2)
+            let b = try connection.counters()
+            if b.requests - a.requests == 1 && b.searches == a.searches && b.connections == a.connections { return }
+        }
+        Issue.record("the agent never went quiet")
+    }
+
+    /// What `body` cost the agent.
+    func cost(_ body: () throws -> CLIResult) throws -> (CLIResult, AgentCounters) {
+        try awaitQuiet()
+        let before = try connection.counters()
+        let r = try body()
+        let after = try connection.counters()
+        // The meter's own second COUNTERS is one request.
+        return (r, AgentCounters(connections: after.connections - before.connections, requests: after.requests - before.requests - 1,
+                                 identifications: after.identifications - before.identifications,
+                                 searches: after.searches - before.searches))
     }
 }

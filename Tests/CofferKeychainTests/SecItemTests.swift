@@ -75,6 +75,32 @@ import Testing
         #expect(status { try f.keychain.copyMatching(ItemQuery(persistentRef: [1, 2]), scope: .unrestricted) } == .param)
     }
 
+    /// Issue #42: several references in one query (a Secret Service GetSecrets of several items): those
+    /// items, oldest first, each still matched against the rest of the query and the caller's scope;
+    /// an unknown reference matches nothing; one named twice, or more than 256, is errSecParam.
+    @Test func severalPersistentReferencesFindThoseItems() throws {
+        let f = try Fixture()
+        let refs = try (0..<4).map { i in try #require(f.addPassword(service: "svc", account: "a\(i)", secret: "pw\(i)").persistentRef) }
+        let unknown = [UInt8](repeating: 7, count: 16)
+        let before = f.keychain.searchCount
+        let found = try f.keychain.copyMatching(ItemQuery(limit: .all, returnData: true, persistentRef: refs[3] + unknown + refs[1]),
+                                                scope: .unrestricted)
+        #expect(found.map { text($0.data) } == ["pw1", "pw3"])
+        #expect(f.keychain.searchCount == before, "opening items by reference is not a search")
+        let narrowed = try f.keychain.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ["acct": .string("a3")], limit: .all,
+                                                             returnData: true, persistentRef: refs[3] + refs[1]), scope: .unrestricted)
+        #expect(narrowed.map { text($0.data) } == ["pw3"])
+        #expect(try f.keychain.copyMatching(ItemQuery(limit: .one, returnData: true, persistentRef: refs[2] + refs[0]), scope: .unrestricted)
+                    .map { text($0.data) } == ["pw0"])
+        #expect(status { try f.keychain.copyMatching(ItemQuery(persistentRef: refs[0] + refs[0]), scope: .unrestricted) } == .param)
+        #expect(status { try f.keychain.copyMatching(ItemQuery(persistentRef: refs[0] + [1]), scope: .unrestricted) } == .param)
+        let tooMany = (0..<257).flatMap { i in [UInt8](repeating: 0, count: 14) + [UInt8(i >> 8), UInt8(i & 0xff)] }
+        #expect(status { try f.keychain.copyMatching(ItemQuery(persistentRef: tooMany), scope: .unrestricted) } == .param)
+        let other = AccessScope(groups: ["elsewhere"], defaultGroup: "elsewhere")
+        #expect(status { try f.keychain.copyMatching(ItemQuery(persistentRef: refs[0] + refs[1]), scope: other) } == .itemNotFound)
+        #expect(try f.keychain.delete(ItemQuery(limit: .all, persistentRef: refs[0] + refs[2]), scope: .unrestricted) == 2)
+    }
+
     @Test func searchByNonIndexedAttributeAndAcrossClasses() throws {
         let f = try Fixture()
         try f.addPassword(service: "a", account: "x", secret: "1", ["desc": .string("deploy key")])

@@ -194,7 +194,7 @@ import Testing
         var w = ByteWriter()
         w.u8(0x07); w.u32(1); w.u8(1); w.u16(0); w.u8(0); w.u32(0); w.u8(0); w.u32(.max)
         let e = ConformanceTests.decodeError(w.bytes)
-        #expect(e?.description == "persistent reference too long (the limit is 16 bytes)")
+        #expect(e?.description == "persistent reference too long (the limit is 4096 bytes)")
     }
 }
 

@@ -310,8 +310,11 @@ def malformed_cases(version):
     add("Checking the keychain", "COPY_MATCHING with accessState but no attributes", "COPY_MATCHING", q_raw(flags=R_ACCESS | R_DATA))
     add("Checking the keychain", "COPY_MATCHING_PAGE with accessState but no attributes", "COPY_MATCHING_PAGE",
         q_raw(flags=R_ACCESS) + u64(0))
-    for n in (1, 15, 17, 32):
+    for n in (1, 15, 17, 33, 47):
         add(F, "query with a %d-byte persistent reference" % n, "COPY_MATCHING", q_raw(pref=bytes(range(n))))
+    add(F, "query naming one persistent reference twice", "COPY_MATCHING", q_raw(pref=bytes(range(16)) * 2))
+    add(F, "query naming 257 persistent references", "COPY_MATCHING",
+        q_raw(pref=b"".join(i.to_bytes(16, "big") for i in range(257))))
     add(F, "query cut short (no persistent reference blob)", "COPY_MATCHING", good[:-4])
     add(F, "query with a trailing byte", "COPY_MATCHING", good + b"\0")
     add(F, "query whose persistent reference length runs past the body", "COPY_MATCHING", good[:-4] + u32(16) + b"\1" * 8)
@@ -1647,6 +1650,9 @@ def e2e_queries(L):
     r = c.copy(query(GENP, {"svce": S(svce), "acct": S("a1")}, flags=R_ATTRS, pref=refs[3]))
     L.err(F, "a persistent reference with attributes the item lacks: -25300", r, errSecItemNotFound)
     L.err(F, "an unknown persistent reference: -25300", c.copy(query(0, {}, flags=R_ATTRS, pref=os.urandom(16))), errSecItemNotFound)
+    r = c.copy(query(0, {}, limit=LIMIT_ALL, flags=R_DATA | R_REF, pref=refs[3] + os.urandom(16) + refs[1]))
+    L.E(F, "a query by several persistent references finds those items, oldest first, an unknown one ignored",
+        r.name == "ITEMS" and [(i["pref"], i["data"]) for i in r["items"]] == [(refs[1], b"secret1"), (refs[3], b"secret3")], repr(r))
     c.send_raw(bytes.fromhex("00000022070000001100000000000000000100000010101112131415161718191a1b1c1d1e1f"))
     L.err("Test vectors", "vector 'copy-matching by persistent reference 101112…1f': -25300 (no such item)", c.read_reply(),
           errSecItemNotFound)
@@ -2795,7 +2801,9 @@ def e2e_misc(L):
             (r1.f, r2.f))
         L.E("Status", "COUNTERS: requests grew by at least the 5 requests of this connection (refused ones included)",
             r2["requests"] >= r1["requests"] + 5, (r1.f, r2.f))
-        L.E("Status", "COUNTERS: identifications grew by at least the 3 connections", r2["identifications"] >= r1["identifications"] + 3)
+        # A process the agent identified before, unchanged, is not resolved again (COUNTERS_REPLY).
+        L.E("Status", "COUNTERS: identifications grew by at most the 3 connections of an already identified process",
+            r1["identifications"] <= r2["identifications"] <= r1["identifications"] + 3, (r1.f, r2.f))
         L.E("Status", "COUNTERS: searches grew by at least the search", r2["searches"] >= r1["searches"] + 1)
     st = c.status()
     L.E("Status", "STATUS: idleLockSeconds is the configured idle lock", st["idle_lock"] == L.args.idle_lock, st.f)

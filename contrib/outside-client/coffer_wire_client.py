@@ -32,6 +32,7 @@ LARGE_FRAMES_VERSION = 4          # Versioning: Version 4
 MAX_SECRET = 1048576              # Frames: secrets are blobs of at most 1 MiB
 MAX_VALUE = 65536                 # Fields: string values and data blobs <= 64 KiB
 PREF_LEN = 16                     # Fields: persistentRef exactly 16 bytes (or empty)
+MAX_QUERY_REFS = 256              # Fields: a query's persistentRef, up to 256 distinct references one after the other
 AGENT_VERSIONS = (1, 2, 3, 4)     # Versioning: "This document describes versions 1 to 4"
 
 # Messages: the type table.
@@ -303,9 +304,12 @@ def decode_query(r, version, request):
         raise Malformed("access state without attributes")
     if request in ("UPDATE", "DELETE") and limit != LIMIT_ALL:
         raise Malformed("UPDATE and DELETE need limit all")
-    pref = r.blob()
-    if len(pref) not in (0, PREF_LEN):
+    pref = r.blob(PREF_LEN * MAX_QUERY_REFS)
+    if len(pref) % PREF_LEN:
         raise Malformed("persistent reference length")
+    refs = [pref[i:i + PREF_LEN] for i in range(0, len(pref), PREF_LEN)]
+    if len(set(refs)) != len(refs):
+        raise Malformed("a persistent reference named twice")
     return {"cls": cls, "attrs": attrs, "limit": limit, "count": count, "flags": flags, "pref": pref}
 
 
