@@ -486,6 +486,8 @@ package final class BiometricEvaluation: Sendable {
         _ = result.withLock(waitingUntil: { $0 != nil }, timeout: Self.stopWaitSeconds) { _ in () }
     }
 
-    /// The longest ``stop()`` waits for the sensor to end a cancelled evaluation.
-    package static let stopWaitSeconds = 2.0
+    /// The longest ``stop()`` waits for the sensor to end a cancelled evaluation: long enough for a
+    /// loaded machine (2 s was not: a busy 2-core machine let a cancelled evaluation outlive it and
+    /// take the next request's touch), short enough that a hung plugin host delays one answer only.
+    package static let stopWaitSeconds = 10.0
 }

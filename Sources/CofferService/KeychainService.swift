@@ -395,8 +395,9 @@ package final class KeychainService: Sendable {
         }
     }
 
-    /// How long a touch waits for an evaluation that is starting.
-    package static let touchWaitSeconds = 2.0
+    /// How long a touch waits for an evaluation that is starting (a loaded machine may take seconds
+    /// between AUTH_NEEDED and the plugin's wait).
+    package static let touchWaitSeconds = 10.0
 
     // MARK: Items
 
