@@ -62,7 +62,8 @@ final class Pipeline: Sendable {
         // from its end (a passcode set whose KDF outlasts the idle time is followed by `unlocked`, not
         // by a lock that raced it).
         switch request {
-        case .status, .protections, .prompter, .counters, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status):
+        case .status, .protections, .prompter, .counters, .subscribe, .subscribeTo, .whoami, .laCanEvaluate, .syncStatus(now: false), .files(.status),
+             .noteAccess:
             return run(request, &session, channel)
         default:
             return service.asActivity { run(request, &session, channel) }
@@ -175,6 +176,9 @@ final class Pipeline: Sendable {
             return .protections(service.protections())
         case .loginSession(let opened):
             try service.loginSession(opened: opened, session.context)
+            return .ok
+        case .noteAccess(let access):
+            try service.noteAccess(access, session.context)
             return .ok
         case .counters:
             try service.mayReadCounters(session.context)

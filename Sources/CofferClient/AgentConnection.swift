@@ -164,6 +164,13 @@ public final class AgentConnection {
         return c
     }
 
+    /// NOTE_ACCESS: on a connection delegated to a client, tells the agent what the client did with an
+    /// item this front end holds itself, for the audit log. errSecMissingEntitlement on a connection
+    /// that was not delegated; an agent from before it answers errSecParam (unknown message type).
+    public func noteAccess(_ access: NotedAccess) throws(SecError) {
+        try expectOK(.noteAccess(access))
+    }
+
     /// PROMPTER: the pinentry the agent runs for its own dialogs and why, and where they appear. An
     /// agent from before issue #43 answers errSecParam (unknown message type).
     public func prompter() throws(SecError) -> PrompterReply {

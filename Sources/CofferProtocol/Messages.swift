@@ -84,6 +84,10 @@ public enum AgentRequest: Sendable {
     case keySign(ItemQuery, data: [UInt8], flags: UInt32)
     /// SESSION: a login session of the user opened (true) or closed (pam_coffer's open and close_session).
     case loginSession(opened: Bool)
+    /// NOTE_ACCESS: on a delegated connection, the front end tells the agent what its client did with
+    /// an item the front end holds itself (the Secret Service's `session` collection, in its memory),
+    /// so the audit log has it under the client's identity.
+    case noteAccess(NotedAccess)
     /// DELEGATE: a front end (a caller whose manifest grants `delegate-identity`) hands the agent,
     /// as the first request after HELLO, the process it serves: a pidfd passed with `SCM_RIGHTS`
     /// beside this frame, and the pid and start time (field 22 of `/proc/PID/stat`, clock ticks after
@@ -148,6 +152,10 @@ public enum AgentRequest: Sendable {
         case .loginSession(let opened):
             var f = FrameBuilder(type: .session, requestID: requestID, payloadCapacity: 1)
             f.w.u8(opened ? 1 : 2)
+            return f.finish()
+        case .noteAccess(let access):
+            var f = FrameBuilder(type: .noteAccess, requestID: requestID, payloadCapacity: 1)
+            f.w.u8(access.rawValue)
             return f.finish()
         case .promptUnlock: return FrameBuilder.empty(.promptUnlock, requestID: requestID)
         case .lock: return FrameBuilder.empty(.lock, requestID: requestID)
@@ -358,6 +366,11 @@ public enum AgentRequest: Sendable {
             case 2: request = .loginSession(opened: false)
             default: throw ProtocolError("SESSION: the event is 1 (opened) or 2 (closed)")
             }
+        case .noteAccess:
+            guard let access = NotedAccess(rawValue: try r.u8("noted access")) else {
+                throw ProtocolError("NOTE_ACCESS: the operation is 1 (add) to 5 (find)")
+            }
+            request = .noteAccess(access)
         case .promptUnlock: request = .promptUnlock
         case .lock: request = .lock
         case .subscribe: request = .subscribe

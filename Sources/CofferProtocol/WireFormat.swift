@@ -136,7 +136,7 @@ public enum MessageType: UInt8, Sendable {
     case portalSecret = 0x1D
     case syncSetup = 0x1E, syncCircle = 0x1F, syncStatus = 0x20, syncConflicts = 0x21
     case promptRead = 0x22, subscribeEvents = 0x23, files = 0x24
-    case prompter = 0x25, counters = 0x26, keySign = 0x27, session = 0x28
+    case prompter = 0x25, counters = 0x26, keySign = 0x27, session = 0x28, noteAccess = 0x29
     case ok = 0x80, helloReply = 0x81, statusReply = 0x82, items = 0x87, count = 0x88, itemsPage = 0x89, whoamiReply = 0x8A
     case authNeeded = 0x8B, authFeedback = 0x8C, laResult = 0x8D, bioStatus = 0x8E, escrowSecret = 0x8F, backupSummary = 0x90
     case authFeedbackKind = 0x91

@@ -128,6 +128,7 @@ extension SecretServiceFrontEnd {
             sessionItems[c.group, default: [:]][id] = SessionItem(label: properties.label, attributes: properties.attributes,
                                                                   secret: secret.slice(0..<secret.count), contentType: contentType,
                                                                   created: now, modified: now)
+            noteSessionAccess(c, .add)
             return itemCreated(m, c, name: name, id: id)
         }
         let (group, stored) = c.location(name)
@@ -161,7 +162,9 @@ extension SecretServiceFrontEnd {
     func deleteCollection(_ m: OpaquePointer?, _ c: Caller, _ path: String) throws(BusError) -> Int32 {
         let name = try collection(c, path)
         if name == Self.sessionCollection {
-            for item in (sessionItems.removeValue(forKey: c.group) ?? [:]).values { item.secret.wipe() }
+            let gone = sessionItems.removeValue(forKey: c.group) ?? [:]
+            for item in gone.values { item.secret.wipe() }
+            noteSessionAccess(c, .delete, count: gone.count)
         } else {
             try deleteRecords(c, itemQuery(c, collection: name))
         }

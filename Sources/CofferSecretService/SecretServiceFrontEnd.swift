@@ -12,7 +12,7 @@ import Glibc
 /// anything else is done for it. Single-threaded: everything runs in ``run()``'s loop.
 ///
 /// Collections, items, searches, aliases, secrets and prompts are served by the methods in
-/// SecretServiceObjects.swift, on fallback vtables (no object registered per item).
+/// SecretServiceObjects.swift and the files beside it (one per D-Bus object), on fallback vtables (no object registered per item).
 public final class SecretServiceFrontEnd {
     /// The bus name, the service object and where session objects live.
     public static let busName = "org.freedesktop.secrets"
@@ -126,6 +126,8 @@ public final class SecretServiceFrontEnd {
     /// The agent answered a query by several references errSecParam (an agent from before them):
     /// GetSecrets reads one item at a time.
     var severalReferencesRefused = false
+    /// The agent answered NOTE_ACCESS errSecParam (an agent from before it): no more notes.
+    var noteAccessRefused = false
     private var retiredWritesByGroup: [String: Int] = [:]
     /// The item-change events of the watch's current agent connection that ``announceItemChanges()``
     /// accounted for: its generation, the front end's writes when it began, and how many events
@@ -731,3 +733,25 @@ extension SecretServiceFrontEnd {
         return out
     }
 }
+
+// MARK: The session collection in the audit log
+
+extension SecretServiceFrontEnd {
+    /// Tells the agent what the sender did with an item of the `session` collection (held here, in
+    /// memory, never in the keychain), so that the audit log has it under the sender's identity as it
+    /// has every keychain item's: NOTE_ACCESS on the sender's delegated connection (WireProtocol.md,
+    /// Delegated identity, "Items a front end holds"). Best effort, as the agent's own audit: a note
+    /// that cannot be sent does not refuse the access; an agent from before NOTE_ACCESS gets no more.
+    func noteSessionAccess(_ c: Caller, _ access: NotedAccess, count: Int = 1) {
+        for _ in 0..<count where !noteAccessRefused {
+            do {
+                try c.agent.noteAccess(access)
+            } catch where error.status == .param {
+                noteAccessRefused = true
+            } catch {
+                return
+            }
+        }
+    }
+}
+

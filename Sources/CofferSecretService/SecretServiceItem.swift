@@ -58,6 +58,7 @@ extension SecretServiceFrontEnd {
             if let contentType { item.contentType = contentType }
             item.modified = Self.now()
             sessionItems[c.group]?[record.id] = item
+            noteSessionAccess(c, .update)
             return
         }
         var changes = extra
@@ -70,7 +71,10 @@ extension SecretServiceFrontEnd {
 
     func remove(_ c: Caller, _ record: Record) throws(BusError) {
         if record.collection == Self.sessionCollection {
-            sessionItems[c.group]?.removeValue(forKey: record.id)?.secret.wipe()
+            if let gone = sessionItems[c.group]?.removeValue(forKey: record.id) {
+                gone.secret.wipe()
+                noteSessionAccess(c, .delete)
+            }
             return
         }
         _ = try agentCall { () throws(SecError) in try c.agent.delete(itemQuery(c, collection: record.collection, id: record.id)) }

@@ -169,6 +169,7 @@ extension SecretServiceFrontEnd {
     /// matches by reference), so a locked keychain answers with locked paths a client can unlock.
     func search(_ c: Caller, collection: String? = nil, attributes: Attributes) throws(BusError) -> (open: [Record], locked: [String]) {
         let inMemory = sessionMatches(c, attributes: attributes)
+        if !inMemory.isEmpty && (collection == nil || collection == Self.sessionCollection) { noteSessionAccess(c, .find) }
         if collection == Self.sessionCollection { return (inMemory, []) }
         var q = itemQuery(c, collection: collection, attributes: attributes)
         q.listsLockedItems = true
@@ -213,6 +214,7 @@ extension SecretServiceFrontEnd {
     func item(_ c: Caller, _ path: String, withSecret: Bool = false) throws(BusError) -> (Record, SecureBytes?) {
         if case .item(let collection, let id)? = Self.parse(path), collection == Self.sessionCollection {
             guard let i = sessionItems[c.group]?[id] else { throw BusError(name: BusError.noSuchObject, message: "no item \(path)") }
+            if withSecret { noteSessionAccess(c, .get) }
             return (Record(session: i, id: id), withSecret ? i.secret.slice(0..<i.secret.count) : nil)
         }
         let query = try itemQuery(c, path: path, returnData: withSecret)

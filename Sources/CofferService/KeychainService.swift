@@ -97,6 +97,20 @@ package final class KeychainService: Sendable {
         return open
     }
 
+    /// NOTE_ACCESS: what a front end's client did with an item the front end holds itself (not the
+    /// keychain's), written to the audit log under the client's identity (the connection's delegated
+    /// caller), with the group the policy gives it and the reason `held-by-front-end`. Only on a
+    /// delegated connection: the front end speaks for its client there, and nowhere else.
+    package func noteAccess(_ access: NotedAccess, _ context: CallerContext) throws(SecError) {
+        guard context.isDelegated else {
+            throw SecError(.missingEntitlement, "NOTE_ACCESS is a front end's, on a connection delegated to its client")
+        }
+        var group: String? = nil
+        if case .allowed(let scope) = gate.scope(for: context) { group = scope.defaultGroup }
+        gate.record(context.caller, operation: access.operation, group: group, itemClass: .genericPassword, status: .success,
+                    reason: "held-by-front-end")
+    }
+
     /// Sets what runs after a backup restore recorded protected directories.
     package func onDirectoriesRestored(_ run: @escaping @Sendable ([FileKeyRecord]) -> Void) {
         directoriesRestored.withLock { $0 = DirectoriesRestoredHandler(run) }

@@ -37,7 +37,7 @@ import Testing
             (COFFER_MSG_FILES, .files), (COFFER_MSG_FILES_REPLY, .filesReply),
             (COFFER_MSG_PROMPTER, .prompter), (COFFER_MSG_PROMPTER_REPLY, .prompterReply),
             (COFFER_MSG_COUNTERS, .counters), (COFFER_MSG_COUNTERS_REPLY, .countersReply),
-            (COFFER_MSG_KEY_SIGN, .keySign), (COFFER_MSG_KEY_SIGNATURE, .keySignature), (COFFER_MSG_SESSION, .session),
+            (COFFER_MSG_KEY_SIGN, .keySign), (COFFER_MSG_KEY_SIGNATURE, .keySignature), (COFFER_MSG_SESSION, .session), (COFFER_MSG_NOTE_ACCESS, .noteAccess),
             (COFFER_MSG_OK, .ok), (COFFER_MSG_HELLO_REPLY, .helloReply), (COFFER_MSG_STATUS_REPLY, .statusReply),
             (COFFER_MSG_ITEMS, .items), (COFFER_MSG_COUNT, .count), (COFFER_MSG_ITEMS_PAGE, .itemsPage),
             (COFFER_MSG_EVENT, .event), (COFFER_MSG_ERROR, .error),

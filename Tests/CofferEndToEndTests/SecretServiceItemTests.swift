@@ -67,6 +67,34 @@ struct SecretServiceItemTests {
     /// `read_password_stdin`: at 8,192 it says "password is too long" on standard error, stores the first
     /// 8,192 bytes and exits 0), so the 1 MiB secret is stored through python-secretstorage, and what
     /// `secret-tool store` sends without that warning (8,191 bytes) round-trips through it alone.
+    /// Issue #42: the `session` collection's items live in the front end's memory, never in the
+    /// keychain, yet every access to them is in the agent's audit log under the client's identity
+    /// (NOTE_ACCESS on its delegated connection): made, found, read, changed, deleted, one record
+    /// each, reason `held-by-front-end`, the client's executable and never the front end's.
+    @Test func theSessionCollectionsAccessesAreAudited() throws {
+        let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
+        func noted() -> [[String: Any]] { auditRecords(agent).filter { ($0["reason"] as? String) == "held-by-front-end" } }
+        #expect(noted().isEmpty)
+        let r = try bus.python(SecretServiceBusTests.prelude + """
+            s = secretstorage.Collection(a, PATH + '/collection/session')
+            item = s.create_item('in memory', {'kind': 'session-audit'}, b'session secret')
+            found = list(secretstorage.search_items(a, {'kind': 'session-audit'}))
+            assert [i.item_path for i in found] == [item.item_path], found
+            assert found[0].get_secret() == b'session secret'
+            found[0].set_secret(b'changed')
+            found[0].delete()
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(bus.read("front-end.log"))")
+        let exe = r.stdout.split(separator: "\n").first { $0.hasPrefix("exe=") }.map { String($0.dropFirst(4)) } ?? "?"
+        let records = noted()
+        #expect(records.compactMap { $0["operation"] as? String } == ["add", "find", "get", "update", "delete"], "\(records)")
+        #expect(records.allSatisfy { ($0["executable"] as? String) == exe && ($0["result"] as? Int) == 0 && ($0["class"] as? String) == "genp" },
+                "\(records) (the client is \(exe))")
+        #expect(frontEnd.isRunning)
+    }
+
     @Test func secretToolRoundTripsTheMaximaAndIsRefusedJustAboveThem() throws {
         let (_, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp()
         defer { withExtendedLifetime(agent) {} }

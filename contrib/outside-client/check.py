@@ -522,6 +522,11 @@ def malformed_cases(version):
     add(FI, "SESSION with event 0", "SESSION", u8(0))
     add(FI, "SESSION with event 3", "SESSION", u8(3))
     add(FI, "SESSION without its event", "SESSION", b"")
+    DI = "Delegated identity"
+    for op in (0, 6, 0xFF):
+        add(DI, "NOTE_ACCESS with operation %d" % op, "NOTE_ACCESS", u8(op))
+    add(DI, "NOTE_ACCESS without its operation", "NOTE_ACCESS", b"")
+    add(DI, "NOTE_ACCESS with two bytes", "NOTE_ACCESS", u8(2) + u8(0))
     add(FI, "FILES with operation 6", "FILES", u8(6))
     add(FI, "FILES drop part without its fields", "FILES", u8(5))
     for label, path in (("a relative path", "d"), ("a trailing slash", "/d/"), ("an empty component", "/a//d"),
@@ -2834,6 +2839,10 @@ def e2e_misc(L):
     # Login sessions (two opened, one closed: the count stays above 0, so nothing locks here).
     for event, label in ((1, "opened"), (1, "opened again"), (2, "closed")):
         L.kind("Protected directories", "SESSION %s: OK" % label, c.request("SESSION", {"event": event}), "OK")
+    # A front end's note of its own items is for a delegated connection only.
+    for op in range(1, 6):
+        L.err("Delegated identity", "NOTE_ACCESS %d on a connection that was not delegated: -34018" % op,
+              c.request("NOTE_ACCESS", {"operation": op}), -34018)
     r = c.request("SYNC_CIRCLE", {"op": 4})
     L.E("Sync", "SYNC_CIRCLE circle (4) while sync is not set up: SYNC_CODE with an empty name and an empty fingerprint",
         r.name == "SYNC_CODE" and r.get("device") == "" and r.get("code") == "", "%r %r" % (r, r.f))

@@ -45,7 +45,7 @@ REQUESTS = {
     "CHECK_PAGE": 0x18, "KEY_CREATE": 0x19, "DELEGATE": 0x1A, "PROTECTIONS": 0x1B,
     "PROMPT_UNLOCK": 0x1C, "PORTAL_SECRET": 0x1D, "SYNC_SETUP": 0x1E, "SYNC_CIRCLE": 0x1F,
     "SYNC_STATUS": 0x20, "SYNC_CONFLICTS": 0x21, "PROMPT_READ": 0x22, "SUBSCRIBE_EVENTS": 0x23,
-    "FILES": 0x24, "PROMPTER": 0x25, "COUNTERS": 0x26, "KEY_SIGN": 0x27, "SESSION": 0x28,
+    "FILES": 0x24, "PROMPTER": 0x25, "COUNTERS": 0x26, "KEY_SIGN": 0x27, "SESSION": 0x28, "NOTE_ACCESS": 0x29,
 }
 REPLIES = {
     "OK": 0x80, "HELLO_REPLY": 0x81, "STATUS_REPLY": 0x82, "ITEMS": 0x87, "COUNT": 0x88,
@@ -450,6 +450,9 @@ def decode_request_payload(name, r, version):
     elif name == "SESSION":
         m["event"] = r.u8()
         _need(m["event"] in (1, 2), "SESSION's event is 1 (opened) or 2 (closed)")
+    elif name == "NOTE_ACCESS":
+        m["operation"] = r.u8()
+        _need(1 <= m["operation"] <= 5, "NOTE_ACCESS's operation is 1 (add) to 5 (find)")
     elif name == "KEY_SIGN":
         # Keys: a query of limit one and return flags 0, the data, ssh-agent's signature flags (bits 1, 2).
         m["query"] = decode_query(r, version, name)
@@ -608,6 +611,8 @@ def encode_request_payload(name, m):
         return encode_query(m["query"])
     if name == "SESSION":
         return u8(m["event"])
+    if name == "NOTE_ACCESS":
+        return u8(m["operation"])
     if name == "KEY_SIGN":
         return encode_query(m["query"]) + blob(m["data"]) + u32(m["flags"])
     if name == "COPY_MATCHING_PAGE":

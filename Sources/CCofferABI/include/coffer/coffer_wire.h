@@ -66,6 +66,7 @@
 #define COFFER_MSG_COUNTERS 0x26 /* what the agent has done since it started: connections, requests, identity resolutions, searches */
 #define COFFER_MSG_KEY_SIGN 0x27 /* a signature by a key item made in the agent, its access control answered on this connection */
 #define COFFER_MSG_SESSION 0x28 /* pam_coffer: u8 event, 1 a login session of the user opened, 2 one closed (the last: lock) */
+#define COFFER_MSG_NOTE_ACCESS 0x29 /* a delegated front end: u8 operation (1 add, 2 get, 3 update, 4 delete, 5 find) of an item it holds itself */
 #define COFFER_SESSION_OPENED 1
 #define COFFER_SESSION_CLOSED 2
 #define COFFER_MSG_OK 0x80
