@@ -98,10 +98,10 @@ enum SecItemCall {
             // kSecAttrSynchronizable: checked below without looking each name up again.
             var classes = ClassSet.all
             var protectionGiven = false, syncGiven = false
-            let roles = Role.all
+            let roles = RoleTable.shared
             try ValueConversion.forEachEntry(dictionary) { key, value throws(SecFailure) in
                 // One lookup says what the key is (Apple's dictionary keys and Coffer's catalog, which is Apple's).
-                guard let role = roles[key] else {
+                guard let role = roles.role(key) else {
                     unknown.append(key)
                     return
                 }
@@ -281,10 +281,82 @@ enum SecItemCall {
             }()
         }
 
+        /// ``Role/all`` looked up without hashing a String (Swift's SipHash of the name was most of a lookup in
+        /// the dictionary, some 360 instructions a key): a name of up to 16 UTF-8 bytes (every one of Apple's keys
+        /// and the catalog's) is packed into two words and found by open addressing with a multiplicative hash;
+        /// a longer one (none now) in a dictionary beside it.
+        struct RoleTable {
+            private struct Slot {
+                var low: UInt64 = 0, high: UInt64 = 0
+                var length = -1
+                var role: Role?
+            }
+            private let slots: [Slot]
+            private let mask: Int
+            private let long: [String: Role]
+
+            static let shared = RoleTable(Role.all)
+
+            init(_ all: [String: Role]) {
+                var size = 16
+                while size < all.count * 4 { size *= 2 }
+                var slots = [Slot](repeating: Slot(), count: size)
+                var long: [String: Role] = [:]
+                for (name, role) in all {
+                    guard let (low, high, length) = Self.packed(name) else {
+                        long[name] = role
+                        continue
+                    }
+                    var i = Self.hash(low, high, length) & (size - 1)
+                    while slots[i].length >= 0 { i = (i + 1) & (size - 1) }
+                    slots[i] = Slot(low: low, high: high, length: length, role: role)
+                }
+                self.slots = slots
+                self.mask = size - 1
+                self.long = long
+            }
+
+            func role(_ name: String) -> Role? {
+                guard let (low, high, length) = Self.packed(name) else { return long.isEmpty ? nil : long[name] }
+                var i = Self.hash(low, high, length) & mask
+                while true {
+                    let s = slots[i]
+                    if s.length < 0 { return nil }
+                    if s.low == low && s.high == high && s.length == length { return s.role }
+                    i = (i + 1) & mask
+                }
+            }
+
+            /// The name's UTF-8 bytes in two little-endian words and its length; nil if longer than 16 bytes.
+            private static func packed(_ name: String) -> (UInt64, UInt64, Int)? {
+                if let r = name.utf8.withContiguousStorageIfAvailable(packed) { return r }
+                // A string without contiguous UTF-8 (none on Linux): packed from a copy.
+                var copy = name
+                copy.makeContiguousUTF8()
+                return copy.utf8.withContiguousStorageIfAvailable(packed) ?? nil
+            }
+
+            private static func packed(_ bytes: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64, Int)? {
+                guard bytes.count <= 16 else { return nil }
+                var low: UInt64 = 0, high: UInt64 = 0
+                for i in 0..<bytes.count {
+                    if i < 8 { low |= UInt64(bytes[i]) << (8 * UInt64(i)) } else { high |= UInt64(bytes[i]) << (8 * UInt64(i - 8)) }
+                }
+                return (low, high, bytes.count)
+            }
+
+            private static func hash(_ low: UInt64, _ high: UInt64, _ length: Int) -> Int {
+                let h = (low &* 0x9E37_79B9_7F4A_7C15) ^ ((high &+ UInt64(length)) &* 0xC2B2_AE3D_27D4_EB4F)
+                return Int(truncatingIfNeeded: h >> 32)
+            }
+        }
+
         /// A set of item classes, as bits.
         struct ClassSet {
             private var bits: UInt8
-            static let all = ClassSet(ItemClass.allCases)
+            /// Every class (not a `static let`: no once-check on each call).
+            static var all: ClassSet { ClassSet(bits: 0b1111) }
+            private init(bits: UInt8) { self.bits = bits }
             init(_ classes: [ItemClass]) { bits = classes.reduce(0) { $0 | Self.bit($1) } }
             func contains(_ c: ItemClass) -> Bool { bits & Self.bit(c) != 0 }
             mutating func formIntersection(_ other: ClassSet) { bits &= other.bits }

@@ -178,7 +178,8 @@ enum ValueConversion {
             keys = []; objects = []
             dictionary.getObjects(&objects, andKeys: &keys, count: dictionary.count)
         }
-        let notAString = SecFailure.param("a dictionary key that is not a string")
+        // Made only when thrown (a message built on every call costs).
+        var notAString: SecFailure { .param("a dictionary key that is not a string") }
         do throws(SecFailure) {
             for i in keys.indices {
                 // What the dictionary holds is an object (a Swift value in it is boxed): `as AnyObject` unwraps it.

@@ -174,6 +174,13 @@ import Testing
         #expect(SecItemDelete(wrongType as CFDictionary) == errSecParam)
         let identity: [String: Any] = [kSecClass as String: kSecClassIdentity]
         #expect(SecItemDelete(identity as CFDictionary) == errSecUnimplemented)
+        // Names near the known ones (the keys are found by their packed bytes): empty, a byte short or over, a NUL
+        // after a known name, not ASCII, one byte over the 16 a name is packed in, and far longer.
+        for name in ["", "svc", "svcee", "svce\u{0}", "sv\u{E9}e", "v_PersistentRefs", "v_PersistentRefs1",
+                     "an attribute name far longer than sixteen bytes"] {
+            let q: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service(), name: "x"]
+            #expect(SecItemDelete(q as CFDictionary) == errSecParam, "\(name.debugDescription)")
+        }
     }
 
     @Test func everyKeyAndValueIsCheckedAsApplesAPIChecksThem() {
