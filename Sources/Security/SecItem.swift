@@ -90,19 +90,29 @@ enum SecItemCall {
             self.use = use
             var accessControl: SecAccessControl?
             var unknown: [String] = []
-            var keyClassGiven: Any?, keyTypeGiven: Any?
-            let entries = try ValueConversion.entries(dictionary)
-            // Room for every attribute given and the `sync` a search adds: no rehashing while filling.
-            attributes.reserveCapacity(entries.count + 1)
-            for (key, value) in entries {
-                switch key {
-                case "class":
+            var keyClassGiven: AnyObject?, keyTypeGiven: AnyObject?
+            // Room for every attribute given and the `sync` a search adds: no rehashing while filling (made at
+            // that size: `reserveCapacity` on the empty dictionary goes through the unspecialized library code).
+            attributes = Attributes(minimumCapacity: dictionary.count + 1)
+            // The classes every attribute the loop adds belongs to, and whether it gave kSecAttrAccessible or
+            // kSecAttrSynchronizable: checked below without looking each name up again.
+            var classes = ClassSet.all
+            var protectionGiven = false, syncGiven = false
+            let roles = RoleTable.shared
+            try ValueConversion.forEachEntry(dictionary) { key, value throws(SecFailure) in
+                // One lookup says what the key is (Apple's dictionary keys and Coffer's catalog, which is Apple's).
+                guard let role = roles.role(key) else {
+                    unknown.append(key)
+                    return
+                }
+                switch role {
+                case .itemClass:
                     guard use != .changes else { throw .param("kSecClass cannot be changed") }
                     guard let s = ValueConversion.string(value) else { throw .param("kSecClass is not a string") }
                     if s == "idnt" { throw .unimplemented("Coffer stores no identities (kSecClassIdentity)") }
                     guard let c = ItemClass(rawValue: s) else { throw .param("unknown kSecClass \(s)") }
                     itemClass = c
-                case "m_Limit":
+                case .matchLimit:
                     guard use == .search else { throw .param("kSecMatchLimit belongs in a search") }
                     if let s = ValueConversion.string(value) {
                         switch s {
@@ -115,81 +125,83 @@ enum SecItemCall {
                     } else {
                         throw .param("kSecMatchLimit is neither kSecMatchLimitOne, kSecMatchLimitAll nor a positive number")
                     }
-                case "r_Data", "r_Attributes", "r_Ref", "r_PersistentRef":
+                case .returnData, .returnAttributes, .returnRef, .returnPersistentRef:
                     guard use != .changes else { throw .param("\(key) does not belong in the changes") }
                     guard let b = ValueConversion.bool(value) else { throw .param("\(key) is not a boolean") }
-                    switch key {
-                    case "r_Data": returnData = b
-                    case "r_Attributes": returnAttributes = b
-                    case "r_Ref": returnRef = b
+                    switch role {
+                    case .returnData: returnData = b
+                    case .returnAttributes: returnAttributes = b
+                    case .returnRef: returnRef = b
                     default: returnPersistentRef = b
                     }
-                case "v_Data":
+                case .valueData:
                     guard use != .search else { throw .param("kSecValueData does not belong in a search") }
                     guard let d = ValueConversion.secret(value) else { throw .param("kSecValueData is not Data") }
                     valueData = d
-                case "v_Ref":
+                case .valueRef:
                     guard use != .changes else { throw .param("kSecValueRef cannot be changed") }
                     switch ValueConversion.unwrapped(value) {
                     case let k as SecKey: valueRef = .key(k)
                     case let c as SecCertificate: valueRef = .certificate(c)
                     default: throw .param("kSecValueRef is neither a SecKey nor a SecCertificate")
                     }
-                case "v_PersistentRef":
+                case .valuePersistentRef:
                     guard use == .search, let d = ValueConversion.data(value) else { throw .param("kSecValuePersistentRef is not Data") }
                     persistentRef = d
-                case "u_AuthCtx":
+                case .authenticationContext:
                     guard use != .changes else { throw .param("kSecUseAuthenticationContext does not belong in the changes") }
                     guard let c = ValueConversion.unwrapped(value) as? any SecAuthenticationContext else {
                         throw .param("kSecUseAuthenticationContext is not an LAContext")
                     }
                     context = c
-                case "u_OpPrompt":
+                case .operationPrompt:
                     guard let s = ValueConversion.string(value) else { throw .param("kSecUseOperationPrompt is not a string") }
                     prompt = s
-                case "u_AuthUI":
+                case .authenticationUI:
                     switch ValueConversion.string(value) {
                     case "u_AuthUIA": ui = .allow
                     case "u_AuthUIF": ui = .fail
                     case "u_AuthUIS": ui = .skip
                     default: throw .param("kSecUseAuthenticationUI is not kSecUseAuthenticationUIAllow, …Fail or …Skip")
                     }
-                case "u_NoAuthUI":
+                case .noAuthenticationUI:
                     guard let b = ValueConversion.bool(value) else { throw .param("kSecUseNoAuthenticationUI is not a boolean") }
                     if b { ui = .fail }
-                case "nleg":
+                case .dataProtectionKeychain:
                     // kSecUseDataProtectionKeychain: Coffer's keychain is the data protection keychain.
                     guard ValueConversion.bool(value) != nil else { throw .param("kSecUseDataProtectionKeychain is not a boolean") }
-                case "accc":
+                case .accessControl:
                     guard let a = ValueConversion.unwrapped(value) as? SecAccessControl else {
                         throw .param("kSecAttrAccessControl is not a SecAccessControl")
                     }
                     accessControl = a
-                case "sync":
+                case .synchronizable:
                     if ValueConversion.string(value) == "syna" {
                         guard use == .search else { throw .param("kSecAttrSynchronizableAny belongs in a search") }
                         synchronizableAny = true
                     } else if let b = ValueConversion.bool(value) {
                         attributes["sync"] = .bool(b)
+                        syncGiven = true
                     } else {
                         throw .param("kSecAttrSynchronizable is not a boolean")
                     }
-                case "tkid":
+                case .tokenID:
                     // kSecAttrTokenID: only SecKeyCreateRandomKey makes keys in the agent; a search names none.
                     guard ValueConversion.string(value) == "com.apple.setoken" else { throw .param("unknown kSecAttrTokenID") }
-                case "kcls": keyClassGiven = value
-                case "type": keyTypeGiven = value
-                default:
-                    guard let kind = AttributeCatalog.kinds[key], !GeneralAttributes.isGeneral(key) else {
-                        unknown.append(key)
-                        continue
-                    }
-                    guard use == .search || !AttributeCatalog.readOnly.contains(key) else { throw .param("\(key) is set by the keychain") }
+                case .keyClass: keyClassGiven = value
+                case .keyType: keyTypeGiven = value
+                case .attribute(let kind, let belongsTo, let readOnly):
+                    guard use == .search || !readOnly else { throw .param("\(key) is set by the keychain") }
                     guard let v = ValueConversion.attribute(kind, value) else { throw .param("\(key) is not a \(kind.rawValue)") }
                     attributes[key] = v
+                    classes.formIntersection(belongsTo)
+                    if key == "pdmn" { protectionGiven = true }
                 }
             }
             guard unknown.isEmpty else { throw .param("unknown attribute \(unknown.sorted().joined(separator: ", "))") }
+            // Attributes added from here on (rare: a reference, a key class or type, an access control) are checked
+            // with the whole class check below.
+            var addedLater = false
             if let ref = valueRef {
                 // As Apple's: the reference brings its class (kSecClass may be left out) and, in a search, what
                 // identifies its item; attributes the dictionary gives win.
@@ -199,7 +211,10 @@ enum SecItemCall {
                 itemClass = ref.itemClass
                 if use == .search {
                     let (match, reference) = try ref.searchAttributes()
-                    for (k, v) in match where attributes[k] == nil { attributes[k] = v }
+                    for (k, v) in match where attributes[k] == nil {
+                        attributes[k] = v
+                        addedLater = true
+                    }
                     if persistentRef == nil { persistentRef = reference }
                 }
             }
@@ -207,10 +222,12 @@ enum SecItemCall {
             if let v = keyClassGiven {
                 guard let n = ValueConversion.integer(v) else { throw .param("kSecAttrKeyClass is not a key class") }
                 attributes["kcls"] = .integer(n)
+                addedLater = true
             }
             if let v = keyTypeGiven {
                 guard let n = ValueConversion.integer(v) else { throw .param("kSecAttrKeyType / kSecAttrType is not a number") }
                 attributes["type"] = .integer(n)
+                addedLater = true
             }
             // An access control in a search (Apple's samples put one there) is not a search criterion.
             if let a = accessControl, use != .search {
@@ -219,17 +236,137 @@ enum SecItemCall {
                 }
                 attributes["pdmn"] = .string(a.protection.shortCode)
                 if let rule = a.rule { attributes["accc"] = .data(rule.encoded()) }
+                addedLater = true
             }
-            if case .string(let p)? = attributes["pdmn"], ProtectionClass(parsing: p)?.shortCode != p {
+            if protectionGiven || addedLater, case .string(let p)? = attributes["pdmn"], ProtectionClass(parsing: p)?.shortCode != p {
                 throw .param("kSecAttrAccessible is not one of its values")
             }
-            if let c = itemClass, let allowed = Self.allowed[c], !attributes.keys.allSatisfy(allowed.contains) {
+            if let c = itemClass, addedLater ? !attributes.keys.allSatisfy(Self.allowed[c]!.contains) : !classes.contains(c) {
+                let allowed = Self.allowed[c]!
                 let wrong = attributes.keys.filter { !allowed.contains($0) }
                 throw .param("attribute \(wrong.sorted().joined(separator: ", ")) does not belong to kSecClass \(c.rawValue)")
             }
-            if use == .search && attributes["sync"] == nil && !synchronizableAny {
+            if use == .search && !synchronizableAny && !syncGiven && (!addedLater || attributes["sync"] == nil) {
                 // As on Apple platforms: a search without kSecAttrSynchronizable matches local items only.
                 attributes["sync"] = .bool(false)
+            }
+        }
+
+        /// What a key of a Security dictionary is.
+        enum Role {
+            case itemClass, matchLimit, returnData, returnAttributes, returnRef, returnPersistentRef, valueData, valueRef,
+                 valuePersistentRef, authenticationContext, operationPrompt, authenticationUI, noAuthenticationUI,
+                 dataProtectionKeychain, accessControl, synchronizable, tokenID, keyClass, keyType
+            /// An attribute of Coffer's catalog (not one of the above): its kind, the classes it belongs to, and
+            /// whether only the keychain sets it.
+            case attribute(AttributeValue.Kind, belongsTo: ClassSet, readOnly: Bool)
+
+            /// Every key by its string (Apple's; the attributes' are Coffer's catalog's names, general attributes
+            /// excepted).
+            static let all: [String: Role] = {
+                var r: [String: Role] = [:]
+                for (name, kind) in AttributeCatalog.kinds where !GeneralAttributes.isGeneral(name) {
+                    let belongsTo = ClassSet(ItemClass.allCases.filter { allowed[$0]!.contains(name) })
+                    r[name] = .attribute(kind, belongsTo: belongsTo, readOnly: AttributeCatalog.readOnly.contains(name))
+                }
+                let special: [String: Role] = [
+                    "class": .itemClass, "m_Limit": .matchLimit, "r_Data": .returnData, "r_Attributes": .returnAttributes,
+                    "r_Ref": .returnRef, "r_PersistentRef": .returnPersistentRef, "v_Data": .valueData, "v_Ref": .valueRef,
+                    "v_PersistentRef": .valuePersistentRef, "u_AuthCtx": .authenticationContext, "u_OpPrompt": .operationPrompt,
+                    "u_AuthUI": .authenticationUI, "u_NoAuthUI": .noAuthenticationUI, "nleg": .dataProtectionKeychain,
+                    "accc": .accessControl, "sync": .synchronizable, "tkid": .tokenID, "kcls": .keyClass, "type": .keyType,
+                ]
+                r.merge(special) { _, given in given }
+                return r
+            }()
+        }
+
+        /// ``Role/all`` looked up without hashing a String (Swift's SipHash of the name was most of a lookup in
+        /// the dictionary, some 360 instructions a key): a name of up to 16 UTF-8 bytes (every one of Apple's keys
+        /// and the catalog's) is packed into two words and found by open addressing with a multiplicative hash;
+        /// a longer one (none now) in a dictionary beside it.
+        struct RoleTable {
+            private struct Slot {
+                var low: UInt64 = 0, high: UInt64 = 0
+                var length = -1
+                var role: Role?
+            }
+            private let slots: [Slot]
+            private let mask: Int
+            private let long: [String: Role]
+
+            static let shared = RoleTable(Role.all)
+
+            init(_ all: [String: Role]) {
+                var size = 16
+                while size < all.count * 4 { size *= 2 }
+                var slots = [Slot](repeating: Slot(), count: size)
+                var long: [String: Role] = [:]
+                for (name, role) in all {
+                    guard let (low, high, length) = Self.packed(name) else {
+                        long[name] = role
+                        continue
+                    }
+                    var i = Self.hash(low, high, length) & (size - 1)
+                    while slots[i].length >= 0 { i = (i + 1) & (size - 1) }
+                    slots[i] = Slot(low: low, high: high, length: length, role: role)
+                }
+                self.slots = slots
+                self.mask = size - 1
+                self.long = long
+            }
+
+            func role(_ name: String) -> Role? {
+                guard let (low, high, length) = Self.packed(name) else { return long.isEmpty ? nil : long[name] }
+                var i = Self.hash(low, high, length) & mask
+                while true {
+                    let s = slots[i]
+                    if s.length < 0 { return nil }
+                    if s.low == low && s.high == high && s.length == length { return s.role }
+                    i = (i + 1) & mask
+                }
+            }
+
+            /// The name's UTF-8 bytes in two little-endian words and its length; nil if longer than 16 bytes.
+            private static func packed(_ name: String) -> (UInt64, UInt64, Int)? {
+                if let r = name.utf8.withContiguousStorageIfAvailable(packed) { return r }
+                // A string without contiguous UTF-8 (none on Linux): packed from a copy.
+                var copy = name
+                copy.makeContiguousUTF8()
+                return copy.utf8.withContiguousStorageIfAvailable(packed) ?? nil
+            }
+
+            private static func packed(_ bytes: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64, Int)? {
+                guard bytes.count <= 16 else { return nil }
+                var low: UInt64 = 0, high: UInt64 = 0
+                for i in 0..<bytes.count {
+                    if i < 8 { low |= UInt64(bytes[i]) << (8 * UInt64(i)) } else { high |= UInt64(bytes[i]) << (8 * UInt64(i - 8)) }
+                }
+                return (low, high, bytes.count)
+            }
+
+            private static func hash(_ low: UInt64, _ high: UInt64, _ length: Int) -> Int {
+                let h = (low &* 0x9E37_79B9_7F4A_7C15) ^ ((high &+ UInt64(length)) &* 0xC2B2_AE3D_27D4_EB4F)
+                return Int(truncatingIfNeeded: h >> 32)
+            }
+        }
+
+        /// A set of item classes, as bits.
+        struct ClassSet {
+            private var bits: UInt8
+            /// Every class (not a `static let`: no once-check on each call).
+            static var all: ClassSet { ClassSet(bits: 0b1111) }
+            private init(bits: UInt8) { self.bits = bits }
+            init(_ classes: [ItemClass]) { bits = classes.reduce(0) { $0 | Self.bit($1) } }
+            func contains(_ c: ItemClass) -> Bool { bits & Self.bit(c) != 0 }
+            mutating func formIntersection(_ other: ClassSet) { bits &= other.bits }
+            private static func bit(_ c: ItemClass) -> UInt8 {
+                switch c {
+                case .genericPassword: 1
+                case .internetPassword: 2
+                case .key: 4
+                case .certificate: 8
+                }
             }
         }
 
@@ -390,40 +527,49 @@ enum SecItemCall {
         /// search whose limit is not one. The values are made as the Foundation objects the caller's casts read
         /// (NSData straight from the secret's secure memory: one copy, not a Data bridged again).
         private func shape(_ items: [ItemResult], single: Bool) throws(SecFailure) -> CFTypeRef? {
-            let parts = (returnData ? 1 : 0) + (returnAttributes ? 1 : 0) + (returnRef ? 1 : 0) + (returnPersistentRef ? 1 : 0)
-            var values: [AnyObject] = []
-            values.reserveCapacity(single ? 1 : items.count)
-            for item in items {
-                let data: NSData? = returnData ? item.data.map { s in s.withUnsafeBytes { NSData(bytes: $0.baseAddress, length: $0.count) } } : nil
-                let ref: AnyObject?
-                switch (returnRef, item.itemClass) {
-                case (true, .key):
-                    guard let k = SecKey(item: item, authentication: authentication) else {
-                        throw SecFailure(errSecInternalComponent, "a key item that is not a key")
-                    }
-                    ref = k
-                case (true, .certificate):
-                    // As Apple's: an item whose data is not a certificate gives no reference (it is left out).
-                    ref = item.data.flatMap { d in d.withUnsafeBytes { SecCertificate(der: [UInt8]($0)) } }
-                default:
-                    ref = nil
+            if single {
+                // The first match that gives something (a certificate item that is not a certificate gives no reference).
+                for item in items {
+                    if let value = try shaped(item) { return value }
                 }
-                if parts == 1 {
-                    if returnData, let data { values.append(data) }
-                    if returnAttributes, let a = item.attributes { values.append(Self.dictionary(a, itemClass: item.itemClass) as NSDictionary) }
-                    if returnRef, let ref { values.append(ref) }
-                    if returnPersistentRef, let p = item.persistentRef { values.append(NSData(bytes: p, length: p.count)) }
-                } else {
-                    var d: [String: Any] = returnAttributes ? (item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) } ?? [:]) : [:]
-                    if let data { d["v_Data"] = data }
-                    if let ref { d["v_Ref"] = ref }
-                    if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = NSData(bytes: p, length: p.count) }
-                    values.append(d as NSDictionary)
-                }
-                if single && !values.isEmpty { break }
+                return nil
             }
-            if single { return values.first }
+            var values: [AnyObject] = []
+            values.reserveCapacity(items.count)
+            for item in items {
+                if let value = try shaped(item) { values.append(value) }
+            }
             return NSArray(array: values)
+        }
+
+        /// One item's requested parts: the part alone, or a dictionary of them; nil if it has none of them.
+        private func shaped(_ item: ItemResult) throws(SecFailure) -> AnyObject? {
+            let parts = (returnData ? 1 : 0) + (returnAttributes ? 1 : 0) + (returnRef ? 1 : 0) + (returnPersistentRef ? 1 : 0)
+            let data: NSData? = returnData ? item.data.map { s in s.withUnsafeBytes { NSData(bytes: $0.baseAddress, length: $0.count) } } : nil
+            let ref: AnyObject?
+            switch (returnRef, item.itemClass) {
+            case (true, .key):
+                guard let k = SecKey(item: item, authentication: authentication) else {
+                    throw SecFailure(errSecInternalComponent, "a key item that is not a key")
+                }
+                ref = k
+            case (true, .certificate):
+                // As Apple's: an item whose data is not a certificate gives no reference (it is left out).
+                ref = item.data.flatMap { d in d.withUnsafeBytes { SecCertificate(der: [UInt8]($0)) } }
+            default:
+                ref = nil
+            }
+            if parts == 1 {
+                if returnData { return data }
+                if returnAttributes { return item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) as NSDictionary } }
+                if returnRef { return ref }
+                return item.persistentRef.map { p in NSData(bytes: p, length: p.count) }
+            }
+            var d: [String: Any] = returnAttributes ? (item.attributes.map { Self.dictionary($0, itemClass: item.itemClass) } ?? [:]) : [:]
+            if let data { d["v_Data"] = data }
+            if let ref { d["v_Ref"] = ref }
+            if returnPersistentRef, let p = item.persistentRef { d["v_PersistentRef"] = NSData(bytes: p, length: p.count) }
+            return d as NSDictionary
         }
 
         /// An item's attributes as Apple's dictionary: short names, Foundation values, the class, the access

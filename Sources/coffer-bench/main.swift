@@ -28,6 +28,10 @@
 //   coffer-bench apple-api BIN_DIR [SIZE ...]        Apple's SecItemCopyMatching (the Security module) vs the native
 //                                                    client on a persistent connection per size (default 1k, 10k), and
 //                                                    the first call of a process of each (issue #46)
+//   coffer-bench apple-api-agent BIN_DIR ITEMS       an agent with ITEMS items for the next two, until stdin ends
+//   coffer-bench apple-api-loop apple|native|native-sync SOCKET ITEMS N
+//                                                    N lookups of one path (for callgrind: instructions per call)
+//   coffer-bench apple-api-unlock SOCKET             unlocks that agent again (restarted under a profiler)
 //   coffer-bench stress BIN_DIR load [CLIENTS] [OPS] | hostile [FRAMES] | crash [TRIALS]
 //                                                    reliability runs against a real agent
 //
@@ -249,6 +253,12 @@ func run(_ args: [String]) throws {
         try AppleAPIBench(binDir: args[1], sizes: args.count > 2 ? args.dropFirst(2).compactMap { Int($0) } : [1000, 10_000]).run()
     case "apple-api-probe" where args.count == 4:
         try appleAPIProbe(mode: args[1], socket: args[2], key: Int(args[3]) ?? 1)
+    case "apple-api-agent" where args.count == 3:
+        try appleAPIAgent(binDir: args[1], items: Int(args[2]) ?? 1000)
+    case "apple-api-unlock" where args.count == 2:
+        try appleAPIUnlock(socket: args[1])
+    case "apple-api-loop" where args.count == 5:
+        try appleAPILoop(mode: args[1], socket: args[2], items: Int(args[3]) ?? 1000, count: Int(args[4]) ?? 1000)
     default:
         print("usage: coffer-bench keychain [SIZE ...] | rekey [SIZE ...] | agent BIN_DIR [SIZE ...] | identity BIN_DIR | apple-api BIN_DIR [SIZE ...] | connection BIN_DIR | access-control BIN_DIR | ssh BIN_DIR | backup [SIZE ...] | sync [N] | codec [N] [RUNS] | tpm TCTI [RUNS] [ITEMS] | fill STATE_DIR N | fill-secret-service STATE_DIR N | stress BIN_DIR load|hostile|crash [N] [OPS]")
         exit(2)

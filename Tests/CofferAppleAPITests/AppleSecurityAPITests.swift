@@ -174,6 +174,46 @@ import Testing
         #expect(SecItemDelete(wrongType as CFDictionary) == errSecParam)
         let identity: [String: Any] = [kSecClass as String: kSecClassIdentity]
         #expect(SecItemDelete(identity as CFDictionary) == errSecUnimplemented)
+        // Names near the known ones (the keys are found by their packed bytes): empty, a byte short or over, a NUL
+        // after a known name, not ASCII, one byte over the 16 a name is packed in, and far longer.
+        for name in ["", "svc", "svcee", "svce\u{0}", "sv\u{E9}e", "v_PersistentRefs", "v_PersistentRefs1",
+                     "an attribute name far longer than sixteen bytes"] {
+            let q: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: service(), name: "x"]
+            #expect(SecItemDelete(q as CFDictionary) == errSecParam, "\(name.debugDescription)")
+        }
+    }
+
+    @Test func everyKeyAndValueIsCheckedAsApplesAPIChecksThem() {
+        let svc = service()
+        func add(_ extra: [String: Any]) -> OSStatus {
+            var a: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                    kSecAttrAccount as String: UUID().uuidString, kSecValueData as String: Data([1])]
+            a.merge(extra) { _, given in given }
+            return SecItemAdd(a as CFDictionary, nil)
+        }
+        // An attribute of another class (given as itself, or as a key class read after the others), one only the
+        // keychain sets, a protection class that is none.
+        #expect(add([kSecAttrServer as String: "example.com"]) == errSecParam)
+        #expect(add([kSecAttrKeyClass as String: kSecAttrKeyClassPrivate]) == errSecParam)
+        #expect(add([kSecAttrCreationDate as String: Date()]) == errSecParam)
+        #expect(add([kSecAttrAccessible as String: "nonsense"]) == errSecParam)
+        #expect(add([kSecAttrIsInvisible as String: "yes"]) == errSecParam)
+        // Values as Apple code gives them: Foundation objects, Swift numbers and booleans, a number as a string.
+        #expect(add([kSecAttrAccessible as String: kSecAttrAccessibleAfterFirstUnlock, kSecAttrLabel as String: "label",
+                     kSecAttrGeneric as String: Data([1, 2]), kSecAttrIsInvisible as String: true,
+                     kSecAttrCreator as String: "42", kSecAttrSynchronizable as String: kCFBooleanFalse!]) == errSecSuccess)
+        var result: CFTypeRef?
+        let q: [String: Any] = [kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc,
+                                kSecAttrCreator as String: 42, kSecReturnAttributes as String: true]
+        #expect(SecItemCopyMatching(q as CFDictionary, &result) == errSecSuccess)
+        let d = result as? [String: Any]
+        #expect(d?[kSecAttrGeneric as String] as? Data == Data([1, 2]))
+        #expect(d?[kSecAttrIsInvisible as String] as? Bool == true)
+        #expect(d?[kSecAttrAccessible as String] as? String == kSecAttrAccessibleAfterFirstUnlock as String)
+        // A key that is not a string is the dictionary's error, whatever else is in it.
+        let mixed: [AnyHashable: Any] = [1: "x", kSecClass as String: kSecClassIdentity]
+        #expect(SecItemDelete(mixed as CFDictionary) == errSecParam)
+        #expect(SecItemDelete([kSecClass as String: kSecClassGenericPassword, kSecAttrService as String: svc] as CFDictionary) == errSecSuccess)
     }
 
     @Test func errorMessagesHaveApplesWording() {
