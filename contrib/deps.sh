@@ -19,7 +19,9 @@ set -eu
 # pinentry notes the screen it reached (issue #41, F1: the agent's dialogs appear on logind's session display only).
 # pinentry-gtk2, xdotool, chromium: a real GUI pinentry on Xvfb answered by xdotool, for secret-tool and headless
 # Chromium (GUIPromptTests, ChromiumPromptTests, issue #43).
-packages="libsodium-dev libpam0g-dev libsqlite3-dev libssl-dev openssl libpam-wrapper pamtester gcc pkg-config xxd procps bubblewrap bindfs strace libsystemd-dev fprintd libfprint-2-2 python3-dbusmock dbus-daemon libglib2.0-bin git gnupg gpg-agent pinentry-curses man-db groff-base zsh fish xz-utils openssh-client openssh-server python3-secretstorage libsecret-tools gir1.2-secret-1 python3-gi python3-keyring swtpm swtpm-tools tpm2-tools libtss2-dev pass gnome-keyring xdg-desktop-portal xvfb x11-utils pinentry-gtk2 xdotool chromium"
+# gcc, make: OpenSSH's sk-dummy FIDO middleware, built from Debian's openssh source (contrib/sk-dummy.sh) for
+# SSHSecurityKeyTests and the regress scripts' FIDO keys (issue #43); without them those skip.
+packages="libsodium-dev libpam0g-dev libsqlite3-dev libssl-dev openssl libpam-wrapper pamtester gcc make pkg-config xxd procps bubblewrap bindfs strace libsystemd-dev fprintd libfprint-2-2 python3-dbusmock dbus-daemon libglib2.0-bin git gnupg gpg-agent pinentry-curses man-db groff-base zsh fish xz-utils openssh-client openssh-server python3-secretstorage libsecret-tools gir1.2-secret-1 python3-gi python3-keyring swtpm swtpm-tools tpm2-tools libtss2-dev pass gnome-keyring xdg-desktop-portal xvfb x11-utils pinentry-gtk2 xdotool chromium"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
