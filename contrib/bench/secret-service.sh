@@ -91,8 +91,11 @@ run_n() { # N
     local n=$1 k r p peers
     (
         coffer_agent "$n" fill-secret-service --config "$work/cofferd.conf"
-        provider coffer '"$bin/coffer-secret-service" </dev/null >/dev/null 2>&1 &'
-        [ -z "$baseline" ] || provider before '"$bin/coffer-secret-service-before" </dev/null >/dev/null 2>&1 &'
+        # bulk.py reads over a plain session (no transport encryption to time), which the front end
+        # serves only when allowed.
+        printf 'plain-sessions = allow\n' > "$work/secret-service.conf"
+        provider coffer '"$bin/coffer-secret-service" --config "$work/secret-service.conf" </dev/null >/dev/null 2>&1 &'
+        [ -z "$baseline" ] || provider before '"$bin/coffer-secret-service-before" --config "$work/secret-service.conf" </dev/null >/dev/null 2>&1 &'
         provider floor '"$bin/ss-floor" </dev/null >/dev/null 2>&1 &'
         provider floordh '"$bin/ss-floor-dh" --dh </dev/null >/dev/null 2>&1 &'
         (
