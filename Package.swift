@@ -138,8 +138,15 @@ let package = Package(
                                "CofferIdentity", "CofferPolicy", "CofferAudit", "CofferSync", "CofferFiles",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
+        // The agent's socket server (issue #42): Unix-socket listeners with no protocol of their own (accept, peer
+        // checks, one thread per connection, limits shared by every listener, the frame budget, shutdown);
+        // each front end brings its framing and its connection handler.
+        .target(name: "CofferSocketServer",
+                dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
         .target(name: "CofferAgent",
-                dependencies: ["CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                dependencies: ["CofferSocketServer", "CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
                                "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol", "CofferSSHKeys",
                                .product(name: "Logging", package: "swift-log")],
@@ -282,7 +289,7 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferSocketServer", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt", "CofferSSHAgentProtocol", "CofferTrust",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),

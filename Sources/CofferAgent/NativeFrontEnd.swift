@@ -2,6 +2,7 @@ import CofferCrypto
 import CofferModel
 import CofferProtocol
 import CofferService
+import CofferSocketServer
 import CofferSystem
 import Glibc
 import Logging

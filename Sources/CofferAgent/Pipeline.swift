@@ -7,6 +7,7 @@ import CofferPolicy
 import CofferPrompt
 import CofferProtocol
 import CofferService
+import CofferSocketServer
 import CofferSystem
 import Glibc
 import Logging

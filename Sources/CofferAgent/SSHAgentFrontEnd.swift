@@ -4,6 +4,7 @@ import CofferModel
 import CofferSSHAgentProtocol
 import CofferSSHKeys
 import CofferService
+import CofferSocketServer
 import CofferSystem
 import Logging
 

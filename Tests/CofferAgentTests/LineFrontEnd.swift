@@ -1,4 +1,5 @@
 @testable import CofferAgent
+@testable import CofferSocketServer
 import CofferCrypto
 import CofferKeychain
 import CofferModel

@@ -66,10 +66,13 @@ import Testing
         // certificates parsed by OpenSSL behind its own wall).
         "Security": ["CSecurityX509", "CofferClient", "CofferCrypto", "CofferModel", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferSystem"],
         "LocalAuthentication": ["CofferClient", "CofferCrypto", "CofferModel", "Security"],
-        // The agent: the native and ssh-agent front ends, the socket server and composition.
+        // The agent's socket server: listeners, connections, limits and the frame budget, no protocol of its own
+        // (the frame budget is sized by the native protocol's largest frame; refusals are logged with the core's LogThrottle).
+        "CofferSocketServer": ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem", "Logging"],
+        // The agent: the native and ssh-agent front ends and composition.
         "CofferAgent": ["CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferManifest", "CofferModel",
                         "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy", "CofferPrompt", "CofferProtocol",
-                        "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferService", "CofferSystem", "CofferTrust", "Logging"],
+                        "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferService", "CofferSocketServer", "CofferSystem", "CofferTrust", "Logging"],
         // Executables.
         "cofferd": ["ArgumentParser", "CofferAgent", "CofferKeybag"],
         "coffer": ["CofferCLISupport", "CofferClient", "CofferModel", "CofferSystem"],

@@ -129,10 +129,12 @@ import Testing
         // Apple's keychain API over the client library (issue #46): Security, and LocalAuthentication on it (as on
         // Apple platforms, where LAContext evaluates a SecAccessControl).
         "Security": 7, "LocalAuthentication": 8,
-        // Front ends: the agent (native protocol adapter) and the command-line tools.
-        "CofferAgent": 8, "CofferServiceTestSupport": 8,
+        // The agent's socket server (over the core for its log throttle), the command-line tools.
+        "CofferSocketServer": 8, "CofferServiceTestSupport": 8,
         "coffer": 8, "coffer-cli": 8, "coffer-secret-service": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
-        "cofferd": 9, "coffer-bench": 9,
+        // The agent: front ends on the socket server, and the composition.
+        "CofferAgent": 9,
+        "cofferd": 10, "coffer-bench": 9,
     ]
 
     /// Modules only a few others may use (test targets aside): what holds keys and items, and PAM.
