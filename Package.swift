@@ -145,10 +145,25 @@ let package = Package(
                 dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
+        // SSH keys as keychain items (issue #27): the item a generated or imported key becomes, and the key read back to
+        // sign; the one place the wire codec's SSH types meet the crypto layer's. Shared by the native and ssh-agent front ends.
+        .target(name: "CofferSSHKeyItems", dependencies: ["CofferCrypto", "CofferModel", "CofferSSHAgentProtocol", "CofferSSHKeys"],
+                swiftSettings: settings),
+        // The agent's own prompter (issue #42): the user's pinentry as the core's AuthChannel and ConfirmationChannel,
+        // for front ends whose clients cannot prompt. Which pinentry and which display is composition's (CofferAgent).
+        .target(name: "CofferAgentPrompt", dependencies: ["CofferModel", "CofferPrompt", "CofferService", "CofferSystem"],
+                swiftSettings: settings),
+        // The ssh-agent front end (issue #27, split out by issue #42): OpenSSH's agent protocol on a socket server,
+        // ssh-add's keys in memory, the keychain's keys through the service core.
+        .target(name: "CofferSSHAgentFrontEnd",
+                dependencies: ["CofferAgentPrompt", "CofferCrypto", "CofferKeychain", "CofferModel", "CofferPluginClient", "CofferPrompt",
+                               "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferSSHKeys", "CofferService", "CofferSocketServer", "CofferSystem",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
         .target(name: "CofferAgent",
-                dependencies: ["CofferSocketServer", "CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
+                dependencies: ["CofferSocketServer", "CofferAgentPrompt", "CofferSSHKeyItems", "CofferSSHAgentFrontEnd", "CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
                                "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
-                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol", "CofferSSHKeys",
+                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
@@ -289,7 +304,7 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferSocketServer", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferAgentPrompt", "CofferSSHAgentFrontEnd", "CofferSocketServer", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt", "CofferSSHAgentProtocol", "CofferTrust",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),

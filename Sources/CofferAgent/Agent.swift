@@ -1,3 +1,4 @@
+import CofferAgentPrompt
 import CofferAudit
 import CofferCrypto
 import CofferIdentity
@@ -11,6 +12,7 @@ import CofferPluginProtocol
 import CofferPolicy
 import CofferPrompt
 import CofferProtocol
+import CofferSSHAgentFrontEnd
 package import CofferService
 import CofferSocketServer
 import CofferSystem

@@ -1,3 +1,4 @@
+import CofferAgentPrompt
 import CofferCrypto
 import CofferIdentity
 import CofferKeybag
@@ -6,6 +7,7 @@ import CofferModel
 import CofferPolicy
 import CofferPrompt
 import CofferProtocol
+import CofferSSHKeyItems
 import CofferService
 import CofferSocketServer
 import CofferSystem

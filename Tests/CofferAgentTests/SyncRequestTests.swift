@@ -1,4 +1,5 @@
 @testable import CofferAgent
+import CofferAgentPrompt
 import CofferKeychain
 import CofferModel
 import CofferProtocol

@@ -69,10 +69,20 @@ import Testing
         // The agent's socket server: listeners, connections, limits and the frame budget, no protocol of its own
         // (the frame budget is sized by the native protocol's largest frame; refusals are logged with the core's LogThrottle).
         "CofferSocketServer": ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem", "Logging"],
-        // The agent: the native and ssh-agent front ends and composition.
-        "CofferAgent": ["CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferManifest", "CofferModel",
-                        "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy", "CofferPrompt", "CofferProtocol",
-                        "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferService", "CofferSocketServer", "CofferSystem", "CofferTrust", "Logging"],
+        // SSH keys as keychain items: attributes and stored forms, the wire codec's key types and the crypto layer's.
+        "CofferSSHKeyItems": ["CofferCrypto", "CofferModel", "CofferSSHAgentProtocol", "CofferSSHKeys"],
+        // The agent's own prompter: the pinentry as the core's channels; no wire, no socket.
+        "CofferAgentPrompt": ["CofferModel", "CofferPrompt", "CofferService", "CofferSystem"],
+        // The ssh-agent front end: its wire, the socket server, the core; never the native protocol or the composition.
+        // (CofferKeychain: it reads whether a passcode is set through the core's keychain.)
+        "CofferSSHAgentFrontEnd": ["CofferAgentPrompt", "CofferCrypto", "CofferKeychain", "CofferModel", "CofferPluginClient", "CofferPrompt",
+                                   "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferSSHKeys", "CofferService", "CofferSocketServer",
+                                   "CofferSystem", "Logging"],
+        // The agent: the native front end and composition.
+        "CofferAgent": ["CofferAgentPrompt", "CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferManifest",
+                        "CofferModel", "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy", "CofferPrompt", "CofferProtocol",
+                        "CofferSSHAgentFrontEnd", "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferService", "CofferSocketServer",
+                        "CofferSystem", "CofferTrust", "Logging"],
         // Executables.
         "cofferd": ["ArgumentParser", "CofferAgent", "CofferKeybag"],
         "coffer": ["CofferCLISupport", "CofferClient", "CofferModel", "CofferSystem"],
@@ -90,7 +100,8 @@ import Testing
 
     /// Test targets that must stay off a layer: the service core's tests drive it without any wire or front end.
     static let testsKeptOff: [String: Set<String>] = [
-        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferClient"],
+        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferAgentPrompt", "CofferClient", "CofferSSHAgentFrontEnd",
+                               "CofferSocketServer"],
     ]
 
     /// What is wrong with `targets` against `allowed`: one message per module without a row, per edge
