@@ -160,11 +160,20 @@ let package = Package(
                                "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferSSHKeys", "CofferService", "CofferSocketServer", "CofferSystem",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
+        // The native protocol's front end (issue #42): framing, the per-connection session and the Pipeline, the
+        // adapter from CofferProtocol's requests onto the service core.
+        .target(name: "CofferNativeFrontEnd",
+                dependencies: ["CofferAgentPrompt", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferModel",
+                               "CofferPolicy", "CofferPrompt", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferService",
+                               "CofferSocketServer", "CofferSystem", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        // The agent's composition: one service core, its front ends on their socket servers, the configuration,
+        // the plugin host, start-up and shutdown.
         .target(name: "CofferAgent",
-                dependencies: ["CofferSocketServer", "CofferAgentPrompt", "CofferSSHKeyItems", "CofferSSHAgentFrontEnd", "CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
-                               "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
-                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol",
-                               .product(name: "Logging", package: "swift-log")],
+                dependencies: ["CofferAgentPrompt", "CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain",
+                               "CofferManifest", "CofferModel", "CofferNativeFrontEnd", "CofferPAM", "CofferPluginClient", "CofferPluginProtocol",
+                               "CofferPolicy", "CofferPrompt", "CofferSSHAgentFrontEnd", "CofferService", "CofferSocketServer", "CofferSystem",
+                               "CofferTrust", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
         // Swift code written for Apple sees them, on swift-corelibs-foundation; one agent connection per process.
@@ -304,7 +313,7 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferAgentPrompt", "CofferSSHAgentFrontEnd", "CofferSocketServer", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferAgentPrompt", "CofferNativeFrontEnd", "CofferSSHAgentFrontEnd", "CofferSocketServer", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt", "CofferSSHAgentProtocol", "CofferTrust",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),

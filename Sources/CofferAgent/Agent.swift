@@ -1,17 +1,15 @@
 import CofferAgentPrompt
-import CofferAudit
 import CofferCrypto
 import CofferIdentity
 import CofferKeybag
 import CofferKeychain
 import CofferManifest
 import CofferModel
+import CofferNativeFrontEnd
 import CofferPAM
 import CofferPluginClient
 import CofferPluginProtocol
-import CofferPolicy
 import CofferPrompt
-import CofferProtocol
 import CofferSSHAgentFrontEnd
 package import CofferService
 import CofferSocketServer

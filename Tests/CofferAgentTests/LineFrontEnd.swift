@@ -1,4 +1,3 @@
-@testable import CofferAgent
 @testable import CofferSocketServer
 import CofferCrypto
 import CofferKeychain

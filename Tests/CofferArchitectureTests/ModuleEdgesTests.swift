@@ -78,11 +78,14 @@ import Testing
         "CofferSSHAgentFrontEnd": ["CofferAgentPrompt", "CofferCrypto", "CofferKeychain", "CofferModel", "CofferPluginClient", "CofferPrompt",
                                    "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferSSHKeys", "CofferService", "CofferSocketServer",
                                    "CofferSystem", "Logging"],
-        // The agent: the native front end and composition.
+        // The native protocol's front end: its wire, the socket server, the core.
+        "CofferNativeFrontEnd": ["CofferAgentPrompt", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferModel",
+                                 "CofferPolicy", "CofferPrompt", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferService",
+                                 "CofferSocketServer", "CofferSystem", "Logging"],
+        // The agent's composition: the core, the front ends and their listeners, the configuration, plugins, trust.
         "CofferAgent": ["CofferAgentPrompt", "CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferManifest",
-                        "CofferModel", "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy", "CofferPrompt", "CofferProtocol",
-                        "CofferSSHAgentFrontEnd", "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferService", "CofferSocketServer",
-                        "CofferSystem", "CofferTrust", "Logging"],
+                        "CofferModel", "CofferNativeFrontEnd", "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy",
+                        "CofferPrompt", "CofferSSHAgentFrontEnd", "CofferService", "CofferSocketServer", "CofferSystem", "CofferTrust", "Logging"],
         // Executables.
         "cofferd": ["ArgumentParser", "CofferAgent", "CofferKeybag"],
         "coffer": ["CofferCLISupport", "CofferClient", "CofferModel", "CofferSystem"],
@@ -100,8 +103,8 @@ import Testing
 
     /// Test targets that must stay off a layer: the service core's tests drive it without any wire or front end.
     static let testsKeptOff: [String: Set<String>] = [
-        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferAgentPrompt", "CofferClient", "CofferSSHAgentFrontEnd",
-                               "CofferSocketServer"],
+        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferAgentPrompt", "CofferClient", "CofferNativeFrontEnd",
+                               "CofferSSHAgentFrontEnd", "CofferSocketServer"],
     ]
 
     /// What is wrong with `targets` against `allowed`: one message per module without a row, per edge

@@ -135,7 +135,7 @@ import Testing
         "CofferSocketServer": 8, "CofferAgentPrompt": 8, "CofferServiceTestSupport": 8,
         "coffer": 8, "coffer-cli": 8, "coffer-secret-service": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
         // The agent's front ends, on the socket server and the prompter.
-        "CofferSSHAgentFrontEnd": 9,
+        "CofferSSHAgentFrontEnd": 9, "CofferNativeFrontEnd": 9,
         // The agent's composition: the core, its front ends and their listeners.
         "CofferAgent": 10,
         "cofferd": 11, "coffer-bench": 9,
@@ -143,8 +143,8 @@ import Testing
 
     /// Modules only a few others may use (test targets aside): what holds keys and items, and PAM.
     static let confined: [String: Set<String>] = {
-        let keyHolders: Set<String> = ["CofferKeychain", "CofferService", "CofferAgent", "CofferSSHAgentFrontEnd", "CofferServiceTestSupport",
-                                       "CofferTestSupport", "cofferd", "coffer-bench"]
+        let keyHolders: Set<String> = ["CofferKeychain", "CofferService", "CofferAgent", "CofferNativeFrontEnd", "CofferSSHAgentFrontEnd",
+                                       "CofferServiceTestSupport", "CofferTestSupport", "cofferd", "coffer-bench"]
         return [
             "CofferStore": ["CofferKeychain"],
             "CofferKeybag": keyHolders,
