@@ -138,11 +138,42 @@ let package = Package(
                                "CofferIdentity", "CofferPolicy", "CofferAudit", "CofferSync", "CofferFiles",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
-        .target(name: "CofferAgent",
-                dependencies: ["CofferService", "CofferCrypto", "CofferKeybag", "CofferModel", "CofferKeychain", "CofferProtocol", "CofferPAM", "CofferSystem",
-                               "CofferIdentity", "CofferTrust", "CofferPolicy", "CofferAudit", "CofferManifest",
-                               "CofferPluginClient", "CofferPluginProtocol", "CofferPrompt", "CofferSSHAgentProtocol", "CofferSSHKeys",
+        // The agent's socket server (issue #42): Unix-socket listeners with no protocol of their own (accept, peer
+        // checks, one thread per connection, limits shared by every listener, the frame budget, shutdown);
+        // each front end brings its framing and its connection handler.
+        .target(name: "CofferSocketServer",
+                dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem",
                                .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        // SSH keys as keychain items (issue #27): the item a generated or imported key becomes, and the key read back to
+        // sign; the one place the wire codec's SSH types meet the crypto layer's. Shared by the native and ssh-agent front ends.
+        .target(name: "CofferSSHKeyItems", dependencies: ["CofferCrypto", "CofferModel", "CofferSSHAgentProtocol", "CofferSSHKeys"],
+                swiftSettings: settings),
+        // The agent's own prompter (issue #42): the user's pinentry as the core's AuthChannel and ConfirmationChannel,
+        // for front ends whose clients cannot prompt. Which pinentry and which display is composition's (CofferAgent).
+        .target(name: "CofferAgentPrompt", dependencies: ["CofferModel", "CofferPrompt", "CofferService", "CofferSystem"],
+                swiftSettings: settings),
+        // The ssh-agent front end (issue #27, split out by issue #42): OpenSSH's agent protocol on a socket server,
+        // ssh-add's keys in memory, the keychain's keys through the service core.
+        .target(name: "CofferSSHAgentFrontEnd",
+                dependencies: ["CofferAgentPrompt", "CofferCrypto", "CofferKeychain", "CofferModel", "CofferPluginClient", "CofferPrompt",
+                               "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferSSHKeys", "CofferService", "CofferSocketServer", "CofferSystem",
+                               .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        // The native protocol's front end (issue #42): framing, the per-connection session and the Pipeline, the
+        // adapter from CofferProtocol's requests onto the service core.
+        .target(name: "CofferNativeFrontEnd",
+                dependencies: ["CofferAgentPrompt", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferModel",
+                               "CofferPolicy", "CofferPrompt", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferService",
+                               "CofferSocketServer", "CofferSystem", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: settings),
+        // The agent's composition: one service core, its front ends on their socket servers, the configuration,
+        // the plugin host, start-up and shutdown.
+        .target(name: "CofferAgent",
+                dependencies: ["CofferAgentPrompt", "CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain",
+                               "CofferManifest", "CofferModel", "CofferNativeFrontEnd", "CofferPAM", "CofferPluginClient", "CofferPluginProtocol",
+                               "CofferPolicy", "CofferPrompt", "CofferSSHAgentFrontEnd", "CofferService", "CofferSocketServer", "CofferSystem",
+                               "CofferTrust", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
         // Swift code written for Apple sees them, on swift-corelibs-foundation; one agent connection per process.
@@ -282,7 +313,7 @@ let package = Package(
         // The agent's request path in-process: the pipeline, the unlock throttle and the lock schedule
         // with a fake clock and a stub passcode verifier (a real keychain in a temporary directory).
         .testTarget(name: "CofferAgentTests",
-                    dependencies: ["CofferKeybag", "CofferAgent", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
+                    dependencies: ["CofferKeybag", "CofferAgent", "CofferAgentPrompt", "CofferNativeFrontEnd", "CofferSSHAgentFrontEnd", "CofferSocketServer", "CofferService", "CofferServiceTestSupport", "CofferKeychain", "CofferProtocol", "CofferModel", "CofferCrypto",
                                    "CofferSystem", "CofferTestSupport", "CofferPolicy", "CofferAudit", "CofferPluginClient", "CofferPAM", "CofferPrompt", "CofferSSHAgentProtocol", "CofferTrust",
                                    .product(name: "Logging", package: "swift-log")],
                     swiftSettings: settings),

@@ -1,17 +1,18 @@
-import CofferAudit
+import CofferAgentPrompt
 import CofferCrypto
 import CofferIdentity
 import CofferKeybag
 import CofferKeychain
 import CofferManifest
 import CofferModel
+import CofferNativeFrontEnd
 import CofferPAM
 import CofferPluginClient
 import CofferPluginProtocol
-import CofferPolicy
 import CofferPrompt
-import CofferProtocol
+import CofferSSHAgentFrontEnd
 package import CofferService
+import CofferSocketServer
 import CofferSystem
 import CofferTrust
 import Glibc
@@ -358,24 +359,6 @@ struct TrustedManifests: ManifestSource {
     let store: TrustStore
     func manifests(forExecutable path: String) -> [Manifest] { store.manifests(forExecutable: path) }
     var generation: UInt64 { store.generation }
-}
-
-/// Lines about refused requests or dropped connections, at most one per kind per interval
-/// (``LogThrottle``, config key `log-repeat-interval`): whatever a client can repeat at will.
-struct RefusalLog: Sendable {
-    let logger: Logger
-    let throttle: LogThrottle
-
-    /// A line at `level` (a warning unless said), unless one for `key` went out less than the interval
-    /// ago; the next one that gets through says how many were left out.
-    func log(_ key: String, _ message: Logger.Message, peer: PeerIdentity?, level: Logger.Level = .warning,
-             metadata more: Logger.Metadata = [:]) {
-        guard let suppressed = throttle.admit(key) else { return }
-        var metadata = more
-        if let peer { metadata["peer"] = "\(peer)" }
-        if suppressed > 0 { metadata["suppressed"] = "\(suppressed) like it since the last such line" }
-        logger.log(level: level, message, metadata: metadata)
-    }
 }
 
 /// The agent's sync, held weakly for the service's event closure (the agent holds it strongly).

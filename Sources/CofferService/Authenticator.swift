@@ -56,7 +56,7 @@ package struct NoBiometricSensor: BiometricSensor {
 }
 
 /// How the agent reaches the person behind a request: the native protocol's AUTH_NEEDED to the
-/// client and its AUTH_RESPONSE back (`ConnectionAuthChannel` in CofferAgent), an agent-side prompter
+/// client and its AUTH_RESPONSE back (`ConnectionAuthChannel` in CofferNativeFrontEnd), an agent-side prompter
 /// for front ends whose clients cannot prompt, a script in tests.
 package protocol AuthChannel {
     /// Sends `request` (AUTH_NEEDED) to the client.

@@ -1,4 +1,6 @@
 @testable import CofferAgent
+@testable import CofferNativeFrontEnd
+@testable import CofferAgentPrompt
 import CofferAudit
 import CofferModel
 import CofferPAM

@@ -1,4 +1,4 @@
-@testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferAudit
 @testable import CofferKeychain
 import CofferModel

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferKeychain
 import CofferModel
 import CofferPluginClient

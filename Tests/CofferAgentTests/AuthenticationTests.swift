@@ -1,4 +1,4 @@
-@testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferAudit
 import CofferKeychain
 import CofferModel

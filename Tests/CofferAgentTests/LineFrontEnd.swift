@@ -1,4 +1,4 @@
-@testable import CofferAgent
+@testable import CofferSocketServer
 import CofferCrypto
 import CofferKeychain
 import CofferModel

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferAudit
 import CofferCrypto
 import CofferKeychain

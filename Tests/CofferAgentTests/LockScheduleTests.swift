@@ -1,4 +1,4 @@
-@testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferKeychain
 import CofferService
 import CofferServiceTestSupport

@@ -1,4 +1,5 @@
 @testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferCrypto
 import CofferKeychain
 import CofferServiceTestSupport

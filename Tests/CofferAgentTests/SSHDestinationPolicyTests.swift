@@ -1,4 +1,4 @@
-@testable import CofferAgent
+@testable import CofferSSHAgentFrontEnd
 import CofferSSHAgentProtocol
 import CofferTestSupport
 import Testing

@@ -1,4 +1,4 @@
-@testable import CofferAgent
+@testable import CofferNativeFrontEnd
 import CofferCrypto
 import CofferKeybag
 import CofferKeychain

@@ -1,4 +1,5 @@
-@testable import CofferAgent
+@testable import CofferNativeFrontEnd
+import CofferAgentPrompt
 import CofferKeychain
 import CofferModel
 import CofferProtocol

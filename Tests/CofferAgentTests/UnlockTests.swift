@@ -1,4 +1,5 @@
 @testable import CofferAgent
+@testable import CofferNativeFrontEnd
 @testable import CofferService
 import CofferServiceTestSupport
 import CofferTestSupport

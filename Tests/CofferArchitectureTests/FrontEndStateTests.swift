@@ -17,16 +17,35 @@ import Testing
         }
     }
 
-    /// The ssh-agent front end's files and the native front end's (cofferd's CofferAgent module):
-    /// they call the core, which keeps the grants.
+    /// cofferd's modules that face clients: its front ends (the ssh-agent's, the native protocol's), the
+    /// socket server they run on, the agent's own prompter and the composition (issue #42 split them
+    /// out of CofferAgent). Every module named `…FrontEnd` must be listed (``everyFrontEndModuleIsSearched()``).
+    static let cofferdModules = ["CofferAgent", "CofferAgentPrompt", "CofferNativeFrontEnd", "CofferSSHAgentFrontEnd", "CofferSocketServer"]
+
+    /// The front ends' files and what they run on: they call the core, which keeps the grants.
     @Test func theFrontEndsOfCofferdKeepNoGrants() {
-        let files = DocumentedNamesTests.files(under: "Sources/CofferAgent", ending: ".swift")
-        #expect(files.count > 10, "could not list Sources/CofferAgent")
-        #expect(files.contains { $0.hasSuffix("SSHAgentItemKeys.swift") })
+        var files: [String] = []
+        for module in Self.cofferdModules {
+            let found = DocumentedNamesTests.files(under: "Sources/" + module, ending: ".swift")
+            #expect(!found.isEmpty, "could not list Sources/\(module)")
+            files += found
+        }
+        #expect(files.contains { $0.hasSuffix("SSHAgentItemKeys.swift") } && files.contains { $0.hasSuffix("Pipeline.swift") })
         for file in files {
             for hit in Self.grantLines(in: DocumentedNamesTests.read(file)) {
                 Issue.record("\((file as NSString).lastPathComponent) \(hit): grants are the core's (CallerSessions), not a front end's")
             }
+        }
+    }
+
+    /// A new front-end module of cofferd is searched too: every module of `Sources` named `…FrontEnd`
+    /// is in ``cofferdModules``.
+    @Test func everyFrontEndModuleIsSearched() throws {
+        let modules = try FileManager.default.contentsOfDirectory(atPath: DocumentedNamesTests.root + "/Sources")
+        let frontEnds = modules.filter { $0.hasSuffix("FrontEnd") }
+        #expect(!frontEnds.isEmpty, "could not list the front-end modules under Sources")
+        for module in frontEnds where !Self.cofferdModules.contains(module) {
+            Issue.record("Sources/\(module) is a front end: add it to FrontEndStateTests.cofferdModules")
         }
     }
 

@@ -66,10 +66,26 @@ import Testing
         // certificates parsed by OpenSSL behind its own wall).
         "Security": ["CSecurityX509", "CofferClient", "CofferCrypto", "CofferModel", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferSystem"],
         "LocalAuthentication": ["CofferClient", "CofferCrypto", "CofferModel", "Security"],
-        // The agent: the native and ssh-agent front ends, the socket server and composition.
-        "CofferAgent": ["CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferManifest", "CofferModel",
-                        "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy", "CofferPrompt", "CofferProtocol",
-                        "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferService", "CofferSystem", "CofferTrust", "Logging"],
+        // The agent's socket server: listeners, connections, limits and the frame budget, no protocol of its own
+        // (the frame budget is sized by the native protocol's largest frame; refusals are logged with the core's LogThrottle).
+        "CofferSocketServer": ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem", "Logging"],
+        // SSH keys as keychain items: attributes and stored forms, the wire codec's key types and the crypto layer's.
+        "CofferSSHKeyItems": ["CofferCrypto", "CofferModel", "CofferSSHAgentProtocol", "CofferSSHKeys"],
+        // The agent's own prompter: the pinentry as the core's channels; no wire, no socket.
+        "CofferAgentPrompt": ["CofferModel", "CofferPrompt", "CofferService", "CofferSystem"],
+        // The ssh-agent front end: its wire, the socket server, the core; never the native protocol or the composition.
+        // (CofferKeychain: it reads whether a passcode is set through the core's keychain.)
+        "CofferSSHAgentFrontEnd": ["CofferAgentPrompt", "CofferCrypto", "CofferKeychain", "CofferModel", "CofferPluginClient", "CofferPrompt",
+                                   "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferSSHKeys", "CofferService", "CofferSocketServer",
+                                   "CofferSystem", "Logging"],
+        // The native protocol's front end: its wire, the socket server, the core.
+        "CofferNativeFrontEnd": ["CofferAgentPrompt", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferModel",
+                                 "CofferPolicy", "CofferPrompt", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeyItems", "CofferService",
+                                 "CofferSocketServer", "CofferSystem", "Logging"],
+        // The agent's composition: the core, the front ends and their listeners, the configuration, plugins, trust.
+        "CofferAgent": ["CofferAgentPrompt", "CofferAudit", "CofferCrypto", "CofferIdentity", "CofferKeybag", "CofferKeychain", "CofferManifest",
+                        "CofferModel", "CofferNativeFrontEnd", "CofferPAM", "CofferPluginClient", "CofferPluginProtocol", "CofferPolicy",
+                        "CofferPrompt", "CofferSSHAgentFrontEnd", "CofferService", "CofferSocketServer", "CofferSystem", "CofferTrust", "Logging"],
         // Executables.
         "cofferd": ["ArgumentParser", "CofferAgent", "CofferKeybag"],
         "coffer": ["CofferCLISupport", "CofferClient", "CofferModel", "CofferSystem"],
@@ -87,7 +103,8 @@ import Testing
 
     /// Test targets that must stay off a layer: the service core's tests drive it without any wire or front end.
     static let testsKeptOff: [String: Set<String>] = [
-        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferClient"],
+        "CofferServiceTests": ["CofferProtocol", "CofferPluginProtocol", "CofferAgent", "CofferAgentPrompt", "CofferClient", "CofferNativeFrontEnd",
+                               "CofferSSHAgentFrontEnd", "CofferSocketServer"],
     ]
 
     /// What is wrong with `targets` against `allowed`: one message per module without a row, per edge

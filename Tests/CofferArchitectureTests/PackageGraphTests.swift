@@ -118,6 +118,8 @@ import Testing
         // the plugin protocol, the client library on the wire (and the prompter).
         "CofferTrust": 6, "CofferIdentity": 6, "CofferPluginClient": 6, "CofferPluginHost": 6, "CofferClient": 6,
         "CofferTestSupport": 6,
+        // SSH keys as keychain items, on the SSH wire codec and the SSH key crypto.
+        "CofferSSHKeyItems": 6,
         // The protocol-free service core (issue #25), over keychain, policy, identity, audit and plugins.
         "CofferService": 7, "CofferCLISupport": 7, "coffer-plugin-host": 7,
         // The Secret Service front end (issue #26): the bus on one side, the agent through CofferClient on the other.
@@ -129,16 +131,20 @@ import Testing
         // Apple's keychain API over the client library (issue #46): Security, and LocalAuthentication on it (as on
         // Apple platforms, where LAContext evaluates a SecAccessControl).
         "Security": 7, "LocalAuthentication": 8,
-        // Front ends: the agent (native protocol adapter) and the command-line tools.
-        "CofferAgent": 8, "CofferServiceTestSupport": 8,
+        // The agent's socket server (over the core for its log throttle) and its own prompter; the command-line tools.
+        "CofferSocketServer": 8, "CofferAgentPrompt": 8, "CofferServiceTestSupport": 8,
         "coffer": 8, "coffer-cli": 8, "coffer-secret-service": 8, "pinentry-coffer": 8, "git-credential-coffer": 8,
-        "cofferd": 9, "coffer-bench": 9,
+        // The agent's front ends, on the socket server and the prompter.
+        "CofferSSHAgentFrontEnd": 9, "CofferNativeFrontEnd": 9,
+        // The agent's composition: the core, its front ends and their listeners.
+        "CofferAgent": 10,
+        "cofferd": 11, "coffer-bench": 9,
     ]
 
     /// Modules only a few others may use (test targets aside): what holds keys and items, and PAM.
     static let confined: [String: Set<String>] = {
-        let keyHolders: Set<String> = ["CofferKeychain", "CofferService", "CofferAgent", "CofferServiceTestSupport", "CofferTestSupport",
-                                       "cofferd", "coffer-bench"]
+        let keyHolders: Set<String> = ["CofferKeychain", "CofferService", "CofferAgent", "CofferNativeFrontEnd", "CofferSSHAgentFrontEnd",
+                                       "CofferServiceTestSupport", "CofferTestSupport", "cofferd", "coffer-bench"]
         return [
             "CofferStore": ["CofferKeychain"],
             "CofferKeybag": keyHolders,

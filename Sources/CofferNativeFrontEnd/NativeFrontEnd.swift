@@ -2,12 +2,15 @@ import CofferCrypto
 import CofferModel
 import CofferProtocol
 import CofferService
+import CofferSocketServer
 import CofferSystem
 import Glibc
-import Logging
+package import Logging
 
 /// The native protocol's framing: a 4-byte big-endian length, then the body (WireProtocol.md).
-struct NativeFraming: Framing {
+package struct NativeFraming: Framing {
+    package init() {}
+
     func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd> {
         let maximum = conn.maximumBody ?? WireFormat.maximumBodyBytes
         return conn.readLengthPrefixedFrame(headerBytes: 4, bodyLength: { header in
@@ -21,9 +24,14 @@ struct NativeFraming: Framing {
 /// through the ``Pipeline`` (the adapter onto the service core) with the connection's ``Session``,
 /// writes the reply; AUTH_NEEDED / AUTH_RESPONSE go over the connection itself
 /// (``ConnectionAuthChannel``), and a subscribed connection gets lock events as EVENT frames.
-struct NativeFrontEnd: ConnectionHandler {
+package struct NativeFrontEnd: ConnectionHandler {
     let pipeline: Pipeline
     let logger: Logger
+
+    package init(pipeline: Pipeline, logger: Logger) {
+        self.pipeline = pipeline
+        self.logger = logger
+    }
 
     /// Reads frames until the peer closes, breaks framing or misses a deadline, or the pipeline
     /// closes the session. The session is this thread's alone.

@@ -1,12 +1,15 @@
+package import CofferAgentPrompt
 import CofferCrypto
-import CofferIdentity
+package import CofferIdentity
 import CofferKeybag
 import CofferKeychain
-import CofferModel
+package import CofferModel
 import CofferPolicy
 import CofferPrompt
 import CofferProtocol
-import CofferService
+import CofferSSHKeyItems
+package import CofferService
+import CofferSocketServer
 import CofferSystem
 import Glibc
 import Logging
@@ -19,7 +22,7 @@ import Logging
 /// reply sizes (`WireFormat`'s frame and page limits), subscriptions and AUTH_OPTIONS. Everything else
 /// is one call of ``KeychainService`` (CofferService) with the session's ``CallerContext``, its answer
 /// encoded as an ``AgentResponse``.
-final class Pipeline: Sendable {
+package final class Pipeline: Sendable {
     /// The service core every front end shares.
     let service: KeychainService
     /// Identifies the process a DELEGATE hands over (nil: DELEGATE is refused, as by an agent that
@@ -39,7 +42,7 @@ final class Pipeline: Sendable {
     /// Native connections greeted and requests handled (COUNTERS).
     private let served = Protected<(connections: UInt64, requests: UInt64)>((0, 0))
 
-    init(service: KeychainService, resolver: IdentityResolver? = nil,
+    package init(service: KeychainService, resolver: IdentityResolver? = nil,
          promptChannel: (@Sendable () -> Result<AgentPromptChannel, PromptUnavailable>)? = nil, sync: SyncService? = nil,
          prompterReport: (@Sendable () -> PrompterReply)? = nil, files: FileProtectionService? = nil) {
         self.service = service
@@ -105,7 +108,7 @@ final class Pipeline: Sendable {
         session.greeted(version: version, clientName: client)
         served.withLock { $0.connections &+= 1 }
         logger.debug("hello", metadata: ["client": "\(client)", "peer": "\(session.peer)", "version": "\(version)"])
-        return .helloReply(version: version, agentVersion: Agent.version)
+        return .helloReply(version: version, agentVersion: CofferVersion.current)
     }
 
     /// One service call per request kind.

@@ -10,9 +10,9 @@ import CofferSystem
 /// Secret key parts live in ``SecureBytes`` inside ``CofferSSHKeys/SSHPrivateKey`` (wiped when a key
 /// goes); a FIDO key's handle in ``CofferSSHAgentProtocol/SSHSecurityKeyPrivateKey`` likewise. The lock passphrase is never kept: only its keyed BLAKE2b hash under a random key made at
 /// LOCK, compared in constant time (`sodium_memcmp`) at UNLOCK.
-final class SSHAgentKeyStore: Sendable {
+package final class SSHAgentKeyStore: Sendable {
     /// One key added with ADD_IDENTITY / ADD_ID_CONSTRAINED.
-    struct Key: Sendable {
+    package struct Key: Sendable {
         /// What signs: a private key in the agent's memory, or an authenticator through its middleware.
         enum Signer: Sendable {
             /// The private key (wiped when the key goes) and its public half.
@@ -33,7 +33,7 @@ final class SSHAgentKeyStore: Sendable {
         var destinations: [SSHDestinationConstraint] = []
 
         /// The fingerprint of the key that signs (a certificate key's: its certified key's).
-        var fingerprint: String {
+        package var fingerprint: String {
             switch signer {
             case .software(_, let publicKey): publicKey.fingerprint
             case .securityKey(let key, _): key.publicKey.fingerprint
@@ -91,6 +91,8 @@ final class SSHAgentKeyStore: Sendable {
 
     /// Most keys the store holds: each one's secret takes locked memory the keychain needs too.
     static let maximumKeys = 256
+
+    package init() {}
 
     /// Adds `key` (or replaces the one with the same public key).
     func add(_ key: Key) -> AddOutcome {
@@ -178,13 +180,13 @@ final class SSHAgentKeyStore: Sendable {
     }
 
     /// Forgets every key and the lock, locked or not (at shutdown).
-    func clear() { state.withLock { $0 = State() } }
+    package func clear() { state.withLock { $0 = State() } }
 
     var isLocked: Bool { state.withLock { $0.lock != nil } }
 
     /// Drops the keys whose lifetime is over (their secrets are wiped as they are freed); returns them.
     @discardableResult
-    func expire(now: Double = Threads.monotonicSeconds()) -> [Key] {
+    package func expire(now: Double = Threads.monotonicSeconds()) -> [Key] {
         state.withLock { s in
             let gone = s.keys.filter { $0.expired(now) }
             if !gone.isEmpty { s.keys.removeAll { $0.expired(now) } }

@@ -1,18 +1,18 @@
-import CofferModel
+package import CofferModel
 import CofferService
-import CofferPrompt
-import CofferSystem
+package import CofferPrompt
+package import CofferSystem
 import Glibc
 
 /// Why the agent cannot ask the person itself.
-enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConvertible {
+package enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConvertible {
     /// No pinentry: `pinentry = none`, or none installed that the default search takes (the reason).
     case noPinentry(String)
     /// No display the dialog may appear on: logind reports no local graphical session of the user
     /// (or cannot be asked), and the configuration names no `prompt-display`.
     case noDisplay(LoginSessions.LookupError)
 
-    var description: String {
+    package var description: String {
         switch self {
         case .noPinentry(let why): "no pinentry: \(why)"
         case .noDisplay(let why): "no display to show the dialog on: \(why); prompt-display = DISPLAY in cofferd.conf names one"
@@ -20,7 +20,7 @@ enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// The error a request that needed the person gets.
-    var error: SecError { SecError(.interactionNotAllowed, "nobody can be asked: \(description)") }
+    package var error: SecError { SecError(.interactionNotAllowed, "nobody can be asked: \(description)") }
 }
 
 /// The person reached by the agent itself, through the user's pinentry: the ``AuthChannel`` for
@@ -35,7 +35,7 @@ enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConvertible {
 /// one that cannot start, exits, crashes or writes garbage ends the request at once as if the
 /// client went away (userCancel). The answer (a passcode, an application password) arrives in
 /// secure memory; nothing secret goes into the pinentry's arguments or environment.
-final class AgentPromptChannel: AuthChannel {
+package final class AgentPromptChannel: AuthChannel {
     private let prompter: PinentryPrompter
     private let clock: any MonotonicClock
     /// Why the last wait ended without a person's answer (for the log; nil: it did not).
@@ -43,47 +43,9 @@ final class AgentPromptChannel: AuthChannel {
 
     /// `program`: the pinentry; `environment`: its environment (``PinentryEnvironment``); `clock`:
     /// the clock the request's deadlines are on; `timeoutSeconds`: the prompter's hard deadline.
-    init(program: String, environment: [String], clock: any MonotonicClock, timeoutSeconds: Double, replyTimeout: Double = 10) {
+    package init(program: String, environment: [String], clock: any MonotonicClock, timeoutSeconds: Double, replyTimeout: Double = 10) {
         prompter = PinentryPrompter(program: program, environment: environment, timeoutSeconds: timeoutSeconds, replyTimeout: replyTimeout)
         self.clock = clock
-    }
-
-    /// The channel `configuration` asks for (its ``AgentConfiguration/pinentryChoice``), its dialog on
-    /// the person's login session (``promptDisplay(_:loginctl:)``). Fails when nobody can be asked: no
-    /// pinentry, or no display the dialog may appear on.
-    static func open(configuration: AgentConfiguration, clock: any MonotonicClock,
-                     loginctl: String = LoginSessions.loginctl) -> Result<AgentPromptChannel, PromptUnavailable> {
-        let choice = configuration.pinentryChoice
-        guard let program = choice.program else { return .failure(.noPinentry(choice.reason)) }
-        switch promptDisplay(configuration, loginctl: loginctl) {
-        case .failure(let why): return .failure(.noDisplay(why))
-        case .success(let display):
-            return .success(AgentPromptChannel(program: program, environment: PinentryEnvironment.current(on: display), clock: clock,
-                                               timeoutSeconds: configuration.authenticationTimeoutSeconds))
-        }
-    }
-
-    /// Where the agent's dialogs appear: the display `prompt-display` names if the configuration has
-    /// one, else the agent's user's active, local, graphical login session as systemd-logind reports
-    /// it now (read with `loginctl`). Never the display of the agent's environment, the user manager's
-    /// or a client's: any process of the user can set those.
-    static func promptDisplay(_ configuration: AgentConfiguration,
-                              loginctl: String = LoginSessions.loginctl) -> Result<PromptDisplay, LoginSessions.LookupError> {
-        if let configured = configuration.promptDisplay { return .success(configured) }
-        return LoginSessions.promptDisplay(uid: getuid(), loginctl: loginctl)
-    }
-
-    /// What PROMPTER answers (`coffer status`): the pinentry `configuration` chooses and why, and
-    /// where its dialogs appear now (or why nowhere).
-    static func report(configuration: AgentConfiguration, loginctl: String = LoginSessions.loginctl) -> PrompterReply {
-        let choice = configuration.pinentryChoice
-        switch promptDisplay(configuration, loginctl: loginctl) {
-        case .success(let display):
-            return PrompterReply(program: choice.program, reason: choice.reason, hasDisplay: true, display: display.description)
-        case .failure(let why):
-            return PrompterReply(program: choice.program, reason: choice.reason, hasDisplay: false,
-                                 display: "\(why); prompt-display = DISPLAY in cofferd.conf names one")
-        }
     }
 
     func ask(_ request: AuthenticationRequest) { prompter.ask(request) }
@@ -119,9 +81,14 @@ final class AgentPromptChannel: AuthChannel {
 
 /// The agent's prompter as the core's ``ConfirmationChannel`` (the signature witness's dialog): the
 /// dialog ends at once if the client's socket `client` hangs up.
-struct AgentConfirmation: ConfirmationChannel {
+package struct AgentConfirmation: ConfirmationChannel {
     let channel: AgentPromptChannel
     let client: Int32
+
+    package init(channel: AgentPromptChannel, client: Int32) {
+        self.channel = channel
+        self.client = client
+    }
 
     func confirm(_ description: String, app: String) -> ConfirmationOutcome {
         switch channel.confirm(description, app: app, client: client) {

@@ -1,5 +1,5 @@
 import CofferCrypto
-import CofferPluginClient
+package import CofferPluginClient
 import CofferSSHAgentProtocol
 import CofferSSHKeys
 import CofferSystem
@@ -18,7 +18,7 @@ import Glibc
 /// support, what `ssh-add` names when `SSH_SK_PROVIDER` is unset) is always allowed, as in OpenSSH,
 /// and runs where OpenSSH runs it: in OpenSSH's own `ssh-sk-helper` (``OpenSSHSecurityKeyHelper``), one
 /// process per signature; without that program such a key is refused when added.
-final class SSHSecurityKeySigner: Sendable {
+package final class SSHSecurityKeySigner: Sendable {
     /// The allow-list's patterns, as given (comma-separated).
     let allowedProviders: String
     /// The helper that runs a middleware; nil when `coffer-plugin-host` could not be found.
@@ -29,7 +29,7 @@ final class SSHSecurityKeySigner: Sendable {
     private let running = Protected(0)
     static let maximumConcurrentSignatures = 8
 
-    init(allowedProviders: String, middleware: SecurityKeyMiddleware?, openSSHHelper: OpenSSHSecurityKeyHelper? = nil) {
+    package init(allowedProviders: String, middleware: SecurityKeyMiddleware?, openSSHHelper: OpenSSHSecurityKeyHelper? = nil) {
         self.allowedProviders = allowedProviders
         self.middleware = middleware
         self.openSSHHelper = openSSHHelper
@@ -37,16 +37,6 @@ final class SSHSecurityKeySigner: Sendable {
 
     /// The name a key gives for OpenSSH's built-in FIDO support (compared without case, as OpenSSH does).
     static let internalProvider = "internal"
-
-    /// The agent's: the configured allow-list, and `coffer-plugin-host` where the plugin host is
-    /// found (the `plugin-host` key, else beside `cofferd`), logging to `plugin-host.log` in the
-    /// state directory as the plugin host does.
-    convenience init(configuration: AgentConfiguration) {
-        let executable = configuration.pluginHost ?? ThisProcess.executablePath().map { Files.directoryName($0) + "/coffer-plugin-host" }
-        self.init(allowedProviders: configuration.sshAllowedProviders,
-                  middleware: executable.map { SecurityKeyMiddleware(executable: $0, logFile: configuration.stateDirectory + "/plugin-host.log") },
-                  openSSHHelper: OpenSSHSecurityKeyHelper.installed)
-    }
 
     /// Why a FIDO key is not added (the log line's reason).
     struct Refusal: Error, Equatable {

@@ -1,13 +1,13 @@
-import CofferCrypto
-import CofferModel
-import CofferSystem
+package import CofferCrypto
+package import CofferModel
+package import CofferSystem
 import Glibc
-import Logging
+package import Logging
 
 /// How a front end cuts its byte stream into frames (the native protocol: a length prefix; a line
 /// protocol: up to a newline). Built on ``Connection``'s readers, so every framing runs under the
 /// same deadlines and the same ``FrameBudget``.
-protocol Framing: Sendable {
+package protocol Framing: Sendable {
     /// Reads one frame from `conn`: before the conversation is `greeted`, its first byte must come
     /// within the connection's first-frame limit; `bufferedOnly` reads only what is already there.
     func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd>
@@ -16,7 +16,7 @@ protocol Framing: Sendable {
 /// A front end's side of a connection: serves one admitted, identified connection until it ends
 /// (the server then forgets and closes it). It reads frames with ``SocketServer/readFrame(_:greeted:replying:)``
 /// and runs each request inside ``SocketServer/request(_:)``, so shutdown can drain it.
-protocol ConnectionHandler: Sendable {
+package protocol ConnectionHandler: Sendable {
     func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer)
 }
 
@@ -26,21 +26,21 @@ protocol ConnectionHandler: Sendable {
 /// thread, and hands the connection to its ``ConnectionHandler``, which reads frames in the listener's
 /// ``Framing`` under the first-frame timeout, the frame deadline and the shared ``FrameBudget``.
 /// Shutdown (``Agent/shutdown()``) stops every listener, then drains the requests in flight.
-final class SocketServer: Sendable {
+package final class SocketServer: Sendable {
     /// The listener's name in logs (`native`, `ssh-agent`, …).
     let name: String
     private let listener: FileDescriptor
     let framing: any Framing
     let handler: any ConnectionHandler
-    let registry: ConnectionRegistry
-    let budget: FrameBudget
+    package let registry: ConnectionRegistry
+    package let budget: FrameBudget
     let limits: Connection.Limits
     let refusals: RefusalLog
     let logger: Logger
     /// A connection's caller (nil: refuse it; the reason is logged by the identifier).
     private let identify: @Sendable (Connection) -> CallerIdentity?
 
-    init(name: String, listener: consuming FileDescriptor, framing: any Framing, handler: any ConnectionHandler,
+    package init(name: String, listener: consuming FileDescriptor, framing: any Framing, handler: any ConnectionHandler,
          registry: ConnectionRegistry, budget: FrameBudget, limits: Connection.Limits, refusals: RefusalLog, logger: Logger,
          identify: @escaping @Sendable (Connection) -> CallerIdentity?) {
         self.name = name
@@ -56,10 +56,10 @@ final class SocketServer: Sendable {
     }
 
     /// Starts the accept loop on its own thread.
-    func start() { Threads.detach { [self] in acceptLoop() } }
+    package func start() { Threads.detach { [self] in acceptLoop() } }
 
     /// Stops accepting (the accept loop ends once the registry is stopping).
-    func stopAccepting() { Glibc.shutdown(listener.rawValue, Int32(SHUT_RDWR)) }
+    package func stopAccepting() { Glibc.shutdown(listener.rawValue, Int32(SHUT_RDWR)) }
 
     private func acceptLoop() {
         while true {
@@ -121,12 +121,12 @@ final class SocketServer: Sendable {
 
     /// The connection's next frame (the caller releases its grant with ``release(_:)``); polls
     /// briefly first while few clients are connected and the conversation is `replying`.
-    func readFrame(_ conn: Connection, greeted: Bool, replying: Bool = true) -> Result<Connection.Frame, Connection.ReadEnd> {
+    package func readFrame(_ conn: Connection, greeted: Bool, replying: Bool = true) -> Result<Connection.Frame, Connection.ReadEnd> {
         conn.readFrame(greeted: greeted, spinMicros: replying ? spinBudget() : 0, budget: budget, bufferedOnly: !replying)
     }
 
     /// Gives a frame's budget back and closes the descriptors passed with it that nobody took.
-    func release(_ frame: Connection.Frame) {
+    package func release(_ frame: Connection.Frame) {
         budget.release(frame.grant)
         frame.descriptors.closeAll()
     }
@@ -136,7 +136,7 @@ final class SocketServer: Sendable {
     /// framing or misses a deadline (reported as not sending `firstFrame`), runs each body through
     /// `handle` as a request in flight, and ends when `handle` returns false (its reply could not be
     /// sent) or the server stops. Each frame's budget is given back after its request.
-    func serveRequests(_ conn: Connection, firstFrame: String, _ handle: (SecureBytes) -> Bool) {
+    package func serveRequests(_ conn: Connection, firstFrame: String, _ handle: (SecureBytes) -> Bool) {
         var greeted = false
         while true {
             let frame: Connection.Frame
@@ -153,14 +153,14 @@ final class SocketServer: Sendable {
     }
 
     /// Runs one request as in flight (shutdown waits for it); nil if the server is stopping.
-    func request<T>(_ body: () -> T) -> T? {
+    package func request<T>(_ body: () -> T) -> T? {
         guard registry.beginRequest() else { return nil }
         defer { registry.endRequest() }
         return body()
     }
 
     /// Logs (rate-limited) why a connection ended, when it was not the client's doing.
-    func reportEnd(_ end: Connection.ReadEnd, of conn: Connection, firstFrame: String) {
+    package func reportEnd(_ end: Connection.ReadEnd, of conn: Connection, firstFrame: String) {
         switch end {
         case .closed: return
         case .helloTimeout:

@@ -1,6 +1,6 @@
 import CofferCrypto
-import CofferSSHAgentProtocol
-import CofferSSHKeys
+package import CofferSSHAgentProtocol
+package import CofferSSHKeys
 
 // The one place the wire codec's SSH types (CofferSSHAgentProtocol) and the crypto layer's
 // (CofferSSHKeys) meet: both name their types SSHPublicKey, SSHSignature and SSHPrivateKey, so each
@@ -8,7 +8,7 @@ import CofferSSHKeys
 
 extension SSHECDSACurve {
     /// The crypto layer's curve.
-    var cryptoCurve: SSHCurve {
+    package var cryptoCurve: SSHCurve {
         switch self {
         case .nistp256: .p256
         case .nistp384: .p384
@@ -20,7 +20,7 @@ extension SSHECDSACurve {
 extension SSHWirePrivateKey {
     /// The key as the crypto layer holds it, checked to form a key (``CofferSSHKeys/SSHPrivateKey/init(components:)``).
     /// Secret parts move from secure memory to secure memory.
-    func cryptoKey() throws(SSHKeyError) -> SSHPrivateKey {
+    package func cryptoKey() throws(SSHKeyError) -> SSHPrivateKey {
         switch self {
         case .ed25519(let publicKey, let secret):
             // The wire secret is seed ‖ public key; the crypto layer takes the seed.
@@ -35,7 +35,7 @@ extension SSHWirePrivateKey {
 
 extension SSHWirePublicKey {
     /// The key as the crypto layer verifies with it.
-    var cryptoKey: SSHPublicKey {
+    package var cryptoKey: SSHPublicKey {
         switch self {
         case .ed25519(let pk): .ed25519(pk)
         case .ecdsa(let curve, let q): .ecdsa(curve: curve.cryptoCurve, q: q)
@@ -44,7 +44,7 @@ extension SSHWirePublicKey {
     }
 
     /// The ECDSA curve of the key; nil for the others.
-    var ecdsaCurve: SSHECDSACurve? {
+    package var ecdsaCurve: SSHECDSACurve? {
         if case .ecdsa(let curve, _) = self { return curve }
         return nil
     }
@@ -53,7 +53,7 @@ extension SSHWirePublicKey {
 extension SSHWireSignature {
     /// A signature the crypto layer made with a key whose public half is `key`, as the wire carries
     /// it; nil if the two disagree (never for a signature this key made).
-    init?(_ signature: SSHSignature, by key: SSHWirePublicKey) {
+    package init?(_ signature: SSHSignature, by key: SSHWirePublicKey) {
         switch signature {
         case .ed25519(let s):
             guard let wire = try? Self.ed25519(validating: s) else { return nil }
@@ -73,7 +73,7 @@ extension SSHWireSignature {
     }
 
     /// The signature as the crypto layer verifies it.
-    var cryptoSignature: SSHSignature {
+    package var cryptoSignature: SSHSignature {
         switch self {
         case .ed25519(let s): .ed25519(s)
         case .ecdsa(_, let r, let s): .ecdsa(r: r, s: s)
@@ -84,7 +84,7 @@ extension SSHWireSignature {
 
 extension SSHRSASignatureAlgorithm {
     /// The hash the crypto layer signs with.
-    var cryptoHash: SSHRSAHash {
+    package var cryptoHash: SSHRSAHash {
         switch self {
         case .sha1: .sha1
         case .sha256: .sha256
@@ -95,7 +95,7 @@ extension SSHRSASignatureAlgorithm {
 
 extension SSHCurve {
     /// The wire codec's curve.
-    var wireCurve: SSHECDSACurve {
+    package var wireCurve: SSHECDSACurve {
         switch self {
         case .p256: .nistp256
         case .p384: .nistp384
@@ -107,7 +107,7 @@ extension SSHCurve {
 extension SSHPrivateKey {
     /// The key in the wire codec's form (to store it as a keychain item). Secret parts move from
     /// secure memory to secure memory.
-    var wireKey: SSHWirePrivateKey {
+    package var wireKey: SSHWirePrivateKey {
         switch components {
         case .ed25519(let seed, let publicKey):
             // The wire secret is seed ‖ public key (libsodium's secret key).

@@ -1,11 +1,11 @@
-import CofferModel
+package import CofferModel
 import CofferSystem
 import Logging
 
 /// The open connections of every listener and what shutdown needs: per-process counts (the admission
 /// limits, across all listeners), the requests in flight, and the stopping flag, all owned by one mutex. Shutdown waits on its condition
 /// variable for the requests in flight to finish.
-final class ConnectionRegistry: Sendable {
+package final class ConnectionRegistry: Sendable {
     private struct State {
         var connections: [ObjectIdentifier: Connection] = [:]
         /// Open connections per process (pid 0: unknown, shared): the peer's pid, or for a delegated
@@ -20,9 +20,9 @@ final class ConnectionRegistry: Sendable {
 
     private let state = Protected(State())
     let maxConnections: Int
-    let maxPerProcess: Int
+    package let maxPerProcess: Int
 
-    init(maxConnections: Int, maxPerProcess: Int) {
+    package init(maxConnections: Int, maxPerProcess: Int) {
         self.maxConnections = maxConnections
         self.maxPerProcess = maxPerProcess
     }
@@ -57,7 +57,7 @@ final class ConnectionRegistry: Sendable {
     /// delegated to the process it serves (DELEGATE) uses that process's allowance, not the front
     /// end's, so that one client process of a front end cannot use up what every other client of it
     /// shares. False, and nothing changed, when `pid` already has ``maxPerProcess`` connections.
-    func account(_ conn: Connection, to pid: Int32) -> Bool {
+    package func account(_ conn: Connection, to pid: Int32) -> Bool {
         state.withLock { s in
             let id = ObjectIdentifier(conn)
             guard let from = s.countedAs[id] else { return false }
@@ -75,7 +75,7 @@ final class ConnectionRegistry: Sendable {
     var count: Int { state.withLock { $0.connections.count } }
 
     /// True once ``stop()`` was called.
-    var isStopping: Bool { state.withLock { $0.stopping } }
+    package var isStopping: Bool { state.withLock { $0.stopping } }
 
     /// Counts a request in flight; false once stopping (the request must not run).
     func beginRequest() -> Bool {
@@ -96,7 +96,7 @@ final class ConnectionRegistry: Sendable {
     }
 
     /// Refuses new connections and requests from now on; returns the open connections.
-    func stop() -> [Connection] {
+    package func stop() -> [Connection] {
         state.withLock { s in
             s.stopping = true
             return Array(s.connections.values)
@@ -104,13 +104,13 @@ final class ConnectionRegistry: Sendable {
     }
 
     /// Waits (on the condition variable, no polling) until no request is in flight; false after `timeout` seconds.
-    func drain(timeout: Double) -> Bool {
+    package func drain(timeout: Double) -> Bool {
         state.withLock(waitingUntil: { $0.inFlight == 0 }, timeout: timeout) { _ in true } ?? false
     }
 
     /// Sends `event` to every subscriber, whatever its listener, in its front end's encoding, without
     /// waiting; a subscriber that stopped reading is dropped.
-    func broadcast(_ event: LockEvent, refusals: RefusalLog) {
+    package func broadcast(_ event: LockEvent, refusals: RefusalLog) {
         let subscribers = state.withLock { $0.connections.values.filter { $0.isSubscribed } }
         for c in subscribers {
             guard let frame = c.eventFrame(event), !c.sendEvent(frame) else { continue }

@@ -1,4 +1,5 @@
 import CofferModel
+import CofferSSHKeyItems
 import CofferService
 import CofferSSHAgentProtocol
 import Logging

@@ -1,6 +1,8 @@
+import CofferAgentPrompt
 import CofferModel
 import CofferPrompt
 import CofferSSHAgentProtocol
+import CofferSSHKeyItems
 import CofferSSHKeys
 import CofferService
 import Glibc

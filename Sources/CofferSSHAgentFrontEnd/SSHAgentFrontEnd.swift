@@ -1,17 +1,22 @@
+package import CofferAgentPrompt
 import CofferCrypto
 import CofferKeychain
-import CofferModel
+package import CofferModel
 import CofferSSHAgentProtocol
+import CofferSSHKeyItems
 import CofferSSHKeys
-import CofferService
+package import CofferService
+package import CofferSocketServer
 import CofferSystem
-import Logging
+package import Logging
 
 /// The ssh-agent protocol's framing (draft-miller-ssh-agent §3): a 4-byte big-endian length, then a
 /// body of 1 to ``CofferSSHAgentProtocol/SSHAgentFraming/maximumBodyBytes`` bytes. Any other length
 /// closes the connection (``Connection/ReadEnd/badLength``).
-struct SSHAgentFraming: Framing {
-    func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd> {
+package struct SSHAgentFraming: Framing {
+    package init() {}
+
+    package func readFrame(from conn: Connection, greeted: Bool, budget: FrameBudget, bufferedOnly: Bool) -> Result<Connection.Frame, Connection.ReadEnd> {
         conn.readLengthPrefixedFrame(headerBytes: 4, bodyLength: { header in
             try? CofferSSHAgentProtocol.SSHAgentFraming.bodyLength(prefix: Array(header))
         }, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
@@ -44,7 +49,7 @@ struct SSHAgentFraming: Framing {
 ///
 /// Keys that are keychain items (``SSHKeyItems``) come after the ssh-add keys in a listing, as the
 /// caller's access groups see them, and sign through the service core (``signWithItem(blob:data:flags:_:)``).
-struct SSHAgentFrontEnd: ConnectionHandler {
+package struct SSHAgentFrontEnd: ConnectionHandler {
     let keys: SSHAgentKeyStore
     /// FIDO keys' middlewares: which a key may name, and the helper process each signature runs in.
     let securityKeys: SSHSecurityKeySigner
@@ -56,6 +61,16 @@ struct SSHAgentFrontEnd: ConnectionHandler {
     /// Where refused LOCKs and UNLOCKs are logged, at most one line per kind and interval.
     let refusals: RefusalLog
     let logger: Logger
+
+    package init(keys: SSHAgentKeyStore, securityKeys: SSHSecurityKeySigner, service: KeychainService,
+                 promptChannel: @escaping @Sendable () -> AgentPromptChannel?, refusals: RefusalLog, logger: Logger) {
+        self.keys = keys
+        self.securityKeys = securityKeys
+        self.service = service
+        self.promptChannel = promptChannel
+        self.refusals = refusals
+        self.logger = logger
+    }
 
     /// The extensions `query` reports.
     static let supportedExtensions = ["query", "session-bind@openssh.com"]
@@ -76,7 +91,7 @@ struct SSHAgentFrontEnd: ConnectionHandler {
         var clientDescriptor: Int32 = -1
     }
 
-    func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
+    package func serve(_ conn: Connection, caller: CallerIdentity, server: SocketServer) {
         var state = ConnectionState(context: CallerContext(caller: caller))
         state.clientDescriptor = conn.fd
         server.serveRequests(conn, firstFrame: "request") { body in send(handle(body: body, state: &state), on: conn) }

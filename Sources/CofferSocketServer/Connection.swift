@@ -1,6 +1,6 @@
-import CofferCrypto
-import CofferModel
-import CofferSystem
+package import CofferCrypto
+package import CofferModel
+package import CofferSystem
 import Glibc
 
 /// One client connection of a ``SocketServer``: its socket, its peer, and frame I/O in its front
@@ -16,7 +16,7 @@ import Glibc
 /// dripping a byte every few seconds cannot hold the connection, or the locked memory its frame
 /// needs, for longer); time spent waiting for frame budget does not count against it. Between
 /// frames, a greeted client may stay idle as long as it likes.
-final class Connection: @unchecked Sendable {
+package final class Connection: @unchecked Sendable {
     // @unchecked Sendable: `socket`, `peer`, `limits` and `connectedAt` are immutable and the flags and the
     // event queue are owned by `state`, but `writes` is a bare mutex that guards the socket's write side
     // (no Swift state), and reads happen on the serving thread only: the compiler cannot see either.
@@ -24,9 +24,9 @@ final class Connection: @unchecked Sendable {
     /// thread that still holds it, such as a lock-event broadcast, could write to the number reused).
     private let socket: FileDescriptor
     /// The socket's descriptor number (valid while this connection lives).
-    var fd: Int32 { socket.rawValue }
+    package var fd: Int32 { socket.rawValue }
     /// Who connected (SO_PEERCRED at accept time, and /proc/PID/exe).
-    let peer: PeerIdentity
+    package let peer: PeerIdentity
     /// The time limits this connection runs under.
     let limits: Limits
     /// How its front end cuts the byte stream into frames.
@@ -53,7 +53,7 @@ final class Connection: @unchecked Sendable {
     /// The largest frame body this conversation accepts now, both ways, once its front end has set one
     /// (nil: the framing's own limit). The native front end sets it after a HELLO: 256 KiB, or 1.5 MiB
     /// at version 4.
-    var maximumBody: Int? {
+    package var maximumBody: Int? {
         get { state.withLock { $0.maximumBody } }
         set { state.withLock { $0.maximumBody = newValue } }
     }
@@ -67,11 +67,16 @@ final class Connection: @unchecked Sendable {
     static let stuckWriteSeconds = 0.5
 
     /// Per-connection time limits (configurable for tests; see ``AgentConfiguration``).
-    struct Limits: Sendable {
+    package struct Limits: Sendable {
         /// The whole frame must arrive within this many seconds of its first byte.
         var frameSeconds: Double = 10
         /// The first byte of the first frame (HELLO) must arrive within this many seconds of the connection.
         var helloSeconds: Double = 5
+
+        package init(frameSeconds: Double = 10, helloSeconds: Double = 5) {
+            self.frameSeconds = frameSeconds
+            self.helloSeconds = helloSeconds
+        }
     }
 
     init(socket: consuming FileDescriptor, peer: PeerIdentity, limits: Limits = Limits(), framing: any Framing) {
@@ -87,10 +92,10 @@ final class Connection: @unchecked Sendable {
     var isSubscribed: Bool { state.withLock { $0.eventEncoding != nil && !$0.closed } }
 
     /// The topics the connection is subscribed to (empty before SUBSCRIBE).
-    var subscribedTopics: EventTopics { state.withLock { $0.eventTopics } }
+    package var subscribedTopics: EventTopics { state.withLock { $0.eventTopics } }
 
     /// Marks the connection subscribed to `topics`: their events go out encoded by `encoding`.
-    func subscribe(to topics: EventTopics, encoding: @escaping @Sendable (LockEvent) -> [UInt8]) {
+    package func subscribe(to topics: EventTopics, encoding: @escaping @Sendable (LockEvent) -> [UInt8]) {
         state.withLock { s in
             s.eventEncoding = encoding
             s.eventTopics = topics
@@ -106,7 +111,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Why ``readFrame(greeted:spinMicros:budget:bufferedOnly:)`` returned no frame.
-    enum ReadEnd: Error {
+    package enum ReadEnd: Error {
         /// The peer closed (or the connection was closed), or a socket error.
         case closed
         /// No first frame (HELLO) began within ``Limits/helloSeconds``.
@@ -128,7 +133,7 @@ final class Connection: @unchecked Sendable {
     /// `bufferedOnly`: read only what the socket already holds, never wait (after a reply could not
     /// be sent, the requests the client sent before it closed still run; see ``Agent``): a frame not
     /// wholly there is reported as ``ReadEnd/closed``.
-    func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
+    package func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
         if spinMicros > 0, !bufferedOnly { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
         return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
     }
@@ -136,7 +141,7 @@ final class Connection: @unchecked Sendable {
     /// A frame of a length-prefixed framing: a header of `headerBytes` bytes that `bodyLength` turns
     /// into the body's length (nil: outside the protocol's bounds), then the body, into secure memory,
     /// under ``FrameBudget`` and the deadlines above.
-    func readLengthPrefixedFrame(headerBytes: Int, bodyLength: (UnsafeRawBufferPointer) -> Int?, greeted: Bool, budget: FrameBudget,
+    package func readLengthPrefixedFrame(headerBytes: Int, bodyLength: (UnsafeRawBufferPointer) -> Int?, greeted: Bool, budget: FrameBudget,
                                  bufferedOnly: Bool) -> Result<Frame, ReadEnd> {
         var deadline: Double? = nil
         let idleUntil: Double? = greeted ? nil : connectedAt + limits.helloSeconds
@@ -195,10 +200,10 @@ final class Connection: @unchecked Sendable {
     /// A frame body read from the client, the frame budget it holds, and the descriptors the client
     /// passed (`SCM_RIGHTS`) while it was read: only a native DELEGATE takes one; every other frame's
     /// are closed with it (``PassedDescriptors`` closes what nobody took).
-    struct Frame {
-        let body: SecureBytes
-        let grant: FrameBudget.Grant
-        let descriptors: PassedDescriptors
+    package struct Frame {
+        package let body: SecureBytes
+        package let grant: FrameBudget.Grant
+        package let descriptors: PassedDescriptors
     }
 
     /// Reads exactly `buffer.count` bytes; nil on success, else why not. Until a frame's first byte
@@ -239,7 +244,7 @@ final class Connection: @unchecked Sendable {
 
     /// Sends a whole frame; false if the peer is gone or did not read for ``ioTimeout``. Events
     /// queued meanwhile go out right after it.
-    func send(_ frame: [UInt8]) -> Bool {
+    package func send(_ frame: [UInt8]) -> Bool {
         let ok = writes.withLock {
             let now = Threads.monotonicSeconds()
             state.withLock { $0.writingSince = now }
@@ -283,7 +288,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Stops the connection: the serving thread's next read fails and it releases the socket.
-    func close() {
+    package func close() {
         let first: Bool = state.withLock { s in
             defer { s.closed = true }
             return !s.closed

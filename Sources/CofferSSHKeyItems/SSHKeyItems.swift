@@ -1,6 +1,6 @@
-import CofferCrypto
-import CofferModel
-import CofferSSHAgentProtocol
+package import CofferCrypto
+package import CofferModel
+package import CofferSSHAgentProtocol
 import CofferSSHKeys
 
 /// SSH keys as keychain items (class `keys`, issue #27): what the agent writes into an item for a key
@@ -9,7 +9,7 @@ import CofferSSHKeys
 /// SecKey attributes (``KeyItem``): `kcls` private, `type`, `bsiz`, `klbl` (the SHA-256 of the public
 /// key blob: the key's SSH fingerprint), `extr` false, `sign` true, and Coffer's `pubk` (the public
 /// key blob, so listing a key opens no secret).
-enum SSHKeyItems {
+package enum SSHKeyItems {
     /// The algorithm a KEY_CREATE's `type` and `bsiz` name: Ed25519 (2100; `bsiz` 256 or none), ECDSA
     /// (73; `bsiz` 256, 384 or 521, default 256), RSA (42; `bsiz` 2048 to 8192 in steps of 16, default 3072).
     static func algorithm(_ attributes: Attributes) throws(SecError) -> SSHKeyAlgorithm {
@@ -34,7 +34,7 @@ enum SSHKeyItems {
     }
 
     /// A new key of the algorithm `attributes` name, as the item to add. Generated here, in the agent.
-    static func generated(_ attributes: Attributes) throws(SecError) -> NewItem {
+    package static func generated(_ attributes: Attributes) throws(SecError) -> NewItem {
         let algorithm = try algorithm(attributes)
         let key: SSHPrivateKey
         do {
@@ -50,7 +50,7 @@ enum SSHKeyItems {
 
     /// The item for a key given in the ssh-agent wire form (an import), checked to form a key of a
     /// supported type (an RSA key below 2048 bits is refused).
-    static func imported(wire: SecureBytes, attributes: Attributes) throws(SecError) -> NewItem {
+    package static func imported(wire: SecureBytes, attributes: Attributes) throws(SecError) -> NewItem {
         let key: SSHWirePrivateKey
         do {
             key = try SSHWirePrivateKey(wire: wire)
@@ -94,20 +94,20 @@ enum SSHKeyItems {
     }
 
     /// The public key an item's attributes carry (nil: not an SSH key this agent made).
-    static func publicKey(_ attributes: Attributes) -> SSHWirePublicKey? {
+    package static func publicKey(_ attributes: Attributes) -> SSHWirePublicKey? {
         guard attributes["kcls"] == .integer(KeyItem.KeyClass.private.rawValue),
               case .data(let blob)? = attributes[KeyItem.publicKeyAttribute] else { return nil }
         return try? SSHWirePublicKey(blob: blob)
     }
 
     /// The query that finds the key item with public key `blob`.
-    static func query(blob: [UInt8]) -> ItemQuery {
+    package static func query(blob: [UInt8]) -> ItemQuery {
         ItemQuery(itemClass: .key, attributes: ["kcls": .integer(KeyItem.KeyClass.private.rawValue), "klbl": .data(SHA256.hash(blob))])
     }
 
     /// `data` signed by a key item's private half (its secret and attributes, lent by the core for this one
     /// use), in the SSH signature blob's form; `flags` are ssh-agent's signature flags (RSA's hash).
-    static func sign(stored: SecureBytes, attributes: Attributes, data: [UInt8], flags: UInt32,
+    package static func sign(stored: SecureBytes, attributes: Attributes, data: [UInt8], flags: UInt32,
                      publicKey: SSHWirePublicKey) throws(SecError) -> SSHWireSignature {
         let key = try signingKey(stored: stored, attributes: attributes)
         let hash = SSHRSASignatureAlgorithm(signFlags: flags).cryptoHash

@@ -17,11 +17,11 @@ import Glibc
 /// time, for at most the frame deadline (``Connection/Limits/frameSeconds``), and all connections
 /// of one process (peer pid) together hold at most ``perOwnerCap`` (half the budget, at least one
 /// maximal frame), so one process dripping large frames on many connections cannot take it all.
-final class FrameBudget: Sendable {
+package final class FrameBudget: Sendable {
     /// What is free, and what each owner holds; waiters sleep on its condition variable.
     private let state: Protected<Holdings>
     /// Total bytes the budget holds.
-    let capacity: Int
+    package let capacity: Int
     /// Most bytes one owner may hold at once.
     let perOwnerCap: Int
 
@@ -41,13 +41,13 @@ final class FrameBudget: Sendable {
     }
 
     /// The default: a quarter of the process's lock budget, and room for at least one maximal frame.
-    static func standard() -> FrameBudget {
+    package static func standard() -> FrameBudget {
         let lockBudget = SecureMemory.lockBudget ?? (8 << 20)
         return FrameBudget(capacity: max(WireFormat.maximumLargeBodyBytes, lockBudget / 4))
     }
 
     /// What ``acquire(_:owner:timeout:)`` granted: give it back with ``release(_:)``.
-    struct Grant: Sendable {
+    package struct Grant: Sendable {
         let bytes: Int
         let owner: Int32
         static let none = Grant(bytes: 0, owner: 0)
@@ -68,7 +68,7 @@ final class FrameBudget: Sendable {
     }
 
     /// Returns what ``acquire(_:owner:timeout:)`` granted.
-    func release(_ grant: Grant) {
+    package func release(_ grant: Grant) {
         guard grant.bytes > 0 else { return }
         state.withLock { s in
             s.available += grant.bytes
