@@ -672,7 +672,8 @@ extension SecretServiceFrontEnd {
         retiredWritesByGroup.merge(agent.writesByGroup, uniquingKeysWith: +)
     }
 
-    /// The secrets of those of `paths` that one agent query gives: every item whose persistent
+    /// The secrets of those of `paths` that one agent query gives (one item or many: an item read by
+    /// its reference costs no index search): every item whose persistent
     /// reference the front end knows (a reference path names it; the sender's last search found a
     /// collection's item), read together by their references (WireProtocol.md: a query naming several
     /// references), each answered with the record the search found while nothing changed since it,
@@ -692,7 +693,7 @@ extension SecretServiceFrontEnd {
                 asked[ref] = asked[ref] ?? path
             }
         }
-        guard asked.count >= 2, asked.count <= ItemQuery.maximumPersistentRefs else { return [:] }
+        guard !asked.isEmpty, asked.count <= ItemQuery.maximumPersistentRefs else { return [:] }
         // The search's records stand for the items while nothing changed since it (as far as the
         // front end knows: ``changeMark()``): then only secrets and references come back, else the
         // attributes too, and each record is made afresh.

@@ -343,15 +343,16 @@ struct SecretServiceAccessControlTests {
         print("secret-tool lookup, protected: \(roundTrips(g)) round trips (\(g.requests) requests), \(g.connections) connections, "
               + "\(g.identifications) identity resolutions, \(g.searches) searches")
         // A plain lookup: the client's connection (HELLO, DELEGATE, WHOAMI: secret-tool identified, the
-        // front end known already), the search, the read. The collections were listed for an earlier
-        // client and nothing changed them since: no listing.
+        // front end known already), the search, the read (by the reference the search found: no second
+        // search). The collections were listed for an earlier client and nothing changed them since:
+        // no listing. (Issue #42's bound is 3 searches; this is what it costs.)
         #expect(p.connections == 1 && p.requests <= 5 && roundTrips(p) <= 3, "plain: \(p)")
-        #expect(p.identifications <= 1 && p.searches <= 3, "plain: \(p)")
+        #expect(p.identifications <= 1 && p.searches <= 1, "plain: \(p)")
         // A protected one: the client's connection, the search, then the prompt's connection (HELLO,
         // DELEGATE: both processes known) and PROMPT_READ (the person answers; the row the search found
         // is opened by reference and granted to secret-tool's process), the granted read.
         #expect(g.connections == 2 && g.requests <= 8 && roundTrips(g) <= 5, "protected: \(g)")
-        #expect(g.identifications <= 1 && g.searches <= 3, "protected: \(g)")
+        #expect(g.identifications <= 1 && g.searches <= 1, "protected: \(g)")
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.count == 1)
     }
 
