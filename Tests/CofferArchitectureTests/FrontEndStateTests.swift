@@ -75,6 +75,24 @@ import Testing
         }
     }
 
+    /// Issue #43 and the third review's F1: where a prompt appears comes from the person's session
+    /// (logind, `prompt-display`), never from a caller's environment, which any process of the user
+    /// can set (and a client like Chromium rewrites). No module reads another process's
+    /// `/proc/PID/environ` (the last reader, unused since, went on 2026-12-07).
+    @Test func noModuleReadsAnotherProcesssEnvironment() {
+        let files = DocumentedNamesTests.files(under: "Sources", ending: ".swift")
+            + DocumentedNamesTests.files(under: "Sources", ending: ".c")
+        #expect(files.count > 100, "could not list Sources")
+        for file in files {
+            for (n, raw) in DocumentedNamesTests.read(file).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let code = raw.range(of: "//").map { raw[..<$0.lowerBound] } ?? raw
+                if code.contains("/environ") {
+                    Issue.record("\((file as NSString).lastPathComponent) line \(n + 1): reads a process's environment: a prompt's display is the session's")
+                }
+            }
+        }
+    }
+
     /// The scan finds a table of grants and a carried authorization, not a comment.
     @Test func theScanFindsGrantState() {
         #expect(Self.grantLines(in: "let reuse = SSHSignatureReuse()").count == 1)
