@@ -187,7 +187,7 @@ package final class Pipeline: Sendable {
             try service.mayReadCounters(session.context)
             let (connections, requests) = served.withLock { ($0.connections, $0.requests) }
             return .counters(AgentCounters(connections: connections, requests: requests, identifications: resolver?.identifications ?? 0,
-                                           searches: UInt64(service.keychain.searchCount)))
+                                           searches: UInt64(service.searchCount)))
         case .prompter:
             return .prompter(prompterReport?() ?? PrompterReply(program: nil, reason: "this agent has no prompter", hasDisplay: false,
                                                                 display: "this agent has no prompter"))

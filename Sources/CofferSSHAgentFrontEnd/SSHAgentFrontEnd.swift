@@ -1,6 +1,5 @@
 package import CofferAgentPrompt
 import CofferCrypto
-import CofferKeychain
 package import CofferModel
 import CofferSSHAgentProtocol
 import CofferSSHKeyItems
@@ -224,7 +223,7 @@ package struct SSHAgentFrontEnd: ConnectionHandler {
         case .lock(let passphrase):
             guard mayLock(unlocking: false, state) else { return .failure }
             guard !keys.isLocked else { return .failure }
-            if service.keychain.status.passcodeSet {
+            if service.passcodeSet {
                 // ssh-add -x locks the keychain itself (the passphrase is not kept: UNLOCK needs the passcode).
                 do {
                     try service.lock(requestedBy: "ssh-add -x (pid \(pid))")

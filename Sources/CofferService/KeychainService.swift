@@ -18,6 +18,10 @@ package import Logging
 /// which gets the scope, never the caller.
 package final class KeychainService: Sendable {
     package let keychain: Keychain
+    /// Index searches the keychain has made (COUNTERS), for a front end that need not know the keychain.
+    package var searchCount: Int { keychain.searchCount }
+    /// Whether a passcode is set, for a front end that need not know the keychain.
+    package var passcodeSet: Bool { keychain.status.passcodeSet }
     package let unlocking: UnlockService
     package let schedule: LockSchedule
     package let logger: Logger
