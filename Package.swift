@@ -54,7 +54,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.15.0"),
     ],
     targets: [
-        // C walls: each imported by exactly one Swift module.
+        // C walls: each called by exactly one Swift module (COpenSSL and CSDBus hold one wall per module).
         .systemLibrary(name: "CSodium", path: "Sources/CSodium", pkgConfig: "libsodium",
                        providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3",
@@ -63,19 +63,18 @@ let package = Package(
         .target(name: "CSystemShims", path: "Sources/CSystemShims"),
         // The wire protocol's constants for C (pam_coffer, plugins): headers only, checked against Swift by CofferABITests.
         .target(name: "CCofferABI", path: "Sources/CCofferABI"),
-        // OpenSSL 3 libcrypto for the SSH key types libsodium lacks (ECDSA P-256/384/521, RSA): plain C, raw components.
-        .target(name: "CSSHCrypto", path: "Sources/CSSHCrypto", linkerSettings: [.linkedLibrary("crypto")]),
-        // OpenSSL 3 libcrypto for the Secret Service's transport encryption (issue #26): the RFC 2409 DH group, HKDF-SHA256, AES-128-CBC.
-        .target(name: "CSecretServiceCrypto", path: "Sources/CSecretServiceCrypto", linkerSettings: [.linkedLibrary("crypto")]),
-        // OpenSSL 3 libcrypto's X.509 parser for the Security module's SecCertificate (issue #46): one certificate's
-        // names, serial number, key identifiers and public key copied out as bytes; only Security imports it.
-        .target(name: "CSecurityX509", path: "Sources/CSecurityX509", linkerSettings: [.linkedLibrary("crypto")]),
-        // sd-bus from libsystemd for the Secret Service front end (issue #26): one fixed signature per
-        // function, because Swift cannot call sd-bus's varargs readers and writers. No marshalling of its own.
-        .target(name: "CSecretServiceBus", path: "Sources/CSecretServiceBus", linkerSettings: [.linkedLibrary("systemd")]),
-        // sd-bus as a Secret Service *client* (issue #26's importer): another provider's collections, items and secrets,
-        // one fixed signature per function like CSecretServiceBus; only CofferImport imports it.
-        .target(name: "CSecretServiceClient", path: "Sources/CSecretServiceClient", linkerSettings: [.linkedLibrary("systemd")]),
+        // OpenSSL 3 libcrypto, one wall for every use (issue #42), one header and .c file each: the SSH key types
+        // libsodium lacks (CSSHCrypto.h: ECDSA P-256/384/521, RSA, raw components) for CofferSSHKeys; the Secret
+        // Service's transport encryption (CSecretServiceCrypto.h: the RFC 2409 DH group, HKDF-SHA256, AES-128-CBC,
+        // issue #26) for CofferSecretServiceCrypto; the X.509 parser (CSecurityX509.h: one certificate's names, serial
+        // number, key identifiers and public key copied out as bytes, issue #46) for Security's SecCertificate.
+        .target(name: "COpenSSL", path: "Sources/COpenSSL", linkerSettings: [.linkedLibrary("crypto")]),
+        // sd-bus from libsystemd, one wall for every use (issue #42): one fixed signature per function, because Swift
+        // cannot call sd-bus's varargs readers and writers; no marshalling of its own. One header and .c file each:
+        // the Secret Service front end (CSecretServiceBus.h, issue #26) for CofferSecretService; another provider as
+        // a Secret Service *client* (CSecretServiceClient.h, the importer) for CofferSecretServiceImport; the desktop
+        // portal's secret backend (CSecretServicePortal.h) for CofferSecretPortal. Only those three link libsystemd.
+        .target(name: "CSDBus", path: "Sources/CSDBus", linkerSettings: [.linkedLibrary("systemd")]),
         // tpm2-tss's ESAPI for the TPM 2.0 device key (issue #28): one TPM command per function, the TCTI chosen by a
         // configuration string; links what `pkg-config --libs tss2-esys tss2-tctildr tss2-mu tss2-rc` says (libtss2-dev).
         .target(name: "CTPM", path: "Sources/CTPM",
@@ -90,10 +89,10 @@ let package = Package(
         .target(name: "CofferModel", dependencies: ["CofferCrypto"], swiftSettings: settings),
         // SSH key crypto (issue #27): generation, import checks, signatures for ssh-ed25519 (libsodium), ECDSA and RSA
         // (OpenSSL), in raw components; the SSH wire encoding is not here.
-        .target(name: "CofferSSHKeys", dependencies: ["CSSHCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
+        .target(name: "CofferSSHKeys", dependencies: ["COpenSSL", "CofferCrypto"], swiftSettings: rawMemorySettings),
         // The Secret Service's session algorithms (issue #26): `plain` and dh-ietf1024-sha256-aes128-cbc-pkcs7,
         // in model terms (bytes in, bytes out); no D-Bus.
-        .target(name: "CofferSecretServiceCrypto", dependencies: ["CSecretServiceCrypto", "CofferCrypto"], swiftSettings: rawMemorySettings),
+        .target(name: "CofferSecretServiceCrypto", dependencies: ["COpenSSL", "CofferCrypto"], swiftSettings: rawMemorySettings),
         .target(name: "CofferSystem", dependencies: ["CSystemShims"], swiftSettings: rawMemorySettings),
         // The TPM 2.0 in model terms (issue #28): an HMAC key only this TPM can load, authorized from the passcode and
         // counted by the TPM's dictionary-attack lockout; the lockout state; an NV monotonic counter. No keybag here.
@@ -177,7 +176,7 @@ let package = Package(
                 swiftSettings: settings),
         // Apple's Security framework over the agent (issue #46): SecItem, SecAccessControl, SecKey and the CF types as
         // Swift code written for Apple sees them, on swift-corelibs-foundation; one agent connection per process.
-        .target(name: "Security", dependencies: ["CSecurityX509", "CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys",
+        .target(name: "Security", dependencies: ["COpenSSL", "CofferClient", "CofferModel", "CofferCrypto", "CofferProtocol", "CofferSSHKeys",
                                                  "CofferSSHAgentProtocol", "CofferSystem"],
                 swiftSettings: settings),
         // Apple's LocalAuthentication over the agent (issue #46): LAContext, each with a connection of its own that
@@ -196,7 +195,7 @@ let package = Package(
         .target(name: "CofferImport", dependencies: ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
         .target(name: "CofferSecretServiceImport",
-                dependencies: ["CSecretServiceClient", "CofferImport", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto",
+                dependencies: ["CSDBus", "CofferImport", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto",
                                "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-secret-service-import",
@@ -237,15 +236,14 @@ let package = Package(
         // parsing never happens in cofferd; it reaches the agent through CofferClient only, one
         // connection per bus sender, delegated to the sender's process (DELEGATE).
         .target(name: "CofferSecretService",
-                dependencies: ["CSecretServiceBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto",
+                dependencies: ["CSDBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto",
                                "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-secret-service", dependencies: ["CofferSecretService"], swiftSettings: settings),
         // The desktop portal's secret backend (issue #26, part 6): xdg-desktop-portal's
         // org.freedesktop.impl.portal.Secret for Flatpak apps, a process of its own like the front end;
-        // sd-bus behind its own C wall (one fixed signature), the agent through CofferClient (PORTAL_SECRET).
-        .target(name: "CSecretServicePortal", path: "Sources/CSecretServicePortal", linkerSettings: [.linkedLibrary("systemd")]),
-        .target(name: "CofferSecretPortal", dependencies: ["CSecretServicePortal", "CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
+        // sd-bus behind the CSDBus wall (one fixed signature), the agent through CofferClient (PORTAL_SECRET).
+        .target(name: "CofferSecretPortal", dependencies: ["CSDBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
                 swiftSettings: settings),
         .executableTarget(name: "coffer-portal-secret", dependencies: ["CofferSecretPortal"], swiftSettings: settings),
 

@@ -2,7 +2,7 @@
 # Installs the Debian packages Coffer builds and tests with (Debian 12). Run as root; a no-op
 # when everything is already installed.
 set -eu
-# libssl-dev: OpenSSL libcrypto (ECDSA and RSA SSH keys, CSSHCrypto); openssl: the tool the SSH key tests check against.
+# libssl-dev: OpenSSL libcrypto (COpenSSL: ECDSA and RSA SSH keys, the Secret Service's DH session, X.509); openssl: the tool the SSH key tests check against.
 # openssh-client, openssh-server: ssh-add, ssh-keygen, ssh and the sshd the ssh-agent tests log in to (the tests start
 # their own sshd on 127.0.0.1 with a private configuration; the package's own service is not needed).
 # python3-secretstorage: an independent Secret Service client the session-algorithm tests check against (CofferSecretServiceCrypto),

@@ -1,5 +1,5 @@
 public import CofferCrypto
-internal import CSSHCrypto
+internal import COpenSSL
 
 /// A private key's raw components. Secret numbers live in ``SecureBytes`` (libsodium's guarded memory).
 public enum SSHPrivateKeyComponents: Sendable {
@@ -13,8 +13,8 @@ public enum SSHPrivateKeyComponents: Sendable {
 
 /// An SSH private key: its raw components, checked to form a key, and the operations on it.
 ///
-/// Ed25519 uses libsodium (through CofferCrypto); ECDSA and RSA use OpenSSL 3 through the CSSHCrypto
-/// wall, which imports the key from these components for each operation and frees it after, so no copy
+/// Ed25519 uses libsodium (through CofferCrypto); ECDSA and RSA use OpenSSL 3 through the CSSHCrypto.h
+/// wall (in COpenSSL), which imports the key from these components for each operation and frees it after, so no copy
 /// of a secret outlives a call outside ``SecureBytes``.
 public struct SSHPrivateKey: Sendable {
     /// The key's components (for storing it as a keychain item; never for sending anywhere).

@@ -1,4 +1,4 @@
-import CSecretServicePortal
+import CSDBus
 import CofferClient
 import CofferCrypto
 import CofferModel

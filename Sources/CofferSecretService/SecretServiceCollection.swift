@@ -1,4 +1,4 @@
-import CSecretServiceBus
+import CSDBus
 import CofferClient
 import CofferCrypto
 import CofferModel

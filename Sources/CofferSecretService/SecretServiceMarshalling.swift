@@ -1,4 +1,4 @@
-import CSecretServiceBus
+import CSDBus
 import CofferClient
 import CofferCrypto
 import CofferModel
@@ -6,7 +6,7 @@ import CofferSecretServiceCrypto
 import CofferSystem
 import Glibc
 
-/// Reading a call's arguments and writing its reply through the sd-bus wall (CSecretServiceBus).
+/// Reading a call's arguments and writing its reply through the sd-bus wall (CSecretServiceBus.h in CSDBus).
 extension SecretServiceFrontEnd {
     // MARK: Reading and replying
 

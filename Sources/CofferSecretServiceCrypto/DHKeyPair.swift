@@ -1,4 +1,4 @@
-import CSecretServiceCrypto
+import COpenSSL
 package import CofferCrypto
 
 /// Diffie-Hellman over RFC 2409's Second Oakley Group (1024-bit MODP, g = 2) through the C wall:

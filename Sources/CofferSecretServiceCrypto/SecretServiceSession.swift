@@ -1,4 +1,4 @@
-import CSecretServiceCrypto
+import COpenSSL
 public import CofferCrypto
 
 /// One Secret Service session's transport encryption: what `OpenSession` negotiates and every

@@ -1,4 +1,4 @@
-import CSecretServiceClient
+import CSDBus
 public import CofferClient
 import CofferCrypto
 public import CofferModel
@@ -186,7 +186,7 @@ struct ProviderSession {
     let crypto: SecretServiceSession
 }
 
-/// The provider on the session bus, through CSecretServiceClient (sd-bus): every call goes to the
+/// The provider on the session bus, through CSecretServiceClient.h (sd-bus, in CSDBus): every call goes to the
 /// unique name that owned `org.freedesktop.secrets` when the import began, so a provider that leaves
 /// is never silently replaced by another.
 final class Provider {

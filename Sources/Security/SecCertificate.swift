@@ -1,8 +1,8 @@
 #if os(Linux)
-// SecCertificate: an X.509 certificate, parsed by OpenSSL's libcrypto through the CSecurityX509 wall (the
+// SecCertificate: an X.509 certificate, parsed by OpenSSL's libcrypto through the CSecurityX509.h wall in COpenSSL (the
 // keychain stores certificates as items of class `cert`, their DER bytes as the data).
 public import Foundation
-import CSecurityX509
+import COpenSSL
 import CofferModel
 import CofferSSHKeys
 

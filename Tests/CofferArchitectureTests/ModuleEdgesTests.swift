@@ -11,8 +11,7 @@ import Testing
     /// Every library and executable module, and what it may use (platform modules aside).
     static let allowed: [String: Set<String>] = [
         // C walls and the plain-C plugins: nothing of ours.
-        "CCofferABI": [], "CCofferPlugin": [], "CFscrypt": [], "CPAM": [], "CSQLite": [], "CSSHCrypto": [], "CSecurityX509": [],
-        "CSecretServiceBus": [], "CSecretServiceClient": [], "CSecretServiceCrypto": [], "CSecretServicePortal": [],
+        "CCofferABI": [], "CCofferPlugin": [], "CFscrypt": [], "COpenSSL": [], "CPAM": [], "CSDBus": [], "CSQLite": [],
         "CSodium": [], "CSystemShims": [], "CTPM": [],
         "CofferPluginBiometricEmulator": ["CCofferPlugin"], "CofferPluginFprintd": ["CCofferPlugin"],
         "CofferPluginPasscode": ["CCofferPlugin"], "CofferPluginTest": ["CCofferPlugin"],
@@ -21,8 +20,8 @@ import Testing
         "CofferCrypto": ["CSodium", "CofferSystem"],
         // The model knows no processes or files.
         "CofferModel": ["CofferCrypto"],
-        "CofferSSHKeys": ["CSSHCrypto", "CofferCrypto"],
-        "CofferSecretServiceCrypto": ["CSecretServiceCrypto", "CofferCrypto"],
+        "CofferSSHKeys": ["COpenSSL", "CofferCrypto"],
+        "CofferSecretServiceCrypto": ["COpenSSL", "CofferCrypto"],
         "CofferTPM": ["CTPM", "CofferCrypto", "CofferSystem"],
         // What the keychain is made of: the store sees rows and SQLite, never keys.
         "CofferStore": ["CSQLite", "CofferModel"],
@@ -57,14 +56,14 @@ import Testing
         // The fast CLI's support stays small: no Foundation, no argument parser.
         "CofferCLISupport": ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
         // Front ends in processes of their own reach the agent through CofferClient only, never its wire.
-        "CofferSecretService": ["CSecretServiceBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto", "CofferSystem"],
-        "CofferSecretPortal": ["CSecretServicePortal", "CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
+        "CofferSecretService": ["CSDBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSecretServiceCrypto", "CofferSystem"],
+        "CofferSecretPortal": ["CSDBus", "CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
         "CofferImport": ["CofferClient", "CofferCrypto", "CofferModel", "CofferSystem"],
-        "CofferSecretServiceImport": ["CSecretServiceClient", "CofferClient", "CofferCrypto", "CofferImport", "CofferModel",
+        "CofferSecretServiceImport": ["CSDBus", "CofferClient", "CofferCrypto", "CofferImport", "CofferModel",
                                       "CofferSecretServiceCrypto", "CofferSystem"],
         // Apple's API over the client library (keys made and used through the agent's wire and ssh-agent socket;
-        // certificates parsed by OpenSSL behind its own wall).
-        "Security": ["CSecurityX509", "CofferClient", "CofferCrypto", "CofferModel", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferSystem"],
+        // certificates parsed by OpenSSL behind the COpenSSL wall).
+        "Security": ["COpenSSL", "CofferClient", "CofferCrypto", "CofferModel", "CofferProtocol", "CofferSSHAgentProtocol", "CofferSSHKeys", "CofferSystem"],
         "LocalAuthentication": ["CofferClient", "CofferCrypto", "CofferModel", "Security"],
         // The agent's socket server: listeners, connections, limits and the frame budget, no protocol of its own
         // (the frame budget is sized by the native protocol's largest frame; refusals are logged with the core's LogThrottle).

@@ -44,8 +44,8 @@ bench_install cofferd coffer coffer-cli coffer-bench coffer-secret-service
 # shellcheck disable=SC2046
 cc -O2 -o "$bin/ss-floor" contrib/bench/ss-floor.c $(pkg-config --cflags --libs libsystemd)
 # shellcheck disable=SC2046
-cc -O2 -DSS_FLOOR_DH -I Sources/CSecretServiceCrypto/include -o "$bin/ss-floor-dh" contrib/bench/ss-floor.c \
-    Sources/CSecretServiceCrypto/csecretservicecrypto.c $(pkg-config --cflags --libs libsystemd libcrypto)
+cc -O2 -DSS_FLOOR_DH -I Sources/COpenSSL/include -o "$bin/ss-floor-dh" contrib/bench/ss-floor.c \
+    Sources/COpenSSL/csecretservicecrypto.c $(pkg-config --cflags --libs libsystemd libcrypto)
 [ -z "$baseline" ] || install -m 0755 "$baseline" "$bin/coffer-secret-service-before"
 # The front end acts for each client (DELEGATE): signed here, with a key only this run trusts.
 mkdir -p "$work/trust/keys" "$work/trust/manifests"

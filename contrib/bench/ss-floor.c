@@ -10,7 +10,7 @@
  * session first, both real providers agree one, and it falls back to plain on NotSupported); SearchItems (one item); GetSecrets ("secret-1" for each path); CreateItem (an item,
  * no prompt).
  * With --dh it also agrees libsecret's first choice, the dh-ietf1024-sha256-aes128-cbc-pkcs7 session,
- * through Coffer's own C wall over OpenSSL (CSecretServiceCrypto: the same key agreement, HKDF and
+ * through Coffer's own C wall over OpenSSL (CSecretServiceCrypto.h in COpenSSL: the same key agreement, HKDF and
  * AES-CBC as coffer-secret-service, its key pair made ahead as Coffer's is), and answers GetSecrets
  * with "secret-1" encrypted for that session: the floor under a provider that speaks the DH session,
  * as Coffer and gnome-keyring both do (libsecret then does its own half of the agreement, which the

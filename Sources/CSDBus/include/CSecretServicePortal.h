@@ -1,8 +1,9 @@
 /*
- * CSecretServicePortal: the thin C wall between CofferSecretPortal and sd-bus (libsystemd) for the
- * desktop portal's secret backend (issue #26, part 6). One fixed D-Bus signature: the backend's
- * org.freedesktop.impl.portal.Secret.RetrieveSecret(o handle, s app_id, h fd, a{sv} options) →
- * (u response, a{sv} results). All marshalling is sd-bus's. Only CofferSecretPortal imports it.
+ * CSecretServicePortal (in the CSDBus target): the thin C wall between CofferSecretPortal and
+ * sd-bus (libsystemd) for the desktop portal's secret backend (issue #26, part 6). One fixed D-Bus
+ * signature: the backend's org.freedesktop.impl.portal.Secret.RetrieveSecret(o handle, s app_id,
+ * h fd, a{sv} options) → (u response, a{sv} results). All marshalling is sd-bus's. Only
+ * CofferSecretPortal calls it (CSDBus.h has the wall's rule).
  */
 #ifndef CSECRETSERVICEPORTAL_H
 #define CSECRETSERVICEPORTAL_H

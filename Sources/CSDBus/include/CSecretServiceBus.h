@@ -1,8 +1,9 @@
 /*
- * CSecretServiceBus: the thin C wall between CofferSecretService and sd-bus (libsystemd) for the
- * Secret Service front end (issue #26). sd-bus's reading and replying functions take C varargs,
+ * CSecretServiceBus (in the CSDBus target): the thin C wall between CofferSecretService and sd-bus
+ * (libsystemd) for the Secret Service front end (issue #26). sd-bus's reading and replying functions take C varargs,
  * which Swift cannot call: each function here reads or writes one fixed message signature. All
- * marshalling is sd-bus's; nothing here parses D-Bus bytes. Only CofferSecretService imports it.
+ * marshalling is sd-bus's; nothing here parses D-Bus bytes. Only CofferSecretService calls it
+ * (CSDBus.h has the wall's rule).
  *
  * Calls from the bus (method calls, NameOwnerChanged) go to the handlers given to
  * ssb_bus_serve_service and ssb_add_session, with the message and the handlers' userdata; a handler answers with one of

@@ -1,7 +1,8 @@
 /*
- * CSSHCrypto: the thin C wall between CofferSSHKeys and OpenSSL 3 libcrypto, for the SSH key
- * types libsodium does not have (ECDSA over the NIST curves, RSA). Plain C, byte buffers in and
- * out, raw components only (no SSH wire encoding). Only CofferSSHKeys imports it.
+ * CSSHCrypto (in the COpenSSL target): the thin C wall between CofferSSHKeys and OpenSSL 3
+ * libcrypto, for the SSH key types libsodium does not have (ECDSA over the NIST curves, RSA).
+ * Plain C, byte buffers in and out, raw components only (no SSH wire encoding). Only CofferSSHKeys
+ * calls it (COpenSSL.h has the wall's rule).
  *
  * Every function imports the key it needs from the caller's buffers (EVP_PKEY_fromdata), uses it
  * and frees it (EVP_PKEY_free, BN_clear_free), so no key outlives the call inside OpenSSL. Private

@@ -1,9 +1,10 @@
 /*
- * CSecretServiceCrypto: the thin C wall between CofferSecretServiceCrypto and OpenSSL 3 libcrypto
- * for the Secret Service's transport encryption, `dh-ietf1024-sha256-aes128-cbc-pkcs7`: Diffie-Hellman
+ * CSecretServiceCrypto (in the COpenSSL target): the thin C wall between CofferSecretServiceCrypto
+ * and OpenSSL 3 libcrypto for the Secret Service's transport encryption,
+ * `dh-ietf1024-sha256-aes128-cbc-pkcs7`: Diffie-Hellman
  * over RFC 2409's Second Oakley Group (1024-bit MODP, generator 2), HKDF-SHA256 and AES-128-CBC with
  * PKCS#7 padding. Plain C, byte buffers in and out; no D-Bus, no session state. Only
- * CofferSecretServiceCrypto imports it.
+ * CofferSecretServiceCrypto calls it (COpenSSL.h has the wall's rule).
  *
  * Numbers are big-endian and unsigned. Private values and shared secrets are written only into
  * caller-provided buffers (the Swift module passes secure memory); every OpenSSL object holding

@@ -1,9 +1,10 @@
 /*
- * CSecretServiceClient: the thin C wall between CofferImport and sd-bus (libsystemd) for reading
- * another Secret Service provider as a client (`coffer import secret-service`, issue #26). sd-bus's
- * readers and writers take C varargs, which Swift cannot call: each function here makes one call
- * of one fixed signature. All marshalling is sd-bus's; nothing here parses D-Bus bytes. Only
- * CofferImport imports it. Every function returns 0 (or a count) on success and a negative errno on
+ * CSecretServiceClient (in the CSDBus target): the thin C wall between CofferSecretServiceImport and
+ * sd-bus (libsystemd) for reading another Secret Service provider as a client (`coffer import
+ * secret-service`, issue #26). sd-bus's readers and writers take C varargs, which Swift cannot
+ * call: each function here makes one call of one fixed signature. All marshalling is sd-bus's;
+ * nothing here parses D-Bus bytes. Only CofferSecretServiceImport calls it (CSDBus.h has the
+ * wall's rule). Every function returns 0 (or a count) on success and a negative errno on
  * failure, with the D-Bus error's name and message in ssc_last_error() (this thread's, until the
  * next call). Replies that carry secrets are marked sensitive (sd_bus_message_sensitive): sd-bus
  * wipes them when they are freed.

@@ -1,7 +1,7 @@
 /*
- * CSecurityX509: the thin C wall between the Security module's SecCertificate and OpenSSL 3
- * libcrypto's X.509 parser (d2i_X509). Plain C, byte buffers in and out: the Swift side never sees
- * an OpenSSL object. Only the Security module imports it.
+ * CSecurityX509 (in the COpenSSL target): the thin C wall between the Security module's
+ * SecCertificate and OpenSSL 3 libcrypto's X.509 parser (d2i_X509). Plain C, byte buffers in and out: the Swift side never sees
+ * an OpenSSL object. Only the Security module calls it (COpenSSL.h has the wall's rule).
  *
  * csx_parse reads one certificate and copies out, once, everything SecCertificate offers (names,
  * serial number, key identifiers, the public key's raw form); the OpenSSL object is freed before
