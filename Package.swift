@@ -141,7 +141,7 @@ let package = Package(
         // checks, one thread per connection, limits shared by every listener, the frame budget, shutdown);
         // each front end brings its framing and its connection handler.
         .target(name: "CofferSocketServer",
-                dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem",
+                dependencies: ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferSystem",
                                .product(name: "Logging", package: "swift-log")],
                 swiftSettings: settings),
         // SSH keys as keychain items (issue #27): the item a generated or imported key becomes, and the key read back to

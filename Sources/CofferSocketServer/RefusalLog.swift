@@ -1,4 +1,3 @@
-package import CofferService
 package import CofferSystem
 package import Logging
 

@@ -67,7 +67,7 @@ import Testing
         "LocalAuthentication": ["CofferClient", "CofferCrypto", "CofferModel", "Security"],
         // The agent's socket server: listeners, connections, limits and the frame budget, no protocol of its own
         // (the frame budget is sized by the native protocol's largest frame; refusals are logged with the core's LogThrottle).
-        "CofferSocketServer": ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferService", "CofferSystem", "Logging"],
+        "CofferSocketServer": ["CofferCrypto", "CofferModel", "CofferProtocol", "CofferSystem", "Logging"],
         // SSH keys as keychain items: attributes and stored forms, the wire codec's key types and the crypto layer's.
         "CofferSSHKeyItems": ["CofferCrypto", "CofferModel", "CofferSSHAgentProtocol", "CofferSSHKeys"],
         // The agent's own prompter: the pinentry as the core's channels; no wire, no socket.

@@ -1,5 +1,3 @@
-import CofferSystem
-
 /// Rate limit for repeated log lines: at most one per key per `interval` seconds.
 package final class LogThrottle: Sendable {
     private let last = Protected<[String: (at: Double, suppressed: Int)]>([:])
