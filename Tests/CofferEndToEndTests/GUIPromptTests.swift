@@ -18,7 +18,7 @@ struct GUIPromptTests {
         let person = rig.person(typing: AgentProcess.password)
         let found = rig.lookup()
         let saw = person.finish()
-        #expect(found.status == 0 && found.stdout == "s3cret", "\(found)\n\(rig.bus.read("front-end.log"))\n\(rig.agent.log)")
+        #expect(found.status == 0 && found.stdout == "s3cret", "\(found)\n\(saw)\n\(rig.bus.read("front-end.log"))\n\(rig.agent.log)")
         // The dialog was on the session's display, titled with the app as the agent identified it.
         #expect(saw.window?.hasPrefix("Coffer: ") == true, "\(saw)")
         #expect(saw.display == rig.display.name)
@@ -251,7 +251,9 @@ final class GUIPromptRig: @unchecked Sendable {
     struct Seen: Sendable, CustomStringConvertible {
         var window: String?
         var display: String
-        var description: String { "dialog \(window ?? "none") on \(display)" }
+        /// What each attempt's xdotool steps answered (for a failure's message).
+        var attempts: [String] = []
+        var description: String { "dialog \(window ?? "none") on \(display)" + (attempts.isEmpty ? "" : "; attempts: " + attempts.joined(separator: " | ")) }
     }
 
     /// The person at the display, on a thread of its own: waits for the agent's dialog, then types
@@ -278,17 +280,23 @@ final class GUIPromptRig: @unchecked Sendable {
                 // did not take (as in one CI run: the dialog stayed up, every key lost, until the agent's
                 // 60 s timeout), keys would go to the root window. There is no window manager on Xvfb;
                 // XSetInputFocus needs none.
-                for _ in 0..<3 {
-                    _ = GUIPromptRig.xdotool(display, ["search", "--onlyvisible", "--name", "^Coffer: ", "windowfocus", "--sync"], timeout: 10)
+                // Attempts go on until shortly before the agent's own 60 s authentication timeout (a
+                // CI run with every core busy lost the keys of three attempts in a row).
+                let giveUp = Date().addingTimeInterval(50)
+                repeat {
+                    var steps: [Int32] = []
+                    steps.append(GUIPromptRig.xdotool(display, ["search", "--onlyvisible", "--name", "^Coffer: ", "windowfocus", "--sync"], timeout: 10).status)
+                    usleep(300_000)   // the focus settles before the first key
                     if let typing {
-                        _ = GUIPromptRig.xdotool(display, ["key", "ctrl+a", "BackSpace"], timeout: 10)
-                        _ = GUIPromptRig.xdotool(display, ["type", "--delay", "20", typing], timeout: 30)
-                        _ = GUIPromptRig.xdotool(display, ["key", "Return"], timeout: 10)
+                        steps.append(GUIPromptRig.xdotool(display, ["key", "ctrl+a", "BackSpace"], timeout: 10).status)
+                        steps.append(GUIPromptRig.xdotool(display, ["type", "--delay", "20", typing], timeout: 30).status)
+                        steps.append(GUIPromptRig.xdotool(display, ["key", "Return"], timeout: 10).status)
                     } else {
-                        _ = GUIPromptRig.xdotool(display, ["key", "Escape"], timeout: 10)
+                        steps.append(GUIPromptRig.xdotool(display, ["key", "Escape"], timeout: 10).status)
                     }
-                    if GUIPromptRig.dialogGone(display, within: 15) { return }
-                }
+                    seen.withLock { $0.attempts.append(steps.map(String.init).joined(separator: ",")) }
+                    if GUIPromptRig.dialogGone(display, within: 8) { return }
+                } while Date() < giveUp
             }
         }
 
