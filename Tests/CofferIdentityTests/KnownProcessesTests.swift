@@ -26,6 +26,20 @@ final class ReloadableManifests: ManifestSource, @unchecked Sendable {
     }
 }
 
+/// A copy of the test client at a path of its own, a fresh server for it to connect to, and a manifest
+/// signing the copy: what each of these tests starts from.
+final class SignedClient {
+    let server: Server
+    let app: String
+    let manifest: Manifest
+
+    init() throws {
+        server = try Server()
+        app = try Fixture.copyOfClient(in: server.dir)
+        manifest = try signedManifest(executable: app, sha256: try ExecutableHash.sha256(path: app))
+    }
+}
+
 /// Issue #42: one identity resolution per process. The resolver remembers what it established for a
 /// process (``KnownProcesses``) and gives it to that process's next connection only while everything
 /// it rested on still reads the same: real processes, real /proc, the real resolver.
@@ -38,9 +52,8 @@ final class ReloadableManifests: ManifestSource, @unchecked Sendable {
 
     @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
     func aProcessIsResolvedOnceForAllItsConnections() throws {
-        let server = try Server()
-        let app = try Fixture.copyOfClient(in: server.dir)
-        let manifest = try signedManifest(executable: app, sha256: try ExecutableHash.sha256(path: app))
+        let client = try SignedClient()
+        let (server, app, manifest) = (client.server, client.app, client.manifest)
         let resolver = Self.resolver(StaticManifestSource([manifest]))
         let child = try server.start(app)
         let connection = try server.accept()
@@ -70,9 +83,8 @@ final class ReloadableManifests: ManifestSource, @unchecked Sendable {
     /// gets the new file's identity, never the one it had.
     @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
     func anExecOfAnotherFileIsResolvedAgain() throws {
-        let server = try Server()
-        let app = try Fixture.copyOfClient(in: server.dir)
-        let manifest = try signedManifest(executable: app, sha256: try ExecutableHash.sha256(path: app))
+        let client = try SignedClient()
+        let (server, app, manifest) = (client.server, client.app, client.manifest)
         let resolver = Self.resolver(StaticManifestSource([manifest]))
         let child = try server.start(app, mode: "exec")
         let connection = try server.accept()
@@ -99,9 +111,8 @@ final class ReloadableManifests: ManifestSource, @unchecked Sendable {
     /// A reload of the manifests (one added, one withdrawn) ends every remembered identity.
     @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
     func aReloadOfTheManifestsResolvesAgain() throws {
-        let server = try Server()
-        let app = try Fixture.copyOfClient(in: server.dir)
-        let manifest = try signedManifest(executable: app, sha256: try ExecutableHash.sha256(path: app))
+        let client = try SignedClient()
+        let (server, app, manifest) = (client.server, client.app, client.manifest)
         let source = ReloadableManifests()
         let resolver = Self.resolver(source)
         let child = try server.start(app)
@@ -121,9 +132,8 @@ final class ReloadableManifests: ManifestSource, @unchecked Sendable {
     /// tracer has gone it is resolved afresh, not given what it had while traced.
     @Test(.enabled(if: Fixture.hasClient && Fixture.hasStrace, "needs cc and strace"))
     func aTraceIsSeenOnTheNextConnection() throws {
-        let server = try Server()
-        let app = try Fixture.copyOfClient(in: server.dir)
-        let manifest = try signedManifest(executable: app, sha256: try ExecutableHash.sha256(path: app))
+        let client = try SignedClient()
+        let (server, app, manifest) = (client.server, client.app, client.manifest)
         let resolver = Self.resolver(StaticManifestSource([manifest]))
         let child = try server.start(app)
         let connection = try server.accept()
@@ -156,9 +166,8 @@ final class ReloadableManifests: ManifestSource, @unchecked Sendable {
     /// path /proc names changes, and the process is resolved again (unsigned: deleted).
     @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
     func aReplacedExecutableIsResolvedAgain() throws {
-        let server = try Server()
-        let app = try Fixture.copyOfClient(in: server.dir)
-        let manifest = try signedManifest(executable: app, sha256: try ExecutableHash.sha256(path: app))
+        let client = try SignedClient()
+        let (server, app, manifest) = (client.server, client.app, client.manifest)
         let resolver = Self.resolver(StaticManifestSource([manifest]))
         let child = try server.start(app)
         let connection = try server.accept()
