@@ -28,7 +28,7 @@ public enum SSHECDSACurve: String, Sendable, CaseIterable {
 /// A public key as the agent protocol carries it (a key blob, RFC 4253 §6.6 / RFC 5656 §3.1), in raw
 /// components: ed25519's 32 bytes, ECDSA's curve and uncompressed Q, RSA's e and n as big-endian
 /// magnitudes without leading zeros.
-public enum SSHWirePublicKey: Hashable, Sendable {
+public enum SSHWirePublicKey: Hashable, Sendable, SSHPublicKeyBlob {
     case ed25519([UInt8])
     case ecdsa(SSHECDSACurve, q: [UInt8])
     case rsa(e: [UInt8], n: [UInt8])
@@ -91,7 +91,7 @@ public enum SSHWirePublicKey: Hashable, Sendable {
     }
 
     /// Writes the blob's fields (not length-prefixed).
-    func write(to w: inout SSHWireWriter) {
+    public func write(to w: inout SSHWireWriter) {
         w.writeText(keyType)
         switch self {
         case .ed25519(let k): w.writeString(k)
@@ -100,6 +100,18 @@ public enum SSHWirePublicKey: Hashable, Sendable {
         }
     }
 
+}
+
+/// A public key as its blob shows it, whatever its type (a plain key or a FIDO key): what the blob,
+/// its fingerprint and its `authorized_keys` line are made from.
+public protocol SSHPublicKeyBlob {
+    /// The key type name, the blob's first field.
+    var keyType: String { get }
+    /// Writes the blob's fields (not length-prefixed).
+    func write(to w: inout SSHWireWriter)
+}
+
+extension SSHPublicKeyBlob {
     /// The key blob.
     public var blob: [UInt8] {
         var w = SSHWireWriter()

@@ -38,7 +38,7 @@ public enum SSHSecurityKeyFlags {
 /// `string application`:
 /// - `sk-ssh-ed25519@openssh.com`: `string pub (32)`, `string application`
 /// - `sk-ecdsa-sha2-nistp256@openssh.com`: `string "nistp256"`, `string Q (65)`, `string application`
-public struct SSHSecurityKeyPublicKey: Hashable, Sendable {
+public struct SSHSecurityKeyPublicKey: Hashable, Sendable, SSHPublicKeyBlob {
     public let algorithm: SSHSecurityKeyAlgorithm
     /// The authenticator's public key: 32 ed25519 bytes, or the uncompressed P-256 point Q.
     public let key: [UInt8]
@@ -80,7 +80,7 @@ public struct SSHSecurityKeyPublicKey: Hashable, Sendable {
     }
 
     /// Writes the blob's fields (not length-prefixed).
-    func write(to w: inout SSHWireWriter) {
+    public func write(to w: inout SSHWireWriter) {
         w.writeText(algorithm.keyType)
         if algorithm == .ecdsaP256 { w.writeText(SSHECDSACurve.nistp256.rawValue) }
         w.writeString(key)
@@ -89,22 +89,6 @@ public struct SSHSecurityKeyPublicKey: Hashable, Sendable {
 
     /// The key type name.
     public var keyType: String { algorithm.keyType }
-
-    /// The key blob.
-    public var blob: [UInt8] {
-        var w = SSHWireWriter()
-        write(to: &w)
-        return w.bytes
-    }
-
-    /// The SHA-256 fingerprint as `ssh-keygen -l` prints it.
-    public var fingerprint: String { "SHA256:" + Base64.encode(SHA256.hash(blob), padding: false) }
-
-    /// The `authorized_keys` line: type, base64 blob and (when not empty) the comment.
-    public func authorizedKeysLine(comment: String) -> String {
-        let head = keyType + " " + Base64.encode(blob, padding: true)
-        return comment.isEmpty ? head : head + " " + comment
-    }
 }
 
 /// A FIDO key as ADD_IDENTITY carries it (OpenSSH's `sshkey_private_serialize`,
