@@ -5,6 +5,19 @@ import Security
 /// The pid of the agent the process-exit handler stops (0: none).
 nonisolated(unsafe) var runningAgent: Int32 = 0
 
+/// At the test process's exit: SIGTERM to the agent, then a wait (at most 5 s) until it has exited, so
+/// that no agent outlives the process that started it (the test runner reports one that does).
+func stopRunningAgent() {
+    let pid = runningAgent
+    guard pid > 0, kill(pid, SIGTERM) == 0 else { return }
+    for _ in 0..<500 {
+        // Reaped here, or already by Foundation's Process (ECHILD): gone.
+        let r = waitpid(pid, nil, WNOHANG)
+        if r == pid || (r < 0 && errno == ECHILD) { return }
+        usleep(10_000)
+    }
+}
+
 /// A real `cofferd` for these tests (private state directory, socket and PAM stack, pam_matrix), with the
 /// passcode set and the keychain unlocked, and the Security module's sessions pointed at it. Binaries are
 /// found beside this test runner, so nothing depends on where the checkout lives.
@@ -26,7 +39,7 @@ final class TestAgent: @unchecked Sendable {
         do {
             let agent = try TestAgent()
             runningAgent = agent.process.processIdentifier
-            atexit { if runningAgent > 0 { kill(runningAgent, SIGTERM) } }
+            atexit { stopRunningAgent() }
             return agent
         } catch {
             fatalError("cannot start cofferd: \(error)")
