@@ -111,7 +111,7 @@ struct RecreatedSessionTests {
     /// A native client that signs with key LABEL TIMES times, each time on a new connection, answering
     /// each AUTH_NEEDED with the passcode on stdin; prints `asked N`.
     static let nativeSigner = """
-        import sys
+        sys = __import__("sys")
         sys.path.insert(0, sys.argv[1])
         from coffer_wire_client import Connection, query, KEYS, LIMIT_ONE, S
         socket, label, times = sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -144,7 +144,7 @@ enum RecreatedSession {
     /// `sh -c COMMAND`; writes the leader's pid to PIDFILE and exits with the command's status
     /// (125: the pid could not be had).
     static let driver = """
-        import os, sys
+        os, sys = __import__("os"), __import__("sys")
         pidfile, want, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
         for attempt in range(1000):
             if want:
