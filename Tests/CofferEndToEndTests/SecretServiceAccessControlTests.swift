@@ -334,7 +334,15 @@ struct SecretServiceAccessControlTests {
         let cost = meter.cost
         // The client's connection pipelines two requests behind its HELLO, each prompt's one.
         func roundTrips(_ c: AgentCounters) -> UInt64 { c.requests - (c.connections > 0 ? 2 + (c.connections - 1) : 0) }
-        let (plain, p) = try cost { f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "plain"]) }
+        // The cheapest of three plain lookups: on a loaded machine the agent's change event of the
+        // store above can reach the front end after the meter saw the agent quiet, and the front end
+        // then (rightly) looks again at what changed inside a measured lookup. A cost that every
+        // lookup pays still shows in all three.
+        var (plain, p) = try cost { f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "plain"]) }
+        for _ in 0..<2 {
+            let (again, a) = try cost { f.bus.run("/usr/bin/secret-tool", ["lookup", "kind", "plain"]) }
+            if a.requests < p.requests || a.searches < p.searches { (plain, p) = (again, a) }
+        }
         #expect(plain.status == 0 && plain.stdout == "plain secret", "\(plain)")
         let (guarded, g) = try cost { f.lookup() }
         #expect(guarded.status == 0 && guarded.stdout == "guarded secret", "\(guarded)\n\(f.log)")
