@@ -42,7 +42,23 @@ package final class CallerSessions: Sendable {
     /// The grants in the order they were given (oldest first), with what each carries.
     private let grants = Protected<[(Grant, CallerContext.CarriedAuthorization)]>([])
 
-    package init() {}
+    /// Whether a login session's leader is the very process it was (``LoginSessions/isLive(_:)`` in
+    /// the agent; tests of the core give their own).
+    private let sessionIsLive: @Sendable (CallerIdentity.LoginSession) -> Bool
+    /// Whether the process with this pid and start time is still there, not a zombie (an item
+    /// grant's holder): `/proc/PID/stat` in the agent, the tests' own in theirs.
+    private let processIsLive: @Sendable (_ pid: Int32, _ startTime: UInt64) -> Bool
+
+    package init(sessionIsLive: @escaping @Sendable (CallerIdentity.LoginSession) -> Bool,
+                 processIsLive: @escaping @Sendable (_ pid: Int32, _ startTime: UInt64) -> Bool = CallerSessions.processIsLive) {
+        self.sessionIsLive = sessionIsLive
+        self.processIsLive = processIsLive
+    }
+
+    /// `/proc/PID/stat` says a live process with that pid started at `startTime`.
+    package static let processIsLive: @Sendable (Int32, UInt64) -> Bool = { pid, startTime in
+        ProcessStat.of(pid: pid)?.startTime == startTime
+    }
 
     /// The grant for `grant`, taken out while one operation runs (nil: none).
     package func take(_ grant: Grant) -> CallerContext.CarriedAuthorization? {
@@ -64,6 +80,41 @@ package final class CallerSessions: Sendable {
 
     /// How many grants are kept (for tests and the architecture's counters).
     package var count: Int { grants.withLock { $0.count } + itemGrants.withLock { $0.count } }
+
+    /// Ends the grants that can never be served again (the agent's timer calls it about once a
+    /// second): a caller's grants once its login session's leader has exited (the session is over; a
+    /// recreated one with the same id is another caller), a process's item grants once it has
+    /// exited. What such a grant carries (an application password among them) is not kept for
+    /// nobody. Grants of a caller with no login session end with their window or the next lock.
+    /// Each session and process is looked at once, however many grants it has. Returns how many ended.
+    @discardableResult
+    package func endThoseOfEndedSessions() -> Int {
+        let sessions = grants.withLock { g in Set(g.compactMap { $0.0.caller.session }) }
+        let holders = itemGrants.withLock { g in Set(g.map { Holder(pid: $0.process.pid, startTime: $0.process.startTime) }) }
+        guard !sessions.isEmpty || !holders.isEmpty else { return 0 }
+        // Looked at outside the locks: /proc is slow next to a grant lookup.
+        let endedSessions = sessions.filter { !sessionIsLive($0) }
+        let goneHolders = holders.filter { !processIsLive($0.pid, $0.startTime) }
+        var ended = 0
+        if !endedSessions.isEmpty {
+            ended += grants.withLock { g in
+                let before = g.count
+                g.removeAll { $0.0.caller.session.map(endedSessions.contains) ?? false }
+                return before - g.count
+            }
+        }
+        if !goneHolders.isEmpty {
+            ended += itemGrants.withLock { g in
+                let before = g.count
+                g.removeAll { goneHolders.contains(Holder(pid: $0.process.pid, startTime: $0.process.startTime)) }
+                return before - g.count
+            }
+        }
+        return ended
+    }
+
+    /// A process as its pid and start time.
+    private struct Holder: Hashable { let pid: Int32; let startTime: UInt64 }
 
     /// Forgets every grant (a lock: they could not be served after it anyway).
     package func endAll() {

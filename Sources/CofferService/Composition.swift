@@ -45,11 +45,13 @@ extension KeychainService {
     package static func compose(keychain: Keychain, verifier: any PasscodeVerifier, sensor: any BiometricSensor,
                                 settings: ServiceSettings, clock: any MonotonicClock, wallClock: any MonotonicClock, logger: Logger,
                                 sessionIsLive: @escaping @Sendable (CallerIdentity.LoginSession) -> Bool = LoginSessions.isLive,
+                                processIsLive: @escaping @Sendable (Int32, UInt64) -> Bool = CallerSessions.processIsLive,
                                 onEvent: @escaping @Sendable (LockEvent) -> Void = { _ in },
                                 onErase: @escaping @Sendable () -> Void = {}) -> KeychainService {
         let gate = AccessGate(policy: settings.policy, audit: settings.audit, clock: clock, logger: logger, sessionIsLive: sessionIsLive)
         let schedule = LockSchedule(keychain: keychain, idleSeconds: Double(settings.idleLockSeconds), graceSeconds: settings.lockGraceSeconds,
-                                    clock: clock, logger: logger) { event in
+                                    clock: clock, logger: logger,
+                                    sessions: CallerSessions(sessionIsLive: sessionIsLive, processIsLive: processIsLive)) { event in
             gate.observe(event)
             onEvent(event)
         }

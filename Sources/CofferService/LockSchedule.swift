@@ -13,7 +13,7 @@ package final class LockSchedule: Sendable {
     private let logger: Logger
     private let broadcast: @Sendable (LockEvent) -> Void
     /// The reuse grants callers hold across connections: a lock ends them all.
-    package let sessions = CallerSessions()
+    package let sessions: CallerSessions
     /// The idle and grace timers. Never held while calling the keychain or broadcasting.
     private let timers: Protected<Timers>
 
@@ -26,11 +26,17 @@ package final class LockSchedule: Sendable {
         /// (a passcode set that ends after the idle time must not see the keys wiped before its own
         /// `unlocked` is announced), and idle time counts from the last one's end.
         var running = 0
+        /// Ticks since the grants of gone sessions were last ended.
+        var ticksSinceSweep = 0
     }
 
+    /// Every this many ticks (about a second), the grants of sessions and processes that have gone end.
+    package static let ticksPerSweep = 4
+
     package init(keychain: Keychain, idleSeconds: Double, graceSeconds: Double, clock: any MonotonicClock, logger: Logger,
-         broadcast: @escaping @Sendable (LockEvent) -> Void) {
+         sessions: CallerSessions, broadcast: @escaping @Sendable (LockEvent) -> Void) {
         self.keychain = keychain
+        self.sessions = sessions
         self.idleSeconds = idleSeconds
         self.graceSeconds = graceSeconds
         self.clock = clock
@@ -113,12 +119,19 @@ package final class LockSchedule: Sendable {
     /// Called periodically (the agent's timer thread, every 0.25 s): ends grace periods and starts idle locks.
     package func tick() {
         let now = clock.now()
-        let (due, idle): (Bool, Bool) = timers.withLock { t in
+        let (due, idle, sweep): (Bool, Bool, Bool) = timers.withLock { t in
             let due = t.lockDeadline.map { now >= $0 } ?? false
             let idle = idleSeconds > 0 && t.lockDeadline == nil && t.running == 0 && now - t.lastActivity >= idleSeconds
-            return (due, idle)
+            t.ticksSinceSweep += 1
+            let sweep = t.ticksSinceSweep >= Self.ticksPerSweep
+            if sweep { t.ticksSinceSweep = 0 }
+            return (due, idle, sweep)
         }
         if due { lockNow(reason: "grace period over") }
         if idle { requestLock(reason: "idle") }
+        if sweep {
+            let ended = sessions.endThoseOfEndedSessions()
+            if ended > 0 { logger.debug("reuse grants ended: their session's leader or their process exited", metadata: ["grants": "\(ended)"]) }
+        }
     }
 }

@@ -29,6 +29,8 @@ package final class ServiceRig {
     package let sensor: FakeSensor
     /// Terminal sessions whose leader the test made exit (every other session counts as live).
     package let endedSessions = Protected(Set<CallerIdentity.LoginSession>())
+    /// Pids of processes the test made exit (every other process counts as live).
+    package let exitedProcesses = Protected(Set<Int32>())
     /// The process the rig's callers are (this one unless told otherwise).
     package let process: (pid: Int32, uid: UInt32, executable: String?)
 
@@ -53,10 +55,11 @@ package final class ServiceRig {
         settings.attemptsFile = dir.file("attempts")
         settings.idleLockSeconds = idleSeconds
         settings.lockGraceSeconds = graceSeconds
-        let (events, endedSessions) = (self.events, self.endedSessions)
+        let (events, endedSessions, exitedProcesses) = (self.events, self.endedSessions, self.exitedProcesses)
         service = KeychainService.compose(keychain: keychain, verifier: passcodeVerifier ?? verifier, sensor: realSensor ?? sensor, settings: settings,
                                           clock: clock, wallClock: clock, logger: logger,
                                           sessionIsLive: { !endedSessions.withLock { $0 }.contains($0) },
+                                          processIsLive: { pid, _ in !exitedProcesses.withLock { $0 }.contains(pid) },
                                           onEvent: { events.record($0) })
     }
 

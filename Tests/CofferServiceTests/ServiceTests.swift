@@ -180,6 +180,69 @@ import Testing
         #expect(try use("reused", as: caller) == 1)
     }
 
+    /// Issue #42: "a session ends when its leader exits". The agent's timer (about once a second) ends
+    /// the key grants of a caller whose login session's leader has exited, and the item grants of a
+    /// process that has exited; grants of live sessions and processes stay.
+    @Test func grantsEndWhenTheirSessionsLeaderOrTheirProcessExits() throws {
+        let (rig, _) = try Self.ready()
+        let caller = rig.signedCaller("com.example.ssh", ["keys"], sessionID: 700, leaderStart: 11)
+        let other = rig.signedCaller("com.example.ssh", ["keys"], sessionID: 800, leaderStart: 12)
+        var adding = CallerContext(caller: caller)
+        _ = try rig.service.addKey(NewItem(itemClass: .key, attributes: [
+            "labl": .string("reused"), "klbl": .data(Array("reused".utf8)), "kcls": .integer(KeyItem.KeyClass.private.rawValue),
+            "extr": .bool(false), KeyItem.publicKeyAttribute: .data(Array("reused".utf8)), KeyItem.reuseAttribute: .integer(300),
+            AccessControl.attributeName: .data(AccessControl(parsing: "device-passcode")!.encoded()),
+        ], secret: secret("private half")), returning: .init(), &adding, nil)
+        func use(as who: CallerIdentity) throws -> Int {
+            var context = CallerContext(caller: who)
+            let channel = ScriptedChannel([.answer(Self.passcode)])
+            rig.sensor.queue(.cancelled)
+            _ = try rig.service.useKey(matching: ItemQuery(itemClass: .key, attributes: ["labl": .string("reused")]), what: "sign",
+                                       &context, channel) { (secret, _) throws(SecError) in text(secret) }
+            return channel.asked.count
+        }
+        #expect(try use(as: caller) == 1 && (try use(as: other)) == 1)
+        // Item grants of two processes (a prompt's read, as the Secret Service front end gets them).
+        var holder = CallerContext(caller: caller.withProcessStartTime(5))
+        holder.setAuthOptions(AuthenticationOptions(reuseSeconds: 60))
+        holder.recordAuthorization(AuthorizationContext(passcodeVerified: true), now: rig.clock.now(), generation: rig.gate.lockGeneration)
+        let carried = try #require(holder.carriedAuthorization(now: rig.clock.now()))
+        let gone = CallerIdentity(pid: 4242, uid: caller.uid, establishedBy: caller.establishedBy, accessGroups: caller.accessGroups,
+                                  session: other.session).withProcessStartTime(6)
+        rig.service.sessions.grant([[1]], to: caller.withProcessStartTime(5), carried, now: rig.clock.now(), generation: rig.gate.lockGeneration)
+        rig.service.sessions.grant([[2]], to: gone, carried, now: rig.clock.now(), generation: rig.gate.lockGeneration)
+        #expect(rig.service.sessions.count == 4)
+        func ticks(_ n: Int) { for _ in 0..<n { rig.schedule.tick() } }
+        ticks(LockSchedule.ticksPerSweep)
+        #expect(rig.service.sessions.count == 4, "every session and process is live: nothing ends")
+        // Session 700's leader exits, and process 4242: their grants end at the next sweep, not before.
+        rig.endedSessions.withLock { _ = $0.insert(caller.session!) }
+        rig.exitedProcesses.withLock { _ = $0.insert(4242) }
+        ticks(LockSchedule.ticksPerSweep - 1)
+        #expect(rig.service.sessions.count == 4)
+        ticks(1)
+        #expect(rig.service.sessions.count == 2, "session 800's key grant and the live process's item grant stay")
+        #expect(try use(as: other) == 0, "a live session's grant is still served")
+        #expect(rig.service.sessions.itemGrants(for: caller.withProcessStartTime(5), now: rig.clock.now(), generation: rig.gate.lockGeneration).count == 1)
+        #expect(rig.service.sessions.itemGrants(for: gone, now: rig.clock.now(), generation: rig.gate.lockGeneration).isEmpty)
+    }
+
+    /// The agent's own check of an item grant's holder, on a real process: live with its start time,
+    /// not with another, and not once it has exited.
+    @Test func aGrantHoldersLivenessIsItsPidAndStartTime() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        p.arguments = ["60"]
+        try p.run()
+        let pid = p.processIdentifier
+        let start = try #require(ProcessStat.of(pid: pid)?.startTime)
+        #expect(CallerSessions.processIsLive(pid, start))
+        #expect(!CallerSessions.processIsLive(pid, start + 1), "another start time is another process")
+        kill(pid, SIGKILL)
+        p.waitUntilExit()
+        #expect(!CallerSessions.processIsLive(pid, start))
+    }
+
     @Test func everyItemOperationOfTheCoreIsActivity() throws {
         let rig = try ServiceRig(idleSeconds: 60, graceSeconds: 0)
         var context = CallerContext(caller: rig.unsignedCaller)
