@@ -3391,9 +3391,13 @@ def e2e_biometry(L):
         c.ok("SET_PASSCODE", {"current": b"", "new": L.pw}, timeout=120)
     else:
         L.unlock(c)
+    # The reuse-window checks run beside these on this agent; their passcodes reset the agent-wide count
+    # of failed matches (a successful passcode does, as it must), so the lockout checks below wait for them.
+    reuse_thread = None
     if getattr(L, "background", None):
         threads, out = L.background
-        threads.append(reuse_window_thread(L, out))
+        reuse_thread = reuse_window_thread(L, out)
+        threads.append(reuse_thread)
     r = c.request("BIO", {"op": 5})
     L.E(BI, "BIO status with the emulator: its name, available, no finger, not locked out, no domain state",
         r.name == "BIO_STATUS" and r["authenticator"] != "" and r["available"] == 1 and r["enrolled"] == 0 and
@@ -3609,7 +3613,9 @@ def e2e_biometry(L):
     frames, r = conversation(c, [("touch", 3)], "LA_EVALUATE", {"policy": 2, "reason": "owner"})
     L.E(AU, "LA_EVALUATE device owner with a finger enrolled: biometry or passcode (3); a finger gives 0",
         frames and frames[0]["methods"] == 3 and r.get("code") == 0, "%r %r" % ([(f.name, f.f) for f in frames], r.f))
-    # lockout: five failed matches in a row
+    # lockout: five failed matches in a row (no passcode on this agent meanwhile: see reuse_thread above)
+    if reuse_thread is not None:
+        reuse_thread.join()
     frames, r = conversation(c, [("touch", 4)] * 5 + [("answer", PW(L.pw))], m=q("presence"))
     kinds = [f.get("kind") for f in frames if f.name == "AUTH_FEEDBACK_KIND" and f["kind"] != 0]
     L.E(AU, "five unknown fingers in a row: four no-match feedbacks (kind 2), then kind 3 (passcode only)",
