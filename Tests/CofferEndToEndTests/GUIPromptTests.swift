@@ -31,50 +31,14 @@ struct GUIPromptTests {
     /// locked: its dialog appears on the session's display all the same (prompt-display), the person's
     /// answer unlocks, and secret-tool gets the secret.
     @Test func anAgentStartedByTheLoginShowsItsDialogOnTheSessionsDisplay() throws {
-        let display = try VirtualDisplay(width: 800, height: 600)
-        let apps = try SignedApps()
-        let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
-        try apps.sign("secret-service", appID: SecretServiceBusTests.frontEndApp, groups: ["secret-service"], path: executable,
-                      entitlements: ["delegate-identity"])
-        // What the harness passes on the command line goes into the configuration (pam_coffer passes at
-        // most 8 agentarg= tokens): the agent is started as an administrator's pam.d line would start it.
-        let agent = try AgentProcess(pamService: "coffer-login", start: false)
-        let config = try apps.writeAgentConfig(["authentication-timeout = 60", "pinentry = \(GUIPromptRig.pinentry)",
-                                                "prompt-display = \(display.name)", "state-dir = \(agent.stateDir)",
-                                                "pam-confdir = \(agent.pamDir)", "pam-service = coffer-login"])
-        let tmp = TemporaryDirectory("coffer-gui-pam")
-        let module = try PAMModuleTests.buildModule(into: tmp)
-        let services = tmp.path + "/services"
-        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        let extra = ["--config", config, "--kdf-ops", "1", "--log-level", "debug"].map { "agentarg=\($0)" }.joined(separator: " ")
-        try PAMModuleTests.writeLoginService(dir: services, module: module, passdb: agent.passdb,
-                                             moduleArgs: "socket=\(agent.socketPath) budget_ms=60000 agent=\(Binaries.cofferd) \(extra)")
-        try FileManager.default.createDirectory(atPath: Files.directoryName(agent.socketPath), withIntermediateDirectories: true)
-        defer {
-            // The agent the login started is no child of this test: stop it by its socket.
-            let pids = runShell("pgrep -f -- '--socket \(agent.socketPath)'", socket: "").stdout.split(separator: "\n").compactMap { Int32($0) }
-            for pid in pids { kill(pid, SIGTERM) }
-        }
-        let pw = AgentProcess.password
-        // The login: pam_coffer starts the agent (its environment has no DISPLAY) and sets the passcode.
-        let login = PAMModuleTests.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n",
-                                             environment: "env -u DISPLAY -u WAYLAND_DISPLAY")
-        #expect(login.status == 0, "\(login)")
-        #expect(agent.cli(["status"]).stdout.contains("state: unlocked"), "the login did not start and unlock the agent")
-        let bus = try PrivateSessionBus()
-        let frontEnd = try bus.startFrontEnd(executable, agent: agent)
-        defer { frontEnd.terminate() }
-        let store = bus.run("/usr/bin/secret-tool", ["store", "--label=Mail", "server", "mail.example.com"], stdin: "s3cret")
-        #expect(store.status == 0, "\(store)\n\(bus.read("front-end.log"))\n\(agent.log.suffix(3000))\n\(String(decoding: fileBytes(agent.stateDir + "/cofferd.log").suffix(3000), as: UTF8.self))")
-        #expect(agent.cli(["lock"]).status == 0)
+        let rig = try GUIPromptRig(storing: true, startedByLogin: true)
         // A locked keychain: the dialog appears on the session's display and the person answers it.
-        let person = GUIPromptRig.Person(display: display.name, typing: pw)
-        let found = bus.run("/usr/bin/secret-tool", ["lookup", "server", "mail.example.com"])
+        let person = rig.person(typing: AgentProcess.password)
+        let found = rig.lookup()
         let saw = person.finish()
-        #expect(saw.window?.hasPrefix("Coffer: ") == true, "\(saw)\n\(bus.read("front-end.log").suffix(2000))")
-        #expect(found.status == 0 && found.stdout == "s3cret", "\(found)\n\(saw)\n\(bus.read("front-end.log").suffix(2000))")
-        #expect(agent.cli(["status"]).stdout.contains("state: unlocked"))
-        withExtendedLifetime((apps, display, tmp)) {}
+        #expect(saw.window?.hasPrefix("Coffer: ") == true, "\(saw)\n\(rig.bus.read("front-end.log").suffix(2000))")
+        #expect(found.status == 0 && found.stdout == "s3cret", "\(found)\n\(saw)\n\(rig.bus.read("front-end.log").suffix(2000))")
+        #expect(rig.agent.cli(["status"]).stdout.contains("state: unlocked"))
     }
 
     @Test func aCancelledDialogIsAClearFailureAndLosesNothing() throws {
@@ -96,7 +60,7 @@ struct GUIPromptTests {
 
 /// Headless Chromium with `--password-store=gnome-libsecret` (its cookies encrypted with the key it
 /// keeps as "Chromium Safe Storage" in the Secret Service), its Safe Storage item in a locked
-/// keychain: Chromium starts, the agent's dialog appears on the session's display and is answered,
+/// keychain of an agent the login started (pam_coffer, as on a desktop): Chromium starts, the agent's dialog appears on the session's display and is answered,
 /// Chromium gets its key and its cookie survives the restart. Cancelled: Chromium goes on without
 /// the key at once, and Coffer loses nothing: the same key is there and serves Chromium afterwards.
 @Suite(.enabled(if: GUIPromptRig.available && ChromiumRig.available && PrivateSessionBus.available && PrivateSessionBus.clientsAvailable,
@@ -109,7 +73,8 @@ struct ChromiumPromptTests {
     /// `GUIPromptRig.Person` now retries until shortly before the agent's 60 s timeout.
     @Test
     func chromiumsKeyIsReleasedThroughTheDialogAndItsCookiesSurviveARestart() throws {
-        let rig = try GUIPromptRig(storing: false)
+        // The agent as the login started it (pam_coffer, no display of its own), as on a desktop.
+        let rig = try GUIPromptRig(storing: false, startedByLogin: true)
         let chromium = try ChromiumRig(rig)
         // First start, keychain unlocked: Chromium makes its key (an item through the Secret Service)
         // and keeps the server's cookie, encrypted with it.
@@ -233,17 +198,62 @@ final class GUIPromptRig: @unchecked Sendable {
     let agent: AgentProcess
     let bus: PrivateSessionBus
     let frontEnd: Process
+    /// The PAM module and service of a login-started agent (nil: the agent was started directly).
+    private let login: TemporaryDirectory?
 
     /// With `storing`, an item stored through secret-tool and the keychain locked; else unlocked and empty.
-    init(storing: Bool = true) throws {
+    ///
+    /// `startedByLogin`: the agent as a login starts it (issue #43: "an agent started by PAM at login has
+    /// no display"): pam_coffer starts cofferd at the session's open (`agent=`), with no DISPLAY of its
+    /// own, and sets the passcode to the login password; its dialogs appear on the session's display all
+    /// the same (`prompt-display`). What the harness would pass on the command line goes into the
+    /// configuration (pam_coffer passes at most 8 `agentarg=` tokens), as an administrator's pam.d line
+    /// would start it. Else the harness starts the agent and sets the passcode.
+    init(storing: Bool = true, startedByLogin: Bool = false) throws {
         display = try VirtualDisplay(width: 800, height: 600)
-        (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(
-            agentConfig: ["authentication-timeout = 60", "pinentry = \(Self.pinentry)", "prompt-display = \(display.name)"])
-        agent.setPasscode()
+        let dialogs = ["authentication-timeout = 60", "pinentry = \(Self.pinentry)", "prompt-display = \(display.name)"]
+        if startedByLogin {
+            apps = try SignedApps()
+            let executable = String(decoding: try StableFile.canonicalPath(Binaries.directory + "/coffer-secret-service"), as: UTF8.self)
+            try apps.sign("secret-service", appID: SecretServiceBusTests.frontEndApp, groups: ["secret-service"], path: executable,
+                          entitlements: ["delegate-identity"])
+            agent = try AgentProcess(pamService: "coffer-login", start: false)
+            let config = try apps.writeAgentConfig(dialogs + ["state-dir = \(agent.stateDir)", "pam-confdir = \(agent.pamDir)",
+                                                              "pam-service = coffer-login"])
+            let tmp = TemporaryDirectory("coffer-gui-pam")
+            login = tmp
+            let module = try PAMModuleTests.buildModule(into: tmp)
+            let services = tmp.path + "/services"
+            try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+            let extra = ["--config", config, "--kdf-ops", "1", "--log-level", "debug"].map { "agentarg=\($0)" }.joined(separator: " ")
+            try PAMModuleTests.writeLoginService(dir: services, module: module, passdb: agent.passdb,
+                                                 moduleArgs: "socket=\(agent.socketPath) budget_ms=60000 agent=\(Binaries.cofferd) \(extra)")
+            try FileManager.default.createDirectory(atPath: Files.directoryName(agent.socketPath), withIntermediateDirectories: true)
+            let pw = AgentProcess.password
+            // The login: pam_coffer starts the agent (its environment has no DISPLAY) and sets the passcode.
+            let opened = PAMModuleTests.pamtester(serviceDir: services, ["authenticate", "open_session"], input: "\(pw)\n\(pw)\n",
+                                                  environment: "env -u DISPLAY -u WAYLAND_DISPLAY")
+            #expect(opened.status == 0, "\(opened)")
+            bus = try PrivateSessionBus()
+            frontEnd = try bus.startFrontEnd(executable, agent: agent)
+            #expect(agent.cli(["status"]).stdout.contains("state: unlocked"), "the login did not start and unlock the agent")
+        } else {
+            login = nil
+            (apps, agent, bus, frontEnd, _) = try SecretServiceBusTests.setUp(agentConfig: dialogs)
+            agent.setPasscode()
+        }
         guard storing else { return }
         let store = bus.run("/usr/bin/secret-tool", ["store", "--label=Mail", "server", "mail.example.com"], stdin: "s3cret")
         #expect(store.status == 0, "\(store)\n\(bus.read("front-end.log"))")
         #expect(agent.cli(["lock"]).status == 0)
+    }
+
+    /// A login-started agent is no child of the test: it is stopped by its socket.
+    deinit {
+        guard login != nil else { return }
+        frontEnd.terminate()
+        let pids = runShell("pgrep -f -- '--socket \(agent.socketPath)'", socket: "").stdout.split(separator: "\n").compactMap { Int32($0) }
+        for pid in pids { kill(pid, SIGTERM) }
     }
 
     func lookup() -> CLIResult { bus.run("/usr/bin/secret-tool", ["lookup", "server", "mail.example.com"]) }
