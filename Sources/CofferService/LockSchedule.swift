@@ -12,7 +12,8 @@ package final class LockSchedule: Sendable {
     private let clock: any MonotonicClock
     private let logger: Logger
     private let broadcast: @Sendable (LockEvent) -> Void
-    /// The reuse grants callers hold across connections: a lock ends them all.
+    /// The reuse grants callers hold across connections: a lock ends them all, and the timer those
+    /// of sessions and processes that have ended (``CallerSessions/endThoseOfEndedSessions()``).
     package let sessions: CallerSessions
     /// The idle and grace timers. Never held while calling the keychain or broadcasting.
     private let timers: Protected<Timers>
@@ -116,7 +117,8 @@ package final class LockSchedule: Sendable {
     /// True while an announced lock is pending.
     package var isLockPending: Bool { timers.withLock { $0.lockDeadline != nil } }
 
-    /// Called periodically (the agent's timer thread, every 0.25 s): ends grace periods and starts idle locks.
+    /// Called periodically (the agent's timer thread, every 0.25 s): ends grace periods and starts idle
+    /// locks; every ``ticksPerSweep`` ticks, ends the grants of sessions and processes that have ended.
     package func tick() {
         let now = clock.now()
         let (due, idle, sweep): (Bool, Bool, Bool) = timers.withLock { t in
