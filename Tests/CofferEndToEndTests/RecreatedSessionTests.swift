@@ -12,7 +12,11 @@ import Testing
 /// same program in the recreated session (same session id, another leader) is asked again.
 ///
 /// A chosen pid needs `/proc/sys/kernel/ns_last_pid` (root, as CI runs): without it the tests skip.
-@Suite(.enabled(if: RecreatedSession.available, "needs root: a session is recreated with the same id through /proc/sys/kernel/ns_last_pid"))
+///
+/// The suite is serialized: a test's write of `ns_last_pid` steers whichever process forks next onto
+/// that pid, and another test's session leader must not be the one (one CI run's was, and kept the
+/// pid for the length of its session).
+@Suite(.serialized, .enabled(if: RecreatedSession.available, "needs root: a session is recreated with the same id through /proc/sys/kernel/ns_last_pid"))
 struct RecreatedSessionTests {
     /// The ssh-agent front end: a keychain key with a 300 s reuse window, `ssh-keygen -Y sign` through
     /// the agent's ssh-agent socket (each signature its own connection).
@@ -142,11 +146,16 @@ enum RecreatedSession {
 
     /// A python3 driver: forks the leader (with pid `want` unless 0), which calls setsid() and runs
     /// `sh -c COMMAND`; writes the leader's pid to PIDFILE and exits with the command's status
-    /// (125: the pid could not be had).
+    /// (125: the pid could not be had within 60 s). A pid another process holds (one the write of
+    /// `ns_last_pid` steered there, say: any process's fork right after it takes that pid) is waited for.
     static let driver = """
-        os, sys = __import__("os"), __import__("sys")
+        os, sys, time = __import__("os"), __import__("sys"), __import__("time")
         pidfile, want, command = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-        for attempt in range(1000):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if want and os.path.exists('/proc/%d' % want):
+                time.sleep(0.05)
+                continue
             if want:
                 fd = os.open('/proc/sys/kernel/ns_last_pid', os.O_WRONLY)
                 os.write(fd, str(want - 1).encode())
@@ -182,7 +191,7 @@ enum RecreatedSession {
         let r = runProcess("/usr/bin/python3", [script, pidfile, String(leader), command], stdin: stdin, environment: environment,
                            timeout: 120)
         let pid = Int32(((try? String(contentsOfFile: pidfile, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-        if r.status == 125 && pid == 0 { throw SignedApps.Failure("pid \(leader) could not be had for a new session leader: \(r)") }
+        if r.status == 125 && pid == 0 { throw SignedApps.Failure("pid \(leader) could not be had for a new session leader within 60 s: \(r)") }
         return (r, pid)
     }
 }
