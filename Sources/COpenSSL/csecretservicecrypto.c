@@ -10,6 +10,7 @@
  * functions that clear (EVP_PKEY_free, BN_clear_free, OSSL_PARAM_free, EVP_CIPHER_CTX_free).
  */
 #include "CSecretServiceCrypto.h"
+#include "secure_bignum.h"
 
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
@@ -121,14 +122,7 @@ static EVP_PKEY *import_peer(css_bytes peer, int *rc)
 /* A secure BIGNUM holding `b`, or NULL. */
 static BIGNUM *secret_bn(css_bytes b)
 {
-    BIGNUM *bn = BN_secure_new();
-    if (bn == NULL)
-        return NULL;
-    if (BN_bin2bn(b.ptr, (int)b.len, bn) == NULL) {
-        BN_clear_free(bn);
-        return NULL;
-    }
-    return bn;
+    return secure_bn_from_bytes(b.ptr, b.len);
 }
 
 /* CSS_OK if the secure BIGNUM x is in (0, p − 1), CSS_ERR_ARGUMENT if not. */

@@ -8,6 +8,7 @@
  * failure: callers get a result code, never OpenSSL's text.
  */
 #include "CSSHCrypto.h"
+#include "secure_bignum.h"
 
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
@@ -73,14 +74,7 @@ static int finish(int rc)
 /* A secure BIGNUM holding `b`, or NULL. */
 static BIGNUM *secret_bn(cssh_bytes b)
 {
-    BIGNUM *bn = BN_secure_new();
-    if (bn == NULL)
-        return NULL;
-    if (BN_bin2bn(b.ptr, (int)b.len, bn) == NULL) {
-        BN_clear_free(bn);
-        return NULL;
-    }
-    return bn;
+    return secure_bn_from_bytes(b.ptr, b.len);
 }
 
 /* A key of type `name` from `params` (`selection`: EVP_PKEY_PUBLIC_KEY or EVP_PKEY_KEYPAIR), or NULL. */
