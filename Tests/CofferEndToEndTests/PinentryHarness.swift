@@ -126,11 +126,19 @@ enum PinentryHarness {
             return false
         }
 
+        /// The questions asked so far (one line each).
+        var questions: [String] {
+            ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+
+        /// How many PINs (passcode dialogs) were asked for so far.
+        var pinsAsked: Int { questions.filter { $0.hasPrefix("GETPIN") }.count }
+
         /// The questions asked so far (one line each), and forgets them.
         func takeQuestions() -> [String] {
-            let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            let asked = questions
             try? FileManager.default.removeItem(atPath: logPath)
-            return text.split(separator: "\n").map(String.init)
+            return asked
         }
     }
 

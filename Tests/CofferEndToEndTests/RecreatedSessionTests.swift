@@ -24,24 +24,19 @@ struct RecreatedSessionTests {
         let prompted = try SSHAgentPolicyTests.Prompted(pin: AgentProcess.password, passcode: AgentProcess.password)
         let (f, fake) = (prompted.f, prompted.fake)
         f.agent.setPasscode()
-        let made = f.agent.cli(["ssh", "keygen", "--label", "reused", "--access-control", "device-passcode", "--reuse-seconds", "300"])
-        #expect(made.status == 0, "\(made)")
-        let pub = SSHKeyItemTests.savePublic(made.stdout, f, "reused")
+        let pub = try prompted.reuseKey()
         let data = f.dir.file("data")
         try "w\n".write(toFile: data, atomically: true, encoding: .utf8)
-        func asked() -> Int {
-            ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }.count
-        }
         // Two signatures, each its own ssh-keygen and connection, in one new session: one question.
         let sign = "/usr/bin/ssh-keygen -Y sign -f '\(pub)' -n file '\(data)' && rm -f '\(data).sig'"
         let first = try RecreatedSession.run("\(sign) && \(sign)", environment: ["SSH_AUTH_SOCK": f.sshSocket])
         #expect(first.result.status == 0, "\(first.result)\n\(f.agent.log)")
-        #expect(asked() == 1, "the same program in the same session is served by the grant")
+        #expect(fake.pinsAsked == 1, "the same program in the same session is served by the grant")
         // Its leader gone, a new session with the old id: the same program is asked again.
         let again = try RecreatedSession.run(sign, leader: first.leader, environment: ["SSH_AUTH_SOCK": f.sshSocket])
         #expect(again.leader == first.leader)
         #expect(again.result.status == 0, "\(again.result)\n\(f.agent.log)")
-        #expect(asked() == 2, "a recreated session (same id, another leader) was served the old session's grant")
+        #expect(fake.pinsAsked == 2, "a recreated session (same id, another leader) was served the old session's grant")
     }
 
     /// The native front end: the same key used with KEY_SIGN (SecKeyCreateSignature's request) by a
@@ -51,8 +46,7 @@ struct RecreatedSessionTests {
         let prompted = try SSHAgentPolicyTests.Prompted(pin: AgentProcess.password, passcode: AgentProcess.password)
         let f = prompted.f
         f.agent.setPasscode()
-        let made = f.agent.cli(["ssh", "keygen", "--label", "reused", "--access-control", "device-passcode", "--reuse-seconds", "300"])
-        #expect(made.status == 0, "\(made)")
+        _ = try prompted.reuseKey()
         let dir = TemporaryDirectory("coffer-native-signer")
         let client = dir.file("sign.py")
         try Self.nativeSigner.write(toFile: client, atomically: true, encoding: .utf8)

@@ -31,6 +31,15 @@ struct SSHAgentPolicyTests {
             f = try SSHAgentTests.Fixture(extraArguments: ["--config", config])
         }
 
+        /// A keychain key made with `coffer ssh keygen` that needs the device passcode, whose one
+        /// authentication serves the same program's signatures for 300 s; its public key is saved as
+        /// LABEL.pub (returned).
+        func reuseKey(_ label: String = "reused") throws -> String {
+            let made = f.agent.cli(["ssh", "keygen", "--label", label, "--access-control", "device-passcode", "--reuse-seconds", "300"])
+            guard made.status == 0 else { throw SignedApps.Failure("ssh keygen: \(made)") }
+            return SSHKeyItemTests.savePublic(made.stdout, f, label)
+        }
+
         /// The descriptions of the CONFIRM dialogs shown so far (Assuan-escaped: `%0A` is a line break).
         var confirmations: [String] {
             ((try? String(contentsOfFile: dir.file("confirm-desc.log"), encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)

@@ -214,13 +214,12 @@ struct SSHKeyItemTests {
         #expect(made.status == 0, "\(made)")
         let pub = Self.savePublic(made.stdout, f, "guarded")
         #expect(f.listed() == [f.fingerprint(pub)], "listing needs no person")
-        #expect(((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").isEmpty)
+        #expect(fake.questions.isEmpty)
         let data = f.dir.file("data")
         try "z\n".write(toFile: data, atomically: true, encoding: .utf8)
         #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0, "\(f.agent.log)")
         #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0)
-        let asked = ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }
-        #expect(asked.count == 2, "one question per signature: \(asked)")
+        #expect(fake.pinsAsked == 2, "one question per signature: \(fake.questions)")
         try fake.set(pin: "cancel", passcode: "cancel")
         #expect(f.signAndVerify(publicKey: pub, file: data).signed.status != 0)
 
@@ -294,8 +293,7 @@ struct SSHKeyItemTests {
         let sshd = try SSHDaemon(authorizedKeys: [guarded])
         let login = f.run("ssh", sshd.clientArguments(in: f.dir) + ["true"])
         #expect(login.status == 0, "\(login)\nsshd: \(sshd.log.suffix(2000))\n\(f.agent.log.suffix(3000))")
-        let asked = ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }
-        #expect(asked.count == 1, "the login's signature asked once: \(asked)")
+        #expect(fake.pinsAsked == 1, "the login's signature asked once: \(fake.questions)")
         try fake.set(pin: "cancel", passcode: "cancel")
         let refused = f.run("ssh", sshd.clientArguments(in: f.dir) + ["true"])
         #expect(refused.status == 255, "\(refused)")
@@ -351,20 +349,15 @@ struct SSHKeyItemTests {
         let (f, fake) = (prompted.f, prompted.fake)
         f.agent.setPasscode()
         #expect(f.agent.cli(["ssh", "keygen", "--label", "r", "--reuse-seconds", "1"]).status == 64, "needs --access-control")
-        let made = f.agent.cli(["ssh", "keygen", "--label", "reused", "--access-control", "device-passcode", "--reuse-seconds", "300"])
-        #expect(made.status == 0, "\(made)")
-        let pub = Self.savePublic(made.stdout, f, "reused")
+        let pub = try prompted.reuseKey()
         let data = f.dir.file("data")
         try "w\n".write(toFile: data, atomically: true, encoding: .utf8)
-        func asked() -> Int {
-            ((try? String(contentsOfFile: fake.logPath, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("GETPIN") }.count
-        }
         for _ in 0..<3 { #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0, "\(f.agent.log)") }
-        #expect(asked() == 1, "one question for three signatures in the window")
+        #expect(fake.pinsAsked == 1, "one question for three signatures in the window")
         #expect(f.agent.cli(["lock"]).status == 0)
         #expect(f.agent.cli(["unlock", "--passcode-stdin"], stdin: AgentProcess.password).status == 0)
         #expect(f.signAndVerify(publicKey: pub, file: data).verified?.status == 0)
-        #expect(asked() == 2, "a lock ends the window")
+        #expect(fake.pinsAsked == 2, "a lock ends the window")
     }
 
     /// `ssh-add -l` lists the keys of the caller's access groups only: two signed copies of ssh-add
