@@ -171,8 +171,8 @@ package struct IdentityResolver: Sendable {
         defer { if !reused { resolutions.withLock { $0 &+= 1 } } }
         // The status file is world-readable: what it says is known even of a process whose
         // executable and root only its owner with ptrace rights may see. Without it, nothing is.
-        let status: [String: String]
-        do { status = try process.statusFields(["TracerPid", "NSsid", "State", "NSpid"]) } catch { throw IdentityError(error) }
+        // (Read when the process was pinned: ProcessHandle.status.)
+        let status = process.status
         func refuse(_ why: String) -> IdentityError {
             IdentityError(SystemError(refusing: "pid \(process.pid)", why, errno: EPERM))
         }

@@ -307,7 +307,7 @@ package final class Pipeline: Sendable {
         }
         session.delegate(to: delegated, startTime: startTime)
         service.auditDelegation(by: frontEnd, for: delegated, status: .success)
-        logger.info("delegated identity", metadata: ["peer": "\(session.peer)", "front end": "\(frontEnd)", "caller": "\(delegated)"])
+        logger.debug("delegated identity", metadata: ["peer": "\(session.peer)", "front end": "\(frontEnd)", "caller": "\(delegated)"])
         return .ok
     }
 

@@ -41,13 +41,22 @@ package struct ProcessHandle: ~Copyable {
     let pidfd: FileDescriptor
     /// `/proc/PID`, opened once as a directory.
     let directory: FileDescriptor
+    /// The lines of `/proc/PID/status` that identification reads (``statusKeys``), as they were when the
+    /// handle was opened: before the check that the process was alive, so they are this process's.
+    package let status: [String: String]
 
-    private init(pid: Int32, uid: UInt32, source: Source, pidfd: consuming FileDescriptor, directory: consuming FileDescriptor) {
+    /// The `/proc/PID/status` lines a handle keeps (``status``): the effective uid, and what identification
+    /// reads (a tracer, the session, the state, the pid in each namespace). The file is read once.
+    package static let statusKeys = ["Uid", "TracerPid", "NSsid", "State", "NSpid"]
+
+    private init(pid: Int32, uid: UInt32, source: Source, pidfd: consuming FileDescriptor, directory: consuming FileDescriptor,
+                 status: [String: String]) {
         self.pid = pid
         self.uid = uid
         self.source = source
         self.pidfd = pidfd
         self.directory = directory
+        self.status = status
     }
 
     /// The process at the other end of the connected Unix socket `fd`, reading its credentials
@@ -108,15 +117,16 @@ package struct ProcessHandle: ~Copyable {
         let raw = pidfd.rawValue
         let pid = try Syscall.retrying("pidfd pid", "pidfd") { coffer_pidfd_pid(raw) }
         let directory = try FileDescriptor.open("/proc/\(pid)", O_RDONLY | O_DIRECTORY)
-        // The effective uid: the second field of `Uid:` (what SO_PEERCRED reports).
+        // The effective uid: the second field of `Uid:` (what SO_PEERCRED reports); the other lines
+        // identification reads come with it.
         let status = parseStatusFields(try readCapped(try Self.openAt(directory.rawValue, "status", O_RDONLY | O_NOFOLLOW | O_NOCTTY,
                                                                   what: "/proc/\(pid)/status"),
-                                                       maximumBytes: 64 << 10, what: "/proc/\(pid)/status"), ["Uid"])
+                                                       maximumBytes: 64 << 10, what: "/proc/\(pid)/status"), statusKeys)
         guard let uids = status["Uid"], case let fields = uids.split(separator: "\t"), fields.count >= 2, let uid = UInt32(fields[1]) else {
             throw SystemError(refusing: "pid \(pid)", "has no uid in its status", errno: ESRCH)
         }
-        let handle = ProcessHandle(pid: pid, uid: uid, source: source, pidfd: pidfd, directory: directory)
-        // Alive after /proc/PID was opened and read: the directory and the uid are this process's.
+        let handle = ProcessHandle(pid: pid, uid: uid, source: source, pidfd: pidfd, directory: directory, status: status)
+        // Alive after /proc/PID was opened and read: the directory, the uid and the status are this process's.
         guard handle.isAlive() else { throw SystemError(refusing: "pid \(pid)", "exited during identification", errno: ESRCH) }
         return handle
     }
