@@ -115,10 +115,14 @@ import Testing
             }
         }
         #expect(failure("nodevice.so") == .middleware(code: -4))
-        // Under AddressSanitizer (contrib/sanitizers.sh) the host's own SIGSEGV handler is ASan's, which reports the
-        // crash and exits 1: the helper still ends without an answer, by its exit status instead of the signal.
-        let crashed: SecurityKeyError = ProcessInfo.processInfo.environment["COFFER_SANITIZED"] == "address"
-            ? .helperEnded("exit status 1") : .helperEnded("killed by signal \(SIGSEGV), Segmentation fault")
+        // Under a sanitizer (contrib/sanitizers.sh) the host's SIGSEGV handler is the sanitizer's, which reports the
+        // crash and exits (AddressSanitizer 1, ThreadSanitizer 66): the helper still ends without an answer, by that
+        // exit status instead of the signal.
+        let crashed: SecurityKeyError = switch ProcessInfo.processInfo.environment["COFFER_SANITIZED"] {
+        case "address": .helperEnded("exit status 1")
+        case "thread": .helperEnded("exit status 66")
+        default: .helperEnded("killed by signal \(SIGSEGV), Segmentation fault")
+        }
         #expect(failure("crash.so") == crashed)
         #expect(failure("empty.so").map { "\($0)".contains("returned no signature") } == true)
         #expect(failure("older.so").map { "\($0)".contains("implements the middleware API version 0x00090000, not 0x000a0000") } == true)
