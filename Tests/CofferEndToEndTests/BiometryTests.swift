@@ -197,8 +197,7 @@ struct BiometryTests {
         let callers = agent.dir.file("pam-callers")
         if let pamExec {
             let script = agent.dir.file("record-caller")
-            try "#!/bin/sh\necho $PPID >> '\(callers)'\n".write(toFile: script, atomically: true, encoding: .utf8)
-            chmod(script, 0o755)
+            try writeExecutable("#!/bin/sh\necho $PPID >> '\(callers)'\n", to: script)
             let stack = agent.pamDir + "/" + agent.pamService
             let text = try String(contentsOfFile: stack, encoding: .utf8)
             try ("auth optional \(pamExec) \(script)\n" + text).write(toFile: stack, atomically: true, encoding: .utf8)
@@ -238,7 +237,7 @@ extension BiometryTests {
         let log = dir.file("pinentry.log"), program = dir.file("pinentry-sensor")
         // Keeps a dialog that offers the sensor open (as a person who touches the sensor would), and
         // answers one that asks for the passcode alone.
-        try """
+        try writeExecutable("""
             #!/bin/sh
             echo "OK Pleased to meet you"
             desc=""
@@ -254,8 +253,7 @@ extension BiometryTests {
               esac
             done
 
-            """.write(toFile: program, atomically: true, encoding: .utf8)
-        chmod(program, 0o755)
+            """, to: program)
         let pending = Background { AccessControlCLITests.detached(agent, ["get", "--service", "bank", "--account", "me"],
                                                                   environment: ["COFFER_PINENTRY": program]) }
         for i in 1...5 { #expect(Self.touch(agent, ["--unknown"]), "touch \(i)") }

@@ -15,9 +15,7 @@ struct GitT0303Tests {
         // t0303 names the helper in one word: a wrapper on PATH adds the socket.
         let bin = TemporaryDirectory("coffer-t0303-bin")
         let wrapper = bin.file("git-credential-coffertest")
-        try "#!/bin/sh\nexec '\(GitRun.helperBinary)' --socket '\(agent.socketPath)' \"$@\"\n"
-            .write(toFile: wrapper, atomically: true, encoding: .utf8)
-        chmod(wrapper, 0o755)
+        try writeExecutable("#!/bin/sh\nexec '\(GitRun.helperBinary)' --socket '\(agent.socketPath)' \"$@\"\n", to: wrapper)
         let path = bin.path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
         let r = runCLI([Binaries.packageRoot + "/contrib/git-t0303.sh", "coffertest"], environment: ["PATH": path, "COFFER_SOCKET": "/nonexistent"],
                        executable: "/bin/bash", timeout: 540)

@@ -194,8 +194,7 @@ import Testing
         try #require(pamExec != nil, "pam_exec.so (libpam-modules) is not installed")
         let pw = AgentProcess.password
         let dump = tmp.path + "/env"
-        try "#!/bin/sh\nenv > '\(dump)'\n".write(toFile: tmp.path + "/dump.sh", atomically: true, encoding: .utf8)
-        chmod(tmp.path + "/dump.sh", 0o755)
+        try writeExecutable("#!/bin/sh\nenv > '\(dump)'\n", to: tmp.path + "/dump.sh")
         for (args, preset, expectSSH, expectCoffer) in [
             ("socket=\(agent.socketPath)", "", Files.directoryName(agent.socketPath) + "/ssh-agent.sock", agent.socketPath),
             ("socket=\(agent.socketPath) no_env", "", nil, nil),

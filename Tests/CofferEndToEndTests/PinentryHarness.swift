@@ -52,7 +52,7 @@ enum PinentryHarness {
 
         init(in dir: ShortDirectory, pin: String = "cancel", passcode: String = "cancel", confirm: String = "ok") throws {
             self.dir = dir
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 D='\(dir.path)'
                 echo "$DISPLAY" >> "$D/display.log"
@@ -96,8 +96,7 @@ enum PinentryHarness {
                   esac
                 done
 
-                """.write(toFile: path, atomically: true, encoding: .utf8)
-            chmod(path, 0o755)
+                """, to: path)
             try set(pin: pin, passcode: passcode, confirm: confirm)
         }
 
@@ -161,12 +160,11 @@ enum PinentryHarness {
             fake = try FakePinentry(in: dir)
             mkdir(home, 0o700)
             let wrapper = dir.file("pinentry-wrapper")
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 exec '\(PinentryHarness.pinentryCoffer)' --socket '\(agent.socketPath)' --pinentry '\(fake.path)' --config '\(configPath)' "$@"
 
-                """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-            chmod(wrapper, 0o755)
+                """, to: wrapper)
             try setSave(save)
             let conf = """
                 pinentry-program \(wrapper)

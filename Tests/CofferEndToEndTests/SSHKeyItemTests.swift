@@ -322,7 +322,7 @@ struct SSHKeyItemTests {
         var waited = 0
         while !FileManager.default.fileExists(atPath: hungPid) && waited < 600 { usleep(50_000); waited += 1 }
         let pinentryPid = Int32(((try? String(contentsOfFile: hungPid, encoding: .utf8)) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-        #expect(pinentryPid > 0, "the pinentry was never asked: \(f.agent.log)")
+        #expect(pinentryPid > 0, "the pinentry was never asked (its questions: \(prompted.fake.questions)): \(f.agent.log)")
         #expect(f.listed() == [f.fingerprint(pub)], "another client is served while the person is asked")
         kill(signer.processIdentifier, SIGKILL)
         signer.waitUntilExit()

@@ -67,23 +67,21 @@ struct SessionDisplayTests {
             }
             // The pinentry notes where it runs: its DISPLAY and the screen it reached there.
             let wrapper = dir.file("pinentry-on-display")
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 dims=$(/usr/bin/xdpyinfo 2>/dev/null | sed -n 's/^ *dimensions: *\\([0-9x]*\\) pixels.*/\\1/p')
                 echo "${DISPLAY:-none} ${dims:-unreachable}" >> '\(dir.file("screens.log"))'
                 exec '\(fake.path)' "$@"
 
-                """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-            chmod(wrapper, 0o755)
+                """, to: wrapper)
             // The user manager's environment, as `systemctl --user set-environment` by any process of the user leaves it.
             let systemctl = dir.file("systemctl")
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 echo "$*" >> '\(dir.file("systemctl.log"))'
                 printf 'DISPLAY=\(attacker.name)\\nWAYLAND_DISPLAY=wayland-attacker\\nLANG=C\\n'
 
-                """.write(toFile: systemctl, atomically: true, encoding: .utf8)
-            chmod(systemctl, 0o755)
+                """, to: systemctl)
             let config = dir.file("cofferd.conf")
             try (["authentication-timeout = 120", "pinentry = \(wrapper)"] + (promptDisplay ? ["prompt-display = \(session.name)"] : []))
                 .joined(separator: "\n").appending("\n").write(toFile: config, atomically: true, encoding: .utf8)

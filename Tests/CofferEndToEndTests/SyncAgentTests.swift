@@ -54,14 +54,13 @@ import Testing
     func config(_ name: String, extra: String = "") throws -> String {
         let wrapper = shared.file("git-wrapper")
         if !FileManager.default.fileExists(atPath: wrapper) {
-            try """
+            try writeExecutable("""
                 #!/bin/sh
                 while [ -e '\(slowMarker)' ]; do sleep 0.1; done
                 case " $* " in *" add -A -- "*) while [ -e '\(slowPushMarker)' ]; do sleep 0.1; done ;; esac
                 exec /usr/bin/git "$@"
 
-                """.write(toFile: wrapper, atomically: true, encoding: .utf8)
-            chmod(wrapper, 0o755)
+                """, to: wrapper)
         }
         let path = shared.file("\(name).conf")
         try """

@@ -30,9 +30,7 @@ import Testing
     /// XDG_RUNTIME_DIR (or `unset`) to the file named by its next argument (`agentarg=MARKER`).
     static func standInAgent(in dir: String) throws -> String {
         let path = dir + "/stand-in-agent"
-        try "#!/bin/sh\nprintf '%s %s\\n' \"$2\" \"${XDG_RUNTIME_DIR-unset}\" >> \"$3\"\n"
-            .write(toFile: path, atomically: true, encoding: .utf8)
-        guard chmod(path, 0o755) == 0 else { throw CocoaError(.fileWriteNoPermission) }
+        try writeExecutable("#!/bin/sh\nprintf '%s %s\\n' \"$2\" \"${XDG_RUNTIME_DIR-unset}\" >> \"$3\"\n", to: path)
         return path
     }
 

@@ -78,3 +78,12 @@ public final class PAMSandbox: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: dir) }
 }
+
+/// Writes `text` as an executable file at `path` (0755), which another process will run: written beside it
+/// first and installed by a copy (``ScriptedPinentry/install(_:at:)``), so that no descriptor this process
+/// opened for writing it can be inherited by another test's child, which would make running it fail with
+/// ETXTBSY while that child lives.
+public func writeExecutable(_ text: String, to path: String) throws {
+    try text.write(toFile: path + ".src", atomically: true, encoding: .utf8)
+    try ScriptedPinentry.install(path + ".src", at: path)
+}
