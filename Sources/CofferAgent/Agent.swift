@@ -168,7 +168,10 @@ package final class Agent: Sendable {
         // One way to the person for every agent-side dialog (PROMPT_UNLOCK, PROMPT_READ, access controls
         // of ssh keys, ssh-add -c): the configured pinentry on the login session's display, or nobody.
         let openPrompt: @Sendable () -> Result<AgentPromptChannel, PromptUnavailable> = { [configuration, logger] in
-            let opened = AgentPromptChannel.open(configuration: configuration, clock: SystemClock())
+            let opened = AgentPromptChannel.open(configuration: configuration, clock: SystemClock()) { why, program in
+                // The request only says it was cancelled: the reason goes to the log.
+                logger.warning("a dialog ended without the person's answer: \(why)", metadata: ["pinentry": "\(program)"])
+            }
             // pinentry = none is the person's choice: no warning for it.
             if case .failure(let why) = opened, configuration.pinentry != .none {
                 logger.warning("refused a request that needs the person, no dialog shown: \(why)")

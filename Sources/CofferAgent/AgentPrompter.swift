@@ -9,16 +9,19 @@ import Glibc
 extension AgentPromptChannel {
     /// The channel `configuration` asks for (its ``AgentConfiguration/pinentryChoice``), its dialog on
     /// the person's login session (``promptDisplay(_:loginctl:)``). Fails when nobody can be asked: no
-    /// pinentry, or no display the dialog may appear on.
-    static func open(configuration: AgentConfiguration, clock: any MonotonicClock,
-                     loginctl: String = LoginSessions.loginctl) -> Result<AgentPromptChannel, PromptUnavailable> {
+    /// pinentry, or no display the dialog may appear on. `failed` is told when the pinentry cannot be
+    /// started or breaks off during a dialog, with the program's path.
+    static func open(configuration: AgentConfiguration, clock: any MonotonicClock, loginctl: String = LoginSessions.loginctl,
+                     failed: (@Sendable (PinentryFailure, String) -> Void)? = nil) -> Result<AgentPromptChannel, PromptUnavailable> {
         let choice = configuration.pinentryChoice
         guard let program = choice.program else { return .failure(.noPinentry(choice.reason)) }
         switch promptDisplay(configuration, loginctl: loginctl) {
         case .failure(let why): return .failure(.noDisplay(why))
         case .success(let display):
+            var told: (@Sendable (PinentryFailure) -> Void)? = nil
+            if let failed { told = { why in failed(why, program) } }
             return .success(AgentPromptChannel(program: program, environment: PinentryEnvironment.current(on: display), clock: clock,
-                                               timeoutSeconds: configuration.authenticationTimeoutSeconds))
+                                               timeoutSeconds: configuration.authenticationTimeoutSeconds, failed: told))
         }
     }
 

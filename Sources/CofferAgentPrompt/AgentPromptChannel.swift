@@ -33,19 +33,24 @@ package enum PromptUnavailable: Error, Sendable, Equatable, CustomStringConverti
 /// It never hangs the request: the prompter's hard deadline (``AgentConfiguration/authenticationTimeoutSeconds``)
 /// and the request's own deadline both end the wait, a pinentry that does not answer is killed, and
 /// one that cannot start, exits, crashes or writes garbage ends the request at once as if the
-/// client went away (userCancel). The answer (a passcode, an application password) arrives in
+/// client went away (userCancel), and the agent logs why (a warning naming the pinentry). The answer (a passcode, an application password) arrives in
 /// secure memory; nothing secret goes into the pinentry's arguments or environment.
 package final class AgentPromptChannel: AuthChannel {
     private let prompter: PinentryPrompter
     private let clock: any MonotonicClock
-    /// Why the last wait ended without a person's answer (for the log; nil: it did not).
+    /// Why the last wait ended without a person's answer (nil: it did not).
     private(set) var failure: PinentryFailure? = nil
+    /// Told each such failure as it happens (the agent logs it: the request itself only says cancelled).
+    private let failed: (@Sendable (PinentryFailure) -> Void)?
 
     /// `program`: the pinentry; `environment`: its environment (``PinentryEnvironment``); `clock`:
-    /// the clock the request's deadlines are on; `timeoutSeconds`: the prompter's hard deadline.
-    package init(program: String, environment: [String], clock: any MonotonicClock, timeoutSeconds: Double, replyTimeout: Double = 10) {
+    /// the clock the request's deadlines are on; `timeoutSeconds`: the prompter's hard deadline;
+    /// `failed`: told why, when the pinentry could not be started or broke off (the log's line).
+    package init(program: String, environment: [String], clock: any MonotonicClock, timeoutSeconds: Double, replyTimeout: Double = 10,
+                 failed: (@Sendable (PinentryFailure) -> Void)? = nil) {
         prompter = PinentryPrompter(program: program, environment: environment, timeoutSeconds: timeoutSeconds, replyTimeout: replyTimeout)
         self.clock = clock
+        self.failed = failed
     }
 
     func ask(_ request: AuthenticationRequest) { prompter.ask(request) }
@@ -57,6 +62,7 @@ package final class AgentPromptChannel: AuthChannel {
         case .timedOut: return .timedOut
         case .failed(let why):
             failure = why
+            failed?(why)
             return .gone
         }
     }

@@ -231,6 +231,40 @@ struct SSHKeyItemTests {
         #expect(Date().timeIntervalSince(started) < 60, "a signature nobody can authorize is refused at once")
     }
 
+    /// A pinentry that cannot be started, or that exits in the middle of the dialog, ends the signature at
+    /// once (the person cannot be asked), and the agent's log says why: the request itself only reads as
+    /// cancelled, and a dialog that never appears must be explainable from the log.
+    @Test func aPinentryThatFailsEndsTheSignatureAndTheLogSaysWhy() throws {
+        for (program, why) in [("/bin/false", "the pinentry could not be started"), ("crash", "the pinentry exited in the middle of the dialog")] {
+            let dir = PinentryHarness.ShortDirectory()
+            var pinentry = program
+            if program == "crash" {
+                // Greets, then dies when asked for the PIN.
+                pinentry = dir.file("crashing-pinentry")
+                try writeExecutable("#!/bin/sh\necho OK\nwhile read -r l; do case \"$l\" in GETPIN*) kill -SEGV $$;; *) echo OK;; esac; done\n",
+                                    to: pinentry)
+            }
+            let prompted = try SSHAgentPolicyTests.Prompted(pinentry: pinentry)
+            let f = prompted.f
+            f.agent.setPasscode()
+            let made = f.agent.cli(["ssh", "keygen", "--label", "guarded", "--access-control", "device-passcode"])
+            #expect(made.status == 0, "\(made)")
+            let pub = Self.savePublic(made.stdout, f, "guarded")
+            let data = f.dir.file("data")
+            try "z\n".write(toFile: data, atomically: true, encoding: .utf8)
+            let started = Date()
+            #expect(f.signAndVerify(publicKey: pub, file: data).signed.status != 0, "\(program): signed with nobody asked")
+            #expect(Date().timeIntervalSince(started) < 60, "\(program): refused at once")
+            var logged = false
+            for _ in 0..<200 where !logged {
+                logged = f.agent.log.contains("a dialog ended without the person's answer: \(why)") && f.agent.log.contains(pinentry)
+                if !logged { usleep(50_000) }
+            }
+            #expect(logged, "\(program): \(f.agent.log)")
+            withExtendedLifetime(dir) {}
+        }
+    }
+
     /// A key whose access control asks for a finger, on an agent with the biometric emulator and no
     /// pinentry (a reader without a display): the signature waits for the touch and is made; an
     /// unknown finger makes none.
