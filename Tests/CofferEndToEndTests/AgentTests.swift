@@ -289,14 +289,15 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
     }
 
     @Test func sessionLockSignalWarnsSubscribersThenLocks() throws {
-        let agent = try AgentProcess(extraArguments: ["--lock-grace", "0.5"])
+        // A grace long enough that the read below falls inside it on a loaded machine (it takes milliseconds).
+        let agent = try AgentProcess(extraArguments: ["--lock-grace", "5"])
         agent.setPasscode()
         let watcher = try AgentConnection(path: agent.socketPath)
         try watcher.subscribe()
         let c = try AgentConnection(path: agent.socketPath)
         try c.add(newPassword("svc", "a", "x"))
         kill(agent.pid, SIGUSR1)
-        #expect(try watcher.nextEvent() == .willLock(graceMillis: 500))
+        #expect(try watcher.nextEvent() == .willLock(graceMillis: 5000))
         // During the grace period the data is still there.
         #expect(text(try c.copyMatching(password("svc", "a")).first?.data) == "x")
         #expect(try watcher.nextEvent() == .locked)
