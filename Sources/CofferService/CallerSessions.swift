@@ -86,11 +86,12 @@ package final class CallerSessions: Sendable {
     /// recreated one with the same id is another caller), a process's item grants once it has
     /// exited. What such a grant carries (an application password among them) is not kept for
     /// nobody. Grants of a caller with no login session end with their window or the next lock.
-    /// Each session and process is looked at once, however many grants it has. Returns how many ended.
+    /// Each session and process (as its grants name it) is looked at once, however many grants it has.
+    /// Returns how many ended.
     @discardableResult
     package func endThoseOfEndedSessions() -> Int {
         let sessions = grants.withLock { g in Set(g.compactMap { $0.0.caller.session }) }
-        let holders = itemGrants.withLock { g in Set(g.map { Holder(pid: $0.process.pid, startTime: $0.process.startTime) }) }
+        let holders = itemGrants.withLock { g in Set(g.map(\.process)) }
         guard !sessions.isEmpty || !holders.isEmpty else { return 0 }
         // Looked at outside the locks: /proc is slow next to a grant lookup.
         let endedSessions = sessions.filter { !sessionIsLive($0) }
@@ -106,15 +107,12 @@ package final class CallerSessions: Sendable {
         if !goneHolders.isEmpty {
             ended += itemGrants.withLock { g in
                 let before = g.count
-                g.removeAll { goneHolders.contains(Holder(pid: $0.process.pid, startTime: $0.process.startTime)) }
+                g.removeAll { goneHolders.contains($0.process) }
                 return before - g.count
             }
         }
         return ended
     }
-
-    /// A process as its pid and start time.
-    private struct Holder: Hashable { let pid: Int32; let startTime: UInt64 }
 
     /// Forgets every grant (a lock: they could not be served after it anyway).
     package func endAll() {
