@@ -146,11 +146,6 @@ package struct ProcessHandle: ~Copyable {
         return try Self.readCapped(fd, maximumBytes: maximumBytes, what: "/proc/\(pid)/\(name)")
     }
 
-    /// The value of a `Key:\tvalue` line of `/proc/PID/status` (`TracerPid`, `Uid`, …), nil if absent.
-    package func statusField(_ key: String) throws(SystemError) -> String? {
-        try statusFields([key])[key]
-    }
-
     /// The values of the `Key:\tvalue` lines of `/proc/PID/status` named in `keys` (one read).
     package func statusFields(_ keys: [String]) throws(SystemError) -> [String: String] {
         Self.parseStatusFields(try read("status"), keys)
