@@ -42,7 +42,7 @@ package struct IdentityError: Error, Equatable, Sendable, CustomStringConvertibl
 ///
 /// The peer is pinned by a pidfd (``ProcessHandle``) and everything is read through its
 /// `/proc/PID` directory: the executable is opened through `/proc/PID/exe` and that open file is
-/// hashed (cached by file version), and the pidfd is checked to be alive at the end, so a pid that
+/// hashed (cached by file version) when a manifest names its path, and the pidfd is checked to be alive at the end, so a pid that
 /// was reused meanwhile gives an error, never another process's identity. Refused (an error): a
 /// zombie peer (the process that connected has exited while another holds the socket), a process in
 /// a nested pid namespace whose executable or root cannot be read, an invalid `.flatpak-info` — a
@@ -277,11 +277,14 @@ package struct IdentityResolver: Sendable {
             return unsigned(path, .executableDeleted)
         }
         if let kind = UntrustedFilesystem.kind(ofOpenFile: exe) { return unsigned(path, .untrustedFilesystem(kind)) }
+        // 4. A verified manifest for this path and hash. The file is hashed only when a manifest names
+        //    its path: the hash is compared with nothing else, and reading a large program that no
+        //    manifest could match (a shell, an interpreter, a browser) is the slowest part of a first
+        //    identification.
+        let candidates = manifests.manifests(forExecutable: path)
+        if candidates.isEmpty { return unsigned(path, .noMatchingManifest) }
         let digest: [UInt8]
         do { digest = try hashes.sha256(fileDescriptor: exe.rawValue, status: st) } catch { return unsigned(path, .unreadable("\(error)")) }
-
-        // 4. A verified manifest for this path and hash.
-        let candidates = manifests.manifests(forExecutable: path)
         for m in candidates where m.matches(executablePath: pathBytes, sha256: digest) {
             return CallerIdentity(pid: process.pid, uid: process.uid, establishedBy: .signedManifest(appID: m.app),
                                   accessGroups: m.accessGroups, executable: path, sessionID: sessionID, session: session,

@@ -219,12 +219,38 @@ func signedManifest(app: String = "com.example.app", executable: String, sha256:
         let server = try Server()
         let app = try Fixture.copyOfClient(in: server.dir) // written just now: inside the racy window
         let cache = ExecutableHashCache(racyWindowSeconds: 3600)
-        let resolver = IdentityResolver(manifests: StaticManifestSource([]), hashes: cache)
+        // A manifest names the path (with another hash), so that the file is hashed at all.
+        let named = try signedManifest(executable: app, sha256: [UInt8](repeating: 7, count: 32))
+        let resolver = IdentityResolver(manifests: StaticManifestSource([named]), hashes: cache)
         let child = try server.start(app)
         let connection = try server.accept()
         _ = try resolver.identify(socket: connection.rawValue)
         _ = try resolver.identify(socket: connection.rawValue)
         #expect(cache.hashesComputed == 2 && cache.count == 0)
+        try connection.close()
+        child.waitUntilExit()
+    }
+
+    @Test(.enabled(if: Fixture.hasClient, "cc could not build the client"))
+    func anExecutableNoManifestNamesIsNotHashed() throws {
+        let server = try Server()
+        let app = try Fixture.copyOfClient(in: server.dir)
+        let digest = try ExecutableHash.sha256(path: app)
+        // Manifests for other paths only (one of them with this very file's hash): nothing to compare
+        // this executable's hash with, so it is never read.
+        let elsewhere = try signedManifest(app: "com.example.elsewhere", executable: app + "2", sha256: digest, groups: ["c"])
+        let cache = ExecutableHashCache(racyWindowSeconds: 0)
+        let child = try server.start(app)
+        let connection = try server.accept()
+        let identity = try IdentityResolver(manifests: StaticManifestSource([elsewhere]), hashes: cache).identify(socket: connection.rawValue)
+        #expect(identity.establishedBy == .unsigned(executablePath: app, reason: .noMatchingManifest))
+        #expect(identity.accessGroups.isEmpty)
+        #expect(cache.hashesComputed == 0 && cache.count == 0)
+        // Once a manifest names the path, the same process is hashed and matched.
+        let named = try signedManifest(executable: app, sha256: digest)
+        let signed = try IdentityResolver(manifests: StaticManifestSource([elsewhere, named]), hashes: cache).identify(socket: connection.rawValue)
+        #expect(signed.establishedBy == .signedManifest(appID: "com.example.app"))
+        #expect(cache.hashesComputed == 1)
         try connection.close()
         child.waitUntilExit()
     }
