@@ -672,14 +672,15 @@ extension SecretServiceFrontEnd {
         retiredWritesByGroup.merge(agent.writesByGroup, uniquingKeysWith: +)
     }
 
-    /// The secrets of those of `paths` that one agent query gives (one item or many: an item read by
-    /// its reference costs no index search): every item whose persistent
+    /// The secrets of those of `paths` that agent queries by reference give (an item read by its
+    /// reference costs no index search): every item whose persistent
     /// reference the front end knows (a reference path names it; the sender's last search found a
     /// collection's item), read together by their references (WireProtocol.md: a query naming several
-    /// references), each answered with the record the search found while nothing changed since it,
+    /// references, at most ``ItemQuery/maximumPersistentRefs`` a query, so one query for up to that
+    /// many items and one more for each such number beyond), each answered with the record the search found while nothing changed since it,
     /// else with one made from its attributes as they are now (its content type included). An item whose path is no longer the one asked for (changed or gone
-    /// since the search), and anything the query does not give (a locked or access-controlled item,
-    /// which fails the whole query; an agent from before queries by several references; any error),
+    /// since the search), and anything a query does not give (a locked or access-controlled item,
+    /// which fails the whole query it is in; an agent from before queries by several references; any error),
     /// is left to the per-item path, which answers exactly as before. Secrets not kept are wiped at once.
     func batchSecrets(_ c: Caller, _ paths: [String]) -> [String: (Record, SecureBytes)] {
         guard !severalReferencesRefused else { return [:] }
@@ -693,26 +694,34 @@ extension SecretServiceFrontEnd {
                 asked[ref] = asked[ref] ?? path
             }
         }
-        guard !asked.isEmpty, asked.count <= ItemQuery.maximumPersistentRefs else { return [:] }
+        guard !asked.isEmpty else { return [:] }
         // The search's records stand for the items while nothing changed since it (as far as the
         // front end knows: ``changeMark()``): then only secrets and references come back, else the
         // attributes too, and each record is made afresh.
         let searchedRecords = c.peer.lastSearch.flatMap { last in
             last.mark != nil && last.mark == changeMark() && asked.keys.allSatisfy { last.byRef[$0] != nil } ? last.byRef : nil
         }
-        var query = itemQuery(c, returnData: true)
-        query.returnAttributes = searchedRecords == nil
-        query.reportsAccessState = false
-        query.returnPersistentRef = true
-        query.persistentRef = asked.keys.flatMap { $0 }
-        query.limit = .all
-        let results: [ItemResult]
-        do {
-            results = try c.agent.copyMatching(query)
-        } catch {
-            // An agent from before several references answers errSecParam: one item at a time, from now on.
-            if error.status == .param { severalReferencesRefused = true }
-            return [:]
+        // One query names at most ``ItemQuery/maximumPersistentRefs`` references: more items are read
+        // in as many queries as that takes (1,000 items in 4), never one by one.
+        let refs = Array(asked.keys)
+        var results: [ItemResult] = []
+        for start in stride(from: 0, to: refs.count, by: ItemQuery.maximumPersistentRefs) {
+            var query = itemQuery(c, returnData: true)
+            query.returnAttributes = searchedRecords == nil
+            query.reportsAccessState = false
+            query.returnPersistentRef = true
+            query.persistentRef = refs[start..<min(start + ItemQuery.maximumPersistentRefs, refs.count)].flatMap { $0 }
+            query.limit = .all
+            do {
+                results += try c.agent.copyMatching(query)
+            } catch where error.status == .param {
+                // An agent from before several references answers errSecParam: one item at a time, from now on.
+                results.forEach { $0.data?.wipe() }
+                severalReferencesRefused = true
+                return [:]
+            } catch {
+                continue // this query's items are left to the per-item path
+            }
         }
         var out: [String: (Record, SecureBytes)] = [:]
         for r in results {

@@ -419,6 +419,43 @@ struct SecretServiceAccessControlTests {
         #expect(changed.status == 0 && changed.stdout.contains("done"), "\(changed)\n\(f.bus.read("front-end.log"))")
     }
 
+    /// A query names at most 256 references: GetSecrets of 300 items is two agent requests (256 and
+    /// 44), never 300 reads one by one, and every secret comes back.
+    @Test func getSecretsOfMoreItemsThanOneQueryNamesIsAQueryPer256() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let n = ItemQuery.maximumPersistentRefs + 44
+        let made = try f.bus.python(SecretServiceBusTests.prelude + """
+            coll = secretstorage.get_default_collection(a)
+            for i in range(\(n)):
+                coll.create_item('bulk %d' % i, {'kind': 'bulk', 'n': str(i)}, b'bulk secret %d' % i)
+            print('made')
+
+            """)
+        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
+        func script(_ then: String) -> String {
+            SecretServiceBusTests.prelude + """
+            SVC = 'org.freedesktop.Secret.Service'
+            session = open_plain(a)[1][1]
+            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': 'bulk'})[1][0]
+            assert len(found) == \(n), len(found)
+            \(then)
+            print('done')
+
+            """
+        }
+        let meter = try AgentMeter(f.agent)
+        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
+        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
+        let (both, g) = try meter.cost { try f.bus.python(script("""
+            got = call(a, PATH, SVC, 'GetSecrets', 'aoo', list(found), session)
+            assert got[0] == 'ok', got
+            values = sorted(bytes(v[2]) for v in got[1][0].values())
+            assert values == sorted(b'bulk secret %d' % i for i in range(\(n))), len(values)
+            """)) }
+        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+        #expect(g.requests - s.requests == 2 && g.searches == s.searches, "search only: \(s), with GetSecrets: \(g)")
+    }
+
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.
     @Test func promptReadOnAConnectionThatWasNotDelegatedIsRefused() throws {
         let f = try Guarded(rule: "device-passcode")
