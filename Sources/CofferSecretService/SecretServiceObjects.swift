@@ -325,6 +325,9 @@ extension SecretServiceFrontEnd {
                     }
                 }
             case (Self.itemInterface, "Locked"):
+                // The sender's search just gave the item (a client makes a proxy of every item a search
+                // finds and reads its properties): its record then, if nothing changed since.
+                if let searched = searchedRecord(c, path) { return ssb_append_bool(reply, Self.isLocked(searched, try lockState(c)) ? 1 : 0) }
                 // An item whose attributes the agent cannot read now is locked.
                 do {
                     let (record, _) = try item(c, path)
@@ -341,7 +344,13 @@ extension SecretServiceFrontEnd {
             case (Self.itemInterface, _):
                 let record: Record
                 do {
-                    record = try item(c, path).0
+                    // As for Locked: the search's record while nothing changed and the item is readable
+                    // now (a locked one's properties come from the agent, which reads them empty).
+                    if let searched = searchedRecord(c, path), !Self.isLocked(searched, try lockState(c)) {
+                        record = searched
+                    } else {
+                        record = try item(c, path).0
+                    }
                 } catch where error.name == BusError.isLocked {
                     // The keybag holds a locked item's label, attributes and dates sealed: they read
                     // empty until it is unlocked (a client's GetAll of a locked item must not fail:

@@ -456,6 +456,53 @@ struct SecretServiceAccessControlTests {
         #expect(g.requests - s.requests == 2 && g.searches == s.searches, "search only: \(s), with GetSecrets: \(g)")
     }
 
+    /// A client reads the properties of every item its search found (libsecret makes a proxy of each):
+    /// those come from the search while nothing changed since, no agent request each; after a change
+    /// by another connection they are read afresh and show it.
+    @Test func propertiesOfItemsASearchFoundCostNoAgentRequest() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let made = try f.bus.python(SecretServiceBusTests.prelude + """
+            coll = secretstorage.get_default_collection(a)
+            for i in range(5):
+                coll.create_item('prop %d' % i, {'kind': 'prop', 'n': str(i)}, b'secret %d' % i)
+            print('made')
+
+            """)
+        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
+        func script(_ then: String) -> String {
+            SecretServiceBusTests.prelude + """
+            SVC, PROPS, ITEM = 'org.freedesktop.Secret.Service', 'org.freedesktop.DBus.Properties', 'org.freedesktop.Secret.Item'
+            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': 'prop'})[1][0]
+            assert len(found) == 5, found
+            def props(path):
+                got = call(a, path, PROPS, 'GetAll', 's', ITEM)
+                assert got[0] == 'ok', got
+                return {k: v[1] for k, v in got[1][0].items()}
+            \(then)
+            print('done')
+
+            """
+        }
+        let meter = try AgentMeter(f.agent)
+        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
+        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
+        let (both, g) = try meter.cost { try f.bus.python(script("""
+            for path in found:
+                p = props(path)
+                assert p['Label'] == 'prop ' + p['Attributes']['n'] and p['Attributes']['kind'] == 'prop' and not p['Locked'], p
+                assert p['Created'] > 0 and p['Modified'] >= p['Created'], p
+            """)) }
+        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+        #expect(g.requests == s.requests && g.searches == s.searches, "search only: \(s), with every item's properties: \(g)")
+        // Changed by another connection after the search: read afresh, and shown as it is now.
+        let changed = try f.bus.python(script("""
+            list(secretstorage.search_items(b, {'n': '3'}))[0].set_label('renamed')
+            labels = sorted(props(path)['Label'] for path in found)
+            assert labels == ['prop 0', 'prop 1', 'prop 2', 'prop 4', 'renamed'], labels
+            """))
+        #expect(changed.status == 0 && changed.stdout.contains("done"), "\(changed)\n\(f.bus.read("front-end.log"))")
+    }
+
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.
     @Test func promptReadOnAConnectionThatWasNotDelegatedIsRefused() throws {
         let f = try Guarded(rule: "device-passcode")
