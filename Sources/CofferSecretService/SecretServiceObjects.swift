@@ -326,8 +326,12 @@ extension SecretServiceFrontEnd {
                 }
             case (Self.itemInterface, "Locked"):
                 // The sender's search just gave the item (a client makes a proxy of every item a search
-                // finds and reads its properties): its record then, if nothing changed since.
-                if let searched = searchedRecord(c, path) { return ssb_append_bool(reply, Self.isLocked(searched, try lockState(c)) ? 1 : 0) }
+                // finds and reads its properties): its record then, if nothing changed since — unless
+                // reading it needed the person then (a grant since, from a prompt, changes that: the
+                // agent says).
+                if let searched = searchedRecord(c, path), !searched.needsAuthentication {
+                    return ssb_append_bool(reply, Self.isLocked(searched, try lockState(c)) ? 1 : 0)
+                }
                 // An item whose attributes the agent cannot read now is locked.
                 do {
                     let (record, _) = try item(c, path)

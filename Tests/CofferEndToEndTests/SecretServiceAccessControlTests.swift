@@ -316,6 +316,29 @@ struct SecretServiceAccessControlTests {
         #expect(f.fake.takeQuestions().filter { $0.hasPrefix("GETPIN") }.isEmpty)
     }
 
+    /// An item a search found needing the person reads Locked from the agent, not from the search's
+    /// record (which the front end keeps for properties): after the prompt's grant it is unlocked.
+    @Test func theLockedPropertyOfASearchedItemFollowsAPromptsGrant() throws {
+        let f = try Guarded(rule: "device-passcode")
+        let item = Self.itemPath
+        let r = try f.bus.python(SecretServiceBusTests.prelude + """
+            from secretstorage.util import exec_prompt
+            PROPS, ITEM = 'org.freedesktop.DBus.Properties', 'org.freedesktop.Secret.Item'
+            found = call(a, PATH, 'org.freedesktop.Secret.Service', 'SearchItems', 'a{ss}', {'kind': 'guarded'})
+            assert found == ('ok', ([], ['\(item)'])), found
+            before = call(a, '\(item)', PROPS, 'GetAll', 's', ITEM)
+            assert before[0] == 'ok' and before[1][0]['Locked'] == ('b', True), before
+            unlocked = call(a, PATH, 'org.freedesktop.Secret.Service', 'Unlock', 'ao', ['\(item)'])
+            assert unlocked[0] == 'ok' and unlocked[1][1] != '/', unlocked
+            assert exec_prompt(a, unlocked[1][1]) == (False, ('ao', ['\(item)']))
+            after = call(a, '\(item)', PROPS, 'Get', 'ss', ITEM, 'Locked')
+            assert after == ('ok', (('b', False),)), after
+            print('done')
+
+            """)
+        #expect(r.status == 0 && r.stdout.contains("done"), "\(r)\n\(f.log)")
+    }
+
     /// Issue #42: what a `secret-tool lookup` costs, from the agent's own counters (COUNTERS): requests,
     /// connections, identity resolutions and keychain searches, for a plain item and for one with an
     /// access control (the prompt, the person's passcode, the granted read), against the issue's
