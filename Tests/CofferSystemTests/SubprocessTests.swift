@@ -32,9 +32,15 @@ import Testing
     }
 
     @Test func theChildSeesOnlyItsStandardStreamsAndTheSocket() throws {
-        // A descriptor this process opened WITHOUT close-on-exec: exec alone would hand it over.
-        let leaky = open("/dev/null", O_RDONLY)
-        #expect(leaky > 3)
+        // A descriptor this process opened WITHOUT close-on-exec: exec alone would hand it over. It is
+        // moved to 10 or above (F_DUPFD, which leaves close-on-exec off): the lowest free number can be
+        // 3 while the suite's other tests close theirs, and the child's fd 3 is the socket, where a
+        // leak could not be told apart.
+        let opened = open("/dev/null", O_RDONLY)
+        #expect(opened >= 0)
+        let leaky = fcntl(opened, F_DUPFD, 10)
+        close(opened)
+        #expect(leaky >= 10 && fcntl(leaky, F_GETFD) & FD_CLOEXEC == 0)
         defer { close(leaky) }
         let child = try Subprocess.spawn(executable: "/bin/sleep", arguments: ["30"])
         defer { kill(child.pid, SIGKILL); _ = try? child.wait() }
