@@ -393,42 +393,24 @@ struct SecretServiceAccessControlTests {
     /// left out.
     @Test func getSecretsOfSeveralItemsIsOneAgentRequest() throws {
         let f = try Guarded(rule: "device-passcode")
-        let made = try f.bus.python(SecretServiceBusTests.prelude + """
-            coll = secretstorage.get_default_collection(a)
-            for i in range(6):
-                coll.create_item('many %d' % i, {'kind': 'many', 'n': str(i)}, b'secret %d' % i, content_type='text/x-%d' % i)
-            print('made')
-
-            """)
-        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
-        func script(_ then: String) -> String {
-            SecretServiceBusTests.prelude + """
-            SVC = 'org.freedesktop.Secret.Service'
-            session = open_plain(a)[1][1]
-            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': 'many'})[1][0]
-            assert len(found) == 6, found
-            def secrets(paths):
-                got = call(a, PATH, SVC, 'GetSecrets', 'aoo', paths, session)
-                assert got[0] == 'ok', got
-                return got[1][0]
-            \(then)
-            print('done')
-
-            """
+        try Self.makeItems(f, kind: "many", count: 6, secret: "secret", extra: ", content_type='text/x-%d' % i")
+        let script = { (then: String) in
+            Self.afterSearch(kind: "many", count: 6, defs: """
+                def secrets(paths):
+                    got = call(a, PATH, SVC, 'GetSecrets', 'aoo', paths, session)
+                    assert got[0] == 'ok', got
+                    return got[1][0]
+                """, then)
         }
         // The same client without and with the GetSecrets: the difference is what it costs.
-        let meter = try AgentMeter(f.agent)
-        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
-        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
-        let (both, g) = try meter.cost { try f.bus.python(script("""
+        let (s, g) = try Self.costBeyondSearch(f, script, """
             # Two of the six, then all six: two requests (one each), whatever the share of the search.
             assert sorted(secrets(list(found)[:2])) == sorted(found[:2])
             got = secrets(list(found))
             assert sorted(got) == sorted(found), got
             values = sorted((bytes(v[2]), v[3]) for v in got.values())
             assert values == sorted((b'secret %d' % i, 'text/x-%d' % i) for i in range(6)), values
-            """)) }
-        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+            """)
         print("GetSecrets of 2, then of 6 items: \(g.requests - s.requests) agent requests, \(g.searches - s.searches) searches")
         #expect(g.requests - s.requests == 2 && g.searches == s.searches, "search only: \(s), with GetSecrets: \(g)")
         // Changed by another connection after the search: answered as it is now; an unknown path left out.
@@ -447,35 +429,13 @@ struct SecretServiceAccessControlTests {
     @Test func getSecretsOfMoreItemsThanOneQueryNamesIsAQueryPer256() throws {
         let f = try Guarded(rule: "device-passcode")
         let n = ItemQuery.maximumPersistentRefs + 44
-        let made = try f.bus.python(SecretServiceBusTests.prelude + """
-            coll = secretstorage.get_default_collection(a)
-            for i in range(\(n)):
-                coll.create_item('bulk %d' % i, {'kind': 'bulk', 'n': str(i)}, b'bulk secret %d' % i)
-            print('made')
-
-            """)
-        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
-        func script(_ then: String) -> String {
-            SecretServiceBusTests.prelude + """
-            SVC = 'org.freedesktop.Secret.Service'
-            session = open_plain(a)[1][1]
-            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': 'bulk'})[1][0]
-            assert len(found) == \(n), len(found)
-            \(then)
-            print('done')
-
-            """
-        }
-        let meter = try AgentMeter(f.agent)
-        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
-        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
-        let (both, g) = try meter.cost { try f.bus.python(script("""
+        try Self.makeItems(f, kind: "bulk", count: n, secret: "bulk secret")
+        let (s, g) = try Self.costBeyondSearch(f, { Self.afterSearch(kind: "bulk", count: n, $0) }, """
             got = call(a, PATH, SVC, 'GetSecrets', 'aoo', list(found), session)
             assert got[0] == 'ok', got
             values = sorted(bytes(v[2]) for v in got[1][0].values())
             assert values == sorted(b'bulk secret %d' % i for i in range(\(n))), len(values)
-            """)) }
-        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+            """)
         #expect(g.requests - s.requests == 2 && g.searches == s.searches, "search only: \(s), with GetSecrets: \(g)")
     }
 
@@ -484,38 +444,21 @@ struct SecretServiceAccessControlTests {
     /// by another connection they are read afresh and show it.
     @Test func propertiesOfItemsASearchFoundCostNoAgentRequest() throws {
         let f = try Guarded(rule: "device-passcode")
-        let made = try f.bus.python(SecretServiceBusTests.prelude + """
-            coll = secretstorage.get_default_collection(a)
-            for i in range(5):
-                coll.create_item('prop %d' % i, {'kind': 'prop', 'n': str(i)}, b'secret %d' % i)
-            print('made')
-
-            """)
-        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
-        func script(_ then: String) -> String {
-            SecretServiceBusTests.prelude + """
-            SVC, PROPS, ITEM = 'org.freedesktop.Secret.Service', 'org.freedesktop.DBus.Properties', 'org.freedesktop.Secret.Item'
-            found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': 'prop'})[1][0]
-            assert len(found) == 5, found
-            def props(path):
-                got = call(a, path, PROPS, 'GetAll', 's', ITEM)
-                assert got[0] == 'ok', got
-                return {k: v[1] for k, v in got[1][0].items()}
-            \(then)
-            print('done')
-
-            """
+        try Self.makeItems(f, kind: "prop", count: 5, secret: "secret")
+        let script = { (then: String) in
+            Self.afterSearch(kind: "prop", count: 5, defs: """
+                def props(path):
+                    got = call(a, path, PROPS, 'GetAll', 's', ITEM)
+                    assert got[0] == 'ok', got
+                    return {k: v[1] for k, v in got[1][0].items()}
+                """, then)
         }
-        let meter = try AgentMeter(f.agent)
-        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
-        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
-        let (both, g) = try meter.cost { try f.bus.python(script("""
+        let (s, g) = try Self.costBeyondSearch(f, script, """
             for path in found:
                 p = props(path)
                 assert p['Label'] == 'prop ' + p['Attributes']['n'] and p['Attributes']['kind'] == 'prop' and not p['Locked'], p
                 assert p['Created'] > 0 and p['Modified'] >= p['Created'], p
-            """)) }
-        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+            """)
         #expect(g.requests == s.requests && g.searches == s.searches, "search only: \(s), with every item's properties: \(g)")
         // Changed by another connection after the search: read afresh, and shown as it is now.
         let changed = try f.bus.python(script("""
@@ -524,6 +467,45 @@ struct SecretServiceAccessControlTests {
             assert labels == ['prop 0', 'prop 1', 'prop 2', 'prop 4', 'renamed'], labels
             """))
         #expect(changed.status == 0 && changed.stdout.contains("done"), "\(changed)\n\(f.bus.read("front-end.log"))")
+    }
+
+    /// `count` items of the sender's collection made through secretstorage: labelled "KIND i", with the
+    /// attributes kind = KIND and n = i, the secret "SECRET i", and `extra` more arguments of create_item.
+    static func makeItems(_ f: Guarded, kind: String, count: Int, secret: String, extra: String = "") throws {
+        let made = try f.bus.python(SecretServiceBusTests.prelude + """
+            coll = secretstorage.get_default_collection(a)
+            for i in range(\(count)):
+                coll.create_item('\(kind) %d' % i, {'kind': '\(kind)', 'n': str(i)}, b'\(secret) %d' % i\(extra))
+            print('made')
+
+            """)
+        #expect(made.status == 0 && made.stdout.contains("made"), "\(made)")
+    }
+
+    /// A script that opens a plain session (`session`), finds the sender's items of `kind` (`found`,
+    /// checked to be `count`), defines `defs`, runs `then` and prints done.
+    static func afterSearch(kind: String, count: Int, defs: String = "", _ then: String) -> String {
+        SecretServiceBusTests.prelude + """
+        SVC, PROPS, ITEM = 'org.freedesktop.Secret.Service', 'org.freedesktop.DBus.Properties', 'org.freedesktop.Secret.Item'
+        session = open_plain(a)[1][1]
+        found = call(a, PATH, SVC, 'SearchItems', 'a{ss}', {'kind': '\(kind)'})[1][0]
+        assert len(found) == \(count), found
+        \(defs)
+        \(then)
+        print('done')
+
+        """
+    }
+
+    /// What the agent's counters say `script("pass")` (the search alone) and `script(then)` cost, each
+    /// run checked to finish: their difference is what `then` costs.
+    static func costBeyondSearch(_ f: Guarded, _ script: (String) -> String, _ then: String) throws -> (AgentCounters, AgentCounters) {
+        let meter = try AgentMeter(f.agent)
+        let (searchOnly, s) = try meter.cost { try f.bus.python(script("pass")) }
+        #expect(searchOnly.status == 0 && searchOnly.stdout.contains("done"), "\(searchOnly)\n\(f.bus.read("front-end.log"))")
+        let (both, g) = try meter.cost { try f.bus.python(script(then)) }
+        #expect(both.status == 0 && both.stdout.contains("done"), "\(both)\n\(f.bus.read("front-end.log"))")
+        return (s, g)
     }
 
     /// PROMPT_READ on a connection that was not delegated is refused -34018, and nobody is asked.
