@@ -704,14 +704,14 @@ extension SecretServiceFrontEnd {
         // One query names at most ``ItemQuery/maximumPersistentRefs`` references: more items are read
         // in as many queries as that takes (1,000 items in 4), never one by one.
         let refs = Array(asked.keys)
+        var query = itemQuery(c, returnData: true)
+        query.returnAttributes = searchedRecords == nil
+        query.reportsAccessState = false
+        query.returnPersistentRef = true
+        query.limit = .all
         var results: [ItemResult] = []
         for start in stride(from: 0, to: refs.count, by: ItemQuery.maximumPersistentRefs) {
-            var query = itemQuery(c, returnData: true)
-            query.returnAttributes = searchedRecords == nil
-            query.reportsAccessState = false
-            query.returnPersistentRef = true
             query.persistentRef = refs[start..<min(start + ItemQuery.maximumPersistentRefs, refs.count)].flatMap { $0 }
-            query.limit = .all
             do {
                 results += try c.agent.copyMatching(query)
             } catch where error.status == .param {
