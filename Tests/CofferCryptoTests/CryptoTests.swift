@@ -1,4 +1,5 @@
-import CofferCrypto
+@testable import CofferCrypto
+import Glibc
 import Testing
 
 @Suite struct SecureBytesTests {
@@ -149,13 +150,55 @@ import Testing
     }
 
     @Test func beyondThePoolCapBuffersStillWork() {
-        // 16 slabs × 256 chunks of 64 bytes are pooled; hold more than that at once.
-        let many = (0..<(16 * 256 + 50)).map { i in
-            let s = SecureBytes(count: 32)
+        // At most 2 MiB of chunks are pooled (512 of 4096 bytes); hold more than that at once.
+        let many = (0..<(SecurePool.maximumPooledBytes / 4096 + 50)).map { i in
+            let s = SecureBytes(count: 3000)
             s.withUnsafeMutableBytes { $0[0] = UInt8(truncatingIfNeeded: i) }
             return s
         }
         #expect(many.enumerated().allSatisfy { i, s in s.withUnsafeBytes { $0[0] } == UInt8(truncatingIfNeeded: i) })
         #expect(SecureMemory.liveAllocations >= many.count)
+    }
+
+    /// Chunks of every size class come from one locked arena, a page per class: a short-lived
+    /// client that needs buffers of three sizes (the git helper: git's request, the agent's reply,
+    /// the secret) locks one region, not one per size. Later arenas are larger, and the pool stops
+    /// at its cap. (A pool state of its own, with arenas from malloc, so that the process's own
+    /// pool, shared with the other tests, is not disturbed.)
+    @Test func everySizeClassSharesOneArena() {
+        var made: [(UnsafeMutableRawPointer, Int)] = []
+        defer { for (p, _) in made { free(p) } }
+        var pool = SecurePool.State()
+        func take(_ ci: Int) -> UnsafeMutableRawPointer? {
+            pool.take(ci) { bytes in
+                guard let p = malloc(bytes) else { return nil }
+                made.append((p, bytes))
+                return p
+            }
+        }
+        var taken: [(UnsafeMutableRawPointer, Int)] = []
+        for ci in SecurePool.chunkSizes.indices {
+            guard let p = take(ci) else { Issue.record("no chunk of class \(ci)"); return }
+            taken.append((p, SecurePool.chunkSizes[ci]))
+        }
+        #expect(made.count == 1 && made.first?.1 == SecurePool.firstArenaBytes, "arenas: \(made.map(\.1))")
+        // Each chunk lies inside the arena, and no two overlap.
+        let arena = UInt(bitPattern: made[0].0)
+        for (p, size) in taken {
+            let a = UInt(bitPattern: p)
+            #expect(a >= arena && a + UInt(size) <= arena + UInt(SecurePool.firstArenaBytes))
+        }
+        let spans = taken.map { (UInt(bitPattern: $0.0), UInt(bitPattern: $0.0) + UInt($0.1)) }.sorted { $0.0 < $1.0 }
+        #expect(zip(spans, spans.dropFirst()).allSatisfy { $0.1 <= $1.0 })
+        // The rest of the 64-byte class's page: still the one arena.
+        for _ in 1..<(SecurePool.refillBytes / 64) { _ = take(0) }
+        #expect(made.count == 1)
+        // The first arena used up (a page for each class), the next page is a larger arena's; then
+        // arenas up to the cap, and no further.
+        _ = take(0)
+        #expect(made.map(\.1) == [SecurePool.firstArenaBytes, SecurePool.arenaBytes], "arenas: \(made.map(\.1))")
+        while take(3) != nil {}
+        #expect(pool.pooled <= SecurePool.maximumPooledBytes && pool.pooled + SecurePool.arenaBytes > SecurePool.maximumPooledBytes)
+        #expect(made.reduce(0) { $0 + $1.1 } == pool.pooled)
     }
 }
