@@ -304,6 +304,38 @@ public final class AgentConnection {
     /// interface, an operation prompt, a passcode given in advance, a reuse duration).
     public func setAuthenticationOptions(_ options: AuthenticationOptions) throws(SecError) { try expectOK(.authOptions(options)) }
 
+    /// AUTH_OPTIONS without waiting for the agent's OK: it is read before the next request's reply
+    /// (the agent answers in order and applies the options first), so options and request cost one
+    /// round trip. If the agent refuses the options, the next request throws that refusal and the
+    /// connection is closed: the request behind them ran under options the caller did not want.
+    public func pipelineAuthenticationOptions(_ options: AuthenticationOptions) throws(SecError) {
+        let id = takeID()
+        try send(.authOptions(options), id: id)
+        pendingOKs.append(id)
+    }
+
+    /// Requests sent by ``pipelineAuthenticationOptions(_:)`` whose OK is still to be read, oldest first.
+    private var pendingOKs: [UInt32] = []
+
+    /// Reads the replies owed before the next one: a pipelined HELLO's, then each pipelined OK.
+    private func awaitPipelined() throws(SecError) {
+        if helloPending { try awaitHello() }
+        while !pendingOKs.isEmpty {
+            let id = pendingOKs.removeFirst()
+            while true {
+                let (rid, r) = try readResponse()
+                if case .event(let e) = r { pendingEvents.append(e); continue }
+                guard rid == id, case .ok = r else {
+                    pendingOKs = []
+                    _ = shutdown(fd, Int32(SHUT_RDWR))
+                    if case .error(let e) = r { throw e }
+                    throw unexpected(r)
+                }
+                break
+            }
+        }
+    }
+
     /// LocalAuthentication's canEvaluatePolicy.
     public func canEvaluate(_ policy: LAPolicy) throws(SecError) -> LAResult {
         let r = try roundTrip(.laCanEvaluate(policy))
@@ -540,6 +572,7 @@ public final class AgentConnection {
 
     /// Blocks until the agent sends a lock-state event.
     public func nextEvent() throws(SecError) -> LockEvent {
+        try awaitPipelined()
         if !pendingEvents.isEmpty { return pendingEvents.removeFirst() }
         while true {
             let (_, r) = try readResponse()
@@ -641,10 +674,10 @@ public final class AgentConnection {
         return try reply(to: id)
     }
 
-    /// The reply to request `id`, sent already (HELLO's first if it was pipelined; events on the way
-    /// are kept for ``nextEvent()``).
+    /// The reply to request `id`, sent already (HELLO's and pipelined options' first; events on the
+    /// way are kept for ``nextEvent()``).
     private func reply(to id: UInt32) throws(SecError) -> AgentResponse {
-        if helloPending { try awaitHello() }
+        try awaitPipelined()
         while true {
             let (rid, r) = try readResponse()
             if case .event(let e) = r { pendingEvents.append(e); continue }

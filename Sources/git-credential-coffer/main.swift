@@ -79,19 +79,13 @@ struct Helper {
         }
     }
 
-    /// Tells the agent, when nobody may be asked, that it must not try (no prompt, no sensor started):
-    /// one round trip, made only before a request that can need the person.
-    func refuseInteractionIfNobodyAsks() throws(SecError) {
-        if asksNobody { try connection.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true)) }
-    }
-
-    /// The stored credentials this request matches (attributes and persistent references only: no
-    /// secret is opened to choose).
-    func candidates() throws(SecError) -> [ItemResult] {
+    /// The stored credentials this request matches, with their persistent references and, with
+    /// `secrets`, their secrets (attributes alone never need the person).
+    func candidates(secrets: Bool = false) throws(SecError) -> [ItemResult] {
         let found: [ItemResult]
         do {
             found = try connection.copyMatching(ItemQuery(itemClass: .internetPassword, attributes: request.queryAttributes, limit: .all,
-                                                          returnAttributes: true, returnPersistentRef: true))
+                                                          returnData: secrets, returnAttributes: true, returnPersistentRef: true))
         } catch where error.status == .itemNotFound {
             return []
         }
@@ -109,31 +103,68 @@ struct Helper {
         return data
     }
 
-    /// `get`: the best unexpired match — one for this exact path (or pathless, when git sent no
-    /// path) before others, then the most recently changed.
-    func get() throws(SecError) {
+    /// The best unexpired match: one for this exact path (or pathless, when git sent no path) before
+    /// others, then the most recently changed; nil if none is left.
+    func best(of candidates: [ItemResult]) -> ItemResult? {
         let now = Int64(time(nil))
-        let live = try candidates().filter { GitCredential.expiry(of: $0.attributes ?? [:]).map { $0 > now } ?? true }
         func rank(_ item: ItemResult) -> (Int, Double) {
             let a = item.attributes ?? [:]
             let path: String? = if case .string(let p)? = a["path"], !p.isEmpty { p } else { nil }
             let modified: Double = if case .date(let d)? = a["mdat"] { d } else { 0 }
             return (path == request.path ? 0 : 1, -modified)
         }
-        func username(_ item: ItemResult) -> String {
-            if case .string(let u)? = item.attributes?["acct"] { u } else { request.username ?? "" }
+        return candidates.filter { item in
+            (GitCredential.expiry(of: item.attributes ?? [:]).map { $0 > now } ?? true) && GitCredential.isWritable(username: username(item))
+        }.min { rank($0) < rank($1) }
+    }
+
+    func username(_ item: ItemResult) -> String {
+        if case .string(let u)? = item.attributes?["acct"] { u } else { request.username ?? "" }
+    }
+
+    /// `get`: the best match's username and password, for git.
+    ///
+    /// One request in the common case, as `coffer get`'s fetch: the search brings the matches'
+    /// secrets with their attributes, behind options (pipelined, not waited for) telling the agent
+    /// that nobody may be asked. So no prompt opens, and no sensor starts, for a match that might not
+    /// be chosen. The secrets of the matches not chosen (other usernames on the same host, which this
+    /// program may read all the same) are wiped at once; the agent's audit log records each read.
+    ///
+    /// If any match would need the person (an access control not satisfied within its reuse window),
+    /// the agent refuses the whole search (errSecInteractionNotAllowed) and nothing is opened: the
+    /// helper chooses by attributes alone, then reads only the chosen credential, asking the person at
+    /// git's terminal when it has an access control and someone may be asked.
+    func get() throws(SecError) {
+        try connection.pipelineAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
+        let found: [ItemResult]
+        do {
+            found = try candidates(secrets: true)
+        } catch where error.status == .interactionNotAllowed {
+            return try getChoosingFirst()
         }
-        let writable = live.filter { GitCredential.isWritable(username: username($0)) }
-        guard let best = writable.min(by: { rank($0) < rank($1) }), let attrs = best.attributes else { throw .itemNotFound() }
-        // Only a secret behind an access control can need the person (the search above never does):
-        // the agent is told nobody may be asked just before reading such a one, and a get of an
-        // ordinary credential makes two requests, the search and the read. (One given an access
-        // control between the two is not read either: without a delegate the connection answers the
-        // agent's request to authenticate with a cancel at once.)
-        if attrs[AccessControl.attributeName] != nil { try refuseInteractionIfNobodyAsks() }
-        let data = try secret(of: best)
+        defer { for item in found { item.data?.wipe() } }
+        guard let chosen = best(of: found), let data = chosen.data else { throw .itemNotFound() }
+        try answer(chosen, data)
+    }
+
+    /// `get` when a match needs the person: chosen by attributes, then only the chosen one read.
+    private func getChoosingFirst() throws(SecError) {
+        guard let chosen = best(of: try candidates()) else { throw .itemNotFound() }
+        // The agent still may not ask anyone; it may again, to read a chosen credential that needs
+        // the person, if someone is there to ask (one round trip fewer: pipelined with the read).
+        if chosen.attributes?[AccessControl.attributeName] != nil && !asksNobody {
+            try connection.pipelineAuthenticationOptions(AuthenticationOptions())
+        }
+        let data = try secret(of: chosen)
         defer { data.wipe() }
-        guard let answer = GitCredential.answer(username: username(best), secret: data, expiry: GitCredential.expiry(of: attrs),
+        try answer(chosen, data)
+    }
+
+    /// Writes `item`'s username and `secret` (its password, and an OAuth refresh token in git's
+    /// format) for git.
+    private func answer(_ item: ItemResult, _ secret: SecureBytes) throws(SecError) {
+        let attrs = item.attributes ?? [:]
+        guard let answer = GitCredential.answer(username: username(item), secret: secret, expiry: GitCredential.expiry(of: attrs),
                                                 gitFormat: GitCredential.isGitFormat(attrs)) else {
             throw .param("the stored password holds a line break or a NUL, which git's protocol cannot carry")
         }
@@ -172,7 +203,7 @@ struct Helper {
     /// allows it without asking (within a reuse window); otherwise it stays, for `coffer delete`.
     func erase() throws(SecError) {
         guard request.isErasable else { return }
-        try connection.setAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
+        try connection.pipelineAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
         for item in try candidates() {
             if let wanted = request.password {
                 guard let data = try? secret(of: item) else { continue }

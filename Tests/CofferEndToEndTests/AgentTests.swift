@@ -272,6 +272,27 @@ func newPassword(_ service: String, _ account: String, _ s: String, _ pdmn: Stri
         #expect(status { try c.copyMatching(password("svc", "not-run")) } == .itemNotFound)
     }
 
+    /// AUTH_OPTIONS pipelined (`pipelineAuthenticationOptions`, the git helper's get): the request
+    /// behind them runs under them, their OK read before its reply; options the agent refuses fail
+    /// the request behind them with the refusal and close the connection, since that request ran
+    /// under options the caller did not mean.
+    @Test func pipelinedOptionsGovernTheRequestBehindThemOrEndTheConnection() throws {
+        let agent = try AgentProcess()
+        agent.setPasscode()
+        let c = try AgentConnection(path: agent.socketPath, pipelineHello: true)
+        try c.pipelineAuthenticationOptions(AuthenticationOptions(noUserInterface: true))
+        // Without the options, this evaluation would ask (and, with no delegate, end as userCancel).
+        #expect(try c.evaluate(.deviceOwnerAuthentication, reason: "test").error == .notInteractive)
+        try c.add(newPassword("svc", "after-options", "x"))
+        #expect(text(try c.copyMatching(password("svc", "after-options")).first?.data) == "x")
+        // A reuse duration above 300 s is refused by the agent, which the client does not check.
+        let refused = try AgentConnection(path: agent.socketPath, pipelineHello: true)
+        try refused.pipelineAuthenticationOptions(AuthenticationOptions(reuseSeconds: AuthenticationOptions.maximumReuseSeconds + 1))
+        #expect(status { try refused.copyMatching(password("svc", "after-options")) } == .param)
+        #expect(refused.isHungUp)
+        #expect(status { try refused.status() } != nil)
+    }
+
     @Test func aClientThatDisconnectsMidRequestBreaksNothing() throws {
         let agent = try AgentProcess()
         let hello = AgentRequest.hello(minVersion: 1, maxVersion: 1, clientName: "t").encodeFrame(requestID: 1)

@@ -257,11 +257,12 @@ struct GitCredentialTests {
     }
 
     /// Issue #42: what a `get` costs, from the agent's own counters (COUNTERS): a credential nobody
-    /// need be asked about is found with HELLO, one search (attributes only: no secret is opened to
-    /// choose) and the read of the one chosen, on one connection; where nobody may be asked (no
-    /// terminal), the agent is told so (AUTH_OPTIONS) only before reading a credential behind an
-    /// access control, which then fails at once; a store never needs the person and never tells it.
-    /// A change that adds a round trip to a get or a store fails here.
+    /// need be asked about is found as `coffer get` fetches one, with one search that brings the
+    /// secrets with the attributes, behind AUTH_OPTIONS (nobody may be asked: no prompt for a match
+    /// that might not be chosen) pipelined with it, on one connection. Where a match is behind an
+    /// access control, that search is refused and the helper chooses by attributes, then reads only
+    /// the chosen one (which, with nobody to ask, fails at once). A store never needs the person and
+    /// never tells it. A change that adds a round trip or a search to a get or a store fails here.
     @Test func whatAGetCostsIsCountedByTheAgent() throws {
         let agent = try Self.agentWithGuardedItem()
         let r = GitRun.helper(agent, "store", "protocol=https\nhost=plain.example\nusername=u\npassword=pw-plain\n")
@@ -298,10 +299,12 @@ struct GitCredentialTests {
               + "protected, nobody to ask: \(g.requests) round trips, \(g.searches) searches; store of a stored one: \(s.requests) round trips")
         // HELLO, ADD (a duplicate), the search, UPDATE.
         #expect(s.connections == 1 && s.requests == 4, "store: \(s)")
-        #expect(p.connections == 1 && p.identifications <= 1 && p.requests == 3 && p.searches <= 2, "plain: \(p)")
-        #expect(q.connections == 1 && q.requests == 3 && q.searches <= 2, "GIT_TERMINAL_PROMPT=0: \(q)")
-        // HELLO, the search, AUTH_OPTIONS (nobody may be asked), the read refused without asking.
-        #expect(g.connections == 1 && g.requests == 4 && g.searches <= 2, "protected: \(g)")
+        // HELLO, AUTH_OPTIONS, the search with the secrets.
+        #expect(p.connections == 1 && p.identifications <= 1 && p.requests == 3 && p.searches == 1, "plain: \(p)")
+        #expect(q.connections == 1 && q.requests == 3 && q.searches == 1, "GIT_TERMINAL_PROMPT=0: \(q)")
+        // HELLO, AUTH_OPTIONS, the search with the secrets (refused: a match needs the person), the
+        // search by attributes, the read refused without asking.
+        #expect(g.connections == 1 && g.requests == 5 && g.searches <= 3, "protected: \(g)")
     }
 
     /// The credential `get` answers with when several match: the one for the request's path (or a
