@@ -12,7 +12,7 @@ import CofferSystem
 /// `sodium_malloc` does not fail when `mlock` fails, so every allocation is checked with its
 /// own `mlock` call; the outcome is counted in ``SecureMemory``.
 ///
-/// Small buffers come from ``SecurePool`` (locked slabs, chunks wiped on release); larger ones
+/// Small buffers come from ``SecurePool`` (locked arenas, chunks wiped on release); larger ones
 /// get their own `sodium_malloc` with guard pages.
 @safe public final class SecureBytes: @unchecked Sendable {
     // @unchecked Sendable: the bytes are written only by the creating code before it shares the
@@ -25,7 +25,7 @@ import CofferSystem
     private let storage: Storage
 
     private enum Storage {
-        /// A chunk of a ``SecurePool`` slab of this size class.
+        /// A chunk of a ``SecurePool`` arena, of this size class.
         case pool(Int)
         /// A dedicated `sodium_malloc` region holding this many bytes of the lock budget.
         case sodium(lockedBytes: Int)
@@ -141,7 +141,7 @@ import CofferSystem
 /// Accounting for guarded memory: how many secure buffers exist, how many bytes Coffer has locked,
 /// and the budget that keeps it within RLIMIT_MEMLOCK.
 ///
-/// Every locked region (pool slab or dedicated buffer) is charged to ``lockBudget`` *before* it is
+/// Every locked region (pool arena or dedicated buffer) is charged to ``lockBudget`` *before* it is
 /// allocated, so the process never asks the kernel to lock more than the limit — not even as root,
 /// whose CAP_IPC_LOCK would let it. A region the budget cannot cover is served unlocked and counted
 /// in ``unlockedAllocations`` (the agent warns about it).
@@ -213,7 +213,7 @@ public enum SecureMemory {
     /// Number of secure buffers currently allocated.
     public static var liveAllocations: Int { withCounters { $0.live } }
 
-    /// Number of secure buffers or pool slabs served unlocked since start (the budget was spent, or the kernel refused mlock).
+    /// Number of secure buffers or pool arenas served unlocked since start (the budget was spent, or the kernel refused mlock).
     public static var unlockedAllocations: Int { withCounters { $0.unlocked } }
 
     /// Bytes currently charged to ``lockBudget``.

@@ -238,11 +238,10 @@ guard ["get", "store", "erase"].contains(action) else { exit(0) }
 /// the end of input (a caller may keep its end open, waiting for the answer). nil if it cannot be
 /// read or is larger.
 ///
-/// A request is a few dozen to a few hundred bytes, and every size class of locked memory costs a
-/// locked slab the first time it is used (mapped, filled, locked page by page): 256 bytes shares the
-/// slab the agent's reply to the search takes anyway, where 4096 bytes took a 64 KiB slab of its
-/// own, the largest single cost of a `get` besides the round trips (measured with callgrind,
-/// docs/PERFORMANCE.md). Locking a megabyte up front cost more than the whole lookup.
+/// A request is a few dozen to a few hundred bytes: 256 bytes takes a chunk of the locked arena the
+/// agent's reply and the secret share (``SecureBytes``' pool locks one 16 KiB region for a process
+/// like this one; a buffer beyond 4096 bytes would lock a region of its own, docs/PERFORMANCE.md).
+/// Locking a megabyte up front cost more than the whole lookup.
 func readRequest() -> SecureBytes? {
     var buffer = SecureBytes(count: 256)
     var length = 0
