@@ -35,7 +35,7 @@ enum SecurePool {
     /// passed in, so that tests can watch which arenas a run of allocations makes.
     @unsafe struct State {
         /// Per size class, the chunks not in use.
-        var free: [[UnsafeMutableRawPointer]] = [[], [], [], []]
+        var free: [[UnsafeMutableRawPointer]] = unsafe Array(repeating: [], count: 4)
         /// The unused part of the newest arena, from `next`, `left` bytes.
         var next: UnsafeMutableRawPointer? = nil
         var left = 0
@@ -50,7 +50,7 @@ enum SecurePool {
                 if unsafe left < refillBytes {
                     // Arenas are whole pages: nothing of the old one is left over.
                     let bytes = unsafe pooled == 0 ? firstArenaBytes : arenaBytes
-                    guard unsafe pooled + bytes <= maximumPooledBytes, let arena = makeArena(bytes) else { return nil }
+                    guard unsafe pooled + bytes <= maximumPooledBytes, let arena = unsafe makeArena(bytes) else { return nil }
                     unsafe next = arena
                     unsafe left = bytes
                     unsafe pooled += bytes
