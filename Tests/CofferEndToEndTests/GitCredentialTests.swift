@@ -447,6 +447,16 @@ struct GitCredentialTests {
         let s = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" store < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
                                 typing: nil, prompt: "Passcode: ", timeout: 10)
         #expect(s.status == 0 && !s.prompted, "\(s)")
+        // A newer plain credential for the same host is chosen: on a terminal too, nobody is asked for
+        // the protected one (the one search that brings secrets runs with nobody to be asked).
+        usleep(20_000)
+        let bob = agent.cli(["add", "--server", "git.example.com", "--protocol", "https", "--account", "bob", "--secret-stdin"], stdin: "plain")
+        #expect(bob.status == 0, "\(bob)")
+        try request.write(toFile: input, atomically: true, encoding: .utf8)
+        let chosen = TerminalRun.run(["/bin/sh", "-c", "\"$0\" --socket \"$1\" get < \"$2\"", GitRun.helperBinary, agent.socketPath, input],
+                                     typing: nil, prompt: "Passcode: ", timeout: 10)
+        #expect(chosen.status == 0 && !chosen.prompted && chosen.output.contains("username=bob") && chosen.output.contains("password=plain"),
+                "\(chosen)")
     }
 
     /// An internet password made with `coffer add` is the password whole: a NUL in it is not the
