@@ -93,7 +93,4 @@ enum SecurePool {
         unsafe sodium_memzero(p, chunkSizes[ci])
         mutex.withLock { unsafe state.free[ci].append(p) }
     }
-
-    /// Bytes of the arenas made so far (for tests).
-    static var pooledBytes: Int { mutex.withLock { unsafe state.pooled } }
 }
