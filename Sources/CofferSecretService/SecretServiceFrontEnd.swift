@@ -81,9 +81,11 @@ public final class SecretServiceFrontEnd {
     /// A sender's last search: what it asked for and the paths of the keychain items it was given.
     struct LastSearch {
         let attributes: Attributes
-        let paths: Set<String>
         /// The keychain items found, by persistent reference (GetSecrets reads them by reference).
         let byRef: [[UInt8]: Record]
+        /// The same items' references by object path: a property read or a GetSecrets names an item
+        /// by its path, and finds it here at once, not by going through every item found.
+        let refByPath: [String: [UInt8]]
         /// Every write the front end had made, and every change the agent had told, before the
         /// search; nil if no watch of item changes ran (the search's records are then never reused
         /// as they are: GetSecrets still reads the items afresh by their references).
@@ -652,8 +654,13 @@ extension SecretServiceFrontEnd {
     func rememberSearch(_ c: Caller, attributes: Attributes, found: [Record], mark: ChangeMark?) {
         let kept = found.filter { $0.collection != Self.sessionCollection }
         var byRef: [[UInt8]: Record] = [:]
-        for r in kept { if let ref = r.ref { byRef[ref] = r } }
-        c.peer.lastSearch = LastSearch(attributes: attributes, paths: Set(kept.map(\.path)), byRef: byRef, mark: mark)
+        var refByPath: [String: [UInt8]] = [:]
+        for r in kept {
+            guard let ref = r.ref else { continue }
+            byRef[ref] = r
+            refByPath[r.path] = ref
+        }
+        c.peer.lastSearch = LastSearch(attributes: attributes, byRef: byRef, refByPath: refByPath, mark: mark)
     }
 
     /// Every successful write the front end's agent connections made.
@@ -684,8 +691,7 @@ extension SecretServiceFrontEnd {
     /// is left to the per-item path, which answers exactly as before. Secrets not kept are wiped at once.
     func batchSecrets(_ c: Caller, _ paths: [String]) -> [String: (Record, SecureBytes)] {
         guard !severalReferencesRefused else { return [:] }
-        var searched: [String: [UInt8]] = [:]
-        if let last = c.peer.lastSearch { for (ref, record) in last.byRef { searched[record.path] = ref } }
+        let searched = c.peer.lastSearch?.refByPath ?? [:]
         var asked: [[UInt8]: String] = [:]
         for path in paths {
             if case .reference(let ref)? = Self.parse(path) {

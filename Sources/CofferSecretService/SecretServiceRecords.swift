@@ -230,8 +230,8 @@ extension SecretServiceFrontEnd {
     /// The record of the item at `path` as the sender's last search found it, if it did and nothing
     /// changed since as far as the front end knows (``changeMark()``).
     func searchedRecord(_ c: Caller, _ path: String) -> Record? {
-        guard let last = c.peer.lastSearch, last.paths.contains(path), let mark = last.mark, mark == changeMark() else { return nil }
-        return last.byRef.values.first { $0.path == path }
+        guard let last = c.peer.lastSearch, let ref = last.refByPath[path], let mark = last.mark, mark == changeMark() else { return nil }
+        return last.byRef[ref]
     }
 
     /// A small record item (a collection's or an alias's): its service, account and group (the
