@@ -637,16 +637,19 @@ public final class SecretServiceFrontEnd {
 // MARK: GetSecrets of a search's items in one agent query
 
 extension SecretServiceFrontEnd {
-    /// What the front end knows of changes now (its own writes, the agent's told changes), to take
-    /// before a search: nil while no watch of item changes runs (nothing would tell of others').
+    /// What the front end knows of changes now (its own writes, the agent's told changes, the lock
+    /// states posted), to take before a search: nil while no watch of item changes runs (nothing would
+    /// tell of others').
     func changeMark() -> ChangeMark? {
-        completions.itemWatchMark.map { ChangeMark(writes: ownWrites(), generation: $0.generation, changes: $0.count) }
+        completions.itemWatchMark.map { ChangeMark(writes: ownWrites(), generation: $0.generation, changes: $0.count,
+                                                   lockPosts: completions.lockPosts) }
     }
 
-    /// ``changeMark()``'s value: the front end's own writes, and the watch's connection and count of
-    /// told changes.
+    /// ``changeMark()``'s value: the front end's own writes, the watch's connection and count of
+    /// told changes, and the count of lock states posted (the agent's answer of which matches are
+    /// locked holds until the keybag locks or unlocks).
     struct ChangeMark: Equatable {
-        let writes: Int, generation: Int, changes: Int
+        let writes: Int, generation: Int, changes: Int, lockPosts: UInt64
     }
 
     /// Remembers the keychain items a Service.SearchItems gave the sender (``Peer/lastSearch``);

@@ -329,13 +329,14 @@ extension SecretServiceFrontEnd {
                 // finds and reads its properties): its record then, if nothing changed since — unless
                 // reading it needed the person then (a grant since, from a prompt, changes that: the
                 // agent says).
-                if let searched = searchedRecord(c, path), !searched.needsAuthentication {
-                    return ssb_append_bool(reply, Self.isLocked(searched, try lockState(c)) ? 1 : 0)
+                // Locked is the agent's answer (``Record/needsAuthentication``), never derived here.
+                if let searched = searchedRecordForLockState(c, path), !searched.needsAuthentication {
+                    return ssb_append_bool(reply, 0)
                 }
                 // An item whose attributes the agent cannot read now is locked.
                 do {
                     let (record, _) = try item(c, path)
-                    return ssb_append_bool(reply, Self.isLocked(record, try lockState(c)) ? 1 : 0)
+                    return ssb_append_bool(reply, record.needsAuthentication ? 1 : 0)
                 } catch where error.name == BusError.isLocked {
                     return ssb_append_bool(reply, 1)
                 }
@@ -350,7 +351,7 @@ extension SecretServiceFrontEnd {
                 do {
                     // As for Locked: the search's record while nothing changed and the item is readable
                     // now (a locked one's properties come from the agent, which reads them empty).
-                    if let searched = searchedRecord(c, path), !Self.isLocked(searched, try lockState(c)) {
+                    if let searched = searchedRecordForLockState(c, path), !searched.needsAuthentication {
                         record = searched
                     } else {
                         record = try item(c, path).0

@@ -104,9 +104,10 @@ extension SecretServiceFrontEnd {
 /// What other threads hand the bus thread, an eventfd waking its loop: prompts that ended on their
 /// threads, that items changed, and the keybag's lock state as the agent's events tell it (``SecretServiceFrontEnd/startLockWatch()``).
 final class PromptCompletions: Sendable {
-    /// The lock state: the one to announce (taken by the bus thread), the latest known, and how many
-    /// the watch has posted (an event or its first STATUS).
-    private let lockState = Protected<(posted: LockState?, latest: LockState?, events: UInt64)>((nil, nil, 0))
+    /// The lock state: the one to announce (taken by the bus thread), the latest known, how many
+    /// the watch has posted (an event or its first STATUS), and how many posts there were in all
+    /// (the watch's and the inferred ones: ``lockPosts``).
+    private let lockState = Protected<(posted: LockState?, latest: LockState?, events: UInt64, posts: UInt64)>((nil, nil, 0, 0))
 
     /// The watch's post: what the agent said.
     func post(lockState state: LockState) {
@@ -114,12 +115,17 @@ final class PromptCompletions: Sendable {
             s.posted = state
             s.latest = state
             s.events &+= 1
+            s.posts &+= 1
         }
         if wake >= 0 { ssb_wake(wake) }
     }
 
     /// How many states the watch has posted so far (for ``post(inferred:ifNoEventSince:)``).
     var eventCount: UInt64 { lockState.withLock { $0.events } }
+
+    /// How many lock states were posted so far, the watch's and the inferred ones: a search's answer
+    /// of which items are locked stands while this is unchanged (``SecretServiceFrontEnd/changeMark()``).
+    var lockPosts: UInt64 { lockState.withLock { $0.posts } }
 
     /// A state the front end knows from a request of its own (its Lock, a prompt's unlock), posted only
     /// if the watch has posted nothing since `count` was read before that request: an event since is
@@ -129,6 +135,7 @@ final class PromptCompletions: Sendable {
             guard s.events == count else { return false }
             s.posted = state
             s.latest = state
+            s.posts &+= 1
             return true
         }
         if posted && wake >= 0 { ssb_wake(wake) }

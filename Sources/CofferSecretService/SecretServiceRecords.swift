@@ -31,6 +31,10 @@ extension SecretServiceFrontEnd {
         /// Reading its secret now would need the person: the agent tells it per match (the access-state
         /// flag), from the item's control and what the caller's process holds (a prompt's grant among
         /// it). An item found without that flag, with a control, counts as needing the person.
+        /// This is the item's `Locked` on the bus: the front end derives nothing from the item's class
+        /// and the lock state. A match whose class key is locked away has no record (the agent names
+        /// it by reference: ``search(_:collection:attributes:)``), and a record stands only while no
+        /// lock state was posted since its search (``ChangeMark``) or comes from the agent now.
         var needsAuthentication = false
         /// The path the caller named the item by, when that is its reference path (``referencePrefix``).
         var alias: String? = nil
@@ -234,6 +238,15 @@ extension SecretServiceFrontEnd {
         return last.byRef[ref]
     }
 
+    /// ``searchedRecord(_:_:)`` where the answer is whether the item is locked (the agent's answer in
+    /// that search, which a lock state posted since voids): nil also while a lock event waits unread
+    /// (``PromptCompletions/watchIsBehind``: the agent sends it before it answers the request that
+    /// locked), so the item is asked of the agent instead.
+    func searchedRecordForLockState(_ c: Caller, _ path: String) -> Record? {
+        guard let searched = searchedRecord(c, path), !completions.watchIsBehind else { return nil }
+        return searched
+    }
+
     /// A small record item (a collection's or an alias's): its service, account and group (the
     /// caller's default one unless given).
     func recordQuery(_ c: Caller, service: String, account: String?, group: String? = nil) -> ItemQuery {
@@ -353,14 +366,4 @@ extension SecretServiceFrontEnd {
         try agentCall { () throws(SecError) in try c.agent.status().lockState }
     }
 
-    /// Whether the item's class key is unavailable in `state`, or reading its secret needs the person
-    /// (as the agent said: an access control the caller's process holds no grant for).
-    static func isLocked(_ r: Record, _ state: LockState) -> Bool {
-        guard !r.needsAuthentication else { return true }
-        return switch r.protection.availability {
-        case .whenUnlocked: state != .unlocked
-        case .afterFirstUnlock: state == .boot
-        case .always: false
-        }
-    }
 }

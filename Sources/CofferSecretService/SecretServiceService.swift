@@ -15,9 +15,9 @@ extension SecretServiceFrontEnd {
         let mark = changeMark()
         let (found, lockedAway) = try search(c, attributes: attributes)
         rememberSearch(c, attributes: attributes, found: found, mark: mark)
-        let state = try lockState(c)
+        // Locked or not, as the agent answered each match: locked away (by reference), or needing the person.
         var locked: [String] = [], unlocked: [String] = []
-        for r in found { if Self.isLocked(r, state) { locked.append(r.path) } else { unlocked.append(r.path) } }
+        for r in found { if r.needsAuthentication { locked.append(r.path) } else { unlocked.append(r.path) } }
         locked += lockedAway
         return replyWith(m) { r in
             let rc = Self.appendStrings(r, "o", unlocked)
@@ -162,8 +162,8 @@ extension SecretServiceFrontEnd {
                     // The sender's search just named it (libsecret unlocks what SearchItems said is
                     // locked): its record then, if nothing changed since, else the agent's.
                     let record: Record
-                    if let searched = searchedRecord(c, path) { record = searched } else { record = try item(c, path).0 }
-                    if Self.isLocked(record, state) { locked.append(path) } else { unlocked.append(path) }
+                    if let searched = searchedRecordForLockState(c, path) { record = searched } else { record = try item(c, path).0 }
+                    if record.needsAuthentication { locked.append(path) } else { unlocked.append(path) }
                     if record.needsAuthentication {
                         var read = try itemQuery(c, path: path, returnData: true)
                         // The prompt's read opens that row by reference (no index search), checked

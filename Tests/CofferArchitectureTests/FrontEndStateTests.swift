@@ -75,6 +75,23 @@ import Testing
         }
     }
 
+    /// Issue #42: whether an item is locked is the agent's answer per match (locked away by reference,
+    /// or needing the person), never the Secret Service front end's derivation from the item's
+    /// protection class and the lock state (it had one, `isLocked`, until 2026-12-08): no file of the
+    /// front end reads a class's availability.
+    @Test func theSecretServiceFrontEndDerivesNoItemLockState() {
+        let files = DocumentedNamesTests.files(under: "Sources/CofferSecretService", ending: ".swift")
+        #expect(files.contains { $0.hasSuffix("SecretServiceRecords.swift") }, "could not list Sources/CofferSecretService")
+        for file in files {
+            for (n, raw) in DocumentedNamesTests.read(file).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let code = raw.range(of: "//").map { raw[..<$0.lowerBound] } ?? raw
+                if code.contains(".availability") {
+                    Issue.record("\((file as NSString).lastPathComponent) line \(n + 1): an item's lock state is the agent's answer, not derived from its class")
+                }
+            }
+        }
+    }
+
     /// Issue #43 and the third review's F1: where a prompt appears comes from the person's session
     /// (logind, `prompt-display`), never from a caller's environment, which any process of the user
     /// can set (and a client like Chromium rewrites). No module reads another process's
