@@ -21,9 +21,12 @@ public final class AgentConnection {
     /// Who answers when the agent needs the person (AUTH_NEEDED): a terminal prompt in the CLI. Nil:
     /// such a request fails with errSecInteractionNotAllowed (the agent is told "cancel").
     public var authenticationDelegate: (any AuthenticationDelegate)?
-    /// How long to poll for a reply before sleeping in `recv`: most replies take tens of microseconds,
-    /// less than a scheduler wake-up costs. Slow replies (unlock, PAM) then block as usual.
-    static let replySpinMicros = 60.0
+    /// How long to poll for a reply before sleeping in `recv`, learnt from this connection's last replies
+    /// (``AdaptiveSpin``): most take tens of microseconds, less than a scheduler wake-up costs; a search of
+    /// a large keychain on a busy machine, longer; the agent's work for a front end acting for others
+    /// (identifying a new process), often longer than polling pays for. Slow replies (unlock, PAM, the
+    /// person) block as usual.
+    private var replySpin = AdaptiveSpin(initialMicros: 60, ceilingMicros: 200)
 
     /// The socket to use: `explicit`, else `$COFFER_SOCKET`, else `$XDG_RUNTIME_DIR/coffer/agent.sock`,
     /// else `/run/user/UID/coffer/agent.sock` (``CofferModel/AgentPaths/defaultSocket(explicit:environment:uid:)``,
@@ -745,10 +748,13 @@ public final class AgentConnection {
     }
 
     private func readResponse() throws(SecError) -> (UInt32, AgentResponse) {
-        UnixSocket.spinUntilReadable(fd, spinMicros: Self.replySpinMicros)
+        let start = AdaptiveSpin.nowMicros()
+        let spin = replySpin.budgetMicros
+        if spin > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spin) }
         var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
         guard ok else { throw closed() }
+        replySpin.record(waitedMicros: AdaptiveSpin.nowMicros() - start)
         let length: Int
         switch withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0, maximum: WireFormat.maximumBodyBytes(version: version)) }) {
         case .success(let n): length = n

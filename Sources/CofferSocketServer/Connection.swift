@@ -35,6 +35,12 @@ package final class Connection: @unchecked Sendable {
     let connectedAt = Threads.monotonicSeconds()
     /// Held while writing to the socket (a reply, or queued events).
     private let writes = PThreadMutex()
+    /// How long the serving thread polls for the client's next request, learnt from this client's last
+    /// ones (serving thread only, as every read).
+    private var nextRequestSpin = AdaptiveSpin(initialMicros: Connection.initialSpinMicros, ceilingMicros: Connection.spinCeilingMicros)
+    /// A new client's first polling budget for its next request (a client in a request loop sends it within
+    /// microseconds), and the longest (a program that builds and bridges a query first, on a busy machine).
+    package static let initialSpinMicros = 50.0, spinCeilingMicros = 200.0
     private let state = Protected(IOState())
 
     private struct IOState {
@@ -110,7 +116,7 @@ package final class Connection: @unchecked Sendable {
         return encoding(delivered)
     }
 
-    /// Why ``readFrame(greeted:spinMicros:budget:bufferedOnly:)`` returned no frame.
+    /// Why ``readFrame(greeted:spinning:budget:bufferedOnly:)`` returned no frame.
     package enum ReadEnd: Error {
         /// The peer closed (or the connection was closed), or a socket error.
         case closed
@@ -125,17 +131,26 @@ package final class Connection: @unchecked Sendable {
     }
 
     /// Reads one frame body (type, request id, payload) into secure memory (before the session is
-    /// `greeted`, the first byte must come within ``Limits/helloSeconds`` of connecting), first polling for up to
-    /// `spinMicros` (a client in a request loop sends its next request within microseconds; polling
-    /// saves the scheduler wake-up a blocking read pays). A large body first takes its size from
-    /// `budget` (the caller releases it with ``FrameBudget/release(_:)`` once done with it).
+    /// `greeted`, the first byte must come within ``Limits/helloSeconds`` of connecting). When
+    /// `spinning`, it first polls for as long as this client's last requests took to come
+    /// (``AdaptiveSpin``: a client in a request loop sends its next request within microseconds, and
+    /// polling saves the scheduler wake-up a blocking read pays; a client whose requests come
+    /// milliseconds apart is not polled for). A large body first takes its size from `budget` (the
+    /// caller releases it with ``FrameBudget/release(_:)`` once done with it).
     ///
     /// `bufferedOnly`: read only what the socket already holds, never wait (after a reply could not
     /// be sent, the requests the client sent before it closed still run; see ``Agent``): a frame not
     /// wholly there is reported as ``ReadEnd/closed``.
-    package func readFrame(greeted: Bool, spinMicros: Double = 0, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
-        if spinMicros > 0, !bufferedOnly { UnixSocket.spinUntilReadable(fd, spinMicros: spinMicros) }
-        return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly)
+    package func readFrame(greeted: Bool, spinning: Bool = false, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
+        guard !bufferedOnly else { return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: true) }
+        let start = AdaptiveSpin.nowMicros()
+        if spinning {
+            let spin = nextRequestSpin.budgetMicros
+            if spin > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spin) }
+        }
+        let frame = framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: false)
+        if case .success = frame { nextRequestSpin.record(waitedMicros: AdaptiveSpin.nowMicros() - start) }
+        return frame
     }
 
     /// A frame of a length-prefixed framing: a header of `headerBytes` bytes that `bodyLength` turns

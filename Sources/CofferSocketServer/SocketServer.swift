@@ -122,7 +122,7 @@ package final class SocketServer: Sendable {
     /// The connection's next frame (the caller releases its grant with ``release(_:)``); polls
     /// briefly first while few clients are connected and the conversation is `replying`.
     package func readFrame(_ conn: Connection, greeted: Bool, replying: Bool = true) -> Result<Connection.Frame, Connection.ReadEnd> {
-        conn.readFrame(greeted: greeted, spinMicros: replying ? spinBudget() : 0, budget: budget, bufferedOnly: !replying)
+        conn.readFrame(greeted: greeted, spinning: replying && mayPoll(), budget: budget, bufferedOnly: !replying)
     }
 
     /// Gives a frame's budget back and closes the descriptors passed with it that nobody took.
@@ -175,10 +175,11 @@ package final class SocketServer: Sendable {
         }
     }
 
-    /// Microseconds a connection thread may poll for its client's next request: only while few
-    /// clients are connected, so polling never competes with threads doing real work for the CPUs.
-    private func spinBudget() -> Double {
-        registry.count <= Self.spinningConnectionLimit ? 50 : 0
+    /// Whether a connection thread may poll for its client's next request (for as long as
+    /// ``Connection`` has learnt that client takes): only while few clients are connected, so polling
+    /// never competes with threads doing real work for the CPUs.
+    private func mayPoll() -> Bool {
+        registry.count <= Self.spinningConnectionLimit
     }
 
     /// Above this many connections, connection threads block instead of polling.
