@@ -142,15 +142,23 @@ package final class Connection: @unchecked Sendable {
     /// be sent, the requests the client sent before it closed still run; see ``Agent``): a frame not
     /// wholly there is reported as ``ReadEnd/closed``.
     package func readFrame(greeted: Bool, spinning: Bool = false, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
-        guard !bufferedOnly else { return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: true) }
+        guard spinning, !bufferedOnly else { return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly) }
         let start = AdaptiveSpin.nowMicros()
-        if spinning {
-            let spin = nextRequestSpin.budgetMicros
-            if spin > 0 { UnixSocket.spinUntilReadable(fd, spinMicros: spin) }
-        }
+        // A request already there (sent with the one before it: HELLO, DELEGATE and WHOAMI written at
+        // once) says nothing of the client's pace: only a wait is learnt from.
+        let waiting = !UnixSocket.spinUntilReadable(fd, spinMicros: nextRequestSpin.budgetMicros)
         let frame = framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: false)
-        if case .success = frame { nextRequestSpin.record(waitedMicros: AdaptiveSpin.nowMicros() - start) }
+        if waiting, case .success = frame { nextRequestSpin.record(waitedMicros: AdaptiveSpin.nowMicros() - start) }
         return frame
+    }
+
+    /// What the serving thread has learnt of this client's pace: the server keeps it when the connection
+    /// ends and starts the same process's next connection from it (the Secret Service front end opens a
+    /// connection for each client, whose requests come milliseconds apart). Serving thread only, or
+    /// before it starts.
+    package var pace: AdaptiveSpin {
+        get { nextRequestSpin }
+        set { nextRequestSpin = newValue }
     }
 
     /// A frame of a length-prefixed framing: a header of `headerBytes` bytes that `bodyLength` turns

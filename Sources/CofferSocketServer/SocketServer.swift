@@ -39,6 +39,11 @@ package final class SocketServer: Sendable {
     let logger: Logger
     /// A connection's caller (nil: refuse it; the reason is logged by the identifier).
     private let identify: @Sendable (Connection) -> CallerIdentity?
+    /// The pace each client process's last connection ended with (``Connection/pace``), by pid, so that a
+    /// process that opens connection after connection is polled for as it deserves from its first request
+    /// (a reused pid inherits only a polling budget). At most ``rememberedPaces`` processes.
+    private let paces = Protected<[Int32: AdaptiveSpin]>([:])
+    static let rememberedPaces = 64
 
     package init(name: String, listener: consuming FileDescriptor, framing: any Framing, handler: any ConnectionHandler,
          registry: ConnectionRegistry, budget: FrameBudget, limits: Connection.Limits, refusals: RefusalLog, logger: Logger,
@@ -92,6 +97,7 @@ package final class SocketServer: Sendable {
             return
         }
         let conn = Connection(socket: socket, peer: peer, limits: limits, framing: framing)
+        if let known = paces.withLock({ $0[peer.pid] }) { conn.pace = known }
         switch registry.admit(conn) {
         case .admitted: break
         case .stopping:
@@ -115,6 +121,11 @@ package final class SocketServer: Sendable {
 
     /// Removes a finished connection from the registry and closes it.
     private func forget(_ conn: Connection) {
+        let pace = conn.pace
+        paces.withLock { known in
+            if known[conn.peer.pid] == nil && known.count >= Self.rememberedPaces { known.removeAll(keepingCapacity: true) }
+            known[conn.peer.pid] = pace
+        }
         registry.forget(conn)
         conn.release()
     }

@@ -246,16 +246,23 @@ package enum UnixSocket {
     /// would keep it off that CPU for the whole budget (round trips measured 80–140 µs instead of 20,
     /// depending on where the scheduler placed the two threads); with the yield both placements
     /// measure ≈ 20 µs.
-    package static func spinUntilReadable(_ fd: Int32, spinMicros: Double) {
+    ///
+    /// Returns true if something was there at the first look (nothing was waited for; a budget of 0
+    /// only looks).
+    @discardableResult
+    package static func spinUntilReadable(_ fd: Int32, spinMicros: Double) -> Bool {
         var ts = timespec()
         unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
         let deadline = Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 + spinMicros
         var byte: UInt8 = 0
+        var first = true
         while true {
-            if unsafe recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) != -1 || errno != EAGAIN { return }
+            if unsafe recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) != -1 || errno != EAGAIN { return first }
+            first = false
+            guard spinMicros > 0 else { return false }
             sched_yield()
             unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
-            if Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 >= deadline { return }
+            if Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 >= deadline { return false }
         }
     }
 

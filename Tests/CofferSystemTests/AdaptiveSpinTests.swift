@@ -1,4 +1,5 @@
 import CofferSystem
+import Glibc
 import Testing
 
 /// How long the agent polls for a client's next request, and a client for the agent's reply
@@ -60,6 +61,22 @@ import Testing
     @Test func aNegativeWaitCountsAsNone() {
         #expect(Self.spin(after: [-5]).typicalMicros == 0)
         #expect(Self.spin(after: [-5]).budgetMicros == 50)
+    }
+
+    /// The poll tells whether the message was there at the first look (then nothing was waited for and
+    /// nothing is learnt), and with a budget of 0 only looks.
+    @Test func thePollSaysWhetherTheMessageWasAlreadyThere() throws {
+        var fds: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        #expect(!UnixSocket.spinUntilReadable(fds[0], spinMicros: 0), "nothing there: a budget of 0 looks once")
+        let t0 = AdaptiveSpin.nowMicros()
+        #expect(!UnixSocket.spinUntilReadable(fds[0], spinMicros: 300), "nothing came within the budget")
+        #expect(AdaptiveSpin.nowMicros() - t0 >= 300, "the budget was polled out")
+        var byte: UInt8 = 7
+        #expect(write(fds[1], &byte, 1) == 1)
+        #expect(UnixSocket.spinUntilReadable(fds[0], spinMicros: 0))
+        #expect(UnixSocket.spinUntilReadable(fds[0], spinMicros: 50), "still there: the poll only peeks")
     }
 
     @Test func theClockMovesForward() {
