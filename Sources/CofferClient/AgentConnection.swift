@@ -573,10 +573,15 @@ public final class AgentConnection {
         try expectOK(topics == .lock ? .subscribe : .subscribeTo(topics))
     }
 
-    /// Blocks until the agent sends a lock-state event.
-    public func nextEvent() throws(SecError) -> LockEvent {
+    /// Blocks until the agent sends a lock-state event. `beforeReading` runs once the event's bytes are
+    /// there and before they are taken off the socket (not for an event read earlier, behind a reply): a
+    /// watcher that others ask "is an event waiting?" (``hasUnreadBytes``) marks itself busy there, so
+    /// that no moment passes in which the event is neither waiting nor handled.
+    public func nextEvent(beforeReading: () -> Void = {}) throws(SecError) -> LockEvent {
         try awaitPipelined()
         if !pendingEvents.isEmpty { return pendingEvents.removeFirst() }
+        while !UnixSocket.waitReadable(fd, timeoutMillis: -1) {} // interrupted: wait again
+        beforeReading()
         while true {
             let (_, r) = try readResponse()
             if case .event(let e) = r { return e }

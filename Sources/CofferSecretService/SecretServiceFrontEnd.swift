@@ -308,12 +308,15 @@ public final class SecretServiceFrontEnd {
                     firstAttempt.broadcast()
                     agent.setReplyTimeout(0)
                     while true {
-                        switch try agent.nextEvent() {
+                        // Busy from before the event leaves the socket until it is posted (``PromptCompletions/watchIsBehind``).
+                        let event = try agent.nextEvent(beforeReading: { completions.readingEvent() })
+                        switch event {
                         case .locked: completions.post(lockState: .locked)
                         case .unlocked: completions.post(lockState: .unlocked)
                         case .itemsChanged(let groups): completions.postItemsChanged(groups: groups)
-                        case .willLock: continue
+                        case .willLock: break
                         }
+                        completions.eventHandled()
                     }
                 } catch {
                     completions.watching(nil)

@@ -148,13 +148,31 @@ final class PromptCompletions: Sendable {
 
     /// The watch's agent connection, while it is subscribed (nil otherwise).
     private let watch = Protected<AgentConnection?>(nil)
+    /// The watch is taking an event off its connection and has not posted it yet (``readingEvent()``).
+    private let reading = Protected(false)
 
-    func watching(_ connection: AgentConnection?) { watch.withLock { $0 = connection } }
+    func watching(_ connection: AgentConnection?) {
+        watch.withLock { $0 = connection }
+        reading.withLock { $0 = false }
+    }
 
-    /// True when no watch is subscribed, or an event waits unread on its connection: the agent sends
-    /// a lock event before it answers the request that locked or unlocked, so a state posted before
-    /// it may be stale, and the caller asks the agent instead.
-    var watchIsBehind: Bool { watch.withLock { $0?.hasUnreadBytes ?? true } }
+    /// The watch is about to read an event that has arrived: ``watchIsBehind`` until it has posted it
+    /// (``eventHandled()``).
+    func readingEvent() { reading.withLock { $0 = true } }
+
+    /// The watch posted the event it read.
+    func eventHandled() { reading.withLock { $0 = false } }
+
+    /// True when no watch is subscribed, or an event waits unread on its connection or is being read:
+    /// the agent sends a lock event before it answers the request that locked or unlocked, so a state
+    /// posted before it may be stale, and the caller asks the agent instead. Ask this before reading
+    /// what was posted (``current``, the change mark): the bytes are looked at first, then whether
+    /// the watch is reading them (it says so before it takes them and stops saying so after it posts),
+    /// so an event that arrived before this call is waiting, being read, or already posted.
+    var watchIsBehind: Bool {
+        if watch.withLock({ $0?.hasUnreadBytes ?? true }) { return true }
+        return reading.withLock { $0 }
+    }
 
     /// The latest lock state posted since the last call, if any.
     func takeLockState() -> LockState? { lockState.withLock { s in defer { s.posted = nil }; return s.posted } }

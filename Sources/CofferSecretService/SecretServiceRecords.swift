@@ -243,8 +243,9 @@ extension SecretServiceFrontEnd {
     /// (``PromptCompletions/watchIsBehind``: the agent sends it before it answers the request that
     /// locked), so the item is asked of the agent instead.
     func searchedRecordForLockState(_ c: Caller, _ path: String) -> Record? {
-        guard let searched = searchedRecord(c, path), !completions.watchIsBehind else { return nil }
-        return searched
+        // Behind first, then the change mark (``PromptCompletions/watchIsBehind`` says why).
+        guard !completions.watchIsBehind else { return nil }
+        return searchedRecord(c, path)
     }
 
     /// A small record item (a collection's or an alias's): its service, account and group (the
@@ -356,7 +357,8 @@ extension SecretServiceFrontEnd {
     /// STATUS round trip otherwise. (The agent sends a lock event before it answers the request that
     /// locked or unlocked, so a client that saw `coffer unlock` return finds it here.)
     func lockState(_ c: Caller) throws(BusError) -> LockState {
-        if let posted = completions.current, !completions.watchIsBehind { return posted }
+        // Behind first, then what was posted (``PromptCompletions/watchIsBehind`` says why).
+        if !completions.watchIsBehind, let posted = completions.current { return posted }
         return try freshLockState(c)
     }
 
