@@ -580,7 +580,8 @@ public final class AgentConnection {
     public func nextEvent(beforeReading: () -> Void = {}) throws(SecError) -> LockEvent {
         try awaitPipelined()
         if !pendingEvents.isEmpty { return pendingEvents.removeFirst() }
-        while !UnixSocket.waitReadable(fd, timeoutMillis: -1) {} // interrupted: wait again
+        // Interrupted: wait again; any other failure of the wait is left to the read, which reports it.
+        while !UnixSocket.waitReadable(fd, timeoutMillis: -1) && errno == EINTR {}
         beforeReading()
         while true {
             let (_, r) = try readResponse()
