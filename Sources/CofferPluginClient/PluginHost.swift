@@ -201,6 +201,9 @@ final class Core: Sendable {
         var refused: [RefusedPlugin] = []
         var pending: [UInt32: Pending] = [:]
         var reserved: Set<UInt32> = []
+        /// Cancels of reserved ids (a ticket made, its request not yet sent): the request then ends at
+        /// once as cancelled instead of starting an evaluation nobody will answer (``send(_:id:onlyIfPending:)``).
+        var cancelledBeforeSending: [UInt32: CancelReason] = [:]
         var nextID: UInt32 = 1
         var stopped = false
         var starts = 0
@@ -232,19 +235,42 @@ final class Core: Sendable {
         return .failure(.unavailable(why))
     }
 
+    /// What became of a request at the moment it was to be sent.
+    private enum Sending { case sent(generation: Int), cancelled(CancelReason) }
+
     func request(_ request: HostRequest, id given: UInt32?, timeout: Double,
                  feedback: (@Sendable (String) -> Void)?) throws(PluginHostError) -> HostResponse {
-        if case .failure(let e) = waitReady() { throw e }
-        let id = given ?? allocateID()
-        let (fd, generation) = state.withLock { s -> (Int32, Int) in
-            s.reserved.remove(id)
-            s.roundTrips += 1
-            s.pending[id] = Pending(generation: s.generation, feedback: feedback)
-            return (s.socket, s.generation)
+        if case .failure(let e) = waitReady() {
+            if let given { state.withLock { s in s.reserved.remove(given); s.cancelledBeforeSending[given] = nil } }
+            throw e
         }
-        var frame = request.encodeFrame(id: id)
-        write(frame, to: fd)
-        secureZero(&frame)
+        let id = given ?? allocateID()
+        // Registered and written under the write lock, as a CANCEL is checked and written: a cancel
+        // finds the request either not yet registered (it is then never sent) or already on the wire
+        // (the CANCEL goes after it), never registered but not yet written (the host would get the
+        // CANCEL first, ignore it, then run the evaluation, which then waits for a touch nobody
+        // expects and takes the next request's).
+        let sent = writeLock.withLock { () -> Sending in
+            let registered = state.withLock { s -> (fd: Int32, sending: Sending) in
+                s.reserved.remove(id)
+                if let reason = s.cancelledBeforeSending.removeValue(forKey: id) { return (-1, .cancelled(reason)) }
+                s.roundTrips += 1
+                s.pending[id] = Pending(generation: s.generation, feedback: feedback)
+                return (s.socket, .sent(generation: s.generation))
+            }
+            if case .sent = registered.sending {
+                var frame = request.encodeFrame(id: id)
+                // A failed write: the supervisor sees the broken socket and fails the request.
+                if registered.fd >= 0 { _ = UnixSocket.writeAll(registered.fd, frame) }
+                secureZero(&frame)
+            }
+            return registered.sending
+        }
+        let generation: Int
+        switch sent {
+        case .sent(let g): generation = g
+        case .cancelled(let reason): return .result(code: reason.code.rawValue, domainState: nil) // cancelled before it was sent
+        }
         let outcome = state.withLock(waitingUntil: { $0.pending[id]?.response != nil || $0.pending[id]?.failure != nil },
                                      timeout: timeout) { s -> Result<HostResponse, PluginHostError> in
             let p = s.pending.removeValue(forKey: id)!
@@ -260,13 +286,20 @@ final class Core: Sendable {
         throw .timedOut
     }
 
-    /// Sends a frame that expects no reply (CANCEL), if `id` is pending (when `onlyIfPending`).
+    /// Sends a frame that expects no reply (CANCEL), if `id` is pending (when `onlyIfPending`). A CANCEL of
+    /// an id reserved for a request not yet sent (a ticket made, its evaluation about to start) is kept:
+    /// that request then ends at once as cancelled, unsent (``request(_:id:timeout:feedback:)``).
     func send(_ request: HostRequest, id: UInt32, onlyIfPending: Bool) {
-        let fd = state.withLock { s -> Int32 in
-            guard s.ready, !onlyIfPending || s.pending[id] != nil else { return -1 }
-            return s.socket
+        writeLock.withLock {
+            let fd = state.withLock { s -> Int32 in
+                if onlyIfPending, s.pending[id] == nil {
+                    if case .cancel(let reason) = request, s.reserved.contains(id) { s.cancelledBeforeSending[id] = reason }
+                    return -1
+                }
+                return s.ready ? s.socket : -1
+            }
+            if fd >= 0 { _ = UnixSocket.writeAll(fd, request.encodeFrame(id: id)) }
         }
-        if fd >= 0 { write(request.encodeFrame(id: id), to: fd) }
     }
 
     func write(_ frame: [UInt8], to fd: Int32) {

@@ -144,6 +144,32 @@ struct PluginHostTests {
         #expect(host.starts == 1) // a cancel needs no restart
     }
 
+    /// A cancel that comes after the ticket is made but before its evaluation is sent (the agent's
+    /// request answered by the passcode while the thread that starts the sensor has not run yet) ends
+    /// that evaluation at once, unsent: it never waits in the plugin for a touch that would then be
+    /// taken from the next request's evaluation (outside client's check, GAPS.md 4).
+    @Test(arguments: [(CancelReason.user, LACode.userCancel), (.system, .systemCancel)])
+    func aCancelBeforeTheEvaluationIsSentEndsItUnsent(reason: CancelReason, expected: LACode) throws {
+        let box = try PluginSandbox()
+        let host = try box.start()
+        defer { host.shutdown() }
+        _ = try host.control(plugin: "test", command: "hang")
+        let ticket = host.makeTicket()
+        host.cancel(ticket, reason: reason)
+        let trips = host.roundTrips
+        let start = Date()
+        #expect(try host.evaluate(plugin: "test", reason: "r", app: "a", timeout: 20, ticket: ticket).code == expected)
+        #expect(Date().timeIntervalSince(start) < 5, "the evaluation was sent and waited")
+        #expect(host.roundTrips == trips, "nothing went to the host")
+        #expect(try !host.control(plugin: "test", command: "status").text.contains("waiting: yes"), "the plugin waits for a touch")
+        // The next evaluation is not touched by the old cancel.
+        let next = host.makeTicket()
+        let pending = Background { Result { try host.evaluate(plugin: "test", reason: "r", app: "a", timeout: 20, ticket: next) } }
+        #expect(eventually { (try? host.control(plugin: "test", command: "status").text.contains("waiting: yes")) == true })
+        host.cancel(next, reason: .system)
+        #expect(try pending.join()?.get().code == .systemCancel)
+    }
+
     @Test func oneHangingPluginDoesNotBlockAnother() throws {
         let box = try PluginSandbox()
         let host = try box.start()
