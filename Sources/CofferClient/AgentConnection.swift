@@ -754,13 +754,13 @@ public final class AgentConnection {
     }
 
     private func readResponse() throws(SecError) -> (UInt32, AgentResponse) {
-        let start = AdaptiveSpin.nowMicros()
+        let start = Threads.monotonicSeconds()
         // A reply already there (the second of pipelined requests' replies) says nothing of the agent's pace.
         let waiting = !UnixSocket.spinUntilReadable(fd, spinMicros: replySpin.budgetMicros)
         var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         let ok = withUnsafeMutableBytes(of: &header) { UnixSocket.readExactly(fd, into: $0) }
         guard ok else { throw closed() }
-        if waiting { replySpin.record(waitedMicros: AdaptiveSpin.nowMicros() - start) }
+        if waiting { replySpin.record(waitedMicros: (Threads.monotonicSeconds() - start) * 1e6) }
         let length: Int
         switch withUnsafeBytes(of: &header, { WireFormat.bodyLength(header: $0, maximum: WireFormat.maximumBodyBytes(version: version)) }) {
         case .success(let n): length = n

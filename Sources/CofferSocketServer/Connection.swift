@@ -143,12 +143,12 @@ package final class Connection: @unchecked Sendable {
     /// wholly there is reported as ``ReadEnd/closed``.
     package func readFrame(greeted: Bool, spinning: Bool = false, budget: FrameBudget, bufferedOnly: Bool = false) -> Result<Frame, ReadEnd> {
         guard spinning, !bufferedOnly else { return framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: bufferedOnly) }
-        let start = AdaptiveSpin.nowMicros()
+        let start = Threads.monotonicSeconds()
         // A request already there (sent with the one before it: HELLO, DELEGATE and WHOAMI written at
         // once) says nothing of the client's pace: only a wait is learnt from.
         let waiting = !UnixSocket.spinUntilReadable(fd, spinMicros: nextRequestSpin.budgetMicros)
         let frame = framing.readFrame(from: self, greeted: greeted, budget: budget, bufferedOnly: false)
-        if waiting, case .success = frame { nextRequestSpin.record(waitedMicros: AdaptiveSpin.nowMicros() - start) }
+        if waiting, case .success = frame { nextRequestSpin.record(waitedMicros: (Threads.monotonicSeconds() - start) * 1e6) }
         return frame
     }
 

@@ -1,5 +1,3 @@
-import Glibc
-
 /// How long one side of a conversation polls for the other's next message before it blocks, learnt from
 /// how long the last few messages took to come (``UnixSocket/spinUntilReadable(_:spinMicros:)`` does the
 /// polling).
@@ -18,7 +16,7 @@ import Glibc
 ///
 /// The median keeps one slow wait (a request that asked the person) from ending the polling of a fast
 /// peer, and one quick one from starting it for a slow peer.
-package struct AdaptiveSpin: Sendable, Equatable {
+package struct AdaptiveSpin: Sendable {
     /// The budget before any wait was measured (microseconds).
     package let initialMicros: Double
     /// The longest budget, and the longest typical wait that is still polled for (microseconds).
@@ -68,17 +66,5 @@ package struct AdaptiveSpin: Sendable, Equatable {
         default: recent.3 = w
         }
         measured &+= 1
-    }
-
-    package static func == (a: AdaptiveSpin, b: AdaptiveSpin) -> Bool {
-        a.initialMicros == b.initialMicros && a.ceilingMicros == b.ceilingMicros && a.measured == b.measured
-            && a.recent.0 == b.recent.0 && a.recent.1 == b.recent.1 && a.recent.2 == b.recent.2 && a.recent.3 == b.recent.3
-    }
-
-    /// Microseconds on the monotonic clock, to measure waits with.
-    package static func nowMicros() -> Double {
-        var ts = timespec()
-        unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3
     }
 }

@@ -251,9 +251,7 @@ package enum UnixSocket {
     /// only looks).
     @discardableResult
     package static func spinUntilReadable(_ fd: Int32, spinMicros: Double) -> Bool {
-        var ts = timespec()
-        unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
-        let deadline = Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 + spinMicros
+        let deadline = Threads.monotonicSeconds() + spinMicros / 1e6
         var byte: UInt8 = 0
         var first = true
         while true {
@@ -261,8 +259,7 @@ package enum UnixSocket {
             first = false
             guard spinMicros > 0 else { return false }
             sched_yield()
-            unsafe clock_gettime(CLOCK_MONOTONIC, &ts)
-            if Double(ts.tv_sec) * 1e6 + Double(ts.tv_nsec) / 1e3 >= deadline { return false }
+            if Threads.monotonicSeconds() >= deadline { return false }
         }
     }
 
