@@ -163,13 +163,15 @@ extension SecretServiceFrontEnd {
                     // locked): its record then, if nothing changed since, else the agent's.
                     let record: Record
                     if let searched = searchedRecordForLockState(c, path) { record = searched } else { record = try item(c, path).0 }
-                    if record.needsAuthentication { locked.append(path) } else { unlocked.append(path) }
                     if record.needsAuthentication {
+                        locked.append(path)
                         var read = try itemQuery(c, path: path, returnData: true)
                         // The prompt's read opens that row by reference (no index search), checked
                         // against the path's query as well.
                         if let ref = record.ref { read.persistentRef = ref }
                         reads[path] = read
+                    } else {
+                        unlocked.append(path)
                     }
                 } catch where error.name == BusError.isLocked {
                     locked.append(path)
